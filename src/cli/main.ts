@@ -1,29 +1,37 @@
-// The `harness-lab` command: one subcommand per file under src/cli/.
-const USAGE = `usage: harness-lab <command> [options]
+// The `harness-lab` command. Each subcommand lives in its own file under src/cli/ and is loaded
+// lazily, so `harness-lab proxy` never pays for the engine or Docker code.
+export interface CliCommand {
+  summary: string;
+  run(argv: string[]): Promise<number>;
+}
 
-commands:
-  proxy    run the capture proxy in front of an inference engine
-  export   write a session's TrainingTrace JSONL from a data dir
-  demo     run a short captured rollout end to end on the embedded defaults
-`;
+const COMMANDS: Record<string, () => Promise<CliCommand>> = {
+  // one line per command, keep sorted
+};
+
+function usage(): string {
+  const names = Object.keys(COMMANDS).sort();
+  return `usage: harness-lab <command> [options]\n\ncommands:\n${names.map((n) => `  ${n}`).join('\n')}\n\nRun 'harness-lab <command> --help' for a command's options.\n`;
+}
 
 async function main(argv: string[]): Promise<number> {
-  const [command, ...rest] = argv;
-  switch (command) {
-    case undefined:
-    case '-h':
-    case '--help':
-      process.stdout.write(USAGE);
-      return command ? 0 : 2;
-    default:
-      process.stderr.write(`harness-lab: unknown command '${command}'\n\n${USAGE}`);
-      void rest;
-      return 2;
+  const [name, ...rest] = argv;
+  if (name === undefined || name === '-h' || name === '--help') {
+    process.stdout.write(usage());
+    return name ? 0 : 2;
   }
+  const load = COMMANDS[name];
+  if (!load) {
+    process.stderr.write(`harness-lab: unknown command '${name}'\n\n${usage()}`);
+    return 2;
+  }
+  return (await load()).run(rest);
 }
 
 main(process.argv.slice(2)).then(
-  (code) => { process.exitCode = code; },
+  (code) => {
+    process.exitCode = code;
+  },
   (err: unknown) => {
     process.stderr.write(`harness-lab: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exitCode = 1;
