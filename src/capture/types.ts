@@ -97,6 +97,8 @@ export interface DialectContext {
   clientModel: string | undefined;
   /** The request as the client sent it (parsed JSON body). */
   request: JsonObject;
+  /** The engine's served model, when known (drives model-specific defaults such as Qwen3.5 thinking). */
+  servedModel?: string;
 }
 
 /** Raised by a dialect for input it cannot convert; becomes a 400 in that dialect's error shape. */
@@ -192,4 +194,6 @@ export interface SessionInfo {
   engine_url: string;
   max_model_calls: number; // 0 = unlimited
   metadata: JsonObject;
+  /** The engine's capture level when the session was created (below `tokens`: evaluation only). */
+  capture_level?: CaptureLevel;
 }

@@ -1,0 +1,97 @@
+// The proxy's only way to reach an engine: non-streamed chat completions over a private undici
+// pool per engine. Never the global dispatcher (VS Code patches global fetch for its proxy support).
+import { Pool, errors as undiciErrors } from 'undici';
+import type { ChatRequest } from './types.js';
+
+export class EngineUnreachableError extends Error {
+  constructor(readonly engineUrl: string, cause: unknown) {
+    super(`inference engine at ${engineUrl} is unreachable: ${cause instanceof Error ? cause.message : String(cause)}`);
+    this.name = 'EngineUnreachableError';
+  }
+}
+
+export interface EngineReply {
+  status: number;
+  /** Parsed JSON, or the raw text when the engine did not answer JSON. */
+  body: unknown;
+}
+
+/** `http://host:8000/v1/` -> `http://host:8000`: every route is then built as `/v1/...`. */
+export function normaliseEngineUrl(url: string): string {
+  const trimmed = url.trim().replace(/\/+$/, '');
+  return trimmed.replace(/\/v1$/, '');
+}
+
+export class EngineClient {
+  readonly baseUrl: string;
+  private readonly pool: Pool;
+
+  constructor(engineUrl: string, options: { connections?: number; apiKey?: string } = {}) {
+    this.baseUrl = normaliseEngineUrl(engineUrl);
+    const origin = new URL(this.baseUrl);
+    this.pathPrefix = origin.pathname.replace(/\/+$/, '');
+    this.apiKey = options.apiKey;
+    this.pool = new Pool(origin.origin, {
+      connections: options.connections ?? 256,
+      pipelining: 1,
+      connectTimeout: 30_000,
+      headersTimeout: 900_000,
+      bodyTimeout: 900_000,
+      keepAliveTimeout: 30_000,
+    });
+  }
+
+  private readonly pathPrefix: string;
+  private readonly apiKey: string | undefined;
+
+  async post(route: string, body: unknown, signal?: AbortSignal): Promise<EngineReply> {
+    return this.send('POST', route, JSON.stringify(body), signal);
+  }
+
+  async get(route: string, signal?: AbortSignal): Promise<EngineReply> {
+    return this.send('GET', route, undefined, signal);
+  }
+
+  chatCompletion(request: ChatRequest, signal?: AbortSignal): Promise<EngineReply> {
+    return this.post('/v1/chat/completions', request, signal);
+  }
+
+  private async send(method: 'GET' | 'POST', route: string, body: string | undefined, signal?: AbortSignal): Promise<EngineReply> {
+    const headers: Record<string, string> = { accept: 'application/json', 'accept-encoding': 'identity' };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (this.apiKey) headers.authorization = `Bearer ${this.apiKey}`;
+    let response;
+    try {
+      response = await this.pool.request({ method, path: this.pathPrefix + route, headers, body, signal });
+    } catch (err) {
+      if (err instanceof undiciErrors.RequestAbortedError || (err instanceof Error && err.name === 'AbortError')) throw err;
+      throw new EngineUnreachableError(this.baseUrl, err);
+    }
+    const text = await response.body.text();
+    let parsed: unknown = text;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      // keep the text: an engine error page is still worth showing
+    }
+    return { status: response.statusCode, body: parsed };
+  }
+
+  close(): Promise<void> {
+    return this.pool.close();
+  }
+}
+
+/** The message an engine error carries, whatever its shape (vLLM, OpenAI, plain text). */
+export function engineErrorMessage(body: unknown): string {
+  if (typeof body === 'string') return body.slice(0, 2000) || 'empty response';
+  if (body && typeof body === 'object') {
+    const o = body as Record<string, unknown>;
+    const err = o.error;
+    if (typeof err === 'string') return err;
+    if (err && typeof err === 'object' && typeof (err as Record<string, unknown>).message === 'string') return (err as { message: string }).message;
+    if (typeof o.message === 'string') return o.message;
+    if (typeof o.detail === 'string') return o.detail;
+  }
+  return JSON.stringify(body).slice(0, 2000);
+}

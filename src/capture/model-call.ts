@@ -1,0 +1,201 @@
+// One model call, in the order capture-protocol §5 prescribes: parse, side routes, session, dialect,
+// budget, convert, forward (non-streamed), record durably, then answer in the caller's dialect.
+import { randomBytes } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { harnessSessionId, presentedKey } from './auth.js';
+import { detectDialect } from './dialects/index.js';
+import { stopAnswer } from './dialects/stop-answer.js';
+import { answerTokenCount } from './dialects/token-count.js';
+import { EngineUnreachableError, engineErrorMessage, type EngineClient } from './engine-client.js';
+import { BodyTooLargeError, readBody, redactHeaders, sendJson } from './http-util.js';
+import type { CaptureSession } from './sessions.js';
+import { SseKeepalive, writeSse } from './sse.js';
+import { EngineResponseError, buildEngineRequest, isContextOverflow, normaliseEngineResponse } from './upstream.js';
+import { DialectError, type CallError, type CallRecord, type CaptureLevel, type ChatRequest, type ChatResponse, type Dialect, type DialectContext, type JsonObject } from './types.js';
+
+export interface ModelCallDeps {
+  bodyLimit: number;
+  maxOutputTokens: number;
+  captureLevel(): CaptureLevel;
+  engine: EngineClient;
+  findSession(key: string): CaptureSession | undefined;
+  /** Durably records an answered call; resolves once it is on disk. */
+  record(session: CaptureSession, record: CallRecord): Promise<void>;
+  recordBudgetStop(session: CaptureSession): Promise<void>;
+  /** Streaming keepalive timings (tests shorten them). */
+  keepaliveGraceMs?: number;
+  keepaliveIntervalMs?: number;
+}
+
+function replyError(res: ServerResponse, dialect: Dialect, status: number, message: string, keepalive?: SseKeepalive): void {
+  if (keepalive?.isCommitted) {
+    writeSse(res, [dialect.streamErrorEvent(status, message)], keepalive);
+    return;
+  }
+  keepalive?.stop();
+  sendJson(res, status, dialect.errorBody(status, message));
+}
+
+function reply(res: ServerResponse, dialect: Dialect, answer: ChatResponse, ctx: DialectContext, stream: boolean, keepalive?: SseKeepalive): unknown {
+  const body = dialect.fromChat(answer, ctx);
+  if (stream) writeSse(res, dialect.streamEvents(answer, ctx), keepalive);
+  else sendJson(res, 200, body);
+  return body;
+}
+
+export async function handleModelCall(req: IncomingMessage, res: ServerResponse, url: URL, deps: ModelCallDeps): Promise<void> {
+  const path = url.pathname + url.search;
+  const headerDialect = detectDialect(url.pathname, req.headers, undefined);
+  let raw: Buffer;
+  try {
+    raw = await readBody(req, deps.bodyLimit);
+  } catch (err) {
+    if (err instanceof BodyTooLargeError) return replyError(res, headerDialect, 413, err.message);
+    throw err;
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw.toString('utf8'));
+  } catch {
+    return replyError(res, headerDialect, 400, 'body must be JSON');
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return replyError(res, headerDialect, 400, 'body must be a JSON object');
+  const body = parsed as JsonObject;
+
+  const counted = answerTokenCount(url.pathname, body);
+  if (counted) return sendJson(res, counted.status, counted.body);
+
+  const dialect = detectDialect(url.pathname, req.headers, body);
+  const key = presentedKey(req, url);
+  const session = key ? deps.findSession(key) : undefined;
+  if (!session) {
+    const why = key ? 'unknown API key' : 'no API key';
+    return replyError(res, dialect, 401, `${why}; register a session via POST /sessions and use its session_id as the API key (Authorization: Bearer <session_id>, x-api-key or x-goog-api-key)`);
+  }
+  session.lastActivity = Date.now();
+  const stream = dialect.wantsStream(body, path);
+  const ctx: DialectContext = { path, clientModel: dialect.clientModel(body, url.pathname) ?? session.info.model, request: body };
+
+  let chat: ChatRequest;
+  try {
+    chat = dialect.toChat(body, ctx);
+  } catch (err) {
+    if (err instanceof DialectError) return replyError(res, dialect, err.status, err.message);
+    return replyError(res, dialect, 400, `could not read the request: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  if (chat.n !== undefined && chat.n !== null && chat.n !== 1) return replyError(res, dialect, 400, 'capture supports exactly one completion per request (n=1)');
+
+  // Budget check and reservation happen in the same tick: no await between them.
+  if (!session.tryReserveCall()) {
+    session.budgetStopCount++;
+    await deps.recordBudgetStop(session);
+    reply(res, dialect, stopAnswer(ctx.clientModel), ctx, stream);
+    return;
+  }
+
+  const level = deps.captureLevel();
+  const plan = buildEngineRequest(chat, { model: session.info.model, captureLevel: level, maxOutputTokens: deps.maxOutputTokens });
+  const started = new Date();
+  const index = session.nextIndex++;
+  const abort = new AbortController();
+  const onClose = () => {
+    if (!res.writableFinished) abort.abort();
+  };
+  res.on('close', onClose);
+  const keepalive = stream ? new SseKeepalive(res, deps.keepaliveGraceMs, deps.keepaliveIntervalMs) : undefined;
+
+  const base: Omit<CallRecord, 'ended_at' | 'latency_ms' | 'engine_response' | 'response_body' | 'model' | 'finish_reason' | 'usage' | 'findings' | 'error' | 'prompt_token_ids' | 'completion_token_ids' | 'logprobs' | 'top_logprobs' | 'token_bytes'> = {
+    call_id: randomBytes(6).toString('hex'),
+    session_id: session.id,
+    index,
+    dialect: dialect.name,
+    path,
+    stream,
+    started_at: started.toISOString(),
+    harness_session_id: harnessSessionId(req, body),
+    request: { headers: redactHeaders(req.headers), body },
+    engine_url: deps.engine.baseUrl,
+    engine_request: plan.request,
+    n_tools: Array.isArray(plan.request.tools) ? plan.request.tools.length : 0,
+    requested_sampling_params: plan.requestedSampling,
+    sampling_params: plan.sampling,
+  };
+  const finish = (fields: Partial<CallRecord>): CallRecord => {
+    const ended = new Date();
+    return {
+      ...base,
+      ended_at: ended.toISOString(),
+      latency_ms: ended.getTime() - started.getTime(),
+      engine_response: null,
+      response_body: null,
+      model: null,
+      finish_reason: null,
+      usage: null,
+      findings: [],
+      error: null,
+      prompt_token_ids: null,
+      completion_token_ids: null,
+      logprobs: null,
+      top_logprobs: null,
+      token_bytes: null,
+      ...fields,
+    };
+  };
+  const fail = async (error: CallError, engineResponse: unknown = null) => {
+    session.upstreamErrors++;
+    await deps.record(session, finish({ error, engine_response: engineResponse as ChatResponse | null }));
+    replyError(res, dialect, error.status, error.message, keepalive);
+  };
+
+  try {
+    let engineReply;
+    try {
+      engineReply = await deps.engine.chatCompletion(plan.request, abort.signal);
+    } catch (err) {
+      if (abort.signal.aborted) {
+        keepalive?.stop();
+        await deps.record(session, finish({ error: { status: 499, message: 'client closed the connection before the engine answered', kind: 'client' } }));
+        return;
+      }
+      const message = err instanceof EngineUnreachableError ? err.message : `inference engine at ${deps.engine.baseUrl} failed: ${String(err)}`;
+      return await fail({ status: 502, message, kind: 'engine' });
+    }
+    if (engineReply.status !== 200) {
+      if (isContextOverflow(engineReply.status, engineReply.body)) {
+        session.findings.push(`[WARN] context_budget_exhausted: ${engineErrorMessage(engineReply.body).slice(0, 300)}`);
+        keepalive?.stop();
+        reply(res, dialect, stopAnswer(ctx.clientModel), ctx, stream, keepalive);
+        return;
+      }
+      const passThrough = [400, 413, 422].includes(engineReply.status) ? engineReply.status : 502;
+      return await fail({ status: passThrough, message: `engine answered ${engineReply.status}: ${engineErrorMessage(engineReply.body)}`, kind: 'engine' }, engineReply.body);
+    }
+    let answer;
+    try {
+      answer = normaliseEngineResponse(engineReply.body);
+    } catch (err) {
+      if (err instanceof EngineResponseError) return await fail({ status: 502, message: `engine at ${deps.engine.baseUrl}: ${err.message}`, kind: 'engine' }, engineReply.body);
+      throw err;
+    }
+    const clientAnswer = answer.response;
+    if (chat.logprobs !== true) for (const choice of clientAnswer.choices) delete choice.logprobs;
+    const responseBody = dialect.fromChat(clientAnswer, ctx);
+    const choice = clientAnswer.choices[0]!;
+    const record = finish({
+      ...answer.capture,
+      engine_response: engineReply.body as ChatResponse,
+      response_body: responseBody,
+      model: typeof clientAnswer.model === 'string' ? clientAnswer.model : null,
+      finish_reason: choice.finish_reason,
+      usage: clientAnswer.usage ?? null,
+      findings: level === 'tokens' ? answer.findings : answer.findings.filter((f) => !f.startsWith('[FATAL] no_')),
+    });
+    // Durable before the harness sees the answer: a crash after this loses nothing answered.
+    await deps.record(session, record);
+    if (stream) writeSse(res, dialect.streamEvents(clientAnswer, ctx), keepalive);
+    else sendJson(res, 200, responseBody);
+  } finally {
+    keepalive?.stop();
+    res.off('close', onClose);
+  }
+}

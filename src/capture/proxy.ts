@@ -1,0 +1,314 @@
+// The capture proxy: one loopback HTTP server, many sessions, every call recorded durably.
+// The same class runs under the CLI (`harness-lab proxy`) and inside the VS Code extension host.
+import { randomBytes } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { isLoopbackHost, presentedKey, secretsEqual } from './auth.js';
+import { EngineClient } from './engine-client.js';
+import { Emitter } from './events.js';
+import { DEFAULT_BODY_LIMIT, readBody, sendJson } from './http-util.js';
+import { handleModelCall } from './model-call.js';
+import { buildRollout, type RolloutDocument } from './rollout.js';
+import { CaptureSession, CreateSessionSchema, mintSessionId, type CreateSessionRequest } from './sessions.js';
+import { CaptureStore } from './store.js';
+import type { CallRecord, CaptureLevel, SessionInfo } from './types.js';
+import { DEFAULT_MAX_OUTPUT_TOKENS } from './upstream.js';
+
+export interface ProxyLogger {
+  info(message: string): void;
+  warn(message: string): void;
+  error(message: string): void;
+  debug?(message: string): void;
+}
+
+export interface ProxyOptions {
+  engineUrl: string;
+  model: string;
+  host?: string;
+  port?: number;
+  adminKey?: string;
+  /** Where sessions are stored durably; without it captures live in memory only. */
+  dataDir?: string;
+  /** Default per-session model-call budget (0 = unlimited). */
+  maxModelCalls?: number;
+  maxOutputTokens?: number;
+  bodyLimit?: number;
+  /** Capture level assumed for the engine until a probe says otherwise. */
+  captureLevel?: CaptureLevel;
+  logger?: ProxyLogger;
+  keepaliveGraceMs?: number;
+  keepaliveIntervalMs?: number;
+}
+
+const silentLogger: ProxyLogger = { info() {}, warn() {}, error() {} };
+
+export class ProxyConfigError extends Error {}
+
+export class CaptureProxy {
+  readonly instance = randomBytes(8).toString('hex');
+  private readonly sessions = new Map<string, CaptureSession>();
+  private readonly engine: EngineClient;
+  private readonly store: CaptureStore | undefined;
+  private readonly log: ProxyLogger;
+  private captureLevel: CaptureLevel;
+  private readonly recordEmitter = new Emitter<CallRecord>();
+  private readonly sessionsEmitter = new Emitter<void>();
+  /** Fires after a call is durably recorded (answered or failed). */
+  readonly onDidRecordCall = this.recordEmitter.event;
+  /** Fires when a session is created or deleted. */
+  readonly onDidChangeSessions = this.sessionsEmitter.event;
+  private server!: Server;
+  private address!: AddressInfo;
+
+  private constructor(private readonly options: ProxyOptions) {
+    this.engine = new EngineClient(options.engineUrl);
+    this.store = options.dataDir ? new CaptureStore(options.dataDir) : undefined;
+    this.log = options.logger ?? silentLogger;
+    this.captureLevel = options.captureLevel ?? 'tokens';
+  }
+
+  static async start(options: ProxyOptions): Promise<CaptureProxy> {
+    const host = options.host ?? '127.0.0.1';
+    if (!isLoopbackHost(host) && !options.adminKey) {
+      throw new ProxyConfigError(`refusing to bind ${host} without an admin key: anyone who can reach it could read captured token data and relay calls to the engine. Pass --admin-key (or set HARNESS_LAB_ADMIN_KEY), or bind 127.0.0.1.`);
+    }
+    const proxy = new CaptureProxy(options);
+    proxy.restore();
+    await proxy.listen(host, options.port ?? 0);
+    return proxy;
+  }
+
+  get url(): string {
+    const host = this.address.family === 'IPv6' ? `[${this.address.address}]` : this.address.address;
+    return `http://${host}:${this.address.port}`;
+  }
+
+  get port(): number {
+    return this.address.port;
+  }
+
+  get engineUrl(): string {
+    return this.engine.baseUrl;
+  }
+
+  private restore(): void {
+    if (!this.store) return;
+    for (const loaded of this.store.loadAll()) {
+      const session = new CaptureSession(loaded.info);
+      session.calls.push(...loaded.calls);
+      session.budgetStopCount = loaded.budgetStops;
+      session.modelCalls = loaded.calls.length;
+      session.nextIndex = loaded.calls.reduce((n, c) => Math.max(n, c.index + 1), 0);
+      session.upstreamErrors = loaded.calls.filter((c) => c.error?.kind === 'engine').length;
+      this.sessions.set(session.id, session);
+      if (loaded.skipped) this.log.warn(`session ${session.id}: skipped ${loaded.skipped} unreadable line(s) in its store file`);
+    }
+    if (this.sessions.size) this.log.info(`restored ${this.sessions.size} session(s) from ${this.store.dataDir}`);
+  }
+
+  private listen(host: string, port: number): Promise<void> {
+    this.server = createServer((req, res) => {
+      this.route(req, res).catch((err: unknown) => {
+        this.log.error(`request ${req.method} ${req.url} failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+        if (!res.headersSent) sendJson(res, 500, { error: { message: 'internal error in the capture proxy', type: 'server_error' } });
+        else res.destroy();
+      });
+    });
+    this.server.keepAliveTimeout = 75_000;
+    this.server.headersTimeout = 80_000;
+    this.server.requestTimeout = 0; // engine calls may legitimately take many minutes
+    return new Promise((resolve, reject) => {
+      const onError = (err: NodeJS.ErrnoException) => {
+        reject(err.code === 'EADDRINUSE' ? new ProxyConfigError(`port ${port} on ${host} is already in use; pick another with --port, or 0 for any free port`) : err);
+      };
+      this.server.once('error', onError);
+      this.server.listen(port, host, () => {
+        this.server.off('error', onError);
+        this.address = this.server.address() as AddressInfo;
+        resolve();
+      });
+    });
+  }
+
+  // ---- sessions (library API, also behind the HTTP routes) ----
+
+  createSession(request: CreateSessionRequest = {}): SessionInfo {
+    const id = request.session_id ?? mintSessionId();
+    if (this.sessions.has(id)) throw new SessionExistsError(id);
+    const info: SessionInfo = {
+      session_id: id,
+      created_at: new Date().toISOString(),
+      model: request.model ?? this.options.model,
+      engine_url: this.engine.baseUrl,
+      max_model_calls: request.max_model_calls ?? this.options.maxModelCalls ?? 0,
+      metadata: request.metadata ?? {},
+      capture_level: this.captureLevel,
+    };
+    const session = new CaptureSession(info);
+    this.sessions.set(id, session);
+    void this.store?.append(id, { type: 'session', ...info }).catch((err: unknown) => this.log.error(`could not store session ${id}: ${String(err)}`));
+    this.sessionsEmitter.fire();
+    return info;
+  }
+
+  listSessions(): ReturnType<CaptureSession['summary']>[] {
+    return [...this.sessions.values()].map((s) => s.summary());
+  }
+
+  getSession(id: string): CaptureSession | undefined {
+    return this.sessions.get(id);
+  }
+
+  getCalls(id: string): CallRecord[] {
+    return this.sessions.get(id)?.calls ?? [];
+  }
+
+  async deleteSession(id: string): Promise<boolean> {
+    const existed = this.sessions.delete(id);
+    await this.store?.delete(id);
+    if (existed) this.sessionsEmitter.fire();
+    return existed;
+  }
+
+  rollout(id: string): RolloutDocument | undefined {
+    const session = this.sessions.get(id);
+    if (!session) return undefined;
+    return buildRollout(session.info, session.calls, { budgetStopCount: session.budgetStopCount, captureLevel: session.info.capture_level ?? this.captureLevel, sessionFindings: session.findings });
+  }
+
+  setCaptureLevel(level: CaptureLevel): void {
+    this.captureLevel = level;
+  }
+
+  // ---- HTTP ----
+
+  private isAdmin(req: IncomingMessage, url: URL): boolean {
+    const adminKey = this.options.adminKey;
+    if (!adminKey) return true;
+    const key = typeof req.headers['x-admin-key'] === 'string' ? req.headers['x-admin-key'] : presentedKey(req, url);
+    return key !== undefined && secretsEqual(key, adminKey);
+  }
+
+  private health(): Record<string, unknown> {
+    return {
+      status: 'ok',
+      instance: this.instance,
+      upstream: this.engine.baseUrl,
+      model: this.options.model,
+      sessions: this.sessions.size,
+      capture_level: this.captureLevel,
+      rollout_type: this.captureLevel === 'tokens' ? 'train' : 'eval',
+      require_registered: true,
+      admin_key: Boolean(this.options.adminKey),
+    };
+  }
+
+  private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://proxy.invalid');
+    const path = url.pathname.replace(/\/+$/, '') || '/';
+    const method = req.method ?? 'GET';
+    if (path === '/health' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, this.health());
+    if (path === '/' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, { status: 'ok', service: 'harness-lab capture proxy' });
+    if (path === '/v1/models' && method === 'GET') return this.models(res);
+    if (path === '/sessions' || path.startsWith('/sessions/')) {
+      if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key (Authorization: Bearer <key> or x-admin-key)', type: 'invalid_request_error' } });
+      return this.sessionRoute(req, res, method, path);
+    }
+    if (method === 'POST') {
+      return handleModelCall(req, res, url, {
+        bodyLimit: this.options.bodyLimit ?? DEFAULT_BODY_LIMIT,
+        maxOutputTokens: this.options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
+        captureLevel: () => this.captureLevel,
+        engine: this.engine,
+        findSession: (key) => this.sessions.get(key),
+        record: (session, record) => this.record(session, record),
+        recordBudgetStop: async (session) => {
+          await this.store?.append(session.id, { type: 'budget_stop', at: new Date().toISOString() });
+        },
+        keepaliveGraceMs: this.options.keepaliveGraceMs,
+        keepaliveIntervalMs: this.options.keepaliveIntervalMs,
+      });
+    }
+    sendJson(res, 404, { error: { message: `no route ${method} ${url.pathname}`, type: 'invalid_request_error' } });
+  }
+
+  private async record(session: CaptureSession, record: CallRecord): Promise<void> {
+    if (this.store) {
+      try {
+        await this.store.append(session.id, { type: 'call', ...record });
+      } catch (err) {
+        // Still answer the harness, but loudly: the call is only in memory now.
+        this.log.error(`could not store call ${record.call_id} of session ${session.id}: ${String(err)}`);
+      }
+    }
+    if (this.sessions.get(session.id) === session) session.calls.push(record);
+    this.recordEmitter.fire(record);
+  }
+
+  private async models(res: ServerResponse): Promise<void> {
+    try {
+      const reply = await this.engine.get('/v1/models');
+      if (reply.status === 200) return sendJson(res, 200, reply.body);
+    } catch {
+      // an unreachable engine still gets an answer: harnesses list models before their first call
+    }
+    sendJson(res, 200, { object: 'list', data: [{ id: this.options.model, object: 'model', owned_by: 'harness-lab' }] });
+  }
+
+  private async sessionRoute(req: IncomingMessage, res: ServerResponse, method: string, path: string): Promise<void> {
+    const parts = path.split('/').filter(Boolean); // ['sessions', id?, 'rollout'?]
+    if (parts.length === 1) {
+      if (method === 'GET') return sendJson(res, 200, { sessions: this.listSessions() });
+      if (method === 'POST') return this.createSessionRoute(req, res);
+    }
+    const id = decodeURIComponent(parts[1] ?? '');
+    const session = this.sessions.get(id);
+    if (parts.length === 2 && method === 'DELETE') return sendJson(res, 200, { deleted: await this.deleteSession(id) });
+    if (!session) return sendJson(res, 404, { error: { message: `unknown session ${id}`, type: 'not_found_error' } });
+    if (parts.length === 2 && method === 'GET') return sendJson(res, 200, session.summary());
+    if (parts.length === 3 && parts[2] === 'rollout' && method === 'GET') return sendJson(res, 200, this.rollout(id));
+    if (parts.length === 3 && parts[2] === 'calls' && method === 'GET') return sendJson(res, 200, { session_id: id, calls: session.calls });
+    sendJson(res, 404, { error: { message: `no route ${method} ${path}`, type: 'invalid_request_error' } });
+  }
+
+  private async createSessionRoute(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const raw = (await readBody(req, 1024 * 1024)).toString('utf8').trim();
+    let body: unknown = {};
+    if (raw) {
+      try {
+        body = JSON.parse(raw);
+      } catch {
+        return sendJson(res, 400, { error: { message: 'body must be JSON', type: 'invalid_request_error' } });
+      }
+    }
+    const parsed = CreateSessionSchema.safeParse(body);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      return sendJson(res, 400, { error: { message: `${issue?.path.join('.') || 'body'}: ${issue?.message ?? 'invalid'}`, type: 'invalid_request_error' } });
+    }
+    let info: SessionInfo;
+    try {
+      info = this.createSession(parsed.data);
+    } catch (err) {
+      if (err instanceof SessionExistsError) return sendJson(res, 409, { error: { message: err.message, type: 'invalid_request_error' } });
+      throw err;
+    }
+    sendJson(res, 201, { session_id: info.session_id, base_url: `${this.url}/v1`, model: info.model, max_model_calls: info.max_model_calls, capture_level: this.captureLevel, rollout_type: this.captureLevel === 'tokens' ? 'train' : 'eval' });
+  }
+
+  async close(): Promise<void> {
+    this.recordEmitter.dispose();
+    this.sessionsEmitter.dispose();
+    await new Promise<void>((resolve) => {
+      this.server.closeAllConnections();
+      this.server.close(() => resolve());
+    });
+    await this.engine.close();
+  }
+}
+
+export class SessionExistsError extends Error {
+  constructor(id: string) {
+    super(`session ${id} already exists`);
+  }
+}

@@ -1,0 +1,71 @@
+// Live capture sessions: identity, budget counters and the calls recorded so far.
+import { randomBytes } from 'node:crypto';
+import { z } from 'zod';
+import type { CallRecord, JsonObject, SessionInfo } from './types.js';
+
+export const SESSION_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+
+const RESERVED_METADATA_KEYS = ['session_id', 'upstream', 'capture_level', 'max_model_calls', 'sampling', 'purpose', 'eval_sampling'];
+
+export const CreateSessionSchema = z
+  .object({
+    session_id: z.string().regex(SESSION_ID_PATTERN, 'session_id must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$').optional(),
+    model: z.string().min(1).optional(),
+    max_model_calls: z.number().int().nonnegative().optional(),
+    metadata: z
+      .record(z.string(), z.unknown())
+      .refine((m) => !RESERVED_METADATA_KEYS.some((k) => k in m), { message: `metadata must not use the reserved keys ${RESERVED_METADATA_KEYS.join(', ')}` })
+      .optional(),
+  })
+  .loose();
+export type CreateSessionRequest = z.infer<typeof CreateSessionSchema>;
+
+export function mintSessionId(): string {
+  return `s${randomBytes(12).toString('hex')}`;
+}
+
+export class CaptureSession {
+  readonly calls: CallRecord[] = [];
+  /** Calls forwarded to the engine: what the budget counts. */
+  modelCalls = 0;
+  /** Arrival order of the next forwarded call. */
+  nextIndex = 0;
+  budgetStopCount = 0;
+  upstreamErrors = 0;
+  lastActivity = Date.now();
+  /** Session-level findings, e.g. a context-window overflow answered with the stop message. */
+  readonly findings: string[] = [];
+
+  constructor(readonly info: SessionInfo) {}
+
+  get id(): string {
+    return this.info.session_id;
+  }
+
+  /** Reserves one forwarded call, or returns false when the budget is spent. Synchronous by design. */
+  tryReserveCall(): boolean {
+    const max = this.info.max_model_calls;
+    if (max > 0 && this.modelCalls >= max) return false;
+    this.modelCalls++;
+    return true;
+  }
+
+  summary(): JsonObject {
+    const ok = this.calls.filter((c) => !c.error);
+    return {
+      session_id: this.id,
+      created_at: this.info.created_at,
+      model: this.info.model,
+      n_calls: this.calls.length,
+      turns: ok.length,
+      prompt_tokens: ok.reduce((n, c) => n + (c.prompt_token_ids?.length ?? c.usage?.prompt_tokens ?? 0), 0),
+      completion_tokens: ok.reduce((n, c) => n + (c.completion_token_ids?.length ?? c.usage?.completion_tokens ?? 0), 0),
+      model_calls: this.modelCalls,
+      max_model_calls: this.info.max_model_calls,
+      budget_stop_count: this.budgetStopCount,
+      upstream_errors: this.upstreamErrors,
+      idle_s: Math.round((Date.now() - this.lastActivity) / 1000),
+      metadata: this.info.metadata,
+    };
+  }
+}

@@ -1,0 +1,185 @@
+// What the proxy sends to the engine and how it reads the answer back (capture-protocol §9).
+import { z } from 'zod';
+import type { CaptureLevel, ChatMessage, ChatRequest, ChatResponse, JsonObject, LogprobEntry, TokenCapture } from './types.js';
+
+export const DEFAULT_MAX_OUTPUT_TOKENS = 8192;
+
+const SAMPLING_KEYS = ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'seed', 'max_tokens', 'max_completion_tokens', 'stop'] as const;
+
+/** Knobs forced to no-ops at `tokens` level, so processed logprobs match a full-vocabulary recompute. */
+const NEUTRAL_SAMPLING: JsonObject = { top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1 };
+
+export interface EngineRequestPlan {
+  request: ChatRequest;
+  requestedSampling: JsonObject;
+  sampling: JsonObject;
+}
+
+function pickSampling(source: JsonObject): JsonObject {
+  const out: JsonObject = {};
+  for (const key of SAMPLING_KEYS) if (source[key] !== undefined) out[key] = source[key];
+  return out;
+}
+
+/** Chat request from a dialect -> the exact request the engine gets. Never mutates its input. */
+export function buildEngineRequest(chat: ChatRequest, options: { model: string; captureLevel: CaptureLevel; maxOutputTokens?: number }): EngineRequestPlan {
+  const request = structuredClone(chat) as ChatRequest;
+  const requestedSampling = pickSampling(request);
+  request.model = options.model;
+  request.stream = false;
+  delete request.stream_options;
+  for (const key of ['tools', 'functions'] as const) {
+    const list = request[key];
+    if (Array.isArray(list) && list.length === 0) delete request[key];
+  }
+  if (request.tools === undefined && request.functions === undefined) {
+    delete request.tool_choice;
+    delete request.parallel_tool_calls;
+  }
+  if (request.max_tokens === undefined && typeof request.max_completion_tokens === 'number') request.max_tokens = request.max_completion_tokens;
+  delete request.max_completion_tokens;
+  const cap = options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS;
+  request.max_tokens = typeof request.max_tokens === 'number' && request.max_tokens > 0 ? Math.min(request.max_tokens, cap) : cap;
+  const keepReasoning = options.captureLevel !== 'text';
+  request.messages = request.messages.map((message) => renameReasoning(message, keepReasoning));
+  if (options.captureLevel === 'tokens' || options.captureLevel === 'logprobs') {
+    request.logprobs = true;
+    if (typeof request.top_logprobs !== 'number') request.top_logprobs = 0;
+  }
+  if (options.captureLevel === 'tokens') {
+    Object.assign(request, NEUTRAL_SAMPLING);
+    request.return_token_ids = true;
+    request.return_tokens_as_token_ids = true;
+  }
+  return { request, requestedSampling, sampling: pickSampling(request) };
+}
+
+/** vLLM reads earlier-turn thinking from `reasoning`; without it the prompt stops extending the last call. */
+function renameReasoning(message: ChatMessage, keep: boolean): ChatMessage {
+  if (message.reasoning_content === undefined) return message;
+  const { reasoning_content: reasoning, ...rest } = message;
+  if (keep && reasoning != null) return { ...rest, reasoning };
+  return rest;
+}
+
+const EngineResponseSchema = z.looseObject({
+  id: z.string().optional(),
+  created: z.number().optional(),
+  model: z.string().optional(),
+  prompt_token_ids: z.array(z.unknown()).nullish(),
+  choices: z.array(
+    z.looseObject({
+      index: z.number().optional(),
+      finish_reason: z.string().nullish(),
+      message: z.looseObject({ role: z.string().optional() }),
+      token_ids: z.array(z.unknown()).nullish(),
+      prompt_token_ids: z.array(z.unknown()).nullish(),
+      logprobs: z.looseObject({ content: z.array(z.unknown()).nullish() }).nullish(),
+    }),
+  ),
+  usage: z.looseObject({}).nullish(),
+});
+
+export class EngineResponseError extends Error {}
+
+export interface NormalisedAnswer {
+  /** The answer as clients may see it: no token fields, reasoning as `reasoning_content`, usage details filled. */
+  response: ChatResponse;
+  capture: TokenCapture;
+  findings: string[];
+}
+
+const isTokenId = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0;
+
+/** Reads ids and logprobs out of an engine answer, checking them position by position. */
+export function normaliseEngineResponse(body: unknown): NormalisedAnswer {
+  const parsed = EngineResponseSchema.safeParse(body);
+  if (!parsed.success) throw new EngineResponseError(`engine answer is not a chat completion: ${parsed.error.issues[0]?.message ?? 'bad shape'}`);
+  if (parsed.data.choices.length === 0) throw new EngineResponseError('engine answered with no choices');
+  const raw = structuredClone(body) as ChatResponse;
+  const choice = raw.choices[0]!;
+  const findings: string[] = [];
+
+  const promptIdsRaw = raw.prompt_token_ids ?? (choice.prompt_token_ids as unknown[] | null | undefined) ?? null;
+  let promptIds: number[] | null = null;
+  if (Array.isArray(promptIdsRaw)) {
+    if (promptIdsRaw.every(isTokenId)) promptIds = promptIdsRaw;
+    else findings.push('[FATAL] invalid_token_id: prompt_token_ids holds a value that is not a non-negative integer');
+  }
+  let sampledIds: number[] | null = null;
+  if (Array.isArray(choice.token_ids)) {
+    if (choice.token_ids.every(isTokenId)) sampledIds = choice.token_ids;
+    else findings.push('[FATAL] invalid_token_id: token_ids holds a value that is not a non-negative integer');
+  }
+
+  const entries = (choice.logprobs?.content ?? null) as LogprobEntry[] | null;
+  let logprobs: number[] | null = null;
+  let top: TokenCapture['top_logprobs'] = null;
+  let bytes: TokenCapture['token_bytes'] = null;
+  if (Array.isArray(entries) && entries.length > 0) {
+    const values = entries.map((e) => (e && typeof e === 'object' ? e.logprob : null));
+    const bad = values.findIndex((v) => typeof v !== 'number' || !Number.isFinite(v));
+    if (bad >= 0) findings.push(`[FATAL] invalid_logprob: logprob at position ${bad} is ${JSON.stringify(values[bad])}`);
+    else if (values.some((v) => (v as number) > 0)) findings.push('[FATAL] positive_logprob: a sampled token has a logprob above 0');
+    else logprobs = values as number[];
+    if (sampledIds && logprobs) {
+      if (sampledIds.length !== entries.length) {
+        findings.push(`[FATAL] logprob_misalign: ${sampledIds.length} sampled ids but ${entries.length} logprob entries`);
+        logprobs = null;
+      } else {
+        const mismatch = entries.findIndex((e, i) => {
+          const m = /^token_id:(\d+)$/.exec(e.token ?? '');
+          return m !== null && Number(m[1]) !== sampledIds![i];
+        });
+        if (mismatch >= 0) {
+          findings.push(`[FATAL] logprob_misalign: logprob entry ${mismatch} is for ${entries[mismatch]!.token}, sampled id is ${sampledIds[mismatch]}`);
+          logprobs = null;
+        } else entries.forEach((e, i) => (e.token_id = sampledIds![i]));
+      }
+      if (!entries[0]?.token?.startsWith('token_id:')) findings.push('[WARN] token_strings: logprob entries carry text, not token_id:N (engine started without --return-tokens-as-token-ids)');
+    }
+    top = entries.map((e) =>
+      (e.top_logprobs ?? []).map((alt) => {
+        const m = /^token_id:(\d+)$/.exec(alt.token ?? '');
+        return { token_id: m ? Number(m[1]) : null, token: alt.token, logprob: alt.logprob };
+      }),
+    );
+    bytes = entries.map((e) => (Array.isArray(e.bytes) ? e.bytes : null));
+  }
+  if (sampledIds && sampledIds.length > 0 && logprobs === null && !findings.some((f) => f.startsWith('[FATAL]'))) findings.push('[FATAL] no_logprobs: sampled tokens came back without logprobs');
+  if (promptIds === null && sampledIds !== null) findings.push('[FATAL] no_prompt_ids: the engine returned sampled ids but no prompt_token_ids');
+  if (choice.finish_reason === 'length') findings.push('[WARN] truncated_turn: finish reason is length');
+
+  // The client-facing copy: no token data, vLLM's `reasoning` renamed, null usage details zeroed.
+  const message = choice.message;
+  if (message.reasoning !== undefined) {
+    if (message.reasoning_content == null && message.reasoning != null) message.reasoning_content = message.reasoning as string;
+    delete message.reasoning;
+  }
+  delete raw.prompt_token_ids;
+  delete choice.token_ids;
+  delete choice.prompt_token_ids;
+  if (raw.usage) {
+    raw.usage.prompt_tokens_details ??= { cached_tokens: 0, audio_tokens: 0 };
+    raw.usage.completion_tokens_details ??= { reasoning_tokens: 0, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 };
+  } else {
+    const promptTokens = promptIds?.length ?? 0;
+    const completionTokens = sampledIds?.length ?? 0;
+    raw.usage = { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens, prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 } };
+  }
+  raw.id ??= `chatcmpl-${Date.now().toString(16)}`;
+  raw.object = 'chat.completion';
+  raw.created ??= Math.floor(Date.now() / 1000);
+  return {
+    response: raw,
+    capture: { prompt_token_ids: promptIds, completion_token_ids: sampledIds, logprobs, top_logprobs: top, token_bytes: bytes },
+    findings,
+  };
+}
+
+/** Whether an engine 400 means the prompt no longer fits the model's context window. */
+export function isContextOverflow(status: number, body: unknown): boolean {
+  if (status !== 400) return false;
+  const text = typeof body === 'string' ? body : JSON.stringify(body ?? '');
+  return /context_length_exceeded|maximum context length/i.test(text);
+}

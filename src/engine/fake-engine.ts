@@ -1,0 +1,199 @@
+// An in-repo stand-in for vLLM, for tests, benchmarks and the demo until the embedded engine is
+// wired in. It reproduces vLLM's response shapes (top-level prompt_token_ids, choices[].token_ids
+// ending in the stop token, `token_id:N` logprob entries), while its answers come from a script.
+import { createHash, randomBytes } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { ChatMessage, ChatRequest, ChatToolCall, JsonObject } from '../capture/types.js';
+import { FAKE_SPECIALS, fakeEncode, renderAssistantBody, renderChatPrompt, tokenBytes } from './fake-tokenizer.js';
+
+export interface FakeAnswer {
+  content?: string | null;
+  tool_calls?: { name: string; arguments: unknown; id?: string }[];
+  /** Force a finish reason (e.g. 'length'); defaults to tool_calls/stop. */
+  finish_reason?: string;
+}
+
+export type FakeScript = (request: ChatRequest, turn: number) => FakeAnswer;
+
+export interface FakeEngineOptions {
+  host?: string;
+  port?: number;
+  model?: string;
+  /** Decides each answer; `turn` counts the assistant messages already in the request. */
+  script?: FakeScript;
+  /** Think time per call in ms, fixed or a [min, max] range. */
+  thinkMs?: number | [number, number];
+  /** false: answer like a plain OpenAI-style server, without any token fields or logprobs. */
+  tokenFields?: boolean;
+  /** Make individual calls fail: return a status and message, or undefined to answer normally. */
+  fail?: (request: ChatRequest) => { status: number; message: string } | undefined;
+}
+
+export interface FakeEngine {
+  url: string;
+  port: number;
+  model: string;
+  /** Every chat request the engine received, in order. */
+  requests: ChatRequest[];
+  close(): Promise<void>;
+}
+
+/** Default script: call the first shell-like tool once, then answer. */
+export const defaultFakeScript: FakeScript = (request, turn) => {
+  const tool = request.tools?.find((t) => /bash|shell|exec|command/i.test(t.function.name)) ?? request.tools?.[0];
+  if (tool && turn === 0) return { tool_calls: [{ name: tool.function.name, arguments: { command: 'echo hello' } }] };
+  return { content: turn === 0 ? 'Hello from the fake engine.' : 'Done.' };
+};
+
+function countAssistantTurns(messages: ChatMessage[]): number {
+  return messages.filter((m) => m.role === 'assistant').length;
+}
+
+/** A stable, peaky pseudo-logprob for a token at a position: always < 0, mostly near 0. */
+function pseudoLogprob(promptLength: number, position: number, id: number): number {
+  const digest = createHash('sha256').update(`${promptLength}:${position}:${id}`).digest();
+  const u = digest.readUInt32BE(0) / 0xffffffff;
+  return -(u * u * 3 + 1e-4);
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+function thinkDelay(thinkMs: FakeEngineOptions['thinkMs']): number {
+  if (thinkMs === undefined) return 0;
+  if (typeof thinkMs === 'number') return thinkMs;
+  return thinkMs[0] + Math.random() * (thinkMs[1] - thinkMs[0]);
+}
+
+export function buildFakeCompletion(request: ChatRequest, options: FakeEngineOptions, model: string): JsonObject {
+  const script = options.script ?? defaultFakeScript;
+  const answer = script(request, countAssistantTurns(request.messages));
+  const toolCalls: ChatToolCall[] = (answer.tool_calls ?? []).map((call, i) => ({
+    id: call.id ?? `chatcmpl-tool-${randomBytes(4).toString('hex')}${i}`,
+    type: 'function',
+    function: { name: call.name, arguments: typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments) },
+  }));
+  const message: ChatMessage = { role: 'assistant', content: answer.content ?? (toolCalls.length ? null : ''), reasoning: null };
+  if (toolCalls.length) message.tool_calls = toolCalls;
+  const finish = answer.finish_reason ?? (toolCalls.length ? 'tool_calls' : 'stop');
+  const promptIds = fakeEncode(renderChatPrompt(request.messages, request.tools));
+  const sampledIds = [...fakeEncode(renderAssistantBody(message)), FAKE_SPECIALS.imEnd];
+  const id = `chatcmpl-${randomBytes(8).toString('hex')}`;
+  const usage = { prompt_tokens: promptIds.length, completion_tokens: sampledIds.length, total_tokens: promptIds.length + sampledIds.length, prompt_tokens_details: null };
+  const choice: JsonObject = { index: 0, message, finish_reason: finish, stop_reason: null };
+  const body: JsonObject = { id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model, choices: [choice], usage };
+  if (options.tokenFields === false) return body;
+  if (request.return_token_ids === true) {
+    body.prompt_token_ids = promptIds;
+    choice.token_ids = sampledIds;
+  }
+  if (request.logprobs === true) {
+    const asIds = request.return_tokens_as_token_ids !== false;
+    const top = typeof request.top_logprobs === 'number' ? request.top_logprobs : 0;
+    choice.logprobs = {
+      content: sampledIds.map((tokenId, position) => {
+        const logprob = pseudoLogprob(promptIds.length, position, tokenId);
+        const alternatives = Array.from({ length: top }, (_, k) => {
+          const altId = k === 0 ? tokenId : (tokenId + 7919 * k) % 151643;
+          const altLogprob = k === 0 ? logprob : logprob - 1 - k;
+          return { token: asIds ? `token_id:${altId}` : String.fromCharCode(altId & 0xff), logprob: altLogprob, bytes: tokenBytes(altId) };
+        });
+        return { token: asIds ? `token_id:${tokenId}` : Buffer.from(tokenBytes(tokenId)).toString('utf8'), logprob, bytes: tokenBytes(tokenId), top_logprobs: alternatives };
+      }),
+    };
+  }
+  return body;
+}
+
+async function handle(req: IncomingMessage, res: ServerResponse, options: FakeEngineOptions, model: string, requests: ChatRequest[]): Promise<void> {
+  const url = req.url ?? '/';
+  if (req.method === 'GET' && url === '/health') return sendJson(res, 200, { status: 'ok' });
+  if (req.method === 'GET' && url.startsWith('/v1/models')) {
+    return sendJson(res, 200, { object: 'list', data: [{ id: model, object: 'model', owned_by: 'harness-lab-fake', max_model_len: 32768 }] });
+  }
+  if (req.method === 'POST' && url === '/tokenize') {
+    const body = JSON.parse(await readBody(req)) as { prompt?: string; messages?: ChatMessage[]; tools?: unknown[] };
+    const tokens = fakeEncode(body.messages ? renderChatPrompt(body.messages, body.tools) : (body.prompt ?? ''));
+    return sendJson(res, 200, { count: tokens.length, max_model_len: 32768, tokens });
+  }
+  if (req.method === 'POST' && url === '/v1/chat/completions') {
+    let request: ChatRequest;
+    try {
+      request = JSON.parse(await readBody(req)) as ChatRequest;
+    } catch {
+      return sendJson(res, 400, { object: 'error', message: 'invalid JSON body', type: 'BadRequestError', code: 400 });
+    }
+    requests.push(request);
+    if (!Array.isArray(request.messages)) return sendJson(res, 400, { object: 'error', message: 'messages: Field required', type: 'BadRequestError', code: 400 });
+    if (Array.isArray(request.tools) && request.tools.length === 0) {
+      return sendJson(res, 400, { object: 'error', message: '`tools` must not be an empty array', type: 'BadRequestError', code: 400 });
+    }
+    if (request.stream_options !== undefined && request.stream !== true) {
+      return sendJson(res, 400, { object: 'error', message: 'Stream options can only be defined when `stream=True`.', type: 'BadRequestError', code: 400 });
+    }
+    const failure = options.fail?.(request);
+    const delay = thinkDelay(options.thinkMs);
+    if (delay > 0) await new Promise((r) => setTimeout(r, delay));
+    if (failure) return sendJson(res, failure.status, { object: 'error', message: failure.message, type: 'BadRequestError', code: failure.status });
+    const completion = buildFakeCompletion(request, options, model);
+    if (request.stream === true) return streamCompletion(res, completion);
+    return sendJson(res, 200, completion);
+  }
+  sendJson(res, 404, { object: 'error', message: `no route ${req.method} ${url}`, type: 'NotFoundError', code: 404 });
+}
+
+/** vLLM-style streaming: prompt ids in the first chunk, token ids as deltas, then [DONE]. */
+function streamCompletion(res: ServerResponse, completion: JsonObject): void {
+  res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+  const choice = (completion.choices as JsonObject[])[0] as JsonObject;
+  const chunk = {
+    id: completion.id, object: 'chat.completion.chunk', created: completion.created, model: completion.model,
+    prompt_token_ids: completion.prompt_token_ids,
+    choices: [{ index: 0, delta: choice.message, logprobs: choice.logprobs, token_ids: choice.token_ids, finish_reason: choice.finish_reason }],
+    usage: completion.usage,
+  };
+  res.write(`data: ${JSON.stringify(chunk)}\n\n`);
+  res.end('data: [DONE]\n\n');
+}
+
+export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<FakeEngine> {
+  const model = options.model ?? 'fake/qwen3-tiny';
+  const requests: ChatRequest[] = [];
+  const server: Server = createServer((req, res) => {
+    handle(req, res, options, model, requests).catch((err: unknown) => {
+      if (!res.headersSent) sendJson(res, 500, { object: 'error', message: String(err), type: 'InternalServerError', code: 500 });
+      else res.destroy();
+    });
+  });
+  server.keepAliveTimeout = 65_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => resolve());
+  });
+  const { port } = server.address() as AddressInfo;
+  const host = options.host ?? '127.0.0.1';
+  return {
+    url: `http://${host}:${port}`,
+    port,
+    model,
+    requests,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
