@@ -1,0 +1,83 @@
+// kill -9 mid-rollout loses nothing that was answered; a restart on the same data dir brings it all back.
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { after, before, test } from 'node:test';
+import { startFakeEngine, type FakeEngine } from '../../src/engine/fake-engine.js';
+import { createSession } from './helpers.js';
+
+const CLI = join(import.meta.dirname, '../../src/cli/main.ts');
+
+function startProxyProcess(engineUrl: string, dataDir: string): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'proxy', '--engine-url', engineUrl, '--model', 'fake/qwen3-tiny', '--data-dir', dataDir], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  return new Promise((resolve, reject) => {
+    const lines = createInterface({ input: child.stdout! });
+    lines.once('line', (line) => {
+      const match = /^proxy listening on (http:\/\/\S+)$/.exec(line);
+      if (match) resolve({ child, url: match[1]! });
+      else reject(new Error(`unexpected first line: ${line}`));
+    });
+    child.once('exit', (code) => reject(new Error(`proxy exited with ${code}: ${stderr}`)));
+  });
+}
+
+async function chat(url: string, key: string, content: string): Promise<Response> {
+  return fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] }),
+  });
+}
+
+let engine: FakeEngine;
+let dataDir: string;
+before(async () => {
+  engine = await startFakeEngine({ thinkMs: 0, script: (req) => ({ content: `echo ${JSON.stringify(req.messages.at(-1)?.content)}` }) });
+  dataDir = mkdtempSync(join(tmpdir(), 'hl-durable-'));
+});
+after(async () => {
+  await engine.close();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+test('kill -9 mid-rollout: every answered call survives a restart', async () => {
+  const first = await startProxyProcess(engine.url, dataDir);
+  const { session_id } = await createSession(first.url, { session_id: 'durable-1', metadata: { harness: 'test' } });
+  const answered: string[] = [];
+  for (let i = 0; i < 5; i++) {
+    const res = await chat(first.url, session_id, `call ${i}`);
+    assert.equal(res.status, 200);
+    answered.push(((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content);
+  }
+  // Fire a burst and kill the process while those calls are in flight.
+  const inFlight = Array.from({ length: 8 }, (_, i) => chat(first.url, session_id, `burst ${i}`).then(async (r) => (r.status === 200 ? ((await r.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content : null)).catch(() => null));
+  await new Promise((r) => setTimeout(r, 5));
+  first.child.kill('SIGKILL');
+  const burst = await Promise.all(inFlight);
+  await new Promise((r) => first.child.once('exit', r));
+  const answeredBurst = burst.filter((b): b is string => b !== null);
+
+  const second = await startProxyProcess(engine.url, dataDir);
+  try {
+    const res = await fetch(`${second.url}/sessions/${session_id}/calls`);
+    assert.equal(res.status, 200, 'the session is back after the restart');
+    const { calls } = (await res.json()) as { calls: { response_body: { choices: { message: { content: string } }[] }; prompt_token_ids: number[] }[] };
+    const stored = new Set(calls.map((c) => c.response_body.choices[0]!.message.content));
+    for (const text of [...answered, ...answeredBurst]) assert.ok(stored.has(text), `answered call "${text}" was lost`);
+    assert.ok(calls.every((c) => Array.isArray(c.prompt_token_ids) && c.prompt_token_ids.length > 0));
+    const summary = (await (await fetch(`${second.url}/sessions/${session_id}`)).json()) as { metadata: { harness: string } };
+    assert.equal(summary.metadata.harness, 'test');
+    // The restarted proxy keeps serving the same session.
+    assert.equal((await chat(second.url, session_id, 'after restart')).status, 200);
+  } finally {
+    second.child.kill('SIGTERM');
+    await new Promise((r) => second.child.once('exit', r));
+  }
+  const lines = readFileSync(join(dataDir, 'sessions', `${session_id}.jsonl`), 'utf8').trim().split('\n');
+  assert.equal(JSON.parse(lines[0]!).type, 'session');
+});
