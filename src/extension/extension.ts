@@ -1,11 +1,115 @@
+// Harness Lab in VS Code: the capture proxy runs in this extension host (same code as the CLI),
+// with Sessions/Tasks/Engines views, a status bar item and commands. Activation only wires things
+// up: no network, no Docker, no file scans until a view or command asks.
 import * as vscode from 'vscode';
+import { CaptureProxy } from '../capture/proxy.js';
+import type { CallRecord } from '../capture/types.js';
+import { registerCommands, currentSettings } from './commands.js';
+import { EnginesView } from './engines-view.js';
+import { Disposable, toDisposable } from './lifecycle.js';
+import { Logger } from './logger.js';
+import { ProxyController, type ProxyState } from './proxy-controller.js';
+import type { SessionRow } from './sessions-model.js';
+import { SessionsView } from './sessions-view.js';
+import { SETTINGS_SECTION } from './settings.js';
+import { ProxyStatusBar } from './status-bar.js';
+import { TasksView } from './tasks-view.js';
 
-// Minimal activation: the real extension (proxy in the host, trees, webviews) lands with its own issue.
-export function activate(context: vscode.ExtensionContext): void {
-  const log = vscode.window.createOutputChannel('Harness Lab', { log: true });
-  context.subscriptions.push(log);
-  context.subscriptions.push(vscode.commands.registerCommand('harnessLab.showLog', () => log.show()));
-  log.info('Harness Lab activated');
+/** What `activate` returns: read-only access for other extensions and the extension-host tests. */
+export interface HarnessLabApi {
+  readonly state: ProxyState;
+  listSessions(): SessionRow[];
+  getCalls(sessionId: string): CallRecord[];
+  onDidChangeData(listener: () => void): vscode.Disposable;
 }
 
-export function deactivate(): void {}
+class HarnessLab extends Disposable {
+  readonly controller: ProxyController;
+  readonly api: HarnessLabApi;
+
+  constructor(context: vscode.ExtensionContext) {
+    super();
+    const log = this._register(new Logger(vscode.window.createOutputChannel('Harness Lab', { log: true })));
+    const controller = (this.controller = this._register(
+      new ProxyController({ startProxy: (opts) => CaptureProxy.start(opts), logger: log, defaultDataDir: context.globalStorageUri.fsPath }),
+    ));
+    const engineUrl = () => safeSettings()?.engineUrl ?? '';
+    const sessions = this._register(new SessionsView(controller));
+    const tasks = this._register(new TasksView(log));
+    const engines = this._register(new EnginesView(controller, () => [engineUrl()].filter(Boolean)));
+    this._register(new ProxyStatusBar(controller, engineUrl));
+
+    const showStored = () => {
+      const settings = safeSettings();
+      if (settings && !controller.running) controller.useStoredSessions(controller.resolveDataDir(settings));
+    };
+    const setContext = () => {
+      void vscode.commands.executeCommand('setContext', 'harnessLab.proxyRunning', controller.state.kind === 'running');
+      void vscode.commands.executeCommand('setContext', 'harnessLab.engineConfigured', engineUrl() !== '');
+    };
+    this._register(controller.onDidChangeState(() => setContext()));
+    setContext();
+    // Stored sessions are read lazily: the tree asks for them only when it becomes visible.
+    this._register(sessions.treeView.onDidChangeVisibility((e) => e.visible && showStored()));
+    if (sessions.treeView.visible) showStored();
+
+    this._register(
+      vscode.workspace.onDidChangeConfiguration((e) => {
+        if (!e.affectsConfiguration(SETTINGS_SECTION)) return;
+        setContext();
+        engines.refresh();
+        showStored();
+        if (controller.running && ['engineUrl', 'model', 'proxyHost', 'proxyPort', 'dataDir'].some((k) => e.affectsConfiguration(`${SETTINGS_SECTION}.${k}`))) {
+          void vscode.window.showInformationMessage('Harness Lab settings changed; restart the proxy to apply them.', 'Restart Proxy').then(async (c) => {
+            if (!c) return;
+            await controller.stop();
+            await vscode.commands.executeCommand('harnessLab.startProxy');
+          });
+        }
+      }),
+    );
+
+    for (const d of registerCommands({ context, controller, log, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
+
+    const settings = safeSettings(log);
+    if (settings?.autoStart && settings.engineUrl) {
+      // Opt-in only: starting binds a port and contacts the engine, so it never runs by default.
+      setTimeout(() => void vscode.commands.executeCommand('harnessLab.startProxy'), 0);
+    }
+    this._register(toDisposable(() => log.info('Harness Lab deactivated')));
+    log.info(`Harness Lab activated (${context.extension.packageJSON.version as string})`);
+
+    this.api = {
+      get state() {
+        return controller.state;
+      },
+      listSessions: () => controller.listSessions(),
+      getCalls: (id) => controller.getCalls(id),
+      onDidChangeData: (listener) => controller.onDidChangeData(() => listener()),
+    };
+  }
+}
+
+function safeSettings(log?: Logger) {
+  try {
+    return currentSettings();
+  } catch (err) {
+    log?.error(err instanceof Error ? err.message : String(err));
+    return undefined;
+  }
+}
+
+let current: HarnessLab | undefined;
+
+export function activate(context: vscode.ExtensionContext): HarnessLabApi {
+  current = new HarnessLab(context);
+  context.subscriptions.push(current);
+  return current.api;
+}
+
+/** Lets the host wait for the proxy's listener and store to close before the process goes. */
+export function deactivate(): Promise<void> | undefined {
+  const lab = current;
+  current = undefined;
+  return lab?.controller.stop();
+}

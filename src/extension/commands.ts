@@ -1,0 +1,303 @@
+// Every "Harness Lab: ..." command. Commands are registered at activation and fail with a message in
+// the user's terms (never "command not found") when what they need is missing.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import * as vscode from 'vscode';
+import { EngineClient } from '../capture/engine-client.js';
+import { probeEngine } from '../capture/engine-probe.js';
+import type { EngineNode } from './engines-view.js';
+import type { Logger } from './logger.js';
+import type { ProxyController, ProxyLike } from './proxy-controller.js';
+import type { CallNode, SessionNode } from './sessions-model.js';
+import { SETTINGS_SECTION, readSettings, type HarnessLabSettings } from './settings.js';
+import { quickActions } from './status-model.js';
+import { capturedTerminalEnv, codexConfigToml, envSnippets, type CaptureTarget } from './terminal-env.js';
+
+export const ADMIN_KEY_SECRET = 'harnessLab.adminKey';
+
+export interface CommandHost {
+  context: vscode.ExtensionContext;
+  controller: ProxyController;
+  log: Logger;
+  refreshSessions(): void;
+  refreshTasks(): void;
+  refreshEngines(): void;
+}
+
+export function currentSettings(): HarnessLabSettings {
+  const config = vscode.workspace.getConfiguration(SETTINGS_SECTION);
+  return readSettings((key) => config.get(key));
+}
+
+/** The model the proxy announces: the setting, else the engine's only served model. */
+async function resolveModel(settings: HarnessLabSettings, token?: vscode.CancellationToken): Promise<string> {
+  if (settings.model) return settings.model;
+  const client = new EngineClient(settings.engineUrl, { connections: 1 });
+  const abort = new AbortController();
+  const sub = token?.onCancellationRequested(() => abort.abort());
+  try {
+    const reply = await client.get('/v1/models', abort.signal);
+    const ids = ((reply.body as { data?: { id?: unknown }[] })?.data ?? []).map((m) => String(m.id));
+    if (ids.length === 1) return ids[0]!;
+    throw new Error(ids.length ? `The engine serves ${ids.length} models (${ids.join(', ')}); choose one in the setting harnessLab.model.` : 'The engine lists no models; set harnessLab.model.');
+  } finally {
+    sub?.dispose();
+    await client.close();
+  }
+}
+
+export async function startProxy(host: CommandHost): Promise<ProxyLike> {
+  const running = host.controller.running;
+  if (running) return running;
+  const settings = currentSettings();
+  if (!settings.engineUrl) {
+    const choice = await vscode.window.showErrorMessage('Harness Lab needs an inference engine URL before the proxy can start.', 'Set Engine URL');
+    if (choice) await vscode.commands.executeCommand('harnessLab.setEngineUrl');
+    throw new Error('no engine URL configured');
+  }
+  return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: 'Harness Lab: starting capture proxy', cancellable: true }, async (_progress, token) => {
+    const model = await resolveModel(settings, token);
+    if (token.isCancellationRequested) throw new vscode.CancellationError();
+    const adminKey = await host.context.secrets.get(ADMIN_KEY_SECRET);
+    host.log.addSecret(adminKey);
+    const proxy = await host.controller.start({ ...settings, model }, adminKey);
+    if (token.isCancellationRequested) {
+      await host.controller.stop();
+      throw new vscode.CancellationError();
+    }
+    return proxy;
+  });
+}
+
+function sessionIdOf(arg: unknown): string | undefined {
+  if (typeof arg === 'string') return arg;
+  if (arg && typeof arg === 'object' && typeof (arg as SessionNode).sessionId === 'string') return (arg as SessionNode).sessionId;
+  return undefined;
+}
+
+async function pickSession(host: CommandHost, arg: unknown, placeHolder: string): Promise<string | undefined> {
+  const fromArg = sessionIdOf(arg);
+  if (fromArg) return fromArg;
+  const sessions = host.controller.listSessions();
+  if (!sessions.length) {
+    void vscode.window.showInformationMessage('Harness Lab has no captured sessions yet.');
+    return undefined;
+  }
+  const picked = await vscode.window.showQuickPick(
+    sessions.map((s) => ({ label: s.session_id, description: `${s.n_calls} calls · ${s.created_at}` })),
+    { placeHolder },
+  );
+  return picked?.label;
+}
+
+function captureTarget(proxy: ProxyLike, sessionId: string, model: string): CaptureTarget {
+  return { proxyUrl: proxy.url, sessionKey: sessionId, ...(model ? { model } : {}) };
+}
+
+async function newSession(host: CommandHost): Promise<string | undefined> {
+  const proxy = host.controller.running ?? (await startProxy(host));
+  const info = proxy.createSession({ metadata: { source: 'vscode' } });
+  host.log.info(`session ${info.session_id} created`);
+  const snippets = envSnippets(captureTarget(proxy, info.session_id, info.model));
+  const all = snippets.map((s) => `# ${s.label}\n${s.text}`).join('\n\n');
+  const items: (vscode.QuickPickItem & { text: string })[] = [
+    { label: '$(copy) All dialects', description: 'every variable below', text: all },
+    ...snippets.map((s) => ({ label: s.dialect, description: s.label, detail: s.text.split('\n').join('  ·  '), text: s.text })),
+  ];
+  const picked = await vscode.window.showQuickPick(items, { title: `Session ${info.session_id}: copy the environment for a harness`, placeHolder: 'Pick a dialect to copy its env snippet', matchOnDescription: true });
+  const text = picked?.text ?? all;
+  await vscode.env.clipboard.writeText(text);
+  const doc = await vscode.workspace.openTextDocument({ language: 'shellscript', content: `# Harness Lab capture session ${info.session_id}\n# proxy ${proxy.url}\n\n${all}\n` });
+  await vscode.window.showTextDocument(doc, { preview: true });
+  void vscode.window.showInformationMessage(`Session ${info.session_id} created; env snippet copied to the clipboard.`);
+  return info.session_id;
+}
+
+async function openCapturedTerminal(host: CommandHost): Promise<{ sessionId: string; terminal: vscode.Terminal }> {
+  const proxy = host.controller.running ?? (await startProxy(host));
+  const info = proxy.createSession({ metadata: { source: 'terminal' } });
+  const settings = currentSettings();
+  const codexHome = join(host.controller.resolveDataDir(settings), 'codex-home', info.session_id);
+  const target: CaptureTarget = { ...captureTarget(proxy, info.session_id, info.model), codexHome };
+  mkdirSync(codexHome, { recursive: true });
+  writeFileSync(join(codexHome, 'config.toml'), codexConfigToml(target));
+  const terminal = vscode.window.createTerminal({
+    name: `Harness Lab: ${info.session_id}`,
+    iconPath: new vscode.ThemeIcon('radio-tower'),
+    env: capturedTerminalEnv(target, { NO_PROXY: process.env.NO_PROXY, no_proxy: process.env.no_proxy }),
+    message: `Harness Lab: model calls from harnesses started here are captured into session ${info.session_id} via ${proxy.url}.`,
+  });
+  terminal.show();
+  host.log.info(`captured terminal opened for session ${info.session_id}`);
+  return { sessionId: info.session_id, terminal };
+}
+
+async function setEngineUrl(): Promise<void> {
+  const config = vscode.workspace.getConfiguration(SETTINGS_SECTION);
+  const value = await vscode.window.showInputBox({
+    title: 'Harness Lab: inference engine URL',
+    prompt: 'OpenAI-compatible base URL of a vLLM/SGLang-style engine (with or without /v1)',
+    value: config.get<string>('engineUrl') || 'http://127.0.0.1:8000/v1',
+    validateInput: (v) => (/^https?:\/\/[^\s/]+/.test(v.trim()) ? undefined : 'Enter an http:// or https:// URL'),
+  });
+  if (value === undefined) return;
+  const inspect = config.inspect<string>('engineUrl');
+  const target = inspect?.workspaceValue !== undefined ? vscode.ConfigurationTarget.Workspace : vscode.ConfigurationTarget.Global;
+  await config.update('engineUrl', value.trim(), target);
+}
+
+async function setAdminKey(host: CommandHost): Promise<void> {
+  const value = await vscode.window.showInputBox({
+    title: 'Harness Lab: admin key',
+    prompt: 'Required for /sessions routes when the proxy binds beyond loopback. Stored in SecretStorage. Leave empty to remove.',
+    password: true,
+    ignoreFocusOut: true,
+  });
+  if (value === undefined) return;
+  if (value === '') {
+    await host.context.secrets.delete(ADMIN_KEY_SECRET);
+    void vscode.window.showInformationMessage('Harness Lab admin key removed.');
+  } else {
+    host.log.addSecret(value);
+    await host.context.secrets.store(ADMIN_KEY_SECRET, value);
+    void vscode.window.showInformationMessage('Harness Lab admin key saved in SecretStorage (applies on the next proxy start).');
+  }
+}
+
+async function probe(host: CommandHost, arg: unknown): Promise<void> {
+  const settings = currentSettings();
+  const url = arg && typeof arg === 'object' && typeof (arg as EngineNode).url === 'string' ? (arg as EngineNode).url : settings.engineUrl;
+  if (!url) {
+    const choice = await vscode.window.showWarningMessage('No engine URL configured.', 'Set Engine URL');
+    if (choice) await vscode.commands.executeCommand('harnessLab.setEngineUrl');
+    return;
+  }
+  await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: probing ${url}`, cancellable: true }, async (_p, token) => {
+    const client = new EngineClient(url, { connections: 2 });
+    const cancelled = new Promise<undefined>((resolve) => token.onCancellationRequested(() => resolve(undefined)));
+    try {
+      const model = settings.model || (await resolveModel(settings, token).catch(() => ''));
+      const report = await Promise.race([probeEngine(client, model), cancelled]);
+      if (!report) return;
+      host.controller.noteEngine(url, {
+        reachability: report.reachable ? 'reachable' : 'unreachable',
+        captureLevel: report.reachable ? report.capture_level : null,
+        detail: report.findings.length ? report.findings.join('\n') : 'no findings',
+        checkedAt: report.probed_at,
+      });
+      host.log.info(`probe ${url}: reachable=${report.reachable} capture_level=${report.capture_level} findings=${report.findings.join(' | ') || 'none'}`);
+      const msg = report.reachable ? `Engine ${url}: capture level ${report.capture_level}${report.ok ? ' (trainable)' : ''}.` : `Engine ${url} is unreachable.`;
+      if (report.reachable && report.ok) void vscode.window.showInformationMessage(msg);
+      else void vscode.window.showWarningMessage(msg, 'Show Log').then((c) => c && host.log.show());
+    } finally {
+      void client.close();
+    }
+  });
+}
+
+async function exportSession(host: CommandHost, arg: unknown): Promise<vscode.Uri | undefined> {
+  const sessionId = await pickSession(host, arg, 'Session to export as TrainingTrace JSONL');
+  if (!sessionId) return undefined;
+  const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
+  const uri = await vscode.window.showSaveDialog({
+    title: `Export session ${sessionId} (TrainingTrace JSONL)`,
+    filters: { 'JSON Lines': ['jsonl'] },
+    ...(folder ? { defaultUri: vscode.Uri.joinPath(folder, `${sessionId}.jsonl`) } : {}),
+  });
+  if (!uri) return undefined;
+  return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: exporting ${sessionId}`, cancellable: true }, async (_p, token) => {
+    const out = host.controller.exportTraces(sessionId);
+    if (token.isCancellationRequested) return undefined;
+    await vscode.workspace.fs.writeFile(uri, new TextEncoder().encode(out.jsonl));
+    host.log.info(`exported ${out.traces} trace(s) of session ${sessionId} to ${uri.fsPath}`);
+    void vscode.window.showInformationMessage(`Exported ${out.traces} trace(s) (${out.trainable} trainable) from ${out.calls} call(s) to ${uri.fsPath}.`);
+    return uri;
+  });
+}
+
+async function deleteSession(host: CommandHost, arg: unknown): Promise<boolean> {
+  const sessionId = await pickSession(host, arg, 'Session to delete');
+  if (!sessionId) return false;
+  const ok = await vscode.window.showWarningMessage(`Delete session ${sessionId} and all its captured calls?`, { modal: true }, 'Delete');
+  if (ok !== 'Delete') return false;
+  const deleted = await host.controller.deleteSession(sessionId);
+  host.log.info(`session ${sessionId} ${deleted ? 'deleted' : 'was already gone'}`);
+  host.refreshSessions();
+  return deleted;
+}
+
+async function openJson(value: unknown): Promise<void> {
+  const doc = await vscode.workspace.openTextDocument({ language: 'json', content: `${JSON.stringify(value, null, 2)}\n` });
+  await vscode.window.showTextDocument(doc, { preview: true });
+}
+
+async function statusMenu(host: CommandHost): Promise<void> {
+  const picked = await vscode.window.showQuickPick(quickActions(host.controller.state), { title: 'Harness Lab' });
+  if (picked) await vscode.commands.executeCommand(picked.command);
+}
+
+/** Errors from a command become one message with a way to the log. */
+function guarded<A extends unknown[], R>(host: CommandHost, name: string, fn: (...args: A) => Promise<R>): (...args: A) => Promise<R | undefined> {
+  return async (...args: A) => {
+    try {
+      return await fn(...args);
+    } catch (err) {
+      if (err instanceof vscode.CancellationError) return undefined;
+      const message = err instanceof Error ? err.message : String(err);
+      host.log.error(`${name}: ${message}`);
+      if (message !== 'no engine URL configured') void vscode.window.showErrorMessage(`Harness Lab: ${message}`, 'Show Log').then((c) => c && host.log.show());
+      return undefined;
+    }
+  };
+}
+
+export function registerCommands(host: CommandHost): vscode.Disposable[] {
+  const { controller, log } = host;
+  const table: Record<string, (...args: unknown[]) => Promise<unknown>> = {
+    'harnessLab.startProxy': async () => {
+      const proxy = await startProxy(host);
+      void vscode.window.showInformationMessage(`Harness Lab proxy listening on ${proxy.url}`);
+      return proxy.url;
+    },
+    'harnessLab.stopProxy': () => controller.stop(),
+    'harnessLab.newSession': () => newSession(host),
+    'harnessLab.openCapturedTerminal': async () => (await openCapturedTerminal(host)).sessionId,
+    'harnessLab.setEngineUrl': () => setEngineUrl(),
+    'harnessLab.setAdminKey': () => setAdminKey(host),
+    'harnessLab.probeEngine': (arg) => probe(host, arg),
+    'harnessLab.exportSession': (arg) => exportSession(host, arg),
+    'harnessLab.deleteSession': (arg) => deleteSession(host, arg),
+    'harnessLab.showLog': async () => log.show(),
+    'harnessLab.statusMenu': () => statusMenu(host),
+    'harnessLab.copyProxyUrl': async () => {
+      const proxy = controller.requireRunning('copy its URL');
+      await vscode.env.clipboard.writeText(proxy.url);
+      void vscode.window.showInformationMessage(`Copied ${proxy.url}`);
+      return proxy.url;
+    },
+    'harnessLab.copySessionKey': async (arg) => {
+      const sessionId = await pickSession(host, arg, 'Session whose key to copy');
+      if (!sessionId) return undefined;
+      await vscode.env.clipboard.writeText(sessionId);
+      void vscode.window.showInformationMessage(`Copied session key ${sessionId} (use it as the harness's API key).`);
+      return sessionId;
+    },
+    'harnessLab.openSession': async (arg) => {
+      const sessionId = await pickSession(host, arg, 'Session to open');
+      if (!sessionId) return;
+      const row = controller.listSessions().find((s) => s.session_id === sessionId);
+      await openJson({ ...row, calls: controller.getCalls(sessionId) });
+    },
+    'harnessLab.openCall': async (arg) => {
+      const node = arg as CallNode | undefined;
+      if (!node || node.kind !== 'call') throw new Error('Open Call needs a call from the Sessions view.');
+      const rec = controller.getCalls(node.sessionId).find((c) => c.call_id === node.callId);
+      if (!rec) throw new Error(`Call ${node.callId} is no longer in session ${node.sessionId}.`);
+      await openJson(rec);
+    },
+    'harnessLab.refreshSessions': async () => host.refreshSessions(),
+    'harnessLab.refreshTasks': async () => host.refreshTasks(),
+    'harnessLab.refreshEngines': async () => host.refreshEngines(),
+  };
+  return Object.entries(table).map(([id, fn]) => vscode.commands.registerCommand(id, guarded(host, id, fn)));
+}

@@ -1,0 +1,293 @@
+// Owns the in-process capture proxy: start/stop, its state for the status bar, where the trees read
+// sessions from (the live proxy, or the durable store while it is stopped), and engine health.
+// No vscode import: the extension wires it to the UI, the unit tests drive it with a fake proxy.
+import { join } from 'node:path';
+import { z } from 'zod';
+import { Emitter } from '../capture/events.js';
+import type { ProxyLogger, ProxyOptions } from '../capture/proxy.js';
+import { buildRollout, traceToJsonl } from '../capture/rollout.js';
+import { CaptureStore } from '../capture/store.js';
+import type { CallRecord, CaptureLevel, SessionInfo } from '../capture/types.js';
+import { Disposable, toDisposable, type IDisposable } from './lifecycle.js';
+import type { SessionRow, SessionSource } from './sessions-model.js';
+import type { HarnessLabSettings } from './settings.js';
+
+/** The part of CaptureProxy the extension uses. */
+export interface ProxyLike {
+  readonly url: string;
+  readonly port: number;
+  createSession(opts?: { session_id?: string; model?: string; max_model_calls?: number; metadata?: Record<string, unknown> }): SessionInfo;
+  listSessions(): unknown[];
+  getCalls(sessionId: string): CallRecord[];
+  deleteSession(id: string): Promise<boolean> | boolean;
+  setCaptureLevel?(level: CaptureLevel): void;
+  rollout?(sessionId: string): ReturnType<typeof buildRollout> | undefined;
+  onDidRecordCall(listener: (rec: CallRecord) => void): IDisposable;
+  onDidChangeSessions(listener: () => void): IDisposable;
+  close(): Promise<void>;
+}
+
+interface StoredSession {
+  info: SessionInfo;
+  calls: CallRecord[];
+  budgetStops: number;
+}
+
+export type ProxyState =
+  | { kind: 'stopped' }
+  | { kind: 'starting' }
+  | { kind: 'running'; url: string; port: number }
+  | { kind: 'failed'; message: string };
+
+export type EngineReachability = 'unknown' | 'reachable' | 'unreachable';
+
+export interface EngineStatus {
+  url: string;
+  reachability: EngineReachability;
+  captureLevel: CaptureLevel | null;
+  detail: string;
+  checkedAt: string | null;
+}
+
+const SessionRowSchema = z.looseObject({
+  session_id: z.string(),
+  created_at: z.string().default(''),
+  n_calls: z.number().int().nonnegative().default(0),
+  model: z.string().optional(),
+  metadata: z.record(z.string(), z.unknown()).optional(),
+});
+
+export function toSessionRows(raw: unknown[]): SessionRow[] {
+  const rows: SessionRow[] = [];
+  for (const item of raw) {
+    const parsed = SessionRowSchema.safeParse(item);
+    if (parsed.success) rows.push(parsed.data);
+  }
+  return rows;
+}
+
+export class NotRunningError extends Error {
+  constructor(action: string) {
+    super(`The Harness Lab proxy is not running; start it first ("Harness Lab: Start Proxy") to ${action}.`);
+  }
+}
+
+export interface ProxyControllerDeps {
+  startProxy(options: ProxyOptions): Promise<ProxyLike>;
+  logger: ProxyLogger;
+  /** Used when the dataDir setting is empty (the extension passes globalStorageUri). */
+  defaultDataDir: string;
+}
+
+export class ProxyController extends Disposable implements SessionSource {
+  private _state: ProxyState = { kind: 'stopped' };
+  private proxy: ProxyLike | undefined;
+  private proxySubs: IDisposable[] = [];
+  private storedCache: Map<string, StoredSession> | undefined;
+  private dataDir: string | undefined;
+  private readonly engines = new Map<string, EngineStatus>();
+  private pending: Promise<ProxyLike> | undefined;
+
+  private readonly stateEmitter = this._register(new Emitter<ProxyState>());
+  private readonly dataEmitter = this._register(new Emitter<CallRecord | undefined>());
+  private readonly enginesEmitter = this._register(new Emitter<void>());
+  readonly onDidChangeState = this.stateEmitter.event;
+  /** A call was recorded (with the record) or sessions changed (undefined). */
+  readonly onDidChangeData = this.dataEmitter.event;
+  readonly onDidChangeEngines = this.enginesEmitter.event;
+
+  constructor(private readonly deps: ProxyControllerDeps) {
+    super();
+    this._register(toDisposable(() => void this.stop()));
+  }
+
+  get state(): ProxyState {
+    return this._state;
+  }
+
+  get running(): ProxyLike | undefined {
+    return this._state.kind === 'running' ? this.proxy : undefined;
+  }
+
+  resolveDataDir(settings: HarnessLabSettings): string {
+    return settings.dataDir || this.deps.defaultDataDir;
+  }
+
+  private setState(state: ProxyState): void {
+    this._state = state;
+    this.stateEmitter.fire(state);
+  }
+
+  /** Starts the proxy (idempotent while starting or running). */
+  async start(settings: HarnessLabSettings, adminKey: string | undefined): Promise<ProxyLike> {
+    if (this.proxy && this._state.kind === 'running') return this.proxy;
+    if (this.pending) return this.pending;
+    if (!settings.engineUrl) {
+      const message = 'No engine URL configured. Run "Harness Lab: Set Engine URL" (setting harnessLab.engineUrl) first.';
+      this.setState({ kind: 'failed', message });
+      throw new Error(message);
+    }
+    this.setState({ kind: 'starting' });
+    const dataDir = this.resolveDataDir(settings);
+    this.pending = this.deps
+      .startProxy({
+        engineUrl: settings.engineUrl,
+        model: settings.model,
+        host: settings.proxyHost,
+        port: settings.proxyPort,
+        dataDir,
+        maxModelCalls: settings.maxModelCalls,
+        logger: this.deps.logger,
+        ...(adminKey ? { adminKey } : {}),
+      })
+      .then(
+        (proxy) => {
+          this.proxy = proxy;
+          this.dataDir = dataDir;
+          this.storedCache = undefined;
+          this.noteEngine(settings.engineUrl, {});
+          this.proxySubs = [
+            proxy.onDidRecordCall((rec) => this.onCall(settings.engineUrl, rec)),
+            proxy.onDidChangeSessions(() => this.dataEmitter.fire(undefined)),
+          ];
+          this.setState({ kind: 'running', url: proxy.url, port: proxy.port });
+          this.dataEmitter.fire(undefined);
+          this.deps.logger.info(`proxy listening on ${proxy.url}, engine ${settings.engineUrl}, data in ${dataDir}`);
+          return proxy;
+        },
+        (err: unknown) => {
+          const message = describeStartError(err, settings);
+          this.setState({ kind: 'failed', message });
+          this.deps.logger.error(`proxy failed to start: ${message}`);
+          throw new Error(message);
+        },
+      )
+      .finally(() => {
+        this.pending = undefined;
+      });
+    return this.pending;
+  }
+
+  async stop(): Promise<void> {
+    if (this.pending) await this.pending.catch(() => undefined);
+    const proxy = this.proxy;
+    this.proxy = undefined;
+    for (const sub of this.proxySubs.splice(0)) sub.dispose();
+    if (!proxy) {
+      if (this._state.kind !== 'stopped') this.setState({ kind: 'stopped' });
+      return;
+    }
+    try {
+      await proxy.close();
+      this.deps.logger.info('proxy stopped');
+    } finally {
+      this.storedCache = undefined;
+      if (!this._store.isDisposed) {
+        this.setState({ kind: 'stopped' });
+        this.dataEmitter.fire(undefined);
+      }
+    }
+  }
+
+  requireRunning(action: string): ProxyLike {
+    const proxy = this.running;
+    if (!proxy) throw new NotRunningError(action);
+    return proxy;
+  }
+
+  private onCall(engineUrl: string, rec: CallRecord): void {
+    if (rec.error?.kind === 'engine') this.noteEngine(engineUrl, { reachability: 'unreachable', detail: rec.error.message });
+    else if (!rec.error) this.noteEngine(engineUrl, { reachability: 'reachable', detail: `last call ${rec.call_id} answered` });
+    this.dataEmitter.fire(rec);
+  }
+
+  // ---- sessions: live proxy, else the durable store (read lazily, never at activation) ----
+
+  /** Reads stored sessions while the proxy is stopped; set the directory the UI should show. */
+  useStoredSessions(dataDir: string): void {
+    if (this.dataDir === dataDir && this.storedCache) return;
+    this.dataDir = dataDir;
+    this.storedCache = undefined;
+    this.dataEmitter.fire(undefined);
+  }
+
+  private stored(): Map<string, StoredSession> {
+    if (this.storedCache) return this.storedCache;
+    const cache = new Map<string, StoredSession>();
+    if (this.dataDir) {
+      try {
+        for (const loaded of new CaptureStore(this.dataDir).loadAll()) cache.set(loaded.info.session_id, { info: loaded.info, calls: loaded.calls, budgetStops: loaded.budgetStops });
+      } catch (err) {
+        this.deps.logger.warn(`could not read stored sessions in ${join(this.dataDir, 'sessions')}: ${String(err)}`);
+      }
+    }
+    this.storedCache = cache;
+    return cache;
+  }
+
+  listSessions(): SessionRow[] {
+    if (this.running) return toSessionRows(this.running.listSessions());
+    return [...this.stored().values()].map(({ info, calls }) => ({ session_id: info.session_id, created_at: info.created_at, n_calls: calls.length, model: info.model, metadata: info.metadata }));
+  }
+
+  getCalls(sessionId: string): CallRecord[] {
+    if (this.running) return this.running.getCalls(sessionId);
+    return this.stored().get(sessionId)?.calls ?? [];
+  }
+
+  /** Deletes from the live proxy, or from the store while stopped. */
+  async deleteSession(sessionId: string): Promise<boolean> {
+    if (this.running) return await this.running.deleteSession(sessionId);
+    if (!this.dataDir) return false;
+    const existed = this.stored().has(sessionId);
+    await new CaptureStore(this.dataDir).delete(sessionId);
+    this.storedCache = undefined;
+    this.dataEmitter.fire(undefined);
+    return existed;
+  }
+
+  /** The session's TrainingTrace JSONL (one line per root-to-leaf path), from the live proxy or the store. */
+  exportTraces(sessionId: string): { jsonl: string; traces: number; trainable: number; calls: number } {
+    const live = this.running;
+    let doc: ReturnType<typeof buildRollout> | undefined;
+    let calls = 0;
+    if (live?.rollout) {
+      doc = live.rollout(sessionId);
+      calls = live.getCalls(sessionId).length;
+    } else {
+      const stored = this.stored().get(sessionId);
+      if (stored) {
+        doc = buildRollout(stored.info, stored.calls, { budgetStopCount: stored.budgetStops, captureLevel: stored.info.capture_level ?? 'tokens' });
+        calls = stored.calls.length;
+      }
+    }
+    if (!doc) throw new Error(`No session '${sessionId}' (it may have been deleted).`);
+    return { jsonl: traceToJsonl(doc.traces), traces: doc.traces.length, trainable: doc.traces.filter((t) => t.trainable).length, calls };
+  }
+
+  // ---- engines ----
+
+  engineStatuses(configured: string[]): EngineStatus[] {
+    return configured.filter(Boolean).map((url) => this.engines.get(url) ?? { url, reachability: 'unknown', captureLevel: null, detail: 'not probed yet', checkedAt: null });
+  }
+
+  noteEngine(url: string, patch: Partial<Omit<EngineStatus, 'url'>>): void {
+    const prev = this.engines.get(url) ?? { url, reachability: 'unknown' as const, captureLevel: null, detail: 'not probed yet', checkedAt: null };
+    const next = { ...prev, ...patch, url };
+    this.engines.set(url, next);
+    if (patch.captureLevel && this.running?.setCaptureLevel) this.running.setCaptureLevel(patch.captureLevel);
+    this.enginesEmitter.fire();
+  }
+
+  engineReachability(url: string): EngineReachability {
+    return this.engines.get(url)?.reachability ?? 'unknown';
+  }
+}
+
+function describeStartError(err: unknown, settings: HarnessLabSettings): string {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (code === 'EADDRINUSE') return `Port ${settings.proxyPort} on ${settings.proxyHost} is already in use. Set harnessLab.proxyPort to 0 (any free port) or another port.`;
+  if (code === 'EADDRNOTAVAIL') return `Cannot bind ${settings.proxyHost}: no such local address. Check harnessLab.proxyHost.`;
+  if (code === 'EACCES') return `Not allowed to bind ${settings.proxyHost}:${settings.proxyPort}. Use a port above 1024 or 0.`;
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,161 @@
+// The Sessions tree as plain data: session -> calls, with the labels, descriptions, tooltips and
+// context values the view shows. The vscode TreeDataProvider only maps these nodes to TreeItems.
+import type { CallRecord, CaptureLevel, DialectName } from '../capture/types.js';
+
+export interface SessionRow {
+  session_id: string;
+  created_at: string;
+  n_calls: number;
+  model?: string;
+  metadata?: Record<string, unknown>;
+}
+
+/** What the tree reads from the running proxy (or the durable store when it is stopped). */
+export interface SessionSource {
+  listSessions(): SessionRow[];
+  getCalls(sessionId: string): CallRecord[];
+}
+
+export type CallStatus = 'ok' | 'error';
+
+export interface SessionNode {
+  kind: 'session';
+  id: string;
+  sessionId: string;
+  label: string;
+  description: string;
+  tooltip: string;
+  contextValue: 'harnessLab.session';
+  nCalls: number;
+}
+
+export interface CallNode {
+  kind: 'call';
+  id: string;
+  sessionId: string;
+  callId: string;
+  label: string;
+  description: string;
+  tooltip: string;
+  contextValue: 'harnessLab.call';
+  status: CallStatus;
+  captureLevel: CaptureLevel;
+}
+
+export type SessionsTreeNode = SessionNode | CallNode;
+
+export const DIALECT_LABELS: Record<DialectName, string> = {
+  openai_chat: 'openai_chat',
+  openai_responses: 'openai_responses',
+  anthropic_messages: 'anthropic_messages',
+  google_gemini: 'google_gemini',
+};
+
+/** What this call's record can be used for (capture-protocol 9.5): ids + aligned logprobs = tokens. */
+export function callCaptureLevel(rec: Pick<CallRecord, 'prompt_token_ids' | 'completion_token_ids' | 'logprobs'>): CaptureLevel {
+  const ids = rec.prompt_token_ids !== null && rec.completion_token_ids !== null;
+  if (ids && rec.logprobs !== null && rec.logprobs.length === rec.completion_token_ids?.length) return 'tokens';
+  if (rec.logprobs !== null && rec.logprobs.length > 0) return 'logprobs';
+  return 'text';
+}
+
+export function callStatus(rec: Pick<CallRecord, 'error' | 'finish_reason'>): CallStatus {
+  return rec.error ? 'error' : 'ok';
+}
+
+export function formatLatency(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 0) return '?';
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
+  return `${Math.floor(ms / 60_000)} m ${Math.round((ms % 60_000) / 1000)} s`;
+}
+
+function tokenCounts(rec: CallRecord): { prompt: number | null; completion: number | null } {
+  return {
+    prompt: rec.usage?.prompt_tokens ?? rec.prompt_token_ids?.length ?? null,
+    completion: rec.usage?.completion_tokens ?? rec.completion_token_ids?.length ?? null,
+  };
+}
+
+export function callNode(rec: CallRecord): CallNode {
+  const status = callStatus(rec);
+  const level = callCaptureLevel(rec);
+  const { prompt, completion } = tokenCounts(rec);
+  const statusText = rec.error ? `${rec.error.status} ${rec.error.kind}` : (rec.finish_reason ?? 'ok');
+  const tokens = `${prompt ?? '?'}→${completion ?? '?'} tok`;
+  const description = [statusText, tokens, formatLatency(rec.latency_ms), level].join(' · ');
+  const tooltip = [
+    `Call ${rec.call_id} (#${rec.index}) in session ${rec.session_id}`,
+    `Dialect: ${rec.dialect}${rec.stream ? ' (streamed)' : ''}  ${rec.path}`,
+    `Status: ${statusText}${rec.error ? ` — ${rec.error.message}` : ''}`,
+    `Tokens: prompt ${prompt ?? '?'}, completion ${completion ?? '?'}`,
+    `Latency: ${formatLatency(rec.latency_ms)}`,
+    `Capture level: ${level}`,
+    `Model: ${rec.model ?? '?'}  Tools offered: ${rec.n_tools}`,
+    `Started: ${rec.started_at}`,
+    ...(rec.findings.length ? ['Findings:', ...rec.findings.map((f) => `  ${f}`)] : []),
+  ].join('\n');
+  return {
+    kind: 'call',
+    id: `call:${rec.session_id}:${rec.call_id}`,
+    sessionId: rec.session_id,
+    callId: rec.call_id,
+    label: `#${rec.index} ${DIALECT_LABELS[rec.dialect] ?? rec.dialect}`,
+    description,
+    tooltip,
+    contextValue: 'harnessLab.call',
+    status,
+    captureLevel: level,
+  };
+}
+
+export function sessionNode(row: SessionRow, calls?: readonly CallRecord[]): SessionNode {
+  const n = calls?.length ?? row.n_calls;
+  const errors = calls?.filter((c) => c.error).length ?? 0;
+  const label = typeof row.metadata?.label === 'string' && row.metadata.label ? row.metadata.label : row.session_id;
+  const parts = [`${n} call${n === 1 ? '' : 's'}`];
+  if (errors) parts.push(`${errors} failed`);
+  parts.push(shortTime(row.created_at));
+  return {
+    kind: 'session',
+    id: `session:${row.session_id}`,
+    sessionId: row.session_id,
+    label,
+    description: parts.join(' · '),
+    tooltip: [`Session ${row.session_id}`, `Created ${row.created_at}`, ...(row.model ? [`Model ${row.model}`] : []), `${n} calls, ${errors} failed`].join('\n'),
+    contextValue: 'harnessLab.session',
+    nCalls: n,
+  };
+}
+
+function shortTime(iso: string): string {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return iso;
+  return d.toISOString().slice(11, 19);
+}
+
+/** The tree, newest session first, calls in arrival order. */
+export class SessionsTreeModel {
+  constructor(private readonly source: () => SessionSource | undefined) {}
+
+  roots(): SessionNode[] {
+    const src = this.source();
+    if (!src) return [];
+    return [...src.listSessions()]
+      .sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : a.session_id.localeCompare(b.session_id)))
+      .map((row) => sessionNode(row, src.getCalls(row.session_id)));
+  }
+
+  children(node?: SessionsTreeNode): SessionsTreeNode[] {
+    if (!node) return this.roots();
+    if (node.kind === 'call') return [];
+    const src = this.source();
+    if (!src) return [];
+    return [...src.getCalls(node.sessionId)].sort((a, b) => a.index - b.index).map(callNode);
+  }
+
+  parentOf(node: SessionsTreeNode): SessionNode | undefined {
+    if (node.kind === 'session') return undefined;
+    return this.roots().find((s) => s.sessionId === node.sessionId);
+  }
+}

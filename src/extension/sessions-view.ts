@@ -1,0 +1,65 @@
+// Sessions tree: session -> calls, refreshed live as calls are recorded.
+import * as vscode from 'vscode';
+import { Disposable } from './lifecycle.js';
+import type { ProxyController } from './proxy-controller.js';
+import { SessionsTreeModel, type SessionsTreeNode } from './sessions-model.js';
+
+const LEVEL_ICON = { tokens: 'pass-filled', logprobs: 'circle-large-outline', text: 'circle-outline' } as const;
+
+export class SessionsView extends Disposable implements vscode.TreeDataProvider<SessionsTreeNode> {
+  private readonly model: SessionsTreeModel;
+  private readonly changeEmitter = this._register(new vscode.EventEmitter<SessionsTreeNode | undefined>());
+  readonly onDidChangeTreeData = this.changeEmitter.event;
+  readonly treeView: vscode.TreeView<SessionsTreeNode>;
+
+  constructor(private readonly controller: ProxyController) {
+    super();
+    this.model = new SessionsTreeModel(() => controller);
+    this.treeView = this._register(vscode.window.createTreeView('harnessLab.sessions', { treeDataProvider: this, showCollapseAll: true }));
+    // Coalesce bursts of calls (a harness can make several per second) into one repaint.
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    this._register(
+      controller.onDidChangeData(() => {
+        if (timer) return;
+        timer = setTimeout(() => {
+          timer = undefined;
+          this.refresh();
+        }, 150);
+      }),
+    );
+    this._register({ dispose: () => timer && clearTimeout(timer) });
+  }
+
+  refresh(): void {
+    this.changeEmitter.fire(undefined);
+    const sessions = this.model.roots();
+    const calls = sessions.reduce((n, s) => n + s.nCalls, 0);
+    this.treeView.badge = calls ? { value: calls, tooltip: `${calls} captured call${calls === 1 ? '' : 's'}` } : undefined;
+  }
+
+  getChildren(node?: SessionsTreeNode): SessionsTreeNode[] {
+    return this.model.children(node);
+  }
+
+  getParent(node: SessionsTreeNode): SessionsTreeNode | undefined {
+    return this.model.parentOf(node);
+  }
+
+  getTreeItem(node: SessionsTreeNode): vscode.TreeItem {
+    const item = new vscode.TreeItem(node.label, node.kind === 'session' ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None);
+    item.id = node.id;
+    item.description = node.description;
+    item.tooltip = node.tooltip;
+    item.contextValue = node.contextValue;
+    if (node.kind === 'session') {
+      item.iconPath = new vscode.ThemeIcon('history');
+    } else {
+      item.iconPath =
+        node.status === 'error'
+          ? new vscode.ThemeIcon('error', new vscode.ThemeColor('list.errorForeground'))
+          : new vscode.ThemeIcon(LEVEL_ICON[node.captureLevel], new vscode.ThemeColor(node.captureLevel === 'tokens' ? 'testing.iconPassed' : 'list.warningForeground'));
+      item.command = { command: 'harnessLab.openCall', title: 'Open Call', arguments: [node] };
+    }
+    return item;
+  }
+}

@@ -1,0 +1,39 @@
+// `harnessLab.*` settings, parsed with zod at the boundary so a bad value gets a clear message
+// instead of a half-configured proxy. Keys mirror package.json contributes.configuration.
+import { z } from 'zod';
+
+export const SETTINGS_SECTION = 'harnessLab';
+
+const httpUrl = z
+  .string()
+  .trim()
+  .refine((v) => v === '' || /^https?:\/\/[^\s/]+/.test(v), { message: 'must be an http:// or https:// URL' });
+
+export const SettingsSchema = z.object({
+  engineUrl: httpUrl.default(''),
+  model: z.string().trim().default(''),
+  proxyHost: z.string().trim().min(1, 'must not be empty').default('127.0.0.1'),
+  proxyPort: z.number().int().min(0).max(65535).default(0),
+  dataDir: z.string().trim().default(''),
+  autoStart: z.boolean().default(false),
+  maxModelCalls: z.number().int().min(0).default(0),
+});
+
+export type HarnessLabSettings = z.infer<typeof SettingsSchema>;
+
+export class SettingsError extends Error {}
+
+/** `get(key)` reads one setting (vscode's WorkspaceConfiguration.get has this shape). */
+export function readSettings(get: (key: string) => unknown): HarnessLabSettings {
+  const raw: Record<string, unknown> = {};
+  for (const key of Object.keys(SettingsSchema.shape)) {
+    const value = get(key);
+    if (value !== undefined && value !== null) raw[key] = value;
+  }
+  const parsed = SettingsSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((i) => `${SETTINGS_SECTION}.${i.path.join('.')}: ${i.message}`);
+    throw new SettingsError(`Invalid Harness Lab settings: ${issues.join('; ')}`);
+  }
+  return parsed.data;
+}
