@@ -16,7 +16,8 @@ import { DialectError, type CallError, type CallRecord, type CaptureLevel, type 
 export interface ModelCallDeps {
   bodyLimit: number;
   maxOutputTokens: number;
-  captureLevel(): CaptureLevel;
+  /** The session's capture level (probes the engine on first contact). */
+  captureLevel(session: CaptureSession): Promise<CaptureLevel>;
   engine: EngineClient;
   findSession(key: string): CaptureSession | undefined;
   /** Durably records an answered call; resolves once it is on disk. */
@@ -74,7 +75,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   }
   session.lastActivity = Date.now();
   const stream = dialect.wantsStream(body, path);
-  const ctx: DialectContext = { path, clientModel: dialect.clientModel(body, url.pathname) ?? session.info.model, request: body };
+  const ctx: DialectContext = { path, clientModel: dialect.clientModel(body, url.pathname) ?? session.info.model, request: body, servedModel: session.info.model };
 
   let chat: ChatRequest;
   try {
@@ -85,6 +86,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   }
   if (chat.n !== undefined && chat.n !== null && chat.n !== 1) return replyError(res, dialect, 400, 'capture supports exactly one completion per request (n=1)');
 
+  const level = await deps.captureLevel(session);
   // Budget check and reservation happen in the same tick: no await between them.
   if (!session.tryReserveCall()) {
     session.budgetStopCount++;
@@ -93,7 +95,6 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     return;
   }
 
-  const level = deps.captureLevel();
   const plan = buildEngineRequest(chat, { model: session.info.model, captureLevel: level, maxOutputTokens: deps.maxOutputTokens });
   const started = new Date();
   const index = session.nextIndex++;

@@ -5,6 +5,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { isLoopbackHost, presentedKey, secretsEqual } from './auth.js';
 import { EngineClient } from './engine-client.js';
+import { probeEngine, type EngineProbeReport } from './engine-probe.js';
 import { Emitter } from './events.js';
 import { DEFAULT_BODY_LIMIT, readBody, sendJson } from './http-util.js';
 import { handleModelCall } from './model-call.js';
@@ -33,7 +34,7 @@ export interface ProxyOptions {
   maxModelCalls?: number;
   maxOutputTokens?: number;
   bodyLimit?: number;
-  /** Capture level assumed for the engine until a probe says otherwise. */
+  /** Fixes the capture level and skips the engine probe (tests, or an engine known to be text-only). */
   captureLevel?: CaptureLevel;
   logger?: ProxyLogger;
   keepaliveGraceMs?: number;
@@ -51,6 +52,8 @@ export class CaptureProxy {
   private readonly store: CaptureStore | undefined;
   private readonly log: ProxyLogger;
   private captureLevel: CaptureLevel;
+  private probeReport: EngineProbeReport | undefined;
+  private probing: Promise<EngineProbeReport> | undefined;
   private readonly recordEmitter = new Emitter<CallRecord>();
   private readonly sessionsEmitter = new Emitter<void>();
   /** Fires after a call is durably recorded (answered or failed). */
@@ -75,6 +78,7 @@ export class CaptureProxy {
     const proxy = new CaptureProxy(options);
     proxy.restore();
     await proxy.listen(host, options.port ?? 0);
+    if (!options.captureLevel) void proxy.ensureProbed();
     return proxy;
   }
 
@@ -142,7 +146,7 @@ export class CaptureProxy {
       engine_url: this.engine.baseUrl,
       max_model_calls: request.max_model_calls ?? this.options.maxModelCalls ?? 0,
       metadata: request.metadata ?? {},
-      capture_level: this.captureLevel,
+      capture_level: this.options.captureLevel ?? (this.probeReport?.reachable ? this.captureLevel : undefined),
     };
     const session = new CaptureSession(info);
     this.sessions.set(id, session);
@@ -176,8 +180,35 @@ export class CaptureProxy {
     return buildRollout(session.info, session.calls, { budgetStopCount: session.budgetStopCount, captureLevel: session.info.capture_level ?? this.captureLevel, sessionFindings: session.findings });
   }
 
-  setCaptureLevel(level: CaptureLevel): void {
-    this.captureLevel = level;
+  /** The engine's grade; probed once on first contact, again after a probe that could not reach it. */
+  async ensureProbed(): Promise<CaptureLevel> {
+    if (this.options.captureLevel) return this.options.captureLevel;
+    if (this.probeReport?.reachable) return this.captureLevel;
+    this.probing ??= probeEngine(this.engine, this.options.model).then((report) => {
+      this.probeReport = report;
+      this.captureLevel = report.capture_level;
+      this.probing = undefined;
+      const level = `${report.capture_level}${report.capture_level === 'tokens' ? ` (logprobs ${report.logprobs_mode})` : ''}`;
+      if (report.reachable) this.log.info(`engine ${report.engine_url} graded ${level}${report.findings.length ? `: ${report.findings.join('; ')}` : ''}`);
+      else this.log.warn(`engine ${report.engine_url} is unreachable; will probe again on the next call`);
+      return report;
+    });
+    await this.probing;
+    return this.captureLevel;
+  }
+
+  get engineReport(): EngineProbeReport | undefined {
+    return this.probeReport;
+  }
+
+  /** The level a session captures at: fixed at its first forwarded call, stored with the session. */
+  private async sessionLevel(session: CaptureSession): Promise<CaptureLevel> {
+    const level = await this.ensureProbed();
+    if (session.info.capture_level === undefined || (session.calls.length === 0 && session.info.capture_level !== level)) {
+      session.info.capture_level = level;
+      await this.store?.append(session.id, { type: 'session', ...session.info });
+    }
+    return session.info.capture_level;
   }
 
   // ---- HTTP ----
@@ -196,8 +227,10 @@ export class CaptureProxy {
       upstream: this.engine.baseUrl,
       model: this.options.model,
       sessions: this.sessions.size,
-      capture_level: this.captureLevel,
+      capture_level: this.options.captureLevel ?? (this.probeReport ? this.captureLevel : 'unknown'),
       rollout_type: this.captureLevel === 'tokens' ? 'train' : 'eval',
+      logprobs_mode: this.probeReport?.logprobs_mode ?? 'unknown',
+      engine_reachable: this.probeReport?.reachable ?? null,
       require_registered: true,
       admin_key: Boolean(this.options.adminKey),
     };
@@ -210,6 +243,11 @@ export class CaptureProxy {
     if (path === '/health' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, this.health());
     if (path === '/' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, { status: 'ok', service: 'harness-lab capture proxy' });
     if (path === '/v1/models' && method === 'GET') return this.models(res);
+    if (path === '/engines' && method === 'GET') {
+      if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key', type: 'invalid_request_error' } });
+      await this.ensureProbed();
+      return sendJson(res, 200, { engines: this.probeReport ? [this.probeReport] : [] });
+    }
     if (path === '/sessions' || path.startsWith('/sessions/')) {
       if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key (Authorization: Bearer <key> or x-admin-key)', type: 'invalid_request_error' } });
       return this.sessionRoute(req, res, method, path);
@@ -218,7 +256,7 @@ export class CaptureProxy {
       return handleModelCall(req, res, url, {
         bodyLimit: this.options.bodyLimit ?? DEFAULT_BODY_LIMIT,
         maxOutputTokens: this.options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
-        captureLevel: () => this.captureLevel,
+        captureLevel: (session) => this.sessionLevel(session),
         engine: this.engine,
         findSession: (key) => this.sessions.get(key),
         record: (session, record) => this.record(session, record),
@@ -286,6 +324,7 @@ export class CaptureProxy {
       const issue = parsed.error.issues[0];
       return sendJson(res, 400, { error: { message: `${issue?.path.join('.') || 'body'}: ${issue?.message ?? 'invalid'}`, type: 'invalid_request_error' } });
     }
+    await this.ensureProbed();
     let info: SessionInfo;
     try {
       info = this.createSession(parsed.data);
@@ -293,7 +332,7 @@ export class CaptureProxy {
       if (err instanceof SessionExistsError) return sendJson(res, 409, { error: { message: err.message, type: 'invalid_request_error' } });
       throw err;
     }
-    sendJson(res, 201, { session_id: info.session_id, base_url: `${this.url}/v1`, model: info.model, max_model_calls: info.max_model_calls, capture_level: this.captureLevel, rollout_type: this.captureLevel === 'tokens' ? 'train' : 'eval' });
+    sendJson(res, 201, { session_id: info.session_id, base_url: `${this.url}/v1`, model: info.model, max_model_calls: info.max_model_calls, capture_level: info.capture_level ?? 'unknown', rollout_type: info.capture_level === 'tokens' ? 'train' : 'eval', engine_reachable: this.probeReport?.reachable ?? null });
   }
 
   async close(): Promise<void> {

@@ -1,7 +1,7 @@
 // `harness-lab export`: a session's TrainingTrace JSONL, read from a data dir (no proxy needed).
 import { existsSync, writeFileSync } from 'node:fs';
 import { loadSessionFile, CaptureStore } from '../capture/store.js';
-import { buildRollout, traceToJsonl } from '../capture/rollout.js';
+import { buildRollout, NotTrainableError, trainingTraces, traceToJsonl } from '../capture/rollout.js';
 import type { CliCommand } from './main.js';
 import { parseFlags, UsageError, withUsage } from './args.js';
 
@@ -25,9 +25,19 @@ export const exportCommand: CliCommand = {
       const loaded = loadSessionFile(file);
       if (!loaded) throw new UsageError(`${file}: no session header line; the file is not a Harness Lab capture`);
       const doc = buildRollout(loaded.info, loaded.calls, { budgetStopCount: loaded.budgetStops, captureLevel: loaded.info.capture_level ?? 'tokens' });
-      writeFileSync(values.out!, traceToJsonl(doc.traces));
-      const trainable = doc.traces.filter((t) => t.trainable).length;
-      process.stdout.write(`wrote ${doc.traces.length} trace(s) (${trainable} trainable) from ${loaded.calls.length} call(s) to ${values.out}\n`);
+      let traces;
+      try {
+        traces = trainingTraces(doc);
+      } catch (err) {
+        if (err instanceof NotTrainableError) {
+          process.stderr.write(`harness-lab export: ${err.message}\n`);
+          return 1;
+        }
+        throw err;
+      }
+      writeFileSync(values.out!, traceToJsonl(traces));
+      const trainable = traces.filter((t) => t.trainable).length;
+      process.stdout.write(`wrote ${traces.length} trace(s) (${trainable} trainable) from ${loaded.calls.length} call(s) to ${values.out}\n`);
       return 0;
     }),
 };

@@ -7,6 +7,9 @@ export interface CliCommand {
 
 const COMMANDS: Record<string, () => Promise<CliCommand>> = {
   // one line per command, keep sorted
+  demo: async () => (await import('./demo-command.js')).demoCommand,
+  export: async () => (await import('./export-command.js')).exportCommand,
+  proxy: async () => (await import('./proxy-command.js')).proxyCommand,
 };
 
 function usage(): string {

@@ -4,6 +4,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { z } from 'zod';
 import type { ChatMessage, ChatRequest, ChatToolCall, JsonObject } from '../capture/types.js';
 import { FAKE_SPECIALS, fakeEncode, renderAssistantBody, renderChatPrompt, tokenBytes } from './fake-tokenizer.js';
 
@@ -26,6 +27,8 @@ export interface FakeEngineOptions {
   thinkMs?: number | [number, number];
   /** false: answer like a plain OpenAI-style server, without any token fields or logprobs. */
   tokenFields?: boolean;
+  /** `processed` (default) scales the logprob gaps by 1/temperature, like vLLM's processed_logprobs. */
+  logprobsMode?: 'processed' | 'raw';
   /** Make individual calls fail: return a status and message, or undefined to answer normally. */
   fail?: (request: ChatRequest) => { status: number; message: string } | undefined;
 }
@@ -103,12 +106,14 @@ export function buildFakeCompletion(request: ChatRequest, options: FakeEngineOpt
   if (request.logprobs === true) {
     const asIds = request.return_tokens_as_token_ids !== false;
     const top = typeof request.top_logprobs === 'number' ? request.top_logprobs : 0;
+    const temperature = typeof request.temperature === 'number' && request.temperature > 0 ? request.temperature : 1;
+    const gapScale = options.logprobsMode === 'raw' ? 1 : 1 / temperature;
     choice.logprobs = {
       content: sampledIds.map((tokenId, position) => {
         const logprob = pseudoLogprob(promptIds.length, position, tokenId);
         const alternatives = Array.from({ length: top }, (_, k) => {
           const altId = k === 0 ? tokenId : (tokenId + 7919 * k) % 151643;
-          const altLogprob = k === 0 ? logprob : logprob - 1 - k;
+          const altLogprob = k === 0 ? logprob : logprob - (1 + k) * gapScale;
           return { token: asIds ? `token_id:${altId}` : String.fromCharCode(altId & 0xff), logprob: altLogprob, bytes: tokenBytes(altId) };
         });
         return { token: asIds ? `token_id:${tokenId}` : Buffer.from(tokenBytes(tokenId)).toString('utf8'), logprob, bytes: tokenBytes(tokenId), top_logprobs: alternatives };
@@ -137,7 +142,8 @@ async function handle(req: IncomingMessage, res: ServerResponse, options: FakeEn
       return sendJson(res, 400, { object: 'error', message: 'invalid JSON body', type: 'BadRequestError', code: 400 });
     }
     requests.push(request);
-    if (!Array.isArray(request.messages)) return sendJson(res, 400, { object: 'error', message: 'messages: Field required', type: 'BadRequestError', code: 400 });
+    const invalid = validateChatRequest(request);
+    if (invalid) return sendJson(res, 400, { object: 'error', message: invalid, type: 'BadRequestError', code: 400 });
     if (Array.isArray(request.tools) && request.tools.length === 0) {
       return sendJson(res, 400, { object: 'error', message: '`tools` must not be an empty array', type: 'BadRequestError', code: 400 });
     }
@@ -153,6 +159,26 @@ async function handle(req: IncomingMessage, res: ServerResponse, options: FakeEn
     return sendJson(res, 200, completion);
   }
   sendJson(res, 404, { object: 'error', message: `no route ${req.method} ${url}`, type: 'NotFoundError', code: 404 });
+}
+
+const ContentPartSchema = z.looseObject({ type: z.string(), text: z.string().optional() });
+const ChatRequestSchema = z.looseObject({
+  messages: z.array(
+    z.looseObject({
+      role: z.enum(['system', 'user', 'assistant', 'tool', 'developer']),
+      content: z.union([z.string(), z.array(ContentPartSchema), z.null()]).optional(),
+      tool_calls: z.array(z.looseObject({ id: z.string().optional(), function: z.looseObject({ name: z.string(), arguments: z.string() }) })).nullish(),
+    }),
+  ),
+  tools: z.array(z.looseObject({ type: z.literal('function'), function: z.looseObject({ name: z.string() }) })).optional(),
+});
+
+/** Like vLLM's request validation: a malformed request is a 400 with the field named, never a 500. */
+function validateChatRequest(request: unknown): string | undefined {
+  const result = ChatRequestSchema.safeParse(request);
+  if (result.success) return undefined;
+  const issue = result.error.issues[0]!;
+  return `${issue.path.join('.') || 'body'}: ${issue.message}`;
 }
 
 /** vLLM-style streaming: prompt ids in the first chunk, token ids as deltas, then [DONE]. */

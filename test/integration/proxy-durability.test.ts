@@ -9,7 +9,7 @@ import { after, before, test } from 'node:test';
 import { startFakeEngine, type FakeEngine } from '../../src/engine/fake-engine.js';
 import { createSession } from './helpers.js';
 
-const CLI = join(import.meta.dirname, '../../src/cli/main.ts');
+const CLI = join(__dirname, '../../src/cli/main.ts');
 
 function startProxyProcess(engineUrl: string, dataDir: string): Promise<{ child: ChildProcess; url: string }> {
   const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'proxy', '--engine-url', engineUrl, '--model', 'fake/qwen3-tiny', '--data-dir', dataDir], { stdio: ['ignore', 'pipe', 'pipe'] });
