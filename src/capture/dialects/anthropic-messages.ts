@@ -57,7 +57,7 @@ export class AnthropicMessagesDialect implements Dialect {
     const messages: ChatMessage[] = [];
     if (body.system !== undefined && body.system !== null) {
       if (typeof body.system !== 'string' && !Array.isArray(body.system)) throw new DialectError('system must be a string or an array of text blocks');
-      const system = blocksText(body.system).replace(BILLING_HEADER, '');
+      const system = systemText(body.system);
       if (system) messages.push({ role: 'system', content: system });
     }
     const input = requireObjects(body.messages, 'messages');
@@ -168,6 +168,19 @@ function blocksText(content: unknown): string {
     else if (isObject(block) && block.type === 'text' && typeof block.text === 'string') parts.push(block.text);
   }
   return parts.join('\n');
+}
+
+/** System text without claude-code's billing-header line (a block of its own, or the first line). */
+function systemText(system: string | unknown[]): string {
+  if (typeof system === 'string') return system.replace(BILLING_HEADER, '');
+  const blocks = system.filter((b) => typeof b === 'string' || (isObject(b) && b.type === 'text' && typeof b.text === 'string'));
+  const first = blocks[0];
+  const firstText = typeof first === 'string' ? first : isObject(first) ? String(first.text) : '';
+  if (BILLING_HEADER.test(firstText)) {
+    const rest = firstText.replace(BILLING_HEADER, '');
+    blocks.splice(0, 1, ...(rest.trim() ? [rest] : []));
+  }
+  return blocksText(blocks);
 }
 
 function convertMessage(m: JsonObject, i: number): ChatMessage[] {
