@@ -99,7 +99,7 @@ export class CaptureProxy {
     if (!this.store) return;
     for (const loaded of this.store.loadAll()) {
       const session = new CaptureSession(loaded.info);
-      session.calls.push(...loaded.calls);
+      for (const call of loaded.calls) session.addCall(call);
       session.budgetStopCount = loaded.budgetStops;
       session.modelCalls = loaded.calls.length;
       session.nextIndex = loaded.calls.reduce((n, c) => Math.max(n, c.index + 1), 0);
@@ -177,7 +177,8 @@ export class CaptureProxy {
   rollout(id: string): RolloutDocument | undefined {
     const session = this.sessions.get(id);
     if (!session) return undefined;
-    return buildRollout(session.info, session.calls, { budgetStopCount: session.budgetStopCount, captureLevel: session.info.capture_level ?? this.captureLevel, sessionFindings: session.findings });
+    const captureLevel = session.info.capture_level ?? this.captureLevel;
+    return buildRollout(session.info, session.calls, { budgetStopCount: session.budgetStopCount, captureLevel, sessionFindings: session.findings, graph: session.graph(captureLevel) });
   }
 
   /** The engine's grade; probed once on first contact, again after a probe that could not reach it. */
@@ -279,7 +280,7 @@ export class CaptureProxy {
         this.log.error(`could not store call ${record.call_id} of session ${session.id}: ${String(err)}`);
       }
     }
-    if (this.sessions.get(session.id) === session) session.calls.push(record);
+    if (this.sessions.get(session.id) === session) session.addCall(record);
     this.recordEmitter.fire(record);
   }
 

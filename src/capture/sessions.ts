@@ -1,7 +1,8 @@
 // Live capture sessions: identity, budget counters and the calls recorded so far.
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import type { CallRecord, JsonObject, SessionInfo } from './types.js';
+import { RolloutGraph } from './graph.js';
+import type { CallRecord, CaptureLevel, JsonObject, SessionInfo } from './types.js';
 
 export const SESSION_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
@@ -36,7 +37,28 @@ export class CaptureSession {
   /** Session-level findings, e.g. a context-window overflow answered with the stop message. */
   readonly findings: string[] = [];
 
+  private liveGraph: RolloutGraph | undefined;
+
   constructor(readonly info: SessionInfo) {}
+
+  /** The session's rollout graph, kept up to date call by call (rebuilt if the capture level changed). */
+  graph(level: CaptureLevel): RolloutGraph {
+    if (!this.liveGraph || this.liveGraph.captureLevel !== level) this.liveGraph = RolloutGraph.fromRecords(this.calls, { captureLevel: level });
+    return this.liveGraph;
+  }
+
+  /** Adds an answered call; linking it never fails the call (a failure becomes a session finding). */
+  addCall(record: CallRecord): void {
+    this.calls.push(record);
+    const level = this.info.capture_level;
+    if (!level) return;
+    try {
+      this.graph(level).add(record);
+    } catch (err) {
+      this.findings.push(`[FATAL] capture_ingest_failed: call ${record.call_id}: ${err instanceof Error ? err.message : String(err)}`);
+      this.liveGraph = undefined;
+    }
+  }
 
   get id(): string {
     return this.info.session_id;
@@ -52,12 +74,15 @@ export class CaptureSession {
 
   summary(): JsonObject {
     const ok = this.calls.filter((c) => !c.error);
+    const graph = this.liveGraph;
     return {
       session_id: this.id,
       created_at: this.info.created_at,
       model: this.info.model,
       n_calls: this.calls.length,
       turns: ok.length,
+      roots: graph ? graph.roots().length : null,
+      capture_level: this.info.capture_level ?? null,
       prompt_tokens: ok.reduce((n, c) => n + (c.prompt_token_ids?.length ?? c.usage?.prompt_tokens ?? 0), 0),
       completion_tokens: ok.reduce((n, c) => n + (c.completion_token_ids?.length ?? c.usage?.completion_tokens ?? 0), 0),
       model_calls: this.modelCalls,
