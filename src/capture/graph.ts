@@ -77,7 +77,12 @@ export class GraphNode {
       },
       level,
     );
-    this.findings = [...record.findings, ...own.filter((f) => !record.findings.includes(f))];
+    // The proxy may have graded the turn already (in its own words): keep one finding per grade+code.
+    const key = (f: string) => f.slice(0, f.indexOf(':'));
+    const had = new Set(record.findings.map(key));
+    // Logprobs the proxy rejected (and nulled) are not also "missing".
+    if (['logprob_misalign', 'invalid_logprob', 'positive_logprob'].some((c) => had.has(`[FATAL] ${c}`))) had.add('[FATAL] no_logprobs');
+    this.findings = [...record.findings, ...own.filter((f) => !had.has(key(f)))];
     const lps = record.logprobs;
     const usable =
       level === 'tokens' && lps !== null && lps.length === this.sampled_ids.length && lps.length > 0 && !this.findings.some(isFatal);

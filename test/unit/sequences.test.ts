@@ -169,3 +169,15 @@ test('checkTurn grades ingest problems', () => {
   assert.deepEqual(checkTurn({ ...base, prompt_token_ids: null, completion_token_ids: null, logprobs: null, response_message: { role: 'assistant', content: 'hi' } }, 'text'), []);
   assert.deepEqual(codes(checkTurn({ ...base, prompt_token_ids: null, response_message: { role: 'assistant', content: '  ' } }, 'text')), ['empty_completion']);
 });
+
+test("the proxy's own turn findings are kept and not repeated in other words", () => {
+  const records = chain(2);
+  records[0]!.logprobs = null; // the proxy nulls logprobs it rejected...
+  records[0]!.findings = ['[FATAL] logprob_misalign: 3 sampled ids but 2 logprob entries', '[WARN] token_strings: text tokens'];
+  const node = RolloutGraph.fromRecords(records).get('c0')!;
+  assert.deepEqual(node.findings, records[0]!.findings, '...so they are not reported again as no_logprobs');
+  assert.equal(node.sampled_logprobs, null);
+  records[1]!.findings = ['[WARN] token_strings: text tokens'];
+  records[1]!.finish_reason = 'length';
+  assert.deepEqual(codes(RolloutGraph.fromRecords(records).get('c1')!.findings), ['token_strings', 'truncated_turn']);
+});
