@@ -20,6 +20,8 @@ export interface HarnessLabApi {
   readonly state: ProxyState;
   listSessions(): SessionRow[];
   getCalls(sessionId: string): CallRecord[];
+  /** The session's TrainingTrace JSONL, as "Export Session" writes it. */
+  exportTraces(sessionId: string): string;
   onDidChangeData(listener: () => void): vscode.Disposable;
 }
 
@@ -85,6 +87,7 @@ class HarnessLab extends Disposable {
       },
       listSessions: () => controller.listSessions(),
       getCalls: (id) => controller.getCalls(id),
+      exportTraces: (id) => controller.exportTraces(id).jsonl,
       onDidChangeData: (listener) => controller.onDidChangeData(() => listener()),
     };
   }

@@ -1,0 +1,116 @@
+// Launches code-server 4.100.3 (installed by scripts/code-server-install.sh) in its own process
+// group, with HOME and every state directory in a throwaway folder, and stops the whole group.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+export const CODE_SERVER_VERSION = '4.100.3';
+export const INSTALL_SCRIPT = 'scripts/code-server-install.sh';
+
+export function codeServerDir(): string {
+  return process.env.CODE_SERVER_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'harness-lab', `code-server-${CODE_SERVER_VERSION}`);
+}
+
+export function codeServerBin(): string {
+  return join(codeServerDir(), 'node_modules', '.bin', 'code-server');
+}
+
+export function chromiumPath(): string {
+  return process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+}
+
+/** Why the real-workbench test cannot run here, in terms of what to do about it; undefined when it can. */
+export function missingPrerequisite(): string | undefined {
+  if (!existsSync(codeServerBin()) || !existsSync(join(codeServerDir(), '.install-complete'))) {
+    return `code-server ${CODE_SERVER_VERSION} is not installed in ${codeServerDir()}. Run \`bash ${INSTALL_SCRIPT}\` (as root; about 2 minutes), or set CODE_SERVER_DIR to an existing install.`;
+  }
+  if (!existsSync(chromiumPath())) return `Chromium not found at ${chromiumPath()}. Run \`bash ${INSTALL_SCRIPT}\` (it apt-installs Debian's chromium) or set CHROMIUM_PATH.`;
+  return undefined;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export interface CodeServer {
+  url: string;
+  port: number;
+  logFile: string;
+  stop(): Promise<void>;
+}
+
+export interface LaunchOptions {
+  /** Everything code-server writes (user data, extensions, HOME) goes under here. */
+  stateDir: string;
+  workspace: string;
+  /** Extra user settings (User/settings.json). */
+  userSettings?: Record<string, unknown>;
+  env?: Record<string, string>;
+}
+
+export async function launchCodeServer(opts: LaunchOptions): Promise<CodeServer> {
+  const port = await freePort();
+  const home = join(opts.stateDir, 'home');
+  const userData = join(opts.stateDir, 'user-data');
+  const extensions = join(opts.stateDir, 'extensions');
+  for (const dir of [home, join(userData, 'User'), extensions]) mkdirSync(dir, { recursive: true });
+  writeFileSync(join(userData, 'User', 'settings.json'), JSON.stringify(opts.userSettings ?? {}, null, 2));
+  const logFile = join(opts.stateDir, 'code-server.log');
+  const out = openSync(logFile, 'a');
+  const args = [
+    '--auth', 'none', '--bind-addr', `127.0.0.1:${port}`, '--disable-telemetry', '--disable-update-check',
+    '--disable-workspace-trust', '--disable-getting-started-override',
+    '--config', join(opts.stateDir, 'config.yaml'),
+    '--user-data-dir', userData, '--extensions-dir', extensions, opts.workspace,
+  ];
+  const child: ChildProcess = spawn(codeServerBin(), args, {
+    detached: true, // own process group: children die with it (reference 7.5)
+    stdio: ['ignore', out, out],
+    env: { ...process.env, HOME: home, XDG_CONFIG_HOME: join(home, '.config'), XDG_DATA_HOME: join(home, '.local', 'share'), ...opts.env },
+  });
+  let exited = false;
+  child.once('exit', () => (exited = true));
+  const url = `http://127.0.0.1:${port}`;
+  const stop = async () => {
+    if (exited || child.pid === undefined) return;
+    try {
+      process.kill(-child.pid, 'SIGTERM');
+    } catch {
+      return;
+    }
+    for (let i = 0; i < 50 && !exited; i++) await sleep(100);
+    if (!exited) {
+      try {
+        process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  };
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    if (exited) throw new Error(`code-server exited during startup; see ${logFile}`);
+    try {
+      const res = await fetch(`${url}/healthz`);
+      if (res.ok) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      await stop();
+      throw new Error(`code-server did not answer /healthz within 60 s; see ${logFile}`);
+    }
+    await sleep(200);
+  }
+  return { url, port, logFile, stop };
+}

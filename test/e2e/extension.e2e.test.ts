@@ -1,0 +1,224 @@
+// The extension in a real workbench: code-server 4.100.3 (VS Code 1.100.3 server + web workbench,
+// real Node extension host) driven by Playwright with Debian's chromium. The payload mechanism loads
+// this repository as the development extension and runs test/e2e/host/suite.ts in the extension
+// host; its result comes back through codeAutomationExit.
+//
+// UI path checked here, as a user would do it: open the Harness Lab container (welcome content),
+// "Harness Lab: Start Proxy" from the command palette (status bar shows the port), "Harness Lab:
+// Open Captured Terminal", run model calls in that terminal with nothing but its environment
+// (OpenAI SDK, Anthropic and Gemini over HTTP) against the in-repo fake vLLM engine, and see the
+// calls in the Sessions tree. Screenshots land in test-artifacts/e2e/.
+import * as assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { after, before, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { build } from 'esbuild';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { startFakeEngine, type FakeEngine } from '../../src/engine/fake-engine.js';
+import { chromiumPath, launchCodeServer, missingPrerequisite, type CodeServer } from './code-server.js';
+
+const ROOT = resolve(__dirname, '..', '..');
+const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
+const HOST_BUNDLE = join(ROOT, 'out', 'e2e', 'host-suite.js');
+const DIALECTS = ['openai_chat', 'anthropic_messages', 'google_gemini'];
+
+let engine: FakeEngine | undefined;
+let server: CodeServer | undefined;
+let browser: Browser | undefined;
+let stateDir = '';
+
+/** The "harness" run in the captured terminal: three model calls configured only by the environment. */
+function harnessScript(): string {
+  return `// Written by the e2e test; run inside the captured terminal.
+import { createRequire } from 'node:module';
+import { writeFileSync } from 'node:fs';
+const require = createRequire(${JSON.stringify(join(ROOT, 'package.json'))});
+const { default: OpenAI } = await import(require.resolve('openai'));
+const out = {};
+// OpenAI SDK: reads OPENAI_BASE_URL and OPENAI_API_KEY from the environment by itself.
+const openai = new OpenAI();
+const chat = await openai.chat.completions.create({ model: process.env.OPENAI_MODEL ?? 'm', messages: [{ role: 'user', content: 'Say hello' }] });
+out.openai_chat = chat.choices[0].message.content;
+const anthropic = await fetch(process.env.ANTHROPIC_BASE_URL + '/v1/messages', {
+  method: 'POST',
+  headers: { 'content-type': 'application/json', 'x-api-key': process.env.ANTHROPIC_API_KEY, 'anthropic-version': '2023-06-01' },
+  body: JSON.stringify({ model: 'm', max_tokens: 64, messages: [{ role: 'user', content: 'Say hello' }] }),
+});
+out.anthropic_messages = (await anthropic.json()).content?.[0]?.text ?? null;
+const gemini = await fetch(process.env.GOOGLE_GEMINI_BASE_URL + '/v1beta/models/m:generateContent', {
+  method: 'POST',
+  headers: { 'content-type': 'application/json', 'x-goog-api-key': process.env.GEMINI_API_KEY },
+  body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'Say hello' }] }] }),
+});
+out.google_gemini = (await gemini.json()).candidates?.[0]?.content?.parts?.[0]?.text ?? null;
+out.session = process.env.HARNESS_LAB_SESSION;
+writeFileSync(new URL('./terminal-result.json', import.meta.url), JSON.stringify(out, null, 2));
+console.log('HARNESS_DONE ' + JSON.stringify(out));
+`;
+}
+
+async function shot(page: Page, name: string): Promise<void> {
+  await page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
+}
+
+async function runCommand(page: Page, title: string): Promise<void> {
+  await page.keyboard.press('F1');
+  const input = page.locator('.quick-input-widget input.input');
+  await input.waitFor({ state: 'visible', timeout: 10_000 });
+  await input.fill(`>${title}`);
+  await page.locator('.quick-input-list .monaco-list-row', { hasText: title }).first().waitFor({ timeout: 10_000 });
+  await page.keyboard.press('Enter');
+}
+
+function sessionsPane(page: Page) {
+  return page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^sessions/i }) });
+}
+
+before(async () => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+});
+
+after(async () => {
+  await browser?.close().catch(() => undefined);
+  await server?.stop();
+  await engine?.close();
+  if (stateDir && !process.env.HL_E2E_KEEP) rmSync(stateDir, { recursive: true, force: true });
+});
+
+test('extension in code-server: start proxy, captured terminal, calls in the Sessions tree', { timeout: 240_000 }, async () => {
+  const missing = missingPrerequisite();
+  if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
+  const t0 = Date.now();
+  const timings: Record<string, number> = {};
+  const mark = (name: string) => (timings[name] = Date.now() - t0);
+
+  // The extension bundle as it ships, plus the extension-host half of this test.
+  await build({ entryPoints: [join(ROOT, 'src/extension/extension.ts')], outfile: join(ROOT, 'dist/extension.js'), bundle: true, platform: 'node', format: 'cjs', target: 'node20', sourcemap: true, external: ['vscode'], logLevel: 'warning' });
+  await build({ entryPoints: [join(ROOT, 'test/e2e/host/suite.ts')], outfile: HOST_BUNDLE, bundle: true, platform: 'node', format: 'cjs', target: 'node20', external: ['vscode'], logLevel: 'warning' });
+  mark('build');
+
+  engine = await startFakeEngine({ model: 'fake/e2e-model' });
+  stateDir = mkdtempSync(join(tmpdir(), 'hl-e2e-'));
+  const workspace = join(stateDir, 'workspace');
+  const control = join(workspace, '.e2e');
+  const dataDir = join(stateDir, 'captures');
+  mkdirSync(join(workspace, '.vscode'), { recursive: true });
+  mkdirSync(control, { recursive: true });
+  mkdirSync(join(workspace, 'tasks', 'hello-world'), { recursive: true });
+  writeFileSync(join(workspace, 'tasks', 'hello-world', 'task.toml'), 'version = "1.0"\n\n[metadata]\nname = "hello-world"\ndifficulty = "easy"\ncategory = "smoke"\n');
+  writeFileSync(join(workspace, '.vscode', 'settings.json'), JSON.stringify({ 'harnessLab.engineUrl': engine.url, 'harnessLab.model': engine.model, 'harnessLab.dataDir': dataDir }, null, 2));
+  writeFileSync(join(control, 'call.mjs'), harnessScript());
+  writeFileSync(join(control, 'expected.json'), JSON.stringify({ dialects: DIALECTS }));
+
+  server = await launchCodeServer({
+    stateDir,
+    workspace,
+    userSettings: {
+      'workbench.startupEditor': 'none',
+      'workbench.tips.enabled': false,
+      'security.workspace.trust.enabled': false,
+      'extensions.autoCheckUpdates': false,
+      'extensions.autoUpdate': false,
+      'telemetry.telemetryLevel': 'off',
+      'terminal.integrated.defaultProfile.linux': 'bash',
+      'window.commandCenter': false,
+    },
+  });
+  mark('code-server up');
+
+  browser = await chromium.launch({
+    executablePath: chromiumPath(),
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  let finish!: (code: number) => void;
+  const exit = new Promise<number>((res) => (finish = res));
+  const hostLog: string[] = [];
+  await page.exposeFunction('codeAutomationExit', (code: number) => finish(code));
+  await page.exposeFunction('codeAutomationLog', (type: string, args: unknown[]) => {
+    const line = `[host ${type}] ${args.map((a) => (typeof a === 'string' ? a : JSON.stringify(a))).join(' ')}`;
+    hostLog.push(line);
+    if (process.env.HL_E2E_VERBOSE) console.log(line);
+  });
+  const remote = (p: string) => `vscode-remote://127.0.0.1:${server!.port}${p}`;
+  const payload = [
+    ['extensionDevelopmentPath', remote(ROOT)],
+    ['extensionTestsPath', remote(HOST_BUNDLE)],
+    ['skipWelcome', 'true'],
+  ];
+  const signalUi = (ok: boolean, error?: string) => writeFileSync(join(control, 'ui-done'), JSON.stringify({ ok, error }));
+
+  try {
+    await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
+    await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
+    await page.waitForFunction(() => document.title.includes('[Extension Development Host]'), undefined, { timeout: 30_000 });
+    mark('workbench');
+
+    // The activity-bar container and its welcome content (proxy not running yet).
+    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 20_000 });
+    const startButton = sessionsPane(page).locator('.welcome-view-content a.monaco-button', { hasText: 'Start Proxy' });
+    await startButton.waitFor({ timeout: 20_000 });
+    const tasksPane = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^tasks/i }) });
+    await tasksPane.locator('.monaco-list-row', { hasText: 'hello-world' }).waitFor({ timeout: 20_000 });
+    await shot(page, '01-welcome');
+
+    await runCommand(page, 'Harness Lab: Start Proxy');
+    const status = page.locator('.statusbar-item', { hasText: /Harness Lab :\d+/ });
+    await status.waitFor({ timeout: 30_000 });
+    const statusText = (await status.innerText()).trim();
+    const port = Number(/:(\d+)/.exec(statusText)?.[1]);
+    assert.ok(port > 0 && port < 65536, `status bar shows the proxy port: "${statusText}"`);
+    await sessionsPane(page).locator('.welcome-view-content a.monaco-button', { hasText: 'Open Captured Terminal' }).waitFor({ timeout: 10_000 });
+    await shot(page, '02-proxy-started');
+    mark('proxy started');
+    const health = (await (await fetch(`http://127.0.0.1:${port}/health`)).json()) as { status: string };
+    assert.equal(health.status, 'ok', 'the port in the status bar is the proxy');
+
+    await runCommand(page, 'Harness Lab: Open Captured Terminal');
+    const xterm = page.locator('.terminal-wrapper.active .xterm, .terminal .xterm').first();
+    await xterm.waitFor({ state: 'visible', timeout: 30_000 });
+    // The terminal's banner (TerminalOptions.message) names the session; then wait for the prompt.
+    await page.locator('.xterm-rows', { hasText: 'are captured into session' }).first().waitFor({ timeout: 20_000 });
+    await page.locator('.xterm-rows', { hasText: /[#$] *$/m }).first().waitFor({ timeout: 20_000 }).catch(() => undefined);
+    await xterm.click();
+    await page.keyboard.type(`node .e2e/call.mjs\n`, { delay: 10 });
+    const resultFile = join(control, 'terminal-result.json');
+    const deadline = Date.now() + 60_000;
+    while (!existsSync(resultFile) && Date.now() < deadline) await sleep(250);
+    await shot(page, '03-terminal');
+    assert.ok(existsSync(resultFile), 'the harness script in the captured terminal did not finish (see 03-terminal.png)');
+    const result = JSON.parse(readFileSync(resultFile, 'utf8')) as Record<string, string | null>;
+    for (const d of DIALECTS) assert.ok(result[d], `${d} call answered in the terminal: ${JSON.stringify(result)}`);
+    mark('calls made');
+
+    // Live update: the session and its three calls appear in the Sessions tree without a refresh.
+    const pane = sessionsPane(page);
+    await pane.locator('.monaco-list-row', { hasText: result.session ?? '' }).first().waitFor({ timeout: 20_000 });
+    for (const d of DIALECTS) await pane.locator('.monaco-list-row', { hasText: d }).first().waitFor({ timeout: 20_000 });
+    const rows = await pane.locator('.monaco-list-row').allInnerTexts();
+    const callRows = rows.filter((r) => DIALECTS.some((d) => r.includes(d)));
+    assert.equal(callRows.length, 3, `three call rows in the Sessions tree: ${JSON.stringify(rows)}`);
+    for (const row of callRows) assert.match(row, /stop · \d+→\d+ tok · [\d.]+ m?s · tokens/, `call row shows status, tokens, latency, capture level: ${row}`);
+    await page.locator('.statusbar-item', { hasText: `Harness Lab :${port}` }).waitFor({ timeout: 5_000 });
+    await shot(page, '04-sessions-tree');
+    mark('tree checked');
+    signalUi(true);
+  } catch (err) {
+    signalUi(false, err instanceof Error ? err.message : String(err));
+    await shot(page, '99-failure').catch(() => undefined);
+    throw err;
+  }
+
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const code = await Promise.race([exit, new Promise<number>((res) => (timer = setTimeout(() => res(-1), 90_000)))]);
+  clearTimeout(timer);
+  mark('host suite');
+  const hostDone = join(control, 'host-done');
+  console.log(`e2e timings (ms since start): ${JSON.stringify(timings)}`);
+  assert.equal(code, 0, `extension-host suite exit code ${code}; host log:\n${hostLog.join('\n')}`);
+  assert.ok(existsSync(hostDone), 'host suite reported success without writing host-done');
+  await shot(page, '05-after-host-suite').catch(() => undefined);
+});

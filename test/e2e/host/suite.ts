@@ -1,0 +1,76 @@
+// Runs inside the real extension host of code-server (the payload's extensionTestsPath). The
+// Playwright side drives the UI; this side waits for it, then checks through the real vscode API
+// and the extension's exported API what the UI cannot show: records, export, durability.
+import * as assert from 'node:assert/strict';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+// eslint-disable-next-line no-restricted-imports -- this module runs inside the extension host
+import * as vscode from 'vscode';
+import { TrainingTraceSchema } from '../../../src/capture/trace.js';
+import type { HarnessLabApi } from '../../../src/extension/extension.js';
+import { callCaptureLevel } from '../../../src/extension/sessions-model.js';
+
+const EXTENSION_ID = 'harness-lab.harness-lab';
+
+function log(message: string): void {
+  console.log(`[e2e-host] ${message}`);
+}
+
+async function waitFor<T>(what: string, timeoutMs: number, probe: () => T | undefined | false): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(200);
+  }
+}
+
+export async function run(): Promise<void> {
+  const folder = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+  assert.ok(folder, 'the workbench opened without the test workspace');
+  const control = join(folder, '.e2e');
+  const expected = JSON.parse(readFileSync(join(control, 'expected.json'), 'utf8')) as { dialects: string[] };
+  log(`waiting for the UI driver (control dir ${control})`);
+  const ui = await waitFor('the UI driver to finish', 170_000, () => existsSync(join(control, 'ui-done')) && (JSON.parse(readFileSync(join(control, 'ui-done'), 'utf8')) as { ok: boolean; error?: string }));
+  if (!ui.ok) throw new Error(`UI driver failed: ${ui.error}`);
+
+  const ext = vscode.extensions.getExtension<HarnessLabApi>(EXTENSION_ID);
+  assert.ok(ext, `${EXTENSION_ID} is not loaded as a development extension`);
+  assert.ok(ext.isActive, 'the command palette should have activated the extension');
+  const api = ext.exports;
+  assert.equal(api.state.kind, 'running', `proxy state is ${JSON.stringify(api.state)}`);
+
+  const terminalSession = api.listSessions().find((s) => s.metadata?.source === 'terminal');
+  assert.ok(terminalSession, `no session created by Open Captured Terminal among ${JSON.stringify(api.listSessions())}`);
+  const id = terminalSession.session_id;
+  const calls = api.getCalls(id);
+  assert.deepEqual(calls.map((c) => c.dialect).sort(), [...expected.dialects].sort(), 'one call per dialect, made from the captured terminal');
+  for (const call of calls) {
+    assert.equal(call.error, null, `call ${call.call_id} failed: ${JSON.stringify(call.error)}`);
+    assert.equal(call.session_id, id);
+    assert.equal(callCaptureLevel(call), 'tokens', `call ${call.call_id} (${call.dialect}) should carry prompt ids, sampled ids and logprobs`);
+    assert.ok((call.prompt_token_ids?.length ?? 0) > 0 && (call.completion_token_ids?.length ?? 0) > 0);
+  }
+  log(`session ${id}: ${calls.length} calls (${calls.map((c) => c.dialect).join(', ')}) all at capture level tokens`);
+
+  const jsonl = api.exportTraces(id);
+  const traces = jsonl.trim().split('\n').filter(Boolean).map((line) => TrainingTraceSchema.parse(JSON.parse(line)));
+  assert.ok(traces.length >= 1, 'export produced no TrainingTrace');
+  assert.ok(traces.every((t) => t.session_id === id));
+  log(`export: ${traces.length} TrainingTrace line(s), schema-valid`);
+
+  // Durability: stopping the proxy keeps the session visible (read from the store); starting it again
+  // restores the same records, as after a window reload.
+  const callIds = calls.map((c) => c.call_id).sort();
+  await vscode.commands.executeCommand('harnessLab.stopProxy');
+  assert.equal(api.state.kind, 'stopped');
+  const stored = api.listSessions().find((s) => s.session_id === id);
+  assert.equal(stored?.n_calls, calls.length, 'stored session after stop');
+  await vscode.commands.executeCommand('harnessLab.startProxy');
+  await waitFor('the proxy to restart', 20_000, () => api.state.kind === 'running');
+  assert.deepEqual(api.getCalls(id).map((c) => c.call_id).sort(), callIds, 'records restored from the durable store');
+  log('durability: stop/start kept every record');
+  writeFileSync(join(control, 'host-done'), JSON.stringify({ ok: true, session: id, calls: calls.length, traces: traces.length }));
+}
