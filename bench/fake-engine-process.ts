@@ -1,0 +1,54 @@
+// The fake vLLM engine in its own process, so its CPU work does not share an event loop with the
+// proxy under test. Prints one JSON line `{"url": ..., "model": ...}` on stdout once listening and
+// exits when stdin closes (its parent died) or on SIGTERM/SIGINT.
+//
+// Think times come from a seeded generator, re-seeded by a `seed <n>` line on stdin before each
+// measured run: every path then draws the same think times (common random numbers), so the
+// difference between paths' percentiles is overhead, not sampling noise of the think time.
+import { createInterface } from 'node:readline';
+import { parseArgs } from 'node:util';
+import { startFakeEngine } from '../src/engine/fake-engine.js';
+import { parseThinkMs } from './processes.js';
+
+const { values } = parseArgs({ options: { 'think-ms': { type: 'string', default: '500,1500' }, port: { type: 'string', default: '0' } } });
+
+/** mulberry32: small, fast, good enough to spread think times. */
+function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+async function main(): Promise<void> {
+  // Only this process's Math.random: the fake engine draws its think time from it.
+  Math.random = seeded(1);
+  const engine = await startFakeEngine({ thinkMs: parseThinkMs(values['think-ms']), port: Number(values.port) });
+  // The fake engine keeps every request for tests; here that would only grow its heap (and its GC
+  // pauses) over the run, biasing whichever path is measured last.
+  const trim = setInterval(() => {
+    engine.requests.length = 0;
+  }, 1000);
+  process.stdout.write(`${JSON.stringify({ url: engine.url, model: engine.model, pid: process.pid })}\n`);
+  const stop = () => {
+    clearInterval(trim);
+    void engine.close().then(() => process.exit(0));
+  };
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
+  createInterface({ input: process.stdin })
+    .on('line', (line) => {
+      const match = /^seed (\d+)$/.exec(line.trim());
+      if (match) Math.random = seeded(Number(match[1]));
+    })
+    .on('close', stop);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`fake engine: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});

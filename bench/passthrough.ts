@@ -1,0 +1,67 @@
+// The floor for the proxy's overhead: a bare node:http server that forwards every POST body to the
+// engine over an undici pool and pipes the answer back. No parsing, no capture, no disk. Prints one
+// JSON line `{"url": ...}` on stdout once listening; exits when stdin closes or on SIGTERM/SIGINT.
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { pipeline } from 'node:stream/promises';
+import { parseArgs } from 'node:util';
+import { Pool } from 'undici';
+
+const { values } = parseArgs({ options: { 'engine-url': { type: 'string' }, port: { type: 'string', default: '0' } } });
+if (!values['engine-url']) {
+  process.stderr.write('usage: passthrough.ts --engine-url URL [--port N]\n');
+  process.exit(2);
+}
+const engine = new Pool(new URL(values['engine-url']).origin, { connections: null, pipelining: 1, headersTimeout: 900_000, bodyTimeout: 900_000, keepAliveTimeout: 30_000 });
+
+function readBody(req: IncomingMessage): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+async function forward(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  if (req.method === 'GET' && req.url === '/health') {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end('{"status":"ok"}');
+    return;
+  }
+  if (req.method !== 'POST') {
+    res.writeHead(404).end();
+    return;
+  }
+  const body = await readBody(req);
+  const answer = await engine.request({ method: 'POST', path: req.url ?? '/', headers: { 'content-type': 'application/json' }, body });
+  const headers: Record<string, string> = {};
+  const type = answer.headers['content-type'];
+  if (typeof type === 'string') headers['content-type'] = type;
+  const length = answer.headers['content-length'];
+  if (typeof length === 'string') headers['content-length'] = length;
+  res.writeHead(answer.statusCode, headers);
+  await pipeline(answer.body, res);
+}
+
+const server = createServer((req, res) => {
+  forward(req, res).catch((err: unknown) => {
+    if (!res.headersSent) res.writeHead(502, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: String(err) } }));
+    else res.destroy();
+  });
+});
+server.keepAliveTimeout = 75_000;
+server.requestTimeout = 0;
+server.listen(Number(values.port), '127.0.0.1', () => {
+  const { port } = server.address() as AddressInfo;
+  process.stdout.write(`${JSON.stringify({ url: `http://127.0.0.1:${port}`, pid: process.pid })}\n`);
+});
+
+const stop = () => {
+  server.closeAllConnections();
+  server.close();
+  void engine.close().then(() => process.exit(0));
+};
+process.once('SIGTERM', stop);
+process.once('SIGINT', stop);
+process.stdin.on('end', stop).resume();

@@ -1,0 +1,106 @@
+// Child processes for the benchmarks: start one, wait for the line that says where it listens,
+// watch its memory and CPU through /proc, and stop it (only the processes we started, by pid).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+
+/** `"500,1500"` -> [500, 1500]; `"10"` -> 10. */
+export function parseThinkMs(text: string): number | [number, number] {
+  const parts = text.split(',').map((p) => Number(p.trim()));
+  if (parts.some((n) => !Number.isFinite(n) || n < 0) || parts.length < 1 || parts.length > 2) {
+    throw new Error(`--think-ms must be a number of ms or "min,max", got '${text}'`);
+  }
+  return parts.length === 2 ? [parts[0]!, parts[1]!] : parts[0]!;
+}
+
+export interface Started {
+  child: ChildProcess;
+  pid: number;
+  /** The first stdout line that `ready` accepted. */
+  line: string;
+  /** Everything the child wrote to stderr so far (kept for error reports, capped). */
+  stderr(): string;
+}
+
+/**
+ * Spawns `node <args>` and resolves once a stdout line satisfies `ready`. stdin stays an open pipe:
+ * the bench children exit when it closes, so they cannot outlive a crashed orchestrator.
+ */
+export function startNode(name: string, args: string[], ready: (line: string) => boolean, options: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<Started> {
+  const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'], env: options.env ?? process.env });
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString('utf8')).slice(-20_000);
+  });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => fail(new Error(`${name} did not report ready within ${options.timeoutMs ?? 30_000} ms`)), options.timeoutMs ?? 30_000);
+    const lines = createInterface({ input: child.stdout! });
+    const fail = (err: Error) => {
+      clearTimeout(timer);
+      lines.close();
+      if (child.exitCode === null) child.kill('SIGKILL');
+      reject(new Error(`${err.message}\n${name} stderr:\n${stderr.trim()}`));
+    };
+    child.once('error', fail);
+    child.once('exit', (code, signal) => fail(new Error(`${name} exited early (${signal ?? `code ${code}`})`)));
+    lines.on('line', (line) => {
+      if (!ready(line)) return;
+      clearTimeout(timer);
+      child.removeAllListeners('exit');
+      child.removeAllListeners('error');
+      // Keep draining stdout so a chatty child never blocks on a full pipe.
+      lines.removeAllListeners('line');
+      lines.on('line', () => {});
+      resolve({ child, pid: child.pid!, line, stderr: () => stderr });
+    });
+  });
+}
+
+/** SIGTERM, then SIGKILL if it has not exited after `graceMs`. */
+export async function stopChild(child: ChildProcess, graceMs = 10_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** Resident set size of a process in bytes, or undefined once it is gone. */
+export function rssBytes(pid: number): number | undefined {
+  try {
+    const match = /^VmRSS:\s+(\d+)\s+kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return match ? Number(match[1]) * 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** User + system CPU time of a process in ms (Linux clock ticks are 10 ms). */
+export function cpuMs(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Samples a process's RSS every `intervalMs`; `stop()` returns the peak and the CPU used meanwhile. */
+export function watchProcess(pid: number, intervalMs = 100): { stop(): { rssPeakBytes: number; rssStartBytes: number; cpuMs: number } } {
+  const rssStart = rssBytes(pid) ?? 0;
+  const cpuStart = cpuMs(pid) ?? 0;
+  let peak = rssStart;
+  const timer = setInterval(() => {
+    peak = Math.max(peak, rssBytes(pid) ?? 0);
+  }, intervalMs);
+  return {
+    stop() {
+      clearInterval(timer);
+      peak = Math.max(peak, rssBytes(pid) ?? 0);
+      return { rssPeakBytes: peak, rssStartBytes: rssStart, cpuMs: (cpuMs(pid) ?? cpuStart) - cpuStart };
+    },
+  };
+}

@@ -1,0 +1,353 @@
+// Proxy load benchmark: for each concurrency level, the same multi-turn load runs against the
+// engine directly, through a bare pass-through (the floor) and through the capture proxy (durable
+// store, fsync on), all against one fake engine process. Reports errors, latency percentiles, the
+// proxy's added latency relative to the pass-through's, /health latency under load and proxy memory.
+//
+//   node --import tsx bench/proxy-load.ts [--levels 64,512,1000] [--turns 3] [--think-ms 500,1500]
+//                                         [--quick] [--profile] [--proxy-from-source] [--out FILE]
+import { execSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { parseArgs } from 'node:util';
+import type { LoadResult } from './load-generator.js';
+import { parseThinkMs, startNode, stopChild, watchProcess, type Started } from './processes.js';
+import { fmtMs, fmtRatio, formatTable, totalCount } from './stats.js';
+
+const ROOT = join(__dirname, '..');
+
+export const TARGETS = { sessions: 1000, maxAddedRatio: 1.5, maxHealthP99Ms: 100 } as const;
+
+export interface ProxyLoadOptions {
+  levels: number[];
+  turns: number;
+  /** Engine think time: "ms" or "min,max". */
+  thinkMs: string;
+  rampMs: number;
+  systemBytes: number;
+  /** Share of proxy sessions that ask for SSE streams (0..1). */
+  streamShare: number;
+  quick: boolean;
+  /** Write a V8 CPU profile of each proxy process to bench-results/profiles/. */
+  profile: boolean;
+  /** Run the proxy from src/ through tsx instead of dist/cli.js (tests; no build needed). */
+  proxyFromSource: boolean;
+  out: string;
+  log: (line: string) => void;
+}
+
+interface ProcessStats {
+  rss_start_mb: number;
+  rss_peak_mb: number;
+  cpu_ms: number;
+}
+
+export interface LevelReport {
+  sessions: number;
+  direct: LoadResult;
+  passthrough: LoadResult & { process: ProcessStats };
+  proxy: LoadResult & { process: ProcessStats; stored_calls: number };
+  added: {
+    passthrough_p50_ms: number;
+    proxy_p50_ms: number;
+    ratio_p50: number;
+    passthrough_p99_ms: number;
+    proxy_p99_ms: number;
+    ratio_p99: number;
+  };
+  health_p50_ms: number;
+  health_p99_ms: number;
+  proxy_rss_peak_mb: number;
+  pass: boolean;
+  failures: string[];
+}
+
+export interface ProxyLoadReport {
+  bench: 'proxy-load';
+  started_at: string;
+  host: { cpus: number; node: string; platform: string; nofile_limit: number | null };
+  config: Omit<ProxyLoadOptions, 'log' | 'out'>;
+  targets: typeof TARGETS & { latency_evaluated_at: number | null };
+  levels: LevelReport[];
+  pass: boolean;
+  failures: string[];
+}
+
+const mb = (bytes: number) => Math.round((bytes / 1024 / 1024) * 10) / 10;
+
+function nofileLimit(): number | null {
+  try {
+    const text = execSync('ulimit -n', { shell: '/bin/sh', encoding: 'utf8' }).trim();
+    return text === 'unlimited' ? Number.POSITIVE_INFINITY : Number(text);
+  } catch {
+    return null;
+  }
+}
+
+const tsx = (script: string, args: string[]) => ['--import', 'tsx', join(ROOT, 'bench', script), ...args];
+
+function jsonLine(line: string): boolean {
+  return line.startsWith('{');
+}
+
+async function runLoadGenerator(args: string[]): Promise<LoadResult> {
+  const gen = await startNode('load generator', tsx('load-generator.ts', args), jsonLine, { timeoutMs: 15 * 60_000 });
+  await new Promise<void>((resolve) => (gen.child.exitCode !== null ? resolve() : gen.child.once('exit', () => resolve())));
+  return JSON.parse(gen.line) as LoadResult;
+}
+
+/** Counts the call lines the proxy's durable store holds: every answered call must be on disk. */
+function storedCalls(dataDir: string): number {
+  const dir = join(dataDir, 'sessions');
+  if (!existsSync(dir)) return 0;
+  let calls = 0;
+  for (const name of readdirSync(dir)) {
+    for (const line of readFileSync(join(dir, name), 'utf8').split('\n')) if (line.startsWith('{"type":"call"')) calls++;
+  }
+  return calls;
+}
+
+export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport> {
+  parseThinkMs(o.thinkMs); // fail before starting anything
+  const limit = nofileLimit();
+  const top = Math.max(...o.levels);
+  // Each side of a connection is a descriptor: the proxy holds one per client plus one per engine socket.
+  if (limit !== null && limit < top * 2 + 256) throw new Error(`ulimit -n is ${limit}; ${top} sessions need at least ${top * 2 + 256} open files per process. Raise it (ulimit -n 20000) and run again.`);
+  const cliPath = join(ROOT, 'dist', 'cli.js');
+  if (!o.proxyFromSource && !existsSync(cliPath)) throw new Error(`${cliPath} is missing; run npm run build (or pass --proxy-from-source)`);
+
+  const started_at = new Date().toISOString();
+  const children: Started[] = [];
+  const onSignal = () => {
+    for (const c of children) c.child.kill('SIGKILL');
+    process.exit(130);
+  };
+  process.once('SIGINT', onSignal);
+  try {
+    const engine = await startNode('fake engine', tsx('fake-engine-process.ts', ['--think-ms', o.thinkMs]), jsonLine);
+    children.push(engine);
+    const { url: engineUrl, model } = JSON.parse(engine.line) as { url: string; model: string };
+    const passthrough = await startNode('pass-through', tsx('passthrough.ts', ['--engine-url', engineUrl]), jsonLine);
+    children.push(passthrough);
+    const passthroughUrl = (JSON.parse(passthrough.line) as { url: string }).url;
+    o.log(`engine ${engineUrl} (think ${o.thinkMs} ms), pass-through ${passthroughUrl}; levels ${o.levels.join(', ')}, ${o.turns} turns per session`);
+
+    const common = ['--turns', String(o.turns), '--model', model, '--ramp-ms', String(o.rampMs), '--system-bytes', String(o.systemBytes), '--stream-share', String(o.streamShare)];
+    const warmup = (mode: string, url: string) => runLoadGenerator(['--mode', mode, '--url', url, '--sessions', String(Math.min(32, top)), ...common, '--turns', '1']);
+    const seed = (n: number) => engine.child.stdin!.write(`seed ${n}\n`);
+
+    await warmup('direct', engineUrl);
+    await warmup('passthrough', passthroughUrl);
+
+    const levels: LevelReport[] = [];
+    for (const sessions of o.levels) {
+      const loadArgs = (mode: string, url: string) => ['--mode', mode, '--url', url, '--sessions', String(sessions), ...common, '--health-url', `${url}/health`];
+
+      o.log(`[${sessions}] direct ...`);
+      seed(sessions);
+      const direct = await runLoadGenerator(loadArgs('direct', engineUrl));
+
+      o.log(`[${sessions}] pass-through ...`);
+      seed(sessions);
+      const ptWatch = watchProcess(passthrough.pid);
+      const pt = await runLoadGenerator(loadArgs('passthrough', passthroughUrl));
+      const ptStats = ptWatch.stop();
+
+      o.log(`[${sessions}] proxy ...`);
+      const dataDir = mkdtempSync(join(tmpdir(), 'hl-bench-proxy-'));
+      const profileDir = join(ROOT, 'bench-results', 'profiles');
+      if (o.profile) mkdirSync(profileDir, { recursive: true });
+      const nodeArgs = o.profile ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `proxy-${sessions}.cpuprofile`] : [];
+      const entry = o.proxyFromSource ? ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts')] : [cliPath];
+      const proxy = await startNode('proxy', [...nodeArgs, ...entry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir], (l) => l.startsWith('proxy listening on '));
+      children.push(proxy);
+      const proxyUrl = proxy.line.slice('proxy listening on '.length).trim();
+      let px: LoadResult;
+      let pxStats: ReturnType<ReturnType<typeof watchProcess>['stop']>;
+      let stored: number;
+      try {
+        await warmup('proxy', proxyUrl);
+        const warmCalls = storedCalls(dataDir);
+        seed(sessions);
+        const pxWatch = watchProcess(proxy.pid);
+        px = await runLoadGenerator(loadArgs('proxy', proxyUrl));
+        pxStats = pxWatch.stop();
+        stored = storedCalls(dataDir) - warmCalls;
+      } finally {
+        await stopChild(proxy.child);
+        children.splice(children.indexOf(proxy), 1);
+        rmSync(dataDir, { recursive: true, force: true });
+      }
+      if (totalCount(px.errors) > 0 && proxy.stderr().includes('[error]')) o.log(`proxy stderr:\n${proxy.stderr().slice(-2000)}`);
+
+      const level = evaluate(sessions, direct, { ...pt, process: procStats(ptStats) }, { ...px, process: procStats(pxStats), stored_calls: stored }, o.quick ? null : top);
+      levels.push(level);
+      o.log(`[${sessions}] ${level.pass ? 'ok' : `FAIL: ${level.failures.join('; ')}`}`);
+    }
+
+    const failures = levels.flatMap((l) => l.failures.map((f) => `${l.sessions} sessions: ${f}`));
+    const report: ProxyLoadReport = {
+      bench: 'proxy-load',
+      started_at,
+      host: { cpus: cpus().length, node: process.version, platform: `${process.platform}-${process.arch}`, nofile_limit: limit },
+      config: { levels: o.levels, turns: o.turns, thinkMs: o.thinkMs, rampMs: o.rampMs, systemBytes: o.systemBytes, streamShare: o.streamShare, quick: o.quick, profile: o.profile, proxyFromSource: o.proxyFromSource },
+      targets: { ...TARGETS, latency_evaluated_at: o.quick ? null : top },
+      levels,
+      pass: failures.length === 0,
+      failures,
+    };
+    mkdirSync(dirname(o.out), { recursive: true });
+    writeFileSync(o.out, `${JSON.stringify(report, null, 2)}\n`);
+    return report;
+  } finally {
+    process.off('SIGINT', onSignal);
+    for (const c of children.reverse()) await stopChild(c.child);
+  }
+}
+
+function procStats(s: { rssPeakBytes: number; rssStartBytes: number; cpuMs: number }): ProcessStats {
+  return { rss_start_mb: mb(s.rssStartBytes), rss_peak_mb: mb(s.rssPeakBytes), cpu_ms: s.cpuMs };
+}
+
+/**
+ * Targets per level: zero errors on every path, every answered proxy call on disk, /health p99 under
+ * the limit. The added-latency ratio is judged only at `latencyLevel` (the top level of a full run):
+ * at low load both paths add a few ms and their ratio is noise.
+ */
+function evaluate(sessions: number, direct: LoadResult, pt: LevelReport['passthrough'], px: LevelReport['proxy'], latencyLevel: number | null): LevelReport {
+  const round = (v: number) => Math.round(v * 10) / 10;
+  const added = {
+    passthrough_p50_ms: round(pt.latency.p50 - direct.latency.p50),
+    proxy_p50_ms: round(px.latency.p50 - direct.latency.p50),
+    ratio_p50: 0,
+    passthrough_p99_ms: round(pt.latency.p99 - direct.latency.p99),
+    proxy_p99_ms: round(px.latency.p99 - direct.latency.p99),
+    ratio_p99: 0,
+  };
+  // A floor at or below zero (noise at low load) would make the ratio meaningless; clamp it to 1 ms.
+  added.ratio_p50 = round((added.proxy_p50_ms / Math.max(1, added.passthrough_p50_ms)) * 100) / 100;
+  added.ratio_p99 = round((added.proxy_p99_ms / Math.max(1, added.passthrough_p99_ms)) * 100) / 100;
+  const failures: string[] = [];
+  for (const [name, r] of [['direct', direct], ['pass-through', pt], ['proxy', px]] as const) {
+    const n = totalCount(r.errors);
+    if (n > 0) failures.push(`${name}: ${n} error(s) ${JSON.stringify(r.errors)}`);
+    if (r.calls_ok + n < r.sessions * r.turns && n === 0) failures.push(`${name}: only ${r.calls_ok} of ${r.sessions * r.turns} calls ran`);
+  }
+  if (px.stored_calls !== px.calls_ok) failures.push(`proxy store holds ${px.stored_calls} calls, ${px.calls_ok} were answered`);
+  const health = px.health;
+  if (!health || health.polls === 0) failures.push('no /health samples');
+  else {
+    const healthErrors = totalCount(health.errors);
+    if (healthErrors > 0) failures.push(`/health: ${healthErrors} failed poll(s) ${JSON.stringify(health.errors)}`);
+    if (!(health.latency.p99 < TARGETS.maxHealthP99Ms)) failures.push(`/health p99 ${fmtMs(health.latency.p99)} ms >= ${TARGETS.maxHealthP99Ms} ms`);
+  }
+  if (latencyLevel !== null && sessions === latencyLevel && !(added.ratio_p50 <= TARGETS.maxAddedRatio)) {
+    failures.push(`proxy added p50 ${fmtMs(added.proxy_p50_ms)} ms = ${fmtRatio(added.ratio_p50)} the pass-through's ${fmtMs(added.passthrough_p50_ms)} ms (target <= ${TARGETS.maxAddedRatio}x)`);
+  }
+  return {
+    sessions,
+    direct,
+    passthrough: pt,
+    proxy: px,
+    added,
+    health_p50_ms: health?.latency.p50 ?? Number.NaN,
+    health_p99_ms: health?.latency.p99 ?? Number.NaN,
+    proxy_rss_peak_mb: px.process.rss_peak_mb,
+    pass: failures.length === 0,
+    failures,
+  };
+}
+
+export function formatReport(report: ProxyLoadReport): string {
+  const errs = (r: LoadResult) => String(totalCount(r.errors));
+  const rows = [
+    ['sessions', 'errors d/pt/px', 'direct p50/p99', 'pass-thru p50/p99', 'proxy p50/p99', 'added p50 pt/px', 'ratio p50', 'added p99 pt/px', 'ratio p99', '/health p50/p99', 'proxy RSS', 'verdict'],
+    ...report.levels.map((l) => [
+      String(l.sessions),
+      `${errs(l.direct)}/${errs(l.passthrough)}/${errs(l.proxy)}`,
+      `${fmtMs(l.direct.latency.p50)}/${fmtMs(l.direct.latency.p99)}`,
+      `${fmtMs(l.passthrough.latency.p50)}/${fmtMs(l.passthrough.latency.p99)}`,
+      `${fmtMs(l.proxy.latency.p50)}/${fmtMs(l.proxy.latency.p99)}`,
+      `${fmtMs(l.added.passthrough_p50_ms)}/${fmtMs(l.added.proxy_p50_ms)}`,
+      fmtRatio(l.added.ratio_p50),
+      `${fmtMs(l.added.passthrough_p99_ms)}/${fmtMs(l.added.proxy_p99_ms)}`,
+      fmtRatio(l.added.ratio_p99),
+      `${fmtMs(l.health_p50_ms)}/${fmtMs(l.health_p99_ms)}`,
+      `${l.proxy_rss_peak_mb.toFixed(0)} MB`,
+      l.pass ? 'ok' : 'FAIL',
+    ]),
+  ];
+  const lines = [formatTable(rows), '(all latencies in ms; added = path minus direct; ratio = proxy added / pass-through added)'];
+  for (const l of report.levels) {
+    const kinds = { ...l.direct.errors, ...l.passthrough.errors, ...l.proxy.errors };
+    if (Object.keys(kinds).length) lines.push(`${l.sessions}: errors direct ${JSON.stringify(l.direct.errors)} pass-through ${JSON.stringify(l.passthrough.errors)} proxy ${JSON.stringify(l.proxy.errors)}`);
+  }
+  const where = report.targets.latency_evaluated_at === null ? 'latency ratio not judged in quick mode' : `latency ratio judged at ${report.targets.latency_evaluated_at} sessions`;
+  lines.push(
+    report.pass
+      ? `PASS: zero errors, /health p99 < ${TARGETS.maxHealthP99Ms} ms, proxy added latency <= ${TARGETS.maxAddedRatio}x the pass-through's (${where})`
+      : `FAIL (${where}):\n  ${report.failures.join('\n  ')}`,
+  );
+  if (report.targets.latency_evaluated_at !== null && report.targets.latency_evaluated_at < TARGETS.sessions) lines.push(`note: the target is ${TARGETS.sessions} sessions; this run stopped at ${report.targets.latency_evaluated_at}`);
+  return lines.join('\n');
+}
+
+function intList(text: string, name: string): number[] {
+  const list = text.split(',').map((s) => Number(s.trim()));
+  if (list.length === 0 || list.some((n) => !Number.isInteger(n) || n <= 0)) throw new Error(`--${name} must be a comma-separated list of positive integers, got '${text}'`);
+  return list;
+}
+
+function positive(text: string, name: string): number {
+  const n = Number(text);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`--${name} must be a non-negative number, got '${text}'`);
+  return n;
+}
+
+export function parseProxyLoadArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): ProxyLoadOptions {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      levels: { type: 'string' },
+      turns: { type: 'string' },
+      'think-ms': { type: 'string' },
+      'ramp-ms': { type: 'string', default: '1000' },
+      'system-bytes': { type: 'string', default: '2000' },
+      'stream-share': { type: 'string', default: '0.5' },
+      quick: { type: 'boolean', default: false },
+      profile: { type: 'boolean', default: false },
+      'proxy-from-source': { type: 'boolean', default: false },
+      out: { type: 'string', default: join(ROOT, 'bench-results', 'proxy-load.json') },
+    },
+  });
+  const quick = values.quick || env.BENCH_QUICK === '1';
+  const streamShare = positive(values['stream-share'], 'stream-share');
+  if (streamShare > 1) throw new Error(`--stream-share must be between 0 and 1, got '${values['stream-share']}'`);
+  const thinkMs = values['think-ms'] ?? (quick ? '100,300' : '500,1500');
+  parseThinkMs(thinkMs);
+  return {
+    levels: intList(values.levels ?? (quick ? '8,32' : '64,512,1000'), 'levels'),
+    turns: intList(values.turns ?? (quick ? '2' : '3'), 'turns')[0]!,
+    thinkMs,
+    rampMs: positive(values['ramp-ms'], 'ramp-ms'),
+    systemBytes: positive(values['system-bytes'], 'system-bytes'),
+    streamShare,
+    quick,
+    profile: values.profile,
+    proxyFromSource: values['proxy-from-source'],
+    out: values.out,
+    log: (line) => process.stderr.write(`${line}\n`),
+  };
+}
+
+if (process.argv[1]?.endsWith('proxy-load.ts')) {
+  (async () => {
+    const options = parseProxyLoadArgs(process.argv.slice(2));
+    const report = await runProxyLoad(options);
+    process.stdout.write(`\nproxy load (${report.host.cpus} cores, ${report.config.turns} turns/session, engine think ${report.config.thinkMs} ms)\n${formatReport(report)}\nJSON: ${options.out}\n`);
+    process.exitCode = report.pass ? 0 : 1;
+  })().catch((err: unknown) => {
+    process.stderr.write(`proxy-load: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exitCode = 2;
+  });
+}

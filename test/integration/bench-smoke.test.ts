@@ -1,0 +1,53 @@
+// Smoke test of the proxy load benchmark harness: tiny levels, a 10 ms engine, the proxy from src/.
+// It proves the harness runs end to end and reports every field; it asserts no timings.
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { formatReport, parseProxyLoadArgs, runProxyLoad, type ProxyLoadReport } from '../../bench/proxy-load.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'hl-bench-smoke-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+const summaryKeys = ['count', 'p50', 'p90', 'p99', 'max', 'mean'];
+
+test('proxy-load quick mode: every path answers every call, the report and its JSON carry all fields', async () => {
+  const out = join(dir, 'proxy-load.json');
+  const options = parseProxyLoadArgs(['--quick', '--levels', '4', '--turns', '2', '--think-ms', '10', '--ramp-ms', '20', '--proxy-from-source', '--out', out], {});
+  const log: string[] = [];
+  const report = await runProxyLoad({ ...options, log: (line) => log.push(line) });
+
+  assert.equal(report.bench, 'proxy-load');
+  assert.equal(report.levels.length, 1);
+  const level = report.levels[0]!;
+  assert.equal(level.sessions, 4);
+  for (const path of [level.direct, level.passthrough, level.proxy]) {
+    assert.deepEqual(path.errors, {}, `${path.mode} had errors`);
+    assert.equal(path.calls_ok, 8, `${path.mode}: 4 sessions x 2 turns`);
+    assert.deepEqual(Object.keys(path.latency).sort(), [...summaryKeys].sort());
+    assert.equal(path.latency.count, 8);
+    assert.ok(path.health && path.health.polls > 0, `${path.mode}: /health was polled`);
+    assert.deepEqual(path.health.errors, {}, `${path.mode}: /health failed`);
+  }
+  assert.equal(level.proxy.stored_calls, 8, 'every answered proxy call is in the durable store');
+  for (const value of [...Object.values(level.added), level.health_p50_ms, level.health_p99_ms]) assert.equal(typeof value, 'number');
+  assert.ok(level.proxy_rss_peak_mb > 0, 'proxy memory was sampled');
+  assert.ok(level.passthrough.process.rss_peak_mb > 0, 'pass-through memory was sampled');
+  assert.equal(report.targets.latency_evaluated_at, null, 'quick mode does not judge the latency ratio');
+  assert.equal(typeof level.pass, 'boolean');
+
+  const written = JSON.parse(readFileSync(out, 'utf8')) as ProxyLoadReport;
+  assert.deepEqual(written, JSON.parse(JSON.stringify(report)), 'the JSON file is the report');
+  const text = formatReport(report);
+  assert.match(text, /^sessions\s+errors d\/pt\/px/);
+  assert.match(text, /\n4\s+0\/0\/0\s/);
+  assert.match(text, /\n(PASS|FAIL)/);
+});
+
+test('proxy-load flags: bad levels and think times are refused in the caller\'s terms', () => {
+  assert.throws(() => parseProxyLoadArgs(['--levels', '64,abc'], {}), /--levels must be a comma-separated list of positive integers/);
+  assert.throws(() => parseProxyLoadArgs(['--think-ms', '1,2,3'], {}), /--think-ms must be a number of ms or "min,max"/);
+  assert.deepEqual(parseProxyLoadArgs([], { BENCH_QUICK: '1' }).levels, [8, 32]);
+  assert.deepEqual(parseProxyLoadArgs([], {}).levels, [64, 512, 1000]);
+});
