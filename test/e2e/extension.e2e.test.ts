@@ -124,6 +124,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
       'telemetry.telemetryLevel': 'off',
       'terminal.integrated.defaultProfile.linux': 'bash',
       'window.commandCenter': false,
+      'terminal.integrated.gpuAcceleration': 'off', // DOM renderer: the terminal text is then in the DOM
     },
   });
   mark('code-server up');

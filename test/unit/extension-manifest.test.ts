@@ -1,0 +1,59 @@
+// package.json contributions agree with the code: every command is registered and contributed,
+// every menu/welcome link points at a real command, settings match the zod schema.
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { SettingsSchema, readSettings } from '../../src/extension/settings.js';
+
+const root = join(__dirname, '..', '..');
+const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+const contributes = pkg.contributes;
+const contributed = new Set<string>(contributes.commands.map((c: { command: string }) => c.command));
+const registered = new Set([...readFileSync(join(root, 'src/extension/commands.ts'), 'utf8').matchAll(/^\s+'(harnessLab\.[A-Za-z]+)':/gm)].map((m) => m[1]!));
+
+test('the issue\'s commands exist with category "Harness Lab"', () => {
+  const titles = new Map<string, string>(contributes.commands.map((c: { command: string; title: string }) => [c.title, c.command]));
+  for (const title of ['Start Proxy', 'Stop Proxy', 'New Capture Session', 'Open Captured Terminal', 'Set Engine URL', 'Set Admin Key', 'Probe Engine', 'Delete Session', 'Show Log']) {
+    assert.ok(titles.has(title), `missing command "${title}"`);
+  }
+  assert.ok([...titles.keys()].some((t) => t.startsWith('Export Session')));
+  for (const c of contributes.commands) assert.equal(c.category, 'Harness Lab', c.command);
+});
+
+test('every contributed command is registered in commands.ts and vice versa', () => {
+  assert.deepEqual([...contributed].sort(), [...registered].sort());
+});
+
+test('menus and welcome links only name real commands', () => {
+  const builtins = new Set(['workbench.action.files.openFolder']);
+  for (const [menu, items] of Object.entries(contributes.menus) as [string, { command: string }[]][]) {
+    for (const item of items) assert.ok(contributed.has(item.command), `${menu} names unknown ${item.command}`);
+  }
+  for (const w of contributes.viewsWelcome) {
+    for (const m of (w.contents as string).matchAll(/\(command:([\w.]+)\)/g)) assert.ok(contributed.has(m[1]!) || builtins.has(m[1]!), `welcome of ${w.view} links unknown ${m[1]}`);
+  }
+});
+
+test('the Harness Lab container holds Sessions, Tasks and Engines, each with welcome content', () => {
+  assert.deepEqual(contributes.viewsContainers.activitybar.map((c: { id: string }) => c.id), ['harnessLab']);
+  const views = contributes.views.harnessLab.map((v: { id: string; name: string }) => `${v.id}:${v.name}`);
+  assert.deepEqual(views, ['harnessLab.sessions:Sessions', 'harnessLab.tasks:Tasks', 'harnessLab.engines:Engines']);
+  for (const v of contributes.views.harnessLab) assert.ok(contributes.viewsWelcome.some((w: { view: string }) => w.view === v.id), `no welcome for ${v.id}`);
+});
+
+test('settings in package.json match the schema, including defaults', () => {
+  const props = contributes.configuration.properties as Record<string, { default: unknown }>;
+  assert.deepEqual(Object.keys(props).map((k) => k.replace(/^harnessLab\./, '')).sort(), Object.keys(SettingsSchema.shape).sort());
+  const defaults = readSettings(() => undefined) as Record<string, unknown>;
+  for (const [key, spec] of Object.entries(props)) assert.deepEqual(spec.default, defaults[key.replace(/^harnessLab\./, '')], key);
+  assert.equal(props['harnessLab.proxyHost']!.default, '127.0.0.1');
+  assert.ok(!Object.keys(props).some((k) => /key|token|secret/i.test(k)), 'no credentials in settings (SecretStorage only)');
+});
+
+test('activation is implicit and the bundle is the entry point', () => {
+  assert.deepEqual(pkg.activationEvents, []);
+  assert.equal(pkg.main, './dist/extension.js');
+  assert.equal(pkg.engines.vscode, '^1.100.0');
+  assert.match(pkg.scripts.package, /vsce package --no-dependencies -o harness-lab\.vsix/);
+});
