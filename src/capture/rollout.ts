@@ -3,7 +3,7 @@
 import { checkRollout, isFatal } from './findings.js';
 import { RolloutGraph, byArrival } from './graph.js';
 import { buildSequences, type PathRole, type TrainingSequence } from './sequences.js';
-import { toTrainingTrace, type TrainingTrace } from './trace.js';
+import { toTrainingTrace, type TrainingTrace, type TrainingTurn } from './trace.js';
 import type { CallRecord, CaptureLevel, ChatMessage, ChatTool, JsonObject, SessionInfo } from './types.js';
 
 export { TrainingTraceSchema, TrainingTurnSchema, traceToJsonl, type TrainingTrace, type TrainingTurn } from './trace.js';
@@ -22,6 +22,11 @@ export interface RolloutOptions {
   includeDiscarded?: boolean;
   /** Add request messages, tools and response message to each entry of `turns`. Default false. */
   includeMessages?: boolean;
+  /**
+   * Build `traces` (default true). They cost memory and time in the sum of all prompt lengths (each
+   * turn carries its full prompt and mask); pass false when only the graph and sequences are needed.
+   */
+  includeTraces?: boolean;
   /** Session-level findings (e.g. "[WARN] sampling_neutralised: ..."), appended to `validation`. */
   sessionFindings?: readonly string[];
   /** A live graph already fed with these records (same capture level), to skip relinking. */
@@ -92,7 +97,7 @@ export interface RolloutDocument {
   turns: RolloutTurn[];
   stats: RolloutStats;
   sequences: TrainingSequence[];
-  /** One per row of `sequences`; empty for an evaluation rollout (see assertTrainable). */
+  /** One per row of `sequences`; empty for an evaluation rollout (see assertTrainable) or with includeTraces false. */
   traces: TrainingTrace[];
   validation: string[];
   trainable: boolean;
@@ -129,6 +134,8 @@ export function buildRollout(session: SessionInfo, records: readonly CallRecord[
     }
   });
 
+  // A node's TrainingTurn is the same in every path through it: build it once (forks share prefixes).
+  const turnCache = new Map<string, TrainingTurn>();
   const rows: TrainingSequence[] = [];
   const traces: TrainingTrace[] = [];
   all.forEach((seq, i) => {
@@ -137,7 +144,7 @@ export function buildRollout(session: SessionInfo, records: readonly CallRecord[
     // trace carries the rollout's findings so the reason travels with the line.
     const row: TrainingSequence = { ...seq, trainable: seq.trainable && rolloutOk };
     rows.push(row);
-    if (trainableCapture) traces.push(toTrainingTrace(session.session_id, { ...row, validation: [...row.validation, ...validation] }, paths[i]!));
+    if (trainableCapture && opts.includeTraces !== false) traces.push(toTrainingTrace(session.session_id, { ...row, validation: [...row.validation, ...validation] }, paths[i]!, turnCache));
   });
 
   const counted = new Set<string>();

@@ -122,7 +122,7 @@ export function trainingTurn(node: GraphNode): TrainingTurn {
     node_id: node.node_id,
     prompt_token_ids: node.prompt_ids as number[],
     completion_token_ids: node.sampled_ids as number[],
-    per_token_logps: usable ? (lps as number[]) : new Array<number>(node.sampled_ids.length).fill(0),
+    per_token_logps: usable ? (lps as number[]) : node.sampled_ids.map(() => 0),
     loss_mask: mask,
     request: { messages: node.request_messages as TrainingTurn['request']['messages'], tools: (node.request_tools as TrainingTurn['request']['tools']) ?? null },
     response: {
@@ -140,8 +140,21 @@ export function trainingTurn(node: GraphNode): TrainingTurn {
   };
 }
 
-/** A sequence and its path as a TrainingTrace. `validation` should already carry rollout-level findings. */
-export function toTrainingTrace(sessionId: string, seq: TrainingSequence, path: readonly GraphNode[]): TrainingTrace {
+/**
+ * A sequence and its path as a TrainingTrace. `validation` should already carry rollout-level findings.
+ * Pass one `turnCache` for all paths of a rollout so shared turns are built once and shared.
+ */
+export function toTrainingTrace(
+  sessionId: string,
+  seq: TrainingSequence,
+  path: readonly GraphNode[],
+  turnCache: Map<string, TrainingTurn> = new Map(),
+): TrainingTrace {
+  const turn = (node: GraphNode): TrainingTurn => {
+    let t = turnCache.get(node.node_id);
+    if (!t) turnCache.set(node.node_id, (t = trainingTurn(node)));
+    return t;
+  };
   return {
     schema_version: TRAINING_TRACE_SCHEMA_VERSION,
     session_id: sessionId,
@@ -156,7 +169,7 @@ export function toTrainingTrace(sessionId: string, seq: TrainingSequence, path: 
     n_trainable: seq.n_trainable,
     trainable: seq.trainable,
     validation: seq.validation,
-    turns: path.map(trainingTurn),
+    turns: path.map(turn),
   };
 }
 

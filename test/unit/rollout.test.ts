@@ -245,3 +245,16 @@ test('a live graph and a rebuild from the store give the same document', () => {
   const rebuilt = buildRollout(session, records, tokens);
   assert.deepEqual(fromLive, rebuilt);
 });
+
+test('traces can be left out of the document, and shared turns are built once', () => {
+  const lean = buildRollout(session, agentWithRetryAndTitle(), { ...tokens, includeTraces: false });
+  assert.deepEqual(lean.traces, []);
+  assert.equal(lean.trainable, true);
+  const records = [
+    call({ id: 'a', index: 0, prompt: [1, 2], sampled: [3], nTools: 1 }),
+    call({ id: 'x', index: 1, prompt: [1, 2, 3, 4], sampled: [5], nTools: 1 }),
+    call({ id: 'y', index: 2, prompt: [1, 2, 3, 6], sampled: [7], nTools: 1 }),
+  ];
+  const [tx, ty] = buildRollout(session, records, tokens).traces;
+  assert.equal(tx!.turns[0], ty!.turns[0], 'the fork point a is one object in both traces');
+});
