@@ -1,7 +1,8 @@
 // package.json contributions agree with the code: every command is registered and contributed,
 // every menu/welcome link points at a real command, settings match the zod schema.
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { SettingsSchema, readSettings } from '../../src/extension/settings.js';
@@ -55,5 +56,15 @@ test('activation is implicit and the bundle is the entry point', () => {
   assert.deepEqual(pkg.activationEvents, []);
   assert.equal(pkg.main, './dist/extension.js');
   assert.equal(pkg.engines.vscode, '^1.100.0');
-  assert.match(pkg.scripts.package, /vsce package --no-dependencies -o harness-lab\.vsix/);
+  assert.match(pkg.scripts.package, /vsce package --no-dependencies --no-rewrite-relative-links -o harness-lab\.vsix/);
+});
+
+test('the .vsix allow-list ships only bundles, media, README, LICENSE and package.json', () => {
+  const vsce = join(root, 'node_modules', '.bin', 'vsce');
+  const files = execFileSync(vsce, ['ls', '--no-dependencies'], { cwd: root, encoding: 'utf8' }).trim().split('\n').filter(Boolean);
+  const allowed = [/^package\.json$/, /^README\.md$/, /^LICENSE$/, /^dist\/extension\.js$/, /^dist\/webview\/[^/]+(\/[^/]+)*$/, /^media\/[^/]+(\/[^/]+)*$/];
+  for (const f of files) assert.ok(allowed.some((re) => re.test(f)), `${f} would be packaged`);
+  for (const f of ['package.json', 'README.md', 'LICENSE', 'media/harness-lab.svg']) assert.ok(files.includes(f), `${f} missing from the package`);
+  if (existsSync(join(root, 'dist', 'extension.js'))) assert.ok(files.includes('dist/extension.js'));
+  assert.ok(!files.some((f) => f.endsWith('.map')), 'no source maps in the package');
 });
