@@ -173,7 +173,7 @@ export class RolloutGraph {
    * Invariant kept after every add: each node's parent is its best candidate among all nodes present.
    * A new node N can only become a better parent for nodes X whose prompt starts with N's end, which are
    * the prompt markers in the subtree below N's end. Inside that subtree, a trie node carrying any end
-   * marker is a valid parent, at least as long as N, for every prompt strictly below it, so by the
+   * marker is a valid parent, with a longer end than N, for every prompt strictly below it, so by the
    * invariant nothing below it needs a look: the walk stops there. What is visited is N's own path plus
    * the region between N's end and the next ends, i.e. the nodes actually re-parented (and N's exact
    * duplicates' children), never the session's other calls.
