@@ -9,6 +9,7 @@ const COMMANDS: Record<string, () => Promise<CliCommand>> = {
   // one line per command, keep sorted
   demo: async () => (await import('./demo-command.js')).demoCommand,
   export: async () => (await import('./export-command.js')).exportCommand,
+  images: async () => (await import('./images-command.js')).imagesCommand,
   proxy: async () => (await import('./proxy-command.js')).proxyCommand,
 };
 
