@@ -1,0 +1,81 @@
+// The one message protocol between the rollout viewer's host (extension) and its webview.
+// Webview -> host messages are untrusted and validated with zod on the host; host -> webview messages
+// are checked by type on arrival. Nothing is posted to the webview before it sends `ready`.
+// Requests carry a `seq`; their reply echoes it as `{type: '<method>/completion', seq, res | err}`.
+import { z } from 'zod';
+import type { AtifCheckResult } from '../harness/atif-check.js';
+import type { ViewerData } from './viewer-data.js';
+
+export const MSG = {
+  ready: 'ready',
+  attachTrajectory: 'attachTrajectory',
+  attachTrajectoryCompletion: 'attachTrajectory/completion',
+  revealCall: 'revealCall',
+  load: 'load',
+  tokenTexts: 'tokenTexts',
+  atif: 'atif',
+  focusTurn: 'focusTurn',
+  error: 'error',
+} as const;
+
+const NodeId = z.string().min(1).max(200);
+
+/** Webview -> host. */
+export const WebviewMessageSchema = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal(MSG.ready), version: z.literal(1) }),
+  /** Ask the host to pick a trajectory.json and run the ATIF cross-check. */
+  z.strictObject({ type: z.literal(MSG.attachTrajectory), seq: z.int().nonnegative() }),
+  /** The user selected a turn; the host may reveal the call in the Sessions tree. */
+  z.strictObject({ type: z.literal(MSG.revealCall), node_id: NodeId }),
+]);
+export type WebviewMessage = z.infer<typeof WebviewMessageSchema>;
+
+/** Host -> webview. */
+export type HostMessage =
+  | { type: typeof MSG.load; data: ViewerData; focus?: string | null }
+  | { type: typeof MSG.tokenTexts; texts: Record<string, string> }
+  | { type: typeof MSG.atif; result: AtifCheckResult }
+  | { type: typeof MSG.focusTurn; node_id: string }
+  | { type: typeof MSG.attachTrajectoryCompletion; seq: number; res?: AtifCheckResult | null; err?: string }
+  | { type: typeof MSG.error; message: string };
+
+const HOST_TYPES = new Set<string>([MSG.load, MSG.tokenTexts, MSG.atif, MSG.focusTurn, MSG.attachTrajectoryCompletion, MSG.error]);
+
+/** Envelope check on the webview side (the payload is built by our own host). */
+export function isHostMessage(value: unknown): value is HostMessage {
+  return typeof value === 'object' && value !== null && HOST_TYPES.has((value as { type?: unknown }).type as string);
+}
+
+/** Host side: validate one inbound message, or say why it was rejected. */
+export function parseWebviewMessage(value: unknown): { ok: true; msg: WebviewMessage } | { ok: false; error: string } {
+  const res = WebviewMessageSchema.safeParse(value);
+  if (res.success) return { ok: true, msg: res.data };
+  return { ok: false, error: res.error.issues.map((i) => `${i.path.join('.') || '(message)'}: ${i.message}`).join('; ') };
+}
+
+/**
+ * Holds host -> webview messages until the webview says `ready`, then flushes them in order.
+ * A reloaded webview (hidden and shown again) sends `ready` again: `reset` re-arms the queue.
+ */
+export class ReadyQueue<M> {
+  private ready = false;
+  private queue: M[] = [];
+  constructor(private readonly post: (msg: M) => void) {}
+  send(msg: M): void {
+    if (this.ready) this.post(msg);
+    else this.queue.push(msg);
+  }
+  /** The webview is listening now. */
+  open(): void {
+    this.ready = true;
+    const pending = this.queue;
+    this.queue = [];
+    for (const m of pending) this.post(m);
+  }
+  reset(): void {
+    this.ready = false;
+  }
+  get isReady(): boolean {
+    return this.ready;
+  }
+}

@@ -1,0 +1,177 @@
+// What the rollout viewer shows, derived once from a RolloutDocument (or TrainingTrace lines) on the
+// host and handed to the webview as plain JSON. The webview never sees the raw document: traces and
+// flattened sequences would repeat every token id several times over.
+import type { AtifCheckResult } from '../harness/atif-check.js';
+import type { RolloutDocument, RolloutGraphJson, RolloutStats } from '../capture/rollout.js';
+import type { CallRecord, JsonObject } from '../capture/types.js';
+
+export const VIEWER_DATA_VERSION = 1;
+
+export interface ViewerTopAlt {
+  id: number | null;
+  text: string;
+  logprob: number;
+}
+
+export interface ViewerRaw {
+  dialect: string;
+  path: string;
+  /** The request as the harness sent it (its dialect). */
+  request: unknown;
+  /** The chat-completions request the engine received. */
+  engine_request: unknown;
+  /** The engine's answer. */
+  engine_response: unknown;
+  /** What the harness got back (non-streamed equivalent for streams). */
+  response_body: unknown;
+}
+
+export interface ViewerTurn {
+  node_id: string;
+  index: number;
+  parent_id: string | null;
+  root_id: string;
+  children: string[];
+  discarded: boolean;
+  role: 'agent' | 'auxiliary' | 'discarded';
+  prompt_ids: number[];
+  sampled_ids: number[];
+  /** Engine logprobs of the sampled tokens when aligned (one per sampled token), else null. */
+  logprobs: number[] | null;
+  /** Whether the sampled tokens carry loss mask 1 in the exported training data. */
+  trained: boolean;
+  top: ViewerTopAlt[][] | null;
+  /** Text of each sampled token from the engine's bytes; null entries where bytes were missing. */
+  sampled_text: (string | null)[] | null;
+  /** Why the turn's tokens do not train or cannot be coloured (misaligned, missing logprobs, findings). */
+  flags: string[];
+  findings: string[];
+  finish_reason: string | null;
+  n_tools: number;
+  model: string | null;
+  latency_ms: number | null;
+  started_at: string | null;
+  request_messages: unknown[];
+  response_message: unknown;
+  raw: ViewerRaw | null;
+}
+
+export interface ViewerData {
+  version: typeof VIEWER_DATA_VERSION;
+  /** Stable key for remembered positions (session id, or the file path). */
+  key: string;
+  title: string;
+  source: 'rollout' | 'trace';
+  session_id: string;
+  capture_level: string;
+  rollout_type: string;
+  metadata: JsonObject;
+  stats: RolloutStats | null;
+  validation: string[];
+  graph: RolloutGraphJson;
+  /** Arrival order. */
+  turns: ViewerTurn[];
+  /** Prompt-token texts by id ("123" -> " the"), from the engine's tokenizer; may arrive later. */
+  token_texts: Record<string, string>;
+  atif: AtifCheckResult | null;
+}
+
+/** Token bytes -> text; bytes that are not valid UTF-8 on their own (split characters) show as \xNN. */
+export function bytesToText(bytes: readonly number[]): string {
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(new Uint8Array(bytes));
+  } catch {
+    let out = '';
+    for (const b of bytes) out += b >= 0x20 && b < 0x7f ? String.fromCharCode(b) : `\\x${b.toString(16).padStart(2, '0')}`;
+    return out;
+  }
+}
+
+/** Reasons a turn's sampled tokens cannot be coloured or trained, in the user's terms. */
+export function turnFlags(call: Pick<CallRecord, 'completion_token_ids' | 'logprobs' | 'prompt_token_ids'>, findings: readonly string[], trained: boolean): string[] {
+  const flags: string[] = [];
+  const n = call.completion_token_ids?.length ?? 0;
+  if (!call.prompt_token_ids || call.prompt_token_ids.length === 0) flags.push('no prompt token ids: the engine did not return them, so the context is shown from messages only');
+  if (n > 0 && call.logprobs === null) flags.push('missing logprobs: the engine returned none for this call, so its tokens stay context (mask 0)');
+  else if (n > 0 && call.logprobs && call.logprobs.length !== n) flags.push(`misaligned logprobs: ${call.logprobs.length} logprobs for ${n} sampled tokens, so its tokens stay context (mask 0)`);
+  for (const f of findings) if (f.startsWith('[FATAL]') || f.startsWith('[WARN]')) flags.push(f);
+  if (n > 0 && !trained && flags.length === 0) flags.push('not trained: the turn is not on a trainable agent path');
+  return flags;
+}
+
+function rawOf(c: CallRecord): ViewerRaw {
+  return { dialect: c.dialect, path: c.path, request: c.request.body, engine_request: c.engine_request, engine_response: c.engine_response, response_body: c.response_body };
+}
+
+export interface BuildViewerOptions {
+  key?: string;
+  title?: string;
+  tokenTexts?: Record<string, string>;
+  atif?: AtifCheckResult | null;
+}
+
+export function viewerDataFromRollout(doc: Pick<RolloutDocument, 'session_id' | 'metadata' | 'capture_level' | 'rollout_type' | 'calls' | 'graph' | 'turns' | 'stats' | 'sequences' | 'validation'>, opts: BuildViewerOptions = {}): ViewerData {
+  const byId = new Map(doc.calls.map((c) => [c.call_id, c]));
+  const graphNode = new Map(doc.graph.nodes.map((n) => [n.node_id, n]));
+  const trainedNodes = new Set<string>();
+  for (const s of doc.sequences) if (s.trainable) for (const id of s.node_ids) trainedNodes.add(id);
+  const turns: ViewerTurn[] = [...doc.turns]
+    .sort((a, b) => a.index - b.index)
+    .map((t) => {
+      const c = byId.get(t.node_id)!;
+      const sampled = c.completion_token_ids ?? [];
+      const aligned = c.logprobs && c.logprobs.length === sampled.length && sampled.length > 0 ? c.logprobs : null;
+      const trained = t.sampled_logprobs !== null && trainedNodes.has(t.node_id);
+      const g = graphNode.get(t.node_id);
+      return {
+        node_id: t.node_id,
+        index: t.index,
+        parent_id: t.parent_id,
+        root_id: t.root_id,
+        children: g?.children ?? [],
+        discarded: t.discarded,
+        role: g?.role ?? 'discarded',
+        prompt_ids: c.prompt_token_ids ?? [],
+        sampled_ids: sampled,
+        logprobs: aligned,
+        trained,
+        top: c.top_logprobs && c.top_logprobs.length === sampled.length ? c.top_logprobs.map((alts) => alts.map((a) => ({ id: a.token_id, text: a.token, logprob: a.logprob }))) : null,
+        sampled_text: c.token_bytes && c.token_bytes.length === sampled.length ? c.token_bytes.map((b) => (b ? bytesToText(b) : null)) : null,
+        flags: turnFlags(c, t.findings, trained),
+        findings: [...t.findings],
+        finish_reason: t.finish_reason,
+        n_tools: t.n_tools,
+        model: c.model,
+        latency_ms: c.latency_ms,
+        started_at: c.started_at,
+        request_messages: c.engine_request?.messages ?? [],
+        response_message: c.engine_response?.choices?.[0]?.message ?? null,
+        raw: rawOf(c),
+      };
+    });
+  return {
+    version: VIEWER_DATA_VERSION,
+    key: opts.key ?? doc.session_id,
+    title: opts.title ?? `Rollout ${doc.session_id}`,
+    source: 'rollout',
+    session_id: doc.session_id,
+    capture_level: doc.capture_level,
+    rollout_type: doc.rollout_type,
+    metadata: doc.metadata,
+    stats: doc.stats,
+    validation: [...doc.validation],
+    graph: doc.graph,
+    turns,
+    token_texts: opts.tokenTexts ?? {},
+    atif: opts.atif ?? null,
+  };
+}
+
+/** Every distinct prompt-token id of the data that has no text yet (sampled tokens' own bytes count). */
+export function idsWithoutText(data: ViewerData): number[] {
+  const known = new Set<number>();
+  for (const t of data.turns) t.sampled_text?.forEach((s, i) => s !== null && known.add(t.sampled_ids[i]!));
+  const out = new Set<number>();
+  for (const t of data.turns) for (const id of t.prompt_ids) if (!known.has(id) && data.token_texts[id] === undefined) out.add(id);
+  return [...out].sort((a, b) => a - b);
+}

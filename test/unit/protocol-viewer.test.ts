@@ -1,0 +1,76 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildRollout, traceToJsonl } from '../../src/capture/rollout.js';
+import { MSG, ReadyQueue, isHostMessage, parseWebviewMessage } from '../../src/protocol/messages.js';
+import { RolloutFileError, parseRolloutDocument, viewerDataFromFile } from '../../src/protocol/rollout-file.js';
+import { bytesToText, idsWithoutText, viewerDataFromRollout } from '../../src/protocol/viewer-data.js';
+import { call, chain, session } from './rollout-fixtures.js';
+
+test('inbound webview messages are validated; unknown or malformed ones are rejected with a reason', () => {
+  assert.deepEqual(parseWebviewMessage({ type: 'ready', version: 1 }), { ok: true, msg: { type: 'ready', version: 1 } });
+  assert.equal(parseWebviewMessage({ type: MSG.attachTrajectory, seq: 3 }).ok, true);
+  const bad = [{ type: 'ready' }, { type: 'ready', version: 1, extra: 1 }, { type: 'attachTrajectory', seq: -1 }, { type: 'rm -rf' }, null, 'ready', { type: 'revealCall', node_id: '' }];
+  for (const b of bad) {
+    const r = parseWebviewMessage(b);
+    assert.equal(r.ok, false, JSON.stringify(b));
+    if (!r.ok) assert.ok(r.error.length > 0);
+  }
+  assert.equal(isHostMessage({ type: 'load', data: {} }), true);
+  assert.equal(isHostMessage({ type: 'ready' }), false);
+});
+
+test('ReadyQueue holds messages until ready, then flushes in order; reset re-arms it', () => {
+  const got: number[] = [];
+  const q = new ReadyQueue<number>((m) => got.push(m));
+  q.send(1);
+  q.send(2);
+  assert.deepEqual(got, []);
+  q.open();
+  q.send(3);
+  assert.deepEqual(got, [1, 2, 3]);
+  q.reset();
+  q.send(4);
+  assert.deepEqual(got, [1, 2, 3]);
+  q.open();
+  assert.deepEqual(got, [1, 2, 3, 4]);
+});
+
+test('viewer data keeps the capture: token ids, aligned logprobs, mask, flags for misaligned and missing logprobs', () => {
+  const records = chain(3, { sampled: 4 });
+  records[1] = { ...records[1]!, logprobs: [-0.1, -0.2] }; // misaligned
+  records[2] = { ...records[2]!, logprobs: null, token_bytes: [[104, 105], [0xe2, 0x82], null, [32]] };
+  const doc = buildRollout(session, records, { budgetStopCount: 0, captureLevel: 'tokens' });
+  const data = viewerDataFromRollout(doc);
+  assert.equal(data.turns.length, 3);
+  assert.deepEqual(data.turns.map((t) => t.prompt_ids), records.map((r) => r.prompt_token_ids));
+  assert.deepEqual(data.turns.map((t) => t.sampled_ids), records.map((r) => r.completion_token_ids));
+  assert.deepEqual(data.turns[0]!.logprobs, [-0.5, -0.5, -0.5, -0.5]);
+  assert.equal(data.turns[0]!.trained, true);
+  assert.equal(data.turns[1]!.logprobs, null);
+  assert.equal(data.turns[1]!.trained, false);
+  assert.match(data.turns[1]!.flags.join('\n'), /misaligned logprobs: 2 logprobs for 4 sampled tokens/);
+  assert.match(data.turns[2]!.flags.join('\n'), /missing logprobs/);
+  assert.deepEqual(data.turns[2]!.sampled_text, ['hi', '\\xe2\\x82', null, ' ']);
+  assert.equal(data.turns[0]!.raw!.dialect, 'openai_chat');
+  // Sampled tokens of earlier turns reappear in later prompts; their bytes name them.
+  assert.ok(!idsWithoutText(data).includes(records[2]!.completion_token_ids![0]!));
+  assert.equal(bytesToText([0xe2, 0x82, 0xac]), '€');
+});
+
+test('rollout files and trace JSONL parse into the same turns; bad files get a clear error', () => {
+  const records = [...chain(3), call({ id: 'r', index: 3, prompt: chain(3)[1]!.prompt_token_ids, sampled: [7, 8] })];
+  const doc = buildRollout(session, records, { budgetStopCount: 0, captureLevel: 'tokens', includeDiscarded: true });
+  const fromDoc = viewerDataFromFile(JSON.stringify(doc), '/x/s.rollout.json').data;
+  assert.equal(fromDoc.turns.length, 4);
+  assert.equal(fromDoc.key, '/x/s.rollout.json');
+  const fromTrace = viewerDataFromFile(traceToJsonl(doc.traces), '/x/s.jsonl').data;
+  assert.equal(fromTrace.source, 'trace');
+  assert.deepEqual(
+    fromTrace.turns.map((t) => [t.node_id, t.parent_id, t.prompt_ids.length, t.sampled_ids.length, t.trained]),
+    fromDoc.turns.map((t) => [t.node_id, t.parent_id, t.prompt_ids.length, t.sampled_ids.length, t.trained]),
+  );
+  assert.deepEqual(fromTrace.graph.roots, fromDoc.graph.roots);
+  assert.throws(() => parseRolloutDocument('{}', 'a.rollout.json'), (e: unknown) => e instanceof RolloutFileError && /a\.rollout\.json is not a Harness Lab rollout document: session_id/.test(e.message));
+  assert.throws(() => viewerDataFromFile('{"x":1}\n', 'a.jsonl'), /a\.jsonl:1: not a TrainingTrace line/);
+  assert.throws(() => viewerDataFromFile('nope', 'a.rollout.json'), /not JSON/);
+});
