@@ -2,11 +2,19 @@
 // openai `responses`, @anthropic-ai/sdk and @google/genai, streamed and not, with a tool round trip,
 // the token-count side routes, the budget stop answer and dialect-shaped errors.
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 import { GoogleGenAI, type Content } from '@google/genai';
 import OpenAI from 'openai';
+import { anthropicSignature, decodeGeminiThoughtSignature, decryptReasoning } from '../../src/capture/dialects/reasoning.js';
 import { STOP_ANSWER_TEXT } from '../../src/capture/dialects/stop-answer.js';
+import { CaptureProxy } from '../../src/capture/proxy.js';
+import type { ChatRequest } from '../../src/capture/types.js';
 import { createSession, startLab, type Lab } from './helpers.js';
 
 const shellSchema = { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] };
@@ -215,5 +223,99 @@ describe('official SDKs against the proxy', () => {
     const g = await new GoogleGenAI({ apiKey: session_id, httpOptions: { baseUrl: lab.proxy.url } }).models.generateContent({ model: 'm', contents: 'x' });
     assert.equal(g.text, STOP_ANSWER_TEXT);
     assert.equal(lab.proxy.getCalls(session_id).length, 1, 'stop answers are never recorded');
+  });
+});
+
+// The fake engine has no reasoning; this one answers like vLLM with a reasoning parser (`message.reasoning`),
+// so the SDKs' strict accumulators see thinking blocks, reasoning items and thought parts.
+describe('reasoning through the official SDKs', () => {
+  const seen: ChatRequest[] = [];
+  let engine: Server;
+  let proxy: CaptureProxy;
+  let dataDir: string;
+  before(async () => {
+    engine = createServer((req, res) => {
+      let raw = '';
+      req.on('data', (c: Buffer) => (raw += c.toString()));
+      req.on('end', () => {
+        res.setHeader('content-type', 'application/json');
+        if (req.method === 'GET') return res.end(JSON.stringify({ object: 'list', data: [{ id: 'reasoner', object: 'model' }] }));
+        const request = JSON.parse(raw) as ChatRequest;
+        seen.push(request);
+        const followUp = request.messages.at(-1)?.role === 'tool';
+        const message = followUp
+          ? { role: 'assistant', content: 'Done.', reasoning: 'Finished.' }
+          : { role: 'assistant', content: 'Checking a.txt.', reasoning: 'Count lines next.', tool_calls: [{ id: 'call_2', type: 'function', function: { name: 'bash', arguments: '{"command":"wc -l notes.txt"}' } }] };
+        res.end(JSON.stringify({ id: `chatcmpl-${seen.length}`, object: 'chat.completion', created: 1730000000, model: 'reasoner', choices: [{ index: 0, message, finish_reason: followUp ? 'stop' : 'tool_calls' }], usage: { prompt_tokens: 20, completion_tokens: 9, total_tokens: 29, prompt_tokens_details: null } }));
+      });
+    });
+    await new Promise<void>((resolve) => engine.listen(0, '127.0.0.1', resolve));
+    dataDir = mkdtempSync(join(tmpdir(), 'hl-sdk-'));
+    proxy = await CaptureProxy.start({ engineUrl: `http://127.0.0.1:${(engine.address() as AddressInfo).port}`, model: 'reasoner', dataDir, captureLevel: 'logprobs' });
+  });
+  after(async () => {
+    await proxy.close();
+    await new Promise((resolve) => engine.close(resolve));
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+  const bash = { name: 'bash', description: 'Run a shell command', schema: shellSchema };
+  const engineSawReasoning = () => seen.at(-1)!.messages.find((m) => m.role === 'assistant')?.reasoning;
+
+  test('Anthropic: the stream yields a signed thinking block that survives the next request', async () => {
+    const { session_id } = await createSession(proxy);
+    const client = new Anthropic({ apiKey: session_id, baseURL: proxy.url, maxRetries: 0 });
+    const tools: Anthropic.Tool[] = [{ name: bash.name, description: bash.description, input_schema: bash.schema as Anthropic.Tool.InputSchema }];
+    const messages: Anthropic.MessageParam[] = [{ role: 'user', content: 'Count lines.' }];
+    const first = await client.messages.stream({ model: 'claude-test', max_tokens: 2000, thinking: { type: 'enabled', budget_tokens: 1024 }, tools, messages }).finalMessage();
+    assert.deepEqual(first.content.map((b) => b.type), ['thinking', 'text', 'tool_use']);
+    const thinking = first.content[0]!;
+    assert.ok(thinking.type === 'thinking');
+    assert.equal(thinking.thinking, 'Count lines next.');
+    assert.equal(thinking.signature, anthropicSignature('Count lines next.'));
+    assert.deepEqual(seen.at(-1)!.chat_template_kwargs, { enable_thinking: true });
+    const use = first.content[2]!;
+    assert.ok(use.type === 'tool_use');
+    const second = await client.messages.create({ model: 'claude-test', max_tokens: 2000, tools, messages: [...messages, { role: 'assistant', content: first.content }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: '3 notes.txt' }] }] });
+    assert.equal(engineSawReasoning(), 'Count lines next.');
+    assert.deepEqual(second.content.map((b) => b.type), ['thinking', 'text']);
+  });
+
+  test('Responses: the stream yields a reasoning item whose encrypted_content carries the text back', async () => {
+    const { session_id } = await createSession(proxy);
+    const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session_id, maxRetries: 0 });
+    const tools: OpenAI.Responses.Tool[] = [{ type: 'function', name: bash.name, parameters: bash.schema, strict: false }];
+    const input: OpenAI.Responses.ResponseInputItem[] = [{ role: 'user', content: 'Count lines.' }];
+    const first = await client.responses.stream({ model: 'gpt-codex', input, tools, reasoning: { effort: 'high', summary: 'auto' }, include: ['reasoning.encrypted_content'] }).finalResponse();
+    assert.deepEqual(first.output.map((o) => o.type), ['reasoning', 'message', 'function_call']);
+    const reasoning = first.output[0]!;
+    assert.ok(reasoning.type === 'reasoning');
+    assert.equal(reasoning.summary[0]?.text, 'Count lines next.');
+    assert.equal(decryptReasoning(reasoning.encrypted_content), 'Count lines next.');
+    assert.equal(first.output_text, 'Checking a.txt.');
+    const call = first.output[2]!;
+    assert.ok(call.type === 'function_call');
+    // codex resends reasoning with only summary + encrypted_content.
+    const resent = { type: 'reasoning' as const, id: reasoning.id, summary: [], encrypted_content: reasoning.encrypted_content };
+    await client.responses.create({ model: 'gpt-codex', tools, input: [...input, resent, first.output[1] as OpenAI.Responses.ResponseInputItem, call, { type: 'function_call_output', call_id: call.call_id, output: '3' }] });
+    assert.equal(engineSawReasoning(), 'Count lines next.');
+    const assistant = seen.at(-1)!.messages.filter((m) => m.role === 'assistant');
+    assert.equal(assistant.length, 1, 'reasoning, text and call are one engine turn again');
+    assert.equal(assistant[0]!.content, 'Checking a.txt.');
+  });
+
+  test('Gemini: the stream yields a thought part with our signature, and it returns as reasoning', async () => {
+    const { session_id } = await createSession(proxy);
+    const ai = new GoogleGenAI({ apiKey: session_id, httpOptions: { baseUrl: proxy.url } });
+    const config = { tools: [{ functionDeclarations: [{ name: bash.name, description: bash.description, parametersJsonSchema: bash.schema }] }], thinkingConfig: { includeThoughts: true } };
+    const contents: Content[] = [{ role: 'user', parts: [{ text: 'Count lines.' }] }];
+    const parts = [];
+    for await (const chunk of await ai.models.generateContentStream({ model: 'gemini-test', contents, config })) parts.push(...(chunk.candidates?.[0]?.content?.parts ?? []));
+    const thought = parts.find((p) => p.thought);
+    assert.equal(thought?.text, 'Count lines next.');
+    assert.equal(decodeGeminiThoughtSignature(thought?.thoughtSignature), anthropicSignature('Count lines next.'));
+    const call = parts.find((p) => p.functionCall)?.functionCall;
+    assert.ok(call);
+    await ai.models.generateContent({ model: 'gemini-test', config, contents: [...contents, { role: 'model', parts }, { role: 'user', parts: [{ functionResponse: { id: call.id, name: call.name, response: { output: '3' } } }] }] });
+    assert.equal(engineSawReasoning(), 'Count lines next.');
   });
 });
