@@ -8,9 +8,11 @@ export interface CliCommand {
 const COMMANDS: Record<string, () => Promise<CliCommand>> = {
   // one line per command, keep sorted
   demo: async () => (await import('./demo-command.js')).demoCommand,
+  engine: async () => (await import('./engine-command.js')).engineCommand,
   export: async () => (await import('./export-command.js')).exportCommand,
   images: async () => (await import('./images-command.js')).imagesCommand,
   proxy: async () => (await import('./proxy-command.js')).proxyCommand,
+  run: async () => (await import('./run-command.js')).runCommand,
 };
 
 function usage(): string {

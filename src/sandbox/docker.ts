@@ -1,0 +1,268 @@
+// Docker backend: one labelled container per rollout, kept alive with `sleep infinity` (like Harbor),
+// commands via exec, host networking so the harness reaches the loopback proxy, /logs bind mounts.
+import { createHash } from 'node:crypto';
+import { appendFileSync, mkdirSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { join, relative } from 'node:path';
+import { PassThrough } from 'node:stream';
+import type Docker from 'dockerode';
+import type { HarborTask } from '../tasks/task.js';
+import { TaskError } from '../tasks/task.js';
+import { LABEL, connectDocker, followProgress, imageExists } from './docker-client.js';
+import { BASE_IMAGE, tarDirectory } from './images.js';
+import { OUTPUT_TAIL, SandboxError, processAlive, type ExecOptions, type ExecResult, type Sandbox, type SandboxPaths, type SandboxRuntime, type SandboxSpec } from './runtime.js';
+
+const HOME = '/tmp/harness-home';
+const BIN_DIR = '/opt/harness-lab/bin';
+const HARNESS_DIR = '/opt/harness-lab/harnesses';
+
+function owner(): string {
+  return `${hostname()}/${process.pid}`;
+}
+
+/** Content hash of the build context: the image tag changes exactly when the environment does. */
+export function contextHash(dir: string): string {
+  const h = createHash('sha256');
+  const walk = (d: string) => {
+    for (const name of readdirSync(d).sort()) {
+      const p = join(d, name);
+      const st = statSync(p);
+      if (st.isDirectory()) walk(p);
+      else h.update(`${relative(dir, p)}\0${st.mode & 0o111 ? 'x' : '-'}\0`).update(readFileSync(p)).update('\0');
+    }
+  };
+  walk(dir);
+  return h.digest('hex').slice(0, 12);
+}
+
+/** The FROM images of a Dockerfile (build-stage names excluded). */
+export function dockerfileBases(text: string): string[] {
+  const stages = new Set<string>();
+  const out: string[] = [];
+  for (const line of text.split(/\r?\n/)) {
+    const m = /^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?/i.exec(line);
+    if (!m) continue;
+    if (!stages.has(m[1]!.toLowerCase())) out.push(m[1]!);
+    if (m[2]) stages.add(m[2].toLowerCase());
+  }
+  return out;
+}
+
+export class DockerRuntime implements SandboxRuntime {
+  readonly kind = 'docker' as const;
+  private readonly owned = new Set<string>();
+
+  private constructor(readonly docker: Docker) {}
+
+  static async connect(): Promise<DockerRuntime> {
+    return new DockerRuntime(await connectDocker());
+  }
+
+  async prepareImage(task: HarborTask, log?: (line: string) => void): Promise<string> {
+    const env = task.environment;
+    const file = `${task.name}/environment/Dockerfile`;
+    if (!env.dockerfile) {
+      const image = env.dockerImage ?? BASE_IMAGE;
+      if (!(await imageExists(this.docker, image))) {
+        const field = env.dockerImage ? 'environment.docker_image' : undefined;
+        throw new TaskError(env.dockerImage ? `${task.name}/task.toml` : file, field, `image ${image} is not available locally and no registry can be reached here; build the base images with \`harness-lab images\` and use ${BASE_IMAGE}`);
+      }
+      return image;
+    }
+    const text = readFileSync(env.dockerfile, 'utf8');
+    for (const base of dockerfileBases(text)) {
+      if (base.includes('$')) continue; // build-arg expansion: let the build report it
+      if (!(await imageExists(this.docker, base))) {
+        throw new TaskError(file, 'FROM', `image ${base} is not available locally and cannot be pulled (no registry is reachable); start the task FROM ${BASE_IMAGE} (build it with \`harness-lab images\`)`);
+      }
+    }
+    const slug = task.name.toLowerCase().replace(/[^a-z0-9_.-]+/g, '-').replace(/^[-.]+/, '') || 'task';
+    const tag = `harness-lab/task-${slug}:${contextHash(env.contextDir)}`;
+    if (await imageExists(this.docker, tag)) return tag;
+    log?.(`building ${tag} from ${env.contextDir}`);
+    const stream = await this.docker.buildImage(tarDirectory(env.contextDir), {
+      t: tag,
+      rm: true,
+      forcerm: true,
+      networkmode: 'host',
+      labels: JSON.stringify({ [LABEL.kind]: 'task', [LABEL.task]: task.name }),
+    } as object);
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        followProgress(this.docker, stream, log),
+        new Promise((_r, reject) => {
+          timer = setTimeout(() => reject(new TaskError(`${task.name}/task.toml`, 'environment.build_timeout_sec', `the image build took longer than ${env.buildTimeoutSec} s`)), env.buildTimeoutSec * 1000);
+        }),
+      ]);
+    } catch (err) {
+      if (err instanceof TaskError) throw err;
+      throw new TaskError(file, undefined, `docker build failed: ${(err as Error).message}`);
+    } finally {
+      clearTimeout(timer);
+    }
+    return tag;
+  }
+
+  async create(spec: SandboxSpec): Promise<Sandbox> {
+    const env = spec.task.environment;
+    for (const sub of ['agent', 'verifier', 'artifacts']) mkdirSync(join(spec.hostLogsDir, sub), { recursive: true });
+    const imageInfo = await this.docker.getImage(spec.image).inspect();
+    const workdir = env.workdir ?? (imageInfo.Config?.WorkingDir || '/app');
+    const binds = [
+      `${join(spec.hostLogsDir, 'agent')}:/logs/agent`,
+      `${join(spec.hostLogsDir, 'verifier')}:/logs/verifier`,
+      `${join(spec.hostLogsDir, 'artifacts')}:/logs/artifacts`,
+      ...spec.mounts.map((m) => `${m.host}:${m.container}${m.readOnly ? ':ro' : ''}`),
+    ];
+    const container = await this.docker.createContainer({
+      Image: spec.image,
+      Entrypoint: [],
+      Cmd: ['sleep', 'infinity'],
+      WorkingDir: workdir,
+      Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
+      Labels: {
+        [LABEL.kind]: 'sandbox',
+        [LABEL.session]: spec.sessionId,
+        [LABEL.task]: spec.task.name,
+        [LABEL.harness]: spec.harness,
+        [LABEL.owner]: owner(),
+      },
+      HostConfig: {
+        NetworkMode: 'host',
+        Binds: binds,
+        Init: true,
+        ...(env.cpus ? { NanoCpus: Math.round(env.cpus * 1e9) } : {}),
+        ...(env.memoryMb ? { Memory: env.memoryMb * 1024 * 1024, MemorySwap: env.memoryMb * 1024 * 1024 } : {}),
+      },
+    });
+    this.owned.add(container.id);
+    try {
+      await container.start();
+    } catch (err) {
+      await container.remove({ force: true }).catch(() => {});
+      this.owned.delete(container.id);
+      throw new SandboxError(`could not start the sandbox container for ${spec.task.name}: ${(err as Error).message}`);
+    }
+    const paths: SandboxPaths = { workdir, home: HOME, logs: '/logs', tests: '/tests', binDir: BIN_DIR, harnesses: HARNESS_DIR };
+    const sandbox = new DockerSandbox(this.docker, container, paths, () => this.owned.delete(container.id));
+    await sandbox.exec(`mkdir -p ${workdir} ${HOME}`);
+    return sandbox;
+  }
+
+  private async labContainers(): Promise<Docker.ContainerInfo[]> {
+    return this.docker.listContainers({ all: true, filters: JSON.stringify({ label: [LABEL.owner] }) });
+  }
+
+  async cleanupStale(): Promise<string[]> {
+    const removed: string[] = [];
+    const me = hostname();
+    for (const c of await this.labContainers()) {
+      const [host, pidText] = (c.Labels[LABEL.owner] ?? '').split('/');
+      const pid = Number(pidText);
+      if (host !== me || !Number.isInteger(pid) || processAlive(pid)) continue;
+      await this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
+      removed.push(c.Id.slice(0, 12));
+    }
+    return removed;
+  }
+
+  async removeOwned(): Promise<void> {
+    const mine = owner();
+    const ids = new Set(this.owned);
+    for (const c of await this.labContainers().catch(() => [])) if (c.Labels[LABEL.owner] === mine) ids.add(c.Id);
+    await Promise.all([...ids].map((id) => this.docker.getContainer(id).remove({ force: true }).catch(() => {})));
+    this.owned.clear();
+  }
+}
+
+class DockerSandbox implements Sandbox {
+  readonly kind = 'docker' as const;
+  private killed = false;
+
+  constructor(
+    private readonly docker: Docker,
+    private readonly container: Docker.Container,
+    readonly paths: SandboxPaths,
+    private readonly onRemoved: () => void,
+  ) {}
+
+  get id(): string {
+    return this.container.id;
+  }
+
+  async exec(script: string, opts: ExecOptions = {}): Promise<ExecResult> {
+    const t0 = Date.now();
+    if (this.killed) throw new SandboxError('the sandbox was stopped');
+    const env = { PATH: `${this.paths.binDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`, HOME: this.paths.home, ...opts.env };
+    const exec = await this.container.exec({
+      Cmd: ['bash', '-c', script],
+      Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
+      WorkingDir: opts.cwd ?? this.paths.workdir,
+      AttachStdout: true,
+      AttachStderr: true,
+      AttachStdin: false,
+      Tty: false,
+    });
+    const stream = await exec.start({ hijack: true, stdin: false });
+    let tail = '';
+    const sink = new PassThrough();
+    sink.on('data', (b: Buffer) => {
+      tail = (tail + b.toString('utf8')).slice(-OUTPUT_TAIL);
+      if (opts.logFile) appendFileSync(opts.logFile, b);
+    });
+    this.docker.modem.demuxStream(stream, sink, sink);
+    let timedOut = false;
+    let timer: NodeJS.Timeout | undefined;
+    const ended = new Promise<void>((resolve) => {
+      stream.on('end', resolve);
+      stream.on('close', resolve);
+      stream.on('error', () => resolve());
+    });
+    if (opts.timeoutMs) {
+      timer = setTimeout(() => {
+        timedOut = true;
+        // An exec cannot be killed through the API; stopping the container ends every process in it.
+        void this.kill();
+      }, opts.timeoutMs);
+    }
+    await ended;
+    clearTimeout(timer);
+    let exitCode: number | null = null;
+    if (!timedOut) {
+      for (let i = 0; i < 50; i++) {
+        const info = await exec.inspect();
+        if (!info.Running) {
+          exitCode = info.ExitCode ?? null;
+          break;
+        }
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    }
+    return { exitCode, timedOut, output: tail, ms: Date.now() - t0 };
+  }
+
+  async writeFile(path: string, content: string): Promise<void> {
+    const dir = path.replace(/\/[^/]*$/, '') || '/';
+    const b64 = Buffer.from(content, 'utf8').toString('base64');
+    const r = await this.exec(`mkdir -p '${dir}' && printf '%s' '${b64}' | base64 -d > '${path}'`);
+    if (r.exitCode !== 0) throw new SandboxError(`could not write ${path} in the sandbox: ${r.output.trim()}`);
+  }
+
+  async copyDirIn(hostDir: string, path: string): Promise<void> {
+    const r = await this.exec(`mkdir -p '${path}'`);
+    if (r.exitCode !== 0) throw new SandboxError(`could not create ${path} in the sandbox: ${r.output.trim()}`);
+    await this.container.putArchive(tarDirectory(hostDir), { path });
+  }
+
+  async kill(): Promise<void> {
+    this.killed = true;
+    await this.container.kill().catch(() => {});
+  }
+
+  async remove(): Promise<void> {
+    this.killed = true;
+    await this.container.remove({ force: true }).catch(() => {});
+    this.onRemoved();
+  }
+}

@@ -1,0 +1,91 @@
+// Everything a `run` or `validate` needs, opened in the right order with errors in the user's terms:
+// task, harness, sandbox runtime (stale sandboxes removed), engine, capture proxy, signal handlers
+// that remove this process's containers on Ctrl-C or SIGTERM.
+import { join } from 'node:path';
+import { CaptureProxy } from '../capture/proxy.js';
+import { assertInstalled, harnessEntry } from '../harness/registry.js';
+import { loadTask, type HarborTask } from '../tasks/task.js';
+import { DockerRuntime } from './docker.js';
+import { LocalRuntime } from './local.js';
+import { startPolicyEngine } from './policy-engine.js';
+import { ensureReactScript } from './react-script.js';
+import type { RolloutOptions } from './rollout-runner.js';
+import type { SandboxRuntime } from './runtime.js';
+
+export interface LabOptions {
+  taskDir: string;
+  harness: string;
+  sandbox: 'docker' | 'local';
+  engineUrl?: string;
+  model?: string;
+  outDir: string;
+  log?: (line: string) => void;
+  /** Install SIGINT/SIGTERM handlers that remove this process's sandboxes (default true). */
+  handleSignals?: boolean;
+}
+
+export interface Lab {
+  task: HarborTask;
+  runtime: SandboxRuntime;
+  proxy: CaptureProxy;
+  engineDescription: string;
+  rolloutOptions: Omit<RolloutOptions, 'timeoutSec'>;
+  close(): Promise<void>;
+}
+
+export async function openLab(opts: LabOptions): Promise<Lab> {
+  const task = loadTask(opts.taskDir);
+  const entry = harnessEntry(opts.harness);
+  assertInstalled(entry);
+  const runtime: SandboxRuntime = opts.sandbox === 'docker' ? await DockerRuntime.connect() : new LocalRuntime();
+  const stale = await runtime.cleanupStale();
+  if (stale.length) opts.log?.(`removed ${stale.length} sandbox(es) left by lab processes that are gone: ${stale.join(', ')}`);
+
+  const closers: (() => Promise<void>)[] = [];
+  const close = async () => {
+    for (const c of closers.reverse()) await c().catch(() => {});
+    closers.length = 0;
+  };
+  try {
+    let engineUrl = opts.engineUrl;
+    let model = opts.model;
+    let engineDescription = `engine at ${engineUrl}`;
+    if (!engineUrl) {
+      if (!task.policyFile) throw new Error(`task ${task.name} has no policy.json for the embedded engine; pass --engine-url URL of an inference engine`);
+      const engine = await startPolicyEngine(task.policyFile);
+      closers.push(() => engine.close());
+      engineUrl = engine.url;
+      model ??= engine.model;
+      engineDescription = engine.description;
+    }
+    model ??= 'default';
+    const proxy = await CaptureProxy.start({ engineUrl, model, dataDir: join(opts.outDir, '.capture'), captureLevel: opts.engineUrl ? undefined : 'tokens' });
+    closers.push(() => proxy.close());
+    const reactScript = entry.install.kind === 'bundled-script' ? await ensureReactScript() : undefined;
+
+    if (opts.handleSignals !== false) {
+      const onSignal = (signal: NodeJS.Signals) => {
+        process.stderr.write(`\nharness-lab: ${signal}: removing this run's sandboxes\n`);
+        void runtime.removeOwned().finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+      };
+      process.once('SIGINT', onSignal);
+      process.once('SIGTERM', onSignal);
+      closers.unshift(async () => {
+        process.off('SIGINT', onSignal);
+        process.off('SIGTERM', onSignal);
+      });
+    }
+    closers.push(() => runtime.removeOwned());
+    return {
+      task,
+      runtime,
+      proxy,
+      engineDescription,
+      rolloutOptions: { task, harness: entry.name, runtime, proxy, model: model.split('/').pop()!, outDir: opts.outDir, log: opts.log, reactScript },
+      close,
+    };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}

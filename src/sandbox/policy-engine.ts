@@ -1,0 +1,32 @@
+// The engine behind `harness-lab run` when no --engine-url is given: the task's scripted policy
+// (policy.json next to the task, in the engine's policy format, src/engine/policy.ts) decides each
+// turn. The answers are served by the in-repo vLLM-shaped engine, which returns token ids and
+// logprobs like vLLM does, so the capture contract is exercised end to end.
+import { startFakeEngine, type FakeAnswer } from '../engine/fake-engine.js';
+import { ScriptedPolicy } from '../engine/policy.js';
+
+export interface PolicyEngine {
+  url: string;
+  model: string;
+  /** What serves the answers, for the run header. */
+  description: string;
+  close(): Promise<void>;
+}
+
+/** Every turn the policy does not script ends the episode politely rather than sampling noise. */
+const FALLBACK_TEXT = 'Done.';
+
+export function policyAnswer(policy: ScriptedPolicy, messages: Parameters<ScriptedPolicy['decide']>[0], tools: Parameters<ScriptedPolicy['decide']>[1]): FakeAnswer {
+  const decision = policy.decide(messages, tools);
+  if (decision.kind === 'sample') return { content: FALLBACK_TEXT };
+  return {
+    content: decision.content ?? (decision.toolCalls.length ? null : FALLBACK_TEXT),
+    tool_calls: decision.toolCalls.map((c) => ({ name: c.name, arguments: c.arguments })),
+  };
+}
+
+export async function startPolicyEngine(policyFile: string): Promise<PolicyEngine> {
+  const policy = ScriptedPolicy.load(policyFile);
+  const engine = await startFakeEngine({ model: 'harness-lab/policy', script: (request) => policyAnswer(policy, request.messages, request.tools) });
+  return { url: engine.url, model: engine.model, description: `scripted policy ${policyFile} (vLLM-shaped in-repo engine at ${engine.url})`, close: () => engine.close() };
+}

@@ -1,0 +1,175 @@
+// One rollout: a real harness in its own sandbox against a Harbor task, every model call through the
+// capture proxy, then the verifier (tests/ copied in only now, no session key in its environment),
+// then the reward, the rollout document and the ATIF cross-check, all written under the out dir.
+import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { CaptureProxy } from '../capture/proxy.js';
+import type { RolloutDocument } from '../capture/rollout.js';
+import { atifCheck, noTrajectory, type AtifCheckResult } from '../harness/atif-check.js';
+import { harnessEntry, launchPlan, type HarnessEntry } from '../harness/registry.js';
+import { harnessCacheRoot } from '../harness/run-local.js';
+import { resolveEnvTemplate, type HarborTask } from '../tasks/task.js';
+import { readReward, type Reward } from './reward.js';
+import type { Mount, Sandbox, SandboxRuntime } from './runtime.js';
+
+export const BIN_IN_SANDBOX = '/opt/harness-lab/bin';
+export const HARNESSES_IN_SANDBOX = '/opt/harness-lab/harnesses';
+
+export type RolloutStatus = 'ok' | 'errored';
+
+export interface RolloutResult {
+  task: string;
+  harness: string;
+  sandbox: 'docker' | 'local';
+  session_id: string;
+  status: RolloutStatus;
+  /** Null when errored (timeout, no reward file, sandbox failure): unknown, not 0. */
+  reward: number | null;
+  reward_source: Reward['source'] | null;
+  reward_scores: Record<string, number>;
+  error: string | null;
+  /** Errored rollouts are kept for debugging and never trained on. */
+  trainable: boolean;
+  agent: { exit_code: number | null; timed_out: boolean; ms: number; log: string };
+  verifier: { exit_code: number | null; timed_out: boolean; ms: number; env_keys: string[]; session_key_absent: boolean } | null;
+  atif: AtifCheckResult;
+  atif_source: 'self' | 'converted' | 'none';
+  ms: number;
+  out_dir: string;
+  rollout: RolloutDocument | null;
+}
+
+export interface RolloutOptions {
+  task: HarborTask;
+  harness: string;
+  runtime: SandboxRuntime;
+  proxy: CaptureProxy;
+  /** Model name handed to the harness (the proxy overwrites it anyway). */
+  model: string;
+  outDir: string;
+  /** Wall clock for the agent phase, seconds (default: the task's agent.timeout_sec, else 600). */
+  timeoutSec?: number;
+  /** Upper bound on model calls per rollout (runaway loops end with the proxy's budget stop). */
+  maxModelCalls?: number;
+  log?: (line: string) => void;
+  /** The reference harness bundle on the host (registry kind bundled-script). */
+  reactScript?: string;
+}
+
+/** `<out>/<task>/<harness>/<n>` with the next free n. */
+export function nextRolloutDir(outDir: string, task: string, harness: string): string {
+  const base = join(outDir, task, harness);
+  mkdirSync(base, { recursive: true });
+  const used = readdirSync(base).filter((n) => /^\d+$/.test(n)).map(Number);
+  const n = used.length ? Math.max(...used) + 1 : 0;
+  const dir = join(base, String(n));
+  mkdirSync(dir);
+  return dir;
+}
+
+function mountsFor(entry: HarnessEntry, reactScript: string | undefined): Mount[] {
+  const mounts: Mount[] = [{ host: process.execPath, container: `${BIN_IN_SANDBOX}/node`, readOnly: true }];
+  if (entry.install.kind === 'npm-cache') mounts.push({ host: harnessCacheRoot(), container: HARNESSES_IN_SANDBOX, readOnly: true });
+  if (entry.install.kind === 'bundled-script') {
+    if (!reactScript) throw new Error(`harness '${entry.name}' needs its bundled script (${entry.install.file})`);
+    mounts.push({ host: reactScript, container: `${BIN_IN_SANDBOX}/${entry.install.file}`, readOnly: true });
+  }
+  return mounts;
+}
+
+export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
+  const t0 = Date.now();
+  const { task, runtime, proxy } = opts;
+  const entry = harnessEntry(opts.harness);
+  const outDir = nextRolloutDir(opts.outDir, task.name, entry.name);
+  const session = proxy.createSession({ max_model_calls: opts.maxModelCalls ?? 100, metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir } });
+  const sessionId = session.session_id;
+  const result: RolloutResult = {
+    task: task.name,
+    harness: entry.name,
+    sandbox: runtime.kind,
+    session_id: sessionId,
+    status: 'errored',
+    reward: null,
+    reward_source: null,
+    reward_scores: {},
+    error: null,
+    trainable: false,
+    agent: { exit_code: null, timed_out: false, ms: 0, log: join(outDir, 'agent', entry.nativeLog) },
+    verifier: null,
+    atif: noTrajectory(),
+    atif_source: entry.atif,
+    ms: 0,
+    out_dir: outDir,
+    rollout: null,
+  };
+  let sandbox: Sandbox | undefined;
+  try {
+    const taskFile = `${task.name}/task.toml`;
+    const taskEnv = resolveEnvTemplate(task.environment.env, process.env, taskFile, 'environment.env');
+    const verifierEnv = resolveEnvTemplate(task.verifierEnv, process.env, taskFile, 'verifier.env');
+    const image = await runtime.prepareImage(task, opts.log);
+    sandbox = await runtime.create({ task, harness: entry.name, sessionId, image, hostLogsDir: outDir, mounts: mountsFor(entry, opts.reactScript), env: taskEnv });
+    const p = sandbox.paths;
+    const plan = launchPlan(entry, {
+      harnessesDir: p.harnesses,
+      binDir: p.binDir,
+      home: p.home,
+      workdir: p.workdir,
+      logsDir: p.logs,
+      proxyUrl: proxy.url,
+      sessionKey: sessionId,
+      model: opts.model,
+      instruction: task.instruction.trim(),
+    });
+    for (const f of plan.files) await sandbox.writeFile(f.path, f.content);
+    const timeoutSec = opts.timeoutSec ?? task.agentTimeoutSec ?? 600;
+    const agent = await sandbox.exec(plan.script, { env: plan.env, timeoutMs: timeoutSec * 1000, logFile: result.agent.log });
+    result.agent = { ...result.agent, exit_code: agent.exitCode, timed_out: agent.timedOut, ms: agent.ms };
+    if (agent.timedOut) throw new RolloutError(`the agent did not finish within ${timeoutSec} s; the sandbox was stopped`);
+    if (agent.exitCode !== 0) opts.log?.(`${entry.name} exited with ${agent.exitCode}; running the verifier anyway`);
+
+    // The verifier: tests/ enters only now, and its environment is the task's verifier env alone.
+    await sandbox.copyDirIn(task.testsDir, p.tests);
+    const envProbe = await sandbox.exec('env', { env: verifierEnv, timeoutMs: 30_000 });
+    const sessionKeyAbsent = !envProbe.output.includes(sessionId);
+    const verifierLog = join(outDir, 'verifier', 'test-stdout.txt');
+    const v = await sandbox.exec(`bash ${p.tests}/test.sh`, { env: verifierEnv, timeoutMs: task.verifierTimeoutSec * 1000, logFile: verifierLog });
+    result.verifier = { exit_code: v.exitCode, timed_out: v.timedOut, ms: v.ms, env_keys: Object.keys(verifierEnv), session_key_absent: sessionKeyAbsent };
+    if (!sessionKeyAbsent) throw new RolloutError('the session key is visible in the verifier environment');
+    if (v.timedOut) throw new RolloutError(`the verifier did not finish within ${task.verifierTimeoutSec} s`);
+    const reward = readReward(join(outDir, 'verifier'));
+    result.reward = reward.value;
+    result.reward_source = reward.source;
+    result.reward_scores = reward.scores;
+    result.status = 'ok';
+  } catch (err) {
+    result.error = err instanceof Error ? err.message : String(err);
+  } finally {
+    await sandbox?.remove();
+  }
+  const doc = proxy.rollout(sessionId) ?? null;
+  result.rollout = doc;
+  try {
+    const traj = entry.toAtif(join(outDir, 'agent'));
+    if (traj && entry.atif === 'converted') writeFileSync(join(outDir, 'agent', 'trajectory.json'), `${JSON.stringify(traj, null, 2)}\n`);
+    if (traj && doc) result.atif = atifCheck(doc, traj);
+  } catch (err) {
+    result.atif = { ...noTrajectory(), summary: `ATIF could not be read: ${err instanceof Error ? err.message : String(err)}` };
+  }
+  result.trainable = result.status === 'ok' && Boolean(doc?.trainable) && result.atif.verdict !== 'MISMATCH';
+  result.ms = Date.now() - t0;
+  writeFileSync(join(outDir, 'rollout.json'), `${JSON.stringify(result, null, 2)}\n`);
+  return result;
+}
+
+export class RolloutError extends Error {}
+
+/** `[codex / docker] task hello-file: ok reward=1.00 turns=3 roots=1 tokens=1043 atif=match 12s` */
+export function rolloutLine(r: RolloutResult): string {
+  const stats = r.rollout?.stats;
+  const tokens = (r.rollout?.calls ?? []).reduce((n, c) => n + (c.prompt_token_ids?.length ?? c.usage?.prompt_tokens ?? 0) + (c.completion_token_ids?.length ?? c.usage?.completion_tokens ?? 0), 0);
+  const reward = r.reward === null ? 'null' : r.reward.toFixed(2);
+  const tail = r.error ? ` (${r.error.split('\n')[0]})` : '';
+  return `[${r.harness} / ${r.sandbox}] task ${r.task}: ${r.status} reward=${reward} turns=${stats?.n_turns ?? 0} roots=${stats?.n_roots ?? 0} tokens=${tokens} atif=${r.atif.verdict} ${Math.round(r.ms / 1000)}s${tail}`;
+}

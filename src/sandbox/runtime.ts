@@ -1,0 +1,99 @@
+// The sandbox a rollout runs in: a Docker container (docker.ts) or a local process tree (local.ts).
+// Commands are bash scripts; paths are the ones the harness and the verifier see inside the sandbox.
+import type { HarborTask } from '../tasks/task.js';
+
+export interface Mount {
+  host: string;
+  container: string;
+  readOnly: boolean;
+}
+
+export interface SandboxSpec {
+  task: HarborTask;
+  harness: string;
+  /** Capture session id: a label only, never placed in the verifier's environment. */
+  sessionId: string;
+  /** Image from prepareImage (Docker); ignored by the local runtime. */
+  image: string;
+  /** Host directory of this rollout; the sandbox's /logs/{agent,verifier,artifacts} live under it. */
+  hostLogsDir: string;
+  /** Read-only extras (the harness cache, the node binary). */
+  mounts: Mount[];
+  /** The task's [environment].env, already resolved. */
+  env: Record<string, string>;
+}
+
+/** Where things are, as seen from inside the sandbox. */
+export interface SandboxPaths {
+  workdir: string;
+  home: string;
+  logs: string;
+  tests: string;
+  /** Directory on PATH holding `node` (the host binary, mounted or linked). */
+  binDir: string;
+  /** Where the harness cache root appears. */
+  harnesses: string;
+}
+
+export interface ExecOptions {
+  env?: Record<string, string>;
+  cwd?: string;
+  /** Wall clock limit; on expiry the sandbox is killed and the result says timedOut. */
+  timeoutMs?: number;
+  /** Host file that receives stdout and stderr as they arrive. */
+  logFile?: string;
+}
+
+export interface ExecResult {
+  exitCode: number | null;
+  timedOut: boolean;
+  /** The last 64 KiB of combined output. */
+  output: string;
+  ms: number;
+}
+
+export interface Sandbox {
+  readonly id: string;
+  readonly kind: 'docker' | 'local';
+  readonly paths: SandboxPaths;
+  /** Runs `bash -c script`; the environment is exactly `env` plus PATH and HOME. */
+  exec(script: string, opts?: ExecOptions): Promise<ExecResult>;
+  writeFile(path: string, content: string): Promise<void>;
+  /** Copies a host directory's contents to a sandbox path (the verifier's tests/, after the agent). */
+  copyDirIn(hostDir: string, path: string): Promise<void>;
+  /** Stops everything running in the sandbox (timeouts, Ctrl-C). */
+  kill(): Promise<void>;
+  remove(): Promise<void>;
+}
+
+export interface SandboxRuntime {
+  readonly kind: 'docker' | 'local';
+  /** Builds (or finds) the task's image; returns its tag. */
+  prepareImage(task: HarborTask, log?: (line: string) => void): Promise<string>;
+  create(spec: SandboxSpec): Promise<Sandbox>;
+  /** Removes sandboxes left by lab processes that are gone; returns what was removed. */
+  cleanupStale(): Promise<string[]>;
+  /** Removes every sandbox this process created (signal handlers). */
+  removeOwned(): Promise<void>;
+}
+
+export class SandboxError extends Error {}
+
+export const OUTPUT_TAIL = 64 * 1024;
+
+export function shellQuote(arg: string): string {
+  return /^[A-Za-z0-9_\-./:=@%+,]+$/.test(arg) ? arg : `'${arg.replace(/'/g, `'\\''`)}'`;
+}
+
+export function ownerLabel(): string {
+  return `${process.pid}`;
+}
+
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
