@@ -188,6 +188,12 @@ describe('AnthropicMessagesDialect response', () => {
     assert.equal(out.model, 'claude-3');
   });
 
+  it('gives id-less engine calls distinct tool_use ids', () => {
+    const r = textResponse(null, 'tool_calls', { tool_calls: [0, 1].map(() => ({ id: '', type: 'function', function: { name: 'n', arguments: '{}' } })) });
+    const ids = (anthropic.fromChat(r, ctxFor(PATH, {})).content as JsonObject[]).map((b) => b.id);
+    assert.equal(new Set(ids).size, 2);
+  });
+
   it('parses unparsable arguments to {}', () => {
     const r = textResponse(null, 'tool_calls', { tool_calls: [{ id: 'c', type: 'function', function: { name: 'n', arguments: '{oops' } }] });
     assert.deepEqual((anthropic.fromChat(r, ctxFor(PATH, {})).content as JsonObject[])[0], { type: 'tool_use', id: 'c', name: 'n', input: {} });

@@ -89,7 +89,7 @@ export class AnthropicMessagesDialect implements Dialect {
     const reasoning = reasoningText(choice.message);
     if (reasoning) content.push({ type: 'thinking', thinking: reasoning, signature: anthropicSignature(reasoning) });
     content.push(...chatContentToBlocks(choice.message.content));
-    for (const call of toolCallsOf(choice.message)) content.push(toolUseBlock(call));
+    toolCallsOf(choice.message).forEach((call, i) => content.push(toolUseBlock(call, i)));
     if (!content.length) content.push({ type: 'text', text: '' });
     const { stop_reason, stop_sequence } = stopReason(choice, ctx.request);
     return {
@@ -301,10 +301,10 @@ function chatContentToBlocks(content: ChatMessage['content']): Block[] {
   return blocks;
 }
 
-function toolUseBlock(call: ChatToolCall): Block {
+function toolUseBlock(call: ChatToolCall, index: number): Block {
   const parsed = parseArguments(call.function.arguments);
   const input = parsed === undefined ? {} : isObject(parsed) ? parsed : { value: parsed };
-  return { type: 'tool_use', id: call.id || `toolu_${call.function.name}`, name: call.function.name, input };
+  return { type: 'tool_use', id: call.id || `toolu_${index}`, name: call.function.name, input };
 }
 
 function stopReason(choice: ChatResponse['choices'][number], request: JsonObject): { stop_reason: string; stop_sequence: string | null } {
