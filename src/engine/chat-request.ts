@@ -1,0 +1,99 @@
+// The chat-completions request the embedded engine accepts: OpenAI's fields plus vLLM's extensions
+// (return_token_ids, return_tokens_as_token_ids, top_k, min_p, chat_template_kwargs, ...).
+// Unknown fields pass through untouched, as with vLLM.
+import { z } from 'zod';
+
+const contentPart = z.object({ type: z.string() }).passthrough();
+
+const message = z
+  .object({
+    role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']),
+    content: z.union([z.string(), z.array(contentPart), z.null()]).optional(),
+    tool_calls: z
+      .array(
+        z
+          .object({
+            id: z.string().optional(),
+            type: z.literal('function').optional(),
+            function: z.object({ name: z.string(), arguments: z.union([z.string(), z.record(z.string(), z.unknown())]) }).passthrough(),
+          })
+          .passthrough(),
+      )
+      .optional()
+      .nullable(),
+  })
+  .passthrough();
+
+const tool = z
+  .object({
+    type: z.literal('function'),
+    function: z.object({ name: z.string().min(1), description: z.string().optional(), parameters: z.record(z.string(), z.unknown()).optional() }).passthrough(),
+  })
+  .passthrough();
+
+const nonNegInt = z.number().int().nonnegative();
+
+export const chatRequestSchema = z
+  .object({
+    model: z.string().optional(),
+    messages: z.array(message).min(1, 'messages must not be empty'),
+    tools: z.array(tool).optional().nullable(),
+    tool_choice: z.unknown().optional(),
+    stream: z.boolean().optional().nullable(),
+    stream_options: z.object({ include_usage: z.boolean().optional() }).passthrough().optional().nullable(),
+    max_tokens: nonNegInt.optional().nullable(),
+    max_completion_tokens: nonNegInt.optional().nullable(),
+    temperature: z.number().min(0).max(100).optional().nullable(),
+    top_p: z.number().gt(0).max(1).optional().nullable(),
+    top_k: z.number().int().min(-1).optional().nullable(),
+    min_p: z.number().min(0).max(1).optional().nullable(),
+    seed: z.number().int().optional().nullable(),
+    stop: z.union([z.string(), z.array(z.string())]).optional().nullable(),
+    n: z.number().int().optional().nullable(),
+    logprobs: z.boolean().optional().nullable(),
+    top_logprobs: z.number().int().min(0).max(20).optional().nullable(),
+    return_token_ids: z.boolean().optional().nullable(),
+    return_tokens_as_token_ids: z.boolean().optional().nullable(),
+    /** Engine extension: 'processed' or 'raw' for this request (default: the server's mode). */
+    logprobs_mode: z.enum(['processed', 'raw']).optional().nullable(),
+    chat_template_kwargs: z.record(z.string(), z.unknown()).optional().nullable(),
+    add_generation_prompt: z.boolean().optional().nullable(),
+    frequency_penalty: z.number().optional().nullable(),
+    presence_penalty: z.number().optional().nullable(),
+    repetition_penalty: z.number().optional().nullable(),
+  })
+  .passthrough();
+
+export type EngineChatRequest = z.infer<typeof chatRequestSchema>;
+
+export const tokenizeRequestSchema = z.union([
+  z.object({ model: z.string().optional(), prompt: z.string(), add_special_tokens: z.boolean().optional() }).passthrough(),
+  z
+    .object({
+      model: z.string().optional(),
+      messages: chatRequestSchema.shape.messages,
+      tools: chatRequestSchema.shape.tools,
+      add_generation_prompt: z.boolean().optional(),
+      chat_template_kwargs: z.record(z.string(), z.unknown()).optional(),
+    })
+    .passthrough(),
+]);
+
+export type TokenizeRequest = z.infer<typeof tokenizeRequestSchema>;
+
+/** A request the engine refuses; `status` becomes the HTTP status. */
+export class EngineRequestError extends Error {
+  constructor(
+    message: string,
+    readonly status = 400,
+    readonly param: string | null = null,
+  ) {
+    super(message);
+    this.name = 'EngineRequestError';
+  }
+}
+
+/** zod issues as one readable line naming the fields. */
+export function describeIssues(err: z.ZodError): string {
+  return err.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`).join('; ');
+}

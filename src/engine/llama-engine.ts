@@ -1,0 +1,304 @@
+// The embedded engine: renders the chat template, samples (or, under a scripted policy, teacher-forces)
+// the completion through the model, and answers in vLLM's shape with prompt ids, sampled ids and
+// per-token logprobs. One request at a time; the KV cache is reused across requests.
+import { randomBytes } from 'node:crypto';
+import type { ChatMessage, ChatResponse, ChatTool, LogprobEntry } from '../capture/types.js';
+import { parseAssistantOutput, renderAssistantText } from './assistant-output.js';
+import { ChatTemplate } from './chat-template.js';
+import { EngineRequestError, type EngineChatRequest, type TokenizeRequest } from './chat-request.js';
+import { ContextOverflowError, type LlamaRuntime } from './llama-runtime.js';
+import type { ScriptedPolicy } from './policy.js';
+import { Prng } from './prng.js';
+import { finiteLogprob, rawTop, type SamplingParams, type TokenDistribution } from './token-distribution.js';
+
+export type LogprobsMode = 'processed' | 'raw';
+
+export interface LlamaEngineOptions {
+  runtime: LlamaRuntime;
+  /** The served model name (`/v1/models`, the `model` field of answers). */
+  modelName: string;
+  policy?: ScriptedPolicy | null;
+  /** Seeds the sampler of requests that carry no `seed`, so a fresh engine replays the same outputs. */
+  seed?: number;
+  logprobsMode?: LogprobsMode;
+}
+
+/** One generated or forced token, as it goes into token_ids and logprobs.content. */
+export interface GeneratedToken {
+  id: number;
+  logprob: number;
+  top: { id: number; logprob: number }[];
+}
+
+export interface CompletionEvents {
+  /** Called once the prompt is rendered and tokenized, before any completion token. */
+  onStart?(info: { promptIds: number[]; parseToolCalls: boolean; stop: string[] }): void;
+  /** Called as each completion token is decided (streaming). */
+  onToken?(token: GeneratedToken, index: number): void;
+}
+
+interface Plan {
+  promptIds: number[];
+  promptText: string;
+  sampling: SamplingParams;
+  maxTokens: number;
+  stop: string[];
+  wantLogprobs: boolean;
+  topLogprobs: number;
+  mode: LogprobsMode;
+  parseToolCalls: boolean;
+}
+
+const NEUTRAL_PENALTIES: [string, number][] = [
+  ['frequency_penalty', 0],
+  ['presence_penalty', 0],
+  ['repetition_penalty', 1],
+];
+
+export class LlamaEngine {
+  readonly modelName: string;
+  private readonly runtime: LlamaRuntime;
+  private readonly template: ChatTemplate | null;
+  private readonly policy: ScriptedPolicy | null;
+  private readonly engineRng: Prng;
+  readonly logprobsMode: LogprobsMode;
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(opts: LlamaEngineOptions) {
+    this.runtime = opts.runtime;
+    this.modelName = opts.modelName;
+    this.policy = opts.policy ?? null;
+    this.engineRng = new Prng(`engine:${opts.seed ?? 0}`);
+    this.logprobsMode = opts.logprobsMode ?? 'processed';
+    const source = opts.runtime.chatTemplate;
+    this.template = source === null ? null : new ChatTemplate(source);
+  }
+
+  get contextSize(): number {
+    return this.runtime.contextSize;
+  }
+
+  get policySource(): string | null {
+    return this.policy?.source ?? null;
+  }
+
+  /** Runs `fn` after every earlier request finished (the model has one sequence). */
+  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(fn, fn);
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  checkModel(model: string | undefined | null): void {
+    if (model && model !== this.modelName) {
+      throw new EngineRequestError(`The model \`${model}\` does not exist. This engine serves \`${this.modelName}\`.`, 404, 'model');
+    }
+  }
+
+  renderPrompt(messages: ChatMessage[], tools: ChatTool[] | undefined, kwargs: Record<string, unknown> | undefined, addGenerationPrompt = true): string {
+    if (!this.template) throw new EngineRequestError(`the model ${this.runtime.modelPath} has no chat template (tokenizer.chat_template)`);
+    try {
+      return this.template.render(messages, { tools, kwargs, addGenerationPrompt });
+    } catch (err) {
+      throw new EngineRequestError((err as Error).message);
+    }
+  }
+
+  tokenize(req: TokenizeRequest): { count: number; max_model_len: number; tokens: number[]; token_strs: null } {
+    this.checkModel(req.model);
+    const text =
+      'prompt' in req && typeof req.prompt === 'string'
+        ? req.prompt
+        : this.renderPrompt(
+            (req as { messages: ChatMessage[] }).messages,
+            ((req as { tools?: ChatTool[] | null }).tools ?? undefined) || undefined,
+            (req as { chat_template_kwargs?: Record<string, unknown> }).chat_template_kwargs,
+            (req as { add_generation_prompt?: boolean }).add_generation_prompt ?? true,
+          );
+    const tokens = this.runtime.tokenize(text);
+    return { count: tokens.length, max_model_len: this.runtime.contextSize, tokens, token_strs: null };
+  }
+
+  /** Answers one chat completion (non-streamed shape; streaming wraps it with `events`). */
+  complete(req: EngineChatRequest, events: CompletionEvents = {}): Promise<ChatResponse> {
+    this.checkModel(req.model);
+    const plan = this.plan(req);
+    const tools = req.tools?.length ? (req.tools as ChatTool[]) : undefined;
+    const decision = this.policy ? this.policy.decide(req.messages as ChatMessage[], tools) : { kind: 'sample' as const };
+    return this.exclusive(async () => {
+      events.onStart?.({ promptIds: plan.promptIds, parseToolCalls: plan.parseToolCalls, stop: plan.stop });
+      try {
+        const rng = req.seed !== undefined && req.seed !== null ? new Prng(req.seed) : new Prng(this.engineRng.nextUint32());
+        const generated =
+          decision.kind === 'script'
+            ? await this.force(plan, renderAssistantText(decision), events)
+            : await this.sample(plan, rng, events);
+        return this.answer(req, plan, generated);
+      } catch (err) {
+        if (err instanceof ContextOverflowError) throw new EngineRequestError(`This model's maximum context length is ${this.runtime.contextSize} tokens: ${err.message}`, 400, 'messages');
+        throw err;
+      }
+    });
+  }
+
+  private plan(req: EngineChatRequest): Plan {
+    if ((req.n ?? 1) !== 1) throw new EngineRequestError('the embedded engine answers one choice per request (n must be 1)', 400, 'n');
+    for (const [field, neutral] of NEUTRAL_PENALTIES) {
+      const v = req[field];
+      if (v !== undefined && v !== null && v !== neutral) {
+        throw new EngineRequestError(`${field}=${String(v)} is not supported by the embedded engine (only ${neutral})`, 400, field);
+      }
+    }
+    const tools = req.tools?.length ? (req.tools as ChatTool[]) : undefined;
+    const kwargs = req.chat_template_kwargs ?? undefined;
+    const promptText = this.renderPrompt(req.messages as ChatMessage[], tools, kwargs, req.add_generation_prompt ?? true);
+    const promptIds = this.runtime.tokenize(promptText);
+    if (promptIds.length === 0) throw new EngineRequestError('the rendered prompt is empty', 400, 'messages');
+    const room = this.runtime.contextSize - promptIds.length;
+    if (room <= 0) {
+      throw new EngineRequestError(
+        `This model's maximum context length is ${this.runtime.contextSize} tokens. However, your request has ${promptIds.length} input tokens.`,
+        400,
+        'messages',
+      );
+    }
+    const asked = req.max_completion_tokens ?? req.max_tokens ?? undefined;
+    if (asked !== undefined && asked > room) {
+      throw new EngineRequestError(
+        `This model's maximum context length is ${this.runtime.contextSize} tokens. However, you requested ${asked + promptIds.length} tokens (${promptIds.length} in the messages, ${asked} in the completion).`,
+        400,
+        'max_tokens',
+      );
+    }
+    const stop = req.stop === undefined || req.stop === null ? [] : (Array.isArray(req.stop) ? req.stop : [req.stop]).filter((s) => s.length > 0);
+    const topK = req.top_k ?? -1;
+    return {
+      promptIds,
+      promptText,
+      sampling: { temperature: req.temperature ?? 1, topP: req.top_p ?? 1, topK: topK > 0 ? topK : 0, minP: req.min_p ?? 0 },
+      maxTokens: asked ?? room,
+      stop,
+      // vLLM fills logprobs.content only when top_logprobs is not null (or logprobs is set).
+      wantLogprobs: req.logprobs === true || (req.top_logprobs !== undefined && req.top_logprobs !== null),
+      topLogprobs: req.top_logprobs ?? 0,
+      mode: req.logprobs_mode ?? this.logprobsMode,
+      parseToolCalls: !!tools && req.tool_choice !== 'none',
+    };
+  }
+
+  private reported(plan: Plan, dist: TokenDistribution, id: number): GeneratedToken {
+    if (plan.mode === 'raw') return { id, logprob: dist.rawLogprob(id), top: plan.topLogprobs > 0 ? rawTop(dist, plan.topLogprobs) : [] };
+    const p = dist.processed(plan.sampling);
+    return { id, logprob: p.logprob(id), top: plan.topLogprobs > 0 ? p.top(plan.topLogprobs) : [] };
+  }
+
+  private async sample(plan: Plan, rng: Prng, events: CompletionEvents): Promise<Generated> {
+    const context = [...plan.promptIds];
+    const tokens: GeneratedToken[] = [];
+    let finish: 'stop' | 'length' = 'length';
+    let stopCut: number | null = null;
+    while (tokens.length < plan.maxTokens) {
+      const [dist] = await this.runtime.distributions(context, context.length);
+      const id = dist!.processed(plan.sampling).sample(rng);
+      const token = this.reported(plan, dist!, id);
+      tokens.push(token);
+      context.push(id);
+      events.onToken?.(token, tokens.length - 1);
+      if (this.runtime.isEndOfGeneration(id)) {
+        finish = 'stop';
+        break;
+      }
+      if (plan.stop.length) {
+        const text = this.runtime.detokenize(tokens.map((t) => t.id));
+        const at = firstStop(text, plan.stop);
+        if (at !== null) {
+          stopCut = at;
+          finish = 'stop';
+          break;
+        }
+      }
+    }
+    return { tokens, finish, stopCut };
+  }
+
+  /** Teacher forcing: the completion is `text` + end of turn; every position is scored by the model. */
+  private async force(plan: Plan, text: string, events: CompletionEvents): Promise<Generated> {
+    // Tokenize in context so the ids equal what the next prompt's rendering will produce.
+    const joint = this.runtime.tokenize(plan.promptText + text);
+    const extends_ = joint.length >= plan.promptIds.length && plan.promptIds.every((t, i) => joint[i] === t);
+    const ids = [...(extends_ ? joint.slice(plan.promptIds.length) : this.runtime.tokenize(text)), this.runtime.endOfTurnToken];
+    const forced = ids.slice(0, plan.maxTokens);
+    const dists = await this.runtime.distributions([...plan.promptIds, ...forced.slice(0, -1)], plan.promptIds.length);
+    const tokens = forced.map((id, i) => this.reported(plan, dists[i]!, id));
+    tokens.forEach((t, i) => events.onToken?.(t, i));
+    return { tokens, finish: forced.length === ids.length ? 'stop' : 'length', stopCut: null };
+  }
+
+  /** One `logprobs.content[]` entry; `asIds` renders tokens as `token_id:N` (vLLM's --return-tokens-as-token-ids). */
+  logprobEntry(t: GeneratedToken, asIds: boolean): LogprobEntry {
+    const render = (id: number) => (asIds ? `token_id:${id}` : this.runtime.tokenText(id, true));
+    return {
+      token: render(t.id),
+      logprob: finiteLogprob(t.logprob),
+      bytes: this.runtime.tokenBytes(t.id),
+      top_logprobs: t.top.map((a) => ({ token: render(a.id), logprob: finiteLogprob(a.logprob), bytes: this.runtime.tokenBytes(a.id) })),
+    };
+  }
+
+  /** Text of completion tokens, without control tokens such as <|im_end|>. */
+  decode(ids: readonly number[]): string {
+    return this.runtime.detokenize(ids);
+  }
+
+  private answer(req: EngineChatRequest, plan: Plan, gen: Generated): ChatResponse {
+    const ids = gen.tokens.map((t) => t.id);
+    const last = ids[ids.length - 1];
+    const textIds = last !== undefined && this.runtime.isEndOfGeneration(last) ? ids.slice(0, -1) : ids;
+    let text = this.runtime.detokenize(textIds);
+    if (gen.stopCut !== null) text = text.slice(0, gen.stopCut);
+    const out = parseAssistantOutput(text, { parseToolCalls: plan.parseToolCalls });
+    const finish = out.toolCalls.length && gen.finish === 'stop' ? 'tool_calls' : gen.finish;
+    const asIds = req.return_tokens_as_token_ids === true;
+    const logprobs = plan.wantLogprobs ? { content: gen.tokens.map((t) => this.logprobEntry(t, asIds)) } : null;
+    const response: ChatResponse = {
+      id: `chatcmpl-${randomBytes(12).toString('hex')}`,
+      object: 'chat.completion',
+      created: Math.floor(Date.now() / 1000),
+      model: this.modelName,
+      choices: [
+        {
+          index: 0,
+          message: { role: 'assistant', content: out.content, reasoning: out.reasoning, tool_calls: out.toolCalls },
+          logprobs,
+          finish_reason: finish,
+          stop_reason: null,
+          token_ids: req.return_token_ids === true ? ids : null,
+        },
+      ],
+      usage: {
+        prompt_tokens: plan.promptIds.length,
+        completion_tokens: ids.length,
+        total_tokens: plan.promptIds.length + ids.length,
+        prompt_tokens_details: null,
+      },
+      prompt_token_ids: req.return_token_ids === true ? plan.promptIds : null,
+    };
+    return response;
+  }
+}
+
+interface Generated {
+  tokens: GeneratedToken[];
+  finish: 'stop' | 'length';
+  /** Character offset where a stop string begins (the text is cut there). */
+  stopCut: number | null;
+}
+
+function firstStop(text: string, stops: string[]): number | null {
+  let best: number | null = null;
+  for (const s of stops) {
+    const i = text.indexOf(s);
+    if (i >= 0 && (best === null || i < best)) best = i;
+  }
+  return best;
+}

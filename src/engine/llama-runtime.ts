@@ -1,0 +1,156 @@
+// node-llama-cpp behind a small surface: tokenize, detokenize, and "give me the next-token
+// distributions at these positions". One context sequence whose KV cache is reused across calls
+// when a new context extends what is already evaluated (multi-turn prompts usually do).
+import type { ControlledEvaluateInputItem, Llama, LlamaContext, LlamaContextSequence, LlamaModel, Token } from 'node-llama-cpp';
+import { TokenDistribution } from './token-distribution.js';
+
+export interface RuntimeOptions {
+  modelPath: string;
+  /** Context window in tokens; default min(model's training context, 32768). */
+  contextSize?: number;
+  /** CPU threads for evaluation; default 1 for tiny models, else the machine's math cores. */
+  threads?: number;
+}
+
+/** GPT-2 byte-level BPE: the printable stand-in character for each byte (from GPT-2's encoder.py). */
+function byteDecoder(): Map<string, number> {
+  const bytes: number[] = [];
+  for (let b = 33; b <= 126; b++) bytes.push(b);
+  for (let b = 161; b <= 172; b++) bytes.push(b);
+  for (let b = 174; b <= 255; b++) bytes.push(b);
+  const chars = [...bytes];
+  let n = 0;
+  for (let b = 0; b < 256; b++) {
+    if (!bytes.includes(b)) {
+      bytes.push(b);
+      chars.push(256 + n++);
+    }
+  }
+  return new Map(bytes.map((b, i) => [String.fromCodePoint(chars[i]!), b]));
+}
+
+let llamaPromise: Promise<Llama> | null = null;
+
+/** One process-wide llama.cpp instance: CPU only, prebuilt binary only, never a download or build. */
+function getCpuLlama(): Promise<Llama> {
+  llamaPromise ??= import('node-llama-cpp').then(({ getLlama, LlamaLogLevel }) =>
+    getLlama({ gpu: false, build: 'never', usePrebuiltBinaries: true, progressLogs: false, logLevel: LlamaLogLevel.error }),
+  );
+  return llamaPromise;
+}
+
+export class LlamaRuntime {
+  private readonly tokenStrings: readonly string[] | null;
+  private readonly decoder = byteDecoder();
+  private readonly bytesCache = new Map<number, number[]>();
+
+  private constructor(
+    readonly modelPath: string,
+    private readonly model: LlamaModel,
+    private readonly context: LlamaContext,
+    private readonly sequence: LlamaContextSequence,
+  ) {
+    const ggml = (model.fileInfo.metadata as { tokenizer?: { ggml?: { model?: string; tokens?: unknown } } }).tokenizer?.ggml;
+    this.tokenStrings = ggml?.model === 'gpt2' && Array.isArray(ggml.tokens) ? (ggml.tokens as string[]) : null;
+  }
+
+  static async load(opts: RuntimeOptions): Promise<LlamaRuntime> {
+    const llama = await getCpuLlama();
+    const model = await llama.loadModel({ modelPath: opts.modelPath, gpuLayers: 0 });
+    try {
+      const tiny = model.size < 200 * 1024 * 1024;
+      const contextSize = opts.contextSize ?? Math.min(model.trainContextSize, 32768);
+      const context = await model.createContext({ contextSize, sequences: 1, threads: opts.threads ?? (tiny ? 1 : llama.cpuMathCores) });
+      return new LlamaRuntime(opts.modelPath, model, context, context.getSequence());
+    } catch (err) {
+      await model.dispose();
+      throw err;
+    }
+  }
+
+  get contextSize(): number {
+    return this.context.contextSize;
+  }
+
+  /** The token that ends an assistant turn (end-of-turn, else end-of-sequence), e.g. <|im_end|>. */
+  get endOfTurnToken(): number {
+    const t = this.model.tokens.eot ?? this.model.tokens.eos;
+    if (t === null) throw new Error(`the model ${this.modelPath} defines no end-of-sequence token`);
+    return t;
+  }
+
+  /** The chat template embedded in the GGUF (`tokenizer.chat_template`), if any. */
+  get chatTemplate(): string | null {
+    const t = (this.model.fileInfo.metadata as { tokenizer?: { chat_template?: unknown } }).tokenizer?.chat_template;
+    return typeof t === 'string' ? t : null;
+  }
+
+  tokenText(id: number, special: boolean): string {
+    return this.model.detokenize([id as Token], special);
+  }
+
+  /** Text to tokens, with special tokens written in the text (e.g. `<|im_start|>`) recognised. */
+  tokenize(text: string): number[] {
+    return [...this.model.tokenize(text, true)];
+  }
+
+  /** Tokens to text; control tokens are dropped unless `special` (like skip_special_tokens). */
+  detokenize(ids: readonly number[], special = false): string {
+    return this.model.detokenize(ids as readonly Token[], special);
+  }
+
+  isEndOfGeneration(id: number): boolean {
+    return this.model.isEogToken(id as Token);
+  }
+
+  /** The token's exact bytes (byte-level vocabularies), else the UTF-8 of its text. */
+  tokenBytes(id: number): number[] {
+    let bytes = this.bytesCache.get(id);
+    if (bytes) return bytes;
+    const piece = this.tokenStrings?.[id];
+    const decoded = piece === undefined ? undefined : [...piece].map((c) => this.decoder.get(c));
+    bytes = decoded && decoded.every((b) => b !== undefined) ? (decoded as number[]) : [...Buffer.from(this.tokenText(id, true), 'utf8')];
+    if (this.bytesCache.size < 65536) this.bytesCache.set(id, bytes);
+    return bytes;
+  }
+
+  /**
+   * Next-token distributions after each prefix `context[0..i]` for i = from-1 .. context.length-1,
+   * i.e. one distribution per position from `from` to `context.length` inclusive of the last.
+   * Reuses the evaluated prefix already in the KV cache.
+   */
+  async distributions(context: readonly number[], from: number): Promise<TokenDistribution[]> {
+    if (from < 1 || from > context.length) throw new Error(`distribution start ${from} outside 1..${context.length}`);
+    if (context.length > this.context.contextSize) {
+      throw new ContextOverflowError(`${context.length} tokens exceed the engine's context size of ${this.context.contextSize}`);
+    }
+    const cached = this.sequence.contextTokens;
+    let keep = 0;
+    const limit = Math.min(cached.length, from - 1);
+    while (keep < limit && cached[keep] === context[keep]) keep++;
+    if (keep < cached.length) await this.sequence.eraseContextTokenRanges([{ start: keep, end: cached.length }]);
+    const input = context.slice(keep).map(
+      (token, i): ControlledEvaluateInputItem => (keep + i >= from - 1 ? [token as Token, { generateNext: { probabilities: true } }] : (token as Token)),
+    );
+    const results = await this.sequence.controlledEvaluate(input);
+    const out: TokenDistribution[] = [];
+    for (let i = from - 1 - keep; i < input.length; i++) {
+      const probs = results[i]?.next.probabilities;
+      if (!probs) throw new Error(`llama.cpp returned no probabilities at position ${keep + i}`);
+      out.push(TokenDistribution.fromProbabilities(probs));
+    }
+    return out;
+  }
+
+  async dispose(): Promise<void> {
+    await this.context.dispose();
+    await this.model.dispose();
+  }
+}
+
+export class ContextOverflowError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ContextOverflowError';
+  }
+}

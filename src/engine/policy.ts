@@ -1,0 +1,193 @@
+// Scripted policies: a file that decides the completion text of each turn, so real harnesses can run
+// multi-turn tool loops on a CPU model that could never plan one. The engine then scores exactly
+// these tokens through the model (teacher forcing); ids and logprobs stay the model's own.
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { z } from 'zod';
+import type { ChatMessage, ChatTool } from '../capture/types.js';
+
+const regexSource = z.string().superRefine((s, ctx) => {
+  try {
+    new RegExp(s, 'i');
+  } catch (err) {
+    ctx.addIssue({ code: 'custom', message: `not a valid regular expression: ${(err as Error).message}` });
+  }
+});
+
+const callSchema = z
+  .object({
+    /** Regular expression (case-insensitive) matched against the offered tool names; first match wins. */
+    tool: regexSource,
+    /** Exact arguments object. */
+    arguments: z.record(z.string(), z.unknown()).optional(),
+    /** A single string put into the tool's first required string parameter (e.g. `command`, `cmd`). */
+    input: z.string().optional(),
+  })
+  .strict()
+  .refine((c) => (c.arguments === undefined) !== (c.input === undefined), { message: 'give exactly one of "arguments" or "input"' });
+
+const actionSchema = z.union([
+  z.literal('sample'),
+  z
+    .object({
+      say: z.string().optional(),
+      think: z.string().optional(),
+      call: z.union([callSchema, z.array(callSchema).min(1)]).optional(),
+    })
+    .strict()
+    .refine((a) => a.say !== undefined || a.call !== undefined, { message: 'an action needs "say" and/or "call"' }),
+]);
+
+const ruleSchema = z
+  .object({
+    when: z
+      .object({
+        /** Turn index: the number of assistant messages already in the conversation. */
+        turn: z.number().int().nonnegative().optional(),
+        last_role: z.enum(['system', 'user', 'assistant', 'tool']).optional(),
+        /** Regular expression matched against the last message's text. */
+        last_message: regexSource.optional(),
+        /** Regular expression that some offered tool name must match. */
+        tools: regexSource.optional(),
+        /** Regular expression matched against the first user message's text (the task). */
+        task: regexSource.optional(),
+      })
+      .strict(),
+    then: actionSchema,
+  })
+  .strict();
+
+export const policySchema = z
+  .object({
+    name: z.string().optional(),
+    description: z.string().optional(),
+    /** Actions by turn index; a turn listed here wins over the rules. */
+    turns: z.array(actionSchema).optional(),
+    rules: z.array(ruleSchema).optional(),
+    /** What to do when nothing matched: "sample" (the model decides) unless given. */
+    fallback: actionSchema.optional(),
+  })
+  .strict();
+
+export type PolicyFile = z.infer<typeof policySchema>;
+type Action = z.infer<typeof actionSchema>;
+type Call = z.infer<typeof callSchema>;
+
+/** What the policy decided for one turn: text to force, or let the model sample. */
+export type PolicyDecision =
+  | { kind: 'sample' }
+  | { kind: 'script'; reasoning?: string; content?: string; toolCalls: { name: string; arguments: Record<string, unknown> }[] };
+
+export class ScriptedPolicy {
+  constructor(
+    readonly spec: PolicyFile,
+    readonly source: string,
+  ) {}
+
+  /** Parses a policy document; errors name the file and the offending field. */
+  static parse(json: unknown, source: string): ScriptedPolicy {
+    const r = policySchema.safeParse(json);
+    if (!r.success) {
+      const issues = r.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ');
+      throw new Error(`invalid policy ${source}: ${issues}`);
+    }
+    return new ScriptedPolicy(r.data, source);
+  }
+
+  /** A policy file path, or the name of a shipped policy in examples/policies/. */
+  static load(fileOrName: string): ScriptedPolicy {
+    const path = existsSync(fileOrName) ? resolve(fileOrName) : shippedPolicyPath(fileOrName);
+    if (!path) {
+      throw new Error(`policy '${fileOrName}' is neither a file nor a shipped policy (${listShippedPolicies().join(', ') || 'none found'})`);
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(readFileSync(path, 'utf8'));
+    } catch (err) {
+      throw new Error(`policy ${path} is not valid JSON: ${(err as Error).message}`);
+    }
+    return ScriptedPolicy.parse(json, path);
+  }
+
+  decide(messages: ChatMessage[], tools: ChatTool[] | undefined): PolicyDecision {
+    const turn = messages.filter((m) => m.role === 'assistant').length;
+    const toolNames = (tools ?? []).map((t) => t.function.name);
+    const candidates: Action[] = [];
+    const scripted = this.spec.turns?.[turn];
+    if (scripted !== undefined) candidates.push(scripted);
+    const last = messages[messages.length - 1];
+    const task = messages.find((m) => m.role === 'user');
+    for (const rule of this.spec.rules ?? []) {
+      const w = rule.when;
+      if (w.turn !== undefined && w.turn !== turn) continue;
+      if (w.last_role !== undefined && last?.role !== w.last_role) continue;
+      if (w.last_message !== undefined && !new RegExp(w.last_message, 'i').test(messageText(last))) continue;
+      if (w.task !== undefined && !new RegExp(w.task, 'i').test(messageText(task))) continue;
+      if (w.tools !== undefined && !toolNames.some((n) => new RegExp(w.tools!, 'i').test(n))) continue;
+      candidates.push(rule.then);
+    }
+    candidates.push(this.spec.fallback ?? 'sample');
+    for (const action of candidates) {
+      const decision = resolveAction(action, tools ?? []);
+      if (decision) return decision;
+    }
+    return { kind: 'sample' };
+  }
+}
+
+/** null when the action calls a tool that is not offered (the next candidate is tried). */
+function resolveAction(action: Action, tools: ChatTool[]): PolicyDecision | null {
+  if (action === 'sample') return { kind: 'sample' };
+  const calls = action.call === undefined ? [] : Array.isArray(action.call) ? action.call : [action.call];
+  const toolCalls: { name: string; arguments: Record<string, unknown> }[] = [];
+  for (const call of calls) {
+    const tool = tools.find((t) => new RegExp(call.tool, 'i').test(t.function.name));
+    if (!tool) return null;
+    toolCalls.push({ name: tool.function.name, arguments: callArguments(call, tool) });
+  }
+  return { kind: 'script', reasoning: action.think, content: action.say, toolCalls };
+}
+
+function callArguments(call: Call, tool: ChatTool): Record<string, unknown> {
+  if (call.arguments) return call.arguments;
+  const params = (tool.function.parameters ?? {}) as { properties?: Record<string, { type?: unknown }>; required?: unknown };
+  const props = params.properties ?? {};
+  const required = Array.isArray(params.required) ? (params.required as string[]) : [];
+  const isString = (k: string) => props[k]?.type === 'string' || props[k]?.type === undefined;
+  const key = required.find((k) => k in props && isString(k)) ?? Object.keys(props).find(isString) ?? 'command';
+  return { [key]: call.input };
+}
+
+function messageText(m: ChatMessage | undefined): string {
+  if (!m || m.content === undefined || m.content === null) return '';
+  if (typeof m.content === 'string') return m.content;
+  return m.content.map((p) => (typeof p.text === 'string' ? p.text : '')).join('');
+}
+
+/** examples/policies/ of this checkout or package (found by walking up from this file). */
+export function shippedPoliciesDir(): string | null {
+  let dir = __dirname;
+  for (;;) {
+    const candidate = join(dir, 'examples', 'policies');
+    if (existsSync(candidate)) return candidate;
+    const up = dirname(dir);
+    if (up === dir) return null;
+    dir = up;
+  }
+}
+
+function shippedPolicyPath(name: string): string | null {
+  const dir = shippedPoliciesDir();
+  if (!dir || !/^[\w.-]+$/.test(name)) return null;
+  const path = join(dir, name.endsWith('.json') ? name : `${name}.json`);
+  return existsSync(path) ? path : null;
+}
+
+export function listShippedPolicies(): string[] {
+  const dir = shippedPoliciesDir();
+  if (!dir) return [];
+  return readdirSync(dir)
+    .filter((f) => f.endsWith('.json'))
+    .map((f) => f.replace(/\.json$/, ''))
+    .sort();
+}
