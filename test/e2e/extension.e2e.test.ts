@@ -72,6 +72,18 @@ async function runCommand(page: Page, title: string): Promise<void> {
   await page.keyboard.press('Enter');
 }
 
+/** Drags the sidebar's sash so tree descriptions are readable in the screenshots. */
+async function widenSidebar(page: Page, width: number): Promise<void> {
+  const box = await page.locator('.part.sidebar').boundingBox();
+  if (!box) return;
+  const x = box.x + box.width + 1;
+  const y = box.y + box.height / 2;
+  await page.mouse.move(x, y);
+  await page.mouse.down();
+  await page.mouse.move(box.x + width, y, { steps: 5 });
+  await page.mouse.up();
+}
+
 function sessionsPane(page: Page) {
   return page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^sessions/i }) });
 }
@@ -160,6 +172,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
 
     // The activity-bar container and its welcome content (proxy not running yet).
     await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 20_000 });
+    await widenSidebar(page, 560);
     const startButton = sessionsPane(page).locator('.welcome-view-content a.monaco-button', { hasText: 'Start Proxy' });
     await startButton.waitFor({ timeout: 20_000 });
     const tasksPane = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^tasks/i }) });
