@@ -6,7 +6,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CaptureProxy } from '../capture/proxy.js';
-import { traceToJsonl } from '../capture/rollout.js';
+import { trainingTraces, traceToJsonl } from '../capture/rollout.js';
 import { startFakeEngine } from '../engine/fake-engine.js';
 import type { CliCommand } from './main.js';
 import { parseFlags, withUsage } from './args.js';
@@ -72,12 +72,13 @@ export const demoCommand: CliCommand = {
           say(`  #${call.index} ${call.call_id} ${call.dialect} prompt=${call.prompt_token_ids?.length ?? 0} completion=${call.completion_token_ids?.length ?? 0} tokens, logprobs=${call.logprobs ? 'aligned' : 'missing'}, finish=${call.finish_reason}, ${call.latency_ms} ms`);
         }
         say(`graph: ${doc.graph.nodes.length} node(s), ${doc.graph.roots.length} root(s), ${doc.graph.leaves.length} leaf/leaves`);
-        for (const trace of doc.traces) {
+        const traces = trainingTraces(doc);
+        for (const trace of traces) {
           const trained = trace.loss_mask.filter((m) => m === 1).length;
           say(`trace ${trace.trace_id}: ${trace.input_ids.length} tokens, ${trained} trained (mask 1), turns ${JSON.stringify(trace.turn_lengths)}, trainable=${trace.trainable}`);
         }
         const out = join(dataDir, `${session.session_id}.traces.jsonl`);
-        writeFileSync(out, traceToJsonl(doc.traces));
+        writeFileSync(out, traceToJsonl(traces));
         say(`\nTrainingTrace JSONL: ${out}`);
         say(`export again any time: harness-lab export --data-dir ${dataDir} --session ${session.session_id} --out traces.jsonl`);
       } finally {
