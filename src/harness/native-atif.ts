@@ -95,11 +95,20 @@ export function toTrajectory(agent: string, steps: StepIn[], sessionId?: string)
   return parseAtif(doc, `${agent} native log`);
 }
 
-/** claude --output-format stream-json: one assistant message (by message.id) per model call. */
-export function claudeStreamToAtif(path: string): AtifTrajectory | undefined {
+/**
+ * claude-code: the session transcripts (projects/<cwd>/<session>.jsonl) carry each assistant
+ * message's final usage; the stream-json output only the usage at message start (output 0), so it
+ * is the fallback. One assistant message (by message.id) per model call.
+ */
+export function claudeToAtif(agentDir: string): AtifTrajectory | undefined {
+  const transcripts = filesUnder(join(agentDir, 'native', 'projects'), /\.jsonl$/);
+  return claudeMessagesToAtif(transcripts.length ? transcripts : [join(agentDir, 'claude-code.txt')]);
+}
+
+function claudeMessagesToAtif(paths: string[]): AtifTrajectory | undefined {
   const byId = new Map<string, StepIn>();
   let session: string | undefined;
-  for (const ev of jsonLines(path)) {
+  for (const ev of paths.flatMap(jsonLines)) {
     if (ev.type !== 'assistant') continue;
     const m = obj(ev.message);
     if (!m) continue;
@@ -107,11 +116,12 @@ export function claudeStreamToAtif(path: string): AtifTrajectory | undefined {
     if (m.model === '<synthetic>') continue;
     const id = str(m.id) || `m${byId.size}`;
     const usage = obj(m.usage) ?? {};
-    const step = byId.get(id) ?? { message: '', completion: null, prompt: null, toolCalls: [] };
+    const seen = byId.get(id);
+    const step = seen ?? { message: '', completion: null, prompt: null, toolCalls: [] };
     for (const block of Array.isArray(m.content) ? m.content : []) {
       const b = obj(block) ?? {};
-      if (b.type === 'text') step.message += str(b.text);
-      if (b.type === 'tool_use') step.toolCalls!.push({ id: str(b.id), name: str(b.name), args: b.input });
+      if (b.type === 'text' && !step.message.includes(str(b.text))) step.message += str(b.text);
+      if (b.type === 'tool_use' && !step.toolCalls!.some((c) => c.id === str(b.id))) step.toolCalls!.push({ id: str(b.id), name: str(b.name), args: b.input });
     }
     step.completion = num(usage.output_tokens) ?? step.completion;
     const input = num(usage.input_tokens);
@@ -186,7 +196,10 @@ export function geminiSessionsToAtif(dir: string): AtifTrajectory | undefined {
   let session: string | undefined;
   for (const file of filesUnder(dir, /^session-.*\.jsonl?$/)) {
     let records: Json[] = [];
-    if (file.endsWith('.jsonl')) records = jsonLines(file);
+    if (file.endsWith('.jsonl')) {
+      records = jsonLines(file);
+      session ??= str(records[0]?.sessionId) || undefined;
+    }
     else {
       try {
         const doc = obj(JSON.parse(readFileSync(file, 'utf8'))) ?? {};
@@ -196,8 +209,13 @@ export function geminiSessionsToAtif(dir: string): AtifTrajectory | undefined {
         continue;
       }
     }
-    for (const m of records) {
-      if (m.type !== 'gemini') continue;
+    // The .jsonl recording appends a message again when it changes (tool calls, then results):
+    // the last record of an id is the message, in the order ids first appeared.
+    const latest = new Map<string, Json>();
+    records.forEach((m, i) => {
+      if (m.type === 'gemini') latest.set(str(m.id) || `#${i}`, m);
+    });
+    for (const m of latest.values()) {
       const tokens = obj(m.tokens) ?? {};
       const calls = (Array.isArray(m.toolCalls) ? m.toolCalls : []).map((c) => obj(c) ?? {});
       steps.push({

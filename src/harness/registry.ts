@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import type { DialectName } from '../capture/types.js';
 import type { AtifTrajectory } from './atif.js';
 import { parseAtif } from './atif.js';
-import { claudeStreamToAtif, codexSessionsToAtif, geminiSessionsToAtif, opencodeEventsToAtif, piSessionsToAtif } from './native-atif.js';
+import { claudeToAtif, codexSessionsToAtif, geminiSessionsToAtif, opencodeEventsToAtif, piSessionsToAtif } from './native-atif.js';
 import { harnessCacheRoot } from './run-local.js';
 import { HARNESSES, isHarnessName, wireHarness, type HarnessName, type WiredFile } from './wiring.js';
 
@@ -111,9 +111,9 @@ const ENTRIES: HarnessEntry[] = [
   npmEntry('claude-code', 'claude-code', {
     // stream-json (which needs --verbose) has one event per assistant message, with its usage.
     argv: (argv) => beforeDashDash(setFlag(argv, '--output-format', 'stream-json'), '--verbose'),
-    collect: [],
+    collect: ['.claude/projects'],
     atif: 'converted',
-    toAtif: (dir) => claudeStreamToAtif(join(dir, 'claude-code.txt')),
+    toAtif: (dir) => claudeToAtif(dir),
   }),
   npmEntry('opencode', 'opencode', {
     argv: (argv) => setFlag(argv, '--format', 'json'),
