@@ -9,6 +9,7 @@ await Promise.all([
   // Rollout viewer webview (also inlined into `harness-lab report` files): a browser bundle and its CSS.
   build({ bundle: true, platform: 'browser', format: 'iife', target: 'chrome114', sourcemap: false, minify: production, logLevel: 'warning', entryPoints: ['webview/viewer/main.ts'], outfile: 'dist/webview/viewer.js' }),
   build({ bundle: true, minify: production, logLevel: 'warning', entryPoints: ['webview/viewer/viewer.css'], outfile: 'dist/webview/viewer.css' }),
+  build({ bundle: true, minify: production, logLevel: 'warning', entryPoints: ['webview/viewer/report-theme.css'], outfile: 'dist/webview/report-theme.css' }),
   build({ ...common, entryPoints: ['src/harness/react-harness.ts'], outfile: 'dist/react-harness.js' }),
 ]);
 if (watch) console.log('esbuild: watch mode is not wired yet; run `npm run build` again');

@@ -1,8 +1,7 @@
 // The one message protocol between the rollout viewer's host (extension) and its webview.
-// Webview -> host messages are untrusted and validated with zod on the host; host -> webview messages
-// are checked by type on arrival. Nothing is posted to the webview before it sends `ready`.
+// Webview -> host messages are untrusted and validated with zod on the host (webview-schema.ts, kept
+// apart so the webview bundle carries no zod); host -> webview messages are checked by type on arrival. Nothing is posted to the webview before it sends `ready`.
 // Requests carry a `seq`; their reply echoes it as `{type: '<method>/completion', seq, res | err}`.
-import { z } from 'zod';
 import type { AtifCheckResult } from '../harness/atif-check.js';
 import type { ViewerData } from './viewer-data.js';
 
@@ -18,17 +17,13 @@ export const MSG = {
   error: 'error',
 } as const;
 
-const NodeId = z.string().min(1).max(200);
-
-/** Webview -> host. */
-export const WebviewMessageSchema = z.discriminatedUnion('type', [
-  z.strictObject({ type: z.literal(MSG.ready), version: z.literal(1) }),
+/** Webview -> host (validated on the host by WebviewMessageSchema in webview-schema.ts). */
+export type WebviewMessage =
+  | { type: typeof MSG.ready; version: 1 }
   /** Ask the host to pick a trajectory.json and run the ATIF cross-check. */
-  z.strictObject({ type: z.literal(MSG.attachTrajectory), seq: z.int().nonnegative() }),
+  | { type: typeof MSG.attachTrajectory; seq: number }
   /** The user selected a turn; the host may reveal the call in the Sessions tree. */
-  z.strictObject({ type: z.literal(MSG.revealCall), node_id: NodeId }),
-]);
-export type WebviewMessage = z.infer<typeof WebviewMessageSchema>;
+  | { type: typeof MSG.revealCall; node_id: string };
 
 /** Host -> webview. */
 export type HostMessage =
@@ -44,13 +39,6 @@ const HOST_TYPES = new Set<string>([MSG.load, MSG.tokenTexts, MSG.atif, MSG.focu
 /** Envelope check on the webview side (the payload is built by our own host). */
 export function isHostMessage(value: unknown): value is HostMessage {
   return typeof value === 'object' && value !== null && HOST_TYPES.has((value as { type?: unknown }).type as string);
-}
-
-/** Host side: validate one inbound message, or say why it was rejected. */
-export function parseWebviewMessage(value: unknown): { ok: true; msg: WebviewMessage } | { ok: false; error: string } {
-  const res = WebviewMessageSchema.safeParse(value);
-  if (res.success) return { ok: true, msg: res.data };
-  return { ok: false, error: res.error.issues.map((i) => `${i.path.join('.') || '(message)'}: ${i.message}`).join('; ') };
 }
 
 /**

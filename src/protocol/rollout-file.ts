@@ -10,7 +10,7 @@ import { VIEWER_DATA_VERSION, viewerDataFromRollout, type ViewerData, type Viewe
 const Ids = z.array(z.int().nonnegative());
 const Str = z.string();
 
-const CallRecordSchema = z.looseObject({
+export const CallRecordSchema = z.looseObject({
   call_id: Str.min(1),
   session_id: Str,
   index: z.int().nonnegative(),

@@ -1,7 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildRollout, traceToJsonl } from '../../src/capture/rollout.js';
-import { MSG, ReadyQueue, isHostMessage, parseWebviewMessage } from '../../src/protocol/messages.js';
+import { MSG, ReadyQueue, isHostMessage } from '../../src/protocol/messages.js';
+import { parseWebviewMessage } from '../../src/protocol/webview-schema.js';
 import { RolloutFileError, parseRolloutDocument, viewerDataFromFile } from '../../src/protocol/rollout-file.js';
 import { bytesToText, idsWithoutText, viewerDataFromRollout } from '../../src/protocol/viewer-data.js';
 import { call, chain, session } from './rollout-fixtures.js';

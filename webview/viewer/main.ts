@@ -1,0 +1,326 @@
+// Rollout viewer (webview and HTML report). Data comes either from the extension host over the typed
+// message protocol (after the `ready` handshake) or, in a report, from an inline JSON script tag.
+import '@vscode-elements/elements/dist/vscode-button/index.js';
+import '@vscode-elements/elements/dist/vscode-badge/index.js';
+import '@vscode-elements/elements/dist/vscode-tabs/index.js';
+import '@vscode-elements/elements/dist/vscode-tab-header/index.js';
+import '@vscode-elements/elements/dist/vscode-tab-panel/index.js';
+import { MSG, isHostMessage, type HostMessage, type WebviewMessage } from '../../src/protocol/messages.js';
+import type { AtifCheckResult } from '../../src/harness/atif-check.js';
+import type { ViewerData, ViewerTurn } from '../../src/protocol/viewer-data.js';
+import { GraphView } from './graph.js';
+import { Navigator, TokenTexts, addedByHarness, logprobBucket, turnTokens, type TurnTokens } from './model.js';
+import { addedPanel, atifPanel, findingsPanel, gradeClass, h, rawPanel } from './panels.js';
+import { TokenStrip, type TokenDetail } from './strip.js';
+
+interface VsCodeApi {
+  postMessage(msg: WebviewMessage): void;
+  getState(): unknown;
+  setState(state: unknown): void;
+}
+declare function acquireVsCodeApi(): VsCodeApi;
+
+interface SavedState {
+  positions: Record<string, string>;
+  mask: boolean;
+  tab: number;
+}
+
+/** Where positions are remembered: the webview state in VS Code, sessionStorage in a report. */
+function stateStore(api: VsCodeApi | null): { load(): SavedState; save(s: SavedState): void } {
+  const empty: SavedState = { positions: {}, mask: false, tab: 0 };
+  const coerce = (v: unknown): SavedState => (v && typeof v === 'object' && 'positions' in v ? { ...empty, ...(v as SavedState) } : empty);
+  if (api) return { load: () => coerce(api.getState()), save: (s) => api.setState(s) };
+  return {
+    load: () => {
+      try {
+        return coerce(JSON.parse(sessionStorage.getItem('harness-lab-viewer') ?? 'null'));
+      } catch {
+        return empty;
+      }
+    },
+    save: (s) => {
+      try {
+        sessionStorage.setItem('harness-lab-viewer', JSON.stringify(s));
+      } catch {
+        /* storage disabled: positions are not remembered */
+      }
+    },
+  };
+}
+
+class Viewer {
+  private readonly nav: Navigator;
+  private readonly texts: TokenTexts;
+  private readonly strip: TokenStrip;
+  private readonly graph: GraphView;
+  private readonly head = h('div', { class: 'turn-head', 'data-testid': 'turn-head' });
+  private readonly flags = h('div', { class: 'flags', 'data-testid': 'flags' });
+  private readonly detail = h('div', { class: 'detail', 'aria-live': 'polite', 'data-testid': 'detail' });
+  private readonly panels: HTMLElement[] = [];
+  private readonly maskButton: HTMLElement;
+  private readonly verdict = h('span', { class: 'verdict-badge', 'data-testid': 'verdict' });
+  private current: ViewerTurn;
+  private tt: TurnTokens | null = null;
+  private state: SavedState;
+  private atif: AtifCheckResult | null;
+  private pendingAttach = new Map<number, true>();
+  private seq = 0;
+
+  constructor(
+    private readonly root: HTMLElement,
+    private readonly data: ViewerData,
+    private readonly api: VsCodeApi | null,
+    private readonly store: ReturnType<typeof stateStore>,
+    focus: string | null,
+  ) {
+    this.nav = new Navigator(data);
+    this.texts = new TokenTexts(data);
+    this.state = store.load();
+    this.atif = data.atif;
+    const saved = focus ?? this.state.positions[data.key];
+    this.current = (saved ? this.nav.byId.get(saved) : undefined) ?? data.turns[0]!;
+
+    const button = (label: string, title: string, testid: string, run: () => void) => {
+      const b = document.createElement('vscode-button');
+      b.setAttribute('secondary', '');
+      b.setAttribute('title', title);
+      b.setAttribute('data-testid', testid);
+      b.textContent = label;
+      b.addEventListener('click', run);
+      return b;
+    };
+    this.maskButton = button('Loss mask', 'Show which tokens train (mask 1) [m]', 'mask-toggle', () => this.toggleMask());
+    this.maskButton.setAttribute('aria-pressed', 'false');
+    const stats = data.stats;
+    const header = h(
+      'header',
+      { class: 'top' },
+      h('h1', {}, data.title),
+      h('span', { class: 'muted', 'data-testid': 'summary' }, `${data.turns.length} calls · ${data.graph.roots.length} roots · ${data.capture_level} · ${data.rollout_type}${stats ? ` · ${stats.n_trainable_tokens} trainable tokens` : ''}`),
+      this.verdict,
+      h('span', { class: 'spacer' }),
+      button('◀ Turn', 'Previous turn [k]', 'prev-turn', () => this.step(-1)),
+      button('Turn ▶', 'Next turn [j]', 'next-turn', () => this.step(1)),
+      button('◀ Branch', 'Previous branch [[]', 'prev-branch', () => this.branch(-1)),
+      button('Branch ▶', 'Next branch []]', 'next-branch', () => this.branch(1)),
+      this.maskButton,
+    );
+    this.graph = new GraphView(data, this.nav.byId, (id) => this.go(id));
+    const legend = h(
+      'div',
+      { class: 'legend', 'aria-hidden': 'true' },
+      h('span', { class: 't c' }, 'context'),
+      h('span', { class: 't a' }, 'added by harness'),
+      ...[0, 1, 2, 3, 4].map((b) => h('span', { class: `t s b${b}` }, ['p≥0.9', 'p≥0.5', 'p≥0.2', 'p≥0.05', 'p<0.05'][b]!)),
+      h('span', { class: 't s nolp' }, 'no logprob'),
+      h('span', { class: 't s b0 m1' }, 'trains (mask 1)'),
+    );
+    const turnEl = h('section', { class: 'turn', 'aria-label': 'Turn' }, this.head, this.flags, legend);
+    this.strip = new TokenStrip(turnEl, this.texts, (d) => this.showDetail(d));
+    turnEl.append(this.detail);
+    const tabs = document.createElement('vscode-tabs');
+    tabs.className = 'bottom';
+    tabs.setAttribute('data-testid', 'bottom-tabs');
+    for (const title of ['What the harness added', 'Raw I/O', 'ATIF cross-check', 'Findings']) {
+      const header = document.createElement('vscode-tab-header');
+      header.setAttribute('slot', 'header');
+      header.textContent = title;
+      const panel = document.createElement('vscode-tab-panel');
+      this.panels.push(panel);
+      tabs.append(header, panel);
+    }
+    tabs.setAttribute('selected-index', String(this.state.tab));
+    tabs.addEventListener('vsc-tabs-select', (e) => {
+      this.state.tab = (e as CustomEvent<{ selectedIndex: number }>).detail.selectedIndex;
+      this.store.save(this.state);
+    });
+    turnEl.append(tabs);
+    root.replaceChildren(header, h('div', { class: 'main' }, this.graph.el, turnEl));
+    if (this.state.mask) this.setMask(true);
+    document.addEventListener('keydown', (e) => this.onKey(e));
+    this.renderAtif();
+    this.show(this.current);
+  }
+
+  go(id: string): void {
+    const t = this.nav.byId.get(id);
+    if (t) this.show(t);
+  }
+
+  private step(d: 1 | -1): void {
+    const i = this.nav.indexOf(this.current.node_id) + d;
+    const t = this.nav.at(i);
+    if (t) this.show(t);
+  }
+
+  private branch(d: 1 | -1): void {
+    const t = this.nav.branch(this.current, d);
+    if (t) this.show(t);
+  }
+
+  private toggleMask(): void {
+    this.setMask(!this.state.mask);
+    this.store.save(this.state);
+  }
+
+  private setMask(on: boolean): void {
+    this.state.mask = on;
+    document.body.classList.toggle('mask-on', on);
+    this.maskButton.setAttribute('aria-pressed', String(on));
+    this.maskButton.toggleAttribute('secondary', !on);
+  }
+
+  private show(turn: ViewerTurn): void {
+    this.current = turn;
+    this.state.positions[this.data.key] = turn.node_id;
+    this.store.save(this.state);
+    this.graph.select(turn.node_id);
+    const added = addedByHarness(this.data, turn, this.nav.byId);
+    this.tt = turnTokens(turn, added.relation === 'parent' ? added.kept : 0);
+    const nTrain = turn.trained ? turn.sampled_ids.length : 0;
+    this.head.replaceChildren(
+      h('h2', {}, `Turn #${turn.index}`),
+      h('span', { class: 'muted' }, `${turn.node_id} · ${turn.role}${turn.discarded ? ' · discarded retry' : ''} · finish ${turn.finish_reason ?? '—'} · ${turn.n_tools} tools`),
+      h('span', { class: 'counts', 'data-testid': 'counts', 'data-prompt': String(turn.prompt_ids.length), 'data-sampled': String(turn.sampled_ids.length), 'data-trained': String(nTrain) }, `${turn.prompt_ids.length} prompt · ${turn.sampled_ids.length} sampled · ${nTrain} trained`),
+      h('span', { class: 'muted' }, `position ${this.nav.indexOf(turn.node_id) + 1} of ${this.data.turns.length}`),
+    );
+    this.flags.replaceChildren(...turn.flags.map((f) => h('div', { class: `flag ${gradeClass(f)}`, role: 'status' }, f)));
+    this.strip.show(this.tt);
+    this.detail.textContent = 'Hover or focus a token (Tab into the strip, then arrow keys) to see its id, text, logprob and alternatives.';
+    this.panels[0]!.replaceChildren(addedPanel(this.data, turn, this.nav.byId, this.texts, (id) => this.go(id)));
+    this.panels[1]!.replaceChildren(rawPanel(turn));
+    this.panels[3]!.replaceChildren(findingsPanel(this.data, turn));
+  }
+
+  private showDetail(d: TokenDetail | null): void {
+    if (!d) return;
+    const { tt, index: i } = d;
+    const id = tt.id(i);
+    const sampledAt = i - tt.nPrompt;
+    const own = sampledAt >= 0 ? tt.turn.sampled_text?.[sampledAt] : undefined;
+    const text = own ?? this.texts.get(id);
+    const lp = tt.logprob(i);
+    const parts: (Node | string)[] = [
+      h('b', {}, sampledAt >= 0 ? `sampled ${sampledAt}` : `context ${i}`),
+      ` · id ${id} · `,
+      h('code', { 'data-testid': 'detail-text' }, text === undefined ? '(no text)' : JSON.stringify(text)),
+      lp === null ? ' · no logprob' : ` · logprob ${lp.toFixed(4)} (p=${Math.exp(lp).toFixed(3)})`,
+      ` · mask ${tt.mask(i)}`,
+    ];
+    const alts = sampledAt >= 0 ? tt.turn.top?.[sampledAt] : undefined;
+    if (alts && alts.length) {
+      parts.push(' · top: ');
+      alts.slice(0, 8).forEach((a, k) => {
+        if (k) parts.push(', ');
+        parts.push(h('span', { class: `alt b${logprobBucket(a.logprob)}` }, `${JSON.stringify(a.text)} ${a.logprob.toFixed(3)}`));
+      });
+    }
+    this.detail.replaceChildren(...parts);
+  }
+
+  private renderAtif(): void {
+    const attach = this.api ? () => this.requestAttach() : null;
+    this.panels[2]!.replaceChildren(atifPanel(this.atif, (id) => this.go(id), attach));
+    const v = this.atif?.verdict ?? 'none';
+    this.verdict.textContent = v === 'none' ? '' : v === 'match' ? 'ATIF: match' : 'ATIF: MISMATCH';
+    this.verdict.className = `verdict-badge v-${v.toLowerCase()}`;
+  }
+
+  private requestAttach(): void {
+    const seq = ++this.seq;
+    this.pendingAttach.set(seq, true);
+    this.api?.postMessage({ type: MSG.attachTrajectory, seq });
+  }
+
+  onHost(msg: HostMessage): void {
+    switch (msg.type) {
+      case MSG.tokenTexts:
+        this.texts.add(msg.texts);
+        this.strip.refreshTexts();
+        this.show(this.current);
+        break;
+      case MSG.atif:
+        this.atif = msg.result;
+        this.renderAtif();
+        break;
+      case MSG.attachTrajectoryCompletion:
+        if (!this.pendingAttach.delete(msg.seq)) return;
+        if (msg.err) this.flags.append(h('div', { class: 'flag g-fatal', role: 'alert' }, msg.err));
+        else if (msg.res) {
+          this.atif = msg.res;
+          this.renderAtif();
+        }
+        break;
+      case MSG.focusTurn:
+        this.go(msg.node_id);
+        break;
+      case MSG.error:
+        this.flags.append(h('div', { class: 'flag g-fatal', role: 'alert' }, msg.message));
+        break;
+      default:
+        break;
+    }
+  }
+
+  private onKey(e: KeyboardEvent): void {
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    const t = e.target as HTMLElement | null;
+    if (t && (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA' || t.isContentEditable)) return;
+    const actions: Record<string, () => void> = {
+      j: () => this.step(1),
+      ArrowDown: () => this.step(1),
+      k: () => this.step(-1),
+      ArrowUp: () => this.step(-1),
+      ']': () => this.branch(1),
+      '[': () => this.branch(-1),
+      m: () => this.toggleMask(),
+      p: () => this.current.parent_id && this.go(this.current.parent_id),
+    };
+    const run = actions[e.key];
+    if (!run) return;
+    e.preventDefault();
+    run();
+  }
+}
+
+function fail(root: HTMLElement, message: string): void {
+  root.replaceChildren(h('div', { class: 'flag g-fatal', role: 'alert' }, message));
+}
+
+function boot(): void {
+  const root = document.getElementById('app') ?? document.body;
+  const inline = document.getElementById('hl-data');
+  if (inline) {
+    let data: ViewerData;
+    try {
+      data = JSON.parse(inline.textContent ?? '') as ViewerData;
+    } catch (err) {
+      fail(root, `The report's data is not valid JSON: ${String(err)}`);
+      return;
+    }
+    if (data.turns.length === 0) return fail(root, 'This rollout has no calls.');
+    (window as unknown as { harnessLabViewer: Viewer }).harnessLabViewer = new Viewer(root, data, null, stateStore(null), null);
+    return;
+  }
+  const api = typeof acquireVsCodeApi === 'function' ? acquireVsCodeApi() : null;
+  if (!api) return fail(root, 'No data: this page must be opened by the extension or built by `harness-lab report`.');
+  let viewer: Viewer | null = null;
+  const early: HostMessage[] = [];
+  window.addEventListener('message', (e: MessageEvent<unknown>) => {
+    const msg = e.data;
+    if (!isHostMessage(msg)) return;
+    if (msg.type === MSG.load) {
+      if (msg.data.turns.length === 0) return fail(root, 'This rollout has no calls yet.');
+      viewer = new Viewer(root, msg.data, api, stateStore(api), msg.focus ?? null);
+      (window as unknown as { harnessLabViewer: Viewer }).harnessLabViewer = viewer;
+      for (const m of early.splice(0)) viewer.onHost(m);
+    } else if (viewer) viewer.onHost(msg);
+    else if (msg.type === MSG.error) fail(root, msg.message);
+    else early.push(msg);
+  });
+  root.replaceChildren(h('p', { class: 'muted' }, 'Loading rollout…'));
+  api.postMessage({ type: MSG.ready, version: 1 });
+}
+
+boot();

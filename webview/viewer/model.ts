@@ -1,0 +1,193 @@
+// Pure viewer logic (no DOM): logprob buckets, token texts, row layout of the token strip,
+// navigation between turns and branches, and what the harness added between two turns.
+import type { ViewerData, ViewerTurn } from '../../src/protocol/viewer-data.js';
+
+/** Logprob buckets by probability: 0 >= 0.9, 1 >= 0.5, 2 >= 0.2, 3 >= 0.05, 4 below. */
+export const BUCKET_FLOORS = [0.9, 0.5, 0.2, 0.05] as const;
+
+export function logprobBucket(lp: number): number {
+  const p = Math.exp(lp);
+  for (let i = 0; i < BUCKET_FLOORS.length; i++) if (p >= BUCKET_FLOORS[i]!) return i;
+  return BUCKET_FLOORS.length;
+}
+
+/** Token kinds in the strip: inherited context, context the harness added, sampled. */
+export const Kind = { Inherited: 0, Added: 1, Sampled: 2 } as const;
+export type Kind = (typeof Kind)[keyof typeof Kind];
+
+/** One turn's tokens laid end to end: prompt, then sampled. Arrays are shared, not copied. */
+export interface TurnTokens {
+  turn: ViewerTurn;
+  n: number;
+  nPrompt: number;
+  /** Prompt positions below this are the parent's prompt+completion (exact prefix). */
+  inherited: number;
+  id(i: number): number;
+  kind(i: number): Kind;
+  /** Logprob of position i, or null for context / missing. */
+  logprob(i: number): number | null;
+  /** Loss mask of position i. */
+  mask(i: number): 0 | 1;
+}
+
+export function turnTokens(turn: ViewerTurn, inherited: number): TurnTokens {
+  const nPrompt = turn.prompt_ids.length;
+  return {
+    turn,
+    n: nPrompt + turn.sampled_ids.length,
+    nPrompt,
+    inherited,
+    id: (i) => (i < nPrompt ? turn.prompt_ids[i]! : turn.sampled_ids[i - nPrompt]!),
+    kind: (i) => (i >= nPrompt ? Kind.Sampled : i < inherited ? Kind.Inherited : Kind.Added),
+    logprob: (i) => (i >= nPrompt && turn.logprobs ? turn.logprobs[i - nPrompt]! : null),
+    mask: (i) => (i >= nPrompt && turn.trained ? 1 : 0),
+  };
+}
+
+/** Text for every token id the data knows: the engine's prompt-token texts, then sampled tokens' bytes. */
+export class TokenTexts {
+  private readonly byId = new Map<number, string>();
+  constructor(data: ViewerData) {
+    for (const t of data.turns) t.sampled_text?.forEach((s, i) => s !== null && this.byId.set(t.sampled_ids[i]!, s));
+    this.add(data.token_texts);
+  }
+  add(texts: Record<string, string>): void {
+    for (const [k, v] of Object.entries(texts)) if (!this.byId.has(Number(k))) this.byId.set(Number(k), v);
+  }
+  get(id: number): string | undefined {
+    return this.byId.get(id);
+  }
+  get size(): number {
+    return this.byId.size;
+  }
+}
+
+/** A token's text for display on one line: newline and tab made visible, ids where no text exists. */
+export function displayText(text: string | undefined, id: number): { text: string; breakAfter: boolean } {
+  if (text === undefined) return { text: `⟨${id}⟩`, breakAfter: false };
+  if (text === '') return { text: '∅', breakAfter: false };
+  const breakAfter = text.endsWith('\n');
+  return { text: text.replace(/\r/g, '␍').replace(/\n/g, '↵').replace(/\t/g, '→'), breakAfter };
+}
+
+/** Display width in monospace columns (wide East Asian characters and emoji count two). */
+export function columns(s: string): number {
+  let w = 0;
+  for (const ch of s) {
+    const c = ch.codePointAt(0)!;
+    w += c >= 0x1100 && (c <= 0x115f || (c >= 0x2e80 && c <= 0xa4cf) || (c >= 0xac00 && c <= 0xd7a3) || (c >= 0xf900 && c <= 0xfaff) || (c >= 0xfe30 && c <= 0xfe4f) || (c >= 0xff00 && c <= 0xff60) || (c >= 0x1f300 && c <= 0x1faff) || c >= 0x20000) ? 2 : 1;
+  }
+  return w;
+}
+
+/**
+ * Greedy row layout: tokens fill rows of `width` columns; a token whose text ends in a newline ends its
+ * row. Returns the first token index of each row (plus n at the end). O(n), no DOM.
+ */
+export function layoutRows(n: number, widthOf: (i: number) => number, breakAfter: (i: number) => boolean, width: number): Int32Array {
+  const starts: number[] = [0];
+  let used = 0;
+  for (let i = 0; i < n; i++) {
+    const w = widthOf(i) + 1; // one column of gap between tokens
+    if (used > 0 && used + w > width) {
+      starts.push(i);
+      used = 0;
+    }
+    used += w;
+    if (breakAfter(i) && i + 1 < n) {
+      starts.push(i + 1);
+      used = 0;
+    }
+  }
+  if (n === 0) return Int32Array.from([0, 0]);
+  starts.push(n);
+  return Int32Array.from(starts);
+}
+
+/** Length of the longest common prefix of two id arrays. */
+export function commonPrefix(a: readonly number[], b: readonly number[]): number {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a[i] === b[i]) i++;
+  return i;
+}
+
+export interface AddedByHarness {
+  /** The turn compared against: the parent, or for a later root the previous turn in arrival order. */
+  against: ViewerTurn | null;
+  relation: 'parent' | 'previous' | 'none';
+  /** Tokens of this prompt that match the reference's prompt+completion. */
+  kept: number;
+  referenceLength: number;
+  /** Prompt positions from `kept` on: what the harness inserted (tool results, reminders, edits). */
+  addedFrom: number;
+  /** Set when the prompt does not extend the reference exactly. */
+  prefixBreak: { at: number; expected: number | null; got: number | null } | null;
+}
+
+export function addedByHarness(data: ViewerData, turn: ViewerTurn, byId: Map<string, ViewerTurn>): AddedByHarness {
+  let against: ViewerTurn | null = turn.parent_id ? (byId.get(turn.parent_id) ?? null) : null;
+  let relation: AddedByHarness['relation'] = against ? 'parent' : 'none';
+  if (!against) {
+    const pos = data.turns.indexOf(turn);
+    if (pos > 0) {
+      against = data.turns[pos - 1]!;
+      relation = 'previous';
+    }
+  }
+  if (!against) return { against: null, relation, kept: 0, referenceLength: 0, addedFrom: 0, prefixBreak: null };
+  const ref = against.prompt_ids.concat(against.sampled_ids);
+  const kept = commonPrefix(ref, turn.prompt_ids);
+  const prefixBreak = kept < ref.length ? { at: kept, expected: ref[kept] ?? null, got: turn.prompt_ids[kept] ?? null } : null;
+  return { against, relation, kept, referenceLength: ref.length, addedFrom: kept, prefixBreak };
+}
+
+/** Kind of a root for the graph: the first root, a subagent or side call, or a continuation (compaction, rewrite). */
+export function rootKind(data: ViewerData, turn: ViewerTurn, byId: Map<string, ViewerTurn>): 'root' | 'subagent' | 'compaction' | 'auxiliary' | null {
+  if (turn.parent_id !== null) return null;
+  if (data.graph.roots[0] === turn.node_id) return 'root';
+  if (turn.role === 'auxiliary') return 'auxiliary';
+  const first = byId.get(data.graph.roots[0]!);
+  // A continuation keeps the start of the conversation (system prompt and task) but not the history.
+  if (first && first.prompt_ids.length > 0 && commonPrefix(first.prompt_ids, turn.prompt_ids) >= Math.max(1, Math.floor(first.prompt_ids.length * 0.5))) return 'compaction';
+  return 'subagent';
+}
+
+/** Navigation over turns in arrival order and over siblings (branches, retries). */
+export class Navigator {
+  readonly byId: Map<string, ViewerTurn>;
+  constructor(readonly data: ViewerData) {
+    this.byId = new Map(data.turns.map((t) => [t.node_id, t]));
+  }
+  at(i: number): ViewerTurn | undefined {
+    return this.data.turns[i];
+  }
+  indexOf(nodeId: string): number {
+    return this.data.turns.findIndex((t) => t.node_id === nodeId);
+  }
+  /** Children of the same parent (roots are siblings of each other), arrival order. */
+  siblings(turn: ViewerTurn): ViewerTurn[] {
+    const ids = turn.parent_id ? (this.byId.get(turn.parent_id)?.children ?? []) : this.data.graph.roots;
+    return ids.map((id) => this.byId.get(id)).filter((t): t is ViewerTurn => t !== undefined);
+  }
+  /** The next (+1) or previous (-1) branch: a sibling, else a sibling of the nearest ancestor that has one. */
+  branch(turn: ViewerTurn, dir: 1 | -1): ViewerTurn | null {
+    let cur: ViewerTurn | undefined = turn;
+    while (cur) {
+      const sibs = this.siblings(cur);
+      const k = sibs.indexOf(cur);
+      const next = sibs[k + dir];
+      if (next) return next;
+      cur = cur.parent_id ? this.byId.get(cur.parent_id) : undefined;
+    }
+    return null;
+  }
+}
+
+/** Everything the per-turn strip needs, including the mask and colour bucket of each position. */
+export function positionClass(tt: TurnTokens, i: number): string {
+  const k = tt.kind(i);
+  if (k !== Kind.Sampled) return k === Kind.Inherited ? 't c' : 't a';
+  const lp = tt.logprob(i);
+  return `t s ${lp === null ? 'nolp' : `b${logprobBucket(lp)}`}${tt.mask(i) ? ' m1' : ''}`;
+}
