@@ -83,7 +83,8 @@ export function callNode(rec: CallRecord): CallNode {
   const { prompt, completion } = tokenCounts(rec);
   const statusText = rec.error ? `${rec.error.status} ${rec.error.kind}` : (rec.finish_reason ?? 'ok');
   const tokens = `${prompt ?? '?'}→${completion ?? '?'} tok`;
-  const description = [statusText, tokens, formatLatency(rec.latency_ms), level].join(' · ');
+  // A failed call has no tokens and no capture level worth showing: status and latency only.
+  const description = (rec.error ? [statusText, formatLatency(rec.latency_ms)] : [statusText, tokens, formatLatency(rec.latency_ms), level]).join(' · ');
   const tooltip = [
     `Call ${rec.call_id} (#${rec.index}) in session ${rec.session_id}`,
     `Dialect: ${rec.dialect}${rec.stream ? ' (streamed)' : ''}  ${rec.path}`,

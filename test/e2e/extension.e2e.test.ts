@@ -59,6 +59,19 @@ console.log('HARNESS_DONE ' + JSON.stringify(out));
 `;
 }
 
+/** One more chat call from the terminal, used after the engine went away. */
+function oneCallScript(): string {
+  return `import { writeFileSync } from 'node:fs';
+const res = await fetch(process.env.OPENAI_BASE_URL + '/chat/completions', {
+  method: 'POST',
+  headers: { 'content-type': 'application/json', authorization: 'Bearer ' + process.env.OPENAI_API_KEY },
+  body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'again' }] }),
+});
+writeFileSync(new URL('./one-call.json', import.meta.url), JSON.stringify({ status: res.status }));
+console.log('ONE_CALL ' + res.status);
+`;
+}
+
 async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
 }
@@ -122,7 +135,8 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   writeFileSync(join(workspace, 'tasks', 'hello-world', 'task.toml'), 'version = "1.0"\n\n[metadata]\nname = "hello-world"\ndifficulty = "easy"\ncategory = "smoke"\n');
   writeFileSync(join(workspace, '.vscode', 'settings.json'), JSON.stringify({ 'harnessLab.engineUrl': engine.url, 'harnessLab.model': engine.model, 'harnessLab.dataDir': dataDir }, null, 2));
   writeFileSync(join(control, 'call.mjs'), harnessScript());
-  writeFileSync(join(control, 'expected.json'), JSON.stringify({ dialects: DIALECTS }));
+  writeFileSync(join(control, 'one-call.mjs'), oneCallScript());
+  writeFileSync(join(control, 'expected.json'), JSON.stringify({ dialects: DIALECTS, failedEngineCalls: 1 }));
 
   server = await launchCodeServer({
     stateDir,
@@ -219,6 +233,33 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     await page.locator('.statusbar-item', { hasText: `Harness Lab :${port}` }).waitFor({ timeout: 5_000 });
     await shot(page, '04-sessions-tree');
     mark('tree checked');
+
+    // Engines view: probe from the palette, then the row shows the graded capture level.
+    await runCommand(page, 'Harness Lab: Probe Engine');
+    const enginesPane = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^engines/i }) });
+    await enginesPane.locator('.monaco-list-row', { hasText: 'reachable · capture: tokens' }).waitFor({ timeout: 30_000 });
+    await shot(page, '05-engine-probed');
+    mark('engine probed');
+
+    // Engine gone: the next call fails in the terminal, shows as an error row, and the status bar
+    // item turns to its warning colour while still showing the port.
+    await engine.close();
+    await xterm.click();
+    await page.keyboard.type(`node .e2e/one-call.mjs\n`, { delay: 10 });
+    const oneCall = join(control, 'one-call.json');
+    const deadline2 = Date.now() + 30_000;
+    while (!existsSync(oneCall) && Date.now() < deadline2) await sleep(250);
+    assert.ok(existsSync(oneCall), 'the second call in the captured terminal did not finish');
+    const failedStatus = (JSON.parse(readFileSync(oneCall, 'utf8')) as { status: number }).status;
+    assert.ok(failedStatus >= 500, `a call with the engine down answers 5xx, got ${failedStatus}`);
+    await pane.locator('.monaco-list-row', { hasText: /#3 openai_chat\s*50\d engine/ }).waitFor({ timeout: 20_000 });
+    const warning = page.locator('.statusbar-item.warning-kind', { hasText: `Harness Lab :${port}` });
+    await warning.waitFor({ timeout: 10_000 }).catch(async (err: unknown) => {
+      const classes = await page.locator('.statusbar-item', { hasText: 'Harness Lab' }).first().getAttribute('class');
+      throw new Error(`status bar item not in warning colours (classes: ${classes}): ${String(err)}`);
+    });
+    await shot(page, '06-engine-unreachable');
+    mark('engine unreachable');
     signalUi(true);
   } catch (err) {
     signalUi(false, err instanceof Error ? err.message : String(err));

@@ -31,7 +31,7 @@ export async function run(): Promise<void> {
   const folder = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
   assert.ok(folder, 'the workbench opened without the test workspace');
   const control = join(folder, '.e2e');
-  const expected = JSON.parse(readFileSync(join(control, 'expected.json'), 'utf8')) as { dialects: string[] };
+  const expected = JSON.parse(readFileSync(join(control, 'expected.json'), 'utf8')) as { dialects: string[]; failedEngineCalls: number };
   log(`waiting for the UI driver (control dir ${control})`);
   const ui = await waitFor('the UI driver to finish', 170_000, () => existsSync(join(control, 'ui-done')) && (JSON.parse(readFileSync(join(control, 'ui-done'), 'utf8')) as { ok: boolean; error?: string }));
   if (!ui.ok) throw new Error(`UI driver failed: ${ui.error}`);
@@ -45,8 +45,12 @@ export async function run(): Promise<void> {
   const terminalSession = api.listSessions().find((s) => s.metadata?.source === 'terminal');
   assert.ok(terminalSession, `no session created by Open Captured Terminal among ${JSON.stringify(api.listSessions())}`);
   const id = terminalSession.session_id;
-  const calls = api.getCalls(id);
-  assert.deepEqual(calls.map((c) => c.dialect).sort(), [...expected.dialects].sort(), 'one call per dialect, made from the captured terminal');
+  const all = api.getCalls(id);
+  const calls = all.filter((c) => !c.error);
+  const failed = all.filter((c) => c.error);
+  assert.deepEqual(calls.map((c) => c.dialect).sort(), [...expected.dialects].sort(), 'one answered call per dialect, made from the captured terminal');
+  assert.equal(failed.length, expected.failedEngineCalls, 'the call made after the engine went away is recorded as failed');
+  for (const call of failed) assert.equal(call.error?.kind, 'engine', JSON.stringify(call.error));
   for (const call of calls) {
     assert.equal(call.error, null, `call ${call.call_id} failed: ${JSON.stringify(call.error)}`);
     assert.equal(call.session_id, id);
@@ -63,11 +67,11 @@ export async function run(): Promise<void> {
 
   // Durability: stopping the proxy keeps the session visible (read from the store); starting it again
   // restores the same records, as after a window reload.
-  const callIds = calls.map((c) => c.call_id).sort();
+  const callIds = all.map((c) => c.call_id).sort();
   await vscode.commands.executeCommand('harnessLab.stopProxy');
   assert.equal(api.state.kind, 'stopped');
   const stored = api.listSessions().find((s) => s.session_id === id);
-  assert.equal(stored?.n_calls, calls.length, 'stored session after stop');
+  assert.equal(stored?.n_calls, all.length, 'stored session after stop');
   await vscode.commands.executeCommand('harnessLab.startProxy');
   await waitFor('the proxy to restart', 20_000, () => api.state.kind === 'running');
   assert.deepEqual(api.getCalls(id).map((c) => c.call_id).sort(), callIds, 'records restored from the durable store');
