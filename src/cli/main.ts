@@ -7,12 +7,15 @@ export interface CliCommand {
 
 const COMMANDS: Record<string, () => Promise<CliCommand>> = {
   // one line per command, keep sorted
+  'atif-check': async () => (await import('./atif-check-command.js')).atifCheckCommand,
   demo: async () => (await import('./demo-command.js')).demoCommand,
   engine: async () => (await import('./engine-command.js')).engineCommand,
   export: async () => (await import('./export-command.js')).exportCommand,
   images: async () => (await import('./images-command.js')).imagesCommand,
   proxy: async () => (await import('./proxy-command.js')).proxyCommand,
+  report: async () => (await import('./report-command.js')).reportCommand,
   run: async () => (await import('./run-command.js')).runCommand,
+  validate: async () => (await import('./validate-command.js')).validateCommand,
 };
 
 function usage(): string {
