@@ -28,6 +28,8 @@ export interface EmbeddedEngineOptions {
 export interface EmbeddedEngine {
   url: string;
   engine: LlamaEngine;
+  /** The loaded model (shared by every LlamaEngine built on it; one request at a time). */
+  runtime: LlamaRuntime;
   modelPath: string;
   /** Milliseconds spent building the tiny model (0 when cached or a file was given) and loading it. */
   timings: { buildMs: number; loadMs: number };
@@ -60,6 +62,7 @@ export async function startEmbeddedEngine(opts: EmbeddedEngineOptions = {}): Pro
   return {
     url,
     engine,
+    runtime,
     modelPath,
     timings: { buildMs, loadMs },
     close: async () => {

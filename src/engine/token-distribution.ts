@@ -39,10 +39,15 @@ export class TokenDistribution {
     const ids = new Int32Array(probabilities.size);
     const lps = new Float64Array(probabilities.size);
     let i = 0;
+    let sum = 0;
     for (const [id, p] of probabilities) {
       ids[i] = id;
+      sum += p;
       lps[i++] = Math.log(p);
     }
+    // llama.cpp normalises in float32 over the whole vocabulary; its sum drifts from 1 by up to ~1e-4.
+    const norm = Math.log(sum);
+    for (let j = 0; j < lps.length; j++) lps[j] = lps[j]! - norm;
     for (let j = 1; j < lps.length; j++) {
       if (lps[j]! > lps[j - 1]!) throw new Error('token probabilities are not sorted');
     }
@@ -114,10 +119,10 @@ export class ProcessedDistribution {
     return r < 0 || r >= this.kept ? -Infinity : this.scaled[r]! - this.lse;
   }
 
-  /** The `n` most likely tokens (ties keep the model's order). */
+  /** The `n` most likely tokens; past the truncation they carry -Infinity, as vLLM's processed top-n does. */
   top(n: number): TokenLogprob[] {
     const out: TokenLogprob[] = [];
-    for (let i = 0; i < Math.min(n, this.kept); i++) out.push({ id: this.base.ids[i]!, logprob: this.scaled[i]! - this.lse });
+    for (let i = 0; i < Math.min(n, this.base.size); i++) out.push({ id: this.base.ids[i]!, logprob: i < this.kept ? this.scaled[i]! - this.lse : -Infinity });
     return out;
   }
 

@@ -48,7 +48,8 @@ test('top-k, top-p and min-p truncate and renormalise', () => {
   close(p.logprob(12), Math.log(0.15 / 0.9));
   const m = dist.processed({ ...NEUTRAL_SAMPLING, minP: 0.2 }); // keeps p >= 0.1
   assert.equal(m.kept, 3);
-  assert.deepEqual(m.top(10).map((t) => t.id), [10, 11, 12]);
+  assert.deepEqual(m.top(4).map((t) => t.id), [10, 11, 12, 13]);
+  assert.equal(m.top(4)[3]!.logprob, -Infinity, 'past the truncation');
 });
 
 test('sampling follows the processed distribution and is reproducible per seed', () => {
