@@ -1,7 +1,7 @@
 // The engine behind `harness-lab run` when no --engine-url is given: the task's scripted policy
 // (policy.json next to the task, in the engine's policy format, src/engine/policy.ts) decides each
-// turn. The answers are served by the in-repo vLLM-shaped engine, which returns token ids and
-// logprobs like vLLM does, so the capture contract is exercised end to end.
+// turn's text and the embedded CPU engine scores exactly those tokens, so ids and logprobs are a real
+// model's. HARNESS_LAB_POLICY_ENGINE=fake swaps in the in-repo vLLM-shaped fake (no model load).
 import { startFakeEngine, type FakeAnswer } from '../engine/fake-engine.js';
 import { ScriptedPolicy } from '../engine/policy.js';
 
@@ -25,8 +25,15 @@ export function policyAnswer(policy: ScriptedPolicy, messages: Parameters<Script
   };
 }
 
-export async function startPolicyEngine(policyFile: string): Promise<PolicyEngine> {
+export async function startPolicyEngine(policyFile: string, kind = process.env.HARNESS_LAB_POLICY_ENGINE ?? 'embedded'): Promise<PolicyEngine> {
   const policy = ScriptedPolicy.load(policyFile);
+  if (kind === 'embedded') {
+    const { startEmbeddedEngine } = await import('../engine/embedded-engine.js');
+    const engine = await startEmbeddedEngine({ policy });
+    const model = engine.engine.modelName;
+    return { url: engine.url, model, description: `embedded engine (${model}) with scripted policy ${policyFile} at ${engine.url}`, close: () => engine.close() };
+  }
+  if (kind !== 'fake') throw new Error(`HARNESS_LAB_POLICY_ENGINE must be embedded or fake, got '${kind}'`);
   const engine = await startFakeEngine({ model: 'harness-lab/policy', script: (request) => policyAnswer(policy, request.messages, request.tools) });
   return { url: engine.url, model: engine.model, description: `scripted policy ${policyFile} (vLLM-shaped in-repo engine at ${engine.url})`, close: () => engine.close() };
 }
