@@ -88,14 +88,14 @@ export function bytesToText(bytes: readonly number[]): string {
 }
 
 /** Reasons a turn's sampled tokens cannot be coloured or trained, in the user's terms. */
-export function turnFlags(call: Pick<CallRecord, 'completion_token_ids' | 'logprobs' | 'prompt_token_ids'>, findings: readonly string[], trained: boolean): string[] {
+export function turnFlags(call: Pick<CallRecord, 'completion_token_ids' | 'logprobs' | 'prompt_token_ids'>, findings: readonly string[], trained: boolean, untrainedWhy?: string): string[] {
   const flags: string[] = [];
   const n = call.completion_token_ids?.length ?? 0;
   if (!call.prompt_token_ids || call.prompt_token_ids.length === 0) flags.push('no prompt token ids: the engine did not return them, so the context is shown from messages only');
   if (n > 0 && call.logprobs === null) flags.push('missing logprobs: the engine returned none for this call, so its tokens stay context (mask 0)');
   else if (n > 0 && call.logprobs && call.logprobs.length !== n) flags.push(`misaligned logprobs: ${call.logprobs.length} logprobs for ${n} sampled tokens, so its tokens stay context (mask 0)`);
   for (const f of findings) if (f.startsWith('[FATAL]') || f.startsWith('[WARN]')) flags.push(f);
-  if (n > 0 && !trained && flags.length === 0) flags.push('not trained: the turn is not on a trainable agent path');
+  if (n > 0 && !trained && flags.length === 0) flags.push(untrainedWhy ?? 'not trained: the turn is not on a trainable agent path');
   return flags;
 }
 
@@ -137,7 +137,18 @@ export function viewerDataFromRollout(doc: Pick<RolloutDocument, 'session_id' | 
         trained,
         top: c.top_logprobs && c.top_logprobs.length === sampled.length ? c.top_logprobs.map((alts) => alts.map((a) => ({ id: a.token_id, text: a.token, logprob: a.logprob }))) : null,
         sampled_text: c.token_bytes && c.token_bytes.length === sampled.length ? c.token_bytes.map((b) => (b ? bytesToText(b) : null)) : null,
-        flags: turnFlags(c, t.findings, trained),
+        flags: turnFlags(
+          c,
+          t.findings,
+          trained,
+          t.discarded
+            ? 'not trained: a discarded retry (a sibling with the same prompt was continued instead)'
+            : g?.role === 'auxiliary'
+              ? 'not trained: an auxiliary call (no tools, beside the agent chain: titles, summaries, checks)'
+              : doc.rollout_type === 'eval'
+                ? 'not trained: an evaluation rollout'
+                : undefined,
+        ),
         findings: [...t.findings],
         finish_reason: t.finish_reason,
         n_tools: t.n_tools,

@@ -112,10 +112,19 @@ export function commonPrefix(a: readonly number[], b: readonly number[]): number
   return i;
 }
 
+/** Common prefix of a turn's prompt+completion with `ids`, without concatenating. */
+export function prefixOfEnd(t: ViewerTurn, ids: readonly number[]): number {
+  const p = commonPrefix(t.prompt_ids, ids);
+  if (p < t.prompt_ids.length) return p;
+  let i = 0;
+  while (i < t.sampled_ids.length && p + i < ids.length && t.sampled_ids[i] === ids[p + i]) i++;
+  return p + i;
+}
+
 export interface AddedByHarness {
-  /** The turn compared against: the parent, or for a later root the previous turn in arrival order. */
+  /** The turn compared against: the parent, or for a later root the earlier call sharing the longest prefix. */
   against: ViewerTurn | null;
-  relation: 'parent' | 'previous' | 'none';
+  relation: 'parent' | 'closest' | 'none';
   /** Tokens of this prompt that match the reference's prompt+completion. */
   kept: number;
   referenceLength: number;
@@ -129,10 +138,17 @@ export function addedByHarness(data: ViewerData, turn: ViewerTurn, byId: Map<str
   let against: ViewerTurn | null = turn.parent_id ? (byId.get(turn.parent_id) ?? null) : null;
   let relation: AddedByHarness['relation'] = against ? 'parent' : 'none';
   if (!against) {
-    const pos = data.turns.indexOf(turn);
-    if (pos > 0) {
-      against = data.turns[pos - 1]!;
-      relation = 'previous';
+    // A later root: compare with the earlier call it shares the longest prefix with (the latest on ties),
+    // which for a compaction or history rewrite is the call whose history was replaced.
+    let best = 0;
+    for (const t of data.turns) {
+      if (t === turn) break;
+      const n = prefixOfEnd(t, turn.prompt_ids);
+      if (n > 0 && n >= best) {
+        best = n;
+        against = t;
+        relation = 'closest';
+      }
     }
   }
   if (!against) return { against: null, relation, kept: 0, referenceLength: 0, addedFrom: 0, prefixBreak: null };

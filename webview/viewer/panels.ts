@@ -46,13 +46,13 @@ export function addedPanel(data: ViewerData, turn: ViewerTurn, byId: Map<string,
   const a = addedByHarness(data, turn, byId);
   const box = h('div', { class: 'added', 'data-testid': 'added' });
   if (!a.against) {
-    box.append(h('p', {}, 'The first call of the rollout: its whole prompt is what the harness sent.'));
+    box.append(h('p', {}, turn.parent_id === null && data.turns[0] !== turn ? 'A new root that shares no prefix with any earlier call (a subagent or side call): its whole prompt is what the harness sent.' : 'The first call of the rollout: its whole prompt is what the harness sent.'));
     box.append(h('pre', { class: 'added-text' }, tokensText(turn.prompt_ids, 0, texts)));
     return box;
   }
   const link = h('button', { class: 'link', type: 'button' }, `#${a.against.index} (${a.against.node_id})`);
   link.addEventListener('click', () => go(a.against!.node_id));
-  const what = a.relation === 'parent' ? "its parent's prompt+completion" : 'the previous call (this turn is a new root)';
+  const what = a.relation === 'parent' ? "its parent's prompt+completion" : 'the earlier call it shares the longest prefix with (this turn is a new root)';
   box.append(h('p', {}, `Compared with ${what} `, link, `: ${a.kept} of ${a.referenceLength} tokens kept, ${turn.prompt_ids.length - a.addedFrom} added by the harness.`));
   if (a.prefixBreak) {
     box.append(

@@ -41,7 +41,9 @@ export class TokenStrip {
     this.el.append(this.spacer);
     parent.append(this.el);
     this.el.addEventListener('scroll', () => this.schedule());
-    this.el.addEventListener('mouseover', (e) => {
+    // pointermove, not mouseover: re-rendered rows under a still pointer must not steal the detail
+    // from the keyboard cursor.
+    this.el.addEventListener('pointermove', (e) => {
       const i = indexOf(e.target);
       if (i !== null && this.tt) this.onDetail({ index: i, tt: this.tt });
     });

@@ -1,0 +1,55 @@
+// `harness-lab report ROLLOUT -o report.html`: the rollout viewer as one self-contained HTML file.
+import { writeFileSync } from 'node:fs';
+import { fetchTokenTexts } from '../capture/token-text.js';
+import { idsWithoutText } from '../protocol/viewer-data.js';
+import { buildReportHtml, loadViewerAssets } from '../report/report-html.js';
+import { checkTrajectory, findTrajectory, loadRollout } from '../report/rollout-loader.js';
+import type { CliCommand } from './main.js';
+import { parseFlags, UsageError, withUsage } from './args.js';
+
+const USAGE = `usage: harness-lab report ROLLOUT -o report.html [--trajectory trajectory.json] [--engine URL] [--model NAME]
+
+ROLLOUT is a rollout document (*.rollout.json), a captured session file (<data-dir>/sessions/<id>.jsonl)
+or TrainingTrace lines (*.jsonl from 'harness-lab export'). The report inlines the viewer and the data:
+it opens in any browser, offline.
+
+  --trajectory FILE  the harness's ATIF trajectory.json for the cross-check (default: one found next to ROLLOUT)
+  --no-trajectory    do not look for a trajectory
+  --engine URL       fetch prompt-token texts from this engine's /detokenize (default: token ids where the
+                     capture has no bytes)
+  --model NAME       model name for /detokenize (vLLM)`;
+
+export const reportCommand: CliCommand = {
+  summary: 'write a self-contained HTML rollout viewer for sharing',
+  run: (argv) =>
+    withUsage(async () => {
+      const { values, positionals } = parseFlags(
+        argv,
+        { out: { type: 'string', short: 'o' }, trajectory: { type: 'string' }, 'no-trajectory': { type: 'boolean' }, engine: { type: 'string' }, model: { type: 'string' } },
+        USAGE,
+      );
+      if (values.help) {
+        process.stdout.write(`${USAGE}\n`);
+        return 0;
+      }
+      if (positionals.length !== 1) throw new UsageError(`expected one ROLLOUT file, got ${positionals.length}\n\n${USAGE}`);
+      if (!values.out) throw new UsageError(`-o/--out is required\n\n${USAGE}`);
+      const rollout = loadRollout(positionals[0]!);
+      const trajectory = values['no-trajectory'] ? null : (values.trajectory ?? (rollout.doc ? findTrajectory(rollout.path) : null));
+      if (trajectory) {
+        rollout.data.atif = await checkTrajectory(rollout, trajectory);
+        process.stdout.write(`ATIF cross-check against ${trajectory}: ${rollout.data.atif.summary}\n`);
+      }
+      if (values.engine) {
+        const ids = idsWithoutText(rollout.data);
+        const r = await fetchTokenTexts(values.engine, ids, values.model ? { model: values.model } : {});
+        rollout.data.token_texts = { ...rollout.data.token_texts, ...r.texts };
+        if (r.problem) process.stderr.write(`harness-lab report: ${r.problem}\n`);
+      }
+      const html = buildReportHtml(rollout.data, loadViewerAssets());
+      writeFileSync(values.out, html);
+      const tokens = rollout.data.turns.reduce((a, t) => a + t.prompt_ids.length + t.sampled_ids.length, 0);
+      process.stdout.write(`wrote ${values.out} (${(html.length / 1024).toFixed(0)} KiB): ${rollout.data.turns.length} call(s), ${tokens} token positions\n`);
+      return 0;
+    }),
+};

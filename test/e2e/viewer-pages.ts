@@ -1,0 +1,76 @@
+// Pages for the viewer's browser tests and benchmark: the built webview bundle behind a stubbed
+// `acquireVsCodeApi` (the host side is played by the test), and `harness-lab report` files.
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { buildRollout, type RolloutDocument } from '../../src/capture/rollout.js';
+import type { CallRecord } from '../../src/capture/types.js';
+import { viewerDataFromRollout, type ViewerData } from '../../src/protocol/viewer-data.js';
+import { buildReportHtml, loadViewerAssets } from '../../src/report/report-html.js';
+import { generateRollout, type GeneratorOptions } from '../../bench/rollout-generator.js';
+
+export const DIST = resolve(__dirname, '..', '..', 'dist', 'webview');
+
+export function chromium(): string {
+  return process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+}
+
+/** A generated rollout as ViewerData, with every prompt-token text (as an engine's /detokenize would give). */
+export function fixtureData(opts: GeneratorOptions, withTexts = true): ViewerData {
+  return fixture(opts, withTexts).data;
+}
+
+export function fixture(opts: GeneratorOptions, withTexts = true): { data: ViewerData; doc: RolloutDocument; records: CallRecord[]; vocab: Record<string, string> } {
+  const g = generateRollout(opts);
+  const doc = buildRollout(g.session, g.records, { budgetStopCount: 0, captureLevel: 'tokens', includeDiscarded: true, includeTraces: false });
+  return { data: viewerDataFromRollout(doc, { key: 'fixture', title: 'Fixture rollout', tokenTexts: withTexts ? g.vocab : {} }), doc, records: g.records, vocab: g.vocab };
+}
+
+/**
+ * The webview page as VS Code would load it, minus VS Code: the built viewer.js and viewer.css, a stub
+ * `acquireVsCodeApi` that records posted messages in `window.__posted` and keeps state in `window.__state`.
+ * The test plays the host with `window.postMessage`.
+ */
+export function webviewPage(dir: string, theme: 'vscode-light' | 'vscode-dark' | 'vscode-high-contrast'): string {
+  const vars =
+    theme === 'vscode-light'
+      ? '--vscode-editor-background:#ffffff;--vscode-editor-foreground:#1f1f1f;--vscode-panel-border:#e5e5e5;'
+      : theme === 'vscode-dark'
+        ? '--vscode-editor-background:#1f1f1f;--vscode-editor-foreground:#cccccc;--vscode-panel-border:#3c3c3c;--vscode-descriptionForeground:#9d9d9d;--vscode-list-activeSelectionBackground:#04395e;--vscode-charts-green:#89d185;--vscode-charts-red:#f14c4c;--vscode-charts-blue:#3794ff;'
+        : '--vscode-editor-background:#000000;--vscode-editor-foreground:#ffffff;--vscode-contrastBorder:#6fc3df;--vscode-focusBorder:#f38518;';
+  const html = `<!doctype html><html><head><meta charset="utf-8">
+<style>html{${vars}}</style>
+<link rel="stylesheet" href="${join(DIST, 'viewer.css')}">
+<script>
+window.__posted = [];
+window.__state = undefined;
+window.acquireVsCodeApi = () => ({
+  postMessage: (m) => window.__posted.push(JSON.parse(JSON.stringify(m))),
+  getState: () => window.__state,
+  setState: (s) => { window.__state = JSON.parse(JSON.stringify(s)); },
+});
+</script></head>
+<body class="${theme}"><div id="app"></div><script src="${join(DIST, 'viewer.js')}"></script></body></html>`;
+  const file = join(dir, `webview-${theme}.html`);
+  writeFileSync(file, html);
+  return `file://${file}`;
+}
+
+export function reportPage(dir: string, data: ViewerData): string {
+  const file = join(dir, 'report.html');
+  writeFileSync(file, buildReportHtml(data, loadViewerAssets()));
+  return `file://${file}`;
+}
+
+export function tempDir(): string {
+  return mkdtempSync(join(tmpdir(), 'hl-viewer-'));
+}
+
+export function bundleBuilt(): boolean {
+  try {
+    readFileSync(join(DIST, 'viewer.js'));
+    return true;
+  } catch {
+    return false;
+  }
+}
