@@ -1,0 +1,57 @@
+// Real, unmodified harnesses in their own Docker containers against the hello-file Harbor task, the
+// embedded engine answering with the task's scripted policy: each rollout must end with reward 1.0 and
+// pass the whole capture contract (calls vs the harness's own log, dialect, token ids and logprobs,
+// graph, ATIF cross-check, reward, no session key in the verifier). The reference harness goes first
+// and through the CLI without --engine-url (which starts the embedded engine itself).
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import type Docker from 'dockerode';
+import { startEmbeddedEngine, type EmbeddedEngine } from '../../src/engine/embedded-engine.js';
+import { formatValidationTable, validateHarness } from '../../src/sandbox/validate.js';
+import { EXAMPLES, cli, containersOf, dockerReady, outDir } from './sandbox-fixtures.js';
+
+const TASK = join(EXAMPLES, 'hello-file');
+const PER_HARNESS_MS = 600_000;
+
+describe('harnesses in Docker sandboxes', { concurrency: false }, () => {
+  let docker: Docker;
+  let engine: EmbeddedEngine;
+
+  before(async () => {
+    docker = await dockerReady();
+    engine = await startEmbeddedEngine({ policy: join(TASK, 'policy.json') });
+  });
+  after(async () => {
+    await engine?.close();
+  });
+
+  test('reference harness: `harness-lab run` without --engine-url, reward 1.0, rollout written', { timeout: PER_HARNESS_MS }, async () => {
+    const out = outDir();
+    let pid = 0;
+    const r = await cli(['run', '--task', TASK, '--harness', 'react', '--out', out], { onStart: (p) => (pid = p) });
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    assert.match(r.stdout, /^\[react \/ docker\] task hello-file: ok reward=1\.00 turns=2 roots=1 tokens=\d+ atif=match \d+s$/m);
+    const doc = JSON.parse(readFileSync(join(out, 'hello-file', 'react', '0', 'rollout.json'), 'utf8'));
+    assert.equal(doc.reward, 1);
+    assert.equal(doc.trainable, true);
+    assert.equal(doc.rollout.calls.length, 2);
+    assert.ok(doc.rollout.traces.length >= 1, 'training traces are written');
+    assert.ok(existsSync(join(out, 'hello-file', 'react', '0', 'agent', 'trajectory.json')));
+    assert.ok(existsSync(join(out, 'hello-file', 'react', '0', 'verifier', 'reward.txt')));
+    assert.deepEqual(await containersOf(docker, pid), [], 'no container is left behind');
+  });
+
+  for (const harness of ['react', 'codex', 'claude-code', 'opencode', 'gemini-cli']) {
+    test(`${harness}: reward 1.0 and a passing capture contract`, { timeout: PER_HARNESS_MS }, async () => {
+      const table = await validateHarness({ harness, taskDir: TASK, sandbox: 'docker', engineUrl: engine.url, outDir: outDir(), handleSignals: false });
+      const shown = formatValidationTable(table);
+      assert.equal(table.rollout.reward, 1, shown);
+      assert.ok(table.ok, shown);
+      assert.equal(table.rows.length, 8);
+      assert.equal(table.rollout.atif.verdict, 'match', shown);
+      assert.equal((await containersOf(docker, process.pid)).length, 0, 'the sandbox is removed after the rollout');
+    });
+  }
+});

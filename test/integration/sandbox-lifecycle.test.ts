@@ -1,0 +1,133 @@
+// Sandbox lifecycle on a real Docker engine: the wall-clock timeout (errored, reward null, not
+// trainable, container gone), a task that cannot build here, the legacy-key task with a reward.json
+// verifier, clear errors for an unknown harness and an unreachable Docker, and cleanup when the run
+// is killed midway (SIGTERM removes its containers; after SIGKILL the next run removes them).
+import assert from 'node:assert/strict';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import type Docker from 'dockerode';
+import { CaptureProxy } from '../../src/capture/proxy.js';
+import { TaskError, loadTask } from '../../src/tasks/task.js';
+import { DockerRuntime } from '../../src/sandbox/docker.js';
+import { startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
+import { ensureReactScript } from '../../src/sandbox/react-script.js';
+import { runRollout } from '../../src/sandbox/rollout-runner.js';
+import { SLEEP_POLICY, EXAMPLES, cli, containersOf, dockerReady, outDir, taskWithPolicy, waitFor } from './sandbox-fixtures.js';
+
+// The fake engine answers instantly; these tests are about the sandbox, not the model.
+const FAST_ENGINE = { HARNESS_LAB_POLICY_ENGINE: 'fake' };
+
+describe('sandbox lifecycle', { concurrency: false }, () => {
+  let docker: Docker;
+  let runtime: DockerRuntime;
+  before(async () => {
+    docker = await dockerReady();
+    runtime = await DockerRuntime.connect();
+  });
+
+  describe('with a proxy', () => {
+    let engine: PolicyEngine;
+    let proxy: CaptureProxy;
+    before(async () => {
+      engine = await startPolicyEngine(join(EXAMPLES, 'fix-script', 'policy.json'), 'fake');
+      proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, captureLevel: 'tokens' });
+    });
+    after(async () => {
+      await proxy?.close();
+      await engine?.close();
+    });
+
+    test('legacy-key task with a reward.json verifier (fix a script) ends with reward 1', { timeout: 300_000 }, async () => {
+      const r = await runRollout({ task: loadTask(join(EXAMPLES, 'fix-script')), harness: 'react', runtime, proxy, model: 'policy', outDir: outDir(), reactScript: await ensureReactScript() });
+      assert.equal(r.status, 'ok', r.error ?? '');
+      assert.equal(r.reward, 1);
+      assert.equal(r.reward_source, 'reward.json');
+      assert.deepEqual(r.reward_scores, { reward: 1, passed: 4, total: 4 });
+      assert.deepEqual(r.verifier?.env_keys, ['SUM_CASES']);
+      assert.equal(r.verifier?.session_key_absent, true);
+      assert.equal(r.rollout?.stats.n_turns, 3);
+      assert.equal(r.atif.verdict, 'match');
+    });
+
+    test('the wall-clock timeout stops the container; the rollout is errored with reward null and kept', { timeout: 300_000 }, async () => {
+      const task = loadTask(taskWithPolicy('hello-file', SLEEP_POLICY));
+      const sleeper = await startPolicyEngine(task.policyFile!, 'fake');
+      const p2 = await CaptureProxy.start({ engineUrl: sleeper.url, model: sleeper.model, captureLevel: 'tokens' });
+      try {
+        const t0 = Date.now();
+        const r = await runRollout({ task, harness: 'react', runtime, proxy: p2, model: 'policy', outDir: outDir(), timeoutSec: 4, reactScript: await ensureReactScript() });
+        assert.ok(Date.now() - t0 < 60_000, 'the timeout ends the rollout promptly');
+        assert.equal(r.status, 'errored');
+        assert.equal(r.reward, null);
+        assert.equal(r.trainable, false);
+        assert.equal(r.agent.timed_out, true);
+        assert.match(r.error ?? '', /did not finish within 4 s/);
+        assert.equal(r.verifier, null, 'the verifier does not run after a timeout');
+        const kept = JSON.parse(readFileSync(join(r.out_dir, 'rollout.json'), 'utf8'));
+        assert.equal(kept.status, 'errored');
+        assert.equal(kept.reward, null);
+        assert.equal(kept.rollout.calls.length, 1, 'the captured call is kept for debugging');
+        assert.equal((await containersOf(docker, process.pid)).length, 0);
+      } finally {
+        await p2.close();
+        await sleeper.close();
+      }
+    });
+  });
+
+  test('a task whose Dockerfile names a public image fails before any container, naming file and field', { timeout: 120_000 }, async () => {
+    const dir = taskWithPolicy('hello-file', SLEEP_POLICY);
+    writeFileSync(join(dir, 'environment', 'Dockerfile'), 'FROM python:3.12-slim\nWORKDIR /app\n');
+    await assert.rejects(runtime.prepareImage(loadTask(dir)), (err: unknown) => {
+      assert.ok(err instanceof TaskError);
+      assert.equal(err.file, 'hello-file/environment/Dockerfile');
+      assert.equal(err.field, 'FROM');
+      assert.match(err.message, /python:3\.12-slim is not available locally .*harness-lab\/base:bookworm/);
+      return true;
+    });
+    const r = await cli(['run', '--task', dir, '--harness', 'react', '--out', outDir()], { env: FAST_ENGINE });
+    assert.equal(r.code, 1);
+    assert.match(r.stdout, /\[react \/ docker\] task hello-file: errored reward=null .*python:3\.12-slim is not available locally/);
+  });
+
+  test('a broken task.toml, an unknown harness and an unreachable Docker are clear CLI errors', { timeout: 120_000 }, async () => {
+    const dir = taskWithPolicy('hello-file', SLEEP_POLICY);
+    writeFileSync(join(dir, 'task.toml'), '[environment]\nmemory = "plenty"\n');
+    let r = await cli(['run', '--task', dir, '--harness', 'react', '--out', outDir()]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /hello-file\/task\.toml: environment\.memory: cannot read size 'plenty'/);
+
+    r = await cli(['run', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'cursor-cli', '--out', outDir()]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /unknown harness 'cursor-cli'; known harnesses: react, codex, claude-code, opencode, gemini-cli, qwen-code, pi/);
+
+    mkdirSync(outDir(), { recursive: true });
+    r = await cli(['run', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'react', '--out', outDir()], { env: { DOCKER_HOST: 'unix:///nonexistent/docker.sock' } });
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /Docker is not reachable at unix:\/\/\/nonexistent\/docker\.sock .*Start the Docker daemon/);
+  });
+
+  test('killing the run midway leaves no container: SIGTERM cleans up, and the next run removes what SIGKILL left', { timeout: 300_000 }, async () => {
+    const task = taskWithPolicy('hello-file', SLEEP_POLICY);
+    for (const signal of ['SIGTERM', 'SIGKILL'] as const) {
+      let pid = 0;
+      const run = cli(['run', '--task', task, '--harness', 'react', '--out', outDir()], { env: FAST_ENGINE, onStart: (p) => (pid = p) });
+      await waitFor(`a running sandbox of the ${signal} run`, async () => ((await containersOf(docker, pid)).some((c) => c.State === 'running') ? true : undefined), 120_000);
+      // The agent is inside `sleep 600` now.
+      process.kill(pid, signal);
+      const done = await run;
+      if (signal === 'SIGTERM') {
+        assert.equal(done.code, 143, done.stderr);
+        assert.deepEqual(await containersOf(docker, pid), [], 'SIGTERM removes the run\'s containers');
+      } else {
+        assert.equal(done.signal, 'SIGKILL');
+        assert.equal((await containersOf(docker, pid)).length, 1, 'SIGKILL leaves the container behind');
+        const next = await cli(['run', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'react', '--out', outDir(), '-v'], { env: FAST_ENGINE });
+        assert.equal(next.code, 0, next.stderr);
+        assert.match(next.stderr, /removed \d+ sandbox\(es\) left by lab processes that are gone/);
+        assert.deepEqual(await containersOf(docker, pid), [], 'the next run removed the stale container');
+      }
+    }
+  });
+});
