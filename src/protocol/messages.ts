@@ -9,7 +9,6 @@ export const MSG = {
   ready: 'ready',
   attachTrajectory: 'attachTrajectory',
   attachTrajectoryCompletion: 'attachTrajectory/completion',
-  revealCall: 'revealCall',
   load: 'load',
   tokenTexts: 'tokenTexts',
   atif: 'atif',
@@ -21,9 +20,7 @@ export const MSG = {
 export type WebviewMessage =
   | { type: typeof MSG.ready; version: 1 }
   /** Ask the host to pick a trajectory.json and run the ATIF cross-check. */
-  | { type: typeof MSG.attachTrajectory; seq: number }
-  /** The user selected a turn; the host may reveal the call in the Sessions tree. */
-  | { type: typeof MSG.revealCall; node_id: string };
+  | { type: typeof MSG.attachTrajectory; seq: number };
 
 /** Host -> webview. */
 export type HostMessage =

@@ -2,14 +2,10 @@
 import { z } from 'zod';
 import { MSG, type WebviewMessage } from './messages.js';
 
-const NodeId = z.string().min(1).max(200);
-
 export const WebviewMessageSchema = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal(MSG.ready), version: z.literal(1) }),
   /** Ask the host to pick a trajectory.json and run the ATIF cross-check. */
   z.strictObject({ type: z.literal(MSG.attachTrajectory), seq: z.int().nonnegative() }),
-  /** The user selected a turn; the host may reveal the call in the Sessions tree. */
-  z.strictObject({ type: z.literal(MSG.revealCall), node_id: NodeId }),
 ]);
 
 // The schema and the hand-written union must agree.

@@ -10,7 +10,7 @@ import { call, chain, session } from './rollout-fixtures.js';
 test('inbound webview messages are validated; unknown or malformed ones are rejected with a reason', () => {
   assert.deepEqual(parseWebviewMessage({ type: 'ready', version: 1 }), { ok: true, msg: { type: 'ready', version: 1 } });
   assert.equal(parseWebviewMessage({ type: MSG.attachTrajectory, seq: 3 }).ok, true);
-  const bad = [{ type: 'ready' }, { type: 'ready', version: 1, extra: 1 }, { type: 'attachTrajectory', seq: -1 }, { type: 'rm -rf' }, null, 'ready', { type: 'revealCall', node_id: '' }];
+  const bad = [{ type: 'ready' }, { type: 'ready', version: 1, extra: 1 }, { type: 'attachTrajectory', seq: -1 }, { type: 'rm -rf' }, null, 'ready', { type: 'revealCall', node_id: 'x' }];
   for (const b of bad) {
     const r = parseWebviewMessage(b);
     assert.equal(r.ok, false, JSON.stringify(b));

@@ -22,6 +22,8 @@ declare function acquireVsCodeApi(): VsCodeApi;
 
 interface SavedState {
   positions: Record<string, string>;
+  /** The rollout last shown: lets the host's panel serializer reopen it after a reload. */
+  lastKey?: string;
   mask: boolean;
   tab: number;
 }
@@ -77,6 +79,7 @@ class Viewer {
     this.nav = new Navigator(data);
     this.texts = new TokenTexts(data);
     this.state = store.load();
+    this.state.lastKey = data.key;
     this.atif = data.atif;
     const saved = focus ?? this.state.positions[data.key];
     this.current = (saved ? this.nav.byId.get(saved) : undefined) ?? data.turns[0]!;

@@ -1,0 +1,87 @@
+// Rollout files open in the viewer: `*.rollout.json` documents, captured session files and
+// TrainingTrace `*.jsonl` lines, through a read-only custom editor. A trajectory.json found next to
+// the file (Harbor trial layout included) is cross-checked right away.
+import * as vscode from 'vscode';
+import { basename } from 'node:path';
+import { checkTrajectory, findTrajectory, rolloutFromText } from '../report/rollout-loader.js';
+import { Disposable } from './lifecycle.js';
+import { RolloutViewerPanels, ViewerConnection, viewerHtml, viewerTargetOf, webviewOptions, type RolloutViewerHost } from './rollout-viewer-panel.js';
+
+export const ROLLOUT_EDITOR_TYPE = 'harnessLab.rolloutFile';
+
+class RolloutFile implements vscode.CustomDocument {
+  constructor(readonly uri: vscode.Uri) {}
+  dispose(): void {}
+}
+
+export class RolloutEditorProvider extends Disposable implements vscode.CustomReadonlyEditorProvider<RolloutFile> {
+  constructor(private readonly host: RolloutViewerHost) {
+    super();
+    this._register(
+      vscode.window.registerCustomEditorProvider(ROLLOUT_EDITOR_TYPE, this, {
+        supportsMultipleEditorsPerDocument: true,
+        webviewOptions: { retainContextWhenHidden: false },
+      }),
+    );
+  }
+
+  openCustomDocument(uri: vscode.Uri): RolloutFile {
+    return new RolloutFile(uri);
+  }
+
+  async resolveCustomEditor(document: RolloutFile, panel: vscode.WebviewPanel): Promise<void> {
+    panel.webview.options = webviewOptions(this.host.extensionUri);
+    const conn = new ViewerConnection(panel.webview, this.host);
+    panel.onDidDispose(() => conn.dispose());
+    try {
+      const text = new TextDecoder().decode(await vscode.workspace.fs.readFile(document.uri));
+      const path = document.uri.scheme === 'file' ? document.uri.fsPath : document.uri.path;
+      const rollout = rolloutFromText(text, path);
+      const trajectory = document.uri.scheme === 'file' && rollout.doc ? findTrajectory(path) : null;
+      if (trajectory) {
+        try {
+          rollout.data.atif = await checkTrajectory(rollout, trajectory);
+        } catch (err) {
+          this.host.log?.(`rollout viewer: ${basename(trajectory)} next to ${basename(path)} could not be checked: ${err instanceof Error ? err.message : String(err)}`);
+        }
+      }
+      conn.show(rollout);
+    } catch (err) {
+      panel.webview.html = viewerHtml(panel.webview, this.host.extensionUri);
+      conn.showError(err instanceof Error ? err.message : String(err));
+    }
+  }
+}
+
+/**
+ * Everything the rollout viewer contributes: session panels (with their serializer), the custom
+ * editor for rollout files and the "Open Rollout Viewer" command (a session or call from the Sessions
+ * tree, a session id, or a quick pick).
+ */
+export function registerRolloutViewer(host: RolloutViewerHost): vscode.Disposable[] {
+  const panels = new RolloutViewerPanels(host);
+  const editor = new RolloutEditorProvider(host);
+  const command = vscode.commands.registerCommand('harnessLab.openRolloutViewer', async (arg: unknown) => {
+    let target = viewerTargetOf(arg);
+    if (!target) {
+      const sessions = host.listSessions();
+      if (!sessions.length) {
+        void vscode.window.showInformationMessage('Harness Lab has no captured sessions yet.');
+        return undefined;
+      }
+      const picked = await vscode.window.showQuickPick(
+        sessions.map((s) => ({ label: s.session_id, description: s.created_at })),
+        { placeHolder: 'Session to open in the rollout viewer' },
+      );
+      if (!picked) return undefined;
+      target = { sessionId: picked.label, focus: null };
+    }
+    try {
+      panels.open(target.sessionId, target.focus);
+    } catch (err) {
+      void vscode.window.showErrorMessage(`Harness Lab: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    return target.sessionId;
+  });
+  return [panels, editor, command];
+}

@@ -1,0 +1,227 @@
+// The rollout viewer's host side: HTML with a per-load CSP nonce, the ready handshake, zod-validated
+// inbound messages, token texts fetched from the engine after the first paint, the ATIF attach flow,
+// and a WebviewPanel per session (restored after a reload by the serializer). The custom editor for
+// rollout files (rollout-editor.ts) reuses ViewerConnection.
+import { randomBytes } from 'node:crypto';
+import * as vscode from 'vscode';
+import { buildRollout, type RolloutDocument } from '../capture/rollout.js';
+import { fetchTokenTexts } from '../capture/token-text.js';
+import type { CallRecord, CaptureLevel, SessionInfo } from '../capture/types.js';
+import { MSG, ReadyQueue, type HostMessage } from '../protocol/messages.js';
+import { idsWithoutText, viewerDataFromRollout, type ViewerData } from '../protocol/viewer-data.js';
+import { parseWebviewMessage } from '../protocol/webview-schema.js';
+import { checkTrajectory, findTrajectory, type LoadedRollout } from '../report/rollout-loader.js';
+import { Disposable, toDisposable } from './lifecycle.js';
+
+export const ROLLOUT_VIEW_TYPE = 'harnessLab.rolloutViewer';
+
+/** What the viewer needs from the rest of the extension (the proxy controller satisfies most of it). */
+export interface RolloutViewerHost {
+  extensionUri: vscode.Uri;
+  /** Sessions and their calls, live or stored. */
+  listSessions(): { session_id: string; created_at: string; model: string | null; metadata: Record<string, unknown> }[];
+  getCalls(sessionId: string): CallRecord[];
+  /** The model name for /detokenize (vLLM wants it); empty for the engine's default. */
+  model?(): string;
+  log?(message: string): void;
+}
+
+export function viewerHtml(webview: vscode.Webview, extensionUri: vscode.Uri): string {
+  const nonce = randomBytes(16).toString('base64');
+  const asset = (name: string) => webview.asWebviewUri(vscode.Uri.joinPath(extensionUri, 'dist', 'webview', name)).toString();
+  const csp = `default-src 'none'; style-src ${webview.cspSource}; img-src ${webview.cspSource} data:; font-src ${webview.cspSource}; script-src 'nonce-${nonce}';`;
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="${csp}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="stylesheet" href="${asset('viewer.css')}">
+<title>Rollout</title>
+</head>
+<body>
+<div id="app"></div>
+<script nonce="${nonce}" src="${asset('viewer.js')}"></script>
+</body>
+</html>`;
+}
+
+export function webviewOptions(extensionUri: vscode.Uri): vscode.WebviewOptions {
+  return { enableScripts: true, localResourceRoots: [vscode.Uri.joinPath(extensionUri, 'dist', 'webview'), vscode.Uri.joinPath(extensionUri, 'media')] };
+}
+
+/** The capture level a session was recorded at, read from its calls (token ids and aligned logprobs). */
+function levelOf(calls: readonly CallRecord[]): CaptureLevel {
+  if (calls.some((c) => (c.prompt_token_ids?.length ?? 0) > 0 && c.logprobs !== null)) return 'tokens';
+  if (calls.some((c) => c.logprobs !== null)) return 'logprobs';
+  return 'text';
+}
+
+/** A session's rollout document, built from the calls the extension holds. */
+export function sessionRollout(host: RolloutViewerHost, sessionId: string): RolloutDocument {
+  const row = host.listSessions().find((s) => s.session_id === sessionId);
+  const calls = host.getCalls(sessionId);
+  if (!row) throw new Error(`No session '${sessionId}' (it may have been deleted).`);
+  const info: SessionInfo = { session_id: sessionId, created_at: row.created_at, model: row.model ?? '', engine_url: calls[0]?.engine_url ?? '', max_model_calls: 0, metadata: row.metadata };
+  return buildRollout(info, calls, { budgetStopCount: 0, captureLevel: levelOf(calls), includeDiscarded: true, includeTraces: false });
+}
+
+/** One webview showing one rollout: handshake, inbound validation, token texts, ATIF attach. */
+export class ViewerConnection extends Disposable {
+  private readonly queue: ReadyQueue<HostMessage>;
+  private rollout: LoadedRollout | null = null;
+  private focus: string | null = null;
+  private readonly abort = new AbortController();
+
+  constructor(
+    private readonly webview: vscode.Webview,
+    private readonly host: RolloutViewerHost,
+  ) {
+    super();
+    this.queue = new ReadyQueue((m) => void this.webview.postMessage(m));
+    this._register(toDisposable(() => this.abort.abort()));
+    this._register(this.webview.onDidReceiveMessage((raw: unknown) => void this.onMessage(raw)));
+  }
+
+  /** Show a rollout; the webview gets it once it has said `ready` (again after every reload). */
+  show(rollout: LoadedRollout, focus: string | null = null): void {
+    this.rollout = rollout;
+    this.focus = focus;
+    this.queue.reset();
+    this.webview.html = viewerHtml(this.webview, this.host.extensionUri);
+  }
+
+  focusTurn(nodeId: string): void {
+    this.focus = nodeId;
+    this.queue.send({ type: MSG.focusTurn, node_id: nodeId });
+  }
+
+  showError(message: string): void {
+    this.queue.send({ type: MSG.error, message });
+  }
+
+  private async onMessage(raw: unknown): Promise<void> {
+    const parsed = parseWebviewMessage(raw);
+    if (!parsed.ok) {
+      this.host.log?.(`rollout viewer: ignored a malformed webview message (${parsed.error})`);
+      return;
+    }
+    const msg = parsed.msg;
+    if (msg.type === MSG.ready) {
+      // The load goes first; anything queued meanwhile (errors, focus) follows it.
+      if (this.rollout) void this.webview.postMessage({ type: MSG.load, data: this.rollout.data, focus: this.focus } satisfies HostMessage);
+      this.queue.open();
+      if (this.rollout) void this.loadTokenTexts(this.rollout.data);
+    } else if (msg.type === MSG.attachTrajectory) {
+      await this.attach(msg.seq);
+    }
+  }
+
+  private async attach(seq: number): Promise<void> {
+    const rollout = this.rollout;
+    if (!rollout) return;
+    const near = rollout.path ? findTrajectory(rollout.path) : null;
+    const picked = await vscode.window.showOpenDialog({
+      title: 'ATIF trajectory of this rollout (trajectory.json)',
+      canSelectMany: false,
+      filters: { 'ATIF trajectory': ['json'] },
+      ...(near ? { defaultUri: vscode.Uri.file(near) } : {}),
+    });
+    if (!picked?.[0]) return this.queue.send({ type: MSG.attachTrajectoryCompletion, seq, res: null });
+    try {
+      const res = await checkTrajectory(rollout, picked[0].fsPath);
+      rollout.data.atif = res;
+      this.queue.send({ type: MSG.attachTrajectoryCompletion, seq, res });
+    } catch (err) {
+      this.queue.send({ type: MSG.attachTrajectoryCompletion, seq, err: err instanceof Error ? err.message : String(err) });
+    }
+  }
+
+  /** Prompt-token texts after the first paint: the viewer shows ids until they arrive. */
+  private async loadTokenTexts(data: ViewerData): Promise<void> {
+    const engineUrl = this.rollout?.doc?.calls.find((c) => c.engine_url)?.engine_url;
+    const ids = idsWithoutText(data);
+    if (!engineUrl || ids.length === 0) return;
+    try {
+      const model = this.host.model?.() || this.rollout?.doc?.calls.find((c) => c.model)?.model || undefined;
+      const r = await fetchTokenTexts(engineUrl, ids, { signal: this.abort.signal, ...(model ? { model } : {}) });
+      if (Object.keys(r.texts).length) {
+        Object.assign(data.token_texts, r.texts);
+        this.queue.send({ type: MSG.tokenTexts, texts: r.texts });
+      }
+      if (r.problem) this.host.log?.(`rollout viewer: ${r.problem}`);
+    } catch (err) {
+      if (!this.abort.signal.aborted) this.host.log?.(`rollout viewer: token texts unavailable: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+}
+
+/** A session's rollout from the extension's calls, as a LoadedRollout (no file path). */
+export function loadSession(host: RolloutViewerHost, sessionId: string): LoadedRollout {
+  const doc = sessionRollout(host, sessionId);
+  return { data: viewerDataFromRollout(doc, { key: sessionId, title: `Session ${sessionId}` }), doc, path: '' };
+}
+
+/** Viewer panels for captured sessions, one per session, restored after a window reload. */
+export class RolloutViewerPanels extends Disposable {
+  private readonly panels = new Map<string, { panel: vscode.WebviewPanel; conn: ViewerConnection }>();
+
+  constructor(private readonly host: RolloutViewerHost) {
+    super();
+    this._register(
+      vscode.window.registerWebviewPanelSerializer(ROLLOUT_VIEW_TYPE, {
+        deserializeWebviewPanel: async (panel, state: unknown) => {
+          const key = state && typeof state === 'object' ? (state as { lastKey?: unknown }).lastKey : undefined;
+          this.adopt(panel, typeof key === 'string' ? key : null, null);
+        },
+      }),
+    );
+    this._register(toDisposable(() => [...this.panels.values()].forEach((p) => p.panel.dispose())));
+  }
+
+  /** Open (or reveal) the viewer of a session, optionally at one call. */
+  open(sessionId: string, focus: string | null = null): vscode.WebviewPanel {
+    const existing = this.panels.get(sessionId);
+    if (existing) {
+      existing.panel.reveal();
+      if (focus) existing.conn.focusTurn(focus);
+      return existing.panel;
+    }
+    const panel = vscode.window.createWebviewPanel(ROLLOUT_VIEW_TYPE, `Rollout ${sessionId}`, vscode.ViewColumn.Active, webviewOptions(this.host.extensionUri));
+    this.adopt(panel, sessionId, focus);
+    return panel;
+  }
+
+  private adopt(panel: vscode.WebviewPanel, sessionId: string | null, focus: string | null): void {
+    panel.webview.options = webviewOptions(this.host.extensionUri);
+    panel.iconPath = vscode.Uri.joinPath(this.host.extensionUri, 'media', 'harness-lab.svg');
+    const conn = new ViewerConnection(panel.webview, this.host);
+    panel.onDidDispose(() => {
+      conn.dispose();
+      if (sessionId && this.panels.get(sessionId)?.panel === panel) this.panels.delete(sessionId);
+    });
+    if (!sessionId) {
+      panel.webview.html = viewerHtml(panel.webview, this.host.extensionUri);
+      conn.showError('This viewer was restored without its session; open it again from the Sessions view.');
+      return;
+    }
+    panel.title = `Rollout ${sessionId}`;
+    this.panels.set(sessionId, { panel, conn });
+    try {
+      conn.show(loadSession(this.host, sessionId), focus);
+    } catch (err) {
+      panel.webview.html = viewerHtml(panel.webview, this.host.extensionUri);
+      conn.showError(err instanceof Error ? err.message : String(err));
+    }
+  }
+}
+
+/** `harnessLab.openRolloutViewer`: a session or call node from the Sessions tree, or a session id. */
+export function viewerTargetOf(arg: unknown): { sessionId: string; focus: string | null } | null {
+  if (typeof arg === 'string' && arg) return { sessionId: arg, focus: null };
+  if (arg && typeof arg === 'object') {
+    const o = arg as { kind?: unknown; sessionId?: unknown; callId?: unknown };
+    if (typeof o.sessionId === 'string') return { sessionId: o.sessionId, focus: o.kind === 'call' && typeof o.callId === 'string' ? o.callId : null };
+  }
+  return null;
+}
