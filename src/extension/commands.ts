@@ -105,12 +105,22 @@ async function newSession(host: CommandHost): Promise<string | undefined> {
     ...snippets.map((s) => ({ label: s.dialect, description: s.label, detail: s.text.split('\n').join('  ·  '), text: s.text })),
   ];
   const picked = await vscode.window.showQuickPick(items, { title: `Session ${info.session_id}: copy the environment for a harness`, placeHolder: 'Pick a dialect to copy its env snippet', matchOnDescription: true });
-  const text = picked?.text ?? all;
-  await vscode.env.clipboard.writeText(text);
+  const copied = await copyToClipboard(host, picked?.text ?? all);
   const doc = await vscode.workspace.openTextDocument({ language: 'shellscript', content: `# Harness Lab capture session ${info.session_id}\n# proxy ${proxy.url}\n\n${all}\n` });
   await vscode.window.showTextDocument(doc, { preview: true });
-  void vscode.window.showInformationMessage(`Session ${info.session_id} created; env snippet copied to the clipboard.`);
+  void vscode.window.showInformationMessage(`Session ${info.session_id} created${copied ? `; ${picked?.label.replace(/^\$\(copy\) /, '') ?? 'all dialects'} env snippet copied to the clipboard` : ''}.`);
   return info.session_id;
+}
+
+/** Browsers can refuse clipboard access (no focus, no permission); the caller still shows the text. */
+async function copyToClipboard(host: CommandHost, text: string): Promise<boolean> {
+  try {
+    await vscode.env.clipboard.writeText(text);
+    return true;
+  } catch (err) {
+    host.log.warn(`could not write the clipboard: ${String(err)}`);
+    return false;
+  }
 }
 
 async function openCapturedTerminal(host: CommandHost): Promise<{ sessionId: string; terminal: vscode.Terminal }> {
@@ -271,15 +281,15 @@ export function registerCommands(host: CommandHost): vscode.Disposable[] {
     'harnessLab.statusMenu': () => statusMenu(host),
     'harnessLab.copyProxyUrl': async () => {
       const proxy = controller.requireRunning('copy its URL');
-      await vscode.env.clipboard.writeText(proxy.url);
-      void vscode.window.showInformationMessage(`Copied ${proxy.url}`);
+      const copied = await copyToClipboard(host, proxy.url);
+      void vscode.window.showInformationMessage(copied ? `Copied ${proxy.url}` : `Proxy URL: ${proxy.url}`);
       return proxy.url;
     },
     'harnessLab.copySessionKey': async (arg) => {
       const sessionId = await pickSession(host, arg, 'Session whose key to copy');
       if (!sessionId) return undefined;
-      await vscode.env.clipboard.writeText(sessionId);
-      void vscode.window.showInformationMessage(`Copied session key ${sessionId} (use it as the harness's API key).`);
+      const copied = await copyToClipboard(host, sessionId);
+      void vscode.window.showInformationMessage(`${copied ? 'Copied session key' : 'Session key:'} ${sessionId} (use it as the harness's API key).`);
       return sessionId;
     },
     'harnessLab.openSession': async (arg) => {

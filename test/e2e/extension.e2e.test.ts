@@ -136,7 +136,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   writeFileSync(join(workspace, '.vscode', 'settings.json'), JSON.stringify({ 'harnessLab.engineUrl': engine.url, 'harnessLab.model': engine.model, 'harnessLab.dataDir': dataDir }, null, 2));
   writeFileSync(join(control, 'call.mjs'), harnessScript());
   writeFileSync(join(control, 'one-call.mjs'), oneCallScript());
-  writeFileSync(join(control, 'expected.json'), JSON.stringify({ dialects: DIALECTS, failedEngineCalls: 1 }));
+  writeFileSync(join(control, 'expected.json'), JSON.stringify({ dialects: DIALECTS, failedEngineCalls: 1, copiedSnippet: 'anthropic_messages' }));
 
   server = await launchCodeServer({
     stateDir,
@@ -204,6 +204,11 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     mark('proxy started');
     const health = (await (await fetch(`http://127.0.0.1:${port}/health`)).json()) as { status: string };
     assert.equal(health.status, 'ok', 'the port in the status bar is the proxy');
+    // Clicking the status bar item offers the running-state actions.
+    await status.click();
+    await page.locator('.quick-input-list .monaco-list-row', { hasText: 'Copy Proxy URL' }).waitFor({ timeout: 10_000 });
+    assert.ok(await page.locator('.quick-input-list .monaco-list-row', { hasText: 'Stop Proxy' }).count(), 'quick pick offers Stop Proxy');
+    await page.keyboard.press('Escape');
 
     await runCommand(page, 'Harness Lab: Open Captured Terminal');
     const xterm = page.locator('.terminal-wrapper.active .xterm, .terminal .xterm').first();
@@ -260,6 +265,18 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     });
     await shot(page, '06-engine-unreachable');
     mark('engine unreachable');
+
+    // New Capture Session: a dialect quick pick; every snippet is shown, the choice is copied (the
+    // workbench keeps the clipboard in memory while extension tests run, so the host suite reads it).
+    await runCommand(page, 'Harness Lab: New Capture Session');
+    await page.locator('.quick-input-list .monaco-list-row', { hasText: 'anthropic_messages' }).waitFor({ timeout: 10_000 });
+    await page.locator('.quick-input-widget input.input').fill('anthropic_messages');
+    await page.locator('.quick-input-list .monaco-list-row', { hasText: 'anthropic_messages' }).first().waitFor();
+    await page.keyboard.press('Enter');
+    await page.locator('.editor-instance .view-lines', { hasText: 'GOOGLE_GEMINI_BASE_URL' }).waitFor({ timeout: 15_000 });
+    await pane.locator('.monaco-list-row', { hasText: /0 calls/ }).first().waitFor({ timeout: 10_000 });
+    await shot(page, '07-new-session');
+    mark('new session');
     signalUi(true);
   } catch (err) {
     signalUi(false, err instanceof Error ? err.message : String(err));

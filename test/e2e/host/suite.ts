@@ -31,7 +31,7 @@ export async function run(): Promise<void> {
   const folder = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
   assert.ok(folder, 'the workbench opened without the test workspace');
   const control = join(folder, '.e2e');
-  const expected = JSON.parse(readFileSync(join(control, 'expected.json'), 'utf8')) as { dialects: string[]; failedEngineCalls: number };
+  const expected = JSON.parse(readFileSync(join(control, 'expected.json'), 'utf8')) as { dialects: string[]; failedEngineCalls: number; copiedSnippet: string };
   log(`waiting for the UI driver (control dir ${control})`);
   const ui = await waitFor('the UI driver to finish', 170_000, () => existsSync(join(control, 'ui-done')) && (JSON.parse(readFileSync(join(control, 'ui-done'), 'utf8')) as { ok: boolean; error?: string }));
   if (!ui.ok) throw new Error(`UI driver failed: ${ui.error}`);
@@ -64,6 +64,16 @@ export async function run(): Promise<void> {
   assert.ok(traces.length >= 1, 'export produced no TrainingTrace');
   assert.ok(traces.every((t) => t.session_id === id));
   log(`export: ${traces.length} TrainingTrace line(s), schema-valid`);
+
+  // New Capture Session copied the snippet of the dialect picked in the UI, and only that one.
+  assert.equal(expected.copiedSnippet, 'anthropic_messages');
+  const clip = await vscode.env.clipboard.readText();
+  const state = api.state;
+  assert.equal(state.kind, 'running');
+  assert.match(clip, new RegExp(`^export ANTHROPIC_BASE_URL=${(state.kind === 'running' ? state.url : '').replace(/[.]/g, '\\.')}$`, 'm'), `clipboard: ${clip}`);
+  assert.match(clip, /^export ANTHROPIC_API_KEY=s[0-9a-f]+$/m);
+  assert.doesNotMatch(clip, /OPENAI_BASE_URL|GEMINI/, 'only the chosen dialect was copied');
+  log('clipboard holds the Anthropic snippet of the new session');
 
   // Durability: stopping the proxy keeps the session visible (read from the store); starting it again
   // restores the same records, as after a window reload.
