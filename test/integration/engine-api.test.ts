@@ -121,7 +121,7 @@ test('stop strings cut the text and finish with stop', async () => {
 test('/v1/models, /health and /tokenize', async () => {
   const models = (await (await fetch(`${lab.url}/v1/models`)).json()) as { data: { id: string; max_model_len: number }[] };
   assert.deepEqual(models.data.map((m) => m.id), [lab.engine.modelName]);
-  assert.equal(models.data[0]!.max_model_len, 8192);
+  assert.equal(models.data[0]!.max_model_len, 32768);
   assert.equal((await fetch(`${lab.url}/health`)).status, 200);
   const tok = await post(lab.url, '/tokenize', { messages: user('hi') });
   const res = await chat(lab.url, { messages: user('hi'), max_tokens: 1, return_token_ids: true });
@@ -135,7 +135,7 @@ test('bad requests get vLLM/OpenAI error bodies naming the problem', async () =>
     [{ messages: user('x'), n: 2 }, 400, /n must be 1/],
     [{ messages: user('x'), model: 'gpt-4o' }, 404, /`gpt-4o` does not exist/],
     [{ messages: user('x'), presence_penalty: 0.5 }, 400, /presence_penalty=0\.5 is not supported/],
-    [{ messages: user('x'), max_tokens: 100000 }, 400, /maximum context length is 8192/],
+    [{ messages: user('x'), max_tokens: 100000 }, 400, /maximum context length is 32768/],
     [{ messages: user('x'), temperature: -1 }, 400, /temperature/],
     [{ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:' } }] }] }, 400, /image_url' is not supported/],
   ];

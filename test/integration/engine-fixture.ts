@@ -8,7 +8,7 @@ import { startEmbeddedEngine, type EmbeddedEngine, type EmbeddedEngineOptions } 
 export const TEST_DATA_DIR = process.env.HARNESS_LAB_DATA_DIR ?? join(tmpdir(), 'harness-lab-test-data');
 
 export function startTestEngine(opts: EmbeddedEngineOptions = {}): Promise<EmbeddedEngine> {
-  return startEmbeddedEngine({ dataDir: TEST_DATA_DIR, contextSize: 8192, ...opts });
+  return startEmbeddedEngine({ dataDir: TEST_DATA_DIR, ...opts });
 }
 
 export async function post(url: string, path: string, body: unknown): Promise<{ status: number; body: unknown; text: string }> {
