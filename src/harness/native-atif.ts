@@ -252,3 +252,28 @@ export function piSessionsToAtif(dir: string): AtifTrajectory | undefined {
   }
   return toTrajectory('pi', steps);
 }
+
+/** qwen-code chat recording (projects/<cwd>/chats/<session>.jsonl): assistant records with usageMetadata. */
+export function qwenChatsToAtif(dir: string): AtifTrajectory | undefined {
+  const steps: StepIn[] = [];
+  let session: string | undefined;
+  for (const file of filesUnder(dir, /\.jsonl$/)) {
+    for (const rec of jsonLines(file)) {
+      if (rec.type !== 'assistant') continue;
+      session ??= str(rec.sessionId) || undefined;
+      const usage = obj(rec.usageMetadata) ?? {};
+      const parts = (Array.isArray(obj(rec.message)?.parts) ? (obj(rec.message)!.parts as unknown[]) : []).map((p) => obj(p) ?? {});
+      const out = num(usage.candidatesTokenCount);
+      steps.push({
+        message: parts.map((p) => (p.thought ? '' : str(p.text))).join(''),
+        completion: out === null ? null : out + (num(usage.thoughtsTokenCount) ?? 0),
+        prompt: num(usage.promptTokenCount),
+        cached: num(usage.cachedContentTokenCount),
+        model: str(rec.model) || undefined,
+        timestamp: str(rec.timestamp) || undefined,
+        toolCalls: parts.map((p) => obj(p.functionCall)).filter((c): c is Json => Boolean(c)).map((c) => ({ id: str(c.id), name: str(c.name), args: c.args })),
+      });
+    }
+  }
+  return toTrajectory('qwen-code', steps, session);
+}

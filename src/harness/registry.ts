@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import type { DialectName } from '../capture/types.js';
 import type { AtifTrajectory } from './atif.js';
 import { parseAtif } from './atif.js';
-import { claudeToAtif, codexSessionsToAtif, geminiSessionsToAtif, opencodeEventsToAtif, piSessionsToAtif } from './native-atif.js';
+import { claudeToAtif, codexSessionsToAtif, geminiSessionsToAtif, opencodeEventsToAtif, piSessionsToAtif, qwenChatsToAtif } from './native-atif.js';
 import { harnessCacheRoot } from './run-local.js';
 import { HARNESSES, isHarnessName, wireHarness, type HarnessName, type WiredFile } from './wiring.js';
 
@@ -127,9 +127,9 @@ const ENTRIES: HarnessEntry[] = [
     toAtif: (dir) => geminiSessionsToAtif(join(dir, 'native', 'tmp')),
   }),
   npmEntry('qwen-code', 'qwen-code', {
-    collect: ['.qwen/projects', '.qwen/tmp'],
-    atif: 'none',
-    toAtif: () => undefined,
+    collect: ['.qwen/projects'],
+    atif: 'converted',
+    toAtif: (dir) => qwenChatsToAtif(join(dir, 'native', 'projects')),
   }),
   npmEntry('pi', 'pi-openai-completions', {
     argv: (argv) => [...argv.slice(0, 1), '--session-dir', '/logs/agent/native/pi-sessions', ...argv.slice(1)],

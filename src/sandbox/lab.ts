@@ -33,6 +33,22 @@ export interface Lab {
   close(): Promise<void>;
 }
 
+/** The engine's only served model (GET /v1/models), as the proxy's default model name. */
+export async function servedModel(engineUrl: string): Promise<string> {
+  const url = `${engineUrl.replace(/\/+$/, '').replace(/\/v1$/, '')}/v1/models`;
+  let ids: string[];
+  try {
+    const res = await fetch(url, { signal: AbortSignal.timeout(10_000) });
+    if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
+    const body = (await res.json()) as { data?: { id?: unknown }[] };
+    ids = (body.data ?? []).map((m) => m.id).filter((id): id is string => typeof id === 'string');
+  } catch (err) {
+    throw new Error(`the engine at ${engineUrl} did not list its models (${url}: ${(err as Error).message}); check --engine-url, or pass --model NAME`);
+  }
+  if (ids.length === 1) return ids[0]!;
+  throw new Error(ids.length ? `the engine at ${engineUrl} serves ${ids.join(', ')}; pick one with --model NAME` : `the engine at ${engineUrl} lists no models; pass --model NAME`);
+}
+
 export async function openLab(opts: LabOptions): Promise<Lab> {
   const task = loadTask(opts.taskDir);
   const entry = harnessEntry(opts.harness);
@@ -58,7 +74,7 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       model ??= engine.model;
       engineDescription = engine.description;
     }
-    model ??= 'default';
+    model ??= await servedModel(engineUrl);
     const proxy = await CaptureProxy.start({ engineUrl, model, dataDir: join(opts.outDir, '.capture'), captureLevel: opts.engineUrl ? undefined : 'tokens' });
     closers.push(() => proxy.close());
     const reactScript = entry.install.kind === 'bundled-script' ? await ensureReactScript() : undefined;

@@ -49,7 +49,7 @@ export function contractRows(r: RolloutResult): ValidationRow[] {
   const rows: ValidationRow[] = [];
   const add = (check: string, ok: boolean, detail: string) => rows.push({ check, ok, detail });
 
-  add('rollout finished', r.status === 'ok', r.status === 'ok' ? `agent exit ${r.agent.exit_code}, ${Math.round(r.agent.ms / 1000)} s` : (r.error ?? 'errored'));
+  add('rollout finished', r.status === 'ok' && r.agent.exit_code === 0, r.status === 'ok' ? `agent exit ${r.agent.exit_code}, ${Math.round(r.agent.ms / 1000)} s` : (r.error ?? 'errored'));
 
   const atif = r.atif;
   const missing = atif.rows.filter((row) => row.status === 'missing_call').length;

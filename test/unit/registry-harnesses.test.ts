@@ -135,3 +135,13 @@ test('no native log gives no trajectory rather than an empty one', () => {
   const dir = tmp();
   for (const e of HARNESS_REGISTRY.values()) assert.equal(e.toAtif(dir), undefined, e.name);
 });
+
+test('qwen-code ATIF: assistant records of the chat recording, with usageMetadata', () => {
+  const dir = tmp();
+  const a = (out: number, parts: unknown[]) => ({ type: 'assistant', sessionId: 'q', model: 'policy', message: { role: 'model', parts }, usageMetadata: { promptTokenCount: 63668, candidatesTokenCount: out, thoughtsTokenCount: 0 } });
+  write(join(dir, 'native', 'projects', '-app', 'chats', 'q.jsonl'), [{ type: 'user' }, { type: 'system', subtype: 'ui_telemetry' }, a(94, [{ functionCall: { id: 'c1', name: 'run_shell_command', args: { command: 'ls' } } }]), { type: 'tool_result' }, a(48, [{ text: 'done' }])]);
+  const t = harnessEntry('qwen-code').toAtif(dir)!;
+  assert.deepEqual(t.steps.map((s) => s.metrics?.completion_tokens), [94, 48]);
+  assert.equal(t.steps[0]!.tool_calls?.[0]?.tool_call_id, 'c1');
+  assert.equal(t.steps[1]!.message, 'done');
+});
