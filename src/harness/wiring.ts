@@ -1,0 +1,311 @@
+// How each real agent harness CLI is installed, pointed at the capture proxy and launched headless.
+// One declarative table, pure functions only: the local runner and the Docker sandbox launcher both
+// turn an entry into {argv, env, files} for a given HOME and working directory.
+// Facts (flags, env names, quirks) come from shared/reference/harness-offline.md; re-check on upgrades.
+import { posix } from 'node:path';
+import type { DialectName, JsonObject } from '../capture/types.js';
+
+export const HARNESS_NAMES = [
+  'codex',
+  'claude-code',
+  'opencode',
+  'gemini-cli',
+  'qwen-code',
+  'pi-openai-completions',
+  'pi-openai-responses',
+  'pi-anthropic',
+  'pi-google',
+] as const;
+
+export type HarnessName = (typeof HARNESS_NAMES)[number];
+
+export interface WireOptions {
+  /** The proxy's origin, without a path (`http://127.0.0.1:PORT`). */
+  proxyUrl: string;
+  /** The capture session id; every harness presents it as its API key. */
+  sessionKey: string;
+  /** The model name the harness is told to use (the proxy overwrites it with the served model). */
+  model: string;
+  /** Absolute HOME of the harness process (a fresh directory per run). */
+  home: string;
+  /** Absolute working directory the harness works in. */
+  workdir: string;
+  /** The task, passed as one argv element. */
+  instruction: string;
+}
+
+export interface WiredFile {
+  /** Absolute path, under `home` or `workdir`. */
+  path: string;
+  content: string;
+}
+
+export interface WiredHarness {
+  name: HarnessName;
+  dialect: DialectName;
+  /** argv[0] is the harness's binary name (see `HarnessSpec.bin`), not a path. */
+  argv: string[];
+  /** Variables to set on top of a minimal base environment (the runner adds HOME and PATH). */
+  env: Record<string, string>;
+  files: WiredFile[];
+}
+
+export interface HarnessSpec {
+  package: string;
+  /** Pinned: these CLIs change their wiring between releases. */
+  version: string;
+  bin: string;
+  dialect: DialectName;
+  /** Lowest Node the package declares (`engines.node`); all run on Node 20. */
+  node: string;
+  /** How the harness is pointed at the proxy, for people (README table). */
+  pointedBy: string;
+  /** Extra switches that keep it offline and fast, for people (README table). */
+  offline: string;
+  /** Success exit code of a headless run. */
+  successExit: number;
+  wire(o: WireOptions): { argv: string[]; env: Record<string, string>; files: WiredFile[] };
+}
+
+const json = (value: unknown) => `${JSON.stringify(value, null, 2)}\n`;
+const inHome = (o: WireOptions, ...parts: string[]) => posix.join(o.home, ...parts);
+const tomlString = (value: string) => JSON.stringify(value); // TOML basic strings share JSON's escapes
+
+/** Provider id used wherever a harness takes a named provider (never `openai`: some route that specially). */
+const PROVIDER = 'harnesslab';
+
+function codexConfig(o: WireOptions): string {
+  return [
+    `model = ${tomlString(o.model)}`,
+    `model_provider = "${PROVIDER}"`,
+    'check_for_update_on_startup = false',
+    '',
+    `[model_providers.${PROVIDER}]`,
+    'name = "Harness Lab capture proxy"',
+    `base_url = ${tomlString(`${o.proxyUrl}/v1`)}`,
+    'env_key = "HARNESS_LAB_API_KEY"',
+    'wire_api = "responses"',
+    'request_max_retries = 0',
+    'stream_max_retries = 0',
+    '',
+    '[analytics]',
+    'enabled = false',
+    '',
+    '[features]',
+    'plugins = false',
+    'remote_plugin = false',
+    'apps = false',
+    '',
+  ].join('\n');
+}
+
+function opencodeConfig(o: WireOptions): JsonObject {
+  return {
+    $schema: 'https://opencode.ai/config.json',
+    provider: {
+      [PROVIDER]: {
+        npm: '@ai-sdk/openai-compatible',
+        name: 'Harness Lab capture proxy',
+        options: { baseURL: `${o.proxyUrl}/v1`, apiKey: o.sessionKey },
+        models: { [o.model]: { name: o.model } },
+      },
+    },
+    model: `${PROVIDER}/${o.model}`,
+    autoupdate: false,
+    share: 'disabled',
+  };
+}
+
+function piSpec(api: 'openai-completions' | 'openai-responses' | 'anthropic-messages' | 'google-generative-ai', dialect: DialectName): HarnessSpec {
+  const suffix = api === 'anthropic-messages' ? '' : api === 'google-generative-ai' ? '/v1beta' : '/v1';
+  return {
+    package: '@mariozechner/pi-coding-agent',
+    version: '0.73.1',
+    bin: 'pi',
+    dialect,
+    node: '>=20.6.0',
+    pointedBy: `\`~/.pi/agent/models.json\`: provider \`${PROVIDER}\` with \`api: "${api}"\`, \`baseUrl: <proxy>${suffix}\`, \`apiKey: <session>\`; \`--provider ${PROVIDER} --model <model>\``,
+    offline: '`PI_OFFLINE=1`; `~/.pi/agent/settings.json`: `retry.enabled = false`, `retry.provider.maxRetries = 0`, `enableInstallTelemetry = false`',
+    successExit: 0,
+    wire: (o) => ({
+      // pi has no `--`: an argument starting with `-` is a flag and with `@` a file to attach.
+      argv: ['pi', '--print', '--provider', PROVIDER, '--model', o.model, /^[-@]/.test(o.instruction) ? ` ${o.instruction}` : o.instruction],
+      env: { PI_OFFLINE: '1' },
+      files: [
+        { path: inHome(o, '.pi', 'agent', 'settings.json'), content: json({ retry: { enabled: false, provider: { maxRetries: 0 } }, enableInstallTelemetry: false, quietStartup: true }) },
+        {
+          path: inHome(o, '.pi', 'agent', 'models.json'),
+          content: json({ providers: { [PROVIDER]: { baseUrl: `${o.proxyUrl}${suffix}`, api, apiKey: o.sessionKey, models: [{ id: o.model }] } } }),
+        },
+      ],
+    }),
+  };
+}
+
+export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
+  codex: {
+    package: '@openai/codex',
+    version: '0.171.0',
+    bin: 'codex',
+    dialect: 'openai_responses',
+    node: '>=16',
+    pointedBy: `\`$CODEX_HOME/config.toml\`: custom \`model_providers.${PROVIDER}\` with \`base_url = <proxy>/v1\`, \`wire_api = "responses"\`, \`env_key = "HARNESS_LAB_API_KEY"\` (= session); \`OPENAI_BASE_URL\` is ignored`,
+    offline: '`[features] plugins/remote_plugin/apps = false`, `analytics.enabled = false`, `check_for_update_on_startup = false`, `request_max_retries = 0`, `stream_max_retries = 0`',
+    successExit: 0,
+    wire: (o) => ({
+      // Sandboxing is the sandbox runtime's job; codex's own read-only default would stop the task.
+      argv: ['codex', 'exec', '--skip-git-repo-check', '--dangerously-bypass-approvals-and-sandbox', '--cd', o.workdir, '--', o.instruction],
+      env: { CODEX_HOME: inHome(o, '.codex'), HARNESS_LAB_API_KEY: o.sessionKey },
+      files: [{ path: inHome(o, '.codex', 'config.toml'), content: codexConfig(o) }],
+    }),
+  },
+  'claude-code': {
+    package: '@anthropic-ai/claude-code',
+    version: '2.1.197',
+    bin: 'claude',
+    dialect: 'anthropic_messages',
+    node: '>=18.0.0',
+    pointedBy: '`ANTHROPIC_BASE_URL=<proxy>` (no `/v1`), `ANTHROPIC_API_KEY=<session>`, `ANTHROPIC_MODEL` and the `ANTHROPIC_DEFAULT_*_MODEL` / `CLAUDE_CODE_SUBAGENT_MODEL` aliases = model',
+    offline: '`CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`, `DISABLE_AUTOUPDATER=1`, `CLAUDE_CODE_MAX_RETRIES=0`, `IS_SANDBOX=1` (bypass permissions as root)',
+    successExit: 0,
+    wire: (o) => ({
+      argv: ['claude', '--print', '--output-format', 'json', '--permission-mode', 'bypassPermissions', '--', o.instruction],
+      env: {
+        ANTHROPIC_BASE_URL: o.proxyUrl,
+        ANTHROPIC_API_KEY: o.sessionKey,
+        ANTHROPIC_MODEL: o.model,
+        ANTHROPIC_DEFAULT_SONNET_MODEL: o.model,
+        ANTHROPIC_DEFAULT_OPUS_MODEL: o.model,
+        ANTHROPIC_DEFAULT_HAIKU_MODEL: o.model,
+        CLAUDE_CODE_SUBAGENT_MODEL: o.model,
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
+        DISABLE_AUTOUPDATER: '1',
+        CLAUDE_CODE_MAX_RETRIES: '0',
+        IS_SANDBOX: '1',
+      },
+      files: [],
+    }),
+  },
+  opencode: {
+    package: 'opencode-ai',
+    version: '1.18.33',
+    bin: 'opencode',
+    dialect: 'openai_chat',
+    node: '(native binary)',
+    pointedBy: `\`OPENCODE_CONFIG_CONTENT\` (JSON config): provider \`${PROVIDER}\` (\`@ai-sdk/openai-compatible\`) with \`options.baseURL = <proxy>/v1\`, \`options.apiKey = <session>\`; \`--model ${PROVIDER}/<model>\``,
+    offline: '`OPENCODE_DISABLE_MODELS_FETCH=1`, `OPENCODE_DISABLE_AUTOUPDATE=1`, `OPENCODE_DISABLE_LSP_DOWNLOAD=1`, `npm_config_offline=true` (plugin metadata lookups), `autoupdate: false`, `share: "disabled"`; config in the env, not `~/.config/opencode/` (a config dir there gets `@opencode-ai/plugin` npm-installed into it on every fresh HOME)',
+    successExit: 0,
+    wire: (o) => ({
+      argv: ['opencode', 'run', '--model', `${PROVIDER}/${o.model}`, '--auto', '--', o.instruction],
+      env: {
+        OPENCODE_CONFIG_CONTENT: JSON.stringify(opencodeConfig(o)),
+        OPENCODE_DISABLE_MODELS_FETCH: '1',
+        OPENCODE_DISABLE_AUTOUPDATE: '1',
+        OPENCODE_DISABLE_SHARE: '1',
+        OPENCODE_DISABLE_LSP_DOWNLOAD: '1',
+        // It looks up plugin package metadata with npm's client on every start; offline that is a cache miss, not a fetch.
+        npm_config_offline: 'true',
+      },
+      files: [],
+    }),
+  },
+  'gemini-cli': {
+    package: '@google/gemini-cli',
+    version: '0.61.0',
+    bin: 'gemini',
+    dialect: 'google_gemini',
+    node: '>=20',
+    pointedBy: '`GOOGLE_GEMINI_BASE_URL=<proxy>` (no path), `GEMINI_API_KEY=<session>`, plus `~/.gemini/settings.json` `security.auth.selectedType = "gemini-api-key"` and `GEMINI_CLI_TRUST_WORKSPACE=true`; `-m <model>` skips the router call',
+    offline: '`privacy.usageStatisticsEnabled = false`, `telemetry.enabled = false`, `general.enableAutoUpdate(Notification) = false`, `general.maxAttempts = 1`',
+    successExit: 0,
+    wire: (o) => ({
+      argv: ['gemini', '--yolo', '--model', o.model, `--prompt=${o.instruction}`],
+      env: { GOOGLE_GEMINI_BASE_URL: o.proxyUrl, GEMINI_API_KEY: o.sessionKey, GEMINI_CLI_TRUST_WORKSPACE: 'true' },
+      files: [
+        {
+          path: inHome(o, '.gemini', 'settings.json'),
+          content: json({
+            security: { auth: { selectedType: 'gemini-api-key' } },
+            privacy: { usageStatisticsEnabled: false },
+            telemetry: { enabled: false },
+            general: { enableAutoUpdate: false, enableAutoUpdateNotification: false, maxAttempts: 1 },
+          }),
+        },
+      ],
+    }),
+  },
+  'qwen-code': {
+    package: '@qwen-code/qwen-code',
+    version: '0.15.10',
+    bin: 'qwen',
+    dialect: 'openai_chat',
+    node: '>=20.0.0',
+    pointedBy: '`OPENAI_BASE_URL=<proxy>/v1`, `OPENAI_API_KEY=<session>`, `OPENAI_MODEL=<model>`, `--auth-type openai`',
+    offline: '`~/.qwen/settings.json`: `privacy.usageStatisticsEnabled = false`, `general.enableAutoUpdate = false`, `memory.enableManagedAutoMemory = false`, `model.generationConfig.maxRetries = 0`',
+    successExit: 0,
+    wire: (o) => ({
+      argv: ['qwen', '--yolo', '--auth-type', 'openai', '--model', o.model, `--prompt=${o.instruction}`],
+      env: { OPENAI_BASE_URL: `${o.proxyUrl}/v1`, OPENAI_API_KEY: o.sessionKey, OPENAI_MODEL: o.model },
+      files: [
+        {
+          path: inHome(o, '.qwen', 'settings.json'),
+          content: json({
+            privacy: { usageStatisticsEnabled: false },
+            telemetry: { enabled: false },
+            general: { enableAutoUpdate: false },
+            memory: { enableManagedAutoMemory: false },
+            model: { generationConfig: { maxRetries: 0 } },
+          }),
+        },
+      ],
+    }),
+  },
+  'pi-openai-completions': piSpec('openai-completions', 'openai_chat'),
+  'pi-openai-responses': piSpec('openai-responses', 'openai_responses'),
+  'pi-anthropic': piSpec('anthropic-messages', 'anthropic_messages'),
+  'pi-google': piSpec('google-generative-ai', 'google_gemini'),
+};
+
+export class UnknownHarnessError extends Error {}
+
+export function isHarnessName(name: string): name is HarnessName {
+  return (HARNESS_NAMES as readonly string[]).includes(name);
+}
+
+export function harnessSpec(name: string): HarnessSpec {
+  if (!isHarnessName(name)) throw new UnknownHarnessError(`unknown harness '${name}'; known harnesses: ${HARNESS_NAMES.join(', ')}`);
+  return HARNESSES[name];
+}
+
+/** Everything a runtime needs to launch one harness against the proxy. Pure: no I/O. */
+export function wireHarness(name: string, options: WireOptions): WiredHarness {
+  const spec = harnessSpec(name);
+  for (const key of ['home', 'workdir'] as const) {
+    if (!posix.isAbsolute(options[key])) throw new Error(`${key} must be an absolute path, got '${options[key]}'`);
+  }
+  if (!/^https?:\/\/[^/]+$/.test(options.proxyUrl)) throw new Error(`proxyUrl must be an origin without a path (http://HOST:PORT), got '${options.proxyUrl}'`);
+  if (!options.sessionKey) throw new Error('sessionKey must not be empty');
+  const wired = spec.wire(options);
+  return { name: name as HarnessName, dialect: spec.dialect, ...wired };
+}
+
+/** The distinct npm packages to install, `name@version`. */
+export function harnessPackages(names: readonly string[] = HARNESS_NAMES): string[] {
+  return [...new Set(names.map((n) => `${harnessSpec(n).package}@${harnessSpec(n).version}`))];
+}
+
+const DIALECT_LABELS: Record<DialectName, string> = {
+  openai_chat: 'Chat Completions',
+  openai_responses: 'Responses',
+  anthropic_messages: 'Anthropic Messages',
+  google_gemini: 'Gemini',
+};
+
+/** The README's "Pointing harnesses at the proxy" table, generated from this table. */
+export function wiringMarkdownTable(): string {
+  const rows = HARNESS_NAMES.map((name) => {
+    const s = HARNESSES[name];
+    return `| \`${name}\` | \`${s.package}@${s.version}\` (\`${s.bin}\`) | ${DIALECT_LABELS[s.dialect]} | ${s.pointedBy} | ${s.offline} |`;
+  });
+  return ['| Harness | Package (binary) | Dialect | Pointed at the proxy by | Offline and fast |', '|---|---|---|---|---|', ...rows].join('\n');
+}
