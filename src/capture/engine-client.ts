@@ -22,6 +22,9 @@ export function normaliseEngineUrl(url: string): string {
   return trimmed.replace(/\/v1$/, '');
 }
 
+/** Upstream sockets per engine; bounds file descriptors, not concurrency a harness fleet can reach. */
+export const DEFAULT_ENGINE_CONNECTIONS = 4096;
+
 export class EngineClient {
   readonly baseUrl: string;
   private readonly pool: Pool;
@@ -32,7 +35,10 @@ export class EngineClient {
     this.pathPrefix = origin.pathname.replace(/\/+$/, '');
     this.apiKey = options.apiKey;
     this.pool = new Pool(origin.origin, {
-      connections: options.connections ?? 256,
+      // Each harness session holds at most one call in flight, so a cap below the number of live
+      // sessions only moves the engine's queue into the proxy: at 1,000 sessions a cap of 256 made
+      // calls wait a whole think time for a socket. The engine (vLLM) queues and batches better.
+      connections: options.connections ?? DEFAULT_ENGINE_CONNECTIONS,
       pipelining: 1,
       connectTimeout: 30_000,
       headersTimeout: 900_000,
