@@ -54,7 +54,8 @@ test('every npm harness launches its pinned binary from the mounted cache, keyed
     const carried = JSON.stringify(plan.env) + JSON.stringify(plan.files);
     assert.ok(carried.includes('sKEY123'), `${e.name} carries the session id as its key`);
     assert.ok(carried.includes('http://127.0.0.1:4567'), `${e.name} points at the proxy`);
-    assert.ok(plan.script.includes("'Create hello.txt with '\\''Hello, world!'\\'''"), `${e.name} passes the instruction as one quoted argument`);
+    // One single-quoted argument (`'...'` or `'--prompt=...'`), the inner quotes escaped for bash.
+    assert.match(plan.script, / '(--prompt=)?Create hello\.txt with '\\''Hello, world!'\\'''/, `${e.name} passes the instruction as one quoted argument`);
     for (const f of plan.files) assert.ok(f.path.startsWith('/tmp/harness-home/'), f.path);
   }
 });
