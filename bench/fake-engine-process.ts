@@ -5,12 +5,25 @@
 // Think times come from a seeded generator, re-seeded by a `seed <n>` line on stdin before each
 // measured run: every path then draws the same think times (common random numbers), so the
 // difference between paths' percentiles is overhead, not sampling noise of the think time.
+import { Server } from 'node:net';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import { startFakeEngine } from '../src/engine/fake-engine.js';
 import { parseThinkMs } from './processes.js';
 
 const { values } = parseArgs({ options: { 'think-ms': { type: 'string', default: '500,1500' }, port: { type: 'string', default: '0' } } });
+
+// vLLM (uvicorn) listens with a backlog of 2048; node's default is 511. startFakeEngine has no
+// backlog option, so this process raises the default for its one server: with 511, a burst of new
+// connections overflows the accept queue and the dropped SYNs come back as 1 s / 3 s retransmits,
+// which would be charged to the engine instead of to the hop under test.
+const ENGINE_BACKLOG = 2048;
+const listen = Server.prototype.listen as (this: Server, ...args: unknown[]) => Server;
+(Server.prototype as unknown as { listen: (...args: unknown[]) => Server }).listen = function (this: Server, ...args: unknown[]) {
+  const [port, host, callback] = args;
+  if (typeof port === 'number' && typeof host === 'string' && typeof callback === 'function') return listen.call(this, { port, host, backlog: ENGINE_BACKLOG }, callback);
+  return listen.apply(this, args);
+};
 
 /** mulberry32: small, fast, good enough to spread think times. */
 function seeded(seed: number): () => number {

@@ -20,12 +20,18 @@ export interface HealthResult {
   polls: number;
   errors: Record<string, number>;
   latency: LatencySummary;
+  /** Raw latencies, so runs can be merged; the orchestrator drops them from its report. */
+  samples_ms?: number[];
 }
 
 export interface LoadResult {
   mode: LoadMode;
   sessions: number;
   turns: number;
+  /** How many runs were pooled into this result (1 for a single run). */
+  runs?: number;
+  /** Connections the kernel dropped on full listen queues during the run (set by the orchestrator). */
+  listen_overflows?: number;
   calls_ok: number;
   errors: Record<string, number>;
   latency: LatencySummary;
@@ -33,6 +39,8 @@ export interface LoadResult {
   wall_ms: number;
   /** Event-loop delay of the load generator itself: if high, the client (not the server) was slow. */
   client_loop_delay_p99_ms: number;
+  /** Raw call latencies, so runs can be merged; the orchestrator drops them from its report. */
+  samples_ms?: number[];
 }
 
 interface ChatMessage {
@@ -80,6 +88,8 @@ export function assembleStream(text: string): ChatMessage | undefined {
   if (calls.length) message.tool_calls = calls;
   return message;
 }
+
+const round1 = (v: number) => Math.round(v * 10) / 10;
 
 function errorKind(err: unknown): string {
   if (err && typeof err === 'object') {
@@ -132,7 +142,7 @@ function startHealthPoller(url: string, intervalMs: number, timeoutMs: number): 
         worker.once('message', (msg: { samples: number[]; errors: Record<string, number> }) => {
           void worker.terminate();
           const polls = msg.samples.length + Object.values(msg.errors).reduce((a, b) => a + b, 0);
-          resolve({ url, polls, errors: msg.errors, latency: summarize(msg.samples) });
+          resolve({ url, polls, errors: msg.errors, latency: summarize(msg.samples), samples_ms: msg.samples.map(round1) });
         });
         worker.postMessage('stop');
       }),
@@ -251,6 +261,36 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
     health: healthResult,
     wall_ms: Math.round(wall),
     client_loop_delay_p99_ms: Math.round(loop.percentile(99) / 1e5) / 10,
+    samples_ms: latencies.map(round1),
+  };
+}
+
+/** Pools several runs of one path (same sessions and turns) into one result, samples included. */
+export function mergeLoadResults(runs: LoadResult[]): LoadResult {
+  const first = runs[0];
+  if (!first) throw new Error('mergeLoadResults needs at least one run');
+  const errors: Record<string, number> = {};
+  for (const r of runs) for (const [kind, n] of Object.entries(r.errors)) countInto(errors, kind, n);
+  const samples = runs.flatMap((r) => r.samples_ms ?? []);
+  let health: HealthResult | null = null;
+  if (runs.every((r) => r.health)) {
+    const healthErrors: Record<string, number> = {};
+    for (const r of runs) for (const [kind, n] of Object.entries(r.health!.errors)) countInto(healthErrors, kind, n);
+    const healthSamples = runs.flatMap((r) => r.health!.samples_ms ?? []);
+    health = { url: first.health!.url, polls: runs.reduce((n, r) => n + r.health!.polls, 0), errors: healthErrors, latency: summarize(healthSamples) };
+  }
+  return {
+    mode: first.mode,
+    sessions: first.sessions,
+    turns: first.turns,
+    runs: runs.reduce((n, r) => n + (r.runs ?? 1), 0),
+    listen_overflows: runs.reduce((n, r) => n + (r.listen_overflows ?? 0), 0),
+    calls_ok: runs.reduce((n, r) => n + r.calls_ok, 0),
+    errors,
+    latency: summarize(samples),
+    health,
+    wall_ms: runs.reduce((n, r) => n + r.wall_ms, 0),
+    client_loop_delay_p99_ms: Math.max(...runs.map((r) => r.client_loop_delay_p99_ms)),
   };
 }
 

@@ -52,7 +52,8 @@ const server = createServer((req, res) => {
 });
 server.keepAliveTimeout = 75_000;
 server.requestTimeout = 0;
-server.listen(Number(values.port), '127.0.0.1', () => {
+// The same accept backlog as vLLM/uvicorn (2048) instead of node's 511: see fake-engine-process.ts.
+server.listen({ port: Number(values.port), host: '127.0.0.1', backlog: 2048 }, () => {
   const { port } = server.address() as AddressInfo;
   process.stdout.write(`${JSON.stringify({ url: `http://127.0.0.1:${port}`, pid: process.pid })}\n`);
 });

@@ -1,7 +1,8 @@
 // Child processes for the benchmarks: start one, wait for the line that says where it listens,
 // watch its memory and CPU through /proc, and stop it (only the processes we started, by pid).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { createWriteStream, readFileSync } from 'node:fs';
+import { setPriority } from 'node:os';
 import { createInterface } from 'node:readline';
 
 /** `"500,1500"` -> [500, 1500]; `"10"` -> 10. */
@@ -11,6 +12,14 @@ export function parseThinkMs(text: string): number | [number, number] {
     throw new Error(`--think-ms must be a number of ms or "min,max", got '${text}'`);
   }
   return parts.length === 2 ? [parts[0]!, parts[1]!] : parts[0]!;
+}
+
+let childPriority: number | undefined;
+
+/** Scheduling priority (nice value) for this process and every child started afterwards. */
+export function setBenchPriority(nice: number): void {
+  setPriority(nice);
+  childPriority = nice;
 }
 
 export interface Started {
@@ -26,12 +35,20 @@ export interface Started {
  * Spawns `node <args>` and resolves once a stdout line satisfies `ready`. stdin stays an open pipe:
  * the bench children exit when it closes, so they cannot outlive a crashed orchestrator.
  */
-export function startNode(name: string, args: string[], ready: (line: string) => boolean, options: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<Started> {
+export function startNode(name: string, args: string[], ready: (line: string) => boolean, options: { env?: NodeJS.ProcessEnv; timeoutMs?: number; logFile?: string } = {}): Promise<Started> {
   const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'], env: options.env ?? process.env });
+  if (childPriority !== undefined && child.pid !== undefined) setPriority(child.pid, childPriority);
   let stderr = '';
   child.stderr!.on('data', (chunk: Buffer) => {
     stderr = (stderr + chunk.toString('utf8')).slice(-20_000);
   });
+  if (options.logFile) {
+    // Everything the child prints (e.g. --trace-gc lines), for a later look.
+    const log = createWriteStream(options.logFile);
+    child.stdout!.on('data', (chunk: Buffer) => log.write(chunk));
+    child.stderr!.on('data', (chunk: Buffer) => log.write(chunk));
+    child.once('exit', () => log.end());
+  }
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => fail(new Error(`${name} did not report ready within ${options.timeoutMs ?? 30_000} ms`)), options.timeoutMs ?? 30_000);
     const lines = createInterface({ input: child.stdout! });
@@ -103,4 +120,23 @@ export function watchProcess(pid: number, intervalMs = 100): { stop(): { rssPeak
       return { rssPeakBytes: peak, rssStartBytes: rssStart, cpuMs: (cpuMs(pid) ?? cpuStart) - cpuStart };
     },
   };
+}
+
+/**
+ * The kernel's count of connections dropped because a listen queue was full (TcpExt ListenOverflows,
+ * system-wide). A rise during a run means SYNs were dropped and clients waited for retransmits.
+ */
+export function listenOverflows(): number | undefined {
+  try {
+    const lines = readFileSync('/proc/net/netstat', 'utf8').split('\n');
+    for (let i = 0; i + 1 < lines.length; i += 2) {
+      const names = lines[i]!.split(/\s+/);
+      const values = lines[i + 1]!.split(/\s+/);
+      const at = names.indexOf('ListenOverflows');
+      if (names[0] === 'TcpExt:' && at > 0) return Number(values[at]);
+    }
+  } catch {
+    // not Linux
+  }
+  return undefined;
 }

@@ -4,14 +4,15 @@
 // proxy's added latency relative to the pass-through's, /health latency under load and proxy memory.
 //
 //   node --import tsx bench/proxy-load.ts [--levels 64,512,1000] [--turns 3] [--think-ms 500,1500]
-//                                         [--quick] [--profile] [--proxy-from-source] [--out FILE]
+//                                         [--rounds 2] [--quick] [--profile] [--proxy-from-source]
+//                                         [--proxy-node-arg=--trace-gc ...] [--out FILE]
 import { execSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
-import type { LoadResult } from './load-generator.js';
-import { parseThinkMs, startNode, stopChild, watchProcess, type Started } from './processes.js';
+import { mergeLoadResults, type LoadResult } from './load-generator.js';
+import { listenOverflows, parseThinkMs, setBenchPriority, startNode, stopChild, watchProcess, type Started } from './processes.js';
 import { fmtMs, fmtRatio, formatTable, totalCount } from './stats.js';
 
 const ROOT = join(__dirname, '..');
@@ -27,11 +28,17 @@ export interface ProxyLoadOptions {
   systemBytes: number;
   /** Share of proxy sessions that ask for SSE streams (0..1). */
   streamShare: number;
+  /** Repetitions of each level (paths alternate order per round); their samples are pooled. */
+  rounds: number;
   quick: boolean;
   /** Write a V8 CPU profile of each proxy process to bench-results/profiles/. */
   profile: boolean;
   /** Run the proxy from src/ through tsx instead of dist/cli.js (tests; no build needed). */
   proxyFromSource: boolean;
+  /** Nice value for the orchestrator and all its children (negative needs root): a shared machine's other jobs then yield. */
+  nice?: number;
+  /** Extra node flags for the proxy process (e.g. --trace-gc); its output then goes to bench-results/logs/. */
+  proxyNodeArgs: string[];
   out: string;
   log: (line: string) => void;
 }
@@ -91,9 +98,13 @@ function jsonLine(line: string): boolean {
 }
 
 async function runLoadGenerator(args: string[]): Promise<LoadResult> {
+  const overflowsBefore = listenOverflows();
   const gen = await startNode('load generator', tsx('load-generator.ts', args), jsonLine, { timeoutMs: 15 * 60_000 });
   await new Promise<void>((resolve) => (gen.child.exitCode !== null ? resolve() : gen.child.once('exit', () => resolve())));
-  return JSON.parse(gen.line) as LoadResult;
+  const result = JSON.parse(gen.line) as LoadResult;
+  const overflowsAfter = listenOverflows();
+  if (overflowsBefore !== undefined && overflowsAfter !== undefined) result.listen_overflows = overflowsAfter - overflowsBefore;
+  return result;
 }
 
 /** Counts the call lines the proxy's durable store holds: every answered call must be on disk. */
@@ -116,6 +127,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
   const cliPath = join(ROOT, 'dist', 'cli.js');
   if (!o.proxyFromSource && !existsSync(cliPath)) throw new Error(`${cliPath} is missing; run npm run build (or pass --proxy-from-source)`);
 
+  if (o.nice !== undefined) setBenchPriority(o.nice);
   const started_at = new Date().toISOString();
   const children: Started[] = [];
   const onSignal = () => {
@@ -139,48 +151,73 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
     await warmup('direct', engineUrl);
     await warmup('passthrough', passthroughUrl);
 
-    const levels: LevelReport[] = [];
-    for (const sessions of o.levels) {
-      const loadArgs = (mode: string, url: string) => ['--mode', mode, '--url', url, '--sessions', String(sessions), ...common, '--health-url', `${url}/health`];
+    const profileDir = join(ROOT, 'bench-results', 'profiles');
+    if (o.profile) mkdirSync(profileDir, { recursive: true });
+    const entry = o.proxyFromSource ? ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts')] : [cliPath];
 
-      o.log(`[${sessions}] direct ...`);
-      seed(sessions);
-      const direct = await runLoadGenerator(loadArgs('direct', engineUrl));
-
-      o.log(`[${sessions}] pass-through ...`);
-      seed(sessions);
-      const ptWatch = watchProcess(passthrough.pid);
-      const pt = await runLoadGenerator(loadArgs('passthrough', passthroughUrl));
-      const ptStats = ptWatch.stop();
-
-      o.log(`[${sessions}] proxy ...`);
+    /** One proxy run: a fresh proxy process and data dir, a warm-up, then the measured load. */
+    const proxyRun = async (sessions: number, round: number, args: (mode: string, url: string) => string[]): Promise<{ result: LoadResult; stats: WatchStats; stored: number }> => {
       const dataDir = mkdtempSync(join(tmpdir(), 'hl-bench-proxy-'));
-      const profileDir = join(ROOT, 'bench-results', 'profiles');
-      if (o.profile) mkdirSync(profileDir, { recursive: true });
-      const nodeArgs = o.profile ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `proxy-${sessions}.cpuprofile`] : [];
-      const entry = o.proxyFromSource ? ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts')] : [cliPath];
-      const proxy = await startNode('proxy', [...nodeArgs, ...entry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir], (l) => l.startsWith('proxy listening on '));
+      const nodeArgs = [...o.proxyNodeArgs, ...(o.profile ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `proxy-${sessions}-r${round}.cpuprofile`] : [])];
+      let logFile: string | undefined;
+      if (nodeArgs.length) {
+        mkdirSync(join(ROOT, 'bench-results', 'logs'), { recursive: true });
+        logFile = join(ROOT, 'bench-results', 'logs', `proxy-${sessions}-r${round}.log`);
+      }
+      const proxy = await startNode('proxy', [...nodeArgs, ...entry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir], (l) => l.startsWith('proxy listening on '), { logFile });
       children.push(proxy);
       const proxyUrl = proxy.line.slice('proxy listening on '.length).trim();
-      let px: LoadResult;
-      let pxStats: ReturnType<ReturnType<typeof watchProcess>['stop']>;
-      let stored: number;
       try {
         await warmup('proxy', proxyUrl);
         const warmCalls = storedCalls(dataDir);
-        seed(sessions);
-        const pxWatch = watchProcess(proxy.pid);
-        px = await runLoadGenerator(loadArgs('proxy', proxyUrl));
-        pxStats = pxWatch.stop();
-        stored = storedCalls(dataDir) - warmCalls;
+        seed(sessions * 100 + round);
+        const watch = watchProcess(proxy.pid);
+        const result = await runLoadGenerator(args('proxy', proxyUrl));
+        const stats = watch.stop();
+        if (totalCount(result.errors) > 0 && proxy.stderr().includes('[error]')) o.log(`proxy stderr (tail):\n${proxy.stderr().slice(-2000)}`);
+        return { result, stats, stored: storedCalls(dataDir) - warmCalls };
       } finally {
         await stopChild(proxy.child);
         children.splice(children.indexOf(proxy), 1);
         rmSync(dataDir, { recursive: true, force: true });
       }
-      if (totalCount(px.errors) > 0 && proxy.stderr().includes('[error]')) o.log(`proxy stderr:\n${proxy.stderr().slice(-2000)}`);
+    };
 
-      const level = evaluate(sessions, direct, { ...pt, process: procStats(ptStats) }, { ...px, process: procStats(pxStats), stored_calls: stored }, o.quick ? null : top);
+    const levels: LevelReport[] = [];
+    for (const sessions of o.levels) {
+      const loadArgs = (mode: string, url: string) => ['--mode', mode, '--url', url, '--sessions', String(sessions), ...common, '--health-url', `${url}/health`];
+      const runs: Record<'direct' | 'passthrough' | 'proxy', LoadResult[]> = { direct: [], passthrough: [], proxy: [] };
+      const ptStats: WatchStats[] = [];
+      const pxStats: WatchStats[] = [];
+      let stored = 0;
+      for (let round = 0; round < o.rounds; round++) {
+        // Alternate the order (ABC, CBA, ...) so a drift in background load hits every path alike.
+        const order = round % 2 === 0 ? (['direct', 'passthrough', 'proxy'] as const) : (['proxy', 'passthrough', 'direct'] as const);
+        for (const path of order) {
+          o.log(`[${sessions}${o.rounds > 1 ? ` round ${round + 1}/${o.rounds}` : ''}] ${path} ...`);
+          if (path === 'direct') {
+            seed(sessions * 100 + round);
+            runs.direct.push(await runLoadGenerator(loadArgs('direct', engineUrl)));
+          } else if (path === 'passthrough') {
+            seed(sessions * 100 + round);
+            const watch = watchProcess(passthrough.pid);
+            runs.passthrough.push(await runLoadGenerator(loadArgs('passthrough', passthroughUrl)));
+            ptStats.push(watch.stop());
+          } else {
+            const run = await proxyRun(sessions, round, loadArgs);
+            runs.proxy.push(run.result);
+            pxStats.push(run.stats);
+            stored += run.stored;
+          }
+        }
+      }
+      const level = evaluate(
+        sessions,
+        mergeLoadResults(runs.direct),
+        { ...mergeLoadResults(runs.passthrough), process: procStats(ptStats) },
+        { ...mergeLoadResults(runs.proxy), process: procStats(pxStats), stored_calls: stored },
+        o.quick ? null : top,
+      );
       levels.push(level);
       o.log(`[${sessions}] ${level.pass ? 'ok' : `FAIL: ${level.failures.join('; ')}`}`);
     }
@@ -190,7 +227,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
       bench: 'proxy-load',
       started_at,
       host: { cpus: cpus().length, node: process.version, platform: `${process.platform}-${process.arch}`, nofile_limit: limit },
-      config: { levels: o.levels, turns: o.turns, thinkMs: o.thinkMs, rampMs: o.rampMs, systemBytes: o.systemBytes, streamShare: o.streamShare, quick: o.quick, profile: o.profile, proxyFromSource: o.proxyFromSource },
+      config: { levels: o.levels, turns: o.turns, rounds: o.rounds, thinkMs: o.thinkMs, rampMs: o.rampMs, systemBytes: o.systemBytes, streamShare: o.streamShare, quick: o.quick, profile: o.profile, proxyFromSource: o.proxyFromSource, proxyNodeArgs: o.proxyNodeArgs, nice: o.nice },
       targets: { ...TARGETS, latency_evaluated_at: o.quick ? null : top },
       levels,
       pass: failures.length === 0,
@@ -205,8 +242,15 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
   }
 }
 
-function procStats(s: { rssPeakBytes: number; rssStartBytes: number; cpuMs: number }): ProcessStats {
-  return { rss_start_mb: mb(s.rssStartBytes), rss_peak_mb: mb(s.rssPeakBytes), cpu_ms: s.cpuMs };
+type WatchStats = ReturnType<ReturnType<typeof watchProcess>['stop']>;
+
+/** Over several rounds: the highest peak, the lowest start, CPU per round on average. */
+function procStats(rounds: WatchStats[]): ProcessStats {
+  return {
+    rss_start_mb: mb(Math.min(...rounds.map((s) => s.rssStartBytes))),
+    rss_peak_mb: mb(Math.max(...rounds.map((s) => s.rssPeakBytes))),
+    cpu_ms: Math.round(rounds.reduce((sum, s) => sum + s.cpuMs, 0) / rounds.length),
+  };
 }
 
 /**
@@ -231,7 +275,8 @@ function evaluate(sessions: number, direct: LoadResult, pt: LevelReport['passthr
   for (const [name, r] of [['direct', direct], ['pass-through', pt], ['proxy', px]] as const) {
     const n = totalCount(r.errors);
     if (n > 0) failures.push(`${name}: ${n} error(s) ${JSON.stringify(r.errors)}`);
-    if (r.calls_ok + n < r.sessions * r.turns && n === 0) failures.push(`${name}: only ${r.calls_ok} of ${r.sessions * r.turns} calls ran`);
+    const expected = r.sessions * r.turns * (r.runs ?? 1);
+    if (n === 0 && r.calls_ok !== expected) failures.push(`${name}: ${r.calls_ok} of ${expected} calls answered`);
   }
   if (px.stored_calls !== px.calls_ok) failures.push(`proxy store holds ${px.stored_calls} calls, ${px.calls_ok} were answered`);
   const health = px.health;
@@ -261,7 +306,7 @@ function evaluate(sessions: number, direct: LoadResult, pt: LevelReport['passthr
 export function formatReport(report: ProxyLoadReport): string {
   const errs = (r: LoadResult) => String(totalCount(r.errors));
   const rows = [
-    ['sessions', 'errors d/pt/px', 'direct p50/p99', 'pass-thru p50/p99', 'proxy p50/p99', 'added p50 pt/px', 'ratio p50', 'added p99 pt/px', 'ratio p99', '/health p50/p99', 'proxy RSS', 'verdict'],
+    ['sessions', 'errors d/pt/px', 'direct p50/p99', 'pass-thru p50/p99', 'proxy p50/p99', 'added p50 pt/px', 'ratio p50', 'added p99 pt/px', 'ratio p99', '/health p50/p99', 'proxy RSS', 'SYN drops d/pt/px', 'verdict'],
     ...report.levels.map((l) => [
       String(l.sessions),
       `${errs(l.direct)}/${errs(l.passthrough)}/${errs(l.proxy)}`,
@@ -274,10 +319,11 @@ export function formatReport(report: ProxyLoadReport): string {
       fmtRatio(l.added.ratio_p99),
       `${fmtMs(l.health_p50_ms)}/${fmtMs(l.health_p99_ms)}`,
       `${l.proxy_rss_peak_mb.toFixed(0)} MB`,
+      `${l.direct.listen_overflows ?? '-'}/${l.passthrough.listen_overflows ?? '-'}/${l.proxy.listen_overflows ?? '-'}`,
       l.pass ? 'ok' : 'FAIL',
     ]),
   ];
-  const lines = [formatTable(rows), '(all latencies in ms; added = path minus direct; ratio = proxy added / pass-through added)'];
+  const lines = [formatTable(rows), '(all latencies in ms; added = path minus direct; ratio = proxy added / pass-through added;\n SYN drops = connections the kernel dropped on full listen queues during the runs, system-wide)'];
   for (const l of report.levels) {
     const kinds = { ...l.direct.errors, ...l.passthrough.errors, ...l.proxy.errors };
     if (Object.keys(kinds).length) lines.push(`${l.sessions}: errors direct ${JSON.stringify(l.direct.errors)} pass-through ${JSON.stringify(l.passthrough.errors)} proxy ${JSON.stringify(l.proxy.errors)}`);
@@ -298,6 +344,12 @@ function intList(text: string, name: string): number[] {
   return list;
 }
 
+function niceValue(text: string): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < -20 || n > 19) throw new Error(`--nice must be an integer from -20 to 19, got '${text}'`);
+  return n;
+}
+
 function positive(text: string, name: string): number {
   const n = Number(text);
   if (!Number.isFinite(n) || n < 0) throw new Error(`--${name} must be a non-negative number, got '${text}'`);
@@ -310,6 +362,7 @@ export function parseProxyLoadArgs(argv: string[], env: NodeJS.ProcessEnv = proc
     options: {
       levels: { type: 'string' },
       turns: { type: 'string' },
+      rounds: { type: 'string' },
       'think-ms': { type: 'string' },
       'ramp-ms': { type: 'string', default: '1000' },
       'system-bytes': { type: 'string', default: '2000' },
@@ -317,6 +370,8 @@ export function parseProxyLoadArgs(argv: string[], env: NodeJS.ProcessEnv = proc
       quick: { type: 'boolean', default: false },
       profile: { type: 'boolean', default: false },
       'proxy-from-source': { type: 'boolean', default: false },
+      'proxy-node-arg': { type: 'string', multiple: true, default: [] },
+      nice: { type: 'string' },
       out: { type: 'string', default: join(ROOT, 'bench-results', 'proxy-load.json') },
     },
   });
@@ -328,6 +383,7 @@ export function parseProxyLoadArgs(argv: string[], env: NodeJS.ProcessEnv = proc
   return {
     levels: intList(values.levels ?? (quick ? '8,32' : '64,512,1000'), 'levels'),
     turns: intList(values.turns ?? (quick ? '2' : '3'), 'turns')[0]!,
+    rounds: intList(values.rounds ?? (quick ? '1' : '2'), 'rounds')[0]!,
     thinkMs,
     rampMs: positive(values['ramp-ms'], 'ramp-ms'),
     systemBytes: positive(values['system-bytes'], 'system-bytes'),
@@ -335,6 +391,8 @@ export function parseProxyLoadArgs(argv: string[], env: NodeJS.ProcessEnv = proc
     quick,
     profile: values.profile,
     proxyFromSource: values['proxy-from-source'],
+    proxyNodeArgs: values['proxy-node-arg'],
+    ...(values.nice !== undefined ? { nice: niceValue(values.nice) } : {}),
     out: values.out,
     log: (line) => process.stderr.write(`${line}\n`),
   };
