@@ -1,14 +1,14 @@
 // `npm run bench`: every benchmark entry in sequence, each in its own node process.
 //   npm run bench                      all entries
 //   npm run bench -- proxy-load        only the named entries
-//   npm run bench -- --quick           quick mode for all (sets BENCH_QUICK=1)
+//   npm run bench -- --quick           quick mode for all (passes --quick and sets BENCH_QUICK=1)
 // Entry-specific flags: run the entry directly, e.g. `node --import tsx bench/proxy-load.ts --levels 64`.
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 
 /** Benchmark entries, run in this order. Add a line when a new bench/<name>.ts appears. */
-const ENTRIES = ['proxy-load', 'engine'];
+const ENTRIES = ['proxy-load', 'engine', 'viewer'];
 
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
@@ -33,7 +33,7 @@ for (const name of picked.length ? picked : ENTRIES) {
   }
   process.stderr.write(`\n=== bench ${name} ===\n`);
   const env = quick ? { ...process.env, BENCH_QUICK: '1' } : process.env;
-  const result = spawnSync(process.execPath, ['--import', 'tsx', file], { stdio: 'inherit', env });
+  const result = spawnSync(process.execPath, ['--import', 'tsx', file, ...(quick ? ['--quick'] : [])], { stdio: 'inherit', env });
   if (result.status !== 0) failed.push(`${name} (exit ${result.status ?? result.signal})`);
 }
 if (failed.length) {
