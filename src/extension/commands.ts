@@ -7,6 +7,7 @@ import { EngineClient } from '../capture/engine-client.js';
 import { probeEngine } from '../capture/engine-probe.js';
 import type { EngineNode } from './engines-view.js';
 import type { Logger } from './logger.js';
+import type { ReadonlyDocuments } from './readonly-docs.js';
 import type { ProxyController, ProxyLike } from './proxy-controller.js';
 import type { CallNode, SessionNode } from './sessions-model.js';
 import { SETTINGS_SECTION, readSettings, type HarnessLabSettings } from './settings.js';
@@ -19,6 +20,7 @@ export interface CommandHost {
   context: vscode.ExtensionContext;
   controller: ProxyController;
   log: Logger;
+  docs: ReadonlyDocuments;
   refreshSessions(): void;
   refreshTasks(): void;
   refreshEngines(): void;
@@ -106,8 +108,7 @@ async function newSession(host: CommandHost): Promise<string | undefined> {
   ];
   const picked = await vscode.window.showQuickPick(items, { title: `Session ${info.session_id}: copy the environment for a harness`, placeHolder: 'Pick a dialect to copy its env snippet', matchOnDescription: true });
   const copied = await copyToClipboard(host, picked?.text ?? all);
-  const doc = await vscode.workspace.openTextDocument({ language: 'shellscript', content: `# Harness Lab capture session ${info.session_id}\n# proxy ${proxy.url}\n\n${all}\n` });
-  await vscode.window.showTextDocument(doc, { preview: true });
+  await host.docs.show(`env ${info.session_id}.sh`, `# Harness Lab capture session ${info.session_id}\n# proxy ${proxy.url}\n\n${all}\n`, 'shellscript');
   void vscode.window.showInformationMessage(`Session ${info.session_id} created${copied ? `; ${picked?.label.replace(/^\$\(copy\) /, '') ?? 'all dialects'} env snippet copied to the clipboard` : ''}.`);
   return info.session_id;
 }
@@ -236,10 +237,6 @@ async function deleteSession(host: CommandHost, arg: unknown): Promise<boolean> 
   return deleted;
 }
 
-async function openJson(value: unknown): Promise<void> {
-  const doc = await vscode.workspace.openTextDocument({ language: 'json', content: `${JSON.stringify(value, null, 2)}\n` });
-  await vscode.window.showTextDocument(doc, { preview: true });
-}
 
 async function statusMenu(host: CommandHost): Promise<void> {
   const picked = await vscode.window.showQuickPick(quickActions(host.controller.state), { title: 'Harness Lab' });
@@ -296,14 +293,14 @@ export function registerCommands(host: CommandHost): vscode.Disposable[] {
       const sessionId = await pickSession(host, arg, 'Session to open');
       if (!sessionId) return;
       const row = controller.listSessions().find((s) => s.session_id === sessionId);
-      await openJson({ ...row, calls: controller.getCalls(sessionId) });
+      await host.docs.show(`session ${sessionId}.json`, `${JSON.stringify({ ...row, calls: controller.getCalls(sessionId) }, null, 2)}\n`, 'json');
     },
     'harnessLab.openCall': async (arg) => {
       const node = arg as CallNode | undefined;
       if (!node || node.kind !== 'call') throw new Error('Open Call needs a call from the Sessions view.');
       const rec = controller.getCalls(node.sessionId).find((c) => c.call_id === node.callId);
       if (!rec) throw new Error(`Call ${node.callId} is no longer in session ${node.sessionId}.`);
-      await openJson(rec);
+      await host.docs.show(`call ${rec.index} ${rec.call_id}.json`, `${JSON.stringify(rec, null, 2)}\n`, 'json');
     },
     'harnessLab.refreshSessions': async () => host.refreshSessions(),
     'harnessLab.refreshTasks': async () => host.refreshTasks(),

@@ -9,6 +9,7 @@ import { EnginesView } from './engines-view.js';
 import { Disposable, toDisposable } from './lifecycle.js';
 import { Logger } from './logger.js';
 import { ProxyController, type ProxyState } from './proxy-controller.js';
+import { ReadonlyDocuments } from './readonly-docs.js';
 import type { SessionRow } from './sessions-model.js';
 import { SessionsView } from './sessions-view.js';
 import { SETTINGS_SECTION } from './settings.js';
@@ -71,7 +72,8 @@ class HarnessLab extends Disposable {
       }),
     );
 
-    for (const d of registerCommands({ context, controller, log, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
+    const docs = this._register(new ReadonlyDocuments());
+    for (const d of registerCommands({ context, controller, log, docs, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
 
     const settings = safeSettings(log);
     if (settings?.autoStart && settings.engineUrl) {

@@ -239,6 +239,11 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     await shot(page, '04-sessions-tree');
     mark('tree checked');
 
+    // Clicking a call opens its record as a read-only JSON document.
+    await pane.locator('.monaco-list-row', { hasText: '#0 openai_chat' }).click();
+    await page.locator('.tab', { hasText: /^call 0 [0-9a-f]+\.json/ }).waitFor({ timeout: 15_000 });
+    await page.locator('.editor-instance .view-lines', { hasText: '"dialect": "openai_chat"' }).waitFor({ timeout: 10_000 });
+
     // Engines view: probe from the palette, then the row shows the graded capture level.
     await runCommand(page, 'Harness Lab: Probe Engine');
     const enginesPane = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^engines/i }) });
