@@ -184,6 +184,9 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     await page.waitForFunction(() => document.title.includes('[Extension Development Host]'), undefined, { timeout: 30_000 });
     mark('workbench');
 
+    // Activated after startup: the status bar item is there before any Harness Lab view is opened.
+    await page.locator('.statusbar-item', { hasText: 'Harness Lab: off' }).waitFor({ timeout: 30_000 });
+
     // The activity-bar container and its welcome content (proxy not running yet).
     await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 20_000 });
     await widenSidebar(page, 560);
@@ -192,6 +195,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     const tasksPane = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^tasks/i }) });
     await tasksPane.locator('.monaco-list-row', { hasText: 'hello-world' }).waitFor({ timeout: 20_000 });
     await shot(page, '01-welcome');
+    assert.equal(engine.requests.length, 0, 'activation and the views must not contact the engine');
 
     await runCommand(page, 'Harness Lab: Start Proxy');
     const status = page.locator('.statusbar-item', { hasText: /Harness Lab :\d+/ });

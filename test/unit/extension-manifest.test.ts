@@ -52,8 +52,10 @@ test('settings in package.json match the schema, including defaults', () => {
   assert.ok(!Object.keys(props).some((k) => /key|token|secret/i.test(k)), 'no credentials in settings (SecretStorage only)');
 });
 
-test('activation is implicit and the bundle is the entry point', () => {
-  assert.deepEqual(pkg.activationEvents, []);
+test('activation: after startup (status bar item, opt-in auto-start), commands and views implicit', () => {
+  // Activation itself does no network or Docker work, so activating after startup costs little and
+  // makes the status bar item visible and harnessLab.autoStart effective.
+  assert.deepEqual(pkg.activationEvents, ['onStartupFinished']);
   assert.equal(pkg.main, './dist/extension.js');
   assert.equal(pkg.engines.vscode, '^1.100.0');
   assert.match(pkg.scripts.package, /vsce package --no-dependencies --no-rewrite-relative-links -o harness-lab\.vsix/);
