@@ -1,0 +1,146 @@
+// Real harness CLIs from npm (installed by scripts/harness-install.sh) run as local processes against
+// the capture proxy, with the fake engine scripted to call the harness's shell tool once and then
+// answer. Each must finish cleanly, really run the tool, and leave token-carrying captured calls.
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import type { CallRecord, ChatRequest, ChatTool, JsonObject } from '../../src/capture/types.js';
+import type { FakeAnswer } from '../../src/engine/fake-engine.js';
+import { resolveHarnessBin, runHarnessLocal, type RunLocalResult } from '../../src/harness/run-local.js';
+import { HARNESSES, HARNESS_NAMES, wireHarness } from '../../src/harness/wiring.js';
+import { createSession, startLab, type Lab } from './helpers.js';
+
+// Generous for a loaded 2-core machine (opencode alone took 60 s there); a healthy run takes seconds.
+const HARNESS_TIMEOUT_MS = 120_000;
+const MODEL = 'test-model';
+const FINAL_TEXT = 'PROOF_DONE: the proof file is written.';
+const INSTRUCTION = 'Use your shell tool to write the proof file, then say you are done.';
+const SHELL_TOOL = /bash|shell|exec|run_shell_command|command/i;
+// What a harness prints when it chokes on the proxy's answer or the proxy rejects its request.
+const PROTOCOL_ERROR = /protocol error|invalid_request_error|unexpected (event|token|end of)|failed to parse|ZodError|stream (disconnected|error)|API Error|status code [45]\d\d|\b(400|401|404|422|500|502) (Bad Request|Unauthorized|Not Found)/i;
+
+/** The proof the current run's tool call writes (harnesses run one at a time). */
+let proof = '';
+
+function shellTool(tools: ChatTool[] | undefined): ChatTool | undefined {
+  return tools?.find((t) => SHELL_TOOL.test(t.function.name) && !/stdin|background|output/i.test(t.function.name));
+}
+
+/** Arguments for the harness's own shell-tool schema: argv array, `cmd` or `command`, plus required extras. */
+function shellArguments(tool: ChatTool, command: string): JsonObject {
+  const schema = (tool.function.parameters ?? {}) as { properties?: Record<string, { type?: unknown }>; required?: string[] };
+  const props = schema.properties ?? {};
+  const args: JsonObject = {};
+  if (props.command?.type === 'array') args.command = ['bash', '-lc', command];
+  else if ('cmd' in props && !('command' in props)) args.cmd = command;
+  else args.command = command;
+  for (const key of schema.required ?? []) {
+    if (key in args) continue;
+    const type = props[key]?.type;
+    args[key] = type === 'boolean' ? false : type === 'number' || type === 'integer' ? 60 : 'write the proof file';
+  }
+  return args;
+}
+
+/** A value matching a JSON schema, for structured side calls (e.g. gemini-cli's next-speaker check). */
+function valueFor(schema: unknown): unknown {
+  const s = (schema ?? {}) as { type?: string; enum?: unknown[]; properties?: Record<string, unknown>; items?: unknown };
+  if (Array.isArray(s.enum)) return s.enum.includes('user') ? 'user' : s.enum[0];
+  switch (String(s.type).toLowerCase()) {
+    case 'object':
+      return Object.fromEntries(Object.entries(s.properties ?? {}).map(([k, v]) => [k, valueFor(v)]));
+    case 'array':
+      return [];
+    case 'integer':
+    case 'number':
+      return 1;
+    case 'boolean':
+      return false;
+    default:
+      return 'done';
+  }
+}
+
+function script(request: ChatRequest): FakeAnswer {
+  const format = request.response_format as { type?: string; json_schema?: { schema?: unknown } } | undefined;
+  if (format?.type === 'json_schema') return { content: JSON.stringify(valueFor(format.json_schema?.schema)) };
+  if (format?.type === 'json_object') return { content: '{}' };
+  const tool = shellTool(request.tools);
+  // "Turn 0" is "no tool result yet": qwen-code opens with a canned assistant message.
+  const toolRan = request.messages.some((m) => m.role === 'tool');
+  // The output is echoed too, so the tool result carried back to the engine can be checked.
+  if (tool && !toolRan) return { tool_calls: [{ name: tool.function.name, arguments: shellArguments(tool, `echo ${proof} > proof.txt && cat proof.txt`) }] };
+  return { content: tool || request.tools?.length ? FINAL_TEXT : 'Harness proof run' };
+}
+
+function tail(text: string, n = 3000): string {
+  return text.length > n ? `...${text.slice(-n)}` : text;
+}
+
+function diagnose(result: RunLocalResult, calls: CallRecord[]): string {
+  const summary = calls.map((c) => `  #${c.index} ${c.path} tools=${c.n_tools} finish=${c.finish_reason ?? '-'} ${c.error ? `ERROR ${c.error.status} ${c.error.message}` : 'ok'}`).join('\n');
+  return `exit=${result.exitCode} signal=${result.signal} timedOut=${result.timedOut} ${result.durationMs}ms\ncalls:\n${summary}\nstdout:\n${tail(result.stdout)}\nstderr:\n${tail(result.stderr)}`;
+}
+
+describe('real harness CLIs against the capture proxy', () => {
+  let lab: Lab;
+  const roots: string[] = [];
+  before(async () => {
+    lab = await startLab({ script });
+  });
+  after(async () => {
+    await lab.close();
+    for (const root of roots) rmSync(root, { recursive: true, force: true });
+  });
+
+  for (const name of HARNESS_NAMES) {
+    const spec = HARNESSES[name];
+    test(`${name} (${spec.package}@${spec.version}, ${spec.dialect}): tool round trip, captured with token ids`, { timeout: HARNESS_TIMEOUT_MS + 20_000 }, async () => {
+      // Not installed is a failure, not a skip: the wiring is only proven by running the real CLI.
+      resolveHarnessBin(name);
+      const root = mkdtempSync(join(tmpdir(), `hl-harness-${name}-`));
+      roots.push(root);
+      const home = join(root, 'home');
+      const workdir = join(root, 'work');
+      mkdirSync(home, { recursive: true });
+      mkdirSync(workdir, { recursive: true });
+      const { session_id } = await createSession(lab.proxy, { metadata: { harness: name } });
+      proof = `hl-proof-${name}`;
+      const wired = wireHarness(name, { proxyUrl: lab.proxy.url, sessionKey: session_id, model: MODEL, home, workdir, instruction: INSTRUCTION });
+
+      const result = await runHarnessLocal(wired, { home, cwd: workdir, timeoutMs: HARNESS_TIMEOUT_MS });
+      const calls = lab.proxy.getCalls(session_id);
+      const why = diagnose(result, calls);
+
+      assert.equal(result.timedOut, false, `timed out after ${HARNESS_TIMEOUT_MS} ms\n${why}`);
+      assert.equal(result.exitCode, spec.successExit, `unexpected exit\n${why}`);
+      assert.doesNotMatch(`${result.stdout}\n${result.stderr}`, PROTOCOL_ERROR, `protocol error in the harness output\n${why}`);
+      assert.deepEqual(calls.filter((c) => c.error).map((c) => c.error), [], `calls the proxy failed\n${why}`);
+      assert.ok(`${result.stdout}\n${result.stderr}`.includes(FINAL_TEXT.slice(0, 10)), `the final answer is not in the output\n${why}`);
+
+      let written = '';
+      try {
+        written = readFileSync(join(workdir, 'proof.txt'), 'utf8');
+      } catch {
+        assert.fail(`the shell tool did not write ${join(workdir, 'proof.txt')}\n${why}`);
+      }
+      assert.equal(written.trim(), proof, 'the tool call ran the scripted command');
+
+      assert.ok(calls.every((c) => c.dialect === spec.dialect), `dialects ${[...new Set(calls.map((c) => c.dialect))].join(',')}, expected ${spec.dialect}\n${why}`);
+      const withTokens = calls.filter((c) => c.prompt_token_ids?.length && c.completion_token_ids?.length);
+      assert.ok(withTokens.length >= 2, `only ${withTokens.length} call(s) carry prompt and completion token ids\n${why}`);
+      const toolCall = calls.find((c) => c.finish_reason === 'tool_calls');
+      assert.ok(toolCall, `no captured call ended in a tool call\n${why}`);
+      const roundTrip = calls.find((c) => c.index > toolCall.index && c.engine_request?.messages.some((m) => m.role === 'tool'));
+      assert.ok(roundTrip, `no later call carried the tool result back\n${why}`);
+      const toolResult = roundTrip.engine_request!.messages.filter((m) => m.role === 'tool').map((m) => JSON.stringify(m.content)).join('\n');
+      assert.ok(toolResult.includes(proof), `the tool result sent back does not hold the command's output: ${toolResult.slice(0, 500)}\n${why}`);
+      // The rollout graph links calls by exact token prefix: the follow-up must extend the tool call.
+      const expected = [...toolCall.prompt_token_ids!, ...toolCall.completion_token_ids!];
+      assert.deepEqual(roundTrip.prompt_token_ids!.slice(0, expected.length), expected, `the follow-up prompt does not extend the tool call token for token\n${why}`);
+      console.log(`# ${name}: exit ${result.exitCode} in ${result.durationMs} ms, ${calls.length} call(s) captured, ${withTokens.length} with token ids`);
+    });
+  }
+});
