@@ -146,7 +146,8 @@ export class DockerRuntime implements SandboxRuntime {
     }
     const paths: SandboxPaths = { workdir, home: HOME, logs: '/logs', tests: '/tests', binDir: BIN_DIR, harnesses: HARNESS_DIR };
     const sandbox = new DockerSandbox(this.docker, container, paths, () => this.owned.delete(container.id));
-    await sandbox.exec(`mkdir -p ${workdir} ${HOME}`);
+    // The agent may run as another user ([agent].user): it must be able to write its HOME and logs.
+    await sandbox.exec(`mkdir -p ${workdir} ${HOME} && chmod 1777 ${HOME} /logs/agent /logs/verifier /logs/artifacts`);
     return sandbox;
   }
 
@@ -199,6 +200,7 @@ class DockerSandbox implements Sandbox {
       Cmd: ['bash', '-c', script],
       Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
       WorkingDir: opts.cwd ?? this.paths.workdir,
+      ...(opts.user ? { User: opts.user } : {}),
       AttachStdout: true,
       AttachStderr: true,
       AttachStdin: false,

@@ -123,8 +123,9 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
       instruction: task.instruction.trim(),
     });
     for (const f of plan.files) await sandbox.writeFile(f.path, f.content);
+    if (task.agentUser && plan.files.length) await sandbox.exec(`chown -R ${task.agentUser} ${p.home}`);
     const timeoutSec = opts.timeoutSec ?? task.agentTimeoutSec ?? 600;
-    const agent = await sandbox.exec(plan.script, { env: plan.env, timeoutMs: timeoutSec * 1000, logFile: result.agent.log });
+    const agent = await sandbox.exec(plan.script, { env: plan.env, user: task.agentUser, timeoutMs: timeoutSec * 1000, logFile: result.agent.log });
     result.agent = { ...result.agent, exit_code: agent.exitCode, timed_out: agent.timedOut, ms: agent.ms };
     if (agent.timedOut) throw new RolloutError(`the agent did not finish within ${timeoutSec} s; the sandbox was stopped`);
     if (agent.exitCode !== 0) opts.log?.(`${entry.name} exited with ${agent.exitCode}; running the verifier anyway`);
@@ -134,7 +135,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     const envProbe = await sandbox.exec('env', { env: verifierEnv, timeoutMs: 30_000 });
     const sessionKeyAbsent = !envProbe.output.includes(sessionId);
     const verifierLog = join(outDir, 'verifier', 'test-stdout.txt');
-    const v = await sandbox.exec(`bash ${p.tests}/test.sh`, { env: verifierEnv, timeoutMs: task.verifierTimeoutSec * 1000, logFile: verifierLog });
+    const v = await sandbox.exec(`bash ${p.tests}/test.sh`, { env: verifierEnv, user: task.verifierUser, timeoutMs: task.verifierTimeoutSec * 1000, logFile: verifierLog });
     result.verifier = { exit_code: v.exitCode, timed_out: v.timedOut, ms: v.ms, env_keys: Object.keys(verifierEnv), session_key_absent: sessionKeyAbsent };
     if (!sessionKeyAbsent) throw new RolloutError('the session key is visible in the verifier environment');
     if (v.timedOut) throw new RolloutError(`the verifier did not finish within ${task.verifierTimeoutSec} s`);

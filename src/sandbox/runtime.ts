@@ -38,6 +38,8 @@ export interface SandboxPaths {
 export interface ExecOptions {
   env?: Record<string, string>;
   cwd?: string;
+  /** OS user inside the sandbox (Docker only; the local sandbox runs as the lab's user). */
+  user?: string;
   /** Wall clock limit; on expiry the sandbox is killed and the result says timedOut. */
   timeoutMs?: number;
   /** Host file that receives stdout and stderr as they arrive. */

@@ -103,6 +103,9 @@ export interface HarborTask {
   legacy: string[];
   metadata: Record<string, unknown>;
   agentTimeoutSec: number | undefined;
+  /** OS user (name or uid) the agent and the verifier run as; undefined: the image's user. */
+  agentUser: string | undefined;
+  verifierUser: string | undefined;
   verifierTimeoutSec: number;
   verifierEnv: Record<string, string>;
   environment: TaskEnvironment;
@@ -192,6 +195,8 @@ export function loadTask(dirArg: string): HarborTask {
     legacy,
     metadata: t.metadata,
     agentTimeoutSec: t.agent.timeout_sec,
+    agentUser: t.agent.user === undefined ? undefined : String(t.agent.user),
+    verifierUser: t.verifier.user === undefined ? undefined : String(t.verifier.user),
     verifierTimeoutSec: t.verifier.timeout_sec,
     verifierEnv: t.verifier.env,
     environment: {
