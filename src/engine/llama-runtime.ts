@@ -30,6 +30,7 @@ function byteDecoder(): Map<string, number> {
 }
 
 let llamaPromise: Promise<Llama> | null = null;
+const DISTRIBUTIONS_PER_BATCH = 8;
 
 /** One process-wide llama.cpp instance: CPU only, prebuilt binary only, never a download or build. */
 function getCpuLlama(): Promise<Llama> {
@@ -129,15 +130,24 @@ export class LlamaRuntime {
     const limit = Math.min(cached.length, from - 1);
     while (keep < limit && cached[keep] === context[keep]) keep++;
     if (keep < cached.length) await this.sequence.eraseContextTokenRanges([{ start: keep, end: cached.length }]);
-    const input = context.slice(keep).map(
-      (token, i): ControlledEvaluateInputItem => (keep + i >= from - 1 ? [token as Token, { generateNext: { probabilities: true } }] : (token as Token)),
-    );
-    const results = await this.sequence.controlledEvaluate(input);
     const out: TokenDistribution[] = [];
-    for (let i = from - 1 - keep; i < input.length; i++) {
-      const probs = results[i]?.next.probabilities;
-      if (!probs) throw new Error(`llama.cpp returned no probabilities at position ${keep + i}`);
-      out.push(TokenDistribution.fromProbabilities(probs));
+    // Positions that need a distribution are evaluated a few at a time: node-llama-cpp hands each one
+    // back as a Map over the whole vocabulary (~10 MB), so a long forced completion in one batch
+    // would hold hundreds of MB at once.
+    let at = keep;
+    while (at < context.length) {
+      const end = at < from - 1 ? from - 1 : Math.min(context.length, at + DISTRIBUTIONS_PER_BATCH);
+      const input = context.slice(at, Math.max(end, at + 1)).map(
+        (token, i): ControlledEvaluateInputItem => (at + i >= from - 1 ? [token as Token, { generateNext: { probabilities: true } }] : (token as Token)),
+      );
+      const results = await this.sequence.controlledEvaluate(input);
+      for (let i = 0; i < input.length; i++) {
+        if (at + i < from - 1) continue;
+        const probs = results[i]?.next.probabilities;
+        if (!probs) throw new Error(`llama.cpp returned no probabilities at position ${at + i}`);
+        out.push(TokenDistribution.fromProbabilities(probs));
+      }
+      at += input.length;
     }
     return out;
   }
