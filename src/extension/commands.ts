@@ -185,9 +185,10 @@ async function probe(host: CommandHost, arg: unknown): Promise<void> {
   }
   await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: probing ${url}`, cancellable: true }, async (_p, token) => {
     const client = new EngineClient(url, { connections: 2 });
-    const cancelled = new Promise<undefined>((resolve) => token.onCancellationRequested(() => resolve(undefined)));
+    let onCancel: vscode.Disposable | undefined;
+    const cancelled = new Promise<undefined>((resolve) => (onCancel = token.onCancellationRequested(() => resolve(undefined))));
     try {
-      const model = settings.model || (await resolveModel(settings, token).catch(() => ''));
+      const model = await resolveModel({ ...settings, engineUrl: url }, token);
       const report = await Promise.race([probeEngine(client, model), cancelled]);
       if (!report) return;
       host.controller.noteEngine(url, {
@@ -201,6 +202,7 @@ async function probe(host: CommandHost, arg: unknown): Promise<void> {
       if (report.reachable && report.ok) void vscode.window.showInformationMessage(msg);
       else void vscode.window.showWarningMessage(msg, 'Show Log').then((c) => c && host.log.show());
     } finally {
+      onCancel?.dispose();
       void client.close();
     }
   });

@@ -4,7 +4,7 @@
 import { join } from 'node:path';
 import { z } from 'zod';
 import { Emitter } from '../capture/events.js';
-import type { ProxyLogger, ProxyOptions } from '../capture/proxy.js';
+import { ProxyConfigError, type ProxyLogger, type ProxyOptions } from '../capture/proxy.js';
 import { buildRollout, traceToJsonl } from '../capture/rollout.js';
 import { CaptureStore } from '../capture/store.js';
 import type { CallRecord, CaptureLevel, SessionInfo } from '../capture/types.js';
@@ -289,5 +289,8 @@ function describeStartError(err: unknown, settings: HarnessLabSettings): string 
   if (code === 'EADDRINUSE') return `Port ${settings.proxyPort} on ${settings.proxyHost} is already in use. Set harnessLab.proxyPort to 0 (any free port) or another port.`;
   if (code === 'EADDRNOTAVAIL') return `Cannot bind ${settings.proxyHost}: no such local address. Check harnessLab.proxyHost.`;
   if (code === 'EACCES') return `Not allowed to bind ${settings.proxyHost}:${settings.proxyPort}. Use a port above 1024 or 0.`;
+  if (err instanceof ProxyConfigError && /admin key/i.test(err.message)) {
+    return `Binding ${settings.proxyHost} (beyond loopback) needs an admin key, or anyone who can reach the port could read captured token data. Run "Harness Lab: Set Admin Key", or set harnessLab.proxyHost to 127.0.0.1.`;
+  }
   return err instanceof Error ? err.message : String(err);
 }

@@ -8,7 +8,7 @@ import { buildRollout, type RolloutDocument } from '../capture/rollout.js';
 import { fetchTokenTexts } from '../capture/token-text.js';
 import type { CallRecord, CaptureLevel, SessionInfo } from '../capture/types.js';
 import { MSG, ReadyQueue, type HostMessage } from '../protocol/messages.js';
-import { idsWithoutText, viewerDataFromRollout, type ViewerData } from '../protocol/viewer-data.js';
+import { idsWithoutText, toWire, viewerDataFromRollout, type TurnDetails, type ViewerData } from '../protocol/viewer-data.js';
 import { parseWebviewMessage } from '../protocol/webview-schema.js';
 import { checkTrajectory, findTrajectory, type LoadedRollout } from '../report/rollout-loader.js';
 import { Disposable, toDisposable } from './lifecycle.js';
@@ -70,6 +70,7 @@ export function sessionRollout(host: RolloutViewerHost, sessionId: string): Roll
 export class ViewerConnection extends Disposable {
   private readonly queue: ReadyQueue<HostMessage>;
   private rollout: LoadedRollout | null = null;
+  private details: Record<string, TurnDetails> = {};
   private focus: string | null = null;
   private readonly abort = new AbortController();
 
@@ -109,11 +110,18 @@ export class ViewerConnection extends Disposable {
     const msg = parsed.msg;
     if (msg.type === MSG.ready) {
       // The load goes first; anything queued meanwhile (errors, focus) follows it.
-      if (this.rollout) void this.webview.postMessage({ type: MSG.load, data: this.rollout.data, focus: this.focus } satisfies HostMessage);
+      if (this.rollout) {
+        const { wire, details } = toWire(this.rollout.data);
+        this.details = details;
+        void this.webview.postMessage({ type: MSG.load, wire, focus: this.focus } satisfies HostMessage);
+      }
       this.queue.open();
       if (this.rollout) void this.loadTokenTexts(this.rollout.data);
     } else if (msg.type === MSG.attachTrajectory) {
       await this.attach(msg.seq);
+    } else if (msg.type === MSG.details) {
+      const res = this.details[msg.node_id];
+      this.queue.send(res ? { type: MSG.detailsCompletion, seq: msg.seq, node_id: msg.node_id, res } : { type: MSG.detailsCompletion, seq: msg.seq, node_id: msg.node_id, err: `no turn ${msg.node_id} in this rollout` });
     }
   }
 

@@ -80,6 +80,11 @@ test('start failures become a failed state with a message in settings terms', as
   assert.match(log.lines.join('\n'), /error proxy failed to start: Port 8787/);
   await assert.rejects(controller.start(settings({ engineUrl: '' }), undefined), /Set Engine URL/);
   controller.dispose();
+  // The real proxy refuses a non-loopback bind without an admin key; the message names the command.
+  const real = new ProxyController({ startProxy: (o) => CaptureProxy.start(o), logger: recordingLogger(), defaultDataDir: tempDir() });
+  await assert.rejects(real.start(settings({ proxyHost: '0.0.0.0' }), undefined), /needs an admin key.*Harness Lab: Set Admin Key/);
+  assert.equal(real.state.kind, 'failed');
+  real.dispose();
 });
 
 test('recorded calls drive data events and engine reachability', async () => {
