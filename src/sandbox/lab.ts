@@ -12,6 +12,9 @@ import { ensureReactScript } from './react-script.js';
 import type { RolloutOptions } from './rollout-runner.js';
 import type { SandboxRuntime } from './runtime.js';
 
+/** Longer than any CPU-engine call; shorter than the harnesses' own header timeouts (undici: 300 s). */
+const KEEPALIVE_GRACE_MS = 240_000;
+
 export interface LabOptions {
   taskDir: string;
   harness: string;
@@ -75,7 +78,16 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       engineDescription = engine.description;
     }
     model ??= await servedModel(engineUrl);
-    const proxy = await CaptureProxy.start({ engineUrl, model, dataDir: join(opts.outDir, '.capture'), captureLevel: opts.engineUrl ? undefined : 'tokens' });
+    const proxy = await CaptureProxy.start({
+      engineUrl,
+      model,
+      dataDir: join(opts.outDir, '.capture'),
+      captureLevel: opts.engineUrl ? undefined : 'tokens',
+      // Sandboxed harnesses reach the proxy over loopback, where no relay drops idle streams, and
+      // gemini-cli's SDK fails on SSE comment keepalives ("Incomplete JSON segment at the end": its
+      // line pattern needs the buffer to start with `data:`); so hold the headers instead.
+      keepaliveGraceMs: KEEPALIVE_GRACE_MS,
+    });
     closers.push(() => proxy.close());
     const reactScript = entry.install.kind === 'bundled-script' ? await ensureReactScript() : undefined;
 

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type Docker from 'dockerode';
 import { startEmbeddedEngine, type EmbeddedEngine } from '../../src/engine/embedded-engine.js';
-import { formatValidationTable, validateHarness } from '../../src/sandbox/validate.js';
+import { contractRows, formatValidationTable, validateHarness } from '../../src/sandbox/validate.js';
 import { EXAMPLES, cli, containersOf, dockerReady, outDir } from './sandbox-fixtures.js';
 
 const TASK = join(EXAMPLES, 'hello-file');
@@ -27,7 +27,7 @@ describe('harnesses in Docker sandboxes', { concurrency: false }, () => {
     await engine?.close();
   });
 
-  test('reference harness: `harness-lab run` without --engine-url, reward 1.0, rollout written', { timeout: PER_HARNESS_MS }, async () => {
+  test('reference harness: `harness-lab run` without --engine-url, reward 1.0, rollout written, contract passes', { timeout: PER_HARNESS_MS }, async () => {
     const out = outDir();
     let pid = 0;
     const r = await cli(['run', '--task', TASK, '--harness', 'react', '--out', out], { onStart: (p) => (pid = p) });
@@ -41,9 +41,13 @@ describe('harnesses in Docker sandboxes', { concurrency: false }, () => {
     assert.ok(existsSync(join(out, 'hello-file', 'react', '0', 'agent', 'trajectory.json')));
     assert.ok(existsSync(join(out, 'hello-file', 'react', '0', 'verifier', 'reward.txt')));
     assert.deepEqual(await containersOf(docker, pid), [], 'no container is left behind');
+    // The same rollout record, checked against the whole capture contract.
+    const rows = contractRows(doc);
+    assert.deepEqual(rows.filter((row) => !row.ok), [], rows.map((row) => `${row.check}: ${row.detail}`).join('\n'));
+    assert.equal(rows.length, 8);
   });
 
-  for (const harness of ['react', 'codex', 'claude-code', 'opencode', 'gemini-cli']) {
+  for (const harness of ['codex', 'claude-code', 'opencode', 'gemini-cli']) {
     test(`${harness}: reward 1.0 and a passing capture contract`, { timeout: PER_HARNESS_MS }, async () => {
       const table = await validateHarness({ harness, taskDir: TASK, sandbox: 'docker', engineUrl: engine.url, outDir: outDir(), handleSignals: false });
       const shown = formatValidationTable(table);
