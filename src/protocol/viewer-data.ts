@@ -186,3 +186,70 @@ export function idsWithoutText(data: ViewerData): number[] {
   for (const t of data.turns) for (const id of t.prompt_ids) if (!known.has(id) && data.token_texts[id] === undefined) out.add(id);
   return [...out].sort((a, b) => a - b);
 }
+
+// ---- Wire form -------------------------------------------------------------------------------
+// What crosses postMessage and what a report embeds. Each prompt is sent as "the first `keep` tokens
+// of turn `ref`'s prompt+completion, then `tail`", so a chain's shared history travels once and the
+// payload grows with the distinct tokens, not with the sum of all prompts. Raw I/O and message lists
+// (which repeat the whole conversation per call) are split off and fetched per turn when shown.
+
+export interface WireTurn extends Omit<ViewerTurn, 'prompt_ids' | 'raw' | 'request_messages' | 'response_message'> {
+  prompt_ref: string | null;
+  prompt_keep: number;
+  prompt_tail: number[];
+}
+
+export interface ViewerWire extends Omit<ViewerData, 'turns'> {
+  wire: 1;
+  turns: WireTurn[];
+}
+
+/** Per-turn details fetched on demand: raw I/O and the message lists. */
+export interface TurnDetails {
+  raw: ViewerRaw | null;
+  request_messages: unknown[];
+  response_message: unknown;
+}
+
+function prefixWithEnd(ref: ViewerTurn, ids: readonly number[]): number {
+  const p = ref.prompt_ids;
+  let i = 0;
+  while (i < p.length && i < ids.length && p[i] === ids[i]) i++;
+  if (i < p.length) return i;
+  let k = 0;
+  while (k < ref.sampled_ids.length && i + k < ids.length && ref.sampled_ids[k] === ids[i + k]) k++;
+  return i + k;
+}
+
+export function toWire(data: ViewerData): { wire: ViewerWire; details: Record<string, TurnDetails> } {
+  const byId = new Map(data.turns.map((t) => [t.node_id, t]));
+  const details: Record<string, TurnDetails> = {};
+  const turns = data.turns.map((t): WireTurn => {
+    const { prompt_ids, raw, request_messages, response_message, ...rest } = t;
+    details[t.node_id] = { raw, request_messages, response_message };
+    const parent = t.parent_id ? byId.get(t.parent_id) : undefined;
+    const keep = parent ? prefixWithEnd(parent, prompt_ids) : 0;
+    return { ...rest, prompt_ref: keep > 0 ? parent!.node_id : null, prompt_keep: keep, prompt_tail: prompt_ids.slice(keep) };
+  });
+  return { wire: { ...data, wire: 1, turns }, details };
+}
+
+/** Expand the wire form; turns refer only to earlier turns (a parent arrives before its children). */
+export function fromWire(wire: ViewerWire): ViewerData {
+  const byId = new Map<string, ViewerTurn>();
+  const turns = wire.turns.map((w): ViewerTurn => {
+    const { prompt_ref, prompt_keep, prompt_tail, ...rest } = w;
+    let prompt_ids = prompt_tail;
+    if (prompt_ref !== null) {
+      const ref = byId.get(prompt_ref);
+      if (!ref) throw new Error(`turn ${w.node_id} refers to ${prompt_ref}, which is not an earlier turn`);
+      const end = ref.prompt_ids.length >= prompt_keep ? ref.prompt_ids.slice(0, prompt_keep) : ref.prompt_ids.concat(ref.sampled_ids.slice(0, prompt_keep - ref.prompt_ids.length));
+      prompt_ids = end.concat(prompt_tail);
+    }
+    const t: ViewerTurn = { ...rest, prompt_ids, raw: null, request_messages: [], response_message: null };
+    byId.set(t.node_id, t);
+    return t;
+  });
+  const { wire: _w, ...meta } = wire;
+  return { ...meta, turns };
+}

@@ -6,6 +6,7 @@ export const WebviewMessageSchema = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal(MSG.ready), version: z.literal(1) }),
   /** Ask the host to pick a trajectory.json and run the ATIF cross-check. */
   z.strictObject({ type: z.literal(MSG.attachTrajectory), seq: z.int().nonnegative() }),
+  z.strictObject({ type: z.literal(MSG.details), seq: z.int().nonnegative(), node_id: z.string().min(1).max(200) }),
 ]);
 
 // The schema and the hand-written union must agree.

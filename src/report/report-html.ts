@@ -4,7 +4,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { ViewerData } from '../protocol/viewer-data.js';
+import { toWire, type ViewerData } from '../protocol/viewer-data.js';
 
 export interface ViewerAssets {
   js: string;
@@ -42,6 +42,10 @@ export function buildReportHtml(data: ViewerData, assets: ViewerAssets): string 
   const theme = inline(assets.themeCss, 'style');
   const css = inline(assets.css, 'style');
   const js = inline(assets.js, 'script');
+  const { wire, details } = toWire(data);
+  // One JSON block per turn's raw I/O: the browser only tokenises them; the viewer parses a block
+  // when its turn is shown.
+  const blocks = wire.turns.map((t, i) => `<script type="application/json" id="hl-d-${i}">${scriptJson(details[t.node_id])}</script>`).join('\n');
   // Hashes instead of 'unsafe-inline': only exactly these inline blocks may run or apply.
   const csp = `default-src 'none'; style-src ${sha256(theme)} ${sha256(css)}; script-src ${sha256(js)}; img-src data:;`;
   return `<!doctype html>
@@ -57,7 +61,8 @@ export function buildReportHtml(data: ViewerData, assets: ViewerAssets): string 
 </head>
 <body class="hl-report">
 <div id="app"></div>
-<script type="application/json" id="hl-data">${scriptJson(data)}</script>
+<script type="application/json" id="hl-data">${scriptJson(wire)}</script>
+${blocks}
 <script>${js}</script>
 </body>
 </html>

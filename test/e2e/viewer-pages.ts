@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { buildRollout, type RolloutDocument } from '../../src/capture/rollout.js';
 import type { CallRecord } from '../../src/capture/types.js';
-import { viewerDataFromRollout, type ViewerData } from '../../src/protocol/viewer-data.js';
+import { toWire, viewerDataFromRollout, type ViewerData } from '../../src/protocol/viewer-data.js';
 import { buildReportHtml, loadViewerAssets } from '../../src/report/report-html.js';
 import { generateRollout, type GeneratorOptions } from '../../bench/rollout-generator.js';
 
@@ -28,8 +28,9 @@ export function fixture(opts: GeneratorOptions, withTexts = true): { data: Viewe
 
 /**
  * The webview page as VS Code would load it, minus VS Code: the built viewer.js and viewer.css, a stub
- * `acquireVsCodeApi` that records posted messages in `window.__posted` and keeps state in `window.__state`.
- * The test plays the host with `window.postMessage`.
+ * `acquireVsCodeApi` that records posted messages in `window.__posted`, keeps state in `window.__state`
+ * and answers details requests from `window.__details`. The test plays the host with `window.postMessage`
+ * (see postLoad).
  */
 export function webviewPage(dir: string, theme: 'vscode-light' | 'vscode-dark' | 'vscode-high-contrast'): string {
   const vars =
@@ -44,8 +45,13 @@ export function webviewPage(dir: string, theme: 'vscode-light' | 'vscode-dark' |
 <script>
 window.__posted = [];
 window.__state = undefined;
+window.__details = {};
 window.acquireVsCodeApi = () => ({
-  postMessage: (m) => window.__posted.push(JSON.parse(JSON.stringify(m))),
+  postMessage: (m) => {
+    window.__posted.push(JSON.parse(JSON.stringify(m)));
+    // The host's answer to a details request, from the table the test put in window.__details.
+    if (m.type === 'details') setTimeout(() => window.postMessage(window.__details[m.node_id] ? { type: 'details/completion', seq: m.seq, node_id: m.node_id, res: window.__details[m.node_id] } : { type: 'details/completion', seq: m.seq, node_id: m.node_id, err: 'unknown turn' }, '*'), 0);
+  },
   getState: () => window.__state,
   setState: (s) => { window.__state = JSON.parse(JSON.stringify(s)); },
 });
@@ -73,4 +79,13 @@ export function bundleBuilt(): boolean {
   } catch {
     return false;
   }
+}
+
+/** Post the data as the host does: the wire form, with the per-turn details ready to be requested. */
+export async function postLoad(page: import('playwright-core').Page, data: ViewerData, focus: string | null = null): Promise<void> {
+  const { wire, details } = toWire(data);
+  await page.evaluate(([w, d, f]) => {
+    (window as unknown as { __details: unknown }).__details = d;
+    window.postMessage({ type: 'load', wire: w, focus: f }, '*');
+  }, [wire, details, focus] as const);
 }

@@ -9,7 +9,7 @@ import { parseAtif } from '../../src/harness/atif.js';
 import { atifCheck } from '../../src/harness/atif-check.js';
 import type { ViewerData } from '../../src/protocol/viewer-data.js';
 import { commonPrefix, logprobBucket } from '../../webview/viewer/model.js';
-import { bundleBuilt, chromium, fixture, reportPage, tempDir, webviewPage } from './viewer-pages.js';
+import { bundleBuilt, chromium, fixture, postLoad, reportPage, tempDir, webviewPage } from './viewer-pages.js';
 
 const skip = !existsSync(chromium()) ? `no chromium at ${chromium()}` : !bundleBuilt() ? 'dist/webview/viewer.js missing: run `npm run build`' : false;
 
@@ -18,7 +18,7 @@ const FEATURES = { calls: 6, firstPrompt: 60, sampled: 20, glue: 10, retry: true
 async function load(page: Page, data: ViewerData, dir: string, theme: 'vscode-light' | 'vscode-dark' = 'vscode-light', state?: unknown): Promise<void> {
   await page.goto(webviewPage(dir, theme));
   if (state !== undefined) await page.evaluate((s) => ((window as unknown as { __state: unknown }).__state = s), state);
-  await page.evaluate((d) => window.postMessage({ type: 'load', data: d }, '*'), data);
+  await postLoad(page, data);
   await page.waitForSelector('.strip .t');
 }
 
@@ -57,8 +57,9 @@ describe('rollout viewer webview (stubbed VS Code API)', { skip }, () => {
     await page.goto(webviewPage(dir, 'vscode-light'));
     await page.waitForFunction(() => (window as unknown as { __posted: unknown[] }).__posted.length > 0);
     assert.deepEqual(await page.evaluate(() => (window as unknown as { __posted: unknown[] }).__posted), [{ type: 'ready', version: 1 }]);
+    // Nothing was requested before the load, and details are requested per shown turn afterwards.
     assert.equal(await page.$('.strip'), null, 'nothing rendered before the host answers');
-    await page.evaluate((d) => window.postMessage({ type: 'load', data: d }, '*'), fx.data);
+    await postLoad(page, fx.data);
     await page.waitForSelector('.strip .t');
     assert.equal(await page.$$eval('.graph-row', (e) => e.length), fx.records.length);
     const byIndex = [...fx.records].sort((a, b) => a.index - b.index);
@@ -199,6 +200,21 @@ describe('rollout viewer webview (stubbed VS Code API)', { skip }, () => {
     await page.click(`.graph-row[data-node="${sub.node_id}"]`);
     assert.match((await page.textContent('.graph-row.sel'))!, /subagent/);
     assert.match((await page.textContent('[data-testid="prefix-break"]'))!, /^Prefix break at token 1: /);
+  });
+
+  test('raw I/O: the harness request in its dialect, the engine request and both answers, fetched per turn', async () => {
+    await load(page, fx.data, dir);
+    const turn = fx.data.turns[3]!;
+    await page.click(`.graph-row[data-node="${turn.node_id}"]`);
+    await page.click('vscode-tab-header:has-text("Raw I/O")');
+    await page.waitForSelector('[data-testid="raw-tabs"]');
+    const posted = await page.evaluate(() => (window as unknown as { __posted: { type: string; node_id?: string }[] }).__posted);
+    assert.ok(posted.some((m) => m.type === 'details' && m.node_id === turn.node_id));
+    const headers = await page.$$eval('[data-testid="raw-tabs"] vscode-tab-header', (els) => els.map((e) => e.textContent));
+    assert.deepEqual(headers, ['Harness request (openai_chat, /v1/chat/completions)', 'Engine request', 'Engine response', 'Harness response']);
+    const panes = await page.$$eval('[data-testid="raw-tabs"] pre', (els) => els.map((e) => JSON.parse(e.textContent ?? 'null')));
+    assert.deepEqual(panes, [turn.raw!.request, turn.raw!.engine_request, turn.raw!.engine_response, turn.raw!.response_body]);
+    await page.click('vscode-tab-header:has-text("What the harness added")');
   });
 
   test('an ATIF mismatch is shown as one; the attach request round-trips with its seq', async () => {

@@ -4,7 +4,7 @@ import { buildRollout, traceToJsonl } from '../../src/capture/rollout.js';
 import { MSG, ReadyQueue, isHostMessage } from '../../src/protocol/messages.js';
 import { parseWebviewMessage } from '../../src/protocol/webview-schema.js';
 import { RolloutFileError, parseRolloutDocument, viewerDataFromFile } from '../../src/protocol/rollout-file.js';
-import { bytesToText, idsWithoutText, viewerDataFromRollout } from '../../src/protocol/viewer-data.js';
+import { bytesToText, fromWire, idsWithoutText, toWire, viewerDataFromRollout } from '../../src/protocol/viewer-data.js';
 import { call, chain, session } from './rollout-fixtures.js';
 
 test('inbound webview messages are validated; unknown or malformed ones are rejected with a reason', () => {
@@ -74,4 +74,20 @@ test('rollout files and trace JSONL parse into the same turns; bad files get a c
   assert.throws(() => parseRolloutDocument('{}', 'a.rollout.json'), (e: unknown) => e instanceof RolloutFileError && /a\.rollout\.json is not a Harness Lab rollout document: session_id/.test(e.message));
   assert.throws(() => viewerDataFromFile('{"x":1}\n', 'a.jsonl'), /a\.jsonl:1: not a TrainingTrace line/);
   assert.throws(() => viewerDataFromFile('nope', 'a.rollout.json'), /not JSON/);
+});
+
+test('the wire form sends shared history once and expands to the same turns', () => {
+  const records = [...chain(6, { first: 50, sampled: 5, glue: 3 }), call({ id: 'r', index: 6, prompt: chain(6, { first: 50, sampled: 5, glue: 3 })[2]!.prompt_token_ids, sampled: [7, 8] })];
+  const data = viewerDataFromRollout(buildRollout(session, records, { budgetStopCount: 0, captureLevel: 'tokens', includeDiscarded: true }));
+  const { wire, details } = toWire(data);
+  const sent = wire.turns.reduce((a, t) => a + t.prompt_tail.length, 0);
+  const full = data.turns.reduce((a, t) => a + t.prompt_ids.length, 0);
+  assert.ok(sent < full / 3, `${sent} prompt ids sent for ${full}`);
+  assert.equal(sent, 50 + 5 * 3 + 3, 'the first prompt, then only the glue of each later turn (the retry too)');
+  const back = fromWire(JSON.parse(JSON.stringify(wire)));
+  assert.deepEqual(back.turns.map((t) => t.prompt_ids), data.turns.map((t) => t.prompt_ids));
+  assert.deepEqual(back.turns.map((t) => t.sampled_ids), data.turns.map((t) => t.sampled_ids));
+  assert.deepEqual(Object.keys(details).sort(), data.turns.map((t) => t.node_id).sort());
+  assert.deepEqual(details[data.turns[0]!.node_id]!.raw, data.turns[0]!.raw);
+  assert.throws(() => fromWire({ ...wire, turns: [...wire.turns].reverse() }), /not an earlier turn/);
 });

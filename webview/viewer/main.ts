@@ -7,7 +7,7 @@ import '@vscode-elements/elements/dist/vscode-tab-header/index.js';
 import '@vscode-elements/elements/dist/vscode-tab-panel/index.js';
 import { MSG, isHostMessage, type HostMessage, type WebviewMessage } from '../../src/protocol/messages.js';
 import type { AtifCheckResult } from '../../src/harness/atif-check.js';
-import type { ViewerData, ViewerTurn } from '../../src/protocol/viewer-data.js';
+import { fromWire, type TurnDetails, type ViewerData, type ViewerTurn, type ViewerWire } from '../../src/protocol/viewer-data.js';
 import { GraphView } from './graph.js';
 import { Navigator, TokenTexts, addedByHarness, logprobBucket, turnTokens, type TurnTokens } from './model.js';
 import { addedPanel, atifPanel, findingsPanel, gradeClass, h, rawPanel } from './panels.js';
@@ -75,6 +75,7 @@ class Viewer {
     private readonly api: VsCodeApi | null,
     private readonly store: ReturnType<typeof stateStore>,
     focus: string | null,
+    private readonly details: (nodeId: string) => Promise<TurnDetails>,
   ) {
     this.nav = new Navigator(data);
     this.texts = new TokenTexts(data);
@@ -142,8 +143,10 @@ class Viewer {
     root.replaceChildren(header, h('div', { class: 'main' }, this.graph.el, turnEl));
     if (this.state.mask) this.setMask(true);
     document.addEventListener('keydown', (e) => this.onKey(e));
+    performance.mark('hl-built');
     this.renderAtif();
     this.show(this.current);
+    performance.mark('hl-shown');
   }
 
   go(id: string): void {
@@ -191,9 +194,27 @@ class Viewer {
     this.flags.replaceChildren(...turn.flags.map((f) => h('div', { class: `flag ${gradeClass(f)}`, role: 'status' }, f)));
     this.strip.show(this.tt);
     this.detail.textContent = 'Hover or focus a token (Tab into the strip, then arrow keys) to see its id, text, logprob and alternatives.';
-    this.panels[0]!.replaceChildren(addedPanel(this.data, turn, this.nav.byId, this.texts, (id) => this.go(id)));
-    this.panels[1]!.replaceChildren(rawPanel(turn));
+    const loading = () => h('p', { class: 'muted' }, 'Loading…');
+    this.panels[0]!.replaceChildren(loading());
+    this.panels[1]!.replaceChildren(loading());
     this.panels[3]!.replaceChildren(findingsPanel(this.data, turn));
+    void this.showDetails(turn);
+  }
+
+  /** Raw I/O and messages arrive per turn (host request, or a JSON block of the report). */
+  private async showDetails(turn: ViewerTurn): Promise<void> {
+    const parent = turn.parent_id ? this.nav.byId.get(turn.parent_id) : undefined;
+    let mine: TurnDetails;
+    let theirs: TurnDetails | null = null;
+    try {
+      [mine, theirs] = await Promise.all([this.details(turn.node_id), parent ? this.details(parent.node_id) : Promise.resolve(null)]);
+    } catch (err) {
+      if (this.current === turn) this.panels[1]!.replaceChildren(h('p', { class: 'g-fatal' }, `Raw I/O unavailable: ${String(err)}`));
+      return;
+    }
+    if (this.current !== turn) return;
+    this.panels[0]!.replaceChildren(addedPanel(this.data, turn, this.nav.byId, this.texts, (id) => this.go(id), mine, theirs));
+    this.panels[1]!.replaceChildren(rawPanel(mine));
   }
 
   private showDetail(d: TokenDetail | null): void {
@@ -255,6 +276,8 @@ class Viewer {
           this.renderAtif();
         }
         break;
+      case MSG.detailsCompletion:
+        break;
       case MSG.focusTurn:
         this.go(msg.node_id);
         break;
@@ -291,31 +314,88 @@ function fail(root: HTMLElement, message: string): void {
   root.replaceChildren(h('div', { class: 'flag g-fatal', role: 'alert' }, message));
 }
 
+/** Details of a report: one JSON block per turn, parsed only when the turn is shown. */
+function reportDetails(wire: ViewerWire): (nodeId: string) => Promise<TurnDetails> {
+  const index = new Map(wire.turns.map((t, i) => [t.node_id, i]));
+  const cache = new Map<string, TurnDetails>();
+  return async (nodeId) => {
+    let d = cache.get(nodeId);
+    if (!d) {
+      const el = document.getElementById(`hl-d-${index.get(nodeId)}`);
+      d = el ? (JSON.parse(el.textContent ?? 'null') as TurnDetails) : { raw: null, request_messages: [], response_message: null };
+      cache.set(nodeId, d);
+    }
+    return d;
+  };
+}
+
+/** Details from the host: a request with a seq, answered by `details/completion`. */
+class HostDetails {
+  private seq = 0;
+  private readonly pending = new Map<number, { resolve: (d: TurnDetails) => void; reject: (e: Error) => void }>();
+  private readonly cache = new Map<string, Promise<TurnDetails>>();
+  constructor(private readonly api: VsCodeApi) {}
+  get = (nodeId: string): Promise<TurnDetails> => {
+    let p = this.cache.get(nodeId);
+    if (!p) {
+      const seq = ++this.seq;
+      p = new Promise<TurnDetails>((resolve, reject) => this.pending.set(seq, { resolve, reject }));
+      this.cache.set(nodeId, p);
+      this.api.postMessage({ type: MSG.details, seq, node_id: nodeId });
+    }
+    return p;
+  };
+  answer(msg: Extract<HostMessage, { type: 'details/completion' }>): void {
+    const p = this.pending.get(msg.seq);
+    if (!p) return;
+    this.pending.delete(msg.seq);
+    if (msg.res) p.resolve(msg.res);
+    else {
+      this.cache.delete(msg.node_id);
+      p.reject(new Error(msg.err ?? 'no details'));
+    }
+  }
+}
+
 function boot(): void {
   const root = document.getElementById('app') ?? document.body;
   const inline = document.getElementById('hl-data');
   if (inline) {
+    let wire: ViewerWire;
     let data: ViewerData;
     try {
-      data = JSON.parse(inline.textContent ?? '') as ViewerData;
+      performance.mark('hl-parse-start');
+      wire = JSON.parse(inline.textContent ?? '') as ViewerWire;
+      data = fromWire(wire);
+      performance.mark('hl-parsed');
     } catch (err) {
-      fail(root, `The report's data is not valid JSON: ${String(err)}`);
+      fail(root, `The report's data is not valid: ${String(err)}`);
       return;
     }
     if (data.turns.length === 0) return fail(root, 'This rollout has no calls.');
-    (window as unknown as { harnessLabViewer: Viewer }).harnessLabViewer = new Viewer(root, data, null, stateStore(null), null);
+    (window as unknown as { harnessLabViewer: Viewer }).harnessLabViewer = new Viewer(root, data, null, stateStore(null), null, reportDetails(wire));
     return;
   }
   const api = typeof acquireVsCodeApi === 'function' ? acquireVsCodeApi() : null;
   if (!api) return fail(root, 'No data: this page must be opened by the extension or built by `harness-lab report`.');
+  const details = new HostDetails(api);
   let viewer: Viewer | null = null;
   const early: HostMessage[] = [];
   window.addEventListener('message', (e: MessageEvent<unknown>) => {
     const msg = e.data;
     if (!isHostMessage(msg)) return;
-    if (msg.type === MSG.load) {
-      if (msg.data.turns.length === 0) return fail(root, 'This rollout has no calls yet.');
-      viewer = new Viewer(root, msg.data, api, stateStore(api), msg.focus ?? null);
+    if (msg.type === MSG.detailsCompletion) details.answer(msg);
+    else if (msg.type === MSG.load) {
+      performance.mark('hl-parse-start');
+      let data: ViewerData;
+      try {
+        data = fromWire(msg.wire);
+      } catch (err) {
+        return fail(root, `The rollout could not be read: ${String(err)}`);
+      }
+      performance.mark('hl-parsed');
+      if (data.turns.length === 0) return fail(root, 'This rollout has no calls yet.');
+      viewer = new Viewer(root, data, api, stateStore(api), msg.focus ?? null, details.get);
       (window as unknown as { harnessLabViewer: Viewer }).harnessLabViewer = viewer;
       for (const m of early.splice(0)) viewer.onHost(m);
     } else if (viewer) viewer.onHost(msg);

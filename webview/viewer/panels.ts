@@ -1,7 +1,7 @@
 // The per-turn panels below the strip: what the harness added, raw I/O, ATIF cross-check, findings.
 // Plain DOM built with `h`; text always goes through textContent, never innerHTML.
 import type { AtifCheckResult } from '../../src/harness/atif-check.js';
-import type { ViewerData, ViewerTurn } from '../../src/protocol/viewer-data.js';
+import type { TurnDetails, ViewerData, ViewerTurn } from '../../src/protocol/viewer-data.js';
 import { addedByHarness, displayText, type TokenTexts } from './model.js';
 
 type Child = Node | string | null | undefined | false;
@@ -42,7 +42,7 @@ function messageText(m: unknown): string {
   return `${o.role ?? '?'}: ${content}${tools}`;
 }
 
-export function addedPanel(data: ViewerData, turn: ViewerTurn, byId: Map<string, ViewerTurn>, texts: TokenTexts, go: (id: string) => void): HTMLElement {
+export function addedPanel(data: ViewerData, turn: ViewerTurn, byId: Map<string, ViewerTurn>, texts: TokenTexts, go: (id: string) => void, mine: TurnDetails, parent: TurnDetails | null): HTMLElement {
   const a = addedByHarness(data, turn, byId);
   const box = h('div', { class: 'added', 'data-testid': 'added' });
   if (!a.against) {
@@ -64,8 +64,8 @@ export function addedPanel(data: ViewerData, turn: ViewerTurn, byId: Map<string,
     );
   }
   box.append(h('pre', { class: 'added-text', 'data-testid': 'added-text' }, tokensText(turn.prompt_ids, a.addedFrom, texts)));
-  const prevMsgs = a.against.request_messages.length + (a.against.response_message ? 1 : 0);
-  const newMsgs = turn.request_messages.slice(a.relation === 'parent' ? prevMsgs : 0);
+  const prevMsgs = parent && a.relation === 'parent' ? parent.request_messages.length + (parent.response_message ? 1 : 0) : 0;
+  const newMsgs = mine.request_messages.slice(prevMsgs);
   if (newMsgs.length > 0) {
     box.append(h('h4', {}, `Messages added (${newMsgs.length})`));
     for (const m of newMsgs) box.append(h('pre', { class: 'msg' }, messageText(m).slice(0, MAX_TEXT)));
@@ -83,11 +83,11 @@ function json(v: unknown): string {
   return s.length > 400_000 ? `${s.slice(0, 400_000)}\n… (${s.length} characters)` : s;
 }
 
-export function rawPanel(turn: ViewerTurn): HTMLElement {
-  if (!turn.raw) {
-    return h('div', { class: 'raw' }, h('p', {}, 'This file holds TrainingTrace lines, which keep the engine-side messages only:'), h('pre', {}, json({ messages: turn.request_messages, response: turn.response_message })));
+export function rawPanel(d: TurnDetails): HTMLElement {
+  if (!d.raw) {
+    return h('div', { class: 'raw' }, h('p', {}, 'This file holds TrainingTrace lines, which keep the engine-side messages only:'), h('pre', { class: 'raw-json' }, json({ messages: d.request_messages, response: d.response_message })));
   }
-  const r = turn.raw;
+  const r = d.raw;
   const tabs = custom('vscode-tabs', { 'data-testid': 'raw-tabs' });
   const parts: [string, unknown][] = [
     [`Harness request (${r.dialect}, ${r.path})`, r.request],
@@ -152,6 +152,6 @@ export function findingsPanel(data: ViewerData, turn: ViewerTurn): HTMLElement {
   box.append(turn.findings.length ? h('ul', { class: 'findings' }, ...turn.findings.map((f) => h('li', { class: gradeClass(f) }, f))) : h('p', { class: 'muted' }, 'No findings.'));
   box.append(h('h4', {}, 'Rollout'));
   box.append(data.validation.length ? h('ul', { class: 'findings' }, ...data.validation.map((f) => h('li', { class: gradeClass(f) }, f))) : h('p', { class: 'muted' }, 'No findings.'));
-  box.append(h('pre', { class: 'msg' }, json({ sampling_params: turn.raw ? undefined : null, model: turn.model, finish_reason: turn.finish_reason, latency_ms: turn.latency_ms, started_at: turn.started_at, metadata: data.metadata })));
+  box.append(h('pre', { class: 'msg' }, json({ model: turn.model, finish_reason: turn.finish_reason, latency_ms: turn.latency_ms, started_at: turn.started_at, metadata: data.metadata })));
   return box;
 }

@@ -133,6 +133,9 @@ export class TokenStrip {
     return this.rowStarts[Math.min(this.rowStarts.length - 2, Math.floor(this.el.scrollTop / this.rowHeight))] ?? 0;
   }
 
+  /** Rows in the DOM by row number; scrolling adds and removes only the rows that enter or leave. */
+  private readonly live = new Map<number, HTMLElement>();
+
   private render(force: boolean): void {
     const tt = this.tt;
     if (!tt) return;
@@ -141,36 +144,54 @@ export class TokenStrip {
     const visible = Math.ceil((this.el.clientHeight || 600) / this.rowHeight);
     const from = Math.max(0, top - OVERSCAN);
     const to = Math.min(nRows, top + visible + OVERSCAN);
-    if (!force && from === this.rendered.from && to === this.rendered.to) return;
+    if (force) {
+      this.live.clear();
+      this.rowsEl.replaceChildren();
+    } else if (from === this.rendered.from && to === this.rendered.to) return;
     this.rendered = { from, to };
+    for (const [r, el] of this.live) {
+      if (r < from || r >= to) {
+        el.remove();
+        this.live.delete(r);
+      }
+    }
     const frag = document.createDocumentFragment();
     for (let r = from; r < to; r++) {
-      const row = document.createElement('div');
-      row.className = 'row';
-      row.style.transform = `translateY(${r * this.rowHeight}px)`;
-      for (let i = this.rowStarts[r]!; i < this.rowStarts[r + 1]!; i++) {
-        const span = document.createElement('span');
-        span.className = positionClass(tt, i) + (i === this.cursor ? ' cur' : '');
-        span.dataset.i = String(i);
-        span.id = `tok-${i}`;
-        span.setAttribute('role', 'option');
-        span.textContent = this.texts[i]!;
-        row.append(span);
-      }
+      if (this.live.has(r)) continue;
+      const row = this.buildRow(tt, r);
+      this.live.set(r, row);
       frag.append(row);
     }
-    this.rowsEl.replaceChildren(frag);
+    this.rowsEl.append(frag);
+  }
+
+  private buildRow(tt: TurnTokens, r: number): HTMLElement {
+    const row = document.createElement('div');
+    row.className = 'row';
+    row.style.transform = `translateY(${r * this.rowHeight}px)`;
+    for (let i = this.rowStarts[r]!; i < this.rowStarts[r + 1]!; i++) {
+      const span = document.createElement('span');
+      span.className = positionClass(tt, i) + (i === this.cursor ? ' cur' : '');
+      span.dataset.i = String(i);
+      span.id = `tok-${i}`;
+      span.setAttribute('role', 'option');
+      span.textContent = this.texts[i]!;
+      row.append(span);
+    }
+    return row;
   }
 
   private setCursor(i: number): void {
     const tt = this.tt;
     if (!tt || tt.n === 0) return;
+    this.rowsEl.querySelector(`#tok-${this.cursor}`)?.classList.remove('cur');
     this.cursor = Math.max(0, Math.min(tt.n - 1, i));
     const row = this.rowOf(this.cursor);
     const top = row * this.rowHeight;
     if (top < this.el.scrollTop) this.el.scrollTop = top;
     else if (top + this.rowHeight > this.el.scrollTop + this.el.clientHeight) this.el.scrollTop = top + this.rowHeight - this.el.clientHeight;
-    this.render(true);
+    this.render(false);
+    this.rowsEl.querySelector(`#tok-${this.cursor}`)?.classList.add('cur');
     this.el.setAttribute('aria-activedescendant', `tok-${this.cursor}`);
     this.onDetail({ index: this.cursor, tt });
   }
