@@ -98,7 +98,8 @@ export class LlamaEngine {
   renderPrompt(messages: ChatMessage[], tools: ChatTool[] | undefined, kwargs: Record<string, unknown> | undefined, addGenerationPrompt = true): string {
     if (!this.template) throw new EngineRequestError(`the model ${this.runtime.modelPath} has no chat template (tokenizer.chat_template)`);
     try {
-      return this.template.render(messages, { tools, kwargs, addGenerationPrompt });
+      const { bos, eos } = this.runtime.specialTokenTexts;
+      return this.template.render(messages, { tools, kwargs, addGenerationPrompt, bosToken: bos, eosToken: eos });
     } catch (err) {
       throw new EngineRequestError((err as Error).message);
     }

@@ -86,6 +86,11 @@ export class LlamaRuntime {
     return typeof t === 'string' ? t : null;
   }
 
+  /** Text of the BOS and EOS tokens, for templates that write `{{ bos_token }}` (vLLM passes them too). */
+  get specialTokenTexts(): { bos: string; eos: string } {
+    return { bos: this.model.tokens.bosString ?? '', eos: this.model.tokens.eosString ?? '' };
+  }
+
   tokenText(id: number, special: boolean): string {
     return this.model.detokenize([id as Token], special);
   }

@@ -1,9 +1,13 @@
 // The tiny model: real Qwen3 tokenizer and chat template inside a freshly built GGUF.
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import type { ChatResponse } from '../../src/capture/types.js';
 import type { EmbeddedEngine } from '../../src/engine/embedded-engine.js';
-import { IM_END, QWEN3_SPECIAL_TOKENS, TINY_MODEL_NAME } from '../../src/engine/tiny-model.js';
+import { ensureTinyModel, IM_END, QWEN3_SPECIAL_TOKENS, TINY_MODEL_NAME } from '../../src/engine/tiny-model.js';
 import { bashTool } from './helpers.js';
 import { chat, post, startTestEngine } from './engine-fixture.js';
 
@@ -68,4 +72,18 @@ test('sampling is peaky and ends with <|im_end|> within a few dozen tokens', asy
   const greedy = await chat(lab.url, { messages: [{ role: 'user', content: 'Hi' }], temperature: 0, max_tokens: 40 });
   assert.equal(greedy.choices[0]!.message.content, 'The quick brown fox jumps over the lazy dog.');
   assert.equal(greedy.choices[0]!.finish_reason, 'stop');
+});
+
+test('the build is deterministic: a fresh build for the same seed has the same bytes', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'hl-tiny-rebuild-'));
+  try {
+    const fresh = await ensureTinyModel({ seed: 0, dataDir: dir });
+    assert.equal(fresh.built, true);
+    const again = await ensureTinyModel({ seed: 0, dataDir: dir });
+    assert.deepEqual([again.built, again.path], [false, fresh.path], 'second call uses the cache');
+    const sha = (p: string) => createHash('sha256').update(readFileSync(p)).digest('hex');
+    assert.equal(sha(fresh.path), sha(lab.modelPath));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
