@@ -135,6 +135,8 @@ async function openCapturedTerminal(host: CommandHost): Promise<{ sessionId: str
   const terminal = vscode.window.createTerminal({
     name: `Harness Lab: ${info.session_id}`,
     iconPath: new vscode.ThemeIcon('radio-tower'),
+    // Not revived after a reload: its env names this proxy instance, whose port may then be gone.
+    isTransient: true,
     env: capturedTerminalEnv(target, { NO_PROXY: process.env.NO_PROXY, no_proxy: process.env.no_proxy }),
     message: `Harness Lab: model calls from harnesses started here are captured into session ${info.session_id} via ${proxy.url}.`,
   });

@@ -177,6 +177,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     ['extensionTestsPath', remote(HOST_BUNDLE)],
     ['skipWelcome', 'true'],
   ];
+  let result: Record<string, string | null> = {};
   const signalUi = (ok: boolean, error?: string) => writeFileSync(join(control, 'ui-done'), JSON.stringify({ ok, error }));
 
   try {
@@ -228,7 +229,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     while (!existsSync(resultFile) && Date.now() < deadline) await sleep(250);
     await shot(page, '03-terminal');
     assert.ok(existsSync(resultFile), 'the harness script in the captured terminal did not finish (see 03-terminal.png)');
-    const result = JSON.parse(readFileSync(resultFile, 'utf8')) as Record<string, string | null>;
+    result = JSON.parse(readFileSync(resultFile, 'utf8')) as Record<string, string | null>;
     for (const d of DIALECTS) assert.ok(result[d], `${d} call answered in the terminal: ${JSON.stringify(result)}`);
     mark('calls made');
 
@@ -316,8 +317,18 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   clearTimeout(timer);
   mark('host suite');
   const hostDone = join(control, 'host-done');
-  console.log(`e2e timings (ms since start): ${JSON.stringify(timings)}`);
   assert.equal(code, 0, `extension-host suite exit code ${code}; host log:\n${hostLog.join('\n')}`);
   assert.ok(existsSync(hostDone), 'host suite reported success without writing host-done');
-  await shot(page, '05-after-host-suite').catch(() => undefined);
+
+  // A new window on the same workspace (what a reload does: fresh extension host, fresh activation,
+  // proxy off since auto-start is off) still lists the captured session, read from the durable store.
+  await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload.filter(([k]) => k !== 'extensionTestsPath')))}`);
+  await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
+  await sessionsPane(page).locator('.monaco-list-row', { hasText: `${result.session}` }).waitFor({ timeout: 30_000 });
+  await sessionsPane(page).locator('.monaco-list-row', { hasText: /4 calls · 1 failed/ }).waitFor({ timeout: 10_000 });
+  await sessionsPane(page).locator('.monaco-list-row', { hasText: '#2 google_gemini' }).waitFor({ timeout: 10_000 });
+  await page.locator('.statusbar-item', { hasText: 'Harness Lab: off' }).waitFor({ timeout: 10_000 });
+  await shot(page, '09-after-reload');
+  mark('reloaded');
+  console.log(`e2e timings (ms since start): ${JSON.stringify(timings)}`);
 });
