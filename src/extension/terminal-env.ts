@@ -56,7 +56,9 @@ export function capturedTerminalEnv(target: CaptureTarget, inherited: { NO_PROXY
   };
   if (target.model) {
     env.OPENAI_MODEL = target.model;
-    env.ANTHROPIC_MODEL = target.model;
+    // Claude Code picks other models for aliases and sub-agents; name the same one everywhere (as the
+    // harness wiring table in src/harness/wiring.ts does).
+    for (const name of ['ANTHROPIC_MODEL', 'ANTHROPIC_DEFAULT_SONNET_MODEL', 'ANTHROPIC_DEFAULT_OPUS_MODEL', 'ANTHROPIC_DEFAULT_HAIKU_MODEL', 'CLAUDE_CODE_SUBAGENT_MODEL']) env[name] = target.model;
   }
   if (target.codexHome) env.CODEX_HOME = target.codexHome;
   return env;

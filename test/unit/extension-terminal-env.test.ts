@@ -16,6 +16,7 @@ test('captured terminal env points every harness family at the session', () => {
   assert.equal(env.ANTHROPIC_API_KEY, 'sabc123');
   assert.equal(env.ANTHROPIC_AUTH_TOKEN, undefined, 'setting both Anthropic credentials makes Claude Code warn about an auth conflict');
   assert.equal(env.CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, '1');
+  for (const alias of ['ANTHROPIC_MODEL', 'ANTHROPIC_DEFAULT_HAIKU_MODEL', 'CLAUDE_CODE_SUBAGENT_MODEL']) assert.equal(env[alias], 'Qwen/Qwen3-0.6B', alias);
   assert.equal(env.GOOGLE_GEMINI_BASE_URL, 'http://127.0.0.1:41234');
   assert.equal(env.GEMINI_API_KEY, 'sabc123');
   assert.equal(env.CODEX_API_KEY, 'sabc123');
