@@ -48,6 +48,38 @@ export function dockerfileBases(text: string): string[] {
   return out;
 }
 
+/** The container the sandbox runs in: labels, caps, host networking, /logs bind mounts, read-only extras. */
+export function containerSpec(spec: SandboxSpec, workdir: string): Docker.ContainerCreateOptions {
+  const env = spec.task.environment;
+  return {
+    Image: spec.image,
+    Entrypoint: [],
+    Cmd: ['sleep', 'infinity'],
+    WorkingDir: workdir,
+    Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
+    Labels: {
+      [LABEL.kind]: 'sandbox',
+      [LABEL.session]: spec.sessionId,
+      [LABEL.task]: spec.task.name,
+      [LABEL.harness]: spec.harness,
+      [LABEL.owner]: owner(),
+    },
+    HostConfig: {
+      // The harness must reach the capture proxy bound to 127.0.0.1 (vscode-extension.md 6.3).
+      NetworkMode: 'host',
+      Binds: [
+        `${join(spec.hostLogsDir, 'agent')}:/logs/agent`,
+        `${join(spec.hostLogsDir, 'verifier')}:/logs/verifier`,
+        `${join(spec.hostLogsDir, 'artifacts')}:/logs/artifacts`,
+        ...spec.mounts.map((m) => `${m.host}:${m.container}${m.readOnly ? ':ro' : ''}`),
+      ],
+      Init: true,
+      ...(env.cpus ? { NanoCpus: Math.round(env.cpus * 1e9) } : {}),
+      ...(env.memoryMb ? { Memory: env.memoryMb * 1024 * 1024, MemorySwap: env.memoryMb * 1024 * 1024 } : {}),
+    },
+  };
+}
+
 export class DockerRuntime implements SandboxRuntime {
   readonly kind = 'docker' as const;
   private readonly owned = new Set<string>();
@@ -109,33 +141,7 @@ export class DockerRuntime implements SandboxRuntime {
     for (const sub of ['agent', 'verifier', 'artifacts']) mkdirSync(join(spec.hostLogsDir, sub), { recursive: true });
     const imageInfo = await this.docker.getImage(spec.image).inspect();
     const workdir = env.workdir ?? (imageInfo.Config?.WorkingDir || '/app');
-    const binds = [
-      `${join(spec.hostLogsDir, 'agent')}:/logs/agent`,
-      `${join(spec.hostLogsDir, 'verifier')}:/logs/verifier`,
-      `${join(spec.hostLogsDir, 'artifacts')}:/logs/artifacts`,
-      ...spec.mounts.map((m) => `${m.host}:${m.container}${m.readOnly ? ':ro' : ''}`),
-    ];
-    const container = await this.docker.createContainer({
-      Image: spec.image,
-      Entrypoint: [],
-      Cmd: ['sleep', 'infinity'],
-      WorkingDir: workdir,
-      Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
-      Labels: {
-        [LABEL.kind]: 'sandbox',
-        [LABEL.session]: spec.sessionId,
-        [LABEL.task]: spec.task.name,
-        [LABEL.harness]: spec.harness,
-        [LABEL.owner]: owner(),
-      },
-      HostConfig: {
-        NetworkMode: 'host',
-        Binds: binds,
-        Init: true,
-        ...(env.cpus ? { NanoCpus: Math.round(env.cpus * 1e9) } : {}),
-        ...(env.memoryMb ? { Memory: env.memoryMb * 1024 * 1024, MemorySwap: env.memoryMb * 1024 * 1024 } : {}),
-      },
-    });
+    const container = await this.docker.createContainer(containerSpec(spec, workdir));
     this.owned.add(container.id);
     try {
       await container.start();

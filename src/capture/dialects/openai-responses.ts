@@ -145,8 +145,10 @@ function responsesUsage(response: ChatResponse): JsonObject {
 }
 
 /**
- * The §8.3 event order (reasoning, message, calls, then finalize), plus what OpenAI itself sends:
- * `sequence_number` everywhere, `response.in_progress`, `item_id` on deltas, `output_text.done`.
+ * The §8.3 events plus what OpenAI itself sends (`sequence_number` everywhere, `response.in_progress`,
+ * `item_id` on deltas, `output_text.done`), with each output item streamed to its `output_item.done`
+ * before the next one is added, as OpenAI does. Clients that track one current item (pi's
+ * openai-responses provider) otherwise apply the first call's arguments to the second of two calls.
  */
 export function responsesStream(final: JsonObject): SseEvent[] {
   const events: SseEvent[] = [];
@@ -157,7 +159,6 @@ export function responsesStream(final: JsonObject): SseEvent[] {
   emit('response.in_progress', { response: start });
 
   const items = final.output as JsonObject[];
-  const closers: (() => void)[] = [];
   items.forEach((item, output_index) => {
     const item_id = item.id;
     if (item.type === 'reasoning') {
@@ -175,25 +176,20 @@ export function responsesStream(final: JsonObject): SseEvent[] {
       emit('response.output_item.added', { output_index, item: { ...item, status: 'in_progress', content: [] } });
       emit('response.content_part.added', { item_id, output_index, content_index: 0, part: { ...part, text: '' } });
       emit('response.output_text.delta', { item_id, output_index, content_index: 0, delta: text, logprobs: [] });
-      closers.push(() => {
-        emit('response.output_text.done', { item_id, output_index, content_index: 0, text, logprobs: [] });
-        emit('response.content_part.done', { item_id, output_index, content_index: 0, part });
-        emit('response.output_item.done', { output_index, item });
-      });
+      emit('response.output_text.done', { item_id, output_index, content_index: 0, text, logprobs: [] });
+      emit('response.content_part.done', { item_id, output_index, content_index: 0, part });
+      emit('response.output_item.done', { output_index, item });
     } else if (item.type === 'function_call') {
       const args = item.arguments as string;
       emit('response.output_item.added', { output_index, item: { ...item, arguments: '', status: 'in_progress' } });
       if (args) emit('response.function_call_arguments.delta', { item_id, output_index, delta: args });
-      closers.push(() => {
-        emit('response.function_call_arguments.done', { item_id, output_index, arguments: args });
-        emit('response.output_item.done', { output_index, item });
-      });
+      emit('response.function_call_arguments.done', { item_id, output_index, arguments: args });
+      emit('response.output_item.done', { output_index, item });
     } else {
       emit('response.output_item.added', { output_index, item: { ...item, status: 'in_progress' } });
-      closers.push(() => emit('response.output_item.done', { output_index, item }));
+      emit('response.output_item.done', { output_index, item });
     }
   });
-  for (const close of closers) close();
   emit('response.completed', { response: final });
   return events;
 }
