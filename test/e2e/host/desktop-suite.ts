@@ -2,7 +2,7 @@
 // UI). No UI driving here: the real vscode API and the extension's exported API, against the
 // in-repo fake engine started inside the host. The CI path is the code-server e2e test instead.
 import * as assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -18,13 +18,14 @@ const { suite, test, suiteSetup, suiteTeardown } = globalThis as unknown as { su
 suite('Harness Lab in the extension host', () => {
   let engine: FakeEngine;
   let api: HarnessLabApi;
+  const dataDir = mkdtempSync(join(tmpdir(), 'hl-desktop-'));
   const config = () => vscode.workspace.getConfiguration('harnessLab');
 
   suiteSetup(async () => {
     engine = await startFakeEngine({ model: 'fake/desktop' });
     await config().update('engineUrl', engine.url, vscode.ConfigurationTarget.Global);
     await config().update('model', engine.model, vscode.ConfigurationTarget.Global);
-    await config().update('dataDir', mkdtempSync(join(tmpdir(), 'hl-desktop-')), vscode.ConfigurationTarget.Global);
+    await config().update('dataDir', dataDir, vscode.ConfigurationTarget.Global);
     const ext = vscode.extensions.getExtension<HarnessLabApi>('harness-lab.harness-lab');
     assert.ok(ext, 'development extension not loaded');
     api = await ext.activate();
@@ -34,6 +35,7 @@ suite('Harness Lab in the extension host', () => {
     await vscode.commands.executeCommand('harnessLab.stopProxy');
     for (const key of ['engineUrl', 'model', 'dataDir']) await config().update(key, undefined, vscode.ConfigurationTarget.Global);
     await engine.close();
+    rmSync(dataDir, { recursive: true, force: true });
   });
 
   test('starts the proxy from its command', async () => {
