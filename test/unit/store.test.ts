@@ -1,0 +1,77 @@
+// CaptureStore: appends land whole and in order, across many sessions (more than stay open at once),
+// survive delete/close/reopen, and read back with loadAll.
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { CaptureStore } from '../../src/capture/store.js';
+import type { CallRecord, SessionInfo } from '../../src/capture/types.js';
+
+const dirs: string[] = [];
+after(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+function freshStore(): CaptureStore {
+  const dir = mkdtempSync(join(tmpdir(), 'hl-store-'));
+  dirs.push(dir);
+  return new CaptureStore(dir);
+}
+
+const info = (id: string): SessionInfo => ({ session_id: id, created_at: '2026-01-01T00:00:00.000Z', model: 'm', engine_url: 'http://e', max_model_calls: 0, metadata: {} });
+const call = (id: string, index: number, payload = ''): CallRecord => ({ call_id: `${id}-${index}`, session_id: id, index, payload } as unknown as CallRecord);
+
+test('concurrent appends to one session all land, whole and in call order', async () => {
+  const store = freshStore();
+  await store.append('s1', { type: 'session', ...info('s1') });
+  await Promise.all(Array.from({ length: 200 }, (_, i) => store.append('s1', { type: 'call', ...call('s1', i, 'x'.repeat(i * 50)) })));
+  const [loaded] = store.loadAll();
+  assert.equal(loaded!.skipped, 0);
+  assert.deepEqual(loaded!.calls.map((c) => c.index), Array.from({ length: 200 }, (_, i) => i));
+  await store.close();
+});
+
+test('more sessions than files kept open: every line of every session is stored', async () => {
+  const store = freshStore();
+  const ids = Array.from({ length: 1100 }, (_, i) => `s${i}`);
+  await Promise.all(ids.map((id) => store.append(id, { type: 'session', ...info(id) })));
+  for (let round = 0; round < 2; round++) await Promise.all(ids.map((id) => store.append(id, { type: 'call', ...call(id, round) })));
+  const loaded = store.loadAll();
+  assert.equal(loaded.length, ids.length);
+  for (const session of loaded) assert.deepEqual(session.calls.map((c) => c.index), [0, 1], session.info.session_id);
+  await store.close();
+});
+
+test('delete waits for queued appends, removes the file, and a later append starts a new one', async () => {
+  const store = freshStore();
+  await store.append('gone', { type: 'session', ...info('gone') });
+  const pending = store.append('gone', { type: 'call', ...call('gone', 0) });
+  await store.delete('gone');
+  await pending;
+  assert.equal(existsSync(store.fileOf('gone')), false);
+  await store.append('gone', { type: 'budget_stop', at: 'now' });
+  assert.equal(readFileSync(store.fileOf('gone'), 'utf8'), '{"type":"budget_stop","at":"now"}\n');
+  await store.close();
+});
+
+test('close then append: the file is reopened and appended to, not truncated', async () => {
+  const store = freshStore();
+  await store.append('s', { type: 'session', ...info('s') });
+  await store.close();
+  await store.append('s', { type: 'call', ...call('s', 0) });
+  const [loaded] = store.loadAll();
+  assert.equal(loaded!.info.session_id, 's');
+  assert.equal(loaded!.calls.length, 1);
+  await store.close();
+});
+
+test('an append that cannot be written rejects, and the next one reopens the file', async () => {
+  const store = freshStore();
+  await store.append('s', { type: 'session', ...info('s') });
+  // A directory where the session file should be: the open fails.
+  await store.delete('s');
+  mkdirSync(store.fileOf('s'));
+  await assert.rejects(store.append('s', { type: 'session', ...info('s') }), /EISDIR|illegal operation on a directory/);
+  rmSync(store.fileOf('s'), { recursive: true });
+  await store.append('s', { type: 'session', ...info('s') });
+  assert.equal(store.loadAll()[0]!.info.session_id, 's');
+  await store.close();
+});
