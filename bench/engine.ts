@@ -4,7 +4,7 @@
 // generation tokens/s, teacher-forced (scripted policy) tokens/s, resident memory. Writes
 // bench-results/engine.json. Exits 1 when a target is missed (targets assume an idle 2-core machine).
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { EngineChatRequest } from '../src/engine/chat-request.js';
@@ -43,10 +43,13 @@ async function main(): Promise<void> {
     const promptRuns = quick ? 2 : 4;
     let promptTokens = 0;
     let promptMs = 0;
+    let promptCpu = 0;
     for (let i = 0; i < promptRuns; i++) {
       const req = { messages: [{ role: 'user', content: `${i} ${longText(quick ? 800 : 2000, i)}` }], max_tokens: 1, ...CAPTURE } as EngineChatRequest;
       const t = performance.now();
+      const c = process.cpuUsage();
       const res = await lab.engine.complete(req);
+      promptCpu += cpuMs(c);
       promptMs += performance.now() - t;
       promptTokens += res.usage!.prompt_tokens;
     }
@@ -55,10 +58,13 @@ async function main(): Promise<void> {
     const genRuns = quick ? 6 : 20;
     let genTokens = 0;
     let genMs = 0;
+    let genCpu = 0;
     for (let i = 0; i < genRuns; i++) {
       const req = { messages: [{ role: 'user', content: 'Say something.' }], seed: i, temperature: 1, max_tokens: 64, ...CAPTURE } as EngineChatRequest;
       const t = performance.now();
+      const c = process.cpuUsage();
       const res = await lab.engine.complete(req);
+      genCpu += cpuMs(c);
       genMs += performance.now() - t;
       genTokens += res.usage!.completion_tokens;
     }
@@ -73,10 +79,13 @@ async function main(): Promise<void> {
     const forcedRuns = quick ? 3 : 8;
     let forcedTokens = 0;
     let forcedMs = 0;
+    let forcedCpu = 0;
     for (let i = 0; i < forcedRuns; i++) {
       const req = { messages: [{ role: 'user', content: `Task ${i}: how many lines are in notes.txt?` }], tools: [tool], ...CAPTURE } as EngineChatRequest;
       const t = performance.now();
+      const c = process.cpuUsage();
       const res = await forcedEngine.complete(req);
+      forcedCpu += cpuMs(c);
       forcedMs += performance.now() - t;
       forcedTokens += res.usage!.completion_tokens;
     }
@@ -89,9 +98,11 @@ async function main(): Promise<void> {
       model: lab.engine.modelName,
       build_ms: Math.round(buildMs),
       load_ms: Math.round(loadMs),
-      prompt: { tokens: promptTokens, ms: Math.round(promptMs), tokens_per_s: round(promptTokens / (promptMs / 1000)) },
-      generation: { tokens: genTokens, requests: genRuns, ms: Math.round(genMs), tokens_per_s: round(genTokens / (genMs / 1000)) },
-      teacher_forced: { tokens: forcedTokens, requests: forcedRuns, ms: Math.round(forcedMs), tokens_per_s: round(forcedTokens / (forcedMs / 1000)) },
+      // cpu_ms_per_token counts this process's CPU time (all threads): comparable across loaded and idle machines.
+      prompt: { tokens: promptTokens, ms: Math.round(promptMs), tokens_per_s: round(promptTokens / (promptMs / 1000)), cpu_ms_per_token: round(promptCpu / promptTokens) },
+      generation: { tokens: genTokens, requests: genRuns, ms: Math.round(genMs), tokens_per_s: round(genTokens / (genMs / 1000)), cpu_ms_per_token: round(genCpu / genTokens) },
+      teacher_forced: { tokens: forcedTokens, requests: forcedRuns, ms: Math.round(forcedMs), tokens_per_s: round(forcedTokens / (forcedMs / 1000)), cpu_ms_per_token: round(forcedCpu / forcedTokens) },
+      load_average_1m: round(loadavg()[0]!),
       rss_mb: { after_load: mb(rssAfterLoad), peak: mb(peakRss) },
       targets: TARGETS,
     };
@@ -110,9 +121,10 @@ async function main(): Promise<void> {
         `engine bench (${report.model}${quick ? ', quick' : ''})`,
         `  model build      ${report.build_ms} ms`,
         `  load             ${report.load_ms} ms`,
-        `  prompt           ${report.prompt.tokens_per_s} tok/s (${report.prompt.tokens} tokens)`,
-        `  generation       ${report.generation.tokens_per_s} tok/s (${report.generation.tokens} tokens, ${genRuns} requests)`,
-        `  teacher forcing  ${report.teacher_forced.tokens_per_s} tok/s (${report.teacher_forced.tokens} tokens, ${forcedRuns} requests)`,
+        `  prompt           ${report.prompt.tokens_per_s} tok/s (${report.prompt.tokens} tokens; ${report.prompt.cpu_ms_per_token} CPU ms/token)`,
+        `  generation       ${report.generation.tokens_per_s} tok/s (${report.generation.tokens} tokens, ${genRuns} requests; ${report.generation.cpu_ms_per_token} CPU ms/token)`,
+        `  teacher forcing  ${report.teacher_forced.tokens_per_s} tok/s (${report.teacher_forced.tokens} tokens, ${forcedRuns} requests; ${report.teacher_forced.cpu_ms_per_token} CPU ms/token)`,
+        `  load average     ${report.load_average_1m} (targets assume an idle machine)`,
         `  RSS              ${report.rss_mb.after_load} MB after load, ${report.rss_mb.peak} MB peak`,
         failures.length ? `  MISSED: ${failures.join('; ')}` : '  all targets met',
         '',
@@ -126,6 +138,10 @@ async function main(): Promise<void> {
 }
 
 const round = (n: number) => Math.round(n * 10) / 10;
+const cpuMs = (since: NodeJS.CpuUsage) => {
+  const d = process.cpuUsage(since);
+  return (d.user + d.system) / 1000;
+};
 const mb = (bytes: number) => Math.round(bytes / (1024 * 1024));
 
 main().catch((err: unknown) => {

@@ -34,9 +34,15 @@ const DISTRIBUTIONS_PER_BATCH = 8;
 
 /** One process-wide llama.cpp instance: CPU only, prebuilt binary only, never a download or build. */
 function getCpuLlama(): Promise<Llama> {
-  llamaPromise ??= import('node-llama-cpp').then(({ getLlama, LlamaLogLevel }) =>
-    getLlama({ gpu: false, build: 'never', usePrebuiltBinaries: true, progressLogs: false, logLevel: LlamaLogLevel.error }),
-  );
+  llamaPromise ??= import('node-llama-cpp')
+    .then(({ getLlama, LlamaLogLevel }) => getLlama({ gpu: false, build: 'never', usePrebuiltBinaries: true, progressLogs: false, logLevel: LlamaLogLevel.error }))
+    .catch((err: unknown) => {
+      llamaPromise = null;
+      throw new Error(
+        `node-llama-cpp could not load its prebuilt CPU binary for ${process.platform}-${process.arch} ` +
+          `(the embedded engine never downloads or builds llama.cpp; is the matching @node-llama-cpp/* platform package installed?): ${err instanceof Error ? err.message : String(err)}`,
+      );
+    });
   return llamaPromise;
 }
 
