@@ -2,17 +2,19 @@
 // with Sessions/Tasks/Engines views, a status bar item and commands. Activation only wires things
 // up: no network, no Docker, no file scans until a view or command asks.
 import * as vscode from 'vscode';
+import { z } from 'zod';
 import { CaptureProxy } from '../capture/proxy.js';
 import type { CallRecord } from '../capture/types.js';
 import { registerCommands, currentSettings } from './commands.js';
 import { EnginesView } from './engines-view.js';
 import { Disposable, toDisposable } from './lifecycle.js';
 import { Logger } from './logger.js';
-import { ProxyController, type ProxyState } from './proxy-controller.js';
+import { ProxyController, type EngineStatus, type ProxyState } from './proxy-controller.js';
 import { ReadonlyDocuments } from './readonly-docs.js';
 import type { SessionRow } from './sessions-model.js';
 import { SessionsView } from './sessions-view.js';
 import { SETTINGS_SECTION } from './settings.js';
+import { registerRolloutViewer } from './rollout-editor.js';
 import { ProxyStatusBar } from './status-bar.js';
 import { TasksView } from './tasks-view.js';
 
@@ -34,8 +36,14 @@ class HarnessLab extends Disposable {
     super();
     const log = this._register(new Logger(vscode.window.createOutputChannel('Harness Lab', { log: true })));
     const controller = (this.controller = this._register(
-      new ProxyController({ startProxy: (opts) => CaptureProxy.start(opts), logger: log, defaultDataDir: context.globalStorageUri.fsPath }),
+      new ProxyController({
+        startProxy: (opts) => CaptureProxy.start(opts),
+        logger: log,
+        defaultDataDir: context.globalStorageUri.fsPath,
+        rememberedEngines: rememberedEngines(context.globalState.get(ENGINES_KEY)),
+      }),
     ));
+    this._register(controller.onDidChangeEngines(() => void context.globalState.update(ENGINES_KEY, controller.probedEngines())));
     const engineUrl = () => safeSettings()?.engineUrl ?? '';
     const sessions = this._register(new SessionsView(controller));
     const tasks = this._register(new TasksView(log));
@@ -74,6 +82,7 @@ class HarnessLab extends Disposable {
 
     const docs = this._register(new ReadonlyDocuments());
     for (const d of registerCommands({ context, controller, log, docs, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
+    for (const d of registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), getCalls: (id) => controller.getCalls(id), model: () => safeSettings()?.model ?? '', log: (m) => log.warn(m) })) this._register(d);
 
     const settings = safeSettings(log);
     if (settings?.autoStart && settings.engineUrl) {
@@ -93,6 +102,18 @@ class HarnessLab extends Disposable {
       onDidChangeData: (listener) => controller.onDidChangeData(() => listener()),
     };
   }
+}
+
+const ENGINES_KEY = 'harnessLab.probedEngines';
+
+const RememberedEngines = z.array(
+  z.object({ url: z.string(), reachability: z.enum(['unknown', 'reachable', 'unreachable']), captureLevel: z.enum(['tokens', 'logprobs', 'text']).nullable(), detail: z.string(), checkedAt: z.string().nullable() }),
+);
+
+/** globalState is outside input like any other: a malformed value is dropped, never trusted. */
+function rememberedEngines(value: unknown): EngineStatus[] {
+  const parsed = RememberedEngines.safeParse(value);
+  return parsed.success ? parsed.data : [];
 }
 
 function safeSettings(log?: Logger) {

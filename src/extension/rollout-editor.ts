@@ -7,7 +7,8 @@ import { checkTrajectory, findTrajectory, rolloutFromText } from '../report/roll
 import { Disposable } from './lifecycle.js';
 import { RolloutViewerPanels, ViewerConnection, viewerHtml, viewerTargetOf, webviewOptions, type RolloutViewerHost } from './rollout-viewer-panel.js';
 
-export const ROLLOUT_EDITOR_TYPE = 'harnessLab.rolloutFile';
+/** `*.rollout.json` (default editor) and `*.jsonl` (offered under "Open With…": not every JSONL is a rollout). */
+export const ROLLOUT_EDITOR_TYPES = ['harnessLab.rolloutFile', 'harnessLab.rolloutLines'] as const;
 
 class RolloutFile implements vscode.CustomDocument {
   constructor(readonly uri: vscode.Uri) {}
@@ -17,12 +18,9 @@ class RolloutFile implements vscode.CustomDocument {
 export class RolloutEditorProvider extends Disposable implements vscode.CustomReadonlyEditorProvider<RolloutFile> {
   constructor(private readonly host: RolloutViewerHost) {
     super();
-    this._register(
-      vscode.window.registerCustomEditorProvider(ROLLOUT_EDITOR_TYPE, this, {
-        supportsMultipleEditorsPerDocument: true,
-        webviewOptions: { retainContextWhenHidden: false },
-      }),
-    );
+    for (const viewType of ROLLOUT_EDITOR_TYPES) {
+      this._register(vscode.window.registerCustomEditorProvider(viewType, this, { supportsMultipleEditorsPerDocument: true, webviewOptions: { retainContextWhenHidden: false } }));
+    }
   }
 
   openCustomDocument(uri: vscode.Uri): RolloutFile {

@@ -19,7 +19,7 @@ export const ROLLOUT_VIEW_TYPE = 'harnessLab.rolloutViewer';
 export interface RolloutViewerHost {
   extensionUri: vscode.Uri;
   /** Sessions and their calls, live or stored. */
-  listSessions(): { session_id: string; created_at: string; model: string | null; metadata: Record<string, unknown> }[];
+  listSessions(): { session_id: string; created_at: string; model?: string | null; metadata?: Record<string, unknown> }[];
   getCalls(sessionId: string): CallRecord[];
   /** The model name for /detokenize (vLLM wants it); empty for the engine's default. */
   model?(): string;
@@ -62,7 +62,7 @@ export function sessionRollout(host: RolloutViewerHost, sessionId: string): Roll
   const row = host.listSessions().find((s) => s.session_id === sessionId);
   const calls = host.getCalls(sessionId);
   if (!row) throw new Error(`No session '${sessionId}' (it may have been deleted).`);
-  const info: SessionInfo = { session_id: sessionId, created_at: row.created_at, model: row.model ?? '', engine_url: calls[0]?.engine_url ?? '', max_model_calls: 0, metadata: row.metadata };
+  const info: SessionInfo = { session_id: sessionId, created_at: row.created_at, model: row.model ?? '', engine_url: calls[0]?.engine_url ?? '', max_model_calls: 0, metadata: row.metadata ?? {} };
   return buildRollout(info, calls, { budgetStopCount: 0, captureLevel: levelOf(calls), includeDiscarded: true, includeTraces: false });
 }
 
