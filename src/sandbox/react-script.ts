@@ -24,7 +24,9 @@ export async function ensureReactScript(): Promise<string> {
     if (existsSync(out)) return out;
     mkdirSync(dirname(out), { recursive: true });
     try {
-      const esbuild = await import('esbuild');
+      // A computed specifier keeps the bundler from pulling esbuild (a dev tool) into dist/.
+      const specifier = 'esbuild';
+      const esbuild = (await import(specifier)) as typeof import('esbuild');
       await esbuild.build({ entryPoints: [src], outfile: out, bundle: true, platform: 'node', format: 'cjs', target: 'node20', logLevel: 'error' });
       return out;
     } catch (err) {
