@@ -77,6 +77,8 @@ export interface ProxyControllerDeps {
   logger: ProxyLogger;
   /** Used when the dataDir setting is empty (the extension passes globalStorageUri). */
   defaultDataDir: string;
+  /** Probe results remembered from an earlier window; reachability is not carried over. */
+  rememberedEngines?: readonly EngineStatus[];
 }
 
 export class ProxyController extends Disposable implements SessionSource {
@@ -98,6 +100,9 @@ export class ProxyController extends Disposable implements SessionSource {
 
   constructor(private readonly deps: ProxyControllerDeps) {
     super();
+    for (const e of deps.rememberedEngines ?? []) {
+      if (e.captureLevel) this.engines.set(e.url, { ...e, reachability: 'unknown', detail: `probed ${e.checkedAt ?? 'earlier'}: ${e.detail}` });
+    }
     this._register(toDisposable(() => void this.stop()));
   }
 
@@ -277,6 +282,11 @@ export class ProxyController extends Disposable implements SessionSource {
     this.engines.set(url, next);
     if (patch.captureLevel && this.running?.setCaptureLevel) this.running.setCaptureLevel(patch.captureLevel);
     this.enginesEmitter.fire();
+  }
+
+  /** Engines with a probed capture level, for remembering across windows. */
+  probedEngines(): EngineStatus[] {
+    return [...this.engines.values()].filter((e) => e.captureLevel !== null);
   }
 
   engineReachability(url: string): EngineReachability {

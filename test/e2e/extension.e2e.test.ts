@@ -328,6 +328,8 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   await sessionsPane(page).locator('.monaco-list-row', { hasText: /4 calls · 1 failed/ }).waitFor({ timeout: 10_000 });
   await sessionsPane(page).locator('.monaco-list-row', { hasText: '#2 google_gemini' }).waitFor({ timeout: 10_000 });
   await page.locator('.statusbar-item', { hasText: 'Harness Lab: off' }).waitFor({ timeout: 10_000 });
+  const enginesAfter = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^engines/i }) });
+  await enginesAfter.locator('.monaco-list-row', { hasText: 'unknown · capture: tokens' }).waitFor({ timeout: 10_000 });
   await shot(page, '09-after-reload');
   mark('reloaded');
   console.log(`e2e timings (ms since start): ${JSON.stringify(timings)}`);

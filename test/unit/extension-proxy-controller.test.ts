@@ -108,6 +108,25 @@ test('recorded calls drive data events and engine reachability', async () => {
   controller.dispose();
 });
 
+test('probe results from an earlier window are shown again, without claiming reachability', () => {
+  const url = 'http://gpu:8000';
+  const controller = new ProxyController({
+    startProxy: async () => new FakeProxy(),
+    logger: recordingLogger(),
+    defaultDataDir: '/d',
+    rememberedEngines: [
+      { url, reachability: 'reachable', captureLevel: 'tokens', detail: 'no findings', checkedAt: '2026-01-01T00:00:00Z' },
+      { url: 'http://never', reachability: 'unreachable', captureLevel: null, detail: 'x', checkedAt: null },
+    ],
+  });
+  const [status] = controller.engineStatuses([url]);
+  assert.equal(status?.captureLevel, 'tokens');
+  assert.equal(status?.reachability, 'unknown');
+  assert.match(status?.detail ?? '', /probed 2026-01-01T00:00:00Z: no findings/);
+  assert.deepEqual(controller.probedEngines().map((e) => e.url), [url], 'unprobed entries are not remembered');
+  controller.dispose();
+});
+
 test('toSessionRows keeps well-formed rows only', () => {
   assert.deepEqual(toSessionRows([{ session_id: 'a', created_at: 't', n_calls: 2, extra: 1 }, { session_id: 3 }, null]), [{ session_id: 'a', created_at: 't', n_calls: 2, extra: 1 }]);
 });
