@@ -35,12 +35,19 @@ export interface LoadResult {
   calls_ok: number;
   errors: Record<string, number>;
   latency: LatencySummary;
+  /**
+   * Calls after a session's first: their connections are already open. The first call of every
+   * session also pays for connection setup (two of them through a hop), which on a busy VM costs
+   * more than the hop itself.
+   */
+  later_turns: LatencySummary;
   health: HealthResult | null;
   wall_ms: number;
   /** Event-loop delay of the load generator itself: if high, the client (not the server) was slow. */
   client_loop_delay_p99_ms: number;
   /** Raw call latencies, so runs can be merged; the orchestrator drops them from its report. */
   samples_ms?: number[];
+  later_samples_ms?: number[];
 }
 
 interface ChatMessage {
@@ -167,6 +174,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
   const agent = new Agent({ connections: o.sessions + 8, pipelining: 1, headersTimeout: o.timeoutMs, bodyTimeout: o.timeoutMs, keepAliveTimeout: 60_000, connectTimeout: o.timeoutMs });
   const errors: Record<string, number> = {};
   const latencies: number[] = [];
+  const later: number[] = [];
   const system = filler('System prompt', o.systemBytes);
 
   // Sessions are registered before the clock starts; their creation is not what is measured.
@@ -189,7 +197,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
     await Promise.all(Array.from({ length: Math.min(32, o.sessions) }, create));
   }
 
-  const call = async (session: number, messages: ChatMessage[], stream: boolean): Promise<ChatMessage | undefined> => {
+  const call = async (session: number, messages: ChatMessage[], stream: boolean, turn: number): Promise<ChatMessage | undefined> => {
     const body = o.mode === 'proxy' ? { model: 'bench/agent-model', messages, tools: [BASH_TOOL], temperature: 0.7, stream } : { model: o.model, messages, tools: [BASH_TOOL], temperature: 0.7, ...CAPTURE_FIELDS };
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (o.mode === 'proxy') headers.authorization = `Bearer ${keys[session]}`;
@@ -221,6 +229,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
       return undefined;
     }
     latencies.push(elapsed);
+    if (turn > 0) later.push(elapsed);
     return message;
   };
 
@@ -233,7 +242,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
       { role: 'user', content: `Task ${session}: make the failing test in tests/test_parser.py pass. Use the bash tool.` },
     ];
     for (let turn = 0; turn < o.turns; turn++) {
-      const answer = await call(session, messages, stream);
+      const answer = await call(session, messages, stream, turn);
       if (!answer) return; // a failed call ends the session, as it would end a harness run
       messages.push({ role: 'assistant', content: answer.content ?? null, ...(answer.tool_calls?.length ? { tool_calls: answer.tool_calls } : {}) });
       const toolCall = answer.tool_calls?.[0];
@@ -258,10 +267,12 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
     calls_ok: latencies.length,
     errors,
     latency: summarize(latencies),
+    later_turns: summarize(later),
     health: healthResult,
     wall_ms: Math.round(wall),
     client_loop_delay_p99_ms: Math.round(loop.percentile(99) / 1e5) / 10,
     samples_ms: latencies.map(round1),
+    later_samples_ms: later.map(round1),
   };
 }
 
@@ -288,6 +299,7 @@ export function mergeLoadResults(runs: LoadResult[]): LoadResult {
     calls_ok: runs.reduce((n, r) => n + r.calls_ok, 0),
     errors,
     latency: summarize(samples),
+    later_turns: summarize(runs.flatMap((r) => r.later_samples_ms ?? [])),
     health,
     wall_ms: runs.reduce((n, r) => n + r.wall_ms, 0),
     client_loop_delay_p99_ms: Math.max(...runs.map((r) => r.client_loop_delay_p99_ms)),

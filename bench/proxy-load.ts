@@ -13,7 +13,7 @@ import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { mergeLoadResults, type LoadResult } from './load-generator.js';
 import { listenOverflows, parseThinkMs, setBenchPriority, startNode, stopChild, watchProcess, type Started } from './processes.js';
-import { fmtMs, fmtRatio, formatTable, totalCount } from './stats.js';
+import { fmtMs, fmtRatio, formatTable, totalCount, type LatencySummary } from './stats.js';
 
 const ROOT = join(__dirname, '..');
 
@@ -49,19 +49,23 @@ interface ProcessStats {
   cpu_ms: number;
 }
 
+export interface AddedLatency {
+  passthrough_p50_ms: number;
+  proxy_p50_ms: number;
+  ratio_p50: number;
+  passthrough_p99_ms: number;
+  proxy_p99_ms: number;
+  ratio_p99: number;
+}
+
 export interface LevelReport {
   sessions: number;
   direct: LoadResult;
   passthrough: LoadResult & { process: ProcessStats };
   proxy: LoadResult & { process: ProcessStats; stored_calls: number };
-  added: {
-    passthrough_p50_ms: number;
-    proxy_p50_ms: number;
-    ratio_p50: number;
-    passthrough_p99_ms: number;
-    proxy_p99_ms: number;
-    ratio_p99: number;
-  };
+  added: AddedLatency;
+  /** The same over calls after each session's first (connections already open). */
+  added_later_turns: AddedLatency;
   health_p50_ms: number;
   health_p99_ms: number;
   proxy_rss_peak_mb: number;
@@ -253,24 +257,22 @@ function procStats(rounds: WatchStats[]): ProcessStats {
   };
 }
 
+function addedLatency(direct: LatencySummary, pt: LatencySummary, px: LatencySummary): AddedLatency {
+  const round = (v: number) => Math.round(v * 10) / 10;
+  // A floor at or below zero (noise at low load) would make the ratio meaningless; clamp it to 1 ms.
+  const ratio = (proxy: number, floor: number) => Math.round((proxy / Math.max(1, floor)) * 100) / 100;
+  const a = { passthrough_p50_ms: round(pt.p50 - direct.p50), proxy_p50_ms: round(px.p50 - direct.p50), passthrough_p99_ms: round(pt.p99 - direct.p99), proxy_p99_ms: round(px.p99 - direct.p99) };
+  return { ...a, ratio_p50: ratio(a.proxy_p50_ms, a.passthrough_p50_ms), ratio_p99: ratio(a.proxy_p99_ms, a.passthrough_p99_ms) };
+}
+
 /**
  * Targets per level: zero errors on every path, every answered proxy call on disk, /health p99 under
  * the limit. The added-latency ratio is judged only at `latencyLevel` (the top level of a full run):
  * at low load both paths add a few ms and their ratio is noise.
  */
 function evaluate(sessions: number, direct: LoadResult, pt: LevelReport['passthrough'], px: LevelReport['proxy'], latencyLevel: number | null): LevelReport {
-  const round = (v: number) => Math.round(v * 10) / 10;
-  const added = {
-    passthrough_p50_ms: round(pt.latency.p50 - direct.latency.p50),
-    proxy_p50_ms: round(px.latency.p50 - direct.latency.p50),
-    ratio_p50: 0,
-    passthrough_p99_ms: round(pt.latency.p99 - direct.latency.p99),
-    proxy_p99_ms: round(px.latency.p99 - direct.latency.p99),
-    ratio_p99: 0,
-  };
-  // A floor at or below zero (noise at low load) would make the ratio meaningless; clamp it to 1 ms.
-  added.ratio_p50 = round((added.proxy_p50_ms / Math.max(1, added.passthrough_p50_ms)) * 100) / 100;
-  added.ratio_p99 = round((added.proxy_p99_ms / Math.max(1, added.passthrough_p99_ms)) * 100) / 100;
+  const added = addedLatency(direct.latency, pt.latency, px.latency);
+  const addedLater = addedLatency(direct.later_turns, pt.later_turns, px.later_turns);
   const failures: string[] = [];
   for (const [name, r] of [['direct', direct], ['pass-through', pt], ['proxy', px]] as const) {
     const n = totalCount(r.errors);
@@ -295,6 +297,7 @@ function evaluate(sessions: number, direct: LoadResult, pt: LevelReport['passthr
     passthrough: pt,
     proxy: px,
     added,
+    added_later_turns: addedLater,
     health_p50_ms: health?.latency.p50 ?? Number.NaN,
     health_p99_ms: health?.latency.p99 ?? Number.NaN,
     proxy_rss_peak_mb: px.process.rss_peak_mb,
@@ -306,7 +309,7 @@ function evaluate(sessions: number, direct: LoadResult, pt: LevelReport['passthr
 export function formatReport(report: ProxyLoadReport): string {
   const errs = (r: LoadResult) => String(totalCount(r.errors));
   const rows = [
-    ['sessions', 'errors d/pt/px', 'direct p50/p99', 'pass-thru p50/p99', 'proxy p50/p99', 'added p50 pt/px', 'ratio p50', 'added p99 pt/px', 'ratio p99', '/health p50/p99', 'proxy RSS', 'SYN drops d/pt/px', 'verdict'],
+    ['sessions', 'errors d/pt/px', 'direct p50/p99', 'pass-thru p50/p99', 'proxy p50/p99', 'added p50 pt/px', 'ratio p50', 'added p99 pt/px', 'ratio p99', 'ratio later p50/p99', '/health p50/p99', 'proxy RSS', 'SYN drops d/pt/px', 'verdict'],
     ...report.levels.map((l) => [
       String(l.sessions),
       `${errs(l.direct)}/${errs(l.passthrough)}/${errs(l.proxy)}`,
@@ -317,13 +320,14 @@ export function formatReport(report: ProxyLoadReport): string {
       fmtRatio(l.added.ratio_p50),
       `${fmtMs(l.added.passthrough_p99_ms)}/${fmtMs(l.added.proxy_p99_ms)}`,
       fmtRatio(l.added.ratio_p99),
+      `${fmtRatio(l.added_later_turns.ratio_p50)}/${fmtRatio(l.added_later_turns.ratio_p99)}`,
       `${fmtMs(l.health_p50_ms)}/${fmtMs(l.health_p99_ms)}`,
       `${l.proxy_rss_peak_mb.toFixed(0)} MB`,
       `${l.direct.listen_overflows ?? '-'}/${l.passthrough.listen_overflows ?? '-'}/${l.proxy.listen_overflows ?? '-'}`,
       l.pass ? 'ok' : 'FAIL',
     ]),
   ];
-  const lines = [formatTable(rows), '(all latencies in ms; added = path minus direct; ratio = proxy added / pass-through added;\n SYN drops = connections the kernel dropped on full listen queues during the runs, system-wide)'];
+  const lines = [formatTable(rows), '(all latencies in ms; added = path minus direct; ratio = proxy added / pass-through added;\n ratio later = the same over the 2nd and later calls of each session, on open connections;\n SYN drops = connections the kernel dropped on full listen queues during the runs, system-wide)'];
   for (const l of report.levels) {
     const kinds = { ...l.direct.errors, ...l.passthrough.errors, ...l.proxy.errors };
     if (Object.keys(kinds).length) lines.push(`${l.sessions}: errors direct ${JSON.stringify(l.direct.errors)} pass-through ${JSON.stringify(l.passthrough.errors)} proxy ${JSON.stringify(l.proxy.errors)}`);

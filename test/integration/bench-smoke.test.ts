@@ -27,11 +27,13 @@ test('proxy-load quick mode: every path answers every call, the report and its J
     assert.equal(path.calls_ok, 8, `${path.mode}: 4 sessions x 2 turns`);
     assert.deepEqual(Object.keys(path.latency).sort(), [...summaryKeys].sort());
     assert.equal(path.latency.count, 8);
+    assert.equal(path.later_turns.count, 4, `${path.mode}: second calls of 4 sessions`);
     assert.ok(path.health && path.health.polls > 0, `${path.mode}: /health was polled`);
     assert.deepEqual(path.health.errors, {}, `${path.mode}: /health failed`);
   }
   assert.equal(level.proxy.stored_calls, 8, 'every answered proxy call is in the durable store');
-  for (const value of [...Object.values(level.added), level.health_p50_ms, level.health_p99_ms]) assert.equal(typeof value, 'number');
+  for (const value of [...Object.values(level.added), ...Object.values(level.added_later_turns), level.health_p50_ms, level.health_p99_ms]) assert.equal(typeof value, 'number');
+  for (const path of [level.direct, level.passthrough, level.proxy]) assert.equal(typeof path.listen_overflows, 'number', `${path.mode}: listen drops counted`);
   assert.ok(level.proxy_rss_peak_mb > 0, 'proxy memory was sampled');
   assert.ok(level.passthrough.process.rss_peak_mb > 0, 'pass-through memory was sampled');
   assert.equal(report.targets.latency_evaluated_at, null, 'quick mode does not judge the latency ratio');
