@@ -103,7 +103,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     if (!res.writableFinished) abort.abort();
   };
   res.on('close', onClose);
-  const keepalive = stream ? new SseKeepalive(res, deps.keepaliveGraceMs, deps.keepaliveIntervalMs) : undefined;
+  const keepalive = stream ? new SseKeepalive(res, deps.keepaliveGraceMs, deps.keepaliveIntervalMs, dialect.sseComments !== false) : undefined;
 
   const base: Omit<CallRecord, 'ended_at' | 'latency_ms' | 'engine_response' | 'response_body' | 'model' | 'finish_reason' | 'usage' | 'findings' | 'error' | 'prompt_token_ids' | 'completion_token_ids' | 'logprobs' | 'top_logprobs' | 'token_bytes'> = {
     call_id: randomBytes(6).toString('hex'),

@@ -27,6 +27,8 @@ export class SseKeepalive {
     private readonly res: ServerResponse,
     private readonly graceMs = 10_000,
     private readonly intervalMs = 10_000,
+    /** False for clients whose SSE parser fails on comment lines (Gemini): headers only, no pings. */
+    private readonly comments = true,
   ) {
     this.timer = setTimeout(() => this.commitAndPing(), graceMs);
   }
@@ -37,6 +39,7 @@ export class SseKeepalive {
 
   private commitAndPing(): void {
     this.commit();
+    if (!this.comments) return;
     this.res.write(': harness-lab keepalive\n\n');
     this.timer = setTimeout(() => this.commitAndPing(), this.intervalMs);
   }

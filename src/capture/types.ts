@@ -119,6 +119,8 @@ export class DialectError extends Error {
  */
 export interface Dialect {
   readonly name: DialectName;
+  /** False when the dialect's SDKs cannot parse SSE comment lines, so keepalives must not use them. */
+  readonly sseComments?: boolean;
   /** The model name the client asked for (for echoing it back). */
   clientModel(body: JsonObject, path: string): string | undefined;
   /** Whether the client wants a stream (body flag, or the URL for Gemini). */

@@ -111,6 +111,24 @@ describe('bad input and engine failures', () => {
     }
   });
 
+  test('slow engine + streaming Gemini client: headers held, no comment frames (its SDK cannot parse them)', async () => {
+    const slow = await startLab({ thinkMs: 150 }, { keepaliveGraceMs: 20, keepaliveIntervalMs: 20 });
+    try {
+      const { session_id } = await createSession(slow.proxy);
+      const res = await fetch(`${slow.proxy.url}/v1beta/models/m:streamGenerateContent?alt=sse`, {
+        method: 'POST',
+        headers: { 'x-goog-api-key': session_id, 'content-type': 'application/json' },
+        body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }),
+      });
+      assert.equal(res.status, 200);
+      const frames = sseFrames(await res.text());
+      assert.ok(frames.length >= 1);
+      for (const frame of frames) assert.match(frame, /^data: \{/, `every frame is a data event, got ${frame.slice(0, 40)}`);
+    } finally {
+      await slow.close();
+    }
+  });
+
   test('an engine failure after the stream started arrives as an in-stream error event', async () => {
     const slow = await startLab({ thinkMs: 120, fail: () => ({ status: 500, message: 'engine crashed' }) }, { keepaliveGraceMs: 20, keepaliveIntervalMs: 20 });
     try {

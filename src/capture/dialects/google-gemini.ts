@@ -51,6 +51,8 @@ export function geminiModelFromPath(path: string): string | undefined {
 
 export class GoogleGeminiDialect implements Dialect {
   readonly name = 'google_gemini' as const;
+  /** @google/genai's SSE reader needs every frame to start with `data:` ("Incomplete JSON segment" otherwise). */
+  readonly sseComments = false;
 
   clientModel(body: JsonObject, path: string): string | undefined {
     return geminiModelFromPath(path) ?? (typeof body.model === 'string' ? body.model.replace(/^models\//, '') : undefined);
