@@ -148,3 +148,16 @@ test('examples: every shipped task loads and carries a policy the engine accepts
     ScriptedPolicy.parse(JSON.parse(readFileSync(t.policyFile, 'utf8')), t.policyFile);
   }
 });
+
+test('--engine-url without --model: the engine\'s only served model, or an error that says what to pass', async () => {
+  const { startFakeEngine } = await import('../../src/engine/fake-engine.js');
+  const { servedModel } = await import('../../src/sandbox/lab.js');
+  const engine = await startFakeEngine({ model: 'org/served-model' });
+  try {
+    assert.equal(await servedModel(engine.url), 'org/served-model');
+    assert.equal(await servedModel(`${engine.url}/v1/`), 'org/served-model');
+  } finally {
+    await engine.close();
+  }
+  await assert.rejects(servedModel(engine.url), /did not list its models .*pass --model NAME/);
+});
