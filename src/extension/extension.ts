@@ -15,6 +15,7 @@ import type { SessionRow } from './sessions-model.js';
 import { SessionsView } from './sessions-view.js';
 import { SETTINGS_SECTION } from './settings.js';
 import { registerRolloutViewer } from './rollout-editor.js';
+import { registerHarnessCommands } from './validate-command.js';
 import { ProxyStatusBar } from './status-bar.js';
 import { TasksView } from './tasks-view.js';
 
@@ -83,6 +84,7 @@ class HarnessLab extends Disposable {
     const docs = this._register(new ReadonlyDocuments());
     for (const d of registerCommands({ context, controller, log, docs, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
     for (const d of registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), getCalls: (id) => controller.getCalls(id), model: () => safeSettings()?.model ?? '', log: (m) => log.warn(m) })) this._register(d);
+    for (const d of registerHarnessCommands({ context, log, docs })) this._register(d);
 
     const settings = safeSettings(log);
     if (settings?.autoStart && settings.engineUrl) {
