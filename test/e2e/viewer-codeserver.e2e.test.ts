@@ -1,0 +1,96 @@
+// The rollout viewer in a real workbench: code-server 4.100.3 with this repository as the development
+// extension, a captured session in harnessLab.dataDir (proxy stopped, so the Sessions tree lists it
+// from the store), "Open Rollout Viewer" from the session's context menu, and the webview checked
+// inside its iframes: token counts equal the capture, stepping with the keyboard works.
+// Uses the extension e2e's launcher (test/e2e/code-server.ts). Screenshots: test-artifacts/e2e/.
+import * as assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { after, test } from 'node:test';
+import { chromium, type Browser, type FrameLocator, type Page } from 'playwright-core';
+import { generateRollout } from '../../bench/rollout-generator.js';
+import { chromiumPath, launchCodeServer, missingPrerequisite, type CodeServer } from './code-server.js';
+
+const ROOT = resolve(__dirname, '..', '..');
+const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
+const SESSION = 'viewer-e2e-session';
+
+let server: CodeServer | undefined;
+let browser: Browser | undefined;
+let stateDir = '';
+
+after(async () => {
+  await browser?.close().catch(() => undefined);
+  await server?.stop();
+  if (stateDir && !process.env.HL_E2E_KEEP) rmSync(stateDir, { recursive: true, force: true });
+});
+
+/** The viewer's document: webview iframe, then its active frame. */
+function viewerFrame(page: Page): FrameLocator {
+  return page.frameLocator('iframe.webview.ready').frameLocator('#active-frame');
+}
+
+test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { timeout: 300_000 }, async () => {
+  const missing = missingPrerequisite();
+  if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
+  const built = spawnSync(process.execPath, ['esbuild.mjs'], { cwd: ROOT, encoding: 'utf8' });
+  assert.equal(built.status, 0, built.stderr);
+
+  stateDir = mkdtempSync(join(tmpdir(), 'hl-viewer-e2e-'));
+  const workspace = join(stateDir, 'workspace');
+  const dataDir = join(stateDir, 'captures');
+  mkdirSync(join(workspace, '.vscode'), { recursive: true });
+  mkdirSync(join(dataDir, 'sessions'), { recursive: true });
+  const g = generateRollout({ seed: 3, calls: 4, firstPrompt: 40, sampled: 12, glue: 6, retry: true });
+  const info = { ...g.session, session_id: SESSION };
+  const records = g.records.map((r) => ({ ...r, session_id: SESSION }));
+  writeFileSync(join(dataDir, 'sessions', `${SESSION}.jsonl`), [JSON.stringify({ type: 'session', ...info }), ...records.map((r) => JSON.stringify({ type: 'call', ...r }))].join('\n') + '\n');
+
+  server = await launchCodeServer({
+    stateDir,
+    workspace,
+    // harnessLab.dataDir is machine-scoped: user settings, not workspace settings.
+    userSettings: { 'harnessLab.dataDir': dataDir, 'harnessLab.engineUrl': 'http://127.0.0.1:9/v1', 'workbench.startupEditor': 'none', 'workbench.tips.enabled': false, 'security.workspace.trust.enabled': false, 'extensions.autoCheckUpdates': false, 'telemetry.telemetryLevel': 'off', 'window.commandCenter': false },
+  });
+  browser = await chromium.launch({ executablePath: chromiumPath(), headless: true, args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update'] });
+  const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  const remote = (p: string) => `vscode-remote://127.0.0.1:${server!.port}${p}`;
+  const payload = [['extensionDevelopmentPath', remote(ROOT)], ['skipWelcome', 'true']];
+  await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
+  await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
+
+  await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
+  const sessions = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^sessions/i }) });
+  const row = sessions.locator('.monaco-list-row', { hasText: SESSION }).first();
+  mkdirSync(ARTIFACTS, { recursive: true });
+  await row.waitFor({ timeout: 60_000 }).catch(async (err: unknown) => {
+    await page.screenshot({ path: join(ARTIFACTS, 'viewer-00-no-session.png') });
+    throw err;
+  });
+  await row.click({ button: 'right' });
+  await page.locator('.monaco-menu .action-label', { hasText: 'Open Rollout Viewer' }).click({ timeout: 10_000 });
+
+  const frame = viewerFrame(page);
+  const counts = frame.locator('[data-testid="counts"]');
+  await counts.waitFor({ timeout: 60_000 });
+  mkdirSync(ARTIFACTS, { recursive: true });
+  await page.screenshot({ path: join(ARTIFACTS, 'viewer-01-opened.png') });
+  const byIndex = [...records].sort((a, b) => a.index - b.index);
+  assert.equal(await frame.locator('.graph-row').count(), byIndex.length);
+  for (let k = 0; k < byIndex.length; k++) {
+    const r = byIndex[k]!;
+    await frame.locator('[data-testid="turn-head"]', { hasText: r.call_id }).waitFor({ timeout: 10_000 });
+    assert.equal(await counts.getAttribute('data-prompt'), String(r.prompt_token_ids!.length));
+    assert.equal(await counts.getAttribute('data-sampled'), String(r.completion_token_ids!.length));
+    assert.equal(await frame.locator('.strip .t.s').count(), r.completion_token_ids!.length);
+    if (k + 1 < byIndex.length) await frame.locator('[data-testid="next-turn"]').click();
+  }
+  // Keyboard inside the webview: k steps back.
+  await frame.locator('.strip').focus();
+  await page.keyboard.press('Escape');
+  await page.keyboard.press('k');
+  await frame.locator('[data-testid="turn-head"]', { hasText: byIndex[byIndex.length - 2]!.call_id }).waitFor({ timeout: 10_000 });
+  await page.screenshot({ path: join(ARTIFACTS, 'viewer-02-stepped.png') });
+});
