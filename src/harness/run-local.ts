@@ -82,7 +82,10 @@ export async function runHarnessLocal(wired: WiredHarness, options: RunLocalOpti
     writeFileSync(file.path, file.content, { mode: 0o600 });
   }
   mkdirSync(options.cwd, { recursive: true });
-  const env = { ...baseEnvironment(options.home), ...wired.env, ...options.extraEnv };
+  // Temp files (gemini-cli's error reports, shell snapshots) stay with the run, not in the host's /tmp.
+  const tmp = join(options.home, '.tmp');
+  mkdirSync(tmp, { recursive: true });
+  const env: Record<string, string> = { ...baseEnvironment(options.home), TMPDIR: tmp, ...wired.env, ...options.extraEnv };
   // The Node-based harnesses start with `#!/usr/bin/env node`: run them with this very Node.
   env.PATH = `${dirname(process.execPath)}:${env.PATH ?? '/usr/bin:/bin'}`;
   const timeoutMs = options.timeoutMs ?? 120_000;

@@ -2,14 +2,14 @@
 // the capture proxy, with the fake engine scripted to call the harness's shell tool once and then
 // answer. Each must finish cleanly, really run the tool, and leave token-carrying captured calls.
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { CallRecord, ChatRequest, ChatTool, JsonObject } from '../../src/capture/types.js';
 import type { FakeAnswer } from '../../src/engine/fake-engine.js';
 import { resolveHarnessBin, runHarnessLocal, type RunLocalResult } from '../../src/harness/run-local.js';
-import { HARNESSES, HARNESS_NAMES, wireHarness } from '../../src/harness/wiring.js';
+import { HARNESSES, HARNESS_NAMES, wireHarness, type HarnessName } from '../../src/harness/wiring.js';
 import { createSession, startLab, type Lab } from './helpers.js';
 
 // Generous for a loaded 2-core machine (opencode alone took 60 s there); a healthy run takes seconds.
@@ -23,6 +23,8 @@ const PROTOCOL_ERROR = /protocol error|invalid_request_error|unexpected (event|t
 
 /** The proof the current run's tool call writes (harnesses run one at a time). */
 let proof = '';
+/** `rich`: the tool-calling answer also has text and a second, parallel shell call (what real models do). */
+let rich = false;
 
 function shellTool(tools: ChatTool[] | undefined): ChatTool | undefined {
   return tools?.find((t) => SHELL_TOOL.test(t.function.name) && !/stdin|background|output/i.test(t.function.name));
@@ -71,7 +73,11 @@ function script(request: ChatRequest): FakeAnswer {
   // "Turn 0" is "no tool result yet": qwen-code opens with a canned assistant message.
   const toolRan = request.messages.some((m) => m.role === 'tool');
   // The output is echoed too, so the tool result carried back to the engine can be checked.
-  if (tool && !toolRan) return { tool_calls: [{ name: tool.function.name, arguments: shellArguments(tool, `echo ${proof} > proof.txt && cat proof.txt`) }] };
+  if (tool && !toolRan) {
+    const call = (command: string) => ({ name: tool.function.name, arguments: shellArguments(tool, command) });
+    if (!rich) return { tool_calls: [call(`echo ${proof} > proof.txt && cat proof.txt`)] };
+    return { content: 'Writing the proof files.', tool_calls: [call(`echo ${proof} > proof.txt && cat proof.txt`), call(`echo ${proof}-2 > proof2.txt`)] };
+  }
   return { content: tool || request.tools?.length ? FINAL_TEXT : 'Harness proof run' };
 }
 
@@ -84,63 +90,94 @@ function diagnose(result: RunLocalResult, calls: CallRecord[]): string {
   return `exit=${result.exitCode} signal=${result.signal} timedOut=${result.timedOut} ${result.durationMs}ms\ncalls:\n${summary}\nstdout:\n${tail(result.stdout)}\nstderr:\n${tail(result.stderr)}`;
 }
 
+const roots: string[] = [];
+
+/** Runs one harness against a lab's proxy and checks the whole round trip; returns a summary line. */
+async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false): Promise<string> {
+  const spec = HARNESSES[name];
+  // Not installed is a failure, not a skip: the wiring is only proven by running the real CLI.
+  resolveHarnessBin(name);
+  const root = mkdtempSync(join(tmpdir(), `hl-harness-${name}-`));
+  roots.push(root);
+  const home = join(root, 'home');
+  const workdir = join(root, 'work');
+  mkdirSync(home, { recursive: true });
+  mkdirSync(workdir, { recursive: true });
+  const { session_id } = await createSession(lab.proxy, { metadata: { harness: name } });
+  proof = `hl-proof-${name}`;
+  rich = richAnswer;
+  const wired = wireHarness(name, { proxyUrl: lab.proxy.url, sessionKey: session_id, model: MODEL, home, workdir, instruction: INSTRUCTION });
+
+  const result = await runHarnessLocal(wired, { home, cwd: workdir, timeoutMs: HARNESS_TIMEOUT_MS });
+  const calls = lab.proxy.getCalls(session_id);
+  const why = diagnose(result, calls);
+
+  assert.equal(result.timedOut, false, `timed out after ${HARNESS_TIMEOUT_MS} ms\n${why}`);
+  assert.equal(result.exitCode, spec.successExit, `unexpected exit\n${why}`);
+  assert.doesNotMatch(`${result.stdout}\n${result.stderr}`, PROTOCOL_ERROR, `protocol error in the harness output\n${why}`);
+  assert.deepEqual(calls.filter((c) => c.error).map((c) => c.error), [], `calls the proxy failed\n${why}`);
+  assert.ok(`${result.stdout}\n${result.stderr}`.includes(FINAL_TEXT.slice(0, 10)), `the final answer is not in the output\n${why}`);
+
+  let written = '';
+  try {
+    written = readFileSync(join(workdir, 'proof.txt'), 'utf8');
+  } catch {
+    assert.fail(`the shell tool did not write ${join(workdir, 'proof.txt')}\n${why}`);
+  }
+  assert.equal(written.trim(), proof, 'the tool call ran the scripted command');
+  if (richAnswer) {
+    const second = join(workdir, 'proof2.txt');
+    assert.equal(existsSync(second) ? readFileSync(second, 'utf8').trim() : '(missing)', `${proof}-2`, `the second parallel call ran its own command\n${why}`);
+  }
+
+  assert.ok(calls.every((c) => c.dialect === spec.dialect), `dialects ${[...new Set(calls.map((c) => c.dialect))].join(',')}, expected ${spec.dialect}\n${why}`);
+  const withTokens = calls.filter((c) => c.prompt_token_ids?.length && c.completion_token_ids?.length);
+  assert.ok(withTokens.length >= 2, `only ${withTokens.length} call(s) carry prompt and completion token ids\n${why}`);
+  const toolCall = calls.find((c) => c.finish_reason === 'tool_calls');
+  assert.ok(toolCall, `no captured call ended in a tool call\n${why}`);
+  const roundTrip = calls.find((c) => c.index > toolCall.index && c.engine_request?.messages.some((m) => m.role === 'tool'));
+  assert.ok(roundTrip, `no later call carried the tool result back\n${why}`);
+  const toolResult = roundTrip.engine_request!.messages.filter((m) => m.role === 'tool').map((m) => JSON.stringify(m.content)).join('\n');
+  assert.ok(toolResult.includes(proof), `the tool result sent back does not hold the command's output: ${toolResult.slice(0, 500)}\n${why}`);
+  // The rollout graph links calls by exact token prefix: the follow-up must extend the tool call.
+  const expected = [...toolCall.prompt_token_ids!, ...toolCall.completion_token_ids!];
+  assert.deepEqual(roundTrip.prompt_token_ids!.slice(0, expected.length), expected, `the follow-up prompt does not extend the tool call token for token\n${why}`);
+  return `${name}: exit ${result.exitCode} in ${result.durationMs} ms, ${calls.length} call(s) captured, ${withTokens.length} with token ids`;
+}
+
+after(() => {
+  for (const root of roots) rmSync(root, { recursive: true, force: true });
+});
+
 describe('real harness CLIs against the capture proxy', () => {
   let lab: Lab;
-  const roots: string[] = [];
   before(async () => {
     lab = await startLab({ script });
   });
-  after(async () => {
-    await lab.close();
-    for (const root of roots) rmSync(root, { recursive: true, force: true });
-  });
+  after(() => lab.close());
 
   for (const name of HARNESS_NAMES) {
     const spec = HARNESSES[name];
     test(`${name} (${spec.package}@${spec.version}, ${spec.dialect}): tool round trip, captured with token ids`, { timeout: HARNESS_TIMEOUT_MS + 20_000 }, async () => {
-      // Not installed is a failure, not a skip: the wiring is only proven by running the real CLI.
-      resolveHarnessBin(name);
-      const root = mkdtempSync(join(tmpdir(), `hl-harness-${name}-`));
-      roots.push(root);
-      const home = join(root, 'home');
-      const workdir = join(root, 'work');
-      mkdirSync(home, { recursive: true });
-      mkdirSync(workdir, { recursive: true });
-      const { session_id } = await createSession(lab.proxy, { metadata: { harness: name } });
-      proof = `hl-proof-${name}`;
-      const wired = wireHarness(name, { proxyUrl: lab.proxy.url, sessionKey: session_id, model: MODEL, home, workdir, instruction: INSTRUCTION });
+      console.log(`# ${await runAndCheck(lab, name)}`);
+    });
+  }
+});
 
-      const result = await runHarnessLocal(wired, { home, cwd: workdir, timeoutMs: HARNESS_TIMEOUT_MS });
-      const calls = lab.proxy.getCalls(session_id);
-      const why = diagnose(result, calls);
+// Closer to a real engine: slower than the keepalive grace (the stream is committed and keepalives
+// come before the answer), and an answer with text plus two parallel tool calls. One harness per
+// dialect parser; gemini-cli's reader once choked on SSE comment keepalives, and pi's Responses
+// reader ran the first of two parallel calls twice.
+describe('real harness CLIs against a slow engine with richer answers', () => {
+  let lab: Lab;
+  before(async () => {
+    lab = await startLab({ script, thinkMs: 400 }, { keepaliveGraceMs: 50, keepaliveIntervalMs: 100 });
+  });
+  after(() => lab.close());
 
-      assert.equal(result.timedOut, false, `timed out after ${HARNESS_TIMEOUT_MS} ms\n${why}`);
-      assert.equal(result.exitCode, spec.successExit, `unexpected exit\n${why}`);
-      assert.doesNotMatch(`${result.stdout}\n${result.stderr}`, PROTOCOL_ERROR, `protocol error in the harness output\n${why}`);
-      assert.deepEqual(calls.filter((c) => c.error).map((c) => c.error), [], `calls the proxy failed\n${why}`);
-      assert.ok(`${result.stdout}\n${result.stderr}`.includes(FINAL_TEXT.slice(0, 10)), `the final answer is not in the output\n${why}`);
-
-      let written = '';
-      try {
-        written = readFileSync(join(workdir, 'proof.txt'), 'utf8');
-      } catch {
-        assert.fail(`the shell tool did not write ${join(workdir, 'proof.txt')}\n${why}`);
-      }
-      assert.equal(written.trim(), proof, 'the tool call ran the scripted command');
-
-      assert.ok(calls.every((c) => c.dialect === spec.dialect), `dialects ${[...new Set(calls.map((c) => c.dialect))].join(',')}, expected ${spec.dialect}\n${why}`);
-      const withTokens = calls.filter((c) => c.prompt_token_ids?.length && c.completion_token_ids?.length);
-      assert.ok(withTokens.length >= 2, `only ${withTokens.length} call(s) carry prompt and completion token ids\n${why}`);
-      const toolCall = calls.find((c) => c.finish_reason === 'tool_calls');
-      assert.ok(toolCall, `no captured call ended in a tool call\n${why}`);
-      const roundTrip = calls.find((c) => c.index > toolCall.index && c.engine_request?.messages.some((m) => m.role === 'tool'));
-      assert.ok(roundTrip, `no later call carried the tool result back\n${why}`);
-      const toolResult = roundTrip.engine_request!.messages.filter((m) => m.role === 'tool').map((m) => JSON.stringify(m.content)).join('\n');
-      assert.ok(toolResult.includes(proof), `the tool result sent back does not hold the command's output: ${toolResult.slice(0, 500)}\n${why}`);
-      // The rollout graph links calls by exact token prefix: the follow-up must extend the tool call.
-      const expected = [...toolCall.prompt_token_ids!, ...toolCall.completion_token_ids!];
-      assert.deepEqual(roundTrip.prompt_token_ids!.slice(0, expected.length), expected, `the follow-up prompt does not extend the tool call token for token\n${why}`);
-      console.log(`# ${name}: exit ${result.exitCode} in ${result.durationMs} ms, ${calls.length} call(s) captured, ${withTokens.length} with token ids`);
+  for (const name of ['codex', 'claude-code', 'gemini-cli', 'pi-openai-completions', 'pi-openai-responses'] as const) {
+    test(`${name} (${HARNESSES[name].dialect}): keepalives, text and two parallel tool calls`, { timeout: HARNESS_TIMEOUT_MS + 20_000 }, async () => {
+      console.log(`# slow engine, rich answer, ${await runAndCheck(lab, name, true)}`);
     });
   }
 });
