@@ -21,8 +21,9 @@ function owner(): string {
 }
 
 /** Content hash of the build context: the image tag changes exactly when the environment does. */
-export function contextHash(dir: string): string {
+export function contextHash(dir: string, baseImageIds: readonly string[] = []): string {
   const h = createHash('sha256');
+  for (const id of baseImageIds) h.update(`FROM ${id}\0`);
   const walk = (d: string) => {
     for (const name of readdirSync(d).sort()) {
       const p = join(d, name);
@@ -102,14 +103,18 @@ export class DockerRuntime implements SandboxRuntime {
       return image;
     }
     const text = readFileSync(env.dockerfile, 'utf8');
+    const baseIds: string[] = [];
     for (const base of dockerfileBases(text)) {
       if (base.includes('$')) continue; // build-arg expansion: let the build report it
-      if (!(await imageExists(this.docker, base))) {
+      const info = await this.docker.getImage(base).inspect().catch(() => undefined);
+      if (!info) {
         throw new TaskError(file, 'FROM', `image ${base} is not available locally and cannot be pulled (no registry is reachable); start the task FROM ${BASE_IMAGE} (build it with \`harness-lab images\`)`);
       }
+      baseIds.push(info.Id);
     }
     const slug = task.name.toLowerCase().replace(/[^a-z0-9_.-]+/g, '-').replace(/^[-.]+/, '') || 'task';
-    const tag = `harness-lab/task-${slug}:${contextHash(env.contextDir)}`;
+    // A rebuilt base image gives new task images too.
+    const tag = `harness-lab/task-${slug}:${contextHash(env.contextDir, baseIds)}`;
     if (await imageExists(this.docker, tag)) return tag;
     log?.(`building ${tag} from ${env.contextDir}`);
     const stream = await this.docker.buildImage(tarDirectory(env.contextDir), {

@@ -161,3 +161,11 @@ test('--engine-url without --model: the engine\'s only served model, or an error
   }
   await assert.rejects(servedModel(engine.url), /did not list its models .*pass --model NAME/);
 });
+
+test('a different base image id gives a different task image tag', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'hl-ctx-'));
+  writeFileSync(join(dir, 'Dockerfile'), 'FROM harness-lab/base:bookworm\n');
+  assert.equal(contextHash(dir, ['sha256:a']), contextHash(dir, ['sha256:a']));
+  assert.notEqual(contextHash(dir, ['sha256:a']), contextHash(dir, ['sha256:b']));
+  assert.notEqual(contextHash(dir, ['sha256:a']), contextHash(dir));
+});
