@@ -27,7 +27,7 @@ export class SseKeepalive {
     private readonly res: ServerResponse,
     private readonly graceMs = 10_000,
     private readonly intervalMs = 10_000,
-    /** False for clients whose SSE parser fails on comment lines (Gemini): headers only, no pings. */
+    /** False for clients whose SSE parser fails on comment lines (Gemini): ping with a bare newline. */
     private readonly comments = true,
   ) {
     this.timer = setTimeout(() => this.commitAndPing(), graceMs);
@@ -39,8 +39,8 @@ export class SseKeepalive {
 
   private commitAndPing(): void {
     this.commit();
-    if (!this.comments) return;
-    this.res.write(': harness-lab keepalive\n\n');
+    // A blank line is an empty SSE dispatch every parser skips; it still keeps relays from idling out.
+    this.res.write(this.comments ? ': harness-lab keepalive\n\n' : '\n');
     this.timer = setTimeout(() => this.commitAndPing(), this.intervalMs);
   }
 

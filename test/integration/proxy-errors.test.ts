@@ -111,7 +111,7 @@ describe('bad input and engine failures', () => {
     }
   });
 
-  test('slow engine + streaming Gemini client: headers held, no comment frames (its SDK cannot parse them)', async () => {
+  test('slow engine + streaming Gemini client: blank-line pings, no comment frames (its SDK cannot parse them)', async () => {
     const slow = await startLab({ thinkMs: 150 }, { keepaliveGraceMs: 20, keepaliveIntervalMs: 20 });
     try {
       const { session_id } = await createSession(slow.proxy);
@@ -121,9 +121,11 @@ describe('bad input and engine failures', () => {
         body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }),
       });
       assert.equal(res.status, 200);
-      const frames = sseFrames(await res.text());
+      const text = await res.text();
+      assert.match(text, /^\n+data: /, 'blank-line pings came before the data');
+      const frames = sseFrames(text);
       assert.ok(frames.length >= 1);
-      for (const frame of frames) assert.match(frame, /^data: \{/, `every frame is a data event, got ${frame.slice(0, 40)}`);
+      for (const frame of frames) assert.match(frame.trimStart(), /^data: \{/, `every frame is a data event, got ${frame.slice(0, 40)}`);
     } finally {
       await slow.close();
     }

@@ -51,7 +51,7 @@ export function geminiModelFromPath(path: string): string | undefined {
 
 export class GoogleGeminiDialect implements Dialect {
   readonly name = 'google_gemini' as const;
-  /** @google/genai's SSE reader needs every frame to start with `data:` ("Incomplete JSON segment" otherwise). */
+  /** @google/genai's SSE reader fails on comment frames ("Incomplete JSON segment at the end"). */
   readonly sseComments = false;
 
   clientModel(body: JsonObject, path: string): string | undefined {
