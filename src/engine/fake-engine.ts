@@ -10,6 +10,8 @@ import { FAKE_SPECIALS, fakeEncode, renderAssistantBody, renderChatPrompt, token
 
 export interface FakeAnswer {
   content?: string | null;
+  /** Thinking text, returned as vLLM does (`message.reasoning`) and sampled as `<think>...</think>`. */
+  reasoning?: string;
   tool_calls?: { name: string; arguments: unknown; id?: string }[];
   /** Force a finish reason (e.g. 'length'); defaults to tool_calls/stop. */
   finish_reason?: string;
@@ -89,7 +91,7 @@ export function buildFakeCompletion(request: ChatRequest, options: FakeEngineOpt
     type: 'function',
     function: { name: call.name, arguments: typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments) },
   }));
-  const message: ChatMessage = { role: 'assistant', content: answer.content ?? (toolCalls.length ? null : ''), reasoning: null };
+  const message: ChatMessage = { role: 'assistant', content: answer.content ?? (toolCalls.length ? null : ''), reasoning: answer.reasoning ?? null };
   if (toolCalls.length) message.tool_calls = toolCalls;
   const finish = answer.finish_reason ?? (toolCalls.length ? 'tool_calls' : 'stop');
   const promptIds = fakeEncode(renderChatPrompt(request.messages, request.tools));

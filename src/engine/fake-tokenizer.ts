@@ -73,9 +73,10 @@ export function renderToolCall(call: Pick<ChatToolCall, 'function'>): string {
   return `<tool_call>\n${JSON.stringify({ name: call.function.name, arguments: args })}\n</tool_call>`;
 }
 
-/** The assistant text the model emits for a turn (before <|im_end|>). */
-export function renderAssistantBody(message: Pick<ChatMessage, 'content' | 'tool_calls'>): string {
+/** The assistant text the model emits for a turn (before <|im_end|>); thinking comes first, as with Qwen3. */
+export function renderAssistantBody(message: Pick<ChatMessage, 'content' | 'tool_calls'> & { reasoning?: unknown }): string {
   const parts: string[] = [];
+  if (typeof message.reasoning === 'string' && message.reasoning) parts.push(`<think>\n${message.reasoning}\n</think>\n`);
   const text = contentText(message.content);
   if (text) parts.push(text);
   for (const call of message.tool_calls ?? []) parts.push(renderToolCall(call));

@@ -119,6 +119,28 @@ describe('chat completions through the proxy (openai SDK)', () => {
     assert.ok(doc.traces[0]!.trainable);
   });
 
+  test('reasoning goes back to the engine as `reasoning`, so the next prompt still extends the last call', async () => {
+    const thinking = await startLab({ script: (_req, turn) => (turn === 0 ? { reasoning: 'List it first.', tool_calls: [{ name: 'bash', arguments: { command: 'ls' } }] } : { content: 'Done.' }) });
+    try {
+      const { session_id } = await createSession(thinking.proxy);
+      const openai = new OpenAI({ baseURL: `${thinking.proxy.url}/v1`, apiKey: session_id, maxRetries: 0 });
+      const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'What is here?' }];
+      const first = (await openai.chat.completions.create({ model: 'm', messages, tools: [bashTool] })).choices[0]!.message as OpenAI.ChatCompletionMessage & { reasoning_content?: string };
+      assert.equal(first.reasoning_content, 'List it first.', 'vLLM `reasoning` reaches the client as reasoning_content');
+      messages.push({ role: 'assistant', content: first.content, tool_calls: first.tool_calls, reasoning_content: first.reasoning_content } as OpenAI.ChatCompletionMessageParam);
+      messages.push({ role: 'tool', tool_call_id: first.tool_calls![0]!.id, content: 'a.txt' });
+      await openai.chat.completions.create({ model: 'm', messages, tools: [bashTool] });
+      const sent = thinking.engine.requests.at(-1)!.messages[1]!;
+      assert.equal(sent.reasoning, 'List it first.');
+      assert.equal(sent.reasoning_content, undefined);
+      const doc = thinking.proxy.rollout(session_id)!;
+      assert.equal(doc.graph.roots.length, 1);
+      assert.equal(doc.graph.nodes[1]!.parent_id, doc.graph.nodes[0]!.node_id);
+    } finally {
+      await thinking.close();
+    }
+  });
+
   test('unknown key: 401 in the OpenAI error shape naming the fix', async () => {
     await assert.rejects(
       () => client('not-a-session').chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }] }),
