@@ -8,7 +8,7 @@
 //                                         [--proxy-node-arg=--trace-gc ...] [--out FILE]
 import { execSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { mergeLoadResults, type LoadResult } from './load-generator.js';
@@ -76,7 +76,8 @@ export interface LevelReport {
 export interface ProxyLoadReport {
   bench: 'proxy-load';
   started_at: string;
-  host: { cpus: number; node: string; platform: string; nofile_limit: number | null };
+  /** load_1m_*: the 1-minute load average before and after; above the core count, other jobs competed for the CPU. */
+  host: { cpus: number; node: string; platform: string; nofile_limit: number | null; load_1m_start: number; load_1m_end: number };
   config: Omit<ProxyLoadOptions, 'log' | 'out'>;
   targets: typeof TARGETS & { latency_evaluated_at: number | null };
   levels: LevelReport[];
@@ -84,6 +85,7 @@ export interface ProxyLoadReport {
   failures: string[];
 }
 
+const round2 = (v: number) => Math.round(v * 100) / 100;
 const mb = (bytes: number) => Math.round((bytes / 1024 / 1024) * 10) / 10;
 
 function nofileLimit(): number | null {
@@ -133,6 +135,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
 
   if (o.nice !== undefined) setBenchPriority(o.nice);
   const started_at = new Date().toISOString();
+  const loadStart = loadavg()[0]!;
   const children: Started[] = [];
   const onSignal = () => {
     for (const c of children) c.child.kill('SIGKILL');
@@ -230,7 +233,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
     const report: ProxyLoadReport = {
       bench: 'proxy-load',
       started_at,
-      host: { cpus: cpus().length, node: process.version, platform: `${process.platform}-${process.arch}`, nofile_limit: limit },
+      host: { cpus: cpus().length, node: process.version, platform: `${process.platform}-${process.arch}`, nofile_limit: limit, load_1m_start: round2(loadStart), load_1m_end: round2(loadavg()[0]!) },
       config: { levels: o.levels, turns: o.turns, rounds: o.rounds, thinkMs: o.thinkMs, rampMs: o.rampMs, systemBytes: o.systemBytes, streamShare: o.streamShare, quick: o.quick, profile: o.profile, proxyFromSource: o.proxyFromSource, proxyNodeArgs: o.proxyNodeArgs, nice: o.nice },
       targets: { ...TARGETS, latency_evaluated_at: o.quick ? null : top },
       levels,
@@ -338,6 +341,8 @@ export function formatReport(report: ProxyLoadReport): string {
       ? `PASS: zero errors, /health p99 < ${TARGETS.maxHealthP99Ms} ms, proxy added latency <= ${TARGETS.maxAddedRatio}x the pass-through's (${where})`
       : `FAIL (${where}):\n  ${report.failures.join('\n  ')}`,
   );
+  // The start value is other jobs only; the end value includes this bench's own processes.
+  if (report.host.load_1m_start > report.host.cpus) lines.push(`warning: load average ${report.host.load_1m_start.toFixed(1)} on ${report.host.cpus} cores before the run: other jobs competed for the CPU, so latencies (and their ratios) are inflated and noisy`);
   if (report.targets.latency_evaluated_at !== null && report.targets.latency_evaluated_at < TARGETS.sessions) lines.push(`note: the target is ${TARGETS.sessions} sessions; this run stopped at ${report.targets.latency_evaluated_at}`);
   return lines.join('\n');
 }
