@@ -9,7 +9,8 @@
 // (OpenAI SDK, Anthropic and Gemini over HTTP) against the in-repo fake vLLM engine, and see the
 // calls in the Sessions tree. Screenshots land in test-artifacts/e2e/.
 import * as assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -24,6 +25,7 @@ const ROOT = resolve(__dirname, '..', '..');
 const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
 const HOST_BUNDLE = join(ROOT, 'out', 'e2e', 'host-suite.js');
 const DIALECTS = ['openai_chat', 'anthropic_messages', 'google_gemini'];
+const ADMIN_KEY = 'e2e-admin-Zq7xK2pW9v';
 
 let engine: FakeEngine | undefined;
 let server: CodeServer | undefined;
@@ -73,6 +75,17 @@ console.log('ONE_CALL ' + res.status);
 `;
 }
 
+function findFiles(dir: string, keep: (path: string) => boolean): string[] {
+  const out: string[] = [];
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) {
+      if (entry.name !== 'node_modules') out.push(...findFiles(path, keep));
+    } else if (entry.isFile() && keep(path)) out.push(path);
+  }
+  return out;
+}
+
 async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
 }
@@ -120,9 +133,10 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   const timings: Record<string, number> = {};
   const mark = (name: string) => (timings[name] = Date.now() - t0);
 
-  // The extension bundle as it ships, plus the extension-host half of this test.
-  await build({ entryPoints: [join(ROOT, 'src/extension/extension.ts')], outfile: join(ROOT, 'dist/extension.js'), bundle: true, platform: 'node', format: 'cjs', target: 'node20', sourcemap: true, external: ['vscode'], logLevel: 'warning' });
-  await build({ entryPoints: [join(ROOT, 'test/e2e/host/suite.ts')], outfile: HOST_BUNDLE, bundle: true, platform: 'node', format: 'cjs', target: 'node20', external: ['vscode'], logLevel: 'warning' });
+  // The extension bundle exactly as `npm run build` makes it, plus the extension-host half of this test.
+  const built = spawnSync(process.execPath, ['esbuild.mjs'], { cwd: ROOT, encoding: 'utf8' });
+  assert.equal(built.status, 0, `node esbuild.mjs failed:\n${built.stderr}`);
+  await build({ entryPoints: [join(ROOT, 'test/e2e/host/suite.ts')], outfile: HOST_BUNDLE, bundle: true, platform: 'node', format: 'cjs', target: 'node20', external: ['vscode', 'cpu-features', '*.node', 'node-llama-cpp', '@node-llama-cpp/*'], logLevel: 'warning' });
   mark('build');
 
   engine = await startFakeEngine({ model: 'fake/e2e-model' });
@@ -137,7 +151,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   writeFileSync(join(workspace, '.vscode', 'settings.json'), JSON.stringify({ 'harnessLab.engineUrl': engine.url, 'harnessLab.model': engine.model, 'harnessLab.dataDir': dataDir }, null, 2));
   writeFileSync(join(control, 'call.mjs'), harnessScript());
   writeFileSync(join(control, 'one-call.mjs'), oneCallScript());
-  writeFileSync(join(control, 'expected.json'), JSON.stringify({ dialects: DIALECTS, failedEngineCalls: 1, copiedSnippet: 'anthropic_messages' }));
+  writeFileSync(join(control, 'expected.json'), JSON.stringify({ dialects: DIALECTS, failedEngineCalls: 1, copiedSnippet: 'anthropic_messages', adminKey: ADMIN_KEY }));
 
   server = await launchCodeServer({
     stateDir,
@@ -289,6 +303,15 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     await shot(page, '07-new-session');
     mark('new session');
 
+    // Set Admin Key: a password input; the key goes to SecretStorage and applies at the next start
+    // (the host suite restarts the proxy and checks the control routes need it).
+    await runCommand(page, 'Harness Lab: Set Admin Key');
+    const keyInput = page.locator('.quick-input-widget input[type="password"]');
+    await keyInput.waitFor({ state: 'visible', timeout: 10_000 });
+    await keyInput.fill(ADMIN_KEY);
+    await page.keyboard.press('Enter');
+    await page.locator('.notification-toast', { hasText: 'admin key saved in SecretStorage' }).waitFor({ timeout: 10_000 });
+
     // Context menu -> Export Session: the browser save dialog proposes <workspace>/<session>.jsonl.
     const exported = join(workspace, `${result.session}.jsonl`);
     await pane.locator('.monaco-list-row', { hasText: result.session ?? '' }).first().click({ button: 'right' });
@@ -319,6 +342,12 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   const hostDone = join(control, 'host-done');
   assert.equal(code, 0, `extension-host suite exit code ${code}; host log:\n${hostLog.join('\n')}`);
   assert.ok(existsSync(hostDone), 'host suite reported success without writing host-done');
+  // No secret in any file code-server or the extension wrote (logs, settings, state): the admin key
+  // lives in SecretStorage only, and the log channel redacts.
+  const logs = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log'));
+  assert.ok(logs.length > 0 && logs.some((f) => readFileSync(f, 'utf8').includes('proxy listening on')), `Harness Lab log channel file not found under ${stateDir}`);
+  const leaks = findFiles(stateDir, (f) => !f.startsWith(control)).filter((f) => readFileSync(f).includes(ADMIN_KEY)); // .e2e/ is this test's own input
+  assert.deepEqual(leaks, [], 'the admin key must not be written to disk in clear');
 
   // A new window on the same workspace (what a reload does: fresh extension host, fresh activation,
   // proxy off since auto-start is off) still lists the captured session, read from the durable store.

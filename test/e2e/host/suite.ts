@@ -9,6 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import * as vscode from 'vscode';
 import { TrainingTraceSchema } from '../../../src/capture/trace.js';
 import type { HarnessLabApi } from '../../../src/extension/extension.js';
+import type { ProxyState } from '../../../src/extension/proxy-controller.js';
 import { callCaptureLevel } from '../../../src/extension/sessions-model.js';
 
 const EXTENSION_ID = 'harness-lab.harness-lab';
@@ -31,7 +32,7 @@ export async function run(): Promise<void> {
   const folder = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
   assert.ok(folder, 'the workbench opened without the test workspace');
   const control = join(folder, '.e2e');
-  const expected = JSON.parse(readFileSync(join(control, 'expected.json'), 'utf8')) as { dialects: string[]; failedEngineCalls: number; copiedSnippet: string };
+  const expected = JSON.parse(readFileSync(join(control, 'expected.json'), 'utf8')) as { dialects: string[]; failedEngineCalls: number; copiedSnippet: string; adminKey: string };
   log(`waiting for the UI driver (control dir ${control})`);
   const ui = await waitFor('the UI driver to finish', 170_000, () => existsSync(join(control, 'ui-done')) && (JSON.parse(readFileSync(join(control, 'ui-done'), 'utf8')) as { ok: boolean; error?: string }));
   if (!ui.ok) throw new Error(`UI driver failed: ${ui.error}`);
@@ -86,5 +87,17 @@ export async function run(): Promise<void> {
   await waitFor('the proxy to restart', 20_000, () => api.state.kind === 'running');
   assert.deepEqual(api.getCalls(id).map((c) => c.call_id).sort(), callIds, 'records restored from the durable store');
   log('durability: stop/start kept every record');
+
+  // The admin key set in the UI came from SecretStorage into the restarted proxy: control routes
+  // now need it; settings never saw it.
+  const readState = (): ProxyState => api.state; // a fresh read: the asserts above narrowed api.state
+  const restarted = readState();
+  assert.equal(restarted.kind, 'running');
+  const base = restarted.kind === 'running' ? restarted.url : '';
+  assert.equal((await fetch(`${base}/sessions`)).status, 401, 'GET /sessions without the admin key');
+  assert.equal((await fetch(`${base}/sessions`, { headers: { authorization: `Bearer ${expected.adminKey}` } })).status, 200, 'GET /sessions with the admin key');
+  const settingsText = JSON.stringify(vscode.workspace.getConfiguration('harnessLab'));
+  assert.ok(!settingsText.includes(expected.adminKey), 'admin key must not be in settings');
+  log('admin key: from SecretStorage, enforced on /sessions, not in settings');
   writeFileSync(join(control, 'host-done'), JSON.stringify({ ok: true, session: id, calls: calls.length, traces: traces.length }));
 }
