@@ -59,7 +59,11 @@ export interface LaunchPlan {
   files: WiredFile[];
 }
 
-const quote = (arg: string) => (/^[A-Za-z0-9_\-./:=@%+,]+$/.test(arg) ? arg : `'${arg.replace(/'/g, `'\\''`)}'`);
+/** One bash word: bare when safe, else single-quoted with embedded quotes escaped. */
+export function shellQuote(arg: string): string {
+  return /^[A-Za-z0-9_\-./:=@%+,]+$/.test(arg) ? arg : `'${arg.replace(/'/g, `'\\''`)}'`;
+}
+const quote = shellQuote;
 
 function readTrajectory(path: string): AtifTrajectory | undefined {
   if (!existsSync(path)) return undefined;

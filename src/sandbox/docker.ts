@@ -6,6 +6,7 @@ import { hostname } from 'node:os';
 import { join, relative } from 'node:path';
 import { PassThrough } from 'node:stream';
 import type Docker from 'dockerode';
+import { shellQuote } from '../harness/registry.js';
 import type { HarborTask } from '../tasks/task.js';
 import { TaskError } from '../tasks/task.js';
 import { LABEL, connectDocker, followProgress, imageExists } from './docker-client.js';
@@ -258,12 +259,12 @@ class DockerSandbox implements Sandbox {
   async writeFile(path: string, content: string): Promise<void> {
     const dir = path.replace(/\/[^/]*$/, '') || '/';
     const b64 = Buffer.from(content, 'utf8').toString('base64');
-    const r = await this.exec(`mkdir -p '${dir}' && printf '%s' '${b64}' | base64 -d > '${path}'`);
+    const r = await this.exec(`mkdir -p ${shellQuote(dir)} && printf '%s' '${b64}' | base64 -d > ${shellQuote(path)}`);
     if (r.exitCode !== 0) throw new SandboxError(`could not write ${path} in the sandbox: ${r.output.trim()}`);
   }
 
   async copyDirIn(hostDir: string, path: string): Promise<void> {
-    const r = await this.exec(`mkdir -p '${path}'`);
+    const r = await this.exec(`mkdir -p ${shellQuote(path)}`);
     if (r.exitCode !== 0) throw new SandboxError(`could not create ${path} in the sandbox: ${r.output.trim()}`);
     await this.container.putArchive(tarDirectory(hostDir), { path });
   }

@@ -83,14 +83,6 @@ export class SandboxError extends Error {}
 
 export const OUTPUT_TAIL = 64 * 1024;
 
-export function shellQuote(arg: string): string {
-  return /^[A-Za-z0-9_\-./:=@%+,]+$/.test(arg) ? arg : `'${arg.replace(/'/g, `'\\''`)}'`;
-}
-
-export function ownerLabel(): string {
-  return `${process.pid}`;
-}
-
 export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);

@@ -9,7 +9,7 @@ import { loadTask } from '../../src/tasks/task.js';
 import { containerSpec, contextHash, dockerfileBases } from '../../src/sandbox/docker.js';
 import { LocalRuntime, emulateDockerfile } from '../../src/sandbox/local.js';
 import { nextRolloutDir, rolloutLine, type RolloutResult } from '../../src/sandbox/rollout-runner.js';
-import { shellQuote } from '../../src/sandbox/runtime.js';
+import { shellQuote } from '../../src/harness/registry.js';
 import { contractRows } from '../../src/sandbox/validate.js';
 
 const EXAMPLES = join(__dirname, '..', '..', 'examples', 'tasks');
