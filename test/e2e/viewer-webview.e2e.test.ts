@@ -242,6 +242,21 @@ describe('rollout viewer webview (stubbed VS Code API)', { skip }, () => {
     await page.screenshot({ path: `${dir}/atif.png` });
   });
 
+  test('prompt tokens show ids until the host sends their texts, then the texts', async () => {
+    const bare = fixture(FEATURES, false);
+    await load(page, bare.data, dir);
+    const first = bare.data.turns[0]!;
+    const ctx = () => page.$$eval('.strip .t:not(.s)', (els) => els.map((e) => e.textContent ?? ''));
+    const before = await ctx();
+    assert.equal(before.length, first.prompt_ids.length);
+    // Without texts, prompt ids show as ids, except those whose text is known from sampled bytes elsewhere.
+    assert.ok(before.filter((t) => /^⟨\d+⟩$/.test(t)).length > first.prompt_ids.length / 2);
+    await page.evaluate((texts) => window.postMessage({ type: 'tokenTexts', texts }, '*'), bare.vocab);
+    await page.waitForFunction(() => !Array.from(document.querySelectorAll('.strip .t:not(.s)')).some((e) => /^⟨\d+⟩$/.test(e.textContent ?? '')));
+    const after = await ctx();
+    assert.deepEqual(after, first.prompt_ids.map((id) => bare.vocab[id]!.replace(/\n/g, '↵')));
+  });
+
   test('a 60k-token turn renders only the rows in view, and scrolling reaches the end', async () => {
     const big = fixture({ calls: 2, firstPrompt: 60_000, sampled: 50 });
     await load(page, big.data, dir);

@@ -261,7 +261,6 @@ class Viewer {
     switch (msg.type) {
       case MSG.tokenTexts:
         this.texts.add(msg.texts);
-        this.strip.refreshTexts();
         this.show(this.current);
         break;
       case MSG.atif:

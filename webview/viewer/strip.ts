@@ -51,7 +51,10 @@ export class TokenStrip {
     this.el.addEventListener('focus', () => {
       if (this.cursor < 0 && this.tt && this.tt.n > 0) this.setCursor(this.firstVisible());
     });
-    new ResizeObserver(() => this.relayout()).observe(this.el);
+    new ResizeObserver(() => {
+      this.measured = false;
+      this.relayout();
+    }).observe(this.el);
   }
 
   show(tt: TurnTokens, scrollTo: 'start' | 'sampled' = 'sampled'): void {
@@ -65,13 +68,6 @@ export class TokenStrip {
     this.render(true);
   }
 
-  /** Re-render after token texts arrived. */
-  refreshTexts(): void {
-    if (!this.tt) return;
-    this.texts = new Array<string>(this.tt.n);
-    this.relayout();
-  }
-
   private text(i: number): { text: string; breakAfter: boolean } {
     const tt = this.tt!;
     const id = tt.id(i);
@@ -79,9 +75,12 @@ export class TokenStrip {
     return displayText(ownBytes ?? this.tokenTexts.get(id), id);
   }
 
+  /** Character width and row height are read once (and again after a resize), not per turn. */
+  private measured = false;
+
   private relayout(): void {
     if (!this.tt) return;
-    this.measure();
+    if (!this.measured) this.measure();
     const tt = this.tt;
     const width = Math.max(8, Math.floor((this.el.clientWidth - 16) / this.charWidth));
     const breaks = new Uint8Array(tt.n);
@@ -107,6 +106,7 @@ export class TokenStrip {
     probe.remove();
     const lh = parseFloat(getComputedStyle(this.el).getPropertyValue('--strip-row-height'));
     if (lh > 0) this.rowHeight = lh;
+    this.measured = r.width > 0;
   }
 
   private schedule(): void {
