@@ -70,6 +70,35 @@ function filler(label: string, bytes: number): string {
   return sentence.repeat(Math.ceil(bytes / sentence.length)).slice(0, bytes);
 }
 
+/**
+ * `choices[0].message` of a chat completion without parsing the rest: the direct and pass-through
+ * answers carry thousands of prompt token ids and logprobs, and parsing them all would make this
+ * client, not the server under test, the bottleneck. Falls back to a full parse when unsure.
+ */
+export function extractMessage(text: string): ChatMessage | undefined {
+  const choices = text.indexOf('"choices":');
+  const start = choices < 0 ? -1 : text.indexOf('"message":', choices);
+  const open = start < 0 ? -1 : text.indexOf('{', start);
+  if (open >= 0) {
+    let depth = 0;
+    let inString = false;
+    for (let i = open; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      if (inString) {
+        if (c === 92 /* \ */) i++;
+        else if (c === 34 /* " */) inString = false;
+      } else if (c === 34) inString = true;
+      else if (c === 123 /* { */) depth++;
+      else if (c === 125 /* } */ && --depth === 0) {
+        const message = JSON.parse(text.slice(open, i + 1)) as ChatMessage;
+        if (message && message.role === 'assistant') return message;
+        break;
+      }
+    }
+  }
+  return (JSON.parse(text) as { choices?: { message?: ChatMessage }[] }).choices?.[0]?.message;
+}
+
 /** Joins a chat-completions SSE stream back into the assistant message. */
 export function assembleStream(text: string): ChatMessage | undefined {
   let content: string | null = null;
@@ -220,7 +249,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
     }
     let message: ChatMessage | undefined;
     try {
-      message = stream ? assembleStream(text) : (JSON.parse(text) as { choices?: { message?: ChatMessage }[] }).choices?.[0]?.message;
+      message = stream ? assembleStream(text) : extractMessage(text);
     } catch {
       message = undefined;
     }

@@ -381,7 +381,7 @@ export function parseProxyLoadArgs(argv: string[], env: NodeJS.ProcessEnv = proc
       'proxy-from-source': { type: 'boolean', default: false },
       'proxy-node-arg': { type: 'string', multiple: true, default: [] },
       nice: { type: 'string' },
-      out: { type: 'string', default: join(ROOT, 'bench-results', 'proxy-load.json') },
+      out: { type: 'string' },
     },
   });
   const quick = values.quick || env.BENCH_QUICK === '1';
@@ -402,7 +402,7 @@ export function parseProxyLoadArgs(argv: string[], env: NodeJS.ProcessEnv = proc
     proxyFromSource: values['proxy-from-source'],
     proxyNodeArgs: values['proxy-node-arg'],
     ...(values.nice !== undefined ? { nice: niceValue(values.nice) } : {}),
-    out: values.out,
+    out: values.out ?? join(ROOT, 'bench-results', quick ? 'proxy-load-quick.json' : 'proxy-load.json'),
     log: (line) => process.stderr.write(`${line}\n`),
   };
 }

@@ -5,7 +5,10 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import { extractMessage } from '../../bench/load-generator.js';
 import { formatReport, parseProxyLoadArgs, runProxyLoad, type ProxyLoadReport } from '../../bench/proxy-load.js';
+import type { ChatMessage } from '../../src/capture/types.js';
+import { buildFakeCompletion } from '../../src/engine/fake-engine.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'hl-bench-smoke-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -52,4 +55,15 @@ test('proxy-load flags: bad levels and think times are refused in the caller\'s 
   assert.throws(() => parseProxyLoadArgs(['--think-ms', '1,2,3'], {}), /--think-ms must be a number of ms or "min,max"/);
   assert.deepEqual(parseProxyLoadArgs([], { BENCH_QUICK: '1' }).levels, [8, 32]);
   assert.deepEqual(parseProxyLoadArgs([], {}).levels, [64, 512, 1000]);
+});
+
+test('load generator reads the assistant message without parsing token arrays, and the same as a full parse', () => {
+  const request = { model: 'm', messages: [{ role: 'user', content: 'say "message": {not this}' }] as ChatMessage[], tools: [{ type: 'function' as const, function: { name: 'bash', parameters: {} } }], logprobs: true, return_token_ids: true };
+  for (const turn of [0, 1]) {
+    if (turn) request.messages.push({ role: 'assistant', content: 'x' }, { role: 'user', content: 'go on } { "a\\"' });
+    const body = buildFakeCompletion(request, {}, 'm') as { choices: { message: unknown }[] };
+    assert.deepEqual(extractMessage(JSON.stringify(body)), body.choices[0]!.message);
+  }
+  assert.deepEqual(extractMessage(JSON.stringify({ choices: [{ message: { role: 'assistant', content: 'a}b{"c\\' } }] })), { role: 'assistant', content: 'a}b{"c\\' });
+  assert.equal(extractMessage('{"choices":[]}'), undefined);
 });
