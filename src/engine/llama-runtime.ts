@@ -30,6 +30,8 @@ function byteDecoder(): Map<string, number> {
 }
 
 let llamaPromise: Promise<Llama> | null = null;
+/** Stands in for a probabilities array handed around node-llama-cpp (see takeFlatProbabilities). */
+const FLAT_MARKER = -1;
 const DISTRIBUTIONS_PER_BATCH = 8;
 
 /** One process-wide llama.cpp instance: CPU only, prebuilt binary only, never a download or build. */
@@ -50,6 +52,10 @@ export class LlamaRuntime {
   private readonly tokenStrings: readonly string[] | null;
   private readonly decoder = byteDecoder();
   private readonly bytesCache = new Map<number, number[]>();
+  /** Full-vocabulary [id, p, id, p, ...] arrays taken straight from the addon, by slot. */
+  private readonly flat: (readonly number[] | undefined)[] = [];
+  /** Whether distributions skip node-llama-cpp's Map (the fast path); false means the public path. */
+  usesFlatProbabilities = false;
 
   private constructor(
     readonly modelPath: string,
@@ -59,6 +65,46 @@ export class LlamaRuntime {
   ) {
     const ggml = (model.fileInfo.metadata as { tokenizer?: { ggml?: { model?: string; tokens?: unknown } } }).tokenizer?.ggml;
     this.tokenStrings = ggml?.model === 'gpt2' && Array.isArray(ggml.tokens) ? (ggml.tokens as string[]) : null;
+    this.takeFlatProbabilities();
+  }
+
+  /**
+   * node-llama-cpp turns each full-vocabulary probability list into a 152k-entry Map, which costs
+   * most of a token's time on the tiny model. Its addon already returns a flat, sorted [id, p, ...]
+   * array; this wrapper (on the pinned 3.21.1's private `_ctx.sampleToken`) parks that array in a
+   * side table and passes a one-entry marker instead, which `distributions` resolves. If the private
+   * shape ever differs, nothing is wrapped and the public Map path is used.
+   */
+  private takeFlatProbabilities(): void {
+    const addon = (this.context as unknown as { _ctx?: { sampleToken?: unknown } })._ctx;
+    if (!addon || typeof addon.sampleToken !== 'function') return;
+    const original = addon.sampleToken.bind(addon) as (...args: unknown[]) => Promise<unknown>;
+    const wrapped = async (...args: unknown[]) => {
+      const result = await original(...args);
+      if (args[2] === true && Array.isArray(result) && Array.isArray(result[1])) {
+        const slot = this.flat.push(result[1] as number[]) - 1;
+        return [result[0], [FLAT_MARKER, slot], ...result.slice(2)];
+      }
+      return result;
+    };
+    // The addon's methods are read-only on its prototype; an own property shadows them.
+    try {
+      Object.defineProperty(addon, 'sampleToken', { value: wrapped, configurable: true, writable: true });
+      this.usesFlatProbabilities = true;
+    } catch {
+      // not extensible: stay on the public path
+    }
+  }
+
+  private toDistribution(probs: Map<number, number>): TokenDistribution {
+    if (probs.size === 1 && probs.has(FLAT_MARKER)) {
+      const slot = probs.get(FLAT_MARKER)!;
+      const flat = this.flat[slot];
+      this.flat[slot] = undefined;
+      if (!flat) throw new Error(`probability slot ${slot} is empty`);
+      return TokenDistribution.fromFlat(flat);
+    }
+    return TokenDistribution.fromProbabilities(probs);
   }
 
   static async load(opts: RuntimeOptions): Promise<LlamaRuntime> {
@@ -156,8 +202,9 @@ export class LlamaRuntime {
         if (at + i < from - 1) continue;
         const probs = results[i]?.next.probabilities;
         if (!probs) throw new Error(`llama.cpp returned no probabilities at position ${at + i}`);
-        out.push(TokenDistribution.fromProbabilities(probs));
+        out.push(this.toDistribution(probs));
       }
+      this.flat.length = 0;
       at += input.length;
     }
     return out;

@@ -34,14 +34,22 @@ export class TokenDistribution {
 
   /** From node-llama-cpp's probabilities map (already sorted, highest first). */
   static fromProbabilities(probabilities: Map<number, number>): TokenDistribution {
-    const ids = new Int32Array(probabilities.size);
-    const lps = new Float64Array(probabilities.size);
-    let i = 0;
+    const flat: number[] = [];
+    for (const [id, p] of probabilities) flat.push(id, p);
+    return TokenDistribution.fromFlat(flat);
+  }
+
+  /** From the addon's flat [id, p, id, p, ...] list (sorted, highest first). */
+  static fromFlat(flat: readonly number[]): TokenDistribution {
+    const n = flat.length >> 1;
+    const ids = new Int32Array(n);
+    const lps = new Float64Array(n);
     let sum = 0;
-    for (const [id, p] of probabilities) {
-      ids[i] = id;
+    for (let i = 0; i < n; i++) {
+      ids[i] = flat[2 * i]!;
+      const p = flat[2 * i + 1]!;
       sum += p;
-      lps[i++] = Math.log(p);
+      lps[i] = Math.log(p);
     }
     // llama.cpp normalises in float32 over the whole vocabulary; its sum drifts from 1 by up to ~1e-4.
     const norm = Math.log(sum);

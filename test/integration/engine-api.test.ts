@@ -15,6 +15,10 @@ after(() => lab.close());
 
 const user = (content: string) => [{ role: 'user', content }];
 
+test('distributions come straight from the addon (the fast path on the pinned node-llama-cpp)', () => {
+  assert.ok(lab.runtime.usesFlatProbabilities, 'node-llama-cpp internals changed: distributions fall back to its 152k-entry Maps (about 3x slower)');
+});
+
 test('the capture probe gets prompt ids, sampled ids and aligned token_id:N logprobs', async () => {
   const res = await chat(lab.url, { model: lab.engine.modelName, messages: user('Reply with the single word: ok'), max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 0, return_token_ids: true, return_tokens_as_token_ids: true });
   const choice = res.choices[0]!;
