@@ -10,7 +10,7 @@
 // calls in the Sessions tree. Screenshots land in test-artifacts/e2e/.
 import * as assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -133,9 +133,15 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   const timings: Record<string, number> = {};
   const mark = (name: string) => (timings[name] = Date.now() - t0);
 
-  // The extension bundle exactly as `npm run build` makes it, plus the extension-host half of this test.
-  const built = spawnSync(process.execPath, ['esbuild.mjs'], { cwd: ROOT, encoding: 'utf8' });
-  assert.equal(built.status, 0, `node esbuild.mjs failed:\n${built.stderr}`);
+  // The extension bundle exactly as `npm run build` makes it (rebuilt only when a source is newer, so
+  // a run inside `npm test`, which has just built, never rewrites dist/ under other tests' feet), plus
+  // the extension-host half of this test.
+  const bundle = join(ROOT, 'dist', 'extension.js');
+  const sources = ['src', 'webview'].flatMap((d) => findFiles(join(ROOT, d), () => true));
+  if (!existsSync(bundle) || sources.some((f) => statSync(f).mtimeMs > statSync(bundle).mtimeMs)) {
+    const built = spawnSync(process.execPath, ['esbuild.mjs'], { cwd: ROOT, encoding: 'utf8' });
+    assert.equal(built.status, 0, `node esbuild.mjs failed:\n${built.stderr}`);
+  }
   await build({ entryPoints: [join(ROOT, 'test/e2e/host/suite.ts')], outfile: HOST_BUNDLE, bundle: true, platform: 'node', format: 'cjs', target: 'node20', external: ['vscode', 'cpu-features', '*.node', 'node-llama-cpp', '@node-llama-cpp/*'], logLevel: 'warning' });
   mark('build');
 
@@ -315,8 +321,11 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     // Context menu -> Export Session: the browser save dialog proposes <workspace>/<session>.jsonl.
     const exported = join(workspace, `${result.session}.jsonl`);
     await pane.locator('.monaco-list-row', { hasText: result.session ?? '' }).first().click({ button: 'right' });
-    await page.locator('.monaco-menu .action-label', { hasText: 'Export Session (TrainingTrace JSONL)' }).click({ timeout: 10_000 });
-    await page.locator('.quick-input-widget input.input').waitFor({ state: 'visible', timeout: 10_000 });
+    const exportItem = page.locator('.monaco-menu .action-label', { hasText: 'Export Session (TrainingTrace JSONL)' });
+    await exportItem.waitFor({ timeout: 10_000 });
+    await sleep(400); // the workbench ignores a click that lands right after its context menu opened
+    await exportItem.click();
+    await page.locator('.quick-input-widget input.input:visible').waitFor({ timeout: 15_000 });
     await page.keyboard.press('Enter');
     const deadline3 = Date.now() + 20_000;
     while (!existsSync(exported) && Date.now() < deadline3) await sleep(250);
