@@ -3,7 +3,7 @@
 import { basename } from 'node:path';
 import { EngineServer } from './engine-server.js';
 import { LlamaEngine, type LogprobsMode } from './llama-engine.js';
-import { LlamaRuntime } from './llama-runtime.js';
+import { getCpuLlama, LlamaRuntime } from './llama-runtime.js';
 import { ScriptedPolicy } from './policy.js';
 import { ensureTinyModel, TINY_MODEL_NAME } from './tiny-model.js';
 
@@ -39,6 +39,8 @@ export interface EmbeddedEngine {
 export async function startEmbeddedEngine(opts: EmbeddedEngineOptions = {}): Promise<EmbeddedEngine> {
   const seed = opts.seed ?? 0;
   const policy = typeof opts.policy === 'string' ? ScriptedPolicy.load(opts.policy) : (opts.policy ?? null);
+  // Loading llama.cpp (node-llama-cpp first checks the binary in a child process) overlaps the build.
+  getCpuLlama().catch(() => undefined);
   let modelPath = opts.modelPath;
   let buildMs = 0;
   if (!modelPath) {

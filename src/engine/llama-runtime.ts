@@ -35,7 +35,7 @@ const FLAT_MARKER = -1;
 const DISTRIBUTIONS_PER_BATCH = 8;
 
 /** One process-wide llama.cpp instance: CPU only, prebuilt binary only, never a download or build. */
-function getCpuLlama(): Promise<Llama> {
+export function getCpuLlama(): Promise<Llama> {
   llamaPromise ??= import('node-llama-cpp')
     .then(({ getLlama, LlamaLogLevel }) => getLlama({ gpu: false, build: 'never', usePrebuiltBinaries: true, progressLogs: false, logLevel: LlamaLogLevel.error }))
     .catch((err: unknown) => {
