@@ -12,9 +12,6 @@ import { ensureReactScript } from './react-script.js';
 import type { RolloutOptions } from './rollout-runner.js';
 import type { SandboxRuntime } from './runtime.js';
 
-/** Longer than any CPU-engine call; shorter than the harnesses' own header timeouts (undici: 300 s). */
-const KEEPALIVE_GRACE_MS = 240_000;
-
 export interface LabOptions {
   taskDir: string;
   harness: string;
@@ -83,10 +80,6 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       model,
       dataDir: join(opts.outDir, '.capture'),
       captureLevel: opts.engineUrl ? undefined : 'tokens',
-      // Sandboxed harnesses reach the proxy over loopback, where no relay drops idle streams, and
-      // gemini-cli's SDK fails on SSE comment keepalives ("Incomplete JSON segment at the end": its
-      // line pattern needs the buffer to start with `data:`); so hold the headers instead.
-      keepaliveGraceMs: KEEPALIVE_GRACE_MS,
     });
     closers.push(() => proxy.close());
     const reactScript = entry.install.kind === 'bundled-script' ? await ensureReactScript() : undefined;
