@@ -89,3 +89,33 @@ test('a scripted two-tool-call loop: three calls, aligned tokens, one linear cha
   assert.deepEqual(trace.input_ids, [...last.prompt_token_ids!, ...last.completion_token_ids!]);
   assert.equal(trace.loss_mask.filter((m) => m === 1).length, calls.reduce((s, c) => s + c.completion_token_ids!.length, 0));
 });
+
+test('streamed straight from the engine, a scripted tool call arrives as OpenAI tool-call deltas', async () => {
+  const openai = new OpenAI({ baseURL: `${lab.url}/v1`, apiKey: 'unused' });
+  const stream = await openai.chat.completions.create({
+    model: lab.engine.modelName,
+    messages: [{ role: 'user', content: 'List the files.' }],
+    tools: [bashTool],
+    stream: true,
+  });
+  let finish: string | null = null;
+  let content = '';
+  const calls = new Map<number, { id?: string; name: string; args: string }>();
+  for await (const chunk of stream) {
+    const choice = chunk.choices[0];
+    if (!choice) continue;
+    content += choice.delta.content ?? '';
+    for (const d of choice.delta.tool_calls ?? []) {
+      const c = calls.get(d.index) ?? { name: '', args: '' };
+      if (d.id) c.id = d.id;
+      c.name += d.function?.name ?? '';
+      c.args += d.function?.arguments ?? '';
+      calls.set(d.index, c);
+    }
+    finish = choice.finish_reason ?? finish;
+  }
+  assert.equal(finish, 'tool_calls');
+  assert.equal(content, 'Let me look at the files.');
+  assert.deepEqual([...calls.values()].map((c) => [c.name, c.args]), [['bash', '{"command": "ls"}']]);
+  assert.match([...calls.values()][0]!.id!, /^chatcmpl-tool-/);
+});
