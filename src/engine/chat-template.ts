@@ -2,7 +2,7 @@
 // with transformers' apply_chat_template: messages and tools as sent, add_generation_prompt, and
 // chat_template_kwargs merged into the template variables.
 import { Template } from '@huggingface/jinja';
-import type { ChatMessage, ChatTool } from '../capture/types.js';
+import type { ChatMessage, ChatTool, ChatToolCall } from '../capture/types.js';
 
 export class ChatTemplateError extends Error {
   constructor(message: string) {
@@ -60,7 +60,25 @@ function templateMessage(m: ChatMessage): Record<string, unknown> {
   if (reasoning !== undefined && reasoning !== null) out.reasoning_content = reasoning;
   else delete out.reasoning_content;
   if (m.tool_calls?.length === 0) delete out.tool_calls;
+  else if (m.tool_calls) out.tool_calls = m.tool_calls.map(templateToolCall);
   return out;
+}
+
+/**
+ * Like vLLM, hand templates the arguments as an object, so `tojson` re-renders them in the model's
+ * own format: harnesses that re-serialise arguments (gemini-cli, Anthropic `input`, compact JSON)
+ * then still produce a prompt that extends the previous call token for token.
+ */
+function templateToolCall(call: ChatToolCall): ChatToolCall | Record<string, unknown> {
+  const args = call.function?.arguments;
+  if (typeof args !== 'string') return call;
+  try {
+    const parsed: unknown = JSON.parse(args);
+    if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) return { ...call, function: { ...call.function, arguments: parsed } };
+  } catch {
+    // not JSON: the template renders the string as it came
+  }
+  return call;
 }
 
 function textContent(m: ChatMessage): string {
