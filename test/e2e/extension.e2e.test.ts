@@ -117,6 +117,8 @@ function sessionsPane(page: Page) {
 
 before(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
+  // Screenshots of an earlier run (NN-name.png are this test's; other tests share the folder).
+  for (const f of readdirSync(ARTIFACTS)) if (/^\d\d-.*\.png$/.test(f)) rmSync(join(ARTIFACTS, f));
 });
 
 after(async () => {
