@@ -7,14 +7,29 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CaptureProxy } from '../capture/proxy.js';
 import { trainingTraces, traceToJsonl } from '../capture/rollout.js';
-import { startFakeEngine } from '../engine/fake-engine.js';
+import { startEmbeddedEngine } from '../engine/embedded-engine.js';
+import { ScriptedPolicy } from '../engine/policy.js';
 import type { CliCommand } from './main.js';
 import { parseFlags, withUsage } from './args.js';
 
 const USAGE = `usage: harness-lab demo [--data-dir DIR]
 
 Runs a short tool-using rollout through the capture proxy and prints what was captured.
-Engine: the in-repo fake vLLM engine (scripted answers, vLLM-shaped token ids and logprobs).`;
+Engine: the embedded CPU engine (a tiny random-weight Qwen3 model with the real Qwen3 tokenizer and
+chat template, built on first use and cached). A scripted policy decides what the agent does; the
+engine scores exactly those tokens through the model, so ids and logprobs are the model's own.`;
+
+const DEMO_COMMAND = 'echo "hello from the sandbox" > hello.txt && cat hello.txt';
+const DEMO_POLICY = ScriptedPolicy.parse(
+  {
+    name: 'demo',
+    rules: [
+      { when: { last_role: 'user', tools: 'bash' }, then: { call: { tool: 'bash', input: DEMO_COMMAND } } },
+      { when: { last_role: 'tool' }, then: { say: 'I wrote hello.txt; it says "hello from the sandbox".' } },
+    ],
+  },
+  'demo policy',
+);
 
 interface ChatAnswer {
   choices: { message: { content: string | null; tool_calls?: { id: string; function: { name: string; arguments: string } }[] }; finish_reason: string }[];
@@ -31,13 +46,13 @@ export const demoCommand: CliCommand = {
       }
       const dataDir = values['data-dir'] ?? mkdtempSync(join(tmpdir(), 'harness-lab-demo-'));
       const say = (line: string) => process.stdout.write(`${line}\n`);
-      const engine = await startFakeEngine({
-        script: (_req, turn) =>
-          turn === 0 ? { tool_calls: [{ name: 'bash', arguments: { command: 'echo "hello from the sandbox" > hello.txt && cat hello.txt' } }] } : { content: 'I wrote hello.txt; it says "hello from the sandbox".' },
-      });
-      say(`engine: in-repo fake vLLM engine at ${engine.url} (the embedded CPU engine replaces it once it lands)`);
-      const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, dataDir });
-      say(`proxy listening on ${proxy.url} (data dir ${dataDir})`);
+      say('engine: starting the embedded CPU engine (tiny Qwen3; the first run builds and caches the model)...');
+      const engine = await startEmbeddedEngine({ policy: DEMO_POLICY });
+      const model = ((await (await fetch(`${engine.url}/v1/models`)).json()) as { data: { id: string }[] }).data[0]!.id;
+      say(`engine: ${model} at ${engine.url} (built in ${Math.round(engine.timings.buildMs)} ms, loaded in ${Math.round(engine.timings.loadMs)} ms)`);
+      const proxy = await CaptureProxy.start({ engineUrl: engine.url, model, dataDir });
+      const level = await proxy.ensureProbed();
+      say(`proxy listening on ${proxy.url}; engine graded '${level}' (logprobs ${proxy.engineReport?.logprobs_mode ?? 'unknown'})`);
       try {
         const session = proxy.createSession({ metadata: { harness: 'demo-react' } });
         const workdir = mkdtempSync(join(tmpdir(), 'harness-lab-demo-work-'));
@@ -79,7 +94,7 @@ export const demoCommand: CliCommand = {
         }
         const out = join(dataDir, `${session.session_id}.traces.jsonl`);
         writeFileSync(out, traceToJsonl(traces));
-        say(`\nTrainingTrace JSONL: ${out}`);
+        say(`\ndata dir: ${dataDir}\nTrainingTrace JSONL: ${out}`);
         say(`export again any time: harness-lab export --data-dir ${dataDir} --session ${session.session_id} --out traces.jsonl`);
       } finally {
         await proxy.close();
