@@ -126,7 +126,8 @@ export class CaptureProxy {
         reject(err.code === 'EADDRINUSE' ? new ProxyConfigError(`port ${port} on ${host} is already in use; pick another with --port, or 0 for any free port`) : err);
       };
       this.server.once('error', onError);
-      this.server.listen(port, host, () => {
+      // A deep accept queue: a burst of new harness connections must queue, not be dropped (Node's default is 511).
+      this.server.listen({ port, host, backlog: 2048 }, () => {
         this.server.off('error', onError);
         this.address = this.server.address() as AddressInfo;
         resolve();
@@ -344,6 +345,7 @@ export class CaptureProxy {
       this.server.close(() => resolve());
     });
     await this.engine.close();
+    await this.store?.close();
   }
 }
 

@@ -1,5 +1,4 @@
 // What the proxy sends to the engine and how it reads the answer back (capture-protocol §9).
-import { z } from 'zod';
 import type { CaptureLevel, ChatMessage, ChatRequest, ChatResponse, JsonObject, LogprobEntry, TokenCapture } from './types.js';
 
 export const DEFAULT_MAX_OUTPUT_TOKENS = 8192;
@@ -62,25 +61,36 @@ function renameReasoning(message: ChatMessage, keep: boolean): ChatMessage {
   return rest;
 }
 
-const EngineResponseSchema = z.looseObject({
-  id: z.string().optional(),
-  created: z.number().optional(),
-  model: z.string().optional(),
-  prompt_token_ids: z.array(z.unknown()).nullish(),
-  choices: z.array(
-    z.looseObject({
-      index: z.number().optional(),
-      finish_reason: z.string().nullish(),
-      message: z.looseObject({ role: z.string().optional() }),
-      token_ids: z.array(z.unknown()).nullish(),
-      prompt_token_ids: z.array(z.unknown()).nullish(),
-      logprobs: z.looseObject({ content: z.array(z.unknown()).nullish() }).nullish(),
-    }),
-  ),
-  usage: z.looseObject({}).nullish(),
-});
-
 export class EngineResponseError extends Error {}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * The shape checks an engine answer must pass. Hand-written rather than zod on purpose: this runs on
+ * every call, and validating (copying) token arrays of tens of thousands of entries shows in profiles.
+ */
+function engineShapeError(body: unknown): string | undefined {
+  if (!isObject(body)) return 'not a JSON object';
+  if (!Array.isArray(body.choices)) return 'choices: expected an array';
+  for (const [i, choice] of body.choices.entries()) {
+    if (!isObject(choice)) return `choices.${i}: expected an object`;
+    if (!isObject(choice.message)) return `choices.${i}.message: expected an object`;
+    for (const key of ['token_ids', 'prompt_token_ids'] as const) if (choice[key] != null && !Array.isArray(choice[key])) return `choices.${i}.${key}: expected an array`;
+    if (choice.logprobs != null && (!isObject(choice.logprobs) || (choice.logprobs.content != null && !Array.isArray(choice.logprobs.content)))) return `choices.${i}.logprobs: expected {content: [...]}`;
+  }
+  if (body.prompt_token_ids != null && !Array.isArray(body.prompt_token_ids)) return 'prompt_token_ids: expected an array';
+  if (body.usage != null && !isObject(body.usage)) return 'usage: expected an object';
+  return undefined;
+}
+
+/** A client-facing copy that shares the token arrays with `body` but owns every object it edits. */
+function clientCopy(body: ChatResponse): ChatResponse {
+  return {
+    ...body,
+    usage: body.usage ? { ...body.usage } : body.usage,
+    choices: body.choices.map((c) => ({ ...c, message: { ...c.message }, logprobs: c.logprobs ? { ...c.logprobs, content: c.logprobs.content?.map((e) => ({ ...e })) } : c.logprobs })),
+  };
+}
 
 export interface NormalisedAnswer {
   /** The answer as clients may see it: no token fields, reasoning as `reasoning_content`, usage details filled. */
@@ -93,10 +103,10 @@ const isTokenId = (v: unknown): v is number => typeof v === 'number' && Number.i
 
 /** Reads ids and logprobs out of an engine answer, checking them position by position. */
 export function normaliseEngineResponse(body: unknown): NormalisedAnswer {
-  const parsed = EngineResponseSchema.safeParse(body);
-  if (!parsed.success) throw new EngineResponseError(`engine answer is not a chat completion: ${parsed.error.issues[0]?.message ?? 'bad shape'}`);
-  if (parsed.data.choices.length === 0) throw new EngineResponseError('engine answered with no choices');
-  const raw = structuredClone(body) as ChatResponse;
+  const shapeError = engineShapeError(body);
+  if (shapeError) throw new EngineResponseError(`engine answer is not a chat completion: ${shapeError}`);
+  if ((body as ChatResponse).choices.length === 0) throw new EngineResponseError('engine answered with no choices');
+  const raw = clientCopy(body as ChatResponse);
   const choice = raw.choices[0]!;
   const findings: string[] = [];
 
