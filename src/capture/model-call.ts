@@ -10,7 +10,7 @@ import { EngineUnreachableError, engineErrorMessage, type EngineClient } from '.
 import { BodyTooLargeError, readBody, redactHeaders, sendJson } from './http-util.js';
 import type { CaptureSession } from './sessions.js';
 import { SseKeepalive, writeSse } from './sse.js';
-import { EngineResponseError, buildEngineRequest, isContextOverflow, normaliseEngineResponse } from './upstream.js';
+import { EngineResponseError, buildEngineRequest, isContextOverflow, normaliseEngineResponse, storedEngineResponse } from './upstream.js';
 import { DialectError, type CallError, type CallRecord, type CaptureLevel, type ChatRequest, type ChatResponse, type Dialect, type DialectContext, type JsonObject } from './types.js';
 
 export interface ModelCallDeps {
@@ -184,7 +184,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     const choice = clientAnswer.choices[0]!;
     const record = finish({
       ...answer.capture,
-      engine_response: engineReply.body as ChatResponse,
+      engine_response: storedEngineResponse(engineReply.body as ChatResponse),
       response_body: responseBody,
       model: typeof clientAnswer.model === 'string' ? clientAnswer.model : null,
       finish_reason: choice.finish_reason,

@@ -193,3 +193,20 @@ export function isContextOverflow(status: number, body: unknown): boolean {
   const text = typeof body === 'string' ? body : JSON.stringify(body ?? '');
   return /context_length_exceeded|maximum context length/i.test(text);
 }
+
+/** Where a stored engine answer's token data went; see `storedEngineResponse`. */
+export const TOKEN_DATA_NOTE = 'token data moved to the record: prompt_token_ids, completion_token_ids, logprobs, top_logprobs, token_bytes';
+
+/**
+ * The engine answer as stored in a call record: everything the engine sent except the token arrays,
+ * which the record already holds position by position (ids, logprobs, alternatives, bytes). Storing
+ * them twice doubled each record and was the largest single cost of a durable append.
+ */
+export function storedEngineResponse(body: ChatResponse): ChatResponse {
+  const { prompt_token_ids: _prompt, ...rest } = body;
+  return {
+    ...rest,
+    _token_data: TOKEN_DATA_NOTE,
+    choices: body.choices.map(({ token_ids: _ids, prompt_token_ids: _p, logprobs, ...choice }) => ({ ...choice, logprobs: logprobs ? { content_length: logprobs.content?.length ?? 0 } : logprobs })),
+  } as ChatResponse;
+}

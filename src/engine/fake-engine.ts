@@ -41,6 +41,8 @@ export interface FakeEngine {
   model: string;
   /** Every chat request the engine received, in order. */
   requests: ChatRequest[];
+  /** Every completion it answered (JSON or streamed), in order. */
+  responses: JsonObject[];
   close(): Promise<void>;
 }
 
@@ -125,7 +127,7 @@ export function buildFakeCompletion(request: ChatRequest, options: FakeEngineOpt
   return body;
 }
 
-async function handle(req: IncomingMessage, res: ServerResponse, options: FakeEngineOptions, model: string, requests: ChatRequest[]): Promise<void> {
+async function handle(req: IncomingMessage, res: ServerResponse, options: FakeEngineOptions, model: string, requests: ChatRequest[], responses: JsonObject[]): Promise<void> {
   const url = req.url ?? '/';
   if (req.method === 'GET' && url === '/health') return sendJson(res, 200, { status: 'ok' });
   if (req.method === 'GET' && url.startsWith('/v1/models')) {
@@ -157,6 +159,7 @@ async function handle(req: IncomingMessage, res: ServerResponse, options: FakeEn
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
     if (failure) return sendJson(res, failure.status, { object: 'error', message: failure.message, type: 'BadRequestError', code: failure.status });
     const completion = buildFakeCompletion(request, options, model);
+    responses.push(completion);
     if (request.stream === true) return streamCompletion(res, completion);
     return sendJson(res, 200, completion);
   }
@@ -200,8 +203,9 @@ function streamCompletion(res: ServerResponse, completion: JsonObject): void {
 export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<FakeEngine> {
   const model = options.model ?? 'fake/qwen3-tiny';
   const requests: ChatRequest[] = [];
+  const responses: JsonObject[] = [];
   const server: Server = createServer((req, res) => {
-    handle(req, res, options, model, requests).catch((err: unknown) => {
+    handle(req, res, options, model, requests, responses).catch((err: unknown) => {
       if (!res.headersSent) sendJson(res, 500, { object: 'error', message: String(err), type: 'InternalServerError', code: 500 });
       else res.destroy();
     });
@@ -218,6 +222,7 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
     port,
     model,
     requests,
+    responses,
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

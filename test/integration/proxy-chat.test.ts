@@ -49,7 +49,10 @@ describe('chat completions through the proxy (openai SDK)', () => {
     assert.equal(record.dialect, 'openai_chat');
     assert.deepEqual(record.requested_sampling_params.top_p, 0.9);
     assert.equal(record.request.headers.authorization, '[redacted]');
-    const engineAnswer = record.engine_response as unknown as { prompt_token_ids: number[]; choices: { token_ids: number[]; logprobs: { content: { logprob: number }[] } }[] };
+    const engineAnswer = lab.engine.responses[before] as unknown as { prompt_token_ids: number[]; choices: { token_ids: number[]; logprobs: { content: { logprob: number }[] } }[] };
+    const stored = record.engine_response as unknown as { prompt_token_ids?: unknown; choices: { token_ids?: unknown; message: { tool_calls: unknown[] } }[] };
+    assert.equal(stored.prompt_token_ids, undefined, 'token arrays are stored once, in the record');
+    assert.equal(stored.choices[0]!.message.tool_calls.length, 1, 'the rest of the engine answer is stored as sent');
     assert.deepEqual(record.prompt_token_ids, engineAnswer.prompt_token_ids, 'prompt ids exactly as the engine returned them');
     assert.deepEqual(record.completion_token_ids, engineAnswer.choices[0]!.token_ids);
     assert.equal(record.completion_token_ids!.at(-1), fakeEncode('<|im_end|>')[0], 'sampled ids end in the stop token');
