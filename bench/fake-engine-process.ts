@@ -10,6 +10,7 @@ import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import { startFakeEngine } from '../src/engine/fake-engine.js';
 import { parseThinkMs } from './processes.js';
+import { seededRandom } from '../src/engine/prng.js';
 
 const { values } = parseArgs({ options: { 'think-ms': { type: 'string', default: '500,1500' }, port: { type: 'string', default: '0' } } });
 
@@ -25,26 +26,16 @@ const listen = Server.prototype.listen as (this: Server, ...args: unknown[]) => 
   return listen.apply(this, args);
 };
 
-/** mulberry32: small, fast, good enough to spread think times. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 async function main(): Promise<void> {
   // Only this process's Math.random: the fake engine draws its think time from it.
-  Math.random = seeded(1);
+  Math.random = seededRandom(1);
   const engine = await startFakeEngine({ thinkMs: parseThinkMs(values['think-ms']), port: Number(values.port) });
   // The fake engine keeps every request for tests; here that would only grow its heap (and its GC
   // pauses) over the run, biasing whichever path is measured last.
   const trim = setInterval(() => {
     engine.requests.length = 0;
+    engine.responses.length = 0;
   }, 1000);
   process.stdout.write(`${JSON.stringify({ url: engine.url, model: engine.model, pid: process.pid })}\n`);
   const stop = () => {
@@ -56,7 +47,7 @@ async function main(): Promise<void> {
   createInterface({ input: process.stdin })
     .on('line', (line) => {
       const match = /^seed (\d+)$/.exec(line.trim());
-      if (match) Math.random = seeded(Number(match[1]));
+      if (match) Math.random = seededRandom(Number(match[1]));
     })
     .on('close', stop);
 }

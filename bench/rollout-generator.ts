@@ -4,6 +4,7 @@
 // texts of sampled tokens come from their bytes and prompt texts can be served as a /detokenize table.
 import type { CallRecord, ChatMessage } from '../src/capture/types.js';
 import type { SessionInfo } from '../src/capture/types.js';
+import { seededRandom } from '../src/engine/prng.js';
 
 const WORDS = ' the| a| file| run| test|.|,|\n| def| return| import| os| print|(|)|:| =| if| for| in| x| y| 0| 1| ok| error| path| read| write| bash| ls| cat| grep| echo| true| false|{|}|"| and| not'.split('|');
 export const SPECIAL = { imStart: 100000, imEnd: 100001 } as const;
@@ -15,16 +16,6 @@ export function tokenText(id: number): string {
   return WORDS[id % WORDS.length]!;
 }
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 export interface GeneratorOptions {
   seed?: number;
@@ -54,7 +45,7 @@ export interface GeneratedRollout {
 const enc = new TextEncoder();
 
 export function generateRollout(opts: GeneratorOptions): GeneratedRollout {
-  const rnd = mulberry32(opts.seed ?? 1);
+  const rnd = seededRandom(opts.seed ?? 1);
   const vocabSize = 5000;
   const tok = () => Math.floor(rnd() * vocabSize);
   const words = (n: number) => Array.from({ length: n }, tok);

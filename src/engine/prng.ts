@@ -46,3 +46,9 @@ function hashString(s: string): number {
   for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
   return h;
 }
+
+/** A seeded `() => number` in [0, 1), for code that wants a drop-in for Math.random. */
+export function seededRandom(seed: number | string): () => number {
+  const prng = new Prng(seed);
+  return () => prng.next();
+}
