@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { harnessSessionId, presentedKey } from './auth.js';
 import { detectDialect } from './dialects/index.js';
-import { stopAnswer } from './dialects/stop-answer.js';
+import { renderStopAnswer } from './dialects/stop-answer.js';
 import { answerTokenCount } from './dialects/token-count.js';
 import { EngineUnreachableError, engineErrorMessage, type EngineClient } from './engine-client.js';
 import { BodyTooLargeError, readBody, redactHeaders, sendJson } from './http-util.js';
@@ -37,11 +37,11 @@ function replyError(res: ServerResponse, dialect: Dialect, status: number, messa
   sendJson(res, status, dialect.errorBody(status, message));
 }
 
-function reply(res: ServerResponse, dialect: Dialect, answer: ChatResponse, ctx: DialectContext, stream: boolean, keepalive?: SseKeepalive): unknown {
-  const body = dialect.fromChat(answer, ctx);
-  if (stream) writeSse(res, dialect.streamEvents(answer, ctx), keepalive);
-  else sendJson(res, 200, body);
-  return body;
+/** The synthetic stop answer (budget spent, context full), as JSON or SSE in the caller's dialect. */
+function replyStop(res: ServerResponse, dialect: Dialect, ctx: DialectContext, stream: boolean, keepalive?: SseKeepalive): void {
+  const rendered = renderStopAnswer(dialect, ctx, stream);
+  if (rendered.stream) writeSse(res, rendered.events, keepalive);
+  else sendJson(res, 200, rendered.body);
 }
 
 export async function handleModelCall(req: IncomingMessage, res: ServerResponse, url: URL, deps: ModelCallDeps): Promise<void> {
@@ -91,7 +91,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   if (!session.tryReserveCall()) {
     session.budgetStopCount++;
     await deps.recordBudgetStop(session);
-    reply(res, dialect, stopAnswer(ctx.clientModel), ctx, stream);
+    replyStop(res, dialect, ctx, stream);
     return;
   }
 
@@ -165,7 +165,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
       if (isContextOverflow(engineReply.status, engineReply.body)) {
         session.findings.push(`[WARN] context_budget_exhausted: ${engineErrorMessage(engineReply.body).slice(0, 300)}`);
         keepalive?.stop();
-        reply(res, dialect, stopAnswer(ctx.clientModel), ctx, stream, keepalive);
+        replyStop(res, dialect, ctx, stream, keepalive);
         return;
       }
       const passThrough = [400, 413, 422].includes(engineReply.status) ? engineReply.status : 502;

@@ -2,7 +2,7 @@
 // host and handed to the webview as plain JSON. The webview never sees the raw document: traces and
 // flattened sequences would repeat every token id several times over.
 import type { AtifCheckResult } from '../harness/atif-check.js';
-import type { RolloutDocument, RolloutGraphJson, RolloutStats } from '../capture/rollout.js';
+import type { RolloutDocument, RolloutGraphJson, RolloutGraphNodeJson, RolloutStats } from '../capture/rollout.js';
 import type { CallRecord, JsonObject } from '../capture/types.js';
 
 export const VIEWER_DATA_VERSION = 1;
@@ -26,14 +26,8 @@ export interface ViewerRaw {
   response_body: unknown;
 }
 
-export interface ViewerTurn {
-  node_id: string;
-  index: number;
-  parent_id: string | null;
-  root_id: string;
-  children: string[];
-  discarded: boolean;
-  role: 'agent' | 'auxiliary' | 'discarded';
+/** A graph node of the rollout document, plus what the viewer shows of its tokens. */
+export interface ViewerTurn extends RolloutGraphNodeJson {
   prompt_ids: number[];
   sampled_ids: number[];
   /** Engine logprobs of the sampled tokens when aligned (one per sampled token), else null. */
