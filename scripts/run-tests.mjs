@@ -21,5 +21,7 @@ if (files.length === 0) {
   process.exit(1);
 }
 const concurrency = process.env.TEST_CONCURRENCY ?? '2';
-const result = spawnSync(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, ...files], { stdio: 'inherit' });
+// A hung test fails after 15 minutes instead of stalling the run (tests with their own timeout keep it).
+const timeout = process.env.TEST_TIMEOUT_MS ?? '900000';
+const result = spawnSync(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, `--test-timeout=${timeout}`, ...files], { stdio: 'inherit' });
 process.exit(result.status ?? 1);

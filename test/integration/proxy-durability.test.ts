@@ -26,6 +26,11 @@ function startProxyProcess(engineUrl: string, dataDir: string): Promise<{ child:
   });
 }
 
+function exited(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => child.once('exit', () => resolve()));
+}
+
 async function chat(url: string, key: string, content: string): Promise<Response> {
   return fetch(`${url}/v1/chat/completions`, {
     method: 'POST',
@@ -57,9 +62,12 @@ test('kill -9 mid-rollout: every answered call survives a restart', async () => 
   // Fire a burst and kill the process while those calls are in flight.
   const inFlight = Array.from({ length: 8 }, (_, i) => chat(first.url, session_id, `burst ${i}`).then(async (r) => (r.status === 200 ? ((await r.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content : null)).catch(() => null));
   await new Promise((r) => setTimeout(r, 5));
+  // Listen for the exit before killing: it can fire before the in-flight fetches settle, and a
+  // listener added after it would wait forever.
+  const firstExited = exited(first.child);
   first.child.kill('SIGKILL');
   const burst = await Promise.all(inFlight);
-  await new Promise((r) => first.child.once('exit', r));
+  await firstExited;
   const answeredBurst = burst.filter((b): b is string => b !== null);
 
   const second = await startProxyProcess(engine.url, dataDir);
@@ -75,8 +83,9 @@ test('kill -9 mid-rollout: every answered call survives a restart', async () => 
     // The restarted proxy keeps serving the same session.
     assert.equal((await chat(second.url, session_id, 'after restart')).status, 200);
   } finally {
+    const secondExited = exited(second.child);
     second.child.kill('SIGTERM');
-    await new Promise((r) => second.child.once('exit', r));
+    await secondExited;
   }
   const lines = readFileSync(join(dataDir, 'sessions', `${session_id}.jsonl`), 'utf8').trim().split('\n');
   assert.equal(JSON.parse(lines[0]!).type, 'session');
