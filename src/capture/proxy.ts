@@ -3,6 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { AcceptorThread, ListenError } from './acceptor.js';
 import { isLoopbackHost, presentedKey, secretsEqual } from './auth.js';
 import { EngineClient } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
@@ -37,6 +38,11 @@ export interface ProxyOptions {
   /** Fixes the capture level and skips the engine probe (tests, or an engine known to be text-only). */
   captureLevel?: CaptureLevel;
   logger?: ProxyLogger;
+  /**
+   * Accept connections on a dedicated thread (default true): see acceptor.ts. False listens on the
+   * main thread, as a plain node:http server does.
+   */
+  acceptorThread?: boolean;
   keepaliveGraceMs?: number;
   keepaliveIntervalMs?: number;
 }
@@ -61,6 +67,7 @@ export class CaptureProxy {
   /** Fires when a session is created or deleted. */
   readonly onDidChangeSessions = this.sessionsEmitter.event;
   private server!: Server;
+  private acceptor: AcceptorThread | undefined;
   private address!: AddressInfo;
 
   private constructor(private readonly options: ProxyOptions) {
@@ -110,7 +117,7 @@ export class CaptureProxy {
     if (this.sessions.size) this.log.info(`restored ${this.sessions.size} session(s) from ${this.store.dataDir}`);
   }
 
-  private listen(host: string, port: number): Promise<void> {
+  private async listen(host: string, port: number): Promise<void> {
     this.server = createServer((req, res) => {
       this.route(req, res).catch((err: unknown) => {
         this.log.error(`request ${req.method} ${req.url} failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
@@ -121,13 +128,22 @@ export class CaptureProxy {
     this.server.keepAliveTimeout = 75_000;
     this.server.headersTimeout = 80_000;
     this.server.requestTimeout = 0; // engine calls may legitimately take many minutes
+    const inUse = () => new ProxyConfigError(`port ${port} on ${host} is already in use; pick another with --port, or 0 for any free port`);
+    // A deep accept queue: a burst of new harness connections must queue, not be dropped (Node's default is 511).
+    const backlog = 2048;
+    if (this.options.acceptorThread !== false) {
+      try {
+        this.acceptor = await AcceptorThread.start({ host, port, backlog, health: () => JSON.stringify(this.health()), onConnection: (socket) => this.server.emit('connection', socket) });
+      } catch (err) {
+        throw err instanceof ListenError && err.code === 'EADDRINUSE' ? inUse() : err;
+      }
+      this.address = this.acceptor.address;
+      return;
+    }
     return new Promise((resolve, reject) => {
-      const onError = (err: NodeJS.ErrnoException) => {
-        reject(err.code === 'EADDRINUSE' ? new ProxyConfigError(`port ${port} on ${host} is already in use; pick another with --port, or 0 for any free port`) : err);
-      };
+      const onError = (err: NodeJS.ErrnoException) => reject(err.code === 'EADDRINUSE' ? inUse() : err);
       this.server.once('error', onError);
-      // A deep accept queue: a burst of new harness connections must queue, not be dropped (Node's default is 511).
-      this.server.listen({ port, host, backlog: 2048 }, () => {
+      this.server.listen({ port, host, backlog }, () => {
         this.server.off('error', onError);
         this.address = this.server.address() as AddressInfo;
         resolve();
@@ -153,6 +169,7 @@ export class CaptureProxy {
     this.sessions.set(id, session);
     void this.store?.append(id, { type: 'session', ...info }).catch((err: unknown) => this.log.error(`could not store session ${id}: ${String(err)}`));
     this.sessionsEmitter.fire();
+    this.acceptor?.publishHealth();
     return info;
   }
 
@@ -171,7 +188,10 @@ export class CaptureProxy {
   async deleteSession(id: string): Promise<boolean> {
     const existed = this.sessions.delete(id);
     await this.store?.delete(id);
-    if (existed) this.sessionsEmitter.fire();
+    if (existed) {
+      this.sessionsEmitter.fire();
+      this.acceptor?.publishHealth();
+    }
     return existed;
   }
 
@@ -188,6 +208,7 @@ export class CaptureProxy {
     if (this.probeReport?.reachable) return this.captureLevel;
     this.probing ??= probeEngine(this.engine, this.options.model).then((report) => {
       this.probeReport = report;
+      this.acceptor?.publishHealth();
       this.captureLevel = report.capture_level;
       this.probing = undefined;
       const level = `${report.capture_level}${report.capture_level === 'tokens' ? ` (logprobs ${report.logprobs_mode})` : ''}`;
@@ -340,10 +361,9 @@ export class CaptureProxy {
   async close(): Promise<void> {
     this.recordEmitter.dispose();
     this.sessionsEmitter.dispose();
-    await new Promise<void>((resolve) => {
-      this.server.closeAllConnections();
-      this.server.close(() => resolve());
-    });
+    this.server.closeAllConnections();
+    if (this.acceptor) await this.acceptor.close();
+    else await new Promise<void>((resolve) => this.server.close(() => resolve()));
     await this.engine.close();
     await this.store?.close();
   }
