@@ -20,9 +20,13 @@ function pickSampling(source: JsonObject): JsonObject {
   return out;
 }
 
-/** Chat request from a dialect -> the exact request the engine gets. Never mutates its input. */
+/**
+ * Chat request from a dialect -> the exact request the engine gets. Never mutates its input: only
+ * top-level keys change and `messages` is a new array, so a shallow copy is enough (a deep clone of
+ * the whole history on every call showed in profiles).
+ */
 export function buildEngineRequest(chat: ChatRequest, options: { model: string; captureLevel: CaptureLevel; maxOutputTokens?: number }): EngineRequestPlan {
-  const request = structuredClone(chat) as ChatRequest;
+  const request: ChatRequest = { ...chat };
   const requestedSampling = pickSampling(request);
   request.model = options.model;
   request.stream = false;
