@@ -200,9 +200,12 @@ export class RelayedSocket extends Duplex {
 
   // The parts of net.Socket that node:http calls.
   setTimeout(ms: number, callback?: () => void): this {
-    this.timeoutMs = ms;
     if (callback) this.once('timeout', callback);
-    this.touch();
+    if (ms !== this.timeoutMs || !this.timer) {
+      clearTimeout(this.timer);
+      this.timeoutMs = ms;
+      this.timer = ms > 0 && !this.destroyed ? setTimeout(() => this.emit('timeout'), ms).unref() : undefined;
+    } else this.touch();
     return this;
   }
 
@@ -226,9 +229,9 @@ export class RelayedSocket extends Duplex {
     return this.localAddress ? { address: this.localAddress, port: this.localPort ?? 0, family: this.remoteFamily ?? 'IPv4' } : {};
   }
 
+  /** Activity restarts the idle timer (one timer per socket, refreshed rather than recreated). */
   private touch(): void {
-    clearTimeout(this.timer);
-    this.timer = this.timeoutMs > 0 && !this.destroyed ? setTimeout(() => this.emit('timeout'), this.timeoutMs).unref() : undefined;
+    this.timer?.refresh();
   }
 }
 
