@@ -23,6 +23,8 @@ export interface RolloutViewerHost {
   getCalls(sessionId: string): CallRecord[];
   /** The model name for /detokenize (vLLM wants it); empty for the engine's default. */
   model?(): string;
+  /** A call was recorded (the record) or sessions changed (undefined): open session viewers refresh. */
+  onDidChangeData?(listener: (record: CallRecord | undefined) => void): vscode.Disposable;
   log?(message: string): void;
 }
 
@@ -90,6 +92,25 @@ export class ViewerConnection extends Disposable {
     this.focus = focus;
     this.queue.reset();
     this.webview.html = viewerHtml(this.webview, this.host.extensionUri);
+  }
+
+  /**
+   * The same session with more calls: the webview rebuilds and keeps the reader's place (or follows
+   * the newest call). Token texts and an attached ATIF check carry over.
+   */
+  refresh(next: LoadedRollout): void {
+    const prev = this.rollout;
+    if (prev) {
+      next.data.token_texts = { ...prev.data.token_texts, ...next.data.token_texts };
+      next.data.atif ??= prev.data.atif;
+    }
+    this.rollout = next;
+    // Not listening yet: its `ready` will get this rollout.
+    if (!this.queue.isReady) return;
+    const { wire, details } = toWire(next.data);
+    this.details = details;
+    void this.webview.postMessage({ type: MSG.load, wire, focus: null } satisfies HostMessage);
+    void this.loadTokenTexts(next.data);
   }
 
   focusTurn(nodeId: string): void {
@@ -170,12 +191,18 @@ export function loadSession(host: RolloutViewerHost, sessionId: string): LoadedR
   return { data: viewerDataFromRollout(doc, { key: sessionId, title: `Session ${sessionId}` }), doc, path: '' };
 }
 
-/** Viewer panels for captured sessions, one per session, restored after a window reload. */
+/** Calls arriving closer together than this refresh an open viewer once. */
+const LIVE_REFRESH_MS = 400;
+
+/** Viewer panels for captured sessions, one per session, live while calls arrive, restored after a reload. */
 export class RolloutViewerPanels extends Disposable {
   private readonly panels = new Map<string, { panel: vscode.WebviewPanel; conn: ViewerConnection }>();
+  private readonly refreshes = new Map<string, NodeJS.Timeout>();
 
   constructor(private readonly host: RolloutViewerHost) {
     super();
+    if (host.onDidChangeData) this._register(host.onDidChangeData((record) => this.scheduleRefresh(record ? [record.session_id] : [...this.panels.keys()])));
+    this._register(toDisposable(() => [...this.refreshes.values()].forEach(clearTimeout)));
     this._register(
       vscode.window.registerWebviewPanelSerializer(ROLLOUT_VIEW_TYPE, {
         deserializeWebviewPanel: async (panel, state: unknown) => {
@@ -198,6 +225,25 @@ export class RolloutViewerPanels extends Disposable {
     const panel = vscode.window.createWebviewPanel(ROLLOUT_VIEW_TYPE, `Rollout ${sessionId}`, vscode.ViewColumn.Active, webviewOptions(this.host.extensionUri));
     this.adopt(panel, sessionId, focus);
     return panel;
+  }
+
+  private scheduleRefresh(sessionIds: string[]): void {
+    for (const id of sessionIds) {
+      if (!this.panels.has(id) || this.refreshes.has(id)) continue;
+      this.refreshes.set(
+        id,
+        setTimeout(() => {
+          this.refreshes.delete(id);
+          const open = this.panels.get(id);
+          if (!open) return;
+          try {
+            open.conn.refresh(loadSession(this.host, id));
+          } catch (err) {
+            open.conn.showError(err instanceof Error ? err.message : String(err));
+          }
+        }, LIVE_REFRESH_MS),
+      );
+    }
   }
 
   private adopt(panel: vscode.WebviewPanel, sessionId: string | null, focus: string | null): void {

@@ -114,3 +114,13 @@ export async function launchCodeServer(opts: LaunchOptions): Promise<CodeServer>
   }
   return { url, port, logFile, stop };
 }
+
+/** Runs a command from the palette by its title (as a user would: F1, type, Enter). */
+export async function runCommand(page: import('playwright-core').Page, title: string): Promise<void> {
+  await page.keyboard.press('F1');
+  const input = page.locator('.quick-input-widget input.input');
+  await input.waitFor({ state: 'visible', timeout: 10_000 });
+  await input.fill(`>${title}`);
+  await page.locator('.quick-input-list .monaco-list-row', { hasText: title }).first().waitFor({ timeout: 10_000 });
+  await page.keyboard.press('Enter');
+}

@@ -19,7 +19,7 @@ import { build } from 'esbuild';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { TrainingTraceSchema } from '../../src/capture/trace.js';
 import { startFakeEngine, type FakeEngine } from '../../src/engine/fake-engine.js';
-import { chromiumPath, launchCodeServer, missingPrerequisite, type CodeServer } from './code-server.js';
+import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
 
 const ROOT = resolve(__dirname, '..', '..');
 const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
@@ -88,15 +88,6 @@ function findFiles(dir: string, keep: (path: string) => boolean): string[] {
 
 async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
-}
-
-async function runCommand(page: Page, title: string): Promise<void> {
-  await page.keyboard.press('F1');
-  const input = page.locator('.quick-input-widget input.input');
-  await input.waitFor({ state: 'visible', timeout: 10_000 });
-  await input.fill(`>${title}`);
-  await page.locator('.quick-input-list .monaco-list-row', { hasText: title }).first().waitFor({ timeout: 10_000 });
-  await page.keyboard.press('Enter');
 }
 
 /** Drags the sidebar's sash so tree descriptions are readable in the screenshots. */

@@ -11,7 +11,8 @@ import { join, resolve } from 'node:path';
 import { after, test } from 'node:test';
 import { chromium, type Browser, type FrameLocator, type Page } from 'playwright-core';
 import { generateRollout } from '../../bench/rollout-generator.js';
-import { chromiumPath, launchCodeServer, missingPrerequisite, type CodeServer } from './code-server.js';
+import { startFakeEngine, type FakeEngine } from '../../src/engine/fake-engine.js';
+import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
 
 const ROOT = resolve(__dirname, '..', '..');
 const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
@@ -19,11 +20,13 @@ const SESSION = 'viewer-e2e-session';
 
 let server: CodeServer | undefined;
 let browser: Browser | undefined;
+let engine: FakeEngine | undefined;
 let stateDir = '';
 
 after(async () => {
   await browser?.close().catch(() => undefined);
   await server?.stop();
+  await engine?.close();
   if (stateDir && !process.env.HL_E2E_KEEP) rmSync(stateDir, { recursive: true, force: true });
 });
 
@@ -48,11 +51,13 @@ test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { t
   const records = g.records.map((r) => ({ ...r, session_id: SESSION }));
   writeFileSync(join(dataDir, 'sessions', `${SESSION}.jsonl`), [JSON.stringify({ type: 'session', ...info }), ...records.map((r) => JSON.stringify({ type: 'call', ...r }))].join('\n') + '\n');
 
+  // An engine for the live part (the stored session above needs none).
+  engine = await startFakeEngine({ thinkMs: 0 });
   server = await launchCodeServer({
     stateDir,
     workspace,
     // harnessLab.dataDir is machine-scoped: user settings, not workspace settings.
-    userSettings: { 'harnessLab.dataDir': dataDir, 'harnessLab.engineUrl': 'http://127.0.0.1:9/v1', 'workbench.startupEditor': 'none', 'workbench.tips.enabled': false, 'security.workspace.trust.enabled': false, 'extensions.autoCheckUpdates': false, 'telemetry.telemetryLevel': 'off', 'window.commandCenter': false },
+    userSettings: { 'harnessLab.dataDir': dataDir, 'harnessLab.engineUrl': engine.url, 'workbench.startupEditor': 'none', 'workbench.tips.enabled': false, 'security.workspace.trust.enabled': false, 'extensions.autoCheckUpdates': false, 'telemetry.telemetryLevel': 'off', 'window.commandCenter': false },
   });
   browser = await chromium.launch({ executablePath: chromiumPath(), headless: true, args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update'] });
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
@@ -93,4 +98,38 @@ test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { t
   await page.keyboard.press('k');
   await frame.locator('[data-testid="turn-head"]', { hasText: byIndex[byIndex.length - 2]!.call_id }).waitFor({ timeout: 10_000 });
   await page.screenshot({ path: join(ARTIFACTS, 'viewer-02-stepped.png') });
+
+  // Live: with the proxy running, a session's viewer takes in calls as they are recorded.
+  await runCommand(page, 'View: Close All Editors');
+  await runCommand(page, 'Harness Lab: Start Proxy');
+  const status = page.locator('.statusbar-item', { hasText: /Harness Lab :\d+/ });
+  await status.waitFor({ timeout: 30_000 });
+  const port = /:(\d+)/.exec((await status.innerText()) ?? '')![1]!;
+  const proxy = `http://127.0.0.1:${port}`;
+  const LIVE = 'viewer-e2e-live';
+  assert.equal((await fetch(`${proxy}/sessions`, { method: 'POST', body: JSON.stringify({ session_id: LIVE }) })).status, 201);
+  const call = async (content: string) => {
+    const res = await fetch(`${proxy}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${LIVE}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] }) });
+    assert.equal(res.status, 200, await res.text());
+  };
+  await call('first');
+  await call('second');
+  const liveRow = sessions.locator('.monaco-list-row', { hasText: LIVE }).first();
+  await liveRow.waitFor({ timeout: 30_000 });
+  await liveRow.click({ button: 'right' });
+  const openItem = page.locator('.monaco-menu .action-label', { hasText: 'Open Rollout Viewer' });
+  await openItem.waitFor({ timeout: 10_000 });
+  await new Promise((r) => setTimeout(r, 400)); // the workbench ignores a click right after its context menu opened
+  await openItem.click();
+  await page.locator('.tab', { hasText: `Rollout ${LIVE}` }).waitFor({ timeout: 20_000 });
+  const live = viewerFrame(page);
+  await live.locator('.graph-row').nth(1).waitFor({ timeout: 60_000 }).catch(async (err: unknown) => {
+    await page.screenshot({ path: join(ARTIFACTS, 'viewer-03-live-missing.png') });
+    throw err;
+  });
+  assert.equal(await live.locator('.graph-row').count(), 2);
+  await call('third');
+  await live.locator('.graph-row').nth(2).waitFor({ timeout: 30_000 });
+  await page.screenshot({ path: join(ARTIFACTS, 'viewer-03-live.png') });
+  assert.equal(await live.locator('.graph-row').count(), 3, 'the open viewer took in the new call');
 });

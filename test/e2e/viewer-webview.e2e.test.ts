@@ -7,7 +7,9 @@ import { existsSync } from 'node:fs';
 import { chromium as pw, type Browser, type Page } from 'playwright-core';
 import { parseAtif } from '../../src/harness/atif.js';
 import { atifCheck } from '../../src/harness/atif-check.js';
-import type { ViewerData } from '../../src/protocol/viewer-data.js';
+import { buildRollout } from '../../src/capture/rollout.js';
+import { viewerDataFromRollout, type ViewerData } from '../../src/protocol/viewer-data.js';
+import { generateRollout } from '../../bench/rollout-generator.js';
 import { commonPrefix, logprobBucket } from '../../webview/viewer/model.js';
 import { bundleBuilt, chromium, fixture, postLoad, reportPage, tempDir, webviewPage } from './viewer-pages.js';
 
@@ -268,6 +270,33 @@ describe('rollout viewer webview (stubbed VS Code API)', { skip }, () => {
     await page.$eval('.strip', (e) => (e.scrollTop = e.scrollHeight));
     await page.waitForFunction((last) => document.querySelector(`.strip .t[data-i="${last}"]`) !== null, n - 1);
     assert.ok((await page.$$eval('.strip .t', (e) => e.length)) < 3000);
+    assert.deepEqual(errors, []);
+  });
+
+  test('a live session refreshes: the reader on the newest call follows new calls, a reader further back stays', async () => {
+    const g = generateRollout({ seed: 5, calls: 6, firstPrompt: 40, sampled: 10, glue: 5 });
+    const upTo = (n: number) => viewerDataFromRollout(buildRollout(g.session, g.records.slice(0, n), { budgetStopCount: 0, captureLevel: 'tokens', includeDiscarded: true, includeTraces: false }), { key: 'live-session', title: 'Live session', tokenTexts: g.vocab });
+    const ids = upTo(6).turns.map((t) => t.node_id);
+    await load(page, upTo(3), dir);
+    const rows = () => page.$$eval('.graph-row', (e) => e.length);
+    assert.equal(await rows(), 3);
+    await page.click(`.graph-row[data-node="${ids[2]}"]`);
+    assert.equal(await currentNode(page), ids[2]);
+    await postLoad(page, upTo(4));
+    await page.waitForFunction(() => document.querySelectorAll('.graph-row').length === 4);
+    assert.equal(await currentNode(page), ids[3], 'on the newest call: follows the new one');
+    await page.click(`.graph-row[data-node="${ids[1]}"]`);
+    await postLoad(page, upTo(6));
+    await page.waitForFunction(() => document.querySelectorAll('.graph-row').length === 6);
+    assert.equal(await currentNode(page), ids[1], 'further back: stays on the call being read');
+    // The replaced viewers let go of the document: one keydown listener is left, and j moves one turn.
+    const cdp = await page.context().newCDPSession(page);
+    const { result } = await cdp.send('Runtime.evaluate', { expression: 'document' });
+    const { listeners } = await cdp.send('DOMDebugger.getEventListeners', { objectId: result.objectId! });
+    await cdp.detach();
+    assert.equal(listeners.filter((l) => l.type === 'keydown').length, 1);
+    await page.keyboard.press('j');
+    assert.equal(await currentNode(page), ids[2]);
     assert.deepEqual(errors, []);
   });
 

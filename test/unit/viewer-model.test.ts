@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { Navigator, addedByHarness, columns, displayText, layoutRows, logprobBucket, positionClass, rootKind, turnTokens } from '../../webview/viewer/model.js';
+import { Navigator, addedByHarness, columns, displayText, layoutRows, liveFocus, logprobBucket, positionClass, rootKind, turnTokens } from '../../webview/viewer/model.js';
 import { buildRollout } from '../../src/capture/rollout.js';
 import { viewerDataFromRollout } from '../../src/protocol/viewer-data.js';
 import { generateRollout } from '../../bench/rollout-generator.js';
@@ -65,4 +65,17 @@ test('navigation: branches move between siblings, then to the nearest ancestor w
   assert.equal(nav.branch(deeper, -1), sibs[0]);
   const kinds = data.turns.map((t) => rootKind(data, t, nav.byId)).filter(Boolean);
   assert.deepEqual([...kinds].sort(), ['auxiliary', 'compaction', 'root', 'subagent']);
+});
+
+test('live refresh: a reader on the newest call follows the next newest; others keep their call', () => {
+  const g = generateRollout({ seed: 11, calls: 5, firstPrompt: 30, sampled: 8, glue: 4 });
+  const upTo = (n: number) => viewerDataFromRollout(buildRollout(g.session, g.records.slice(0, n), { budgetStopCount: 0, captureLevel: 'tokens', includeDiscarded: true, includeTraces: false }), { key: 'live', title: 'live' });
+  const three = upTo(3);
+  const five = upTo(5);
+  const ids = (d: typeof three) => d.turns.map((t) => t.node_id);
+  assert.deepEqual(ids(five).slice(0, 3), ids(three), 'earlier calls keep their ids and order');
+  const newest3 = ids(three)[2]!;
+  assert.equal(liveFocus({ currentId: newest3, newestId: newest3 }, five), ids(five)[4]);
+  assert.equal(liveFocus({ currentId: ids(three)[1]!, newestId: newest3 }, five), ids(three)[1]);
+  assert.equal(liveFocus({ currentId: 'gone', newestId: newest3 }, five), ids(five)[4], 'a call that no longer exists falls back to the newest');
 });

@@ -9,7 +9,7 @@ import { MSG, isHostMessage, type HostMessage, type WebviewMessage } from '../..
 import type { AtifCheckResult } from '../../src/harness/atif-check.js';
 import { fromWire, type TurnDetails, type ViewerData, type ViewerTurn, type ViewerWire } from '../../src/protocol/viewer-data.js';
 import { GraphView } from './graph.js';
-import { Navigator, TokenTexts, addedByHarness, logprobBucket, turnTokens, type TurnTokens } from './model.js';
+import { Navigator, TokenTexts, addedByHarness, liveFocus, logprobBucket, turnTokens, type TurnTokens } from './model.js';
 import { addedPanel, atifPanel, findingsPanel, gradeClass, h, rawPanel } from './panels.js';
 import { TokenStrip, type TokenDetail } from './strip.js';
 
@@ -68,6 +68,8 @@ class Viewer {
   private atif: AtifCheckResult | null;
   private pendingAttach = new Map<number, true>();
   private seq = 0;
+  /** Listeners outside the viewer's own DOM, removed when a live refresh replaces the viewer. */
+  private readonly listening = new AbortController();
 
   constructor(
     private readonly root: HTMLElement,
@@ -142,7 +144,7 @@ class Viewer {
     turnEl.append(tabs);
     root.replaceChildren(header, h('div', { class: 'main' }, this.graph.el, turnEl));
     if (this.state.mask) this.setMask(true);
-    document.addEventListener('keydown', (e) => this.onKey(e));
+    document.addEventListener('keydown', (e) => this.onKey(e), { signal: this.listening.signal });
     performance.mark('hl-built');
     this.renderAtif();
     this.show(this.current);
@@ -152,6 +154,15 @@ class Viewer {
   go(id: string): void {
     const t = this.nav.byId.get(id);
     if (t) this.show(t);
+  }
+
+  /** What a live refresh needs to keep the reader's place (see liveFocus). */
+  get place(): { currentId: string; newestId: string | undefined } {
+    return { currentId: this.current.node_id, newestId: this.data.turns[this.data.turns.length - 1]?.node_id };
+  }
+
+  dispose(): void {
+    this.listening.abort();
   }
 
   private step(d: 1 | -1): void {
@@ -394,7 +405,10 @@ function boot(): void {
       }
       performance.mark('hl-parsed');
       if (data.turns.length === 0) return fail(root, 'This rollout has no calls yet.');
-      viewer = new Viewer(root, data, api, stateStore(api), msg.focus ?? null, details.get);
+      // A second load is a live session's refresh: keep the reader's place, or follow the newest call.
+      const focus = msg.focus ?? (viewer ? liveFocus(viewer.place, data) : null);
+      viewer?.dispose();
+      viewer = new Viewer(root, data, api, stateStore(api), focus, details.get);
       (window as unknown as { harnessLabViewer: Viewer }).harnessLabViewer = viewer;
       for (const m of early.splice(0)) viewer.onHost(m);
     } else if (viewer) viewer.onHost(msg);

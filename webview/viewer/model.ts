@@ -207,3 +207,14 @@ export function positionClass(tt: TurnTokens, i: number): string {
   const lp = tt.logprob(i);
   return `t s ${lp === null ? 'nolp' : `b${logprobBucket(lp)}`}${tt.mask(i) ? ' m1' : ''}`;
 }
+
+/**
+ * Where a viewer lands when a live session's rollout is shown again with new calls: a reader on the
+ * newest call follows the next newest (like a log tail); anyone else stays on the call they were
+ * reading, while it still exists.
+ */
+export function liveFocus(previous: { currentId: string; newestId: string | undefined }, next: ViewerData): string | null {
+  const newest = next.turns[next.turns.length - 1]?.node_id ?? null;
+  if (previous.currentId === previous.newestId) return newest;
+  return next.turns.some((t) => t.node_id === previous.currentId) ? previous.currentId : newest;
+}
