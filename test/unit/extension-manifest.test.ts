@@ -10,6 +10,8 @@ import { SettingsSchema, readSettings } from '../../src/extension/settings.js';
 const root = join(__dirname, '..', '..');
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 const contributes = pkg.contributes;
+/** The viewer's view type, read from its source (the module imports vscode, so it cannot load here). */
+const ROLLOUT_VIEW_TYPE_NAME = /ROLLOUT_VIEW_TYPE = '([^']+)'/.exec(readFileSync(join(root, 'src', 'extension', 'rollout-viewer-panel.ts'), 'utf8'))![1];
 const contributed = new Set<string>(contributes.commands.map((c: { command: string }) => c.command));
 const registered = new Set([...readFileSync(join(root, 'src/extension/commands.ts'), 'utf8').matchAll(/^\s+'(harnessLab\.[A-Za-z]+)':/gm)].map((m) => m[1]!));
 // The rollout viewer registers its own command next to its panel and editor.
@@ -56,10 +58,11 @@ test('settings in package.json match the schema, including defaults', () => {
   assert.ok(!Object.keys(props).some((k) => /key|token|secret/i.test(k)), 'no credentials in settings (SecretStorage only)');
 });
 
-test('activation: after startup (status bar item, opt-in auto-start), commands and views implicit', () => {
+test('activation: after startup (status bar item, opt-in auto-start), for restored viewers, commands and views implicit', () => {
   // Activation itself does no network or Docker work, so activating after startup costs little and
-  // makes the status bar item visible and harnessLab.autoStart effective.
-  assert.deepEqual(pkg.activationEvents, ['onStartupFinished']);
+  // makes the status bar item visible and harnessLab.autoStart effective. A rollout viewer restored
+  // at window reload needs its serializer before startup has finished.
+  assert.deepEqual(pkg.activationEvents, ['onStartupFinished', `onWebviewPanel:${ROLLOUT_VIEW_TYPE_NAME}`]);
   assert.equal(pkg.main, './dist/extension.js');
   assert.equal(pkg.engines.vscode, '^1.100.0');
   assert.match(pkg.scripts.package, /vsce package --no-dependencies --no-rewrite-relative-links -o harness-lab\.vsix/);
