@@ -68,7 +68,10 @@ test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { t
 
   await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
   const sessions = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^sessions/i }) });
-  const row = sessions.locator('.monaco-list-row', { hasText: SESSION }).first();
+  // Session rows only (call rows are level 2): a tree that re-renders under load must not turn the
+  // right-click into one on a call row, whose "Open Rollout Viewer" opens at that call.
+  const sessionRow = (id: string) => sessions.locator('.monaco-list-row[aria-level="1"]', { hasText: id }).first();
+  const row = sessionRow(SESSION);
   mkdirSync(ARTIFACTS, { recursive: true });
   await row.waitFor({ timeout: 60_000 }).catch(async (err: unknown) => {
     await page.screenshot({ path: join(ARTIFACTS, 'viewer-00-no-session.png') });
@@ -114,7 +117,7 @@ test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { t
   };
   await call('first');
   await call('second');
-  const liveRow = sessions.locator('.monaco-list-row', { hasText: LIVE }).first();
+  const liveRow = sessionRow(LIVE);
   await liveRow.waitFor({ timeout: 30_000 });
   await liveRow.click({ button: 'right' });
   const openItem = page.locator('.monaco-menu .action-label', { hasText: 'Open Rollout Viewer' });
