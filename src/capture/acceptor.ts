@@ -245,6 +245,8 @@ export interface AcceptorOptions {
   healthStallMs?: number;
   /** A relayed connection for the main thread's HTTP server (`server.emit('connection', socket)`). */
   onConnection(socket: RelayedSocket): void;
+  /** The thread ended without close(): nothing accepts connections until a new acceptor starts. */
+  onExit?(reason: string): void;
 }
 
 export class ListenError extends Error {
@@ -268,6 +270,15 @@ export class AcceptorThread {
     private readonly options: AcceptorOptions,
   ) {
     worker.on('message', (m: FromAcceptor) => this.onMessage(m));
+    let failure = '';
+    worker.on('error', (err) => (failure = err.message));
+    worker.once('exit', (code) => {
+      if (this.closed) return;
+      this.closed = true;
+      clearInterval(this.refresher);
+      for (const socket of this.sockets.values()) socket.destroy();
+      options.onExit?.(failure || `exit code ${code}`);
+    });
     // Refresh well inside the stall limit, so only a main thread that really stopped trips it.
     this.refresher = setInterval(() => this.publishHealth(), Math.min(HEALTH_REFRESH_MS, (options.healthStallMs ?? HEALTH_STALL_MS) / 4)).unref();
   }

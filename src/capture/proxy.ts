@@ -68,6 +68,7 @@ export class CaptureProxy {
   readonly onDidChangeSessions = this.sessionsEmitter.event;
   private server!: Server;
   private acceptor: AcceptorThread | undefined;
+  private closing = false;
   private address!: AddressInfo;
 
   private constructor(private readonly options: ProxyOptions) {
@@ -133,7 +134,7 @@ export class CaptureProxy {
     const backlog = 2048;
     if (this.options.acceptorThread !== false) {
       try {
-        this.acceptor = await AcceptorThread.start({ host, port, backlog, health: () => JSON.stringify(this.health()), onConnection: (socket) => this.server.emit('connection', socket) });
+        this.acceptor = await this.startAcceptor(host, port, backlog);
       } catch (err) {
         throw err instanceof ListenError && err.code === 'EADDRINUSE' ? inUse() : err;
       }
@@ -148,6 +149,28 @@ export class CaptureProxy {
         this.address = this.server.address() as AddressInfo;
         resolve();
       });
+    });
+  }
+
+  private startAcceptor(host: string, port: number, backlog: number): Promise<AcceptorThread> {
+    return AcceptorThread.start({
+      host,
+      port,
+      backlog,
+      health: () => JSON.stringify(this.health()),
+      onConnection: (socket) => this.server.emit('connection', socket),
+      onExit: (reason) => {
+        // A crash of the acceptor would leave the port closed: say so, and listen again on the same port.
+        this.log.error(`the acceptor thread stopped (${reason}); listening again on ${host}:${this.address.port}`);
+        this.acceptor = undefined;
+        this.startAcceptor(host, this.address.port, backlog).then(
+          (acceptor) => {
+            if (this.closing) void acceptor.close();
+            else this.acceptor = acceptor;
+          },
+          (err: unknown) => this.log.error(`could not listen again on ${host}:${this.address.port}: ${err instanceof Error ? err.message : String(err)}`),
+        );
+      },
     });
   }
 
@@ -359,6 +382,7 @@ export class CaptureProxy {
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     this.recordEmitter.dispose();
     this.sessionsEmitter.dispose();
     this.server.closeAllConnections();

@@ -112,3 +112,26 @@ test('the proxy through its acceptor: /health counts a session at once; a taken 
   assert.deepEqual([(await health()).status, (await health()).sessions], ['ok', 1]);
   await assert.rejects(CaptureProxy.start({ engineUrl: engine.url, model: 'm', port: proxy.port }), (err: unknown) => err instanceof ProxyConfigError && /already in use/.test(err.message));
 });
+
+test('if the acceptor thread dies, the proxy says so and listens again on the same port', async () => {
+  const engine = await startFakeEngine({ thinkMs: 0 });
+  closers.push(() => engine.close());
+  const errors: string[] = [];
+  const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: 'fake/qwen3-tiny', logger: { info() {}, warn() {}, error: (m) => errors.push(m) } });
+  closers.push(() => proxy.close());
+  const { session_id } = (await (await fetch(`${proxy.url}/sessions`, { method: 'POST', body: '{}' })).json()) as { session_id: string };
+  // Stand-in for a crash: the thread ends without close().
+  await (proxy as unknown as { acceptor: { worker: Worker } }).acceptor.worker.terminate();
+  let status = 0;
+  for (let i = 0; i < 100 && status !== 200; i++) {
+    status = await fetch(`${proxy.url}/health`, { headers: { connection: 'close' } }).then(
+      (r) => r.status,
+      () => 0,
+    );
+    if (status !== 200) await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.equal(status, 200, 'listening again');
+  assert.match(errors.join('\n'), /the acceptor thread stopped \(exit code 1\); listening again on 127\.0\.0\.1:\d+/);
+  const call = await fetch(`${proxy.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${session_id}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'still here?' }] }) });
+  assert.equal(call.status, 200, 'sessions survive: the same key works on the new acceptor');
+});
