@@ -47,7 +47,7 @@ describe('harnesses in Docker sandboxes', { concurrency: false }, () => {
     assert.equal(rows.length, 8);
   });
 
-  for (const harness of ['codex', 'claude-code', 'opencode', 'gemini-cli']) {
+  for (const harness of ['codex', 'claude-code', 'opencode', 'gemini-cli', 'qwen-code', 'pi']) {
     test(`${harness}: reward 1.0 and a passing capture contract`, { timeout: PER_HARNESS_MS }, async () => {
       const table = await validateHarness({ harness, taskDir: TASK, sandbox: 'docker', engineUrl: engine.url, outDir: outDir(), handleSignals: false });
       const shown = formatValidationTable(table);
