@@ -76,7 +76,6 @@ function relay(id, chunk) {
 const server = net.createServer({ allowHalfOpen: true, noDelay: true }, (socket) => {
   const id = nextId++;
   let relayed = false;
-  socket.setNoDelay(true);
   socket.on('error', () => {});
   socket.once('data', (first) => {
     const match = HEALTH_LINE.exec(first.toString('latin1', 0, Math.min(first.length, 128)));
@@ -115,7 +114,9 @@ parentPort.on('message', (m) => {
       }
       break;
     case 'x':
+      // Admitted and still-waiting connections alike: server.close() waits for every one.
       for (const s of sockets.values()) s.destroy();
+      for (const e of waiting) e.socket.destroy();
       server.close(() => process.exit(0));
       break;
   }
