@@ -133,6 +133,8 @@ export class CaptureProxy {
     // A deep accept queue: a burst of new harness connections must queue, not be dropped (Node's default is 511).
     const backlog = 2048;
     if (this.options.acceptorThread !== false) {
+      // `/health` counts sessions: the acceptor's copy changes with them.
+      this.onDidChangeSessions(() => this.acceptor?.publishHealth());
       try {
         this.acceptor = await this.startAcceptor(host, port, backlog);
       } catch (err) {
@@ -192,7 +194,6 @@ export class CaptureProxy {
     this.sessions.set(id, session);
     void this.store?.append(id, { type: 'session', ...info }).catch((err: unknown) => this.log.error(`could not store session ${id}: ${String(err)}`));
     this.sessionsEmitter.fire();
-    this.acceptor?.publishHealth();
     return info;
   }
 
@@ -211,10 +212,7 @@ export class CaptureProxy {
   async deleteSession(id: string): Promise<boolean> {
     const existed = this.sessions.delete(id);
     await this.store?.delete(id);
-    if (existed) {
-      this.sessionsEmitter.fire();
-      this.acceptor?.publishHealth();
-    }
+    if (existed) this.sessionsEmitter.fire();
     return existed;
   }
 
