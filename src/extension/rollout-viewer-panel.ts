@@ -107,10 +107,15 @@ export class ViewerConnection extends Disposable {
     this.rollout = next;
     // Not listening yet: its `ready` will get this rollout.
     if (!this.queue.isReady) return;
-    const { wire, details } = toWire(next.data);
-    this.details = details;
-    void this.webview.postMessage({ type: MSG.load, wire, focus: null } satisfies HostMessage);
+    this.postLoad(next, null);
     void this.loadTokenTexts(next.data);
+  }
+
+  /** The rollout to the webview, bypassing the ready queue (callers know the webview listens). */
+  private postLoad(rollout: LoadedRollout, focus: string | null): void {
+    const { wire, details } = toWire(rollout.data);
+    this.details = details;
+    void this.webview.postMessage({ type: MSG.load, wire, focus } satisfies HostMessage);
   }
 
   focusTurn(nodeId: string): void {
@@ -131,11 +136,7 @@ export class ViewerConnection extends Disposable {
     const msg = parsed.msg;
     if (msg.type === MSG.ready) {
       // The load goes first; anything queued meanwhile (errors, focus) follows it.
-      if (this.rollout) {
-        const { wire, details } = toWire(this.rollout.data);
-        this.details = details;
-        void this.webview.postMessage({ type: MSG.load, wire, focus: this.focus } satisfies HostMessage);
-      }
+      if (this.rollout) this.postLoad(this.rollout, this.focus);
       this.queue.open();
       if (this.rollout) void this.loadTokenTexts(this.rollout.data);
     } else if (msg.type === MSG.attachTrajectory) {
