@@ -1,0 +1,210 @@
+// The batch directory: the one durable contract between a batch run (src/batch/), its readers
+// (exports, audit, the rollout server, the Batches view) and a lab restarted after kill -9.
+//
+//   <batch>/batch.json              BatchManifest, written once at submit (tmp + rename)
+//   <batch>/rollouts/<id>.json      RolloutState, rewritten atomically (tmp + fsync + rename) on every change
+//   <batch>/capture/                the batch proxy's data dir (sessions/<session_id>.jsonl)
+//   <batch>/runs/<id>/<attempt>/    each attempt's sandbox logs, result.json, rollout.json
+//
+// A rollout's state file is the truth about it; nothing else needs to be read to resume a batch or
+// to decide what an export keeps. Every file is parsed with these schemas at the boundary.
+import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { z } from 'zod';
+
+export const BATCH_SCHEMA_VERSION = 1;
+
+/** Sampling fixed per batch and pinned on every call: only temperature is free (TRL's training_sampling). */
+export const BatchSamplingSchema = z
+  .object({
+    temperature: z.number().finite().positive(),
+    top_p: z.literal(1),
+    top_k: z.literal(-1),
+    min_p: z.literal(0),
+  })
+  .strict();
+export type BatchSampling = z.infer<typeof BatchSamplingSchema>;
+
+export function trainingSampling(temperature: number): BatchSampling {
+  return { temperature, top_p: 1, top_k: -1, min_p: 0 };
+}
+
+export const ROLLOUT_STATES = ['queued', 'running', 'done', 'discarded'] as const;
+export type RolloutStateName = (typeof ROLLOUT_STATES)[number];
+
+/**
+ * Exactly one class per finished rollout (reference: cluster-and-training.md section 7).
+ * completed: the verifier ran and gave a reward > 0. policy_failure: the harness ran, the verifier gave 0
+ * (or the model's output broke the harness while tokens stayed aligned): trainable with reward 0.
+ * infra_error: sandbox or harness crash, verifier never ran, no calls seen, misaligned capture: reward null.
+ * timeout: agent past its deadline: discarded (reward null) unless the batch says --on-timeout keep.
+ */
+export const ROLLOUT_CLASSES = ['completed', 'policy_failure', 'infra_error', 'timeout'] as const;
+export type RolloutClass = (typeof ROLLOUT_CLASSES)[number];
+
+export const TaskRefSchema = z.object({ name: z.string().min(1), dir: z.string().min(1) }).strict();
+
+export const GroupPlanSchema = z
+  .object({
+    group_id: z.string().min(1),
+    task: z.string().min(1),
+    harness: z.string().min(1),
+    rollout_ids: z.array(z.string().min(1)).min(2),
+  })
+  .strict();
+export type GroupPlan = z.infer<typeof GroupPlanSchema>;
+
+export const K8sTargetSchema = z
+  .object({
+    context: z.string().nullable(),
+    namespace: z.string().min(1),
+    registry: z.string().nullable(),
+    queue_name: z.string().nullable(),
+  })
+  .strict();
+
+export const BatchManifestSchema = z
+  .object({
+    schema_version: z.literal(BATCH_SCHEMA_VERSION),
+    batch_id: z.string().min(1),
+    created_at: z.string(),
+    backend: z.enum(['docker', 'k8s']),
+    harnesses: z.array(z.string().min(1)).min(1),
+    group_size: z.number().int().min(2),
+    tasks: z.array(TaskRefSchema).min(1),
+    groups: z.array(GroupPlanSchema).min(1),
+    sampling: BatchSamplingSchema,
+    policy_version: z.string().nullable(),
+    timeout_sec: z.number().positive(),
+    on_timeout: z.enum(['discard', 'keep']),
+    parallel: z.number().int().positive(),
+    /** Null: the embedded engine the batch starts for itself. */
+    engine_url: z.string().nullable(),
+    model: z.string().nullable(),
+    k8s: K8sTargetSchema.nullable(),
+  })
+  .strict();
+export type BatchManifest = z.infer<typeof BatchManifestSchema>;
+
+/** One try at a rollout; a lab killed mid-rollout leaves an attempt ended 'interrupted', kept for debugging. */
+export const AttemptSchema = z
+  .object({
+    attempt: z.number().int().nonnegative(),
+    session_id: z.string().min(1),
+    started_at: z.string(),
+    ended_at: z.string().nullable(),
+    /** Relative to the batch directory. */
+    out_dir: z.string(),
+    outcome: z.enum(['running', 'finished', 'interrupted', 'cancelled']),
+    /** Only the finished attempt of a done rollout is ever trainable. */
+    trainable: z.boolean(),
+  })
+  .strict();
+export type Attempt = z.infer<typeof AttemptSchema>;
+
+export const RolloutStateSchema = z
+  .object({
+    rollout_id: z.string().min(1),
+    group_id: z.string().min(1),
+    member: z.number().int().nonnegative(),
+    task: z.string().min(1),
+    harness: z.string().min(1),
+    state: z.enum(ROLLOUT_STATES),
+    class: z.enum(ROLLOUT_CLASSES).nullable(),
+    /** Null whenever the class is infra_error, or timeout discarded: unknown, never 0. */
+    reward: z.number().finite().nullable(),
+    rewards: z.record(z.string(), z.number()),
+    trainable: z.boolean(),
+    /** The capture session of the attempt that counts (the last one). */
+    session_id: z.string().nullable(),
+    attempts: z.array(AttemptSchema),
+    policy_version: z.string().nullable(),
+    queued_at: z.string(),
+    started_at: z.string().nullable(),
+    ended_at: z.string().nullable(),
+    duration_ms: z.number().nonnegative().nullable(),
+    /** Why it is discarded (or what went wrong), in the user's terms. */
+    error: z.string().nullable(),
+    /** Backend handle (container id, Job name) so resume and cancel can find what is left. */
+    backend_ref: z.string().nullable(),
+    n_calls: z.number().int().nonnegative(),
+  })
+  .strict()
+  .superRefine((s, ctx) => {
+    const finished = s.state === 'done' || s.state === 'discarded';
+    if (finished !== (s.class !== null)) ctx.addIssue({ code: 'custom', message: `state ${s.state} with class ${s.class}` });
+    if (s.state === 'discarded' && (s.trainable || s.reward !== null)) ctx.addIssue({ code: 'custom', message: 'a discarded rollout has reward null and is not trainable' });
+    if (s.class === 'infra_error' && s.state !== 'discarded') ctx.addIssue({ code: 'custom', message: 'infra_error rollouts are discarded' });
+  });
+export type RolloutState = z.infer<typeof RolloutStateSchema>;
+
+export const batchPaths = (dir: string) => ({
+  manifest: join(dir, 'batch.json'),
+  rollouts: join(dir, 'rollouts'),
+  rollout: (id: string) => join(dir, 'rollouts', `${id}.json`),
+  capture: join(dir, 'capture'),
+  runs: join(dir, 'runs'),
+});
+
+export class BatchFileError extends Error {
+  constructor(
+    readonly file: string,
+    message: string,
+  ) {
+    super(`${file}: ${message}`);
+  }
+}
+
+/** Writes a JSON file so that a reader (or a lab killed at any instant) sees the old or the new content, never a torn one. */
+export function writeJsonAtomic(file: string, value: unknown): void {
+  mkdirSync(dirname(file), { recursive: true });
+  const tmp = `${file}.${process.pid}.tmp`;
+  const fd = openSync(tmp, 'w');
+  try {
+    writeSync(fd, `${JSON.stringify(value, null, 2)}\n`);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, file);
+}
+
+function readJson<T>(file: string, schema: z.ZodType<T>): T {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (err) {
+    throw new BatchFileError(file, (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'not found (is this a batch directory?)' : `not JSON: ${(err as Error).message}`);
+  }
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new BatchFileError(file, `${issue.path.join('.') || '(root)'}: ${issue.message}`);
+  }
+  return parsed.data;
+}
+
+export function readManifest(dir: string): BatchManifest {
+  return readJson(batchPaths(dir).manifest, BatchManifestSchema);
+}
+
+export function readRolloutState(dir: string, id: string): RolloutState {
+  return readJson(batchPaths(dir).rollout(id), RolloutStateSchema);
+}
+
+export function writeRolloutState(dir: string, state: RolloutState): void {
+  const checked = RolloutStateSchema.parse(state);
+  writeJsonAtomic(batchPaths(dir).rollout(checked.rollout_id), checked);
+}
+
+/** Every rollout's state, in the manifest's group order (leftover tmp files from a kill are ignored). */
+export function readRolloutStates(dir: string, manifest = readManifest(dir)): RolloutState[] {
+  const present = new Set(readdirSync(batchPaths(dir).rollouts).filter((n) => n.endsWith('.json')).map((n) => n.slice(0, -5)));
+  const out: RolloutState[] = [];
+  for (const g of manifest.groups)
+    for (const id of g.rollout_ids) {
+      if (!present.has(id)) throw new BatchFileError(batchPaths(dir).rollout(id), 'missing: the manifest lists this rollout');
+      out.push(readRolloutState(dir, id));
+    }
+  return out;
+}
