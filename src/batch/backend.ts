@@ -1,0 +1,57 @@
+// Where a batch's rollouts run. The batch runner (queue, durable state, classes) is the same for
+// every backend; a backend only runs one attempt of one rollout to its end and says what happened,
+// in facts (exit codes, deadline, OOM, eviction, the verifier's reward), never in classes: the one
+// place that turns facts into a class is classify.ts, so docker and k8s rollouts are judged alike.
+import type { BatchManifest, RolloutState } from './state.js';
+
+/** One attempt of one rollout, as the runner hands it to a backend. */
+export interface RolloutAttempt {
+  batchDir: string;
+  manifest: BatchManifest;
+  rollout: RolloutState;
+  attempt: number;
+  /** The capture session already created for this attempt, carrying the batch's metadata and pinned sampling. */
+  sessionId: string;
+  /** Absolute directory of this attempt's logs and results (`<batch>/runs/<rollout>/<attempt>`). */
+  outDir: string;
+  /** Aborted by `batch cancel` or the lab's shutdown: the backend stops and removes the sandbox. */
+  signal: AbortSignal;
+  log(line: string): void;
+}
+
+/** What one attempt did, in facts. */
+export interface AttemptFacts {
+  /** Container id or Job name, written to the rollout's state before the sandbox starts. */
+  backendRef: string | null;
+  agent: { exitCode: number | null; timedOut: boolean; ms: number };
+  /** Null when the verifier never ran. */
+  verifier: { exitCode: number | null; timedOut: boolean; ms: number } | null;
+  /** The verifier's reward file, when it wrote one. */
+  reward: { value: number; scores: Record<string, number> } | null;
+  /** A sandbox-level failure the policy did not cause (crash, OOMKilled, evicted, image missing, killed from outside), in the user's terms. */
+  infraError: string | null;
+  /** Stopped by the signal. */
+  cancelled: boolean;
+}
+
+export interface BatchBackend {
+  readonly kind: 'docker' | 'k8s';
+  /** Runs one attempt to its end; never throws for what happened inside the sandbox (that is a fact). */
+  run(attempt: RolloutAttempt): Promise<AttemptFacts>;
+  /** Removes every sandbox (container, Job and its pods) of this batch left by a lab process that is gone. */
+  cleanupBatch(batchId: string): Promise<string[]>;
+  close(): Promise<void>;
+}
+
+/**
+ * The batch's capture proxy as the runner sees it: in-process for docker (data dir `<batch>/capture`),
+ * the cluster's proxy through a port-forward for k8s (whose calls are mirrored into `<batch>/capture`
+ * when an attempt ends, so exports and the viewer read every batch the same way).
+ */
+export interface BatchCapture {
+  /** Creates the attempt's session; metadata carries batch, group, rollout, task, harness, sampling and policy version. */
+  createSession(req: { sessionId: string; metadata: Record<string, unknown>; sampling: Record<string, number>; maxModelCalls: number }): Promise<void>;
+  /** What the capture saw: calls answered, and whether the tokens are trainable (aligned ids, logprobs and mask). */
+  sessionFacts(sessionId: string): Promise<{ nCalls: number; trainable: boolean; findings: string[] }>;
+  close(): Promise<void>;
+}
