@@ -1,7 +1,10 @@
 // Everything a `run` or `validate` needs, opened in the right order with errors in the user's terms:
 // task, harness, sandbox runtime (stale sandboxes removed), engine, capture proxy, signal handlers
-// that remove this process's containers on Ctrl-C or SIGTERM.
+// that remove this process's containers on Ctrl-C or SIGTERM. The proxy gets an admin key minted for
+// this lab alone: it stays in this process and never enters a sandbox or a verifier, so even a
+// sandbox that shares the host's loopback (the local runtime) cannot use the proxy's admin routes.
 import { join } from 'node:path';
+import { mintAdminKey } from '../capture/auth.js';
 import { CaptureProxy } from '../capture/proxy.js';
 import { assertInstalled, harnessEntry } from '../harness/registry.js';
 import { loadTask, type HarborTask } from '../tasks/task.js';
@@ -75,9 +78,11 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       engineDescription = engine.description;
     }
     model ??= await servedModel(engineUrl);
+    const adminKey = mintAdminKey();
     const proxy = await CaptureProxy.start({
       engineUrl,
       model,
+      adminKey,
       dataDir: join(opts.outDir, '.capture'),
       captureLevel: opts.engineUrl ? undefined : 'tokens',
     });
@@ -102,7 +107,7 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       runtime,
       proxy,
       engineDescription,
-      rolloutOptions: { task, harness: entry.name, runtime, proxy, model: model.split('/').pop()!, outDir: opts.outDir, log: opts.log, reactScript },
+      rolloutOptions: { task, harness: entry.name, runtime, proxy, adminKey, model: model.split('/').pop()!, outDir: opts.outDir, log: opts.log, reactScript },
       close,
     };
   } catch (err) {
