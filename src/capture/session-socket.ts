@@ -4,7 +4,7 @@
 // /sessions, no /health and no other session behind it, so nothing a policy sends through it can list,
 // read, delete or mint sessions, whatever key it guesses; the engine is never addressed by the caller.
 // The main proxy's listener stays on host loopback for the lab and its admin key.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -61,7 +61,7 @@ export class SessionSocket implements Disposable {
   static async open(host: SessionModelHost, sessionId: string, options: SessionSocketOptions = {}): Promise<SessionSocket> {
     if (!host.getSession(sessionId)) throw new Error(`cannot open a session socket for unknown session ${sessionId}`);
     const ownsDir = options.dir === undefined;
-    const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'hl-sock-'));
+    const dir = options.dir ?? mkdtempSync(join(tmpdir(), `hl-sock-${process.pid}-`));
     const path = join(dir, 'model.sock');
     // sun_path holds 107 bytes; a longer path fails at bind with an unhelpful EINVAL.
     if (Buffer.byteLength(path) > 107) throw new Error(`the session socket path ${path} is longer than a Unix socket allows (107 bytes); use a shorter directory`);
@@ -109,6 +109,18 @@ export class SessionSocket implements Disposable {
   dispose(): void {
     void this.close();
   }
+}
+
+/** Removes default socket folders of lab processes that are gone (a `kill -9` skips close()). */
+export function removeStaleSessionSocketDirs(alive: (pid: number) => boolean, root = tmpdir()): string[] {
+  const removed: string[] = [];
+  for (const name of readdirSync(root)) {
+    const m = /^hl-sock-(\d+)-/.exec(name);
+    if (!m || alive(Number(m[1]))) continue;
+    rmSync(join(root, name), { recursive: true, force: true });
+    removed.push(name);
+  }
+  return removed;
 }
 
 async function route(host: SessionModelHost, own: (key: string) => CaptureSession | undefined, req: IncomingMessage, res: ServerResponse): Promise<void> {

@@ -6,6 +6,7 @@
 import { join } from 'node:path';
 import { mintAdminKey } from '../capture/auth.js';
 import { CaptureProxy } from '../capture/proxy.js';
+import { removeStaleSessionSocketDirs } from '../capture/session-socket.js';
 import { assertInstalled, harnessEntry } from '../harness/registry.js';
 import { loadTask, type HarborTask } from '../tasks/task.js';
 import { DockerRuntime } from './docker.js';
@@ -13,7 +14,7 @@ import { LocalRuntime } from './local.js';
 import { startPolicyEngine } from './policy-engine.js';
 import { ensureReactScript } from './react-script.js';
 import type { RolloutOptions } from './rollout-runner.js';
-import type { SandboxRuntime } from './runtime.js';
+import { processAlive, type SandboxRuntime } from './runtime.js';
 
 export interface LabOptions {
   taskDir: string;
@@ -59,6 +60,8 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
   const runtime: SandboxRuntime = opts.sandbox === 'docker' ? await DockerRuntime.connect() : new LocalRuntime();
   const stale = await runtime.cleanupStale();
   if (stale.length) opts.log?.(`removed ${stale.length} sandbox(es) left by lab processes that are gone: ${stale.join(', ')}`);
+  const staleSockets = removeStaleSessionSocketDirs(processAlive);
+  if (staleSockets.length) opts.log?.(`removed ${staleSockets.length} session socket folder(s) left by lab processes that are gone`);
 
   const closers: (() => Promise<void>)[] = [];
   const close = async () => {

@@ -3,10 +3,12 @@
 // admin and session routes, /health and /engines are refused whatever key is shown; the call lands in
 // the right session; closing it removes the socket and cuts it off.
 import assert from 'node:assert/strict';
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { request } from 'node:http';
 import { after, before, describe, test } from 'node:test';
-import { SessionSocket, isSessionSocketRoute } from '../../src/capture/session-socket.js';
+import { SessionSocket, isSessionSocketRoute, removeStaleSessionSocketDirs } from '../../src/capture/session-socket.js';
 import { sseFrames, startLab, type Lab } from './helpers.js';
 
 interface Reply {
@@ -131,5 +133,13 @@ describe('session socket', () => {
     assert.equal(s.closed, true);
     assert.equal(existsSync(s.dir), false);
     await assert.rejects(viaSocket(s.path, 'GET', '/'), /ENOENT|ECONNREFUSED/);
+    assert.match(s.dir, new RegExp(`hl-sock-${process.pid}-`), 'the folder names its lab process');
+  });
+
+  test('folders of lab processes that are gone are removed, live ones and strangers kept', () => {
+    const root = mkdtempSync(join(tmpdir(), 'hl-sockroot-'));
+    for (const name of ['hl-sock-111-aaaa', 'hl-sock-222-bbbb', 'hl-sock-x-cccc', 'other']) mkdirSync(join(root, name));
+    assert.deepEqual(removeStaleSessionSocketDirs((pid) => pid === 111, root), ['hl-sock-222-bbbb']);
+    assert.deepEqual(readdirSync(root).sort(), ['hl-sock-111-aaaa', 'hl-sock-x-cccc', 'other']);
   });
 });
