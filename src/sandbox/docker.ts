@@ -218,8 +218,10 @@ export class DockerRuntime implements SandboxRuntime {
       // The agent may run as another user ([agent].user): it must be able to write its HOME and logs.
       await sandbox.exec(`mkdir -p ${workdir} ${HOME} && chmod 1777 ${HOME} /logs/agent /logs/verifier /logs/artifacts`, { user: '0' });
     } catch (err) {
+      let why = (err as Error).message;
+      if (!why.includes('model relay')) why += `; the model relay: ${await relayLog(container)}`;
       await sandbox.remove();
-      throw new SandboxError(`could not start the sandbox container for ${spec.task.name}: ${(err as Error).message}`);
+      throw new SandboxError(`could not start the sandbox container for ${spec.task.name}: ${why}`);
     }
     return sandbox;
   }

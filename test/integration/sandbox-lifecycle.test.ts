@@ -8,6 +8,9 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type Docker from 'dockerode';
 import { CaptureProxy } from '../../src/capture/proxy.js';
+import { SessionSocket } from '../../src/capture/session-socket.js';
+import { SandboxError } from '../../src/sandbox/runtime.js';
+import { LABEL } from '../../src/sandbox/docker-client.js';
 import { TaskError, loadTask } from '../../src/tasks/task.js';
 import { DockerRuntime } from '../../src/sandbox/docker.js';
 import { startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
@@ -74,6 +77,29 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
         await sleeper.close();
       }
     });
+  });
+
+  test('a relay that cannot start is a clear error and leaves no container, network or socket behind', { timeout: 120_000 }, async () => {
+    const engine = await startPolicyEngine(join(EXAMPLES, 'fix-script', 'policy.json'), 'fake');
+    const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, captureLevel: 'tokens' });
+    const socket = await SessionSocket.open(proxy, proxy.createSession().session_id);
+    try {
+      const task = loadTask(join(EXAMPLES, 'fix-script')); // egress: a network is created, then must go
+      // A "node" that exits at once stands in for an image whose libc cannot run the host's node.
+      const spec = { task, harness: 'react', sessionId: socket.sessionId, image: await runtime.prepareImage(task), hostLogsDir: outDir(), mounts: [{ host: '/bin/false', container: '/opt/harness-lab/bin/node', readOnly: true }], env: {}, model: { proxyUrl: proxy.url, socketDir: socket.dir } };
+      await assert.rejects(runtime.create(spec), (err: unknown) => {
+        assert.ok(err instanceof SandboxError);
+        assert.match(err.message, /could not start the sandbox container for fix-script: .*the model relay.*(exited with 1|did not come up)/);
+        return true;
+      });
+      assert.deepEqual(await containersOf(docker, process.pid), []);
+      const mine = (await docker.listNetworks({ filters: JSON.stringify({ label: [LABEL.owner] }) })).filter((n) => n.Labels?.[LABEL.owner]?.endsWith(`/${process.pid}`));
+      assert.deepEqual(mine, [], 'the per-rollout network is removed too');
+    } finally {
+      await socket.close();
+      await proxy.close();
+      await engine.close();
+    }
   });
 
   test('a task whose Dockerfile names a public image fails before any container, naming file and field', { timeout: 120_000 }, async () => {
