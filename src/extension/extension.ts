@@ -15,7 +15,7 @@ import type { SessionRow } from './sessions-model.js';
 import { SessionsView } from './sessions-view.js';
 import { SETTINGS_SECTION } from './settings.js';
 import { registerRolloutViewer } from './rollout-editor.js';
-import { registerHarnessCommands } from './validate-command.js';
+import { registerHarnessCommands } from './harness-run-commands.js';
 import { ProxyStatusBar } from './status-bar.js';
 import { TasksView } from './tasks-view.js';
 

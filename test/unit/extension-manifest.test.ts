@@ -17,7 +17,7 @@ const registered = new Set([...readFileSync(join(root, 'src/extension/commands.t
 // The rollout viewer registers its own command next to its panel and editor.
 for (const m of readFileSync(join(root, 'src/extension/rollout-editor.ts'), 'utf8').matchAll(/registerCommand\('(harnessLab\.[A-Za-z]+)'/g)) registered.add(m[1]!);
 // So do the sandbox commands (Validate Harness Wiring, Run with Harness...).
-for (const m of readFileSync(join(root, 'src/extension/validate-command.ts'), 'utf8').matchAll(/registerCommand\('(harnessLab\.[A-Za-z]+)'/g)) registered.add(m[1]!);
+for (const m of readFileSync(join(root, 'src/extension/harness-run-commands.ts'), 'utf8').matchAll(/registerCommand\('(harnessLab\.[A-Za-z]+)'/g)) registered.add(m[1]!);
 
 test('the issue\'s commands exist with category "Harness Lab"', () => {
   const titles = new Map<string, string>(contributes.commands.map((c: { command: string; title: string }) => [c.title, c.command]));
