@@ -1,8 +1,10 @@
-// "Harness Lab: Validate Harness Wiring" and the Tasks view's "Run with Harness...": thin VS Code
-// glue over the sandbox library (validateHarness, openLab + runRollout); the tables and lines are the
-// CLI's own (`harness-lab validate`, `harness-lab run`).
+// The handlers of "Harness Lab: Validate Harness Wiring" and the Tasks view's "Run with Harness...":
+// thin VS Code glue over the sandbox library (validateHarness, openLab + runRollout); the tables and
+// lines are the CLI's own (`harness-lab validate`, `harness-lab run`). commands.ts registers them.
+// A run records into the extension's own proxy, so its session shows in the Sessions tree.
 import { join } from 'node:path';
 import * as vscode from 'vscode';
+import type { CaptureProxy } from '../capture/proxy.js';
 import { harnessNames } from '../harness/registry.js';
 import { openLab } from '../sandbox/lab.js';
 import { rolloutLine, runRollout } from '../sandbox/rollout-runner.js';
@@ -10,10 +12,12 @@ import { defaultValidationTask, formatValidationTable, validateHarness } from '.
 import type { Logger } from './logger.js';
 import type { ReadonlyDocuments } from './readonly-docs.js';
 
-export interface HarnessCommandHost {
+export interface HarnessRunContext {
   context: vscode.ExtensionContext;
   log: Logger;
   docs: ReadonlyDocuments;
+  /** The extension's running proxy (started when needed) and the model it announces. */
+  ensureProxy(): Promise<{ proxy: CaptureProxy; model: string }>;
 }
 
 const HARNESS_HINTS: Record<string, string> = {
@@ -45,50 +49,47 @@ function taskFolder(arg: unknown): string | undefined {
   return typeof folder === 'string' ? folder : undefined;
 }
 
-export function registerHarnessCommands(host: HarnessCommandHost): vscode.Disposable[] {
-  const validate = vscode.commands.registerCommand('harnessLab.validateHarness', async (arg?: unknown) => {
-    const harness = await pickHarness('Validate Harness Wiring');
-    if (!harness) return;
-    const taskDir = taskFolder(arg) ?? defaultValidationTask();
-    await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: validating ${harness} in a Docker sandbox` }, async () => {
-      try {
-        const table = await validateHarness({ harness, taskDir, sandbox: 'docker', outDir: outDir(host.context), handleSignals: false, log: (l) => host.log.debug(l) });
-        const text = formatValidationTable(table);
-        host.log.info(text);
-        await host.docs.show(`validate ${harness}.txt`, `${text}\n`, 'plaintext');
-        if (table.ok) void vscode.window.showInformationMessage(`Harness Lab: ${harness} passes the capture contract.`);
-        else void vscode.window.showWarningMessage(`Harness Lab: ${harness} fails ${table.rows.filter((r) => !r.ok).length} check(s) of the capture contract.`);
-      } catch (err) {
-        void vscode.window.showErrorMessage(`Harness Lab: could not validate ${harness}: ${err instanceof Error ? err.message : String(err)}`);
-      }
-    });
-  });
+function withContext(what: string, err: unknown): Error {
+  return new Error(`${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+}
 
-  const runTask = vscode.commands.registerCommand('harnessLab.runTaskWithHarness', async (arg?: unknown) => {
-    const taskDir = taskFolder(arg);
-    if (!taskDir) {
-      void vscode.window.showErrorMessage('Harness Lab: run this from a task in the Tasks view.');
-      return;
-    }
-    const harness = await pickHarness('Run with Harness');
-    if (!harness) return;
-    await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: ${harness} on ${taskDir}` }, async () => {
-      try {
-        const lab = await openLab({ taskDir, harness, sandbox: 'docker', outDir: outDir(host.context), handleSignals: false, log: (l) => host.log.debug(l) });
-        try {
-          const r = await runRollout(lab.rolloutOptions);
-          const line = rolloutLine(r);
-          host.log.info(`${line}\n  rollout: ${r.out_dir}`);
-          const open = 'Open Rollout';
-          const show = r.status === 'ok' ? vscode.window.showInformationMessage : vscode.window.showWarningMessage;
-          if ((await show(`Harness Lab: ${line}`, open)) === open) await vscode.window.showTextDocument(vscode.Uri.file(join(r.out_dir, 'rollout.json')));
-        } finally {
-          await lab.close();
-        }
-      } catch (err) {
-        void vscode.window.showErrorMessage(`Harness Lab: ${err instanceof Error ? err.message : String(err)}`);
-      }
+export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown): Promise<void> {
+  const harness = await pickHarness('Validate Harness Wiring');
+  if (!harness) return;
+  const taskDir = taskFolder(arg) ?? defaultValidationTask();
+  await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: validating ${harness} in a Docker sandbox` }, async () => {
+    const table = await validateHarness({ harness, taskDir, sandbox: 'docker', outDir: outDir(ctx.context), handleSignals: false, log: (l) => ctx.log.debug(l) }).catch((err: unknown) => {
+      throw withContext(`could not validate ${harness}`, err);
     });
+    const text = formatValidationTable(table);
+    ctx.log.info(text);
+    await ctx.docs.show(`validate ${harness}.txt`, `${text}\n`, 'plaintext');
+    if (table.ok) void vscode.window.showInformationMessage(`Harness Lab: ${harness} passes the capture contract.`);
+    else void vscode.window.showWarningMessage(`Harness Lab: ${harness} fails ${table.rows.filter((r) => !r.ok).length} check(s) of the capture contract.`);
   });
-  return [validate, runTask];
+}
+
+/** Returns the rollout's session id (a session of the extension's proxy). */
+export async function runTaskWithHarness(ctx: HarnessRunContext, arg: unknown): Promise<string | undefined> {
+  const taskDir = taskFolder(arg);
+  if (!taskDir) throw new Error('run this from a task in the Tasks view.');
+  const harness = await pickHarness('Run with Harness');
+  if (!harness) return undefined;
+  const { proxy, model } = await ctx.ensureProxy();
+  return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: ${harness} on ${taskDir}` }, async () => {
+    const lab = await openLab({ taskDir, harness, sandbox: 'docker', proxy, model, outDir: outDir(ctx.context), handleSignals: false, log: (l) => ctx.log.debug(l) });
+    try {
+      const r = await runRollout(lab.rolloutOptions);
+      const line = rolloutLine(r);
+      ctx.log.info(`${line}\n  rollout: ${r.out_dir}\n  session: ${r.session_id}`);
+      const open = 'Open Rollout';
+      const show = r.status === 'ok' ? vscode.window.showInformationMessage : vscode.window.showWarningMessage;
+      void show(`Harness Lab: ${line}`, open).then(async (c) => {
+        if (c === open) await vscode.window.showTextDocument(vscode.Uri.file(join(r.out_dir, 'rollout.json')));
+      });
+      return r.session_id;
+    } finally {
+      await lab.close();
+    }
+  });
 }
