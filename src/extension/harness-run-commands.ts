@@ -30,7 +30,10 @@ const HARNESS_HINTS: Record<string, string> = {
   pi: 'Chat Completions',
 };
 
-async function pickHarness(title: string): Promise<string | undefined> {
+/** The harness named in the argument (`{ folder, harness }` from a script or test), else a quick pick. */
+async function pickHarness(title: string, arg?: unknown): Promise<string | undefined> {
+  const named = (arg as { harness?: unknown } | undefined)?.harness;
+  if (typeof named === 'string' && harnessNames().includes(named)) return named;
   const picked = await vscode.window.showQuickPick(
     harnessNames().map((name) => ({ label: name, description: HARNESS_HINTS[name] ?? '' })),
     { title, placeHolder: 'Harness to run in a Docker sandbox' },
@@ -73,7 +76,7 @@ export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown
 export async function runTaskWithHarness(ctx: HarnessRunContext, arg: unknown): Promise<string | undefined> {
   const taskDir = taskFolder(arg);
   if (!taskDir) throw new Error('run this from a task in the Tasks view.');
-  const harness = await pickHarness('Run with Harness');
+  const harness = await pickHarness('Run with Harness', arg);
   if (!harness) return undefined;
   const { proxy, model } = await ctx.ensureProxy();
   return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: ${harness} on ${taskDir}` }, async () => {
