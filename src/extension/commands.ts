@@ -244,7 +244,6 @@ async function deleteSession(host: CommandHost, arg: unknown): Promise<boolean> 
   return deleted;
 }
 
-
 async function statusMenu(host: CommandHost): Promise<void> {
   const picked = await vscode.window.showQuickPick(quickActions(host.controller.state), { title: 'Harness Lab' });
   if (picked) await vscode.commands.executeCommand(picked.command);
@@ -295,7 +294,7 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.copyProxyUrl': {
       enabled: proxyRunning('copy its URL'),
       run: async (host) => {
-        const proxy = host.controller.requireRunning('copy its URL');
+        const proxy = host.controller.running!; // enabled only while it runs
         const copied = await copyToClipboard(host, proxy.url);
         void vscode.window.showInformationMessage(copied ? `Copied ${proxy.url}` : `Proxy URL: ${proxy.url}`);
         return proxy.url;
