@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { presentedKey, secretsEqual } from './auth.js';
 import { detectDialect } from './dialects/index.js';
-import type { Disposable } from './events.js';
+import type { IDisposable } from './events.js';
 import { sendJson } from './http-util.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
 import type { CaptureSession } from './sessions.js';
@@ -45,7 +45,7 @@ export function isSessionSocketRoute(method: string, pathname: string): 'model-c
   return undefined;
 }
 
-export class SessionSocket implements Disposable {
+export class SessionSocket implements IDisposable {
   private closing: Promise<void> | undefined;
 
   private constructor(
