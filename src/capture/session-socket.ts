@@ -46,7 +46,7 @@ export function isSessionSocketRoute(method: string, pathname: string): 'model-c
 }
 
 export class SessionSocket implements IDisposable {
-  private closing: Promise<void> | undefined;
+  private stopping: Promise<void> | undefined;
 
   private constructor(
     private readonly server: Server,
@@ -92,18 +92,26 @@ export class SessionSocket implements IDisposable {
   }
 
   get closed(): boolean {
-    return this.closing !== undefined;
+    return this.stopping !== undefined;
   }
 
-  /** Stops serving (calls in flight are cut) and removes the socket; idempotent. */
-  close(): Promise<void> {
-    this.closing ??= new Promise<void>((resolve) => {
+  /**
+   * Stops serving (calls in flight are cut) and removes the socket file, keeping the folder: a
+   * container that still mounts it sees an empty folder (Docker would otherwise recreate a missing
+   * bind source, as root, on the next copy into the container). Idempotent.
+   */
+  stop(): Promise<void> {
+    this.stopping ??= new Promise<void>((resolve) => {
       this.server.close(() => resolve());
       this.server.closeAllConnections();
-    }).finally(() => {
-      rmSync(this.ownsDir ? this.dir : this.path, { recursive: true, force: true });
-    });
-    return this.closing;
+    }).finally(() => rmSync(this.path, { force: true }));
+    return this.stopping;
+  }
+
+  /** stop(), then removes the folder it created; call once nothing mounts it any more. Idempotent. */
+  async close(): Promise<void> {
+    await this.stop();
+    if (this.ownsDir) rmSync(this.dir, { recursive: true, force: true });
   }
 
   dispose(): void {

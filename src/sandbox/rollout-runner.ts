@@ -144,7 +144,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
 
     // The model phase is over: nothing in the verifier, nor anything the agent left running, reaches
     // the capture from here on.
-    await socket?.close();
+    await socket?.stop();
     // The verifier: tests/ enters only now, and its environment is the task's verifier env alone.
     await sandbox.copyDirIn(task.testsDir, p.tests);
     const envProbe = await sandbox.exec('env', { env: verifierEnv, timeoutMs: 30_000 });

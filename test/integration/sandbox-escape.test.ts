@@ -8,9 +8,10 @@
 // runs a proxy with no admin key at all: the refusals come from the design, not from a secret.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type Docker from 'dockerode';
@@ -89,6 +90,7 @@ describe('sandbox escapes', { concurrency: false }, () => {
       assert.equal(r.verifier?.admin_key_absent, true);
       assert.ok(!readFileSync(join(r.out_dir, 'rollout.json'), 'utf8').includes(lab.rolloutOptions.adminKey!), 'the admin key is in no rollout file');
       assert.deepEqual(await containersOf(docker, process.pid), []);
+      assert.deepEqual(readdirSync(tmpdir()).filter((n) => n.startsWith(`hl-sock-${process.pid}-`)), [], 'the session socket and its folder are gone with the rollout');
     } finally {
       await lab.close();
       await engine.close();

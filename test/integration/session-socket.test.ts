@@ -3,7 +3,7 @@
 // admin and session routes, /health and /engines are refused whatever key is shown; the call lands in
 // the right session; closing it removes the socket and cuts it off.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'node:http';
@@ -128,11 +128,14 @@ describe('session socket', () => {
     const s = await SessionSocket.open(lab.proxy, sibling);
     assert.ok(statSync(s.path).isSocket());
     assert.equal(statSync(s.dir).mode & 0o777, 0o700, 'only the lab user (and the container root) can reach it');
-    await s.close();
-    await s.close();
+    await s.stop();
     assert.equal(s.closed, true);
-    assert.equal(existsSync(s.dir), false);
+    assert.equal(existsSync(s.path), false, 'stop() removes the socket');
+    assert.ok(statSync(s.dir).isDirectory(), 'and keeps the folder a sandbox may still mount');
     await assert.rejects(viaSocket(s.path, 'GET', '/'), /ENOENT|ECONNREFUSED/);
+    await s.close();
+    await s.close();
+    assert.equal(existsSync(s.dir), false, 'close() removes the folder');
     assert.match(s.dir, new RegExp(`hl-sock-${process.pid}-`), 'the folder names its lab process');
   });
 
@@ -141,5 +144,6 @@ describe('session socket', () => {
     for (const name of ['hl-sock-111-aaaa', 'hl-sock-222-bbbb', 'hl-sock-x-cccc', 'other']) mkdirSync(join(root, name));
     assert.deepEqual(removeStaleSessionSocketDirs((pid) => pid === 111, root), ['hl-sock-222-bbbb']);
     assert.deepEqual(readdirSync(root).sort(), ['hl-sock-111-aaaa', 'hl-sock-x-cccc', 'other']);
+    rmSync(root, { recursive: true, force: true });
   });
 });
