@@ -8,7 +8,7 @@ import { isLoopbackHost, presentedKey, secretsEqual } from './auth.js';
 import { EngineClient } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
 import { Emitter } from './events.js';
-import { DEFAULT_BODY_LIMIT, readBody, sendJson } from './http-util.js';
+import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, parseRequestTarget, readBody, sendJson } from './http-util.js';
 import { handleModelCall } from './model-call.js';
 import { buildRollout, type RolloutDocument } from './rollout.js';
 import { CaptureSession, CreateSessionSchema, mintSessionId, type CreateSessionRequest } from './sessions.js';
@@ -292,7 +292,8 @@ export class CaptureProxy {
   }
 
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://proxy.invalid');
+    const url = parseRequestTarget(req.url);
+    if (!url) return sendJson(res, 400, { error: { message: 'malformed request target', type: 'invalid_request_error' } });
     const path = url.pathname.replace(/\/+$/, '') || '/';
     const method = req.method ?? 'GET';
     if (path === '/health' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, this.health());
@@ -358,7 +359,8 @@ export class CaptureProxy {
       if (method === 'GET') return sendJson(res, 200, { sessions: this.listSessions() });
       if (method === 'POST') return this.createSessionRoute(req, res);
     }
-    const id = decodeURIComponent(parts[1] ?? '');
+    const id = decodePathSegment(parts[1] ?? '');
+    if (id === undefined) return sendJson(res, 404, { error: { message: `unknown session ${parts[1]}: malformed percent escape`, type: 'not_found_error' } });
     const session = this.sessions.get(id);
     if (parts.length === 2 && method === 'DELETE') return sendJson(res, 200, { deleted: await this.deleteSession(id) });
     if (!session) return sendJson(res, 404, { error: { message: `unknown session ${id}`, type: 'not_found_error' } });
@@ -369,7 +371,13 @@ export class CaptureProxy {
   }
 
   private async createSessionRoute(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const raw = (await readBody(req, 1024 * 1024)).toString('utf8').trim();
+    let raw: string;
+    try {
+      raw = (await readBody(req, 1024 * 1024)).toString('utf8').trim();
+    } catch (err) {
+      if (err instanceof BodyTooLargeError) return sendJson(res, 413, { error: { message: err.message, type: 'invalid_request_error' } });
+      throw err;
+    }
     let body: unknown = {};
     if (raw) {
       try {
