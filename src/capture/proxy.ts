@@ -26,6 +26,8 @@ export interface ProxyLogger {
 export interface ProxyOptions {
   engineUrl: string;
   model: string;
+  /** Sent to the engine as `Authorization: Bearer`; never recorded, logged or returned. */
+  engineApiKey?: string;
   host?: string;
   port?: number;
   adminKey?: string;
@@ -72,7 +74,7 @@ export class CaptureProxy {
   private address!: AddressInfo;
 
   private constructor(private readonly options: ProxyOptions) {
-    this.engine = new EngineClient(options.engineUrl);
+    this.engine = new EngineClient(options.engineUrl, options.engineApiKey ? { apiKey: options.engineApiKey } : {});
     this.store = options.dataDir ? new CaptureStore(options.dataDir) : undefined;
     this.log = options.logger ?? silentLogger;
     this.captureLevel = options.captureLevel ?? 'tokens';
