@@ -111,14 +111,19 @@ export class CaptureStore {
         try {
           const file = await this.fileFor(sessionId);
           const handle = file.handle;
+          // Where this batch starts, to cut a failed one back (a sync fstat: microseconds, no thread-pool trip).
+          let sizeBefore: number | undefined;
           try {
+            sizeBefore = fstatSync(handle.fd).size;
             const data = Buffer.from((file.needsNewline ? '\n' : '') + batch.map((w) => w.text).join(''), 'utf8');
             for (let offset = 0; offset < data.length; ) offset += (await handle.write(data, offset, data.length - offset)).bytesWritten;
             if (SYNC_APPEND_FLAGS === undefined) await handle.datasync();
             file.needsNewline = false;
           } catch (err) {
-            // Reopen on the next append rather than keep a handle that failed; reopening also
-            // notices a partly written (torn) line and starts the next append on a fresh one.
+            // A short write before ENOSPC leaves part of the batch: cut the file back, so no caller
+            // that gets an error has its record on disk and no torn line is left. If even that
+            // fails, reopening (on the next append) notices the torn line and starts a fresh one.
+            if (sizeBefore !== undefined) await handle.truncate(sizeBefore).catch(() => {});
             await this.closeFile(sessionId);
             throw err;
           }
@@ -152,14 +157,14 @@ export class CaptureStore {
       return known;
     }
     const handle = await open(this.fileOf(sessionId), SYNC_APPEND_FLAGS ?? 'a+');
-    let needsNewline: boolean;
+    let state: { size: number; torn: boolean };
     try {
-      needsNewline = endsTorn(handle.fd);
+      state = fileState(handle.fd);
     } catch (err) {
       await handle.close().catch(() => {});
       throw err;
     }
-    const file: OpenFile = { handle, lastUsed: Date.now(), needsNewline };
+    const file: OpenFile = { handle, lastUsed: Date.now(), needsNewline: state.torn };
     this.files.set(sessionId, file);
     for (const id of this.files.keys()) {
       if (this.files.size <= MAX_OPEN_FILES) break;
@@ -223,13 +228,13 @@ export class CaptureStore {
   }
 }
 
-/** Whether the file's last byte is something other than a newline (sync: two tiny syscalls, once per open). */
-function endsTorn(fd: number): boolean {
+/** The file's size, and whether its last byte is something other than a newline (sync: two tiny syscalls, once per open). */
+function fileState(fd: number): { size: number; torn: boolean } {
   const { size } = fstatSync(fd);
-  if (size === 0) return false;
+  if (size === 0) return { size, torn: false };
   const last = Buffer.alloc(1);
   readSync(fd, last, 0, 1, size - 1);
-  return last[0] !== 0x0a;
+  return { size, torn: last[0] !== 0x0a };
 }
 
 export function loadSessionFile(path: string): LoadedSession | undefined {
