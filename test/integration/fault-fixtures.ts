@@ -236,7 +236,12 @@ export interface SmallDisk {
 export function mountSmallDisk(sizeKiB: number): SmallDisk {
   if (process.getuid?.() !== 0) throw new Error('the disk-full and read-only fault tests mount a small tmpfs and need root (run the suite as root, or in the CI container)');
   const dir = mkdtempSync(join(tmpdir(), 'hl-smalldisk-'));
-  execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${sizeKiB}k,mode=0755`, 'tmpfs', dir]);
+  try {
+    execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${sizeKiB}k,mode=0755`, 'tmpfs', dir], { stdio: 'pipe' });
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw new Error(`could not mount a ${sizeKiB} KiB tmpfs at ${dir} for the disk-full and read-only fault tests (they need root with CAP_SYS_ADMIN, e.g. a privileged CI container): ${(err as Error).message}`);
+  }
   const filler = join(dir, 'filler.bin');
   let mounted = true;
   return {
