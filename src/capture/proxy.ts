@@ -262,8 +262,15 @@ export class CaptureProxy {
   private async sessionLevel(session: CaptureSession): Promise<CaptureLevel> {
     const level = await this.ensureProbed();
     if (session.info.capture_level === undefined || (session.calls.length === 0 && session.info.capture_level !== level)) {
+      const previous = session.info.capture_level;
       session.info.capture_level = level;
-      await this.store?.append(session.id, { type: 'session', ...session.info });
+      try {
+        await this.store?.append(session.id, { type: 'session', ...session.info });
+      } catch (err) {
+        // Not on disk, so not fixed: the next call tries again (this one fails with the store's error).
+        session.info.capture_level = previous;
+        throw err;
+      }
     }
     return session.info.capture_level;
   }
