@@ -3,6 +3,7 @@ import { writeFileSync } from 'node:fs';
 import { fetchTokenTexts } from '../capture/token-text.js';
 import { idsWithoutText } from '../protocol/viewer-data.js';
 import { buildReportHtml, loadViewerAssets } from '../report/report-html.js';
+import { withoutSessionKey } from '../report/redact-session.js';
 import { checkTrajectory, findTrajectory, loadRollout } from '../report/rollout-loader.js';
 import type { CliCommand } from './main.js';
 import { parseFlags, UsageError, withUsage } from './args.js';
@@ -46,7 +47,7 @@ export const reportCommand: CliCommand = {
         rollout.data.token_texts = { ...rollout.data.token_texts, ...r.texts };
         if (r.problem) process.stderr.write(`harness-lab report: ${r.problem}\n`);
       }
-      const html = buildReportHtml(rollout.data, loadViewerAssets());
+      const html = buildReportHtml(rollout.data.session_id ? withoutSessionKey(rollout.data, rollout.data.session_id) : rollout.data, loadViewerAssets());
       writeFileSync(values.out, html);
       const tokens = rollout.data.turns.reduce((a, t) => a + t.prompt_ids.length + t.sampled_ids.length, 0);
       process.stdout.write(`wrote ${values.out} (${(html.length / 1024).toFixed(0)} KiB): ${rollout.data.turns.length} call(s), ${tokens} token positions\n`);

@@ -7,13 +7,15 @@ import { rolloutLine, runRollout } from '../sandbox/rollout-runner.js';
 import { harnessNames } from '../harness/registry.js';
 
 const USAGE = `usage: harness-lab run --task DIR --harness NAME [--engine-url URL] [--model NAME]
-                       [--sandbox docker|local] [-n N] [--timeout SECONDS] [--out DIR]
+                       [--engine-api-key K] [--sandbox docker|local] [-n N] [--timeout SECONDS] [--out DIR]
 
 Runs N rollouts of a real, unmodified harness, each in its own sandbox, against a Harbor task. Every
 model call goes through the capture proxy; the verifier's reward is read after the agent finishes.
 Without --engine-url the task's scripted policy (policy.json next to the task) answers.
 
   --harness NAME     ${harnessNames().join(', ')}
+  --engine-api-key K credential for --engine-url (or HARNESS_LAB_ENGINE_API_KEY); never enters a
+                     sandbox, a record or a log
   --sandbox KIND     docker (default: no network, or its own egress network if the task allows
                      it; the capture only through a per-rollout session socket) or local (no
                      isolation: for trusted tasks and policies; the reference harness, no Docker)
@@ -31,6 +33,7 @@ export const runCommand: CliCommand = {
           task: { type: 'string' },
           harness: { type: 'string' },
           'engine-url': { type: 'string' },
+          'engine-api-key': { type: 'string' },
           model: { type: 'string' },
           sandbox: { type: 'string' },
           n: { type: 'string', short: 'n' },
@@ -61,6 +64,8 @@ export const runCommand: CliCommand = {
         harness: values.harness,
         sandbox,
         engineUrl: values['engine-url'],
+        engineApiKey: values['engine-api-key'] ?? (process.env.HARNESS_LAB_ENGINE_API_KEY || undefined),
+        adminKey: process.env.HARNESS_LAB_ADMIN_KEY || undefined,
         model: values.model,
         outDir: resolve(values.out ?? 'harness-lab-runs'),
         log: values.verbose ? (l) => process.stderr.write(`  ${l}\n`) : undefined,

@@ -21,6 +21,10 @@ export interface LabOptions {
   harness: string;
   sandbox: 'docker' | 'local';
   engineUrl?: string;
+  /** The engine's credential (Authorization: Bearer); only the proxy holds it. */
+  engineApiKey?: string;
+  /** Key for the proxy's admin routes (default: one minted for this lab); never enters a sandbox. */
+  adminKey?: string;
   model?: string;
   outDir: string;
   log?: (line: string) => void;
@@ -43,11 +47,11 @@ export interface Lab {
 }
 
 /** The engine's only served model (GET /v1/models), as the proxy's default model name. */
-export async function servedModel(engineUrl: string): Promise<string> {
+export async function servedModel(engineUrl: string, apiKey?: string): Promise<string> {
   const url = `${engineUrl.replace(/\/+$/, '').replace(/\/v1$/, '')}/v1/models`;
   let ids: string[];
   try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(10_000) });
+    const res = await fetch(url, { signal: AbortSignal.timeout(10_000), headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {} });
     if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
     const body = (await res.json()) as { data?: { id?: unknown }[] };
     ids = (body.data ?? []).map((m) => m.id).filter((id): id is string => typeof id === 'string');
@@ -85,14 +89,16 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       model ??= engine.model;
       engineDescription = engine.description;
     }
-    model ??= await servedModel(engineUrl);
+    model ??= await servedModel(engineUrl, opts.engineUrl ? opts.engineApiKey : undefined);
     let proxy = opts.proxy;
-    // An admin key for the lab's own proxy only; a proxy handed in (the extension's) keeps its own.
-    const adminKey = proxy ? undefined : mintAdminKey();
+    // The lab's own proxy always has an admin key (the user's, else one minted for this lab); a
+    // proxy handed in (the extension's) keeps its own.
+    const adminKey = proxy ? undefined : (opts.adminKey ?? mintAdminKey());
     if (!proxy) {
       const own = await CaptureProxy.start({
         engineUrl,
         model,
+        ...(opts.engineUrl && opts.engineApiKey ? { engineApiKey: opts.engineApiKey } : {}),
         adminKey,
         dataDir: join(opts.outDir, '.capture'),
         captureLevel: opts.engineUrl ? undefined : 'tokens',
