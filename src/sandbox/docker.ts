@@ -213,7 +213,7 @@ export class DockerRuntime implements SandboxRuntime {
     });
     try {
       await container.start();
-      const ready = await sandbox.exec(RELAY_READY_SCRIPT, { user: '0', timeoutMs: 30_000 });
+      const ready = await sandbox.exec(RELAY_READY_SCRIPT, { user: '0', timeoutMs: 60_000 });
       if (ready.exitCode !== 0) throw new Error(`the model relay did not come up on 127.0.0.1:${MODEL_RELAY_PORT} (it runs the host's node at ${BIN_DIR}/node, so the image needs glibc): ${await relayLog(container)}`);
       // The agent may run as another user ([agent].user): it must be able to write its HOME and logs.
       await sandbox.exec(`mkdir -p ${workdir} ${HOME} && chmod 1777 ${HOME} /logs/agent /logs/verifier /logs/artifacts`, { user: '0' });

@@ -36,5 +36,5 @@ export function relayCommand(nodeBin: string): string[] {
   return [nodeBin, '-e', MODEL_RELAY_SOURCE, SESSION_SOCKET_IN_SANDBOX, String(MODEL_RELAY_PORT)];
 }
 
-/** A bash check that the relay accepts connections (bash's /dev/tcp, within the container). */
-export const RELAY_READY_SCRIPT = `for i in $(seq 1 200); do if (exec 3<>/dev/tcp/127.0.0.1/${MODEL_RELAY_PORT}) 2>/dev/null; then exit 0; fi; sleep 0.05; done; exit 1`;
+/** A bash check that the relay accepts connections (bash's /dev/tcp, within the container), up to 45 s. */
+export const RELAY_READY_SCRIPT = `end=$((SECONDS + 45)); until (exec 3<>/dev/tcp/127.0.0.1/${MODEL_RELAY_PORT}) 2>/dev/null; do if [ $SECONDS -ge $end ]; then exit 1; fi; sleep 0.05; done`;

@@ -3,7 +3,7 @@
 // verifier, clear errors for an unknown harness and an unreachable Docker, and cleanup when the run
 // is killed midway (SIGTERM removes its containers; after SIGKILL the next run removes them).
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type Docker from 'dockerode';
@@ -155,8 +155,11 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
     const task = taskWithPolicy('hello-file', SLEEP_POLICY);
     for (const signal of ['SIGTERM', 'SIGKILL'] as const) {
       let pid = 0;
-      const run = cli(['run', '--task', task, '--harness', 'react', '--out', outDir()], { env: FAST_ENGINE, onStart: (p) => (pid = p) });
-      await waitFor(`a running sandbox of the ${signal} run`, async () => ((await containersOf(docker, pid)).some((c) => c.State === 'running') ? true : undefined), 120_000);
+      const out = outDir();
+      const run = cli(['run', '--task', task, '--harness', 'react', '--out', out], { env: FAST_ENGINE, onStart: (p) => (pid = p) });
+      // A running container is not yet a running agent (the relay starts first): wait for its first turn.
+      const agentLog = join(out, 'hello-file', 'react', '0', 'agent', 'react.txt');
+      await waitFor(`the agent of the ${signal} run`, async () => (existsSync(agentLog) && (await containersOf(docker, pid)).some((c) => c.State === 'running') ? true : undefined), 120_000);
       // The agent is inside `sleep 600` now.
       process.kill(pid, signal);
       const done = await run;
