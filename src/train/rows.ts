@@ -106,11 +106,17 @@ function oldest(versions: (string | null)[]): string | null {
   return known.length ? sortVersions(known)[0]! : null;
 }
 
-/** Why a rollout cannot be exported at all (eval capture), as a contract error; null when it can. */
+/**
+ * Stops on a rollout that cannot feed a trainer: an evaluation capture, or an agent call (a node of an
+ * agent path that is not a discarded retry) that breaks the contract. Checked before anything is
+ * decided about paths, so a broken call cannot hide as a merely untrainable path.
+ */
 function assertTrainingCapture(r: StoredRollout): void {
   if (r.doc.rollout_type === 'eval') {
     throw new ExportContractError(r.file, r.info.session_id, null, `an evaluation capture (level ${r.doc.capture_level}${r.doc.capture_level === 'tokens' ? ', purpose eval' : ''}) has no training data; it cannot be exported`);
   }
+  const agentNodes = r.doc.graph.nodes.filter((n) => n.role === 'agent' && !n.discarded).map((n) => n.node_id);
+  checkCalls(r.file, r.info.session_id, callsOf(r, agentNodes));
 }
 
 /** The trainable agent paths in leaf arrival order, and the others. The last agent path is the main one. */
