@@ -6,7 +6,6 @@
 //   g-flat   (react-b, list-files)   r3 r4 r5 all reward 0: no contrast
 //   g-broken (react-a, read-file)    r6 reward 1, r7 reward 0, r8 discarded (infra_error: the harness crashed after one call)
 import { cpSync, mkdirSync } from 'node:fs';
-import { join } from 'node:path';
 import { CaptureProxy } from '../../src/capture/proxy.js';
 import { startFakeEngine, type FakeScript } from '../../src/engine/fake-engine.js';
 import { batchPaths, trainingSampling, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutClass, type RolloutState } from '../../src/batch/state.js';
