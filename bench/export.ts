@@ -1,13 +1,13 @@
 // Export benchmark: a synthetic 100,000-call batch (about 1 GB of session files, written through the
 // capture store's own writer), exported in each trainer format, against reading the same files raw.
 // Each measurement runs in its own node process, so its peak RSS is its own.
-//   node --import tsx bench/export.ts [--calls 100000] [--calls-per-session 20] [--quick] [--keep]
+//   node --import tsx bench/export.ts [--calls 100000] [--calls-per-session 20] [--quick] [--keep] [--out FILE]
 // Target: exporting stays within a fixed memory bound (it streams: one session at a time), whatever
 // the batch size. Results: bench-results/export.json.
 import { spawnSync } from 'node:child_process';
 import { createReadStream, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { batchPaths, trainingSampling, writeJsonAtomic, writeRolloutState, type BatchManifest } from '../src/batch/state.js';
 import { CaptureStore } from '../src/capture/store.js';
@@ -137,8 +137,10 @@ async function main(): Promise<void> {
     const exports = results.filter((r) => !r.mode.startsWith('raw'));
     const pass = exports.every((r) => r.peak_rss_mib <= RSS_TARGET_MIB);
     const report = { bench: 'export', quick, calls: gen.calls, sessions: gen.sessions, batch_mb: +(gen.bytes / 1e6).toFixed(1), target: { peak_rss_mib: RSS_TARGET_MIB }, results, pass, load_1m: (await import('node:os')).loadavg()[0] };
-    mkdirSync('bench-results', { recursive: true });
-    writeFileSync(join('bench-results', 'export.json'), `${JSON.stringify(report, null, 2)}\n`);
+    const outIdx = args.indexOf('--out');
+    const outFile = outIdx >= 0 ? args[outIdx + 1]! : join('bench-results', 'export.json');
+    mkdirSync(dirname(outFile), { recursive: true });
+    writeFileSync(outFile, `${JSON.stringify(report, null, 2)}\n`);
     process.stderr.write(`${pass ? 'PASS' : 'FAIL'}: every export peaked at or under ${RSS_TARGET_MIB} MiB RSS on a ${(gen.bytes / 1e6).toFixed(0)} MB batch\n`);
     if (!pass) process.exitCode = 1;
   } finally {
