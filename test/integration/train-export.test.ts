@@ -249,3 +249,22 @@ test('without --format the export writes the lab\'s per-path TrainingTrace, as b
   assert.equal(traces.length, 2, 'main path and subagent path');
   assert.ok(traces.every((t) => t.trainable));
 });
+
+test('--rollouts reads rollout documents (*.rollout.json) too; a session id with "_" gets a hashed veRL key part', async () => {
+  const { readRollout } = await import('../../src/train/source.js');
+  const { verlSessionKey } = await import('../../src/train/rows.js');
+  const docs = join(tmp, 'docs');
+  const { mkdirSync } = await import('node:fs');
+  mkdirSync(docs);
+  const r = readRollout(sessionPath(batch, 'r2'));
+  writeFileSync(join(docs, `${batch.sessions.r2}.rollout.json`), JSON.stringify(r.doc));
+  const out = join(tmp, 'docs.jsonl');
+  const x = run(['export', '--format', 'trainingtrace', '--rollouts', docs, '--out', out]);
+  assert.equal(x.code, 0, x.err);
+  const [line] = lines<TrainingTraceLine>(out);
+  assert.equal(line!.session_id, batch.sessions.r2);
+  assert.deepEqual(line!.trace.turns.map((t) => t.node_id), callsOf(batch, 'r2').map((c) => c.call_id));
+  assert.equal(verlSessionKey('abc'), 'abc');
+  assert.match(verlSessionKey('a_b'), /^h[0-9a-f]{16}$/);
+  assert.equal(verlSessionKey('a_b').includes('_'), false);
+});
