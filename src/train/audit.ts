@@ -6,7 +6,7 @@ import { statSync } from 'node:fs';
 import { batchPaths, readManifest, readRolloutStates, type RolloutState } from '../batch/state.js';
 import type { CallRecord } from '../capture/types.js';
 import { callPolicyVersion, sessionPolicyVersion, sortVersions, versionOrdinal } from './policy-version.js';
-import { excludedReason, readRollout, sessionFile } from './source.js';
+import { excludedReason, readRollout, sessionFile, type StoredRollout } from './source.js';
 
 /** TRL's async GRPO default (`max_staleness=4`). */
 export const DEFAULT_MAX_STALENESS = 4;
@@ -144,18 +144,14 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
       const why = excludedReason(s);
       let nCalls = s.n_calls;
       let tools: number | null = null;
-      if (s.session_id) {
-        const file = sessionFile(capture, s.session_id);
-        // A discarded rollout may have no session file (the sandbox never reached the proxy).
-        if (why === null || existsQuiet(file)) {
-          const r = readRollout(file);
-          nCalls = r.calls.length;
-          tools = toolCallsOf(r.calls);
-          toolCalls[id] = tools;
-          if (why === null) {
-            const session = sessionPolicyVersion(r.info.metadata);
-            for (const call of r.calls) perCall.push({ rollout_id: id, session_id: s.session_id, call, version: callPolicyVersion(call, { session, rollout: s.policy_version, batch: manifest.policy_version }).version });
-          }
+      const r = s.session_id ? sessionOf(sessionFile(capture, s.session_id), why === null) : null;
+      if (r) {
+        nCalls = r.calls.length;
+        tools = toolCallsOf(r.calls);
+        toolCalls[id] = tools;
+        if (why === null) {
+          const session = sessionPolicyVersion(r.info.metadata);
+          for (const call of r.calls) perCall.push({ rollout_id: id, session_id: s.session_id!, call, version: callPolicyVersion(call, { session, rollout: s.policy_version, batch: manifest.policy_version }).version });
         }
       }
       const h = (harnesses[s.harness] ??= { rollouts: 0, kept: 0, discarded: 0, mean_reward: null });
@@ -234,11 +230,16 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
   };
 }
 
-function existsQuiet(file: string): boolean {
+/**
+ * A kept rollout's session must be readable (its error propagates); an excluded one is only read for
+ * its tool calls and may be missing (the sandbox never reached the proxy) or broken.
+ */
+function sessionOf(file: string, required: boolean): StoredRollout | null {
+  if (required) return readRollout(file);
   try {
-    return statSync(file).isFile();
+    return statSync(file).isFile() ? readRollout(file) : null;
   } catch {
-    return false;
+    return null;
   }
 }
 

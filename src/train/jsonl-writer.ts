@@ -25,7 +25,14 @@ export class JsonlWriter {
     const text = `${JSON.stringify(value)}\n`;
     this.bytes += Buffer.byteLength(text);
     this.lines++;
-    if (!this.stream.write(text)) await Promise.race([once(this.stream, 'drain'), once(this.stream, 'error').then(([e]) => Promise.reject(e as Error))]);
+    if (this.stream.write(text)) return;
+    // Wait for the buffer to drain, or fail with the stream; drop both listeners either way.
+    const done = new AbortController();
+    try {
+      await Promise.race([once(this.stream, 'drain', { signal: done.signal }), once(this.stream, 'error', { signal: done.signal }).then(([e]) => Promise.reject(e as Error))]);
+    } finally {
+      done.abort();
+    }
   }
 
   async commit(): Promise<void> {

@@ -10,7 +10,7 @@ import { after, before, test } from 'node:test';
 import { loadSessionFile } from '../../src/capture/store.js';
 import { parseFailOn, type AuditReport } from '../../src/train/audit.js';
 import { sortVersions, versionOrdinal } from '../../src/train/policy-version.js';
-import { buildTrainingBatch, STALE_POLICY, type TrainingBatch } from './train-fixture.js';
+import { buildTrainingBatch, copyBatch, STALE_POLICY, type TrainingBatch } from './train-fixture.js';
 
 const ROOT = join(__dirname, '..', '..');
 let tmp: string;
@@ -93,4 +93,18 @@ test('policy versions order by their trailing integer; --fail-on parsing', () =>
   assert.deepEqual(parseFailOn('stale-share=0.1, no-contrast-share=0.5'), { 'stale-share': 0.1, 'no-contrast-share': 0.5 });
   assert.throws(() => parseFailOn('stale-share=2'), /between 0 and 1/);
   assert.throws(() => parseFailOn('stale-share'), /needs a share/);
+});
+
+test('a discarded rollout without a session file is still audited; a kept one without it fails naming the file', () => {
+  const dir = copyBatch(batch.dir, join(tmp, 'missing'));
+  rmSync(join(dir, 'capture', 'sessions', `${batch.sessions.r8}.jsonl`));
+  const ok = run(['audit', dir, '--json']);
+  assert.equal(ok.code, 0, ok.err);
+  const a = JSON.parse(ok.out) as AuditReport;
+  assert.equal(a.groups.find((g) => g.group_id === 'g-broken')!.members.find((m) => m.rollout_id === 'r8')!.tool_calls, null);
+  const kept = join(dir, 'capture', 'sessions', `${batch.sessions.r1}.jsonl`);
+  rmSync(kept);
+  const bad = run(['audit', dir]);
+  assert.equal(bad.code, 1);
+  assert.ok(bad.err.includes(kept), bad.err);
 });
