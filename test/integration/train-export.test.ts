@@ -268,3 +268,22 @@ test('--rollouts reads rollout documents (*.rollout.json) too; a session id with
   assert.match(verlSessionKey('a_b'), /^h[0-9a-f]{16}$/);
   assert.equal(verlSessionKey('a_b').includes('_'), false);
 });
+
+test('a kept timeout without a reward: trainingtrace writes null (not 0), trl drops it and so its group', async () => {
+  const { readRolloutState, writeRolloutState } = await import('../../src/batch/state.js');
+  const dir = copyBatch(batch.dir, join(tmp, 'timeout-kept'));
+  const s = readRolloutState(dir, 'r4');
+  writeRolloutState(dir, { ...s, class: 'timeout', reward: null, rewards: {} });
+  const tt = exportBatch('trainingtrace', dir);
+  assert.equal(tt.code, 0, tt.err);
+  const rows = lines<TrainingTraceLine>(tt.file);
+  assert.strictEqual(rows.find((x) => x.rollout_id === 'r4')!.reward, null);
+  assert.strictEqual(rows.find((x) => x.rollout_id === 'r3')!.reward, 0);
+  assert.deepEqual(JSON.parse(python('trainingtrace', tt.file).out).rewards, { null: 1, zero: 4, positive: 3 });
+  const trl = exportBatch('trl', dir);
+  assert.equal(trl.code, 0, trl.err);
+  const m = manifestOf(trl.file);
+  assert.deepEqual(m.dropped_rollouts.filter((d) => d.rollout_id === 'r4').map((d) => d.reason), ['no_reward']);
+  assert.deepEqual(m.dropped_groups.map((g) => g.group_id).sort(), ['g-broken', 'g-flat']);
+  assert.ok(lines<TrlRow>(trl.file).every((x) => typeof x.reward === 'number'));
+});
