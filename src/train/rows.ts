@@ -83,22 +83,15 @@ export interface AuxiliaryPath {
 }
 
 export interface RolloutFacts {
-  /** Policy version of every call (call_id -> version). */
+  /** Policy version of every call (call_id -> version; null when unknown). */
   versions: Map<string, string | null>;
-  /** Sampling params seen on the calls, as JSON. */
-  sampling: Set<string>;
-  n_calls: number;
 }
 
 export function rolloutFacts(r: StoredRollout, unit: RolloutUnit, batchVersion: string | null): RolloutFacts {
   const session = sessionPolicyVersion(r.info.metadata);
   const versions = new Map<string, string | null>();
-  const sampling = new Set<string>();
-  for (const c of r.calls) {
-    versions.set(c.call_id, callPolicyVersion(c, { session, rollout: unit.policy_version, batch: batchVersion }).version);
-    sampling.add(JSON.stringify(c.sampling_params ?? {}));
-  }
-  return { versions, sampling, n_calls: r.calls.length };
+  for (const c of r.calls) versions.set(c.call_id, callPolicyVersion(c, { session, rollout: unit.policy_version, batch: batchVersion }).version);
+  return { versions };
 }
 
 function oldest(versions: (string | null)[]): string | null {
@@ -176,7 +169,6 @@ export function trainingTraceLine(r: StoredRollout, unit: RolloutUnit, facts: Ro
   }
   const ordered = [...turns.values()].sort((a, b) => a.metadata.index - b.metadata.index);
   const calls = callsOf(r, turns.keys());
-  checkCalls(r.file, r.info.session_id, calls);
   for (const t of ordered) {
     const p = t.prompt_token_ids.length;
     checkAligned(r.file, r.info.session_id, `turn ${t.node_id}`, [...t.prompt_token_ids, ...t.completion_token_ids], t.loss_mask, [...new Array<number>(p).fill(0), ...t.per_token_logps]);
@@ -218,7 +210,6 @@ export function trlRow(r: StoredRollout, unit: RolloutUnit, facts: RolloutFacts)
   const main = agent[agent.length - 1];
   if (!main || !r.doc.trainable) return noTrainablePath(r);
   const calls = callsOf(r, main.node_ids);
-  checkCalls(r.file, r.info.session_id, calls);
   const s = splitSequence(r, main);
   const row: TrlRow = {
     prompt_ids: s.prompt,
@@ -254,7 +245,6 @@ export function verlRows(r: StoredRollout, unit: RolloutUnit, facts: RolloutFact
   const { agent, others } = splitPaths(r);
   if (agent.length === 0 || !r.doc.trainable) return noTrainablePath(r);
   const calls = callsOf(r, agent.flatMap((s) => s.node_ids));
-  checkCalls(r.file, r.info.session_id, calls);
   const uid = unit.group_id!;
   const session = verlSessionKey(r.info.session_id);
   const n = agent.length;
