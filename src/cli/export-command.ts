@@ -1,5 +1,7 @@
 // `harness-lab export`: trainer input from a batch, a session or a directory of rollouts. The logic is
 // src/train/export.ts; this file only reads flags and reports.
+import { existsSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { BatchFileError } from '../batch/state.js';
 import { ExportContractError } from '../train/contract.js';
 import { EXPORT_FORMATS, ExportUsageError, manifestPath, runExport, type ExportFormat, type ExportSource } from '../train/export.js';
@@ -55,6 +57,7 @@ export const exportCommand: CliCommand = {
       const format = (values.format ?? 'paths') as ExportFormat;
       if (!EXPORT_FORMATS.includes(format)) throw new UsageError(`--format must be one of ${EXPORT_FORMATS.join(', ')}, got '${values.format}'`);
       if (!values.out) throw new UsageError(`--out is required\n\n${USAGE}`);
+      if (!existsSync(dirname(resolve(values.out)))) throw new UsageError(`--out ${values.out}: the directory ${dirname(resolve(values.out))} does not exist`);
       const given = [values.batch && '--batch', values.session && '--session', values.rollouts && '--rollouts'].filter(Boolean);
       if (given.length !== 1) throw new UsageError(`give exactly one source (--batch, --session or --rollouts), got ${given.length ? given.join(' and ') : 'none'}\n\n${USAGE}`);
       let source: ExportSource;

@@ -4,6 +4,7 @@
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { open, rename, rm } from 'node:fs/promises';
 import { once } from 'node:events';
+import { finished } from 'node:stream/promises';
 
 export class JsonlWriter {
   private readonly tmp: string;
@@ -38,7 +39,7 @@ export class JsonlWriter {
   async commit(): Promise<void> {
     if (this.failed) throw this.failed;
     this.stream.end();
-    await once(this.stream, 'finish');
+    await finished(this.stream);
     const handle = await open(this.tmp, 'r+');
     try {
       await handle.sync();
