@@ -35,7 +35,7 @@ export interface GroupAudit {
   /** Rewards of the kept members, in member order. */
   rewards: number[];
   mean: number | null;
-  /** Population standard deviation of the kept rewards. */
+  /** Sample standard deviation of the kept rewards (n - 1), as the trainers compute it; null below two. */
   std: number | null;
   /** Two or more kept members, all with the same reward: every advantage is 0. */
   no_contrast: boolean;
@@ -120,9 +120,10 @@ function toolCallsOf(calls: readonly CallRecord[]): number {
 }
 
 const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
+/** Sample standard deviation (Bessel-corrected), as TRL's nanstd and veRL's torch.std compute it; null below two values. */
 const std = (xs: number[]) => {
   const m = mean(xs);
-  return m === null ? null : Math.sqrt(xs.reduce((a, x) => a + (x - m) * (x - m), 0) / xs.length);
+  return m === null || xs.length < 2 ? null : Math.sqrt(xs.reduce((a, x) => a + (x - m) * (x - m), 0) / (xs.length - 1));
 };
 
 export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): AuditReport {

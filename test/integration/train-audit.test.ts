@@ -34,7 +34,7 @@ test('audit --json: groups, no contrast, shares, harnesses, the stale call, tool
   const g = Object.fromEntries(a.groups.map((x) => [x.group_id, x]));
   assert.deepEqual(g['g-mixed']!.rewards, [1, 0, 1]);
   assert.ok(Math.abs(g['g-mixed']!.mean! - 2 / 3) < 1e-12);
-  assert.ok(Math.abs(g['g-mixed']!.std! - Math.sqrt(2 / 9)) < 1e-12);
+  assert.ok(Math.abs(g['g-mixed']!.std! - Math.sqrt(1 / 3)) < 1e-12, 'Bessel-corrected, as TRL and veRL');
   assert.equal(g['g-mixed']!.no_contrast, false);
   assert.deepEqual(g['g-flat']!.rewards, [0, 0, 0]);
   assert.equal(g['g-flat']!.std, 0);
