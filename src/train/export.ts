@@ -107,7 +107,8 @@ export async function runExport(opts: ExportOptions): Promise<ExportManifest> {
   const plan = sourcePlan(source);
   const manifest = plan.manifest;
   const minGroup = opts.minGroupSize ?? 2;
-  const grouped = format === 'trl' || format === 'verl';
+  // Formats whose rows depend on the whole group see it before writing it (one group's rows in memory).
+  const grouped = format === 'trl' || format === 'verl' || (opts.dropNoContrast === true && plan.kind === 'batch');
 
   const m: ExportManifest = {
     schema_version: EXPORT_MANIFEST_SCHEMA_VERSION,
@@ -179,7 +180,7 @@ export async function runExport(opts: ExportOptions): Promise<ExportManifest> {
         drop = { reason: 'incomplete_group', detail: `${kept.length} of ${group.expected} members exportable; TRL views rewards as (-1, num_generations), so a group must have exactly ${group.expected} rows` };
       } else if (format === 'verl' && kept.length < minGroup) {
         drop = { reason: 'too_few_members', detail: `${kept.length} exportable member(s), fewer than ${minGroup}: no group baseline` };
-      } else if (opts.dropNoContrast && kept.length > 0 && kept.every((k) => k.unit.reward === kept[0]!.unit.reward)) {
+      } else if (opts.dropNoContrast && kept.length > 0 && kept.every((k) => k.unit.reward !== null && k.unit.reward === kept[0]!.unit.reward)) {
         drop = { reason: 'no_contrast', detail: `every member has reward ${kept[0]!.unit.reward}: zero advantage for all` };
       }
       if (drop) {

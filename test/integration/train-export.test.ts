@@ -160,6 +160,9 @@ test('--drop-no-contrast drops the flat group, and the Python reader rejects a b
   assert.equal(r.code, 0, r.err);
   assert.deepEqual(lines<TrlRow>(r.file).map((x) => x.group_id), ['g-mixed', 'g-mixed', 'g-mixed']);
   assert.deepEqual(manifestOf(r.file).counts.groups_dropped, { incomplete_group: 1, no_contrast: 1 });
+  const tt = exportBatch('trainingtrace', batch.dir, ['--drop-no-contrast']);
+  assert.equal(tt.code, 0, tt.err);
+  assert.deepEqual(lines<TrainingTraceLine>(tt.file).map((x) => x.rollout_id), ['r0', 'r1', 'r2', 'r6', 'r7']);
   // The reader is a real check: a row whose env_mask is one short must fail it.
   const rows = lines<TrlRow>(r.file);
   rows[1]!.env_mask.pop();
