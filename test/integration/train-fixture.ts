@@ -26,7 +26,7 @@ const script: FakeScript = (request, turn) => {
   return { content: sub ? 'The subagent found 3.' : 'The file has 3 lines.' };
 };
 
-interface PlannedRollout {
+export interface PlannedRollout {
   id: string;
   group: string;
   member: number;
@@ -59,7 +59,7 @@ export interface TrainingBatch {
   plan: readonly PlannedRollout[];
 }
 
-async function chat(proxyUrl: string, session: string, messages: ChatMessage[], headers: Record<string, string> = {}): Promise<ChatMessage> {
+export async function chat(proxyUrl: string, session: string, messages: ChatMessage[], headers: Record<string, string> = {}): Promise<ChatMessage> {
   const res = await fetch(`${proxyUrl}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${session}`, ...headers },
@@ -97,61 +97,48 @@ async function runRollout(proxyUrl: string, session: string, p: PlannedRollout):
   return calls + 1;
 }
 
-export async function buildTrainingBatch(dir: string): Promise<TrainingBatch> {
-  const paths = batchPaths(dir);
-  mkdirSync(paths.rollouts, { recursive: true });
-  const engine = await startFakeEngine({ script });
-  const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, dataDir: paths.capture });
-  const sessions: Record<string, string> = {};
-  const now = new Date().toISOString();
-  try {
-    for (const p of PLAN) {
-      const { session_id } = await createSession(proxy, {
-        metadata: { batch_id: 'b-fixture', group_id: p.group, rollout_id: p.id, task: p.task, harness: p.harness, policy_version: FIXTURE_POLICY },
-      });
-      sessions[p.id] = session_id;
-      const nCalls = await runRollout(proxy.url, session_id, p);
-      const discarded = p.class === 'infra_error';
-      const state: RolloutState = {
-        rollout_id: p.id,
-        group_id: p.group,
-        member: p.member,
-        task: p.task,
-        harness: p.harness,
-        state: discarded ? 'discarded' : 'done',
-        class: p.class,
-        reward: p.reward,
-        rewards: p.reward === null ? {} : { reward: p.reward },
-        trainable: !discarded,
-        session_id,
-        attempts: [{ attempt: 0, session_id, started_at: now, ended_at: now, out_dir: `runs/${p.id}/0`, outcome: 'finished', trainable: !discarded }],
-        policy_version: FIXTURE_POLICY,
-        queued_at: now,
-        started_at: now,
-        ended_at: now,
-        duration_ms: 1000,
-        error: discarded ? 'the harness exited with code 137 after its first call' : null,
-        backend_ref: null,
-        n_calls: nCalls,
-      };
-      writeRolloutState(dir, state);
-    }
-  } finally {
-    await proxy.close();
-    await engine.close();
-  }
-  const groups = [...new Set(PLAN.map((p) => p.group))].map((g) => {
-    const members = PLAN.filter((p) => p.group === g);
+/** The rollout's state file, as the batch runner writes it when the rollout ends. */
+export function writeFinishedState(dir: string, p: PlannedRollout, sessionId: string, nCalls: number, at: string): void {
+  const discarded = p.class === 'infra_error';
+  const state: RolloutState = {
+    rollout_id: p.id,
+    group_id: p.group,
+    member: p.member,
+    task: p.task,
+    harness: p.harness,
+    state: discarded ? 'discarded' : 'done',
+    class: p.class,
+    reward: p.reward,
+    rewards: p.reward === null ? {} : { reward: p.reward },
+    trainable: !discarded,
+    session_id: sessionId,
+    attempts: [{ attempt: 0, session_id: sessionId, started_at: at, ended_at: at, out_dir: `runs/${p.id}/0`, outcome: 'finished', trainable: !discarded }],
+    policy_version: FIXTURE_POLICY,
+    queued_at: at,
+    started_at: at,
+    ended_at: at,
+    duration_ms: 1000,
+    error: discarded ? 'the harness exited with code 137 after its first call' : null,
+    backend_ref: null,
+    n_calls: nCalls,
+  };
+  writeRolloutState(dir, state);
+}
+
+/** batch.json for a plan: groups in plan order. */
+export function writeBatchManifest(dir: string, plan: readonly PlannedRollout[], engine: { url: string; model: string }, at: string): void {
+  const groups = [...new Set(plan.map((p) => p.group))].map((g) => {
+    const members = plan.filter((p) => p.group === g);
     return { group_id: g, task: members[0]!.task, harness: members[0]!.harness, rollout_ids: members.map((p) => p.id) };
   });
   const manifest: BatchManifest = {
     schema_version: 1,
     batch_id: 'b-fixture',
-    created_at: now,
+    created_at: at,
     backend: 'docker',
-    harnesses: ['react-a', 'react-b'],
-    group_size: 3,
-    tasks: [...new Set(PLAN.map((p) => p.task))].map((t) => ({ name: t, dir: `tasks/${t}` })),
+    harnesses: [...new Set(plan.map((p) => p.harness))],
+    group_size: Math.max(...groups.map((g) => g.rollout_ids.length)),
+    tasks: [...new Set(plan.map((p) => p.task))].map((t) => ({ name: t, dir: `tasks/${t}` })),
     groups,
     sampling: trainingSampling(TEMPERATURE),
     policy_version: FIXTURE_POLICY,
@@ -162,7 +149,28 @@ export async function buildTrainingBatch(dir: string): Promise<TrainingBatch> {
     model: engine.model,
     k8s: null,
   };
-  writeJsonAtomic(paths.manifest, manifest);
+  writeJsonAtomic(batchPaths(dir).manifest, manifest);
+}
+
+export const sessionMetadata = (p: PlannedRollout) => ({ batch_id: 'b-fixture', group_id: p.group, rollout_id: p.id, task: p.task, harness: p.harness, policy_version: FIXTURE_POLICY });
+
+export async function buildTrainingBatch(dir: string): Promise<TrainingBatch> {
+  mkdirSync(batchPaths(dir).rollouts, { recursive: true });
+  const engine = await startFakeEngine({ script });
+  const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, dataDir: batchPaths(dir).capture });
+  const sessions: Record<string, string> = {};
+  const now = new Date().toISOString();
+  try {
+    for (const p of PLAN) {
+      const { session_id } = await createSession(proxy, { metadata: sessionMetadata(p) });
+      sessions[p.id] = session_id;
+      writeFinishedState(dir, p, session_id, await runRollout(proxy.url, session_id, p), now);
+    }
+  } finally {
+    await proxy.close();
+    await engine.close();
+  }
+  writeBatchManifest(dir, PLAN, engine, now);
   return { dir, sessions, plan: PLAN };
 }
 
