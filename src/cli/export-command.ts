@@ -6,8 +6,7 @@ import { BatchFileError } from '../batch/state.js';
 import { ExportContractError } from '../train/contract.js';
 import { EXPORT_FORMATS, ExportUsageError, manifestPath, runExport, type ExportFormat, type ExportSource } from '../train/export.js';
 import { ExportInputError } from '../train/source.js';
-import type { CliCommand } from './main.js';
-import { intFlag, parseFlags, UsageError, withUsage } from './args.js';
+import { defineCommand, UsageError } from './args.js';
 
 const USAGE = `usage: harness-lab export [--format trainingtrace|trl|verl|paths] SOURCE --out FILE.jsonl
 
@@ -32,59 +31,52 @@ Also writes FILE.manifest.json: batch, policy versions, sampling, counts kept an
 Discarded rollouts never enter an export. A call that breaks the capture contract (empty prompt ids,
 NaN or missing logprobs, mask length mismatch) stops the export (exit 1) and names file, session and call.`;
 
-export const exportCommand: CliCommand = {
-  summary: 'write trainer input (TrainingTrace, TRL, veRL) from a batch, a session or rollouts',
-  run: (argv) =>
-    withUsage(async () => {
-      const { values } = parseFlags(
-        argv,
-        {
-          format: { type: 'string', short: 'f' },
-          batch: { type: 'string' },
-          session: { type: 'string' },
-          'data-dir': { type: 'string' },
-          rollouts: { type: 'string' },
-          out: { type: 'string', short: 'o' },
-          'min-group-size': { type: 'string' },
-          'drop-no-contrast': { type: 'boolean' },
-        },
-        USAGE,
+export const exportCommand = defineCommand({
+  name: 'export',
+  summary: 'write trainer input (TrainingTrace, TRL, veRL) from a batch or sessions',
+  usage: USAGE,
+  flags: {
+    format: { type: 'string', short: 'f', default: 'paths' },
+    batch: { type: 'string' },
+    session: { type: 'string' },
+    'data-dir': { type: 'string' },
+    rollouts: { type: 'string' },
+    out: { type: 'string', short: 'o', required: true },
+    'min-group-size': { type: 'integer', default: 2 },
+    'drop-no-contrast': { type: 'boolean' },
+  },
+  run: async ({ flags }) => {
+    const format = flags.format as ExportFormat;
+    if (!EXPORT_FORMATS.includes(format)) throw new UsageError(`--format must be one of ${EXPORT_FORMATS.join(', ')}, got '${flags.format}'`);
+    if (!existsSync(dirname(resolve(flags.out)))) throw new UsageError(`--out ${flags.out}: the directory ${dirname(resolve(flags.out))} does not exist`);
+    const given = [flags.batch && '--batch', flags.session && '--session', flags.rollouts && '--rollouts'].filter(Boolean);
+    if (given.length === 0 && flags['data-dir']) throw new UsageError('--session is required', { showUsage: true });
+    if (given.length !== 1) throw new UsageError(`give exactly one source (--batch, --session or --rollouts), got ${given.length ? given.join(' and ') : 'none'}`, { showUsage: true });
+    let source: ExportSource;
+    if (flags.batch) source = { kind: 'batch', dir: flags.batch };
+    else if (flags.rollouts) source = { kind: 'rollouts', dir: flags.rollouts };
+    else {
+      if (!flags['data-dir']) throw new UsageError('--session needs --data-dir DIR (the proxy data dir holding sessions/)', { showUsage: true });
+      source = { kind: 'session', dataDir: flags['data-dir'], sessionId: flags.session! };
+    }
+    try {
+      const m = await runExport({ format, source, out: flags.out, minGroupSize: flags['min-group-size'], dropNoContrast: flags['drop-no-contrast'] });
+      const dropped = Object.entries(m.counts.rollouts_dropped).map(([k, n]) => `${n} ${k}`);
+      const groups = Object.entries(m.counts.groups_dropped).map(([k, n]) => `${n} ${k}`);
+      process.stdout.write(
+        `wrote ${m.counts.rows} ${format} row(s) from ${m.counts.rollouts_kept} rollout(s) to ${flags.out} (${(m.counts.bytes / 1e6).toFixed(1)} MB, ${m.counts.trainable_tokens} trainable tokens)\n` +
+          (dropped.length ? `dropped rollouts: ${dropped.join(', ')}\n` : '') +
+          (groups.length ? `dropped groups: ${groups.join(', ')}\n` : '') +
+          `manifest: ${manifestPath(flags.out)}\n`,
       );
-      if (values.help) {
-        process.stdout.write(`${USAGE}\n`);
-        return 0;
+      return 0;
+    } catch (err) {
+      if (err instanceof ExportUsageError) throw new UsageError(err.message);
+      if (err instanceof ExportContractError || err instanceof ExportInputError || err instanceof BatchFileError) {
+        process.stderr.write(`harness-lab export: ${err.message}\n`);
+        return 1;
       }
-      const format = (values.format ?? 'paths') as ExportFormat;
-      if (!EXPORT_FORMATS.includes(format)) throw new UsageError(`--format must be one of ${EXPORT_FORMATS.join(', ')}, got '${values.format}'`);
-      if (!values.out) throw new UsageError(`--out is required\n\n${USAGE}`);
-      if (!existsSync(dirname(resolve(values.out)))) throw new UsageError(`--out ${values.out}: the directory ${dirname(resolve(values.out))} does not exist`);
-      const given = [values.batch && '--batch', values.session && '--session', values.rollouts && '--rollouts'].filter(Boolean);
-      if (given.length !== 1) throw new UsageError(`give exactly one source (--batch, --session or --rollouts), got ${given.length ? given.join(' and ') : 'none'}\n\n${USAGE}`);
-      let source: ExportSource;
-      if (values.batch) source = { kind: 'batch', dir: values.batch };
-      else if (values.rollouts) source = { kind: 'rollouts', dir: values.rollouts };
-      else {
-        if (!values['data-dir']) throw new UsageError('--session needs --data-dir DIR (the proxy data dir holding sessions/)');
-        source = { kind: 'session', dataDir: values['data-dir'], sessionId: values.session! };
-      }
-      try {
-        const m = await runExport({ format, source, out: values.out, minGroupSize: intFlag(values['min-group-size'], 'min-group-size', 2), dropNoContrast: values['drop-no-contrast'] ?? false });
-        const dropped = Object.entries(m.counts.rollouts_dropped).map(([k, n]) => `${n} ${k}`);
-        const groups = Object.entries(m.counts.groups_dropped).map(([k, n]) => `${n} ${k}`);
-        process.stdout.write(
-          `wrote ${m.counts.rows} ${format} row(s) from ${m.counts.rollouts_kept} rollout(s) to ${values.out} (${(m.counts.bytes / 1e6).toFixed(1)} MB, ${m.counts.trainable_tokens} trainable tokens)\n` +
-            (dropped.length ? `dropped rollouts: ${dropped.join(', ')}\n` : '') +
-            (groups.length ? `dropped groups: ${groups.join(', ')}\n` : '') +
-            `manifest: ${manifestPath(values.out)}\n`,
-        );
-        return 0;
-      } catch (err) {
-        if (err instanceof ExportUsageError) throw new UsageError(err.message);
-        if (err instanceof ExportContractError || err instanceof ExportInputError || err instanceof BatchFileError) {
-          process.stderr.write(`harness-lab export: ${err.message}\n`);
-          return 1;
-        }
-        throw err;
-      }
-    }),
-};
+      throw err;
+    }
+  },
+});
