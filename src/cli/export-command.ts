@@ -41,14 +41,14 @@ export const exportCommand = defineCommand({
     session: { type: 'string' },
     'data-dir': { type: 'string' },
     rollouts: { type: 'string' },
-    out: { type: 'string', short: 'o', required: true },
+    // Checked after the source, so `--data-dir DIR` alone says what it lacks first (--session).
+    out: { type: 'string', short: 'o' },
     'min-group-size': { type: 'integer', default: 2 },
     'drop-no-contrast': { type: 'boolean' },
   },
   run: async ({ flags }) => {
     const format = flags.format as ExportFormat;
     if (!EXPORT_FORMATS.includes(format)) throw new UsageError(`--format must be one of ${EXPORT_FORMATS.join(', ')}, got '${flags.format}'`);
-    if (!existsSync(dirname(resolve(flags.out)))) throw new UsageError(`--out ${flags.out}: the directory ${dirname(resolve(flags.out))} does not exist`);
     const given = [flags.batch && '--batch', flags.session && '--session', flags.rollouts && '--rollouts'].filter(Boolean);
     if (given.length === 0 && flags['data-dir']) throw new UsageError('--session is required', { showUsage: true });
     if (given.length !== 1) throw new UsageError(`give exactly one source (--batch, --session or --rollouts), got ${given.length ? given.join(' and ') : 'none'}`, { showUsage: true });
@@ -59,15 +59,18 @@ export const exportCommand = defineCommand({
       if (!flags['data-dir']) throw new UsageError('--session needs --data-dir DIR (the proxy data dir holding sessions/)', { showUsage: true });
       source = { kind: 'session', dataDir: flags['data-dir'], sessionId: flags.session! };
     }
+    const out = flags.out;
+    if (!out) throw new UsageError('--out is required', { showUsage: true });
+    if (!existsSync(dirname(resolve(out)))) throw new UsageError(`--out ${out}: the directory ${dirname(resolve(out))} does not exist`);
     try {
-      const m = await runExport({ format, source, out: flags.out, minGroupSize: flags['min-group-size'], dropNoContrast: flags['drop-no-contrast'] });
+      const m = await runExport({ format, source, out, minGroupSize: flags['min-group-size'], dropNoContrast: flags['drop-no-contrast'] });
       const dropped = Object.entries(m.counts.rollouts_dropped).map(([k, n]) => `${n} ${k}`);
       const groups = Object.entries(m.counts.groups_dropped).map(([k, n]) => `${n} ${k}`);
       process.stdout.write(
-        `wrote ${m.counts.rows} ${format} row(s) from ${m.counts.rollouts_kept} rollout(s) to ${flags.out} (${(m.counts.bytes / 1e6).toFixed(1)} MB, ${m.counts.trainable_tokens} trainable tokens)\n` +
+        `wrote ${m.counts.rows} ${format} row(s) from ${m.counts.rollouts_kept} rollout(s) to ${out} (${(m.counts.bytes / 1e6).toFixed(1)} MB, ${m.counts.trainable_tokens} trainable tokens)\n` +
           (dropped.length ? `dropped rollouts: ${dropped.join(', ')}\n` : '') +
           (groups.length ? `dropped groups: ${groups.join(', ')}\n` : '') +
-          `manifest: ${manifestPath(flags.out)}\n`,
+          `manifest: ${manifestPath(out)}\n`,
       );
       return 0;
     } catch (err) {
