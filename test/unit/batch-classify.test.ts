@@ -51,7 +51,7 @@ test('timeouts: discarded with reward null by default; keep keeps tokens and the
     [facts({ agent: timedOut.agent, verifier: { exitCode: null, timedOut: true, ms: 1 } }), good],
     [timedOut, { nCalls: 0, trainable: false, findings: [] }],
     [timedOut, { nCalls: 1, trainable: false, findings: ['[FATAL] no_logprobs: x'] }],
-  ] as const) {
+  ] as [AttemptFacts, CaptureFacts][]) {
     const v = classify(f, c, 'keep');
     assert.equal(v.class, 'timeout');
     assert.equal(v.state, 'discarded');
