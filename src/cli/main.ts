@@ -13,6 +13,7 @@ export interface CliCommand {
 const COMMANDS: Record<string, () => Promise<CliCommand>> = {
   // one line per command, keep sorted
   'atif-check': async () => (await import('./atif-check-command.js')).atifCheckCommand,
+  batch: async () => (await import('./batch-command.js')).batchCommand,
   demo: async () => (await import('./demo-command.js')).demoCommand,
   engine: async () => (await import('./engine-command.js')).engineCommand,
   export: async () => (await import('./export-command.js')).exportCommand,
