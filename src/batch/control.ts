@@ -14,6 +14,8 @@ export interface CancelSummary {
   stoppedLab: number | null;
   removed: string[];
   requeued: string[];
+  /** The batch had already finished: nothing was done. */
+  finished: boolean;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -21,8 +23,9 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 export async function cancelBatch(dirArg: string, opts: { waitMs?: number; log?: (line: string) => void } = {}): Promise<CancelSummary> {
   const dir = resolve(dirArg);
   const manifest = readManifest(dir);
-  requestCancel(dir);
   const held = labState(dir);
+  if (held.state !== 'running' && readRolloutStates(dir, manifest).every((s) => s.state === 'done' || s.state === 'discarded')) return { stoppedLab: null, removed: [], requeued: [], finished: true };
+  requestCancel(dir);
   let stoppedLab: number | null = null;
   if (held.state === 'running') {
     stoppedLab = held.lock!.pid;
@@ -45,7 +48,7 @@ export async function cancelBatch(dirArg: string, opts: { waitMs?: number; log?:
     requeued.push(s.rollout_id);
   }
   if (labState(dir).state === 'interrupted') rmSync(labPaths(dir).lock, { force: true });
-  return { stoppedLab, removed, requeued };
+  return { stoppedLab, removed, requeued, finished: false };
 }
 
 /**

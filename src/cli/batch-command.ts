@@ -170,6 +170,7 @@ async function cancel(argv: string[]): Promise<number> {
   const { cancelBatch } = await import('../batch/control.js');
   const dir = oneBatchDir(positionals, 'cancel');
   const s = await cancelBatch(dir, { log: say });
+  if (s.finished) return say(`batch ${dir} has finished; nothing to cancel`), 0;
   say(`cancelled${s.stoppedLab ? ` (lab pid ${s.stoppedLab} stopped)` : ''}; removed ${s.removed.length} sandbox(es)${s.requeued.length ? `; ${s.requeued.length} rollout(s) queued again` : ''}. \`harness-lab batch resume ${dir}\` continues the batch.`);
   return 0;
 }
