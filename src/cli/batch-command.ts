@@ -114,8 +114,9 @@ async function submit(argv: string[]): Promise<number> {
     if (err instanceof BatchPlanError) throw new UsageError(err.message);
     throw err;
   }
+  // The backend loads before anything is written: a build without it fails here, naming it.
+  const mod = await (await import('../batch/backends/index.js')).backendModule(backend);
   if (values['dry-run']) {
-    const mod = await (await import('../batch/backends/index.js')).backendModule('k8s');
     if (!mod.dryRun) throw new Error('the k8s backend in this build has no dry run');
     process.stdout.write(await mod.dryRun(plan, format ?? 'yaml'));
     return 0;
