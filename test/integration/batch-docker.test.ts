@@ -202,3 +202,27 @@ describe('batches on Docker', { concurrency: false }, () => {
     assert.equal(JSON.parse(st.stdout).lab, 'cancelled');
   });
 });
+
+describe('--on-timeout keep on Docker', () => {
+  test('the harness is stopped at its deadline inside a live sandbox, the verifier runs, tokens and reward are kept', { timeout: 300_000 }, async () => {
+    const docker = await dockerReady();
+    const root = mkdtempSync(join(tmpdir(), 'hl-batch-keep-'));
+    fileTask(root, 'late', 'late-file', 'late.txt', 'late', "printf 'late' > late.txt && echo written-late");
+    // Two calls: write the file, then (on the tool's output) hang until the deadline.
+    const policy = JSON.parse(readFileSync(join(root, 'late', 'policy.json'), 'utf8'));
+    policy.rules.unshift({ when: { last_message: 'written-late' }, then: { call: { tool: SHELL, input: 'sleep 600' } } });
+    writeFileSync(join(root, 'late', 'policy.json'), JSON.stringify(policy));
+    const dir = join(root, 'batch');
+    const r = await cli(['batch', 'submit', '--tasks', join(root, 'late'), '--harness', 'react', '--group-size', '2', '--parallel', '2', '--timeout', '8', '--on-timeout', 'keep', '--out', dir], { env: FAST_ENGINE });
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    for (const s of readRolloutStates(dir)) {
+      assert.deepEqual([s.state, s.class, s.reward, s.trainable], ['done', 'timeout', 1, true], s.error ?? '');
+      const rec = JSON.parse(readFileSync(join(dir, s.attempts[0]!.out_dir, 'rollout.json'), 'utf8'));
+      assert.equal(rec.agent.timed_out, true);
+      assert.ok(rec.agent.ms < 60_000, 'the harness was stopped near its deadline');
+      assert.equal(rec.verifier.exit_code, 0);
+    }
+    assert.match(r.stdout, /late-file\.react +2 +0 +0 +1 1 .*NO CONTRAST/);
+    assert.deepEqual(await batchContainers(docker, readManifest(dir).batch_id), []);
+  });
+});
