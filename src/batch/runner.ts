@@ -134,6 +134,8 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
         log(`start ${s.rollout_id}${n ? ` (attempt ${n})` : ''}: ${line()}`);
         const ctrl = new AbortController();
         running.set(s.rollout_id, ctrl);
+        // Stopped while this attempt was being set up: the backend sees the abort at once and the attempt is recorded as stopped.
+        if (stopped) ctrl.abort();
         let facts: AttemptFacts;
         try {
           facts = await backend.run({
@@ -177,11 +179,22 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
         log(`${v.state === 'done' ? 'done' : 'discarded'} ${s.rollout_id}: ${v.class} reward=${reward} ${((endedAt.getTime() - startedAt) / 1000).toFixed(1)}s${v.error && v.state === 'discarded' ? ` (${v.error})` : ''}; ${line()}`);
       };
 
+      let failure: unknown;
       const worker = async () => {
-        for (let s = queue.shift(); s && !stopped; s = queue.shift()) await runOne(s);
+        for (let s = queue.shift(); s && !stopped; s = queue.shift()) {
+          try {
+            await runOne(s);
+          } catch (err) {
+            // The lab itself failed (the capture refused a session, a state file could not be written):
+            // stop the others cleanly, leave what is left queued for `batch resume`, and say why.
+            failure ??= err;
+            stop('interrupted');
+          }
+        }
       };
       log(`batch ${manifest.batch_id}: ${queue.length} of ${total} rollout(s) to run, ${manifest.parallel} at a time`);
       await Promise.all(Array.from({ length: Math.max(1, Math.min(manifest.parallel, queue.length)) }, worker));
+      if (failure) throw failure;
       if (!stopped && cancelRequested(dir)) stopped = 'cancelled';
       const c = counts(byId.values());
       return { batchId: manifest.batch_id, total, done: c.done, discarded: c.discarded, queued: c.queued + c.running, stopped, requeued, removed };

@@ -48,7 +48,7 @@ class DoubleBackend implements BatchBackend {
     try {
       const outcome = this.script(a.rollout.rollout_id, a.attempt);
       if (outcome === 'wait-for-abort') {
-        await new Promise<void>((resolve) => a.signal.addEventListener('abort', () => resolve(), { once: true }));
+        if (!a.signal.aborted) await new Promise<void>((resolve) => a.signal.addEventListener('abort', () => resolve(), { once: true }));
         return { ...base(), cancelled: true };
       }
       await new Promise((r) => setTimeout(r, 5 + (a.rollout.member % 3) * 4));
@@ -216,4 +216,21 @@ test('a batch held by a live lab is refused, naming the pid', async () => {
     lock.release();
   }
   assert.equal(JSON.parse(readFileSync(join(dir, 'batch.json'), 'utf8')).group_size, 2);
+});
+
+test('a failing capture stops the batch cleanly: others stop, nothing is left running, the error is raised', async () => {
+  const dir = newBatch(2, 3);
+  const capture = new DoubleCapture();
+  let created = 0;
+  const create = capture.createSession.bind(capture);
+  capture.createSession = async (req) => {
+    if (++created === 3) throw new Error('the capture proxy answered POST /sessions with 503');
+    return create(req);
+  };
+  const backend = new DoubleBackend(() => 'wait-for-abort');
+  await assert.rejects(runBatch({ dir, module: moduleOf(backend, capture) }), /503/);
+  const states = readRolloutStates(dir);
+  assert.equal(states.filter((s) => s.state === 'running').length, 0);
+  assert.deepEqual(states.filter((s) => s.attempts.length).map((s) => s.attempts[0]!.outcome), ['interrupted', 'interrupted']);
+  assert.equal(existsSync(labPaths(dir).lock), false);
 });
