@@ -61,7 +61,7 @@ function rolloutRecords(dir: string): RolloutTimes[] {
   return out;
 }
 
-function summarise(path: string, wallMs: number, records: RolloutTimes[]) {
+function summarise(path: string, parallel: number, wallMs: number, records: RolloutTimes[]) {
   const n = records.length;
   const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
   const overhead = records.map((r) => r.ms - r.agentMs - r.verifierMs);
@@ -76,7 +76,7 @@ function summarise(path: string, wallMs: number, records: RolloutTimes[]) {
     verifier_ms_mean: Math.round(mean(records.map((r) => r.verifierMs))),
     lab_overhead_ms_per_rollout: Math.round(mean(overhead)),
     /** Wall time per rollout not spent in any rollout (process start, engine and proxy start, teardown), amortised. */
-    fixed_ms_per_rollout: Math.round((wallMs - records.reduce((a, r) => a + r.ms, 0) / Math.max(1, Number(path.match(/parallel (\d+)/)?.[1] ?? 1))) / Math.max(1, n)),
+    fixed_ms_per_rollout: Math.round((wallMs - records.reduce((a, r) => a + r.ms, 0) / parallel) / Math.max(1, n)),
   };
 }
 
@@ -93,13 +93,13 @@ async function main(): Promise<void> {
     if (r.code !== 0) throw new Error(`harness-lab run failed:\n${r.out}`);
     seqMs += r.ms;
   }
-  rows.push(summarise('sequential harness-lab run', seqMs, rolloutRecords(seqOut)));
+  rows.push(summarise('sequential harness-lab run', 1, seqMs, rolloutRecords(seqOut)));
 
   for (const p of levels) {
     const dir = join(mkdtempSync(join(tmpdir(), 'hl-bench-batch-')), 'batch');
     const r = await harnessLab(['batch', 'submit', '--tasks', ...TASKS, '--harness', 'react', '--group-size', String(groupSize), '--parallel', String(p), '--out', dir]);
     if (r.code !== 0) throw new Error(`harness-lab batch submit failed:\n${r.out}`);
-    rows.push(summarise(`batch --parallel ${p}`, r.ms, rolloutRecords(join(dir, 'runs'))));
+    rows.push(summarise(`batch --parallel ${p}`, p, r.ms, rolloutRecords(join(dir, 'runs'))));
   }
 
   const head = `${'path'.padEnd(28)} rollouts  ok  wall s  per min  rollout ms  agent ms  verifier ms  lab overhead ms  fixed ms`;
