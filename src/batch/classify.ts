@@ -64,14 +64,14 @@ export function classify(facts: AttemptFacts, capture: CaptureFacts, onTimeout: 
     if (unusable) return discard('timeout', `the agent timed out and ${unusable}; discarded`);
     return { state: 'done', class: 'timeout', reward: reward!.value, rewards: reward!.scores, trainable: true, error: 'the agent timed out; tokens and the verifier reward kept (--on-timeout keep)' };
   }
+  // An unknown exit status (null) is not evidence of a crash: a sandbox that went away is the backend's infraError.
   if (agent.exitCode !== null && agent.exitCode >= SIGNAL_EXIT) return discard('infra_error', `the harness was killed by signal ${agent.exitCode - SIGNAL_EXIT} (exit ${agent.exitCode})`);
-  if (agent.exitCode === null) return discard('infra_error', 'the harness ended without an exit status (its sandbox went away)');
   if (verifier === null) return discard('infra_error', 'the verifier never ran');
   if (verifier.timedOut) return discard('infra_error', 'the verifier did not finish within its deadline');
   if (reward === null) return discard('infra_error', `the verifier wrote no reward (exit ${verifier.exitCode ?? 'unknown'})`);
   if (capture.nCalls === 0) return discard('infra_error', 'the proxy saw no model calls from the harness');
   if (!capture.trainable) return discard('infra_error', `the capture is not trainable: ${fatalFinding(capture) ?? 'token ids, logprobs or mask misaligned'}`);
   if (reward.value > 0) return { state: 'done', class: 'completed', reward: reward.value, rewards: reward.scores, trainable: true, error: null };
-  const why = agent.exitCode !== 0 ? `the harness exited ${agent.exitCode} and the verifier gave ${reward.value}` : `the verifier gave ${reward.value}`;
+  const why = agent.exitCode !== 0 && agent.exitCode !== null ? `the harness exited ${agent.exitCode} and the verifier gave ${reward.value}` : `the verifier gave ${reward.value}`;
   return { state: 'done', class: 'policy_failure', reward: reward.value, rewards: reward.scores, trainable: true, error: why };
 }

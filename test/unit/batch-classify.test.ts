@@ -29,7 +29,8 @@ test('the named cases of section 7', () => {
   assert.equal(classify(facts({ agent: { exitCode: 1, timedOut: false, ms: 10 }, reward: { value: 0, scores: {} } }), good, 'discard').class, 'policy_failure');
   assert.match(classify(facts({ infraError: 'the sandbox container was killed from outside (exit 137)' }), good, 'discard').error!, /killed from outside/);
   assert.equal(classify(facts({ agent: { exitCode: 137, timedOut: false, ms: 10 } }), good, 'discard').class, 'infra_error');
-  assert.equal(classify(facts({ agent: { exitCode: null, timedOut: false, ms: 10 } }), good, 'discard').class, 'infra_error');
+  // An exit status the backend could not read is no crash: the verifier decides.
+  assert.equal(classify(facts({ agent: { exitCode: null, timedOut: false, ms: 10 } }), good, 'discard').class, 'completed');
   assert.match(classify(facts({ verifier: null, reward: null }), good, 'discard').error!, /verifier never ran/);
   assert.equal(classify(facts({ verifier: { exitCode: null, timedOut: true, ms: 60_000 } }), good, 'discard').class, 'infra_error');
   assert.match(classify(facts({ reward: null }), good, 'discard').error!, /no reward/);
@@ -96,7 +97,7 @@ test('exhaustive: every combination yields one class, a state the state schema a
                 if (v.class === 'completed') assert.ok(v.reward! > 0);
                 if (v.class === 'policy_failure') assert.ok(v.reward! <= 0);
                 if (onTimeout === 'discard' && v.class === 'timeout') assert.equal(v.state, 'discarded');
-                if (v.state === 'done' && !timedOut) assert.ok(exitCode !== null && exitCode < 128);
+                if (v.state === 'done' && !timedOut) assert.ok(exitCode === null || exitCode < 128, 'a harness killed by a signal is never trained on');
                 // The verdict fits a rollout state file as written by the runner.
                 RolloutStateSchema.parse({
                   rollout_id: 'r',
