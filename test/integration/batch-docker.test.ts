@@ -6,6 +6,7 @@
 // run twice and no container left. The scripted policies answer through the in-repo vLLM-shaped
 // engine (HARNESS_LAB_POLICY_ENGINE=fake): this test is about the batch, not the model.
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,7 +14,7 @@ import { before, describe, test } from 'node:test';
 import type Docker from 'dockerode';
 import { readManifest, readRolloutState, readRolloutStates, type RolloutState } from '../../src/batch/state.js';
 import { LABEL } from '../../src/sandbox/docker-client.js';
-import { EXAMPLES, cli, dockerReady, waitFor } from './sandbox-fixtures.js';
+import { EXAMPLES, REPO, cli, dockerReady, waitFor } from './sandbox-fixtures.js';
 
 const FAST_ENGINE = { HARNESS_LAB_POLICY_ENGINE: 'fake' };
 const SHELL = '^(bash|exec_command|run_shell_command|shell)$';
@@ -186,6 +187,12 @@ describe('batches on Docker', { concurrency: false }, () => {
     const run = cli(['batch', 'submit', '--tasks', join(root, 'sleepy'), '--harness', 'react', '--group-size', '2', '--parallel', '2', '--timeout', '300', '--out', dir], { env: FAST_ENGINE });
     await waitFor('both rollouts inside their tool', async () => (midAgent(dir, 'sleepy.') && states(dir).filter((s) => s.state === 'running').length === 2 ? true : undefined), 180_000);
     const batchId = readManifest(dir).batch_id;
+    // batch watch, followed live: the cancel comes only once it has shown the running batch.
+    const watcher = spawn(process.execPath, ['--import', 'tsx', join(REPO, 'src', 'cli', 'main.ts'), 'batch', 'watch', dir, '--rollouts'], { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
+    let watched = '';
+    watcher.stdout.on('data', (b: Buffer) => (watched += b.toString()));
+    const watching = new Promise<number | null>((resolve) => watcher.on('close', resolve));
+    await waitFor('batch watch to show the running batch', async () => (/: running \(pid \d+\)\n/.test(watched) ? true : undefined), 60_000);
     const c = await cli(['batch', 'cancel', dir]);
     assert.equal(c.code, 0, c.stderr);
     assert.match(c.stdout, /cancelled \(lab pid \d+ stopped\)/);
@@ -200,6 +207,9 @@ describe('batches on Docker', { concurrency: false }, () => {
     ]);
     const st = await cli(['batch', 'status', dir, '--json']);
     assert.equal(JSON.parse(st.stdout).lab, 'cancelled');
+    assert.equal(await watching, 1, 'watch ends when the lab stops before the batch is finished');
+    assert.match(watched, /sleepy\.react\.0 +running/);
+    assert.match(watched, /: cancelled\n[^]*sleepy\.react\.0 +queued/);
   });
 });
 
