@@ -73,27 +73,19 @@ describe('batches on Docker', { concurrency: false }, () => {
       ['batch', 'submit', '--tasks', tasksRoot(), '--harness', 'react,codex', '--group-size', '4', '--parallel', '3', '--timeout', '30', '--temperature', '0.7', '--policy-version', 'step-3', '--out', dir],
       { env: FAST_ENGINE, onStart: (p) => (pid = p) },
     );
-    const frozen = await waitFor('a slow-file rollout inside its tool', async () => midAgent(dir, 'slow-file.'), 180_000);
-    const batchId = readManifest(dir).batch_id;
-    const ctr = async (s: RolloutState) => (await batchContainers(docker, batchId)).find((c) => c.Labels[LABEL.rollout] === s.rollout_id && c.State === 'running');
-    await docker.getContainer((await waitFor('the frozen rollout container', () => ctr(frozen), 30_000)).Id).pause();
-    const killed = await waitFor('another slow-file rollout inside its tool', async () => midAgent(dir, 'slow-file.', [frozen.rollout_id]), 180_000);
-    await docker.getContainer((await waitFor('the killed rollout container', () => ctr(killed), 30_000)).Id).kill();
-
-    await waitFor('the frozen rollout to time out', async () => (readRolloutState(dir, frozen.rollout_id).state === 'discarded' ? true : undefined), 120_000);
-    await waitFor('the killed rollout to be discarded', async () => (readRolloutState(dir, killed.rollout_id).state === 'discarded' ? true : undefined), 60_000);
-    // SIGKILL the lab while rollouts run and others wait.
-    await waitFor('rollouts running with others queued', async () => {
+    // SIGKILL the lab early: its first rollouts running, most of the batch still queued.
+    await waitFor('a rollout done, others running, most queued', async () => {
       const s = states(dir);
-      return s.some((r) => r.state === 'running' && r.backend_ref) && s.filter((r) => r.state === 'queued').length >= 3 ? true : undefined;
-    }, 120_000);
+      return s.some((r) => r.state === 'done') && s.some((r) => r.state === 'running' && r.backend_ref) && s.filter((r) => r.state === 'queued').length >= 16 ? true : undefined;
+    }, 180_000);
     process.kill(pid, 'SIGKILL');
     const dead = await submit;
     assert.equal(dead.signal, 'SIGKILL', dead.stdout + dead.stderr);
+    const batchId = readManifest(dir).batch_id;
     const atKill = states(dir);
     const interrupted = atKill.filter((s) => s.state === 'running').map((s) => s.rollout_id);
     const finishedAtKill = atKill.filter((s) => s.state === 'done' || s.state === 'discarded');
-    assert.ok(interrupted.length >= 1 && finishedAtKill.length >= 2);
+    assert.ok(interrupted.length >= 1 && finishedAtKill.length >= 1);
     assert.ok((await batchContainers(docker, batchId)).length >= 1, 'kill -9 leaves the running sandboxes behind');
 
     let r = await cli(['batch', 'status', dir]);
@@ -101,7 +93,16 @@ describe('batches on Docker', { concurrency: false }, () => {
     assert.match(r.stdout, /: interrupted\n/);
     assert.match(r.stdout, /the lab that ran it is gone: continue with `harness-lab batch resume /);
 
-    const resumed = await cli(['batch', 'resume', dir], { env: FAST_ENGINE });
+    // The resumed lab: one of its sandboxes is frozen inside the harness's tool call (docker pause),
+    // so it runs into its deadline; another is killed from outside (docker kill).
+    const resuming = cli(['batch', 'resume', dir], { env: FAST_ENGINE });
+    await waitFor('the resumed lab to re-queue what the dead one left', async () => (interrupted.every((id) => readRolloutState(dir, id).attempts[0]?.outcome === 'interrupted') ? true : undefined), 60_000);
+    const ctr = async (s: RolloutState) => (await batchContainers(docker, batchId)).find((c) => c.Labels[LABEL.rollout] === s.rollout_id && c.State === 'running');
+    const frozen = await waitFor('a slow-file rollout inside its tool', async () => midAgent(dir, 'slow-file.'), 180_000);
+    await docker.getContainer((await waitFor('the frozen rollout container', () => ctr(frozen), 30_000)).Id).pause();
+    const killed = await waitFor('another slow-file rollout inside its tool', async () => midAgent(dir, 'slow-file.', [frozen.rollout_id]), 180_000);
+    await docker.getContainer((await waitFor('the killed rollout container', () => ctr(killed), 30_000)).Id).kill();
+    const resumed = await resuming;
     assert.equal(resumed.code, 0, resumed.stdout + resumed.stderr);
     assert.match(resumed.stdout, new RegExp(`re-queued ${interrupted.length} rollout\\(s\\) a previous lab left running`));
     assert.deepEqual(await batchContainers(docker, batchId), [], 'no container of the batch is left');
