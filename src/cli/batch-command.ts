@@ -1,6 +1,5 @@
 // `harness-lab batch submit|status|watch|collect|cancel|resume`: flags in, src/batch/ does the work.
-import { parseFlags, intFlag, UsageError, withUsage } from './args.js';
-import type { CliCommand } from './main.js';
+import { defineCommand, UsageError, type CliCommand } from './args.js';
 import { harnessNames } from '../harness/registry.js';
 
 const USAGE = `usage: harness-lab batch submit --tasks DIR|GLOB --harness NAME[,NAME...] --group-size G
@@ -39,94 +38,89 @@ groups a trainer can use.`;
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
 
-function oneBatchDir(positionals: string[], sub: string): string {
-  if (positionals.length !== 1) throw new UsageError(`batch ${sub} takes one BATCH directory, got ${positionals.length ? positionals.join(' ') : 'none'}\n\n${USAGE}`);
-  return positionals[0]!;
-}
-
 function numberFlag(value: string | undefined, name: string): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
-  if (!Number.isFinite(n)) throw new UsageError(`--${name} must be a number, got '${value}'`);
+  if (value.trim() === '' || !Number.isFinite(n)) throw new UsageError(`--${name} must be a number, got '${value}'`);
   return n;
 }
 
-async function submit(argv: string[]): Promise<number> {
-  const { values, positionals } = parseFlags(
-    argv,
-    {
-      tasks: { type: 'string', multiple: true },
-      harness: { type: 'string', multiple: true },
-      'group-size': { type: 'string' },
-      backend: { type: 'string' },
-      parallel: { type: 'string' },
-      timeout: { type: 'string' },
-      'on-timeout': { type: 'string' },
-      'engine-url': { type: 'string' },
-      model: { type: 'string' },
-      temperature: { type: 'string' },
-      'policy-version': { type: 'string' },
-      out: { type: 'string' },
-      context: { type: 'string' },
-      namespace: { type: 'string' },
-      registry: { type: 'string' },
-      queue: { type: 'string' },
-      'dry-run': { type: 'boolean' },
-      output: { type: 'string', short: 'o' },
-      verbose: { type: 'boolean', short: 'v' },
-    },
-    USAGE,
-  );
-  if (values.help) return say(USAGE), 0;
+const submit = defineCommand({
+  name: 'batch submit',
+  summary: 'plan a batch, write its directory and run it to the end',
+  usage: USAGE,
+  flags: {
+    tasks: { type: 'string', multiple: true },
+    harness: { type: 'string', multiple: true },
+    'group-size': { type: 'integer', required: true },
+    backend: { type: 'string', default: 'docker' },
+    parallel: { type: 'integer' },
+    timeout: { type: 'string' },
+    'on-timeout': { type: 'string', default: 'discard' },
+    'engine-url': { type: 'string' },
+    model: { type: 'string' },
+    temperature: { type: 'string' },
+    'policy-version': { type: 'string' },
+    out: { type: 'string' },
+    context: { type: 'string' },
+    namespace: { type: 'string' },
+    registry: { type: 'string' },
+    queue: { type: 'string' },
+    'dry-run': { type: 'boolean' },
+    output: { type: 'string', short: 'o' },
+    verbose: { type: 'boolean', short: 'v' },
+  },
   // A shell-expanded GLOB arrives as one --tasks value followed by the other matches.
-  const tasks = [...(values.tasks ?? []), ...positionals];
-  if (!tasks.length) throw new UsageError(`--tasks is required\n\n${USAGE}`);
-  const harnesses = (values.harness ?? []).flatMap((h) => h.split(',')).map((h) => h.trim()).filter(Boolean);
-  if (!harnesses.length) throw new UsageError(`--harness is required\n\n${USAGE}`);
-  if (values['group-size'] === undefined) throw new UsageError(`--group-size is required (at least 2)\n\n${USAGE}`);
-  const backend = values.backend ?? 'docker';
-  if (backend !== 'docker' && backend !== 'k8s') throw new UsageError(`--backend must be docker or k8s, got '${backend}'`);
-  const onTimeout = values['on-timeout'] ?? 'discard';
-  if (onTimeout !== 'discard' && onTimeout !== 'keep') throw new UsageError(`--on-timeout must be discard or keep, got '${onTimeout}'`);
-  const format = values.output;
-  if (format !== undefined && format !== 'json' && format !== 'yaml') throw new UsageError(`-o must be json or yaml, got '${format}'`);
-  if (values['dry-run'] && backend !== 'k8s') throw new UsageError('--dry-run prints the Kubernetes objects a batch would create; it needs --backend k8s');
+  positionals: ['TASK_DIR...'],
+  run: async ({ flags, positionals }) => {
+    const tasks = [...flags.tasks, ...positionals];
+    if (!tasks.length) throw new UsageError('--tasks is required', { showUsage: true });
+    const harnesses = flags.harness.flatMap((h) => h.split(',')).map((h) => h.trim()).filter(Boolean);
+    if (!harnesses.length) throw new UsageError('--harness is required', { showUsage: true });
+    const backend = flags.backend;
+    if (backend !== 'docker' && backend !== 'k8s') throw new UsageError(`--backend must be docker or k8s, got '${backend}'`);
+    const onTimeout = flags['on-timeout'];
+    if (onTimeout !== 'discard' && onTimeout !== 'keep') throw new UsageError(`--on-timeout must be discard or keep, got '${onTimeout}'`);
+    const format = flags.output;
+    if (format !== undefined && format !== 'json' && format !== 'yaml') throw new UsageError(`-o must be json or yaml, got '${format}'`);
+    if (flags['dry-run'] && backend !== 'k8s') throw new UsageError('--dry-run prints the Kubernetes objects a batch would create; it needs --backend k8s');
 
-  const { planBatch, writeBatch, BatchPlanError } = await import('../batch/plan.js');
-  let plan;
-  try {
-    plan = planBatch({
-      tasks,
-      harnesses,
-      groupSize: numberFlag(values['group-size'], 'group-size')!,
-      backend,
-      parallel: values.parallel === undefined ? undefined : intFlag(values.parallel, 'parallel', 1),
-      timeoutSec: numberFlag(values.timeout, 'timeout'),
-      onTimeout,
-      engineUrl: values['engine-url'],
-      model: values.model,
-      temperature: numberFlag(values.temperature, 'temperature'),
-      policyVersion: values['policy-version'],
-      outDir: values.out,
-      k8s: backend === 'k8s' ? { context: values.context, namespace: values.namespace, registry: values.registry, queueName: values.queue } : undefined,
-    });
-  } catch (err) {
-    if (err instanceof BatchPlanError) throw new UsageError(err.message);
-    throw err;
-  }
-  // The backend loads before anything is written: a build without it fails here, naming it.
-  const mod = await (await import('../batch/backends/index.js')).backendModule(backend);
-  if (values['dry-run']) {
-    if (!mod.dryRun) throw new Error('the k8s backend in this build has no dry run');
-    process.stdout.write(await mod.dryRun(plan, format ?? 'yaml'));
-    return 0;
-  }
-  writeBatch(plan);
-  const m = plan.manifest;
-  say(`batch ${m.batch_id}: ${m.tasks.length} task(s) x ${m.harnesses.length} harness(es) x ${m.group_size} = ${plan.states.length} rollouts in ${m.groups.length} groups, ${m.parallel} at a time, on ${m.backend}`);
-  say(`batch directory: ${plan.dir}`);
-  return runAndReport(plan.dir, values.verbose === true);
-}
+    const { planBatch, writeBatch, BatchPlanError } = await import('../batch/plan.js');
+    let plan;
+    try {
+      plan = planBatch({
+        tasks,
+        harnesses,
+        groupSize: flags['group-size'],
+        backend,
+        parallel: flags.parallel,
+        timeoutSec: numberFlag(flags.timeout, 'timeout'),
+        onTimeout,
+        engineUrl: flags['engine-url'],
+        model: flags.model,
+        temperature: numberFlag(flags.temperature, 'temperature'),
+        policyVersion: flags['policy-version'],
+        outDir: flags.out,
+        k8s: backend === 'k8s' ? { context: flags.context, namespace: flags.namespace, registry: flags.registry, queueName: flags.queue } : undefined,
+      });
+    } catch (err) {
+      if (err instanceof BatchPlanError) throw new UsageError(err.message);
+      throw err;
+    }
+    // The backend loads before anything is written: a build without it fails here, naming it.
+    const mod = await (await import('../batch/backends/index.js')).backendModule(backend);
+    if (flags['dry-run']) {
+      if (!mod.dryRun) throw new Error('the k8s backend in this build has no dry run');
+      process.stdout.write(await mod.dryRun(plan, format ?? 'yaml'));
+      return 0;
+    }
+    writeBatch(plan);
+    const m = plan.manifest;
+    say(`batch ${m.batch_id}: ${m.tasks.length} task(s) x ${m.harnesses.length} harness(es) x ${m.group_size} = ${plan.states.length} rollouts in ${m.groups.length} groups, ${m.parallel} at a time, on ${m.backend}`);
+    say(`batch directory: ${plan.dir}`);
+    return runAndReport(plan.dir, flags.verbose);
+  },
+});
 
 async function runAndReport(dir: string, verbose: boolean): Promise<number> {
   const { runBatch } = await import('../batch/runner.js');
@@ -134,63 +128,101 @@ async function runAndReport(dir: string, verbose: boolean): Promise<number> {
   const summary = await runBatch({ dir, handleSignals: true, log: (l) => (verbose || !l.startsWith('  ') ? say(l) : undefined) });
   process.stdout.write(`\n${formatStatus(batchStatus(dir))}`);
   if (summary.stopped === 'interrupted') return 130;
-  if (summary.stopped === 'cancelled') return say(`cancelled; \`harness-lab batch resume ${dir}\` continues it`), 1;
+  if (summary.stopped === 'cancelled') {
+    say(`cancelled; \`harness-lab batch resume ${dir}\` continues it`);
+    return 1;
+  }
   return 0;
 }
 
-async function status(argv: string[]): Promise<number> {
-  const { values, positionals } = parseFlags(argv, { json: { type: 'boolean' }, rollouts: { type: 'boolean' } }, USAGE);
-  if (values.help) return say(USAGE), 0;
-  const { batchStatus, formatStatus } = await import('../batch/status.js');
-  const st = batchStatus(oneBatchDir(positionals, 'status'));
-  process.stdout.write(values.json ? `${JSON.stringify(st, null, 2)}\n` : formatStatus(st, { rollouts: values.rollouts }));
-  return 0;
-}
+const status = defineCommand({
+  name: 'batch status',
+  summary: "print a batch's groups and rollouts",
+  usage: 'usage: harness-lab batch status BATCH [--json] [--rollouts]',
+  flags: { json: { type: 'boolean' }, rollouts: { type: 'boolean' } },
+  positionals: ['BATCH'],
+  run: async ({ flags, positionals }) => {
+    const { batchStatus, formatStatus } = await import('../batch/status.js');
+    const st = batchStatus(positionals[0]!);
+    process.stdout.write(flags.json ? `${JSON.stringify(st, null, 2)}\n` : formatStatus(st, { rollouts: flags.rollouts }));
+    return 0;
+  },
+});
 
-async function watch(argv: string[]): Promise<number> {
-  const { values, positionals } = parseFlags(argv, { rollouts: { type: 'boolean' } }, USAGE);
-  if (values.help) return say(USAGE), 0;
-  const { watchBatch } = await import('../batch/control.js');
-  const st = await watchBatch(oneBatchDir(positionals, 'watch'), (t) => process.stdout.write(t), { rollouts: values.rollouts });
-  return st.lab === 'finished' ? 0 : 1;
-}
+const watch = defineCommand({
+  name: 'batch watch',
+  summary: 'follow a running batch until it ends',
+  usage: 'usage: harness-lab batch watch BATCH [--rollouts]',
+  flags: { rollouts: { type: 'boolean' } },
+  positionals: ['BATCH'],
+  run: async ({ flags, positionals }) => {
+    const { watchBatch } = await import('../batch/control.js');
+    const st = await watchBatch(positionals[0]!, (t) => process.stdout.write(t), { rollouts: flags.rollouts });
+    return st.lab === 'finished' ? 0 : 1;
+  },
+});
 
-async function collect(argv: string[]): Promise<number> {
-  const { values, positionals } = parseFlags(argv, { out: { type: 'string', short: 'o' } }, USAGE);
-  if (values.help) return say(USAGE), 0;
-  const { collectBatch } = await import('../batch/collect.js');
-  const s = collectBatch(oneBatchDir(positionals, 'collect'), values.out);
-  say(`wrote ${s.lines} trace(s) from ${s.rollouts} trainable rollout(s) in ${s.groupsKept.length} group(s) to ${s.file}`);
-  for (const [g, why] of Object.entries(s.groupsDropped)) say(`  left out ${g}: ${why}`);
-  return 0;
-}
+const collect = defineCommand({
+  name: 'batch collect',
+  summary: 'write the training traces of the usable groups',
+  usage: 'usage: harness-lab batch collect BATCH [--out FILE.jsonl]',
+  flags: { out: { type: 'string', short: 'o' } },
+  positionals: ['BATCH'],
+  run: async ({ flags, positionals }) => {
+    const { collectBatch } = await import('../batch/collect.js');
+    const s = collectBatch(positionals[0]!, flags.out);
+    say(`wrote ${s.lines} trace(s) from ${s.rollouts} trainable rollout(s) in ${s.groupsKept.length} group(s) to ${s.file}`);
+    for (const [g, why] of Object.entries(s.groupsDropped)) say(`  left out ${g}: ${why}`);
+    return 0;
+  },
+});
 
-async function cancel(argv: string[]): Promise<number> {
-  const { values, positionals } = parseFlags(argv, {}, USAGE);
-  if (values.help) return say(USAGE), 0;
-  const { cancelBatch } = await import('../batch/control.js');
-  const dir = oneBatchDir(positionals, 'cancel');
-  const s = await cancelBatch(dir, { log: say });
-  if (s.finished) return say(`batch ${dir} has finished; nothing to cancel`), 0;
-  say(`cancelled${s.stoppedLab ? ` (lab pid ${s.stoppedLab} stopped)` : ''}; removed ${s.removed.length} sandbox(es)${s.requeued.length ? `; ${s.requeued.length} rollout(s) queued again` : ''}. \`harness-lab batch resume ${dir}\` continues the batch.`);
-  return 0;
-}
+const cancel = defineCommand({
+  name: 'batch cancel',
+  summary: 'stop a batch (its running lab, or what a dead one left)',
+  usage: 'usage: harness-lab batch cancel BATCH',
+  flags: {},
+  positionals: ['BATCH'],
+  run: async ({ positionals }) => {
+    const { cancelBatch } = await import('../batch/control.js');
+    const dir = positionals[0]!;
+    const s = await cancelBatch(dir, { log: say });
+    if (s.finished) {
+      say(`batch ${dir} has finished; nothing to cancel`);
+      return 0;
+    }
+    say(`cancelled${s.stoppedLab ? ` (lab pid ${s.stoppedLab} stopped)` : ''}; removed ${s.removed.length} sandbox(es)${s.requeued.length ? `; ${s.requeued.length} rollout(s) queued again` : ''}. \`harness-lab batch resume ${dir}\` continues the batch.`);
+    return 0;
+  },
+});
 
-async function resume(argv: string[]): Promise<number> {
-  const { values, positionals } = parseFlags(argv, { verbose: { type: 'boolean', short: 'v' } }, USAGE);
-  if (values.help) return say(USAGE), 0;
-  return runAndReport(oneBatchDir(positionals, 'resume'), values.verbose === true);
-}
+const resume = defineCommand({
+  name: 'batch resume',
+  summary: 'finish a batch whose lab was stopped or killed',
+  usage: 'usage: harness-lab batch resume BATCH [-v]',
+  flags: { verbose: { type: 'boolean', short: 'v' } },
+  positionals: ['BATCH'],
+  run: async ({ flags, positionals }) => runAndReport(positionals[0]!, flags.verbose),
+});
 
-const SUBCOMMANDS: Record<string, (argv: string[]) => Promise<number>> = { submit, status, watch, collect, cancel, resume };
+const SUBCOMMANDS: Record<string, CliCommand> = { submit, status, watch, collect, cancel, resume };
 
+/** `batch` dispatches to its subcommands, each a defined command of its own (`harness-lab batch submit: ...` errors). */
 export const batchCommand: CliCommand = {
-  summary: 'GRPO groups of real harness rollouts: submit, status, watch, collect, cancel, resume',
-  run: ([sub, ...rest]) =>
-    withUsage(async () => {
-      if (sub === undefined || sub === '-h' || sub === '--help') return say(USAGE), sub ? 0 : 2;
-      const run = SUBCOMMANDS[sub];
-      if (!run) throw new UsageError(`unknown batch subcommand '${sub}'; one of ${Object.keys(SUBCOMMANDS).join(', ')}\n\n${USAGE}`);
-      return run(rest);
-    }),
+  name: 'batch',
+  summary: 'rollout batches (GRPO groups): submit, status, watch, collect, cancel, resume',
+  usage: USAGE,
+  run: async ([sub, ...rest]) => {
+    if (sub === '-h' || sub === '--help') {
+      say(USAGE);
+      return 0;
+    }
+    const command = sub === undefined ? undefined : SUBCOMMANDS[sub];
+    if (!command) {
+      const why = sub === undefined ? 'a subcommand is required' : sub.startsWith('-') ? `Unknown option '${sub}'` : `unknown batch subcommand '${sub}'; one of ${Object.keys(SUBCOMMANDS).join(', ')}`;
+      process.stderr.write(`harness-lab batch: ${why}\n\n${USAGE}\n`);
+      return 2;
+    }
+    return command.run(rest);
+  },
 };

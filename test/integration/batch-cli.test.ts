@@ -15,7 +15,13 @@ test('batch submit refuses bad input before creating the batch directory', { tim
 
   let r = await cli(['batch']);
   assert.equal(r.code, 2);
-  assert.match(r.stdout, /usage: harness-lab batch submit --tasks DIR\|GLOB/);
+  assert.match(r.stderr, /^harness-lab batch: a subcommand is required\n\nusage: harness-lab batch submit --tasks DIR\|GLOB/);
+  r = await cli(['batch', 'status', '--help']);
+  assert.equal(r.code, 0);
+  assert.match(r.stdout, /^usage: harness-lab batch status BATCH \[--json\]/);
+  r = await cli(['batch', 'submit', '--harness', 'react', '--group-size', '2']);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /^harness-lab batch submit: --tasks is required/);
   r = await cli(['batch', 'frobnicate']);
   assert.equal(r.code, 2);
   assert.match(r.stderr, /unknown batch subcommand 'frobnicate'/);
