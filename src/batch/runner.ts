@@ -23,6 +23,8 @@ export interface BatchRunOptions {
   /** Stop on SIGINT/SIGTERM: running attempts are stopped and re-queued (default false; the CLI sets it). */
   handleSignals?: boolean;
   cancelPollMs?: number;
+  /** Credential for the batch's --engine-url (not stored in the batch: give it again on resume). */
+  engineApiKey?: string;
 }
 
 export interface BatchRunSummary {
@@ -87,7 +89,7 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
     if (requeued.length) log(`re-queued ${requeued.length} rollout(s) a previous lab left running: ${requeued.join(', ')}`);
 
     const mod = opts.module ?? (await backendModule(manifest.backend));
-    const { backend, capture } = await mod.open({ batchDir: dir, manifest, log });
+    const { backend, capture } = await mod.open({ batchDir: dir, manifest, log, engineApiKey: opts.engineApiKey });
     try {
       const removed = await backend.cleanupBatch(manifest.batch_id);
       if (removed.length) log(`removed ${removed.length} sandbox(es) of this batch left by a previous lab: ${removed.join(', ')}`);

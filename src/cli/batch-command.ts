@@ -6,6 +6,7 @@ const USAGE = `usage: harness-lab batch submit --tasks DIR|GLOB --harness NAME[,
                               [--backend docker|k8s] [--parallel N] [--timeout S]
                               [--on-timeout discard|keep] [--engine-url URL] [--model M]
                               [--temperature T] [--policy-version V] [--out DIR]
+                              [--engine-api-key K]
                               [--context CTX] [--namespace NS] [--registry REG] [--queue NAME]
                               [--dry-run -o json|yaml]
        harness-lab batch status BATCH [--json] [--rollouts]
@@ -29,6 +30,8 @@ its manifest and every rollout's state live there, so a batch survives its lab b
                      stopped, the verifier runs, tokens and its reward are kept)
   --engine-url URL   the inference engine; without it the embedded engine answers with each
                      task's policy.json
+  --engine-api-key K credential for --engine-url (or HARNESS_LAB_ENGINE_API_KEY); held by the
+                     proxy only, never written to the batch: give it again to batch resume
   --policy-version V stamped on every rollout (trainers drop samples of stale weights)
 
 Every rollout ends in one class: completed, policy_failure (reward 0, trainable), infra_error
@@ -58,6 +61,7 @@ const submit = defineCommand({
     timeout: { type: 'string' },
     'on-timeout': { type: 'string', default: 'discard' },
     'engine-url': { type: 'string' },
+    'engine-api-key': { type: 'string' },
     model: { type: 'string' },
     temperature: { type: 'string' },
     'policy-version': { type: 'string' },
@@ -118,14 +122,17 @@ const submit = defineCommand({
     const m = plan.manifest;
     say(`batch ${m.batch_id}: ${m.tasks.length} task(s) x ${m.harnesses.length} harness(es) x ${m.group_size} = ${plan.states.length} rollouts in ${m.groups.length} groups, ${m.parallel} at a time, on ${m.backend}`);
     say(`batch directory: ${plan.dir}`);
-    return runAndReport(plan.dir, flags.verbose);
+    return runAndReport(plan.dir, flags.verbose, engineKey(flags['engine-api-key']));
   },
 });
 
-async function runAndReport(dir: string, verbose: boolean): Promise<number> {
+/** The engine credential: the flag, else HARNESS_LAB_ENGINE_API_KEY; never stored in the batch. */
+const engineKey = (flag: string | undefined) => flag ?? (process.env.HARNESS_LAB_ENGINE_API_KEY || undefined);
+
+async function runAndReport(dir: string, verbose: boolean, engineApiKey: string | undefined): Promise<number> {
   const { runBatch } = await import('../batch/runner.js');
   const { batchStatus, formatStatus } = await import('../batch/status.js');
-  const summary = await runBatch({ dir, handleSignals: true, log: (l) => (verbose || !l.startsWith('  ') ? say(l) : undefined) });
+  const summary = await runBatch({ dir, handleSignals: true, engineApiKey, log: (l) => (verbose || !l.startsWith('  ') ? say(l) : undefined) });
   process.stdout.write(`\n${formatStatus(batchStatus(dir))}`);
   if (summary.stopped === 'interrupted') return 130;
   if (summary.stopped === 'cancelled') {
@@ -199,10 +206,10 @@ const cancel = defineCommand({
 const resume = defineCommand({
   name: 'batch resume',
   summary: 'finish a batch whose lab was stopped or killed',
-  usage: 'usage: harness-lab batch resume BATCH [-v]',
-  flags: { verbose: { type: 'boolean', short: 'v' } },
+  usage: 'usage: harness-lab batch resume BATCH [-v] [--engine-api-key K]',
+  flags: { verbose: { type: 'boolean', short: 'v' }, 'engine-api-key': { type: 'string' } },
   positionals: ['BATCH'],
-  run: async ({ flags, positionals }) => runAndReport(positionals[0]!, flags.verbose),
+  run: async ({ flags, positionals }) => runAndReport(positionals[0]!, flags.verbose, engineKey(flags['engine-api-key'])),
 });
 
 const SUBCOMMANDS: Record<string, CliCommand> = { submit, status, watch, collect, cancel, resume };

@@ -7,6 +7,8 @@
 // engine (HARNESS_LAB_POLICY_ENGINE=fake): this test is about the batch, not the model.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,6 +16,7 @@ import { before, describe, test } from 'node:test';
 import type Docker from 'dockerode';
 import { readManifest, readRolloutState, readRolloutStates, type RolloutState } from '../../src/batch/state.js';
 import { LABEL } from '../../src/sandbox/docker-client.js';
+import { startPolicyEngine } from '../../src/sandbox/policy-engine.js';
 import { EXAMPLES, REPO, cli, dockerReady, waitFor } from './sandbox-fixtures.js';
 
 const FAST_ENGINE = { HARNESS_LAB_POLICY_ENGINE: 'fake' };
@@ -237,3 +240,47 @@ describe('--on-timeout keep on Docker', () => {
     assert.deepEqual(await batchContainers(docker, readManifest(dir).batch_id), []);
   });
 });
+
+describe('a batch against an --engine-url that needs a key', () => {
+  test('the key reaches the engine through the proxy only: never in the batch directory', { timeout: 300_000 }, async () => {
+    const docker = await dockerReady();
+    const KEY = 'engine-secret-batch-7c1e93d2';
+    const inner = await startPolicyEngine(join(EXAMPLES, 'hello-file', 'policy.json'), 'fake');
+    let refused = 0;
+    const gate = createServer((req, res) => {
+      if (req.headers.authorization !== `Bearer ${KEY}`) {
+        refused++;
+        res.writeHead(401, { 'content-type': 'application/json' }).end('{"error":{"message":"engine API key required"}}');
+        return;
+      }
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        void fetch(`${inner.url}${req.url}`, { method: req.method, headers: { 'content-type': 'application/json' }, body: chunks.length ? Buffer.concat(chunks) : undefined }).then(async (up) => {
+          res.writeHead(up.status, { 'content-type': 'application/json' }).end(await up.text());
+        });
+      });
+    });
+    await new Promise<void>((resolve) => gate.listen(0, '127.0.0.1', resolve));
+    try {
+      const dir = join(mkdtempSync(join(tmpdir(), 'hl-batch-key-')), 'batch');
+      const url = `http://127.0.0.1:${(gate.address() as AddressInfo).port}/v1`;
+      const r = await cli(['batch', 'submit', '--tasks', join(EXAMPLES, 'hello-file'), '--harness', 'react', '--group-size', '2', '--engine-url', url, '--out', dir], { env: { HARNESS_LAB_ENGINE_API_KEY: KEY } });
+      assert.equal(r.code, 0, r.stdout + r.stderr);
+      assert.deepEqual(readRolloutStates(dir).map((s) => [s.class, s.reward]), [['completed', 1], ['completed', 1]]);
+      assert.equal(refused, 0);
+      assert.equal(readManifest(dir).engine_url, url);
+      const leaks = filesUnder(dir).filter((f) => readFileSync(f, 'utf8').includes(KEY));
+      assert.deepEqual(leaks, [], 'the engine key is in no file of the batch');
+      assert.ok(!r.stdout.includes(KEY) && !r.stderr.includes(KEY));
+      assert.deepEqual(await batchContainers(docker, readManifest(dir).batch_id), []);
+    } finally {
+      gate.close();
+      await inner.close();
+    }
+  });
+});
+
+function filesUnder(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? filesUnder(join(dir, e.name)) : [join(dir, e.name)]));
+}

@@ -119,8 +119,9 @@ async function open(ctx: BackendContext): Promise<OpenedBackend> {
     ctx.log(`engine: ${engine.description}`);
   }
   try {
-    model ??= await servedModel(engineUrl);
-    const proxy = await CaptureProxy.start({ engineUrl, model, dataDir: batchPaths(ctx.batchDir).capture, captureLevel: manifest.engine_url ? undefined : 'tokens' });
+    const apiKey = manifest.engine_url ? ctx.engineApiKey : undefined;
+    model ??= await servedModel(engineUrl, apiKey);
+    const proxy = await CaptureProxy.start({ engineUrl, model, dataDir: batchPaths(ctx.batchDir).capture, captureLevel: manifest.engine_url ? undefined : 'tokens', ...(apiKey ? { engineApiKey: apiKey } : {}) });
     const capture = new InProcessCapture(proxy, engine);
     ctx.log(`capture proxy ${proxy.url} (data ${batchPaths(ctx.batchDir).capture})`);
     const needsReact = manifest.harnesses.some((h) => harnessEntry(h).install.kind === 'bundled-script');

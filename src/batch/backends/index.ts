@@ -9,6 +9,8 @@ export interface BackendContext {
   batchDir: string;
   manifest: BatchManifest;
   log(line: string): void;
+  /** Credential for the manifest's engine_url; never written to the batch directory, a sandbox or a log. */
+  engineApiKey?: string;
 }
 
 export interface OpenedBackend {
