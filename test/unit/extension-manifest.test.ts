@@ -43,10 +43,10 @@ test('menus and welcome links only name real commands', () => {
   }
 });
 
-test('the Harness Lab container holds Sessions, Tasks and Engines, each with welcome content', () => {
+test('the Harness Lab container holds Sessions, Tasks, Engines and Batches, each with welcome content', () => {
   assert.deepEqual(contributes.viewsContainers.activitybar.map((c: { id: string }) => c.id), ['harnessLab']);
   const views = contributes.views.harnessLab.map((v: { id: string; name: string }) => `${v.id}:${v.name}`);
-  assert.deepEqual(views, ['harnessLab.sessions:Sessions', 'harnessLab.tasks:Tasks', 'harnessLab.engines:Engines']);
+  assert.deepEqual(views, ['harnessLab.sessions:Sessions', 'harnessLab.tasks:Tasks', 'harnessLab.engines:Engines', 'harnessLab.batches:Batches']);
   for (const v of contributes.views.harnessLab) assert.ok(contributes.viewsWelcome.some((w: { view: string }) => w.view === v.id), `no welcome for ${v.id}`);
 });
 
@@ -69,13 +69,15 @@ test('activation: after startup (status bar item, opt-in auto-start), for restor
   assert.match(pkg.scripts.package, /vsce package --no-dependencies --no-rewrite-relative-links -o harness-lab\.vsix/);
 });
 
-test('the .vsix allow-list ships only bundles, media, README, LICENSE and package.json', () => {
+test('the .vsix allow-list ships only bundles (extension, CLI, reference harness), media, README, LICENSE and package.json', () => {
   const vsce = join(root, 'node_modules', '.bin', 'vsce');
   const files = execFileSync(vsce, ['ls', '--no-dependencies'], { cwd: root, encoding: 'utf8' }).trim().split('\n').filter(Boolean);
-  const allowed = [/^package\.json$/, /^README\.md$/, /^LICENSE$/, /^dist\/extension\.js$/, /^dist\/webview\/[^/]+(\/[^/]+)*$/, /^media\/[^/]+(\/[^/]+)*$/];
+  const allowed = [/^package\.json$/, /^README\.md$/, /^LICENSE$/, /^dist\/(extension|cli|react-harness)\.js$/, /^dist\/webview\/[^/]+(\/[^/]+)*$/, /^media\/[^/]+(\/[^/]+)*$/];
   for (const f of files) assert.ok(allowed.some((re) => re.test(f)), `${f} would be packaged`);
   for (const f of ['package.json', 'README.md', 'LICENSE', 'media/harness-lab.svg']) assert.ok(files.includes(f), `${f} missing from the package`);
   assert.ok(existsSync(join(root, 'dist', 'extension.js')), 'dist/extension.js is missing: run `npm run build`');
   assert.ok(files.includes('dist/extension.js'), 'the extension bundle is not packaged');
+  // Submit Rollout Batch runs the bundled CLI; sandboxes run the bundled reference harness.
+  for (const f of ['dist/cli.js', 'dist/react-harness.js']) assert.ok(files.includes(f), `${f} is not packaged`);
   assert.ok(!files.some((f) => f.endsWith('.map')), 'no source maps in the package');
 });
