@@ -6,15 +6,20 @@
 // view, its two rollouts finish on real Docker with their class and reward, the group shows its mean,
 // std and NO CONTRAST; a rollout opens in the rollout viewer from <batch>/capture. The scripted policy
 // answers through the in-repo vLLM-shaped engine (HARNESS_LAB_POLICY_ENGINE=fake, in the extension
-// host's environment, which the batch's lab inherits). Screenshots: test-artifacts/e2e/batches-*.png.
+// host's environment, which the batch's lab inherits). Beside it, a batch submitted with the CLI
+// (`dist/cli.js batch submit --out <workspace>/harness-lab-batches/from-cli`) appears and finishes
+// in the same view. Last, a batch of a task that sleeps is cancelled from its notification: its
+// sandboxes are removed and its rollouts queued again for `batch resume`.
+// Screenshots: test-artifacts/e2e/batches-*.png.
 import * as assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { readManifest, readRolloutStates } from '../../src/batch/state.js';
+import { LABEL, connectDocker } from '../../src/sandbox/docker-client.js';
 import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
 
 const ROOT = resolve(__dirname, '..', '..');
@@ -23,8 +28,10 @@ const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
 let server: CodeServer | undefined;
 let browser: Browser | undefined;
 let stateDir = '';
+let cliChild: ChildProcess | undefined;
 
 after(async () => {
+  if (cliChild?.exitCode === null) cliChild.kill('SIGTERM');
   await browser?.close().catch(() => undefined);
   await server?.stop();
   if (stateDir && !process.env.HL_E2E_KEEP) rmSync(stateDir, { recursive: true, force: true });
@@ -75,6 +82,16 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
   const workspace = join(stateDir, 'workspace');
   const batches = join(workspace, 'harness-lab-batches');
   cpSync(join(ROOT, 'examples', 'tasks', 'hello-file'), join(workspace, 'tasks', 'hello-file'), { recursive: true });
+  // The CLI's batch runs a copy under another name (its own group and rollout ids in the view).
+  const cliTask = join(stateDir, 'cli-tasks', 'cli-hello');
+  cpSync(join(ROOT, 'examples', 'tasks', 'hello-file'), cliTask, { recursive: true });
+  writeFileSync(join(cliTask, 'task.toml'), readFileSync(join(cliTask, 'task.toml'), 'utf8').replace('name = "harness-lab/hello-file"', 'name = "e2e/cli-hello"'));
+  // A task whose policy sleeps in its tool: the batch to cancel.
+  const sleepy = join(workspace, 'tasks', 'sleepy');
+  cpSync(join(ROOT, 'examples', 'tasks', 'hello-file'), sleepy, { recursive: true });
+  writeFileSync(join(sleepy, 'task.toml'), readFileSync(join(sleepy, 'task.toml'), 'utf8').replace('name = "harness-lab/hello-file"', 'name = "e2e/sleepy"'));
+  writeFileSync(join(sleepy, 'instruction.md'), 'Create a file named `sleepy.txt` after a long nap.\n');
+  writeFileSync(join(sleepy, 'policy.json'), JSON.stringify({ name: 'sleepy', rules: [{ when: { last_message: 'Create a file named `sleepy.txt`' }, then: { call: { tool: '^bash$', input: 'sleep 600' } } }], fallback: { say: 'Done.' } }));
   // A batch directory a killed lab or a hand edit broke: the view names its file.
   mkdirSync(join(batches, 'broken'), { recursive: true });
   writeFileSync(join(batches, 'broken', 'batch.json'), '{"schema_version": 1, "batch_id": ');
@@ -108,8 +125,16 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
     assert.match(await broken.innerText(), /not JSON/);
     await shot(page, '01-view-broken-dir');
 
+    // A batch from the CLI into the same folder, while the view is open.
+    const fromCli = join(batches, 'from-cli');
+    const cli = (cliChild = spawn(process.execPath, [join(ROOT, 'dist', 'cli.js'), 'batch', 'submit', '--tasks', cliTask, '--harness', 'react', '--group-size', '2', '--out', fromCli], { cwd: workspace, env: { ...process.env, HARNESS_LAB_POLICY_ENGINE: 'fake' }, stdio: ['ignore', 'pipe', 'pipe'] }));
+    let cliOut = '';
+    cli.stdout.on('data', (b: Buffer) => (cliOut += b.toString()));
+    cli.stderr.on('data', (b: Buffer) => (cliOut += b.toString()));
+    const cliDone = new Promise<number | null>((res) => cli.on('close', res));
+
     await runCommand(page, 'Harness Lab: Submit Rollout Batch...');
-    await pick(page, 'hello-file', { check: true }); // tasks (multi-select)
+    await pick(page, 'harness-lab/hello-file', { check: true }); // tasks (multi-select)
     await pick(page, 'react', { check: true }); // harnesses (multi-select)
     const size = page.locator('.quick-input-widget input.input:visible');
     await size.waitFor({ timeout: 15_000 });
@@ -120,7 +145,7 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
     const toast = page.locator('.notification-toast', { hasText: /Harness Lab: batch b\d{8}-\d{6}-[0-9a-f]{4}/ });
     await toast.waitFor({ timeout: 60_000 });
     assert.ok(await toast.locator('.monaco-button, a', { hasText: 'Cancel' }).count(), 'the progress notification offers Cancel');
-    const batchRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: /^b\d{8}/ }).first();
+    const batchRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: /^\s*b\d{8}-\d{6}-[0-9a-f]{4}/ }).first();
     await batchRow.waitFor({ timeout: 30_000 });
     await shot(page, '02-submitted');
 
@@ -134,10 +159,15 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
     await batchRow.filter({ hasText: /finished · 2\/2 finished · docker/ }).waitFor({ timeout: 60_000 });
     assert.match(await r0.innerText(), /completed · reward 1 · [\d.]+ (m?s|m \d+ s)/, 'a rollout row shows its duration');
     await page.locator('.notification-toast', { hasText: /finished: 2 done, 0 discarded of 2/ }).waitFor({ timeout: 60_000 });
+    // The CLI's batch, in the same view: written by another process, seen through the file watcher.
+    assert.equal(await cliDone, 0, cliOut);
+    const cliRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: /from-cli \(b\d{8}-\d{6}-[0-9a-f]{4}\)/ });
+    await cliRow.filter({ hasText: 'finished · 2/2 finished · docker' }).waitFor({ timeout: 60_000 });
+    await view.locator('.monaco-list-row', { hasText: '#1 cli-hello.react.1' }).filter({ hasText: 'completed · reward 1' }).waitFor({ timeout: 30_000 });
     await shot(page, '03-finished');
 
     // What the view showed is what the batch directory holds.
-    const dirs = readdirSync(batches).filter((d) => d !== 'broken');
+    const dirs = readdirSync(batches).filter((d) => d !== 'broken' && d !== 'from-cli');
     assert.equal(dirs.length, 1);
     const dir = join(batches, dirs[0]!);
     const m = readManifest(dir);
@@ -147,13 +177,49 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
     assert.ok(existsSync(join(dir, 'capture', 'sessions', `${states[0]!.session_id}.jsonl`)));
 
     // A rollout opens in the rollout viewer, from its captured session in <batch>/capture.
-    await r0.click();
-    await page.locator('.tab', { hasText: `${states[0]!.session_id}.jsonl` }).waitFor({ timeout: 30_000 });
+    const tab = page.locator('.tab', { hasText: `${states[0]!.session_id}.jsonl` });
+    // A tree refreshed by the file watcher under the pointer can swallow a click: click again until the editor opens.
+    for (let i = 0; i < 4 && !(await tab.count()); i++) {
+      await r0.click();
+      await tab.waitFor({ timeout: 8_000 }).catch(() => undefined);
+    }
+    await tab.waitFor({ timeout: 30_000 });
     const frame = page.frameLocator('iframe.webview.ready').frameLocator('#active-frame');
     await frame.locator('[data-testid="counts"]').waitFor({ timeout: 60_000 });
     assert.equal(await frame.locator('.graph-row').count(), states[0]!.n_calls, 'the viewer shows every call of the rollout');
     assert.ok(Number(await frame.locator('[data-testid="counts"]').getAttribute('data-sampled')) > 0, 'sampled tokens captured');
     await shot(page, '04-rollout-viewer');
+
+    // Cancel from the progress notification: the runner's cancel path (batch cancel) stops the lab.
+    await runCommand(page, 'View: Close All Editors');
+    await runCommand(page, 'Harness Lab: Submit Rollout Batch...');
+    await pick(page, 'e2e/sleepy', { check: true });
+    await pick(page, 'react', { check: true });
+    await page.locator('.quick-input-widget input.input:visible').fill('2');
+    await page.keyboard.press('Enter');
+    await pick(page, 'docker');
+    const s0 = view.locator('.monaco-list-row', { hasText: '#0 sleepy.react.0' });
+    const s1 = view.locator('.monaco-list-row', { hasText: '#1 sleepy.react.1' });
+    await s0.filter({ hasText: /running/ }).waitFor({ timeout: 120_000 });
+    await s1.filter({ hasText: /running/ }).waitFor({ timeout: 120_000 });
+    const sleepyDir = join(batches, readdirSync(batches).find((d) => !['broken', 'from-cli', dirs[0]].includes(d))!);
+    const sleepyId = readManifest(sleepyDir).batch_id;
+    const docker = await connectDocker();
+    const containers = () => docker.listContainers({ all: true, filters: JSON.stringify({ label: [`${LABEL.batch}=${sleepyId}`] }) });
+    const deadline = Date.now() + 120_000;
+    while ((await containers()).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 500));
+    assert.equal((await containers()).length, 2, 'both sleepy sandboxes run before the cancel');
+    const progress = page.locator('.notification-toast', { hasText: `Harness Lab: batch ${sleepyId}` });
+    await progress.hover();
+    await shot(page, '05-running');
+    await progress.locator('.monaco-button', { hasText: 'Cancel' }).click({ timeout: 15_000 });
+    await page.locator('.notification-toast', { hasText: `batch ${sleepyId} cancelled` }).waitFor({ timeout: 120_000 });
+    const sleepyRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: sleepyId });
+    await sleepyRow.filter({ hasText: /cancelled · 0\/2 finished/ }).waitFor({ timeout: 30_000 });
+    await s0.filter({ hasText: 'queued' }).waitFor({ timeout: 30_000 });
+    await shot(page, '06-cancelled');
+    assert.deepEqual(await containers(), [], 'cancel removed the batch sandboxes');
+    assert.deepEqual(readRolloutStates(sleepyDir).map((x) => [x.state, x.attempts.map((a) => a.outcome)]), [['queued', ['cancelled']], ['queued', ['cancelled']]]);
   } catch (err) {
     await shot(page, '99-failure').catch(() => undefined);
     throw err;
