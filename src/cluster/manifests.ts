@@ -78,6 +78,11 @@ export interface RolloutJobInput {
   launch: RolloutLaunch;
   /** The agent's wall clock (the batch's --timeout). */
   timeoutSec: number;
+  /**
+   * Also bound the agent inside the pod (then run the verifier anyway): for `--on-timeout keep`, which
+   * wants the verifier's reward of a timed-out agent. Otherwise the Job's deadline alone ends it.
+   */
+  agentTimeoutInPod?: boolean;
   /** Time allowed for scheduling and image pulls on top of agent + verifier (default 60). */
   startupSlackSec?: number;
   ttlSecondsAfterFinished?: number;
@@ -127,7 +132,7 @@ export function entryScript(input: RolloutJobInput): string {
     ...(input.task.agentUser && input.launch.files.length ? [`chown -R ${shellQuote(input.task.agentUser)} ${POD_PATHS.home}`] : []),
     `echo ${shellQuote(`${PHASE_MARKER}agent`)}`,
     't0=$(ms)',
-    `cd ${shellQuote(workdir)} && timeout -k 30 ${input.timeoutSec} ${asUser(input.task.agentUser, `env PATH=${POD_PATHS.binDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=${POD_PATHS.home} ${agentEnv.map(shellQuote).join(' ')} bash -c ${shellQuote(input.launch.script)}`)} 2>&1 | tee ${shellQuote(agentLog)}`,
+    `cd ${shellQuote(workdir)} && ${input.agentTimeoutInPod ? `timeout -k 30 ${input.timeoutSec} ` : ''}${asUser(input.task.agentUser, `env PATH=${POD_PATHS.binDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=${POD_PATHS.home} ${agentEnv.map(shellQuote).join(' ')} bash -c ${shellQuote(input.launch.script)}`)} 2>&1 | tee ${shellQuote(agentLog)}`,
     'agent_exit=${PIPESTATUS[0]}',
     'agent_ms=$(( $(ms) - t0 ))',
     `echo ${shellQuote(`${PHASE_MARKER}verifier`)}`,

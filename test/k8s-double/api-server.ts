@@ -407,7 +407,19 @@ export class KubeApiDouble {
     const portBytes = Buffer.from([port & 0xff, port >> 8]);
     ws.send(Buffer.concat([Buffer.from([0]), portBytes]));
     ws.send(Buffer.concat([Buffer.from([1]), portBytes]));
-    let conn: Duplex;
+    // The client may send before the pod side is connected: hold its data until then.
+    const pending: Buffer[] = [];
+    let conn: Duplex | undefined;
+    let closed = false;
+    ws.on('message', (data: Buffer, isBinary: boolean) => {
+      if (!isBinary || data.length < 2 || data[0] !== 0) return;
+      if (conn) conn.write(data.subarray(1));
+      else pending.push(Buffer.from(data.subarray(1)));
+    });
+    ws.on('close', () => {
+      closed = true;
+      conn?.end();
+    });
     try {
       if (!this.hooks) throw new Error('no kubelet');
       conn = await this.hooks.portForward(ns, pod, port);
@@ -416,17 +428,15 @@ export class KubeApiDouble {
       ws.close();
       return;
     }
-    conn.on('data', (b: Buffer) => {
+    const c = conn;
+    c.on('data', (b: Buffer) => {
       if (ws.readyState === ws.OPEN) ws.send(Buffer.concat([Buffer.from([0]), b]));
     });
-    conn.on('end', () => ws.close());
-    conn.on('close', () => ws.close());
-    conn.on('error', () => ws.close());
-    ws.on('message', (data: Buffer, isBinary: boolean) => {
-      if (!isBinary || data.length < 1) return;
-      if (data[0] === 0 && data.length > 1) conn.write(data.subarray(1));
-    });
-    ws.on('close', () => conn.end());
+    c.on('end', () => ws.close());
+    c.on('close', () => ws.close());
+    c.on('error', () => ws.close());
+    for (const b of pending.splice(0)) c.write(b);
+    if (closed) c.end();
   }
 }
 
@@ -498,8 +508,10 @@ function applyPatch(cur: KObject, patch: unknown, contentType: string | undefine
         }
         parent = (Array.isArray(parent) ? parent[Number(k)] : parent[k]) as Record<string, unknown>;
       }
-      if (op.op === 'remove') Array.isArray(parent) ? parent.splice(Number(last), 1) : delete parent[last];
-      else if (op.op === 'add' || op.op === 'replace') {
+      if (op.op === 'remove') {
+        if (Array.isArray(parent)) parent.splice(Number(last), 1);
+        else delete parent[last];
+      } else if (op.op === 'add' || op.op === 'replace') {
         if (Array.isArray(parent)) {
           if (last === '-') parent.push(op.value);
           else if (op.op === 'add') parent.splice(Number(last), 0, op.value);

@@ -544,8 +544,11 @@ export class SimulatedNode {
       });
       run.containers.set(c.name, container);
     }
-    if (run.stopped) return this.stopPod(uid, true);
+    // Deleted while its containers were being created: nothing of it may keep running.
+    const removeAll = () => Promise.all([...run.containers.values()].map((c) => c.remove({ force: true }).catch(() => {})));
+    if (run.stopped) return void (await removeAll());
     await Promise.all([...run.containers.values()].map((c) => c.start()));
+    if (run.stopped && !run.evicted) return void (await removeAll());
     const started = now();
     this.setPodStatus(ns, name, (s) => {
       s.phase = 'Running';
@@ -653,9 +656,12 @@ export class SimulatedNode {
   /** What kubelet's port-forward does in the pod's network namespace: connect to localhost:port there. */
   private async portForward(ns: string, pod: string, port: number): Promise<Duplex> {
     const c = this.containerOf(ns, pod);
-    const script = `exec 3<>/dev/tcp/127.0.0.1/${port} || exit 1; (cat <&3; kill -TERM $$ 2>/dev/null) & cat >&3`;
+    // The reader is the foreground: when the pod side closes, the writer is killed and the exec (hence the stream) ends.
+    // The writer keeps the exec's stdin through an explicit redirection (background jobs otherwise read /dev/null).
+    const script = `exec 3<>/dev/tcp/127.0.0.1/${port} || exit 1; cat 0<&0 >&3 2>/dev/null & w=$!; cat <&3; kill $w 2>/dev/null; exit 0`;
     const exec = await c.exec({ Cmd: ['bash', '-c', script], AttachStdin: true, AttachStdout: true, AttachStderr: true, Tty: false });
     const stream = (await exec.start({ hijack: true, stdin: true })) as Duplex;
+
     const out = new PassThrough();
     const errOut = new PassThrough();
     this.docker.modem.demuxStream(stream, out, errOut);

@@ -84,8 +84,12 @@ export class ObjectStore {
     return () => this.listeners.delete(listener);
   }
 
-  /** Drops the event history: any watch resuming from an older resourceVersion gets 410 Gone. */
+  /**
+   * Drops the event history and expires every resourceVersion handed out so far (a revision is spent
+   * on it, as etcd's compaction does), so any watch resuming from one gets 410 Gone, bookmarks or not.
+   */
   compact(): void {
+    this.rv += 1;
     this.compactedRv = this.rv;
     this.history.length = 0;
   }
