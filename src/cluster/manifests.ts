@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
-import type { KubernetesObject } from '@kubernetes/client-node';
+import { dumpYaml, type KubernetesObject } from '@kubernetes/client-node';
 import { z } from 'zod';
 import { shellQuote } from '../harness/registry.js';
 import type { HarborTask } from '../tasks/task.js';
@@ -393,4 +393,10 @@ export async function validateManifests(objs: KubernetesObject[]): Promise<void>
       throw new ClusterError(`${id} is not a valid manifest: ${detail}`);
     }
   }
+}
+
+/** `-o json` (one v1 List, as `kubectl create --dry-run=client -o json` prints several objects) or `-o yaml` (documents separated by ---). */
+export function formatManifests(objs: KubernetesObject[], format: 'json' | 'yaml'): string {
+  if (format === 'json') return `${JSON.stringify({ apiVersion: 'v1', kind: 'List', metadata: {}, items: objs }, null, 2)}\n`;
+  return objs.map((o) => dumpYaml(o, { noRefs: true, lineWidth: -1 })).join('---\n');
 }

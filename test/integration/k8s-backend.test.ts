@@ -222,6 +222,43 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     }
   });
 
+  it('a Kueue-queued Job starts suspended; the watchdog starts at admission, not at creation', async () => {
+    const ns3 = 'rollouts-queued';
+    await core.createNamespace({ body: { metadata: { name: ns3 } } });
+    await cluster.node.exposeHostPort(ns3, engine.port);
+    const m = manifestFor({ batchId: 'b-queued', namespace: ns3, tasks: [tasks.stuck], harness: 'react', engineUrl: `${engine.url}/v1`, model: engine.engine.model, timeoutSec: 3, queueName: 'team-a' });
+    const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-batch-'));
+    // Deadline 3 + 1 (verifier) s, watchdog 1 s later: both far shorter than the time the Job waits in the queue.
+    const backend = await K8sBackend.open(await backendOptions(cluster, m, dir, images, { startupSlackSec: 0, watchdogGraceSec: 1 }));
+    try {
+      const a = attemptFor(dir, m, 'g0-r0');
+      await backend.capture.createSession({ sessionId: a.sessionId, metadata: {}, sampling: m.sampling, maxModelCalls: 20 });
+      const running = backend.run(a);
+      const name = jobName(m.batch_id, 'g0-r0', 0);
+      const batchApi = new k8s.KubeConfig();
+      batchApi.loadFromFile(cluster.kubeconfig);
+      const batch = batchApi.makeApiClient(k8s.BatchV1Api);
+      await waitFor('the Job suspended', async () => ((await batch.readNamespacedJob({ namespace: ns3, name }).catch(() => undefined))?.status?.conditions?.some((c) => c.type === 'Suspended' && c.status === 'True') ? true : undefined), 30_000);
+      const posted = cluster.api.requests('POST', new RegExp(`/namespaces/${ns3}/jobs$`)).map((r) => r.body as k8s.V1Job)[0]!;
+      assert.equal(posted.spec?.suspend, true);
+      assert.equal(posted.metadata?.labels?.['kueue.x-k8s.io/queue-name'], 'team-a');
+      await new Promise((r) => setTimeout(r, 6000));
+      assert.equal((await core.listNamespacedPod({ namespace: ns3, labelSelector: `job-name=${name}` })).items.length, 0, 'no pod while queued');
+      const admittedAt = Date.now();
+      // Kueue admits the Job by unsuspending it.
+      await batch.patchNamespacedJob({ namespace: ns3, name, body: { spec: { suspend: false } } }, k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch));
+      const facts = await running;
+      assert.equal(facts.agent.timedOut, true, JSON.stringify(facts));
+      const job = cluster.api.store.get(cluster.api.store.resource('batch', 'jobs')!, ns3, name);
+      const st = job.status as { startTime: string; conditions: { type: string; reason: string }[] };
+      assert.equal(st.conditions.find((c) => c.type === 'Failed')?.reason, 'DeadlineExceeded', 'the Job deadline ended it, not a watchdog armed while queued');
+      assert.ok(Date.parse(st.startTime) >= Math.floor(admittedAt / 1000) * 1000, 'the deadline counted from admission');
+      assert.equal(cluster.api.requests('DELETE', new RegExp(`/jobs/${name}$`)).length, 0, 'the watchdog never deleted it');
+    } finally {
+      await backend.close();
+    }
+  });
+
   it('dry run: every manifest the backend would apply, validated, with nothing sent', async () => {
     const before = cluster.api.received.length;
     const m = manifestFor({ batchId: 'b-dry', namespace: NS, tasks: [tasks.hello], harness: 'react', engineUrl: `${engine.url}/v1`, model: 'm', timeoutSec: 60, queueName: 'team-a' });

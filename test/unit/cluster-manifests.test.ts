@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { dnsLabel, entryScript, jobName, labelValue, parsePodResult, rolloutJob, testsConfigMap, validateManifests, type RolloutJobInput } from '../../src/cluster/manifests.js';
+import { dnsLabel, entryScript, formatManifests, jobName, labelValue, parsePodResult, rolloutJob, testsConfigMap, validateManifests, type RolloutJobInput } from '../../src/cluster/manifests.js';
 import { loadTask } from '../../src/tasks/task.js';
 
 const TASK = loadTask(join(__dirname, '..', '..', 'examples', 'tasks', 'hello-file'));
@@ -51,6 +51,17 @@ describe('cluster manifests', () => {
     assert.deepEqual(parsePodResult(`noise\n${line}\n`)?.reward_txt, 'MQo=');
     assert.equal(parsePodResult('HARNESS_LAB_RESULT {"agent_exit":"x"}'), undefined);
     assert.equal(parsePodResult('no marker'), undefined);
+  });
+
+  it('prints manifests as kubectl does for -o json and -o yaml', async () => {
+    const { loadAllYaml } = await import('@kubernetes/client-node');
+    const objs = [rolloutJob(input()), testsConfigMap('ns', 'b1', TASK)];
+    const list = JSON.parse(formatManifests(objs, 'json')) as { kind: string; items: { kind: string }[] };
+    assert.equal(list.kind, 'List');
+    assert.deepEqual(list.items.map((i) => i.kind), ['Job', 'ConfigMap']);
+    const docs = loadAllYaml(formatManifests(objs, 'yaml')) as { kind: string; spec?: { backoffLimit?: number } }[];
+    assert.deepEqual(docs.map((d) => d.kind), ['Job', 'ConfigMap']);
+    assert.equal(docs[0]!.spec?.backoffLimit, 0);
   });
 
   it('a Job and a tests ConfigMap validate; a broken Job is rejected naming object and field', async () => {
