@@ -10,15 +10,18 @@
 // port inside a namespace (an engine running on the host) through a Unix socket relay.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, connect, type Server } from 'node:net';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { Duplex, PassThrough, type Readable } from 'node:stream';
 import type Docker from 'dockerode';
 import type { KubeApiDouble } from './api-server.js';
 import { ApiError, clone, parseQuantity, type KObject, type OwnerReference, type ResourceDef } from './objects.js';
 import type { StoreEvent } from './store.js';
+import { processAlive } from '../../src/sandbox/runtime.js';
 
 const RELAY_IMAGE = 'harness-lab/base-node:bookworm';
+/** The test process owning a node's containers: a later node removes those whose process is gone. */
+const OWNER = `${hostname()}/${process.pid}`;
 const PAUSE_IMAGE = 'harness-lab/base:bookworm';
 
 interface EnvVar {
@@ -120,6 +123,11 @@ export class SimulatedNode {
   }
 
   async start(): Promise<void> {
+    // Containers of a node whose test process was killed (no close()) would otherwise stay forever.
+    for (const c of await this.docker.listContainers({ all: true, filters: JSON.stringify({ label: ['harness-lab.k8s-double.owner'] }) })) {
+      const [host, pid] = (c.Labels['harness-lab.k8s-double.owner'] ?? '').split('/');
+      if (host === hostname() && !processAlive(Number(pid))) await this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
+    }
     this.api.hooks = {
       logs: (ns, pod, o) => this.logs(ns, pod, o),
       portForward: (ns, pod, port) => this.portForward(ns, pod, port),
@@ -368,7 +376,7 @@ export class SimulatedNode {
         const c = await this.docker.createContainer({
           Image: PAUSE_IMAGE,
           Cmd: ['sleep', 'infinity'],
-          Labels: { 'harness-lab.k8s-double': this.id, 'harness-lab.k8s-double.role': 'netns', 'harness-lab.k8s-double.namespace': ns },
+          Labels: { 'harness-lab.k8s-double': this.id, 'harness-lab.k8s-double.owner': OWNER, 'harness-lab.k8s-double.role': 'netns', 'harness-lab.k8s-double.namespace': ns },
           HostConfig: { NetworkMode: 'none', Init: true },
         });
         await c.start();
@@ -409,7 +417,7 @@ export class SimulatedNode {
     const c = await this.docker.createContainer({
       Image: RELAY_IMAGE,
       Cmd: ['node', '-e', script],
-      Labels: { 'harness-lab.k8s-double': this.id, 'harness-lab.k8s-double.role': 'relay' },
+      Labels: { 'harness-lab.k8s-double': this.id, 'harness-lab.k8s-double.owner': OWNER, 'harness-lab.k8s-double.role': 'relay' },
       HostConfig: { NetworkMode: `container:${pause.id}`, Binds: [`${dir}:/relay`] },
     });
     await c.start();
@@ -525,7 +533,7 @@ export class SimulatedNode {
         if (!host) throw new Error(`volume ${m.name} not found`);
         return `${m.subPath ? join(host, m.subPath) : host}:${m.mountPath}${m.readOnly ? ':ro' : ''}`;
       });
-      const labels: Record<string, string> = { 'harness-lab.k8s-double': this.id, 'harness-lab.k8s-double.role': 'pod', 'io.kubernetes.pod.name': name, 'io.kubernetes.pod.namespace': ns, 'io.kubernetes.pod.uid': uid, 'io.kubernetes.container.name': c.name };
+      const labels: Record<string, string> = { 'harness-lab.k8s-double': this.id, 'harness-lab.k8s-double.owner': OWNER, 'harness-lab.k8s-double.role': 'pod', 'io.kubernetes.pod.name': name, 'io.kubernetes.pod.namespace': ns, 'io.kubernetes.pod.uid': uid, 'io.kubernetes.container.name': c.name };
       for (const [k, v] of Object.entries(pod.metadata.labels ?? {})) labels[`k8s.label/${k}`] = v;
       const container = await this.docker.createContainer({
         Image: c.image,
