@@ -17,11 +17,20 @@ export interface LabOptions {
   harness: string;
   sandbox: 'docker' | 'local';
   engineUrl?: string;
+  /** The engine's credential (Authorization: Bearer); only the proxy holds it. */
+  engineApiKey?: string;
+  /** Key for the proxy's admin routes; the rollout runner uses the library API and never needs it. */
+  adminKey?: string;
   model?: string;
   outDir: string;
   log?: (line: string) => void;
   /** Install SIGINT/SIGTERM handlers that remove this process's sandboxes (default true). */
   handleSignals?: boolean;
+  /**
+   * A capture proxy that is already running (the VS Code extension's, with `model` the name it
+   * announces): rollouts record into it and its engine; the lab neither starts an engine nor closes it.
+   */
+  proxy?: CaptureProxy;
 }
 
 export interface Lab {
@@ -34,11 +43,11 @@ export interface Lab {
 }
 
 /** The engine's only served model (GET /v1/models), as the proxy's default model name. */
-export async function servedModel(engineUrl: string): Promise<string> {
+export async function servedModel(engineUrl: string, apiKey?: string): Promise<string> {
   const url = `${engineUrl.replace(/\/+$/, '').replace(/\/v1$/, '')}/v1/models`;
   let ids: string[];
   try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(10_000) });
+    const res = await fetch(url, { signal: AbortSignal.timeout(10_000), headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {} });
     if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
     const body = (await res.json()) as { data?: { id?: unknown }[] };
     ids = (body.data ?? []).map((m) => m.id).filter((id): id is string => typeof id === 'string');
@@ -63,7 +72,7 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
     closers.length = 0;
   };
   try {
-    let engineUrl = opts.engineUrl;
+    let engineUrl = opts.proxy?.engineUrl ?? opts.engineUrl;
     let model = opts.model;
     let engineDescription = `engine at ${engineUrl}`;
     if (!engineUrl) {
@@ -74,14 +83,20 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       model ??= engine.model;
       engineDescription = engine.description;
     }
-    model ??= await servedModel(engineUrl);
-    const proxy = await CaptureProxy.start({
-      engineUrl,
-      model,
-      dataDir: join(opts.outDir, '.capture'),
-      captureLevel: opts.engineUrl ? undefined : 'tokens',
-    });
-    closers.push(() => proxy.close());
+    model ??= await servedModel(engineUrl, opts.engineUrl ? opts.engineApiKey : undefined);
+    let proxy = opts.proxy;
+    if (!proxy) {
+      const own = await CaptureProxy.start({
+        engineUrl,
+        model,
+        ...(opts.engineUrl && opts.engineApiKey ? { engineApiKey: opts.engineApiKey } : {}),
+        ...(opts.adminKey ? { adminKey: opts.adminKey } : {}),
+        dataDir: join(opts.outDir, '.capture'),
+        captureLevel: opts.engineUrl ? undefined : 'tokens',
+      });
+      closers.push(() => own.close());
+      proxy = own;
+    }
     const reactScript = entry.install.kind === 'bundled-script' ? await ensureReactScript() : undefined;
 
     if (opts.handleSignals !== false) {

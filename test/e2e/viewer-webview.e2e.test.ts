@@ -3,7 +3,6 @@
 // Needs `npm run build` (dist/webview) and /usr/bin/chromium.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { chromium as pw, type Browser, type Page } from 'playwright-core';
 import { parseAtif } from '../../src/harness/atif.js';
 import { atifCheck } from '../../src/harness/atif-check.js';
@@ -11,9 +10,13 @@ import { buildRollout } from '../../src/capture/rollout.js';
 import { viewerDataFromRollout, type ViewerData } from '../../src/protocol/viewer-data.js';
 import { generateRollout } from '../../bench/rollout-generator.js';
 import { commonPrefix, logprobBucket } from '../../webview/viewer/model.js';
-import { bundleBuilt, chromium, fixture, postLoad, reportPage, tempDir, webviewPage } from './viewer-pages.js';
+import { chromium, fixture, missingViewerPrerequisite, postLoad, reportPage, tempDir, webviewPage } from './viewer-pages.js';
 
-const skip = !existsSync(chromium()) ? `no chromium at ${chromium()}` : !bundleBuilt() ? 'dist/webview/viewer.js missing: run `npm run build`' : false;
+/** A missing browser or bundle fails every test here, naming it (never a skip). */
+function requirePrerequisites(): void {
+  const missing = missingViewerPrerequisite();
+  if (missing) assert.fail(`the viewer browser tests cannot run: ${missing}`);
+}
 
 const FEATURES = { calls: 6, firstPrompt: 60, sampled: 20, glue: 10, retry: true, subagent: true, compaction: true, title: true, misaligned: true, missing: true } as const;
 
@@ -38,7 +41,7 @@ async function currentNode(page: Page): Promise<string> {
   return (await page.textContent('[data-testid="turn-head"] .muted'))!.split(' · ')[0]!;
 }
 
-describe('rollout viewer webview (stubbed VS Code API)', { skip }, () => {
+describe('rollout viewer webview (stubbed VS Code API)', () => {
   let browser: Browser;
   let page: Page;
   const dir = tempDir();
@@ -46,6 +49,7 @@ describe('rollout viewer webview (stubbed VS Code API)', { skip }, () => {
   const errors: string[] = [];
 
   before(async () => {
+    requirePrerequisites();
     browser = await pw.launch({ executablePath: chromium(), args: ['--no-sandbox'] });
     page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
     page.on('pageerror', (e) => errors.push(e.message));
@@ -220,13 +224,13 @@ describe('rollout viewer webview (stubbed VS Code API)', { skip }, () => {
   });
 
   test('an ATIF mismatch is shown as one; the attach request round-trips with its seq', async () => {
-    await load(page, fx.data, dir);
     const agentCounts = fx.data.turns.filter((t) => t.role === 'agent' || (t.discarded && t.root_id === fx.data.graph.roots[0])).map((t) => t.sampled_ids.length);
     const traj = (counts: number[]) =>
       parseAtif({ schema_version: 'ATIF-v1.7', agent: { name: 'h', version: '1' }, steps: counts.map((c, i) => ({ step_id: i + 1, source: 'agent', message: '', metrics: { completion_tokens: c } })) });
     const bad = atifCheck(fx.doc, traj(agentCounts.map((c) => c + 1)));
     assert.equal(bad.verdict, 'MISMATCH');
-    await page.evaluate((r) => window.postMessage({ type: 'atif', result: r }, '*'), bad);
+    // The host sends a check it already made (a trajectory.json next to the rollout) with the load.
+    await load(page, { ...fx.data, atif: bad }, dir);
     assert.equal(await page.textContent('[data-testid="verdict"]'), 'ATIF: MISMATCH');
     await page.click('vscode-tab-header:has-text("ATIF cross-check")');
     assert.match((await page.textContent('[data-testid="atif-verdict"]'))!, /^MISMATCH: turn_mismatch/);
@@ -312,12 +316,13 @@ describe('rollout viewer webview (stubbed VS Code API)', { skip }, () => {
   });
 });
 
-describe('rollout viewer HTML report', { skip }, () => {
+describe('rollout viewer HTML report', () => {
   let browser: Browser;
   const dir = tempDir();
   const fx = fixture(FEATURES);
 
   before(async () => {
+    requirePrerequisites();
     browser = await pw.launch({ executablePath: chromium(), args: ['--no-sandbox'] });
   });
   after(async () => {
