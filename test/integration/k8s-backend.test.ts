@@ -11,6 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
 import { K8sBackend, k8sDryRunManifests } from '../../src/batch/backends/k8s.js';
 import type { BatchManifest } from '../../src/batch/state.js';
+import { loadSessionFile } from '../../src/capture/store.js';
 import { jobName } from '../../src/cluster/manifests.js';
 import type { KubeDouble } from '../k8s-double/index.js';
 import { attemptFor, backendOptions, engineFor, manifestFor, taskCopy, taskImages, testCluster, type EngineInNamespace } from './k8s-fixtures.js';
@@ -80,10 +81,10 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     assert.deepEqual(dep.spec.template.spec.containers[0]!.env, [{ name: 'HARNESS_LAB_ADMIN_KEY', valueFrom: { secretKeyRef: { name: 'hl-proxy-b-main', key: 'admin-key' } } }]);
     // The port-forward went through the WebSocket subresource and reached the proxy's /health.
     assert.ok(cluster.api.received.some((r) => /\/pods\/hl-proxy-b-main-[a-z0-9]+\/portforward$/.test(r.path) && r.query.ports === '8100'));
-    const health = (await (await fetch(`${batchA.backend.proxyUrl}/health`)).json()) as { status: string; admin_key: boolean; engine_reachable: boolean };
+    const health = (await (await fetch(`${batchA.backend.proxyUrl}/health`)).json()) as { status: string; admin_key: boolean; upstream: string };
     assert.equal(health.status, 'ok');
     assert.equal(health.admin_key, true);
-    assert.equal(health.engine_reachable, true);
+    assert.equal(health.upstream, engine.url, 'the proxy in the cluster forwards to the engine the batch names');
   });
 
   it('completes a rollout: Job fields as received, a real container, reward through the pod log, calls captured', async () => {
@@ -135,6 +136,12 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     const mirrored = readFileSync(join(dir, 'capture', 'sessions', `${a.sessionId}.jsonl`), 'utf8').trim().split('\n');
     assert.equal(JSON.parse(mirrored[0]!).type, 'session');
     assert.equal(mirrored.length, 1 + sf.nCalls);
+    // The capture store reads the mirror like any local session (exports and the viewer see one format).
+    const loaded = loadSessionFile(join(dir, 'capture', 'sessions', `${a.sessionId}.jsonl`))!;
+    assert.equal(loaded.info.session_id, a.sessionId);
+    assert.equal(loaded.calls.length, sf.nCalls);
+    assert.equal(loaded.skipped, 0);
+    assert.ok(loaded.calls.every((c) => c.prompt_token_ids?.length), 'token ids came through');
   });
 
   it('reports OOMKilled as an infrastructure error naming pod and limit, and evictions likewise', async () => {
