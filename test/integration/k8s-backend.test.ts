@@ -266,6 +266,24 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     }
   });
 
+  it('teardown removes the proxy objects, and Background propagation its pod and containers', async () => {
+    const { m, backend } = batchA;
+    await backend.teardown();
+    const sel = `harness-lab/batch=${m.batch_id}`;
+    const apps = (() => {
+      const kc = new k8s.KubeConfig();
+      kc.loadFromFile(cluster.kubeconfig);
+      return { apps: kc.makeApiClient(k8s.AppsV1Api), net: kc.makeApiClient(k8s.NetworkingV1Api) };
+    })();
+    assert.equal((await apps.apps.listNamespacedDeployment({ namespace: NS, labelSelector: sel })).items.length, 0);
+    assert.equal((await core.listNamespacedService({ namespace: NS, labelSelector: sel })).items.length, 0);
+    assert.equal((await core.listNamespacedSecret({ namespace: NS, labelSelector: sel })).items.length, 0);
+    assert.equal((await core.listNamespacedConfigMap({ namespace: NS, labelSelector: sel })).items.length, 0);
+    assert.equal((await apps.net.listNamespacedNetworkPolicy({ namespace: NS, labelSelector: sel })).items.length, 0);
+    await waitFor('no pods of the batch', async () => ((await core.listNamespacedPod({ namespace: NS, labelSelector: sel })).items.length === 0 ? true : undefined), 30_000);
+    await waitFor('no pod containers of the namespace', async () => ((await cluster.node.containers()).some((c) => c.Labels['io.kubernetes.pod.namespace'] === NS) ? undefined : true), 30_000);
+  });
+
   it('dry run: every manifest the backend would apply, validated, with nothing sent', async () => {
     const before = cluster.api.received.length;
     const m = manifestFor({ batchId: 'b-dry', namespace: NS, tasks: [tasks.hello], harness: 'react', engineUrl: `${engine.url}/v1`, model: 'm', timeoutSec: 60, queueName: 'team-a' });
