@@ -9,7 +9,7 @@ import { EngineClient } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
 import { Emitter } from './events.js';
 import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, parseRequestTarget, readBody, sendJson } from './http-util.js';
-import { handleModelCall } from './model-call.js';
+import { handleModelCall, type ModelCallDeps } from './model-call.js';
 import { buildRollout, type RolloutDocument } from './rollout.js';
 import { CaptureSession, CreateSessionSchema, mintSessionId, type CreateSessionRequest } from './sessions.js';
 import { CaptureStore, StoreWriteError } from './store.js';
@@ -317,23 +317,29 @@ export class CaptureProxy {
       if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key (Authorization: Bearer <key> or x-admin-key)', type: 'invalid_request_error' } });
       return this.sessionRoute(req, res, method, path);
     }
-    if (method === 'POST') {
-      return handleModelCall(req, res, url, {
-        bodyLimit: this.options.bodyLimit ?? DEFAULT_BODY_LIMIT,
-        maxOutputTokens: this.options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
-        captureLevel: (session) => this.sessionLevel(session),
-        engine: this.engine,
-        findSession: (key) => this.sessions.get(key),
-        record: (session, record) => this.record(session, record),
-        recordBudgetStop: async (session) => {
-          // Not training data: a failed write is logged and the harness still gets its stop answer.
-          await this.store?.append(session.id, { type: 'budget_stop', at: new Date().toISOString() }).catch((err: unknown) => this.log.error(`session ${session.id}: could not store a budget stop: ${String(err)}`));
-        },
-        keepaliveGraceMs: this.options.keepaliveGraceMs,
-        keepaliveIntervalMs: this.options.keepaliveIntervalMs,
-      });
-    }
+    if (method === 'POST') return handleModelCall(req, res, url, this.modelCallDeps((key) => this.sessions.get(key)));
     sendJson(res, 404, { error: { message: `no route ${method} ${url.pathname}`, type: 'invalid_request_error' } });
+  }
+
+  /**
+   * What a model call needs, with the session lookup chosen by the listener: the main server finds
+   * any registered key, a session socket (session-socket.ts) only its own.
+   */
+  modelCallDeps(findSession: (key: string) => CaptureSession | undefined): ModelCallDeps {
+    return {
+      bodyLimit: this.options.bodyLimit ?? DEFAULT_BODY_LIMIT,
+      maxOutputTokens: this.options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
+      captureLevel: (session) => this.sessionLevel(session),
+      engine: this.engine,
+      findSession,
+      record: (session, record) => this.record(session, record),
+      recordBudgetStop: async (session) => {
+        // Not training data: a failed write is logged and the harness still gets its stop answer.
+        await this.store?.append(session.id, { type: 'budget_stop', at: new Date().toISOString() }).catch((err: unknown) => this.log.error(`session ${session.id}: could not store a budget stop: ${String(err)}`));
+      },
+      keepaliveGraceMs: this.options.keepaliveGraceMs,
+      keepaliveIntervalMs: this.options.keepaliveIntervalMs,
+    };
   }
 
   private async record(session: CaptureSession, record: CallRecord): Promise<void> {
@@ -352,7 +358,8 @@ export class CaptureProxy {
     this.recordEmitter.fire(record);
   }
 
-  private async models(res: ServerResponse): Promise<void> {
+  /** GET /v1/models: the engine's list, or the served model when the engine cannot be reached. */
+  async models(res: ServerResponse): Promise<void> {
     try {
       const reply = await this.engine.get('/v1/models');
       if (reply.status === 200) return sendJson(res, 200, reply.body);

@@ -1,16 +1,19 @@
 // One rollout: a real harness in its own sandbox against a Harbor task, every model call through the
-// capture proxy, then the verifier (tests/ copied in only now, no session key in its environment),
-// then the reward, the rollout document and the ATIF cross-check, all written under the out dir.
+// capture proxy (for an isolating runtime, through this rollout's session socket and nothing else),
+// then the verifier (tests/ copied in only now, the session socket already closed, neither the
+// session key nor the admin key in its environment), then the reward, the rollout document and the
+// ATIF cross-check, all written under the out dir.
 import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CaptureProxy } from '../capture/proxy.js';
 import type { RolloutDocument } from '../capture/rollout.js';
+import { SessionSocket } from '../capture/session-socket.js';
 import { atifCheck, noTrajectory, type AtifCheckResult } from '../harness/atif-check.js';
 import { harnessEntry, launchPlan, type HarnessEntry } from '../harness/registry.js';
 import { harnessCacheRoot } from '../harness/run-local.js';
 import { resolveEnvTemplate, type HarborTask } from '../tasks/task.js';
 import { readReward, type Reward } from './reward.js';
-import type { Mount, Sandbox, SandboxRuntime } from './runtime.js';
+import type { Isolation, Mount, Sandbox, SandboxRuntime } from './runtime.js';
 
 export const BIN_IN_SANDBOX = '/opt/harness-lab/bin';
 export const HARNESSES_IN_SANDBOX = '/opt/harness-lab/harnesses';
@@ -21,6 +24,8 @@ export interface RolloutResult {
   task: string;
   harness: string;
   sandbox: 'docker' | 'local';
+  /** What kept the sandbox from the capture and the host (runtime.ts); null when none was created. */
+  isolation: Isolation | null;
   session_id: string;
   status: RolloutStatus;
   /** Null when errored (timeout, no reward file, sandbox failure): unknown, not 0. */
@@ -31,7 +36,7 @@ export interface RolloutResult {
   /** Errored rollouts are kept for debugging and never trained on. */
   trainable: boolean;
   agent: { exit_code: number | null; timed_out: boolean; ms: number; log: string };
-  verifier: { exit_code: number | null; timed_out: boolean; ms: number; env_keys: string[]; session_key_absent: boolean } | null;
+  verifier: { exit_code: number | null; timed_out: boolean; ms: number; env_keys: string[]; session_key_absent: boolean; admin_key_absent: boolean } | null;
   atif: AtifCheckResult;
   atif_source: 'self' | 'converted' | 'none';
   ms: number;
@@ -44,6 +49,8 @@ export interface RolloutOptions {
   harness: string;
   runtime: SandboxRuntime;
   proxy: CaptureProxy;
+  /** The lab's admin key: never handed to the sandbox, and checked to be absent from the verifier's environment. */
+  adminKey?: string;
   /** Model name handed to the harness (the proxy overwrites it anyway). */
   model: string;
   outDir: string;
@@ -88,6 +95,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     task: task.name,
     harness: entry.name,
     sandbox: runtime.kind,
+    isolation: null,
     session_id: sessionId,
     status: 'errored',
     reward: null,
@@ -104,12 +112,16 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     rollout: null,
   };
   let sandbox: Sandbox | undefined;
+  let socket: SessionSocket | undefined;
   try {
     const taskFile = `${task.name}/task.toml`;
     const taskEnv = resolveEnvTemplate(task.environment.env, process.env, taskFile, 'environment.env');
     const verifierEnv = resolveEnvTemplate(task.verifierEnv, process.env, taskFile, 'verifier.env');
     const image = await runtime.prepareImage(task, opts.log);
-    sandbox = await runtime.create({ task, harness: entry.name, sessionId, image, hostLogsDir: outDir, mounts: mountsFor(entry, opts.reactScript), env: taskEnv });
+    if (runtime.needsSessionSocket) socket = await SessionSocket.open(proxy, sessionId, { log: opts.log });
+    sandbox = await runtime.create({ task, harness: entry.name, sessionId, image, hostLogsDir: outDir, mounts: mountsFor(entry, opts.reactScript), env: taskEnv, model: { proxyUrl: proxy.url, socketDir: socket?.dir } });
+    result.isolation = sandbox.isolation;
+    if (sandbox.isolation === 'none') opts.log?.(`the ${runtime.kind} sandbox does not isolate: the harness can reach the host's loopback services (the proxy's admin routes need the lab's admin key)`);
     const p = sandbox.paths;
     const plan = launchPlan(entry, {
       harnessesDir: p.harnesses,
@@ -117,7 +129,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
       home: p.home,
       workdir: p.workdir,
       logsDir: p.logs,
-      proxyUrl: proxy.url,
+      proxyUrl: sandbox.modelUrl,
       sessionKey: sessionId,
       model: opts.model,
       instruction: task.instruction.trim(),
@@ -130,14 +142,19 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     if (agent.timedOut) throw new RolloutError(`the agent did not finish within ${timeoutSec} s; the sandbox was stopped`);
     if (agent.exitCode !== 0) opts.log?.(`${entry.name} exited with ${agent.exitCode}; running the verifier anyway`);
 
+    // The model phase is over: nothing in the verifier, nor anything the agent left running, reaches
+    // the capture from here on.
+    await socket?.stop();
     // The verifier: tests/ enters only now, and its environment is the task's verifier env alone.
     await sandbox.copyDirIn(task.testsDir, p.tests);
     const envProbe = await sandbox.exec('env', { env: verifierEnv, timeoutMs: 30_000 });
     const sessionKeyAbsent = !envProbe.output.includes(sessionId);
+    const adminKeyAbsent = !opts.adminKey || !envProbe.output.includes(opts.adminKey);
     const verifierLog = join(outDir, 'verifier', 'test-stdout.txt');
     const v = await sandbox.exec(`bash ${p.tests}/test.sh`, { env: verifierEnv, user: task.verifierUser, timeoutMs: task.verifierTimeoutSec * 1000, logFile: verifierLog });
-    result.verifier = { exit_code: v.exitCode, timed_out: v.timedOut, ms: v.ms, env_keys: Object.keys(verifierEnv), session_key_absent: sessionKeyAbsent };
+    result.verifier = { exit_code: v.exitCode, timed_out: v.timedOut, ms: v.ms, env_keys: Object.keys(verifierEnv), session_key_absent: sessionKeyAbsent, admin_key_absent: adminKeyAbsent };
     if (!sessionKeyAbsent) throw new RolloutError('the session key is visible in the verifier environment');
+    if (!adminKeyAbsent) throw new RolloutError('the admin key is visible in the verifier environment');
     if (v.timedOut) throw new RolloutError(`the verifier did not finish within ${task.verifierTimeoutSec} s`);
     const reward = readReward(join(outDir, 'verifier'));
     result.reward = reward.value;
@@ -148,6 +165,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     result.error = err instanceof Error ? err.message : String(err);
   } finally {
     await sandbox?.remove();
+    await socket?.close();
   }
   const doc = proxy.rollout(sessionId) ?? null;
   result.rollout = doc;
