@@ -204,6 +204,11 @@ describe('Kubernetes API server double with the real client', { timeout: 300_000
     const m = manifestFor({ batchId: 'b-locked', namespace: 'locked', tasks: [taskCopy('hello-file', {})], harness: 'react', engineUrl: 'http://127.0.0.1:9/v1', model: 'm', timeoutSec: 60 });
     await assert.rejects(K8sBackend.open({ manifest: m, batchDir: '/nonexistent', kubeconfig: cluster.kubeconfig, taskImage: () => 'x', proxy: { image: 'x' } }), /you may not create jobs\.batch/);
     assert.equal(cluster.api.received.filter((r) => r.method === 'POST' && r.path.startsWith('/api/v1/namespaces/locked')).length, before);
+    // A harness the registry does not know fails before anything is created, naming it.
+    const m3 = manifestFor({ batchId: 'b-badharness', namespace: NS, tasks: [taskCopy('hello-file', {})], harness: 'no-such-harness', engineUrl: 'http://127.0.0.1:9/v1', model: 'm', timeoutSec: 60 });
+    const posts = cluster.api.received.filter((r) => r.method === 'POST' && !r.path.includes('selfsubjectaccessreviews')).length;
+    await assert.rejects(K8sBackend.open({ manifest: m3, batchDir: '/nonexistent', kubeconfig: cluster.kubeconfig, taskImage: () => 'x', proxy: { image: 'x' } }), /unknown harness 'no-such-harness'/);
+    assert.equal(cluster.api.received.filter((r) => r.method === 'POST' && !r.path.includes('selfsubjectaccessreviews')).length, posts, 'nothing created');
     const m2 = { ...m, k8s: { ...m.k8s!, context: 'unreachable' } };
     await assert.rejects(K8sBackend.open({ manifest: m2, batchDir: '/nonexistent', kubeconfig: cluster.kubeconfig, taskImage: () => 'x', proxy: { image: 'x' } }), /kube context "unreachable" is unreachable/);
     // 401: a wrong token is named as the context's credentials.

@@ -242,7 +242,10 @@ export class K8sBackend implements BatchBackend {
     const prepared = prepareTasks(opts.manifest, cluster.namespace);
     const adminKey = opts.adminKey ?? randomBytes(24).toString('hex');
     const proxyObjs = proxyManifests(proxyInput(opts, cluster.namespace, adminKey));
-    await validateManifests([...proxyObjs, ...prepared.configMaps.values()]);
+    // Every rollout's Job is built and validated too, so an unknown harness or a task env naming an
+    // unset variable fails here, before anything is created.
+    const jobs = opts.manifest.groups.flatMap((g) => g.rollout_ids.map((id) => buildJob(opts, opts.manifest, cluster.namespace, prepared, { rolloutId: id, groupId: g.group_id, task: g.task, harness: g.harness, attempt: 0, sessionId: `${opts.manifest.batch_id}-${id}-check` }).job));
+    await validateManifests([...proxyObjs, ...prepared.configMaps.values(), ...jobs]);
     for (const o of [...proxyObjs, ...prepared.configMaps.values()]) {
       const r = await createOrKeep(cluster, o);
       log(`${o.kind} ${cluster.namespace}/${o.metadata?.name} ${r}`);
