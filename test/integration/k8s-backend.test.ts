@@ -266,6 +266,34 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     }
   });
 
+  it("the lab's own watchdog ends a rollout whose Job it can no longer see", async () => {
+    const ns4 = 'rollouts-blind';
+    await core.createNamespace({ body: { metadata: { name: ns4 } } });
+    await cluster.node.exposeHostPort(ns4, engine.port);
+    const m = manifestFor({ batchId: 'b-blind', namespace: ns4, tasks: [tasks.stuck], harness: 'react', engineUrl: `${engine.url}/v1`, model: engine.engine.model, timeoutSec: 6 });
+    const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-batch-'));
+    const backend = await K8sBackend.open(await backendOptions(cluster, m, dir, images, { startupSlackSec: 0, watchdogGraceSec: 1 }));
+    try {
+      const a = attemptFor(dir, m, 'g0-r0');
+      await backend.capture.createSession({ sessionId: a.sessionId, metadata: {}, sampling: m.sampling, maxModelCalls: 20 });
+      const running = backend.run(a);
+      const name = jobName(m.batch_id, 'g0-r0', 0);
+      await waitFor('the pod running', async () => (backend.watch.podsOfJob(name).some((p) => p.status?.phase === 'Running') ? true : undefined), 60_000);
+      // From now on the lab cannot list or watch Jobs here: it never learns of DeadlineExceeded.
+      cluster.api.deny({ namespace: ns4, verb: 'watch', resource: 'jobs', group: 'batch' });
+      cluster.api.deny({ namespace: ns4, verb: 'list', resource: 'jobs', group: 'batch' });
+      cluster.api.dropWatches();
+      const facts = await running;
+      assert.equal(facts.agent.timedOut, true, JSON.stringify(facts));
+      assert.equal(facts.infraError, null);
+      const del = cluster.api.requests('DELETE', new RegExp(`/namespaces/${ns4}/jobs/${name}$`));
+      assert.equal(del.length, 1, 'the watchdog deleted the Job');
+      assert.equal(del[0]!.query.propagationPolicy, 'Background');
+    } finally {
+      await backend.close();
+    }
+  });
+
   it('teardown removes the proxy objects, and Background propagation its pod and containers', async () => {
     const { m, backend } = batchA;
     await backend.teardown();

@@ -301,6 +301,8 @@ export class K8sBackend implements BatchBackend {
     try {
       const r = await createOrKeep(this.cluster, built.job);
       attempt.log(`Job ${ns}/${name} ${r}`);
+      // Not queued: admitted now, so the watchdog runs even if the watch never reports this Job.
+      outcome.arm(built.job as k8s.V1Job);
     } catch (err) {
       outcome.cancel();
       facts.infraError = (err as Error).message;
@@ -375,12 +377,15 @@ export class K8sBackend implements BatchBackend {
   }
 
   /** Resolves with the first decisive thing the batch's watches say about one Job. */
-  private outcomeOf(name: string, deadlineSec: number, signal: AbortSignal): { promise: Promise<Outcome>; cancel(): void } {
+  private outcomeOf(name: string, deadlineSec: number, signal: AbortSignal): { promise: Promise<Outcome>; cancel(): void; arm(job: k8s.V1Job): void } {
     const offs: (() => void)[] = [];
     let watchdog: NodeJS.Timeout | undefined;
     let settle!: (o: Outcome) => void;
+    let settled = false;
     const promise = new Promise<Outcome>((resolve) => {
       settle = (o) => {
+        if (settled) return;
+        settled = true;
         offs.forEach((f) => f());
         clearTimeout(watchdog);
         signal.removeEventListener('abort', onAbort);
@@ -392,7 +397,7 @@ export class K8sBackend implements BatchBackend {
     signal.addEventListener('abort', onAbort);
     const armWatchdog = (job: k8s.V1Job) => {
       // The lab's own timer starts at admission (a Kueue-suspended Job's deadline is reset while it waits).
-      if (watchdog || job.spec?.suspend) return;
+      if (settled || watchdog || job.spec?.suspend) return;
       const afterSec = deadlineSec + (this.opts.watchdogGraceSec ?? 30);
       watchdog = setTimeout(() => settle({ kind: 'watchdog', afterSec }), afterSec * 1000);
     };
@@ -412,7 +417,7 @@ export class K8sBackend implements BatchBackend {
     offs.push(this.watch.jobs.on(onJob), this.watch.pods.on(onPod));
     const existing = this.watch.jobs.objects.get(name);
     if (existing) onJob('MODIFIED', existing);
-    return { promise, cancel: () => settle({ kind: 'cancelled' }) };
+    return { promise, cancel: () => settle({ kind: 'cancelled' }), arm: armWatchdog };
   }
 
   /** Deletes every Job (and, through Background propagation, its pods) of the batch; one deletecollection. */
