@@ -102,7 +102,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     return;
   }
 
-  const plan = buildEngineRequest(chat, { model: session.info.model, captureLevel: level, maxOutputTokens: deps.maxOutputTokens });
+  const plan = buildEngineRequest(chat, { model: session.info.model, captureLevel: level, maxOutputTokens: deps.maxOutputTokens, pinnedSampling: session.info.sampling });
   const started = new Date();
   const index = session.nextIndex++;
   const abort = new AbortController();

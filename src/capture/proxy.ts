@@ -198,6 +198,7 @@ export class CaptureProxy {
       engine_url: this.engine.baseUrl,
       max_model_calls: request.max_model_calls ?? this.options.maxModelCalls ?? 0,
       metadata: request.metadata ?? {},
+      ...(request.sampling ? { sampling: request.sampling } : {}),
       capture_level: this.options.captureLevel ?? (this.probeReport?.reachable ? this.captureLevel : undefined),
     };
     const session = new CaptureSession(info);

@@ -16,7 +16,7 @@ import { TaskError } from '../tasks/task.js';
 import { LABEL, connectDocker, followProgress, imageExists } from './docker-client.js';
 import { BASE_IMAGE, tarDirectory } from './images.js';
 import { MODEL_RELAY_PORT, RELAY_READY_SCRIPT, SESSION_SOCKET_DIR_IN_SANDBOX, relayCommand } from './model-relay.js';
-import { OUTPUT_TAIL, SandboxError, processAlive, type ExecOptions, type ExecResult, type Isolation, type Sandbox, type SandboxPaths, type SandboxRuntime, type SandboxSpec } from './runtime.js';
+import { OUTPUT_TAIL, SandboxError, processAlive, type ExecOptions, type ExecResult, type Isolation, type Sandbox, type SandboxPaths, type SandboxStatus, type SandboxRuntime, type SandboxSpec } from './runtime.js';
 
 const HOME = '/tmp/harness-home';
 const BIN_DIR = '/opt/harness-lab/bin';
@@ -101,6 +101,7 @@ export function containerSpec(spec: SandboxSpec, workdir: string, network: { iso
       [LABEL.task]: spec.task.name,
       [LABEL.harness]: spec.harness,
       [LABEL.owner]: owner(),
+      ...spec.labels,
     },
     HostConfig: {
       NetworkMode: network.isolation === 'no-network' ? 'none' : network.name,
@@ -256,6 +257,14 @@ export class DockerRuntime implements SandboxRuntime {
     return removed;
   }
 
+  /** Removes every lab container carrying `label=value` (a batch's, after its lab died); returns short ids. */
+  async removeLabelled(label: string, value: string): Promise<string[]> {
+    const found = await this.docker.listContainers({ all: true, filters: JSON.stringify({ label: [`${label}=${value}`] }) });
+    await Promise.all(found.map((c) => this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {})));
+    for (const c of found) this.owned.delete(c.Id);
+    return found.map((c) => c.Id.slice(0, 12));
+  }
+
   async removeOwned(): Promise<void> {
     const mine = owner();
     const ids = new Set(this.owned);
@@ -307,8 +316,12 @@ class DockerSandbox implements Sandbox {
     const t0 = Date.now();
     if (this.killed) throw new SandboxError('the sandbox was stopped');
     const env = { PATH: `${this.paths.binDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`, HOME: this.paths.home, ...opts.env };
+    // kill-command: the command leads its own process group, whose id it leaves in a file, so a
+    // deadline can stop the harness and everything it started while the sandbox stays up.
+    const groupFile = opts.onTimeout === 'kill-command' ? `/tmp/.harness-lab-exec-${randomBytes(4).toString('hex')}.pgid` : undefined;
+    const cmd = groupFile ? ['setsid', '-w', 'bash', '-c', `echo $$ > ${groupFile}; exec bash -c ${shellQuote(script)}`] : ['bash', '-c', script];
     const exec = await this.container.exec({
-      Cmd: ['bash', '-c', script],
+      Cmd: cmd,
       Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
       WorkingDir: opts.cwd ?? this.paths.workdir,
       ...((opts.user ?? this.imageUser) ? { User: opts.user ?? this.imageUser } : {}),
@@ -332,15 +345,24 @@ class DockerSandbox implements Sandbox {
       stream.on('close', resolve);
       stream.on('error', () => resolve());
     });
+    let backstop: NodeJS.Timeout | undefined;
     if (opts.timeoutMs) {
       timer = setTimeout(() => {
         timedOut = true;
-        // An exec cannot be killed through the API; stopping the container ends every process in it.
-        void this.kill();
+        if (!groupFile) {
+          // An exec cannot be killed through the API; stopping the container ends every process in it.
+          void this.kill();
+          return;
+        }
+        const group = `-- -$(cat ${groupFile})`;
+        void this.exec(`kill -TERM ${group} 2>/dev/null; sleep 2; kill -KILL ${group} 2>/dev/null; true`, { timeoutMs: 15_000 }).catch(() => {});
+        // A harness that left its process group still holds the stream open: then the sandbox goes.
+        backstop = setTimeout(() => void this.kill(), 20_000);
       }, opts.timeoutMs);
     }
     await ended;
     clearTimeout(timer);
+    clearTimeout(backstop);
     let exitCode: number | null = null;
     if (!timedOut) {
       for (let i = 0; i < 50; i++) {
@@ -366,6 +388,15 @@ class DockerSandbox implements Sandbox {
     const r = await this.exec(`mkdir -p ${shellQuote(path)}`);
     if (r.exitCode !== 0) throw new SandboxError(`could not create ${path} in the sandbox: ${r.output.trim()}`);
     await this.container.putArchive(tarDirectory(hostDir), { path });
+  }
+
+  async status(): Promise<SandboxStatus> {
+    try {
+      const st = (await this.container.inspect()).State;
+      return { running: Boolean(st.Running), exitCode: st.Running ? null : (st.ExitCode ?? null), oomKilled: Boolean(st.OOMKilled) };
+    } catch {
+      return { running: false, exitCode: null, oomKilled: false };
+    }
   }
 
   async kill(): Promise<void> {

@@ -9,7 +9,7 @@ import { appendFileSync, cpSync, existsSync, mkdirSync, readFileSync, rmSync, sy
 import { dirname, join, posix } from 'node:path';
 import type { HarborTask } from '../tasks/task.js';
 import { TaskError } from '../tasks/task.js';
-import { OUTPUT_TAIL, SandboxError, type ExecOptions, type ExecResult, type Sandbox, type SandboxPaths, type SandboxRuntime, type SandboxSpec } from './runtime.js';
+import { OUTPUT_TAIL, SandboxError, type ExecOptions, type ExecResult, type SandboxStatus, type Sandbox, type SandboxPaths, type SandboxRuntime, type SandboxSpec } from './runtime.js';
 
 interface LocalImage {
   workdir: string;
@@ -187,6 +187,11 @@ class LocalSandbox implements Sandbox {
 
   async kill(): Promise<void> {
     for (const pid of this.running) this.killGroup(pid);
+  }
+
+  /** A local sandbox is a folder and process groups: it cannot be stopped from outside as a whole. */
+  async status(): Promise<SandboxStatus> {
+    return { running: true, exitCode: null, oomKilled: false };
   }
 
   async remove(): Promise<void> {

@@ -40,6 +40,8 @@ export interface SandboxSpec {
   /** The task's [environment].env, already resolved. */
   env: Record<string, string>;
   model: ModelAccess;
+  /** Extra labels (a batch's id, group and rollout), so a later lab can find and remove what a dead one left. */
+  labels?: Record<string, string>;
 }
 
 /** Where things are, as seen from inside the sandbox. */
@@ -61,6 +63,11 @@ export interface ExecOptions {
   user?: string;
   /** Wall clock limit; on expiry the sandbox is killed and the result says timedOut. */
   timeoutMs?: number;
+  /**
+   * What the wall clock limit stops: the whole sandbox (default), or only this command's process
+   * group, so the sandbox lives on for the verifier (a batch's --on-timeout keep).
+   */
+  onTimeout?: 'kill-sandbox' | 'kill-command';
   /** Host file that receives stdout and stderr as they arrive. */
   logFile?: string;
 }
@@ -87,7 +94,15 @@ export interface Sandbox {
   copyDirIn(hostDir: string, path: string): Promise<void>;
   /** Stops everything running in the sandbox (timeouts, Ctrl-C). */
   kill(): Promise<void>;
+  /** Whether the sandbox still runs, and how it ended if not (killed from outside, OOM). */
+  status(): Promise<SandboxStatus>;
   remove(): Promise<void>;
+}
+
+export interface SandboxStatus {
+  running: boolean;
+  exitCode: number | null;
+  oomKilled: boolean;
 }
 
 export interface SandboxRuntime {

@@ -126,6 +126,9 @@ function result(over: Partial<RolloutResult> = {}): RolloutResult {
     atif_source: 'self',
     ms: 12_400,
     out_dir: '/x',
+    sandbox_id: null,
+    sandbox_lost: null,
+    cancelled: false,
     rollout: {
       capture_level: 'tokens',
       calls: [call],
