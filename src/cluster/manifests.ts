@@ -296,6 +296,8 @@ export interface ProxyInput {
   engineUrl: string;
   model: string;
   adminKey: string;
+  /** The engine's credential, kept in the Secret and given to the proxy as HARNESS_LAB_ENGINE_API_KEY. */
+  engineApiKey?: string;
   maxModelCalls?: number;
   /** Extra volumes (hostPath of a local build, for the test double). */
   volumes?: { name: string; hostPath: string; mountPath: string }[];
@@ -310,7 +312,7 @@ export function proxyManifests(input: ProxyInput): (KubernetesObject & Record<st
   const labels = { ...podLabels, [LABELS.managedBy]: 'harness-lab' };
   const res = { cpu: input.cpu ?? '1', memory: input.memory ?? '1Gi' };
   return [
-    { apiVersion: 'v1', kind: 'Secret', metadata: { name, namespace: input.namespace, labels }, type: 'Opaque', stringData: { 'admin-key': input.adminKey } },
+    { apiVersion: 'v1', kind: 'Secret', metadata: { name, namespace: input.namespace, labels }, type: 'Opaque', stringData: { 'admin-key': input.adminKey, ...(input.engineApiKey ? { 'engine-api-key': input.engineApiKey } : {}) } },
     {
       apiVersion: 'apps/v1',
       kind: 'Deployment',
@@ -328,7 +330,10 @@ export function proxyManifests(input: ProxyInput): (KubernetesObject & Record<st
                 name: 'proxy',
                 image: input.image,
                 command: [...(input.command ?? ['harness-lab']), 'proxy', '--engine-url', input.engineUrl, '--model', input.model, '--host', '0.0.0.0', '--port', String(PROXY_PORT), '--data-dir', '/var/lib/harness-lab/capture', ...(input.maxModelCalls ? ['--max-model-calls', String(input.maxModelCalls)] : [])],
-                env: [{ name: 'HARNESS_LAB_ADMIN_KEY', valueFrom: { secretKeyRef: { name, key: 'admin-key' } } }],
+                env: [
+                  { name: 'HARNESS_LAB_ADMIN_KEY', valueFrom: { secretKeyRef: { name, key: 'admin-key' } } },
+                  ...(input.engineApiKey ? [{ name: 'HARNESS_LAB_ENGINE_API_KEY', valueFrom: { secretKeyRef: { name, key: 'engine-api-key' } } }] : []),
+                ],
                 ports: [{ name: 'http', containerPort: PROXY_PORT, protocol: 'TCP' }],
                 readinessProbe: { httpGet: { path: '/health', port: PROXY_PORT }, periodSeconds: 5 },
                 resources: { requests: res, limits: res },

@@ -4,7 +4,7 @@
 // for Jobs and one for their pods, facts read from what the watch and the pod's log say (never exec
 // from the laptop), cancel and cleanup by label with propagationPolicy Background.
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type * as k8s from '@kubernetes/client-node';
 import { z } from 'zod';
@@ -12,6 +12,7 @@ import { ClusterError, apiStatus, assertPermissions, checkReachable, clusterErro
 import {
   INFRA_EXIT_CODE,
   LABELS,
+  formatManifests,
   PHASE_MARKER,
   POD_PATHS,
   PROXY_PORT,
@@ -36,7 +37,10 @@ import { harnessEntry, launchPlan } from '../../harness/registry.js';
 import { parseRewardJson, parseRewardTxt, type Reward } from '../../sandbox/reward.js';
 import { loadTask, resolveEnvTemplate, type HarborTask } from '../../tasks/task.js';
 import type { AttemptFacts, BatchBackend, BatchCapture, RolloutAttempt } from '../backend.js';
+import type { BackendModule } from './index.js';
 import { batchPaths, type BatchManifest } from '../state.js';
+import { DockerRuntime, contextHash, dockerfileBases } from '../../sandbox/docker.js';
+import { BASE_IMAGE } from '../../sandbox/images.js';
 
 export interface K8sBackendOptions {
   manifest: BatchManifest;
@@ -55,6 +59,7 @@ export interface K8sBackendOptions {
   /** How long to wait for the proxy pod to become ready (default 180 s). */
   proxyReadyTimeoutSec?: number;
   adminKey?: string;
+  engineApiKey?: string;
   log?: (line: string) => void;
 }
 
@@ -150,8 +155,8 @@ function buildJob(opts: Pick<K8sBackendOptions, 'taskImage' | 'harnessFrom' | 's
   return { job, task, entry };
 }
 
-function proxyInput(opts: Pick<K8sBackendOptions, 'proxy' | 'manifest'>, namespace: string, adminKey: string): ProxyInput {
-  return { ...opts.proxy, ...engineAndModel(opts.manifest), namespace, batchId: opts.manifest.batch_id, adminKey };
+function proxyInput(opts: Pick<K8sBackendOptions, 'proxy' | 'manifest' | 'engineApiKey'>, namespace: string, adminKey: string): ProxyInput {
+  return { ...opts.proxy, ...engineAndModel(opts.manifest), namespace, batchId: opts.manifest.batch_id, adminKey, ...(opts.engineApiKey ? { engineApiKey: opts.engineApiKey } : {}) };
 }
 
 /**
@@ -559,3 +564,61 @@ export class K8sCapture implements BatchCapture {
 
   async close(): Promise<void> {}
 }
+
+/** The proxy image of a cluster batch: HARNESS_LAB_K8S_PROXY_IMAGE, else harness-lab's image under the registry. */
+export function defaultProxy(manifest: BatchManifest, env: NodeJS.ProcessEnv = process.env): K8sBackendOptions['proxy'] {
+  return { image: env.HARNESS_LAB_K8S_PROXY_IMAGE || clusterImage('harness-lab/harness-lab:latest', manifest.k8s?.registry ?? null), command: ['harness-lab'] };
+}
+
+/**
+ * Each task's image tag as `harness-lab run` builds it (built here when Docker is reachable: it must
+ * then be pushed to the registry); without Docker, the tag the build would have (base image ids unknown).
+ */
+export async function taskImageTags(manifest: BatchManifest, build: boolean, log?: (line: string) => void): Promise<Map<string, string>> {
+  const out = new Map<string, string>();
+  const runtime = await DockerRuntime.connect().catch(() => undefined);
+  for (const ref of manifest.tasks) {
+    const task = loadTask(ref.dir);
+    if (runtime && build) out.set(task.name, await runtime.prepareImage(task, log));
+    else if (!task.environment.dockerfile) out.set(task.name, task.environment.dockerImage ?? BASE_IMAGE);
+    else {
+      // The same tag prepareImage gives: the context hash over the local base images' ids, when Docker has them.
+      const bases = dockerfileBases(readFileSync(task.environment.dockerfile, 'utf8')).filter((b) => !b.includes('$'));
+      const ids = runtime ? await Promise.all(bases.map((b) => runtime.docker.getImage(b).inspect().then((i) => i.Id, () => undefined))) : [];
+      const known = ids.filter((i): i is string => Boolean(i));
+      const slug = task.name.toLowerCase().replace(/[^a-z0-9_.-]+/g, '-').replace(/^[-.]+/, '') || 'task';
+      out.set(task.name, `harness-lab/task-${slug}:${contextHash(task.environment.contextDir, known.length === bases.length ? known : [])}`);
+    }
+  }
+  return out;
+}
+
+/** What src/batch/backends/index.ts loads for `--backend k8s`. */
+export const k8sBackendModule: BackendModule = {
+  async open(ctx) {
+    const images = await taskImageTags(ctx.manifest, true, ctx.log);
+    const reg = ctx.manifest.k8s?.registry;
+    if (reg) ctx.log(`pods run ${[...images.values()].map((t) => clusterImage(t, reg)).join(', ')}: push them there (docker tag + docker push) if the cluster does not have them`);
+    const backend = await K8sBackend.open({
+      manifest: ctx.manifest,
+      batchDir: ctx.batchDir,
+      taskImage: (t) => images.get(t.name)!,
+      proxy: defaultProxy(ctx.manifest),
+      ...(ctx.engineApiKey ? { engineApiKey: ctx.engineApiKey } : {}),
+      log: ctx.log,
+    });
+    return { backend, capture: backend.capture };
+  },
+  async cleanup(manifest, log) {
+    const cluster = loadCluster(target(manifest));
+    await checkReachable(cluster);
+    const removed = await deleteBatchJobs(cluster, cluster.namespace, manifest.batch_id);
+    if (removed.length) log(`deleted ${removed.length} Job(s) of batch ${manifest.batch_id} in ${cluster.namespace} (propagationPolicy Background): ${removed.join(', ')}`);
+    return removed;
+  },
+  async dryRun(plan, format) {
+    const images = await taskImageTags(plan.manifest, false);
+    const objs = await k8sDryRunManifests({ manifest: plan.manifest, taskImage: (t) => images.get(t.name)!, proxy: defaultProxy(plan.manifest) });
+    return formatManifests(objs, format);
+  },
+};
