@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
-import { K8sBackend } from '../../src/batch/backends/k8s.js';
+import { K8sBackend, k8sBackendModule } from '../../src/batch/backends/k8s.js';
 import { ClusterError, assertPermissions, checkReachable, clusterError, createOrKeep, loadCluster } from '../../src/cluster/kube.js';
 import { ObjectWatch, JOBS } from '../../src/cluster/watch.js';
 import type { KubeDouble } from '../k8s-double/index.js';
@@ -179,6 +179,24 @@ describe('Kubernetes API server double with the real client', { timeout: 300_000
     const podName = await waitFor('running', async () => (await core.listNamespacedPod({ namespace: NS, labelSelector: 'job-name=follow' })).items.find((p) => p.status?.phase === 'Running')?.metadata?.name, 30_000);
     const res = await fetch(`${cluster.url}/api/v1/namespaces/${NS}/pods/${podName}/log?follow=true`, { headers: { authorization: `Bearer ${cluster.api.token}` } });
     assert.equal(await res.text(), 'started\ndone\n');
+  });
+
+  it('batch cancel without a lab: the k8s module deletes the batch\'s Jobs by label, from $KUBECONFIG', async () => {
+    const saved = process.env.KUBECONFIG;
+    process.env.KUBECONFIG = cluster.kubeconfig;
+    try {
+      await batch.createNamespacedJob({ namespace: NS, body: job('left-behind', {}, { 'harness-lab/batch': 'b-cancel' }) });
+      await batch.createNamespacedJob({ namespace: NS, body: job('other-batch', {}, { 'harness-lab/batch': 'b-other' }) });
+      const m = manifestFor({ batchId: 'b-cancel', namespace: NS, tasks: [taskCopy('hello-file', {})], harness: 'react', engineUrl: 'http://127.0.0.1:9/v1', model: 'm', timeoutSec: 60 });
+      const lines: string[] = [];
+      assert.deepEqual(await k8sBackendModule.cleanup(m, (l) => lines.push(l)), ['left-behind']);
+      assert.match(lines.join('\n'), /deleted 1 Job\(s\) of batch b-cancel in double \(propagationPolicy Background\): left-behind/);
+      assert.deepEqual((await batch.listNamespacedJob({ namespace: NS, labelSelector: 'harness-lab/batch' })).items.map((j) => j.metadata?.name), ['other-batch']);
+      await assert.rejects(k8sBackendModule.cleanup({ ...m, k8s: { ...m.k8s!, context: 'unreachable' } }, () => {}), /kube context "unreachable" is unreachable/);
+    } finally {
+      if (saved === undefined) delete process.env.KUBECONFIG;
+      else process.env.KUBECONFIG = saved;
+    }
   });
 
   it('names an unreachable context, an unknown context, and a namespace where Jobs may not be created (403)', async () => {
