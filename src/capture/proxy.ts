@@ -1,4 +1,5 @@
-// The capture proxy: one loopback HTTP server, many sessions, every call recorded durably.
+// The capture proxy: one loopback HTTP server in front of one engine, and its lifecycle. Sessions,
+// their store and their events are the registry's (`proxy.sessions`, session-registry.ts).
 // The same class runs under the CLI (`harness-lab proxy`) and inside the VS Code extension host.
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -7,21 +8,16 @@ import { AcceptorThread, ListenError } from './acceptor.js';
 import { isLoopbackHost, presentedKey, secretsEqual } from './auth.js';
 import { EngineClient } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
-import { Emitter } from './events.js';
 import { DEFAULT_BODY_LIMIT, readBody, sendJson } from './http-util.js';
-import { handleModelCall } from './model-call.js';
-import { buildRollout, type RolloutDocument } from './rollout.js';
-import { CaptureSession, CreateSessionSchema, mintSessionId, type CreateSessionRequest } from './sessions.js';
-import { CaptureStore } from './store.js';
-import type { CallRecord, CaptureLevel, SessionInfo } from './types.js';
+import { handleModelCall, type ModelCallDeps } from './model-call.js';
+import type { RolloutDocument } from './rollout.js';
+import { SessionExistsError, SessionRegistry } from './session-registry.js';
+import { CreateSessionSchema, type CaptureSession, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
+import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger, SessionInfo } from './types.js';
 import { DEFAULT_MAX_OUTPUT_TOKENS } from './upstream.js';
 
-export interface ProxyLogger {
-  info(message: string): void;
-  warn(message: string): void;
-  error(message: string): void;
-  debug?(message: string): void;
-}
+export type { ProxyLogger } from './types.js';
+export { SessionExistsError } from './session-registry.js';
 
 export interface ProxyOptions {
   engineUrl: string;
@@ -53,19 +49,14 @@ export class ProxyConfigError extends Error {}
 
 export class CaptureProxy {
   readonly instance = randomBytes(8).toString('hex');
-  private readonly sessions = new Map<string, CaptureSession>();
+  /** Every session of this proxy: create, get, list, delete, rollout, and their events. */
+  readonly sessions: SessionRegistry;
   private readonly engine: EngineClient;
-  private readonly store: CaptureStore | undefined;
   private readonly log: ProxyLogger;
   private captureLevel: CaptureLevel;
   private probeReport: EngineProbeReport | undefined;
   private probing: Promise<EngineProbeReport> | undefined;
-  private readonly recordEmitter = new Emitter<CallRecord>();
-  private readonly sessionsEmitter = new Emitter<void>();
-  /** Fires after a call is durably recorded (answered or failed). */
-  readonly onDidRecordCall = this.recordEmitter.event;
-  /** Fires when a session is created or deleted. */
-  readonly onDidChangeSessions = this.sessionsEmitter.event;
+  private readonly modelCallDeps: ModelCallDeps;
   private server!: Server;
   private acceptor: AcceptorThread | undefined;
   private closing = false;
@@ -73,9 +64,24 @@ export class CaptureProxy {
 
   private constructor(private readonly options: ProxyOptions) {
     this.engine = new EngineClient(options.engineUrl);
-    this.store = options.dataDir ? new CaptureStore(options.dataDir) : undefined;
     this.log = options.logger ?? silentLogger;
     this.captureLevel = options.captureLevel ?? 'tokens';
+    this.sessions = SessionRegistry.open({
+      defaults: { model: options.model, engineUrl: this.engine.baseUrl, maxModelCalls: options.maxModelCalls ?? 0 },
+      dataDir: options.dataDir,
+      engineLevel: () => ({ level: this.captureLevel, graded: Boolean(options.captureLevel) || Boolean(this.probeReport?.reachable) }),
+      logger: this.log,
+    });
+    this.modelCallDeps = {
+      sessions: this.sessions,
+      engine: { client: this.engine, grade: () => this.ensureProbed() },
+      limits: {
+        bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT,
+        maxOutputTokens: options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
+        keepaliveGraceMs: options.keepaliveGraceMs,
+        keepaliveIntervalMs: options.keepaliveIntervalMs,
+      },
+    };
   }
 
   static async start(options: ProxyOptions): Promise<CaptureProxy> {
@@ -84,7 +90,6 @@ export class CaptureProxy {
       throw new ProxyConfigError(`refusing to bind ${host} without an admin key: anyone who can reach it could read captured token data and relay calls to the engine. Pass --admin-key (or set HARNESS_LAB_ADMIN_KEY), or bind 127.0.0.1.`);
     }
     const proxy = new CaptureProxy(options);
-    proxy.restore();
     await proxy.listen(host, options.port ?? 0);
     if (!options.captureLevel) void proxy.ensureProbed();
     return proxy;
@@ -103,21 +108,6 @@ export class CaptureProxy {
     return this.engine.baseUrl;
   }
 
-  private restore(): void {
-    if (!this.store) return;
-    for (const loaded of this.store.loadAll()) {
-      const session = new CaptureSession(loaded.info);
-      for (const call of loaded.calls) session.addCall(call);
-      session.budgetStopCount = loaded.budgetStops;
-      session.modelCalls = loaded.calls.length;
-      session.nextIndex = loaded.calls.reduce((n, c) => Math.max(n, c.index + 1), 0);
-      session.upstreamErrors = loaded.calls.filter((c) => c.error?.kind === 'engine').length;
-      this.sessions.set(session.id, session);
-      if (loaded.skipped) this.log.warn(`session ${session.id}: skipped ${loaded.skipped} unreadable line(s) in its store file`);
-    }
-    if (this.sessions.size) this.log.info(`restored ${this.sessions.size} session(s) from ${this.store.dataDir}`);
-  }
-
   private async listen(host: string, port: number): Promise<void> {
     this.server = createServer((req, res) => {
       this.route(req, res).catch((err: unknown) => {
@@ -134,7 +124,7 @@ export class CaptureProxy {
     const backlog = 2048;
     if (this.options.acceptorThread !== false) {
       // `/health` counts sessions: the acceptor's copy changes with them.
-      this.onDidChangeSessions(() => this.acceptor?.publishHealth());
+      this.sessions.onDidChange(() => this.acceptor?.publishHealth());
       try {
         this.acceptor = await this.startAcceptor(host, port, backlog);
       } catch (err) {
@@ -176,29 +166,24 @@ export class CaptureProxy {
     });
   }
 
-  // ---- sessions (library API, also behind the HTTP routes) ----
+  // ---- sessions: new code uses `proxy.sessions`; these delegates keep older callers working ----
 
-  createSession(request: CreateSessionRequest = {}): SessionInfo {
-    const id = request.session_id ?? mintSessionId();
-    if (this.sessions.has(id)) throw new SessionExistsError(id);
-    const info: SessionInfo = {
-      session_id: id,
-      created_at: new Date().toISOString(),
-      model: request.model ?? this.options.model,
-      engine_url: this.engine.baseUrl,
-      max_model_calls: request.max_model_calls ?? this.options.maxModelCalls ?? 0,
-      metadata: request.metadata ?? {},
-      capture_level: this.options.captureLevel ?? (this.probeReport?.reachable ? this.captureLevel : undefined),
-    };
-    const session = new CaptureSession(info);
-    this.sessions.set(id, session);
-    void this.store?.append(id, { type: 'session', ...info }).catch((err: unknown) => this.log.error(`could not store session ${id}: ${String(err)}`));
-    this.sessionsEmitter.fire();
-    return info;
+  /** Fires after a call is durably recorded (answered or failed). */
+  get onDidRecordCall(): SessionRegistry['onDidRecordCall'] {
+    return this.sessions.onDidRecordCall;
   }
 
-  listSessions(): ReturnType<CaptureSession['summary']>[] {
-    return [...this.sessions.values()].map((s) => s.summary());
+  /** Fires when a session is created or deleted. */
+  get onDidChangeSessions(): SessionRegistry['onDidChange'] {
+    return this.sessions.onDidChange;
+  }
+
+  createSession(request: CreateSessionRequest = {}): SessionInfo {
+    return this.sessions.create(request);
+  }
+
+  listSessions(): JsonObject[] {
+    return this.sessions.list();
   }
 
   getSession(id: string): CaptureSession | undefined {
@@ -206,21 +191,15 @@ export class CaptureProxy {
   }
 
   getCalls(id: string): CallRecord[] {
-    return this.sessions.get(id)?.calls ?? [];
+    return this.sessions.calls(id);
   }
 
-  async deleteSession(id: string): Promise<boolean> {
-    const existed = this.sessions.delete(id);
-    await this.store?.delete(id);
-    if (existed) this.sessionsEmitter.fire();
-    return existed;
+  deleteSession(id: string): Promise<boolean> {
+    return this.sessions.delete(id);
   }
 
-  rollout(id: string): RolloutDocument | undefined {
-    const session = this.sessions.get(id);
-    if (!session) return undefined;
-    const captureLevel = session.info.capture_level ?? this.captureLevel;
-    return buildRollout(session.info, session.calls, { budgetStopCount: session.budgetStopCount, captureLevel, sessionFindings: session.findings, graph: session.graph(captureLevel) });
+  rollout(id: string, opts?: RolloutReadOptions): RolloutDocument | undefined {
+    return this.sessions.rollout(id, opts);
   }
 
   /** The engine's grade; probed once on first contact, again after a probe that could not reach it. */
@@ -243,16 +222,6 @@ export class CaptureProxy {
 
   get engineReport(): EngineProbeReport | undefined {
     return this.probeReport;
-  }
-
-  /** The level a session captures at: fixed at its first forwarded call, stored with the session. */
-  private async sessionLevel(session: CaptureSession): Promise<CaptureLevel> {
-    const level = await this.ensureProbed();
-    if (session.info.capture_level === undefined || (session.calls.length === 0 && session.info.capture_level !== level)) {
-      session.info.capture_level = level;
-      await this.store?.append(session.id, { type: 'session', ...session.info });
-    }
-    return session.info.capture_level;
   }
 
   // ---- HTTP ----
@@ -296,35 +265,8 @@ export class CaptureProxy {
       if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key (Authorization: Bearer <key> or x-admin-key)', type: 'invalid_request_error' } });
       return this.sessionRoute(req, res, method, path);
     }
-    if (method === 'POST') {
-      return handleModelCall(req, res, url, {
-        bodyLimit: this.options.bodyLimit ?? DEFAULT_BODY_LIMIT,
-        maxOutputTokens: this.options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
-        captureLevel: (session) => this.sessionLevel(session),
-        engine: this.engine,
-        findSession: (key) => this.sessions.get(key),
-        record: (session, record) => this.record(session, record),
-        recordBudgetStop: async (session) => {
-          await this.store?.append(session.id, { type: 'budget_stop', at: new Date().toISOString() });
-        },
-        keepaliveGraceMs: this.options.keepaliveGraceMs,
-        keepaliveIntervalMs: this.options.keepaliveIntervalMs,
-      });
-    }
+    if (method === 'POST') return handleModelCall(req, res, url, this.modelCallDeps);
     sendJson(res, 404, { error: { message: `no route ${method} ${url.pathname}`, type: 'invalid_request_error' } });
-  }
-
-  private async record(session: CaptureSession, record: CallRecord): Promise<void> {
-    if (this.store) {
-      try {
-        await this.store.append(session.id, { type: 'call', ...record });
-      } catch (err) {
-        // Still answer the harness, but loudly: the call is only in memory now.
-        this.log.error(`could not store call ${record.call_id} of session ${session.id}: ${String(err)}`);
-      }
-    }
-    if (this.sessions.get(session.id) === session) session.addCall(record);
-    this.recordEmitter.fire(record);
   }
 
   private async models(res: ServerResponse): Promise<void> {
@@ -340,15 +282,15 @@ export class CaptureProxy {
   private async sessionRoute(req: IncomingMessage, res: ServerResponse, method: string, path: string): Promise<void> {
     const parts = path.split('/').filter(Boolean); // ['sessions', id?, 'rollout'?]
     if (parts.length === 1) {
-      if (method === 'GET') return sendJson(res, 200, { sessions: this.listSessions() });
+      if (method === 'GET') return sendJson(res, 200, { sessions: this.sessions.list() });
       if (method === 'POST') return this.createSessionRoute(req, res);
     }
     const id = decodeURIComponent(parts[1] ?? '');
     const session = this.sessions.get(id);
-    if (parts.length === 2 && method === 'DELETE') return sendJson(res, 200, { deleted: await this.deleteSession(id) });
+    if (parts.length === 2 && method === 'DELETE') return sendJson(res, 200, { deleted: await this.sessions.delete(id) });
     if (!session) return sendJson(res, 404, { error: { message: `unknown session ${id}`, type: 'not_found_error' } });
     if (parts.length === 2 && method === 'GET') return sendJson(res, 200, session.summary());
-    if (parts.length === 3 && parts[2] === 'rollout' && method === 'GET') return sendJson(res, 200, this.rollout(id));
+    if (parts.length === 3 && parts[2] === 'rollout' && method === 'GET') return sendJson(res, 200, this.sessions.rollout(id));
     if (parts.length === 3 && parts[2] === 'calls' && method === 'GET') return sendJson(res, 200, { session_id: id, calls: session.calls });
     sendJson(res, 404, { error: { message: `no route ${method} ${path}`, type: 'invalid_request_error' } });
   }
@@ -371,7 +313,7 @@ export class CaptureProxy {
     await this.ensureProbed();
     let info: SessionInfo;
     try {
-      info = this.createSession(parsed.data);
+      info = this.sessions.create(parsed.data);
     } catch (err) {
       if (err instanceof SessionExistsError) return sendJson(res, 409, { error: { message: err.message, type: 'invalid_request_error' } });
       throw err;
@@ -381,18 +323,10 @@ export class CaptureProxy {
 
   async close(): Promise<void> {
     this.closing = true;
-    this.recordEmitter.dispose();
-    this.sessionsEmitter.dispose();
     this.server.closeAllConnections();
     if (this.acceptor) await this.acceptor.close();
     else await new Promise<void>((resolve) => this.server.close(() => resolve()));
     await this.engine.close();
-    await this.store?.close();
-  }
-}
-
-export class SessionExistsError extends Error {
-  constructor(id: string) {
-    super(`session ${id} already exists`);
+    await this.sessions.close();
   }
 }

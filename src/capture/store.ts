@@ -6,7 +6,7 @@
 // and under load each trip waits a whole (long) loop turn. So files stay open between appends, and
 // where the platform has O_DSYNC the file is opened with it: each write then returns only once the
 // data is on disk, as write + fdatasync did, in one trip instead of four (open, write, sync, close).
-import { constants, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { constants, existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { CallRecord, SessionInfo } from './types.js';
@@ -43,7 +43,6 @@ interface OpenFile {
 }
 
 export class CaptureStore {
-  private readonly dir: string;
   private readonly queues = new Map<string, PendingWrite[]>();
   private readonly flushing = new Set<string>();
   /** Open session files, least recently used first. */
@@ -51,12 +50,11 @@ export class CaptureStore {
   private sweeper: NodeJS.Timeout | undefined;
 
   constructor(readonly dataDir: string) {
-    this.dir = join(dataDir, 'sessions');
-    mkdirSync(this.dir, { recursive: true });
+    mkdirSync(sessionsDirOf(dataDir), { recursive: true });
   }
 
   fileOf(sessionId: string): string {
-    return join(this.dir, `${sessionId}.jsonl`);
+    return sessionFileOf(this.dataDir, sessionId);
   }
 
   append(sessionId: string, line: StoreLine): Promise<void> {
@@ -153,14 +151,30 @@ export class CaptureStore {
 
   /** Everything on disk, for a restart on the same data dir. */
   loadAll(): LoadedSession[] {
-    const sessions: LoadedSession[] = [];
-    for (const name of readdirSync(this.dir).sort()) {
-      if (!name.endsWith('.jsonl')) continue;
-      const loaded = loadSessionFile(join(this.dir, name));
-      if (loaded) sessions.push(loaded);
-    }
-    return sessions;
+    return loadStoredSessions(this.dataDir);
   }
+}
+
+function sessionsDirOf(dataDir: string): string {
+  return join(dataDir, 'sessions');
+}
+
+/** Where the store keeps a session: `<dataDir>/sessions/<id>.jsonl`. */
+export function sessionFileOf(dataDir: string, sessionId: string): string {
+  return join(sessionsDirOf(dataDir), `${sessionId}.jsonl`);
+}
+
+/** Every session stored under a data dir (none when it has no sessions directory); writes nothing. */
+export function loadStoredSessions(dataDir: string): LoadedSession[] {
+  const dir = sessionsDirOf(dataDir);
+  if (!existsSync(dir)) return [];
+  const sessions: LoadedSession[] = [];
+  for (const name of readdirSync(dir).sort()) {
+    if (!name.endsWith('.jsonl')) continue;
+    const loaded = loadSessionFile(join(dir, name));
+    if (loaded) sessions.push(loaded);
+  }
+  return sessions;
 }
 
 export function loadSessionFile(path: string): LoadedSession | undefined {

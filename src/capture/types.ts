@@ -199,3 +199,11 @@ export interface SessionInfo {
   /** The engine's capture level when the session was created (below `tokens`: evaluation only). */
   capture_level?: CaptureLevel;
 }
+
+/** Where the proxy and its session registry say what they do (the CLI's stderr, VS Code's output channel). */
+export interface ProxyLogger {
+  info(message: string): void;
+  warn(message: string): void;
+  error(message: string): void;
+  debug?(message: string): void;
+}
