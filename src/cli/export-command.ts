@@ -1,7 +1,7 @@
 // `harness-lab export`: a session's TrainingTrace JSONL, read from a data dir (no proxy needed).
 import { existsSync, writeFileSync } from 'node:fs';
-import { loadSessionFile, CaptureStore } from '../capture/store.js';
-import { buildRollout, NotTrainableError, trainingTraces, traceToJsonl } from '../capture/rollout.js';
+import { NotTrainableError, trainingTraces, traceToJsonl } from '../capture/rollout.js';
+import { SessionRegistry } from '../capture/session-registry.js';
 import type { CliCommand } from './main.js';
 import { parseFlags, UsageError, withUsage } from './args.js';
 
@@ -19,12 +19,11 @@ export const exportCommand: CliCommand = {
         return 0;
       }
       for (const flag of ['data-dir', 'session', 'out'] as const) if (!values[flag]) throw new UsageError(`--${flag} is required\n\n${USAGE}`);
-      const store = new CaptureStore(values['data-dir']!);
-      const file = store.fileOf(values.session!);
+      const sessions = SessionRegistry.openReadOnly(values['data-dir']!);
+      const file = sessions.fileOf(values.session!)!;
       if (!existsSync(file)) throw new UsageError(`no session '${values.session}' in ${values['data-dir']} (looked for ${file})`);
-      const loaded = loadSessionFile(file);
-      if (!loaded) throw new UsageError(`${file}: no session header line; the file is not a Harness Lab capture`);
-      const doc = buildRollout(loaded.info, loaded.calls, { budgetStopCount: loaded.budgetStops, captureLevel: loaded.info.capture_level ?? 'tokens' });
+      const doc = sessions.rollout(values.session!);
+      if (!doc) throw new UsageError(`${file}: no session header line; the file is not a Harness Lab capture`);
       let traces;
       try {
         traces = trainingTraces(doc);
@@ -37,7 +36,7 @@ export const exportCommand: CliCommand = {
       }
       writeFileSync(values.out!, traceToJsonl(traces));
       const trainable = traces.filter((t) => t.trainable).length;
-      process.stdout.write(`wrote ${traces.length} trace(s) (${trainable} trainable) from ${loaded.calls.length} call(s) to ${values.out}\n`);
+      process.stdout.write(`wrote ${traces.length} trace(s) (${trainable} trainable) from ${doc.calls.length} call(s) to ${values.out}\n`);
       return 0;
     }),
 };

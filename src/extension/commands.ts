@@ -98,7 +98,7 @@ function captureTarget(proxy: ProxyLike, sessionId: string, model: string): Capt
 
 async function newSession(host: CommandHost): Promise<string | undefined> {
   const proxy = host.controller.running ?? (await startProxy(host));
-  const info = proxy.createSession({ metadata: { source: 'vscode' } });
+  const info = proxy.sessions.create({ metadata: { source: 'vscode' } });
   host.log.info(`session ${info.session_id} created`);
   const snippets = envSnippets(captureTarget(proxy, info.session_id, info.model));
   const all = snippets.map((s) => `# ${s.label}\n${s.text}`).join('\n\n');
@@ -126,7 +126,7 @@ async function copyToClipboard(host: CommandHost, text: string): Promise<boolean
 
 async function openCapturedTerminal(host: CommandHost): Promise<{ sessionId: string; terminal: vscode.Terminal }> {
   const proxy = host.controller.running ?? (await startProxy(host));
-  const info = proxy.createSession({ metadata: { source: 'terminal' } });
+  const info = proxy.sessions.create({ metadata: { source: 'terminal' } });
   const settings = currentSettings();
   const codexHome = join(host.controller.resolveDataDir(settings), 'codex-home', info.session_id);
   const target: CaptureTarget = { ...captureTarget(proxy, info.session_id, info.model), codexHome };

@@ -83,7 +83,7 @@ class HarnessLab extends Disposable {
 
     const docs = this._register(new ReadonlyDocuments());
     for (const d of registerCommands({ context, controller, log, docs, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
-    for (const d of registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), getCalls: (id) => controller.getCalls(id), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m) })) this._register(d);
+    for (const d of registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m) })) this._register(d);
     for (const d of registerHarnessCommands({ context, log, docs })) this._register(d);
 
     const settings = safeSettings(log);

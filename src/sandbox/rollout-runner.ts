@@ -82,7 +82,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
   const { task, runtime, proxy } = opts;
   const entry = harnessEntry(opts.harness);
   const outDir = nextRolloutDir(opts.outDir, task.name, entry.name);
-  const session = proxy.createSession({ max_model_calls: opts.maxModelCalls ?? 100, metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir } });
+  const session = proxy.sessions.create({ max_model_calls: opts.maxModelCalls ?? 100, metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir } });
   const sessionId = session.session_id;
   const result: RolloutResult = {
     task: task.name,
@@ -149,7 +149,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
   } finally {
     await sandbox?.remove();
   }
-  const doc = proxy.rollout(sessionId) ?? null;
+  const doc = proxy.sessions.rollout(sessionId) ?? null;
   result.rollout = doc;
   try {
     const traj = entry.toAtif(join(outDir, 'agent'));
