@@ -3,7 +3,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as vscode from 'vscode';
-import { EngineClient } from '../capture/engine-client.js';
+import { EngineClient, servedModel } from '../capture/engine-client.js';
 import { probeEngine } from '../capture/engine-probe.js';
 import type { EngineNode } from './engines-view.js';
 import type { Logger } from './logger.js';
@@ -34,17 +34,12 @@ export function currentSettings(): HarnessLabSettings {
 /** The model the proxy announces: the setting, else the engine's only served model. */
 async function resolveModel(settings: HarnessLabSettings, token?: vscode.CancellationToken): Promise<string> {
   if (settings.model) return settings.model;
-  const client = new EngineClient(settings.engineUrl, { connections: 1 });
   const abort = new AbortController();
   const sub = token?.onCancellationRequested(() => abort.abort());
   try {
-    const reply = await client.get('/v1/models', abort.signal);
-    const ids = ((reply.body as { data?: { id?: unknown }[] })?.data ?? []).map((m) => String(m.id));
-    if (ids.length === 1) return ids[0]!;
-    throw new Error(ids.length ? `The engine serves ${ids.length} models (${ids.join(', ')}); choose one in the setting harnessLab.model.` : 'The engine lists no models; set harnessLab.model.');
+    return await servedModel(settings.engineUrl, { checkUrl: 'the setting harnessLab.engineUrl', nameModel: 'set harnessLab.model' }, abort.signal);
   } finally {
     sub?.dispose();
-    await client.close();
   }
 }
 

@@ -2,6 +2,7 @@
 // task, harness, sandbox runtime (stale sandboxes removed), engine, capture proxy, signal handlers
 // that remove this process's containers on Ctrl-C or SIGTERM.
 import { join } from 'node:path';
+import { servedModel, type ServedModelHints } from '../capture/engine-client.js';
 import { CaptureProxy } from '../capture/proxy.js';
 import { assertInstalled, harnessEntry } from '../harness/registry.js';
 import { loadTask, type HarborTask } from '../tasks/task.js';
@@ -33,21 +34,8 @@ export interface Lab {
   close(): Promise<void>;
 }
 
-/** The engine's only served model (GET /v1/models), as the proxy's default model name. */
-export async function servedModel(engineUrl: string): Promise<string> {
-  const url = `${engineUrl.replace(/\/+$/, '').replace(/\/v1$/, '')}/v1/models`;
-  let ids: string[];
-  try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(10_000) });
-    if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
-    const body = (await res.json()) as { data?: { id?: unknown }[] };
-    ids = (body.data ?? []).map((m) => m.id).filter((id): id is string => typeof id === 'string');
-  } catch (err) {
-    throw new Error(`the engine at ${engineUrl} did not list its models (${url}: ${(err as Error).message}); check --engine-url, or pass --model NAME`);
-  }
-  if (ids.length === 1) return ids[0]!;
-  throw new Error(ids.length ? `the engine at ${engineUrl} serves ${ids.join(', ')}; pick one with --model NAME` : `the engine at ${engineUrl} lists no models; pass --model NAME`);
-}
+/** What the CLI's user changes when the engine's model cannot be read. */
+export const CLI_MODEL_HINTS: ServedModelHints = { checkUrl: '--engine-url', nameModel: 'pass --model NAME' };
 
 export async function openLab(opts: LabOptions): Promise<Lab> {
   const task = loadTask(opts.taskDir);
@@ -74,7 +62,7 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       model ??= engine.model;
       engineDescription = engine.description;
     }
-    model ??= await servedModel(engineUrl);
+    model ??= await servedModel(engineUrl, CLI_MODEL_HINTS);
     const proxy = await CaptureProxy.start({
       engineUrl,
       model,
