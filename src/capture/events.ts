@@ -1,5 +1,6 @@
 // A minimal typed event emitter with disposable subscriptions (the shape VS Code's Event uses).
-export interface Disposable {
+/** Anything with a `dispose()`: an event subscription here, a vscode.Disposable in the extension. */
+export interface IDisposable {
   dispose(): void;
 }
 
@@ -9,7 +10,7 @@ export class Emitter<T> {
   private listeners = new Set<Listener<T>>();
 
   /** Subscribe; dispose the result to unsubscribe. */
-  readonly event = (listener: Listener<T>): Disposable => {
+  readonly event = (listener: Listener<T>): IDisposable => {
     this.listeners.add(listener);
     return { dispose: () => this.listeners.delete(listener) };
   };

@@ -1,14 +1,21 @@
-// Every "Harness Lab: ..." command. Commands are registered at activation and fail with a message in
-// the user's terms (never "command not found") when what they need is missing.
+// Every "Harness Lab: ..." command, in one table (createCommands): its name, its handler and when it
+// is enabled. registerCommands is the only place in the extension that registers a command; every
+// handler's error becomes one message in the user's terms (never "command not found"), and a
+// NotConfiguredError gets the button that sets the missing thing up. The shape follows rust-analyzer
+// (editors/code: main.ts createCommands, ctx.ts CommandFactory).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as vscode from 'vscode';
 import { EngineClient, servedModel } from '../capture/engine-client.js';
 import { probeEngine } from '../capture/engine-probe.js';
+import type { CaptureProxy } from '../capture/proxy.js';
 import type { EngineNode } from './engines-view.js';
+import { runTaskWithHarness, validateHarnessWiring } from './harness-run-commands.js';
 import type { Logger } from './logger.js';
+import { NotConfiguredError, SET_ENGINE_URL } from './not-configured.js';
+import { NotRunningError, type ProxyController } from './proxy-controller.js';
 import type { ReadonlyDocuments } from './readonly-docs.js';
-import type { ProxyController, ProxyLike } from './proxy-controller.js';
+import { viewerTargetOf, type RolloutViewerPanels } from './rollout-viewer-panel.js';
 import type { CallNode, SessionNode } from './sessions-model.js';
 import { SETTINGS_SECTION, readSettings, type HarnessLabSettings } from './settings.js';
 import { quickActions } from './status-model.js';
@@ -16,11 +23,13 @@ import { capturedTerminalEnv, codexConfigToml, envSnippets, type CaptureTarget }
 
 export const ADMIN_KEY_SECRET = 'harnessLab.adminKey';
 
+/** What every command handler may use (rust-analyzer's Ctx): built once at activation. */
 export interface CommandHost {
   context: vscode.ExtensionContext;
-  controller: ProxyController;
+  controller: ProxyController<CaptureProxy>;
   log: Logger;
   docs: ReadonlyDocuments;
+  viewer: RolloutViewerPanels;
   refreshSessions(): void;
   refreshTasks(): void;
   refreshEngines(): void;
@@ -43,15 +52,12 @@ async function resolveModel(settings: HarnessLabSettings, token?: vscode.Cancell
   }
 }
 
-export async function startProxy(host: CommandHost): Promise<ProxyLike> {
+/** The running proxy, started first if it is not (the one proxy every session goes through). */
+async function startProxy(host: CommandHost): Promise<CaptureProxy> {
   const running = host.controller.running;
   if (running) return running;
   const settings = currentSettings();
-  if (!settings.engineUrl) {
-    const choice = await vscode.window.showErrorMessage('Harness Lab needs an inference engine URL before the proxy can start.', 'Set Engine URL');
-    if (choice) await vscode.commands.executeCommand('harnessLab.setEngineUrl');
-    throw new Error('no engine URL configured');
-  }
+  if (!settings.engineUrl) throw new NotConfiguredError('Harness Lab needs an inference engine URL before the proxy can start.', SET_ENGINE_URL);
   return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: 'Harness Lab: starting capture proxy', cancellable: true }, async (_progress, token) => {
     const model = await resolveModel(settings, token);
     if (token.isCancellationRequested) throw new vscode.CancellationError();
@@ -72,6 +78,7 @@ function sessionIdOf(arg: unknown): string | undefined {
   return undefined;
 }
 
+/** The session a command acts on: its argument (a Sessions tree node or an id), else a quick pick. */
 async function pickSession(host: CommandHost, arg: unknown, placeHolder: string): Promise<string | undefined> {
   const fromArg = sessionIdOf(arg);
   if (fromArg) return fromArg;
@@ -87,12 +94,12 @@ async function pickSession(host: CommandHost, arg: unknown, placeHolder: string)
   return picked?.label;
 }
 
-function captureTarget(proxy: ProxyLike, sessionId: string, model: string): CaptureTarget {
+function captureTarget(proxy: CaptureProxy, sessionId: string, model: string): CaptureTarget {
   return { proxyUrl: proxy.url, sessionKey: sessionId, ...(model ? { model } : {}) };
 }
 
 async function newSession(host: CommandHost): Promise<string | undefined> {
-  const proxy = host.controller.running ?? (await startProxy(host));
+  const proxy = await startProxy(host);
   const info = proxy.sessions.create({ metadata: { source: 'vscode' } });
   host.log.info(`session ${info.session_id} created`);
   const snippets = envSnippets(captureTarget(proxy, info.session_id, info.model));
@@ -120,7 +127,7 @@ async function copyToClipboard(host: CommandHost, text: string): Promise<boolean
 }
 
 async function openCapturedTerminal(host: CommandHost): Promise<{ sessionId: string; terminal: vscode.Terminal }> {
-  const proxy = host.controller.running ?? (await startProxy(host));
+  const proxy = await startProxy(host);
   const info = proxy.sessions.create({ metadata: { source: 'terminal' } });
   const settings = currentSettings();
   const codexHome = join(host.controller.resolveDataDir(settings), 'codex-home', info.session_id);
@@ -175,11 +182,7 @@ async function setAdminKey(host: CommandHost): Promise<void> {
 async function probe(host: CommandHost, arg: unknown): Promise<void> {
   const settings = currentSettings();
   const url = arg && typeof arg === 'object' && typeof (arg as EngineNode).url === 'string' ? (arg as EngineNode).url : settings.engineUrl;
-  if (!url) {
-    const choice = await vscode.window.showWarningMessage('No engine URL configured.', 'Set Engine URL');
-    if (choice) await vscode.commands.executeCommand('harnessLab.setEngineUrl');
-    return;
-  }
+  if (!url) throw new NotConfiguredError('No engine URL configured.', SET_ENGINE_URL);
   await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: probing ${url}`, cancellable: true }, async (_p, token) => {
     const client = new EngineClient(url, { connections: 2 });
     let onCancel: vscode.Disposable | undefined;
@@ -236,74 +239,131 @@ async function deleteSession(host: CommandHost, arg: unknown): Promise<boolean> 
   return deleted;
 }
 
-
 async function statusMenu(host: CommandHost): Promise<void> {
   const picked = await vscode.window.showQuickPick(quickActions(host.controller.state), { title: 'Harness Lab' });
   if (picked) await vscode.commands.executeCommand(picked.command);
 }
 
-/** Errors from a command become one message with a way to the log. */
-function guarded<A extends unknown[], R>(host: CommandHost, name: string, fn: (...args: A) => Promise<R>): (...args: A) => Promise<R | undefined> {
-  return async (...args: A) => {
-    try {
-      return await fn(...args);
-    } catch (err) {
-      if (err instanceof vscode.CancellationError) return undefined;
-      const message = err instanceof Error ? err.message : String(err);
-      host.log.error(`${name}: ${message}`);
-      if (message !== 'no engine URL configured') void vscode.window.showErrorMessage(`Harness Lab: ${message}`, 'Show Log').then((c) => c && host.log.show());
-      return undefined;
-    }
+/** Opens a session's rollout in the viewer, at a call when given one from the Sessions tree. */
+async function openRolloutViewer(host: CommandHost, arg: unknown): Promise<string | undefined> {
+  const target = viewerTargetOf(arg) ?? { sessionId: await pickSession(host, undefined, 'Session to open in the rollout viewer'), focus: null };
+  if (!target.sessionId) return undefined;
+  host.viewer.open(target.sessionId, target.focus);
+  return target.sessionId;
+}
+
+/** When a command can do its work; otherwise it fails with the NotConfiguredError this returns. */
+type Precondition = (host: CommandHost) => NotConfiguredError | undefined;
+
+const proxyRunning =
+  (action: string): Precondition =>
+  (host) =>
+    host.controller.running ? undefined : new NotRunningError(action);
+
+export interface CommandSpec {
+  run(host: CommandHost, ...args: unknown[]): Promise<unknown>;
+  /** Unset: always enabled (a handler that needs the proxy starts it). */
+  enabled?: Precondition;
+}
+
+/** The command table: every command the extension contributes (package.json), and only those. */
+export function createCommands(): Record<string, CommandSpec> {
+  return {
+    'harnessLab.startProxy': {
+      run: async (host) => {
+        const proxy = await startProxy(host);
+        void vscode.window.showInformationMessage(`Harness Lab proxy listening on ${proxy.url}`);
+        return proxy.url;
+      },
+    },
+    'harnessLab.stopProxy': { run: (host) => host.controller.stop() },
+    'harnessLab.newSession': { run: (host) => newSession(host) },
+    'harnessLab.openCapturedTerminal': { run: async (host) => (await openCapturedTerminal(host)).sessionId },
+    'harnessLab.setEngineUrl': { run: () => setEngineUrl() },
+    'harnessLab.setAdminKey': { run: (host) => setAdminKey(host) },
+    'harnessLab.probeEngine': { run: (host, arg) => probe(host, arg) },
+    'harnessLab.exportSession': { run: (host, arg) => exportSession(host, arg) },
+    'harnessLab.deleteSession': { run: (host, arg) => deleteSession(host, arg) },
+    'harnessLab.showLog': { run: async (host) => host.log.show() },
+    'harnessLab.statusMenu': { run: (host) => statusMenu(host) },
+    'harnessLab.copyProxyUrl': {
+      enabled: proxyRunning('copy its URL'),
+      run: async (host) => {
+        const proxy = host.controller.running!; // enabled only while it runs
+        const copied = await copyToClipboard(host, proxy.url);
+        void vscode.window.showInformationMessage(copied ? `Copied ${proxy.url}` : `Proxy URL: ${proxy.url}`);
+        return proxy.url;
+      },
+    },
+    'harnessLab.copySessionKey': {
+      run: async (host, arg) => {
+        const sessionId = await pickSession(host, arg, 'Session whose key to copy');
+        if (!sessionId) return undefined;
+        const copied = await copyToClipboard(host, sessionId);
+        void vscode.window.showInformationMessage(`${copied ? 'Copied session key' : 'Session key:'} ${sessionId} (use it as the harness's API key).`);
+        return sessionId;
+      },
+    },
+    'harnessLab.openSession': {
+      run: async (host, arg) => {
+        const sessionId = await pickSession(host, arg, 'Session to open');
+        if (!sessionId) return;
+        const row = host.controller.listSessions().find((s) => s.session_id === sessionId);
+        await host.docs.show(`session ${sessionId}.json`, `${JSON.stringify({ ...row, calls: host.controller.getCalls(sessionId) }, null, 2)}\n`, 'json');
+      },
+    },
+    'harnessLab.openCall': {
+      run: async (host, arg) => {
+        const node = arg as CallNode | undefined;
+        if (!node || node.kind !== 'call') throw new Error('Open Call needs a call from the Sessions view.');
+        const rec = host.controller.getCalls(node.sessionId).find((c) => c.call_id === node.callId);
+        if (!rec) throw new Error(`Call ${node.callId} is no longer in session ${node.sessionId}.`);
+        await host.docs.show(`call ${rec.index} ${rec.call_id}.json`, `${JSON.stringify(rec, null, 2)}\n`, 'json');
+      },
+    },
+    'harnessLab.openRolloutViewer': { run: (host, arg) => openRolloutViewer(host, arg) },
+    'harnessLab.validateHarness': { run: (host, arg) => validateHarnessWiring(harnessRunContext(host), arg) },
+    'harnessLab.runTaskWithHarness': { run: (host, arg) => runTaskWithHarness(harnessRunContext(host), arg) },
+    'harnessLab.refreshSessions': { run: async (host) => host.refreshSessions() },
+    'harnessLab.refreshTasks': { run: async (host) => host.refreshTasks() },
+    'harnessLab.refreshEngines': { run: async (host) => host.refreshEngines() },
   };
 }
 
-export function registerCommands(host: CommandHost): vscode.Disposable[] {
-  const { controller, log } = host;
-  const table: Record<string, (...args: unknown[]) => Promise<unknown>> = {
-    'harnessLab.startProxy': async () => {
+function harnessRunContext(host: CommandHost) {
+  return {
+    ...host,
+    ensureProxy: async () => {
       const proxy = await startProxy(host);
-      void vscode.window.showInformationMessage(`Harness Lab proxy listening on ${proxy.url}`);
-      return proxy.url;
+      return { proxy, model: host.controller.runningModel ?? currentSettings().model };
     },
-    'harnessLab.stopProxy': () => controller.stop(),
-    'harnessLab.newSession': () => newSession(host),
-    'harnessLab.openCapturedTerminal': async () => (await openCapturedTerminal(host)).sessionId,
-    'harnessLab.setEngineUrl': () => setEngineUrl(),
-    'harnessLab.setAdminKey': () => setAdminKey(host),
-    'harnessLab.probeEngine': (arg) => probe(host, arg),
-    'harnessLab.exportSession': (arg) => exportSession(host, arg),
-    'harnessLab.deleteSession': (arg) => deleteSession(host, arg),
-    'harnessLab.showLog': async () => log.show(),
-    'harnessLab.statusMenu': () => statusMenu(host),
-    'harnessLab.copyProxyUrl': async () => {
-      const proxy = controller.requireRunning('copy its URL');
-      const copied = await copyToClipboard(host, proxy.url);
-      void vscode.window.showInformationMessage(copied ? `Copied ${proxy.url}` : `Proxy URL: ${proxy.url}`);
-      return proxy.url;
-    },
-    'harnessLab.copySessionKey': async (arg) => {
-      const sessionId = await pickSession(host, arg, 'Session whose key to copy');
-      if (!sessionId) return undefined;
-      const copied = await copyToClipboard(host, sessionId);
-      void vscode.window.showInformationMessage(`${copied ? 'Copied session key' : 'Session key:'} ${sessionId} (use it as the harness's API key).`);
-      return sessionId;
-    },
-    'harnessLab.openSession': async (arg) => {
-      const sessionId = await pickSession(host, arg, 'Session to open');
-      if (!sessionId) return;
-      const row = controller.listSessions().find((s) => s.session_id === sessionId);
-      await host.docs.show(`session ${sessionId}.json`, `${JSON.stringify({ ...row, calls: controller.getCalls(sessionId) }, null, 2)}\n`, 'json');
-    },
-    'harnessLab.openCall': async (arg) => {
-      const node = arg as CallNode | undefined;
-      if (!node || node.kind !== 'call') throw new Error('Open Call needs a call from the Sessions view.');
-      const rec = controller.getCalls(node.sessionId).find((c) => c.call_id === node.callId);
-      if (!rec) throw new Error(`Call ${node.callId} is no longer in session ${node.sessionId}.`);
-      await host.docs.show(`call ${rec.index} ${rec.call_id}.json`, `${JSON.stringify(rec, null, 2)}\n`, 'json');
-    },
-    'harnessLab.refreshSessions': async () => host.refreshSessions(),
-    'harnessLab.refreshTasks': async () => host.refreshTasks(),
-    'harnessLab.refreshEngines': async () => host.refreshEngines(),
   };
-  return Object.entries(table).map(([id, fn]) => vscode.commands.registerCommand(id, guarded(host, id, fn)));
+}
+
+/** A command's errors become one message: a NotConfiguredError with its fix, anything else with a way to the log. */
+async function report(host: CommandHost, name: string, err: unknown): Promise<void> {
+  if (err instanceof vscode.CancellationError) return;
+  const message = err instanceof Error ? err.message : String(err);
+  host.log.error(`${name}: ${message}`);
+  if (err instanceof NotConfiguredError) {
+    const choice = await vscode.window.showErrorMessage(message, err.fix.title);
+    if (choice) await vscode.commands.executeCommand(err.fix.command);
+    return;
+  }
+  void vscode.window.showErrorMessage(`Harness Lab: ${message}`, 'Show Log').then((c) => c && host.log.show());
+}
+
+export function registerCommands(host: CommandHost): vscode.Disposable[] {
+  return Object.entries(createCommands()).map(([name, spec]) =>
+    vscode.commands.registerCommand(name, async (...args: unknown[]) => {
+      try {
+        const blocked = spec.enabled?.(host);
+        if (blocked) throw blocked;
+        return await spec.run(host, ...args);
+      } catch (err) {
+        await report(host, name, err);
+        return undefined;
+      }
+    }),
+  );
 }

@@ -15,7 +15,6 @@ import type { SessionRow } from './sessions-model.js';
 import { SessionsView } from './sessions-view.js';
 import { SETTINGS_SECTION } from './settings.js';
 import { registerRolloutViewer } from './rollout-editor.js';
-import { registerHarnessCommands } from './validate-command.js';
 import { ProxyStatusBar } from './status-bar.js';
 import { TasksView } from './tasks-view.js';
 
@@ -30,14 +29,14 @@ export interface HarnessLabApi {
 }
 
 class HarnessLab extends Disposable {
-  readonly controller: ProxyController;
+  readonly controller: ProxyController<CaptureProxy>;
   readonly api: HarnessLabApi;
 
   constructor(context: vscode.ExtensionContext) {
     super();
     const log = this._register(new Logger(vscode.window.createOutputChannel('Harness Lab', { log: true })));
     const controller = (this.controller = this._register(
-      new ProxyController({
+      new ProxyController<CaptureProxy>({
         startProxy: (opts) => CaptureProxy.start(opts),
         logger: log,
         defaultDataDir: context.globalStorageUri.fsPath,
@@ -82,9 +81,9 @@ class HarnessLab extends Disposable {
     );
 
     const docs = this._register(new ReadonlyDocuments());
-    for (const d of registerCommands({ context, controller, log, docs, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
-    for (const d of registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m) })) this._register(d);
-    for (const d of registerHarnessCommands({ context, log, docs })) this._register(d);
+    const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m) });
+    for (const d of viewer.disposables) this._register(d);
+    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
 
     const settings = safeSettings(log);
     if (settings?.autoStart && settings.engineUrl) {

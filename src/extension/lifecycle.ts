@@ -1,8 +1,9 @@
-// Disposable ownership without the vscode runtime: a vscode.Disposable is structurally the same
-// shape, so these classes hold both and stay unit-testable on plain Node.
-export interface IDisposable {
-  dispose(): void;
-}
+// Disposable ownership without the vscode runtime: a vscode.Disposable and the capture's event
+// subscriptions are structurally the same IDisposable, so these classes hold both and stay
+// unit-testable on plain Node. `Disposable` names only the owning base class below.
+import type { IDisposable } from '../capture/events.js';
+
+export type { IDisposable };
 
 export function toDisposable(fn: () => void): IDisposable {
   let done = false;

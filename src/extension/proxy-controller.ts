@@ -11,6 +11,7 @@ import type { RolloutReadOptions } from '../capture/sessions.js';
 import { CaptureStore } from '../capture/store.js';
 import type { CallRecord, CaptureLevel } from '../capture/types.js';
 import { Disposable, toDisposable, type IDisposable } from './lifecycle.js';
+import { NotConfiguredError, SET_ENGINE_URL, START_PROXY } from './not-configured.js';
 import type { SessionRow, SessionSource } from './sessions-model.js';
 import type { HarnessLabSettings } from './settings.js';
 
@@ -22,7 +23,6 @@ export interface ProxyLike {
   readonly url: string;
   readonly port: number;
   readonly sessions: SessionsLike;
-  setCaptureLevel?(level: CaptureLevel): void;
   close(): Promise<void>;
 }
 
@@ -59,14 +59,14 @@ export function toSessionRows(raw: unknown[]): SessionRow[] {
   return rows;
 }
 
-export class NotRunningError extends Error {
+export class NotRunningError extends NotConfiguredError {
   constructor(action: string) {
-    super(`The Harness Lab proxy is not running; start it first ("Harness Lab: Start Proxy") to ${action}.`);
+    super(`The Harness Lab proxy is not running; start it first ("Harness Lab: Start Proxy") to ${action}.`, START_PROXY);
   }
 }
 
-export interface ProxyControllerDeps {
-  startProxy(options: ProxyOptions): Promise<ProxyLike>;
+export interface ProxyControllerDeps<P extends ProxyLike> {
+  startProxy(options: ProxyOptions): Promise<P>;
   logger: ProxyLogger;
   /** Used when the dataDir setting is empty (the extension passes globalStorageUri). */
   defaultDataDir: string;
@@ -74,14 +74,16 @@ export interface ProxyControllerDeps {
   rememberedEngines?: readonly EngineStatus[];
 }
 
-export class ProxyController extends Disposable implements SessionSource {
+/** `P` is what `startProxy` makes: the extension's CaptureProxy, or a unit test's fake. */
+export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable implements SessionSource {
   private _state: ProxyState = { kind: 'stopped' };
-  private proxy: ProxyLike | undefined;
+  private proxy: P | undefined;
+  private model: string | undefined;
   private proxySubs: IDisposable[] = [];
   private storedCache: SessionRegistry | undefined;
   private dataDir: string | undefined;
   private readonly engines = new Map<string, EngineStatus>();
-  private pending: Promise<ProxyLike> | undefined;
+  private pending: Promise<P> | undefined;
 
   private readonly stateEmitter = this._register(new Emitter<ProxyState>());
   private readonly dataEmitter = this._register(new Emitter<CallRecord | undefined>());
@@ -91,7 +93,7 @@ export class ProxyController extends Disposable implements SessionSource {
   readonly onDidChangeData = this.dataEmitter.event;
   readonly onDidChangeEngines = this.enginesEmitter.event;
 
-  constructor(private readonly deps: ProxyControllerDeps) {
+  constructor(private readonly deps: ProxyControllerDeps<P>) {
     super();
     for (const e of deps.rememberedEngines ?? []) {
       if (e.captureLevel) this.engines.set(e.url, { ...e, reachability: 'unknown', detail: `probed ${e.checkedAt ?? 'earlier'}: ${e.detail}` });
@@ -103,8 +105,13 @@ export class ProxyController extends Disposable implements SessionSource {
     return this._state;
   }
 
-  get running(): ProxyLike | undefined {
+  get running(): P | undefined {
     return this._state.kind === 'running' ? this.proxy : undefined;
+  }
+
+  /** The model the running proxy announces (the setting, or the engine's only model). */
+  get runningModel(): string | undefined {
+    return this.running ? this.model : undefined;
   }
 
   resolveDataDir(settings: HarnessLabSettings): string {
@@ -117,13 +124,13 @@ export class ProxyController extends Disposable implements SessionSource {
   }
 
   /** Starts the proxy (idempotent while starting or running). */
-  async start(settings: HarnessLabSettings, adminKey: string | undefined): Promise<ProxyLike> {
+  async start(settings: HarnessLabSettings, adminKey: string | undefined): Promise<P> {
     if (this.proxy && this._state.kind === 'running') return this.proxy;
     if (this.pending) return this.pending;
     if (!settings.engineUrl) {
       const message = 'No engine URL configured. Run "Harness Lab: Set Engine URL" (setting harnessLab.engineUrl) first.';
       this.setState({ kind: 'failed', message });
-      throw new Error(message);
+      throw new NotConfiguredError(message, SET_ENGINE_URL);
     }
     this.setState({ kind: 'starting' });
     const dataDir = this.resolveDataDir(settings);
@@ -141,6 +148,7 @@ export class ProxyController extends Disposable implements SessionSource {
       .then(
         (proxy) => {
           this.proxy = proxy;
+          this.model = settings.model;
           this.dataDir = dataDir;
           this.storedCache = undefined;
           this.noteEngine(settings.engineUrl, {});
@@ -187,7 +195,7 @@ export class ProxyController extends Disposable implements SessionSource {
     }
   }
 
-  requireRunning(action: string): ProxyLike {
+  requireRunning(action: string): P {
     const proxy = this.running;
     if (!proxy) throw new NotRunningError(action);
     return proxy;
@@ -271,7 +279,6 @@ export class ProxyController extends Disposable implements SessionSource {
     const prev = this.engines.get(url) ?? { url, reachability: 'unknown' as const, captureLevel: null, detail: 'not probed yet', checkedAt: null };
     const next = { ...prev, ...patch, url };
     this.engines.set(url, next);
-    if (patch.captureLevel && this.running?.setCaptureLevel) this.running.setCaptureLevel(patch.captureLevel);
     this.enginesEmitter.fire();
   }
 

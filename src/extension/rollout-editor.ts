@@ -5,7 +5,7 @@ import * as vscode from 'vscode';
 import { basename } from 'node:path';
 import { checkTrajectory, findTrajectory, rolloutFromText } from '../report/rollout-loader.js';
 import { Disposable } from './lifecycle.js';
-import { RolloutViewerPanels, ViewerConnection, viewerHtml, viewerTargetOf, webviewOptions, type RolloutViewerHost } from './rollout-viewer-panel.js';
+import { RolloutViewerPanels, ViewerConnection, viewerHtml, webviewOptions, type RolloutViewerHost } from './rollout-viewer-panel.js';
 
 /** `*.rollout.json` (default editor) and `*.jsonl` (offered under "Open With…": not every JSONL is a rollout). */
 export const ROLLOUT_EDITOR_TYPES = ['harnessLab.rolloutFile', 'harnessLab.rolloutLines'] as const;
@@ -52,34 +52,10 @@ export class RolloutEditorProvider extends Disposable implements vscode.CustomRe
 }
 
 /**
- * Everything the rollout viewer contributes: session panels (with their serializer), the custom
- * editor for rollout files and the "Open Rollout Viewer" command (a session or call from the Sessions
- * tree, a session id, or a quick pick).
+ * Everything the rollout viewer contributes apart from its command (commands.ts): session panels
+ * (with their serializer) and the custom editor for rollout files.
  */
-export function registerRolloutViewer(host: RolloutViewerHost): vscode.Disposable[] {
+export function registerRolloutViewer(host: RolloutViewerHost): { panels: RolloutViewerPanels; disposables: vscode.Disposable[] } {
   const panels = new RolloutViewerPanels(host);
-  const editor = new RolloutEditorProvider(host);
-  const command = vscode.commands.registerCommand('harnessLab.openRolloutViewer', async (arg: unknown) => {
-    let target = viewerTargetOf(arg);
-    if (!target) {
-      const sessions = host.listSessions();
-      if (!sessions.length) {
-        void vscode.window.showInformationMessage('Harness Lab has no captured sessions yet.');
-        return undefined;
-      }
-      const picked = await vscode.window.showQuickPick(
-        sessions.map((s) => ({ label: s.session_id, description: s.created_at })),
-        { placeHolder: 'Session to open in the rollout viewer' },
-      );
-      if (!picked) return undefined;
-      target = { sessionId: picked.label, focus: null };
-    }
-    try {
-      panels.open(target.sessionId, target.focus);
-    } catch (err) {
-      void vscode.window.showErrorMessage(`Harness Lab: ${err instanceof Error ? err.message : String(err)}`);
-    }
-    return target.sessionId;
-  });
-  return [panels, editor, command];
+  return { panels, disposables: [panels, new RolloutEditorProvider(host)] };
 }

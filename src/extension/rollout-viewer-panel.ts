@@ -8,7 +8,8 @@ import type { RolloutDocument } from '../capture/rollout.js';
 import type { RolloutReadOptions } from '../capture/sessions.js';
 import { fetchTokenTexts } from '../capture/token-text.js';
 import type { CallRecord } from '../capture/types.js';
-import { MSG, ReadyQueue, type HostMessage } from '../protocol/messages.js';
+import type { AtifCheckResult } from '../harness/atif-check.js';
+import { ErrorNotification, FocusTurnNotification, LoadNotification, ReadyQueue, TokenTextsNotification, dispatchWebviewMessage, notify, type HostMessage, type WebviewHandlers } from '../protocol/messages.js';
 import { idsWithoutText, toWire, viewerDataFromRollout, type TurnDetails, type ViewerData } from '../protocol/viewer-data.js';
 import { parseWebviewMessage } from '../protocol/webview-schema.js';
 import { checkTrajectory, findTrajectory, type LoadedRollout } from '../report/rollout-loader.js';
@@ -101,16 +102,16 @@ export class ViewerConnection extends Disposable {
   private postLoad(rollout: LoadedRollout, focus: string | null): void {
     const { wire, details } = toWire(rollout.data);
     this.details = details;
-    void this.webview.postMessage({ type: MSG.load, wire, focus } satisfies HostMessage);
+    void this.webview.postMessage(notify(LoadNotification, { wire, focus }));
   }
 
   focusTurn(nodeId: string): void {
     this.focus = nodeId;
-    this.queue.send({ type: MSG.focusTurn, node_id: nodeId });
+    this.queue.send(notify(FocusTurnNotification, { node_id: nodeId }));
   }
 
   showError(message: string): void {
-    this.queue.send({ type: MSG.error, message });
+    this.queue.send(notify(ErrorNotification, { message }));
   }
 
   private async onMessage(raw: unknown): Promise<void> {
@@ -119,23 +120,28 @@ export class ViewerConnection extends Disposable {
       this.host.log?.(`rollout viewer: ignored a malformed webview message (${parsed.error})`);
       return;
     }
-    const msg = parsed.msg;
-    if (msg.type === MSG.ready) {
+    await dispatchWebviewMessage(parsed.msg, this.handlers, (reply) => this.queue.send(reply));
+  }
+
+  private readonly handlers: WebviewHandlers = {
+    ready: () => {
       // The load goes first; anything queued meanwhile (errors, focus) follows it.
       if (this.rollout) this.postLoad(this.rollout, this.focus);
       this.queue.open();
       if (this.rollout) void this.loadTokenTexts(this.rollout.data);
-    } else if (msg.type === MSG.attachTrajectory) {
-      await this.attach(msg.seq);
-    } else if (msg.type === MSG.details) {
-      const res = this.details[msg.node_id];
-      this.queue.send(res ? { type: MSG.detailsCompletion, seq: msg.seq, node_id: msg.node_id, res } : { type: MSG.detailsCompletion, seq: msg.seq, node_id: msg.node_id, err: `no turn ${msg.node_id} in this rollout` });
-    }
-  }
+    },
+    attachTrajectory: () => this.attach(),
+    details: ({ node_id }) => {
+      const res = this.details[node_id];
+      if (!res) throw new Error(`no turn ${node_id} in this rollout`);
+      return res;
+    },
+  };
 
-  private async attach(seq: number): Promise<void> {
+  /** The ATIF check of a trajectory the user picks; null when they cancel the pick. */
+  private async attach(): Promise<AtifCheckResult | null> {
     const rollout = this.rollout;
-    if (!rollout) return;
+    if (!rollout) throw new Error('no rollout is shown');
     const near = rollout.path ? findTrajectory(rollout.path) : null;
     const picked = await vscode.window.showOpenDialog({
       title: 'ATIF trajectory of this rollout (trajectory.json)',
@@ -143,14 +149,10 @@ export class ViewerConnection extends Disposable {
       filters: { 'ATIF trajectory': ['json'] },
       ...(near ? { defaultUri: vscode.Uri.file(near) } : {}),
     });
-    if (!picked?.[0]) return this.queue.send({ type: MSG.attachTrajectoryCompletion, seq, res: null });
-    try {
-      const res = await checkTrajectory(rollout, picked[0].fsPath);
-      rollout.data.atif = res;
-      this.queue.send({ type: MSG.attachTrajectoryCompletion, seq, res });
-    } catch (err) {
-      this.queue.send({ type: MSG.attachTrajectoryCompletion, seq, err: err instanceof Error ? err.message : String(err) });
-    }
+    if (!picked?.[0]) return null;
+    const res = await checkTrajectory(rollout, picked[0].fsPath);
+    rollout.data.atif = res;
+    return res;
   }
 
   /** Prompt-token texts after the first paint: the viewer shows ids until they arrive. */
@@ -163,7 +165,7 @@ export class ViewerConnection extends Disposable {
       const r = await fetchTokenTexts(engineUrl, ids, { signal: this.abort.signal, ...(model ? { model } : {}) });
       if (Object.keys(r.texts).length) {
         Object.assign(data.token_texts, r.texts);
-        this.queue.send({ type: MSG.tokenTexts, texts: r.texts });
+        this.queue.send(notify(TokenTextsNotification, { texts: r.texts }));
       }
       if (r.problem) this.host.log?.(`rollout viewer: ${r.problem}`);
     } catch (err) {

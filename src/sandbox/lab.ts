@@ -23,6 +23,11 @@ export interface LabOptions {
   log?: (line: string) => void;
   /** Install SIGINT/SIGTERM handlers that remove this process's sandboxes (default true). */
   handleSignals?: boolean;
+  /**
+   * A capture proxy that is already running (the VS Code extension's, with `model` the name it
+   * announces): rollouts record into it and its engine; the lab neither starts an engine nor closes it.
+   */
+  proxy?: CaptureProxy;
 }
 
 export interface Lab {
@@ -51,7 +56,7 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
     closers.length = 0;
   };
   try {
-    let engineUrl = opts.engineUrl;
+    let engineUrl = opts.proxy?.engineUrl ?? opts.engineUrl;
     let model = opts.model;
     let engineDescription = `engine at ${engineUrl}`;
     if (!engineUrl) {
@@ -63,13 +68,17 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       engineDescription = engine.description;
     }
     model ??= await servedModel(engineUrl, CLI_MODEL_HINTS);
-    const proxy = await CaptureProxy.start({
-      engineUrl,
-      model,
-      dataDir: join(opts.outDir, '.capture'),
-      captureLevel: opts.engineUrl ? undefined : 'tokens',
-    });
-    closers.push(() => proxy.close());
+    let proxy = opts.proxy;
+    if (!proxy) {
+      const own = await CaptureProxy.start({
+        engineUrl,
+        model,
+        dataDir: join(opts.outDir, '.capture'),
+        captureLevel: opts.engineUrl ? undefined : 'tokens',
+      });
+      closers.push(() => own.close());
+      proxy = own;
+    }
     const reactScript = entry.install.kind === 'bundled-script' ? await ensureReactScript() : undefined;
 
     if (opts.handleSignals !== false) {

@@ -220,13 +220,13 @@ describe('rollout viewer webview (stubbed VS Code API)', { skip }, () => {
   });
 
   test('an ATIF mismatch is shown as one; the attach request round-trips with its seq', async () => {
-    await load(page, fx.data, dir);
     const agentCounts = fx.data.turns.filter((t) => t.role === 'agent' || (t.discarded && t.root_id === fx.data.graph.roots[0])).map((t) => t.sampled_ids.length);
     const traj = (counts: number[]) =>
       parseAtif({ schema_version: 'ATIF-v1.7', agent: { name: 'h', version: '1' }, steps: counts.map((c, i) => ({ step_id: i + 1, source: 'agent', message: '', metrics: { completion_tokens: c } })) });
     const bad = atifCheck(fx.doc, traj(agentCounts.map((c) => c + 1)));
     assert.equal(bad.verdict, 'MISMATCH');
-    await page.evaluate((r) => window.postMessage({ type: 'atif', result: r }, '*'), bad);
+    // The host sends a check it already made (a trajectory.json next to the rollout) with the load.
+    await load(page, { ...fx.data, atif: bad }, dir);
     assert.equal(await page.textContent('[data-testid="verdict"]'), 'ATIF: MISMATCH');
     await page.click('vscode-tab-header:has-text("ATIF cross-check")');
     assert.match((await page.textContent('[data-testid="atif-verdict"]'))!, /^MISMATCH: turn_mismatch/);

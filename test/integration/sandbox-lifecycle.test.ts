@@ -11,6 +11,7 @@ import { CaptureProxy } from '../../src/capture/proxy.js';
 import { TaskError, loadTask } from '../../src/tasks/task.js';
 import { DockerRuntime } from '../../src/sandbox/docker.js';
 import { startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
+import { openLab } from '../../src/sandbox/lab.js';
 import { ensureReactScript } from '../../src/sandbox/react-script.js';
 import { runRollout } from '../../src/sandbox/rollout-runner.js';
 import { SLEEP_POLICY, EXAMPLES, cli, containersOf, dockerReady, outDir, taskWithPolicy, waitFor } from './sandbox-fixtures.js';
@@ -48,6 +49,22 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
       assert.equal(r.verifier?.session_key_absent, true);
       assert.equal(r.rollout?.stats.n_turns, 3);
       assert.equal(r.atif.verdict, 'match');
+    });
+
+    test('a lab opened on a running proxy (the extension\'s Run with Harness...) records into it and leaves it running', { timeout: 300_000 }, async () => {
+      const lab = await openLab({ taskDir: join(EXAMPLES, 'fix-script'), harness: 'react', sandbox: 'docker', proxy, model: engine.model, outDir: outDir(), handleSignals: false });
+      let sessionId: string;
+      try {
+        assert.equal(lab.proxy, proxy);
+        const r = await runRollout(lab.rolloutOptions);
+        assert.equal(r.status, 'ok', r.error ?? '');
+        sessionId = r.session_id;
+      } finally {
+        await lab.close();
+      }
+      assert.ok(proxy.sessions.list().some((s) => s.session_id === sessionId), 'the rollout\'s session is in the given proxy');
+      assert.equal(proxy.sessions.rollout(sessionId)?.stats.n_turns, 3);
+      assert.equal((await fetch(`${proxy.url}/health`)).status, 200, 'closing the lab leaves the given proxy running');
     });
 
     test('the wall-clock timeout stops the container; the rollout is errored with reward null and kept', { timeout: 300_000 }, async () => {

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildRollout, traceToJsonl } from '../../src/capture/rollout.js';
-import { MSG, ReadyQueue, isHostMessage } from '../../src/protocol/messages.js';
+import { AttachTrajectoryRequest, DetailsRequest, ReadyQueue, dispatchWebviewMessage, isCompletion, isHostMessage, type CompletionMessage, type WebviewHandlers } from '../../src/protocol/messages.js';
 import { parseWebviewMessage } from '../../src/protocol/webview-schema.js';
 import { RolloutFileError, parseRolloutDocument, viewerDataFromFile } from '../../src/protocol/rollout-file.js';
 import { bytesToText, fromWire, idsWithoutText, toWire, viewerDataFromRollout } from '../../src/protocol/viewer-data.js';
@@ -9,7 +9,7 @@ import { call, chain, session } from './rollout-fixtures.js';
 
 test('inbound webview messages are validated; unknown or malformed ones are rejected with a reason', () => {
   assert.deepEqual(parseWebviewMessage({ type: 'ready', version: 1 }), { ok: true, msg: { type: 'ready', version: 1 } });
-  assert.equal(parseWebviewMessage({ type: MSG.attachTrajectory, seq: 3 }).ok, true);
+  assert.equal(parseWebviewMessage({ type: AttachTrajectoryRequest.method, seq: 3 }).ok, true);
   const bad = [{ type: 'ready' }, { type: 'ready', version: 1, extra: 1 }, { type: 'attachTrajectory', seq: -1 }, { type: 'rm -rf' }, null, 'ready', { type: 'revealCall', node_id: 'x' }];
   for (const b of bad) {
     const r = parseWebviewMessage(b);
@@ -18,6 +18,32 @@ test('inbound webview messages are validated; unknown or malformed ones are reje
   }
   assert.equal(isHostMessage({ type: 'load', data: {} }), true);
   assert.equal(isHostMessage({ type: 'ready' }), false);
+});
+
+test('the host dispatch runs one handler per message and answers requests with their completion: res, or err when the handler throws', async () => {
+  const seen: string[] = [];
+  const handlers: WebviewHandlers = {
+    ready: ({ version }) => void seen.push(`ready ${version}`),
+    attachTrajectory: async () => null,
+    details: ({ node_id }) => {
+      if (node_id !== 'n1') throw new Error(`no turn ${node_id} in this rollout`);
+      return { raw: null, request_messages: [], response_message: null };
+    },
+  };
+  const replies: CompletionMessage[] = [];
+  const reply = (m: CompletionMessage) => replies.push(m);
+  await dispatchWebviewMessage({ type: 'ready', version: 1 }, handlers, reply);
+  await dispatchWebviewMessage({ type: DetailsRequest.method, seq: 4, node_id: 'n1' }, handlers, reply);
+  await dispatchWebviewMessage({ type: DetailsRequest.method, seq: 5, node_id: 'gone' }, handlers, reply);
+  await dispatchWebviewMessage({ type: AttachTrajectoryRequest.method, seq: 6 }, handlers, reply);
+  assert.deepEqual(seen, ['ready 1']);
+  assert.deepEqual(replies, [
+    { type: 'details/completion', seq: 4, res: { raw: null, request_messages: [], response_message: null } },
+    { type: 'details/completion', seq: 5, err: 'no turn gone in this rollout' },
+    { type: 'attachTrajectory/completion', seq: 6, res: null },
+  ]);
+  for (const r of replies) assert.ok(isHostMessage(r) && isCompletion(r));
+  assert.equal(isHostMessage({ type: 'atif', result: {} }), false, 'nothing sends an atif message any more');
 });
 
 test('ReadyQueue holds messages until ready, then flushes in order; reset re-arms it', () => {

@@ -5,20 +5,14 @@ import '@vscode-elements/elements/dist/vscode-badge/index.js';
 import '@vscode-elements/elements/dist/vscode-tabs/index.js';
 import '@vscode-elements/elements/dist/vscode-tab-header/index.js';
 import '@vscode-elements/elements/dist/vscode-tab-panel/index.js';
-import { MSG, isHostMessage, type HostMessage, type WebviewMessage } from '../../src/protocol/messages.js';
+import { AttachTrajectoryRequest, DetailsRequest, ErrorNotification, FocusTurnNotification, LoadNotification, ReadyCommand, TokenTextsNotification, isMessage, type NotificationMessage } from '../../src/protocol/messages.js';
 import type { AtifCheckResult } from '../../src/harness/atif-check.js';
 import { fromWire, type TurnDetails, type ViewerData, type ViewerTurn, type ViewerWire } from '../../src/protocol/viewer-data.js';
 import { GraphView } from './graph.js';
 import { Navigator, TokenTexts, addedByHarness, liveFocus, logprobBucket, turnTokens, type TurnTokens } from './model.js';
 import { addedPanel, atifPanel, findingsPanel, gradeClass, h, rawPanel } from './panels.js';
 import { TokenStrip, type TokenDetail } from './strip.js';
-
-interface VsCodeApi {
-  postMessage(msg: WebviewMessage): void;
-  getState(): unknown;
-  setState(state: unknown): void;
-}
-declare function acquireVsCodeApi(): VsCodeApi;
+import { HostTransport, vsCodeApi, type VsCodeApi } from './transport.js';
 
 interface SavedState {
   positions: Record<string, string>;
@@ -66,15 +60,13 @@ class Viewer {
   private tt: TurnTokens | null = null;
   private state: SavedState;
   private atif: AtifCheckResult | null;
-  private pendingAttach = new Map<number, true>();
-  private seq = 0;
   /** Listeners outside the viewer's own DOM, removed when a live refresh replaces the viewer. */
   private readonly listening = new AbortController();
 
   constructor(
     private readonly root: HTMLElement,
     private readonly data: ViewerData,
-    private readonly api: VsCodeApi | null,
+    private readonly host: HostTransport | null,
     private readonly store: ReturnType<typeof stateStore>,
     focus: string | null,
     private readonly details: (nodeId: string) => Promise<TurnDetails>,
@@ -255,43 +247,38 @@ class Viewer {
   }
 
   private renderAtif(): void {
-    const attach = this.api ? () => this.requestAttach() : null;
+    const attach = this.host ? () => void this.requestAttach() : null;
     this.panels[2]!.replaceChildren(atifPanel(this.atif, (id) => this.go(id), attach));
     const v = this.atif?.verdict ?? 'none';
     this.verdict.textContent = v === 'none' ? '' : v === 'match' ? 'ATIF: match' : 'ATIF: MISMATCH';
     this.verdict.className = `verdict-badge v-${v.toLowerCase()}`;
   }
 
-  private requestAttach(): void {
-    const seq = ++this.seq;
-    this.pendingAttach.set(seq, true);
-    this.api?.postMessage({ type: MSG.attachTrajectory, seq });
+  private async requestAttach(): Promise<void> {
+    if (!this.host) return;
+    let res: AtifCheckResult | null;
+    try {
+      res = await this.host.sendRequest(AttachTrajectoryRequest, {});
+    } catch (err) {
+      this.flags.append(h('div', { class: 'flag g-fatal', role: 'alert' }, (err as Error).message));
+      return;
+    }
+    if (!res) return;
+    this.atif = res;
+    this.renderAtif();
   }
 
-  onHost(msg: HostMessage): void {
+  /** A host notification other than `load` (boot turns a load into a new Viewer). */
+  onHost(msg: NotificationMessage): void {
     switch (msg.type) {
-      case MSG.tokenTexts:
+      case TokenTextsNotification.method:
         this.texts.add(msg.texts);
         this.show(this.current);
         break;
-      case MSG.atif:
-        this.atif = msg.result;
-        this.renderAtif();
-        break;
-      case MSG.attachTrajectoryCompletion:
-        if (!this.pendingAttach.delete(msg.seq)) return;
-        if (msg.err) this.flags.append(h('div', { class: 'flag g-fatal', role: 'alert' }, msg.err));
-        else if (msg.res) {
-          this.atif = msg.res;
-          this.renderAtif();
-        }
-        break;
-      case MSG.detailsCompletion:
-        break;
-      case MSG.focusTurn:
+      case FocusTurnNotification.method:
         this.go(msg.node_id);
         break;
-      case MSG.error:
+      case ErrorNotification.method:
         this.flags.append(h('div', { class: 'flag g-fatal', role: 'alert' }, msg.message));
         break;
       default:
@@ -339,32 +326,20 @@ function reportDetails(wire: ViewerWire): (nodeId: string) => Promise<TurnDetail
   };
 }
 
-/** Details from the host: a request with a seq, answered by `details/completion`. */
-class HostDetails {
-  private seq = 0;
-  private readonly pending = new Map<number, { resolve: (d: TurnDetails) => void; reject: (e: Error) => void }>();
-  private readonly cache = new Map<string, Promise<TurnDetails>>();
-  constructor(private readonly api: VsCodeApi) {}
-  get = (nodeId: string): Promise<TurnDetails> => {
-    let p = this.cache.get(nodeId);
+/** Details from the host, requested once per turn (again after a failed answer). */
+function hostDetails(host: HostTransport): (nodeId: string) => Promise<TurnDetails> {
+  const cache = new Map<string, Promise<TurnDetails>>();
+  return (nodeId) => {
+    let p = cache.get(nodeId);
     if (!p) {
-      const seq = ++this.seq;
-      p = new Promise<TurnDetails>((resolve, reject) => this.pending.set(seq, { resolve, reject }));
-      this.cache.set(nodeId, p);
-      this.api.postMessage({ type: MSG.details, seq, node_id: nodeId });
+      p = host.sendRequest(DetailsRequest, { node_id: nodeId }).catch((err: unknown) => {
+        cache.delete(nodeId);
+        throw err;
+      });
+      cache.set(nodeId, p);
     }
     return p;
   };
-  answer(msg: Extract<HostMessage, { type: 'details/completion' }>): void {
-    const p = this.pending.get(msg.seq);
-    if (!p) return;
-    this.pending.delete(msg.seq);
-    if (msg.res) p.resolve(msg.res);
-    else {
-      this.cache.delete(msg.node_id);
-      p.reject(new Error(msg.err ?? 'no details'));
-    }
-  }
 }
 
 function boot(): void {
@@ -386,16 +361,12 @@ function boot(): void {
     (window as unknown as { harnessLabViewer: Viewer }).harnessLabViewer = new Viewer(root, data, null, stateStore(null), null, reportDetails(wire));
     return;
   }
-  const api = typeof acquireVsCodeApi === 'function' ? acquireVsCodeApi() : null;
+  const api = vsCodeApi();
   if (!api) return fail(root, 'No data: this page must be opened by the extension or built by `harness-lab report`.');
-  const details = new HostDetails(api);
   let viewer: Viewer | null = null;
-  const early: HostMessage[] = [];
-  window.addEventListener('message', (e: MessageEvent<unknown>) => {
-    const msg = e.data;
-    if (!isHostMessage(msg)) return;
-    if (msg.type === MSG.detailsCompletion) details.answer(msg);
-    else if (msg.type === MSG.load) {
+  const early: NotificationMessage[] = [];
+  const host: HostTransport = new HostTransport(api, (msg) => {
+    if (isMessage(LoadNotification, msg)) {
       performance.mark('hl-parse-start');
       let data: ViewerData;
       try {
@@ -408,15 +379,16 @@ function boot(): void {
       // A second load is a live session's refresh: keep the reader's place, or follow the newest call.
       const focus = msg.focus ?? (viewer ? liveFocus(viewer.place, data) : null);
       viewer?.dispose();
-      viewer = new Viewer(root, data, api, stateStore(api), focus, details.get);
+      viewer = new Viewer(root, data, host, stateStore(api), focus, details);
       (window as unknown as { harnessLabViewer: Viewer }).harnessLabViewer = viewer;
       for (const m of early.splice(0)) viewer.onHost(m);
     } else if (viewer) viewer.onHost(msg);
-    else if (msg.type === MSG.error) fail(root, msg.message);
+    else if (isMessage(ErrorNotification, msg)) fail(root, msg.message);
     else early.push(msg);
   });
+  const details = hostDetails(host);
   root.replaceChildren(h('p', { class: 'muted' }, 'Loading rollout…'));
-  api.postMessage({ type: MSG.ready, version: 1 });
+  host.sendCommand(ReadyCommand, { version: 1 });
 }
 
 boot();

@@ -1,6 +1,7 @@
 // Runs inside the real extension host of code-server (the payload's extensionTestsPath). The
 // Playwright side drives the UI; this side waits for it, then checks through the real vscode API
-// and the extension's exported API what the UI cannot show: records, export, durability.
+// and the extension's exported API what the UI cannot show: records, export, durability, and that
+// Run with Harness... records into the extension's own proxy.
 import * as assert from 'node:assert/strict';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -99,5 +100,14 @@ export async function run(): Promise<void> {
   const settingsText = JSON.stringify(vscode.workspace.getConfiguration('harnessLab'));
   assert.ok(!settingsText.includes(expected.adminKey), 'admin key must not be in settings');
   log('admin key: from SecretStorage, enforced on /sessions, not in settings');
+  // Run with Harness... (react on a Harbor task, in a Docker sandbox) records into the extension's own
+  // proxy: its session is one of the Sessions tree's, tagged with the task and harness.
+  const taskDir = join(ext.extensionPath, 'examples', 'tasks', 'hello-file');
+  const runSession = await vscode.commands.executeCommand<string | undefined>('harnessLab.runTaskWithHarness', { folder: taskDir, harness: 'react' });
+  assert.ok(runSession, 'Run with Harness... returned no session (see the Harness Lab log)');
+  const runRow = api.listSessions().find((s) => s.session_id === runSession);
+  assert.equal(runRow?.metadata?.harness, 'react', `session ${runSession} of the run among ${JSON.stringify(api.listSessions().map((s) => s.session_id))}`);
+  assert.ok(api.getCalls(runSession).length >= 1, "the harness's model calls went through the extension's proxy");
+  log(`run with harness: session ${runSession} in the extension's proxy with ${api.getCalls(runSession).length} call(s)`);
   writeFileSync(join(control, 'host-done'), JSON.stringify({ ok: true, session: id, calls: calls.length, traces: traces.length }));
 }
