@@ -100,8 +100,9 @@ export interface ServedModelHints {
  * The engine's only served model (GET /v1/models): the model name to use when none is configured.
  * Gives up after 10 s; an abort through `signal` is passed on as is.
  */
-export async function servedModel(engineUrl: string, hints: ServedModelHints, signal?: AbortSignal): Promise<string> {
-  const client = new EngineClient(engineUrl, { connections: 1 });
+export async function servedModel(engineUrl: string, hints: ServedModelHints, opts: { signal?: AbortSignal; apiKey?: string } = {}): Promise<string> {
+  const { signal, apiKey } = opts;
+  const client = new EngineClient(engineUrl, { connections: 1, ...(apiKey ? { apiKey } : {}) });
   const url = `${client.baseUrl}/v1/models`;
   let ids: string[];
   try {

@@ -8,11 +8,12 @@ import { AcceptorThread, ListenError } from './acceptor.js';
 import { isLoopbackHost, presentedKey, secretsEqual } from './auth.js';
 import { EngineClient } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
-import { DEFAULT_BODY_LIMIT, readBody, sendJson } from './http-util.js';
+import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, parseRequestTarget, readBody, sendJson } from './http-util.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
 import type { RolloutDocument } from './rollout.js';
 import { SessionExistsError, SessionRegistry } from './session-registry.js';
 import { CreateSessionSchema, type CaptureSession, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
+import { StoreWriteError } from './store.js';
 import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger, SessionInfo } from './types.js';
 import { DEFAULT_MAX_OUTPUT_TOKENS } from './upstream.js';
 
@@ -22,6 +23,8 @@ export { SessionExistsError } from './session-registry.js';
 export interface ProxyOptions {
   engineUrl: string;
   model: string;
+  /** Sent to the engine as `Authorization: Bearer`; never recorded, logged or returned. */
+  engineApiKey?: string;
   host?: string;
   port?: number;
   adminKey?: string;
@@ -63,7 +66,7 @@ export class CaptureProxy {
   private address!: AddressInfo;
 
   private constructor(private readonly options: ProxyOptions) {
-    this.engine = new EngineClient(options.engineUrl);
+    this.engine = new EngineClient(options.engineUrl, options.engineApiKey ? { apiKey: options.engineApiKey } : {});
     this.log = options.logger ?? silentLogger;
     this.captureLevel = options.captureLevel ?? 'tokens';
     this.sessions = SessionRegistry.open({
@@ -250,7 +253,8 @@ export class CaptureProxy {
   }
 
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://proxy.invalid');
+    const url = parseRequestTarget(req.url);
+    if (!url) return sendJson(res, 400, { error: { message: 'malformed request target', type: 'invalid_request_error' } });
     const path = url.pathname.replace(/\/+$/, '') || '/';
     const method = req.method ?? 'GET';
     if (path === '/health' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, this.health());
@@ -285,7 +289,8 @@ export class CaptureProxy {
       if (method === 'GET') return sendJson(res, 200, { sessions: this.sessions.list() });
       if (method === 'POST') return this.createSessionRoute(req, res);
     }
-    const id = decodeURIComponent(parts[1] ?? '');
+    const id = decodePathSegment(parts[1] ?? '');
+    if (id === undefined) return sendJson(res, 404, { error: { message: `unknown session ${parts[1]}: malformed percent escape`, type: 'not_found_error' } });
     const session = this.sessions.get(id);
     if (parts.length === 2 && method === 'DELETE') return sendJson(res, 200, { deleted: await this.sessions.delete(id) });
     if (!session) return sendJson(res, 404, { error: { message: `unknown session ${id}`, type: 'not_found_error' } });
@@ -296,7 +301,13 @@ export class CaptureProxy {
   }
 
   private async createSessionRoute(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const raw = (await readBody(req, 1024 * 1024)).toString('utf8').trim();
+    let raw: string;
+    try {
+      raw = (await readBody(req, 1024 * 1024)).toString('utf8').trim();
+    } catch (err) {
+      if (err instanceof BodyTooLargeError) return sendJson(res, 413, { error: { message: err.message, type: 'invalid_request_error' } });
+      throw err;
+    }
     let body: unknown = {};
     if (raw) {
       try {
@@ -313,10 +324,12 @@ export class CaptureProxy {
     await this.ensureProbed();
     let info: SessionInfo;
     try {
-      info = this.sessions.create(parsed.data);
+      info = await this.sessions.createStored(parsed.data);
     } catch (err) {
       if (err instanceof SessionExistsError) return sendJson(res, 409, { error: { message: err.message, type: 'invalid_request_error' } });
-      throw err;
+      // Not stored, so not created: a restart would not know it.
+      const status = err instanceof StoreWriteError ? err.status : 503;
+      return sendJson(res, status, { error: { message: err instanceof Error ? err.message : String(err), type: 'server_error' } });
     }
     sendJson(res, 201, { session_id: info.session_id, base_url: `${this.url}/v1`, model: info.model, max_model_calls: info.max_model_calls, capture_level: info.capture_level ?? 'unknown', rollout_type: info.capture_level === 'tokens' ? 'train' : 'eval', engine_reachable: this.probeReport?.reachable ?? null });
   }

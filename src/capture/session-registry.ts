@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { Emitter } from './events.js';
 import type { RolloutDocument } from './rollout.js';
 import { CaptureSession, SESSION_ID_PATTERN, mintSessionId, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
-import { CaptureStore, loadSessionFile, loadStoredSessions, sessionFileOf, type LoadedSession } from './store.js';
+import { CaptureStore, StoreWriteError, loadSessionFile, loadStoredSessions, sessionFileOf, type LoadedSession } from './store.js';
 import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger, SessionInfo } from './types.js';
 
 /** What a new session gets unless its request says otherwise. */
@@ -68,7 +68,7 @@ export class SessionRegistry {
     const store = options.dataDir ? new CaptureStore(options.dataDir) : undefined;
     const registry = new SessionRegistry(options.defaults, store, undefined, options.engineLevel, options.logger ?? silentLogger);
     if (store) {
-      for (const loaded of store.loadAll()) registry.adopt(loaded);
+      for (const loaded of store.loadAll((message) => registry.log.warn(message))) registry.adopt(loaded);
       if (registry.sessions.size) registry.log.info(`restored ${registry.sessions.size} session(s) from ${store.dataDir}`);
     }
     return registry;
@@ -86,21 +86,20 @@ export class SessionRegistry {
   private adopt(loaded: LoadedSession): CaptureSession {
     const session = CaptureSession.fromStore(loaded);
     this.sessions.set(session.id, session);
-    if (loaded.skipped) this.log.warn(`session ${session.id}: skipped ${loaded.skipped} unreadable line(s) in its store file`);
     return session;
   }
 
   private readAll(): void {
     if (this.readOnlyDir === undefined || this.allRead) return;
     this.allRead = true;
-    for (const loaded of loadStoredSessions(this.readOnlyDir)) if (!this.sessions.has(loaded.info.session_id)) this.adopt(loaded);
+    for (const loaded of loadStoredSessions(this.readOnlyDir, (message) => this.log.warn(message))) if (!this.sessions.has(loaded.info.session_id)) this.adopt(loaded);
   }
 
   private writable(action: string): void {
     if (this.readOnlyDir !== undefined) throw new ReadOnlyRegistryError(action, this.readOnlyDir);
   }
 
-  /** The store file a session lives in (undefined for an in-memory registry). */
+  /** The store file a session lives in (undefined for an in-memory registry); throws for an id outside the id pattern. */
   fileOf(id: string): string | undefined {
     const dataDir = this.readOnlyDir ?? this.store?.dataDir;
     return dataDir === undefined ? undefined : sessionFileOf(dataDir, id);
@@ -111,7 +110,32 @@ export class SessionRegistry {
     return this.sessions.size;
   }
 
+  /** Creates a session; its header line is written behind (a failure is logged, and its calls will fail to store too). */
   create(request: CreateSessionRequest = {}): SessionInfo {
+    const { info, written } = this.add(request);
+    void written.catch(() => {
+      // logged by add()
+    });
+    return info;
+  }
+
+  /**
+   * Creates a session and resolves once its header line is on disk. If it cannot be written the
+   * session is not created (a restart would not know it) and this rejects with the store's error.
+   */
+  async createStored(request: CreateSessionRequest = {}): Promise<SessionInfo> {
+    const { info, written } = this.add(request);
+    try {
+      await written;
+    } catch (err) {
+      this.sessions.delete(info.session_id);
+      this.changeEmitter.fire();
+      throw err;
+    }
+    return info;
+  }
+
+  private add(request: CreateSessionRequest): { info: SessionInfo; written: Promise<void> } {
     this.writable('create a session');
     const defaults = this.defaults!;
     const id = request.session_id ?? mintSessionId();
@@ -127,9 +151,12 @@ export class SessionRegistry {
       capture_level: engine.graded ? engine.level : undefined,
     };
     this.sessions.set(id, new CaptureSession(info));
-    void this.store?.append(id, { type: 'session', ...info }).catch((err: unknown) => this.log.error(`could not store session ${id}: ${String(err)}`));
+    const written = (this.store?.append(id, { type: 'session', ...info }) ?? Promise.resolve()).catch((err: unknown) => {
+      this.log.error(`could not store session ${id}: ${err instanceof Error ? err.message : String(err)}`);
+      throw err;
+    });
     this.changeEmitter.fire();
-    return info;
+    return { info, written };
   }
 
   get(id: string): CaptureSession | undefined {
@@ -137,6 +164,7 @@ export class SessionRegistry {
     if (known || this.readOnlyDir === undefined || this.allRead || !SESSION_ID_PATTERN.test(id)) return known;
     const file = sessionFileOf(this.readOnlyDir, id);
     const loaded = existsSync(file) ? loadSessionFile(file) : undefined;
+    if (loaded?.skipped) this.log.warn(`${file}: skipped ${loaded.skipped} unreadable line(s) (line ${loaded.skippedLines.join(', ')}), a torn write from a crash or a full disk`);
     return loaded ? this.adopt(loaded) : undefined;
   }
 
@@ -165,26 +193,36 @@ export class SessionRegistry {
 
   // ---- what a model call changes ----
 
-  /** The level the session captures at: fixed at its first forwarded call, stored with the session. */
+  /**
+   * The level the session captures at: fixed at its first forwarded call, and only once its header
+   * line with that level is on disk (a failed write rejects with StoreWriteError and leaves it open).
+   */
   async captureLevel(session: CaptureSession, engineLevel: CaptureLevel): Promise<CaptureLevel> {
-    if (session.fixCaptureLevel(engineLevel)) await this.store?.append(session.id, { type: 'session', ...session.info });
-    return session.info.capture_level!;
+    if (!session.captureLevelOpen(engineLevel)) return session.info.capture_level!;
+    await this.store?.append(session.id, { type: 'session', ...session.info, capture_level: engineLevel });
+    session.fixCaptureLevel(engineLevel);
+    return engineLevel;
   }
 
-  /** Counts a call answered with the budget stop, durably (stop answers themselves are not recorded). */
+  /** Counts a call answered with the budget stop; not training data, so a failed write is only logged. */
   async recordBudgetStop(session: CaptureSession): Promise<void> {
     session.countBudgetStop();
-    await this.store?.append(session.id, { type: 'budget_stop', at: new Date().toISOString() });
+    await this.store?.append(session.id, { type: 'budget_stop', at: new Date().toISOString() }).catch((err: unknown) => this.log.error(`session ${session.id}: could not store a budget stop: ${String(err)}`));
   }
 
-  /** Durably records a call (answered or failed); resolves once it is on disk. */
+  /**
+   * Durably records a call (answered or failed); resolves once it is on disk. If it cannot be stored
+   * this rejects with StoreWriteError, and nothing claims the call was stored (a session finding says so).
+   */
   async record(session: CaptureSession, record: CallRecord): Promise<void> {
     if (this.store) {
       try {
         await this.store.append(session.id, { type: 'call', ...record });
       } catch (err) {
-        // Still answer the harness, but loudly: the call is only in memory now.
-        this.log.error(`could not store call ${record.call_id} of session ${session.id}: ${String(err)}`);
+        const message = err instanceof Error ? err.message : String(err);
+        this.log.error(`could not store call ${record.call_id} of session ${session.id}: ${message}`);
+        session.addFinding(`[WARN] store_failed: call ${record.call_id} (index ${record.index}) was not stored: ${message}`);
+        throw err instanceof StoreWriteError ? err : new StoreWriteError(this.store.dataDir, err);
       }
     }
     if (this.sessions.get(session.id) === session) session.addCall(record);

@@ -4,13 +4,13 @@ import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { RolloutGraph } from './graph.js';
 import { buildRollout, type RolloutDocument, type RolloutOptions } from './rollout.js';
-import type { LoadedSession } from './store.js';
+import { SESSION_ID_PATTERN, type LoadedSession } from './store.js';
 import type { CallRecord, CaptureLevel, JsonObject, SessionInfo } from './types.js';
 
 /** What a reader of a rollout chooses; everything else comes from the session. */
 export type RolloutReadOptions = Pick<RolloutOptions, 'purpose' | 'includeDiscarded' | 'includeMessages' | 'includeTraces'>;
 
-export const SESSION_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+export { SESSION_ID_PATTERN };
 
 const RESERVED_METADATA_KEYS = ['session_id', 'upstream', 'capture_level', 'max_model_calls', 'sampling', 'purpose', 'eval_sampling'];
 
@@ -105,15 +105,15 @@ export class CaptureSession {
     this.lastActivity = Date.now();
   }
 
-  /**
-   * Fixes the capture level at the first forwarded call (an engine graded again before any call was
-   * recorded moves it). True when the level changed, so the caller stores the session's info again.
-   */
-  fixCaptureLevel(engineLevel: CaptureLevel): boolean {
+  /** Whether the capture level is still to be fixed at `engineLevel`: not fixed yet, or no call recorded and the engine graded again. */
+  captureLevelOpen(engineLevel: CaptureLevel): boolean {
     const current = this.info.capture_level;
-    if (current !== undefined && (this.calls.length > 0 || current === engineLevel)) return false;
-    this.info.capture_level = engineLevel;
-    return true;
+    return current === undefined || (this.calls.length === 0 && current !== engineLevel);
+  }
+
+  /** Fixes the capture level (the registry calls this once the level is on disk). */
+  fixCaptureLevel(level: CaptureLevel): void {
+    this.info.capture_level = level;
   }
 
   /** Reserves one forwarded call, or returns false when the budget is spent. Synchronous by design. */

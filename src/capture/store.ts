@@ -6,10 +6,17 @@
 // and under load each trip waits a whole (long) loop turn. So files stay open between appends, and
 // where the platform has O_DSYNC the file is opened with it: each write then returns only once the
 // data is on disk, as write + fdatasync did, in one trip instead of four (open, write, sync, close).
-import { constants, existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+//
+// A crash (or a full disk) can leave a torn last line. Loading skips it with a warning naming the
+// file, and the first append to a file whose last byte is not a newline starts with one, so the torn
+// bytes never swallow the next, whole record.
+import { constants, existsSync, fstatSync, mkdirSync, readdirSync, readFileSync, readSync } from 'node:fs';
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { CallRecord, SessionInfo } from './types.js';
+
+/** What a session id may be; the store names files after ids, so nothing else ever names a file. */
+export const SESSION_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
 export type StoreLine =
   | ({ type: 'session' } & SessionInfo)
@@ -20,8 +27,32 @@ export interface LoadedSession {
   info: SessionInfo;
   calls: CallRecord[];
   budgetStops: number;
-  /** Lines that could not be parsed (a torn last line after a crash), with their file. */
+  /** Lines that could not be parsed (a torn last line after a crash). */
   skipped: number;
+  /** 1-based numbers of the skipped lines. */
+  skippedLines: number[];
+  /** The session's file. */
+  file: string;
+}
+
+/**
+ * An append that did not reach the disk. `status` is what the harness gets: 507 when the disk (or
+ * quota) is full, 503 for every other storage failure (read-only file system, I/O error, ...).
+ */
+export class StoreWriteError extends Error {
+  readonly status: number;
+  readonly code: string | undefined;
+  constructor(
+    readonly file: string,
+    cause: unknown,
+  ) {
+    const code = (cause as NodeJS.ErrnoException | undefined)?.code;
+    const why = code === 'ENOSPC' || code === 'EDQUOT' ? 'the disk is full' : code === 'EROFS' ? 'the file system is read-only' : 'the write failed';
+    super(`the capture store could not record this call (${why}: ${cause instanceof Error ? cause.message : String(cause)}); nothing was stored`);
+    this.name = 'StoreWriteError';
+    this.status = code === 'ENOSPC' || code === 'EDQUOT' ? 507 : 503;
+    this.code = code;
+  }
 }
 
 interface PendingWrite {
@@ -31,7 +62,7 @@ interface PendingWrite {
 }
 
 /** O_DSYNC is missing on Windows; there the store writes, then calls fdatasync. */
-const SYNC_APPEND_FLAGS = constants.O_DSYNC === undefined ? undefined : constants.O_WRONLY | constants.O_CREAT | constants.O_APPEND | constants.O_DSYNC;
+const SYNC_APPEND_FLAGS = constants.O_DSYNC === undefined ? undefined : constants.O_RDWR | constants.O_CREAT | constants.O_APPEND | constants.O_DSYNC;
 /** Open files kept at most (least recently used closed first); enough for 1,000 live sessions. */
 const MAX_OPEN_FILES = 1024;
 /** A session file idle this long is closed. */
@@ -40,9 +71,12 @@ const IDLE_CLOSE_MS = 30_000;
 interface OpenFile {
   handle: FileHandle;
   lastUsed: number;
+  /** The file ended without a newline when opened (a torn line): the next write starts with one. */
+  needsNewline: boolean;
 }
 
 export class CaptureStore {
+  private readonly dir: string;
   private readonly queues = new Map<string, PendingWrite[]>();
   private readonly flushing = new Set<string>();
   /** Open session files, least recently used first. */
@@ -50,9 +84,11 @@ export class CaptureStore {
   private sweeper: NodeJS.Timeout | undefined;
 
   constructor(readonly dataDir: string) {
-    mkdirSync(sessionsDirOf(dataDir), { recursive: true });
+    this.dir = sessionsDirOf(dataDir);
+    mkdirSync(this.dir, { recursive: true });
   }
 
+  /** The session's file; ids outside SESSION_ID_PATTERN are refused (they could name a path elsewhere). */
   fileOf(sessionId: string): string {
     return sessionFileOf(this.dataDir, sessionId);
   }
@@ -74,19 +110,28 @@ export class CaptureStore {
         if (!batch || batch.length === 0) break;
         this.queues.set(sessionId, []);
         try {
-          const handle = await this.fileFor(sessionId);
+          const file = await this.fileFor(sessionId);
+          const handle = file.handle;
+          // Where this batch starts, to cut a failed one back (a sync fstat: microseconds, no thread-pool trip).
+          let sizeBefore: number | undefined;
           try {
-            const data = Buffer.from(batch.map((w) => w.text).join(''), 'utf8');
+            sizeBefore = fstatSync(handle.fd).size;
+            const data = Buffer.from((file.needsNewline ? '\n' : '') + batch.map((w) => w.text).join(''), 'utf8');
             for (let offset = 0; offset < data.length; ) offset += (await handle.write(data, offset, data.length - offset)).bytesWritten;
             if (SYNC_APPEND_FLAGS === undefined) await handle.datasync();
+            file.needsNewline = false;
           } catch (err) {
-            // Reopen on the next append rather than keep a handle that failed.
+            // A short write before ENOSPC leaves part of the batch: cut the file back, so no caller
+            // that gets an error has its record on disk and no torn line is left. If even that
+            // fails, reopening (on the next append) notices the torn line and starts a fresh one.
+            if (sizeBefore !== undefined) await handle.truncate(sizeBefore).catch(() => {});
             await this.closeFile(sessionId);
             throw err;
           }
           for (const w of batch) w.resolve();
         } catch (err) {
-          for (const w of batch) w.reject(err);
+          const failure = err instanceof StoreWriteError ? err : new StoreWriteError(this.safeFileOf(sessionId), err);
+          for (const w of batch) w.reject(failure);
         }
       }
     } finally {
@@ -95,23 +140,39 @@ export class CaptureStore {
     }
   }
 
-  private async fileFor(sessionId: string): Promise<FileHandle> {
+  private safeFileOf(sessionId: string): string {
+    try {
+      return this.fileOf(sessionId);
+    } catch {
+      return this.dir;
+    }
+  }
+
+  private async fileFor(sessionId: string): Promise<OpenFile> {
     const known = this.files.get(sessionId);
     if (known) {
       // Re-insert: the map's order is the eviction order.
       this.files.delete(sessionId);
       known.lastUsed = Date.now();
       this.files.set(sessionId, known);
-      return known.handle;
+      return known;
     }
-    const handle = await open(this.fileOf(sessionId), SYNC_APPEND_FLAGS ?? 'a');
-    this.files.set(sessionId, { handle, lastUsed: Date.now() });
+    const handle = await open(this.fileOf(sessionId), SYNC_APPEND_FLAGS ?? 'a+');
+    let state: { size: number; torn: boolean };
+    try {
+      state = fileState(handle.fd);
+    } catch (err) {
+      await handle.close().catch(() => {});
+      throw err;
+    }
+    const file: OpenFile = { handle, lastUsed: Date.now(), needsNewline: state.torn };
+    this.files.set(sessionId, file);
     for (const id of this.files.keys()) {
       if (this.files.size <= MAX_OPEN_FILES) break;
       if (!this.flushing.has(id)) void this.closeFile(id);
     }
     this.sweeper ??= setInterval(() => this.closeIdle(), IDLE_CLOSE_MS / 2).unref();
-    return handle;
+    return file;
   }
 
   private closeIdle(): void {
@@ -133,6 +194,7 @@ export class CaptureStore {
   }
 
   async delete(sessionId: string): Promise<void> {
+    if (!SESSION_ID_PATTERN.test(sessionId)) return; // no such file can exist
     // Let queued writes land first so a late append cannot recreate the file.
     while (this.flushing.has(sessionId)) await new Promise((r) => setTimeout(r, 5));
     await this.closeFile(sessionId);
@@ -149,9 +211,9 @@ export class CaptureStore {
     await Promise.all([...this.files.keys()].map((id) => this.closeFile(id)));
   }
 
-  /** Everything on disk, for a restart on the same data dir. */
-  loadAll(): LoadedSession[] {
-    return loadStoredSessions(this.dataDir);
+  /** Everything on disk, for a restart on the same data dir; `warn` hears of torn lines and headless files. */
+  loadAll(warn: (message: string) => void = () => {}): LoadedSession[] {
+    return loadStoredSessions(this.dataDir, warn);
   }
 }
 
@@ -159,36 +221,59 @@ function sessionsDirOf(dataDir: string): string {
   return join(dataDir, 'sessions');
 }
 
-/** Where the store keeps a session: `<dataDir>/sessions/<id>.jsonl`. */
+/** Where the store keeps a session: `<dataDir>/sessions/<id>.jsonl`; ids outside SESSION_ID_PATTERN are refused. */
 export function sessionFileOf(dataDir: string, sessionId: string): string {
+  if (!SESSION_ID_PATTERN.test(sessionId)) throw new Error(`not a session id: ${JSON.stringify(sessionId.slice(0, 200))}`);
   return join(sessionsDirOf(dataDir), `${sessionId}.jsonl`);
 }
 
-/** Every session stored under a data dir (none when it has no sessions directory); writes nothing. */
-export function loadStoredSessions(dataDir: string): LoadedSession[] {
+/**
+ * Every session stored under a data dir (none without a sessions directory); writes nothing.
+ * `warn` hears of torn lines and headless files.
+ */
+export function loadStoredSessions(dataDir: string, warn: (message: string) => void = () => {}): LoadedSession[] {
   const dir = sessionsDirOf(dataDir);
   if (!existsSync(dir)) return [];
   const sessions: LoadedSession[] = [];
   for (const name of readdirSync(dir).sort()) {
     if (!name.endsWith('.jsonl')) continue;
-    const loaded = loadSessionFile(join(dir, name));
-    if (loaded) sessions.push(loaded);
+    const path = join(dir, name);
+    const loaded = loadSessionFile(path);
+    if (!loaded) {
+      warn(`${path}: no readable session header line; the file was not restored`);
+      continue;
+    }
+    if (loaded.skipped) warn(`${path}: skipped ${loaded.skipped} unreadable line(s) (line ${loaded.skippedLines.join(', ')}), a torn write from a crash or a full disk`);
+    sessions.push(loaded);
   }
   return sessions;
+}
+
+/** The file's size, and whether its last byte is something other than a newline (sync: two tiny syscalls, once per open). */
+function fileState(fd: number): { size: number; torn: boolean } {
+  const { size } = fstatSync(fd);
+  if (size === 0) return { size, torn: false };
+  const last = Buffer.alloc(1);
+  readSync(fd, last, 0, 1, size - 1);
+  return { size, torn: last[0] !== 0x0a };
 }
 
 export function loadSessionFile(path: string): LoadedSession | undefined {
   let info: SessionInfo | undefined;
   const calls: CallRecord[] = [];
   let budgetStops = 0;
-  let skipped = 0;
-  for (const text of readFileSync(path, 'utf8').split('\n')) {
+  const skippedLines: number[] = [];
+  for (const [n, text] of readFileSync(path, 'utf8').split('\n').entries()) {
     if (!text.trim()) continue;
     let line: StoreLine;
     try {
       line = JSON.parse(text) as StoreLine;
     } catch {
-      skipped++;
+      skippedLines.push(n + 1);
+      continue;
+    }
+    if (line === null || typeof line !== 'object') {
+      skippedLines.push(n + 1);
       continue;
     }
     if (line.type === 'session') {
@@ -199,5 +284,5 @@ export function loadSessionFile(path: string): LoadedSession | undefined {
       calls.push(rest);
     } else if (line.type === 'budget_stop') budgetStops++;
   }
-  return info ? { info, calls, budgetStops, skipped } : undefined;
+  return info ? { info, calls, budgetStops, skipped: skippedLines.length, skippedLines, file: path } : undefined;
 }

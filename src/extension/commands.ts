@@ -46,7 +46,7 @@ async function resolveModel(settings: HarnessLabSettings, token?: vscode.Cancell
   const abort = new AbortController();
   const sub = token?.onCancellationRequested(() => abort.abort());
   try {
-    return await servedModel(settings.engineUrl, { checkUrl: 'the setting harnessLab.engineUrl', nameModel: 'set harnessLab.model' }, abort.signal);
+    return await servedModel(settings.engineUrl, { checkUrl: 'the setting harnessLab.engineUrl', nameModel: 'set harnessLab.model' }, { signal: abort.signal });
   } finally {
     sub?.dispose();
   }

@@ -18,6 +18,10 @@ export interface LabOptions {
   harness: string;
   sandbox: 'docker' | 'local';
   engineUrl?: string;
+  /** The engine's credential (Authorization: Bearer); only the proxy holds it. */
+  engineApiKey?: string;
+  /** Key for the proxy's admin routes; the rollout runner uses the library API and never needs it. */
+  adminKey?: string;
   model?: string;
   outDir: string;
   log?: (line: string) => void;
@@ -67,12 +71,14 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       model ??= engine.model;
       engineDescription = engine.description;
     }
-    model ??= await servedModel(engineUrl, CLI_MODEL_HINTS);
+    model ??= await servedModel(engineUrl, CLI_MODEL_HINTS, { apiKey: opts.engineUrl ? opts.engineApiKey : undefined });
     let proxy = opts.proxy;
     if (!proxy) {
       const own = await CaptureProxy.start({
         engineUrl,
         model,
+        ...(opts.engineUrl && opts.engineApiKey ? { engineApiKey: opts.engineApiKey } : {}),
+        ...(opts.adminKey ? { adminKey: opts.adminKey } : {}),
         dataDir: join(opts.outDir, '.capture'),
         captureLevel: opts.engineUrl ? undefined : 'tokens',
       });
