@@ -1,5 +1,5 @@
 // SessionRegistry: counters move only through its methods, the store keeps what they count, and a
-// data dir opened read-only (and `harness-lab export` on it) gives the same rollout as the live registry.
+// data dir opened read-only (and `harness-lab export --session` on it) gives the same rollout as the live registry.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -68,7 +68,7 @@ test('counters change through the registry and the session only, and survive a r
   await restarted.close();
 });
 
-test('a data dir opened read-only gives the live rollout; export writes its traces', async () => {
+test('a data dir opened read-only gives the live rollout; export --session writes its traces', async () => {
   const dataDir = tempDir();
   const live = liveRegistry(dataDir);
   const id = await captureOneSession(live);
@@ -90,10 +90,6 @@ test('a data dir opened read-only gives the live rollout; export writes its trac
   const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), 'export', '--data-dir', dataDir, '--session', id, '--out', out], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
   assert.equal(r.status, 0, r.stderr);
   assert.equal(readFileSync(out, 'utf8'), traceToJsonl(liveDoc.traces));
-  assert.match(r.stdout, /from 3 call\(s\)/);
-  const missing = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), 'export', '--data-dir', dataDir, '--session', 'nope', '--out', out], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
-  assert.equal(missing.status, 2);
-  assert.match(missing.stderr, /no session 'nope' in /);
 });
 
 test('read-only opening writes nothing; a session that never fixed its level reads at the engine level', async () => {
