@@ -9,6 +9,7 @@ import { answerTokenCount } from './dialects/token-count.js';
 import { EngineUnreachableError, engineErrorMessage, type EngineClient } from './engine-client.js';
 import { BodyTooLargeError, readBody, redactHeaders, sendJson } from './http-util.js';
 import type { SessionRegistry } from './session-registry.js';
+import type { CaptureSession } from './sessions.js';
 import { SseKeepalive, writeSse } from './sse.js';
 import { StoreWriteError } from './store.js';
 import { EngineResponseError, buildEngineRequest, isContextOverflow, normaliseEngineResponse, storedEngineResponse } from './upstream.js';
@@ -30,6 +31,8 @@ export interface GradedEngine {
 
 export interface ModelCallDeps {
   sessions: SessionRegistry;
+  /** The session a presented key opens: any of the registry's, or (a session socket) only its own. */
+  findSession(key: string): CaptureSession | undefined;
   engine: GradedEngine;
   limits: ModelCallLimits;
 }
@@ -74,7 +77,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
 
   const dialect = detectDialect(url.pathname, req.headers, body);
   const key = presentedKey(req, url);
-  const session = key ? deps.sessions.get(key) : undefined;
+  const session = key ? deps.findSession(key) : undefined;
   if (!session) {
     const why = key ? 'unknown API key' : 'no API key';
     return replyError(res, dialect, 401, `${why}; register a session via POST /sessions and use its session_id as the API key (Authorization: Bearer <session_id>, x-api-key or x-goog-api-key)`);
@@ -107,7 +110,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   }
 
   const engine = deps.engine.client;
-  const plan = buildEngineRequest(chat, { model: session.info.model, captureLevel: level, maxOutputTokens: deps.limits.maxOutputTokens });
+  const plan = buildEngineRequest(chat, { model: session.info.model, captureLevel: level, maxOutputTokens: deps.limits.maxOutputTokens, pinnedSampling: session.info.sampling });
   const started = new Date();
   const index = session.takeIndex();
   const abort = new AbortController();

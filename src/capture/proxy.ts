@@ -59,7 +59,7 @@ export class CaptureProxy {
   private captureLevel: CaptureLevel;
   private probeReport: EngineProbeReport | undefined;
   private probing: Promise<EngineProbeReport> | undefined;
-  private readonly modelCallDeps: ModelCallDeps;
+  private readonly modelCall: Omit<ModelCallDeps, 'findSession'>;
   private server!: Server;
   private acceptor: AcceptorThread | undefined;
   private closing = false;
@@ -75,7 +75,7 @@ export class CaptureProxy {
       engineLevel: () => ({ level: this.captureLevel, graded: Boolean(options.captureLevel) || Boolean(this.probeReport?.reachable) }),
       logger: this.log,
     });
-    this.modelCallDeps = {
+    this.modelCall = {
       sessions: this.sessions,
       engine: { client: this.engine, grade: () => this.ensureProbed() },
       limits: {
@@ -269,11 +269,20 @@ export class CaptureProxy {
       if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key (Authorization: Bearer <key> or x-admin-key)', type: 'invalid_request_error' } });
       return this.sessionRoute(req, res, method, path);
     }
-    if (method === 'POST') return handleModelCall(req, res, url, this.modelCallDeps);
+    if (method === 'POST') return handleModelCall(req, res, url, this.modelCallDeps((key) => this.sessions.get(key)));
     sendJson(res, 404, { error: { message: `no route ${method} ${url.pathname}`, type: 'invalid_request_error' } });
   }
 
-  private async models(res: ServerResponse): Promise<void> {
+  /**
+   * What a model call needs, with the session lookup chosen by the listener: the main server finds
+   * any registered key, a session socket (session-socket.ts) only its own.
+   */
+  modelCallDeps(findSession: (key: string) => CaptureSession | undefined): ModelCallDeps {
+    return { ...this.modelCall, findSession };
+  }
+
+  /** GET /v1/models: the engine's list, or the served model when the engine cannot be reached. */
+  async models(res: ServerResponse): Promise<void> {
     try {
       const reply = await this.engine.get('/v1/models');
       if (reply.status === 200) return sendJson(res, 200, reply.body);

@@ -148,6 +148,7 @@ export class SessionRegistry {
       engine_url: defaults.engineUrl,
       max_model_calls: request.max_model_calls ?? defaults.maxModelCalls,
       metadata: request.metadata ?? {},
+      ...(request.sampling ? { sampling: request.sampling } : {}),
       capture_level: engine.graded ? engine.level : undefined,
     };
     this.sessions.set(id, new CaptureSession(info));

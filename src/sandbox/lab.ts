@@ -1,9 +1,13 @@
 // Everything a `run` or `validate` needs, opened in the right order with errors in the user's terms:
 // task, harness, sandbox runtime (stale sandboxes removed), engine, capture proxy, signal handlers
-// that remove this process's containers on Ctrl-C or SIGTERM.
+// that remove this process's containers on Ctrl-C or SIGTERM. The proxy gets an admin key minted for
+// this lab alone: it stays in this process and never enters a sandbox or a verifier, so even a
+// sandbox that shares the host's loopback (the local runtime) cannot use the proxy's admin routes.
 import { join } from 'node:path';
+import { mintAdminKey } from '../capture/auth.js';
 import { servedModel, type ServedModelHints } from '../capture/engine-client.js';
 import { CaptureProxy } from '../capture/proxy.js';
+import { removeStaleSessionSocketDirs } from '../capture/session-socket.js';
 import { assertInstalled, harnessEntry } from '../harness/registry.js';
 import { loadTask, type HarborTask } from '../tasks/task.js';
 import { DockerRuntime } from './docker.js';
@@ -11,7 +15,7 @@ import { LocalRuntime } from './local.js';
 import { startPolicyEngine } from './policy-engine.js';
 import { ensureReactScript } from './react-script.js';
 import type { RolloutOptions } from './rollout-runner.js';
-import type { SandboxRuntime } from './runtime.js';
+import { processAlive, type SandboxRuntime } from './runtime.js';
 
 export interface LabOptions {
   taskDir: string;
@@ -20,7 +24,7 @@ export interface LabOptions {
   engineUrl?: string;
   /** The engine's credential (Authorization: Bearer); only the proxy holds it. */
   engineApiKey?: string;
-  /** Key for the proxy's admin routes; the rollout runner uses the library API and never needs it. */
+  /** Key for the proxy's admin routes (default: one minted for this lab); never enters a sandbox. */
   adminKey?: string;
   model?: string;
   outDir: string;
@@ -53,6 +57,8 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
   const runtime: SandboxRuntime = opts.sandbox === 'docker' ? await DockerRuntime.connect() : new LocalRuntime();
   const stale = await runtime.cleanupStale();
   if (stale.length) opts.log?.(`removed ${stale.length} sandbox(es) left by lab processes that are gone: ${stale.join(', ')}`);
+  const staleSockets = removeStaleSessionSocketDirs(processAlive);
+  if (staleSockets.length) opts.log?.(`removed ${staleSockets.length} session socket folder(s) left by lab processes that are gone`);
 
   const closers: (() => Promise<void>)[] = [];
   const close = async () => {
@@ -73,12 +79,15 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
     }
     model ??= await servedModel(engineUrl, CLI_MODEL_HINTS, { apiKey: opts.engineUrl ? opts.engineApiKey : undefined });
     let proxy = opts.proxy;
+    // The lab's own proxy always has an admin key (the user's, else one minted for this lab); a
+    // proxy handed in (the extension's) keeps its own.
+    const adminKey = proxy ? undefined : (opts.adminKey ?? mintAdminKey());
     if (!proxy) {
       const own = await CaptureProxy.start({
         engineUrl,
         model,
         ...(opts.engineUrl && opts.engineApiKey ? { engineApiKey: opts.engineApiKey } : {}),
-        ...(opts.adminKey ? { adminKey: opts.adminKey } : {}),
+        adminKey,
         dataDir: join(opts.outDir, '.capture'),
         captureLevel: opts.engineUrl ? undefined : 'tokens',
       });
@@ -105,7 +114,7 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       runtime,
       proxy,
       engineDescription,
-      rolloutOptions: { task, harness: entry.name, runtime, proxy, model: model.split('/').pop()!, outDir: opts.outDir, log: opts.log, reactScript },
+      rolloutOptions: { task, harness: entry.name, runtime, proxy, adminKey, model: model.split('/').pop()!, outDir: opts.outDir, log: opts.log, reactScript },
       close,
     };
   } catch (err) {

@@ -277,7 +277,7 @@ describe('fault matrix: a read-only data dir (a tmpfs remounted read-only)', () 
     for (const [id, dialect] of sessions) assert.equal((await dialect.call(proxy.url, id, 'writable again')).ok, true, dialect.name);
     assert.deepEqual(logger.errors.filter((e) => /request .* failed/.test(e)), [], 'no internal error');
 
-    const held = new Map([...sessions.keys()].map((id) => [id, summary(proxy!.getCalls(id))]));
+    const held = new Map([...sessions.keys()].map((id) => [id, summary(proxy!.sessions.calls(id))]));
     await proxy.close();
     proxy = undefined;
     const restored = await restoredCalls(disk.dir, engine.url, [...sessions.keys()]);
