@@ -114,7 +114,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     mkdirSync(opts.exactOutDir, { recursive: true });
     outDir = opts.exactOutDir;
   } else outDir = nextRolloutDir(opts.outDir, task.name, entry.name);
-  const sessionId = opts.sessionId ?? proxy.createSession({ max_model_calls: opts.maxModelCalls ?? 100, metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir } }).session_id;
+  const sessionId = opts.sessionId ?? proxy.sessions.create({ max_model_calls: opts.maxModelCalls ?? 100, metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir } }).session_id;
   const result: RolloutResult = {
     task: task.name,
     harness: entry.name,
@@ -217,7 +217,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     await sandbox?.remove();
     await socket?.close();
   }
-  const doc = proxy.rollout(sessionId) ?? null;
+  const doc = proxy.sessions.rollout(sessionId) ?? null;
   result.rollout = doc;
   try {
     const traj = entry.toAtif(join(outDir, 'agent'));
