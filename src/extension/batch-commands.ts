@@ -1,9 +1,8 @@
 // The handlers of "Harness Lab: Submit Rollout Batch...", the Batches view's Cancel Batch and a
 // rollout's "Open in Rollout Viewer": quick picks and progress here, the work in batch-submit.ts and
 // src/batch/ (plan, runner via the bundled CLI, cancel). commands.ts registers them.
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import * as vscode from 'vscode';
-import { cancelBatch } from '../batch/control.js';
 import { batchStatus } from '../batch/status.js';
 import { harnessNames } from '../harness/registry.js';
 import type { BatchesTreeNode, BatchRolloutNode } from './batches-model.js';
@@ -97,6 +96,8 @@ async function askBatch(ctx: BatchCommandContext, arg: unknown) {
   return { tasks, harnesses: harnessPick.map((h) => h.label), groupSize: Number(size), backend, kubeContext, engineUrl };
 }
 
+const cliPath = (ctx: BatchCommandContext) => join(ctx.context.extensionUri.fsPath, 'dist', 'cli.js');
+
 /** Returns the batch directory once its lab has ended (finished, cancelled or failed). */
 export async function submitRolloutBatch(ctx: BatchCommandContext, arg: unknown): Promise<string | undefined> {
   const folder = ctx.batchesFolder();
@@ -108,14 +109,14 @@ export async function submitRolloutBatch(ctx: BatchCommandContext, arg: unknown)
   const dir = plan.dir;
   ctx.log.info(`batch ${m.batch_id}: ${m.tasks.length} task(s) x ${m.harnesses.length} harness(es) x ${m.group_size} = ${plan.states.length} rollouts on ${m.backend}, ${m.parallel} at a time; ${dir}`);
   ctx.refreshBatches();
-  const cliJs = join(ctx.context.extensionUri.fsPath, 'dist', 'cli.js');
+  const cliJs = cliPath(ctx);
   return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: batch ${m.batch_id}`, cancellable: true }, async (progress, token) => {
     const lab = startBatchLab({ cliJs, dir, cwd: vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? folder, onLine: (l) => ctx.log.info(`[batch ${m.batch_id}] ${l}`) });
     let cancelling: Promise<unknown> | undefined;
     const sub = token.onCancellationRequested(() => {
       progress.report({ message: 'cancelling: stopping its sandboxes' });
-      // The runner's cancel path: cancel.json, then wait for the lab to stop its rollouts and exit.
-      cancelling = cancelBatch(dir, { log: (l) => ctx.log.info(`[batch ${m.batch_id}] ${l}`) }).catch((err: unknown) => ctx.log.error(`cancel ${dir}: ${String(err)}`));
+      // The runner's cancel path (`batch cancel`): cancel.json, then it waits for the lab to stop its rollouts and exit.
+      cancelling = startBatchLab({ cliJs, dir, cwd: folder, sub: 'cancel', onLine: (l) => ctx.log.info(`[batch ${m.batch_id}] ${l}`) }).exited;
     });
     let last = 0;
     let exitCode: number | null | undefined;
@@ -152,9 +153,12 @@ export async function cancelBatchCommand(ctx: BatchCommandContext, arg: unknown)
   const dir = (arg as BatchesTreeNode | undefined)?.dir;
   if (!dir) throw new Error('Cancel Batch needs a batch from the Batches view.');
   await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: cancelling ${dir}` }, async () => {
-    const s = await cancelBatch(dir, { log: (l) => ctx.log.info(l) });
+    const lines: string[] = [];
+    const lab = startBatchLab({ cliJs: cliPath(ctx), dir, cwd: dirname(dir), sub: 'cancel', onLine: (l) => (lines.push(l), ctx.log.info(`[cancel] ${l}`)) });
+    const code = await lab.exited;
     ctx.refreshBatches();
-    void vscode.window.showInformationMessage(s.finished ? 'The batch has finished; nothing to cancel.' : `Batch cancelled; removed ${s.removed.length} sandbox(es). \`harness-lab batch resume ${dir}\` continues it.`);
+    if (code !== 0) throw new Error(`batch cancel ${dir} failed: ${lab.output().trim().split('\n').slice(-2).join(' ')}`);
+    void vscode.window.showInformationMessage(`Harness Lab: ${lines[lines.length - 1] ?? 'batch cancelled'}`);
   });
 }
 

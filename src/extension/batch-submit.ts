@@ -7,7 +7,6 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { backendModule } from '../batch/backends/index.js';
 import { planBatch, writeBatch, type BatchPlan, type BatchRequest } from '../batch/plan.js';
 
 export interface SubmitRequest {
@@ -37,8 +36,7 @@ export async function planAndWriteBatch(req: SubmitRequest): Promise<BatchPlan> 
   };
   const plan = planBatch(request);
   plan.dir = join(req.folder, plan.manifest.batch_id);
-  // The backend loads before anything is written, as in `batch submit` (a build without it says so).
-  await backendModule(req.backend);
+  // The backends (Docker, Kubernetes and its client library) load in the lab, never in the extension host.
   writeBatch(plan);
   return plan;
 }
@@ -52,13 +50,17 @@ export interface BatchLab {
 }
 
 /** The node that runs the bundled CLI: the extension host's own (Electron's, as plain node, on desktop). */
-export function labCommand(cliJs: string, dir: string, execPath = process.execPath): { command: string; args: string[]; env: NodeJS.ProcessEnv } {
-  return { command: execPath, args: [cliJs, 'batch', 'resume', dir], env: { ELECTRON_RUN_AS_NODE: '1' } };
+export function labCommand(cliJs: string, dir: string, sub: 'resume' | 'cancel' = 'resume', execPath = process.execPath): { command: string; args: string[]; env: NodeJS.ProcessEnv } {
+  return { command: execPath, args: [cliJs, 'batch', sub, dir], env: { ELECTRON_RUN_AS_NODE: '1' } };
 }
 
-export function startBatchLab(opts: { cliJs: string; dir: string; cwd: string; onLine?: (line: string) => void; env?: NodeJS.ProcessEnv }): BatchLab {
+/**
+ * `batch resume DIR` (runs a planned batch to its end) or `batch cancel DIR` (the runner's cancel
+ * path: asks the running lab to stop and waits for it, or cleans up after a dead one), as a child.
+ */
+export function startBatchLab(opts: { cliJs: string; dir: string; cwd: string; sub?: 'resume' | 'cancel'; onLine?: (line: string) => void; env?: NodeJS.ProcessEnv }): BatchLab {
   if (!existsSync(opts.cliJs)) throw new Error(`the bundled CLI ${opts.cliJs} is missing (run \`npm run build\`, or reinstall the extension)`);
-  const { command, args, env } = labCommand(opts.cliJs, opts.dir);
+  const { command, args, env } = labCommand(opts.cliJs, opts.dir, opts.sub);
   const child = spawn(command, args, { cwd: opts.cwd, env: { ...process.env, ...opts.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   const partial = { stdout: '', stderr: '' };

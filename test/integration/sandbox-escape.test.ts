@@ -208,7 +208,7 @@ describe('sandbox escapes', { concurrency: false }, () => {
           } catch (err) {
             intact = err; // the runner only logs a failing close: rethrown below
           }
-          captured = { calls: new Map([...members, earlier].map((id) => [id, p.getCalls(id).length])), intact };
+          captured = { calls: new Map([...members, earlier].map((id) => [id, p.sessions.calls(id).length])), intact };
           await close();
         };
         return opened;

@@ -200,5 +200,8 @@ test('the lab child: lines as they come, its exit code, a missing CLI bundle nam
   assert.equal(await lab.exited, 1);
   assert.deepEqual(lines.sort(), ['electron 1', 'first', 'no newline', 'second batch resume /some/batch'].sort());
   assert.match(lab.output(), /second batch resume/);
+  const cancel = startBatchLab({ cliJs: cli, dir: '/some/batch', cwd: dir, sub: 'cancel' });
+  assert.equal(await cancel.exited, 1);
+  assert.match(cancel.output(), /second batch cancel \/some\/batch/);
   assert.throws(() => startBatchLab({ cliJs: join(dir, 'missing.js'), dir: '/x', cwd: dir }), /missing\.js is missing/);
 });
