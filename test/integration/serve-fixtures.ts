@@ -1,6 +1,7 @@
 // A `harness-lab serve` process and a client sending exactly the frames OpenEnv's Harbor client
 // (TRL's HarborSessionFactory) sends: the task API over HTTP, a /ws session whose step frame calls
 // run_rollout, and the /mcp session-create variant. Shared by the serve tests and the serve bench.
+/* eslint-disable @typescript-eslint/no-explicit-any -- wire JSON from the server under test, checked field by field as a Python client reads it */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';

@@ -6,6 +6,7 @@
 // harness asked for another; one session over the cap gets CAPACITY_REACHED; the protocol's error
 // frames; and a server killed mid-rollout gives the client a dropped socket (not a result), keeps
 // what was captured, and the restarted server marks the rollout interrupted and serves again.
+/* eslint-disable @typescript-eslint/no-explicit-any -- wire JSON from the server under test, checked field by field as a Python client reads it */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
