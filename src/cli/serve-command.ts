@@ -6,6 +6,7 @@ import { DatasetSpecError, loadSplit, parseDatasetSpec, type ServedSplit } from 
 import { RolloutService } from '../serve/rollouts.js';
 import { ServeServer } from '../serve/server.js';
 import { backendModule, BackendUnavailableError } from '../batch/backends/index.js';
+import { defaultParallel } from '../batch/plan.js';
 import { defineCommand, UsageError } from './args.js';
 
 export const serveCommand = defineCommand({
@@ -13,7 +14,7 @@ export const serveCommand = defineCommand({
   summary: "serve rollouts to a trainer over OpenEnv's Harbor protocol (TRL's harness worker)",
   usage: `usage: harness-lab serve --dataset NAME=DIR [--dataset NAME=DIR ...] [--host H] [--port P]
                           [--admin-key K] [--max-concurrent N] [--backend docker|k8s]
-                          [--state-dir DIR]
+                          [--parallel N] [--state-dir DIR]
 
 A rollout server speaking OpenEnv's Harbor wire protocol: GET /harbor_env/splits, POST
 /harbor_env/num_tasks|task_range|task, a /ws WebSocket whose step frame calls the tool
@@ -31,6 +32,9 @@ policy.json).
                       HARNESS_LAB_ADMIN_KEY
   --max-concurrent N  sessions at once (default 4, OpenEnv's MAX_CONCURRENT_ENVS); one over
                       gets CAPACITY_REACHED, nothing queues
+  --parallel N        sandboxes at once over every session (default: from the cores and the
+                      tasks' [environment] cpus and memory_mb, as batch does); a session past it
+                      waits for a slot with its socket open (pings answered)
   --backend B         docker (default) or k8s
   --state-dir DIR     rollout states, captured sessions, sandbox logs (default ./harness-lab-serve);
                       a server restarted on the same DIR marks rollouts it was running as
@@ -41,6 +45,7 @@ policy.json).
     port: { type: 'integer', default: 8000 },
     'admin-key': { type: 'string' },
     'max-concurrent': { type: 'integer', default: 4 },
+    parallel: { type: 'integer' },
     backend: { type: 'string', default: 'docker' },
     'state-dir': { type: 'string', default: 'harness-lab-serve' },
   },
@@ -71,12 +76,15 @@ policy.json).
       throw err;
     }
     const log = (line: string) => process.stderr.write(`${new Date().toISOString()} ${line}\n`);
-    const rollouts = new RolloutService({ stateDir: resolve(flags['state-dir']), backend: flags.backend, splits, log });
+    const allTasks = [...splits.values()].flatMap((s) => s.tasks);
+    const parallel = flags.parallel ?? (allTasks.length ? defaultParallel(allTasks) : 1);
+    if (parallel < 1) throw new UsageError('--parallel must be at least 1');
+    const rollouts = new RolloutService({ stateDir: resolve(flags['state-dir']), backend: flags.backend, splits, log, parallel });
     const recovered = await rollouts.recover();
     if (recovered.interrupted.length) log(`marked ${recovered.interrupted.length} rollout(s) a previous server was running as interrupted: ${recovered.interrupted.join(', ')}`);
     if (recovered.removed.length) log(`removed ${recovered.removed.length} sandbox(es) a previous server left`);
     const server = await ServeServer.start({ host: flags.host, port: flags.port, splits, rollouts, maxConcurrent: flags['max-concurrent'], ...(adminKey ? { adminKey } : {}), log });
-    process.stdout.write(`harness-lab serve: ${server.url} (${[...splits.values()].map((s) => `${s.name}: ${s.tasks.length} task(s)`).join(', ')}; max ${flags['max-concurrent']} sessions; ${flags.backend} backend)\n`);
+    process.stdout.write(`harness-lab serve: ${server.url} (${[...splits.values()].map((s) => `${s.name}: ${s.tasks.length} task(s)`).join(', ')}; max ${flags['max-concurrent']} sessions, ${parallel} sandboxes at once; ${flags.backend} backend)\n`);
     await new Promise<void>((done) => {
       const stop = () => done();
       process.once('SIGINT', stop);

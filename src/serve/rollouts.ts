@@ -42,6 +42,8 @@ export interface RolloutServiceOptions {
   backend: 'docker' | 'k8s';
   splits: ReadonlyMap<string, ServedSplit>;
   log(line: string): void;
+  /** Sandboxes at once over every session; a session past it waits its turn (default 4). */
+  parallel?: number;
   /** Tests pass a double; default by `backend`. */
   module?: BackendModule;
 }
@@ -51,11 +53,44 @@ export class RolloutService {
   private readonly running = new Set<AbortController>();
   private seq = 0;
   private closed = false;
+  private active = 0;
+  private readonly waiting: (() => void)[] = [];
 
   constructor(private readonly opts: RolloutServiceOptions) {}
 
   get runningCount(): number {
     return this.running.size;
+  }
+
+  /** Rollouts waiting for a sandbox slot (their sessions are open; OpenEnv's capacity is the session cap). */
+  get queuedCount(): number {
+    return this.waiting.length;
+  }
+
+  private async slot(signal: AbortSignal): Promise<() => void> {
+    const limit = this.opts.parallel ?? 4;
+    if (this.active >= limit)
+      await new Promise<void>((resolve, reject) => {
+        const go = () => {
+          signal.removeEventListener('abort', stop);
+          resolve();
+        };
+        const stop = () => {
+          const i = this.waiting.indexOf(go);
+          if (i >= 0) this.waiting.splice(i, 1);
+          reject(new Error('the session closed while its rollout waited for a sandbox slot'));
+        };
+        signal.addEventListener('abort', stop, { once: true });
+        this.waiting.push(go);
+      });
+    this.active++;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.active--;
+      this.waiting.shift()?.();
+    };
   }
 
   private enginesRoot(): string {
@@ -169,8 +204,11 @@ export class RolloutService {
     const ctrl = new AbortController();
     const onAbort = () => ctrl.abort();
     signal.addEventListener('abort', onAbort);
-    this.running.add(ctrl);
+    let release: (() => void) | undefined;
     try {
+      release = await this.slot(ctrl.signal);
+      this.running.add(ctrl);
+      const queueS = (Date.now() - started) / 1000;
       const eng = await this.engine(args.llm_url ? args.llm_url : null, args.model ?? null, args.api_key ?? undefined);
       const timeoutSec = args.agent_timeout_sec ?? task.agentTimeoutSec ?? DEFAULT_AGENT_TIMEOUT_SEC;
       const manifest: BatchManifest = { ...eng.manifest, timeout_sec: timeoutSec, policy_version: args.policy_version == null ? null : String(args.policy_version) };
@@ -231,12 +269,13 @@ export class RolloutService {
       writeRolloutState(eng.dir, s);
       this.opts.log(`${verdict.state} ${rolloutId}: ${verdict.class} reward=${verdict.reward ?? 'null'}`);
       const doc = readCapturedSession(eng.dir, sessionId);
-      return resultOf({ base, args, verdict, doc, findings: seen.findings, outDir, sessionId, rolloutId, started, facts, timeoutSec });
+      return resultOf({ base, args, verdict, doc, findings: seen.findings, outDir, sessionId, rolloutId, started, facts, timeoutSec, queueS });
     } catch (err) {
       return fail(err instanceof Error ? err.message : String(err), err instanceof Error ? err.constructor.name : 'Error');
     } finally {
       signal.removeEventListener('abort', onAbort);
       this.running.delete(ctrl);
+      release?.();
     }
   }
 
@@ -331,6 +370,7 @@ interface ResultInput {
   started: number;
   facts: { agent: { ms: number }; verifier: { ms: number } | null };
   timeoutSec: number;
+  queueS: number;
 }
 
 function resultOf(r: ResultInput): HarborRolloutResult {
@@ -376,7 +416,7 @@ function resultOf(r: ResultInput): HarborRolloutResult {
     atif: readJsonOrNull(join(r.outDir, 'agent', 'trajectory.json')),
     findings,
     wall_s: (Date.now() - r.started) / 1000,
-    phase_timings: { agent_s: r.facts.agent.ms / 1000, verifier_s: (r.facts.verifier?.ms ?? 0) / 1000 },
+    phase_timings: { queue_s: r.queueS, agent_s: r.facts.agent.ms / 1000, verifier_s: (r.facts.verifier?.ms ?? 0) / 1000 },
     agent_log_tail: agentTail,
     ok,
     error,

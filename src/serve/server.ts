@@ -131,7 +131,7 @@ export class ServeServer {
   private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = new URL(req.url ?? '/', 'http://x').pathname;
     try {
-      if (req.method === 'GET' && path === '/health') return json(res, 200, { status: 'healthy', ...this.capacityData(), running_rollouts: this.opts.rollouts.runningCount });
+      if (req.method === 'GET' && path === '/health') return json(res, 200, { status: 'healthy', ...this.capacityData(), running_rollouts: this.opts.rollouts.runningCount, queued_rollouts: this.opts.rollouts.queuedCount });
       if (!this.authorized(req)) return json(res, 401, { detail: 'this rollout server wants its admin key (Authorization: Bearer KEY)' });
       if (req.method === 'GET' && path === '/harbor_env/splits') return json(res, 200, [...this.opts.splits.values()].map((s) => ({ name: s.name, num_tasks: s.tasks.length, ...(s.error ? { error: s.error } : {}) })));
       if (req.method === 'POST' && path === '/harbor_env/num_tasks') {

@@ -95,7 +95,7 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
     engine = await startPolicyEngine(new TaskRoutedPolicy(tasks.map((t) => ({ instruction: t.instruction, policyFile: t.policyFile! }))), 'fake');
     front = await recordingFront(engine.url);
     stateDir = tempDir('hl-serve-state-');
-    serve = await startServe(['--dataset', `train=${tasksRoot}`, '--max-concurrent', '4', '--state-dir', stateDir]);
+    serve = await startServe(['--dataset', `train=${tasksRoot}`, '--max-concurrent', '4', '--parallel', '4', '--state-dir', stateDir]);
   });
 
   after(async () => {
@@ -259,7 +259,7 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
     assert.equal(dropped.closeCode, 1006, 'the connection dropped without a close frame');
     assert.ok((await servedContainers(docker)).length >= 1, 'kill -9 leaves the sandbox behind');
 
-    serve = await startServe(['--dataset', `train=${tasksRoot}`, '--max-concurrent', '4', '--state-dir', stateDir]);
+    serve = await startServe(['--dataset', `train=${tasksRoot}`, '--max-concurrent', '4', '--parallel', '4', '--state-dir', stateDir]);
     assert.match(serve.stderr(), new RegExp(`marked 1 rollout\\(s\\) a previous server was running as interrupted: ${mid.state.rollout_id.replace(/\./g, '\\.')}`));
     assert.deepEqual(await servedContainers(docker), [], 'the restarted server removed what the dead one left');
     const after = servedStates(stateDir).find((s) => s.state.rollout_id === mid.state.rollout_id)!.state;
