@@ -241,7 +241,7 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
     assert.deepEqual(await servedContainers(docker), [], 'no sandbox is left');
   });
 
-  test('a server killed mid-rollout: the client sees a dropped socket, the capture is kept, the restarted server marks it interrupted and serves again', { timeout: 300_000 }, async () => {
+  test('a server killed mid-rollout: the client sees a dropped socket, the capture is kept, the restarted server marks it interrupted and serves again (over HTTP openenv/session/step)', { timeout: 300_000 }, async () => {
     const pending = wsSession(serve.url, [stepFrame(args(1))]);
     const mid = await waitFor(
       'the rollout inside its tool',
@@ -269,10 +269,17 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
     assert.equal(after.attempts[0]!.outcome, 'interrupted');
     assert.deepEqual(capturedCalls(mid.dir, mid.state.session_id!).slice(0, callsBefore.length), callsBefore, 'every call captured before the kill is still on disk');
 
-    const retry = await wsSession(serve.url, [stepFrame(args(0))]);
-    const r = rolloutResult(retry.frames[0]);
+    // The trainer retries, here over the HTTP session variant: create, openenv/session/step, close.
+    const created = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 1, method: 'openenv/session/create', params: {} });
+    const sessionId = created.body.result.session_id as string;
+    const stepped = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 2, method: 'openenv/session/step', params: { session_id: sessionId, action: stepFrame(args(0)).data } });
+    assert.equal(stepped.body.id, 2);
+    const r = rolloutResult({ type: 'observation', data: stepped.body.result });
     assert.equal(r.ok, true, r.error);
     assert.equal(r.reward, 1);
     assertValidTurns(r);
+    const closed = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 3, method: 'openenv/session/close', params: { session_id: sessionId } });
+    assert.equal(closed.body.result.closed, true);
+    assert.equal((await (await fetch(`${serve.url}/health`)).json()).active_sessions, 0);
   });
 });
