@@ -111,7 +111,14 @@ export class RolloutService {
       const dir = join(this.enginesRoot(), id);
       const file = join(dir, 'serve.json');
       if (!existsSync(file)) continue;
-      const parsed = BatchManifestSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
+      let raw: unknown;
+      try {
+        raw = JSON.parse(readFileSync(file, 'utf8'));
+      } catch (err) {
+        this.opts.log(`${file}: not JSON (${(err as Error).message}), skipped`);
+        continue;
+      }
+      const parsed = BatchManifestSchema.safeParse(raw);
       if (!parsed.success) {
         this.opts.log(`${file}: not a serve manifest, skipped`);
         continue;
@@ -119,7 +126,13 @@ export class RolloutService {
       const rollouts = batchPaths(dir).rollouts;
       if (existsSync(rollouts))
         for (const name of readdirSync(rollouts).filter((n) => n.endsWith('.json'))) {
-          const s = readRolloutState(dir, name.slice(0, -5));
+          let s: RolloutState;
+          try {
+            s = readRolloutState(dir, name.slice(0, -5));
+          } catch (err) {
+            this.opts.log(`${(err as Error).message}; skipped`);
+            continue;
+          }
           if (s.state !== 'running' && s.state !== 'queued') continue;
           const last = s.attempts[s.attempts.length - 1];
           const now = new Date().toISOString();
