@@ -1,16 +1,19 @@
 // One rollout: a real harness in its own sandbox against a Harbor task, every model call through the
-// capture proxy, then the verifier (tests/ copied in only now, no session key in its environment),
-// then the reward, the rollout document and the ATIF cross-check, all written under the out dir.
+// capture proxy (for an isolating runtime, through this rollout's session socket and nothing else),
+// then the verifier (tests/ copied in only now, the session socket already closed, neither the
+// session key nor the admin key in its environment), then the reward, the rollout document and the
+// ATIF cross-check, all written under the out dir.
 import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CaptureProxy } from '../capture/proxy.js';
 import type { RolloutDocument } from '../capture/rollout.js';
+import { SessionSocket } from '../capture/session-socket.js';
 import { atifCheck, noTrajectory, type AtifCheckResult } from '../harness/atif-check.js';
 import { harnessEntry, launchPlan, type HarnessEntry } from '../harness/registry.js';
 import { harnessCacheRoot } from '../harness/run-local.js';
 import { resolveEnvTemplate, type HarborTask } from '../tasks/task.js';
 import { readReward, type Reward } from './reward.js';
-import type { Mount, Sandbox, SandboxRuntime } from './runtime.js';
+import type { Isolation, Mount, Sandbox, SandboxRuntime } from './runtime.js';
 
 export const BIN_IN_SANDBOX = '/opt/harness-lab/bin';
 export const HARNESSES_IN_SANDBOX = '/opt/harness-lab/harnesses';
@@ -21,6 +24,8 @@ export interface RolloutResult {
   task: string;
   harness: string;
   sandbox: 'docker' | 'local';
+  /** What kept the sandbox from the capture and the host (runtime.ts); null when none was created. */
+  isolation: Isolation | null;
   session_id: string;
   status: RolloutStatus;
   /** Null when errored (timeout, no reward file, sandbox failure): unknown, not 0. */
@@ -31,7 +36,7 @@ export interface RolloutResult {
   /** Errored rollouts are kept for debugging and never trained on. */
   trainable: boolean;
   agent: { exit_code: number | null; timed_out: boolean; ms: number; log: string };
-  verifier: { exit_code: number | null; timed_out: boolean; ms: number; env_keys: string[]; session_key_absent: boolean } | null;
+  verifier: { exit_code: number | null; timed_out: boolean; ms: number; env_keys: string[]; session_key_absent: boolean; admin_key_absent: boolean } | null;
   atif: AtifCheckResult;
   atif_source: 'self' | 'converted' | 'none';
   ms: number;
@@ -50,6 +55,8 @@ export interface RolloutOptions {
   harness: string;
   runtime: SandboxRuntime;
   proxy: CaptureProxy;
+  /** The lab's admin key: never handed to the sandbox, and checked to be absent from the verifier's environment. */
+  adminKey?: string;
   /** Model name handed to the harness (the proxy overwrites it anyway). */
   model: string;
   outDir: string;
@@ -107,11 +114,12 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     mkdirSync(opts.exactOutDir, { recursive: true });
     outDir = opts.exactOutDir;
   } else outDir = nextRolloutDir(opts.outDir, task.name, entry.name);
-  const sessionId = opts.sessionId ?? proxy.createSession({ max_model_calls: opts.maxModelCalls ?? 100, metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir } }).session_id;
+  const sessionId = opts.sessionId ?? proxy.sessions.create({ max_model_calls: opts.maxModelCalls ?? 100, metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir } }).session_id;
   const result: RolloutResult = {
     task: task.name,
     harness: entry.name,
     sandbox: runtime.kind,
+    isolation: null,
     session_id: sessionId,
     status: 'errored',
     reward: null,
@@ -131,6 +139,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     rollout: null,
   };
   let sandbox: Sandbox | undefined;
+  let socket: SessionSocket | undefined;
   const onAbort = () => {
     result.cancelled = true;
     void sandbox?.remove();
@@ -143,7 +152,10 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     const taskEnv = resolveEnvTemplate(task.environment.env, process.env, taskFile, 'environment.env');
     const verifierEnv = resolveEnvTemplate(task.verifierEnv, process.env, taskFile, 'verifier.env');
     const image = await runtime.prepareImage(task, opts.log);
-    sandbox = await runtime.create({ task, harness: entry.name, sessionId, image, hostLogsDir: outDir, mounts: mountsFor(entry, opts.reactScript), env: taskEnv, labels: opts.labels });
+    if (runtime.needsSessionSocket) socket = await SessionSocket.open(proxy, sessionId, { log: opts.log });
+    sandbox = await runtime.create({ task, harness: entry.name, sessionId, image, hostLogsDir: outDir, mounts: mountsFor(entry, opts.reactScript), env: taskEnv, model: { proxyUrl: proxy.url, socketDir: socket?.dir }, labels: opts.labels });
+    result.isolation = sandbox.isolation;
+    if (sandbox.isolation === 'none') opts.log?.(`the ${runtime.kind} sandbox does not isolate: the harness can reach the host's loopback services (the proxy's admin routes need the lab's admin key)`);
     result.sandbox_id = sandbox.id;
     opts.onSandbox?.(sandbox.id);
     if (result.cancelled) throw new RolloutError('cancelled');
@@ -154,7 +166,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
       home: p.home,
       workdir: p.workdir,
       logsDir: p.logs,
-      proxyUrl: proxy.url,
+      proxyUrl: sandbox.modelUrl,
       sessionKey: sessionId,
       model: opts.model,
       instruction: task.instruction.trim(),
@@ -171,14 +183,19 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     if (agent.timedOut) opts.log?.(`${entry.name} did not finish within ${timeoutSec} s; stopped it, running the verifier (keep)`);
     else if (agent.exitCode !== 0) opts.log?.(`${entry.name} exited with ${agent.exitCode}; running the verifier anyway`);
 
+    // The model phase is over: nothing in the verifier, nor anything the agent left running, reaches
+    // the capture from here on.
+    await socket?.stop();
     // The verifier: tests/ enters only now, and its environment is the task's verifier env alone.
     await sandbox.copyDirIn(task.testsDir, p.tests);
     const envProbe = await sandbox.exec('env', { env: verifierEnv, timeoutMs: 30_000 });
     const sessionKeyAbsent = !envProbe.output.includes(sessionId);
+    const adminKeyAbsent = !opts.adminKey || !envProbe.output.includes(opts.adminKey);
     const verifierLog = join(outDir, 'verifier', 'test-stdout.txt');
     const v = await sandbox.exec(`bash ${p.tests}/test.sh`, { env: verifierEnv, user: task.verifierUser, timeoutMs: task.verifierTimeoutSec * 1000, logFile: verifierLog });
-    result.verifier = { exit_code: v.exitCode, timed_out: v.timedOut, ms: v.ms, env_keys: Object.keys(verifierEnv), session_key_absent: sessionKeyAbsent };
+    result.verifier = { exit_code: v.exitCode, timed_out: v.timedOut, ms: v.ms, env_keys: Object.keys(verifierEnv), session_key_absent: sessionKeyAbsent, admin_key_absent: adminKeyAbsent };
     if (!sessionKeyAbsent) throw new RolloutError('the session key is visible in the verifier environment');
+    if (!adminKeyAbsent) throw new RolloutError('the admin key is visible in the verifier environment');
     if (v.timedOut) throw new RolloutError(`the verifier did not finish within ${task.verifierTimeoutSec} s`);
     const reward = readReward(join(outDir, 'verifier'));
     result.reward = reward.value;
@@ -191,15 +208,16 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     if (err instanceof SandboxLostError) result.sandbox_lost = err.message;
     else if (sandbox && !result.cancelled && !(result.agent.timed_out && !verifyAfterTimeout)) {
       // A failed step inside a sandbox that something else stopped: say what stopped it.
-      const lost = await lostReason(sandbox);
+      const lost = await lostReason(sandbox, 3000);
       if (lost) result.sandbox_lost = result.error = lost;
     }
     if (result.cancelled) result.error = 'cancelled';
   } finally {
     opts.signal?.removeEventListener('abort', onAbort);
     await sandbox?.remove();
+    await socket?.close();
   }
-  const doc = proxy.rollout(sessionId) ?? null;
+  const doc = proxy.sessions.rollout(sessionId) ?? null;
   result.rollout = doc;
   try {
     const traj = entry.toAtif(join(outDir, 'agent'));
@@ -217,8 +235,17 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
 export class RolloutError extends Error {}
 class SandboxLostError extends RolloutError {}
 
-async function lostReason(sandbox: Sandbox): Promise<string | null> {
-  const st = await sandbox.status();
+/**
+ * Why the sandbox is gone, or null while it runs. After a failed step, pass `settleMs`: Docker refuses
+ * an exec into a killed container a moment before `inspect` stops reporting it running.
+ */
+async function lostReason(sandbox: Sandbox, settleMs = 0): Promise<string | null> {
+  const until = Date.now() + settleMs;
+  let st = await sandbox.status();
+  while (st.running && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 100));
+    st = await sandbox.status();
+  }
   if (st.running) return null;
   if (st.oomKilled) return `the sandbox ran out of memory (OOMKilled, exit ${st.exitCode ?? 'unknown'})`;
   return `the sandbox container stopped from outside the lab (exit ${st.exitCode ?? 'unknown'}: docker kill, a crash or the daemon)`;

@@ -13,6 +13,7 @@ function result(over: Partial<RolloutResult> = {}): RolloutResult {
     task: 't',
     harness: 'react',
     sandbox: 'docker',
+    isolation: 'no-network',
     session_id: 's',
     status: 'ok',
     reward: 1,
@@ -21,7 +22,7 @@ function result(over: Partial<RolloutResult> = {}): RolloutResult {
     error: null,
     trainable: true,
     agent: { exit_code: 0, timed_out: false, ms: 1000, log: '/x' },
-    verifier: { exit_code: 0, timed_out: false, ms: 10, env_keys: [], session_key_absent: true },
+    verifier: { exit_code: 0, timed_out: false, ms: 10, env_keys: [], session_key_absent: true, admin_key_absent: true },
     atif: noTrajectory(),
     atif_source: 'self',
     ms: 1200,
@@ -50,7 +51,7 @@ test('what the sandbox, not the policy, caused is infra', () => {
   assert.equal(cls(lost).class, 'infra_error');
   const noImage = result({ status: 'errored', reward: null, verifier: null, sandbox_id: null, error: 'hello-file/environment/Dockerfile: FROM: image python:3.12 is not available locally', agent: { exit_code: null, timed_out: false, ms: 0, log: '/x' } });
   assert.match(factsFromResult(noImage).infraError!, /not available locally/);
-  const leak = result({ status: 'errored', error: 'the session key is visible in the verifier environment', verifier: { exit_code: 0, timed_out: false, ms: 1, env_keys: [], session_key_absent: false } });
+  const leak = result({ status: 'errored', error: 'the session key is visible in the verifier environment', verifier: { exit_code: 0, timed_out: false, ms: 1, env_keys: [], session_key_absent: false, admin_key_absent: true } });
   assert.equal(cls(leak).class, 'infra_error');
   const noReward = result({ status: 'errored', reward: null, error: 'the verifier wrote neither /logs/verifier/reward.json nor reward.txt' });
   assert.equal(factsFromResult(noReward).infraError, null, 'left to classify');
