@@ -11,7 +11,7 @@ import { defineCommand, UsageError } from './args.js';
 
 export const serveCommand = defineCommand({
   name: 'serve',
-  summary: "serve rollouts to a trainer over OpenEnv's Harbor protocol (TRL's harness worker)",
+  summary: "serve rollouts to trainers over OpenEnv's Harbor protocol (TRL's worker)",
   usage: `usage: harness-lab serve --dataset NAME=DIR [--dataset NAME=DIR ...] [--host H] [--port P]
                           [--admin-key K] [--max-concurrent N] [--backend docker|k8s]
                           [--parallel N] [--state-dir DIR]
