@@ -14,7 +14,7 @@ export const serveCommand = defineCommand({
   summary: "serve rollouts to trainers over OpenEnv's Harbor protocol (TRL's worker)",
   usage: `usage: harness-lab serve --dataset NAME=DIR [--dataset NAME=DIR ...] [--host H] [--port P]
                           [--admin-key K] [--max-concurrent N] [--backend docker|k8s]
-                          [--parallel N] [--state-dir DIR]
+                          [--parallel N] [--session-idle S] [--state-dir DIR]
 
 A rollout server speaking OpenEnv's Harbor wire protocol: GET /harbor_env/splits, POST
 /harbor_env/num_tasks|task_range|task, a /ws WebSocket whose step frame calls the tool
@@ -31,7 +31,8 @@ policy.json).
   --admin-key K       required on every route but /health (Authorization: Bearer K), or
                       HARNESS_LAB_ADMIN_KEY
   --max-concurrent N  sessions at once (default 4, OpenEnv's MAX_CONCURRENT_ENVS); one over
-                      gets CAPACITY_REACHED, nothing queues
+                      gets CAPACITY_REACHED, nothing queues. A session made over /mcp and left
+                      unused (no socket, no rollout) is closed after --session-idle S (default 600)
   --parallel N        sandboxes at once over every session (default: from the cores and the
                       tasks' [environment] cpus and memory_mb, as batch does); a session past it
                       waits for a slot with its socket open (pings answered)
@@ -46,6 +47,7 @@ policy.json).
     'admin-key': { type: 'string' },
     'max-concurrent': { type: 'integer', default: 4 },
     parallel: { type: 'integer' },
+    'session-idle': { type: 'integer', default: 600 },
     backend: { type: 'string', default: 'docker' },
     'state-dir': { type: 'string', default: 'harness-lab-serve' },
   },
@@ -83,7 +85,7 @@ policy.json).
     const recovered = await rollouts.recover();
     if (recovered.interrupted.length) log(`marked ${recovered.interrupted.length} rollout(s) a previous server was running as interrupted: ${recovered.interrupted.join(', ')}`);
     if (recovered.removed.length) log(`removed ${recovered.removed.length} sandbox(es) a previous server left`);
-    const server = await ServeServer.start({ host: flags.host, port: flags.port, splits, rollouts, maxConcurrent: flags['max-concurrent'], ...(adminKey ? { adminKey } : {}), log });
+    const server = await ServeServer.start({ host: flags.host, port: flags.port, splits, rollouts, maxConcurrent: flags['max-concurrent'], sessionIdleMs: Math.max(1, flags['session-idle']) * 1000, ...(adminKey ? { adminKey } : {}), log });
     process.stdout.write(`harness-lab serve: ${server.url} (${[...splits.values()].map((s) => `${s.name}: ${s.tasks.length} task(s)`).join(', ')}; max ${flags['max-concurrent']} sessions, ${parallel} sandboxes at once; ${flags.backend} backend)\n`);
     await new Promise<void>((done) => {
       const stop = () => done();

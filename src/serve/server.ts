@@ -36,6 +36,8 @@ export interface ServeServerOptions {
   maxConcurrent: number;
   /** When set, every route but /health wants it (Authorization: Bearer, X-Admin-Key or ?admin_key=). */
   adminKey?: string;
+  /** An /mcp-created session with no socket and no rollout is closed after this long (default 600 s, OpenEnv's). */
+  sessionIdleMs?: number;
   log(line: string): void;
 }
 
@@ -47,6 +49,8 @@ interface Session {
   explicit: boolean;
   busy: AbortController | null;
   steps: number;
+  /** Last time anything happened on it (an explicit session nobody uses is reclaimed after sessionIdleMs). */
+  lastActive: number;
 }
 
 class HttpError extends Error {
@@ -71,11 +75,24 @@ const TOOL_DESCRIPTION = {
 export class ServeServer {
   private readonly sessions = new Map<string, Session>();
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: 64 * 2 ** 20 });
+  private readonly sweep: NodeJS.Timeout;
 
   private constructor(
     private readonly opts: ServeServerOptions,
     private readonly http: Server,
-  ) {}
+  ) {
+    const idleMs = opts.sessionIdleMs ?? 600_000;
+    // A trainer that created a session and went away must not hold a slot for the server's life.
+    this.sweep = setInterval(() => {
+      const now = Date.now();
+      for (const s of [...this.sessions.values()])
+        if (s.explicit && !s.socket && !s.busy && now - s.lastActive > idleMs) {
+          this.opts.log(`session ${s.id} idle for ${Math.round((now - s.lastActive) / 1000)} s: closed`);
+          this.closeSession(s);
+        }
+    }, Math.min(30_000, idleMs));
+    this.sweep.unref();
+  }
 
   static async start(opts: ServeServerOptions): Promise<ServeServer> {
     const http = createServer();
@@ -111,7 +128,7 @@ export class ServeServer {
 
   private openSession(explicit: boolean): Session | { capacity: true } {
     if (this.sessions.size >= this.opts.maxConcurrent) return { capacity: true };
-    const s: Session = { id: randomBytes(12).toString('hex'), socket: null, explicit, busy: null, steps: 0 };
+    const s: Session = { id: randomBytes(12).toString('hex'), socket: null, explicit, busy: null, steps: 0, lastActive: Date.now() };
     this.sessions.set(s.id, s);
     return s;
   }
@@ -180,6 +197,7 @@ export class ServeServer {
     const { id = null, method, params = {} } = parsed.data;
     const sessionId = typeof params.session_id === 'string' ? params.session_id : typeof req.headers['x-openenv-session-id'] === 'string' ? req.headers['x-openenv-session-id'] : undefined;
     const session = sessionId ? this.sessions.get(sessionId) : undefined;
+    if (session) session.lastActive = Date.now();
     if (sessionId && !session && method !== 'openenv/session/create') return rpcError(id, -32000, `no session ${sessionId} (closed, or from a server that restarted)`, { code: 'SESSION_ERROR' });
     switch (method) {
       case 'openenv/session/create': {
@@ -244,6 +262,7 @@ export class ServeServer {
       return { error: { code: 'EXECUTION_ERROR', message: err instanceof Error ? err.message : String(err) } };
     } finally {
       s.busy = null;
+      s.lastActive = Date.now();
     }
   }
 
@@ -292,6 +311,7 @@ export class ServeServer {
     session.socket = ws;
     ws.on('close', () => {
       session.socket = null;
+      session.lastActive = Date.now();
       // A socket that goes away takes its rollout with it (nobody is left to read the result).
       session.busy?.abort();
       if (!session.explicit) this.sessions.delete(session.id);
@@ -332,6 +352,7 @@ export class ServeServer {
   }
 
   async close(): Promise<void> {
+    clearInterval(this.sweep);
     for (const s of [...this.sessions.values()]) this.closeSession(s);
     for (const ws of this.wss.clients) ws.terminate();
     this.wss.close();

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import WebSocket from 'ws';
-import { cli } from './sandbox-fixtures.js';
+import { cli, waitFor } from './sandbox-fixtures.js';
 import { REPO, postJson, startServe, tempDir } from './serve-fixtures.js';
 
 const EXAMPLES = join(REPO, 'examples', 'tasks');
@@ -56,5 +56,24 @@ test('serve: with an admin key every route but /health wants it; JSON-RPC lists 
     serve.child.kill('SIGTERM');
     const e = await serve.exited;
     assert.equal(e.code, 0, serve.stderr());
+  }
+});
+
+test('serve: a session created over /mcp and left unused is reclaimed, freeing its slot', { timeout: 60_000 }, async () => {
+  const serve = await startServe(['--dataset', `ex=${EXAMPLES}`, '--max-concurrent', '1', '--session-idle', '1', '--state-dir', tempDir('hl-serve-idle-')]);
+  try {
+    const created = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 1, method: 'openenv/session/create', params: {} });
+    const sessionId = created.body.result.session_id as string;
+    const full = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 2, method: 'openenv/session/create', params: {} });
+    assert.equal(full.body.error.data.code, 'CAPACITY_REACHED');
+    await waitFor('the idle session reclaimed', async () => (((await (await fetch(`${serve.url}/health`)).json()) as { active_sessions: number }).active_sessions === 0 ? true : undefined), 30_000);
+    const gone = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 3, method: 'openenv/session/close', params: { session_id: sessionId } });
+    assert.equal(gone.body.error.data.code, 'SESSION_ERROR');
+    const again = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 4, method: 'openenv/session/create', params: {} });
+    assert.match(again.body.result.session_id, /\S/);
+    assert.match(serve.stderr(), new RegExp(`session ${sessionId} idle for \\d+ s: closed`));
+  } finally {
+    serve.child.kill('SIGTERM');
+    await serve.exited;
   }
 });
