@@ -79,9 +79,10 @@ export function stepFrame(args: Record<string, unknown>) {
  * one after another, each after the previous reply, then `{"type":"close"}`. Resolves with what
  * came back when the socket closes, however it closes.
  */
-export function wsSession(baseUrl: string, frames: unknown[], opts: { sessionId?: string; onOpen?: () => void } = {}): Promise<WsOutcome> {
+export function wsSession(baseUrl: string, frames: unknown[], opts: { sessionId?: string; onOpen?: () => void; onSocket?: (ws: WebSocket) => void } = {}): Promise<WsOutcome> {
   const url = `${baseUrl.replace(/^http/, 'ws')}/ws${opts.sessionId ? `?session_id=${encodeURIComponent(opts.sessionId)}` : ''}`;
   const ws = new WebSocket(url);
+  opts.onSocket?.(ws);
   const got: any[] = [];
   const queue = [...frames];
   const sendNext = () => {

@@ -242,7 +242,8 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
   });
 
   test('a server killed mid-rollout: the client sees a dropped socket, the capture is kept, the restarted server marks it interrupted and serves again (over HTTP openenv/session/step)', { timeout: 300_000 }, async () => {
-    const pending = wsSession(serve.url, [stepFrame(args(1))]);
+    let socket: import('ws').WebSocket | undefined;
+    const pending = wsSession(serve.url, [stepFrame(args(1))], { onSocket: (ws) => (socket = ws) });
     const mid = await waitFor(
       'the rollout inside its tool',
       async () => {
@@ -251,6 +252,12 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
       },
       120_000,
     );
+    // The client's keepalive: a ping mid-rollout is answered, so a slow rollout is not taken for a dead server.
+    const pong = await new Promise<string>((resolve) => {
+      socket!.once('pong', (data) => resolve(data.toString()));
+      socket!.ping('still-there');
+    });
+    assert.equal(pong, 'still-there');
     const callsBefore = capturedCalls(mid.dir, mid.state.session_id!);
     serve.child.kill('SIGKILL');
     await serve.exited;
