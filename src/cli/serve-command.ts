@@ -15,6 +15,7 @@ export const serveCommand = defineCommand({
   usage: `usage: harness-lab serve --dataset NAME=DIR [--dataset NAME=DIR ...] [--host H] [--port P]
                           [--admin-key K] [--max-concurrent N] [--backend docker|k8s]
                           [--parallel N] [--session-idle S] [--state-dir DIR]
+                          [--context CTX] [--namespace NS] [--registry REG] [--queue NAME]
 
 A rollout server speaking OpenEnv's Harbor wire protocol: GET /harbor_env/splits, POST
 /harbor_env/num_tasks|task_range|task, a /ws WebSocket whose step frame calls the tool
@@ -36,7 +37,8 @@ policy.json).
   --parallel N        sandboxes at once over every session (default: from the cores and the
                       tasks' [environment] cpus and memory_mb, as batch does); a session past it
                       waits for a slot with its socket open (pings answered)
-  --backend B         docker (default) or k8s
+  --backend B         docker (default) or k8s (--context, --namespace (default: default),
+                      --registry, --queue: the cluster target, as for batch submit)
   --state-dir DIR     rollout states, captured sessions, sandbox logs (default ./harness-lab-serve);
                       a server restarted on the same DIR marks rollouts it was running as
                       interrupted (their captures are kept) and removes their sandboxes`,
@@ -48,6 +50,10 @@ policy.json).
     'max-concurrent': { type: 'integer', default: 4 },
     parallel: { type: 'integer' },
     'session-idle': { type: 'integer', default: 600 },
+    context: { type: 'string' },
+    namespace: { type: 'string' },
+    registry: { type: 'string' },
+    queue: { type: 'string' },
     backend: { type: 'string', default: 'docker' },
     'state-dir': { type: 'string', default: 'harness-lab-serve' },
   },
@@ -81,7 +87,9 @@ policy.json).
     const allTasks = [...splits.values()].flatMap((s) => s.tasks);
     const parallel = flags.parallel ?? (allTasks.length ? defaultParallel(allTasks) : 1);
     if (parallel < 1) throw new UsageError('--parallel must be at least 1');
-    const rollouts = new RolloutService({ stateDir: resolve(flags['state-dir']), backend: flags.backend, splits, log, parallel });
+    const rollouts = new RolloutService({ stateDir: resolve(flags['state-dir']), backend: flags.backend, splits, log, parallel,
+      ...(flags.backend === 'k8s' ? { k8s: { context: flags.context ?? null, namespace: flags.namespace ?? 'default', registry: flags.registry ?? null, queue_name: flags.queue ?? null } } : {}),
+    });
     const recovered = await rollouts.recover();
     if (recovered.interrupted.length) log(`marked ${recovered.interrupted.length} rollout(s) a previous server was running as interrupted: ${recovered.interrupted.join(', ')}`);
     if (recovered.removed.length) log(`removed ${recovered.removed.length} sandbox(es) a previous server left`);

@@ -32,5 +32,6 @@ export function loadSplit(name: string, dir: string): ServedSplit {
 
 export function taskRef(split: ServedSplit, index: number): TaskRef {
   const t = split.tasks[index]!;
-  return { index, task_id: t.fullName, task_name: t.name, dataset: split.name, instruction: t.instruction };
+  // The harness is given the trimmed instruction (rollout-runner.ts): serve that, byte for byte.
+  return { index, task_id: t.fullName, task_name: t.name, dataset: split.name, instruction: t.instruction.trim() };
 }

@@ -42,6 +42,8 @@ export interface RolloutServiceOptions {
   backend: 'docker' | 'k8s';
   splits: ReadonlyMap<string, ServedSplit>;
   log(line: string): void;
+  /** The cluster target for --backend k8s (as `batch submit --context/--namespace/--registry/--queue`). */
+  k8s?: { context: string | null; namespace: string; registry: string | null; queue_name: string | null };
   /** Sandboxes at once over every session; a session past it waits its turn (default 4). */
   parallel?: number;
   /** Tests pass a double; default by `backend`. */
@@ -183,7 +185,7 @@ export class RolloutService {
       parallel: 1,
       engine_url: llmUrl,
       model,
-      k8s: null,
+      k8s: this.opts.backend === 'k8s' ? (this.opts.k8s ?? { context: null, namespace: 'default', registry: null, queue_name: null }) : null,
     };
     writeJsonAtomic(join(dir, 'serve.json'), BatchManifestSchema.parse(manifest));
     const { backend, capture } = await (await this.module()).open({ batchDir: dir, manifest, log: this.opts.log, ...(apiKey ? { engineApiKey: apiKey } : {}) });

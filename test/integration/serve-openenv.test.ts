@@ -85,6 +85,7 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
   let tasksRoot: string;
   let stateDir: string;
   let serve: ServeProcess;
+  let servedInstruction = '';
 
   before(async () => {
     docker = await dockerReady();
@@ -133,8 +134,9 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
     assert.deepEqual(Object.keys(one.body.task).sort(), ['dataset', 'index', 'instruction', 'task_id', 'task_name']);
     assert.deepEqual(one.body.task, range.body.tasks[1]);
     assert.equal(one.body.task.task_id, 'serve-test/b-slow');
-    const prompt = readFileSync(join(tasksRoot, 'b-slow', 'instruction.md'), 'utf8');
+    const prompt = readFileSync(join(tasksRoot, 'b-slow', 'instruction.md'), 'utf8').trim();
     assert.equal(one.body.task.instruction, prompt);
+    servedInstruction = one.body.task.instruction;
     // The client's map: sha1(instruction.strip()) -> index.
     const sha = (s: string) => createHash('sha1').update(s.trim()).digest('hex');
     assert.equal(new Map(range.body.tasks.map((t: any) => [sha(t.instruction), t.index])).get(sha(prompt)), 1);
@@ -223,6 +225,8 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
         assert.ok(key in r, `HarborRolloutResult.${key}`);
       assert.ok(r.n_trainable_tokens > 0);
       assertValidTurns(r);
+      // The prompt the harness sent is the instruction the task API served, exactly.
+      assert.equal(r.turns[0].request_messages.find((m: any) => m.role === 'user').content, servedInstruction);
       for (const t of r.turns) {
         for (const key of ['turn', 'role', 'finish_reason', 'prompt_token_ids', 'completion_token_ids', 'per_token_logps', 'loss_mask', 'node_id', 'n_tools', 'discarded', 'trainable', 'sampling_params', 'requested_sampling_params', 'text', 'tool_calls', 'request_messages', 'request_tools'])
           assert.ok(key in t, `HarborTurn.${key}`);
