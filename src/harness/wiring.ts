@@ -15,6 +15,8 @@ export const HARNESS_NAMES = [
   'pi-openai-responses',
   'pi-anthropic',
   'pi-google',
+  'continue',
+  'copilot',
 ] as const;
 
 export type HarnessName = (typeof HARNESS_NAMES)[number];
@@ -114,6 +116,16 @@ function opencodeConfig(o: WireOptions): JsonObject {
     autoupdate: false,
     share: 'disabled',
   };
+}
+
+function continueConfig(o: WireOptions): string {
+  // YAML is a superset of JSON: flow style keeps the values quoted exactly.
+  return json({
+    name: 'Harness Lab capture proxy',
+    version: '1.0.0',
+    schema: 'v1',
+    models: [{ name: o.model, provider: 'openai', model: o.model, apiBase: `${o.proxyUrl}/v1`, apiKey: o.sessionKey, roles: ['chat', 'edit', 'apply'], capabilities: ['tool_use'] }],
+  });
 }
 
 function piSpec(api: 'openai-completions' | 'openai-responses' | 'anthropic-messages' | 'google-generative-ai', dialect: DialectName): HarnessSpec {
@@ -264,6 +276,50 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
   'pi-openai-responses': piSpec('openai-responses', 'openai_responses'),
   'pi-anthropic': piSpec('anthropic-messages', 'anthropic_messages'),
   'pi-google': piSpec('google-generative-ai', 'google_gemini'),
+  continue: {
+    package: '@continuedev/cli',
+    version: '1.5.47',
+    bin: 'cn',
+    dialect: 'openai_chat',
+    node: '(none declared)',
+    pointedBy: '`--config <home>/.continue/harness-lab.yaml`: one model with `provider: openai`, `apiBase: <proxy>/v1`, `apiKey: <session>`, `model: <model>`, `capabilities: [tool_use]`; `-p --auto`',
+    offline: '`CONTINUE_CLI_ENABLE_TELEMETRY=0`, `CONTINUE_METRICS_ENABLED=0`, `CONTINUE_CLI_AUTO_UPDATED=1` (no self-update), `CONTINUE_GLOBAL_DIR=<home>/.continue`',
+    successExit: 0,
+    wire: (o) => ({
+      argv: ['cn', '-p', '--auto', '--config', inHome(o, '.continue', 'harness-lab.yaml'), '--', o.instruction],
+      env: {
+        CONTINUE_GLOBAL_DIR: inHome(o, '.continue'),
+        CONTINUE_CLI_ENABLE_TELEMETRY: '0',
+        CONTINUE_METRICS_ENABLED: '0',
+        CONTINUE_CLI_AUTO_UPDATED: '1',
+      },
+      files: [{ path: inHome(o, '.continue', 'harness-lab.yaml'), content: continueConfig(o) }],
+    }),
+  },
+  copilot: {
+    package: '@github/copilot',
+    version: '1.0.102',
+    bin: 'copilot',
+    dialect: 'openai_chat',
+    node: '(native binary)',
+    pointedBy: '`COPILOT_PROVIDER_BASE_URL=<proxy>/v1` (BYOK, no GitHub login), `COPILOT_PROVIDER_TYPE=openai`, `COPILOT_PROVIDER_WIRE_API=completions`, `COPILOT_PROVIDER_API_KEY=<session>`, `COPILOT_MODEL=<model>`; `-p <instruction> --allow-all-tools`',
+    offline: '`COPILOT_OFFLINE=true` (no auth, telemetry, web tools, GitHub MCP, auto-update), `COPILOT_AUTO_UPDATE=false`, `--disable-client-telemetry`, `--no-auto-update`, `COPILOT_HOME=<home>/.copilot`',
+    successExit: 0,
+    wire: (o) => ({
+      argv: ['copilot', '--allow-all-tools', '--no-auto-update', '--disable-client-telemetry', '--model', o.model, `--prompt=${o.instruction}`],
+      env: {
+        COPILOT_PROVIDER_BASE_URL: `${o.proxyUrl}/v1`,
+        COPILOT_PROVIDER_TYPE: 'openai',
+        COPILOT_PROVIDER_WIRE_API: 'completions',
+        COPILOT_PROVIDER_API_KEY: o.sessionKey,
+        COPILOT_MODEL: o.model,
+        COPILOT_OFFLINE: 'true',
+        COPILOT_AUTO_UPDATE: 'false',
+        COPILOT_HOME: inHome(o, '.copilot'),
+      },
+      files: [],
+    }),
+  },
 };
 
 export class UnknownHarnessError extends Error {}
