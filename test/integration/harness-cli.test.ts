@@ -111,7 +111,6 @@ async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false): Pro
   const result = await runHarnessLocal(wired, { home, cwd: workdir, timeoutMs: HARNESS_TIMEOUT_MS });
   const calls = lab.proxy.getCalls(session_id);
   const why = diagnose(result, calls);
-  if (process.env.HL_DUMP) require('node:fs').writeFileSync(`${process.env.HL_DUMP}/${name}.json`, JSON.stringify(calls, null, 1));
 
   assert.equal(result.timedOut, false, `timed out after ${HARNESS_TIMEOUT_MS} ms\n${why}`);
   assert.equal(result.exitCode, spec.successExit, `unexpected exit\n${why}`);
@@ -140,6 +139,13 @@ async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false): Pro
   assert.ok(roundTrip, `no later call carried the tool result back\n${why}`);
   const toolResult = roundTrip.engine_request!.messages.filter((m) => m.role === 'tool').map((m) => JSON.stringify(m.content)).join('\n');
   assert.ok(toolResult.includes(proof), `the tool result sent back does not hold the command's output: ${toolResult.slice(0, 500)}\n${why}`);
+  // Gemini ids are optional and pi drops them on replay: what reaches the engine carries the ids the
+  // proxy answered with (restored from the session when the harness left them out).
+  if (spec.dialect === 'google_gemini') {
+    const answered = (toolCall.engine_response?.choices?.[0]?.message?.tool_calls ?? []).map((c) => c.id);
+    const replayed = roundTrip.engine_request!.messages.filter((m) => m.role === 'tool').map((m) => m.tool_call_id);
+    assert.deepEqual(replayed.slice(-answered.length), answered, `tool results carry the answered call ids\n${why}`);
+  }
   // The rollout graph links calls by exact token prefix: the follow-up must extend the tool call.
   const expected = [...toolCall.prompt_token_ids!, ...toolCall.completion_token_ids!];
   assert.deepEqual(roundTrip.prompt_token_ids!.slice(0, expected.length), expected, `the follow-up prompt does not extend the tool call token for token\n${why}`);
