@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { CallRecord, ChatRequest, ChatTool, JsonObject } from '../../src/capture/types.js';
 import type { FakeAnswer } from '../../src/engine/fake-engine.js';
+import { RolloutGraph } from '../../src/capture/graph.js';
 import { resolveHarnessBin, runHarnessLocal, type RunLocalResult } from '../../src/harness/run-local.js';
 import { HARNESSES, HARNESS_NAMES, wireHarness, type HarnessName } from '../../src/harness/wiring.js';
 import { createSession, startLab, type Lab } from './helpers.js';
@@ -25,6 +26,8 @@ const PROTOCOL_ERROR = /protocol error|invalid_request_error|unexpected (event|t
 let proof = '';
 /** `rich`: the tool-calling answer also has text and a second, parallel shell call (what real models do). */
 let rich = false;
+/** `thinking`: every answer carries reasoning, as a thinking model's does. */
+let thinking = false;
 
 function shellTool(tools: ChatTool[] | undefined): ChatTool | undefined {
   return tools?.find((t) => SHELL_TOOL.test(t.function.name) && !/stdin|background|output/i.test(t.function.name));
@@ -66,6 +69,11 @@ function valueFor(schema: unknown): unknown {
 }
 
 function script(request: ChatRequest): FakeAnswer {
+  const answer = scriptedAnswer(request);
+  return thinking && !answer.content?.startsWith('{') ? { ...answer, reasoning: 'The user wants the proof file; the shell tool writes it.' } : answer;
+}
+
+function scriptedAnswer(request: ChatRequest): FakeAnswer {
   const format = request.response_format as { type?: string; json_schema?: { schema?: unknown } } | undefined;
   if (format?.type === 'json_schema') return { content: JSON.stringify(valueFor(format.json_schema?.schema)) };
   if (format?.type === 'json_object') return { content: '{}' };
@@ -93,7 +101,7 @@ function diagnose(result: RunLocalResult, calls: CallRecord[]): string {
 const roots: string[] = [];
 
 /** Runs one harness against a lab's proxy and checks the whole round trip; returns a summary line. */
-async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false): Promise<string> {
+async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false, onCalls?: (calls: CallRecord[], why: string) => void): Promise<string> {
   const spec = HARNESSES[name];
   // Not installed is a failure, not a skip: the wiring is only proven by running the real CLI.
   resolveHarnessBin(name);
@@ -148,7 +156,8 @@ async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false): Pro
   }
   // The rollout graph links calls by exact token prefix: the follow-up must extend the tool call.
   const expected = [...toolCall.prompt_token_ids!, ...toolCall.completion_token_ids!];
-  assert.deepEqual(roundTrip.prompt_token_ids!.slice(0, expected.length), expected, `the follow-up prompt does not extend the tool call token for token\n${why}`);
+  if (onCalls) onCalls(calls, why);
+  else assert.deepEqual(roundTrip.prompt_token_ids!.slice(0, expected.length), expected, `the follow-up prompt does not extend the tool call token for token\n${why}`);
   return `${name}: exit ${result.exitCode} in ${result.durationMs} ms, ${calls.length} call(s) captured, ${withTokens.length} with token ids`;
 }
 
@@ -187,4 +196,30 @@ describe('real harness CLIs against a slow engine with richer answers', () => {
       console.log(`# slow engine, rich answer, ${await runAndCheck(lab, name, true)}`);
     });
   }
+});
+
+// A thinking model: gemini-cli does not send the reasoning back, so the follow-up does not extend the
+// tool call token for token; the graph links it as a continuation with a finding instead of a new root.
+describe('real harness CLIs against a thinking model', () => {
+  let lab: Lab;
+  before(async () => {
+    lab = await startLab({ script });
+    thinking = true;
+  });
+  after(async () => {
+    thinking = false;
+    await lab.close();
+  });
+
+  test('gemini-cli (google_gemini): reasoning not sent back, the turn after the tool call continues it', { timeout: HARNESS_TIMEOUT_MS + 20_000 }, async () => {
+    const summary = await runAndCheck(lab, 'gemini-cli', false, (calls, why) => {
+      const graph = RolloutGraph.fromRecords(calls);
+      const toolCall = graph.nodes().find((n) => n.record.finish_reason === 'tool_calls')!;
+      assert.ok(toolCall.response_message?.reasoning, `the tool-call answer had reasoning\n${why}`);
+      const next = graph.nodes().find((n) => n.index > toolCall.index && n.request_messages.some((m) => m.role === 'tool'))!;
+      assert.equal(next.parent?.node_id, toolCall.node_id, `linked to the tool call, not a new root\n${why}`);
+      assert.ok(next.findings.some((f) => f.startsWith('[WARN] reasoning_stripped:')), `${next.findings.join('\n')}\n${why}`);
+    });
+    console.log(`# thinking model, ${summary}`);
+  });
 });
