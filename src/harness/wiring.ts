@@ -108,7 +108,10 @@ function codexConfig(o: WireOptions): string {
   ].join('\n');
 }
 
-function opencodeConfig(o: WireOptions): JsonObject {
+/** The proxy, key and model: all a harness config file needs (shared with the extension's terminal). */
+export type ProxyTarget = Pick<WireOptions, 'proxyUrl' | 'sessionKey' | 'model'>;
+
+export function opencodeConfig(o: ProxyTarget): JsonObject {
   return {
     $schema: 'https://opencode.ai/config.json',
     provider: {
@@ -125,7 +128,7 @@ function opencodeConfig(o: WireOptions): JsonObject {
   };
 }
 
-function openclawConfig(o: WireOptions): JsonObject {
+export function openclawConfig(o: ProxyTarget): JsonObject {
   return {
     models: {
       mode: 'replace',
@@ -148,7 +151,7 @@ function openclawConfig(o: WireOptions): JsonObject {
   };
 }
 
-function continueConfig(o: WireOptions): string {
+export function continueConfig(o: ProxyTarget): string {
   // YAML is a superset of JSON: flow style keeps the values quoted exactly.
   return json({
     name: 'Harness Lab capture proxy',

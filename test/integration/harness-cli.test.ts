@@ -10,6 +10,7 @@ import type { CallRecord, ChatRequest, ChatTool, JsonObject } from '../../src/ca
 import type { FakeAnswer } from '../../src/engine/fake-engine.js';
 import { RolloutGraph } from '../../src/capture/graph.js';
 import { resolveHarnessBin, runHarnessLocal, type RunLocalResult } from '../../src/harness/run-local.js';
+import { capturedTerminalEnv, harnessConfigFiles } from '../../src/extension/terminal-env.js';
 import { HARNESSES, HARNESS_NAMES, wireHarness, type HarnessName } from '../../src/harness/wiring.js';
 import { createSession, startLab, type Lab } from './helpers.js';
 
@@ -222,4 +223,44 @@ describe('real harness CLIs against a thinking model', () => {
     });
     console.log(`# thinking model, ${summary}`);
   });
+});
+
+// The extension's captured terminal: only its environment (and the config files it writes for the
+// harnesses that read the proxy from a file) plus the command a user would type.
+describe('real harness CLIs in the extension\'s captured-terminal environment', () => {
+  let lab: Lab;
+  before(async () => {
+    lab = await startLab({ script });
+  });
+  after(() => lab.close());
+
+  const typed: Partial<Record<HarnessName, (instruction: string) => string[]>> = {
+    copilot: (i) => ['copilot', '--allow-all-tools', `--prompt=${i}`],
+    kilo: (i) => ['kilo', 'run', '--model', `harnesslab/${MODEL}`, '--auto', '--', i],
+    continue: (i) => ['cn', '-p', '--auto', '--', i],
+    openclaw: (i) => ['openclaw', 'agent', 'exec', '--cwd', '.', '--', i],
+  };
+  for (const [name, argv] of Object.entries(typed) as [HarnessName, (i: string) => string[]][]) {
+    test(`${name}: the terminal env alone reaches the session, and the tool runs`, { timeout: HARNESS_TIMEOUT_MS + 20_000 }, async () => {
+      resolveHarnessBin(name);
+      const root = mkdtempSync(join(tmpdir(), `hl-terminal-${name}-`));
+      roots.push(root);
+      const home = join(root, 'home');
+      const workdir = join(root, 'work');
+      const configDir = join(root, 'harness-config');
+      mkdirSync(home, { recursive: true });
+      const { session_id } = await createSession(lab.proxy, { metadata: { source: 'terminal' } });
+      proof = `hl-proof-terminal-${name}`;
+      rich = false;
+      const target = { proxyUrl: lab.proxy.url, sessionKey: session_id, model: MODEL, configDir };
+      const files = harnessConfigFiles(target).map((f) => ({ path: join(configDir, f.path), content: f.content }));
+      const wired = { name, dialect: HARNESSES[name].dialect, argv: argv(INSTRUCTION), env: capturedTerminalEnv(target), files };
+      const result = await runHarnessLocal(wired, { home, cwd: workdir, timeoutMs: HARNESS_TIMEOUT_MS });
+      const calls = lab.proxy.getCalls(session_id);
+      const why = diagnose(result, calls);
+      assert.equal(result.exitCode, 0, why);
+      assert.ok(calls.length >= 2 && calls.every((c) => !c.error && c.prompt_token_ids?.length), why);
+      assert.equal(readFileSync(join(workdir, 'proof.txt'), 'utf8').trim(), proof, why);
+    });
+  }
 });
