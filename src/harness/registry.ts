@@ -119,7 +119,7 @@ function beforeDashDash(argv: string[], ...flags: string[]): string[] {
 }
 
 /** The day the Docker sandbox suite last passed every harness below on both example tasks. */
-const V = '2026-12-01';
+const VALIDATED_ON = '2026-12-01';
 
 /** Stands for the sandbox HOME in an entry's `env` (resolved by launchPlan). */
 const SANDBOX_HOME_TOKEN = '${HOME}';
@@ -134,10 +134,10 @@ const ENTRIES: HarnessEntry[] = [
     collect: [],
     atif: 'self',
     toAtif: (dir) => readTrajectory(join(dir, 'trajectory.json')),
-    landscape: { toolCalls: true, shellTool: 'bash', editTools: [], compaction: 'no', extraCalls: 'none', validated: V },
+    landscape: { toolCalls: true, shellTool: 'bash', editTools: [], compaction: 'no', extraCalls: 'none', validated: VALIDATED_ON },
   },
   npmEntry('codex', 'codex', {
-    landscape: { toolCalls: true, shellTool: 'exec_command', editTools: [], compaction: 'yes (auto-compaction near the context limit; announces `remote_compaction_v2`)', extraCalls: 'none with the custom provider (the built-in one first tries a WebSocket upgrade)', validated: V },
+    landscape: { toolCalls: true, shellTool: 'exec_command', editTools: [], compaction: 'yes (auto-compaction near the context limit; announces `remote_compaction_v2`)', extraCalls: 'none with the custom provider (the built-in one first tries a WebSocket upgrade)', validated: VALIDATED_ON },
     // `--json` prints events; the per-call token counts are in the session rollout files.
     argv: (argv) => beforeDashDash(argv, '--json'),
     collect: ['.codex/sessions'],
@@ -145,7 +145,7 @@ const ENTRIES: HarnessEntry[] = [
     toAtif: (dir) => codexSessionsToAtif(join(dir, 'native', 'sessions')),
   }),
   npmEntry('claude-code', 'claude-code', {
-    landscape: { toolCalls: true, shellTool: 'Bash', editTools: ['Edit', 'Write', 'NotebookEdit'], compaction: 'yes (auto-compact near the context limit)', extraCalls: 'a `HEAD /` preflight (not a model call); none else with `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`', validated: V },
+    landscape: { toolCalls: true, shellTool: 'Bash', editTools: ['Edit', 'Write', 'NotebookEdit'], compaction: 'yes (auto-compact near the context limit)', extraCalls: 'a `HEAD /` preflight (not a model call); none else with `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`', validated: VALIDATED_ON },
     // stream-json (which needs --verbose) has one event per assistant message, with its usage.
     argv: (argv) => beforeDashDash(setFlag(argv, '--output-format', 'stream-json'), '--verbose'),
     collect: ['.claude/projects'],
@@ -153,33 +153,33 @@ const ENTRIES: HarnessEntry[] = [
     toAtif: (dir) => claudeToAtif(dir),
   }),
   npmEntry('opencode', 'opencode', {
-    landscape: { toolCalls: true, shellTool: 'bash', editTools: ['edit', 'write'], compaction: 'yes (session summary near the context limit)', extraCalls: 'a title request (no tools) before the first turn: its own root, role auxiliary', validated: V },
+    landscape: { toolCalls: true, shellTool: 'bash', editTools: ['edit', 'write'], compaction: 'yes (session summary near the context limit)', extraCalls: 'a title request (no tools) before the first turn: its own root, role auxiliary', validated: VALIDATED_ON },
     argv: (argv) => setFlag(argv, '--format', 'json'),
     collect: [],
     atif: 'converted',
     toAtif: (dir) => opencodeEventsToAtif(join(dir, 'opencode.txt')),
   }),
   npmEntry('gemini-cli', 'gemini-cli', {
-    landscape: { toolCalls: true, shellTool: 'run_shell_command', editTools: ['replace', 'write_file'], compaction: 'yes (chat compression near the context limit)', extraCalls: 'a router classifier unless `-m` is given (the wiring gives it); a JSON next-speaker check after some turns', validated: V },
+    landscape: { toolCalls: true, shellTool: 'run_shell_command', editTools: ['replace', 'write_file'], compaction: 'yes (chat compression near the context limit)', extraCalls: 'a router classifier unless `-m` is given (the wiring gives it); a JSON next-speaker check after some turns', validated: VALIDATED_ON },
     collect: ['.gemini/tmp'],
     atif: 'converted',
     toAtif: (dir) => geminiSessionsToAtif(join(dir, 'native', 'tmp')),
   }),
   npmEntry('qwen-code', 'qwen-code', {
-    landscape: { toolCalls: true, shellTool: 'run_shell_command', editTools: ['edit', 'write_file'], compaction: 'yes (chat compression, inherited from gemini-cli)', extraCalls: 'a memory-extraction request after the turn, off in the wiring (`memory.enableManagedAutoMemory = false`)', validated: V },
+    landscape: { toolCalls: true, shellTool: 'run_shell_command', editTools: ['edit', 'write_file'], compaction: 'yes (chat compression, inherited from gemini-cli)', extraCalls: 'a memory-extraction request after the turn, off in the wiring (`memory.enableManagedAutoMemory = false`)', validated: VALIDATED_ON },
     collect: ['.qwen/projects'],
     atif: 'converted',
     toAtif: (dir) => qwenChatsToAtif(join(dir, 'native', 'projects')),
   }),
   npmEntry('pi', 'pi-openai-completions', {
-    landscape: { toolCalls: true, shellTool: 'bash', editTools: ['edit', 'write'], compaction: 'yes (`/compact`, and automatic near the context limit)', extraCalls: 'none', validated: V },
+    landscape: { toolCalls: true, shellTool: 'bash', editTools: ['edit', 'write'], compaction: 'yes (`/compact`, and automatic near the context limit)', extraCalls: 'none', validated: VALIDATED_ON },
     argv: (argv) => [...argv.slice(0, 1), '--session-dir', '/logs/agent/native/pi-sessions', ...argv.slice(1)],
     collect: [],
     atif: 'converted',
     toAtif: (dir) => piSessionsToAtif(join(dir, 'native', 'pi-sessions')),
   }),
   npmEntry('openclaw', 'openclaw', {
-    landscape: { toolCalls: true, shellTool: 'exec', editTools: ['edit', 'write', 'apply_patch'], compaction: 'yes (session compaction)', extraCalls: 'none seen; a per-request runtime-facts message is avoided by denying `process` and `sessions_spawn`', validated: V },
+    landscape: { toolCalls: true, shellTool: 'exec', editTools: ['edit', 'write', 'apply_patch'], compaction: 'yes (session compaction)', extraCalls: 'none seen; a per-request runtime-facts message is avoided by denying `process` and `sessions_spawn`', validated: VALIDATED_ON },
     collect: [],
     atif: 'converted',
     // The session transcript (pi's session events) lives in SQLite; Node 24 (the harness's own) reads
@@ -191,20 +191,20 @@ const ENTRIES: HarnessEntry[] = [
     toAtif: (dir) => piSessionsToAtif(join(dir, 'native'), 'openclaw'),
   }),
   npmEntry('kilo', 'kilo', {
-    landscape: { toolCalls: true, shellTool: 'bash', editTools: ['edit', 'write'], compaction: 'yes (auto-compaction, `KILO_DISABLE_AUTOCOMPACT` turns it off)', extraCalls: 'none seen (unlike opencode, no title request)', validated: V },
+    landscape: { toolCalls: true, shellTool: 'bash', editTools: ['edit', 'write'], compaction: 'yes (auto-compaction, `KILO_DISABLE_AUTOCOMPACT` turns it off)', extraCalls: 'none seen (unlike opencode, no title request)', validated: VALIDATED_ON },
     argv: (argv) => setFlag(argv, '--format', 'json'),
     collect: [],
     atif: 'converted',
     toAtif: (dir) => opencodeEventsToAtif(join(dir, 'kilo.txt'), 'kilo'),
   }),
   npmEntry('continue', 'continue', {
-    landscape: { toolCalls: true, shellTool: 'Bash', editTools: ['Edit', 'Write'], compaction: 'yes (auto-compact at a context threshold)', extraCalls: 'none seen', validated: V },
+    landscape: { toolCalls: true, shellTool: 'Bash', editTools: ['Edit', 'Write'], compaction: 'yes (auto-compact at a context threshold)', extraCalls: 'none seen', validated: VALIDATED_ON },
     collect: ['.continue/sessions'],
     atif: 'converted',
     toAtif: (dir) => continueSessionsToAtif(join(dir, 'native', 'sessions')),
   }),
   npmEntry('copilot', 'copilot', {
-    landscape: { toolCalls: true, shellTool: 'bash', editTools: ['edit', 'create'], compaction: 'yes (compacts long sessions)', extraCalls: 'none seen in BYOK offline mode', validated: V },
+    landscape: { toolCalls: true, shellTool: 'bash', editTools: ['edit', 'create'], compaction: 'yes (compacts long sessions)', extraCalls: 'none seen in BYOK offline mode', validated: VALIDATED_ON },
     // Its native HTTP client (rustls) refuses to start without trust roots ("Invalid native model HTTP
     // root certificate: no trust roots available"), even for a plain-http proxy, and the task image may
     // have no CA bundle: hand it Node's own (Mozilla's) roots.
