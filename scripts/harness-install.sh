@@ -31,16 +31,25 @@ table=$(node --import tsx -e '
   }
 ' "$@")
 
-# The declared engines.node of an installed package must accept this Node (only ">=" ranges are used).
+# The declared engines.node of an installed package must accept the Node it runs on: alternatives
+# joined by "||", each a list of comparators (>=, >, <=, <, =) on x[.y[.z]] versions.
 engines_ok() {
   node -e '
-    const range = (require(process.argv[1]).engines ?? {}).node ?? "";
-    const m = /^>=\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?$/.exec(range.trim());
+    const range = ((require(process.argv[1]).engines ?? {}).node ?? "").trim();
     if (!range) process.exit(0);
-    if (!m) { console.error(`  note: engines.node "${range}" not checked`); process.exit(0); }
-    const want = [m[1], m[2] ?? 0, m[3] ?? 0].map(Number);
     const have = process.versions.node.split(".").map(Number);
-    for (let i = 0; i < 3; i++) { if (have[i] > want[i]) process.exit(0); if (have[i] < want[i]) { console.error(`  engines.node "${range}" rejects Node ${process.versions.node}`); process.exit(1); } }
+    const cmp = (v) => { for (let i = 0; i < 3; i++) if (have[i] !== v[i]) return have[i] < v[i] ? -1 : 1; return 0; };
+    const holds = (c) => {
+      const m = /^(>=|<=|>|<|=)?\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?$/.exec(c);
+      if (!m) return undefined;
+      const r = cmp([m[2], m[3] ?? 0, m[4] ?? 0].map(Number));
+      return { ">=": r >= 0, ">": r > 0, "<=": r <= 0, "<": r < 0, "=": r === 0 }[m[1] ?? "="];
+    };
+    const results = range.split("||").map((alt) => alt.trim().split(/\s+/).filter(Boolean).map(holds));
+    if (results.flat().includes(undefined)) { console.error(`  note: engines.node "${range}" not checked`); process.exit(0); }
+    if (results.some((alt) => alt.every(Boolean))) process.exit(0);
+    console.error(`  engines.node "${range}" rejects Node ${process.versions.node}`);
+    process.exit(1);
   ' "$1"
 }
 
