@@ -6,7 +6,7 @@
 #   scripts/code-server-install.sh            # installs into $CODE_SERVER_DIR
 #   CODE_SERVER_DIR=/opt/cs scripts/code-server-install.sh
 #
-# The e2e test (test/e2e/extension.e2e.test.ts) looks in the same place (scripts/code-server-paths.mjs).
+# The e2e tests and the test-run provisioning (scripts/provision.ts) look in the same place (test/e2e/code-server.ts).
 set -euo pipefail
 
 VERSION=4.100.3

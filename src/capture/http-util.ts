@@ -60,3 +60,25 @@ export function redactHeaders(headers: IncomingMessage['headers']): Record<strin
   }
   return out;
 }
+
+/**
+ * The request target as a URL, or undefined when it cannot be one. The raw target is taken as a path
+ * (`//x` stays the path `//x`, not a host), so no request line can make the router throw.
+ */
+export function parseRequestTarget(target: string | undefined): URL | undefined {
+  const raw = target ?? '/';
+  try {
+    return raw.startsWith('/') ? new URL(`http://proxy.invalid${raw}`) : new URL(raw);
+  } catch {
+    return undefined;
+  }
+}
+
+/** A percent-decoded path segment, or undefined for a malformed escape (`%zz`, a lone `%`). */
+export function decodePathSegment(segment: string): string | undefined {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return undefined;
+  }
+}

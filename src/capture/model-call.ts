@@ -11,6 +11,7 @@ import { EngineUnreachableError, engineErrorMessage, type EngineClient } from '.
 import { BodyTooLargeError, readBody, redactHeaders, sendJson } from './http-util.js';
 import type { CaptureSession } from './sessions.js';
 import { SseKeepalive, writeSse } from './sse.js';
+import { StoreWriteError } from './store.js';
 import { EngineResponseError, buildEngineRequest, isContextOverflow, normaliseEngineResponse, storedEngineResponse } from './upstream.js';
 import { DialectError, type CallError, type CallRecord, type CaptureLevel, type ChatRequest, type ChatResponse, type Dialect, type DialectContext, type JsonObject } from './types.js';
 
@@ -21,7 +22,7 @@ export interface ModelCallDeps {
   captureLevel(session: CaptureSession): Promise<CaptureLevel>;
   engine: EngineClient;
   findSession(key: string): CaptureSession | undefined;
-  /** Durably records an answered call; resolves once it is on disk. */
+  /** Durably records an answered call; resolves once it is on disk, rejects with StoreWriteError if it cannot be. */
   record(session: CaptureSession, record: CallRecord): Promise<void>;
   recordBudgetStop(session: CaptureSession): Promise<void>;
   /** Streaming keepalive timings (tests shorten them). */
@@ -89,7 +90,13 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   }
   if (chat.n !== undefined && chat.n !== null && chat.n !== 1) return replyError(res, dialect, 400, 'capture supports exactly one completion per request (n=1)');
 
-  const level = await deps.captureLevel(session);
+  let level: CaptureLevel;
+  try {
+    level = await deps.captureLevel(session);
+  } catch (err) {
+    if (err instanceof StoreWriteError) return replyError(res, dialect, err.status, err.message);
+    throw err;
+  }
   // Budget check and reservation happen in the same tick: no await between them.
   if (!session.tryReserveCall()) {
     session.budgetStopCount++;
@@ -98,7 +105,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     return;
   }
 
-  const plan = buildEngineRequest(chat, { model: session.info.model, captureLevel: level, maxOutputTokens: deps.maxOutputTokens });
+  const plan = buildEngineRequest(chat, { model: session.info.model, captureLevel: level, maxOutputTokens: deps.maxOutputTokens, pinnedSampling: session.info.sampling });
   const started = new Date();
   const index = session.nextIndex++;
   const abort = new AbortController();
@@ -145,9 +152,18 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
       ...fields,
     };
   };
+  /** Records; a store failure is swallowed here (logged by the store's owner) when `quiet`, else rethrown. */
+  const store = async (record: CallRecord, quiet: boolean): Promise<void> => {
+    try {
+      await deps.record(session, record);
+    } catch (err) {
+      if (!(quiet && err instanceof StoreWriteError)) throw err;
+    }
+  };
   const fail = async (error: CallError, engineResponse: unknown = null) => {
     session.upstreamErrors++;
-    await deps.record(session, finish({ error, engine_response: engineResponse as ChatResponse | null }));
+    // The harness gets the engine's error either way; an unstored errored call loses no answer.
+    await store(finish({ error, engine_response: engineResponse as ChatResponse | null }), true);
     replyError(res, dialect, error.status, error.message, keepalive);
   };
 
@@ -158,7 +174,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     } catch (err) {
       if (abort.signal.aborted) {
         keepalive?.stop();
-        await deps.record(session, finish({ error: { status: 499, message: 'client closed the connection before the engine answered', kind: 'client' } }));
+        await store(finish({ error: { status: 499, message: 'client closed the connection before the engine answered', kind: 'client' } }), true);
         return;
       }
       const message = err instanceof EngineUnreachableError ? err.message : `inference engine at ${deps.engine.baseUrl} failed: ${String(err)}`;
@@ -194,8 +210,14 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
       usage: clientAnswer.usage ?? null,
       findings: [...(ids?.finding ? [ids.finding] : []), ...(level === 'tokens' ? answer.findings : answer.findings.filter((f) => !f.startsWith('[FATAL] no_')))],
     });
-    // Durable before the harness sees the answer: a crash after this loses nothing answered.
-    await deps.record(session, record);
+    // Durable before the harness sees the answer: a crash after this loses nothing answered, and an
+    // answer that could not be stored is not given (507 disk full, 503 otherwise, in the dialect).
+    try {
+      await deps.record(session, record);
+    } catch (err) {
+      if (err instanceof StoreWriteError) return replyError(res, dialect, err.status, err.message, keepalive);
+      throw err;
+    }
     if (stream) writeSse(res, dialect.streamEvents(clientAnswer, ctx), keepalive);
     else sendJson(res, 200, responseBody);
   } finally {

@@ -8,11 +8,11 @@ import { isLoopbackHost, presentedKey, secretsEqual } from './auth.js';
 import { EngineClient } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
 import { Emitter } from './events.js';
-import { DEFAULT_BODY_LIMIT, readBody, sendJson } from './http-util.js';
-import { handleModelCall } from './model-call.js';
+import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, parseRequestTarget, readBody, sendJson } from './http-util.js';
+import { handleModelCall, type ModelCallDeps } from './model-call.js';
 import { buildRollout, type RolloutDocument } from './rollout.js';
 import { CaptureSession, CreateSessionSchema, mintSessionId, type CreateSessionRequest } from './sessions.js';
-import { CaptureStore } from './store.js';
+import { CaptureStore, StoreWriteError } from './store.js';
 import type { CallRecord, CaptureLevel, SessionInfo } from './types.js';
 import { DEFAULT_MAX_OUTPUT_TOKENS } from './upstream.js';
 
@@ -26,6 +26,8 @@ export interface ProxyLogger {
 export interface ProxyOptions {
   engineUrl: string;
   model: string;
+  /** Sent to the engine as `Authorization: Bearer`; never recorded, logged or returned. */
+  engineApiKey?: string;
   host?: string;
   port?: number;
   adminKey?: string;
@@ -72,7 +74,7 @@ export class CaptureProxy {
   private address!: AddressInfo;
 
   private constructor(private readonly options: ProxyOptions) {
-    this.engine = new EngineClient(options.engineUrl);
+    this.engine = new EngineClient(options.engineUrl, options.engineApiKey ? { apiKey: options.engineApiKey } : {});
     this.store = options.dataDir ? new CaptureStore(options.dataDir) : undefined;
     this.log = options.logger ?? silentLogger;
     this.captureLevel = options.captureLevel ?? 'tokens';
@@ -105,7 +107,7 @@ export class CaptureProxy {
 
   private restore(): void {
     if (!this.store) return;
-    for (const loaded of this.store.loadAll()) {
+    for (const loaded of this.store.loadAll((message) => this.log.warn(message))) {
       const session = new CaptureSession(loaded.info);
       for (const call of loaded.calls) session.addCall(call);
       session.budgetStopCount = loaded.budgetStops;
@@ -113,7 +115,6 @@ export class CaptureProxy {
       session.nextIndex = loaded.calls.reduce((n, c) => Math.max(n, c.index + 1), 0);
       session.upstreamErrors = loaded.calls.filter((c) => c.error?.kind === 'engine').length;
       this.sessions.set(session.id, session);
-      if (loaded.skipped) this.log.warn(`session ${session.id}: skipped ${loaded.skipped} unreadable line(s) in its store file`);
     }
     if (this.sessions.size) this.log.info(`restored ${this.sessions.size} session(s) from ${this.store.dataDir}`);
   }
@@ -179,6 +180,15 @@ export class CaptureProxy {
   // ---- sessions (library API, also behind the HTTP routes) ----
 
   createSession(request: CreateSessionRequest = {}): SessionInfo {
+    const { info, written } = this.addSession(request);
+    void written.catch(() => {
+      // logged by addSession; the session's calls will fail to store too and say so to the harness
+    });
+    return info;
+  }
+
+  /** Creates the session in memory; `written` settles when its header line is on disk (or could not be). */
+  private addSession(request: CreateSessionRequest): { info: SessionInfo; written: Promise<void> } {
     const id = request.session_id ?? mintSessionId();
     if (this.sessions.has(id)) throw new SessionExistsError(id);
     const info: SessionInfo = {
@@ -188,13 +198,17 @@ export class CaptureProxy {
       engine_url: this.engine.baseUrl,
       max_model_calls: request.max_model_calls ?? this.options.maxModelCalls ?? 0,
       metadata: request.metadata ?? {},
+      ...(request.sampling ? { sampling: request.sampling } : {}),
       capture_level: this.options.captureLevel ?? (this.probeReport?.reachable ? this.captureLevel : undefined),
     };
     const session = new CaptureSession(info);
     this.sessions.set(id, session);
-    void this.store?.append(id, { type: 'session', ...info }).catch((err: unknown) => this.log.error(`could not store session ${id}: ${String(err)}`));
+    const written = (this.store?.append(id, { type: 'session', ...info }) ?? Promise.resolve()).catch((err: unknown) => {
+      this.log.error(`could not store session ${id}: ${err instanceof Error ? err.message : String(err)}`);
+      throw err;
+    });
     this.sessionsEmitter.fire();
-    return info;
+    return { info, written };
   }
 
   listSessions(): ReturnType<CaptureSession['summary']>[] {
@@ -249,8 +263,15 @@ export class CaptureProxy {
   private async sessionLevel(session: CaptureSession): Promise<CaptureLevel> {
     const level = await this.ensureProbed();
     if (session.info.capture_level === undefined || (session.calls.length === 0 && session.info.capture_level !== level)) {
+      const previous = session.info.capture_level;
       session.info.capture_level = level;
-      await this.store?.append(session.id, { type: 'session', ...session.info });
+      try {
+        await this.store?.append(session.id, { type: 'session', ...session.info });
+      } catch (err) {
+        // Not on disk, so not fixed: the next call tries again (this one fails with the store's error).
+        session.info.capture_level = previous;
+        throw err;
+      }
     }
     return session.info.capture_level;
   }
@@ -281,7 +302,8 @@ export class CaptureProxy {
   }
 
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://proxy.invalid');
+    const url = parseRequestTarget(req.url);
+    if (!url) return sendJson(res, 400, { error: { message: 'malformed request target', type: 'invalid_request_error' } });
     const path = url.pathname.replace(/\/+$/, '') || '/';
     const method = req.method ?? 'GET';
     if (path === '/health' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, this.health());
@@ -296,22 +318,29 @@ export class CaptureProxy {
       if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key (Authorization: Bearer <key> or x-admin-key)', type: 'invalid_request_error' } });
       return this.sessionRoute(req, res, method, path);
     }
-    if (method === 'POST') {
-      return handleModelCall(req, res, url, {
-        bodyLimit: this.options.bodyLimit ?? DEFAULT_BODY_LIMIT,
-        maxOutputTokens: this.options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
-        captureLevel: (session) => this.sessionLevel(session),
-        engine: this.engine,
-        findSession: (key) => this.sessions.get(key),
-        record: (session, record) => this.record(session, record),
-        recordBudgetStop: async (session) => {
-          await this.store?.append(session.id, { type: 'budget_stop', at: new Date().toISOString() });
-        },
-        keepaliveGraceMs: this.options.keepaliveGraceMs,
-        keepaliveIntervalMs: this.options.keepaliveIntervalMs,
-      });
-    }
+    if (method === 'POST') return handleModelCall(req, res, url, this.modelCallDeps((key) => this.sessions.get(key)));
     sendJson(res, 404, { error: { message: `no route ${method} ${url.pathname}`, type: 'invalid_request_error' } });
+  }
+
+  /**
+   * What a model call needs, with the session lookup chosen by the listener: the main server finds
+   * any registered key, a session socket (session-socket.ts) only its own.
+   */
+  modelCallDeps(findSession: (key: string) => CaptureSession | undefined): ModelCallDeps {
+    return {
+      bodyLimit: this.options.bodyLimit ?? DEFAULT_BODY_LIMIT,
+      maxOutputTokens: this.options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
+      captureLevel: (session) => this.sessionLevel(session),
+      engine: this.engine,
+      findSession,
+      record: (session, record) => this.record(session, record),
+      recordBudgetStop: async (session) => {
+        // Not training data: a failed write is logged and the harness still gets its stop answer.
+        await this.store?.append(session.id, { type: 'budget_stop', at: new Date().toISOString() }).catch((err: unknown) => this.log.error(`session ${session.id}: could not store a budget stop: ${String(err)}`));
+      },
+      keepaliveGraceMs: this.options.keepaliveGraceMs,
+      keepaliveIntervalMs: this.options.keepaliveIntervalMs,
+    };
   }
 
   private async record(session: CaptureSession, record: CallRecord): Promise<void> {
@@ -319,15 +348,19 @@ export class CaptureProxy {
       try {
         await this.store.append(session.id, { type: 'call', ...record });
       } catch (err) {
-        // Still answer the harness, but loudly: the call is only in memory now.
-        this.log.error(`could not store call ${record.call_id} of session ${session.id}: ${String(err)}`);
+        // The harness gets an error (507/503 in its dialect) and nothing claims the call was stored.
+        const message = err instanceof Error ? err.message : String(err);
+        this.log.error(`could not store call ${record.call_id} of session ${session.id}: ${message}`);
+        session.findings.push(`[WARN] store_failed: call ${record.call_id} (index ${record.index}) was not stored: ${message}`);
+        throw err instanceof StoreWriteError ? err : new StoreWriteError(this.store.dataDir, err);
       }
     }
     if (this.sessions.get(session.id) === session) session.addCall(record);
     this.recordEmitter.fire(record);
   }
 
-  private async models(res: ServerResponse): Promise<void> {
+  /** GET /v1/models: the engine's list, or the served model when the engine cannot be reached. */
+  async models(res: ServerResponse): Promise<void> {
     try {
       const reply = await this.engine.get('/v1/models');
       if (reply.status === 200) return sendJson(res, 200, reply.body);
@@ -343,7 +376,8 @@ export class CaptureProxy {
       if (method === 'GET') return sendJson(res, 200, { sessions: this.listSessions() });
       if (method === 'POST') return this.createSessionRoute(req, res);
     }
-    const id = decodeURIComponent(parts[1] ?? '');
+    const id = decodePathSegment(parts[1] ?? '');
+    if (id === undefined) return sendJson(res, 404, { error: { message: `unknown session ${parts[1]}: malformed percent escape`, type: 'not_found_error' } });
     const session = this.sessions.get(id);
     if (parts.length === 2 && method === 'DELETE') return sendJson(res, 200, { deleted: await this.deleteSession(id) });
     if (!session) return sendJson(res, 404, { error: { message: `unknown session ${id}`, type: 'not_found_error' } });
@@ -354,7 +388,13 @@ export class CaptureProxy {
   }
 
   private async createSessionRoute(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const raw = (await readBody(req, 1024 * 1024)).toString('utf8').trim();
+    let raw: string;
+    try {
+      raw = (await readBody(req, 1024 * 1024)).toString('utf8').trim();
+    } catch (err) {
+      if (err instanceof BodyTooLargeError) return sendJson(res, 413, { error: { message: err.message, type: 'invalid_request_error' } });
+      throw err;
+    }
     let body: unknown = {};
     if (raw) {
       try {
@@ -369,12 +409,22 @@ export class CaptureProxy {
       return sendJson(res, 400, { error: { message: `${issue?.path.join('.') || 'body'}: ${issue?.message ?? 'invalid'}`, type: 'invalid_request_error' } });
     }
     await this.ensureProbed();
-    let info: SessionInfo;
+    let added: ReturnType<CaptureProxy['addSession']>;
     try {
-      info = this.createSession(parsed.data);
+      added = this.addSession(parsed.data);
     } catch (err) {
       if (err instanceof SessionExistsError) return sendJson(res, 409, { error: { message: err.message, type: 'invalid_request_error' } });
       throw err;
+    }
+    const info = added.info;
+    try {
+      await added.written;
+    } catch (err) {
+      // Not stored, so not created: a restart would not know it.
+      this.sessions.delete(info.session_id);
+      this.sessionsEmitter.fire();
+      const status = err instanceof StoreWriteError ? err.status : 503;
+      return sendJson(res, status, { error: { message: err instanceof Error ? err.message : String(err), type: 'server_error' } });
     }
     sendJson(res, 201, { session_id: info.session_id, base_url: `${this.url}/v1`, model: info.model, max_model_calls: info.max_model_calls, capture_level: info.capture_level ?? 'unknown', rollout_type: info.capture_level === 'tokens' ? 'train' : 'eval', engine_reachable: this.probeReport?.reachable ?? null });
   }

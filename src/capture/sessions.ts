@@ -13,6 +13,20 @@ export const CreateSessionSchema = z
     session_id: z.string().regex(SESSION_ID_PATTERN, 'session_id must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$').optional(),
     model: z.string().min(1).optional(),
     max_model_calls: z.number().int().nonnegative().optional(),
+    /** Pinned on every call (a batch's training sampling): temperature finite and > 0, the rest at chosen values. */
+    sampling: z
+      .object({
+        temperature: z.number().finite().positive().optional(),
+        top_p: z.number().finite().gt(0).max(1).optional(),
+        top_k: z.number().int().min(-1).optional(),
+        min_p: z.number().finite().min(0).max(1).optional(),
+        frequency_penalty: z.number().finite().optional(),
+        presence_penalty: z.number().finite().optional(),
+        repetition_penalty: z.number().finite().positive().optional(),
+        seed: z.number().int().optional(),
+      })
+      .strict()
+      .optional(),
     metadata: z
       .record(z.string(), z.unknown())
       .refine((m) => !RESERVED_METADATA_KEYS.some((k) => k in m), { message: `metadata must not use the reserved keys ${RESERVED_METADATA_KEYS.join(', ')}` })
@@ -91,6 +105,7 @@ export class CaptureSession {
       upstream_errors: this.upstreamErrors,
       idle_s: Math.round((Date.now() - this.lastActivity) / 1000),
       metadata: this.info.metadata,
+      ...(this.info.sampling ? { sampling: this.info.sampling } : {}),
     };
   }
 }

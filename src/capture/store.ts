@@ -6,9 +6,14 @@
 // and under load each trip waits a whole (long) loop turn. So files stay open between appends, and
 // where the platform has O_DSYNC the file is opened with it: each write then returns only once the
 // data is on disk, as write + fdatasync did, in one trip instead of four (open, write, sync, close).
-import { constants, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+//
+// A crash (or a full disk) can leave a torn last line. Loading skips it with a warning naming the
+// file, and the first append to a file whose last byte is not a newline starts with one, so the torn
+// bytes never swallow the next, whole record.
+import { constants, fstatSync, mkdirSync, readdirSync, readFileSync, readSync } from 'node:fs';
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
+import { SESSION_ID_PATTERN } from './sessions.js';
 import type { CallRecord, SessionInfo } from './types.js';
 
 export type StoreLine =
@@ -20,8 +25,32 @@ export interface LoadedSession {
   info: SessionInfo;
   calls: CallRecord[];
   budgetStops: number;
-  /** Lines that could not be parsed (a torn last line after a crash), with their file. */
+  /** Lines that could not be parsed (a torn last line after a crash). */
   skipped: number;
+  /** 1-based numbers of the skipped lines. */
+  skippedLines: number[];
+  /** The session's file. */
+  file: string;
+}
+
+/**
+ * An append that did not reach the disk. `status` is what the harness gets: 507 when the disk (or
+ * quota) is full, 503 for every other storage failure (read-only file system, I/O error, ...).
+ */
+export class StoreWriteError extends Error {
+  readonly status: number;
+  readonly code: string | undefined;
+  constructor(
+    readonly file: string,
+    cause: unknown,
+  ) {
+    const code = (cause as NodeJS.ErrnoException | undefined)?.code;
+    const why = code === 'ENOSPC' || code === 'EDQUOT' ? 'the disk is full' : code === 'EROFS' ? 'the file system is read-only' : 'the write failed';
+    super(`the capture store could not record this call (${why}: ${cause instanceof Error ? cause.message : String(cause)}); nothing was stored`);
+    this.name = 'StoreWriteError';
+    this.status = code === 'ENOSPC' || code === 'EDQUOT' ? 507 : 503;
+    this.code = code;
+  }
 }
 
 interface PendingWrite {
@@ -31,7 +60,7 @@ interface PendingWrite {
 }
 
 /** O_DSYNC is missing on Windows; there the store writes, then calls fdatasync. */
-const SYNC_APPEND_FLAGS = constants.O_DSYNC === undefined ? undefined : constants.O_WRONLY | constants.O_CREAT | constants.O_APPEND | constants.O_DSYNC;
+const SYNC_APPEND_FLAGS = constants.O_DSYNC === undefined ? undefined : constants.O_RDWR | constants.O_CREAT | constants.O_APPEND | constants.O_DSYNC;
 /** Open files kept at most (least recently used closed first); enough for 1,000 live sessions. */
 const MAX_OPEN_FILES = 1024;
 /** A session file idle this long is closed. */
@@ -40,6 +69,8 @@ const IDLE_CLOSE_MS = 30_000;
 interface OpenFile {
   handle: FileHandle;
   lastUsed: number;
+  /** The file ended without a newline when opened (a torn line): the next write starts with one. */
+  needsNewline: boolean;
 }
 
 export class CaptureStore {
@@ -55,7 +86,9 @@ export class CaptureStore {
     mkdirSync(this.dir, { recursive: true });
   }
 
+  /** The session's file; ids outside SESSION_ID_PATTERN are refused (they could name a path elsewhere). */
   fileOf(sessionId: string): string {
+    if (!SESSION_ID_PATTERN.test(sessionId)) throw new Error(`not a session id: ${JSON.stringify(sessionId.slice(0, 200))}`);
     return join(this.dir, `${sessionId}.jsonl`);
   }
 
@@ -76,19 +109,28 @@ export class CaptureStore {
         if (!batch || batch.length === 0) break;
         this.queues.set(sessionId, []);
         try {
-          const handle = await this.fileFor(sessionId);
+          const file = await this.fileFor(sessionId);
+          const handle = file.handle;
+          // Where this batch starts, to cut a failed one back (a sync fstat: microseconds, no thread-pool trip).
+          let sizeBefore: number | undefined;
           try {
-            const data = Buffer.from(batch.map((w) => w.text).join(''), 'utf8');
+            sizeBefore = fstatSync(handle.fd).size;
+            const data = Buffer.from((file.needsNewline ? '\n' : '') + batch.map((w) => w.text).join(''), 'utf8');
             for (let offset = 0; offset < data.length; ) offset += (await handle.write(data, offset, data.length - offset)).bytesWritten;
             if (SYNC_APPEND_FLAGS === undefined) await handle.datasync();
+            file.needsNewline = false;
           } catch (err) {
-            // Reopen on the next append rather than keep a handle that failed.
+            // A short write before ENOSPC leaves part of the batch: cut the file back, so no caller
+            // that gets an error has its record on disk and no torn line is left. If even that
+            // fails, reopening (on the next append) notices the torn line and starts a fresh one.
+            if (sizeBefore !== undefined) await handle.truncate(sizeBefore).catch(() => {});
             await this.closeFile(sessionId);
             throw err;
           }
           for (const w of batch) w.resolve();
         } catch (err) {
-          for (const w of batch) w.reject(err);
+          const failure = err instanceof StoreWriteError ? err : new StoreWriteError(this.safeFileOf(sessionId), err);
+          for (const w of batch) w.reject(failure);
         }
       }
     } finally {
@@ -97,23 +139,39 @@ export class CaptureStore {
     }
   }
 
-  private async fileFor(sessionId: string): Promise<FileHandle> {
+  private safeFileOf(sessionId: string): string {
+    try {
+      return this.fileOf(sessionId);
+    } catch {
+      return this.dir;
+    }
+  }
+
+  private async fileFor(sessionId: string): Promise<OpenFile> {
     const known = this.files.get(sessionId);
     if (known) {
       // Re-insert: the map's order is the eviction order.
       this.files.delete(sessionId);
       known.lastUsed = Date.now();
       this.files.set(sessionId, known);
-      return known.handle;
+      return known;
     }
-    const handle = await open(this.fileOf(sessionId), SYNC_APPEND_FLAGS ?? 'a');
-    this.files.set(sessionId, { handle, lastUsed: Date.now() });
+    const handle = await open(this.fileOf(sessionId), SYNC_APPEND_FLAGS ?? 'a+');
+    let state: { size: number; torn: boolean };
+    try {
+      state = fileState(handle.fd);
+    } catch (err) {
+      await handle.close().catch(() => {});
+      throw err;
+    }
+    const file: OpenFile = { handle, lastUsed: Date.now(), needsNewline: state.torn };
+    this.files.set(sessionId, file);
     for (const id of this.files.keys()) {
       if (this.files.size <= MAX_OPEN_FILES) break;
       if (!this.flushing.has(id)) void this.closeFile(id);
     }
     this.sweeper ??= setInterval(() => this.closeIdle(), IDLE_CLOSE_MS / 2).unref();
-    return handle;
+    return file;
   }
 
   private closeIdle(): void {
@@ -135,6 +193,7 @@ export class CaptureStore {
   }
 
   async delete(sessionId: string): Promise<void> {
+    if (!SESSION_ID_PATTERN.test(sessionId)) return; // no such file can exist
     // Let queued writes land first so a late append cannot recreate the file.
     while (this.flushing.has(sessionId)) await new Promise((r) => setTimeout(r, 5));
     await this.closeFile(sessionId);
@@ -151,30 +210,49 @@ export class CaptureStore {
     await Promise.all([...this.files.keys()].map((id) => this.closeFile(id)));
   }
 
-  /** Everything on disk, for a restart on the same data dir. */
-  loadAll(): LoadedSession[] {
+  /** Everything on disk, for a restart on the same data dir; `warn` hears of torn lines and headless files. */
+  loadAll(warn: (message: string) => void = () => {}): LoadedSession[] {
     const sessions: LoadedSession[] = [];
     for (const name of readdirSync(this.dir).sort()) {
       if (!name.endsWith('.jsonl')) continue;
-      const loaded = loadSessionFile(join(this.dir, name));
-      if (loaded) sessions.push(loaded);
+      const path = join(this.dir, name);
+      const loaded = loadSessionFile(path);
+      if (!loaded) {
+        warn(`${path}: no readable session header line; the file was not restored`);
+        continue;
+      }
+      if (loaded.skipped) warn(`${path}: skipped ${loaded.skipped} unreadable line(s) (line ${loaded.skippedLines.join(', ')}), a torn write from a crash or a full disk`);
+      sessions.push(loaded);
     }
     return sessions;
   }
+}
+
+/** The file's size, and whether its last byte is something other than a newline (sync: two tiny syscalls, once per open). */
+function fileState(fd: number): { size: number; torn: boolean } {
+  const { size } = fstatSync(fd);
+  if (size === 0) return { size, torn: false };
+  const last = Buffer.alloc(1);
+  readSync(fd, last, 0, 1, size - 1);
+  return { size, torn: last[0] !== 0x0a };
 }
 
 export function loadSessionFile(path: string): LoadedSession | undefined {
   let info: SessionInfo | undefined;
   const calls: CallRecord[] = [];
   let budgetStops = 0;
-  let skipped = 0;
-  for (const text of readFileSync(path, 'utf8').split('\n')) {
+  const skippedLines: number[] = [];
+  for (const [n, text] of readFileSync(path, 'utf8').split('\n').entries()) {
     if (!text.trim()) continue;
     let line: StoreLine;
     try {
       line = JSON.parse(text) as StoreLine;
     } catch {
-      skipped++;
+      skippedLines.push(n + 1);
+      continue;
+    }
+    if (line === null || typeof line !== 'object') {
+      skippedLines.push(n + 1);
       continue;
     }
     if (line.type === 'session') {
@@ -185,5 +263,5 @@ export function loadSessionFile(path: string): LoadedSession | undefined {
       calls.push(rest);
     } else if (line.type === 'budget_stop') budgetStops++;
   }
-  return info ? { info, calls, budgetStops, skipped } : undefined;
+  return info ? { info, calls, budgetStops, skipped: skippedLines.length, skippedLines, file: path } : undefined;
 }

@@ -198,4 +198,6 @@ export interface SessionInfo {
   metadata: JsonObject;
   /** The engine's capture level when the session was created (below `tokens`: evaluation only). */
   capture_level?: CaptureLevel;
+  /** Sampling pinned on every call of this session (a batch's); the harness's own values are recorded as requested. */
+  sampling?: Partial<Record<'temperature' | 'top_p' | 'top_k' | 'min_p' | 'frequency_penalty' | 'presence_penalty' | 'repetition_penalty' | 'seed', number>>;
 }

@@ -1,7 +1,6 @@
 // `harness-lab engine`: the embedded CPU engine (node-llama-cpp) as a foreground process.
 import { existsSync } from 'node:fs';
-import type { CliCommand } from './main.js';
-import { intFlag, parseFlags, UsageError, withUsage } from './args.js';
+import { defineCommand, UsageError } from './args.js';
 
 const USAGE = `usage: harness-lab engine [--host 127.0.0.1] [--port 0] [--model FILE.gguf] [--policy FILE|NAME]
                           [--seed N] [--logprobs-mode processed|raw] [--context-size N] [--threads N]
@@ -18,62 +17,55 @@ const USAGE = `usage: harness-lab engine [--host 127.0.0.1] [--port 0] [--model 
   --host HOST            bind address (default 127.0.0.1)
   --port N               port (default 0: any free port)`;
 
-export const engineCommand: CliCommand = {
+export const engineCommand = defineCommand({
+  name: 'engine',
   summary: 'run the embedded CPU inference engine (vLLM-compatible API)',
-  run: (argv) =>
-    withUsage(async () => {
-      const { values } = parseFlags(
-        argv,
-        {
-          host: { type: 'string' },
-          port: { type: 'string' },
-          model: { type: 'string' },
-          policy: { type: 'string' },
-          seed: { type: 'string' },
-          'logprobs-mode': { type: 'string' },
-          'context-size': { type: 'string' },
-          threads: { type: 'string' },
-        },
-        USAGE,
-      );
-      if (values.help) {
-        process.stdout.write(`${USAGE}\n`);
-        return 0;
-      }
-      const mode = values['logprobs-mode'] ?? 'processed';
-      if (mode !== 'processed' && mode !== 'raw') throw new UsageError(`--logprobs-mode must be processed or raw, got '${mode}'`);
-      if (values.model !== undefined && !existsSync(values.model)) throw new UsageError(`--model: no such file '${values.model}'`);
-      const contextSize = intFlag(values['context-size'], 'context-size', 0);
-      const threads = intFlag(values.threads, 'threads', 0);
-      const { startEmbeddedEngine } = await import('../engine/embedded-engine.js');
-      let engine;
-      try {
-        engine = await startEmbeddedEngine({
-          host: values.host ?? '127.0.0.1',
-          port: intFlag(values.port, 'port', 0),
-          seed: intFlag(values.seed, 'seed', 0),
-          logprobsMode: mode,
-          ...(values.model ? { modelPath: values.model } : {}),
-          ...(values.policy ? { policy: values.policy } : {}),
-          ...(contextSize ? { contextSize } : {}),
-          ...(threads ? { threads } : {}),
-        });
-      } catch (err) {
-        const message = err instanceof Error ? err.message : String(err);
-        if (/policy/i.test(message)) throw new UsageError(message);
-        throw err;
-      }
-      process.stdout.write(`engine listening on ${engine.url}\n`);
-      const policy = engine.engine.policySource;
-      process.stderr.write(
-        `[info] model ${engine.engine.modelName} (${engine.modelPath}), logprobs ${mode}${policy ? `, policy ${policy}` : ''}; ` +
-          `build ${Math.round(engine.timings.buildMs)} ms, load ${Math.round(engine.timings.loadMs)} ms\n`,
-      );
-      await new Promise<void>((resolve) => {
-        process.once('SIGINT', resolve);
-        process.once('SIGTERM', resolve);
+  usage: USAGE,
+  flags: {
+    host: { type: 'string', default: '127.0.0.1' },
+    port: { type: 'integer', default: 0 },
+    model: { type: 'string' },
+    policy: { type: 'string' },
+    seed: { type: 'integer', default: 0 },
+    'logprobs-mode': { type: 'string', default: 'processed' },
+    'context-size': { type: 'integer', default: 0 },
+    threads: { type: 'integer', default: 0 },
+  },
+  run: async ({ flags }) => {
+    const mode = flags['logprobs-mode'];
+    if (mode !== 'processed' && mode !== 'raw') throw new UsageError(`--logprobs-mode must be processed or raw, got '${mode}'`);
+    if (flags.model !== undefined && !existsSync(flags.model)) throw new UsageError(`--model: no such file '${flags.model}'`);
+    const contextSize = flags['context-size'];
+    const threads = flags.threads;
+    const { startEmbeddedEngine } = await import('../engine/embedded-engine.js');
+    let engine;
+    try {
+      engine = await startEmbeddedEngine({
+        host: flags.host,
+        port: flags.port,
+        seed: flags.seed,
+        logprobsMode: mode,
+        ...(flags.model ? { modelPath: flags.model } : {}),
+        ...(flags.policy ? { policy: flags.policy } : {}),
+        ...(contextSize ? { contextSize } : {}),
+        ...(threads ? { threads } : {}),
       });
-      await engine.close();
-      return 0;
-    }),
-};
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      if (/policy/i.test(message)) throw new UsageError(message);
+      throw err;
+    }
+    process.stdout.write(`engine listening on ${engine.url}\n`);
+    const policy = engine.engine.policySource;
+    process.stderr.write(
+      `[info] model ${engine.engine.modelName} (${engine.modelPath}), logprobs ${mode}${policy ? `, policy ${policy}` : ''}; ` +
+        `build ${Math.round(engine.timings.buildMs)} ms, load ${Math.round(engine.timings.loadMs)} ms\n`,
+    );
+    await new Promise<void>((resolve) => {
+      process.once('SIGINT', resolve);
+      process.once('SIGTERM', resolve);
+    });
+    await engine.close();
+    return 0;
+  },
+});

@@ -2,8 +2,7 @@
 // Node variant), or removes the images the lab created.
 import { connectDocker } from '../sandbox/docker-client.js';
 import { BASE_IMAGE, NODE_IMAGE, ensureBaseImages, labImages } from '../sandbox/images.js';
-import { parseFlags, withUsage } from './args.js';
-import type { CliCommand } from './main.js';
+import { defineCommand } from './args.js';
 
 const USAGE = `usage: harness-lab images [--mirror URL] [--force] [--verbose]
        harness-lab images --prune [--all]
@@ -16,31 +15,28 @@ Task Dockerfiles start FROM one of them; no image is ever pulled.
   --force        rebuild even when the images exist
   --prune        remove task images the lab built (--all: the base images too)`;
 
-export const imagesCommand: CliCommand = {
+export const imagesCommand = defineCommand({
+  name: 'images',
   summary: 'build the offline sandbox base images (or --prune the lab images)',
-  run: (argv) =>
-    withUsage(async () => {
-      const { values } = parseFlags(argv, { mirror: { type: 'string' }, force: { type: 'boolean' }, verbose: { type: 'boolean', short: 'v' }, prune: { type: 'boolean' }, all: { type: 'boolean' } }, USAGE);
-      if (values.help) {
-        process.stdout.write(`${USAGE}\n`);
-        return 0;
+  usage: USAGE,
+  flags: { mirror: { type: 'string' }, force: { type: 'boolean' }, verbose: { type: 'boolean', short: 'v' }, prune: { type: 'boolean' }, all: { type: 'boolean' } },
+  run: async ({ flags }) => {
+    const docker = await connectDocker();
+    if (flags.prune) {
+      const images = await labImages(docker, flags.all);
+      for (const img of images) {
+        await docker.getImage(img.id).remove({ force: true }).catch((err: unknown) => process.stderr.write(`could not remove ${img.tags.join(',') || img.id}: ${String(err)}\n`));
+        process.stdout.write(`removed ${img.tags.join(', ') || img.id}\n`);
       }
-      const docker = await connectDocker();
-      if (values.prune) {
-        const images = await labImages(docker, Boolean(values.all));
-        for (const img of images) {
-          await docker.getImage(img.id).remove({ force: true }).catch((err: unknown) => process.stderr.write(`could not remove ${img.tags.join(',') || img.id}: ${String(err)}\n`));
-          process.stdout.write(`removed ${img.tags.join(', ') || img.id}\n`);
-        }
-        if (!images.length) process.stdout.write('no lab images to remove\n');
-        return 0;
-      }
-      const results = await ensureBaseImages(docker, {
-        mirror: values.mirror,
-        force: Boolean(values.force),
-        log: values.verbose ? (line) => process.stderr.write(`  ${line}\n`) : undefined,
-      });
-      for (const r of results) process.stdout.write(`${r.tag}: ${r.action} (${(r.ms / 1000).toFixed(1)}s)\n`);
+      if (!images.length) process.stdout.write('no lab images to remove\n');
       return 0;
-    }),
-};
+    }
+    const results = await ensureBaseImages(docker, {
+      mirror: flags.mirror,
+      force: flags.force,
+      log: flags.verbose ? (line) => process.stderr.write(`  ${line}\n`) : undefined,
+    });
+    for (const r of results) process.stdout.write(`${r.tag}: ${r.action} (${(r.ms / 1000).toFixed(1)}s)\n`);
+    return 0;
+  },
+});

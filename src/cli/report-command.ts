@@ -3,9 +3,9 @@ import { writeFileSync } from 'node:fs';
 import { fetchTokenTexts } from '../capture/token-text.js';
 import { idsWithoutText } from '../protocol/viewer-data.js';
 import { buildReportHtml, loadViewerAssets } from '../report/report-html.js';
+import { withoutSessionKey } from '../report/redact-session.js';
 import { checkTrajectory, findTrajectory, loadRollout } from '../report/rollout-loader.js';
-import type { CliCommand } from './main.js';
-import { parseFlags, UsageError, withUsage } from './args.js';
+import { defineCommand } from './args.js';
 
 const USAGE = `usage: harness-lab report ROLLOUT -o report.html [--trajectory trajectory.json] [--engine URL] [--model NAME]
 
@@ -19,37 +19,29 @@ it opens in any browser, offline.
                      capture has no bytes)
   --model NAME       model name for /detokenize (vLLM)`;
 
-export const reportCommand: CliCommand = {
+export const reportCommand = defineCommand({
+  name: 'report',
   summary: 'write a self-contained HTML rollout viewer for sharing',
-  run: (argv) =>
-    withUsage(async () => {
-      const { values, positionals } = parseFlags(
-        argv,
-        { out: { type: 'string', short: 'o' }, trajectory: { type: 'string' }, 'no-trajectory': { type: 'boolean' }, engine: { type: 'string' }, model: { type: 'string' } },
-        USAGE,
-      );
-      if (values.help) {
-        process.stdout.write(`${USAGE}\n`);
-        return 0;
-      }
-      if (positionals.length !== 1) throw new UsageError(`expected one ROLLOUT file, got ${positionals.length}\n\n${USAGE}`);
-      if (!values.out) throw new UsageError(`-o/--out is required\n\n${USAGE}`);
-      const rollout = loadRollout(positionals[0]!);
-      const trajectory = values['no-trajectory'] ? null : (values.trajectory ?? (rollout.doc ? findTrajectory(rollout.path) : null));
-      if (trajectory) {
-        rollout.data.atif = await checkTrajectory(rollout, trajectory);
-        process.stdout.write(`ATIF cross-check against ${trajectory}: ${rollout.data.atif.summary}\n`);
-      }
-      if (values.engine) {
-        const ids = idsWithoutText(rollout.data);
-        const r = await fetchTokenTexts(values.engine, ids, values.model ? { model: values.model } : {});
-        rollout.data.token_texts = { ...rollout.data.token_texts, ...r.texts };
-        if (r.problem) process.stderr.write(`harness-lab report: ${r.problem}\n`);
-      }
-      const html = buildReportHtml(rollout.data, loadViewerAssets());
-      writeFileSync(values.out, html);
-      const tokens = rollout.data.turns.reduce((a, t) => a + t.prompt_ids.length + t.sampled_ids.length, 0);
-      process.stdout.write(`wrote ${values.out} (${(html.length / 1024).toFixed(0)} KiB): ${rollout.data.turns.length} call(s), ${tokens} token positions\n`);
-      return 0;
-    }),
-};
+  usage: USAGE,
+  flags: { out: { type: 'string', short: 'o', required: true }, trajectory: { type: 'string' }, 'no-trajectory': { type: 'boolean' }, engine: { type: 'string' }, model: { type: 'string' } },
+  positionals: ['ROLLOUT'],
+  run: async ({ flags, positionals }) => {
+    const rollout = loadRollout(positionals[0]!);
+    const trajectory = flags['no-trajectory'] ? null : (flags.trajectory ?? (rollout.doc ? findTrajectory(rollout.path) : null));
+    if (trajectory) {
+      rollout.data.atif = await checkTrajectory(rollout, trajectory);
+      process.stdout.write(`ATIF cross-check against ${trajectory}: ${rollout.data.atif.summary}\n`);
+    }
+    if (flags.engine) {
+      const ids = idsWithoutText(rollout.data);
+      const r = await fetchTokenTexts(flags.engine, ids, flags.model ? { model: flags.model } : {});
+      rollout.data.token_texts = { ...rollout.data.token_texts, ...r.texts };
+      if (r.problem) process.stderr.write(`harness-lab report: ${r.problem}\n`);
+    }
+    const html = buildReportHtml(rollout.data.session_id ? withoutSessionKey(rollout.data, rollout.data.session_id) : rollout.data, loadViewerAssets());
+    writeFileSync(flags.out, html);
+    const tokens = rollout.data.turns.reduce((a, t) => a + t.prompt_ids.length + t.sampled_ids.length, 0);
+    process.stdout.write(`wrote ${flags.out} (${(html.length / 1024).toFixed(0)} KiB): ${rollout.data.turns.length} call(s), ${tokens} token positions\n`);
+    return 0;
+  },
+});

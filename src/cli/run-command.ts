@@ -1,74 +1,76 @@
 // `harness-lab run`: rollouts of a real harness in sandboxes against a Harbor task, captured.
 import { resolve } from 'node:path';
-import { parseFlags, intFlag, UsageError, withUsage } from './args.js';
-import type { CliCommand } from './main.js';
+import { defineCommand, UsageError } from './args.js';
 import { openLab, type Lab } from '../sandbox/lab.js';
 import { rolloutLine, runRollout } from '../sandbox/rollout-runner.js';
 import { harnessNames } from '../harness/registry.js';
 
 const USAGE = `usage: harness-lab run --task DIR --harness NAME [--engine-url URL] [--model NAME]
-                       [--sandbox docker|local] [-n N] [--timeout SECONDS] [--out DIR]
+                       [--engine-api-key K] [--sandbox docker|local] [-n N] [--timeout SECONDS] [--out DIR]
 
 Runs N rollouts of a real, unmodified harness, each in its own sandbox, against a Harbor task. Every
 model call goes through the capture proxy; the verifier's reward is read after the agent finishes.
 Without --engine-url the task's scripted policy (policy.json next to the task) answers.
 
   --harness NAME     ${harnessNames().join(', ')}
-  --sandbox KIND     docker (default) or local (no isolation; the reference harness, no Docker)
+  --engine-api-key K credential for --engine-url (or HARNESS_LAB_ENGINE_API_KEY); never enters a
+                     sandbox, a record or a log
+  --sandbox KIND     docker (default: no network, or its own egress network if the task allows
+                     it; the capture only through a per-rollout session socket) or local (no
+                     isolation: for trusted tasks and policies; the reference harness, no Docker)
   --timeout SECONDS  wall clock for the agent (default: the task's agent.timeout_sec, else 600);
                      on expiry the sandbox is stopped and the rollout is errored with reward null
   --out DIR          rollouts go to DIR/<task>/<harness>/<n>/ (default ./harness-lab-runs)`;
 
-export const runCommand: CliCommand = {
+export const runCommand = defineCommand({
+  name: 'run',
   summary: 'run a harness in a sandbox against a Harbor task, capturing every model call',
-  run: (argv) =>
-    withUsage(async () => {
-      const { values } = parseFlags(
-        argv,
-        {
-          task: { type: 'string' },
-          harness: { type: 'string' },
-          'engine-url': { type: 'string' },
-          model: { type: 'string' },
-          sandbox: { type: 'string' },
-          n: { type: 'string', short: 'n' },
-          timeout: { type: 'string' },
-          out: { type: 'string' },
-          verbose: { type: 'boolean', short: 'v' },
-        },
-        USAGE,
+  usage: USAGE,
+  flags: {
+    task: { type: 'string', required: true },
+    harness: { type: 'string', required: true },
+    'engine-url': { type: 'string' },
+    'engine-api-key': { type: 'string' },
+    model: { type: 'string' },
+    sandbox: { type: 'string', default: 'docker' },
+    n: { type: 'integer', short: 'n', default: 1 },
+    timeout: { type: 'integer' },
+    out: { type: 'string', default: 'harness-lab-runs' },
+    verbose: { type: 'boolean', short: 'v' },
+  },
+  run: async ({ flags }) => {
+    const sandbox = flags.sandbox;
+    if (sandbox !== 'docker' && sandbox !== 'local') throw new UsageError(`--sandbox must be docker or local, got '${sandbox}'`);
+    const n = flags.n;
+    const timeoutSec = flags.timeout || undefined;
+    const say = (line: string) => process.stdout.write(`${line}\n`);
+    if (sandbox === 'local') {
+      process.stderr.write(
+        "harness-lab: --sandbox local does not isolate: the harness runs as you on the host's network and can reach the engine and every loopback service (the proxy's admin routes need this run's admin key); rollouts say isolation: none\n",
       );
-      if (values.help) {
-        process.stdout.write(`${USAGE}\n`);
-        return 0;
+    }
+    const lab: Lab = await openLab({
+      taskDir: flags.task,
+      harness: flags.harness,
+      sandbox,
+      engineUrl: flags['engine-url'],
+      engineApiKey: flags['engine-api-key'] ?? (process.env.HARNESS_LAB_ENGINE_API_KEY || undefined),
+      adminKey: process.env.HARNESS_LAB_ADMIN_KEY || undefined,
+      model: flags.model,
+      outDir: resolve(flags.out),
+      log: flags.verbose ? (l) => process.stderr.write(`  ${l}\n`) : undefined,
+    });
+    let failures = 0;
+    try {
+      if (flags.verbose) process.stderr.write(`engine: ${lab.engineDescription}\nproxy: ${lab.proxy.url}\n`);
+      for (let i = 0; i < Math.max(1, n); i++) {
+        const r = await runRollout({ ...lab.rolloutOptions, timeoutSec });
+        say(rolloutLine(r));
+        if (r.status !== 'ok') failures++;
       }
-      if (!values.task) throw new UsageError(`--task is required\n\n${USAGE}`);
-      if (!values.harness) throw new UsageError(`--harness is required\n\n${USAGE}`);
-      const sandbox = values.sandbox ?? 'docker';
-      if (sandbox !== 'docker' && sandbox !== 'local') throw new UsageError(`--sandbox must be docker or local, got '${sandbox}'`);
-      const n = intFlag(values.n, 'n', 1);
-      const timeoutSec = values.timeout === undefined ? undefined : intFlag(values.timeout, 'timeout', 0) || undefined;
-      const say = (line: string) => process.stdout.write(`${line}\n`);
-      const lab: Lab = await openLab({
-        taskDir: values.task,
-        harness: values.harness,
-        sandbox,
-        engineUrl: values['engine-url'],
-        model: values.model,
-        outDir: resolve(values.out ?? 'harness-lab-runs'),
-        log: values.verbose ? (l) => process.stderr.write(`  ${l}\n`) : undefined,
-      });
-      let failures = 0;
-      try {
-        if (values.verbose) process.stderr.write(`engine: ${lab.engineDescription}\nproxy: ${lab.proxy.url}\n`);
-        for (let i = 0; i < Math.max(1, n); i++) {
-          const r = await runRollout({ ...lab.rolloutOptions, timeoutSec });
-          say(rolloutLine(r));
-          if (r.status !== 'ok') failures++;
-        }
-      } finally {
-        await lab.close();
-      }
-      return failures ? 1 : 0;
-    }),
-};
+    } finally {
+      await lab.close();
+    }
+    return failures ? 1 : 0;
+  },
+});

@@ -3,6 +3,7 @@
 // dist/react-harness.js, no dependencies) or locally, and writes its own ATIF trajectory.
 //   HARNESS_LAB_BASE_URL=<proxy>/v1 HARNESS_LAB_API_KEY=<session> node react-harness.js "<instruction>"
 // Optional: HARNESS_LAB_MODEL, HARNESS_LAB_ATIF (trajectory path), HARNESS_LAB_MAX_TURNS (default 20).
+import { randomBytes } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
@@ -60,6 +61,7 @@ async function main(): Promise<number> {
     { role: 'system', content: SYSTEM },
     { role: 'user', content: instruction },
   ];
+  const runId = `react-${randomBytes(8).toString('hex')}`;
   const now = () => new Date().toISOString();
   const steps: Record<string, unknown>[] = [{ step_id: 1, timestamp: now(), source: 'user', message: instruction }];
   const totals = { prompt: 0, completion: 0, cached: 0 };
@@ -67,7 +69,8 @@ async function main(): Promise<number> {
     mkdirSync(dirname(atifPath), { recursive: true });
     const trajectory = {
       schema_version: 'ATIF-v1.7',
-      session_id: key,
+      // The harness's own id, never its API key: trajectories are shared, keys are credentials.
+      session_id: runId,
       agent: { name: 'react', version: REACT_HARNESS_VERSION, model_name: model, tool_definitions: TOOLS },
       steps,
       final_metrics: { total_prompt_tokens: totals.prompt, total_completion_tokens: totals.completion, total_cached_tokens: totals.cached, total_steps: steps.length },

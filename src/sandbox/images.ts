@@ -67,11 +67,17 @@ export function tarDirectory(dir: string): NodeJS.ReadableStream {
   return child.stdout;
 }
 
+/** The cached root filesystem tarball, when an earlier build left one (then no debootstrap, no root). */
+export function cachedRootfs(cacheDir = imageCacheDir()): string | undefined {
+  const tarball = join(cacheDir, `${SUITE}-minbase.tar`);
+  return existsSync(tarball) && statSync(tarball).size > 0 ? tarball : undefined;
+}
+
 /** debootstrap once, then keep the root filesystem as a tarball so later imports take seconds. */
 async function rootfsTarball(opts: ImagesOptions): Promise<string> {
   const cache = opts.cacheDir ?? imageCacheDir();
   const tarball = join(cache, `${SUITE}-minbase.tar`);
-  if (existsSync(tarball) && statSync(tarball).size > 0 && !opts.force) return tarball;
+  if (cachedRootfs(cache) && !opts.force) return tarball;
   if (spawnSync('which', ['debootstrap']).status !== 0) {
     throw new Error('debootstrap is not installed; install it with `apt-get install -y debootstrap` (the base image is built from Debian packages, no registry is needed)');
   }
@@ -110,14 +116,23 @@ export async function ensureBaseImage(docker: Docker, opts: ImagesOptions = {}):
   return { tag: BASE_IMAGE, action: 'imported', ms: Date.now() - t0 };
 }
 
+/** Whether the node image exists and carries this machine's node. */
+async function nodeImageCurrent(docker: Docker): Promise<boolean> {
+  if (!(await imageExists(docker, NODE_IMAGE))) return false;
+  const info = await docker.getImage(NODE_IMAGE).inspect();
+  return info.Config?.Labels?.['harness-lab.node'] === process.version;
+}
+
+/** Whether ensureBaseImages would leave both images alone (nothing to build). */
+export async function baseImagesReady(docker: Docker): Promise<boolean> {
+  return (await imageExists(docker, BASE_IMAGE)) && (await nodeImageCurrent(docker));
+}
+
 /** Base + the host's node binary (Debian 12 glibc node runs unchanged in the bookworm base). */
 export async function ensureNodeImage(docker: Docker, opts: ImagesOptions = {}): Promise<ImageResult> {
   const t0 = Date.now();
   const version = process.version;
-  if (!opts.force && (await imageExists(docker, NODE_IMAGE))) {
-    const info = await docker.getImage(NODE_IMAGE).inspect();
-    if (info.Config?.Labels?.['harness-lab.node'] === version) return { tag: NODE_IMAGE, action: 'present', ms: Date.now() - t0 };
-  }
+  if (!opts.force && (await nodeImageCurrent(docker))) return { tag: NODE_IMAGE, action: 'present', ms: Date.now() - t0 };
   const ctx = mkdtempSync(join(tmpdir(), 'harness-lab-node-image-'));
   try {
     copyFileSync(process.execPath, join(ctx, 'node'));

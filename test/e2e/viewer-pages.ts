@@ -1,6 +1,6 @@
 // Pages for the viewer's browser tests and benchmark: the built webview bundle behind a stubbed
 // `acquireVsCodeApi` (the host side is played by the test), and `harness-lab report` files.
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { buildRollout, type RolloutDocument } from '../../src/capture/rollout.js';
@@ -79,6 +79,13 @@ export function bundleBuilt(): boolean {
   } catch {
     return false;
   }
+}
+
+/** Why the browser tests of the viewer cannot run here, in terms of what to do about it; undefined when they can. */
+export function missingViewerPrerequisite(): string | undefined {
+  if (!existsSync(chromium())) return `no chromium at ${chromium()}: run \`npm test\` or \`bash scripts/code-server-install.sh\` as root (both apt-get install Debian's chromium), or set CHROMIUM_PATH`;
+  if (!bundleBuilt()) return `${join(DIST, 'viewer.js')} is missing: run \`npm run build\``;
+  return undefined;
 }
 
 /** Post the data as the host does: the wire form, with the per-turn details ready to be requested. */

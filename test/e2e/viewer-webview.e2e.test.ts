@@ -3,7 +3,6 @@
 // Needs `npm run build` (dist/webview) and /usr/bin/chromium.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { chromium as pw, type Browser, type Page } from 'playwright-core';
 import { parseAtif } from '../../src/harness/atif.js';
 import { atifCheck } from '../../src/harness/atif-check.js';
@@ -11,9 +10,13 @@ import { buildRollout } from '../../src/capture/rollout.js';
 import { viewerDataFromRollout, type ViewerData } from '../../src/protocol/viewer-data.js';
 import { generateRollout } from '../../bench/rollout-generator.js';
 import { commonPrefix, logprobBucket } from '../../webview/viewer/model.js';
-import { bundleBuilt, chromium, fixture, postLoad, reportPage, tempDir, webviewPage } from './viewer-pages.js';
+import { chromium, fixture, missingViewerPrerequisite, postLoad, reportPage, tempDir, webviewPage } from './viewer-pages.js';
 
-const skip = !existsSync(chromium()) ? `no chromium at ${chromium()}` : !bundleBuilt() ? 'dist/webview/viewer.js missing: run `npm run build`' : false;
+/** A missing browser or bundle fails every test here, naming it (never a skip). */
+function requirePrerequisites(): void {
+  const missing = missingViewerPrerequisite();
+  if (missing) assert.fail(`the viewer browser tests cannot run: ${missing}`);
+}
 
 const FEATURES = { calls: 6, firstPrompt: 60, sampled: 20, glue: 10, retry: true, subagent: true, compaction: true, title: true, misaligned: true, missing: true } as const;
 
@@ -38,7 +41,7 @@ async function currentNode(page: Page): Promise<string> {
   return (await page.textContent('[data-testid="turn-head"] .muted'))!.split(' · ')[0]!;
 }
 
-describe('rollout viewer webview (stubbed VS Code API)', { skip }, () => {
+describe('rollout viewer webview (stubbed VS Code API)', () => {
   let browser: Browser;
   let page: Page;
   const dir = tempDir();
@@ -46,6 +49,7 @@ describe('rollout viewer webview (stubbed VS Code API)', { skip }, () => {
   const errors: string[] = [];
 
   before(async () => {
+    requirePrerequisites();
     browser = await pw.launch({ executablePath: chromium(), args: ['--no-sandbox'] });
     page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
     page.on('pageerror', (e) => errors.push(e.message));
@@ -312,12 +316,13 @@ describe('rollout viewer webview (stubbed VS Code API)', { skip }, () => {
   });
 });
 
-describe('rollout viewer HTML report', { skip }, () => {
+describe('rollout viewer HTML report', () => {
   let browser: Browser;
   const dir = tempDir();
   const fx = fixture(FEATURES);
 
   before(async () => {
+    requirePrerequisites();
     browser = await pw.launch({ executablePath: chromium(), args: ['--no-sandbox'] });
   });
   after(async () => {

@@ -1,5 +1,5 @@
 // Shared setup for the Docker sandbox tests: a reachable Docker engine (a clear failure, never a skip:
-// CI installs Docker), the offline base images, temporary tasks and a label-based container census.
+// the test run provisions Docker), the offline base images, temporary tasks and a label-based container census.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { cpSync, mkdtempSync, writeFileSync } from 'node:fs';
@@ -21,7 +21,7 @@ export function dockerReady(): Promise<Docker> {
     try {
       docker = await connectDocker();
     } catch (err) {
-      assert.fail(`the sandbox integration tests need a running Docker engine (CI's .ci/run installs docker.io and starts dockerd): ${(err as Error).message}`);
+      assert.fail(`the sandbox integration tests need a running Docker engine (\`npm test\` as root installs docker.io and starts dockerd, see scripts/provision.ts): ${(err as Error).message}`);
     }
     await ensureBaseImages(docker);
     return docker;

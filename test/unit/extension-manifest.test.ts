@@ -75,6 +75,7 @@ test('the .vsix allow-list ships only bundles, media, README, LICENSE and packag
   const allowed = [/^package\.json$/, /^README\.md$/, /^LICENSE$/, /^dist\/extension\.js$/, /^dist\/webview\/[^/]+(\/[^/]+)*$/, /^media\/[^/]+(\/[^/]+)*$/];
   for (const f of files) assert.ok(allowed.some((re) => re.test(f)), `${f} would be packaged`);
   for (const f of ['package.json', 'README.md', 'LICENSE', 'media/harness-lab.svg']) assert.ok(files.includes(f), `${f} missing from the package`);
-  if (existsSync(join(root, 'dist', 'extension.js'))) assert.ok(files.includes('dist/extension.js'));
+  assert.ok(existsSync(join(root, 'dist', 'extension.js')), 'dist/extension.js is missing: run `npm run build`');
+  assert.ok(files.includes('dist/extension.js'), 'the extension bundle is not packaged');
   assert.ok(!files.some((f) => f.endsWith('.map')), 'no source maps in the package');
 });

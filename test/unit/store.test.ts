@@ -1,11 +1,11 @@
 // CaptureStore: appends land whole and in order, across many sessions (more than stay open at once),
 // survive delete/close/reopen, and read back with loadAll.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { CaptureStore } from '../../src/capture/store.js';
+import { CaptureStore, StoreWriteError } from '../../src/capture/store.js';
 import type { CallRecord, SessionInfo } from '../../src/capture/types.js';
 
 const dirs: string[] = [];
@@ -74,4 +74,55 @@ test('an append that cannot be written rejects, and the next one reopens the fil
   await store.append('s', { type: 'session', ...info('s') });
   assert.equal(store.loadAll()[0]!.info.session_id, 's');
   await store.close();
+});
+
+test('a torn last line (torn by hand) is skipped with a warning naming the file, and the next append starts on a fresh line', async () => {
+  const store = freshStore();
+  await store.append('torn', { type: 'session', ...info('torn') });
+  await store.append('torn', { type: 'call', ...call('torn', 0) });
+  await store.close();
+  const file = store.fileOf('torn');
+  const whole = readFileSync(file, 'utf8');
+  // A crash mid-write: half of the next record, no newline.
+  appendFileSync(file, JSON.stringify({ type: 'call', ...call('torn', 1, 'x'.repeat(100)) }).slice(0, 60));
+  const warnings: string[] = [];
+  let [loaded] = store.loadAll((m) => warnings.push(m));
+  assert.deepEqual(loaded!.calls.map((c) => c.index), [0]);
+  assert.deepEqual(loaded!.skippedLines, [3]);
+  assert.equal(warnings.length, 1);
+  assert.ok(warnings[0]!.includes(file), `the warning names the file: ${warnings[0]}`);
+
+  // A new store (a restarted proxy) appends: the record lands on its own line, whole.
+  const restarted = new CaptureStore(store.dataDir);
+  await restarted.append('torn', { type: 'call', ...call('torn', 2) });
+  await restarted.append('torn', { type: 'call', ...call('torn', 3) });
+  const text = readFileSync(file, 'utf8');
+  assert.ok(text.startsWith(whole));
+  const lines = text.slice(whole.length).split('\n');
+  assert.equal(lines.length, 4, 'torn bytes, two records, and the final empty piece');
+  assert.doesNotThrow(() => JSON.parse(lines[1]!));
+  assert.doesNotThrow(() => JSON.parse(lines[2]!));
+  warnings.length = 0;
+  [loaded] = restarted.loadAll((m) => warnings.push(m));
+  assert.deepEqual(loaded!.calls.map((c) => c.index), [0, 2, 3]);
+  assert.equal(warnings.length, 1, 'still one torn line, no new one');
+  await restarted.close();
+});
+
+test('a file without a readable header is reported, not silently dropped', () => {
+  const store = freshStore();
+  writeFileSync(store.fileOf('headless'), '{"type":"sess');
+  const warnings: string[] = [];
+  assert.deepEqual(store.loadAll((m) => warnings.push(m)), []);
+  assert.match(warnings[0]!, /headless\.jsonl: no readable session header/);
+});
+
+test('ids that are not session ids never name a file: append rejects, delete does nothing', async () => {
+  const store = freshStore();
+  const outside = join(store.dataDir, 'keep.jsonl');
+  writeFileSync(outside, 'precious\n');
+  await store.delete('../keep');
+  assert.equal(readFileSync(outside, 'utf8'), 'precious\n');
+  await assert.rejects(store.append('../keep', { type: 'budget_stop', at: 'now' }), StoreWriteError);
+  assert.equal(readFileSync(outside, 'utf8'), 'precious\n');
 });

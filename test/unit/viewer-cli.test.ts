@@ -46,7 +46,8 @@ test('atif-check: exit 0 on a match, 1 on a mismatch, 2 on bad input', async () 
 });
 
 test('report: one self-contained HTML file with the data, the viewer and a trajectory found next to the rollout', async () => {
-  if (!existsSync(join(__dirname, '..', '..', 'dist', 'webview', 'viewer.js'))) return; // needs `npm run build`
+  const bundle = join(__dirname, '..', '..', 'dist', 'webview', 'viewer.js');
+  assert.ok(existsSync(bundle), `the report inlines the built viewer, and ${bundle} is missing: run \`npm run build\``);
   writeFileSync(join(dir, 'trajectory.json'), JSON.stringify(traj(counts)));
   assert.equal(findTrajectory(rolloutFile), join(dir, 'trajectory.json'));
   const out = join(dir, 'report.html');

@@ -1,0 +1,27 @@
+// The command table of `harness-lab`: name -> its module, loaded on use, so `harness-lab proxy`
+// never pays for the engine or Docker code. The contract each module exports (defineCommand) is
+// src/cli/args.ts; main.ts only dispatches.
+import type { CliCommand } from './args.js';
+
+export const COMMANDS: Readonly<Record<string, () => Promise<CliCommand>>> = {
+  // one line per command, keep sorted
+  'atif-check': async () => (await import('./atif-check-command.js')).atifCheckCommand,
+  audit: async () => (await import('./audit-command.js')).auditCommand,
+  batch: async () => (await import('./batch-command.js')).batchCommand,
+  demo: async () => (await import('./demo-command.js')).demoCommand,
+  engine: async () => (await import('./engine-command.js')).engineCommand,
+  export: async () => (await import('./export-command.js')).exportCommand,
+  images: async () => (await import('./images-command.js')).imagesCommand,
+  proxy: async () => (await import('./proxy-command.js')).proxyCommand,
+  report: async () => (await import('./report-command.js')).reportCommand,
+  run: async () => (await import('./run-command.js')).runCommand,
+  validate: async () => (await import('./validate-command.js')).validateCommand,
+};
+
+/** The top-level usage: every command beside its one-line summary (this loads every command module). */
+export async function topLevelUsage(): Promise<string> {
+  const commands = await Promise.all(Object.keys(COMMANDS).sort().map((name) => COMMANDS[name]!()));
+  const width = Math.max(...commands.map((c) => c.name.length));
+  const lines = commands.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`);
+  return `usage: harness-lab <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nRun 'harness-lab <command> --help' for a command's options.\n`;
+}
