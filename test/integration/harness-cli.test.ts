@@ -184,7 +184,7 @@ describe('real harness CLIs against the capture proxy', () => {
 // Closer to a real engine: slower than the keepalive grace (the stream is committed and keepalives
 // come before the answer), and an answer with text plus two parallel tool calls. One harness per
 // dialect parser; gemini-cli's reader once choked on SSE comment keepalives, and pi's Responses
-// reader ran the first of two parallel calls twice.
+// reader ran the first of two parallel calls twice; plus the four newer CLIs, each with its own client.
 describe('real harness CLIs against a slow engine with richer answers', () => {
   let lab: Lab;
   before(async () => {
@@ -192,7 +192,7 @@ describe('real harness CLIs against a slow engine with richer answers', () => {
   });
   after(() => lab.close());
 
-  for (const name of ['codex', 'claude-code', 'gemini-cli', 'pi-openai-completions', 'pi-openai-responses'] as const) {
+  for (const name of ['codex', 'claude-code', 'gemini-cli', 'pi-openai-completions', 'pi-openai-responses', 'openclaw', 'kilo', 'continue', 'copilot'] as const) {
     test(`${name} (${HARNESSES[name].dialect}): keepalives, text and two parallel tool calls`, { timeout: HARNESS_TIMEOUT_MS + 20_000 }, async () => {
       console.log(`# slow engine, rich answer, ${await runAndCheck(lab, name, true)}`);
     });
