@@ -3,6 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { harnessSessionId, presentedKey } from './auth.js';
+import { restoreGeminiCallIds } from './dialects/gemini-call-ids.js';
 import { detectDialect } from './dialects/index.js';
 import { renderStopAnswer } from './dialects/stop-answer.js';
 import { answerTokenCount } from './dialects/token-count.js';
@@ -86,9 +87,11 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   const stream = dialect.wantsStream(body, path);
   const ctx: DialectContext = { path, clientModel: dialect.clientModel(body, url.pathname) ?? session.info.model, request: body, servedModel: session.info.model };
 
+  // Gemini harnesses may replay history without the call ids the proxy answered with.
+  const ids = dialect.name === 'google_gemini' ? restoreGeminiCallIds(body, session.calls) : undefined;
   let chat: ChatRequest;
   try {
-    chat = dialect.toChat(body, ctx);
+    chat = dialect.toChat(ids?.body ?? body, ctx);
   } catch (err) {
     if (err instanceof DialectError) return replyError(res, dialect, err.status, err.message);
     return replyError(res, dialect, 400, `could not read the request: ${err instanceof Error ? err.message : String(err)}`);
@@ -216,7 +219,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
       model: typeof clientAnswer.model === 'string' ? clientAnswer.model : null,
       finish_reason: choice.finish_reason,
       usage: clientAnswer.usage ?? null,
-      findings: level === 'tokens' ? answer.findings : answer.findings.filter((f) => !f.startsWith('[FATAL] no_')),
+      findings: [...(ids?.finding ? [ids.finding] : []), ...(level === 'tokens' ? answer.findings : answer.findings.filter((f) => !f.startsWith('[FATAL] no_')))],
     });
     // Durable before the harness sees the answer: a crash after this loses nothing answered, and an
     // answer that could not be stored is not given (507 disk full, 503 otherwise, in the dialect).

@@ -4,7 +4,7 @@
 // NotConfiguredError gets the button that sets the missing thing up. The shape follows rust-analyzer
 // (editors/code: main.ts createCommands, ctx.ts CommandFactory).
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import * as vscode from 'vscode';
 import { EngineClient, servedModel } from '../capture/engine-client.js';
 import { probeEngine } from '../capture/engine-probe.js';
@@ -19,7 +19,7 @@ import { viewerTargetOf, type RolloutViewerPanels } from './rollout-viewer-panel
 import type { CallNode, SessionNode } from './sessions-model.js';
 import { SETTINGS_SECTION, readSettings, type HarnessLabSettings } from './settings.js';
 import { quickActions } from './status-model.js';
-import { capturedTerminalEnv, codexConfigToml, envSnippets, type CaptureTarget } from './terminal-env.js';
+import { capturedTerminalEnv, codexConfigToml, envSnippets, harnessConfigFiles, type CaptureTarget } from './terminal-env.js';
 
 export const ADMIN_KEY_SECRET = 'harnessLab.adminKey';
 
@@ -131,9 +131,15 @@ async function openCapturedTerminal(host: CommandHost): Promise<{ sessionId: str
   const info = proxy.sessions.create({ metadata: { source: 'terminal' } });
   const settings = currentSettings();
   const codexHome = join(host.controller.resolveDataDir(settings), 'codex-home', info.session_id);
-  const target: CaptureTarget = { ...captureTarget(proxy, info.session_id, info.model), codexHome };
+  const configDir = join(host.controller.resolveDataDir(settings), 'harness-config', info.session_id);
+  const target: CaptureTarget = { ...captureTarget(proxy, info.session_id, info.model), codexHome, configDir };
   mkdirSync(codexHome, { recursive: true });
   writeFileSync(join(codexHome, 'config.toml'), codexConfigToml(target));
+  // OpenClaw and Continue read the proxy only from a config file.
+  for (const file of harnessConfigFiles(target)) {
+    mkdirSync(dirname(join(configDir, file.path)), { recursive: true });
+    writeFileSync(join(configDir, file.path), file.content, { mode: 0o600 });
+  }
   const terminal = vscode.window.createTerminal({
     name: `Harness Lab: ${info.session_id}`,
     iconPath: new vscode.ThemeIcon('radio-tower'),
