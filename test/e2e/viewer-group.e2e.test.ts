@@ -49,7 +49,7 @@ describe('group view in chromium', () => {
     const boxes = await page.$$eval('[data-testid="member-card"]', (els) => els.map((e) => e.getBoundingClientRect().top));
     assert.ok(boxes.every((t) => Math.abs(t - boxes[0]!) < 1), 'cards in one row');
     // Histograms: batch (4 at 0, 1 at 1), per harness, drawn as bars whose heights follow the counts.
-    const batchBars = await page.$$eval('[data-testid="histogram-batch"] rect.hist-bar', (els) => els.map((e) => [Number(e.getAttribute('data-count')), Number(e.getAttribute('height'))]));
+    const batchBars = await page.$$eval('[data-testid="histogram-batch"] rect.hist-bar', (els) => els.map((e) => [Number(e.getAttribute('data-count')), Number(e.getAttribute('height'))] as [number, number]));
     assert.equal(batchBars.length, 10);
     assert.deepEqual([batchBars[0]![0], batchBars[9]![0]], [4, 1]);
     assert.ok(batchBars[0]![1] > batchBars[9]![1] && batchBars[9]![1] > 0 && batchBars[5]![1] === 0);
