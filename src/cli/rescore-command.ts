@@ -26,7 +26,7 @@ export function defaultRescorePath(rollout: string): string {
 
 export const rescoreCommand = defineCommand({
   name: 'rescore',
-  summary: 'sampler-vs-trainer drift: rescore a rollout\'s sampled tokens with an engine\'s current weights',
+  summary: 'sampler-vs-trainer drift: rescore sampled tokens with current weights',
   usage: USAGE,
   flags: { 'engine-url': { type: 'string', required: true }, out: { type: 'string', short: 'o' }, model: { type: 'string' }, threshold: { type: 'string' }, json: { type: 'boolean' } },
   positionals: ['ROLLOUT'],
