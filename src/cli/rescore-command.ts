@@ -1,6 +1,7 @@
 // `harness-lab rescore ROLLOUT --engine-url URL`: sampler-vs-trainer drift of one rollout
 // (src/train/rescore.ts), printed and written as ROLLOUT.rescore.json for the viewer.
 import { writeFileSync } from 'node:fs';
+import { rescorePathFor } from '../report/rescore-attach.js';
 import { DEFAULT_DRIFT_THRESHOLD, formatRescore, RescoreError, rescoreRollout } from '../train/rescore.js';
 import { ExportInputError, readRollout } from '../train/source.js';
 import { defineCommand, UsageError } from './args.js';
@@ -20,10 +21,6 @@ ratio is more than R away from 1.
   --threshold R     |ratio - 1| above R counts as drifted (default ${DEFAULT_DRIFT_THRESHOLD}, PPO's clip range)
   --json            print the whole report as JSON instead of the summary`;
 
-export function defaultRescorePath(rollout: string): string {
-  return `${rollout.replace(/(\.rollout\.json|\.jsonl|\.json)$/, '')}.rescore.json`;
-}
-
 export const rescoreCommand = defineCommand({
   name: 'rescore',
   summary: 'sampler-vs-trainer drift: rescore sampled tokens with current weights',
@@ -36,7 +33,7 @@ export const rescoreCommand = defineCommand({
     const file = positionals[0]!;
     try {
       const report = await rescoreRollout(readRollout(file), { engineUrl: flags['engine-url'], model: flags.model ?? null, threshold });
-      const out = flags.out ?? defaultRescorePath(file);
+      const out = flags.out ?? rescorePathFor(file);
       writeFileSync(out, `${JSON.stringify(report)}\n`);
       process.stdout.write(flags.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatRescore(report)}wrote ${out}\n`);
       return 0;
