@@ -25,6 +25,8 @@ export interface ToolCallFact {
   check: 'test' | 'read_back' | null;
 }
 
+export type CheckKind = 'test' | 'read_back' | 'run';
+
 export interface RolloutBehaviour {
   /** Model calls on the main agent path. */
   turns: number;
@@ -38,7 +40,7 @@ export interface RolloutBehaviour {
   error_recovery: number | null;
   self_verified: boolean;
   /** The tool call that counts as the check, when self_verified. */
-  verification: { turn: number; name: string; kind: 'test' | 'read_back' } | null;
+  verification: { turn: number; name: string; kind: CheckKind } | null;
   tools_used: string[];
   tools_offered: string[];
   /** Distinct tools used / distinct tools offered; null when no tool was offered. */
@@ -81,15 +83,31 @@ function messageText(content: ChatMessage['content'] | unknown): string {
   return '';
 }
 
-const SHELL_TOOL = /^(bash|shell|sh|exec|execute|run|run_command|run_shell_command|terminal|command|local_shell|container\.exec)$/i;
+const SHELL_TOOL = /^(bash|shell|sh|exec|execute|exec_command|shell_command|run|run_command|run_shell_command|terminal|command|local_shell|container\.exec)$/i;
 const WRITE_TOOL = /write|edit|create|patch|apply|replace|insert|str_replace|delete|move|rename/i;
 const READ_TOOL = /^(read|read_file|readfile|view|open|cat|open_file|read_many_files)$/i;
 /** A shell command that changes files (redirection into a file, in-place edits, file operations). */
 const WRITE_COMMAND = /(^|[^0-9&])>>?\s*[^&\s|]|\bsed\s+(-[a-zA-Z]*i|--in-place)|\btee\b|\b(mv|cp|rm|touch|mkdir|patch|truncate|chmod|install)\s|\bgit\s+(apply|checkout|restore|commit)\b|\bpython3?\s+-c\b.*\bopen\([^)]*['"]w/;
 /** A shell command that runs tests or the program's own check. */
 const TEST_COMMAND = /\b(pytest|py\.test|unittest|tox|nox|jest|vitest|mocha|go\s+test|cargo\s+test|npm\s+(run\s+)?test|yarn\s+test|pnpm\s+test|make\s+(test|check)|ctest|rspec|phpunit|bats|node\s+--test|tsx\s+--test|mvn\s+test|gradle\s+test)\b|(^|[;&|]\s*|\s)(\.\/)?(tests?|run_tests?|check)(\.sh)?(\s|$)/;
+/** Interpreters: `bash sum.sh`, `python3 app.py`, ... run a file (a changed one, for rule V3 run). */
+const INTERPRETER = /^(bash|sh|zsh|python3?|node|tsx|ruby|perl|php|deno)$/;
 /** A shell command that reads a file back. */
 const READ_COMMAND = /\b(cat|head|tail|less|more|diff|cmp|wc|grep|rg|sha256sum|md5sum|stat|ls|nl|od|xxd|git\s+(diff|status|show))\b/;
+
+/**
+ * What a shell command checks (rule V3), given the paths changed before it: tests at any time; running
+ * or reading back a changed file only after a change.
+ */
+function shellCheck(command: string, written: ReadonlySet<string>): CheckKind | null {
+  if (TEST_COMMAND.test(command)) return 'test';
+  if (WRITE_COMMAND.test(command) || written.size === 0) return null;
+  const touches = [...pathsOf({}, command)].some((p) => written.has(p));
+  if (!touches) return null;
+  const first = command.trim().split(/\s+/)[0] ?? '';
+  if (INTERPRETER.test(first) || /^\.\//.test(first)) return 'run';
+  return READ_COMMAND.test(command) ? 'read_back' : null;
+}
 
 function parseArgs(text: string): Record<string, unknown> {
   try {
@@ -103,7 +121,7 @@ function parseArgs(text: string): Record<string, unknown> {
 function shellCommand(name: string, args: Record<string, unknown>): string | null {
   const raw = args.command ?? args.cmd ?? args.script ?? args.input;
   const text = typeof raw === 'string' ? raw : Array.isArray(raw) ? raw.filter((x) => typeof x === 'string').join(' ') : null;
-  if (text !== null && (SHELL_TOOL.test(name) || typeof args.command === 'string' || Array.isArray(args.command))) return text;
+  if (text !== null && (SHELL_TOOL.test(name) || args.command !== undefined || args.cmd !== undefined)) return text;
   return null;
 }
 
@@ -175,7 +193,7 @@ export function rolloutBehaviour(doc: { calls: readonly CallRecord[]; sequences?
     if (facts.slice(i + 1).some((g) => g.outcome === 'ok' && (g.name !== f.name || g.arguments !== f.arguments))) recovered++;
   }
 
-  // Self-verification (rules V1-V3): after the last change, before the final answer, the work is checked.
+  // Self-verification (rules V1-V4): after the last change, before the final answer, the work is checked.
   const last = path[path.length - 1];
   const finalAnswer = last !== undefined && (last.engine_response?.choices?.[0]?.message?.tool_calls?.length ?? 0) === 0 && last.engine_response !== null;
   let verification: RolloutBehaviour['verification'] = null;
@@ -183,14 +201,25 @@ export function rolloutBehaviour(doc: { calls: readonly CallRecord[]; sequences?
     const lastWrite = facts.map((f) => f.mutates).lastIndexOf(true);
     const written = new Set<string>();
     for (const f of facts.slice(0, lastWrite + 1)) if (f.mutates) for (const p of pathsOf(parseArgs(f.arguments), f.command)) written.add(p);
-    for (const f of facts.slice(lastWrite + 1)) {
-      if (f.outcome === 'unknown') continue;
-      if (f.check === 'test') {
-        verification = { turn: f.turn, name: f.name, kind: 'test' };
-        break;
+    const change = facts[lastWrite];
+    // V4: a compound command that checks after its own last change (`sed -i ... && bash sum.sh 2 3`).
+    if (change?.command && change.outcome !== 'unknown') {
+      const parts = change.command.split(/&&|\|\||;|\n/);
+      let k = parts.length - 1;
+      while (k >= 0 && !WRITE_COMMAND.test(parts[k]!)) k--;
+      for (const part of parts.slice(k + 1)) {
+        const kind = shellCheck(part, written);
+        if (kind) {
+          verification = { turn: change.turn, name: change.name, kind };
+          break;
+        }
       }
-      if (f.check === 'read_back' && lastWrite >= 0 && [...pathsOf(parseArgs(f.arguments), f.command)].some((p) => written.has(p))) {
-        verification = { turn: f.turn, name: f.name, kind: 'read_back' };
+    }
+    for (const f of verification ? [] : facts.slice(lastWrite + 1)) {
+      if (f.outcome === 'unknown') continue;
+      const kind = f.command !== null ? shellCheck(f.command, written) : f.check === 'read_back' && [...pathsOf(parseArgs(f.arguments), null)].some((p) => written.has(p)) ? 'read_back' : null;
+      if (kind) {
+        verification = { turn: f.turn, name: f.name, kind };
         break;
       }
     }

@@ -128,3 +128,30 @@ test('the main agent path: a subagent sequence is left out', () => {
   assert.equal(b.tool_calls, 1);
   assert.equal(b.turns, 2);
 });
+
+test('running the changed program counts as a check, in the same compound command (V4) or after it (V3 run)', () => {
+  const compound = rolloutBehaviour({
+    calls: loop([
+      { tools: [bash('t1', 'cat sum.sh')], results: ['echo $(($1 - $2))\n[exit code 0]'] },
+      { tools: [bash('t2', "sed -i 's/- \\$2/+ $2/' sum.sh && bash sum.sh 2 3")], results: ['5\n[exit code 0]'] },
+      { answer: 'Fixed.' },
+    ]),
+  });
+  assert.deepEqual(compound.verification, { turn: 1, name: 'bash', kind: 'run' });
+  const after = rolloutBehaviour({
+    calls: loop([{ tools: [bash('t1', 'echo 1 > out.txt')], results: ['[exit code 0]'] }, { tools: [bash('t2', './out.txt')], results: ['[exit code 0]'] }, { answer: 'ok' }]),
+  });
+  assert.deepEqual(after.verification, { turn: 1, name: 'bash', kind: 'run' });
+  const unrelated = rolloutBehaviour({
+    calls: loop([{ tools: [bash('t1', "sed -i 's/a/b/' app.py && bash -c 'echo hi'")], results: ['[exit code 0]'] }, { answer: 'ok' }]),
+  });
+  assert.equal(unrelated.self_verified, false, 'running something else is not a check of the change');
+});
+
+test("codex's exec_command {cmd} is a shell: its change-and-run is a check", () => {
+  const calls = loop([{ tools: [named('x1', 'exec_command', { cmd: "sed -i 's/-/+/' sum.sh && bash sum.sh 2 3" })], results: ['5\n[exit code 0]'] }, { answer: 'Fixed.' }]);
+  const b = rolloutBehaviour({ calls });
+  assert.equal(b.facts[0]!.command, "sed -i 's/-/+/' sum.sh && bash sum.sh 2 3");
+  assert.equal(b.facts[0]!.mutates, true);
+  assert.deepEqual(b.verification, { turn: 0, name: 'exec_command', kind: 'run' });
+});
