@@ -4,8 +4,9 @@
 // and policy version around an unchanged TrainingTrace (strict readers reject extra trace fields).
 import { existsSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { buildRollout, trainingTraces } from '../capture/rollout.js';
-import { loadSessionFile } from '../capture/store.js';
+import { trainingTraces } from '../capture/rollout.js';
+import { CaptureSession } from '../capture/sessions.js';
+import { loadSessionFile, sessionFileOf } from '../capture/store.js';
 import type { TrainingTrace } from '../capture/trace.js';
 import { batchStatus, type BatchStatus } from './status.js';
 import { batchPaths, readManifest, readRolloutState } from './state.js';
@@ -54,11 +55,12 @@ export function collectBatch(dirArg: string, outFile?: string): CollectSummary {
     for (const r of g.rollouts) {
       const s = readRolloutState(dir, r.id);
       if (!s.trainable || s.reward === null || !s.session_id) continue;
-      const sessionFile = join(batchPaths(dir).capture, 'sessions', `${s.session_id}.jsonl`);
+      const sessionFile = sessionFileOf(batchPaths(dir).capture, s.session_id);
       if (!existsSync(sessionFile)) throw new Error(`${sessionFile}: the capture of trainable rollout ${s.rollout_id} is missing`);
+      // One session at a time, never the whole batch in memory.
       const loaded = loadSessionFile(sessionFile);
       if (!loaded) throw new Error(`${sessionFile}: no session header line`);
-      const doc = buildRollout(loaded.info, loaded.calls, { budgetStopCount: loaded.budgetStops, captureLevel: loaded.info.capture_level ?? 'tokens' });
+      const doc = CaptureSession.fromStore(loaded).rollout();
       summary.rollouts++;
       for (const trace of trainingTraces(doc)) {
         if (!trace.trainable) continue;

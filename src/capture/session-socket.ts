@@ -13,11 +13,12 @@ import { detectDialect } from './dialects/index.js';
 import type { IDisposable } from './events.js';
 import { sendJson } from './http-util.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
+import type { SessionRegistry } from './session-registry.js';
 import type { CaptureSession } from './sessions.js';
 
-/** What the listener needs from the proxy (or its session registry). */
+/** What the listener needs from the proxy. */
 export interface SessionModelHost {
-  getSession(id: string): CaptureSession | undefined;
+  readonly sessions: Pick<SessionRegistry, 'get'>;
   modelCallDeps(findSession: (key: string) => CaptureSession | undefined): ModelCallDeps;
   models(res: ServerResponse): Promise<void>;
 }
@@ -59,13 +60,13 @@ export class SessionSocket implements IDisposable {
 
   /** Listens on `<dir>/model.sock` for `sessionId`'s model calls. */
   static async open(host: SessionModelHost, sessionId: string, options: SessionSocketOptions = {}): Promise<SessionSocket> {
-    if (!host.getSession(sessionId)) throw new Error(`cannot open a session socket for unknown session ${sessionId}`);
+    if (!host.sessions.get(sessionId)) throw new Error(`cannot open a session socket for unknown session ${sessionId}`);
     const ownsDir = options.dir === undefined;
     const dir = options.dir ?? mkdtempSync(join(tmpdir(), `hl-sock-${process.pid}-`));
     const path = join(dir, 'model.sock');
     // sun_path holds 107 bytes; a longer path fails at bind with an unhelpful EINVAL.
     if (Buffer.byteLength(path) > 107) throw new Error(`the session socket path ${path} is longer than a Unix socket allows (107 bytes); use a shorter directory`);
-    const own = (key: string) => (secretsEqual(key, sessionId) ? host.getSession(sessionId) : undefined);
+    const own = (key: string) => (secretsEqual(key, sessionId) ? host.sessions.get(sessionId) : undefined);
     const server = createServer((req, res) => {
       route(host, own, req, res).catch((err: unknown) => {
         options.log?.(`session socket ${sessionId}: ${req.method} ${req.url} failed: ${err instanceof Error ? err.message : String(err)}`);

@@ -5,6 +5,7 @@
 // sandbox that shares the host's loopback (the local runtime) cannot use the proxy's admin routes.
 import { join } from 'node:path';
 import { mintAdminKey } from '../capture/auth.js';
+import { servedModel, type ServedModelHints } from '../capture/engine-client.js';
 import { CaptureProxy } from '../capture/proxy.js';
 import { removeStaleSessionSocketDirs } from '../capture/session-socket.js';
 import { assertInstalled, harnessEntry } from '../harness/registry.js';
@@ -46,21 +47,8 @@ export interface Lab {
   close(): Promise<void>;
 }
 
-/** The engine's only served model (GET /v1/models), as the proxy's default model name. */
-export async function servedModel(engineUrl: string, apiKey?: string): Promise<string> {
-  const url = `${engineUrl.replace(/\/+$/, '').replace(/\/v1$/, '')}/v1/models`;
-  let ids: string[];
-  try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(10_000), headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {} });
-    if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
-    const body = (await res.json()) as { data?: { id?: unknown }[] };
-    ids = (body.data ?? []).map((m) => m.id).filter((id): id is string => typeof id === 'string');
-  } catch (err) {
-    throw new Error(`the engine at ${engineUrl} did not list its models (${url}: ${(err as Error).message}); check --engine-url, or pass --model NAME`);
-  }
-  if (ids.length === 1) return ids[0]!;
-  throw new Error(ids.length ? `the engine at ${engineUrl} serves ${ids.join(', ')}; pick one with --model NAME` : `the engine at ${engineUrl} lists no models; pass --model NAME`);
-}
+/** What the CLI's user changes when the engine's model cannot be read. */
+export const CLI_MODEL_HINTS: ServedModelHints = { checkUrl: '--engine-url', nameModel: 'pass --model NAME' };
 
 export async function openLab(opts: LabOptions): Promise<Lab> {
   const task = loadTask(opts.taskDir);
@@ -89,7 +77,7 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       model ??= engine.model;
       engineDescription = engine.description;
     }
-    model ??= await servedModel(engineUrl, opts.engineUrl ? opts.engineApiKey : undefined);
+    model ??= await servedModel(engineUrl, CLI_MODEL_HINTS, { apiKey: opts.engineUrl ? opts.engineApiKey : undefined });
     let proxy = opts.proxy;
     // The lab's own proxy always has an admin key (the user's, else one minted for this lab); a
     // proxy handed in (the extension's) keeps its own.

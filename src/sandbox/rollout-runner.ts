@@ -114,7 +114,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     mkdirSync(opts.exactOutDir, { recursive: true });
     outDir = opts.exactOutDir;
   } else outDir = nextRolloutDir(opts.outDir, task.name, entry.name);
-  const sessionId = opts.sessionId ?? proxy.createSession({ max_model_calls: opts.maxModelCalls ?? 100, metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir } }).session_id;
+  const sessionId = opts.sessionId ?? proxy.sessions.create({ max_model_calls: opts.maxModelCalls ?? 100, metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir } }).session_id;
   const result: RolloutResult = {
     task: task.name,
     harness: entry.name,
@@ -208,7 +208,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     if (err instanceof SandboxLostError) result.sandbox_lost = err.message;
     else if (sandbox && !result.cancelled && !(result.agent.timed_out && !verifyAfterTimeout)) {
       // A failed step inside a sandbox that something else stopped: say what stopped it.
-      const lost = await lostReason(sandbox);
+      const lost = await lostReason(sandbox, 3000);
       if (lost) result.sandbox_lost = result.error = lost;
     }
     if (result.cancelled) result.error = 'cancelled';
@@ -217,7 +217,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     await sandbox?.remove();
     await socket?.close();
   }
-  const doc = proxy.rollout(sessionId) ?? null;
+  const doc = proxy.sessions.rollout(sessionId) ?? null;
   result.rollout = doc;
   try {
     const traj = entry.toAtif(join(outDir, 'agent'));
@@ -235,8 +235,17 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
 export class RolloutError extends Error {}
 class SandboxLostError extends RolloutError {}
 
-async function lostReason(sandbox: Sandbox): Promise<string | null> {
-  const st = await sandbox.status();
+/**
+ * Why the sandbox is gone, or null while it runs. After a failed step, pass `settleMs`: Docker refuses
+ * an exec into a killed container a moment before `inspect` stops reporting it running.
+ */
+async function lostReason(sandbox: Sandbox, settleMs = 0): Promise<string | null> {
+  const until = Date.now() + settleMs;
+  let st = await sandbox.status();
+  while (st.running && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 100));
+    st = await sandbox.status();
+  }
   if (st.running) return null;
   if (st.oomKilled) return `the sandbox ran out of memory (OOMKilled, exit ${st.exitCode ?? 'unknown'})`;
   return `the sandbox container stopped from outside the lab (exit ${st.exitCode ?? 'unknown'}: docker kill, a crash or the daemon)`;

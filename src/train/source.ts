@@ -6,6 +6,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { buildRollout, type RolloutDocument } from '../capture/rollout.js';
+import { CaptureSession } from '../capture/sessions.js';
 import { loadSessionFile } from '../capture/store.js';
 import type { CallRecord, SessionInfo } from '../capture/types.js';
 import { batchPaths, readManifest, readRolloutStates, type BatchManifest, type RolloutClass, type RolloutState } from '../batch/state.js';
@@ -49,7 +50,7 @@ export function readRollout(file: string): StoredRollout {
   }
   const loaded = loadSessionFile(file);
   if (!loaded) throw new ExportInputError(file, 'no session header line; the file is not a Harness Lab capture');
-  const doc = buildRollout(loaded.info, loaded.calls, { budgetStopCount: loaded.budgetStops, captureLevel: loaded.info.capture_level ?? 'tokens' });
+  const doc = CaptureSession.fromStore(loaded).rollout();
   return { file, info: loaded.info, calls: doc.calls, doc };
 }
 

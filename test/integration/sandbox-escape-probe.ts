@@ -185,7 +185,7 @@ export function assertEscapesRefused(report: ProbeReport, opts: { hostPorts: { n
 
 /** On the host: the probe minted nothing, deleted nothing and touched no other session's calls. */
 export function assertCaptureIntact(proxy: CaptureProxy, before: { sessionIds: string[]; siblingId: string; siblingCalls: number }, own: string): void {
-  assert.deepEqual(proxy.listSessions().map((s) => String(s.session_id)).sort(), [...before.sessionIds].sort(), 'no session was minted or deleted from inside');
-  assert.ok(proxy.getSession(own), 'the sandbox could not delete its own capture');
-  assert.equal(proxy.getCalls(before.siblingId).length, before.siblingCalls, "the sibling's calls are untouched");
+  assert.deepEqual(proxy.sessions.list().map((s) => String(s.session_id)).sort(), [...before.sessionIds].sort(), 'no session was minted or deleted from inside');
+  assert.ok(proxy.sessions.get(own), 'the sandbox could not delete its own capture');
+  assert.equal(proxy.sessions.calls(before.siblingId).length, before.siblingCalls, "the sibling's calls are untouched");
 }

@@ -41,10 +41,10 @@ async function bystander(): Promise<Server> {
 }
 
 async function siblingWithACall(proxy: CaptureProxy, id: string): Promise<void> {
-  proxy.createSession({ session_id: id, metadata: { role: 'GRPO sibling' } });
+  proxy.sessions.create({ session_id: id, metadata: { role: 'GRPO sibling' } });
   const res = await fetch(`${proxy.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${id}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'the answer is 42' }] }) });
   assert.equal(res.status, 200, await res.text());
-  assert.equal(proxy.getCalls(id).length, 1);
+  assert.equal(proxy.sessions.calls(id).length, 1);
 }
 
 describe('sandbox escapes', { concurrency: false }, () => {
@@ -67,7 +67,7 @@ describe('sandbox escapes', { concurrency: false }, () => {
     try {
       assert.equal(lab.task.agentNetworkMode, 'no-network');
       await siblingWithACall(lab.proxy, sibling);
-      const beforeIds = lab.proxy.listSessions().map((s) => String(s.session_id));
+      const beforeIds = lab.proxy.sessions.list().map((s) => String(s.session_id));
       const r = await runRollout(lab.rolloutOptions);
       assert.equal(r.status, 'ok', r.error ?? '');
       assert.equal(r.isolation, 'no-network');
@@ -114,10 +114,10 @@ describe('sandbox escapes', { concurrency: false }, () => {
     test('its own network with egress, no route to host loopback, every escape refused', { timeout: 300_000 }, async () => {
       const runtime = await DockerRuntime.connect();
       const task = { ...loadTask(taskWithPolicy('hello-file', SLEEP_POLICY)), agentNetworkMode: 'public' as const };
-      const own = proxy.createSession().session_id;
+      const own = proxy.sessions.create().session_id;
       const sibling = `s${randomBytes(12).toString('hex')}`;
       await siblingWithACall(proxy, sibling);
-      const beforeIds = proxy.listSessions().map((s) => String(s.session_id));
+      const beforeIds = proxy.sessions.list().map((s) => String(s.session_id));
       const socket = await SessionSocket.open(proxy, own);
       const logs = outDir();
       const sandbox = await runtime.create({ task, harness: 'react', sessionId: own, image: await runtime.prepareImage(task), hostLogsDir: logs, mounts: [], env: {}, model: { proxyUrl: proxy.url, socketDir: socket.dir } });
@@ -157,7 +157,7 @@ describe('sandbox escapes', { concurrency: false }, () => {
         });
         assert.ok(report.interfaces.includes('lo') && report.interfaces.length === 2, `loopback plus its one network interface: ${report.interfaces.join(', ')}`);
         assertCaptureIntact(proxy, { sessionIds: beforeIds, siblingId: sibling, siblingCalls: 1 }, own);
-        assert.equal(proxy.getCalls(own).length, 2, 'its own probe calls were captured');
+        assert.equal(proxy.sessions.calls(own).length, 2, 'its own probe calls were captured');
       } finally {
         await sandbox.remove();
         await socket.close();

@@ -65,8 +65,8 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
       } finally {
         await lab.close();
       }
-      assert.ok(proxy.listSessions().some((s) => s.session_id === sessionId), 'the rollout\'s session is in the given proxy');
-      assert.equal(proxy.rollout(sessionId)?.stats.n_turns, 3);
+      assert.ok(proxy.sessions.list().some((s) => s.session_id === sessionId), 'the rollout\'s session is in the given proxy');
+      assert.equal(proxy.sessions.rollout(sessionId)?.stats.n_turns, 3);
       assert.equal((await fetch(`${proxy.url}/health`)).status, 200, 'closing the lab leaves the given proxy running');
     });
 
@@ -99,7 +99,7 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
   test('a relay that cannot start is a clear error and leaves no container, network or socket behind', { timeout: 120_000 }, async () => {
     const engine = await startPolicyEngine(join(EXAMPLES, 'fix-script', 'policy.json'), 'fake');
     const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, captureLevel: 'tokens' });
-    const socket = await SessionSocket.open(proxy, proxy.createSession().session_id);
+    const socket = await SessionSocket.open(proxy, proxy.sessions.create().session_id);
     try {
       const task = loadTask(join(EXAMPLES, 'fix-script')); // egress: a network is created, then must go
       // A "node" that exits at once stands in for an image whose libc cannot run the host's node.

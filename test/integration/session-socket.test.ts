@@ -41,8 +41,8 @@ describe('session socket', () => {
   let socket: SessionSocket;
   before(async () => {
     lab = await startLab({}, { adminKey: 'the-admin-key', captureLevel: 'tokens' });
-    mine = lab.proxy.createSession({ metadata: { who: 'me' } }).session_id;
-    sibling = lab.proxy.createSession({ metadata: { who: 'sibling' } }).session_id;
+    mine = lab.proxy.sessions.create({ metadata: { who: 'me' } }).session_id;
+    sibling = lab.proxy.sessions.create({ metadata: { who: 'sibling' } }).session_id;
     socket = await SessionSocket.open(lab.proxy, mine);
   });
   after(async () => {
@@ -86,8 +86,8 @@ describe('session socket', () => {
     assert.equal(models.status, 200);
     assert.ok(JSON.parse(models.body).data.length >= 1);
     assert.equal((await viaSocket(socket.path, 'HEAD', '/')).status, 200);
-    assert.equal(lab.proxy.getCalls(mine).length, 5);
-    assert.equal(lab.proxy.getCalls(sibling).length, 0);
+    assert.equal(lab.proxy.sessions.calls(mine).length, 5);
+    assert.equal(lab.proxy.sessions.calls(sibling).length, 0);
   });
 
   test('another session id, a guessed key, the admin key and no key are refused on model routes', async () => {
@@ -99,7 +99,7 @@ describe('session socket', () => {
     }
     // The Gemini ?key= form is a key too.
     assert.equal((await viaSocket(socket.path, 'POST', `/v1beta/models/m:generateContent?key=${sibling}`, {}, { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] })).status, 401);
-    assert.equal(lab.proxy.getCalls(sibling).length, 0, 'nothing was recorded for the sibling');
+    assert.equal(lab.proxy.sessions.calls(sibling).length, 0, 'nothing was recorded for the sibling');
   });
 
   test('admin, session, health and engine routes do not exist here, whatever key is presented', async () => {
@@ -119,8 +119,8 @@ describe('session socket', () => {
         assert.deepEqual(Object.keys(JSON.parse(r.body)), ['error'], 'an error and no data');
       }
     }
-    assert.equal(lab.proxy.listSessions().length, 2, 'no session was minted or deleted');
-    assert.ok(lab.proxy.getSession(mine));
+    assert.equal(lab.proxy.sessions.list().length, 2, 'no session was minted or deleted');
+    assert.ok(lab.proxy.sessions.get(mine));
   });
 
   test('an unknown session cannot get a socket; closing removes the socket and its folder', async () => {

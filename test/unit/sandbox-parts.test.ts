@@ -178,15 +178,16 @@ test('examples: every shipped task loads and carries a policy the engine accepts
 
 test('--engine-url without --model: the engine\'s only served model, or an error that says what to pass', async () => {
   const { startFakeEngine } = await import('../../src/engine/fake-engine.js');
-  const { servedModel } = await import('../../src/sandbox/lab.js');
+  const { servedModel } = await import('../../src/capture/engine-client.js');
+  const { CLI_MODEL_HINTS } = await import('../../src/sandbox/lab.js');
   const engine = await startFakeEngine({ model: 'org/served-model' });
   try {
-    assert.equal(await servedModel(engine.url), 'org/served-model');
-    assert.equal(await servedModel(`${engine.url}/v1/`), 'org/served-model');
+    assert.equal(await servedModel(engine.url, CLI_MODEL_HINTS), 'org/served-model');
+    assert.equal(await servedModel(`${engine.url}/v1/`, CLI_MODEL_HINTS), 'org/served-model');
   } finally {
     await engine.close();
   }
-  await assert.rejects(servedModel(engine.url), /did not list its models .*pass --model NAME/);
+  await assert.rejects(servedModel(engine.url, CLI_MODEL_HINTS), /did not list its models .*pass --model NAME/);
 });
 
 test('a different base image id gives a different task image tag', () => {

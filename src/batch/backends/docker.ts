@@ -2,9 +2,10 @@
 // every container labelled with its batch, group and rollout so a later lab removes what a dead one
 // left. The batch's capture is one in-process proxy on `<batch>/capture` in front of the given
 // engine, or, without --engine-url, the embedded engine answering with each task's policy.json.
+import { servedModel } from '../../capture/engine-client.js';
 import { CaptureProxy } from '../../capture/proxy.js';
 import { harnessEntry } from '../../harness/registry.js';
-import { servedModel } from '../../sandbox/lab.js';
+import { CLI_MODEL_HINTS } from '../../sandbox/lab.js';
 import { LABEL } from '../../sandbox/docker-client.js';
 import { DockerRuntime } from '../../sandbox/docker.js';
 import { TaskRoutedPolicy, startPolicyEngine, type PolicyEngine } from '../../sandbox/policy-engine.js';
@@ -39,12 +40,12 @@ class InProcessCapture implements BatchCapture {
 
   async createSession(req: { sessionId: string; metadata: Record<string, unknown>; sampling: Record<string, number>; maxModelCalls: number }): Promise<void> {
     // A session of this id may be left from a lab killed right after creating it: keep it, it is the same attempt.
-    if (this.proxy.getSession(req.sessionId)) return;
-    this.proxy.createSession({ session_id: req.sessionId, metadata: req.metadata as Record<string, never>, sampling: req.sampling, max_model_calls: req.maxModelCalls });
+    if (this.proxy.sessions.get(req.sessionId)) return;
+    this.proxy.sessions.create({ session_id: req.sessionId, metadata: req.metadata as Record<string, never>, sampling: req.sampling, max_model_calls: req.maxModelCalls });
   }
 
   async sessionFacts(sessionId: string): Promise<{ nCalls: number; trainable: boolean; findings: string[] }> {
-    const doc = this.proxy.rollout(sessionId);
+    const doc = this.proxy.sessions.rollout(sessionId);
     if (!doc) return { nCalls: 0, trainable: false, findings: [`[FATAL] no_session: the proxy has no session ${sessionId}`] };
     return { nCalls: doc.calls.filter((c) => !c.error).length, trainable: doc.trainable, findings: doc.validation };
   }
@@ -120,7 +121,7 @@ async function open(ctx: BackendContext): Promise<OpenedBackend> {
   }
   try {
     const apiKey = manifest.engine_url ? ctx.engineApiKey : undefined;
-    model ??= await servedModel(engineUrl, apiKey);
+    model ??= await servedModel(engineUrl, CLI_MODEL_HINTS, { apiKey });
     const proxy = await CaptureProxy.start({ engineUrl, model, dataDir: batchPaths(ctx.batchDir).capture, captureLevel: manifest.engine_url ? undefined : 'tokens', ...(apiKey ? { engineApiKey: apiKey } : {}) });
     const capture = new InProcessCapture(proxy, engine);
     ctx.log(`capture proxy ${proxy.url} (data ${batchPaths(ctx.batchDir).capture})`);
