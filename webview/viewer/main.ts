@@ -5,10 +5,12 @@ import '@vscode-elements/elements/dist/vscode-badge/index.js';
 import '@vscode-elements/elements/dist/vscode-tabs/index.js';
 import '@vscode-elements/elements/dist/vscode-tab-header/index.js';
 import '@vscode-elements/elements/dist/vscode-tab-panel/index.js';
-import { AttachTrajectoryRequest, DetailsRequest, ErrorNotification, FocusTurnNotification, LoadNotification, ReadyCommand, TokenTextsNotification, isMessage, type NotificationMessage } from '../../src/protocol/messages.js';
+import { AttachTrajectoryRequest, DetailsRequest, ErrorNotification, FocusTurnNotification, LoadGroupNotification, LoadNotification, ReadyCommand, TokenTextsNotification, isMessage, type NotificationMessage } from '../../src/protocol/messages.js';
 import type { AtifCheckResult } from '../../src/harness/atif-check.js';
+import type { GroupViewData } from '../../src/protocol/group-data.js';
 import { fromWire, type TurnDetails, type ViewerData, type ViewerTurn, type ViewerWire } from '../../src/protocol/viewer-data.js';
 import { GraphView } from './graph.js';
+import { renderGroup } from './group.js';
 import { Navigator, TokenTexts, addedByHarness, liveFocus, logprobBucket, turnTokens, type TurnTokens } from './model.js';
 import { addedPanel, atifPanel, findingsPanel, gradeClass, h, rawPanel } from './panels.js';
 import { TokenStrip, type TokenDetail } from './strip.js';
@@ -344,6 +346,15 @@ function hostDetails(host: HostTransport): (nodeId: string) => Promise<TurnDetai
 
 function boot(): void {
   const root = document.getElementById('app') ?? document.body;
+  const group = document.getElementById('hl-group');
+  if (group) {
+    try {
+      renderGroup(root, JSON.parse(group.textContent ?? '') as GroupViewData);
+    } catch (err) {
+      fail(root, `The report's group data is not valid: ${String(err)}`);
+    }
+    return;
+  }
   const inline = document.getElementById('hl-data');
   if (inline) {
     let wire: ViewerWire;
@@ -366,7 +377,11 @@ function boot(): void {
   let viewer: Viewer | null = null;
   const early: NotificationMessage[] = [];
   const host: HostTransport = new HostTransport(api, (msg) => {
-    if (isMessage(LoadNotification, msg)) {
+    if (isMessage(LoadGroupNotification, msg)) {
+      viewer?.dispose();
+      viewer = null;
+      renderGroup(root, msg.group);
+    } else if (isMessage(LoadNotification, msg)) {
       performance.mark('hl-parse-start');
       let data: ViewerData;
       try {
