@@ -81,6 +81,11 @@ export const tokenizeRequestSchema = z.union([
 
 export type TokenizeRequest = z.infer<typeof tokenizeRequestSchema>;
 
+/** vLLM's `POST /detokenize` body. */
+export const detokenizeRequestSchema = z.object({ model: z.string().optional(), tokens: z.array(z.int().min(0)).max(1_000_000) }).passthrough();
+
+export type DetokenizeRequest = z.infer<typeof detokenizeRequestSchema>;
+
 /** A request the engine refuses; `status` becomes the HTTP status. */
 export class EngineRequestError extends Error {
   constructor(
