@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { CaptureProxy } from '../capture/proxy.js';
 import type { CallRecord } from '../capture/types.js';
 import { registerCommands, currentSettings } from './commands.js';
+import { EngineSlot } from './embedded-engine-process.js';
 import { EnginesView } from './engines-view.js';
 import { Disposable, toDisposable } from './lifecycle.js';
 import { Logger } from './logger.js';
@@ -70,6 +71,8 @@ class HarnessLab extends Disposable {
         setContext();
         engines.refresh();
         showStored();
+        // A new engine URL is graded right away (the proxy grades its own at start).
+        if (e.affectsConfiguration(`${SETTINGS_SECTION}.engineUrl`) && engineUrl() && !controller.running) void vscode.commands.executeCommand('harnessLab.probeEngine', { kind: 'engine', url: engineUrl(), quiet: true });
         if (controller.running && ['engineUrl', 'model', 'proxyHost', 'proxyPort', 'dataDir'].some((k) => e.affectsConfiguration(`${SETTINGS_SECTION}.${k}`))) {
           void vscode.window.showInformationMessage('Harness Lab settings changed; restart the proxy to apply them.', 'Restart Proxy').then(async (c) => {
             if (!c) return;
@@ -83,7 +86,8 @@ class HarnessLab extends Disposable {
     const docs = this._register(new ReadonlyDocuments());
     const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), getCalls: (id) => controller.getCalls(id), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m) });
     for (const d of viewer.disposables) this._register(d);
-    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
+    const engineSlot = this._register(new EngineSlot());
+    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, engineSlot, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
 
     const settings = safeSettings(log);
     if (settings?.autoStart && settings.engineUrl) {

@@ -23,6 +23,9 @@ export interface ProxyLike {
   deleteSession(id: string): Promise<boolean> | boolean;
   rollout?(sessionId: string): ReturnType<typeof buildRollout> | undefined;
   onDidRecordCall(listener: (rec: CallRecord) => void): IDisposable;
+  /** The proxy grades its engine once at start (CaptureProxy); the Engines view shows that grade. */
+  ensureProbed?(): Promise<unknown>;
+  readonly engineReport?: { reachable: boolean; capture_level: CaptureLevel; findings: string[]; probed_at: string } | undefined;
   onDidChangeSessions(listener: () => void): IDisposable;
   close(): Promise<void>;
 }
@@ -166,6 +169,7 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
           this.setState({ kind: 'running', url: proxy.url, port: proxy.port });
           this.dataEmitter.fire(undefined);
           this.deps.logger.info(`proxy listening on ${proxy.url}, engine ${settings.engineUrl}, data in ${dataDir}`);
+          void this.showProxyGrade(proxy, settings.engineUrl);
           return proxy;
         },
         (err: unknown) => {
@@ -179,6 +183,24 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
         this.pending = undefined;
       });
     return this.pending;
+  }
+
+  /** The proxy's own grading of its engine (it probes at start), as the Engines view and status bar show it. */
+  private async showProxyGrade(proxy: P, engineUrl: string): Promise<void> {
+    try {
+      await proxy.ensureProbed?.();
+    } catch (err) {
+      this.deps.logger.warn(`the proxy could not grade ${engineUrl}: ${err instanceof Error ? err.message : String(err)}`);
+      return;
+    }
+    const report = proxy.engineReport;
+    if (!report || this.proxy !== proxy) return;
+    this.noteEngine(engineUrl, {
+      reachability: report.reachable ? 'reachable' : 'unreachable',
+      captureLevel: report.reachable ? report.capture_level : null,
+      detail: `graded by the proxy at start${report.findings.length ? `: ${report.findings.join('; ')}` : ''}`,
+      checkedAt: report.probed_at,
+    });
   }
 
   async stop(): Promise<void> {

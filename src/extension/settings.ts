@@ -15,6 +15,7 @@ export const SettingsSchema = z.object({
   proxyHost: z.string().trim().min(1, 'must not be empty').default('127.0.0.1'),
   proxyPort: z.number().int().min(0).max(65535).default(0),
   dataDir: z.string().trim().default(''),
+  runsDir: z.string().trim().default('.harness-lab/runs'),
   autoStart: z.boolean().default(false),
   maxModelCalls: z.number().int().min(0).default(0),
 });

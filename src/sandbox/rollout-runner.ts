@@ -54,7 +54,14 @@ export interface RolloutOptions {
   log?: (line: string) => void;
   /** The reference harness bundle on the host (registry kind bundled-script). */
   reactScript?: string;
+  /** Told as each phase starts (progress messages in the extension). */
+  onStage?: (stage: RolloutStage) => void;
 }
+
+export type RolloutStage = 'building image' | 'starting sandbox' | 'agent running' | 'verifier' | 'collecting';
+
+/** The rollout document next to the run record, named so the rollout viewer opens it (`*.rollout.json`). */
+export const ROLLOUT_DOCUMENT_FILE = 'session.rollout.json';
 
 /** `<out>/<task>/<harness>/<n>` with the next free n. */
 export function nextRolloutDir(outDir: string, task: string, harness: string): string {
@@ -108,7 +115,9 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     const taskFile = `${task.name}/task.toml`;
     const taskEnv = resolveEnvTemplate(task.environment.env, process.env, taskFile, 'environment.env');
     const verifierEnv = resolveEnvTemplate(task.verifierEnv, process.env, taskFile, 'verifier.env');
+    opts.onStage?.('building image');
     const image = await runtime.prepareImage(task, opts.log);
+    opts.onStage?.('starting sandbox');
     sandbox = await runtime.create({ task, harness: entry.name, sessionId, image, hostLogsDir: outDir, mounts: mountsFor(entry, opts.reactScript), env: taskEnv });
     const p = sandbox.paths;
     const plan = launchPlan(entry, {
@@ -125,12 +134,14 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     for (const f of plan.files) await sandbox.writeFile(f.path, f.content);
     if (task.agentUser && plan.files.length) await sandbox.exec(`chown -R ${task.agentUser} ${p.home}`);
     const timeoutSec = opts.timeoutSec ?? task.agentTimeoutSec ?? 600;
+    opts.onStage?.('agent running');
     const agent = await sandbox.exec(plan.script, { env: plan.env, user: task.agentUser, timeoutMs: timeoutSec * 1000, logFile: result.agent.log });
     result.agent = { ...result.agent, exit_code: agent.exitCode, timed_out: agent.timedOut, ms: agent.ms };
     if (agent.timedOut) throw new RolloutError(`the agent did not finish within ${timeoutSec} s; the sandbox was stopped`);
     if (agent.exitCode !== 0) opts.log?.(`${entry.name} exited with ${agent.exitCode}; running the verifier anyway`);
 
     // The verifier: tests/ enters only now, and its environment is the task's verifier env alone.
+    opts.onStage?.('verifier');
     await sandbox.copyDirIn(task.testsDir, p.tests);
     const envProbe = await sandbox.exec('env', { env: verifierEnv, timeoutMs: 30_000 });
     const sessionKeyAbsent = !envProbe.output.includes(sessionId);
@@ -149,8 +160,10 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
   } finally {
     await sandbox?.remove();
   }
+  opts.onStage?.('collecting');
   const doc = proxy.rollout(sessionId) ?? null;
   result.rollout = doc;
+  if (doc) writeFileSync(join(outDir, ROLLOUT_DOCUMENT_FILE), `${JSON.stringify(doc, null, 2)}\n`);
   try {
     const traj = entry.toAtif(join(outDir, 'agent'));
     if (traj && entry.atif === 'converted') writeFileSync(join(outDir, 'agent', 'trajectory.json'), `${JSON.stringify(traj, null, 2)}\n`);
