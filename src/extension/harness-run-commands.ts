@@ -5,7 +5,7 @@
 // Sessions tree; its outputs go under the workspace (harnessLab.runsDir). Progress ends when the
 // work ends (the result message comes after), Cancel removes the run's sandbox.
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { basename, isAbsolute, join } from 'node:path';
+import { basename, join } from 'node:path';
 import * as vscode from 'vscode';
 import type { CaptureProxy } from '../capture/proxy.js';
 import { harnessNames } from '../harness/registry.js';
@@ -14,6 +14,7 @@ import { ROLLOUT_DOCUMENT_FILE, rolloutLine, runRollout, type RolloutResult } fr
 import { contractRows, defaultValidationTask, formatValidationTable, type ValidationTable } from '../sandbox/validate.js';
 import type { Logger } from './logger.js';
 import type { ReadonlyDocuments } from './readonly-docs.js';
+import { runsDir, validationMarkdown } from './run-model.js';
 
 export interface HarnessRunContext {
   context: vscode.ExtensionContext;
@@ -46,13 +47,6 @@ async function pickHarness(title: string, arg?: unknown): Promise<string | undef
     { title, placeHolder: 'Harness to run in a Docker sandbox' },
   );
   return picked?.label;
-}
-
-/** Where runs are written: harnessLab.runsDir under the first workspace folder, else global storage. */
-export function runsDir(setting: string, workspaceFolder: string | undefined, globalStorage: string): string {
-  if (setting && isAbsolute(setting)) return setting;
-  if (workspaceFolder) return join(workspaceFolder, setting || '.harness-lab/runs');
-  return join(globalStorage, 'runs');
 }
 
 function outDir(ctx: HarnessRunContext): string {
@@ -104,7 +98,10 @@ async function rolloutWithProgress(ctx: HarnessRunContext, title: string, labOpt
         ...(extra.timeoutSec ? { timeoutSec: extra.timeoutSec } : {}),
         onStage: (stage) => {
           ctx.log.info(`${title}: ${stage}`);
-          if (!cancelled) progress.report({ message: stage });
+          // Cancelled before this phase (say, while the image built): the rollout stops here and
+          // its sandbox is removed; collecting still runs so the record says what happened.
+          if (cancelled && stage !== 'collecting') throw new Error('cancelled by the user');
+          progress.report({ message: stage });
         },
       });
       return { result: r, cancelled };
@@ -137,25 +134,6 @@ export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown
   const msg = run.cancelled ? `Harness Lab: validation of ${harness} was cancelled; the sandbox was removed.` : table.ok ? `Harness Lab: ${harness} passes the capture contract on ${name}.` : `Harness Lab: ${harness} fails ${failed} check(s) of the capture contract on ${name}.`;
   void resultMessage(ctx, table.ok && !run.cancelled, msg, r);
   return table;
-}
-
-function mdCell(text: string): string {
-  return text.replace(/\|/g, '\\|').replace(/\r?\n/g, '<br>');
-}
-
-export function validationMarkdown(t: ValidationTable, cancelled = false): string {
-  return [
-    `# ${t.harness}: capture contract on task ${t.task} (${t.sandbox})`,
-    '',
-    cancelled ? '**Cancelled**: the sandbox was removed before the rollout finished.' : `**${t.ok ? 'PASS' : 'FAIL'}**: ${t.rows.filter((r) => r.ok).length} of ${t.rows.length} checks pass.`,
-    '',
-    '| Check | Result | Detail |',
-    '| --- | --- | --- |',
-    ...t.rows.map((r) => `| ${mdCell(r.check)} | ${r.ok ? '✅ PASS' : '❌ FAIL'} | ${mdCell(r.detail)} |`),
-    '',
-    `Rollout: \`${t.rollout.out_dir}\` (session \`${t.rollout.session_id}\`)`,
-    '',
-  ].join('\n');
 }
 
 /** Returns the rollout's session id (a session of the extension's proxy). */

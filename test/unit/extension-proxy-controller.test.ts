@@ -178,3 +178,22 @@ test('real proxy: live calls, stored sessions while stopped, export and delete',
     await engine.close();
   }
 });
+
+test("the Engines view shows the proxy's own grade of its engine once it has probed", async () => {
+  class GradedProxy extends FakeProxy {
+    engineReport: ProxyLike['engineReport'] = undefined;
+    ensureProbed = async () => {
+      this.engineReport = { reachable: true, capture_level: 'tokens', findings: ['[WARN] truncated_turn: finish reason is length'], probed_at: '2026-01-01T00:00:00Z' };
+    };
+  }
+  const controller = new ProxyController({ startProxy: async () => new GradedProxy(), logger: recordingLogger(), defaultDataDir: '/d' });
+  const graded = new Promise<void>((resolve) => controller.onDidChangeEngines(() => controller.engineStatuses(['http://127.0.0.1:9'])[0]?.captureLevel && resolve()));
+  await controller.start(settings(), undefined);
+  await graded;
+  const status = controller.engineStatuses(['http://127.0.0.1:9'])[0]!;
+  assert.equal(status.reachability, 'reachable');
+  assert.equal(status.captureLevel, 'tokens');
+  assert.match(status.detail, /graded by the proxy at start: \[WARN\] truncated_turn/);
+  assert.equal(status.checkedAt, '2026-01-01T00:00:00Z');
+  await controller.stop();
+});
