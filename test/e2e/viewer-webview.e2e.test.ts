@@ -47,17 +47,21 @@ async function settledStrip(page: Page, node: string): Promise<void> {
     ([want]) => document.querySelector('[data-testid="turn-head"] .muted')?.textContent?.split(' · ')[0] === want,
     [node] as const,
   );
-  await page.waitForFunction(
-    async () => {
-      const snap = () => Array.from(document.querySelectorAll(".strip .t")).map((e) => `${(e as HTMLElement).dataset.i}:${e.textContent}`).join(',');
-      const frame = () => new Promise((r) => requestAnimationFrame(() => r(undefined)));
-      const a = snap();
-      await frame();
-      await frame();
-      return a !== '' && a === snap();
-    },
-  );
+  await page.waitForFunction(STRIP_UNCHANGED_FOR_TWO_FRAMES);
 }
+
+/**
+ * A page-side predicate as source text: a function passed from here would be rewritten by the test
+ * transpiler (esbuild's keepNames helpers), which does not exist in the page.
+ */
+const STRIP_UNCHANGED_FOR_TWO_FRAMES = `(async () => {
+  const snap = () => Array.from(document.querySelectorAll('.strip .t')).map((e) => e.dataset.i + ':' + e.textContent).join(',');
+  const frame = () => new Promise((r) => requestAnimationFrame(() => r(undefined)));
+  const a = snap();
+  await frame();
+  await frame();
+  return a !== '' && a === snap();
+})()`;
 
 async function currentNode(page: Page): Promise<string> {
   return (await page.textContent('[data-testid="turn-head"] .muted'))!.split(' · ')[0]!;
