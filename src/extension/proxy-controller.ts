@@ -195,9 +195,14 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
     }
     const report = proxy.engineReport;
     if (!report || this.proxy !== proxy) return;
+    // An engine that is down now keeps the level it was graded at before (the view says unreachable).
+    if (!report.reachable) {
+      this.noteEngine(engineUrl, { reachability: 'unreachable', detail: `the proxy could not reach it at start (${report.probed_at})` });
+      return;
+    }
     this.noteEngine(engineUrl, {
-      reachability: report.reachable ? 'reachable' : 'unreachable',
-      captureLevel: report.reachable ? report.capture_level : null,
+      reachability: 'reachable',
+      captureLevel: report.capture_level,
       detail: `graded by the proxy at start${report.findings.length ? `: ${report.findings.join('; ')}` : ''}`,
       checkedAt: report.probed_at,
     });

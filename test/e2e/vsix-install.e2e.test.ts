@@ -126,7 +126,7 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     await page.locator('.quick-input-list .monaco-list-row', { hasText: 'react' }).first().waitFor({ timeout: 15_000 });
     await input.fill('react');
     await page.keyboard.press('Enter');
-    const progress = toast(page, 'Harness Lab: react on harness-lab/hello-file');
+    const progress = toast(page, 'Harness Lab: react on hello-file');
     await progress.waitFor({ timeout: 60_000 });
     await shot(page, '04-run-progress');
     const done = toast(page, /\[react \/ docker\] task hello-file: \w+ reward=/);
@@ -154,7 +154,7 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     await page.locator('.quick-input-list .monaco-list-row', { hasText: 'react' }).first().waitFor({ timeout: 15_000 });
     await input.fill('react');
     await page.keyboard.press('Enter');
-    const validating = toast(page, 'Harness Lab: validating react on harness-lab/slow-file');
+    const validating = toast(page, 'Harness Lab: validating react on slow-file');
     await validating.locator('text=agent running').waitFor({ timeout: 300_000 });
     const sandboxes = () => spawnSync('docker', ['ps', '-aq', '--filter', 'label=harness-lab.task=slow-file', '--filter', 'label=harness-lab.kind=sandbox'], { encoding: 'utf8' }).stdout.trim().split('\n').filter(Boolean);
     const running = sandboxes();

@@ -29,7 +29,7 @@ test('quick pick offers start when stopped and stop/copy/new session/terminal wh
 
 test('settings: defaults, and bad values named by their key', () => {
   const defaults = readSettings(() => undefined);
-  assert.deepEqual(defaults, { engineUrl: '', model: '', proxyHost: '127.0.0.1', proxyPort: 0, dataDir: '', autoStart: false, maxModelCalls: 0 });
+  assert.deepEqual(defaults, { engineUrl: '', model: '', proxyHost: '127.0.0.1', proxyPort: 0, dataDir: '', runsDir: '.harness-lab/runs', autoStart: false, maxModelCalls: 0 });
   const values: Record<string, unknown> = { engineUrl: ' http://gpu:8000/v1 ', proxyPort: 8787, autoStart: true };
   assert.deepEqual(readSettings((k) => values[k]), { ...defaults, engineUrl: 'http://gpu:8000/v1', proxyPort: 8787, autoStart: true });
   assert.throws(() => readSettings((k) => ({ proxyPort: 70000 })[k]), (err: Error) => err instanceof SettingsError && /harnessLab\.proxyPort/.test(err.message));
@@ -55,6 +55,9 @@ test('redaction removes header values, bearer tokens, key variables and listed s
 test('task.toml: name, difficulty and category from the top level or [metadata]', () => {
   assert.deepEqual(taskTitle('version = "1.0"\n[metadata]\nname = "fix-bug"\ndifficulty = "hard"\ncategory = "swe"\n[verifier]\nname = "ignored"\n'), { name: 'fix-bug', difficulty: 'hard', category: 'swe' });
   assert.deepEqual(taskTitle('[environment]\nname = "not-the-task"\n'), {});
+  const named = taskNode('/ws/tasks/hf/task.toml', '/ws', '[task]\nname = "harness-lab/hello-file"\n');
+  assert.equal(named.label, 'hello-file', 'the name runs and results use');
+  assert.match(named.tooltip, /Harbor task harness-lab\/hello-file in \/ws\/tasks\/hf/);
   const node = taskNode('/ws/tasks/a/task.toml', '/ws', '[metadata]\ndifficulty = "easy"\n');
   assert.equal(node.label, 'a', 'folder name when the toml names nothing');
   assert.equal(node.description, 'easy · tasks/a');
