@@ -17,6 +17,8 @@ export interface RolloutAttempt {
   /** Aborted by `batch cancel` or the lab's shutdown: the backend stops and removes the sandbox. */
   signal: AbortSignal;
   log(line: string): void;
+  /** Records the container id or Job name in the rollout's state as soon as the backend has it (optional for backends). */
+  setBackendRef?(ref: string): void;
 }
 
 /** What one attempt did, in facts. */

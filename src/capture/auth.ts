@@ -1,5 +1,5 @@
 // Keys: a model call presents its session id as API key; control routes present the admin key.
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 
 /** First key present: Authorization Bearer, x-api-key, x-goog-api-key, then Gemini's ?key=. */
@@ -14,6 +14,11 @@ export function presentedKey(req: IncomingMessage, url: URL): string | undefined
     if (typeof value === 'string' && value.trim()) return value.trim();
   }
   return url.searchParams.get('key') ?? undefined;
+}
+
+/** A fresh admin key for one lab (run, validate, batch): it lives in the lab process only. */
+export function mintAdminKey(): string {
+  return `hla-${randomBytes(24).toString('base64url')}`;
 }
 
 /** Constant-time comparison of two secrets of any length (digests have equal length). */

@@ -88,6 +88,39 @@ export class EngineClient {
   }
 }
 
+/** How the caller's user fixes a failed model lookup, in their own terms (a flag, a setting). */
+export interface ServedModelHints {
+  /** e.g. `--engine-url`. */
+  checkUrl: string;
+  /** e.g. `pass --model NAME`. */
+  nameModel: string;
+}
+
+/**
+ * The engine's only served model (GET /v1/models): the model name to use when none is configured.
+ * Gives up after 10 s; an abort through `signal` is passed on as is.
+ */
+export async function servedModel(engineUrl: string, hints: ServedModelHints, opts: { signal?: AbortSignal; apiKey?: string } = {}): Promise<string> {
+  const { signal, apiKey } = opts;
+  const client = new EngineClient(engineUrl, { connections: 1, ...(apiKey ? { apiKey } : {}) });
+  const url = `${client.baseUrl}/v1/models`;
+  let ids: string[];
+  try {
+    const reply = await client.get('/v1/models', signal ? AbortSignal.any([signal, AbortSignal.timeout(10_000)]) : AbortSignal.timeout(10_000));
+    if (reply.status !== 200) throw new Error(`HTTP ${reply.status}`);
+    const data = (reply.body as { data?: unknown } | null)?.data ?? [];
+    if (!Array.isArray(data)) throw new Error('no list of models in the answer');
+    ids = data.map((m: { id?: unknown } | null) => m?.id).filter((id): id is string => typeof id === 'string');
+  } catch (err) {
+    if (signal?.aborted) throw err;
+    throw new Error(`the engine at ${engineUrl} did not list its models (${url}: ${err instanceof Error ? err.message : String(err)}); check ${hints.checkUrl}, or ${hints.nameModel}`);
+  } finally {
+    await client.close();
+  }
+  if (ids.length === 1) return ids[0]!;
+  throw new Error(ids.length ? `the engine at ${engineUrl} serves ${ids.join(', ')}; ${hints.nameModel} to choose one` : `the engine at ${engineUrl} lists no models; ${hints.nameModel}`);
+}
+
 /** The message an engine error carries, whatever its shape (vLLM, OpenAI, plain text). */
 export function engineErrorMessage(body: unknown): string {
   if (typeof body === 'string') return body.slice(0, 2000) || 'empty response';

@@ -8,25 +8,33 @@ import { renderStopAnswer } from './dialects/stop-answer.js';
 import { answerTokenCount } from './dialects/token-count.js';
 import { EngineUnreachableError, engineErrorMessage, type EngineClient } from './engine-client.js';
 import { BodyTooLargeError, readBody, redactHeaders, sendJson } from './http-util.js';
+import type { SessionRegistry } from './session-registry.js';
 import type { CaptureSession } from './sessions.js';
 import { SseKeepalive, writeSse } from './sse.js';
 import { StoreWriteError } from './store.js';
 import { EngineResponseError, buildEngineRequest, isContextOverflow, normaliseEngineResponse, storedEngineResponse } from './upstream.js';
 import { DialectError, type CallError, type CallRecord, type CaptureLevel, type ChatRequest, type ChatResponse, type Dialect, type DialectContext, type JsonObject } from './types.js';
 
-export interface ModelCallDeps {
+export interface ModelCallLimits {
   bodyLimit: number;
   maxOutputTokens: number;
-  /** The session's capture level (probes the engine on first contact). */
-  captureLevel(session: CaptureSession): Promise<CaptureLevel>;
-  engine: EngineClient;
-  findSession(key: string): CaptureSession | undefined;
-  /** Durably records an answered call; resolves once it is on disk, rejects with StoreWriteError if it cannot be. */
-  record(session: CaptureSession, record: CallRecord): Promise<void>;
-  recordBudgetStop(session: CaptureSession): Promise<void>;
   /** Streaming keepalive timings (tests shorten them). */
   keepaliveGraceMs?: number;
   keepaliveIntervalMs?: number;
+}
+
+/** The engine as a call sees it: where it goes, and its capture grade (probed on first contact). */
+export interface GradedEngine {
+  client: EngineClient;
+  grade(): Promise<CaptureLevel>;
+}
+
+export interface ModelCallDeps {
+  sessions: SessionRegistry;
+  /** The session a presented key opens: any of the registry's, or (a session socket) only its own. */
+  findSession(key: string): CaptureSession | undefined;
+  engine: GradedEngine;
+  limits: ModelCallLimits;
 }
 
 function replyError(res: ServerResponse, dialect: Dialect, status: number, message: string, keepalive?: SseKeepalive): void {
@@ -50,7 +58,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   const headerDialect = detectDialect(url.pathname, req.headers, undefined);
   let raw: Buffer;
   try {
-    raw = await readBody(req, deps.bodyLimit);
+    raw = await readBody(req, deps.limits.bodyLimit);
   } catch (err) {
     if (err instanceof BodyTooLargeError) return replyError(res, headerDialect, 413, err.message);
     throw err;
@@ -74,7 +82,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     const why = key ? 'unknown API key' : 'no API key';
     return replyError(res, dialect, 401, `${why}; register a session via POST /sessions and use its session_id as the API key (Authorization: Bearer <session_id>, x-api-key or x-goog-api-key)`);
   }
-  session.lastActivity = Date.now();
+  session.touch();
   const stream = dialect.wantsStream(body, path);
   const ctx: DialectContext = { path, clientModel: dialect.clientModel(body, url.pathname) ?? session.info.model, request: body, servedModel: session.info.model };
 
@@ -89,28 +97,28 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
 
   let level: CaptureLevel;
   try {
-    level = await deps.captureLevel(session);
+    level = await deps.sessions.captureLevel(session, await deps.engine.grade());
   } catch (err) {
     if (err instanceof StoreWriteError) return replyError(res, dialect, err.status, err.message);
     throw err;
   }
   // Budget check and reservation happen in the same tick: no await between them.
   if (!session.tryReserveCall()) {
-    session.budgetStopCount++;
-    await deps.recordBudgetStop(session);
+    await deps.sessions.recordBudgetStop(session);
     replyStop(res, dialect, ctx, stream);
     return;
   }
 
-  const plan = buildEngineRequest(chat, { model: session.info.model, captureLevel: level, maxOutputTokens: deps.maxOutputTokens });
+  const engine = deps.engine.client;
+  const plan = buildEngineRequest(chat, { model: session.info.model, captureLevel: level, maxOutputTokens: deps.limits.maxOutputTokens, pinnedSampling: session.info.sampling });
   const started = new Date();
-  const index = session.nextIndex++;
+  const index = session.takeIndex();
   const abort = new AbortController();
   const onClose = () => {
     if (!res.writableFinished) abort.abort();
   };
   res.on('close', onClose);
-  const keepalive = stream ? new SseKeepalive(res, deps.keepaliveGraceMs, deps.keepaliveIntervalMs, dialect.sseComments !== false) : undefined;
+  const keepalive = stream ? new SseKeepalive(res, deps.limits.keepaliveGraceMs, deps.limits.keepaliveIntervalMs, dialect.sseComments !== false) : undefined;
 
   const base: Omit<CallRecord, 'ended_at' | 'latency_ms' | 'engine_response' | 'response_body' | 'model' | 'finish_reason' | 'usage' | 'findings' | 'error' | 'prompt_token_ids' | 'completion_token_ids' | 'logprobs' | 'top_logprobs' | 'token_bytes'> = {
     call_id: randomBytes(6).toString('hex'),
@@ -122,7 +130,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     started_at: started.toISOString(),
     harness_session_id: harnessSessionId(req, body),
     request: { headers: redactHeaders(req.headers), body },
-    engine_url: deps.engine.baseUrl,
+    engine_url: engine.baseUrl,
     engine_request: plan.request,
     n_tools: Array.isArray(plan.request.tools) ? plan.request.tools.length : 0,
     requested_sampling_params: plan.requestedSampling,
@@ -149,16 +157,15 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
       ...fields,
     };
   };
-  /** Records; a store failure is swallowed here (logged by the store's owner) when `quiet`, else rethrown. */
+  /** Records; a store failure is swallowed here (the registry logged it) when `quiet`, else rethrown. */
   const store = async (record: CallRecord, quiet: boolean): Promise<void> => {
     try {
-      await deps.record(session, record);
+      await deps.sessions.record(session, record);
     } catch (err) {
       if (!(quiet && err instanceof StoreWriteError)) throw err;
     }
   };
   const fail = async (error: CallError, engineResponse: unknown = null) => {
-    session.upstreamErrors++;
     // The harness gets the engine's error either way; an unstored errored call loses no answer.
     await store(finish({ error, engine_response: engineResponse as ChatResponse | null }), true);
     replyError(res, dialect, error.status, error.message, keepalive);
@@ -167,19 +174,19 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   try {
     let engineReply;
     try {
-      engineReply = await deps.engine.chatCompletion(plan.request, abort.signal);
+      engineReply = await engine.chatCompletion(plan.request, abort.signal);
     } catch (err) {
       if (abort.signal.aborted) {
         keepalive?.stop();
         await store(finish({ error: { status: 499, message: 'client closed the connection before the engine answered', kind: 'client' } }), true);
         return;
       }
-      const message = err instanceof EngineUnreachableError ? err.message : `inference engine at ${deps.engine.baseUrl} failed: ${String(err)}`;
+      const message = err instanceof EngineUnreachableError ? err.message : `inference engine at ${engine.baseUrl} failed: ${String(err)}`;
       return await fail({ status: 502, message, kind: 'engine' });
     }
     if (engineReply.status !== 200) {
       if (isContextOverflow(engineReply.status, engineReply.body)) {
-        session.findings.push(`[WARN] context_budget_exhausted: ${engineErrorMessage(engineReply.body).slice(0, 300)}`);
+        session.addFinding(`[WARN] context_budget_exhausted: ${engineErrorMessage(engineReply.body).slice(0, 300)}`);
         keepalive?.stop();
         replyStop(res, dialect, ctx, stream, keepalive);
         return;
@@ -191,7 +198,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     try {
       answer = normaliseEngineResponse(engineReply.body);
     } catch (err) {
-      if (err instanceof EngineResponseError) return await fail({ status: 502, message: `engine at ${deps.engine.baseUrl}: ${err.message}`, kind: 'engine' }, engineReply.body);
+      if (err instanceof EngineResponseError) return await fail({ status: 502, message: `engine at ${engine.baseUrl}: ${err.message}`, kind: 'engine' }, engineReply.body);
       throw err;
     }
     const clientAnswer = answer.response;
@@ -210,7 +217,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     // Durable before the harness sees the answer: a crash after this loses nothing answered, and an
     // answer that could not be stored is not given (507 disk full, 503 otherwise, in the dialect).
     try {
-      await deps.record(session, record);
+      await deps.sessions.record(session, record);
     } catch (err) {
       if (err instanceof StoreWriteError) return replyError(res, dialect, err.status, err.message, keepalive);
       throw err;

@@ -1,4 +1,5 @@
-// The capture proxy: one loopback HTTP server, many sessions, every call recorded durably.
+// The capture proxy: one loopback HTTP server in front of one engine, and its lifecycle. Sessions,
+// their store and their events are the registry's (`proxy.sessions`, session-registry.ts).
 // The same class runs under the CLI (`harness-lab proxy`) and inside the VS Code extension host.
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -7,21 +8,17 @@ import { AcceptorThread, ListenError } from './acceptor.js';
 import { isLoopbackHost, presentedKey, secretsEqual } from './auth.js';
 import { EngineClient } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
-import { Emitter } from './events.js';
 import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, parseRequestTarget, readBody, sendJson } from './http-util.js';
-import { handleModelCall } from './model-call.js';
-import { buildRollout, type RolloutDocument } from './rollout.js';
-import { CaptureSession, CreateSessionSchema, mintSessionId, type CreateSessionRequest } from './sessions.js';
-import { CaptureStore, StoreWriteError } from './store.js';
-import type { CallRecord, CaptureLevel, SessionInfo } from './types.js';
+import { handleModelCall, type ModelCallDeps } from './model-call.js';
+import type { RolloutDocument } from './rollout.js';
+import { SessionExistsError, SessionRegistry } from './session-registry.js';
+import { CreateSessionSchema, type CaptureSession, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
+import { StoreWriteError } from './store.js';
+import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger, SessionInfo } from './types.js';
 import { DEFAULT_MAX_OUTPUT_TOKENS } from './upstream.js';
 
-export interface ProxyLogger {
-  info(message: string): void;
-  warn(message: string): void;
-  error(message: string): void;
-  debug?(message: string): void;
-}
+export type { ProxyLogger } from './types.js';
+export { SessionExistsError } from './session-registry.js';
 
 export interface ProxyOptions {
   engineUrl: string;
@@ -55,19 +52,14 @@ export class ProxyConfigError extends Error {}
 
 export class CaptureProxy {
   readonly instance = randomBytes(8).toString('hex');
-  private readonly sessions = new Map<string, CaptureSession>();
+  /** Every session of this proxy: create, get, list, delete, rollout, and their events. */
+  readonly sessions: SessionRegistry;
   private readonly engine: EngineClient;
-  private readonly store: CaptureStore | undefined;
   private readonly log: ProxyLogger;
   private captureLevel: CaptureLevel;
   private probeReport: EngineProbeReport | undefined;
   private probing: Promise<EngineProbeReport> | undefined;
-  private readonly recordEmitter = new Emitter<CallRecord>();
-  private readonly sessionsEmitter = new Emitter<void>();
-  /** Fires after a call is durably recorded (answered or failed). */
-  readonly onDidRecordCall = this.recordEmitter.event;
-  /** Fires when a session is created or deleted. */
-  readonly onDidChangeSessions = this.sessionsEmitter.event;
+  private readonly modelCall: Omit<ModelCallDeps, 'findSession'>;
   private server!: Server;
   private acceptor: AcceptorThread | undefined;
   private closing = false;
@@ -75,9 +67,24 @@ export class CaptureProxy {
 
   private constructor(private readonly options: ProxyOptions) {
     this.engine = new EngineClient(options.engineUrl, options.engineApiKey ? { apiKey: options.engineApiKey } : {});
-    this.store = options.dataDir ? new CaptureStore(options.dataDir) : undefined;
     this.log = options.logger ?? silentLogger;
     this.captureLevel = options.captureLevel ?? 'tokens';
+    this.sessions = SessionRegistry.open({
+      defaults: { model: options.model, engineUrl: this.engine.baseUrl, maxModelCalls: options.maxModelCalls ?? 0 },
+      dataDir: options.dataDir,
+      engineLevel: () => ({ level: this.captureLevel, graded: Boolean(options.captureLevel) || Boolean(this.probeReport?.reachable) }),
+      logger: this.log,
+    });
+    this.modelCall = {
+      sessions: this.sessions,
+      engine: { client: this.engine, grade: () => this.ensureProbed() },
+      limits: {
+        bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT,
+        maxOutputTokens: options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
+        keepaliveGraceMs: options.keepaliveGraceMs,
+        keepaliveIntervalMs: options.keepaliveIntervalMs,
+      },
+    };
   }
 
   static async start(options: ProxyOptions): Promise<CaptureProxy> {
@@ -86,7 +93,6 @@ export class CaptureProxy {
       throw new ProxyConfigError(`refusing to bind ${host} without an admin key: anyone who can reach it could read captured token data and relay calls to the engine. Pass --admin-key (or set HARNESS_LAB_ADMIN_KEY), or bind 127.0.0.1.`);
     }
     const proxy = new CaptureProxy(options);
-    proxy.restore();
     await proxy.listen(host, options.port ?? 0);
     if (!options.captureLevel) void proxy.ensureProbed();
     return proxy;
@@ -105,20 +111,6 @@ export class CaptureProxy {
     return this.engine.baseUrl;
   }
 
-  private restore(): void {
-    if (!this.store) return;
-    for (const loaded of this.store.loadAll((message) => this.log.warn(message))) {
-      const session = new CaptureSession(loaded.info);
-      for (const call of loaded.calls) session.addCall(call);
-      session.budgetStopCount = loaded.budgetStops;
-      session.modelCalls = loaded.calls.length;
-      session.nextIndex = loaded.calls.reduce((n, c) => Math.max(n, c.index + 1), 0);
-      session.upstreamErrors = loaded.calls.filter((c) => c.error?.kind === 'engine').length;
-      this.sessions.set(session.id, session);
-    }
-    if (this.sessions.size) this.log.info(`restored ${this.sessions.size} session(s) from ${this.store.dataDir}`);
-  }
-
   private async listen(host: string, port: number): Promise<void> {
     this.server = createServer((req, res) => {
       this.route(req, res).catch((err: unknown) => {
@@ -135,7 +127,7 @@ export class CaptureProxy {
     const backlog = 2048;
     if (this.options.acceptorThread !== false) {
       // `/health` counts sessions: the acceptor's copy changes with them.
-      this.onDidChangeSessions(() => this.acceptor?.publishHealth());
+      this.sessions.onDidChange(() => this.acceptor?.publishHealth());
       try {
         this.acceptor = await this.startAcceptor(host, port, backlog);
       } catch (err) {
@@ -177,41 +169,24 @@ export class CaptureProxy {
     });
   }
 
-  // ---- sessions (library API, also behind the HTTP routes) ----
+  // ---- sessions: new code uses `proxy.sessions`; these delegates keep older callers working ----
+
+  /** Fires after a call is durably recorded (answered or failed). */
+  get onDidRecordCall(): SessionRegistry['onDidRecordCall'] {
+    return this.sessions.onDidRecordCall;
+  }
+
+  /** Fires when a session is created or deleted. */
+  get onDidChangeSessions(): SessionRegistry['onDidChange'] {
+    return this.sessions.onDidChange;
+  }
 
   createSession(request: CreateSessionRequest = {}): SessionInfo {
-    const { info, written } = this.addSession(request);
-    void written.catch(() => {
-      // logged by addSession; the session's calls will fail to store too and say so to the harness
-    });
-    return info;
+    return this.sessions.create(request);
   }
 
-  /** Creates the session in memory; `written` settles when its header line is on disk (or could not be). */
-  private addSession(request: CreateSessionRequest): { info: SessionInfo; written: Promise<void> } {
-    const id = request.session_id ?? mintSessionId();
-    if (this.sessions.has(id)) throw new SessionExistsError(id);
-    const info: SessionInfo = {
-      session_id: id,
-      created_at: new Date().toISOString(),
-      model: request.model ?? this.options.model,
-      engine_url: this.engine.baseUrl,
-      max_model_calls: request.max_model_calls ?? this.options.maxModelCalls ?? 0,
-      metadata: request.metadata ?? {},
-      capture_level: this.options.captureLevel ?? (this.probeReport?.reachable ? this.captureLevel : undefined),
-    };
-    const session = new CaptureSession(info);
-    this.sessions.set(id, session);
-    const written = (this.store?.append(id, { type: 'session', ...info }) ?? Promise.resolve()).catch((err: unknown) => {
-      this.log.error(`could not store session ${id}: ${err instanceof Error ? err.message : String(err)}`);
-      throw err;
-    });
-    this.sessionsEmitter.fire();
-    return { info, written };
-  }
-
-  listSessions(): ReturnType<CaptureSession['summary']>[] {
-    return [...this.sessions.values()].map((s) => s.summary());
+  listSessions(): JsonObject[] {
+    return this.sessions.list();
   }
 
   getSession(id: string): CaptureSession | undefined {
@@ -219,21 +194,15 @@ export class CaptureProxy {
   }
 
   getCalls(id: string): CallRecord[] {
-    return this.sessions.get(id)?.calls ?? [];
+    return this.sessions.calls(id);
   }
 
-  async deleteSession(id: string): Promise<boolean> {
-    const existed = this.sessions.delete(id);
-    await this.store?.delete(id);
-    if (existed) this.sessionsEmitter.fire();
-    return existed;
+  deleteSession(id: string): Promise<boolean> {
+    return this.sessions.delete(id);
   }
 
-  rollout(id: string): RolloutDocument | undefined {
-    const session = this.sessions.get(id);
-    if (!session) return undefined;
-    const captureLevel = session.info.capture_level ?? this.captureLevel;
-    return buildRollout(session.info, session.calls, { budgetStopCount: session.budgetStopCount, captureLevel, sessionFindings: session.findings, graph: session.graph(captureLevel) });
+  rollout(id: string, opts?: RolloutReadOptions): RolloutDocument | undefined {
+    return this.sessions.rollout(id, opts);
   }
 
   /** The engine's grade; probed once on first contact, again after a probe that could not reach it. */
@@ -256,23 +225,6 @@ export class CaptureProxy {
 
   get engineReport(): EngineProbeReport | undefined {
     return this.probeReport;
-  }
-
-  /** The level a session captures at: fixed at its first forwarded call, stored with the session. */
-  private async sessionLevel(session: CaptureSession): Promise<CaptureLevel> {
-    const level = await this.ensureProbed();
-    if (session.info.capture_level === undefined || (session.calls.length === 0 && session.info.capture_level !== level)) {
-      const previous = session.info.capture_level;
-      session.info.capture_level = level;
-      try {
-        await this.store?.append(session.id, { type: 'session', ...session.info });
-      } catch (err) {
-        // Not on disk, so not fixed: the next call tries again (this one fails with the store's error).
-        session.info.capture_level = previous;
-        throw err;
-      }
-    }
-    return session.info.capture_level;
   }
 
   // ---- HTTP ----
@@ -317,42 +269,20 @@ export class CaptureProxy {
       if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key (Authorization: Bearer <key> or x-admin-key)', type: 'invalid_request_error' } });
       return this.sessionRoute(req, res, method, path);
     }
-    if (method === 'POST') {
-      return handleModelCall(req, res, url, {
-        bodyLimit: this.options.bodyLimit ?? DEFAULT_BODY_LIMIT,
-        maxOutputTokens: this.options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
-        captureLevel: (session) => this.sessionLevel(session),
-        engine: this.engine,
-        findSession: (key) => this.sessions.get(key),
-        record: (session, record) => this.record(session, record),
-        recordBudgetStop: async (session) => {
-          // Not training data: a failed write is logged and the harness still gets its stop answer.
-          await this.store?.append(session.id, { type: 'budget_stop', at: new Date().toISOString() }).catch((err: unknown) => this.log.error(`session ${session.id}: could not store a budget stop: ${String(err)}`));
-        },
-        keepaliveGraceMs: this.options.keepaliveGraceMs,
-        keepaliveIntervalMs: this.options.keepaliveIntervalMs,
-      });
-    }
+    if (method === 'POST') return handleModelCall(req, res, url, this.modelCallDeps((key) => this.sessions.get(key)));
     sendJson(res, 404, { error: { message: `no route ${method} ${url.pathname}`, type: 'invalid_request_error' } });
   }
 
-  private async record(session: CaptureSession, record: CallRecord): Promise<void> {
-    if (this.store) {
-      try {
-        await this.store.append(session.id, { type: 'call', ...record });
-      } catch (err) {
-        // The harness gets an error (507/503 in its dialect) and nothing claims the call was stored.
-        const message = err instanceof Error ? err.message : String(err);
-        this.log.error(`could not store call ${record.call_id} of session ${session.id}: ${message}`);
-        session.findings.push(`[WARN] store_failed: call ${record.call_id} (index ${record.index}) was not stored: ${message}`);
-        throw err instanceof StoreWriteError ? err : new StoreWriteError(this.store.dataDir, err);
-      }
-    }
-    if (this.sessions.get(session.id) === session) session.addCall(record);
-    this.recordEmitter.fire(record);
+  /**
+   * What a model call needs, with the session lookup chosen by the listener: the main server finds
+   * any registered key, a session socket (session-socket.ts) only its own.
+   */
+  modelCallDeps(findSession: (key: string) => CaptureSession | undefined): ModelCallDeps {
+    return { ...this.modelCall, findSession };
   }
 
-  private async models(res: ServerResponse): Promise<void> {
+  /** GET /v1/models: the engine's list, or the served model when the engine cannot be reached. */
+  async models(res: ServerResponse): Promise<void> {
     try {
       const reply = await this.engine.get('/v1/models');
       if (reply.status === 200) return sendJson(res, 200, reply.body);
@@ -365,16 +295,16 @@ export class CaptureProxy {
   private async sessionRoute(req: IncomingMessage, res: ServerResponse, method: string, path: string): Promise<void> {
     const parts = path.split('/').filter(Boolean); // ['sessions', id?, 'rollout'?]
     if (parts.length === 1) {
-      if (method === 'GET') return sendJson(res, 200, { sessions: this.listSessions() });
+      if (method === 'GET') return sendJson(res, 200, { sessions: this.sessions.list() });
       if (method === 'POST') return this.createSessionRoute(req, res);
     }
     const id = decodePathSegment(parts[1] ?? '');
     if (id === undefined) return sendJson(res, 404, { error: { message: `unknown session ${parts[1]}: malformed percent escape`, type: 'not_found_error' } });
     const session = this.sessions.get(id);
-    if (parts.length === 2 && method === 'DELETE') return sendJson(res, 200, { deleted: await this.deleteSession(id) });
+    if (parts.length === 2 && method === 'DELETE') return sendJson(res, 200, { deleted: await this.sessions.delete(id) });
     if (!session) return sendJson(res, 404, { error: { message: `unknown session ${id}`, type: 'not_found_error' } });
     if (parts.length === 2 && method === 'GET') return sendJson(res, 200, session.summary());
-    if (parts.length === 3 && parts[2] === 'rollout' && method === 'GET') return sendJson(res, 200, this.rollout(id));
+    if (parts.length === 3 && parts[2] === 'rollout' && method === 'GET') return sendJson(res, 200, this.sessions.rollout(id));
     if (parts.length === 3 && parts[2] === 'calls' && method === 'GET') return sendJson(res, 200, { session_id: id, calls: session.calls });
     sendJson(res, 404, { error: { message: `no route ${method} ${path}`, type: 'invalid_request_error' } });
   }
@@ -401,20 +331,12 @@ export class CaptureProxy {
       return sendJson(res, 400, { error: { message: `${issue?.path.join('.') || 'body'}: ${issue?.message ?? 'invalid'}`, type: 'invalid_request_error' } });
     }
     await this.ensureProbed();
-    let added: ReturnType<CaptureProxy['addSession']>;
+    let info: SessionInfo;
     try {
-      added = this.addSession(parsed.data);
+      info = await this.sessions.createStored(parsed.data);
     } catch (err) {
       if (err instanceof SessionExistsError) return sendJson(res, 409, { error: { message: err.message, type: 'invalid_request_error' } });
-      throw err;
-    }
-    const info = added.info;
-    try {
-      await added.written;
-    } catch (err) {
       // Not stored, so not created: a restart would not know it.
-      this.sessions.delete(info.session_id);
-      this.sessionsEmitter.fire();
       const status = err instanceof StoreWriteError ? err.status : 503;
       return sendJson(res, status, { error: { message: err instanceof Error ? err.message : String(err), type: 'server_error' } });
     }
@@ -423,18 +345,10 @@ export class CaptureProxy {
 
   async close(): Promise<void> {
     this.closing = true;
-    this.recordEmitter.dispose();
-    this.sessionsEmitter.dispose();
     this.server.closeAllConnections();
     if (this.acceptor) await this.acceptor.close();
     else await new Promise<void>((resolve) => this.server.close(() => resolve()));
     await this.engine.close();
-    await this.store?.close();
-  }
-}
-
-export class SessionExistsError extends Error {
-  constructor(id: string) {
-    super(`session ${id} already exists`);
+    await this.sessions.close();
   }
 }

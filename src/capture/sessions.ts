@@ -1,10 +1,16 @@
-// Live capture sessions: identity, budget counters and the calls recorded so far.
+// One capture session: identity, budget counters, the calls recorded so far, its live graph and its
+// rollout document. The registry (session-registry.ts) holds them and makes them durable.
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { RolloutGraph } from './graph.js';
+import { buildRollout, type RolloutDocument, type RolloutOptions } from './rollout.js';
+import { SESSION_ID_PATTERN, type LoadedSession } from './store.js';
 import type { CallRecord, CaptureLevel, JsonObject, SessionInfo } from './types.js';
 
-export const SESSION_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+/** What a reader of a rollout chooses; everything else comes from the session. */
+export type RolloutReadOptions = Pick<RolloutOptions, 'purpose' | 'includeDiscarded' | 'includeMessages' | 'includeTraces'>;
+
+export { SESSION_ID_PATTERN };
 
 const RESERVED_METADATA_KEYS = ['session_id', 'upstream', 'capture_level', 'max_model_calls', 'sampling', 'purpose', 'eval_sampling'];
 
@@ -13,6 +19,20 @@ export const CreateSessionSchema = z
     session_id: z.string().regex(SESSION_ID_PATTERN, 'session_id must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$').optional(),
     model: z.string().min(1).optional(),
     max_model_calls: z.number().int().nonnegative().optional(),
+    /** Pinned on every call (a batch's training sampling): temperature finite and > 0, the rest at chosen values. */
+    sampling: z
+      .object({
+        temperature: z.number().finite().positive().optional(),
+        top_p: z.number().finite().gt(0).max(1).optional(),
+        top_k: z.number().int().min(-1).optional(),
+        min_p: z.number().finite().min(0).max(1).optional(),
+        frequency_penalty: z.number().finite().optional(),
+        presence_penalty: z.number().finite().optional(),
+        repetition_penalty: z.number().finite().positive().optional(),
+        seed: z.number().int().optional(),
+      })
+      .strict()
+      .optional(),
     metadata: z
       .record(z.string(), z.unknown())
       .refine((m) => !RESERVED_METADATA_KEYS.some((k) => k in m), { message: `metadata must not use the reserved keys ${RESERVED_METADATA_KEYS.join(', ')}` })
@@ -27,19 +47,48 @@ export function mintSessionId(): string {
 
 export class CaptureSession {
   readonly calls: CallRecord[] = [];
-  /** Calls forwarded to the engine: what the budget counts. */
-  modelCalls = 0;
-  /** Arrival order of the next forwarded call. */
-  nextIndex = 0;
-  budgetStopCount = 0;
-  upstreamErrors = 0;
-  lastActivity = Date.now();
+  private forwarded = 0;
+  private arrivals = 0;
+  private budgetStops = 0;
+  private engineErrors = 0;
+  private lastActivity = Date.now();
   /** Session-level findings, e.g. a context-window overflow answered with the stop message. */
-  readonly findings: string[] = [];
+  private readonly sessionFindings: string[] = [];
 
   private liveGraph: RolloutGraph | undefined;
 
   constructor(readonly info: SessionInfo) {}
+
+  /** A session as the store holds it: what a restart, or a reader of a data dir, gets back. */
+  static fromStore(loaded: LoadedSession): CaptureSession {
+    const session = new CaptureSession(loaded.info);
+    for (const call of loaded.calls) session.addCall(call);
+    session.budgetStops = loaded.budgetStops;
+    session.forwarded = loaded.calls.length;
+    session.arrivals = loaded.calls.reduce((n, c) => Math.max(n, c.index + 1), 0);
+    return session;
+  }
+
+  get id(): string {
+    return this.info.session_id;
+  }
+
+  /** Calls forwarded to the engine: what the budget counts. */
+  get modelCalls(): number {
+    return this.forwarded;
+  }
+
+  get budgetStopCount(): number {
+    return this.budgetStops;
+  }
+
+  get upstreamErrors(): number {
+    return this.engineErrors;
+  }
+
+  get findings(): readonly string[] {
+    return this.sessionFindings;
+  }
 
   /** The session's rollout graph, kept up to date call by call (rebuilt if the capture level changed). */
   graph(level: CaptureLevel): RolloutGraph {
@@ -47,29 +96,65 @@ export class CaptureSession {
     return this.liveGraph;
   }
 
-  /** Adds an answered call; linking it never fails the call (a failure becomes a session finding). */
+  /** Adds a recorded call; linking it never fails the call (a failure becomes a session finding). */
   addCall(record: CallRecord): void {
     this.calls.push(record);
+    if (record.error?.kind === 'engine') this.engineErrors++;
     const level = this.info.capture_level;
     if (!level) return;
     try {
       this.graph(level).add(record);
     } catch (err) {
-      this.findings.push(`[FATAL] capture_ingest_failed: call ${record.call_id}: ${err instanceof Error ? err.message : String(err)}`);
+      this.sessionFindings.push(`[FATAL] capture_ingest_failed: call ${record.call_id}: ${err instanceof Error ? err.message : String(err)}`);
       this.liveGraph = undefined;
     }
   }
 
-  get id(): string {
-    return this.info.session_id;
+  addFinding(finding: string): void {
+    this.sessionFindings.push(finding);
+  }
+
+  /** A harness called with this session's key. */
+  touch(): void {
+    this.lastActivity = Date.now();
+  }
+
+  /** Whether the capture level is still to be fixed at `engineLevel`: not fixed yet, or no call recorded and the engine graded again. */
+  captureLevelOpen(engineLevel: CaptureLevel): boolean {
+    const current = this.info.capture_level;
+    return current === undefined || (this.calls.length === 0 && current !== engineLevel);
+  }
+
+  /** Fixes the capture level (the registry calls this once the level is on disk). */
+  fixCaptureLevel(level: CaptureLevel): void {
+    this.info.capture_level = level;
   }
 
   /** Reserves one forwarded call, or returns false when the budget is spent. Synchronous by design. */
   tryReserveCall(): boolean {
     const max = this.info.max_model_calls;
-    if (max > 0 && this.modelCalls >= max) return false;
-    this.modelCalls++;
+    if (max > 0 && this.forwarded >= max) return false;
+    this.forwarded++;
     return true;
+  }
+
+  /** A call answered with the budget stop instead of reaching the engine. */
+  countBudgetStop(): void {
+    this.budgetStops++;
+  }
+
+  /** The arrival index of the next forwarded call. */
+  takeIndex(): number {
+    return this.arrivals++;
+  }
+
+  /**
+   * The session's rollout document, read from the session itself: its info, capture level, budget
+   * stops, findings and live graph. `fallbackLevel` is for a session that never fixed its level.
+   */
+  rollout(opts: RolloutReadOptions = {}, fallbackLevel: CaptureLevel = 'tokens'): RolloutDocument {
+    const captureLevel = this.info.capture_level ?? fallbackLevel;
+    return buildRollout(this.info, this.calls, { ...opts, budgetStopCount: this.budgetStops, captureLevel, sessionFindings: this.sessionFindings, graph: this.graph(captureLevel) });
   }
 
   summary(): JsonObject {
@@ -85,12 +170,13 @@ export class CaptureSession {
       capture_level: this.info.capture_level ?? null,
       prompt_tokens: ok.reduce((n, c) => n + (c.prompt_token_ids?.length ?? c.usage?.prompt_tokens ?? 0), 0),
       completion_tokens: ok.reduce((n, c) => n + (c.completion_token_ids?.length ?? c.usage?.completion_tokens ?? 0), 0),
-      model_calls: this.modelCalls,
+      model_calls: this.forwarded,
       max_model_calls: this.info.max_model_calls,
-      budget_stop_count: this.budgetStopCount,
-      upstream_errors: this.upstreamErrors,
+      budget_stop_count: this.budgetStops,
+      upstream_errors: this.engineErrors,
       idle_s: Math.round((Date.now() - this.lastActivity) / 1000),
       metadata: this.info.metadata,
+      ...(this.info.sampling ? { sampling: this.info.sampling } : {}),
     };
   }
 }

@@ -10,11 +10,13 @@
 // A crash (or a full disk) can leave a torn last line. Loading skips it with a warning naming the
 // file, and the first append to a file whose last byte is not a newline starts with one, so the torn
 // bytes never swallow the next, whole record.
-import { constants, fstatSync, mkdirSync, readdirSync, readFileSync, readSync } from 'node:fs';
+import { constants, existsSync, fstatSync, mkdirSync, readdirSync, readFileSync, readSync } from 'node:fs';
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
-import { SESSION_ID_PATTERN } from './sessions.js';
 import type { CallRecord, SessionInfo } from './types.js';
+
+/** What a session id may be; the store names files after ids, so nothing else ever names a file. */
+export const SESSION_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
 export type StoreLine =
   | ({ type: 'session' } & SessionInfo)
@@ -82,14 +84,13 @@ export class CaptureStore {
   private sweeper: NodeJS.Timeout | undefined;
 
   constructor(readonly dataDir: string) {
-    this.dir = join(dataDir, 'sessions');
+    this.dir = sessionsDirOf(dataDir);
     mkdirSync(this.dir, { recursive: true });
   }
 
   /** The session's file; ids outside SESSION_ID_PATTERN are refused (they could name a path elsewhere). */
   fileOf(sessionId: string): string {
-    if (!SESSION_ID_PATTERN.test(sessionId)) throw new Error(`not a session id: ${JSON.stringify(sessionId.slice(0, 200))}`);
-    return join(this.dir, `${sessionId}.jsonl`);
+    return sessionFileOf(this.dataDir, sessionId);
   }
 
   append(sessionId: string, line: StoreLine): Promise<void> {
@@ -212,20 +213,40 @@ export class CaptureStore {
 
   /** Everything on disk, for a restart on the same data dir; `warn` hears of torn lines and headless files. */
   loadAll(warn: (message: string) => void = () => {}): LoadedSession[] {
-    const sessions: LoadedSession[] = [];
-    for (const name of readdirSync(this.dir).sort()) {
-      if (!name.endsWith('.jsonl')) continue;
-      const path = join(this.dir, name);
-      const loaded = loadSessionFile(path);
-      if (!loaded) {
-        warn(`${path}: no readable session header line; the file was not restored`);
-        continue;
-      }
-      if (loaded.skipped) warn(`${path}: skipped ${loaded.skipped} unreadable line(s) (line ${loaded.skippedLines.join(', ')}), a torn write from a crash or a full disk`);
-      sessions.push(loaded);
-    }
-    return sessions;
+    return loadStoredSessions(this.dataDir, warn);
   }
+}
+
+function sessionsDirOf(dataDir: string): string {
+  return join(dataDir, 'sessions');
+}
+
+/** Where the store keeps a session: `<dataDir>/sessions/<id>.jsonl`; ids outside SESSION_ID_PATTERN are refused. */
+export function sessionFileOf(dataDir: string, sessionId: string): string {
+  if (!SESSION_ID_PATTERN.test(sessionId)) throw new Error(`not a session id: ${JSON.stringify(sessionId.slice(0, 200))}`);
+  return join(sessionsDirOf(dataDir), `${sessionId}.jsonl`);
+}
+
+/**
+ * Every session stored under a data dir (none without a sessions directory); writes nothing.
+ * `warn` hears of torn lines and headless files.
+ */
+export function loadStoredSessions(dataDir: string, warn: (message: string) => void = () => {}): LoadedSession[] {
+  const dir = sessionsDirOf(dataDir);
+  if (!existsSync(dir)) return [];
+  const sessions: LoadedSession[] = [];
+  for (const name of readdirSync(dir).sort()) {
+    if (!name.endsWith('.jsonl')) continue;
+    const path = join(dir, name);
+    const loaded = loadSessionFile(path);
+    if (!loaded) {
+      warn(`${path}: no readable session header line; the file was not restored`);
+      continue;
+    }
+    if (loaded.skipped) warn(`${path}: skipped ${loaded.skipped} unreadable line(s) (line ${loaded.skippedLines.join(', ')}), a torn write from a crash or a full disk`);
+    sessions.push(loaded);
+  }
+  return sessions;
 }
 
 /** The file's size, and whether its last byte is something other than a newline (sync: two tiny syscalls, once per open). */

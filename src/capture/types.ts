@@ -198,4 +198,14 @@ export interface SessionInfo {
   metadata: JsonObject;
   /** The engine's capture level when the session was created (below `tokens`: evaluation only). */
   capture_level?: CaptureLevel;
+  /** Sampling pinned on every call of this session (a batch's); the harness's own values are recorded as requested. */
+  sampling?: Partial<Record<'temperature' | 'top_p' | 'top_k' | 'min_p' | 'frequency_penalty' | 'presence_penalty' | 'repetition_penalty' | 'seed', number>>;
+}
+
+/** Where the proxy and its session registry say what they do (the CLI's stderr, VS Code's output channel). */
+export interface ProxyLogger {
+  info(message: string): void;
+  warn(message: string): void;
+  error(message: string): void;
+  debug?(message: string): void;
 }

@@ -8,6 +8,9 @@ const SAMPLING_KEYS = ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_pena
 /** Knobs forced to no-ops at `tokens` level, so processed logprobs match a full-vocabulary recompute. */
 const NEUTRAL_SAMPLING: JsonObject = { top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1 };
 
+/** Sampling a session pins on every call it forwards (a batch's training sampling); the harness's values are overridden. */
+export type PinnedSampling = Partial<Record<'temperature' | 'top_p' | 'top_k' | 'min_p' | 'frequency_penalty' | 'presence_penalty' | 'repetition_penalty' | 'seed', number>>;
+
 export interface EngineRequestPlan {
   request: ChatRequest;
   requestedSampling: JsonObject;
@@ -25,7 +28,7 @@ function pickSampling(source: JsonObject): JsonObject {
  * top-level keys change and `messages` is a new array, so a shallow copy is enough (a deep clone of
  * the whole history on every call showed in profiles).
  */
-export function buildEngineRequest(chat: ChatRequest, options: { model: string; captureLevel: CaptureLevel; maxOutputTokens?: number }): EngineRequestPlan {
+export function buildEngineRequest(chat: ChatRequest, options: { model: string; captureLevel: CaptureLevel; maxOutputTokens?: number; pinnedSampling?: PinnedSampling }): EngineRequestPlan {
   const request: ChatRequest = { ...chat };
   const requestedSampling = pickSampling(request);
   request.model = options.model;
@@ -54,6 +57,8 @@ export function buildEngineRequest(chat: ChatRequest, options: { model: string; 
     request.return_token_ids = true;
     request.return_tokens_as_token_ids = true;
   }
+  // The session's pinned sampling (a batch's) overrides whatever the harness asked for; both are recorded.
+  if (options.pinnedSampling) Object.assign(request, options.pinnedSampling);
   return { request, requestedSampling, sampling: pickSampling(request) };
 }
 

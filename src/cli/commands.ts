@@ -6,6 +6,8 @@ import type { CliCommand } from './args.js';
 export const COMMANDS: Readonly<Record<string, () => Promise<CliCommand>>> = {
   // one line per command, keep sorted
   'atif-check': async () => (await import('./atif-check-command.js')).atifCheckCommand,
+  audit: async () => (await import('./audit-command.js')).auditCommand,
+  batch: async () => (await import('./batch-command.js')).batchCommand,
   demo: async () => (await import('./demo-command.js')).demoCommand,
   engine: async () => (await import('./engine-command.js')).engineCommand,
   export: async () => (await import('./export-command.js')).exportCommand,

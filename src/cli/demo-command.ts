@@ -50,7 +50,7 @@ export const demoCommand = defineCommand({
     const level = await proxy.ensureProbed();
     say(`proxy listening on ${proxy.url}; engine graded '${level}' (logprobs ${proxy.engineReport?.logprobs_mode ?? 'unknown'})`);
     try {
-      const session = proxy.createSession({ metadata: { harness: 'demo-react' } });
+      const session = proxy.sessions.create({ metadata: { harness: 'demo-react' } });
       const workdir = mkdtempSync(join(tmpdir(), 'harness-lab-demo-work-'));
       const messages: Record<string, unknown>[] = [
         { role: 'system', content: 'You are a careful agent. Use the bash tool to act.' },
@@ -77,7 +77,7 @@ export const demoCommand = defineCommand({
           messages.push({ role: 'tool', tool_call_id: call.id, content: output });
         }
       }
-      const doc = proxy.rollout(session.session_id)!;
+      const doc = proxy.sessions.rollout(session.session_id)!;
       say('\ncaptured calls:');
       for (const call of doc.calls) {
         say(`  #${call.index} ${call.call_id} ${call.dialect} prompt=${call.prompt_token_ids?.length ?? 0} completion=${call.completion_token_ids?.length ?? 0} tokens, logprobs=${call.logprobs ? 'aligned' : 'missing'}, finish=${call.finish_reason}, ${call.latency_ms} ms`);

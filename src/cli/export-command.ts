@@ -1,38 +1,85 @@
-// `harness-lab export`: a session's TrainingTrace JSONL, read from a data dir (no proxy needed).
-import { existsSync, writeFileSync } from 'node:fs';
-import { loadSessionFile, CaptureStore } from '../capture/store.js';
-import { buildRollout, NotTrainableError, trainingTraces, traceToJsonl } from '../capture/rollout.js';
+// `harness-lab export`: trainer input from a batch, a session or a directory of rollouts. The logic is
+// src/train/export.ts; this file only reads flags and reports.
+import { existsSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { BatchFileError } from '../batch/state.js';
+import { ExportContractError } from '../train/contract.js';
+import { EXPORT_FORMATS, ExportUsageError, manifestPath, runExport, type ExportFormat, type ExportSource } from '../train/export.js';
+import { ExportInputError } from '../train/source.js';
 import { defineCommand, UsageError } from './args.js';
 
-const USAGE = `usage: harness-lab export --data-dir DIR --session ID --out FILE.jsonl
+const USAGE = `usage: harness-lab export [--format trainingtrace|trl|verl|paths] SOURCE --out FILE.jsonl
 
-Writes one TrainingTrace per root-to-leaf path of the session's rollout graph (fields: README).`;
+SOURCE is one of
+  --batch DIR                  a batch directory (batch.json, rollouts/, capture/)
+  --session ID --data-dir DIR  one captured session of a data dir
+  --rollouts DIR               captured session files (*.jsonl, here or under sessions/) or *.rollout.json
+
+Formats (docs/exports.md):
+  trainingtrace  one line per rollout: {rollout_id, group_id, session_id, reward, ..., trace: TRL TrainingTrace}
+  trl            one row per rollout for GRPOTrainer.rollout_func (prompt_ids, completion_ids, logprobs,
+                 env_mask, reward, group_id); exactly group-size rows per group, consecutive (needs --batch)
+  verl           AgentLoopOutput rows, one per segment, keyed {uid}_{session}_{index}; reward on the final
+                 segment (needs --batch)
+  paths          the lab's own TrainingTrace, one per root-to-leaf path (default; docs/training-trace.md)
+
+Options:
+  --min-group-size N   verl: drop groups with fewer exportable members (default 2)
+  --drop-no-contrast   drop groups whose members all have the same reward
+
+Also writes FILE.manifest.json: batch, policy versions, sampling, counts kept and dropped per reason.
+Discarded rollouts never enter an export. A call that breaks the capture contract (empty prompt ids,
+NaN or missing logprobs, mask length mismatch) stops the export (exit 1) and names file, session and call.`;
 
 export const exportCommand = defineCommand({
   name: 'export',
-  summary: "write a session's TrainingTrace JSONL from a data dir",
+  summary: 'write trainer input (TrainingTrace, TRL, veRL) from a batch or sessions',
   usage: USAGE,
-  flags: { 'data-dir': { type: 'string', required: true }, session: { type: 'string', required: true }, out: { type: 'string', short: 'o', required: true } },
+  flags: {
+    format: { type: 'string', short: 'f', default: 'paths' },
+    batch: { type: 'string' },
+    session: { type: 'string' },
+    'data-dir': { type: 'string' },
+    rollouts: { type: 'string' },
+    // Checked after the source, so `--data-dir DIR` alone says what it lacks first (--session).
+    out: { type: 'string', short: 'o' },
+    'min-group-size': { type: 'integer', default: 2 },
+    'drop-no-contrast': { type: 'boolean' },
+  },
   run: async ({ flags }) => {
-    const store = new CaptureStore(flags['data-dir']);
-    const file = store.fileOf(flags.session);
-    if (!existsSync(file)) throw new UsageError(`no session '${flags.session}' in ${flags['data-dir']} (looked for ${file})`);
-    const loaded = loadSessionFile(file);
-    if (!loaded) throw new UsageError(`${file}: no session header line; the file is not a Harness Lab capture`);
-    const doc = buildRollout(loaded.info, loaded.calls, { budgetStopCount: loaded.budgetStops, captureLevel: loaded.info.capture_level ?? 'tokens' });
-    let traces;
+    const format = flags.format as ExportFormat;
+    if (!EXPORT_FORMATS.includes(format)) throw new UsageError(`--format must be one of ${EXPORT_FORMATS.join(', ')}, got '${flags.format}'`);
+    const given = [flags.batch && '--batch', flags.session && '--session', flags.rollouts && '--rollouts'].filter(Boolean);
+    if (given.length === 0 && flags['data-dir']) throw new UsageError('--session is required', { showUsage: true });
+    if (given.length !== 1) throw new UsageError(`give exactly one source (--batch, --session or --rollouts), got ${given.length ? given.join(' and ') : 'none'}`, { showUsage: true });
+    let source: ExportSource;
+    if (flags.batch) source = { kind: 'batch', dir: flags.batch };
+    else if (flags.rollouts) source = { kind: 'rollouts', dir: flags.rollouts };
+    else {
+      if (!flags['data-dir']) throw new UsageError('--session needs --data-dir DIR (the proxy data dir holding sessions/)', { showUsage: true });
+      source = { kind: 'session', dataDir: flags['data-dir'], sessionId: flags.session! };
+    }
+    const out = flags.out;
+    if (!out) throw new UsageError('--out is required', { showUsage: true });
+    if (!existsSync(dirname(resolve(out)))) throw new UsageError(`--out ${out}: the directory ${dirname(resolve(out))} does not exist`);
     try {
-      traces = trainingTraces(doc);
+      const m = await runExport({ format, source, out, minGroupSize: flags['min-group-size'], dropNoContrast: flags['drop-no-contrast'] });
+      const dropped = Object.entries(m.counts.rollouts_dropped).map(([k, n]) => `${n} ${k}`);
+      const groups = Object.entries(m.counts.groups_dropped).map(([k, n]) => `${n} ${k}`);
+      process.stdout.write(
+        `wrote ${m.counts.rows} ${format} row(s) from ${m.counts.rollouts_kept} rollout(s) to ${out} (${(m.counts.bytes / 1e6).toFixed(1)} MB, ${m.counts.trainable_tokens} trainable tokens)\n` +
+          (dropped.length ? `dropped rollouts: ${dropped.join(', ')}\n` : '') +
+          (groups.length ? `dropped groups: ${groups.join(', ')}\n` : '') +
+          `manifest: ${manifestPath(out)}\n`,
+      );
+      return 0;
     } catch (err) {
-      if (err instanceof NotTrainableError) {
+      if (err instanceof ExportUsageError) throw new UsageError(err.message);
+      if (err instanceof ExportContractError || err instanceof ExportInputError || err instanceof BatchFileError) {
         process.stderr.write(`harness-lab export: ${err.message}\n`);
         return 1;
       }
       throw err;
     }
-    writeFileSync(flags.out, traceToJsonl(traces));
-    const trainable = traces.filter((t) => t.trainable).length;
-    process.stdout.write(`wrote ${traces.length} trace(s) (${trainable} trainable) from ${loaded.calls.length} call(s) to ${flags.out}\n`);
-    return 0;
   },
 });

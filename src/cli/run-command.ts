@@ -15,7 +15,9 @@ Without --engine-url the task's scripted policy (policy.json next to the task) a
   --harness NAME     ${harnessNames().join(', ')}
   --engine-api-key K credential for --engine-url (or HARNESS_LAB_ENGINE_API_KEY); never enters a
                      sandbox, a record or a log
-  --sandbox KIND     docker (default) or local (no isolation; the reference harness, no Docker)
+  --sandbox KIND     docker (default: no network, or its own egress network if the task allows
+                     it; the capture only through a per-rollout session socket) or local (no
+                     isolation: for trusted tasks and policies; the reference harness, no Docker)
   --timeout SECONDS  wall clock for the agent (default: the task's agent.timeout_sec, else 600);
                      on expiry the sandbox is stopped and the rollout is errored with reward null
   --out DIR          rollouts go to DIR/<task>/<harness>/<n>/ (default ./harness-lab-runs)`;
@@ -42,6 +44,11 @@ export const runCommand = defineCommand({
     const n = flags.n;
     const timeoutSec = flags.timeout || undefined;
     const say = (line: string) => process.stdout.write(`${line}\n`);
+    if (sandbox === 'local') {
+      process.stderr.write(
+        "harness-lab: --sandbox local does not isolate: the harness runs as you on the host's network and can reach the engine and every loopback service (the proxy's admin routes need this run's admin key); rollouts say isolation: none\n",
+      );
+    }
     const lab: Lab = await openLab({
       taskDir: flags.task,
       harness: flags.harness,

@@ -6,7 +6,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as vscode from 'vscode';
-import { EngineClient } from '../capture/engine-client.js';
+import { EngineClient, servedModel } from '../capture/engine-client.js';
 import { listShippedPolicies } from '../engine/policy.js';
 import { bundledCli, EngineProcess, type EngineSlot } from './embedded-engine-process.js';
 import { probeEngine } from '../capture/engine-probe.js';
@@ -47,17 +47,12 @@ export function currentSettings(): HarnessLabSettings {
 /** The model the proxy announces: the setting, else the engine's only served model. */
 async function resolveModel(settings: HarnessLabSettings, token?: vscode.CancellationToken): Promise<string> {
   if (settings.model) return settings.model;
-  const client = new EngineClient(settings.engineUrl, { connections: 1 });
   const abort = new AbortController();
   const sub = token?.onCancellationRequested(() => abort.abort());
   try {
-    const reply = await client.get('/v1/models', abort.signal);
-    const ids = ((reply.body as { data?: { id?: unknown }[] })?.data ?? []).map((m) => String(m.id));
-    if (ids.length === 1) return ids[0]!;
-    throw new Error(ids.length ? `The engine serves ${ids.length} models (${ids.join(', ')}); choose one in the setting harnessLab.model.` : 'The engine lists no models; set harnessLab.model.');
+    return await servedModel(settings.engineUrl, { checkUrl: 'the setting harnessLab.engineUrl', nameModel: 'set harnessLab.model' }, { signal: abort.signal });
   } finally {
     sub?.dispose();
-    await client.close();
   }
 }
 
@@ -109,7 +104,7 @@ function captureTarget(proxy: CaptureProxy, sessionId: string, model: string): C
 
 async function newSession(host: CommandHost): Promise<string | undefined> {
   const proxy = await startProxy(host);
-  const info = proxy.createSession({ metadata: { source: 'vscode' } });
+  const info = proxy.sessions.create({ metadata: { source: 'vscode' } });
   host.log.info(`session ${info.session_id} created`);
   const snippets = envSnippets(captureTarget(proxy, info.session_id, info.model));
   const all = snippets.map((s) => `# ${s.label}\n${s.text}`).join('\n\n');
@@ -137,7 +132,7 @@ async function copyToClipboard(host: CommandHost, text: string): Promise<boolean
 
 async function openCapturedTerminal(host: CommandHost): Promise<{ sessionId: string; terminal: vscode.Terminal }> {
   const proxy = await startProxy(host);
-  const info = proxy.createSession({ metadata: { source: 'terminal' } });
+  const info = proxy.sessions.create({ metadata: { source: 'terminal' } });
   const settings = currentSettings();
   const codexHome = join(host.controller.resolveDataDir(settings), 'codex-home', info.session_id);
   const target: CaptureTarget = { ...captureTarget(proxy, info.session_id, info.model), codexHome };

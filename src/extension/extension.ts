@@ -84,7 +84,7 @@ class HarnessLab extends Disposable {
     );
 
     const docs = this._register(new ReadonlyDocuments());
-    const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), getCalls: (id) => controller.getCalls(id), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m), dataDirs: () => [context.globalStorageUri.fsPath] });
+    const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m), dataDirs: () => [context.globalStorageUri.fsPath] });
     for (const d of viewer.disposables) this._register(d);
     const engineSlot = this._register(new EngineSlot());
     for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, engineSlot, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);

@@ -83,11 +83,13 @@ async function rolloutWithProgress(ctx: HarnessRunContext, title: string, labOpt
   return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title, cancellable: true }, async (progress, token) => {
     let cancelled = false;
     let lab: Lab | undefined;
+    // The rollout runner stops and removes the sandbox when this aborts (and says cancelled).
+    const abort = new AbortController();
     const sub = token.onCancellationRequested(() => {
       cancelled = true;
       ctx.log.info(`${title}: cancelled; removing the sandbox`);
       progress.report({ message: 'cancelling: removing the sandbox' });
-      void lab?.runtime.removeOwned().catch((err: unknown) => ctx.log.warn(`could not remove the sandbox: ${String(err)}`));
+      abort.abort();
     });
     try {
       progress.report({ message: 'opening the lab' });
@@ -96,14 +98,13 @@ async function rolloutWithProgress(ctx: HarnessRunContext, title: string, labOpt
       const r = await runRollout({
         ...lab.rolloutOptions,
         ...(extra.timeoutSec ? { timeoutSec: extra.timeoutSec } : {}),
+        signal: abort.signal,
         onStage: (stage) => {
           ctx.log.info(`${title}: ${stage}`);
-          // Cancelled before this phase (say, while the image built): the rollout stops here and
-          // its sandbox is removed; collecting still runs so the record says what happened.
-          if (cancelled && stage !== 'collecting') throw new Error('cancelled by the user');
-          progress.report({ message: stage });
+          if (!cancelled) progress.report({ message: stage });
         },
       });
+      cancelled ||= r.cancelled;
       return { result: r, cancelled };
     } finally {
       sub.dispose();

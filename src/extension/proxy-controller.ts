@@ -5,35 +5,28 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import { Emitter } from '../capture/events.js';
 import { ProxyConfigError, type ProxyLogger, type ProxyOptions } from '../capture/proxy.js';
-import { buildRollout, traceToJsonl } from '../capture/rollout.js';
+import { traceToJsonl, type RolloutDocument } from '../capture/rollout.js';
+import { SessionRegistry } from '../capture/session-registry.js';
+import type { RolloutReadOptions } from '../capture/sessions.js';
 import { CaptureStore } from '../capture/store.js';
-import type { CallRecord, CaptureLevel, SessionInfo } from '../capture/types.js';
+import type { CallRecord, CaptureLevel } from '../capture/types.js';
 import { Disposable, toDisposable, type IDisposable } from './lifecycle.js';
 import { NotConfiguredError, SET_ENGINE_URL, START_PROXY } from './not-configured.js';
 import type { SessionRow, SessionSource } from './sessions-model.js';
 import type { HarnessLabSettings } from './settings.js';
 
+/** The part of a SessionRegistry the extension uses: the running proxy's, or the data dir's read-only. */
+export type SessionsLike = Pick<SessionRegistry, 'create' | 'list' | 'calls' | 'delete' | 'rollout' | 'onDidRecordCall' | 'onDidChange'>;
+
 /** The part of CaptureProxy the extension uses. */
 export interface ProxyLike {
   readonly url: string;
   readonly port: number;
-  createSession(opts?: { session_id?: string; model?: string; max_model_calls?: number; metadata?: Record<string, unknown> }): SessionInfo;
-  listSessions(): unknown[];
-  getCalls(sessionId: string): CallRecord[];
-  deleteSession(id: string): Promise<boolean> | boolean;
-  rollout?(sessionId: string): ReturnType<typeof buildRollout> | undefined;
-  onDidRecordCall(listener: (rec: CallRecord) => void): IDisposable;
+  readonly sessions: SessionsLike;
   /** The proxy grades its engine once at start (CaptureProxy); the Engines view shows that grade. */
   ensureProbed?(): Promise<unknown>;
   readonly engineReport?: { reachable: boolean; capture_level: CaptureLevel; findings: string[]; probed_at: string } | undefined;
-  onDidChangeSessions(listener: () => void): IDisposable;
   close(): Promise<void>;
-}
-
-interface StoredSession {
-  info: SessionInfo;
-  calls: CallRecord[];
-  budgetStops: number;
 }
 
 export type ProxyState =
@@ -90,7 +83,7 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
   private proxy: P | undefined;
   private model: string | undefined;
   private proxySubs: IDisposable[] = [];
-  private storedCache: Map<string, StoredSession> | undefined;
+  private storedCache: SessionRegistry | undefined;
   private dataDir: string | undefined;
   private readonly engines = new Map<string, EngineStatus>();
   private pending: Promise<P> | undefined;
@@ -163,8 +156,8 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
           this.storedCache = undefined;
           this.noteEngine(settings.engineUrl, {});
           this.proxySubs = [
-            proxy.onDidRecordCall((rec) => this.onCall(settings.engineUrl, rec)),
-            proxy.onDidChangeSessions(() => this.dataEmitter.fire(undefined)),
+            proxy.sessions.onDidRecordCall((rec) => this.onCall(settings.engineUrl, rec)),
+            proxy.sessions.onDidChange(() => this.dataEmitter.fire(undefined)),
           ];
           this.setState({ kind: 'running', url: proxy.url, port: proxy.port });
           this.dataEmitter.fire(undefined);
@@ -251,58 +244,56 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
     this.dataEmitter.fire(undefined);
   }
 
-  private stored(): Map<string, StoredSession> {
-    if (this.storedCache) return this.storedCache;
-    const cache = new Map<string, StoredSession>();
-    if (this.dataDir) {
+  /** The sessions the UI shows: the live proxy's, else the data dir's. */
+  private sessions(): SessionsLike | undefined {
+    return this.running?.sessions ?? this.stored();
+  }
+
+  /** The data dir's sessions, opened read-only. */
+  private stored(): SessionRegistry | undefined {
+    if (!this.dataDir) return undefined;
+    if (!this.storedCache) {
+      this.storedCache = SessionRegistry.openReadOnly(this.dataDir, this.deps.logger);
       try {
-        for (const loaded of new CaptureStore(this.dataDir).loadAll()) cache.set(loaded.info.session_id, { info: loaded.info, calls: loaded.calls, budgetStops: loaded.budgetStops });
+        // Every file now: a store that cannot be read is said once, not at each refresh.
+        this.storedCache.list();
       } catch (err) {
         this.deps.logger.warn(`could not read stored sessions in ${join(this.dataDir, 'sessions')}: ${String(err)}`);
       }
     }
-    this.storedCache = cache;
-    return cache;
+    return this.storedCache;
   }
 
   listSessions(): SessionRow[] {
-    if (this.running) return toSessionRows(this.running.listSessions());
-    return [...this.stored().values()].map(({ info, calls }) => ({ session_id: info.session_id, created_at: info.created_at, n_calls: calls.length, model: info.model, metadata: info.metadata }));
+    return toSessionRows(this.sessions()?.list() ?? []);
   }
 
   getCalls(sessionId: string): CallRecord[] {
-    if (this.running) return this.running.getCalls(sessionId);
-    return this.stored().get(sessionId)?.calls ?? [];
+    return this.sessions()?.calls(sessionId) ?? [];
   }
 
   /** Deletes from the live proxy, or from the store while stopped. */
   async deleteSession(sessionId: string): Promise<boolean> {
-    if (this.running) return await this.running.deleteSession(sessionId);
+    if (this.running) return await this.running.sessions.delete(sessionId);
     if (!this.dataDir) return false;
-    const existed = this.stored().has(sessionId);
+    const existed = this.stored()?.get(sessionId) !== undefined;
     await new CaptureStore(this.dataDir).delete(sessionId);
     this.storedCache = undefined;
     this.dataEmitter.fire(undefined);
     return existed;
   }
 
+  /** The session's rollout document, from the live proxy or the store; throws for an unknown session. */
+  rollout(sessionId: string, opts?: RolloutReadOptions): RolloutDocument {
+    const doc = this.sessions()?.rollout(sessionId, opts);
+    if (!doc) throw new Error(`No session '${sessionId}' (it may have been deleted).`);
+    return doc;
+  }
+
   /** The session's TrainingTrace JSONL (one line per root-to-leaf path), from the live proxy or the store. */
   exportTraces(sessionId: string): { jsonl: string; traces: number; trainable: number; calls: number } {
-    const live = this.running;
-    let doc: ReturnType<typeof buildRollout> | undefined;
-    let calls = 0;
-    if (live?.rollout) {
-      doc = live.rollout(sessionId);
-      calls = live.getCalls(sessionId).length;
-    } else {
-      const stored = this.stored().get(sessionId);
-      if (stored) {
-        doc = buildRollout(stored.info, stored.calls, { budgetStopCount: stored.budgetStops, captureLevel: stored.info.capture_level ?? 'tokens' });
-        calls = stored.calls.length;
-      }
-    }
-    if (!doc) throw new Error(`No session '${sessionId}' (it may have been deleted).`);
-    return { jsonl: traceToJsonl(doc.traces), traces: doc.traces.length, trainable: doc.traces.filter((t) => t.trainable).length, calls };
+    const doc = this.rollout(sessionId);
+    return { jsonl: traceToJsonl(doc.traces), traces: doc.traces.length, trainable: doc.traces.filter((t) => t.trainable).length, calls: doc.calls.length };
   }
 
   // ---- engines ----

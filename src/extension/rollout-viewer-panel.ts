@@ -4,10 +4,11 @@
 // rollout files (rollout-editor.ts) reuses ViewerConnection.
 import { randomBytes } from 'node:crypto';
 import * as vscode from 'vscode';
-import { buildRollout, type RolloutDocument } from '../capture/rollout.js';
+import type { RolloutDocument } from '../capture/rollout.js';
+import type { RolloutReadOptions } from '../capture/sessions.js';
 import { fetchTokenTexts } from '../capture/token-text.js';
+import type { CallRecord } from '../capture/types.js';
 import { modelNamesOf, offlineTokenTexts } from '../report/offline-token-texts.js';
-import type { CallRecord, CaptureLevel, SessionInfo } from '../capture/types.js';
 import type { AtifCheckResult } from '../harness/atif-check.js';
 import { ErrorNotification, FocusTurnNotification, LoadNotification, ReadyQueue, TokenTextsNotification, dispatchWebviewMessage, notify, type HostMessage, type WebviewHandlers } from '../protocol/messages.js';
 import { idsWithoutText, toWire, viewerDataFromRollout, type TurnDetails, type ViewerData } from '../protocol/viewer-data.js';
@@ -20,9 +21,10 @@ export const ROLLOUT_VIEW_TYPE = 'harnessLab.rolloutViewer';
 /** What the viewer needs from the rest of the extension (the proxy controller satisfies most of it). */
 export interface RolloutViewerHost {
   extensionUri: vscode.Uri;
-  /** Sessions and their calls, live or stored. */
+  /** Sessions, live or stored. */
   listSessions(): { session_id: string; created_at: string; model?: string | null; metadata?: Record<string, unknown> }[];
-  getCalls(sessionId: string): CallRecord[];
+  /** A session's rollout document, as its registry builds it (live or stored); throws for an unknown session. */
+  rollout(sessionId: string, opts: RolloutReadOptions): RolloutDocument;
   /** The model name for /detokenize (vLLM wants it); empty for the engine's default. */
   model?(): string;
   /** A call was recorded (the record) or sessions changed (undefined): open session viewers refresh. */
@@ -54,22 +56,6 @@ export function viewerHtml(webview: vscode.Webview, extensionUri: vscode.Uri): s
 
 export function webviewOptions(extensionUri: vscode.Uri): vscode.WebviewOptions {
   return { enableScripts: true, localResourceRoots: [vscode.Uri.joinPath(extensionUri, 'dist', 'webview'), vscode.Uri.joinPath(extensionUri, 'media')] };
-}
-
-/** The capture level a session was recorded at, read from its calls (token ids and aligned logprobs). */
-function levelOf(calls: readonly CallRecord[]): CaptureLevel {
-  if (calls.some((c) => (c.prompt_token_ids?.length ?? 0) > 0 && c.logprobs !== null)) return 'tokens';
-  if (calls.some((c) => c.logprobs !== null)) return 'logprobs';
-  return 'text';
-}
-
-/** A session's rollout document, built from the calls the extension holds. */
-export function sessionRollout(host: RolloutViewerHost, sessionId: string): RolloutDocument {
-  const row = host.listSessions().find((s) => s.session_id === sessionId);
-  const calls = host.getCalls(sessionId);
-  if (!row) throw new Error(`No session '${sessionId}' (it may have been deleted).`);
-  const info: SessionInfo = { session_id: sessionId, created_at: row.created_at, model: row.model ?? '', engine_url: calls[0]?.engine_url ?? '', max_model_calls: 0, metadata: row.metadata ?? {} };
-  return buildRollout(info, calls, { budgetStopCount: 0, captureLevel: levelOf(calls), includeDiscarded: true, includeTraces: false });
 }
 
 /** One webview showing one rollout: handshake, inbound validation, token texts, ATIF attach. */
@@ -205,9 +191,9 @@ export class ViewerConnection extends Disposable {
   }
 }
 
-/** A session's rollout from the extension's calls, as a LoadedRollout (no file path). */
+/** A session's rollout, as a LoadedRollout (no file path). */
 export function loadSession(host: RolloutViewerHost, sessionId: string): LoadedRollout {
-  const doc = sessionRollout(host, sessionId);
+  const doc = host.rollout(sessionId, { includeDiscarded: true, includeTraces: false });
   return { data: viewerDataFromRollout(doc, { key: sessionId, title: `Session ${sessionId}` }), doc, path: '' };
 }
 

@@ -1,6 +1,6 @@
 // The Sessions tree as plain data: session -> calls, with the labels, descriptions, tooltips and
 // context values the view shows. The vscode TreeDataProvider only maps these nodes to TreeItems.
-import type { CallRecord, CaptureLevel, DialectName } from '../capture/types.js';
+import type { CallRecord, CaptureLevel } from '../capture/types.js';
 
 export interface SessionRow {
   session_id: string;
@@ -43,13 +43,6 @@ export interface CallNode {
 }
 
 export type SessionsTreeNode = SessionNode | CallNode;
-
-export const DIALECT_LABELS: Record<DialectName, string> = {
-  openai_chat: 'openai_chat',
-  openai_responses: 'openai_responses',
-  anthropic_messages: 'anthropic_messages',
-  google_gemini: 'google_gemini',
-};
 
 /** What this call's record can be used for (capture-protocol 9.5): ids + aligned logprobs = tokens. */
 export function callCaptureLevel(rec: Pick<CallRecord, 'prompt_token_ids' | 'completion_token_ids' | 'logprobs'>): CaptureLevel {
@@ -101,7 +94,7 @@ export function callNode(rec: CallRecord): CallNode {
     id: `call:${rec.session_id}:${rec.call_id}`,
     sessionId: rec.session_id,
     callId: rec.call_id,
-    label: `#${rec.index} ${DIALECT_LABELS[rec.dialect] ?? rec.dialect}`,
+    label: `#${rec.index} ${rec.dialect}`,
     description,
     tooltip,
     contextValue: 'harnessLab.call',

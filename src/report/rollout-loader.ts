@@ -4,9 +4,9 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
-import { buildRollout, type RolloutDocument } from '../capture/rollout.js';
+import type { RolloutDocument } from '../capture/rollout.js';
+import { CaptureSession } from '../capture/sessions.js';
 import { loadSessionFile } from '../capture/store.js';
-import type { CallRecord } from '../capture/types.js';
 import { AtifParseError, joinContinuations, parseAtif, type AtifTrajectory } from '../harness/atif.js';
 import { atifCheck, type AtifCheckResult } from '../harness/atif-check.js';
 import { CallRecordSchema, RolloutFileError, viewerDataFromFile } from '../protocol/rollout-file.js';
@@ -42,12 +42,11 @@ export function rolloutFromText(text: string, path: string): LoadedRollout {
 function sessionRollout(path: string): LoadedRollout {
   const loaded = loadSessionFile(path);
   if (!loaded) throw new RolloutFileError(`${basename(path)}: no session header line; not a Harness Lab capture`);
-  const calls: CallRecord[] = loaded.calls.map((c, i) => {
+  loaded.calls.forEach((c, i) => {
     const res = CallRecordSchema.safeParse(c);
     if (!res.success) throw new RolloutFileError(`${basename(path)}: call ${i} is malformed: ${res.error.issues[0]?.path.join('.')}: ${res.error.issues[0]?.message}`);
-    return c;
   });
-  const doc = buildRollout(loaded.info, calls, { budgetStopCount: loaded.budgetStops, captureLevel: loaded.info.capture_level ?? 'tokens', includeDiscarded: true, includeTraces: false });
+  const doc = CaptureSession.fromStore(loaded).rollout({ includeDiscarded: true, includeTraces: false });
   return { data: viewerDataFromRollout(doc, { key: path, title: `${basename(path)} (session ${loaded.info.session_id})` }), doc, path };
 }
 

@@ -10,6 +10,9 @@ export const LABEL = {
   task: 'harness-lab.task',
   harness: 'harness-lab.harness',
   owner: 'harness-lab.owner',
+  batch: 'harness-lab.batch',
+  group: 'harness-lab.group',
+  rollout: 'harness-lab.rollout',
 } as const;
 
 export function dockerEndpoint(env: NodeJS.ProcessEnv = process.env): string {

@@ -1,6 +1,10 @@
-// Docker backend: one labelled container per rollout, kept alive with `sleep infinity` (like Harbor),
-// commands via exec, host networking so the harness reaches the loopback proxy, /logs bind mounts.
-import { createHash } from 'node:crypto';
+// Docker backend: one labelled container per rollout, commands via exec, /logs bind mounts. The
+// container never shares the host's network: a task that declares no internet gets none at all
+// (`--network none`), one that allows it gets a network of its own with outbound access; either way
+// the capture is reached only through the rollout's session socket, bind-mounted in and relayed to
+// 127.0.0.1 inside by the container's main process (model-relay.ts), and the host's loopback (the
+// proxy's admin routes, the engine, anything else bound to 127.0.0.1) is not addressable from inside.
+import { createHash, randomBytes } from 'node:crypto';
 import { appendFileSync, mkdirSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join, relative } from 'node:path';
@@ -11,7 +15,8 @@ import type { HarborTask } from '../tasks/task.js';
 import { TaskError } from '../tasks/task.js';
 import { LABEL, connectDocker, followProgress, imageExists } from './docker-client.js';
 import { BASE_IMAGE, tarDirectory } from './images.js';
-import { OUTPUT_TAIL, SandboxError, processAlive, type ExecOptions, type ExecResult, type Sandbox, type SandboxPaths, type SandboxRuntime, type SandboxSpec } from './runtime.js';
+import { MODEL_RELAY_PORT, RELAY_READY_SCRIPT, SESSION_SOCKET_DIR_IN_SANDBOX, relayCommand } from './model-relay.js';
+import { OUTPUT_TAIL, SandboxError, processAlive, type ExecOptions, type ExecResult, type Isolation, type Sandbox, type SandboxPaths, type SandboxStatus, type SandboxRuntime, type SandboxSpec } from './runtime.js';
 
 const HOME = '/tmp/harness-home';
 const BIN_DIR = '/opt/harness-lab/bin';
@@ -50,13 +55,44 @@ export function dockerfileBases(text: string): string[] {
   return out;
 }
 
-/** The container the sandbox runs in: labels, caps, host networking, /logs bind mounts, read-only extras. */
-export function containerSpec(spec: SandboxSpec, workdir: string): Docker.ContainerCreateOptions {
+/**
+ * The sandbox's network for the agent phase: `allowlist` needs an egress-filtering sidecar this
+ * backend does not have, so it gets no network (stricter than asked, and reported as such).
+ */
+export function sandboxIsolation(task: HarborTask): Exclude<Isolation, 'none'> {
+  return task.agentNetworkMode === 'public' ? 'egress' : 'no-network';
+}
+
+/** A per-rollout bridge network with outbound access; containers on it cannot reach one another. */
+export function egressNetworkSpec(name: string, spec: SandboxSpec): Docker.NetworkCreateOptions {
+  return {
+    Name: name,
+    Driver: 'bridge',
+    CheckDuplicate: true,
+    Internal: false,
+    Labels: { [LABEL.kind]: 'network', [LABEL.session]: spec.sessionId, [LABEL.owner]: owner() },
+    Options: { 'com.docker.network.bridge.enable_icc': 'false' },
+  };
+}
+
+/**
+ * The container the sandbox runs in: labels, caps, its own network namespace (none, or the given
+ * egress network), the model relay as main process, /logs and session-socket bind mounts, read-only
+ * extras. Raw sockets are dropped: nothing in the sandbox forges packets on the egress network.
+ */
+export function containerSpec(spec: SandboxSpec, workdir: string, network: { isolation: Exclude<Isolation, 'none'>; name?: string }): Docker.ContainerCreateOptions {
   const env = spec.task.environment;
+  if (!spec.model.socketDir) throw new SandboxError('the Docker sandbox reaches the capture only through a session socket, and none was given');
+  if (network.isolation === 'egress' && !network.name) throw new SandboxError('an egress sandbox needs its own network');
+  const node = `${BIN_DIR}/node`;
+  const mounts = spec.mounts.some((m) => m.container === node) ? spec.mounts : [{ host: process.execPath, container: node, readOnly: true }, ...spec.mounts];
   return {
     Image: spec.image,
     Entrypoint: [],
-    Cmd: ['sleep', 'infinity'],
+    Cmd: relayCommand(node),
+    // The relay runs as root so it can open the lab's socket whatever the image's USER; commands run
+    // as the image's user (DockerSandbox.exec) unless the task names one.
+    User: '0',
     WorkingDir: workdir,
     Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
     Labels: {
@@ -65,16 +101,18 @@ export function containerSpec(spec: SandboxSpec, workdir: string): Docker.Contai
       [LABEL.task]: spec.task.name,
       [LABEL.harness]: spec.harness,
       [LABEL.owner]: owner(),
+      ...spec.labels,
     },
     HostConfig: {
-      // The harness must reach the capture proxy bound to 127.0.0.1 (vscode-extension.md 6.3).
-      NetworkMode: 'host',
+      NetworkMode: network.isolation === 'no-network' ? 'none' : network.name,
       Binds: [
         `${join(spec.hostLogsDir, 'agent')}:/logs/agent`,
         `${join(spec.hostLogsDir, 'verifier')}:/logs/verifier`,
         `${join(spec.hostLogsDir, 'artifacts')}:/logs/artifacts`,
-        ...spec.mounts.map((m) => `${m.host}:${m.container}${m.readOnly ? ':ro' : ''}`),
+        `${spec.model.socketDir}:${SESSION_SOCKET_DIR_IN_SANDBOX}:ro`,
+        ...mounts.map((m) => `${m.host}:${m.container}${m.readOnly ? ':ro' : ''}`),
       ],
+      CapDrop: ['NET_RAW'],
       Init: true,
       ...(env.cpus ? { NanoCpus: Math.round(env.cpus * 1e9) } : {}),
       ...(env.memoryMb ? { Memory: env.memoryMb * 1024 * 1024, MemorySwap: env.memoryMb * 1024 * 1024 } : {}),
@@ -84,7 +122,9 @@ export function containerSpec(spec: SandboxSpec, workdir: string): Docker.Contai
 
 export class DockerRuntime implements SandboxRuntime {
   readonly kind = 'docker' as const;
+  readonly needsSessionSocket = true;
   private readonly owned = new Set<string>();
+  private readonly ownedNetworks = new Set<string>();
 
   private constructor(readonly docker: Docker) {}
 
@@ -147,19 +187,43 @@ export class DockerRuntime implements SandboxRuntime {
     for (const sub of ['agent', 'verifier', 'artifacts']) mkdirSync(join(spec.hostLogsDir, sub), { recursive: true });
     const imageInfo = await this.docker.getImage(spec.image).inspect();
     const workdir = env.workdir ?? (imageInfo.Config?.WorkingDir || '/app');
-    const container = await this.docker.createContainer(containerSpec(spec, workdir));
+    const isolation = sandboxIsolation(spec.task);
+    let network: string | undefined;
+    if (isolation === 'egress') {
+      network = `harness-lab-${randomBytes(6).toString('hex')}`;
+      await this.docker.createNetwork(egressNetworkSpec(network, spec));
+      this.ownedNetworks.add(network);
+    }
+    const removeNetwork = async () => {
+      if (!network) return;
+      await this.docker.getNetwork(network).remove().catch(() => {});
+      this.ownedNetworks.delete(network);
+    };
+    let container: Docker.Container;
+    try {
+      container = await this.docker.createContainer(containerSpec(spec, workdir, { isolation, name: network }));
+    } catch (err) {
+      await removeNetwork();
+      throw err;
+    }
     this.owned.add(container.id);
+    const paths: SandboxPaths = { workdir, home: HOME, logs: '/logs', tests: '/tests', binDir: BIN_DIR, harnesses: HARNESS_DIR };
+    const sandbox = new DockerSandbox(this.docker, container, paths, isolation, imageInfo.Config?.User || undefined, async () => {
+      this.owned.delete(container.id);
+      await removeNetwork();
+    });
     try {
       await container.start();
+      const ready = await sandbox.exec(RELAY_READY_SCRIPT, { user: '0', timeoutMs: 60_000 });
+      if (ready.exitCode !== 0) throw new Error(`the model relay did not come up on 127.0.0.1:${MODEL_RELAY_PORT} (it runs the host's node at ${BIN_DIR}/node, so the image needs glibc): ${await relayLog(container)}`);
+      // The agent may run as another user ([agent].user): it must be able to write its HOME and logs.
+      await sandbox.exec(`mkdir -p ${workdir} ${HOME} && chmod 1777 ${HOME} /logs/agent /logs/verifier /logs/artifacts`, { user: '0' });
     } catch (err) {
-      await container.remove({ force: true }).catch(() => {});
-      this.owned.delete(container.id);
-      throw new SandboxError(`could not start the sandbox container for ${spec.task.name}: ${(err as Error).message}`);
+      let why = (err as Error).message;
+      if (!why.includes('model relay')) why += `; the model relay: ${await relayLog(container)}`;
+      await sandbox.remove();
+      throw new SandboxError(`could not start the sandbox container for ${spec.task.name}: ${why}`);
     }
-    const paths: SandboxPaths = { workdir, home: HOME, logs: '/logs', tests: '/tests', binDir: BIN_DIR, harnesses: HARNESS_DIR };
-    const sandbox = new DockerSandbox(this.docker, container, paths, () => this.owned.delete(container.id));
-    // The agent may run as another user ([agent].user): it must be able to write its HOME and logs.
-    await sandbox.exec(`mkdir -p ${workdir} ${HOME} && chmod 1777 ${HOME} /logs/agent /logs/verifier /logs/artifacts`);
     return sandbox;
   }
 
@@ -167,17 +231,38 @@ export class DockerRuntime implements SandboxRuntime {
     return this.docker.listContainers({ all: true, filters: JSON.stringify({ label: [LABEL.owner] }) });
   }
 
+  private async labNetworks(): Promise<Docker.NetworkInspectInfo[]> {
+    return this.docker.listNetworks({ filters: JSON.stringify({ label: [LABEL.owner] }) });
+  }
+
   async cleanupStale(): Promise<string[]> {
     const removed: string[] = [];
     const me = hostname();
-    for (const c of await this.labContainers()) {
-      const [host, pidText] = (c.Labels[LABEL.owner] ?? '').split('/');
+    const gone = (labels: Record<string, string> | undefined) => {
+      const [host, pidText] = (labels?.[LABEL.owner] ?? '').split('/');
       const pid = Number(pidText);
-      if (host !== me || !Number.isInteger(pid) || processAlive(pid)) continue;
+      return host === me && Number.isInteger(pid) && !processAlive(pid);
+    };
+    for (const c of await this.labContainers()) {
+      if (!gone(c.Labels)) continue;
       await this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
       removed.push(c.Id.slice(0, 12));
     }
+    // Networks after their containers: Docker refuses to remove a network with endpoints.
+    for (const n of await this.labNetworks()) {
+      if (!gone(n.Labels)) continue;
+      await this.docker.getNetwork(n.Id).remove().catch(() => {});
+      removed.push(n.Name);
+    }
     return removed;
+  }
+
+  /** Removes every lab container carrying `label=value` (a batch's, after its lab died); returns short ids. */
+  async removeLabelled(label: string, value: string): Promise<string[]> {
+    const found = await this.docker.listContainers({ all: true, filters: JSON.stringify({ label: [`${label}=${value}`] }) });
+    await Promise.all(found.map((c) => this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {})));
+    for (const c of found) this.owned.delete(c.Id);
+    return found.map((c) => c.Id.slice(0, 12));
   }
 
   async removeOwned(): Promise<void> {
@@ -186,18 +271,41 @@ export class DockerRuntime implements SandboxRuntime {
     for (const c of await this.labContainers().catch(() => [])) if (c.Labels[LABEL.owner] === mine) ids.add(c.Id);
     await Promise.all([...ids].map((id) => this.docker.getContainer(id).remove({ force: true }).catch(() => {})));
     this.owned.clear();
+    const nets = new Set(this.ownedNetworks);
+    for (const n of await this.labNetworks().catch(() => [])) if (n.Labels?.[LABEL.owner] === mine) nets.add(n.Id);
+    await Promise.all([...nets].map((id) => this.docker.getNetwork(id).remove().catch(() => {})));
+    this.ownedNetworks.clear();
+  }
+}
+
+/** The relay's own output (the container's main process), for an error message. */
+async function relayLog(container: Docker.Container): Promise<string> {
+  try {
+    const state = (await container.inspect()).State;
+    const logs = (await container.logs({ stdout: true, stderr: true, tail: 20 })) as unknown as Buffer;
+    // Without a TTY the log is multiplexed: an 8-byte header (stream, 0, 0, 0, size) per frame.
+    const parts: Buffer[] = [];
+    for (let at = 0; at + 8 <= logs.length; at += 8 + logs.readUInt32BE(at + 4)) parts.push(logs.subarray(at + 8, at + 8 + logs.readUInt32BE(at + 4)));
+    const text = Buffer.concat(parts).toString('utf8').trim();
+    return `${state.Running ? 'running' : `exited with ${state.ExitCode}`}${text ? `; output: ${text.slice(-800)}` : ''}`;
+  } catch (err) {
+    return (err as Error).message;
   }
 }
 
 class DockerSandbox implements Sandbox {
   readonly kind = 'docker' as const;
+  readonly modelUrl = `http://127.0.0.1:${MODEL_RELAY_PORT}`;
   private killed = false;
 
   constructor(
     private readonly docker: Docker,
     private readonly container: Docker.Container,
     readonly paths: SandboxPaths,
-    private readonly onRemoved: () => void,
+    readonly isolation: Exclude<Isolation, 'none'>,
+    /** The image's USER: what commands run as when the task names no user. */
+    private readonly imageUser: string | undefined,
+    private readonly onRemoved: () => Promise<void>,
   ) {}
 
   get id(): string {
@@ -208,11 +316,15 @@ class DockerSandbox implements Sandbox {
     const t0 = Date.now();
     if (this.killed) throw new SandboxError('the sandbox was stopped');
     const env = { PATH: `${this.paths.binDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`, HOME: this.paths.home, ...opts.env };
+    // kill-command: the command leads its own process group, whose id it leaves in a file, so a
+    // deadline can stop the harness and everything it started while the sandbox stays up.
+    const groupFile = opts.onTimeout === 'kill-command' ? `/tmp/.harness-lab-exec-${randomBytes(4).toString('hex')}.pgid` : undefined;
+    const cmd = groupFile ? ['setsid', '-w', 'bash', '-c', `echo $$ > ${groupFile}; exec bash -c ${shellQuote(script)}`] : ['bash', '-c', script];
     const exec = await this.container.exec({
-      Cmd: ['bash', '-c', script],
+      Cmd: cmd,
       Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
       WorkingDir: opts.cwd ?? this.paths.workdir,
-      ...(opts.user ? { User: opts.user } : {}),
+      ...((opts.user ?? this.imageUser) ? { User: opts.user ?? this.imageUser } : {}),
       AttachStdout: true,
       AttachStderr: true,
       AttachStdin: false,
@@ -233,15 +345,24 @@ class DockerSandbox implements Sandbox {
       stream.on('close', resolve);
       stream.on('error', () => resolve());
     });
+    let backstop: NodeJS.Timeout | undefined;
     if (opts.timeoutMs) {
       timer = setTimeout(() => {
         timedOut = true;
-        // An exec cannot be killed through the API; stopping the container ends every process in it.
-        void this.kill();
+        if (!groupFile) {
+          // An exec cannot be killed through the API; stopping the container ends every process in it.
+          void this.kill();
+          return;
+        }
+        const group = `-- -$(cat ${groupFile})`;
+        void this.exec(`kill -TERM ${group} 2>/dev/null; sleep 2; kill -KILL ${group} 2>/dev/null; true`, { timeoutMs: 15_000 }).catch(() => {});
+        // A harness that left its process group still holds the stream open: then the sandbox goes.
+        backstop = setTimeout(() => void this.kill(), 20_000);
       }, opts.timeoutMs);
     }
     await ended;
     clearTimeout(timer);
+    clearTimeout(backstop);
     let exitCode: number | null = null;
     if (!timedOut) {
       for (let i = 0; i < 50; i++) {
@@ -269,6 +390,15 @@ class DockerSandbox implements Sandbox {
     await this.container.putArchive(tarDirectory(hostDir), { path });
   }
 
+  async status(): Promise<SandboxStatus> {
+    try {
+      const st = (await this.container.inspect()).State;
+      return { running: Boolean(st.Running), exitCode: st.Running ? null : (st.ExitCode ?? null), oomKilled: Boolean(st.OOMKilled) };
+    } catch {
+      return { running: false, exitCode: null, oomKilled: false };
+    }
+  }
+
   async kill(): Promise<void> {
     this.killed = true;
     await this.container.kill().catch(() => {});
@@ -277,6 +407,6 @@ class DockerSandbox implements Sandbox {
   async remove(): Promise<void> {
     this.killed = true;
     await this.container.remove({ force: true }).catch(() => {});
-    this.onRemoved();
+    await this.onRemoved();
   }
 }

@@ -1,8 +1,13 @@
 // Everything a `run` or `validate` needs, opened in the right order with errors in the user's terms:
 // task, harness, sandbox runtime (stale sandboxes removed), engine, capture proxy, signal handlers
-// that remove this process's containers on Ctrl-C or SIGTERM.
+// that remove this process's containers on Ctrl-C or SIGTERM. The proxy gets an admin key minted for
+// this lab alone: it stays in this process and never enters a sandbox or a verifier, so even a
+// sandbox that shares the host's loopback (the local runtime) cannot use the proxy's admin routes.
 import { join } from 'node:path';
+import { mintAdminKey } from '../capture/auth.js';
+import { servedModel, type ServedModelHints } from '../capture/engine-client.js';
 import { CaptureProxy } from '../capture/proxy.js';
+import { removeStaleSessionSocketDirs } from '../capture/session-socket.js';
 import { assertInstalled, harnessEntry } from '../harness/registry.js';
 import { loadTask, type HarborTask } from '../tasks/task.js';
 import { DockerRuntime } from './docker.js';
@@ -10,7 +15,7 @@ import { LocalRuntime } from './local.js';
 import { startPolicyEngine } from './policy-engine.js';
 import { ensureReactScript } from './react-script.js';
 import type { RolloutOptions } from './rollout-runner.js';
-import type { SandboxRuntime } from './runtime.js';
+import { processAlive, type SandboxRuntime } from './runtime.js';
 
 export interface LabOptions {
   taskDir: string;
@@ -19,7 +24,7 @@ export interface LabOptions {
   engineUrl?: string;
   /** The engine's credential (Authorization: Bearer); only the proxy holds it. */
   engineApiKey?: string;
-  /** Key for the proxy's admin routes; the rollout runner uses the library API and never needs it. */
+  /** Key for the proxy's admin routes (default: one minted for this lab); never enters a sandbox. */
   adminKey?: string;
   model?: string;
   outDir: string;
@@ -42,21 +47,8 @@ export interface Lab {
   close(): Promise<void>;
 }
 
-/** The engine's only served model (GET /v1/models), as the proxy's default model name. */
-export async function servedModel(engineUrl: string, apiKey?: string): Promise<string> {
-  const url = `${engineUrl.replace(/\/+$/, '').replace(/\/v1$/, '')}/v1/models`;
-  let ids: string[];
-  try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(10_000), headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {} });
-    if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
-    const body = (await res.json()) as { data?: { id?: unknown }[] };
-    ids = (body.data ?? []).map((m) => m.id).filter((id): id is string => typeof id === 'string');
-  } catch (err) {
-    throw new Error(`the engine at ${engineUrl} did not list its models (${url}: ${(err as Error).message}); check --engine-url, or pass --model NAME`);
-  }
-  if (ids.length === 1) return ids[0]!;
-  throw new Error(ids.length ? `the engine at ${engineUrl} serves ${ids.join(', ')}; pick one with --model NAME` : `the engine at ${engineUrl} lists no models; pass --model NAME`);
-}
+/** What the CLI's user changes when the engine's model cannot be read. */
+export const CLI_MODEL_HINTS: ServedModelHints = { checkUrl: '--engine-url', nameModel: 'pass --model NAME' };
 
 export async function openLab(opts: LabOptions): Promise<Lab> {
   const task = loadTask(opts.taskDir);
@@ -65,6 +57,8 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
   const runtime: SandboxRuntime = opts.sandbox === 'docker' ? await DockerRuntime.connect() : new LocalRuntime();
   const stale = await runtime.cleanupStale();
   if (stale.length) opts.log?.(`removed ${stale.length} sandbox(es) left by lab processes that are gone: ${stale.join(', ')}`);
+  const staleSockets = removeStaleSessionSocketDirs(processAlive);
+  if (staleSockets.length) opts.log?.(`removed ${staleSockets.length} session socket folder(s) left by lab processes that are gone`);
 
   const closers: (() => Promise<void>)[] = [];
   const close = async () => {
@@ -83,14 +77,17 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       model ??= engine.model;
       engineDescription = engine.description;
     }
-    model ??= await servedModel(engineUrl, opts.engineUrl ? opts.engineApiKey : undefined);
+    model ??= await servedModel(engineUrl, CLI_MODEL_HINTS, { apiKey: opts.engineUrl ? opts.engineApiKey : undefined });
     let proxy = opts.proxy;
+    // The lab's own proxy always has an admin key (the user's, else one minted for this lab); a
+    // proxy handed in (the extension's) keeps its own.
+    const adminKey = proxy ? undefined : (opts.adminKey ?? mintAdminKey());
     if (!proxy) {
       const own = await CaptureProxy.start({
         engineUrl,
         model,
         ...(opts.engineUrl && opts.engineApiKey ? { engineApiKey: opts.engineApiKey } : {}),
-        ...(opts.adminKey ? { adminKey: opts.adminKey } : {}),
+        adminKey,
         dataDir: join(opts.outDir, '.capture'),
         captureLevel: opts.engineUrl ? undefined : 'tokens',
       });
@@ -117,7 +114,7 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       runtime,
       proxy,
       engineDescription,
-      rolloutOptions: { task, harness: entry.name, runtime, proxy, model: model.split('/').pop()!, outDir: opts.outDir, log: opts.log, reactScript },
+      rolloutOptions: { task, harness: entry.name, runtime, proxy, adminKey, model: model.split('/').pop()!, outDir: opts.outDir, log: opts.log, reactScript },
       close,
     };
   } catch (err) {

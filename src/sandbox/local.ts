@@ -1,13 +1,15 @@
 // Local-process backend: the reference harness and machines without Docker. A per-rollout folder
-// stands in for the container: app/ (the workdir), home/, logs/, tests/. There is no isolation, so
-// it is for trusted tasks only. It builds no image: an environment/Dockerfile is emulated only for
+// stands in for the container: app/ (the workdir), home/, logs/, tests/. There is no isolation: the
+// harness runs as the lab's user on the host's network and reaches the proxy's loopback port (its
+// admin routes stay behind the lab's admin key), the engine and every other loopback service, so
+// results say `isolation: none` and it is for trusted tasks and policies only. It builds no image: an environment/Dockerfile is emulated only for
 // FROM, WORKDIR, ENV and COPY; anything else (RUN, ...) needs the Docker backend.
 import { spawn } from 'node:child_process';
 import { appendFileSync, cpSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join, posix } from 'node:path';
 import type { HarborTask } from '../tasks/task.js';
 import { TaskError } from '../tasks/task.js';
-import { OUTPUT_TAIL, SandboxError, type ExecOptions, type ExecResult, type Sandbox, type SandboxPaths, type SandboxRuntime, type SandboxSpec } from './runtime.js';
+import { OUTPUT_TAIL, SandboxError, type ExecOptions, type ExecResult, type SandboxStatus, type Sandbox, type SandboxPaths, type SandboxRuntime, type SandboxSpec } from './runtime.js';
 
 interface LocalImage {
   workdir: string;
@@ -56,6 +58,7 @@ export function emulateDockerfile(task: HarborTask): LocalImage {
 
 export class LocalRuntime implements SandboxRuntime {
   readonly kind = 'local' as const;
+  readonly needsSessionSocket = false;
   private readonly owned = new Set<LocalSandbox>();
 
   async prepareImage(task: HarborTask): Promise<string> {
@@ -89,7 +92,7 @@ export class LocalRuntime implements SandboxRuntime {
       mkdirSync(c.dest.endsWith('/') ? target : dirname(target), { recursive: true });
       cpSync(c.src, c.dest.endsWith('/') ? join(target, posix.basename(c.src)) : target, { recursive: true });
     }
-    const sandbox = new LocalSandbox(`local-${process.pid}-${Date.now().toString(36)}`, paths, { ...image.env, ...spec.env }, root);
+    const sandbox = new LocalSandbox(`local-${process.pid}-${Date.now().toString(36)}`, paths, spec.model.proxyUrl, { ...image.env, ...spec.env }, root);
     this.owned.add(sandbox);
     return sandbox;
   }
@@ -112,11 +115,13 @@ export class LocalRuntime implements SandboxRuntime {
 
 class LocalSandbox implements Sandbox {
   readonly kind = 'local' as const;
+  readonly isolation = 'none' as const;
   private readonly running = new Set<number>();
 
   constructor(
     readonly id: string,
     readonly paths: SandboxPaths,
+    readonly modelUrl: string,
     private readonly baseEnv: Record<string, string>,
     private readonly root: string,
   ) {}
@@ -182,6 +187,11 @@ class LocalSandbox implements Sandbox {
 
   async kill(): Promise<void> {
     for (const pid of this.running) this.killGroup(pid);
+  }
+
+  /** A local sandbox is a folder and process groups: it cannot be stopped from outside as a whole. */
+  async status(): Promise<SandboxStatus> {
+    return { running: true, exitCode: null, oomKilled: false };
   }
 
   async remove(): Promise<void> {

@@ -25,15 +25,41 @@ export function policyAnswer(policy: ScriptedPolicy, messages: Parameters<Script
   };
 }
 
-export async function startPolicyEngine(policyFile: string, kind = process.env.HARNESS_LAB_POLICY_ENGINE ?? 'embedded'): Promise<PolicyEngine> {
-  const policy = ScriptedPolicy.load(policyFile);
+function messageText(m: Parameters<ScriptedPolicy['decide']>[0][number]): string {
+  if (typeof m.content === 'string') return m.content;
+  if (Array.isArray(m.content)) return m.content.map((p) => (typeof p.text === 'string' ? p.text : '')).join('');
+  return '';
+}
+
+/**
+ * One embedded engine for a batch of several tasks: each call goes to the policy of the task whose
+ * instruction appears in the conversation (every harness passes the instruction on verbatim, wrapped
+ * in its own prompt); a call that names no task (a title request) gets the short fallback.
+ */
+export class TaskRoutedPolicy extends ScriptedPolicy {
+  private readonly routes: { needle: string; policy: ScriptedPolicy }[];
+
+  constructor(tasks: { instruction: string; policyFile: string }[]) {
+    super({}, tasks.map((t) => t.policyFile).join(', '));
+    this.routes = tasks.map((t) => ({ needle: t.instruction.trim().slice(0, 400), policy: ScriptedPolicy.load(t.policyFile) }));
+  }
+
+  override decide(messages: Parameters<ScriptedPolicy['decide']>[0], tools: Parameters<ScriptedPolicy['decide']>[1]): ReturnType<ScriptedPolicy['decide']> {
+    const text = messages.filter((m) => m.role === 'user' || m.role === 'system').map(messageText).join('\n');
+    const route = this.routes.find((r) => text.includes(r.needle));
+    return route ? route.policy.decide(messages, tools) : { kind: 'script', content: FALLBACK_TEXT, toolCalls: [] };
+  }
+}
+
+export async function startPolicyEngine(policyFile: string | ScriptedPolicy, kind = process.env.HARNESS_LAB_POLICY_ENGINE ?? 'embedded'): Promise<PolicyEngine> {
+  const policy = typeof policyFile === 'string' ? ScriptedPolicy.load(policyFile) : policyFile;
   if (kind === 'embedded') {
     const { startEmbeddedEngine } = await import('../engine/embedded-engine.js');
     const engine = await startEmbeddedEngine({ policy });
     const model = engine.engine.modelName;
-    return { url: engine.url, model, description: `embedded engine (${model}) with scripted policy ${policyFile} at ${engine.url}`, close: () => engine.close() };
+    return { url: engine.url, model, description: `embedded engine (${model}) with scripted policy ${policy.source} at ${engine.url}`, close: () => engine.close() };
   }
   if (kind !== 'fake') throw new Error(`HARNESS_LAB_POLICY_ENGINE must be embedded or fake, got '${kind}'`);
   const engine = await startFakeEngine({ model: 'harness-lab/policy', script: (request) => policyAnswer(policy, request.messages, request.tools) });
-  return { url: engine.url, model: engine.model, description: `scripted policy ${policyFile} (vLLM-shaped in-repo engine at ${engine.url})`, close: () => engine.close() };
+  return { url: engine.url, model: engine.model, description: `scripted policy ${policy.source} (vLLM-shaped in-repo engine at ${engine.url})`, close: () => engine.close() };
 }

@@ -1,16 +1,19 @@
 // One rollout: a real harness in its own sandbox against a Harbor task, every model call through the
-// capture proxy, then the verifier (tests/ copied in only now, no session key in its environment),
-// then the reward, the rollout document and the ATIF cross-check, all written under the out dir.
+// capture proxy (for an isolating runtime, through this rollout's session socket and nothing else),
+// then the verifier (tests/ copied in only now, the session socket already closed, neither the
+// session key nor the admin key in its environment), then the reward, the rollout document and the
+// ATIF cross-check, all written under the out dir.
 import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CaptureProxy } from '../capture/proxy.js';
 import type { RolloutDocument } from '../capture/rollout.js';
+import { SessionSocket } from '../capture/session-socket.js';
 import { atifCheck, noTrajectory, type AtifCheckResult } from '../harness/atif-check.js';
 import { harnessEntry, launchPlan, type HarnessEntry } from '../harness/registry.js';
 import { harnessCacheRoot } from '../harness/run-local.js';
 import { resolveEnvTemplate, type HarborTask } from '../tasks/task.js';
 import { readReward, type Reward } from './reward.js';
-import type { Mount, Sandbox, SandboxRuntime } from './runtime.js';
+import type { Isolation, Mount, Sandbox, SandboxRuntime } from './runtime.js';
 
 export const BIN_IN_SANDBOX = '/opt/harness-lab/bin';
 export const HARNESSES_IN_SANDBOX = '/opt/harness-lab/harnesses';
@@ -21,6 +24,8 @@ export interface RolloutResult {
   task: string;
   harness: string;
   sandbox: 'docker' | 'local';
+  /** What kept the sandbox from the capture and the host (runtime.ts); null when none was created. */
+  isolation: Isolation | null;
   session_id: string;
   status: RolloutStatus;
   /** Null when errored (timeout, no reward file, sandbox failure): unknown, not 0. */
@@ -31,11 +36,17 @@ export interface RolloutResult {
   /** Errored rollouts are kept for debugging and never trained on. */
   trainable: boolean;
   agent: { exit_code: number | null; timed_out: boolean; ms: number; log: string };
-  verifier: { exit_code: number | null; timed_out: boolean; ms: number; env_keys: string[]; session_key_absent: boolean } | null;
+  verifier: { exit_code: number | null; timed_out: boolean; ms: number; env_keys: string[]; session_key_absent: boolean; admin_key_absent: boolean } | null;
   atif: AtifCheckResult;
   atif_source: 'self' | 'converted' | 'none';
   ms: number;
   out_dir: string;
+  /** The container (or local sandbox) id, once one was created. */
+  sandbox_id: string | null;
+  /** The sandbox stopped by something other than the lab (docker kill, OOM, a crash), in the user's terms. */
+  sandbox_lost: string | null;
+  /** Stopped by the caller's signal (batch cancel, shutdown). */
+  cancelled: boolean;
   rollout: RolloutDocument | null;
 }
 
@@ -44,6 +55,8 @@ export interface RolloutOptions {
   harness: string;
   runtime: SandboxRuntime;
   proxy: CaptureProxy;
+  /** The lab's admin key: never handed to the sandbox, and checked to be absent from the verifier's environment. */
+  adminKey?: string;
   /** Model name handed to the harness (the proxy overwrites it anyway). */
   model: string;
   outDir: string;
@@ -56,6 +69,21 @@ export interface RolloutOptions {
   reactScript?: string;
   /** Told as each phase starts (progress messages in the extension). */
   onStage?: (stage: RolloutStage) => void;
+  /** A capture session already created on the proxy (a batch's, with its metadata and pinned sampling). */
+  sessionId?: string;
+  /** Write into exactly this directory instead of `<outDir>/<task>/<harness>/<n>`. */
+  exactOutDir?: string;
+  /** Aborting stops and removes the sandbox; the result says cancelled. */
+  signal?: AbortSignal;
+  /** Extra sandbox labels (batch, group, rollout). */
+  labels?: Record<string, string>;
+  /**
+   * On the agent's deadline: 'stop' the sandbox (no verifier; `run` and discarded batch timeouts), or
+   * stop only the harness and still 'verify' (a batch's --on-timeout keep).
+   */
+  timeoutMode?: 'stop' | 'verify';
+  /** Called with the sandbox id as soon as it exists (a batch records it before the agent starts). */
+  onSandbox?: (id: string) => void;
 }
 
 export type RolloutStage = 'building image' | 'starting sandbox' | 'agent running' | 'verifier' | 'collecting';
@@ -88,13 +116,17 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
   const t0 = Date.now();
   const { task, runtime, proxy } = opts;
   const entry = harnessEntry(opts.harness);
-  const outDir = nextRolloutDir(opts.outDir, task.name, entry.name);
-  const session = proxy.createSession({ max_model_calls: opts.maxModelCalls ?? 100, metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir } });
-  const sessionId = session.session_id;
+  let outDir: string;
+  if (opts.exactOutDir) {
+    mkdirSync(opts.exactOutDir, { recursive: true });
+    outDir = opts.exactOutDir;
+  } else outDir = nextRolloutDir(opts.outDir, task.name, entry.name);
+  const sessionId = opts.sessionId ?? proxy.sessions.create({ max_model_calls: opts.maxModelCalls ?? 100, metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir } }).session_id;
   const result: RolloutResult = {
     task: task.name,
     harness: entry.name,
     sandbox: runtime.kind,
+    isolation: null,
     session_id: sessionId,
     status: 'errored',
     reward: null,
@@ -108,17 +140,34 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     atif_source: entry.atif,
     ms: 0,
     out_dir: outDir,
+    sandbox_id: null,
+    sandbox_lost: null,
+    cancelled: false,
     rollout: null,
   };
   let sandbox: Sandbox | undefined;
+  let socket: SessionSocket | undefined;
+  const onAbort = () => {
+    result.cancelled = true;
+    void sandbox?.remove();
+  };
+  opts.signal?.addEventListener('abort', onAbort, { once: true });
+  const verifyAfterTimeout = opts.timeoutMode === 'verify';
   try {
+    if (opts.signal?.aborted) throw new RolloutError('cancelled before the sandbox started');
     const taskFile = `${task.name}/task.toml`;
     const taskEnv = resolveEnvTemplate(task.environment.env, process.env, taskFile, 'environment.env');
     const verifierEnv = resolveEnvTemplate(task.verifierEnv, process.env, taskFile, 'verifier.env');
     opts.onStage?.('building image');
     const image = await runtime.prepareImage(task, opts.log);
     opts.onStage?.('starting sandbox');
-    sandbox = await runtime.create({ task, harness: entry.name, sessionId, image, hostLogsDir: outDir, mounts: mountsFor(entry, opts.reactScript), env: taskEnv });
+    if (runtime.needsSessionSocket) socket = await SessionSocket.open(proxy, sessionId, { log: opts.log });
+    sandbox = await runtime.create({ task, harness: entry.name, sessionId, image, hostLogsDir: outDir, mounts: mountsFor(entry, opts.reactScript), env: taskEnv, model: { proxyUrl: proxy.url, socketDir: socket?.dir }, labels: opts.labels });
+    result.isolation = sandbox.isolation;
+    if (sandbox.isolation === 'none') opts.log?.(`the ${runtime.kind} sandbox does not isolate: the harness can reach the host's loopback services (the proxy's admin routes need the lab's admin key)`);
+    result.sandbox_id = sandbox.id;
+    opts.onSandbox?.(sandbox.id);
+    if (result.cancelled) throw new RolloutError('cancelled');
     const p = sandbox.paths;
     const plan = launchPlan(entry, {
       harnessesDir: p.harnesses,
@@ -126,7 +175,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
       home: p.home,
       workdir: p.workdir,
       logsDir: p.logs,
-      proxyUrl: proxy.url,
+      proxyUrl: sandbox.modelUrl,
       sessionKey: sessionId,
       model: opts.model,
       instruction: task.instruction.trim(),
@@ -135,33 +184,52 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     if (task.agentUser && plan.files.length) await sandbox.exec(`chown -R ${task.agentUser} ${p.home}`);
     const timeoutSec = opts.timeoutSec ?? task.agentTimeoutSec ?? 600;
     opts.onStage?.('agent running');
-    const agent = await sandbox.exec(plan.script, { env: plan.env, user: task.agentUser, timeoutMs: timeoutSec * 1000, logFile: result.agent.log });
+    const agent = await sandbox.exec(plan.script, { env: plan.env, user: task.agentUser, timeoutMs: timeoutSec * 1000, logFile: result.agent.log, onTimeout: verifyAfterTimeout ? 'kill-command' : 'kill-sandbox' });
     result.agent = { ...result.agent, exit_code: agent.exitCode, timed_out: agent.timedOut, ms: agent.ms };
-    if (agent.timedOut) throw new RolloutError(`the agent did not finish within ${timeoutSec} s; the sandbox was stopped`);
-    if (agent.exitCode !== 0) opts.log?.(`${entry.name} exited with ${agent.exitCode}; running the verifier anyway`);
+    if (result.cancelled) throw new RolloutError('cancelled');
+    if (agent.timedOut && !verifyAfterTimeout) throw new RolloutError(`the agent did not finish within ${timeoutSec} s; the sandbox was stopped`);
+    const lost = await lostReason(sandbox);
+    if (lost) throw new SandboxLostError(lost);
+    if (agent.timedOut) opts.log?.(`${entry.name} did not finish within ${timeoutSec} s; stopped it, running the verifier (keep)`);
+    else if (agent.exitCode !== 0) opts.log?.(`${entry.name} exited with ${agent.exitCode}; running the verifier anyway`);
 
+    // The model phase is over: nothing in the verifier, nor anything the agent left running, reaches
+    // the capture from here on.
+    await socket?.stop();
     // The verifier: tests/ enters only now, and its environment is the task's verifier env alone.
     opts.onStage?.('verifier');
     await sandbox.copyDirIn(task.testsDir, p.tests);
     const envProbe = await sandbox.exec('env', { env: verifierEnv, timeoutMs: 30_000 });
     const sessionKeyAbsent = !envProbe.output.includes(sessionId);
+    const adminKeyAbsent = !opts.adminKey || !envProbe.output.includes(opts.adminKey);
     const verifierLog = join(outDir, 'verifier', 'test-stdout.txt');
     const v = await sandbox.exec(`bash ${p.tests}/test.sh`, { env: verifierEnv, user: task.verifierUser, timeoutMs: task.verifierTimeoutSec * 1000, logFile: verifierLog });
-    result.verifier = { exit_code: v.exitCode, timed_out: v.timedOut, ms: v.ms, env_keys: Object.keys(verifierEnv), session_key_absent: sessionKeyAbsent };
+    result.verifier = { exit_code: v.exitCode, timed_out: v.timedOut, ms: v.ms, env_keys: Object.keys(verifierEnv), session_key_absent: sessionKeyAbsent, admin_key_absent: adminKeyAbsent };
     if (!sessionKeyAbsent) throw new RolloutError('the session key is visible in the verifier environment');
+    if (!adminKeyAbsent) throw new RolloutError('the admin key is visible in the verifier environment');
     if (v.timedOut) throw new RolloutError(`the verifier did not finish within ${task.verifierTimeoutSec} s`);
     const reward = readReward(join(outDir, 'verifier'));
     result.reward = reward.value;
     result.reward_source = reward.source;
     result.reward_scores = reward.scores;
+    if (agent.timedOut) throw new RolloutError(`the agent did not finish within ${timeoutSec} s; the harness was stopped and the verifier ran`);
     result.status = 'ok';
   } catch (err) {
     result.error = err instanceof Error ? err.message : String(err);
+    if (err instanceof SandboxLostError) result.sandbox_lost = err.message;
+    else if (sandbox && !result.cancelled && !(result.agent.timed_out && !verifyAfterTimeout)) {
+      // A failed step inside a sandbox that something else stopped: say what stopped it.
+      const lost = await lostReason(sandbox, 3000);
+      if (lost) result.sandbox_lost = result.error = lost;
+    }
+    if (result.cancelled) result.error = 'cancelled';
   } finally {
+    opts.signal?.removeEventListener('abort', onAbort);
     await sandbox?.remove();
+    await socket?.close();
   }
   opts.onStage?.('collecting');
-  const doc = proxy.rollout(sessionId) ?? null;
+  const doc = proxy.sessions.rollout(sessionId) ?? null;
   result.rollout = doc;
   if (doc) writeFileSync(join(outDir, ROLLOUT_DOCUMENT_FILE), `${JSON.stringify(doc, null, 2)}\n`);
   try {
@@ -178,6 +246,23 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
 }
 
 export class RolloutError extends Error {}
+class SandboxLostError extends RolloutError {}
+
+/**
+ * Why the sandbox is gone, or null while it runs. After a failed step, pass `settleMs`: Docker refuses
+ * an exec into a killed container a moment before `inspect` stops reporting it running.
+ */
+async function lostReason(sandbox: Sandbox, settleMs = 0): Promise<string | null> {
+  const until = Date.now() + settleMs;
+  let st = await sandbox.status();
+  while (st.running && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 100));
+    st = await sandbox.status();
+  }
+  if (st.running) return null;
+  if (st.oomKilled) return `the sandbox ran out of memory (OOMKilled, exit ${st.exitCode ?? 'unknown'})`;
+  return `the sandbox container stopped from outside the lab (exit ${st.exitCode ?? 'unknown'}: docker kill, a crash or the daemon)`;
+}
 
 /** `[codex / docker] task hello-file: ok reward=1.00 turns=3 roots=1 tokens=1043 atif=match 12s` */
 export function rolloutLine(r: RolloutResult): string {

@@ -82,7 +82,9 @@ export function contractRows(r: RolloutResult): ValidationRow[] {
 
   add('ATIF cross-check', atif.verdict === 'match', `${atif.verdict} (${r.atif_source}): ${atif.summary}`);
   add('reward read', r.reward !== null, r.reward === null ? (r.error ?? 'no reward') : `${r.reward} from ${r.reward_source}`);
-  add('session key absent from verifier', r.verifier?.session_key_absent === true, r.verifier ? (r.verifier.session_key_absent ? `verifier env: ${r.verifier.env_keys.join(', ') || 'task env only'}` : 'the session key is in the verifier environment') : 'the verifier did not run');
+  const keysAbsent = r.verifier?.session_key_absent === true && r.verifier.admin_key_absent !== false;
+  const leaked = [r.verifier?.session_key_absent === false ? 'the session key' : '', r.verifier?.admin_key_absent === false ? 'the admin key' : ''].filter(Boolean).join(' and ');
+  add('capture keys absent from verifier', keysAbsent, r.verifier ? (keysAbsent ? `verifier env: ${r.verifier.env_keys.join(', ') || 'task env only'}` : `${leaked} in the verifier environment`) : 'the verifier did not run');
   return rows;
 }
 
@@ -99,6 +101,6 @@ export async function validateHarness(opts: ValidateOptions): Promise<Validation
 
 export function formatValidationTable(t: ValidationTable): string {
   const w = Math.max(...t.rows.map((r) => r.check.length));
-  const lines = [`${t.harness} / ${t.sandbox}, task ${t.task}: ${t.ok ? 'PASS' : 'FAIL'}`, ...t.rows.map((r) => `  ${r.check.padEnd(w)}  ${r.ok ? 'PASS' : 'FAIL'}  ${r.detail}`), `  rollout: ${t.rollout.out_dir}`];
+  const lines = [`${t.harness} / ${t.sandbox} (isolation ${t.rollout.isolation ?? 'unknown'}), task ${t.task}: ${t.ok ? 'PASS' : 'FAIL'}`, ...t.rows.map((r) => `  ${r.check.padEnd(w)}  ${r.ok ? 'PASS' : 'FAIL'}  ${r.detail}`), `  rollout: ${t.rollout.out_dir}`];
   return lines.join('\n');
 }

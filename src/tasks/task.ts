@@ -29,6 +29,7 @@ export function sizeToMb(value: string): number | undefined {
 const seconds = z.number().positive();
 const envTable = z.record(z.string(), z.string());
 const NetworkMode = z.enum(['public', 'no-network', 'allowlist']);
+export type NetworkModeName = z.infer<typeof NetworkMode>;
 
 const EnvironmentSchema = z
   .object({
@@ -66,7 +67,7 @@ const TaskTomlSchema = z
       .optional(),
     metadata: z.record(z.string(), z.unknown()).default({}),
     agent: z
-      .object({ timeout_sec: seconds.optional(), user: z.union([z.string(), z.number().int()]).optional() })
+      .object({ timeout_sec: seconds.optional(), user: z.union([z.string(), z.number().int()]).optional(), network_mode: NetworkMode.optional() })
       .loose()
       .default({}),
     verifier: z
@@ -87,7 +88,7 @@ export interface TaskEnvironment {
   cpus: number | undefined;
   memoryMb: number | undefined;
   storageMb: number | undefined;
-  networkMode: 'public' | 'no-network' | 'allowlist';
+  networkMode: NetworkModeName;
   env: Record<string, string>;
   workdir: string | undefined;
 }
@@ -106,6 +107,8 @@ export interface HarborTask {
   /** OS user (name or uid) the agent and the verifier run as; undefined: the image's user. */
   agentUser: string | undefined;
   verifierUser: string | undefined;
+  /** The network the agent phase runs with: [agent].network_mode, else [environment].network_mode. */
+  agentNetworkMode: NetworkModeName;
   verifierTimeoutSec: number;
   verifierEnv: Record<string, string>;
   environment: TaskEnvironment;
@@ -197,6 +200,7 @@ export function loadTask(dirArg: string): HarborTask {
     agentTimeoutSec: t.agent.timeout_sec,
     agentUser: t.agent.user === undefined ? undefined : String(t.agent.user),
     verifierUser: t.verifier.user === undefined ? undefined : String(t.verifier.user),
+    agentNetworkMode: t.agent.network_mode ?? networkMode,
     verifierTimeoutSec: t.verifier.timeout_sec,
     verifierEnv: t.verifier.env,
     environment: {

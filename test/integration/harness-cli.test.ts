@@ -109,7 +109,7 @@ async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false): Pro
   const wired = wireHarness(name, { proxyUrl: lab.proxy.url, sessionKey: session_id, model: MODEL, home, workdir, instruction: INSTRUCTION });
 
   const result = await runHarnessLocal(wired, { home, cwd: workdir, timeoutMs: HARNESS_TIMEOUT_MS });
-  const calls = lab.proxy.getCalls(session_id);
+  const calls = lab.proxy.sessions.calls(session_id);
   const why = diagnose(result, calls);
 
   assert.equal(result.timedOut, false, `timed out after ${HARNESS_TIMEOUT_MS} ms\n${why}`);

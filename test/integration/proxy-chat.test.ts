@@ -44,7 +44,7 @@ describe('chat completions through the proxy (openai SDK)', () => {
     assert.equal(sent.min_p, 0);
     assert.equal(sent.max_tokens, 8192, 'output tokens clamped');
 
-    const [record] = lab.proxy.getCalls(session_id);
+    const [record] = lab.proxy.sessions.calls(session_id);
     assert.ok(record);
     assert.equal(record.dialect, 'openai_chat');
     assert.deepEqual(record.requested_sampling_params.top_p, 0.9);
@@ -136,7 +136,7 @@ describe('chat completions through the proxy (openai SDK)', () => {
       const sent = thinking.engine.requests.at(-1)!.messages[1]!;
       assert.equal(sent.reasoning, 'List it first.');
       assert.equal(sent.reasoning_content, undefined);
-      const doc = thinking.proxy.rollout(session_id)!;
+      const doc = thinking.proxy.sessions.rollout(session_id)!;
       assert.equal(doc.graph.roots.length, 1);
       assert.equal(doc.graph.nodes[1]!.parent_id, doc.graph.nodes[0]!.node_id);
     } finally {
@@ -166,7 +166,7 @@ describe('chat completions through the proxy (openai SDK)', () => {
     let text = '';
     for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
     assert.equal(text, 'Step budget exhausted; stopping.');
-    assert.equal(lab.proxy.getCalls(session_id).length, 1, 'stop answers are not training data');
+    assert.equal(lab.proxy.sessions.calls(session_id).length, 1, 'stop answers are not training data');
     const summary = (await (await fetch(`${lab.proxy.url}/sessions/${session_id}`)).json()) as { budget_stop_count: number };
     assert.equal(summary.budget_stop_count, 2);
   });

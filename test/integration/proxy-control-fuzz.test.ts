@@ -96,7 +96,7 @@ describe('fuzz: the control routes', () => {
     writeFileSync(join(tmpdir(), 'hl-control-fuzz-keep.jsonl'), 'precious\n');
     proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, dataDir, adminKey: ADMIN, logger: { info() {}, warn() {}, error: (m) => internalErrors.push(m) } });
     for (let i = 0; i < 3; i++) {
-      const id = proxy.createSession({ metadata: { n: i } }).session_id;
+      const id = proxy.sessions.create({ metadata: { n: i } }).session_id;
       knownIds.push(id);
       const res = await request(`${proxy.url}/v1/chat/completions`, { method: 'POST', dispatcher: agent, headers: { authorization: `Bearer ${id}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: `call ${i}` }] }) });
       assert.equal(res.statusCode, 200);

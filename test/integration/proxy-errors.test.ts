@@ -72,7 +72,7 @@ describe('bad input and engine failures', () => {
     const five = await post(chatUrl(), session_id, JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'engine-500' }] }));
     assert.equal(five.status, 502);
     assert.match(String((five.json?.error as Record<string, unknown>).message), /CUDA out of memory/);
-    const calls = lab.proxy.getCalls(session_id);
+    const calls = lab.proxy.sessions.calls(session_id);
     assert.deepEqual(calls.map((c) => c.error?.status), [400, 502]);
   });
 
@@ -82,7 +82,7 @@ describe('bad input and engine failures', () => {
     assert.equal(res.status, 200);
     const choices = res.json?.choices as { message: { content: string } }[];
     assert.equal(choices[0]!.message.content, 'Step budget exhausted; stopping.');
-    assert.equal(lab.proxy.getCalls(session_id).length, 0);
+    assert.equal(lab.proxy.sessions.calls(session_id).length, 0);
   });
 
   test('engine unreachable: 502 naming the engine URL', async () => {

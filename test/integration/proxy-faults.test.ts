@@ -21,11 +21,11 @@ function collectingLogger(): ProxyLogger & { errors: string[]; warnings: string[
 /** Waits (without a deadline assertion: the suite's own timeout is the limit) until a session holds n calls. */
 async function callsOnceThere(proxy: CaptureProxy, sessionId: string, n: number): Promise<CallRecord[]> {
   for (let i = 0; i < 2000; i++) {
-    const calls = proxy.getCalls(sessionId);
+    const calls = proxy.sessions.calls(sessionId);
     if (calls.length >= n) return calls;
     await new Promise((r) => setTimeout(r, 10));
   }
-  throw new Error(`session ${sessionId} never reached ${n} recorded call(s); it has ${proxy.getCalls(sessionId).length}`);
+  throw new Error(`session ${sessionId} never reached ${n} recorded call(s); it has ${proxy.sessions.calls(sessionId).length}`);
 }
 
 function assertApiError(outcome: Outcome, status: number, message: RegExp, what: string): void {
@@ -43,7 +43,7 @@ async function restoredCalls(dataDir: string, engineUrl: string, ids: string[]):
   const logger = collectingLogger();
   const proxy = await CaptureProxy.start({ engineUrl, model: 'fake/qwen3-tiny', dataDir, captureLevel: 'tokens', logger });
   try {
-    return { calls: new Map(ids.map((id) => [id, proxy.getCalls(id)])), warnings: logger.warnings };
+    return { calls: new Map(ids.map((id) => [id, proxy.sessions.calls(id)])), warnings: logger.warnings };
   } finally {
     await proxy.close();
   }
@@ -160,7 +160,7 @@ describe('fault matrix: engine and connection faults, each dialect through its o
     assert.deepEqual(logger.errors.filter((e) => /request .* failed/.test(e)), [], 'no request ended in an internal error');
     const health = await fetch(`${proxy.url}/health`);
     assert.equal(health.status, 200);
-    const held = new Map(sessions.map((id) => [id, summary(proxy.getCalls(id))]));
+    const held = new Map(sessions.map((id) => [id, summary(proxy.sessions.calls(id))]));
     const restored = await restoredCalls(dataDir, engine.url, sessions);
     for (const id of sessions) assert.deepEqual(summary(restored.calls.get(id)!), held.get(id), `session ${id} after restart`);
     assert.deepEqual(restored.warnings, [], 'no torn or unreadable lines');
@@ -198,7 +198,7 @@ describe('fault matrix: a full disk (a real tmpfs, filled up)', () => {
       for (const [id, dialect] of sessions) {
         assertApiError(await dialect.call(proxy.url, id, `the disk is full${padding}`), 507, /disk is full/, `${dialect.name} on a full disk`);
         assertApiError(await dialect.call(proxy.url, id, `the disk is full, streamed${padding}`, { stream: true }), 507, /disk is full/, `${dialect.name} streamed on a full disk`);
-        assert.equal(proxy.getCalls(id).length, 1, `${dialect.name}: the failed calls are not held as stored`);
+        assert.equal(proxy.sessions.calls(id).length, 1, `${dialect.name}: the failed calls are not held as stored`);
         const summaryRes = (await (await fetch(`${proxy.url}/sessions/${id}/rollout`)).json()) as { validation: string[] };
         assert.ok(summaryRes.validation.some((v) => v.includes('store_failed')), 'the session says calls were lost to the store');
       }
@@ -214,7 +214,7 @@ describe('fault matrix: a full disk (a real tmpfs, filled up)', () => {
     // Space again: the same sessions answer and store normally.
     for (const [id, dialect] of sessions) {
       assert.equal((await dialect.call(proxy.url, id, `after the disk was freed${padding}`)).ok, true, dialect.name);
-      assert.equal(proxy.getCalls(id).length, 2);
+      assert.equal(proxy.sessions.calls(id).length, 2);
     }
     assert.equal((await fetch(`${proxy.url}/sessions`, { method: 'POST', body: JSON.stringify({ session_id: 'on-a-full-disk' }) })).status, 201);
     assert.deepEqual(logger.errors.filter((e) => /request .* failed/.test(e)), [], 'no internal error');
@@ -222,7 +222,7 @@ describe('fault matrix: a full disk (a real tmpfs, filled up)', () => {
 
   test('a restart on the same data dir brings back every stored call, and only those', async () => {
     const ids = [...sessions.keys()];
-    const held = new Map(ids.map((id) => [id, summary(proxy.getCalls(id))]));
+    const held = new Map(ids.map((id) => [id, summary(proxy.sessions.calls(id))]));
     await proxy.close();
     const restored = await restoredCalls(disk.dir, engine.url, ids);
     for (const id of ids) assert.deepEqual(summary(restored.calls.get(id)!), held.get(id), `session ${id}`);
@@ -265,10 +265,10 @@ describe('fault matrix: a read-only data dir (a tmpfs remounted read-only)', () 
     const logger = collectingLogger();
     proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, dataDir: disk.dir, captureLevel: 'tokens', logger });
     for (const [id, dialect] of sessions) {
-      assert.equal(proxy.getCalls(id).length, 1, 'restored from the read-only dir');
+      assert.equal(proxy.sessions.calls(id).length, 1, 'restored from the read-only dir');
       assertApiError(await dialect.call(proxy.url, id, 'read-only'), 503, /read-only/, `${dialect.name} on a read-only dir`);
       assertApiError(await dialect.call(proxy.url, id, 'read-only, streamed', { stream: true }), 503, /read-only/, `${dialect.name} streamed on a read-only dir`);
-      assert.equal(proxy.getCalls(id).length, 1, 'nothing claimed as stored');
+      assert.equal(proxy.sessions.calls(id).length, 1, 'nothing claimed as stored');
     }
     const refused = await fetch(`${proxy.url}/sessions`, { method: 'POST', body: '{}' });
     assert.equal(refused.status, 503);
@@ -277,7 +277,7 @@ describe('fault matrix: a read-only data dir (a tmpfs remounted read-only)', () 
     for (const [id, dialect] of sessions) assert.equal((await dialect.call(proxy.url, id, 'writable again')).ok, true, dialect.name);
     assert.deepEqual(logger.errors.filter((e) => /request .* failed/.test(e)), [], 'no internal error');
 
-    const held = new Map([...sessions.keys()].map((id) => [id, summary(proxy!.getCalls(id))]));
+    const held = new Map([...sessions.keys()].map((id) => [id, summary(proxy!.sessions.calls(id))]));
     await proxy.close();
     proxy = undefined;
     const restored = await restoredCalls(disk.dir, engine.url, [...sessions.keys()]);

@@ -83,7 +83,7 @@ describe('fuzz: malformed and unusual bodies in every dialect', () => {
   before(async () => {
     engine = await startFakeEngine();
     proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, captureLevel: 'tokens', logger: { info() {}, warn() {}, error: (m) => internalErrors.push(m) } });
-    key = proxy.createSession().session_id;
+    key = proxy.sessions.create().session_id;
   });
   after(async () => {
     await proxy.close();

@@ -1,8 +1,9 @@
 // Real, unmodified harnesses in their own Docker containers against the hello-file Harbor task, the
 // embedded engine answering with the task's scripted policy: each rollout must end with reward 1.0 and
 // pass the whole capture contract (calls vs the harness's own log, dialect, token ids and logprobs,
-// graph, ATIF cross-check, reward, no session key in the verifier). The reference harness goes first
-// and through the CLI without --engine-url (which starts the embedded engine itself).
+// graph, ATIF cross-check, reward, no capture key in the verifier), with no network in the sandbox:
+// every model call goes through the rollout's session socket and the relay. The reference harness
+// goes first and through the CLI without --engine-url (which starts the embedded engine itself).
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -35,6 +36,7 @@ describe('harnesses in Docker sandboxes', { concurrency: false }, () => {
     assert.match(r.stdout, /^\[react \/ docker\] task hello-file: ok reward=1\.00 turns=2 roots=1 tokens=\d+ atif=match \d+s$/m);
     const doc = JSON.parse(readFileSync(join(out, 'hello-file', 'react', '0', 'rollout.json'), 'utf8'));
     assert.equal(doc.reward, 1);
+    assert.equal(doc.isolation, 'no-network', 'hello-file declares no network: the harness reached the model through its session socket only');
     assert.equal(doc.trainable, true);
     assert.equal(doc.rollout.calls.length, 2);
     assert.ok(doc.rollout.traces.length >= 1, 'training traces are written');
@@ -52,6 +54,7 @@ describe('harnesses in Docker sandboxes', { concurrency: false }, () => {
       const table = await validateHarness({ harness, taskDir: TASK, sandbox: 'docker', engineUrl: engine.url, outDir: outDir(), handleSignals: false });
       const shown = formatValidationTable(table);
       assert.equal(table.rollout.reward, 1, shown);
+      assert.equal(table.rollout.isolation, 'no-network', shown);
       assert.ok(table.ok, shown);
       assert.equal(table.rows.length, 8);
       assert.equal(table.rollout.atif.verdict, 'match', shown);

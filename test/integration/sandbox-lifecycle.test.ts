@@ -3,11 +3,14 @@
 // verifier, clear errors for an unknown harness and an unreachable Docker, and cleanup when the run
 // is killed midway (SIGTERM removes its containers; after SIGKILL the next run removes them).
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type Docker from 'dockerode';
 import { CaptureProxy } from '../../src/capture/proxy.js';
+import { SessionSocket } from '../../src/capture/session-socket.js';
+import { SandboxError } from '../../src/sandbox/runtime.js';
+import { LABEL } from '../../src/sandbox/docker-client.js';
 import { TaskError, loadTask } from '../../src/tasks/task.js';
 import { DockerRuntime } from '../../src/sandbox/docker.js';
 import { startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
@@ -62,8 +65,8 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
       } finally {
         await lab.close();
       }
-      assert.ok(proxy.listSessions().some((s) => s.session_id === sessionId), 'the rollout\'s session is in the given proxy');
-      assert.equal(proxy.rollout(sessionId)?.stats.n_turns, 3);
+      assert.ok(proxy.sessions.list().some((s) => s.session_id === sessionId), 'the rollout\'s session is in the given proxy');
+      assert.equal(proxy.sessions.rollout(sessionId)?.stats.n_turns, 3);
       assert.equal((await fetch(`${proxy.url}/health`)).status, 200, 'closing the lab leaves the given proxy running');
     });
 
@@ -91,6 +94,29 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
         await sleeper.close();
       }
     });
+  });
+
+  test('a relay that cannot start is a clear error and leaves no container, network or socket behind', { timeout: 120_000 }, async () => {
+    const engine = await startPolicyEngine(join(EXAMPLES, 'fix-script', 'policy.json'), 'fake');
+    const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, captureLevel: 'tokens' });
+    const socket = await SessionSocket.open(proxy, proxy.sessions.create().session_id);
+    try {
+      const task = loadTask(join(EXAMPLES, 'fix-script')); // egress: a network is created, then must go
+      // A "node" that exits at once stands in for an image whose libc cannot run the host's node.
+      const spec = { task, harness: 'react', sessionId: socket.sessionId, image: await runtime.prepareImage(task), hostLogsDir: outDir(), mounts: [{ host: '/bin/false', container: '/opt/harness-lab/bin/node', readOnly: true }], env: {}, model: { proxyUrl: proxy.url, socketDir: socket.dir } };
+      await assert.rejects(runtime.create(spec), (err: unknown) => {
+        assert.ok(err instanceof SandboxError);
+        assert.match(err.message, /could not start the sandbox container for fix-script: .*the model relay.*(exited with 1|did not come up)/);
+        return true;
+      });
+      assert.deepEqual(await containersOf(docker, process.pid), []);
+      const mine = (await docker.listNetworks({ filters: JSON.stringify({ label: [LABEL.owner] }) })).filter((n) => n.Labels?.[LABEL.owner]?.endsWith(`/${process.pid}`));
+      assert.deepEqual(mine, [], 'the per-rollout network is removed too');
+    } finally {
+      await socket.close();
+      await proxy.close();
+      await engine.close();
+    }
   });
 
   test('a task whose Dockerfile names a public image fails before any container, naming file and field', { timeout: 120_000 }, async () => {
@@ -129,8 +155,11 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
     const task = taskWithPolicy('hello-file', SLEEP_POLICY);
     for (const signal of ['SIGTERM', 'SIGKILL'] as const) {
       let pid = 0;
-      const run = cli(['run', '--task', task, '--harness', 'react', '--out', outDir()], { env: FAST_ENGINE, onStart: (p) => (pid = p) });
-      await waitFor(`a running sandbox of the ${signal} run`, async () => ((await containersOf(docker, pid)).some((c) => c.State === 'running') ? true : undefined), 120_000);
+      const out = outDir();
+      const run = cli(['run', '--task', task, '--harness', 'react', '--out', out], { env: FAST_ENGINE, onStart: (p) => (pid = p) });
+      // A running container is not yet a running agent (the relay starts first): wait for its first turn.
+      const agentLog = join(out, 'hello-file', 'react', '0', 'agent', 'react.txt');
+      await waitFor(`the agent of the ${signal} run`, async () => (existsSync(agentLog) && (await containersOf(docker, pid)).some((c) => c.State === 'running') ? true : undefined), 120_000);
       // The agent is inside `sleep 600` now.
       process.kill(pid, signal);
       const done = await run;

@@ -60,7 +60,7 @@ describe('official SDKs against the proxy', () => {
       assert.equal(sent.messages[3]!.tool_call_id, call.call_id);
       assert.deepEqual(sent.tools!.map((t) => t.function.name), ['exec_command'], 'hosted web_search dropped');
 
-      const calls = lab.proxy.getCalls(session_id);
+      const calls = lab.proxy.sessions.calls(session_id);
       assert.deepEqual(calls.map((c) => c.dialect), ['openai_responses', 'openai_responses']);
       assert.deepEqual(calls[1]!.prompt_token_ids!.slice(0, calls[0]!.prompt_token_ids!.length + calls[0]!.completion_token_ids!.length), [...calls[0]!.prompt_token_ids!, ...calls[0]!.completion_token_ids!], 'the second prompt extends the first call exactly');
     });
@@ -122,7 +122,7 @@ describe('official SDKs against the proxy', () => {
       const sent = lastEngineRequest();
       assert.equal(sent.messages[2]!.tool_calls![0]!.id, use.id);
       assert.equal(sent.messages[3]!.tool_call_id, use.id);
-      const calls = lab.proxy.getCalls(session_id);
+      const calls = lab.proxy.sessions.calls(session_id);
       assert.deepEqual(calls[1]!.prompt_token_ids!.slice(0, calls[0]!.prompt_token_ids!.length), calls[0]!.prompt_token_ids, 'stable system prompt across calls');
     });
 
@@ -145,7 +145,7 @@ describe('official SDKs against the proxy', () => {
       const { session_id } = await createSession(lab.proxy);
       const count = await client('anything').messages.countTokens({ model: 'claude-test', messages: [{ role: 'user', content: 'x'.repeat(400) }], tools });
       assert.ok(count.input_tokens >= 100);
-      assert.equal(lab.proxy.getCalls(session_id).length, 0);
+      assert.equal(lab.proxy.sessions.calls(session_id).length, 0);
     });
 
     test('errors arrive as Anthropic API errors of the right class', async () => {
@@ -184,7 +184,7 @@ describe('official SDKs against the proxy', () => {
       assert.deepEqual(sent.messages.map((m) => m.role), ['system', 'user', 'assistant', 'tool']);
       assert.equal(sent.messages[2]!.tool_calls![0]!.id, call.id);
       assert.equal(sent.messages[3]!.tool_call_id, call.id);
-      assert.equal(lab.proxy.getCalls(session_id)[0]!.dialect, 'google_gemini');
+      assert.equal(lab.proxy.sessions.calls(session_id)[0]!.dialect, 'google_gemini');
     });
 
     test('generateContentStream: every event arrives', async () => {
@@ -193,7 +193,7 @@ describe('official SDKs against the proxy', () => {
       const chunks = [];
       for await (const chunk of stream) chunks.push(chunk);
       assert.ok(chunks.some((c) => c.functionCalls?.[0]?.name === 'run_shell_command'));
-      const calls = lab.proxy.getCalls(session_id);
+      const calls = lab.proxy.sessions.calls(session_id);
       assert.equal(calls[0]!.stream, true);
 
       const text = await client(session_id).models.generateContentStream({ model: 'gemini-test', contents: [{ role: 'user', parts: [{ text: 'hi' }] }, { role: 'model', parts: [{ text: 'earlier' }] }, { role: 'user', parts: [{ text: 'again' }] }] });
@@ -222,7 +222,7 @@ describe('official SDKs against the proxy', () => {
     assert.equal(a.content[0]?.type === 'text' ? a.content[0].text : '', STOP_ANSWER_TEXT);
     const g = await new GoogleGenAI({ apiKey: session_id, httpOptions: { baseUrl: lab.proxy.url } }).models.generateContent({ model: 'm', contents: 'x' });
     assert.equal(g.text, STOP_ANSWER_TEXT);
-    assert.equal(lab.proxy.getCalls(session_id).length, 1, 'stop answers are never recorded');
+    assert.equal(lab.proxy.sessions.calls(session_id).length, 1, 'stop answers are never recorded');
   });
 });
 

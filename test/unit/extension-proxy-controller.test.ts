@@ -10,7 +10,7 @@ import { Emitter } from '../../src/capture/events.js';
 import { CaptureProxy, type ProxyLogger, type ProxyOptions } from '../../src/capture/proxy.js';
 import type { CallRecord, SessionInfo } from '../../src/capture/types.js';
 import { startFakeEngine } from '../../src/engine/fake-engine.js';
-import { NotRunningError, ProxyController, toSessionRows, type ProxyLike, type ProxyState } from '../../src/extension/proxy-controller.js';
+import { NotRunningError, ProxyController, toSessionRows, type ProxyLike, type ProxyState, type SessionsLike } from '../../src/extension/proxy-controller.js';
 import { readSettings } from '../../src/extension/settings.js';
 import { call } from './rollout-fixtures.js';
 
@@ -31,14 +31,17 @@ class FakeProxy implements ProxyLike {
   readonly url = 'http://127.0.0.1:5555';
   readonly port = 5555;
   readonly calls = new Emitter<CallRecord>();
-  readonly sessions = new Emitter<void>();
+  readonly changes = new Emitter<void>();
   closed = false;
-  listSessions = () => [{ session_id: 's1', created_at: '2026-01-01T00:00:00Z', n_calls: 1 }, { bogus: true }];
-  getCalls = () => [];
-  createSession = (): SessionInfo => ({ session_id: 's1', created_at: '', model: 'm', engine_url: '', max_model_calls: 0, metadata: {} });
-  deleteSession = () => true;
-  onDidRecordCall = this.calls.event;
-  onDidChangeSessions = this.sessions.event;
+  readonly sessions: SessionsLike = {
+    list: () => [{ session_id: 's1', created_at: '2026-01-01T00:00:00Z', n_calls: 1 }, { bogus: true }],
+    calls: () => [],
+    create: (): SessionInfo => ({ session_id: 's1', created_at: '', model: 'm', engine_url: '', max_model_calls: 0, metadata: {} }),
+    delete: async () => true,
+    rollout: () => undefined,
+    onDidRecordCall: this.calls.event,
+    onDidChange: this.changes.event,
+  };
   close = async () => {
     this.closed = true;
   };
@@ -99,7 +102,7 @@ test('recorded calls drive data events and engine reachability', async () => {
   assert.equal(controller.engineReachability(url), 'unreachable');
   fake.calls.fire(call({ id: 'y', index: 1, prompt: [1], sampled: [2] }));
   assert.equal(controller.engineReachability(url), 'reachable');
-  fake.sessions.fire();
+  fake.changes.fire();
   assert.deepEqual(data.map((r) => r?.call_id), ['x', 'y', undefined]);
   assert.deepEqual(controller.engineStatuses([url, '']).map((s) => s.reachability), ['reachable']);
   controller.noteEngine(url, { captureLevel: 'tokens', detail: 'probed' });
@@ -140,7 +143,7 @@ test('real proxy: live calls, stored sessions while stopped, export and delete',
     const recorded = new Promise<CallRecord>((resolve) => {
       const sub = controller.onDidChangeData((r) => r && (sub.dispose(), resolve(r)));
     });
-    const info = proxy.createSession({ metadata: { source: 'terminal' } });
+    const info = proxy.sessions.create({ metadata: { source: 'terminal' } });
     const res = await fetch(`${proxy.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${info.session_id}`, 'content-type': 'application/json' },

@@ -6,7 +6,8 @@ import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { noTrajectory } from '../../src/harness/atif-check.js';
 import { loadTask } from '../../src/tasks/task.js';
-import { containerSpec, contextHash, dockerfileBases } from '../../src/sandbox/docker.js';
+import { containerSpec, contextHash, dockerfileBases, egressNetworkSpec, sandboxIsolation } from '../../src/sandbox/docker.js';
+import { MODEL_RELAY_PORT, relayCommand } from '../../src/sandbox/model-relay.js';
 import { LocalRuntime, emulateDockerfile } from '../../src/sandbox/local.js';
 import { nextRolloutDir, rolloutLine, type RolloutResult } from '../../src/sandbox/rollout-runner.js';
 import { shellQuote } from '../../src/harness/registry.js';
@@ -32,17 +33,34 @@ test('the task image tag follows the environment content, including the executab
   assert.notEqual(contextHash(dir), b);
 });
 
-test('container spec: labels, host networking, the task caps, /logs binds and read-only extras', () => {
+test('container spec: labels, no network, the relay as main process, the task caps, /logs and socket binds, read-only extras', () => {
   const task = loadTask(join(EXAMPLES, 'hello-file'));
-  const spec = containerSpec({ task, harness: 'codex', sessionId: 'sABC', image: 'img:1', hostLogsDir: '/out/hello-file/codex/0', mounts: [{ host: '/usr/bin/node', container: '/opt/harness-lab/bin/node', readOnly: true }], env: { A: '1' } }, '/app');
+  const sandboxSpec = { task, harness: 'codex', sessionId: 'sABC', image: 'img:1', hostLogsDir: '/out/hello-file/codex/0', mounts: [{ host: '/usr/bin/node', container: '/opt/harness-lab/bin/node', readOnly: true }], env: { A: '1' }, model: { proxyUrl: 'http://127.0.0.1:1234', socketDir: '/tmp/hl-sock-x' } };
+  assert.equal(sandboxIsolation(task), 'no-network', 'hello-file declares network_mode = "no-network"');
+  const spec = containerSpec(sandboxSpec, '/app', { isolation: 'no-network' });
   assert.deepEqual(spec.Labels, { 'harness-lab.kind': 'sandbox', 'harness-lab.session': 'sABC', 'harness-lab.task': 'hello-file', 'harness-lab.harness': 'codex', 'harness-lab.owner': `${hostname()}/${process.pid}` });
-  assert.equal(spec.HostConfig?.NetworkMode, 'host');
+  assert.equal(spec.HostConfig?.NetworkMode, 'none');
+  assert.deepEqual(spec.HostConfig?.CapDrop, ['NET_RAW']);
   assert.equal(spec.HostConfig?.NanoCpus, 1e9);
   assert.equal(spec.HostConfig?.Memory, 2048 * 1024 * 1024);
-  assert.deepEqual(spec.HostConfig?.Binds, ['/out/hello-file/codex/0/agent:/logs/agent', '/out/hello-file/codex/0/verifier:/logs/verifier', '/out/hello-file/codex/0/artifacts:/logs/artifacts', '/usr/bin/node:/opt/harness-lab/bin/node:ro']);
-  assert.deepEqual(spec.Cmd, ['sleep', 'infinity']);
+  assert.deepEqual(spec.HostConfig?.Binds, ['/out/hello-file/codex/0/agent:/logs/agent', '/out/hello-file/codex/0/verifier:/logs/verifier', '/out/hello-file/codex/0/artifacts:/logs/artifacts', '/tmp/hl-sock-x:/run/harness-lab:ro', '/usr/bin/node:/opt/harness-lab/bin/node:ro']);
+  assert.deepEqual(spec.Cmd, relayCommand('/opt/harness-lab/bin/node'));
+  assert.deepEqual(spec.Cmd?.slice(-2), ['/run/harness-lab/model.sock', String(MODEL_RELAY_PORT)]);
   assert.deepEqual(spec.Env, ['A=1']);
-  assert.ok(!JSON.stringify(spec.Env).includes('sABC'), 'the session key is a label, never container environment');
+  const everything = JSON.stringify(spec);
+  assert.ok(!everything.includes('127.0.0.1:1234'), 'the proxy\'s own address never enters the container');
+  assert.ok(!JSON.stringify(spec.Env).includes('sABC') && !JSON.stringify(spec.Cmd).includes('sABC'), 'the session key is a label, never container environment or command');
+
+  const open = containerSpec({ ...sandboxSpec, mounts: [] }, '/app', { isolation: 'egress', name: 'harness-lab-abc' });
+  assert.equal(open.HostConfig?.NetworkMode, 'harness-lab-abc');
+  assert.ok(open.HostConfig?.Binds?.includes(`${process.execPath}:/opt/harness-lab/bin/node:ro`), 'the relay\'s node is mounted even when the harness brings none');
+  const net = egressNetworkSpec('harness-lab-abc', sandboxSpec);
+  assert.equal(net.Internal, false);
+  assert.equal(net.Options?.['com.docker.network.bridge.enable_icc'], 'false');
+  assert.equal(net.Labels?.['harness-lab.owner'], `${hostname()}/${process.pid}`);
+  assert.throws(() => containerSpec({ ...sandboxSpec, model: { proxyUrl: 'http://127.0.0.1:1234' } }, '/app', { isolation: 'no-network' }), /only through a session socket/);
+  assert.equal(sandboxIsolation(loadTask(join(EXAMPLES, 'fix-script'))), 'egress', 'allow_internet = true');
+  assert.equal(sandboxIsolation({ ...task, agentNetworkMode: 'allowlist' }), 'no-network', 'no egress filter here: allowlist gets no network');
 });
 
 test('the local sandbox emulates FROM/WORKDIR/ENV/COPY and names the line it cannot run', async () => {
@@ -52,7 +70,10 @@ test('the local sandbox emulates FROM/WORKDIR/ENV/COPY and names the line it can
   assert.deepEqual(image.copies.map((c) => c.dest), ['/app/sum.sh']);
   const out = mkdtempSync(join(tmpdir(), 'hl-local-'));
   const runtime = new LocalRuntime();
-  const sandbox = await runtime.create({ task: fix, harness: 'react', sessionId: 's1', image: 'local', hostLogsDir: out, mounts: [], env: {} });
+  const sandbox = await runtime.create({ task: fix, harness: 'react', sessionId: 's1', image: 'local', hostLogsDir: out, mounts: [], env: {}, model: { proxyUrl: 'http://127.0.0.1:4321' } });
+  assert.equal(runtime.needsSessionSocket, false);
+  assert.equal(sandbox.isolation, 'none', 'a local process cannot be isolated, and says so');
+  assert.equal(sandbox.modelUrl, 'http://127.0.0.1:4321', 'it talks to the proxy\'s loopback port directly');
   const r = await sandbox.exec('bash sum.sh 2 3; echo "$HARNESS_LAB_WORKDIR"');
   assert.equal(r.exitCode, 0);
   assert.equal(r.output.split('\n')[0], '-1', 'the buggy script was copied into the workdir');
@@ -91,6 +112,7 @@ function result(over: Partial<RolloutResult> = {}): RolloutResult {
     task: 'hello-file',
     harness: 'react',
     sandbox: 'docker',
+    isolation: 'no-network',
     session_id: 'sX',
     status: 'ok',
     reward: 1,
@@ -99,11 +121,14 @@ function result(over: Partial<RolloutResult> = {}): RolloutResult {
     error: null,
     trainable: true,
     agent: { exit_code: 0, timed_out: false, ms: 3000, log: '/x' },
-    verifier: { exit_code: 0, timed_out: false, ms: 10, env_keys: [], session_key_absent: true },
+    verifier: { exit_code: 0, timed_out: false, ms: 10, env_keys: [], session_key_absent: true, admin_key_absent: true },
     atif: { ...noTrajectory(), verdict: 'match', ours: [2], theirs: [2], n_agent_steps: 1, summary: 'Match.' },
     atif_source: 'self',
     ms: 12_400,
     out_dir: '/x',
+    sandbox_id: null,
+    sandbox_lost: null,
+    cancelled: false,
     rollout: {
       capture_level: 'tokens',
       calls: [call],
@@ -124,9 +149,11 @@ test('the run line', () => {
 test('the contract passes a clean record and fails each broken part on its own row', () => {
   const ok = contractRows(result());
   assert.deepEqual(ok.filter((r) => !r.ok), []);
-  assert.deepEqual(ok.map((r) => r.check), ['rollout finished', 'every model call captured', 'dialect detected', 'token ids and logprobs aligned', 'graph well formed', 'ATIF cross-check', 'reward read', 'session key absent from verifier']);
+  assert.deepEqual(ok.map((r) => r.check), ['rollout finished', 'every model call captured', 'dialect detected', 'token ids and logprobs aligned', 'graph well formed', 'ATIF cross-check', 'reward read', 'capture keys absent from verifier']);
   const failing = (over: Partial<RolloutResult>) => contractRows(result(over)).filter((r) => !r.ok).map((r) => r.check);
-  assert.deepEqual(failing({ verifier: { exit_code: 0, timed_out: false, ms: 1, env_keys: ['OPENAI_API_KEY'], session_key_absent: false } }), ['session key absent from verifier']);
+  assert.deepEqual(failing({ verifier: { exit_code: 0, timed_out: false, ms: 1, env_keys: ['OPENAI_API_KEY'], session_key_absent: false, admin_key_absent: true } }), ['capture keys absent from verifier']);
+  assert.deepEqual(failing({ verifier: { exit_code: 0, timed_out: false, ms: 1, env_keys: ['JUDGE_KEY'], session_key_absent: true, admin_key_absent: false } }), ['capture keys absent from verifier']);
+  assert.match(contractRows(result({ verifier: { exit_code: 0, timed_out: false, ms: 1, env_keys: [], session_key_absent: false, admin_key_absent: false } })).at(-1)!.detail, /the session key and the admin key in the verifier environment/);
   assert.deepEqual(failing({ reward: null }), ['reward read']);
   assert.deepEqual(failing({ harness: 'codex' }), ['dialect detected']);
   assert.deepEqual(failing({ agent: { exit_code: 1, timed_out: false, ms: 1, log: '' } }), ['rollout finished']);
@@ -151,15 +178,16 @@ test('examples: every shipped task loads and carries a policy the engine accepts
 
 test('--engine-url without --model: the engine\'s only served model, or an error that says what to pass', async () => {
   const { startFakeEngine } = await import('../../src/engine/fake-engine.js');
-  const { servedModel } = await import('../../src/sandbox/lab.js');
+  const { servedModel } = await import('../../src/capture/engine-client.js');
+  const { CLI_MODEL_HINTS } = await import('../../src/sandbox/lab.js');
   const engine = await startFakeEngine({ model: 'org/served-model' });
   try {
-    assert.equal(await servedModel(engine.url), 'org/served-model');
-    assert.equal(await servedModel(`${engine.url}/v1/`), 'org/served-model');
+    assert.equal(await servedModel(engine.url, CLI_MODEL_HINTS), 'org/served-model');
+    assert.equal(await servedModel(`${engine.url}/v1/`, CLI_MODEL_HINTS), 'org/served-model');
   } finally {
     await engine.close();
   }
-  await assert.rejects(servedModel(engine.url), /did not list its models .*pass --model NAME/);
+  await assert.rejects(servedModel(engine.url, CLI_MODEL_HINTS), /did not list its models .*pass --model NAME/);
 });
 
 test('a different base image id gives a different task image tag', () => {

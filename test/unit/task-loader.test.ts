@@ -40,7 +40,8 @@ test('the current schema (1.4): task table, timeouts, resources, verifier env, p
   assert.equal(t.verifierTimeoutSec, 60);
   assert.equal(t.environment.cpus, 1);
   assert.equal(t.environment.memoryMb, 2048);
-  assert.equal(t.environment.networkMode, 'public');
+  assert.equal(t.environment.networkMode, 'no-network', 'the offline example declares it');
+  assert.equal(t.agentNetworkMode, 'no-network');
   assert.ok(t.environment.dockerfile?.endsWith('environment/Dockerfile'));
   assert.ok(t.policyFile?.endsWith('hello-file/policy.json'));
   assert.ok(t.solutionDir?.endsWith('hello-file/solution'));
@@ -58,10 +59,19 @@ test('legacy keys: root version, memory = "2G", allow_internet, no [task] table'
 
   const offline = loadTask(makeTask({ 'task.toml': 'version = "1.0"\n[environment]\nallow_internet = false\nstorage = "10G"\nmemory = "512M"\n' }));
   assert.equal(offline.environment.networkMode, 'no-network');
+  assert.equal(offline.agentNetworkMode, 'no-network');
   assert.equal(offline.environment.storageMb, 10240);
   assert.equal(offline.environment.memoryMb, 512);
   assert.equal(offline.verifierTimeoutSec, 600, 'Harbor default');
   assert.equal(offline.agentTimeoutSec, undefined, 'Harbor default: no agent timeout');
+});
+
+test('[agent].network_mode overrides the environment\'s for the agent phase', () => {
+  const t = loadTask(makeTask({ 'task.toml': '[agent]\nnetwork_mode = "no-network"\n[environment]\nnetwork_mode = "public"\n' }));
+  assert.equal(t.environment.networkMode, 'public');
+  assert.equal(t.agentNetworkMode, 'no-network');
+  assert.equal(loadTask(makeTask({ 'task.toml': '' })).agentNetworkMode, 'public', 'Harbor default');
+  rejects(makeTask({ 'task.toml': '[agent]\nnetwork_mode = "lan"\n' }), 'my-task/task.toml', 'agent.network_mode', /.+/);
 });
 
 test('the current key wins over its legacy spelling', () => {

@@ -41,3 +41,13 @@ test('text level: no capture fields, and earlier reasoning is dropped rather tha
   assert.equal(r.top_p, 0.9);
   assert.deepEqual(plan.request.messages[1], { role: 'assistant', content: 'ok' });
 });
+
+test("a session's pinned sampling overrides the harness's; both are recorded", () => {
+  const input = { ...chat(), temperature: 0.2 } as ChatRequest;
+  const plan = buildEngineRequest(input, { model: 'served', captureLevel: 'tokens', pinnedSampling: { temperature: 0.7, top_p: 1, top_k: -1, min_p: 0 } });
+  assert.deepEqual(plan.requestedSampling, { temperature: 0.2, top_p: 0.9, max_completion_tokens: 100_000 });
+  assert.deepEqual([plan.sampling.temperature, plan.sampling.top_p, plan.sampling.top_k, plan.sampling.min_p], [0.7, 1, -1, 0]);
+  const bare = buildEngineRequest(chat(), { model: 'served', captureLevel: 'tokens', pinnedSampling: { temperature: 1.3 } });
+  assert.equal(bare.sampling.temperature, 1.3, 'pinned even when the harness sends none');
+  assert.equal(bare.requestedSampling.temperature, undefined);
+});

@@ -13,6 +13,8 @@ import {
   type SseEvent,
 } from '../types.js';
 import {
+  bodyModel,
+  bodyStream,
   cachedTokens,
   contentText,
   dataUrl,
@@ -45,13 +47,8 @@ type Block = JsonObject;
 export class AnthropicMessagesDialect implements Dialect {
   readonly name = 'anthropic_messages' as const;
 
-  clientModel(body: JsonObject): string | undefined {
-    return typeof body.model === 'string' ? body.model : undefined;
-  }
-
-  wantsStream(body: JsonObject): boolean {
-    return body.stream === true;
-  }
+  readonly clientModel = bodyModel;
+  readonly wantsStream = bodyStream;
 
   toChat(body: JsonObject, ctx: DialectContext): ChatRequest {
     const messages: ChatMessage[] = [];

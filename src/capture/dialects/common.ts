@@ -16,6 +16,16 @@ export function isObject(value: unknown): value is JsonObject {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
+/** The model a client named, where OpenAI and Anthropic bodies carry it. */
+export function bodyModel(body: JsonObject): string | undefined {
+  return typeof body.model === 'string' ? body.model : undefined;
+}
+
+/** Whether a client asked for a stream, as OpenAI and Anthropic bodies say it. */
+export function bodyStream(body: JsonObject): boolean {
+  return body.stream === true;
+}
+
 export function optionalString(value: unknown, what: string): string | undefined {
   if (value === undefined || value === null) return undefined;
   if (typeof value !== 'string') throw new DialectError(`${what} must be a string`);

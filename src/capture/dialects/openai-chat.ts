@@ -10,18 +10,13 @@ import {
   type JsonObject,
   type SseEvent,
 } from '../types.js';
-import { fillUsageDetails, isObject, normalizeChatRequest, openAIErrorBody, reasoningText, toolCallsOf } from './common.js';
+import { bodyModel, bodyStream, fillUsageDetails, isObject, normalizeChatRequest, openAIErrorBody, reasoningText, toolCallsOf } from './common.js';
 
 export class OpenAIChatDialect implements Dialect {
   readonly name = 'openai_chat' as const;
 
-  clientModel(body: JsonObject): string | undefined {
-    return typeof body.model === 'string' ? body.model : undefined;
-  }
-
-  wantsStream(body: JsonObject): boolean {
-    return body.stream === true;
-  }
+  readonly clientModel = bodyModel;
+  readonly wantsStream = bodyStream;
 
   toChat(body: JsonObject, ctx: DialectContext): ChatRequest {
     if (!Array.isArray(body.messages)) throw new DialectError('messages must be an array');

@@ -13,6 +13,8 @@ import {
   type SseEvent,
 } from '../types.js';
 import {
+  bodyModel,
+  bodyStream,
   cachedTokens,
   contentText,
   enableThinking,
@@ -27,6 +29,7 @@ import {
   toolCallsOf,
 } from './common.js';
 import { encryptReasoning, readReasoningItem } from './reasoning.js';
+import { localShellArguments, localShellItem, shellDeclaration, shellKind } from './responses-shell.js';
 
 const TEXT_PARTS = new Set(['input_text', 'output_text', 'text']);
 const IMAGE_PARTS = new Set(['input_image', 'image_url']);
@@ -35,13 +38,8 @@ const IMAGE_DETAILS = new Set(['auto', 'low', 'high']);
 export class OpenAIResponsesDialect implements Dialect {
   readonly name = 'openai_responses' as const;
 
-  clientModel(body: JsonObject): string | undefined {
-    return typeof body.model === 'string' ? body.model : undefined;
-  }
-
-  wantsStream(body: JsonObject): boolean {
-    return body.stream === true;
-  }
+  readonly clientModel = bodyModel;
+  readonly wantsStream = bodyStream;
 
   toChat(body: JsonObject, ctx: DialectContext): ChatRequest {
     const messages: ChatMessage[] = [];
@@ -378,92 +376,4 @@ function convertToolChoice(choice: unknown): unknown {
   if (choice.type === 'shell' || choice.type === 'local_shell') return { type: 'function', function: { name: 'shell' } };
   if (choice.type === 'allowed_tools') return choice.mode === 'required' ? 'required' : 'auto';
   return 'auto';
-}
-
-type ShellKind = 'local_shell' | 'shell';
-
-/** Which shell tool the request declared, if any (codex: `local_shell`; newer clients: `shell`). */
-function shellKind(tools: unknown): ShellKind | null {
-  if (!Array.isArray(tools)) return null;
-  for (const tool of tools) if (isObject(tool) && (tool.type === 'local_shell' || tool.type === 'shell')) return tool.type;
-  return null;
-}
-
-function shellDeclaration(tool: JsonObject): ChatTool {
-  return {
-    type: 'function',
-    function: {
-      name: 'shell',
-      description: typeof tool.description === 'string' ? tool.description : 'Run shell commands in the local workspace.',
-      parameters: {
-        type: 'object',
-        properties: {
-          cmd: { type: 'string' },
-          commands: { type: 'array', items: { type: 'string' } },
-          timeout_ms: { type: 'number' },
-          max_output_length: { type: 'number' },
-        },
-      },
-    },
-  };
-}
-
-const SHELL_EXTRAS = ['timeout_ms', 'max_output_length', 'working_directory', 'env', 'user'];
-const SHELL_WRAPPERS = new Set(['bash', 'sh', 'zsh', '/bin/bash', '/bin/sh', '/bin/zsh']);
-
-/** A local_shell/shell action -> JSON arguments of the synthetic `shell` function. */
-function localShellArguments(action: unknown): string {
-  if (typeof action === 'string') return action;
-  if (!isObject(action)) return '{}';
-  const args: JsonObject = {};
-  const { command, commands } = action;
-  if (typeof command === 'string') {
-    const trimmed = command.trim();
-    if (/^[{[]/.test(trimmed)) {
-      try {
-        JSON.parse(trimmed);
-        return trimmed;
-      } catch {
-        // a command that merely starts with a brace
-      }
-    }
-    args.cmd = command;
-  } else if (Array.isArray(command) && command.every((c) => typeof c === 'string')) {
-    // local_shell exec argv; `bash -lc X` is how we render a cmd, so read it back the same way.
-    const argv = command as string[];
-    args.cmd = argv.length === 3 && SHELL_WRAPPERS.has(argv[0]!) && /^-l?c$/.test(argv[1]!) ? argv[2]! : argv.join(' ');
-  } else if (Array.isArray(commands)) {
-    const list = commands.filter((c): c is string => typeof c === 'string');
-    if (list.length === 1) args.cmd = list[0];
-    else args.commands = list;
-  } else {
-    for (const [k, v] of Object.entries(action)) if (k !== 'type') args[k] = v;
-    return JSON.stringify(args);
-  }
-  for (const key of SHELL_EXTRAS) if (action[key] !== undefined && action[key] !== null) args[key] = action[key];
-  return JSON.stringify(args);
-}
-
-/** A `shell` tool call -> the shell item the client declared. */
-function localShellItem(kind: ShellKind, call: ChatToolCall, suffix: string): JsonObject {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(call.function.arguments);
-  } catch {
-    parsed = undefined;
-  }
-  const args = isObject(parsed) ? parsed : {};
-  let commands: string[] = [];
-  if (Array.isArray(args.commands)) commands = args.commands.filter((c): c is string => typeof c === 'string');
-  else if (typeof args.cmd === 'string') commands = [args.cmd];
-  else if (typeof args.command === 'string') commands = [args.command];
-  else if (!isObject(parsed) && call.function.arguments) commands = [call.function.arguments];
-  if (kind === 'shell') {
-    const action: JsonObject = { commands };
-    for (const key of ['timeout_ms', 'max_output_length']) if (args[key] !== undefined) action[key] = args[key];
-    return { type: 'shell_call', id: `sh_${suffix}`, call_id: call.id, status: 'completed', action };
-  }
-  const action: JsonObject = { type: 'exec', command: ['bash', '-lc', commands.join(' && ')], env: isObject(args.env) ? args.env : {} };
-  for (const key of ['timeout_ms', 'working_directory', 'user']) if (args[key] !== undefined) action[key] = args[key];
-  return { type: 'local_shell_call', id: `lsh_${suffix}`, call_id: call.id, status: 'completed', action };
 }

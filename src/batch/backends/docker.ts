@@ -1,0 +1,142 @@
+// The docker backend: the same sandbox code path as `harness-lab run` (runRollout), many at once,
+// every container labelled with its batch, group and rollout so a later lab removes what a dead one
+// left. The batch's capture is one in-process proxy on `<batch>/capture` in front of the given
+// engine, or, without --engine-url, the embedded engine answering with each task's policy.json.
+import { servedModel } from '../../capture/engine-client.js';
+import { CaptureProxy } from '../../capture/proxy.js';
+import { harnessEntry } from '../../harness/registry.js';
+import { CLI_MODEL_HINTS } from '../../sandbox/lab.js';
+import { LABEL } from '../../sandbox/docker-client.js';
+import { DockerRuntime } from '../../sandbox/docker.js';
+import { TaskRoutedPolicy, startPolicyEngine, type PolicyEngine } from '../../sandbox/policy-engine.js';
+import { ensureReactScript } from '../../sandbox/react-script.js';
+import { runRollout, type RolloutResult } from '../../sandbox/rollout-runner.js';
+import { loadTask, type HarborTask } from '../../tasks/task.js';
+import type { AttemptFacts, BatchBackend, BatchCapture, RolloutAttempt } from '../backend.js';
+import { batchPaths, type BatchManifest } from '../state.js';
+import type { BackendContext, BackendModule, OpenedBackend } from './index.js';
+
+/** AttemptFacts from the sandbox's own record: facts only; classify.ts decides what they mean. */
+export function factsFromResult(r: RolloutResult): AttemptFacts {
+  const verifierRan = r.verifier !== null;
+  // A failure before the agent's end or around the verifier that no other fact explains (image,
+  // sandbox creation, the session key leaking into the verifier): the sandbox, not the policy.
+  const unexplained = r.error !== null && !r.cancelled && !r.agent.timed_out && (!verifierRan || r.verifier?.session_key_absent === false) ? r.error : null;
+  return {
+    backendRef: r.sandbox_id,
+    agent: { exitCode: r.agent.exit_code, timedOut: r.agent.timed_out, ms: r.agent.ms },
+    verifier: r.verifier ? { exitCode: r.verifier.exit_code, timedOut: r.verifier.timed_out, ms: r.verifier.ms } : null,
+    reward: r.reward === null ? null : { value: r.reward, scores: r.reward_scores },
+    infraError: r.sandbox_lost ?? unexplained,
+    cancelled: r.cancelled,
+  };
+}
+
+class InProcessCapture implements BatchCapture {
+  constructor(
+    readonly proxy: CaptureProxy,
+    private readonly engine: PolicyEngine | undefined,
+  ) {}
+
+  async createSession(req: { sessionId: string; metadata: Record<string, unknown>; sampling: Record<string, number>; maxModelCalls: number }): Promise<void> {
+    // A session of this id may be left from a lab killed right after creating it: keep it, it is the same attempt.
+    if (this.proxy.sessions.get(req.sessionId)) return;
+    this.proxy.sessions.create({ session_id: req.sessionId, metadata: req.metadata as Record<string, never>, sampling: req.sampling, max_model_calls: req.maxModelCalls });
+  }
+
+  async sessionFacts(sessionId: string): Promise<{ nCalls: number; trainable: boolean; findings: string[] }> {
+    const doc = this.proxy.sessions.rollout(sessionId);
+    if (!doc) return { nCalls: 0, trainable: false, findings: [`[FATAL] no_session: the proxy has no session ${sessionId}`] };
+    return { nCalls: doc.calls.filter((c) => !c.error).length, trainable: doc.trainable, findings: doc.validation };
+  }
+
+  async close(): Promise<void> {
+    await this.proxy.close();
+    await this.engine?.close();
+  }
+}
+
+class DockerBatchBackend implements BatchBackend {
+  readonly kind = 'docker' as const;
+
+  constructor(
+    private readonly runtime: DockerRuntime,
+    private readonly capture: InProcessCapture,
+    private readonly tasks: Map<string, HarborTask>,
+    private readonly model: string,
+    private readonly reactScript: string | undefined,
+  ) {}
+
+  async run(a: RolloutAttempt): Promise<AttemptFacts> {
+    const task = this.tasks.get(a.rollout.task);
+    if (!task) return { backendRef: null, agent: { exitCode: null, timedOut: false, ms: 0 }, verifier: null, reward: null, infraError: `task ${a.rollout.task} is not in the batch manifest`, cancelled: false };
+    const r = await runRollout({
+      task,
+      harness: a.rollout.harness,
+      runtime: this.runtime,
+      proxy: this.capture.proxy,
+      model: this.model,
+      outDir: a.outDir,
+      exactOutDir: a.outDir,
+      sessionId: a.sessionId,
+      signal: a.signal,
+      labels: { [LABEL.batch]: a.manifest.batch_id, [LABEL.group]: a.rollout.group_id, [LABEL.rollout]: a.rollout.rollout_id },
+      timeoutSec: a.manifest.timeout_sec,
+      timeoutMode: a.manifest.on_timeout === 'keep' ? 'verify' : 'stop',
+      onSandbox: (id) => a.setBackendRef?.(id),
+      reactScript: this.reactScript,
+      log: a.log,
+    });
+    return factsFromResult(r);
+  }
+
+  cleanupBatch(batchId: string): Promise<string[]> {
+    return this.runtime.removeLabelled(LABEL.batch, batchId);
+  }
+
+  async close(): Promise<void> {
+    await this.runtime.removeOwned();
+  }
+}
+
+async function open(ctx: BackendContext): Promise<OpenedBackend> {
+  const { manifest } = ctx;
+  const tasks = new Map(manifest.tasks.map((t) => [t.name, loadTask(t.dir)] as const));
+  for (const name of manifest.harnesses) harnessEntry(name);
+  const runtime = await DockerRuntime.connect();
+  const stale = await runtime.cleanupStale();
+  if (stale.length) ctx.log(`removed ${stale.length} sandbox(es) left by lab processes that are gone: ${stale.join(', ')}`);
+  let engine: PolicyEngine | undefined;
+  let engineUrl = manifest.engine_url;
+  let model = manifest.model;
+  if (!engineUrl) {
+    const routes = [...tasks.values()].map((t) => {
+      if (!t.policyFile) throw new Error(`task ${t.name} has no policy.json for the embedded engine; the batch needs --engine-url`);
+      return { instruction: t.instruction, policyFile: t.policyFile };
+    });
+    engine = await startPolicyEngine(new TaskRoutedPolicy(routes));
+    engineUrl = engine.url;
+    model ??= engine.model;
+    ctx.log(`engine: ${engine.description}`);
+  }
+  try {
+    const apiKey = manifest.engine_url ? ctx.engineApiKey : undefined;
+    model ??= await servedModel(engineUrl, CLI_MODEL_HINTS, { apiKey });
+    const proxy = await CaptureProxy.start({ engineUrl, model, dataDir: batchPaths(ctx.batchDir).capture, captureLevel: manifest.engine_url ? undefined : 'tokens', ...(apiKey ? { engineApiKey: apiKey } : {}) });
+    const capture = new InProcessCapture(proxy, engine);
+    ctx.log(`capture proxy ${proxy.url} (data ${batchPaths(ctx.batchDir).capture})`);
+    const needsReact = manifest.harnesses.some((h) => harnessEntry(h).install.kind === 'bundled-script');
+    const reactScript = needsReact ? await ensureReactScript() : undefined;
+    return { backend: new DockerBatchBackend(runtime, capture, tasks, model.split('/').pop()!, reactScript), capture };
+  } catch (err) {
+    await engine?.close();
+    throw err;
+  }
+}
+
+async function cleanup(manifest: BatchManifest): Promise<string[]> {
+  const runtime = await DockerRuntime.connect();
+  return runtime.removeLabelled(LABEL.batch, manifest.batch_id);
+}
+
+export const dockerBackendModule: BackendModule = { open, cleanup };

@@ -1,0 +1,156 @@
+// What a batch looks like now, read from its directory alone (no lab needed): per group the members
+// done and discarded, the trainable rewards, their mean and standard deviation, and the two flags a
+// GRPO trainer cares about: no contrast (every trainable reward equal) and fewer than 2 trainable.
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { labPaths, labState } from './lock.js';
+import { readManifest, readRolloutStates, type BatchManifest, type RolloutState } from './state.js';
+
+export interface RolloutStatus {
+  id: string;
+  group: string;
+  member: number;
+  task: string;
+  harness: string;
+  state: RolloutState['state'];
+  class: RolloutState['class'];
+  reward: number | null;
+  trainable: boolean;
+  duration_ms: number | null;
+  attempts: number;
+  session_id: string | null;
+  error: string | null;
+}
+
+export interface GroupStatus {
+  group_id: string;
+  task: string;
+  harness: string;
+  size: number;
+  done: number;
+  discarded: number;
+  pending: number;
+  /** Rewards of the trainable members, in member order. */
+  rewards: number[];
+  mean: number | null;
+  /** Sample standard deviation (n - 1), as torch.std and so veRL and TRL compute it; null below 2 members. */
+  std: number | null;
+  no_contrast: boolean;
+  too_few_trainable: boolean;
+  rollouts: RolloutStatus[];
+}
+
+export interface BatchStatus {
+  batch_id: string;
+  dir: string;
+  backend: BatchManifest['backend'];
+  created_at: string;
+  /** running: a live lab holds it; interrupted: its lab died (batch resume); cancelled; finished; idle (queued, no lab). */
+  lab: 'running' | 'interrupted' | 'cancelled' | 'finished' | 'idle';
+  lab_pid: number | null;
+  parallel: number;
+  group_size: number;
+  sampling: BatchManifest['sampling'];
+  policy_version: string | null;
+  counts: { total: number; queued: number; running: number; done: number; discarded: number };
+  classes: Record<string, number>;
+  groups: GroupStatus[];
+}
+
+export function meanStd(values: readonly number[]): { mean: number | null; std: number | null } {
+  if (!values.length) return { mean: null, std: null };
+  const mean = values.reduce((a, b) => a + b, 0) / values.length;
+  if (values.length < 2) return { mean, std: null };
+  const variance = values.reduce((a, v) => a + (v - mean) ** 2, 0) / (values.length - 1);
+  return { mean, std: Math.sqrt(variance) };
+}
+
+export function groupStatus(group: BatchManifest['groups'][number], members: RolloutState[]): GroupStatus {
+  const trainable = members.filter((m) => m.trainable && m.reward !== null);
+  const rewards = trainable.map((m) => m.reward!);
+  const { mean, std } = meanStd(rewards);
+  const finished = members.every((m) => m.state === 'done' || m.state === 'discarded');
+  return {
+    group_id: group.group_id,
+    task: group.task,
+    harness: group.harness,
+    size: group.rollout_ids.length,
+    done: members.filter((m) => m.state === 'done').length,
+    discarded: members.filter((m) => m.state === 'discarded').length,
+    pending: members.filter((m) => m.state === 'queued' || m.state === 'running').length,
+    rewards,
+    mean,
+    std,
+    no_contrast: rewards.length >= 2 && rewards.every((r) => r === rewards[0]),
+    too_few_trainable: finished && rewards.length < 2,
+    rollouts: members.map((m) => ({
+      id: m.rollout_id,
+      group: m.group_id,
+      member: m.member,
+      task: m.task,
+      harness: m.harness,
+      state: m.state,
+      class: m.class,
+      reward: m.reward,
+      trainable: m.trainable,
+      duration_ms: m.duration_ms,
+      attempts: m.attempts.length,
+      session_id: m.session_id,
+      error: m.error,
+    })),
+  };
+}
+
+export function batchStatus(dirArg: string): BatchStatus {
+  const dir = resolve(dirArg);
+  const manifest = readManifest(dir);
+  const states = readRolloutStates(dir, manifest);
+  const byId = new Map(states.map((s) => [s.rollout_id, s]));
+  const c = { total: states.length, queued: 0, running: 0, done: 0, discarded: 0 };
+  const classes: Record<string, number> = {};
+  for (const s of states) {
+    c[s.state]++;
+    if (s.class) classes[s.class] = (classes[s.class] ?? 0) + 1;
+  }
+  const held = labState(dir);
+  const lab: BatchStatus['lab'] =
+    held.state !== 'idle' ? held.state : c.queued + c.running === 0 ? 'finished' : existsSync(labPaths(dir).cancel) ? 'cancelled' : c.running ? 'interrupted' : 'idle';
+  return {
+    batch_id: manifest.batch_id,
+    dir,
+    backend: manifest.backend,
+    created_at: manifest.created_at,
+    lab,
+    lab_pid: held.lock?.pid ?? null,
+    parallel: manifest.parallel,
+    group_size: manifest.group_size,
+    sampling: manifest.sampling,
+    policy_version: manifest.policy_version,
+    counts: c,
+    classes,
+    groups: manifest.groups.map((g) => groupStatus(g, g.rollout_ids.map((id) => byId.get(id)!))),
+  };
+}
+
+const fmt = (n: number | null) => (n === null ? '-' : (Math.round(n * 1000) / 1000).toFixed(3));
+
+/** The plain `batch status` table. */
+export function formatStatus(st: BatchStatus, opts: { rollouts?: boolean } = {}): string {
+  const c = st.counts;
+  const lines = [
+    `batch ${st.batch_id} (${st.backend}, group size ${st.group_size}, parallel ${st.parallel}, temperature ${st.sampling.temperature}${st.policy_version ? `, policy ${st.policy_version}` : ''}): ${st.lab}${st.lab === 'running' ? ` (pid ${st.lab_pid})` : ''}`,
+    `  ${c.done} done, ${c.discarded} discarded, ${c.running} running, ${c.queued} queued of ${c.total}${Object.keys(st.classes).length ? `; ${Object.entries(st.classes).map(([k, v]) => `${k} ${v}`).join(', ')}` : ''}`,
+  ];
+  if (st.lab === 'interrupted') lines.push(`  the lab that ran it is gone: continue with \`harness-lab batch resume ${st.dir}\``);
+  const width = Math.max(5, ...st.groups.map((g) => g.group_id.length));
+  lines.push('', `  ${'group'.padEnd(width)}  done  disc  pend  rewards (trainable)        mean    std    flags`);
+  for (const g of st.groups) {
+    const flags = [g.no_contrast ? 'NO CONTRAST' : '', g.too_few_trainable ? 'FEWER THAN 2 TRAINABLE' : ''].filter(Boolean).join(', ');
+    const rewards = g.rewards.map((r) => String(Math.round(r * 100) / 100)).join(' ') || '-';
+    lines.push(`  ${g.group_id.padEnd(width)}  ${String(g.done).padStart(4)}  ${String(g.discarded).padStart(4)}  ${String(g.pending).padStart(4)}  ${rewards.padEnd(25)}  ${fmt(g.mean).padStart(6)}  ${fmt(g.std).padStart(6)}  ${flags}`);
+    if (opts.rollouts)
+      for (const r of g.rollouts)
+        lines.push(`      ${r.id}  ${r.state}${r.class ? ` ${r.class}` : ''} reward=${r.reward ?? 'null'}${r.duration_ms !== null ? ` ${(r.duration_ms / 1000).toFixed(1)}s` : ''}${r.attempts > 1 ? ` attempts=${r.attempts}` : ''}${r.error && r.state !== 'done' ? `  (${r.error})` : ''}`);
+  }
+  return `${lines.join('\n')}\n`;
+}

@@ -1,0 +1,239 @@
+// The session registry: every capture session, its durable store file and its events. The proxy
+// (proxy.ts) serves HTTP and owns the engine; model calls (model-call.ts) change a session only
+// through the methods here, which write the store before the harness sees an answer. Opened
+// read-only over a data dir it gives offline readers (export, report, the stopped extension) the
+// same sessions, and so the same rollout(), that the live proxy has.
+import { existsSync } from 'node:fs';
+import { Emitter } from './events.js';
+import type { RolloutDocument } from './rollout.js';
+import { CaptureSession, SESSION_ID_PATTERN, mintSessionId, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
+import { CaptureStore, StoreWriteError, loadSessionFile, loadStoredSessions, sessionFileOf, type LoadedSession } from './store.js';
+import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger, SessionInfo } from './types.js';
+
+/** What a new session gets unless its request says otherwise. */
+export interface SessionDefaults {
+  model: string;
+  engineUrl: string;
+  /** Per-session model-call budget (0 = unlimited). */
+  maxModelCalls: number;
+}
+
+/** The engine's grade as the proxy knows it; `graded` stays false until a probe reached the engine (or the level was fixed). */
+export type EngineLevel = () => { level: CaptureLevel; graded: boolean };
+
+export interface SessionRegistryOptions {
+  defaults: SessionDefaults;
+  /** Where sessions are stored durably; without it they live in memory only. */
+  dataDir?: string;
+  engineLevel: EngineLevel;
+  logger?: ProxyLogger;
+}
+
+export class SessionExistsError extends Error {
+  constructor(id: string) {
+    super(`session ${id} already exists`);
+  }
+}
+
+export class ReadOnlyRegistryError extends Error {
+  constructor(action: string, dataDir: string) {
+    super(`cannot ${action}: the sessions of ${dataDir} were opened read-only`);
+  }
+}
+
+const silentLogger: ProxyLogger = { info() {}, warn() {}, error() {} };
+
+export class SessionRegistry {
+  private readonly sessions = new Map<string, CaptureSession>();
+  /** Read-only: every session file has been read (after `list`). */
+  private allRead = false;
+  private readonly recordEmitter = new Emitter<CallRecord>();
+  private readonly changeEmitter = new Emitter<void>();
+  /** Fires after a call is durably recorded (answered or failed). */
+  readonly onDidRecordCall = this.recordEmitter.event;
+  /** Fires when a session is created or deleted. */
+  readonly onDidChange = this.changeEmitter.event;
+
+  private constructor(
+    private readonly defaults: SessionDefaults | undefined,
+    private readonly store: CaptureStore | undefined,
+    /** Set when opened read-only: sessions are read from here on first use. */
+    private readonly readOnlyDir: string | undefined,
+    private readonly engineLevel: EngineLevel,
+    private readonly log: ProxyLogger,
+  ) {}
+
+  /** A registry that records; with a data dir it first restores what the store holds. */
+  static open(options: SessionRegistryOptions): SessionRegistry {
+    const store = options.dataDir ? new CaptureStore(options.dataDir) : undefined;
+    const registry = new SessionRegistry(options.defaults, store, undefined, options.engineLevel, options.logger ?? silentLogger);
+    if (store) {
+      for (const loaded of store.loadAll((message) => registry.log.warn(message))) registry.adopt(loaded);
+      if (registry.sessions.size) registry.log.info(`restored ${registry.sessions.size} session(s) from ${store.dataDir}`);
+    }
+    return registry;
+  }
+
+  /**
+   * The sessions stored under a data dir, for readers that never record: nothing is written, and a
+   * session file is read when it is first asked for (all of them for `list`). A session that never
+   * fixed its capture level is read at `tokens`, as the store's readers always did.
+   */
+  static openReadOnly(dataDir: string, logger?: ProxyLogger): SessionRegistry {
+    return new SessionRegistry(undefined, undefined, dataDir, () => ({ level: 'tokens', graded: false }), logger ?? silentLogger);
+  }
+
+  private adopt(loaded: LoadedSession): CaptureSession {
+    const session = CaptureSession.fromStore(loaded);
+    this.sessions.set(session.id, session);
+    return session;
+  }
+
+  private readAll(): void {
+    if (this.readOnlyDir === undefined || this.allRead) return;
+    this.allRead = true;
+    for (const loaded of loadStoredSessions(this.readOnlyDir, (message) => this.log.warn(message))) if (!this.sessions.has(loaded.info.session_id)) this.adopt(loaded);
+  }
+
+  private writable(action: string): void {
+    if (this.readOnlyDir !== undefined) throw new ReadOnlyRegistryError(action, this.readOnlyDir);
+  }
+
+  /** The store file a session lives in (undefined for an in-memory registry); throws for an id outside the id pattern. */
+  fileOf(id: string): string | undefined {
+    const dataDir = this.readOnlyDir ?? this.store?.dataDir;
+    return dataDir === undefined ? undefined : sessionFileOf(dataDir, id);
+  }
+
+  get size(): number {
+    this.readAll();
+    return this.sessions.size;
+  }
+
+  /** Creates a session; its header line is written behind (a failure is logged, and its calls will fail to store too). */
+  create(request: CreateSessionRequest = {}): SessionInfo {
+    const { info, written } = this.add(request);
+    void written.catch(() => {
+      // logged by add()
+    });
+    return info;
+  }
+
+  /**
+   * Creates a session and resolves once its header line is on disk. If it cannot be written the
+   * session is not created (a restart would not know it) and this rejects with the store's error.
+   */
+  async createStored(request: CreateSessionRequest = {}): Promise<SessionInfo> {
+    const { info, written } = this.add(request);
+    try {
+      await written;
+    } catch (err) {
+      this.sessions.delete(info.session_id);
+      this.changeEmitter.fire();
+      throw err;
+    }
+    return info;
+  }
+
+  private add(request: CreateSessionRequest): { info: SessionInfo; written: Promise<void> } {
+    this.writable('create a session');
+    const defaults = this.defaults!;
+    const id = request.session_id ?? mintSessionId();
+    if (this.sessions.has(id)) throw new SessionExistsError(id);
+    const engine = this.engineLevel();
+    const info: SessionInfo = {
+      session_id: id,
+      created_at: new Date().toISOString(),
+      model: request.model ?? defaults.model,
+      engine_url: defaults.engineUrl,
+      max_model_calls: request.max_model_calls ?? defaults.maxModelCalls,
+      metadata: request.metadata ?? {},
+      ...(request.sampling ? { sampling: request.sampling } : {}),
+      capture_level: engine.graded ? engine.level : undefined,
+    };
+    this.sessions.set(id, new CaptureSession(info));
+    const written = (this.store?.append(id, { type: 'session', ...info }) ?? Promise.resolve()).catch((err: unknown) => {
+      this.log.error(`could not store session ${id}: ${err instanceof Error ? err.message : String(err)}`);
+      throw err;
+    });
+    this.changeEmitter.fire();
+    return { info, written };
+  }
+
+  get(id: string): CaptureSession | undefined {
+    const known = this.sessions.get(id);
+    if (known || this.readOnlyDir === undefined || this.allRead || !SESSION_ID_PATTERN.test(id)) return known;
+    const file = sessionFileOf(this.readOnlyDir, id);
+    const loaded = existsSync(file) ? loadSessionFile(file) : undefined;
+    if (loaded?.skipped) this.log.warn(`${file}: skipped ${loaded.skipped} unreadable line(s) (line ${loaded.skippedLines.join(', ')}), a torn write from a crash or a full disk`);
+    return loaded ? this.adopt(loaded) : undefined;
+  }
+
+  /** Every session's summary (calls, tokens, budget, errors), as `GET /sessions` lists them. */
+  list(): JsonObject[] {
+    this.readAll();
+    return [...this.sessions.values()].map((s) => s.summary());
+  }
+
+  calls(id: string): CallRecord[] {
+    return this.get(id)?.calls ?? [];
+  }
+
+  /** The session's rollout document (see CaptureSession.rollout), or undefined for an unknown session. */
+  rollout(id: string, opts: RolloutReadOptions = {}): RolloutDocument | undefined {
+    return this.get(id)?.rollout(opts, this.engineLevel().level);
+  }
+
+  async delete(id: string): Promise<boolean> {
+    this.writable('delete a session');
+    const existed = this.sessions.delete(id);
+    await this.store?.delete(id);
+    if (existed) this.changeEmitter.fire();
+    return existed;
+  }
+
+  // ---- what a model call changes ----
+
+  /**
+   * The level the session captures at: fixed at its first forwarded call, and only once its header
+   * line with that level is on disk (a failed write rejects with StoreWriteError and leaves it open).
+   */
+  async captureLevel(session: CaptureSession, engineLevel: CaptureLevel): Promise<CaptureLevel> {
+    if (!session.captureLevelOpen(engineLevel)) return session.info.capture_level!;
+    await this.store?.append(session.id, { type: 'session', ...session.info, capture_level: engineLevel });
+    session.fixCaptureLevel(engineLevel);
+    return engineLevel;
+  }
+
+  /** Counts a call answered with the budget stop; not training data, so a failed write is only logged. */
+  async recordBudgetStop(session: CaptureSession): Promise<void> {
+    session.countBudgetStop();
+    await this.store?.append(session.id, { type: 'budget_stop', at: new Date().toISOString() }).catch((err: unknown) => this.log.error(`session ${session.id}: could not store a budget stop: ${String(err)}`));
+  }
+
+  /**
+   * Durably records a call (answered or failed); resolves once it is on disk. If it cannot be stored
+   * this rejects with StoreWriteError, and nothing claims the call was stored (a session finding says so).
+   */
+  async record(session: CaptureSession, record: CallRecord): Promise<void> {
+    if (this.store) {
+      try {
+        await this.store.append(session.id, { type: 'call', ...record });
+      } catch (err) {
+        const message = err instanceof Error ? err.message : String(err);
+        this.log.error(`could not store call ${record.call_id} of session ${session.id}: ${message}`);
+        session.addFinding(`[WARN] store_failed: call ${record.call_id} (index ${record.index}) was not stored: ${message}`);
+        throw err instanceof StoreWriteError ? err : new StoreWriteError(this.store.dataDir, err);
+      }
+    }
+    if (this.sessions.get(session.id) === session) session.addCall(record);
+    this.recordEmitter.fire(record);
+  }
+
+  /** Stops events and waits for queued appends to land. */
+  async close(): Promise<void> {
+    this.recordEmitter.dispose();
+    this.changeEmitter.dispose();
+    await this.store?.close();
+  }
+}

@@ -1,0 +1,110 @@
+// `harness-lab audit` on the captured fixture batch: a known no-contrast group (g-flat), a known
+// discarded member (r8) and a known stale call (r2's second call, sampled under step-1 while the
+// batch is at step-6), and the exit codes of --fail-on.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { loadSessionFile } from '../../src/capture/store.js';
+import { parseFailOn, type AuditReport } from '../../src/train/audit.js';
+import { sortVersions, versionOrdinal } from '../../src/train/policy-version.js';
+import { buildTrainingBatch, copyBatch, STALE_POLICY, type TrainingBatch } from './train-fixture.js';
+
+const ROOT = join(__dirname, '..', '..');
+let tmp: string;
+let batch: TrainingBatch;
+
+function run(argv: string[]): { code: number; out: string; err: string } {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), ...argv], { cwd: ROOT, encoding: 'utf8', timeout: 120_000 });
+  return { code: r.status ?? -1, out: r.stdout, err: r.stderr };
+}
+
+before(async () => {
+  tmp = mkdtempSync(join(tmpdir(), 'hl-train-audit-'));
+  batch = await buildTrainingBatch(join(tmp, 'batch'));
+});
+after(() => rmSync(tmp, { recursive: true, force: true }));
+
+test('audit --json: groups, no contrast, shares, harnesses, the stale call, tool calls', () => {
+  const r = run(['audit', batch.dir, '--json']);
+  assert.equal(r.code, 0, r.err);
+  const a = JSON.parse(r.out) as AuditReport;
+  const g = Object.fromEntries(a.groups.map((x) => [x.group_id, x]));
+  assert.deepEqual(g['g-mixed']!.rewards, [1, 0, 1]);
+  assert.ok(Math.abs(g['g-mixed']!.mean! - 2 / 3) < 1e-12);
+  assert.ok(Math.abs(g['g-mixed']!.std! - Math.sqrt(1 / 3)) < 1e-12, 'Bessel-corrected, as TRL and veRL');
+  assert.equal(g['g-mixed']!.no_contrast, false);
+  assert.deepEqual(g['g-flat']!.rewards, [0, 0, 0]);
+  assert.equal(g['g-flat']!.std, 0);
+  assert.equal(g['g-flat']!.no_contrast, true);
+  assert.deepEqual([g['g-broken']!.kept, g['g-broken']!.discarded], [2, 1]);
+  assert.deepEqual(g['g-broken']!.members.filter((m) => !m.kept).map((m) => [m.rollout_id, m.excluded]), [['r8', 'discarded_infra_error']]);
+  assert.deepEqual(a.summary.groups_no_contrast, ['g-flat']);
+  assert.equal(a.summary.no_contrast_share, 3 / 9);
+  assert.equal(a.summary.no_signal_share, 4 / 9, 'g-flat (3) and the discarded r8');
+  assert.equal(a.summary.discarded_share, 1 / 9);
+  assert.deepEqual(a.harnesses['react-a'], { rollouts: 6, kept: 5, discarded: 1, mean_reward: 3 / 5 });
+  assert.deepEqual(a.harnesses['react-b'], { rollouts: 3, kept: 3, discarded: 0, mean_reward: 0 });
+  // Exactly one stale call: r2's second call, which carried the policy-version header.
+  const r2 = loadSessionFile(join(batch.dir, 'capture', 'sessions', `${batch.sessions.r2}.jsonl`))!.calls.sort((x, y) => x.index - y.index);
+  assert.deepEqual(a.policy.stale, [{ rollout_id: 'r2', session_id: batch.sessions.r2, call_id: r2[1]!.call_id, index: 1, version: STALE_POLICY, behind: 5 }]);
+  assert.equal(a.policy.newest, 'step-6');
+  assert.equal(a.policy.calls, 18, 'calls of the kept rollouts');
+  assert.equal(a.summary.stale_share, 1 / 18);
+  assert.deepEqual(a.tool_calls.per_rollout, { r0: 2, r1: 1, r2: 1, r3: 1, r4: 1, r5: 1, r6: 1, r7: 1, r8: 1 });
+  assert.equal(a.tool_calls.max, 2);
+});
+
+test('audit text output names the no-contrast group and the stale call', () => {
+  const r = run(['audit', batch.dir]);
+  assert.equal(r.code, 0, r.err);
+  assert.match(r.out, /g-flat\s+react-b\s+3\/3\s+\[0, 0, 0\]\s+0\.000\s+0\.000\s+NO CONTRAST/);
+  assert.match(r.out, /excluded r8:discarded_infra_error/);
+  assert.match(r.out, new RegExp(`stale: rollout r2 session ${batch.sessions.r2} call [0-9a-f]{12} \\(index 1\\) version step-1, 5 behind`));
+});
+
+test('--fail-on: exit 1 above a threshold, 0 at or below it; --max-staleness moves the line; bad input exit 2', () => {
+  const pass = run(['audit', batch.dir, '--fail-on', 'no-contrast-share=0.34,discarded-share=0.2']);
+  assert.equal(pass.code, 0, pass.out + pass.err);
+  assert.match(pass.out, /PASS/);
+  const fail = run(['audit', batch.dir, '--fail-on', 'no-contrast-share=0.3,stale-share=0']);
+  assert.equal(fail.code, 1);
+  assert.match(fail.out, /FAIL: no-contrast-share 0\.333 > 0\.3; stale-share 0\.056 > 0/);
+  const looser = run(['audit', batch.dir, '--max-staleness', '5', '--fail-on', 'stale-share=0']);
+  assert.equal(looser.code, 0, looser.out);
+  const json = run(['audit', batch.dir, '--json', '--fail-on', 'no-signal-share=0.4']);
+  assert.equal(json.code, 1);
+  assert.deepEqual((JSON.parse(json.out) as { failed: string[] }).failed, ['no-signal-share 0.444 > 0.4']);
+  const bad = run(['audit', batch.dir, '--fail-on', 'contrast=1']);
+  assert.equal(bad.code, 2);
+  assert.match(bad.err, /unknown key 'contrast'/);
+  const missing = run(['audit', join(tmp, 'nope')]);
+  assert.equal(missing.code, 1);
+  assert.match(missing.err, /batch\.json: not found/);
+});
+
+test('policy versions order by their trailing integer; --fail-on parsing', () => {
+  assert.equal(versionOrdinal('step-12'), 12);
+  assert.equal(versionOrdinal('7'), 7);
+  assert.equal(versionOrdinal('main'), null);
+  assert.deepEqual(sortVersions(['step-10', 'step-9', 'main', 'step-9']), ['step-9', 'step-10', 'main']);
+  assert.deepEqual(parseFailOn('stale-share=0.1, no-contrast-share=0.5'), { 'stale-share': 0.1, 'no-contrast-share': 0.5 });
+  assert.throws(() => parseFailOn('stale-share=2'), /between 0 and 1/);
+  assert.throws(() => parseFailOn('stale-share'), /needs a share/);
+});
+
+test('a discarded rollout without a session file is still audited; a kept one without it fails naming the file', () => {
+  const dir = copyBatch(batch.dir, join(tmp, 'missing'));
+  rmSync(join(dir, 'capture', 'sessions', `${batch.sessions.r8}.jsonl`));
+  const ok = run(['audit', dir, '--json']);
+  assert.equal(ok.code, 0, ok.err);
+  const a = JSON.parse(ok.out) as AuditReport;
+  assert.equal(a.groups.find((g) => g.group_id === 'g-broken')!.members.find((m) => m.rollout_id === 'r8')!.tool_calls, null);
+  const kept = join(dir, 'capture', 'sessions', `${batch.sessions.r1}.jsonl`);
+  rmSync(kept);
+  const bad = run(['audit', dir]);
+  assert.equal(bad.code, 1);
+  assert.ok(bad.err.includes(kept), bad.err);
+});
