@@ -11,6 +11,8 @@ test('status bar: port when running, warning colour when the engine is unreachab
   const running = { kind: 'running' as const, url: 'http://127.0.0.1:4321', port: 4321 };
   assert.deepEqual(statusView(running, 'http://e', 'reachable').text, '$(radio-tower) Harness Lab :4321');
   assert.equal(statusView(running, 'http://e', 'reachable').background, undefined);
+  assert.match(statusView(running, 'http://e', 'reachable', 'tokens').tooltip, /Engine http:\/\/e: reachable, capture level tokens/);
+  assert.match(statusView(running, 'http://e', 'unknown').tooltip, /not graded yet/);
   const down = statusView(running, 'http://e', 'unreachable');
   assert.equal(down.text, '$(warning) Harness Lab :4321');
   assert.equal(down.background, 'statusBarItem.warningBackground');
