@@ -9,6 +9,7 @@ import { registerCommands, currentSettings } from './commands.js';
 import { EngineSlot } from './embedded-engine-process.js';
 import { EnginesView } from './engines-view.js';
 import { Disposable, toDisposable } from './lifecycle.js';
+import { LiveTokenTexts } from './live-token-texts.js';
 import { Logger } from './logger.js';
 import { ProxyController, type EngineStatus, type ProxyState } from './proxy-controller.js';
 import { ReadonlyDocuments } from './readonly-docs.js';
@@ -84,7 +85,9 @@ class HarnessLab extends Disposable {
     );
 
     const docs = this._register(new ReadonlyDocuments());
-    const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m), dataDirs: () => [context.globalStorageUri.fsPath] });
+    const liveTexts = this._register(new LiveTokenTexts(() => (safeSettings() ? controller.resolveDataDir(safeSettings()!) : undefined), log));
+    this._register(controller.onDidChangeData((rec) => rec && controller.running && liveTexts.noteCall(rec)));
+    const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m), dataDirs: () => [context.globalStorageUri.fsPath], storedTokenTexts: (id) => liveTexts.read(id) });
     for (const d of viewer.disposables) this._register(d);
     const engineSlot = this._register(new EngineSlot());
     for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, engineSlot, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);

@@ -30,6 +30,8 @@ export interface RolloutViewerHost {
   /** A call was recorded (the record) or sessions changed (undefined): open session viewers refresh. */
   onDidChangeData?(listener: (record: CallRecord | undefined) => void): vscode.Disposable;
   log?(message: string): void;
+  /** Prompt-token texts kept with a session's capture while it was live (live-token-texts.ts). */
+  storedTokenTexts?(sessionId: string): Record<string, string> | undefined;
   /** Where the embedded engine this extension started builds its model (offline token texts read its GGUF). */
   dataDirs?(): string[];
 }
@@ -168,7 +170,9 @@ export class ViewerConnection extends Disposable {
       Object.assign(data.token_texts, texts);
       this.queue.send(notify(TokenTextsNotification, { texts }));
     };
-    if (engineUrl) {
+    const kept = data.session_id ? this.host.storedTokenTexts?.(data.session_id) : undefined;
+    if (kept) deliver(Object.fromEntries(idsWithoutText(data).flatMap((id) => (kept[id] === undefined ? [] : [[String(id), kept[id]!]]))));
+    if (engineUrl && idsWithoutText(data).length) {
       try {
         const r = await fetchTokenTexts(engineUrl, idsWithoutText(data), { signal: this.abort.signal, ...(model ? { model } : {}) });
         deliver(r.texts);

@@ -1,14 +1,16 @@
 // Prompt tokens as text after the engine stopped: a session captured through the proxy from the
 // embedded engine, then `harness-lab report` with no engine reads the GGUF's vocabulary; a model
 // with a tokenizer.json in the Hugging Face cache is read with @huggingface/tokenizers; a model
-// with neither says why the tokens stay ids and how to get text.
+// with neither says why the tokens stay ids and how to get text. While a session is live the
+// extension keeps its prompt-token texts with the capture.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { CaptureProxy } from '../../src/capture/proxy.js';
+import { LiveTokenTexts } from '../../src/extension/live-token-texts.js';
 import { findTokenizer, offlineTokenTexts } from '../../src/report/offline-token-texts.js';
 import { TEST_DATA_DIR, post, startTestEngine } from './engine-fixture.js';
 
@@ -82,4 +84,32 @@ test('tokenizer.json from the Hugging Face cache; no tokenizer: ids, with why an
   assert.deepEqual(none.missing, [1, 2]);
   assert.match(none.problem!, /no tokenizer for acme\/not-here on this machine, so prompt tokens are shown as ids/);
   assert.match(none.problem!, /huggingface-cli download acme\/not-here tokenizer\.json/);
+});
+
+test('while a session is live, its prompt-token texts are fetched off the call path and kept with the capture', { timeout: 240_000 }, async () => {
+  const engine = await startTestEngine();
+  const dataDir = join(dir, 'live');
+  const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.engine.modelName, dataDir });
+  const warnings: string[] = [];
+  const live = new LiveTokenTexts(() => dataDir, { warn: (m) => warnings.push(m) }, 50);
+  const sub = proxy.sessions.onDidRecordCall((rec) => live.noteCall(rec));
+  try {
+    const session = proxy.sessions.create();
+    const res = await fetch(`${proxy.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${session.session_id}` }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'Kept with the capture' }], max_tokens: 2 }) });
+    assert.equal(res.status, 200);
+    assert.equal(live.read(session.session_id), undefined, 'nothing is fetched on the call path');
+    await live.idle();
+    const ids = proxy.sessions.calls(session.session_id)[0]!.prompt_token_ids!;
+    const kept = live.read(session.session_id)!;
+    assert.ok(kept, `no texts kept (${warnings.join('; ')})`);
+    assert.match(ids.map((id) => kept[id]).join(''), /<\|im_start\|>user\nKept with the capture<\|im_end\|>/);
+    assert.ok(existsSync(join(dataDir, 'token-texts', `${session.session_id}.json`)));
+    live.delete(session.session_id);
+    assert.equal(live.read(session.session_id), undefined);
+  } finally {
+    sub.dispose();
+    live.dispose();
+    await proxy.close();
+    await engine.close();
+  }
 });
