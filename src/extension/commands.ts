@@ -34,6 +34,8 @@ export interface CommandHost {
   viewer: RolloutViewerPanels;
   /** The embedded engine "Start Embedded Engine" started, if any. */
   engineSlot: EngineSlot;
+  /** Prompt-token texts kept with sessions (deleted with their session). */
+  tokenTexts?: { delete(sessionId: string): void };
   refreshSessions(): void;
   refreshTasks(): void;
   refreshEngines(): void;
@@ -293,6 +295,7 @@ async function deleteSession(host: CommandHost, arg: unknown): Promise<boolean> 
   const ok = await vscode.window.showWarningMessage(`Delete session ${sessionId} and all its captured calls?`, { modal: true }, 'Delete');
   if (ok !== 'Delete') return false;
   const deleted = await host.controller.deleteSession(sessionId);
+  host.tokenTexts?.delete(sessionId);
   host.log.info(`session ${sessionId} ${deleted ? 'deleted' : 'was already gone'}`);
   host.refreshSessions();
   return deleted;

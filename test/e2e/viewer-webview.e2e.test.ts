@@ -160,10 +160,21 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
       else if (turn.sampled_ids.length) checkedUntrained++;
     }
     assert.ok(checkedTrained >= 3 && checkedUntrained >= 3, `${checkedTrained} trained, ${checkedUntrained} untrained turns checked`);
-    // The button and the key agree.
+    // The button and the key agree, and toggling keeps the reader's place: same turn, same scroll.
+    const longest = fx.data.turns.reduce((a, t) => (t.prompt_ids.length > a.prompt_ids.length ? t : a));
+    await page.click(`.graph-row[data-node="${longest.node_id}"]`);
+    await settledStrip(page, longest.node_id);
+    await page.$eval('.strip', (e) => (e.scrollTop = Math.floor(e.scrollHeight / 3)));
+    await page.waitForFunction(STRIP_UNCHANGED_FOR_TWO_FRAMES);
+    const place = await page.$eval('.strip', (e) => e.scrollTop);
     await page.click('[data-testid="mask-toggle"]');
     assert.equal(await page.evaluate(() => document.body.classList.contains('mask-on')), true);
+    await page.waitForFunction(STRIP_UNCHANGED_FOR_TWO_FRAMES);
+    assert.equal(await currentNode(page), longest.node_id);
+    assert.equal(await page.$eval('.strip', (e) => e.scrollTop), place, 'the strip stays where the reader was');
     await page.keyboard.press('m');
+    await page.waitForFunction(STRIP_UNCHANGED_FOR_TWO_FRAMES);
+    assert.equal(await page.$eval('.strip', (e) => e.scrollTop), place);
   });
 
   test('stepping, branches, graph clicks and the remembered position', async () => {
