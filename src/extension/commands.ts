@@ -19,7 +19,7 @@ import { NotRunningError, type ProxyController } from './proxy-controller.js';
 import type { ReadonlyDocuments } from './readonly-docs.js';
 import { viewerTargetOf, type RolloutViewerPanels } from './rollout-viewer-panel.js';
 import type { CallNode, SessionNode } from './sessions-model.js';
-import { SETTINGS_SECTION, readSettings, type HarnessLabSettings } from './settings.js';
+import { SETTINGS_SECTION, readSettings, settingKey, type HarnessLabSettings } from './settings.js';
 import { quickActions } from './status-model.js';
 import { capturedTerminalEnv, codexConfigToml, envSnippets, type CaptureTarget } from './terminal-env.js';
 
@@ -158,13 +158,14 @@ async function setEngineUrl(): Promise<void> {
   const value = await vscode.window.showInputBox({
     title: 'Harness Lab: inference engine URL',
     prompt: 'OpenAI-compatible base URL of an engine that returns token ids (vLLM, SGLang, or the bundled CPU engine: "Harness Lab: Start Embedded Engine")',
-    value: config.get<string>('engineUrl') || 'http://127.0.0.1:8000/v1',
+    value: currentSettings().engineUrl || 'http://127.0.0.1:8000/v1',
     validateInput: (v) => (/^https?:\/\/[^\s/]+/.test(v.trim()) ? undefined : 'Enter an http:// or https:// URL'),
   });
   if (value === undefined) return;
-  const inspect = config.inspect<string>('engineUrl');
+  const inspect = config.inspect<string>(settingKey('engineUrl'));
+  const legacy = config.inspect<string>('engineUrl');
   const target = inspect?.workspaceValue !== undefined ? vscode.ConfigurationTarget.Workspace : vscode.ConfigurationTarget.Global;
-  await config.update('engineUrl', value.trim(), target);
+  await config.update(settingKey('engineUrl'), value.trim(), legacy?.workspaceValue ? vscode.ConfigurationTarget.Workspace : target);
 }
 
 async function setAdminKey(host: CommandHost): Promise<void> {
@@ -277,10 +278,11 @@ async function startEmbeddedEngine(host: CommandHost, arg: unknown): Promise<str
   });
   host.engineSlot.replace(engine);
   const config = vscode.workspace.getConfiguration(SETTINGS_SECTION);
-  const target = (key: string) => (config.inspect(key)?.workspaceValue !== undefined ? vscode.ConfigurationTarget.Workspace : vscode.ConfigurationTarget.Global);
+  // Where the current value lives wins (a workspace value would shadow a user-level one).
+  const target = (...keys: string[]) => (keys.some((k) => config.inspect(k)?.workspaceValue !== undefined) ? vscode.ConfigurationTarget.Workspace : vscode.ConfigurationTarget.Global);
   // The engine serves one model; an empty model setting means "the engine's only model".
   await config.update('model', '', target('model'));
-  await config.update('engineUrl', engine.url, target('engineUrl'));
+  await config.update(settingKey('engineUrl'), engine.url, target(settingKey('engineUrl'), 'engineUrl'));
   host.refreshEngines();
   const start = 'Start Proxy';
   void vscode.window.showInformationMessage(`Harness Lab: embedded engine on ${engine.url}${picked.policy ? ` following ${picked.label.replace(/^\$\([\w-]+\) /, '')}` : ''}.`, ...(host.controller.running ? [] : [start])).then(async (c) => {

@@ -73,8 +73,8 @@ class HarnessLab extends Disposable {
         engines.refresh();
         showStored();
         // A new engine URL is graded right away (the proxy grades its own at start).
-        if (e.affectsConfiguration(`${SETTINGS_SECTION}.engineUrl`) && engineUrl() && !controller.running) void vscode.commands.executeCommand('harnessLab.probeEngine', { kind: 'engine', url: engineUrl(), quiet: true });
-        if (controller.running && ['engineUrl', 'model', 'proxyHost', 'proxyPort', 'dataDir'].some((k) => e.affectsConfiguration(`${SETTINGS_SECTION}.${k}`))) {
+        if ((e.affectsConfiguration(`${SETTINGS_SECTION}.engineURL`) || e.affectsConfiguration(`${SETTINGS_SECTION}.engineUrl`)) && engineUrl() && !controller.running) void vscode.commands.executeCommand('harnessLab.probeEngine', { kind: 'engine', url: engineUrl(), quiet: true });
+        if (controller.running && ['engineURL', 'engineUrl', 'model', 'proxyHost', 'proxyPort', 'dataDir'].some((k) => e.affectsConfiguration(`${SETTINGS_SECTION}.${k}`))) {
           void vscode.window.showInformationMessage('Harness Lab settings changed; restart the proxy to apply them.', 'Restart Proxy').then(async (c) => {
             if (!c) return;
             await controller.stop();

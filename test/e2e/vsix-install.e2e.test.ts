@@ -176,7 +176,7 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     await page.locator('.settings-editor .setting-item-contents', { hasText: 'Runs Dir' }).first().waitFor({ timeout: 20_000 });
     const titles = await page.locator('.settings-editor .setting-item-contents .setting-item-label').allInnerTexts();
     await shot(page, '09-user-settings');
-    for (const t of ['Engine Url', 'Model', 'Proxy Host', 'Proxy Port', 'Data Dir', 'Runs Dir']) assert.ok(titles.some((x) => x.includes(t)), `"${t}" is on the User tab: ${JSON.stringify(titles)}`);
+    for (const t of ['Engine URL', 'Model', 'Proxy Host', 'Proxy Port', 'Data Dir', 'Runs Dir']) assert.ok(titles.some((x) => x.includes(t)), `"${t}" is on the User tab: ${JSON.stringify(titles)}`);
   } catch (err) {
     await shot(page, '99-failure').catch(() => undefined);
     const logs = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log'));

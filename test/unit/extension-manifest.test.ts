@@ -5,7 +5,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { SettingsSchema, readSettings } from '../../src/extension/settings.js';
+import { SETTING_KEYS, SettingsSchema, readSettings } from '../../src/extension/settings.js';
 
 const root = join(__dirname, '..', '..');
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
@@ -51,10 +51,17 @@ test('the Harness Lab container holds Sessions, Tasks and Engines, each with wel
 });
 
 test('settings in package.json match the schema, including defaults', () => {
-  const props = contributes.configuration.properties as Record<string, { default: unknown }>;
-  assert.deepEqual(Object.keys(props).map((k) => k.replace(/^harnessLab\./, '')).sort(), Object.keys(SettingsSchema.shape).sort());
+  const all = contributes.configuration.properties as Record<string, { default: unknown; markdownDeprecationMessage?: string; scope?: string; markdownDescription?: string }>;
+  // Deprecated keys are older names still read (settings.ts SETTING_KEYS); the rest map one to one.
+  const props = Object.fromEntries(Object.entries(all).filter(([, v]) => !v.markdownDeprecationMessage));
+  const schemaKey = (k: string) => Object.entries(SETTING_KEYS).find(([, keys]) => keys[0] === k)?.[0] ?? k;
+  assert.deepEqual(Object.keys(props).map((k) => schemaKey(k.replace(/^harnessLab\./, ''))).sort(), Object.keys(SettingsSchema.shape).sort());
   const defaults = readSettings(() => undefined) as Record<string, unknown>;
-  for (const [key, spec] of Object.entries(props)) assert.deepEqual(spec.default, defaults[key.replace(/^harnessLab\./, '')], key);
+  for (const [key, spec] of Object.entries(props)) assert.deepEqual(spec.default, defaults[schemaKey(key.replace(/^harnessLab\./, ''))], key);
+  // On the User tab in remote workbenches (code-server): no machine scopes; "Engine URL" as the title.
+  for (const [key, spec] of Object.entries(all)) assert.ok(!spec.scope?.startsWith('machine'), `${key} is machine-scoped`);
+  assert.ok(all['harnessLab.engineURL'], 'harnessLab.engineURL (titled "Engine URL")');
+  assert.match(all['harnessLab.proxyHost']?.markdownDescription ?? '', /\(command:harnessLab\.setAdminKey\)/);
   assert.equal(props['harnessLab.proxyHost']!.default, '127.0.0.1');
   assert.ok(!Object.keys(props).some((k) => /key|token|secret/i.test(k)), 'no credentials in settings (SecretStorage only)');
 });

@@ -34,6 +34,9 @@ test('settings: defaults, and bad values named by their key', () => {
   assert.deepEqual(defaults, { engineUrl: '', model: '', proxyHost: '127.0.0.1', proxyPort: 0, dataDir: '', runsDir: '.harness-lab/runs', autoStart: false, maxModelCalls: 0 });
   const values: Record<string, unknown> = { engineUrl: ' http://gpu:8000/v1 ', proxyPort: 8787, autoStart: true };
   assert.deepEqual(readSettings((k) => values[k]), { ...defaults, engineUrl: 'http://gpu:8000/v1', proxyPort: 8787, autoStart: true });
+  // harnessLab.engineURL wins; the older engineUrl is read when it is empty.
+  assert.equal(readSettings((k) => ({ engineURL: 'http://new:1', engineUrl: 'http://old:1' })[k]).engineUrl, 'http://new:1');
+  assert.equal(readSettings((k) => ({ engineURL: '', engineUrl: 'http://old:1' })[k]).engineUrl, 'http://old:1');
   assert.throws(() => readSettings((k) => ({ proxyPort: 70000 })[k]), (err: Error) => err instanceof SettingsError && /harnessLab\.proxyPort/.test(err.message));
   assert.throws(() => readSettings((k) => ({ engineUrl: 'gpu:8000' })[k]), /harnessLab\.engineUrl: must be an http/);
   assert.throws(() => readSettings((k) => ({ proxyHost: '' })[k]), /harnessLab\.proxyHost/);
