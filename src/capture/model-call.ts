@@ -12,7 +12,7 @@ import type { SessionRegistry } from './session-registry.js';
 import type { CaptureSession } from './sessions.js';
 import { SseKeepalive, writeSse } from './sse.js';
 import { StoreWriteError } from './store.js';
-import { EngineResponseError, buildEngineRequest, isContextOverflow, normaliseEngineResponse, storedEngineResponse } from './upstream.js';
+import { EngineResponseError, buildEngineRequest, distributionChangingField, isContextOverflow, normaliseEngineResponse, storedEngineResponse } from './upstream.js';
 import { DialectError, type CallError, type CallRecord, type CaptureLevel, type ChatRequest, type ChatResponse, type Dialect, type DialectContext, type JsonObject } from './types.js';
 
 export interface ModelCallLimits {
@@ -94,6 +94,10 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     return replyError(res, dialect, 400, `could not read the request: ${err instanceof Error ? err.message : String(err)}`);
   }
   if (chat.n !== undefined && chat.n !== null && chat.n !== 1) return replyError(res, dialect, 400, 'capture supports exactly one completion per request (n=1)');
+  if (session.info.sampling) {
+    const field = distributionChangingField(chat);
+    if (field) return replyError(res, dialect, 400, `${field} is not allowed on a training session with pinned sampling: it changes the distribution the tokens are sampled from, so their logprobs would not be the policy's`);
+  }
 
   let level: CaptureLevel;
   try {

@@ -102,7 +102,9 @@ describe('batches on Docker', { concurrency: false }, () => {
     await waitFor('the resumed lab to re-queue what the dead one left', async () => (interrupted.every((id) => readRolloutState(dir, id).attempts[0]?.outcome === 'interrupted') ? true : undefined), 60_000);
     const ctr = async (s: RolloutState) => (await batchContainers(docker, batchId)).find((c) => c.Labels[LABEL.rollout] === s.rollout_id && c.State === 'running');
     const frozen = await waitFor('a slow-file rollout inside its tool', async () => midAgent(dir, 'slow-file.'), 180_000);
-    await docker.getContainer((await waitFor('the frozen rollout container', () => ctr(frozen), 30_000)).Id).pause();
+    // runc's freezer can refuse while a process in the container is forking ("unable to freeze"): try again.
+    const frozenCtr = docker.getContainer((await waitFor('the frozen rollout container', () => ctr(frozen), 30_000)).Id);
+    await waitFor('docker pause to take', () => frozenCtr.pause().then(() => true, (err: Error) => (/unable to freeze/.test(err.message) ? undefined : Promise.reject(err))), 30_000);
     const killed = await waitFor('another slow-file rollout inside its tool', async () => midAgent(dir, 'slow-file.', [frozen.rollout_id]), 180_000);
     await docker.getContainer((await waitFor('the killed rollout container', () => ctr(killed), 30_000)).Id).kill();
     const resumed = await resuming;
