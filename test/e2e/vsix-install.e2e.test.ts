@@ -56,6 +56,7 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
   const docker = spawnSync('docker', ['image', 'inspect', 'harness-lab/base:bookworm'], { encoding: 'utf8' });
   if (docker.status !== 0) assert.fail(`Docker with the image harness-lab/base:bookworm is needed (run \`harness-lab images\`): ${docker.stderr.trim()}`);
   mkdirSync(ARTIFACTS, { recursive: true });
+  for (const f of readdirSync(ARTIFACTS)) if (/^vsix-.*\.png$/.test(f)) rmSync(join(ARTIFACTS, f)); // an earlier run's
   stateDir = mkdtempSync(join(tmpdir(), 'hl-vsix-'));
 
   // 1. The package, exactly as `npm run package` makes it.
