@@ -5,6 +5,7 @@ import { idsWithoutText } from '../protocol/viewer-data.js';
 import { BatchFileError } from '../batch/state.js';
 import { buildGroupReportHtml } from '../report/group-html.js';
 import { buildGroupView, GroupViewError } from '../report/group-view.js';
+import { modelNamesOf, offlineTokenTexts } from '../report/offline-token-texts.js';
 import { buildReportHtml, loadViewerAssets } from '../report/report-html.js';
 import { withoutSessionKey } from '../report/redact-session.js';
 import { checkTrajectory, findTrajectory, loadRollout } from '../report/rollout-loader.js';
@@ -19,8 +20,9 @@ it opens in any browser, offline.
 
   --trajectory FILE  the harness's ATIF trajectory.json for the cross-check (default: one found next to ROLLOUT)
   --no-trajectory    do not look for a trajectory
-  --engine URL       fetch prompt-token texts from this engine's /detokenize (default: token ids where the
-                     capture has no bytes)
+  --engine URL       fetch prompt-token texts from this engine's /detokenize (default, and for what the
+                     engine cannot name: the model's tokenizer on this machine, i.e. the embedded engine's
+                     GGUF or a tokenizer.json in the Hugging Face cache; else token ids, saying so)
   --model NAME       model name for /detokenize (vLLM)
   --batch DIR        a batch directory: with --group, the group view instead of one rollout
   --group G          the group to show: its members side by side, reward histograms of the batch and per
@@ -66,6 +68,13 @@ export const reportCommand = defineCommand({
       const ids = idsWithoutText(rollout.data);
       const r = await fetchTokenTexts(flags.engine, ids, flags.model ? { model: flags.model } : {});
       rollout.data.token_texts = { ...rollout.data.token_texts, ...r.texts };
+      if (r.problem) process.stderr.write(`harness-lab report: ${r.problem}\n`);
+    }
+    const rest = idsWithoutText(rollout.data);
+    if (rest.length) {
+      const r = await offlineTokenTexts([...(flags.model ? [flags.model] : []), ...modelNamesOf(rollout.data, rollout.doc)], rest);
+      rollout.data.token_texts = { ...rollout.data.token_texts, ...r.texts };
+      if (r.source) process.stdout.write(`prompt-token texts from ${r.source.path} (${Object.keys(r.texts).length} ids)\n`);
       if (r.problem) process.stderr.write(`harness-lab report: ${r.problem}\n`);
     }
     const html = buildReportHtml(rollout.data.session_id ? withoutSessionKey(rollout.data, rollout.data.session_id) : rollout.data, loadViewerAssets());

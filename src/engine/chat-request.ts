@@ -103,6 +103,10 @@ export const completionRequestSchema = z
   .passthrough();
 
 export type CompletionRequest = z.infer<typeof completionRequestSchema>;
+/** vLLM's `POST /detokenize` body. */
+export const detokenizeRequestSchema = z.object({ model: z.string().optional(), tokens: z.array(z.int().min(0)).max(1_000_000) }).passthrough();
+
+export type DetokenizeRequest = z.infer<typeof detokenizeRequestSchema>;
 
 /** A request the engine refuses; `status` becomes the HTTP status. */
 export class EngineRequestError extends Error {

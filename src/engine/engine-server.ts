@@ -1,10 +1,10 @@
 // HTTP front of the embedded engine with vLLM's routes and shapes: POST /v1/chat/completions
-// (JSON or SSE), POST /v1/completions (prompt_logprobs scoring only), POST /tokenize, GET /v1/models,
-// GET /health. Loopback by default.
+// (JSON or SSE), POST /v1/completions (prompt_logprobs scoring only), POST /tokenize, POST /detokenize,
+// GET /v1/models, GET /health. Loopback by default.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { ChatChoice, ChatResponse } from '../capture/types.js';
-import { chatRequestSchema, completionRequestSchema, describeIssues, EngineRequestError, tokenizeRequestSchema } from './chat-request.js';
+import { chatRequestSchema, completionRequestSchema, describeIssues, detokenizeRequestSchema, EngineRequestError, tokenizeRequestSchema } from './chat-request.js';
 import type { GeneratedToken, LlamaEngine } from './llama-engine.js';
 
 const MAX_BODY = 32 * 1024 * 1024;
@@ -55,6 +55,7 @@ export class EngineServer {
       '/health': ['GET', () => json(res, 200, { status: 'ok', model: this.engine.modelName })],
       '/v1/models': ['GET', () => json(res, 200, this.models())],
       '/tokenize': ['POST', async () => json(res, 200, this.engine.tokenize(parse(tokenizeRequestSchema, await readJson(req))))],
+      '/detokenize': ['POST', async () => json(res, 200, this.engine.detokenize(parse(detokenizeRequestSchema, await readJson(req))))],
       '/v1/chat/completions': ['POST', () => this.chat(req, res)],
       '/v1/completions': ['POST', () => this.completions(req, res)],
     };

@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import type { ChatMessage, ChatResponse, ChatTool, LogprobEntry } from '../capture/types.js';
 import { parseAssistantOutput, renderAssistantText } from './assistant-output.js';
 import { ChatTemplate } from './chat-template.js';
-import { EngineRequestError, type CompletionRequest, type EngineChatRequest, type TokenizeRequest } from './chat-request.js';
+import { EngineRequestError, type CompletionRequest, type EngineChatRequest, type DetokenizeRequest, type TokenizeRequest } from './chat-request.js';
 import { ContextOverflowError, type LlamaRuntime } from './llama-runtime.js';
 import type { ScriptedPolicy } from './policy.js';
 import { Prng } from './prng.js';
@@ -118,6 +118,15 @@ export class LlamaEngine {
           );
     const tokens = this.runtime.tokenize(text);
     return { count: tokens.length, max_model_len: this.runtime.contextSize, tokens, token_strs: null };
+  }
+
+  /** vLLM's `POST /detokenize`: ids to text, special tokens written out (so a prompt reads as the model saw it). */
+  detokenize(req: DetokenizeRequest): { prompt: string } {
+    this.checkModel(req.model);
+    const n = this.runtime.vocabSize;
+    const bad = req.tokens.find((id) => n !== null && id >= n);
+    if (bad !== undefined) throw new EngineRequestError(`token id ${bad} is outside the vocabulary (${n} tokens)`);
+    return { prompt: this.runtime.detokenize(req.tokens, true) };
   }
 
   /** Answers one chat completion (non-streamed shape; streaming wraps it with `events`). */

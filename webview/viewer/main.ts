@@ -11,7 +11,7 @@ import type { GroupViewData } from '../../src/protocol/group-data.js';
 import { fromWire, type TurnDetails, type ViewerData, type ViewerTurn, type ViewerWire } from '../../src/protocol/viewer-data.js';
 import { GraphView } from './graph.js';
 import { renderGroup } from './group.js';
-import { Navigator, TokenTexts, addedByHarness, liveFocus, logprobBucket, turnTokens, type TurnTokens } from './model.js';
+import { Navigator, TokenTexts, addedByHarness, liveFocus, logprobBucket, plural, turnTokens, type TurnTokens } from './model.js';
 import { addedPanel, atifPanel, findingsPanel, gradeClass, h, rawPanel } from './panels.js';
 import { TokenStrip, type TokenDetail } from './strip.js';
 import { HostTransport, vsCodeApi, type VsCodeApi } from './transport.js';
@@ -97,14 +97,19 @@ class Viewer {
       'header',
       { class: 'top' },
       h('h1', {}, data.title),
-      h('span', { class: 'muted', 'data-testid': 'summary' }, `${data.turns.length} calls · ${data.graph.roots.length} roots · ${data.capture_level} · ${data.rollout_type}${stats ? ` · ${stats.n_trainable_tokens} trainable tokens` : ''}`),
+      h('span', { class: 'muted', 'data-testid': 'summary' }, `${plural(data.turns.length, 'call')} · ${plural(data.graph.roots.length, 'root')} · ${data.capture_level} · ${data.rollout_type}${stats ? ` · ${stats.n_trainable_tokens} trainable tokens` : ''}`),
       this.verdict,
       h('span', { class: 'spacer' }),
-      button('◀ Turn', 'Previous turn [k]', 'prev-turn', () => this.step(-1)),
-      button('Turn ▶', 'Next turn [j]', 'next-turn', () => this.step(1)),
-      button('◀ Branch', 'Previous branch [[]', 'prev-branch', () => this.branch(-1)),
-      button('Branch ▶', 'Next branch []]', 'next-branch', () => this.branch(1)),
-      this.maskButton,
+      // One group: when the header wraps, the turn and branch buttons move together.
+      h(
+        'div',
+        { class: 'nav', role: 'group', 'aria-label': 'Navigate turns' },
+        button('◀ Turn', 'Previous turn [k]', 'prev-turn', () => this.step(-1)),
+        button('Turn ▶', 'Next turn [j]', 'next-turn', () => this.step(1)),
+        button('◀ Branch', 'Previous branch [[]', 'prev-branch', () => this.branch(-1)),
+        button('Branch ▶', 'Next branch []]', 'next-branch', () => this.branch(1)),
+        this.maskButton,
+      ),
     );
     this.graph = new GraphView(data, this.nav.byId, (id) => this.go(id));
     const legend = h(

@@ -230,3 +230,8 @@ export function liveFocus(previous: { currentId: string; newestId: string | unde
   if (previous.currentId === previous.newestId) return newest;
   return next.turns.some((t) => t.node_id === previous.currentId) ? previous.currentId : newest;
 }
+
+/** `1 root`, `2 roots`: counts read as English. */
+export function plural(n: number, one: string, many = `${one}s`): string {
+  return `${n} ${n === 1 ? one : many}`;
+}
