@@ -134,7 +134,7 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
     const cliDone = new Promise<number | null>((res) => cli.on('close', res));
 
     await runCommand(page, 'Harness Lab: Submit Rollout Batch...');
-    await pick(page, 'harness-lab/hello-file', { check: true }); // tasks (multi-select)
+    await pick(page, 'tasks/hello-file', { check: true }); // tasks (multi-select), by folder
     await pick(page, 'react', { check: true }); // harnesses (multi-select)
     const size = page.locator('.quick-input-widget input.input:visible');
     await size.waitFor({ timeout: 15_000 });
@@ -193,7 +193,7 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
     // Cancel from the progress notification: the runner's cancel path (batch cancel) stops the lab.
     await runCommand(page, 'View: Close All Editors');
     await runCommand(page, 'Harness Lab: Submit Rollout Batch...');
-    await pick(page, 'e2e/sleepy', { check: true });
+    await pick(page, 'tasks/sleepy', { check: true });
     await pick(page, 'react', { check: true });
     await page.locator('.quick-input-widget input.input:visible').fill('2');
     await page.keyboard.press('Enter');
