@@ -223,6 +223,22 @@ describe('harness-lab serve with the Docker backend and the embedded engine, dri
     assert.ok(seen.length >= 2 * (GROUP - 1), `the engine saw ${seen.length} harness calls`);
     for (const b of seen) for (const [k, v] of Object.entries(PINNED)) assert.equal(b[k], v, `engine saw ${k}=${b[k]}`);
     assert.deepEqual(await servedContainers(docker), [], 'no sandbox is left');
+
+    // The ids and logprobs a trainer got are the engine's: asked again, straight, with a body it saw
+    // (a first turn and the last answer), the engine gives the same prompt and completion ids and,
+    // to float noise, the same logprobs as the served turn with that prompt.
+    const keptTurns = good.flatMap((r) => r.turns.filter((t: any) => t.role === 'agent' && !t.discarded && t.completion_token_ids.length > 0));
+    for (const body of [seen[0], seen.at(-1)]) {
+      const res = await fetch(`${engine.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: false }) });
+      assert.equal(res.status, 200);
+      const answer = (await res.json()) as any;
+      const turn = keptTurns.find((t: any) => JSON.stringify(t.prompt_token_ids) === JSON.stringify(answer.prompt_token_ids));
+      assert.ok(turn, 'a served turn has the prompt the engine tokenized');
+      assert.deepEqual(answer.choices[0].token_ids, turn.completion_token_ids);
+      const lps = answer.choices[0].logprobs.content.map((c: any) => c.logprob as number);
+      assert.equal(lps.length, turn.per_token_logps.length);
+      lps.forEach((lp: number, i: number) => assert.ok(Math.abs(lp - turn.per_token_logps[i]) < 1e-3, `token ${i}: engine ${lp}, served ${turn.per_token_logps[i]}`));
+    }
     const turns = good.reduce((n, r) => n + r.n_turns, 0);
     const tokens = good.reduce((n, r) => n + r.n_trainable_tokens, 0);
     process.stderr.write(`[serve-embedded] group of ${GROUP}: ${wallS.toFixed(1)} s wall, ${seen.length} engine calls, ${turns} turns, ${tokens} trainable tokens; per rollout wall_s ${results.map((r) => r.wall_s.toFixed(1)).join(', ')}\n`);
