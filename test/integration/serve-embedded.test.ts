@@ -37,7 +37,7 @@ interface EngineProcess {
 
 /** `harness-lab engine --policy FILE` as its own process, so its CPU work never stalls the client's sockets. */
 function startEngineProcess(policyFile: string): Promise<EngineProcess> {
-  const env = { ...process.env, HARNESS_LAB_DATA_DIR: TEST_DATA_DIR };
+  const env: NodeJS.ProcessEnv = { ...process.env, HARNESS_LAB_DATA_DIR: TEST_DATA_DIR };
   delete env.HARNESS_LAB_POLICY_ENGINE;
   const child = spawn(process.execPath, ['--import', 'tsx', join(REPO, 'src', 'cli', 'main.ts'), 'engine', '--port', '0', '--policy', policyFile], { cwd: REPO, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
