@@ -110,7 +110,7 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
   await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
 
   try {
-    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
+    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true }); // a view's progress badge may cover it
     await widenSidebar(page, 620);
     const view = pane(page, /^batches/i);
     await view.locator('.pane-header').waitFor({ timeout: 30_000 });
