@@ -11,6 +11,7 @@ import { listShippedPolicies } from '../engine/policy.js';
 import { bundledCli, EngineProcess, type EngineSlot } from './embedded-engine-process.js';
 import { probeEngine } from '../capture/engine-probe.js';
 import type { CaptureProxy } from '../capture/proxy.js';
+import { cancelBatchCommand, openBatchRollout, submitRolloutBatch, type BatchCommandContext } from './batch-commands.js';
 import type { EngineNode } from './engines-view.js';
 import { runTaskWithHarness, validateHarnessWiring } from './harness-run-commands.js';
 import type { Logger } from './logger.js';
@@ -39,6 +40,9 @@ export interface CommandHost {
   refreshSessions(): void;
   refreshTasks(): void;
   refreshEngines(): void;
+  refreshBatches(): void;
+  /** Where Submit Rollout Batch writes new batches (the Batches view's folder); undefined without a workspace. */
+  batchesFolder(): string | undefined;
 }
 
 export function currentSettings(): HarnessLabSettings {
@@ -398,7 +402,15 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.refreshSessions': { run: async (host) => host.refreshSessions() },
     'harnessLab.refreshTasks': { run: async (host) => host.refreshTasks() },
     'harnessLab.refreshEngines': { run: async (host) => host.refreshEngines() },
+    'harnessLab.submitBatch': { run: (host, arg) => submitRolloutBatch(batchContext(host), arg) },
+    'harnessLab.cancelBatch': { run: (host, arg) => cancelBatchCommand(batchContext(host), arg) },
+    'harnessLab.openBatchRollout': { run: (_host, arg) => openBatchRollout(arg) },
+    'harnessLab.refreshBatches': { run: async (host) => host.refreshBatches() },
   };
+}
+
+function batchContext(host: CommandHost): BatchCommandContext {
+  return { ...host, engineUrl: () => currentSettings().engineUrl, model: () => currentSettings().model };
 }
 
 function harnessRunContext(host: CommandHost) {

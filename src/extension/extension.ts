@@ -5,6 +5,7 @@ import * as vscode from 'vscode';
 import { z } from 'zod';
 import { CaptureProxy } from '../capture/proxy.js';
 import type { CallRecord } from '../capture/types.js';
+import { BatchesView } from './batches-view.js';
 import { registerCommands, currentSettings } from './commands.js';
 import { EngineSlot } from './embedded-engine-process.js';
 import { EnginesView } from './engines-view.js';
@@ -50,6 +51,7 @@ class HarnessLab extends Disposable {
     const sessions = this._register(new SessionsView(controller));
     const tasks = this._register(new TasksView(log));
     const engines = this._register(new EnginesView(controller, () => [engineUrl()].filter(Boolean)));
+    const batches = this._register(new BatchesView(() => safeSettings()?.batchesFolder ?? ''));
     this._register(new ProxyStatusBar(controller, engineUrl));
 
     const showStored = () => {
@@ -69,6 +71,7 @@ class HarnessLab extends Disposable {
     this._register(
       vscode.workspace.onDidChangeConfiguration((e) => {
         if (!e.affectsConfiguration(SETTINGS_SECTION)) return;
+        if (e.affectsConfiguration(`${SETTINGS_SECTION}.batchesFolder`)) batches.rewatch();
         setContext();
         engines.refresh();
         showStored();
@@ -90,7 +93,7 @@ class HarnessLab extends Disposable {
     const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m), dataDirs: () => [context.globalStorageUri.fsPath], storedTokenTexts: (id) => liveTexts.read(id) });
     for (const d of viewer.disposables) this._register(d);
     const engineSlot = this._register(new EngineSlot());
-    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, engineSlot, tokenTexts: liveTexts, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
+    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, engineSlot, tokenTexts: liveTexts, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh(), refreshBatches: () => batches.refresh(), batchesFolder: () => batches.submitFolder() })) this._register(d);
 
     const settings = safeSettings(log);
     if (settings?.autoStart && settings.engineUrl) {
