@@ -41,6 +41,8 @@ import type { BackendModule } from './index.js';
 import { batchPaths, type BatchManifest } from '../state.js';
 import { DockerRuntime, contextHash, dockerfileBases } from '../../sandbox/docker.js';
 import { BASE_IMAGE } from '../../sandbox/images.js';
+import { connectDocker } from '../../sandbox/docker-client.js';
+import { pushImages } from '../../cluster/registry-push.js';
 
 export interface K8sBackendOptions {
   manifest: BatchManifest;
@@ -598,7 +600,8 @@ export const k8sBackendModule: BackendModule = {
   async open(ctx) {
     const images = await taskImageTags(ctx.manifest, true, ctx.log);
     const reg = ctx.manifest.k8s?.registry;
-    if (reg) ctx.log(`pods run ${[...images.values()].map((t) => clusterImage(t, reg)).join(', ')}: push them there (docker tag + docker push) if the cluster does not have them`);
+    // Pushed before anything is created in the cluster: a failed push fails the batch with no Job made.
+    if (reg) await pushImages(await connectDocker(), [...images.values()], reg, { log: ctx.log });
     const backend = await K8sBackend.open({
       manifest: ctx.manifest,
       batchDir: ctx.batchDir,
