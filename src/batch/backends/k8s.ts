@@ -43,6 +43,8 @@ import { DockerRuntime, contextHash, dockerfileBases } from '../../sandbox/docke
 import { BASE_IMAGE } from '../../sandbox/images.js';
 import { connectDocker } from '../../sandbox/docker-client.js';
 import { pushImages } from '../../cluster/registry-push.js';
+import { harnessCacheRoot } from '../../harness/run-local.js';
+import { ensureReactScript } from '../../sandbox/react-script.js';
 
 export interface K8sBackendOptions {
   manifest: BatchManifest;
@@ -567,6 +569,18 @@ export class K8sCapture implements BatchCapture {
   async close(): Promise<void> {}
 }
 
+/**
+ * HARNESS_LAB_K8S_HARNESS_FROM=hostPath: the pods mount this machine's node binary, harness cache and
+ * reference harness from the node (the test double, or kind with extraMounts of the same paths);
+ * otherwise the harness must be baked into the task image (real clusters).
+ */
+export async function harnessFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<{ harnessFrom?: HarnessSource }> {
+  const v = env.HARNESS_LAB_K8S_HARNESS_FROM;
+  if (!v || v === 'image') return {};
+  if (v !== 'hostPath') throw new ClusterError(`HARNESS_LAB_K8S_HARNESS_FROM=${v}: expected image or hostPath`);
+  return { harnessFrom: { kind: 'hostPath', nodeBinary: process.execPath, harnessCache: harnessCacheRoot(env), reactScript: await ensureReactScript() } };
+}
+
 /** The proxy image of a cluster batch: HARNESS_LAB_K8S_PROXY_IMAGE, else harness-lab's image under the registry. */
 export function defaultProxy(manifest: BatchManifest, env: NodeJS.ProcessEnv = process.env): K8sBackendOptions['proxy'] {
   return { image: env.HARNESS_LAB_K8S_PROXY_IMAGE || clusterImage('harness-lab/harness-lab:latest', manifest.k8s?.registry ?? null), command: ['harness-lab'] };
@@ -607,16 +621,23 @@ export const k8sBackendModule: BackendModule = {
       batchDir: ctx.batchDir,
       taskImage: (t) => images.get(t.name)!,
       proxy: defaultProxy(ctx.manifest),
+      ...(await harnessFromEnv()),
       ...(ctx.engineApiKey ? { engineApiKey: ctx.engineApiKey } : {}),
       log: ctx.log,
     });
     return { backend, capture: backend.capture };
   },
-  async cleanup(manifest, log) {
+  async cleanup(manifest, log, opts) {
     const cluster = loadCluster(target(manifest));
     await checkReachable(cluster);
     const removed = await deleteBatchJobs(cluster, cluster.namespace, manifest.batch_id);
     if (removed.length) log(`deleted ${removed.length} Job(s) of batch ${manifest.batch_id} in ${cluster.namespace} (propagationPolicy Background): ${removed.join(', ')}`);
+    // A finished batch needs its proxy no more (its sessions were mirrored into the batch directory);
+    // an unfinished one keeps it, so a resume finds its sessions and admin key.
+    if (opts?.finished) {
+      await teardownBatch(cluster, manifest.batch_id);
+      log(`removed the capture proxy and ConfigMaps of finished batch ${manifest.batch_id} in ${cluster.namespace}`);
+    }
     return removed;
   },
   async dryRun(plan, format) {
