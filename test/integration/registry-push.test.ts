@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type Docker from 'dockerode';
-import { k8sBackendModule } from '../../src/batch/backends/k8s.js';
+import { k8sBackendModule, pushedProxy } from '../../src/batch/backends/k8s.js';
 import { pushImages, registryAuth } from '../../src/cluster/registry-push.js';
 import { followProgress } from '../../src/sandbox/docker-client.js';
 import { tarDirectory } from '../../src/sandbox/images.js';
@@ -91,6 +91,21 @@ describe('pushing task images to --registry', { timeout: 300_000 }, () => {
     await pushImages(docker, [LOCAL], reg.host, { env });
     assert.ok(reg.manifest('harness-lab/push-test', String(process.pid)), 'pushed with the config auth');
     assert.ok(reg.requests.some((r) => r.authorized && r.method === 'PUT' && r.path.includes('/manifests/')));
+  });
+
+  it('a proxy image only the local daemon has is pushed too and referenced from the registry', async () => {
+    const reg = await startRegistryDouble();
+    registries.push(reg);
+    const full = `${reg.host}/${LOCAL}`;
+    pushedTags.push(full);
+    const proxy = await pushedProxy(docker, { image: LOCAL, command: ['harness-lab'] }, reg.host);
+    assert.deepEqual(proxy, { image: full, command: ['harness-lab'] });
+    assert.ok(reg.manifest('harness-lab/push-test', String(process.pid)));
+    // Already under the registry, or not a local image: referenced as given, nothing pushed.
+    const n = reg.requests.length;
+    assert.equal((await pushedProxy(docker, { image: full }, reg.host)).image, full);
+    assert.equal((await pushedProxy(docker, { image: 'harness-lab/not-here:1' }, reg.host)).image, 'harness-lab/not-here:1');
+    assert.equal(reg.requests.length, n);
   });
 
   it('batch open: a failed push fails before any Job (or anything else) is created in the cluster', async () => {

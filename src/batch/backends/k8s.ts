@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type * as k8s from '@kubernetes/client-node';
+import type Docker from 'dockerode';
 import { z } from 'zod';
 import { ClusterError, apiStatus, assertPermissions, checkReachable, clusterError, createOrKeep, loadCluster, type Cluster, type ClusterTarget, type Permission } from '../../cluster/kube.js';
 import {
@@ -570,6 +571,19 @@ export class K8sCapture implements BatchCapture {
 }
 
 /**
+ * A proxy image that exists only in the local daemon (HARNESS_LAB_K8S_PROXY_IMAGE=a local tag) is
+ * pushed to the registry too and referenced from there; one already under the registry, or unknown
+ * locally, is referenced as given (the cluster pulls it).
+ */
+export async function pushedProxy(docker: Docker, proxy: K8sBackendOptions['proxy'], registry: string, log?: (line: string) => void): Promise<K8sBackendOptions['proxy']> {
+  const underRegistry = proxy.image.startsWith(`${registry.replace(/\/+$/, '')}/`);
+  const local = await docker.getImage(proxy.image).inspect().then(() => true, () => false);
+  if (underRegistry || !local) return proxy;
+  const pushed = await pushImages(docker, [proxy.image], registry, { ...(log ? { log } : {}) });
+  return { ...proxy, image: pushed.get(proxy.image)! };
+}
+
+/**
  * HARNESS_LAB_K8S_HARNESS_FROM=hostPath: the pods mount this machine's node binary, harness cache and
  * reference harness from the node (the test double, or kind with extraMounts of the same paths);
  * otherwise the harness must be baked into the task image (real clusters).
@@ -615,12 +629,17 @@ export const k8sBackendModule: BackendModule = {
     const images = await taskImageTags(ctx.manifest, true, ctx.log);
     const reg = ctx.manifest.k8s?.registry;
     // Pushed before anything is created in the cluster: a failed push fails the batch with no Job made.
-    if (reg) await pushImages(await connectDocker(), [...images.values()], reg, { log: ctx.log });
+    let proxy = defaultProxy(ctx.manifest);
+    if (reg) {
+      const docker = await connectDocker();
+      await pushImages(docker, [...images.values()], reg, { log: ctx.log });
+      proxy = await pushedProxy(docker, proxy, reg, ctx.log);
+    }
     const backend = await K8sBackend.open({
       manifest: ctx.manifest,
       batchDir: ctx.batchDir,
       taskImage: (t) => images.get(t.name)!,
-      proxy: defaultProxy(ctx.manifest),
+      proxy,
       ...(await harnessFromEnv()),
       ...(ctx.engineApiKey ? { engineApiKey: ctx.engineApiKey } : {}),
       log: ctx.log,
