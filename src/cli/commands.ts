@@ -15,6 +15,7 @@ export const COMMANDS: Readonly<Record<string, () => Promise<CliCommand>>> = {
   proxy: async () => (await import('./proxy-command.js')).proxyCommand,
   report: async () => (await import('./report-command.js')).reportCommand,
   run: async () => (await import('./run-command.js')).runCommand,
+  train: async () => (await import('./train-command.js')).trainCommand,
   validate: async () => (await import('./validate-command.js')).validateCommand,
 };
 
