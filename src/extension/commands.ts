@@ -19,6 +19,8 @@ import { viewerTargetOf, type RolloutViewerPanels } from './rollout-viewer-panel
 import type { CallNode, SessionNode } from './sessions-model.js';
 import { SETTINGS_SECTION, readSettings, type HarnessLabSettings } from './settings.js';
 import { quickActions } from './status-model.js';
+import type { TrainingRuns } from './training-runs.js';
+import type { TrainingRunNode } from './training-runs-model.js';
 import { capturedTerminalEnv, codexConfigToml, envSnippets, type CaptureTarget } from './terminal-env.js';
 
 export const ADMIN_KEY_SECRET = 'harnessLab.adminKey';
@@ -33,6 +35,7 @@ export interface CommandHost {
   refreshSessions(): void;
   refreshTasks(): void;
   refreshEngines(): void;
+  trainingRuns: TrainingRuns;
 }
 
 export function currentSettings(): HarnessLabSettings {
@@ -327,6 +330,10 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.refreshSessions': { run: async (host) => host.refreshSessions() },
     'harnessLab.refreshTasks': { run: async (host) => host.refreshTasks() },
     'harnessLab.refreshEngines': { run: async (host) => host.refreshEngines() },
+    'harnessLab.startTrainingRun': { run: (host) => host.trainingRuns.start() },
+    'harnessLab.refreshTrainingRuns': { run: async (host) => host.trainingRuns.refresh() },
+    'harnessLab.showTrainingRunLogs': { run: (host, arg) => host.trainingRuns.showLogs((arg as TrainingRunNode | undefined)?.name, (arg as TrainingRunNode | undefined)?.runKind) },
+    'harnessLab.cancelTrainingRun': { run: (host, arg) => host.trainingRuns.cancel(arg as TrainingRunNode | undefined) },
   };
 }
 

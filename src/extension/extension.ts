@@ -17,6 +17,7 @@ import { SETTINGS_SECTION } from './settings.js';
 import { registerRolloutViewer } from './rollout-editor.js';
 import { ProxyStatusBar } from './status-bar.js';
 import { TasksView } from './tasks-view.js';
+import { TrainingRuns } from './training-runs.js';
 
 /** What `activate` returns: read-only access for other extensions and the extension-host tests. */
 export interface HarnessLabApi {
@@ -80,10 +81,11 @@ class HarnessLab extends Disposable {
       }),
     );
 
+    const trainingRuns = this._register(new TrainingRuns(log));
     const docs = this._register(new ReadonlyDocuments());
     const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m) });
     for (const d of viewer.disposables) this._register(d);
-    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
+    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh(), trainingRuns })) this._register(d);
 
     const settings = safeSettings(log);
     if (settings?.autoStart && settings.engineUrl) {
