@@ -6,7 +6,7 @@
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import type { Writable } from 'node:stream';
+import { PassThrough, type Writable } from 'node:stream';
 import * as k8s from '@kubernetes/client-node';
 import { z } from 'zod';
 import { shellQuote } from '../harness/registry.js';
@@ -593,16 +593,24 @@ export async function streamRunLogs(cluster: Cluster, kind: RunKind, name: strin
   if (!pod) throw new ClusterError(`training run "${name}" (${kind}) has no started pod in namespace "${cluster.namespace}" yet`);
   const podName = pod.metadata!.name!;
   const container = pod.spec?.containers[0]?.name ?? '';
+  // client-node 1.x pipes the response body into the stream it is given and never calls its done
+  // callback: a PassThrough in between ends when the body ends, while `out` (stdout) stays open.
+  const pass = new PassThrough();
+  pass.pipe(out, { end: false });
   await new Promise<void>((resolve, reject) => {
     let ctl: AbortController | undefined;
+    pass.on('end', () => resolve());
+    pass.on('error', (err) => reject(clusterError(cluster, `streaming the log of pod ${cluster.namespace}/${podName}`, err)));
     opts.signal?.addEventListener('abort', () => {
       ctl?.abort();
       resolve();
     }, { once: true });
-    new k8s.Log(cluster.kc)
-      .log(cluster.namespace, podName, container, out, (err: unknown) => (err && !opts.signal?.aborted ? reject(clusterError(cluster, `streaming the log of pod ${cluster.namespace}/${podName}`, err)) : resolve()), { follow })
-      .then((c) => (ctl = c), (err: unknown) => reject(clusterError(cluster, `streaming the log of pod ${cluster.namespace}/${podName}`, err)));
+    new k8s.Log(cluster.kc).log(cluster.namespace, podName, container, pass, { follow }).then(
+      (c) => (ctl = c),
+      (err: unknown) => reject(clusterError(cluster, `streaming the log of pod ${cluster.namespace}/${podName}`, err)),
+    );
   });
+  pass.unpipe(out);
   return { pod: podName };
 }
 
