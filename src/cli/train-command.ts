@@ -168,7 +168,7 @@ const SUBCOMMANDS: Record<string, CliCommand> = { submit, status, logs, cancel, 
 
 export const trainCommand: CliCommand = {
   name: 'train',
-  summary: 'training runs on Kubernetes (TRL TrainJob, veRL RayJob, plain Job): submit, status, logs, cancel, list',
+  summary: 'training runs on Kubernetes (TRL, veRL): submit, status, logs, cancel, list',
   usage: USAGE,
   run: async ([sub, ...rest]) => {
     if (sub === '-h' || sub === '--help') {
