@@ -22,6 +22,8 @@ import { viewerTargetOf, type RolloutViewerPanels } from './rollout-viewer-panel
 import type { CallNode, SessionNode } from './sessions-model.js';
 import { SETTINGS_SECTION, readSettings, settingKey, type HarnessLabSettings } from './settings.js';
 import { quickActions } from './status-model.js';
+import type { TrainingRuns } from './training-runs.js';
+import type { TrainingRunNode } from './training-runs-model.js';
 import { capturedTerminalEnv, codexConfigToml, envSnippets, harnessConfigFiles, type CaptureTarget } from './terminal-env.js';
 
 export const ADMIN_KEY_SECRET = 'harnessLab.adminKey';
@@ -43,6 +45,7 @@ export interface CommandHost {
   refreshBatches(): void;
   /** Where Submit Rollout Batch writes new batches (the Batches view's folder); undefined without a workspace. */
   batchesFolder(): string | undefined;
+  trainingRuns: TrainingRuns;
 }
 
 export function currentSettings(): HarnessLabSettings {
@@ -406,6 +409,10 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.cancelBatch': { run: (host, arg) => cancelBatchCommand(batchContext(host), arg) },
     'harnessLab.openBatchRollout': { run: (_host, arg) => openBatchRollout(arg) },
     'harnessLab.refreshBatches': { run: async (host) => host.refreshBatches() },
+    'harnessLab.startTrainingRun': { run: (host) => host.trainingRuns.start() },
+    'harnessLab.refreshTrainingRuns': { run: async (host) => host.trainingRuns.refresh() },
+    'harnessLab.showTrainingRunLogs': { run: (host, arg) => host.trainingRuns.showLogs((arg as TrainingRunNode | undefined)?.name, (arg as TrainingRunNode | undefined)?.runKind) },
+    'harnessLab.cancelTrainingRun': { run: (host, arg) => host.trainingRuns.cancel(arg as TrainingRunNode | undefined) },
   };
 }
 

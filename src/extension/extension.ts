@@ -20,6 +20,7 @@ import { SETTINGS_SECTION } from './settings.js';
 import { registerRolloutViewer } from './rollout-editor.js';
 import { ProxyStatusBar } from './status-bar.js';
 import { TasksView } from './tasks-view.js';
+import { TrainingRuns } from './training-runs.js';
 
 /** What `activate` returns: read-only access for other extensions and the extension-host tests. */
 export interface HarnessLabApi {
@@ -87,13 +88,14 @@ class HarnessLab extends Disposable {
       }),
     );
 
+    const trainingRuns = this._register(new TrainingRuns(log));
     const docs = this._register(new ReadonlyDocuments());
     const liveTexts = this._register(new LiveTokenTexts(() => (safeSettings() ? controller.resolveDataDir(safeSettings()!) : undefined), log));
     this._register(controller.onDidChangeData((rec) => rec && controller.running && liveTexts.noteCall(rec)));
     const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m), dataDirs: () => [context.globalStorageUri.fsPath], storedTokenTexts: (id) => liveTexts.read(id) });
     for (const d of viewer.disposables) this._register(d);
     const engineSlot = this._register(new EngineSlot());
-    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, engineSlot, tokenTexts: liveTexts, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh(), refreshBatches: () => batches.refresh(), batchesFolder: () => batches.submitFolder() })) this._register(d);
+    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, engineSlot, tokenTexts: liveTexts, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh(), refreshBatches: () => batches.refresh(), batchesFolder: () => batches.submitFolder(), trainingRuns })) this._register(d);
 
     const settings = safeSettings(log);
     if (settings?.autoStart && settings.engineUrl) {

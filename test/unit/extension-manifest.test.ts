@@ -43,10 +43,10 @@ test('menus and welcome links only name real commands', () => {
   }
 });
 
-test('the Harness Lab container holds Sessions, Tasks, Engines and Batches, each with welcome content', () => {
+test('the Harness Lab container holds Sessions, Tasks, Engines, Batches and Training Runs, each with welcome content', () => {
   assert.deepEqual(contributes.viewsContainers.activitybar.map((c: { id: string }) => c.id), ['harnessLab']);
   const views = contributes.views.harnessLab.map((v: { id: string; name: string }) => `${v.id}:${v.name}`);
-  assert.deepEqual(views, ['harnessLab.sessions:Sessions', 'harnessLab.tasks:Tasks', 'harnessLab.engines:Engines', 'harnessLab.batches:Batches']);
+  assert.deepEqual(views, ['harnessLab.sessions:Sessions', 'harnessLab.tasks:Tasks', 'harnessLab.engines:Engines', 'harnessLab.batches:Batches', 'harnessLab.trainingRuns:Training Runs']);
   for (const v of contributes.views.harnessLab) assert.ok(contributes.viewsWelcome.some((w: { view: string }) => w.view === v.id), `no welcome for ${v.id}`);
 });
 
