@@ -14,7 +14,7 @@ import type { RolloutDocument } from './rollout.js';
 import { SessionExistsError, SessionKeyInUseError, SessionRegistry, type CreatedSession } from './session-registry.js';
 import { CreateSessionSchema, type CaptureSession, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
 import { StoreWriteError } from './store.js';
-import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger, SessionInfo } from './types.js';
+import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger } from './types.js';
 import { DEFAULT_MAX_OUTPUT_TOKENS } from './upstream.js';
 
 export type { ProxyLogger } from './types.js';
