@@ -200,7 +200,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     mark('workbench');
 
     // The activity-bar container and its welcome content (proxy not running yet).
-    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
+    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
     await widenSidebar(page, 560);
     const startButton = sessionsPane(page).locator('.welcome-view-content a.monaco-button', { hasText: 'Start Proxy' });
     await startButton.waitFor({ timeout: 20_000 });
@@ -354,7 +354,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   // A new window on the same workspace (what a reload does: fresh extension host, fresh activation,
   // proxy off since auto-start is off) still lists the captured session, read from the durable store.
   await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload.filter(([k]) => k !== 'extensionTestsPath')))}`);
-  await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
+  await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
   await sessionsPane(page).locator('.monaco-list-row', { hasText: `${result.session}` }).waitFor({ timeout: 30_000 });
   await sessionsPane(page).locator('.monaco-list-row', { hasText: /4 calls · 1 failed/ }).waitFor({ timeout: 10_000 });
   await sessionsPane(page).locator('.monaco-list-row', { hasText: '#2 google_gemini' }).waitFor({ timeout: 10_000 });
