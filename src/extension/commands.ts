@@ -12,6 +12,7 @@ import { bundledCli, EngineProcess, type EngineSlot } from './embedded-engine-pr
 import { probeEngine } from '../capture/engine-probe.js';
 import type { CaptureProxy } from '../capture/proxy.js';
 import type { SessionInfo } from '../capture/types.js';
+import { cancelBatchCommand, openBatchRollout, submitRolloutBatch, type BatchCommandContext } from './batch-commands.js';
 import type { EngineNode } from './engines-view.js';
 import { runTaskWithHarness, validateHarnessWiring } from './harness-run-commands.js';
 import type { Logger } from './logger.js';
@@ -22,6 +23,8 @@ import { viewerTargetOf, type RolloutViewerPanels } from './rollout-viewer-panel
 import type { CallNode, SessionNode } from './sessions-model.js';
 import { SETTINGS_SECTION, readSettings, settingKey, type HarnessLabSettings } from './settings.js';
 import { quickActions } from './status-model.js';
+import type { TrainingRuns } from './training-runs.js';
+import type { TrainingRunNode } from './training-runs-model.js';
 import { capturedTerminalEnv, codexConfigToml, envSnippets, harnessConfigFiles, type CaptureTarget } from './terminal-env.js';
 
 export const ADMIN_KEY_SECRET = 'harnessLab.adminKey';
@@ -40,6 +43,10 @@ export interface CommandHost {
   refreshSessions(): void;
   refreshTasks(): void;
   refreshEngines(): void;
+  refreshBatches(): void;
+  /** Where Submit Rollout Batch writes new batches (the Batches view's folder); undefined without a workspace. */
+  batchesFolder(): string | undefined;
+  trainingRuns: TrainingRuns;
 }
 
 export function currentSettings(): HarnessLabSettings {
@@ -419,7 +426,19 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.refreshSessions': { run: async (host) => host.refreshSessions() },
     'harnessLab.refreshTasks': { run: async (host) => host.refreshTasks() },
     'harnessLab.refreshEngines': { run: async (host) => host.refreshEngines() },
+    'harnessLab.submitBatch': { run: (host, arg) => submitRolloutBatch(batchContext(host), arg) },
+    'harnessLab.cancelBatch': { run: (host, arg) => cancelBatchCommand(batchContext(host), arg) },
+    'harnessLab.openBatchRollout': { run: (_host, arg) => openBatchRollout(arg) },
+    'harnessLab.refreshBatches': { run: async (host) => host.refreshBatches() },
+    'harnessLab.startTrainingRun': { run: (host) => host.trainingRuns.start() },
+    'harnessLab.refreshTrainingRuns': { run: async (host) => host.trainingRuns.refresh() },
+    'harnessLab.showTrainingRunLogs': { run: (host, arg) => host.trainingRuns.showLogs((arg as TrainingRunNode | undefined)?.name, (arg as TrainingRunNode | undefined)?.runKind) },
+    'harnessLab.cancelTrainingRun': { run: (host, arg) => host.trainingRuns.cancel(arg as TrainingRunNode | undefined) },
   };
+}
+
+function batchContext(host: CommandHost): BatchCommandContext {
+  return { ...host, engineUrl: () => currentSettings().engineUrl, model: () => currentSettings().model };
 }
 
 function harnessRunContext(host: CommandHost) {

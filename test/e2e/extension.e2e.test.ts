@@ -277,8 +277,10 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     await page.keyboard.type(`node .e2e/one-call.mjs\n`, { delay: 10 });
     const oneCall = join(control, 'one-call.json');
     const deadline2 = Date.now() + 30_000;
-    while (!existsSync(oneCall) && Date.now() < deadline2) await sleep(250);
-    assert.ok(existsSync(oneCall), 'the second call in the captured terminal did not finish');
+    // The script's writeFileSync is not atomic: wait until the file holds its whole JSON.
+    const whole = () => existsSync(oneCall) && /\}\s*$/.test(readFileSync(oneCall, 'utf8'));
+    while (!whole() && Date.now() < deadline2) await sleep(250);
+    assert.ok(whole(), 'the second call in the captured terminal did not finish');
     const failedStatus = (JSON.parse(readFileSync(oneCall, 'utf8')) as { status: number }).status;
     assert.ok(failedStatus >= 500, `a call with the engine down answers 5xx, got ${failedStatus}`);
     await pane.locator('.monaco-list-row', { hasText: /#3 openai_chat\s*50\d engine/ }).waitFor({ timeout: 20_000 });
