@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { Emitter } from './events.js';
 import type { RolloutDocument } from './rollout.js';
-import { CaptureSession, SESSION_ID_PATTERN, mintSessionId, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
+import { CaptureSession, SESSION_ID_PATTERN, mintSessionId, mintSessionKey, sessionKeyHash, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
 import { CaptureStore, StoreWriteError, loadSessionFile, loadStoredSessions, sessionFileOf, type LoadedSession } from './store.js';
 import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger, SessionInfo } from './types.js';
 
@@ -35,16 +35,27 @@ export class SessionExistsError extends Error {
   }
 }
 
+export class SessionKeyInUseError extends Error {
+  constructor() {
+    super('that api_key is already the key of another session');
+  }
+}
+
 export class ReadOnlyRegistryError extends Error {
   constructor(action: string, dataDir: string) {
     super(`cannot ${action}: the sessions of ${dataDir} were opened read-only`);
   }
 }
 
+/** A new session as its creator sees it: `api_key` (its secret key) only for a keyed session, and only here. */
+export type CreatedSession = SessionInfo & { api_key?: string };
+
 const silentLogger: ProxyLogger = { info() {}, warn() {}, error() {} };
 
 export class SessionRegistry {
   private readonly sessions = new Map<string, CaptureSession>();
+  /** Keyed sessions by the SHA-256 of their key: the model routes find them here, never by id. */
+  private readonly byKeyHash = new Map<string, CaptureSession>();
   /** Read-only: every session file has been read (after `list`). */
   private allRead = false;
   private readonly recordEmitter = new Emitter<CallRecord>();
@@ -86,6 +97,7 @@ export class SessionRegistry {
   private adopt(loaded: LoadedSession): CaptureSession {
     const session = CaptureSession.fromStore(loaded);
     this.sessions.set(session.id, session);
+    if (session.info.key_sha256) this.byKeyHash.set(session.info.key_sha256, session);
     return session;
   }
 
@@ -111,7 +123,7 @@ export class SessionRegistry {
   }
 
   /** Creates a session; its header line is written behind (a failure is logged, and its calls will fail to store too). */
-  create(request: CreateSessionRequest = {}): SessionInfo {
+  create(request: CreateSessionRequest = {}): CreatedSession {
     const { info, written } = this.add(request);
     void written.catch(() => {
       // logged by add()
@@ -123,23 +135,27 @@ export class SessionRegistry {
    * Creates a session and resolves once its header line is on disk. If it cannot be written the
    * session is not created (a restart would not know it) and this rejects with the store's error.
    */
-  async createStored(request: CreateSessionRequest = {}): Promise<SessionInfo> {
+  async createStored(request: CreateSessionRequest = {}): Promise<CreatedSession> {
     const { info, written } = this.add(request);
     try {
       await written;
     } catch (err) {
       this.sessions.delete(info.session_id);
+      if (info.key_sha256) this.byKeyHash.delete(info.key_sha256);
       this.changeEmitter.fire();
       throw err;
     }
     return info;
   }
 
-  private add(request: CreateSessionRequest): { info: SessionInfo; written: Promise<void> } {
+  private add(request: CreateSessionRequest): { info: CreatedSession; written: Promise<void> } {
     this.writable('create a session');
     const defaults = this.defaults!;
     const id = request.session_id ?? mintSessionId();
     if (this.sessions.has(id)) throw new SessionExistsError(id);
+    const apiKey = request.api_key ?? (request.mint_key ? mintSessionKey() : undefined);
+    const keySha256 = apiKey === undefined ? undefined : sessionKeyHash(apiKey);
+    if (keySha256 !== undefined && this.byKeyHash.has(keySha256)) throw new SessionKeyInUseError();
     const engine = this.engineLevel();
     const info: SessionInfo = {
       session_id: id,
@@ -150,14 +166,17 @@ export class SessionRegistry {
       metadata: request.metadata ?? {},
       ...(request.sampling ? { sampling: request.sampling } : {}),
       capture_level: engine.graded ? engine.level : undefined,
+      ...(keySha256 ? { key_sha256: keySha256 } : {}),
     };
-    this.sessions.set(id, new CaptureSession(info));
+    const session = new CaptureSession(info);
+    this.sessions.set(id, session);
+    if (keySha256) this.byKeyHash.set(keySha256, session);
     const written = (this.store?.append(id, { type: 'session', ...info }) ?? Promise.resolve()).catch((err: unknown) => {
       this.log.error(`could not store session ${id}: ${err instanceof Error ? err.message : String(err)}`);
       throw err;
     });
     this.changeEmitter.fire();
-    return { info, written };
+    return { info: apiKey === undefined ? info : { ...info, api_key: apiKey }, written };
   }
 
   get(id: string): CaptureSession | undefined {
@@ -167,6 +186,17 @@ export class SessionRegistry {
     const loaded = existsSync(file) ? loadSessionFile(file) : undefined;
     if (loaded?.skipped) this.log.warn(`${file}: skipped ${loaded.skipped} unreadable line(s) (line ${loaded.skippedLines.join(', ')}), a torn write from a crash or a full disk`);
     return loaded ? this.adopt(loaded) : undefined;
+  }
+
+  /**
+   * The session a model call's key opens: a keyed session by its key only; a session without a key
+   * by its id (OpenEnv's convention, where the id is the key). A keyed session's id opens nothing.
+   */
+  findByKey(key: string): CaptureSession | undefined {
+    const keyed = this.byKeyHash.get(sessionKeyHash(key));
+    if (keyed) return this.sessions.get(keyed.id) === keyed ? keyed : undefined;
+    const byId = this.get(key);
+    return byId && !byId.info.key_sha256 ? byId : undefined;
   }
 
   /** Every session's summary (calls, tokens, budget, errors), as `GET /sessions` lists them. */
@@ -186,6 +216,8 @@ export class SessionRegistry {
 
   async delete(id: string): Promise<boolean> {
     this.writable('delete a session');
+    const keyHash = this.sessions.get(id)?.info.key_sha256;
+    if (keyHash) this.byKeyHash.delete(keyHash);
     const existed = this.sessions.delete(id);
     await this.store?.delete(id);
     if (existed) this.changeEmitter.fire();

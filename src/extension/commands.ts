@@ -11,6 +11,7 @@ import { listShippedPolicies } from '../engine/policy.js';
 import { bundledCli, EngineProcess, type EngineSlot } from './embedded-engine-process.js';
 import { probeEngine } from '../capture/engine-probe.js';
 import type { CaptureProxy } from '../capture/proxy.js';
+import type { SessionInfo } from '../capture/types.js';
 import { cancelBatchCommand, openBatchRollout, submitRolloutBatch, type BatchCommandContext } from './batch-commands.js';
 import type { EngineNode } from './engines-view.js';
 import { runTaskWithHarness, validateHarnessWiring } from './harness-run-commands.js';
@@ -107,15 +108,28 @@ async function pickSession(host: CommandHost, arg: unknown, placeHolder: string)
   return picked?.label;
 }
 
-function captureTarget(proxy: CaptureProxy, sessionId: string, model: string): CaptureTarget {
-  return { proxyUrl: proxy.url, sessionKey: sessionId, ...(model ? { model } : {}) };
+/**
+ * The keys of the sessions this window created, by session id. They live in this extension host
+ * only: the store keeps a key's hash, so a key is shown (and copyable) only while this window lives.
+ */
+const mintedKeys = new Map<string, string>();
+
+function captureTarget(proxy: CaptureProxy, sessionKey: string, model: string): CaptureTarget {
+  return { proxyUrl: proxy.url, sessionKey, ...(model ? { model } : {}) };
+}
+
+/** A session with a minted key: the harness presents the key, and the id (in every record and export) opens nothing. */
+function createKeyedSession(proxy: CaptureProxy, source: string): { info: SessionInfo; key: string } {
+  const { api_key: key, ...info } = proxy.sessions.create({ mint_key: true, metadata: { source } });
+  mintedKeys.set(info.session_id, key!);
+  return { info, key: key! };
 }
 
 async function newSession(host: CommandHost): Promise<string | undefined> {
   const proxy = await startProxy(host);
-  const info = proxy.sessions.create({ metadata: { source: 'vscode' } });
+  const { info, key } = createKeyedSession(proxy, 'vscode');
   host.log.info(`session ${info.session_id} created`);
-  const snippets = envSnippets(captureTarget(proxy, info.session_id, info.model));
+  const snippets = envSnippets(captureTarget(proxy, key, info.model));
   const all = snippets.map((s) => `# ${s.label}\n${s.text}`).join('\n\n');
   const items: (vscode.QuickPickItem & { text: string })[] = [
     { label: '$(copy) All dialects', description: 'every variable below', text: all },
@@ -123,7 +137,7 @@ async function newSession(host: CommandHost): Promise<string | undefined> {
   ];
   const picked = await vscode.window.showQuickPick(items, { title: `Session ${info.session_id}: copy the environment for a harness`, placeHolder: 'Pick a dialect to copy its env snippet', matchOnDescription: true });
   const copied = await copyToClipboard(host, picked?.text ?? all);
-  await host.docs.show(`env ${info.session_id}.sh`, `# Harness Lab capture session ${info.session_id}\n# proxy ${proxy.url}\n\n${all}\n`, 'shellscript');
+  await host.docs.show(`env ${info.session_id}.sh`, `# Harness Lab capture session ${info.session_id}\n# proxy ${proxy.url}\n# The API key below is this session's secret: it is shown once, and stored only as a hash.\n\n${all}\n`, 'shellscript');
   void vscode.window.showInformationMessage(`Session ${info.session_id} created${copied ? `; ${picked?.label.replace(/^\$\(copy\) /, '') ?? 'all dialects'} env snippet copied to the clipboard` : ''}.`);
   return info.session_id;
 }
@@ -141,11 +155,11 @@ async function copyToClipboard(host: CommandHost, text: string): Promise<boolean
 
 async function openCapturedTerminal(host: CommandHost): Promise<{ sessionId: string; terminal: vscode.Terminal }> {
   const proxy = await startProxy(host);
-  const info = proxy.sessions.create({ metadata: { source: 'terminal' } });
+  const { info, key } = createKeyedSession(proxy, 'terminal');
   const settings = currentSettings();
   const codexHome = join(host.controller.resolveDataDir(settings), 'codex-home', info.session_id);
   const configDir = join(host.controller.resolveDataDir(settings), 'harness-config', info.session_id);
-  const target: CaptureTarget = { ...captureTarget(proxy, info.session_id, info.model), codexHome, configDir };
+  const target: CaptureTarget = { ...captureTarget(proxy, key, info.model), codexHome, configDir };
   mkdirSync(codexHome, { recursive: true });
   writeFileSync(join(codexHome, 'config.toml'), codexConfigToml(target));
   // OpenClaw and Continue read the proxy only from a config file.
@@ -377,9 +391,16 @@ export function createCommands(): Record<string, CommandSpec> {
       run: async (host, arg) => {
         const sessionId = await pickSession(host, arg, 'Session whose key to copy');
         if (!sessionId) return undefined;
-        const copied = await copyToClipboard(host, sessionId);
-        void vscode.window.showInformationMessage(`${copied ? 'Copied session key' : 'Session key:'} ${sessionId} (use it as the harness's API key).`);
-        return sessionId;
+        const keyed = host.controller.listSessions().find((s) => s.session_id === sessionId)?.keyed === true;
+        const key = mintedKeys.get(sessionId) ?? (keyed ? undefined : sessionId);
+        if (key === undefined) {
+          void vscode.window.showWarningMessage(`Session ${sessionId} has a secret key that was shown once when it was created; it is not stored, so it cannot be copied now. Create a new session for a new key.`);
+          return undefined;
+        }
+        const copied = await copyToClipboard(host, key);
+        // The key itself is never put in a notification (they can be logged and screenshotted).
+        void vscode.window.showInformationMessage(`${copied ? `Copied the key of session ${sessionId}` : `Could not copy the key of session ${sessionId}`} (use it as the harness's API key).`);
+        return key;
       },
     },
     'harnessLab.openSession': {
