@@ -72,6 +72,8 @@ export interface RolloutJobInput {
   rolloutId: string;
   attempt: number;
   sessionId: string;
+  /** The key the harness presents, when it is not the session id (minted per attempt). */
+  sessionKey?: string;
   task: HarborTask;
   harness: string;
   image: string;
@@ -138,7 +140,7 @@ export function entryScript(input: RolloutJobInput): string {
     `echo ${shellQuote(`${PHASE_MARKER}verifier`)}`,
     `mkdir -p ${POD_PATHS.tests} && cp -r ${POD_PATHS.testsSource}/. ${POD_PATHS.tests}/ || exit ${INFRA_EXIT_CODE}`,
     'probe=$(env -i ' + verifierEnv.map(shellQuote).join(' ') + ' env)',
-    `case "$probe" in *${shellQuote(input.sessionId)}*) key_absent=false ;; *) key_absent=true ;; esac`,
+    `case "$probe" in *${shellQuote(input.sessionKey ?? input.sessionId)}*) key_absent=false ;; *) key_absent=true ;; esac`,
     't1=$(ms)',
     `cd ${shellQuote(workdir)} && timeout -k 10 ${input.task.verifierTimeoutSec} ${asUser(input.task.verifierUser, `env -i ${verifierEnv.map(shellQuote).join(' ')} bash ${POD_PATHS.tests}/test.sh`)} 2>&1 | tee ${shellQuote(verifierLog)}`,
     'verifier_exit=${PIPESTATUS[0]}',

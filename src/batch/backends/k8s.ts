@@ -117,7 +117,7 @@ function prepareTasks(manifest: BatchManifest, namespace: string): Prepared {
   return { tasks, configMaps };
 }
 
-function buildJob(opts: Pick<K8sBackendOptions, 'taskImage' | 'harnessFrom' | 'startupSlackSec' | 'ttlSecondsAfterFinished'>, manifest: BatchManifest, namespace: string, prepared: Prepared, r: { rolloutId: string; groupId: string; task: string; harness: string; attempt: number; sessionId: string }) {
+function buildJob(opts: Pick<K8sBackendOptions, 'taskImage' | 'harnessFrom' | 'startupSlackSec' | 'ttlSecondsAfterFinished'>, manifest: BatchManifest, namespace: string, prepared: Prepared, r: { rolloutId: string; groupId: string; task: string; harness: string; attempt: number; sessionId: string; sessionKey?: string }) {
   const task = prepared.tasks.get(r.task);
   if (!task) throw new ClusterError(`rollout ${r.rolloutId}: task ${r.task} is not in batch ${manifest.batch_id}`);
   const entry = harnessEntry(r.harness);
@@ -131,7 +131,7 @@ function buildJob(opts: Pick<K8sBackendOptions, 'taskImage' | 'harnessFrom' | 's
     workdir: podWorkdir(task),
     logsDir: POD_PATHS.logs,
     proxyUrl: inClusterProxyUrl(namespace, manifest.batch_id),
-    sessionKey: r.sessionId,
+    sessionKey: r.sessionKey ?? r.sessionId,
     model: model.split('/').pop()!,
     instruction: task.instruction.trim(),
   });
@@ -143,6 +143,7 @@ function buildJob(opts: Pick<K8sBackendOptions, 'taskImage' | 'harnessFrom' | 's
     rolloutId: r.rolloutId,
     attempt: r.attempt,
     sessionId: r.sessionId,
+    sessionKey: r.sessionKey,
     task,
     harness: entry.name,
     image: clusterImage(opts.taskImage(task), manifest.k8s?.registry ?? null),
@@ -296,7 +297,7 @@ export class K8sBackend implements BatchBackend {
     const facts: AttemptFacts = { backendRef: null, agent: { exitCode: null, timedOut: false, ms: 0 }, verifier: null, reward: null, infraError: null, cancelled: false };
     let built: ReturnType<typeof buildJob>;
     try {
-      built = buildJob(this.opts, attempt.manifest, ns, this.prepared, { rolloutId: rollout.rollout_id, groupId: rollout.group_id, task: rollout.task, harness: rollout.harness, attempt: attempt.attempt, sessionId: attempt.sessionId });
+      built = buildJob(this.opts, attempt.manifest, ns, this.prepared, { rolloutId: rollout.rollout_id, groupId: rollout.group_id, task: rollout.task, harness: rollout.harness, attempt: attempt.attempt, sessionId: attempt.sessionId, sessionKey: this.capture.keyOf(attempt.sessionId) });
       await validateManifests([built.job]);
     } catch (err) {
       facts.infraError = (err as Error).message;
@@ -520,6 +521,7 @@ async function waitForHealth(url: string, timeoutMs: number): Promise<void> {
 }
 
 const RolloutDocSchema = z.object({ calls: z.array(z.unknown()), trainable: z.boolean(), validation: z.array(z.string()).default([]) }).loose();
+const CreatedSchema = z.object({ api_key: z.string().min(1) }).loose();
 const SummarySchema = z.object({ session_id: z.string(), created_at: z.string(), model: z.string(), max_model_calls: z.number(), metadata: z.record(z.string(), z.unknown()), capture_level: z.string().nullable().optional() }).loose();
 const CallsSchema = z.object({ calls: z.array(z.record(z.string(), z.unknown())) }).loose();
 
@@ -544,8 +546,17 @@ export class K8sCapture implements BatchCapture {
     return text ? JSON.parse(text) : undefined;
   }
 
+  /** Minted keys of this lab's sessions, in memory only: a record, export or log carries the session id, never the key. */
+  private readonly keys = new Map<string, string>();
+
   async createSession(req: { sessionId: string; metadata: Record<string, unknown>; sampling: Record<string, number>; maxModelCalls: number }): Promise<void> {
-    await this.call('POST', '/sessions', { session_id: req.sessionId, max_model_calls: req.maxModelCalls, metadata: req.metadata, sampling: req.sampling });
+    const created = CreatedSchema.parse(await this.call('POST', '/sessions', { session_id: req.sessionId, max_model_calls: req.maxModelCalls, metadata: req.metadata, sampling: req.sampling, mint_key: true }));
+    this.keys.set(req.sessionId, created.api_key);
+  }
+
+  /** The key the attempt's harness presents (the session id only for a session this lab did not create). */
+  keyOf(sessionId: string): string {
+    return this.keys.get(sessionId) ?? sessionId;
   }
 
   async sessionFacts(sessionId: string): Promise<{ nCalls: number; trainable: boolean; findings: string[] }> {
