@@ -478,7 +478,7 @@ export function readStoredIndex(dataDir: string, warn: (message: string) => void
       warn(`${path}: no readable session header line; the file was not restored`);
       continue;
     }
-    if (entry.torn) warn(`${path}: its last line is torn (a crash or a full disk mid-write); it is skipped when the calls are read`);
+    if (entry.torn) warn(`${path}: skipped 1 unreadable line (the last), a torn write from a crash or a full disk`);
     entries.push(entry);
   }
   return entries;
