@@ -91,7 +91,7 @@ function sharedElements(base: readonly string[] | null, list: readonly string[])
 }
 
 /** The best of `bases` for one list: the most shared elements, the newest on a tie. */
-function pick<T>(bases: readonly Base[], shared: (b: Base) => number, min: number): { base: Base; keep: number } | undefined {
+function pick(bases: readonly Base[], shared: (b: Base) => number, min: number): { base: Base; keep: number } | undefined {
   let best: { base: Base; keep: number } | undefined;
   for (let i = bases.length - 1; i >= 0; i--) {
     const keep = shared(bases[i]!);
