@@ -1,7 +1,8 @@
 // `store`: what the capture store costs as a training run's proxy records many sessions, and how
 // fast that proxy comes back after a restart. Two runs (issue 16): 500 sessions of 40 turns (20,000
 // calls) and 10,000 sessions of 50 calls, short messages, through a real proxy process (durable
-// store, fsync) against the fake engine with zero think time, 50 sessions active at a time.
+// store, fsync) against the fake engine with zero think time, 50 sessions active at a time. The
+// second run defaults to 1,000 sessions: 10,000 (`--runs 10000x50`) takes about 1.5 h on a 2-core box.
 //
 // Reported per run: disk bytes per captured token (prompt + completion tokens of every call) and per
 // unique token (each session's last prompt + completion: the floor any lossless store needs), peak
@@ -26,10 +27,12 @@ const { values } = parseArgs({
     concurrency: { type: 'string', default: '50' },
     cli: { type: 'string' },
     label: { type: 'string', default: 'current' },
+    /** CPU-profile the recording proxy (bench-results/profiles/store-<label>-*.cpuprofile). */
+    profile: { type: 'boolean', default: false },
   },
 });
 const quick = values.quick!;
-const shapes = (values.runs ?? (quick ? '50x40,500x50' : '500x40,10000x50')).split(',').map((s) => {
+const shapes = (values.runs ?? (quick ? '50x40,200x50' : '500x40,1000x50')).split(',').map((s) => {
   const [sessions, calls] = s.split('x').map(Number);
   if (!Number.isInteger(sessions) || !Number.isInteger(calls) || sessions! < 1 || calls! < 1) throw new Error(`--runs wants SESSIONSxCALLS, got '${s}'`);
   return { sessions: sessions!, calls: calls! };
@@ -81,8 +84,11 @@ function dirBytes(dir: string): { bytes: number; files: number } {
   return { bytes, files };
 }
 
-async function startProxy(engineUrl: string, model: string, dataDir: string): Promise<{ proxy: Started; url: string }> {
-  const proxy = await startNode('proxy', [...proxyEntry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir], (l) => l.startsWith('proxy listening on '), { timeoutMs: 10 * 60_000 });
+async function startProxy(engineUrl: string, model: string, dataDir: string, profileName?: string): Promise<{ proxy: Started; url: string }> {
+  const profileDir = join(ROOT, 'bench-results', 'profiles');
+  if (profileName) mkdirSync(profileDir, { recursive: true });
+  const profile = profileName ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `${profileName}.cpuprofile`] : [];
+  const proxy = await startNode('proxy', [...profile, ...proxyEntry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir], (l) => l.startsWith('proxy listening on '), { timeoutMs: 10 * 60_000 });
   return { proxy, url: proxy.line.slice('proxy listening on '.length).trim() };
 }
 
@@ -112,7 +118,7 @@ async function main(): Promise<void> {
       const emptyDir = mkdtempSync(join(tmpdir(), 'hl-bench-store-empty-'));
       try {
         log(`store [${values.label}]: ${shape.sessions} sessions x ${shape.calls} calls, ${concurrency} active`);
-        const { proxy, url } = await startProxy(engineUrl, model, dataDir);
+        const { proxy, url } = await startProxy(engineUrl, model, dataDir, values.profile ? `store-${values.label}-${shape.sessions}x${shape.calls}` : undefined);
         const t0 = performance.now();
         const watch = watchProcess(proxy.pid, 200);
         let next = 0;
