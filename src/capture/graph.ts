@@ -4,14 +4,19 @@
 //   parent  the earlier call whose prompt+completion is the LONGEST exact prefix of this call's prompt
 //   root    a call that extends nothing: the agent's first call, a subagent (own system prompt), a
 //           title or summary call, or the continuation after compaction / a history rewrite
-//   path    root -> leaf, which becomes one training sequence (sequences.ts)
+//   continuation  a call whose prompt extends an earlier call's prompt and reply except for the
+//           reply's reasoning, which the harness did not send back (gemini-cli with a thinking
+//           model): linked to that call with a finding instead of becoming a new root
+//   path    segment -> leaf, which becomes one training sequence (sequences.ts); a continuation
+//           link starts a new segment, since its tokens do not extend the parent's
 //
 // Linking is by engine token ids. A call without prompt ids (capture below `tokens`) is linked by its
 // message list instead (10.2): the same longest-exact-prefix rule over interned message identities,
 // with leading system messages dropped. Both domains share one algorithm (prefix-trie.ts), so ingest
 // costs O(this call's length) in either, and arrival order never changes the result.
 import { PrefixTrie, Seq, type TrieNode } from './prefix-trie.js';
-import { checkTurn, isFatal } from './findings.js';
+import { reasoningText } from './dialects/common.js';
+import { checkTurn, finding, isFatal } from './findings.js';
 import type { CallRecord, CaptureLevel, ChatMessage, ChatTool } from './types.js';
 
 export type LinkDomain = 'tokens' | 'messages';
@@ -39,8 +44,16 @@ export class GraphNode {
   readonly sampled_ids: readonly number[];
   /** Behaviour logprobs fit for training, or null: missing, misaligned, below `tokens`, or a FATAL turn finding. */
   readonly sampled_logprobs: readonly number[] | null;
-  /** The record's own findings plus this turn's ingest checks. */
-  readonly findings: readonly string[];
+  /** The record's own findings plus this turn's ingest checks (and the continuation's, if linked so). */
+  get findings(): readonly string[] {
+    return this.continuation ? [...this.ownFindings, this.continuation] : this.ownFindings;
+  }
+  private readonly ownFindings: readonly string[];
+  /**
+   * Set when the parent link is a continuation across stripped reasoning (the finding text): the
+   * prompt extends the parent's prompt and reply as messages, but not as tokens.
+   */
+  continuation: string | null = null;
   readonly n_tools: number;
   readonly request_messages: readonly ChatMessage[];
   readonly request_tools: readonly ChatTool[] | null;
@@ -82,10 +95,10 @@ export class GraphNode {
     const had = new Set(record.findings.map(key));
     // Logprobs the proxy rejected (and nulled) are not also "missing".
     if (['logprob_misalign', 'invalid_logprob', 'positive_logprob'].some((c) => had.has(`[FATAL] ${c}`))) had.add('[FATAL] no_logprobs');
-    this.findings = [...record.findings, ...own.filter((f) => !had.has(key(f)))];
+    this.ownFindings = [...record.findings, ...own.filter((f) => !had.has(key(f)))];
     const lps = record.logprobs;
     const usable =
-      level === 'tokens' && lps !== null && lps.length === this.sampled_ids.length && lps.length > 0 && !this.findings.some(isFatal);
+      level === 'tokens' && lps !== null && lps.length === this.sampled_ids.length && lps.length > 0 && !this.ownFindings.some(isFatal);
     this.sampled_logprobs = usable ? lps : null;
     let s = 0;
     while (s < this.request_messages.length && this.request_messages[s]?.role === 'system') s++;
@@ -125,6 +138,8 @@ export class RolloutGraph {
   private msgTrie: PrefixTrie<Member> | null = null;
   private readonly messageIds = new Map<string, number>();
   private ordered: GraphNode[] | null = null;
+  /** The node that arrived last so far (by arrival order, not by add order). */
+  private latest: GraphNode | null = null;
 
   constructor(opts: RolloutGraphOptions = {}) {
     this.captureLevel = opts.captureLevel ?? 'tokens';
@@ -159,6 +174,7 @@ export class RolloutGraph {
     if (node.domain === 'tokens') {
       node.tok = this.link(this.tokTrie, node, new Seq(node.prompt_ids, node.sampled_ids), true, (n) => n.tok);
       if (this.msgTrie) node.msg = this.link(this.msgTrie, node, this.messageSeq(node), false, (n) => n.msg);
+      this.linkContinuations(node);
     } else {
       this.msgTrie ??= this.openMessageTrie();
       node.msg = this.link(this.msgTrie, node, this.messageSeq(node), true, (n) => n.msg);
@@ -208,13 +224,43 @@ export class RolloutGraph {
       if (t.prompts) {
         for (const x of t.prompts) {
           if (x.node === node || x.promptLen <= promptLen) continue; // a parent's prompt is strictly shorter
-          const current = x.node.parent ? memberOf(x.node.parent) : null;
-          if (current === null || better(me, current)) reparent(x.node, node);
+          // An exact prefix always beats a continuation across stripped reasoning.
+          const current = x.node.parent && !x.node.continuation ? memberOf(x.node.parent) : null;
+          if (current === null || better(me, current)) {
+            x.node.continuation = null;
+            reparent(x.node, node);
+          }
         }
       }
       return t === endAt || t.enders === null;
     });
     return me;
+  }
+
+  /**
+   * Continuations across stripped reasoning, both ways: `node` (when it found no exact parent) may
+   * continue an earlier call, and later-arrived calls without an exact parent may continue `node`.
+   * Only calls whose reply had reasoning can be such parents, so sessions without reasoning pay nothing.
+   */
+  private linkContinuations(node: GraphNode): void {
+    // Calls arrive in order (live, and from sorted records): then nothing later can continue `node`.
+    const last = this.latest;
+    const isLatest = last === null || byArrival(last, node) < 0;
+    if (isLatest) this.latest = node;
+    const canParentLater = !isLatest && Boolean(reasoningText(node.response_message ?? { role: 'assistant' }));
+    if (node.parent !== null && !canParentLater) return;
+    const candidates = [...this.byId.values()].filter((n) => n !== node && n.domain === 'tokens');
+    if (node.parent === null) {
+      let best: GraphNode | null = null;
+      for (const p of candidates) if (continuesAcrossReasoning(node, p) && (best === null || p.prompt_ids.length > best.prompt_ids.length)) best = p;
+      if (best) linkContinuation(node, best);
+    }
+    if (!canParentLater) return;
+    for (const x of candidates) {
+      if (x.parent !== null && !x.continuation) continue;
+      if (x.continuation && x.parent && x.parent.prompt_ids.length >= node.prompt_ids.length) continue;
+      if (continuesAcrossReasoning(x, node)) linkContinuation(x, node);
+    }
   }
 
   private openMessageTrie(): PrefixTrie<Member> {
@@ -287,9 +333,17 @@ export class RolloutGraph {
     return path.reverse();
   }
 
-  /** Every root-to-leaf path, by leaf arrival order. */
+  /**
+   * Every path whose tokens are one exact sequence, by last-node arrival order: root-to-leaf, except
+   * that a continuation across stripped reasoning ends the path at its parent and starts a new one.
+   */
   paths(): GraphNode[][] {
-    return this.leaves().map((leaf) => this.pathTo(leaf));
+    const ends = this.nodes().filter((n) => !n.children.some((c) => !c.continuation));
+    return ends.map((end) => {
+      const path: GraphNode[] = [];
+      for (let n: GraphNode | null = end; n; n = n.continuation ? null : n.parent) path.push(n);
+      return path.reverse();
+    });
   }
 
   /**
@@ -323,6 +377,36 @@ export class RolloutGraph {
     }
     return out;
   }
+}
+
+/**
+ * Whether `child` continues `parent` but for the parent's reasoning: same system prompt, the child's
+ * prompt tokens start with the parent's prompt, and as messages the child's history is the parent's
+ * history plus its reply (message identity ignores reasoning), while the parent's reply had reasoning.
+ */
+function continuesAcrossReasoning(child: GraphNode, parent: GraphNode): boolean {
+  if (byArrival(parent, child) >= 0 || child.domain !== 'tokens' || parent.domain !== 'tokens') return false;
+  const reply = parent.response_message;
+  if (!reply || !reasoningText(reply)) return false;
+  if (parent.systemKey !== child.systemKey || parent.prompt_ids.length >= child.prompt_ids.length) return false;
+  for (let i = 0; i < parent.prompt_ids.length; i++) if (parent.prompt_ids[i] !== child.prompt_ids[i]) return false;
+  const history = (n: GraphNode) => {
+    let s = 0;
+    while (s < n.request_messages.length && n.request_messages[s]?.role === 'system') s++;
+    return n.request_messages.slice(s).map(messageIdentity);
+  };
+  const expected = [...history(parent), messageIdentity({ ...reply, role: reply.role || 'assistant' })];
+  const got = history(child);
+  return got.length > expected.length && expected.every((m, i) => m === got[i]);
+}
+
+function linkContinuation(child: GraphNode, parent: GraphNode): void {
+  child.continuation = finding(
+    'WARN',
+    'reasoning_stripped',
+    `turn ${child.index} continues turn ${parent.index} (${parent.node_id}) but its prompt lacks that turn's reasoning (the harness did not send it back); linked as a continuation, trained as a new segment`,
+  );
+  reparent(child, parent);
 }
 
 function attach(node: GraphNode, parent: GraphNode): void {

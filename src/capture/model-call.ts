@@ -3,6 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { harnessSessionId, presentedKey } from './auth.js';
+import { restoreGeminiCallIds } from './dialects/gemini-call-ids.js';
 import { detectDialect } from './dialects/index.js';
 import { renderStopAnswer } from './dialects/stop-answer.js';
 import { answerTokenCount } from './dialects/token-count.js';
@@ -12,7 +13,7 @@ import type { SessionRegistry } from './session-registry.js';
 import type { CaptureSession } from './sessions.js';
 import { SseKeepalive, writeSse } from './sse.js';
 import { StoreWriteError } from './store.js';
-import { EngineResponseError, buildEngineRequest, isContextOverflow, normaliseEngineResponse, storedEngineResponse } from './upstream.js';
+import { EngineResponseError, buildEngineRequest, distributionChangingField, isContextOverflow, normaliseEngineResponse, storedEngineResponse } from './upstream.js';
 import { DialectError, type CallError, type CallRecord, type CaptureLevel, type ChatRequest, type ChatResponse, type Dialect, type DialectContext, type JsonObject } from './types.js';
 
 export interface ModelCallLimits {
@@ -86,14 +87,20 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   const stream = dialect.wantsStream(body, path);
   const ctx: DialectContext = { path, clientModel: dialect.clientModel(body, url.pathname) ?? session.info.model, request: body, servedModel: session.info.model };
 
+  // Gemini harnesses may replay history without the call ids the proxy answered with.
+  const ids = dialect.name === 'google_gemini' ? restoreGeminiCallIds(body, session.calls) : undefined;
   let chat: ChatRequest;
   try {
-    chat = dialect.toChat(body, ctx);
+    chat = dialect.toChat(ids?.body ?? body, ctx);
   } catch (err) {
     if (err instanceof DialectError) return replyError(res, dialect, err.status, err.message);
     return replyError(res, dialect, 400, `could not read the request: ${err instanceof Error ? err.message : String(err)}`);
   }
   if (chat.n !== undefined && chat.n !== null && chat.n !== 1) return replyError(res, dialect, 400, 'capture supports exactly one completion per request (n=1)');
+  if (session.info.sampling) {
+    const field = distributionChangingField(chat);
+    if (field) return replyError(res, dialect, 400, `${field} is not allowed on a training session with pinned sampling: it changes the distribution the tokens are sampled from, so their logprobs would not be the policy's`);
+  }
 
   let level: CaptureLevel;
   try {
@@ -212,7 +219,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
       model: typeof clientAnswer.model === 'string' ? clientAnswer.model : null,
       finish_reason: choice.finish_reason,
       usage: clientAnswer.usage ?? null,
-      findings: level === 'tokens' ? answer.findings : answer.findings.filter((f) => !f.startsWith('[FATAL] no_')),
+      findings: [...(ids?.finding ? [ids.finding] : []), ...(level === 'tokens' ? answer.findings : answer.findings.filter((f) => !f.startsWith('[FATAL] no_')))],
     });
     // Durable before the harness sees the answer: a crash after this loses nothing answered, and an
     // answer that could not be stored is not given (507 disk full, 503 otherwise, in the dialect).

@@ -24,6 +24,21 @@ function pickSampling(source: JsonObject): JsonObject {
 }
 
 /**
+ * On a session with pinned sampling (a batch's or a served rollout's), request fields that change the
+ * distribution the tokens are sampled from, so the recorded logprobs would not be the policy's:
+ * refused with a 400 instead of silently trained on (trainers.md section 3).
+ */
+export function distributionChangingField(chat: ChatRequest): string | undefined {
+  if (chat.logit_bias !== undefined && chat.logit_bias !== null && !(typeof chat.logit_bias === 'object' && Object.keys(chat.logit_bias).length === 0)) return 'logit_bias';
+  const format = chat.response_format as { type?: unknown } | undefined;
+  if (chat.json_schema !== undefined || chat.guided_json !== undefined || (format && format.type === 'json_schema')) return 'json_schema';
+  if (chat.tool_choice === 'required') return 'tool_choice=required';
+  if (typeof chat.min_tokens === 'number' && chat.min_tokens > 0) return 'min_tokens';
+  if (chat.allowed_token_ids !== undefined && chat.allowed_token_ids !== null) return 'allowed_token_ids';
+  return undefined;
+}
+
+/**
  * Chat request from a dialect -> the exact request the engine gets. Never mutates its input: only
  * top-level keys change and `messages` is a new array, so a shallow copy is enough (a deep clone of
  * the whole history on every call showed in profiles).

@@ -14,7 +14,9 @@ export const COMMANDS: Readonly<Record<string, () => Promise<CliCommand>>> = {
   images: async () => (await import('./images-command.js')).imagesCommand,
   proxy: async () => (await import('./proxy-command.js')).proxyCommand,
   report: async () => (await import('./report-command.js')).reportCommand,
+  rescore: async () => (await import('./rescore-command.js')).rescoreCommand,
   run: async () => (await import('./run-command.js')).runCommand,
+  serve: async () => (await import('./serve-command.js')).serveCommand,
   validate: async () => (await import('./validate-command.js')).validateCommand,
 };
 

@@ -81,6 +81,33 @@ export const tokenizeRequestSchema = z.union([
 
 export type TokenizeRequest = z.infer<typeof tokenizeRequestSchema>;
 
+/**
+ * POST /v1/completions as the embedded engine serves it: teacher-forced scoring of a token-id prompt
+ * (vLLM's `prompt_logprobs`), which is what `harness-lab rescore` asks any engine for. The engine
+ * generates nothing (max_tokens is accepted, the text is empty).
+ */
+export const completionRequestSchema = z
+  .object({
+    model: z.string().optional(),
+    prompt: z.array(nonNegInt).min(2, 'prompt must hold at least two token ids to score'),
+    max_tokens: nonNegInt.optional().nullable(),
+    prompt_logprobs: z.number().int().min(0).max(20),
+    temperature: chatRequestSchema.shape.temperature,
+    top_p: chatRequestSchema.shape.top_p,
+    top_k: chatRequestSchema.shape.top_k,
+    min_p: chatRequestSchema.shape.min_p,
+    logprobs_mode: chatRequestSchema.shape.logprobs_mode,
+    /** Engine extension: positions before this one get null (vLLM ignores it and scores every position). */
+    prompt_logprobs_start: z.number().int().min(1).optional().nullable(),
+  })
+  .passthrough();
+
+export type CompletionRequest = z.infer<typeof completionRequestSchema>;
+/** vLLM's `POST /detokenize` body. */
+export const detokenizeRequestSchema = z.object({ model: z.string().optional(), tokens: z.array(z.int().min(0)).max(1_000_000) }).passthrough();
+
+export type DetokenizeRequest = z.infer<typeof detokenizeRequestSchema>;
+
 /** A request the engine refuses; `status` becomes the HTTP status. */
 export class EngineRequestError extends Error {
   constructor(

@@ -1,9 +1,10 @@
 // HTTP front of the embedded engine with vLLM's routes and shapes: POST /v1/chat/completions
-// (JSON or SSE), POST /tokenize, GET /v1/models, GET /health. Loopback by default.
+// (JSON or SSE), POST /v1/completions (prompt_logprobs scoring only), POST /tokenize, POST /detokenize,
+// GET /v1/models, GET /health. Loopback by default.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { ChatChoice, ChatResponse } from '../capture/types.js';
-import { chatRequestSchema, describeIssues, EngineRequestError, tokenizeRequestSchema } from './chat-request.js';
+import { chatRequestSchema, completionRequestSchema, describeIssues, detokenizeRequestSchema, EngineRequestError, tokenizeRequestSchema } from './chat-request.js';
 import type { GeneratedToken, LlamaEngine } from './llama-engine.js';
 
 const MAX_BODY = 32 * 1024 * 1024;
@@ -54,7 +55,9 @@ export class EngineServer {
       '/health': ['GET', () => json(res, 200, { status: 'ok', model: this.engine.modelName })],
       '/v1/models': ['GET', () => json(res, 200, this.models())],
       '/tokenize': ['POST', async () => json(res, 200, this.engine.tokenize(parse(tokenizeRequestSchema, await readJson(req))))],
+      '/detokenize': ['POST', async () => json(res, 200, this.engine.detokenize(parse(detokenizeRequestSchema, await readJson(req))))],
       '/v1/chat/completions': ['POST', () => this.chat(req, res)],
+      '/v1/completions': ['POST', () => this.completions(req, res)],
     };
     const route = routes[path];
     if (!route) throw new EngineRequestError(`no route ${method} ${path}`, 404);
@@ -77,6 +80,20 @@ export class EngineServer {
         },
       ],
     };
+  }
+
+  /** Teacher-forced scoring only (prompt_logprobs over a token-id prompt), in vLLM's response shape. */
+  private async completions(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = parse(completionRequestSchema, await readJson(req));
+    const promptLogprobs = await this.engine.scorePrompt(body);
+    json(res, 200, {
+      id: `cmpl-${Date.now().toString(16)}${Math.floor(Math.random() * 1e9).toString(16)}`,
+      object: 'text_completion',
+      created: Math.floor(Date.now() / 1000),
+      model: this.engine.modelName,
+      choices: [{ index: 0, text: '', logprobs: null, finish_reason: 'length', stop_reason: null, prompt_logprobs: promptLogprobs }],
+      usage: { prompt_tokens: body.prompt.length, completion_tokens: 0, total_tokens: body.prompt.length },
+    });
   }
 
   private async chat(req: IncomingMessage, res: ServerResponse): Promise<void> {

@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import type { ChatMessage, ChatResponse, ChatTool, LogprobEntry } from '../capture/types.js';
 import { parseAssistantOutput, renderAssistantText } from './assistant-output.js';
 import { ChatTemplate } from './chat-template.js';
-import { EngineRequestError, type EngineChatRequest, type TokenizeRequest } from './chat-request.js';
+import { EngineRequestError, type CompletionRequest, type EngineChatRequest, type DetokenizeRequest, type TokenizeRequest } from './chat-request.js';
 import { ContextOverflowError, type LlamaRuntime } from './llama-runtime.js';
 import type { ScriptedPolicy } from './policy.js';
 import { Prng } from './prng.js';
@@ -120,6 +120,15 @@ export class LlamaEngine {
     return { count: tokens.length, max_model_len: this.runtime.contextSize, tokens, token_strs: null };
   }
 
+  /** vLLM's `POST /detokenize`: ids to text, special tokens written out (so a prompt reads as the model saw it). */
+  detokenize(req: DetokenizeRequest): { prompt: string } {
+    this.checkModel(req.model);
+    const n = this.runtime.vocabSize;
+    const bad = req.tokens.find((id) => n !== null && id >= n);
+    if (bad !== undefined) throw new EngineRequestError(`token id ${bad} is outside the vocabulary (${n} tokens)`);
+    return { prompt: this.runtime.detokenize(req.tokens, true) };
+  }
+
   /** Answers one chat completion (non-streamed shape; streaming wraps it with `events`). */
   complete(req: EngineChatRequest, events: CompletionEvents = {}): Promise<ChatResponse> {
     this.checkModel(req.model);
@@ -187,7 +196,7 @@ export class LlamaEngine {
     };
   }
 
-  private reported(plan: Plan, dist: TokenDistribution, id: number): GeneratedToken {
+  private reported(plan: Pick<Plan, 'sampling' | 'topLogprobs' | 'mode'>, dist: TokenDistribution, id: number): GeneratedToken {
     if (plan.mode === 'raw') return { id, logprob: dist.rawLogprob(id), top: plan.topLogprobs > 0 ? rawTop(dist, plan.topLogprobs) : [] };
     const p = dist.processed(plan.sampling);
     return { id, logprob: p.logprob(id), top: plan.topLogprobs > 0 ? p.top(plan.topLogprobs) : [] };
@@ -233,6 +242,34 @@ export class LlamaEngine {
     const tokens = forced.map((id, i) => this.reported(plan, dists[i]!, id));
     tokens.forEach((t, i) => events.onToken?.(t, i));
     return { tokens, finish: forced.length === ids.length ? 'stop' : 'length', stopCut: null };
+  }
+
+  /**
+   * vLLM's prompt_logprobs: per prompt position the logprob of the token there given everything before
+   * it (null at position 0 and before `prompt_logprobs_start`), keyed by token id, plus the top
+   * alternatives. Logprobs follow the request's sampling and logprobs mode exactly as sampling reports
+   * them, so re-scoring a captured completion with the same weights gives the captured logprobs.
+   */
+  scorePrompt(req: CompletionRequest): Promise<(Record<string, { logprob: number | null; rank: number; decoded_token: string }> | null)[]> {
+    this.checkModel(req.model);
+    const ids = req.prompt;
+    if (ids.length > this.runtime.contextSize) throw new EngineRequestError(`This model's maximum context length is ${this.runtime.contextSize} tokens. However, your request has ${ids.length} input tokens.`, 400, 'prompt');
+    const start = Math.min(Math.max(1, req.prompt_logprobs_start ?? 1), ids.length - 1);
+    const topK = req.top_k ?? -1;
+    const plan = { sampling: { temperature: req.temperature ?? 1, topP: req.top_p ?? 1, topK: topK > 0 ? topK : 0, minP: req.min_p ?? 0 }, topLogprobs: req.prompt_logprobs, mode: req.logprobs_mode ?? this.logprobsMode };
+    return this.exclusive(async () => {
+      const dists = await this.runtime.distributions(ids.slice(0, -1), start);
+      const out: (Record<string, { logprob: number | null; rank: number; decoded_token: string }> | null)[] = new Array(start).fill(null);
+      dists.forEach((d, k) => {
+        const id = ids[start + k]!;
+        const t = this.reported(plan, d, id);
+        const entry: Record<string, { logprob: number | null; rank: number; decoded_token: string }> = {};
+        t.top.forEach((a, r) => (entry[String(a.id)] = { logprob: finiteLogprob(a.logprob), rank: r + 1, decoded_token: this.runtime.tokenText(a.id, true) }));
+        entry[String(id)] = { logprob: finiteLogprob(t.logprob), rank: d.rank(id) + 1, decoded_token: this.runtime.tokenText(id, true) };
+        out.push(entry);
+      });
+      return out;
+    });
   }
 
   /** One `logprobs.content[]` entry; `asIds` renders tokens as `token_id:N` (vLLM's --return-tokens-as-token-ids). */

@@ -143,6 +143,12 @@ export class LlamaRuntime {
     return { bos: this.model.tokens.bosString ?? '', eos: this.model.tokens.eosString ?? '' };
   }
 
+  /** Entries in the GGUF's vocabulary (tokenizer.ggml.tokens), or null when the file does not list them. */
+  get vocabSize(): number | null {
+    const tokens = (this.model.fileInfo.metadata as { tokenizer?: { ggml?: { tokens?: unknown } } }).tokenizer?.ggml?.tokens;
+    return Array.isArray(tokens) ? tokens.length : null;
+  }
+
   tokenText(id: number, special: boolean): string {
     return this.model.detokenize([id as Token], special);
   }

@@ -4,9 +4,11 @@
 // NotConfiguredError gets the button that sets the missing thing up. The shape follows rust-analyzer
 // (editors/code: main.ts createCommands, ctx.ts CommandFactory).
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import * as vscode from 'vscode';
 import { EngineClient, servedModel } from '../capture/engine-client.js';
+import { listShippedPolicies } from '../engine/policy.js';
+import { bundledCli, EngineProcess, type EngineSlot } from './embedded-engine-process.js';
 import { probeEngine } from '../capture/engine-probe.js';
 import type { CaptureProxy } from '../capture/proxy.js';
 import type { EngineNode } from './engines-view.js';
@@ -17,9 +19,9 @@ import { NotRunningError, type ProxyController } from './proxy-controller.js';
 import type { ReadonlyDocuments } from './readonly-docs.js';
 import { viewerTargetOf, type RolloutViewerPanels } from './rollout-viewer-panel.js';
 import type { CallNode, SessionNode } from './sessions-model.js';
-import { SETTINGS_SECTION, readSettings, type HarnessLabSettings } from './settings.js';
+import { SETTINGS_SECTION, readSettings, settingKey, type HarnessLabSettings } from './settings.js';
 import { quickActions } from './status-model.js';
-import { capturedTerminalEnv, codexConfigToml, envSnippets, type CaptureTarget } from './terminal-env.js';
+import { capturedTerminalEnv, codexConfigToml, envSnippets, harnessConfigFiles, type CaptureTarget } from './terminal-env.js';
 
 export const ADMIN_KEY_SECRET = 'harnessLab.adminKey';
 
@@ -30,6 +32,10 @@ export interface CommandHost {
   log: Logger;
   docs: ReadonlyDocuments;
   viewer: RolloutViewerPanels;
+  /** The embedded engine "Start Embedded Engine" started, if any. */
+  engineSlot: EngineSlot;
+  /** Prompt-token texts kept with sessions (deleted with their session). */
+  tokenTexts?: { delete(sessionId: string): void };
   refreshSessions(): void;
   refreshTasks(): void;
   refreshEngines(): void;
@@ -131,9 +137,15 @@ async function openCapturedTerminal(host: CommandHost): Promise<{ sessionId: str
   const info = proxy.sessions.create({ metadata: { source: 'terminal' } });
   const settings = currentSettings();
   const codexHome = join(host.controller.resolveDataDir(settings), 'codex-home', info.session_id);
-  const target: CaptureTarget = { ...captureTarget(proxy, info.session_id, info.model), codexHome };
+  const configDir = join(host.controller.resolveDataDir(settings), 'harness-config', info.session_id);
+  const target: CaptureTarget = { ...captureTarget(proxy, info.session_id, info.model), codexHome, configDir };
   mkdirSync(codexHome, { recursive: true });
   writeFileSync(join(codexHome, 'config.toml'), codexConfigToml(target));
+  // OpenClaw and Continue read the proxy only from a config file.
+  for (const file of harnessConfigFiles(target)) {
+    mkdirSync(dirname(join(configDir, file.path)), { recursive: true });
+    writeFileSync(join(configDir, file.path), file.content, { mode: 0o600 });
+  }
   const terminal = vscode.window.createTerminal({
     name: `Harness Lab: ${info.session_id}`,
     iconPath: new vscode.ThemeIcon('radio-tower'),
@@ -151,14 +163,15 @@ async function setEngineUrl(): Promise<void> {
   const config = vscode.workspace.getConfiguration(SETTINGS_SECTION);
   const value = await vscode.window.showInputBox({
     title: 'Harness Lab: inference engine URL',
-    prompt: 'OpenAI-compatible base URL of a vLLM/SGLang-style engine (with or without /v1)',
-    value: config.get<string>('engineUrl') || 'http://127.0.0.1:8000/v1',
+    prompt: 'OpenAI-compatible base URL of an engine that returns token ids (vLLM, SGLang, or the bundled CPU engine: "Harness Lab: Start Embedded Engine")',
+    value: currentSettings().engineUrl || 'http://127.0.0.1:8000/v1',
     validateInput: (v) => (/^https?:\/\/[^\s/]+/.test(v.trim()) ? undefined : 'Enter an http:// or https:// URL'),
   });
   if (value === undefined) return;
-  const inspect = config.inspect<string>('engineUrl');
+  const inspect = config.inspect<string>(settingKey('engineUrl'));
+  const legacy = config.inspect<string>('engineUrl');
   const target = inspect?.workspaceValue !== undefined ? vscode.ConfigurationTarget.Workspace : vscode.ConfigurationTarget.Global;
-  await config.update('engineUrl', value.trim(), target);
+  await config.update(settingKey('engineUrl'), value.trim(), legacy?.workspaceValue ? vscode.ConfigurationTarget.Workspace : target);
 }
 
 async function setAdminKey(host: CommandHost): Promise<void> {
@@ -199,7 +212,9 @@ async function probe(host: CommandHost, arg: unknown): Promise<void> {
       });
       host.log.info(`probe ${url}: reachable=${report.reachable} capture_level=${report.capture_level} findings=${report.findings.join(' | ') || 'none'}`);
       const msg = report.reachable ? `Engine ${url}: capture level ${report.capture_level}${report.ok ? ' (trainable)' : ''}.` : `Engine ${url} is unreachable.`;
-      if (report.reachable && report.ok) void vscode.window.showInformationMessage(msg);
+      if (report.reachable && report.ok) {
+        if (!(arg as { quiet?: unknown } | undefined)?.quiet) void vscode.window.showInformationMessage(msg);
+      }
       else void vscode.window.showWarningMessage(msg, 'Show Log').then((c) => c && host.log.show());
     } finally {
       onCancel?.dispose();
@@ -223,9 +238,63 @@ async function exportSession(host: CommandHost, arg: unknown): Promise<vscode.Ur
     if (token.isCancellationRequested) return undefined;
     await vscode.workspace.fs.writeFile(uri, new TextEncoder().encode(out.jsonl));
     host.log.info(`exported ${out.traces} trace(s) of session ${sessionId} to ${uri.fsPath}`);
-    void vscode.window.showInformationMessage(`Exported ${out.traces} trace(s) (${out.trainable} trainable) from ${out.calls} call(s) to ${uri.fsPath}.`);
+    void vscode.window.showInformationMessage(`Exported ${out.traces} trace(s) (${out.trainable} trainable) from ${out.calls} call(s) to ${uri.fsPath}.`, 'Open', 'Reveal').then((c) => revealOrOpen(c, uri));
     return uri;
   });
+}
+
+/** The "Open" / "Reveal" buttons of a message about a written file. */
+export async function revealOrOpen(choice: string | undefined, uri: vscode.Uri): Promise<void> {
+  if (choice === 'Open') await vscode.commands.executeCommand('vscode.open', uri);
+  if (choice === 'Reveal') await vscode.commands.executeCommand('revealInExplorer', uri);
+}
+
+interface PolicyPick extends vscode.QuickPickItem {
+  policy: string | undefined;
+}
+
+/** The policies the embedded engine can follow: the tasks' own policy.json files, the shipped ones, or none. */
+async function pickPolicy(host: CommandHost, arg: unknown): Promise<PolicyPick | undefined> {
+  const named = (arg as { policy?: unknown } | undefined)?.policy;
+  if (typeof named === 'string') return { label: named, policy: named };
+  const fromTasks = vscode.workspace.workspaceFolders?.length ? await vscode.workspace.findFiles('**/policy.json', '{**/node_modules/**,**/.git/**}', 50) : [];
+  const items: PolicyPick[] = [
+    ...fromTasks.map((u) => ({ label: `$(checklist) ${vscode.workspace.asRelativePath(u)}`, description: 'task policy: scripted turns that solve this task', policy: u.fsPath })),
+    ...listShippedPolicies().map((name) => ({ label: `$(file-code) ${name}`, description: 'shipped policy', policy: name })),
+    { label: '$(circle-slash) No policy', description: 'the tiny model samples freely (random text)', policy: undefined },
+  ];
+  return vscode.window.showQuickPick(items, { title: 'Harness Lab: Start Embedded Engine', placeHolder: 'Policy that decides what the CPU engine says (it scores exactly those tokens)', matchOnDescription: true });
+}
+
+/** Starts `harness-lab engine` (bundled CLI) and points the engine URL setting at it. */
+async function startEmbeddedEngine(host: CommandHost, arg: unknown): Promise<string | undefined> {
+  const picked = await pickPolicy(host, arg);
+  if (!picked) return undefined;
+  const cli = bundledCli(host.context.extensionUri.fsPath);
+  const engine = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: 'Harness Lab: starting the embedded CPU engine (the first start builds its tiny model)', cancellable: true }, async (_p, token) => {
+    const starting = EngineProcess.start({ cliPath: cli, policy: picked.policy, log: host.log, dataDir: host.context.globalStorageUri.fsPath });
+    const sub = token.onCancellationRequested(() => void starting.then((e) => e.dispose(), () => undefined));
+    try {
+      const e = await starting;
+      if (token.isCancellationRequested) throw new vscode.CancellationError();
+      return e;
+    } finally {
+      sub.dispose();
+    }
+  });
+  host.engineSlot.replace(engine);
+  const config = vscode.workspace.getConfiguration(SETTINGS_SECTION);
+  // Where the current value lives wins (a workspace value would shadow a user-level one).
+  const target = (...keys: string[]) => (keys.some((k) => config.inspect(k)?.workspaceValue !== undefined) ? vscode.ConfigurationTarget.Workspace : vscode.ConfigurationTarget.Global);
+  // The engine serves one model; an empty model setting means "the engine's only model".
+  await config.update('model', '', target('model'));
+  await config.update(settingKey('engineUrl'), engine.url, target(settingKey('engineUrl'), 'engineUrl'));
+  host.refreshEngines();
+  const start = 'Start Proxy';
+  void vscode.window.showInformationMessage(`Harness Lab: embedded engine on ${engine.url}${picked.policy ? ` following ${picked.label.replace(/^\$\([\w-]+\) /, '')}` : ''}.`, ...(host.controller.running ? [] : [start])).then(async (c) => {
+    if (c === start) await vscode.commands.executeCommand('harnessLab.startProxy');
+  });
+  return engine.url;
 }
 
 async function deleteSession(host: CommandHost, arg: unknown): Promise<boolean> {
@@ -234,6 +303,7 @@ async function deleteSession(host: CommandHost, arg: unknown): Promise<boolean> 
   const ok = await vscode.window.showWarningMessage(`Delete session ${sessionId} and all its captured calls?`, { modal: true }, 'Delete');
   if (ok !== 'Delete') return false;
   const deleted = await host.controller.deleteSession(sessionId);
+  host.tokenTexts?.delete(sessionId);
   host.log.info(`session ${sessionId} ${deleted ? 'deleted' : 'was already gone'}`);
   host.refreshSessions();
   return deleted;
@@ -280,6 +350,7 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.newSession': { run: (host) => newSession(host) },
     'harnessLab.openCapturedTerminal': { run: async (host) => (await openCapturedTerminal(host)).sessionId },
     'harnessLab.setEngineUrl': { run: () => setEngineUrl() },
+    'harnessLab.startEmbeddedEngine': { run: (host, arg) => startEmbeddedEngine(host, arg) },
     'harnessLab.setAdminKey': { run: (host) => setAdminKey(host) },
     'harnessLab.probeEngine': { run: (host, arg) => probe(host, arg) },
     'harnessLab.exportSession': { run: (host, arg) => exportSession(host, arg) },
@@ -337,20 +408,33 @@ function harnessRunContext(host: CommandHost) {
       const proxy = await startProxy(host);
       return { proxy, model: host.controller.runningModel ?? currentSettings().model };
     },
+    openViewer: (sessionId: string) => host.viewer.open(sessionId, null),
+    runsDirSetting: () => currentSettings().runsDir,
   };
 }
 
-/** A command's errors become one message: a NotConfiguredError with its fix, anything else with a way to the log. */
+/** Everything an error says: message, stack and causes, for the log (the toast shows the first line). */
+export function describeError(err: unknown): string {
+  const parts: string[] = [];
+  let e: unknown = err;
+  for (let depth = 0; e !== undefined && depth < 5; depth++) {
+    parts.push(e instanceof Error ? (e.stack ?? `${e.name}: ${e.message}`) : String(e));
+    e = e instanceof Error ? e.cause : undefined;
+    if (e !== undefined) parts.push('caused by:');
+  }
+  return parts.join('\n');
+}
+
+/** A command's errors become one message with Show Log (and the fix, for a NotConfiguredError); the log holds the whole error. */
 async function report(host: CommandHost, name: string, err: unknown): Promise<void> {
   if (err instanceof vscode.CancellationError) return;
   const message = err instanceof Error ? err.message : String(err);
-  host.log.error(`${name}: ${message}`);
-  if (err instanceof NotConfiguredError) {
-    const choice = await vscode.window.showErrorMessage(message, err.fix.title);
-    if (choice) await vscode.commands.executeCommand(err.fix.command);
-    return;
-  }
-  void vscode.window.showErrorMessage(`Harness Lab: ${message}`, 'Show Log').then((c) => c && host.log.show());
+  host.log.error(`${name} failed: ${describeError(err)}`);
+  const showLog = 'Show Log';
+  const fix = err instanceof NotConfiguredError ? err.fix : undefined;
+  const choice = await vscode.window.showErrorMessage(fix ? message : `Harness Lab: ${message}`, ...(fix ? [fix.title] : []), showLog);
+  if (choice === showLog) host.log.show();
+  else if (fix && choice === fix.title) await vscode.commands.executeCommand(fix.command);
 }
 
 export function registerCommands(host: CommandHost): vscode.Disposable[] {

@@ -6,8 +6,10 @@ import { z } from 'zod';
 import { CaptureProxy } from '../capture/proxy.js';
 import type { CallRecord } from '../capture/types.js';
 import { registerCommands, currentSettings } from './commands.js';
+import { EngineSlot } from './embedded-engine-process.js';
 import { EnginesView } from './engines-view.js';
 import { Disposable, toDisposable } from './lifecycle.js';
+import { LiveTokenTexts } from './live-token-texts.js';
 import { Logger } from './logger.js';
 import { ProxyController, type EngineStatus, type ProxyState } from './proxy-controller.js';
 import { ReadonlyDocuments } from './readonly-docs.js';
@@ -70,7 +72,9 @@ class HarnessLab extends Disposable {
         setContext();
         engines.refresh();
         showStored();
-        if (controller.running && ['engineUrl', 'model', 'proxyHost', 'proxyPort', 'dataDir'].some((k) => e.affectsConfiguration(`${SETTINGS_SECTION}.${k}`))) {
+        // A new engine URL is graded right away (the proxy grades its own at start).
+        if ((e.affectsConfiguration(`${SETTINGS_SECTION}.engineURL`) || e.affectsConfiguration(`${SETTINGS_SECTION}.engineUrl`)) && engineUrl() && !controller.running) void vscode.commands.executeCommand('harnessLab.probeEngine', { kind: 'engine', url: engineUrl(), quiet: true });
+        if (controller.running && ['engineURL', 'engineUrl', 'model', 'proxyHost', 'proxyPort', 'dataDir'].some((k) => e.affectsConfiguration(`${SETTINGS_SECTION}.${k}`))) {
           void vscode.window.showInformationMessage('Harness Lab settings changed; restart the proxy to apply them.', 'Restart Proxy').then(async (c) => {
             if (!c) return;
             await controller.stop();
@@ -81,9 +85,12 @@ class HarnessLab extends Disposable {
     );
 
     const docs = this._register(new ReadonlyDocuments());
-    const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m) });
+    const liveTexts = this._register(new LiveTokenTexts(() => (safeSettings() ? controller.resolveDataDir(safeSettings()!) : undefined), log));
+    this._register(controller.onDidChangeData((rec) => rec && controller.running && liveTexts.noteCall(rec)));
+    const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m), dataDirs: () => [context.globalStorageUri.fsPath], storedTokenTexts: (id) => liveTexts.read(id) });
     for (const d of viewer.disposables) this._register(d);
-    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
+    const engineSlot = this._register(new EngineSlot());
+    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, engineSlot, tokenTexts: liveTexts, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
 
     const settings = safeSettings(log);
     if (settings?.autoStart && settings.engineUrl) {

@@ -1,16 +1,20 @@
 // The handlers of "Harness Lab: Validate Harness Wiring" and the Tasks view's "Run with Harness...":
-// thin VS Code glue over the sandbox library (validateHarness, openLab + runRollout); the tables and
-// lines are the CLI's own (`harness-lab validate`, `harness-lab run`). commands.ts registers them.
-// A run records into the extension's own proxy, so its session shows in the Sessions tree.
-import { join } from 'node:path';
+// thin VS Code glue over the sandbox library (openLab + runRollout, the validation contract rows);
+// the tables and lines are the CLI's own (`harness-lab validate`, `harness-lab run`). commands.ts
+// registers them. A run records into the extension's own proxy, so its session streams into the
+// Sessions tree; its outputs go under the workspace (harnessLab.runsDir). Progress ends when the
+// work ends (the result message comes after), Cancel removes the run's sandbox.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import * as vscode from 'vscode';
 import type { CaptureProxy } from '../capture/proxy.js';
 import { harnessNames } from '../harness/registry.js';
-import { openLab } from '../sandbox/lab.js';
-import { rolloutLine, runRollout } from '../sandbox/rollout-runner.js';
-import { defaultValidationTask, formatValidationTable, validateHarness } from '../sandbox/validate.js';
+import { openLab, type Lab, type LabOptions } from '../sandbox/lab.js';
+import { ROLLOUT_DOCUMENT_FILE, rolloutLine, runRollout, type RolloutResult } from '../sandbox/rollout-runner.js';
+import { contractRows, defaultValidationTask, formatValidationTable, type ValidationTable } from '../sandbox/validate.js';
 import type { Logger } from './logger.js';
 import type { ReadonlyDocuments } from './readonly-docs.js';
+import { runsDir, validationMarkdown } from './run-model.js';
 
 export interface HarnessRunContext {
   context: vscode.ExtensionContext;
@@ -18,6 +22,10 @@ export interface HarnessRunContext {
   docs: ReadonlyDocuments;
   /** The extension's running proxy (started when needed) and the model it announces. */
   ensureProxy(): Promise<{ proxy: CaptureProxy; model: string }>;
+  /** Opens a session of the running proxy in the rollout viewer. */
+  openViewer(sessionId: string): void;
+  /** harnessLab.runsDir as set (relative to the first workspace folder). */
+  runsDirSetting(): string;
 }
 
 const HARNESS_HINTS: Record<string, string> = {
@@ -41,8 +49,8 @@ async function pickHarness(title: string, arg?: unknown): Promise<string | undef
   return picked?.label;
 }
 
-function outDir(context: vscode.ExtensionContext): string {
-  return join(context.globalStorageUri.fsPath, 'runs');
+function outDir(ctx: HarnessRunContext): string {
+  return runsDir(ctx.runsDirSetting(), vscode.workspace.workspaceFolders?.[0]?.uri.fsPath, ctx.context.globalStorageUri.fsPath);
 }
 
 /** A task folder from a Tasks view item (`{ folder }`), a URI, or undefined. */
@@ -52,24 +60,81 @@ function taskFolder(arg: unknown): string | undefined {
   return typeof folder === 'string' ? folder : undefined;
 }
 
+/** The task's display name: the Tasks view label when the command came from there, else the folder name. */
+function taskLabel(arg: unknown, taskDir: string): string {
+  const label = (arg as { label?: unknown } | undefined)?.label;
+  return typeof label === 'string' && label ? label : basename(taskDir);
+}
+
 function withContext(what: string, err: unknown): Error {
   return new Error(`${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
 }
 
-export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown): Promise<void> {
-  const harness = await pickHarness('Validate Harness Wiring');
-  if (!harness) return;
-  const taskDir = taskFolder(arg) ?? defaultValidationTask();
-  await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: validating ${harness} in a Docker sandbox` }, async () => {
-    const table = await validateHarness({ harness, taskDir, sandbox: 'docker', outDir: outDir(ctx.context), handleSignals: false, log: (l) => ctx.log.debug(l) }).catch((err: unknown) => {
-      throw withContext(`could not validate ${harness}`, err);
+interface RolloutRun {
+  result: RolloutResult | undefined;
+  cancelled: boolean;
+}
+
+/**
+ * One rollout under a cancellable progress notification with stage messages. Cancel removes the
+ * run's sandbox (the agent's exec ends with it) and the rollout ends as errored.
+ */
+async function rolloutWithProgress(ctx: HarnessRunContext, title: string, labOptions: LabOptions, extra: { timeoutSec?: number } = {}): Promise<RolloutRun> {
+  return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title, cancellable: true }, async (progress, token) => {
+    let cancelled = false;
+    let lab: Lab | undefined;
+    // The rollout runner stops and removes the sandbox when this aborts (and says cancelled).
+    const abort = new AbortController();
+    const sub = token.onCancellationRequested(() => {
+      cancelled = true;
+      ctx.log.info(`${title}: cancelled; removing the sandbox`);
+      progress.report({ message: 'cancelling: removing the sandbox' });
+      abort.abort();
     });
-    const text = formatValidationTable(table);
-    ctx.log.info(text);
-    await ctx.docs.show(`validate ${harness}.txt`, `${text}\n`, 'plaintext');
-    if (table.ok) void vscode.window.showInformationMessage(`Harness Lab: ${harness} passes the capture contract.`);
-    else void vscode.window.showWarningMessage(`Harness Lab: ${harness} fails ${table.rows.filter((r) => !r.ok).length} check(s) of the capture contract.`);
+    try {
+      progress.report({ message: 'opening the lab' });
+      lab = await openLab(labOptions);
+      if (cancelled) return { result: undefined, cancelled };
+      const r = await runRollout({
+        ...lab.rolloutOptions,
+        ...(extra.timeoutSec ? { timeoutSec: extra.timeoutSec } : {}),
+        signal: abort.signal,
+        onStage: (stage) => {
+          ctx.log.info(`${title}: ${stage}`);
+          if (!cancelled) progress.report({ message: stage });
+        },
+      });
+      cancelled ||= r.cancelled;
+      return { result: r, cancelled };
+    } finally {
+      sub.dispose();
+      await lab?.close();
+    }
   });
+}
+
+export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown): Promise<ValidationTable | undefined> {
+  const harness = await pickHarness('Validate Harness Wiring', arg);
+  if (!harness) return undefined;
+  const taskDir = taskFolder(arg) ?? defaultValidationTask();
+  const name = taskLabel(arg, taskDir);
+  const out = outDir(ctx);
+  const run = await rolloutWithProgress(ctx, `Harness Lab: validating ${harness} on ${name}`, { taskDir, harness, sandbox: 'docker', outDir: out, handleSignals: false, log: (l) => ctx.log.debug(l) }).catch((err: unknown) => {
+    throw withContext(`could not validate ${harness} on ${name}`, err);
+  });
+  if (!run.result) return undefined;
+  const r = run.result;
+  const rows = contractRows(r);
+  const table: ValidationTable = { harness: r.harness, task: r.task, sandbox: r.sandbox, ok: rows.every((row) => row.ok), rows, rollout: r };
+  ctx.log.info(formatValidationTable(table));
+  const report = join(r.out_dir, 'validation.md');
+  writeFileSync(report, validationMarkdown(table, run.cancelled));
+  // The result after the progress has ended: a readable table in the Markdown preview.
+  await vscode.commands.executeCommand('markdown.showPreview', vscode.Uri.file(report));
+  const failed = rows.filter((row) => !row.ok).length;
+  const msg = run.cancelled ? `Harness Lab: validation of ${harness} was cancelled; the sandbox was removed.` : table.ok ? `Harness Lab: ${harness} passes the capture contract on ${name}.` : `Harness Lab: ${harness} fails ${failed} check(s) of the capture contract on ${name}.`;
+  void resultMessage(ctx, table.ok && !run.cancelled, msg, r);
+  return table;
 }
 
 /** Returns the rollout's session id (a session of the extension's proxy). */
@@ -79,20 +144,37 @@ export async function runTaskWithHarness(ctx: HarnessRunContext, arg: unknown): 
   const harness = await pickHarness('Run with Harness', arg);
   if (!harness) return undefined;
   const { proxy, model } = await ctx.ensureProxy();
-  return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: ${harness} on ${taskDir}` }, async () => {
-    const lab = await openLab({ taskDir, harness, sandbox: 'docker', proxy, model, outDir: outDir(ctx.context), handleSignals: false, log: (l) => ctx.log.debug(l) });
-    try {
-      const r = await runRollout(lab.rolloutOptions);
-      const line = rolloutLine(r);
-      ctx.log.info(`${line}\n  rollout: ${r.out_dir}\n  session: ${r.session_id}`);
-      const open = 'Open Rollout';
-      const show = r.status === 'ok' ? vscode.window.showInformationMessage : vscode.window.showWarningMessage;
-      void show(`Harness Lab: ${line}`, open).then(async (c) => {
-        if (c === open) await vscode.window.showTextDocument(vscode.Uri.file(join(r.out_dir, 'rollout.json')));
-      });
-      return r.session_id;
-    } finally {
-      await lab.close();
-    }
+  const name = taskLabel(arg, taskDir);
+  const out = outDir(ctx);
+  mkdirSync(out, { recursive: true });
+  const run = await rolloutWithProgress(ctx, `Harness Lab: ${harness} on ${name}`, { taskDir, harness, sandbox: 'docker', proxy, model, outDir: out, handleSignals: false, log: (l) => ctx.log.debug(l) }).catch((err: unknown) => {
+    throw withContext(`could not run ${harness} on ${name}`, err);
   });
+  const r = run.result;
+  if (!r) return undefined;
+  const line = rolloutLine(r);
+  ctx.log.info(`${line}\n  rollout: ${r.out_dir}\n  session: ${r.session_id}${r.error ? `\n  error: ${r.error}` : ''}`);
+  void resultMessage(ctx, r.status === 'ok', `Harness Lab: ${run.cancelled ? 'cancelled: ' : ''}${line}`, r);
+  return r.session_id;
+}
+
+/** A run's result: Open in Viewer, Reveal (the run's folder) and Show Log. */
+async function resultMessage(ctx: HarnessRunContext, ok: boolean, message: string, r: RolloutResult): Promise<void> {
+  const open = 'Open in Viewer';
+  const reveal = 'Reveal';
+  const showLog = 'Show Log';
+  const show = ok ? vscode.window.showInformationMessage : vscode.window.showWarningMessage;
+  const choice = await show(message, ...(r.rollout ? [open] : []), reveal, showLog);
+  if (choice === open) {
+    try {
+      ctx.openViewer(r.session_id);
+    } catch {
+      // The proxy that recorded it may be gone; the rollout document next to the run opens the same view.
+      await vscode.commands.executeCommand('vscode.openWith', vscode.Uri.file(join(r.out_dir, ROLLOUT_DOCUMENT_FILE)), 'harnessLab.rolloutFile');
+    }
+  } else if (choice === reveal) {
+    const uri = vscode.Uri.file(join(r.out_dir, 'rollout.json'));
+    if (vscode.workspace.getWorkspaceFolder(uri)) await vscode.commands.executeCommand('revealInExplorer', uri);
+    else await vscode.commands.executeCommand('revealFileInOS', uri);
+  } else if (choice === showLog) ctx.log.show();
 }

@@ -23,6 +23,9 @@ export interface ProxyLike {
   readonly url: string;
   readonly port: number;
   readonly sessions: SessionsLike;
+  /** The proxy grades its engine once at start (CaptureProxy); the Engines view shows that grade. */
+  ensureProbed?(): Promise<unknown>;
+  readonly engineReport?: { reachable: boolean; capture_level: CaptureLevel; findings: string[]; probed_at: string } | undefined;
   close(): Promise<void>;
 }
 
@@ -159,6 +162,7 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
           this.setState({ kind: 'running', url: proxy.url, port: proxy.port });
           this.dataEmitter.fire(undefined);
           this.deps.logger.info(`proxy listening on ${proxy.url}, engine ${settings.engineUrl}, data in ${dataDir}`);
+          void this.showProxyGrade(proxy, settings.engineUrl);
           return proxy;
         },
         (err: unknown) => {
@@ -172,6 +176,29 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
         this.pending = undefined;
       });
     return this.pending;
+  }
+
+  /** The proxy's own grading of its engine (it probes at start), as the Engines view and status bar show it. */
+  private async showProxyGrade(proxy: P, engineUrl: string): Promise<void> {
+    try {
+      await proxy.ensureProbed?.();
+    } catch (err) {
+      this.deps.logger.warn(`the proxy could not grade ${engineUrl}: ${err instanceof Error ? err.message : String(err)}`);
+      return;
+    }
+    const report = proxy.engineReport;
+    if (!report || this.proxy !== proxy) return;
+    // An engine that is down now keeps the level it was graded at before (the view says unreachable).
+    if (!report.reachable) {
+      this.noteEngine(engineUrl, { reachability: 'unreachable', detail: `the proxy could not reach it at start (${report.probed_at})` });
+      return;
+    }
+    this.noteEngine(engineUrl, {
+      reachability: 'reachable',
+      captureLevel: report.capture_level,
+      detail: `graded by the proxy at start${report.findings.length ? `: ${report.findings.join('; ')}` : ''}`,
+      checkedAt: report.probed_at,
+    });
   }
 
   async stop(): Promise<void> {

@@ -8,6 +8,7 @@ import type { RolloutDocument } from '../capture/rollout.js';
 import type { RolloutReadOptions } from '../capture/sessions.js';
 import { fetchTokenTexts } from '../capture/token-text.js';
 import type { CallRecord } from '../capture/types.js';
+import { modelNamesOf, offlineTokenTexts } from '../report/offline-token-texts.js';
 import type { AtifCheckResult } from '../harness/atif-check.js';
 import { ErrorNotification, FocusTurnNotification, LoadNotification, ReadyQueue, TokenTextsNotification, dispatchWebviewMessage, notify, type HostMessage, type WebviewHandlers } from '../protocol/messages.js';
 import { idsWithoutText, toWire, viewerDataFromRollout, type TurnDetails, type ViewerData } from '../protocol/viewer-data.js';
@@ -29,6 +30,10 @@ export interface RolloutViewerHost {
   /** A call was recorded (the record) or sessions changed (undefined): open session viewers refresh. */
   onDidChangeData?(listener: (record: CallRecord | undefined) => void): vscode.Disposable;
   log?(message: string): void;
+  /** Prompt-token texts kept with a session's capture while it was live (live-token-texts.ts). */
+  storedTokenTexts?(sessionId: string): Record<string, string> | undefined;
+  /** Where the embedded engine this extension started builds its model (offline token texts read its GGUF). */
+  dataDirs?(): string[];
 }
 
 export function viewerHtml(webview: vscode.Webview, extensionUri: vscode.Uri): string {
@@ -158,18 +163,34 @@ export class ViewerConnection extends Disposable {
   /** Prompt-token texts after the first paint: the viewer shows ids until they arrive. */
   private async loadTokenTexts(data: ViewerData): Promise<void> {
     const engineUrl = this.rollout?.doc?.calls.find((c) => c.engine_url)?.engine_url;
-    const ids = idsWithoutText(data);
-    if (!engineUrl || ids.length === 0) return;
-    try {
-      const model = this.host.model?.() || this.rollout?.doc?.calls.find((c) => c.model)?.model || undefined;
-      const r = await fetchTokenTexts(engineUrl, ids, { signal: this.abort.signal, ...(model ? { model } : {}) });
-      if (Object.keys(r.texts).length) {
-        Object.assign(data.token_texts, r.texts);
-        this.queue.send(notify(TokenTextsNotification, { texts: r.texts }));
+    if (idsWithoutText(data).length === 0) return;
+    const model = this.host.model?.() || this.rollout?.doc?.calls.find((c) => c.model)?.model || undefined;
+    const deliver = (texts: Record<string, string>) => {
+      if (!Object.keys(texts).length) return;
+      Object.assign(data.token_texts, texts);
+      this.queue.send(notify(TokenTextsNotification, { texts }));
+    };
+    const kept = data.session_id ? this.host.storedTokenTexts?.(data.session_id) : undefined;
+    if (kept) deliver(Object.fromEntries(idsWithoutText(data).flatMap((id) => (kept[id] === undefined ? [] : [[String(id), kept[id]!]]))));
+    if (engineUrl && idsWithoutText(data).length) {
+      try {
+        const r = await fetchTokenTexts(engineUrl, idsWithoutText(data), { signal: this.abort.signal, ...(model ? { model } : {}) });
+        deliver(r.texts);
+        if (r.problem) this.host.log?.(`rollout viewer: ${r.problem}`);
+      } catch (err) {
+        if (this.abort.signal.aborted) return;
+        this.host.log?.(`rollout viewer: token texts unavailable from ${engineUrl}: ${err instanceof Error ? err.message : String(err)}`);
       }
-      if (r.problem) this.host.log?.(`rollout viewer: ${r.problem}`);
-    } catch (err) {
-      if (!this.abort.signal.aborted) this.host.log?.(`rollout viewer: token texts unavailable: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    // The engine is gone (or never named them): the model's tokenizer on this machine.
+    const rest = idsWithoutText(data);
+    if (rest.length === 0 || this.abort.signal.aborted) return;
+    const r = await offlineTokenTexts([...(model ? [model] : []), ...modelNamesOf(data, this.rollout?.doc ?? null)], rest, { dataDirs: this.host.dataDirs?.() ?? [] });
+    if (this.abort.signal.aborted) return;
+    deliver(r.texts);
+    if (r.problem) {
+      this.host.log?.(`rollout viewer: ${r.problem}`);
+      this.queue.send(notify(ErrorNotification, { message: r.problem }));
     }
   }
 }

@@ -107,7 +107,8 @@ export function sessionNode(row: SessionRow, calls?: readonly CallRecord[]): Ses
   const n = calls?.length ?? row.n_calls;
   const errors = calls?.filter((c) => c.error).length ?? 0;
   const label = typeof row.metadata?.label === 'string' && row.metadata.label ? row.metadata.label : row.session_id;
-  const parts = [`${n} call${n === 1 ? '' : 's'}`];
+  const origin = sessionOrigin(row.metadata);
+  const parts = [...(origin ? [origin] : []), `${n} call${n === 1 ? '' : 's'}`];
   if (errors) parts.push(`${errors} failed`);
   parts.push(shortTime(row.created_at));
   return {
@@ -116,10 +117,26 @@ export function sessionNode(row: SessionRow, calls?: readonly CallRecord[]): Ses
     sessionId: row.session_id,
     label,
     description: parts.join(' · '),
-    tooltip: [`Session ${row.session_id}`, `Created ${row.created_at}`, ...(row.model ? [`Model ${row.model}`] : []), `${n} calls, ${errors} failed`].join('\n'),
+    tooltip: [`Session ${row.session_id}`, ...(origin ? [`From ${origin}`] : []), `Created ${row.created_at}`, ...(row.model ? [`Model ${row.model}`] : []), `${n} calls, ${errors} failed`].join('\n'),
     contextValue: 'harnessLab.session',
     nCalls: n,
   };
+}
+
+/**
+ * Where a session came from, from its metadata: a run's harness and task (`react on hello-file`),
+ * a captured terminal, a session made in VS Code, or any caller-set `harness`/`source`.
+ */
+export function sessionOrigin(metadata: Record<string, unknown> | undefined): string | undefined {
+  const str = (k: string) => (typeof metadata?.[k] === 'string' && metadata[k] ? (metadata[k] as string) : undefined);
+  const harness = str('harness');
+  const task = str('task');
+  if (harness && task) return `${harness} on ${task.split('/').pop()}`;
+  if (harness) return harness;
+  const source = str('source');
+  if (source === 'terminal') return 'captured terminal';
+  if (source === 'vscode') return 'VS Code session';
+  return source;
 }
 
 function shortTime(iso: string): string {

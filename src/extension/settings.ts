@@ -15,6 +15,7 @@ export const SettingsSchema = z.object({
   proxyHost: z.string().trim().min(1, 'must not be empty').default('127.0.0.1'),
   proxyPort: z.number().int().min(0).max(65535).default(0),
   dataDir: z.string().trim().default(''),
+  runsDir: z.string().trim().default('.harness-lab/runs'),
   autoStart: z.boolean().default(false),
   maxModelCalls: z.number().int().min(0).default(0),
 });
@@ -23,11 +24,22 @@ export type HarnessLabSettings = z.infer<typeof SettingsSchema>;
 
 export class SettingsError extends Error {}
 
+/**
+ * Settings whose contributed key differs from the schema's: `harnessLab.engineURL` (so the Settings
+ * editor titles it "Engine URL"), with the older `engineUrl` read when the new one is empty.
+ */
+export const SETTING_KEYS: Record<string, readonly string[]> = { engineUrl: ['engineURL', 'engineUrl'] };
+
+/** The contributed key a command writes for a schema key. */
+export function settingKey(schemaKey: string): string {
+  return SETTING_KEYS[schemaKey]?.[0] ?? schemaKey;
+}
+
 /** `get(key)` reads one setting (vscode's WorkspaceConfiguration.get has this shape). */
 export function readSettings(get: (key: string) => unknown): HarnessLabSettings {
   const raw: Record<string, unknown> = {};
   for (const key of Object.keys(SettingsSchema.shape)) {
-    const value = get(key);
+    const value = (SETTING_KEYS[key] ?? [key]).map((k) => get(k)).find((v) => v !== undefined && v !== null && v !== '') ?? get(settingKey(key));
     if (value !== undefined && value !== null) raw[key] = value;
   }
   const parsed = SettingsSchema.safeParse(raw);

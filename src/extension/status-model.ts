@@ -1,4 +1,5 @@
 // What the status bar item shows for a proxy state and engine health (pure, for unit tests).
+import type { CaptureLevel } from '../capture/types.js';
 import type { EngineReachability, ProxyState } from './proxy-controller.js';
 
 export interface StatusView {
@@ -8,7 +9,8 @@ export interface StatusView {
   background: 'statusBarItem.warningBackground' | 'statusBarItem.errorBackground' | undefined;
 }
 
-export function statusView(state: ProxyState, engineUrl: string, engine: EngineReachability): StatusView {
+/** `captureLevel`: the engine's grade (the proxy grades it at start; Probe Engine again). */
+export function statusView(state: ProxyState, engineUrl: string, engine: EngineReachability, captureLevel: CaptureLevel | null = null): StatusView {
   switch (state.kind) {
     case 'stopped':
       return { text: '$(debug-disconnect) Harness Lab: off', tooltip: 'Capture proxy stopped. Click for actions.', background: undefined };
@@ -20,7 +22,7 @@ export function statusView(state: ProxyState, engineUrl: string, engine: EngineR
       const unreachable = engine === 'unreachable';
       return {
         text: `${unreachable ? '$(warning)' : '$(radio-tower)'} Harness Lab :${state.port}`,
-        tooltip: [`Capture proxy on ${state.url}`, `Engine ${engineUrl || '(none)'}: ${engine}`, 'Click for actions.'].join('\n'),
+        tooltip: [`Capture proxy on ${state.url}`, `Engine ${engineUrl || '(none)'}: ${engine}${captureLevel ? `, capture level ${captureLevel}` : ', not graded yet'}`, 'Click for actions.'].join('\n'),
         background: unreachable ? 'statusBarItem.warningBackground' : undefined,
       };
     }

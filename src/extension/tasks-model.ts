@@ -39,12 +39,15 @@ export function taskNode(tomlPath: string, workspaceRoot: string, tomlText: stri
   const folder = dirname(tomlPath);
   const meta = taskTitle(tomlText);
   const rel = relative(workspaceRoot, folder) || '.';
+  // The label is the task's name as runs, sessions and results say it (src/tasks: the last segment
+  // of [task].name); an organisation prefix goes to the tooltip.
+  const fullName = meta.name ?? basename(folder);
   return {
     kind: 'task',
     id: `task:${folder}`,
-    label: meta.name ?? basename(folder),
+    label: fullName.split('/').pop() || fullName,
     description: [meta.difficulty, meta.category, rel].filter(Boolean).join(' · '),
-    tooltip: `Harbor task in ${folder}`,
+    tooltip: `Harbor task ${fullName} in ${folder}`,
     folder,
     tomlPath,
     contextValue: 'harnessLab.task',

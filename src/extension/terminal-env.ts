@@ -5,7 +5,13 @@
 //   Gemini CLI / Google GenAI:   GOOGLE_GEMINI_BASE_URL (no path), GEMINI_API_KEY
 //   Codex:                       ignores OPENAI_BASE_URL; reads a provider from $CODEX_HOME/config.toml
 //                                whose env_key names the variable holding the key.
+//   Copilot CLI:                 COPILOT_PROVIDER_BASE_URL (+/v1), COPILOT_PROVIDER_API_KEY, COPILOT_OFFLINE
+//   Kilo Code:                   KILO_CONFIG_CONTENT (a JSON config with the provider)
+//   OpenClaw:                    OPENCLAW_CONFIG_PATH -> a config file with the provider
+//   Continue (cn):               CONTINUE_GLOBAL_DIR -> a folder whose config.yaml has the model
+import { join } from 'node:path';
 import type { DialectName } from '../capture/types.js';
+import { continueConfig, opencodeConfig, openclawConfig } from '../harness/wiring.js';
 
 export interface CaptureTarget {
   /** Proxy base URL without a trailing slash, e.g. http://127.0.0.1:41234 */
@@ -16,6 +22,25 @@ export interface CaptureTarget {
   model?: string;
   /** A CODEX_HOME prepared with `codexConfigToml` for this session, if any. */
   codexHome?: string;
+  /** A folder holding `harnessConfigFiles(target)` for this session (OpenClaw's and Continue's configs), if any. */
+  configDir?: string;
+}
+
+/** Provider id the terminal's harness configs use (never `openai`: some harnesses route that specially). */
+const TERMINAL_PROVIDER = 'harnesslab';
+
+/** `provider/model` names are split on the first slash by these harnesses: hand them the leaf (the proxy serves its own model anyway). */
+export function modelLeaf(model: string | undefined): string {
+  return model?.split('/').pop() || 'harness-lab';
+}
+
+/** Config files (relative to `configDir`) for the harnesses that read the proxy only from a file. */
+export function harnessConfigFiles(target: CaptureTarget): { path: string; content: string }[] {
+  const t = { proxyUrl: base(target.proxyUrl), sessionKey: target.sessionKey, model: modelLeaf(target.model) };
+  return [
+    { path: 'openclaw/openclaw.json', content: `${JSON.stringify(openclawConfig(t), null, 2)}\n` },
+    { path: 'continue/config.yaml', content: continueConfig(t) },
+  ];
 }
 
 export const CODEX_KEY_VAR = 'HARNESS_LAB_API_KEY';
@@ -61,6 +86,22 @@ export function capturedTerminalEnv(target: CaptureTarget, inherited: { NO_PROXY
     for (const name of ['ANTHROPIC_MODEL', 'ANTHROPIC_DEFAULT_SONNET_MODEL', 'ANTHROPIC_DEFAULT_OPUS_MODEL', 'ANTHROPIC_DEFAULT_HAIKU_MODEL', 'CLAUDE_CODE_SUBAGENT_MODEL']) env[name] = target.model;
   }
   if (target.codexHome) env.CODEX_HOME = target.codexHome;
+  // GitHub Copilot CLI in BYOK mode: no GitHub login, no network besides the provider.
+  env.COPILOT_PROVIDER_BASE_URL = `${url}/v1`;
+  env.COPILOT_PROVIDER_TYPE = 'openai';
+  env.COPILOT_PROVIDER_API_KEY = key;
+  env.COPILOT_OFFLINE = 'true';
+  if (target.model) env.COPILOT_MODEL = target.model;
+  // Kilo Code takes its whole config from the environment (`kilo run --model harnesslab/<model>`).
+  env.KILO_CONFIG_CONTENT = JSON.stringify({ ...opencodeConfig({ proxyUrl: url, sessionKey: key, model: modelLeaf(target.model) }), $schema: 'https://kilo.ai/config.json' });
+  env.KILO_DISABLE_MODELS_FETCH = '1';
+  env.KILO_TELEMETRY_LEVEL = 'off';
+  if (target.configDir) {
+    env.OPENCLAW_CONFIG_PATH = join(target.configDir, 'openclaw', 'openclaw.json');
+    env.OPENCLAW_NO_AUTO_UPDATE = '1';
+    env.CONTINUE_GLOBAL_DIR = join(target.configDir, 'continue');
+    env.CONTINUE_CLI_ENABLE_TELEMETRY = '0';
+  }
   return env;
 }
 
@@ -108,6 +149,8 @@ export function envSnippets(target: CaptureTarget): EnvSnippet[] {
       label: 'Google Gemini (Gemini CLI; also set security.auth.selectedType="gemini-api-key")',
       text: exp(['GOOGLE_GEMINI_BASE_URL', 'GEMINI_API_KEY']),
     },
+    { dialect: 'openai_chat', label: 'GitHub Copilot CLI (BYOK, offline)', text: exp(['COPILOT_PROVIDER_BASE_URL', 'COPILOT_PROVIDER_TYPE', 'COPILOT_PROVIDER_API_KEY', 'COPILOT_OFFLINE', 'COPILOT_MODEL']) },
+    { dialect: 'openai_chat', label: `Kilo Code (then: kilo run --model ${TERMINAL_PROVIDER}/${modelLeaf(target.model)})`, text: exp(['KILO_CONFIG_CONTENT', 'KILO_DISABLE_MODELS_FETCH', 'KILO_TELEMETRY_LEVEL']) },
     {
       dialect: 'codex',
       label: 'Codex (custom provider; OPENAI_BASE_URL is ignored by Codex)',

@@ -133,8 +133,8 @@ function claudeMessagesToAtif(paths: string[]): AtifTrajectory | undefined {
   return toTrajectory('claude-code', [...byId.values()], session);
 }
 
-/** opencode run --format json: a step_finish event per model call, carrying its token counts. */
-export function opencodeEventsToAtif(path: string): AtifTrajectory | undefined {
+/** opencode (and its fork kilo) run --format json: a step_finish event per model call, carrying its token counts. */
+export function opencodeEventsToAtif(path: string, agent = 'opencode'): AtifTrajectory | undefined {
   const steps: StepIn[] = [];
   let current: StepIn = { message: '', completion: null, prompt: null, toolCalls: [] };
   let session: string | undefined;
@@ -153,7 +153,7 @@ export function opencodeEventsToAtif(path: string): AtifTrajectory | undefined {
       current = { message: '', completion: null, prompt: null, toolCalls: [] };
     }
   }
-  return toTrajectory('opencode', steps, session);
+  return toTrajectory(agent, steps, session);
 }
 
 /** codex session rollout-*.jsonl: a token_count event (last_token_usage) after each model call. */
@@ -232,8 +232,11 @@ export function geminiSessionsToAtif(dir: string): AtifTrajectory | undefined {
   return toTrajectory('gemini-cli', steps, session);
 }
 
-/** pi --session-dir *.jsonl: assistant messages carry usage.output (harbor-and-atif.md 7). */
-export function piSessionsToAtif(dir: string): AtifTrajectory | undefined {
+/**
+ * pi --session-dir *.jsonl: assistant messages carry usage.output (harbor-and-atif.md 7). OpenClaw keeps
+ * the same session events (version 4) in SQLite; the sandbox exports them to a .jsonl first.
+ */
+export function piSessionsToAtif(dir: string, agent = 'pi'): AtifTrajectory | undefined {
   const steps: StepIn[] = [];
   for (const file of filesUnder(dir, /\.jsonl$/)) {
     for (const line of jsonLines(file)) {
@@ -250,7 +253,7 @@ export function piSessionsToAtif(dir: string): AtifTrajectory | undefined {
       });
     }
   }
-  return toTrajectory('pi', steps);
+  return toTrajectory(agent, steps);
 }
 
 /** qwen-code chat recording (projects/<cwd>/chats/<session>.jsonl): assistant records with usageMetadata. */
@@ -276,4 +279,62 @@ export function qwenChatsToAtif(dir: string): AtifTrajectory | undefined {
     }
   }
   return toTrajectory('qwen-code', steps, session);
+}
+
+/** GitHub Copilot CLI session-state/<id>/events.jsonl: a session.usage_record before each assistant.message. */
+export function copilotEventsToAtif(dir: string): AtifTrajectory | undefined {
+  const steps: StepIn[] = [];
+  let session: string | undefined;
+  for (const file of filesUnder(dir, /^events\.jsonl$/)) {
+    let usage: Json | undefined;
+    for (const ev of jsonLines(file)) {
+      const data = obj(ev.data) ?? {};
+      if (ev.type === 'session.start') session ??= str(data.sessionId) || undefined;
+      if (ev.type === 'session.usage_record') usage = obj(data.usage);
+      if (ev.type !== 'assistant.message' || !usage) continue;
+      const requests = (Array.isArray(data.toolRequests) ? data.toolRequests : []).map((r) => obj(r) ?? {});
+      steps.push({
+        message: str(data.content),
+        completion: num(usage.outputTokens),
+        prompt: num(usage.inputTokens),
+        cached: num(usage.cacheReadTokens),
+        model: str(data.model) || undefined,
+        timestamp: str(ev.timestamp) || undefined,
+        toolCalls: requests.map((r) => ({ id: str(r.toolCallId), name: str(r.name), args: r.arguments })),
+      });
+      usage = undefined; // one usage record per model call
+    }
+  }
+  return toTrajectory('copilot', steps, session);
+}
+
+/** Continue (cn) sessions/<id>.json: each assistant message of `history` carries its call's usage. */
+export function continueSessionsToAtif(dir: string): AtifTrajectory | undefined {
+  const steps: StepIn[] = [];
+  let session: string | undefined;
+  for (const file of filesUnder(dir, /\.json$/)) {
+    if (file.endsWith('sessions.json')) continue; // the index, not a session
+    let doc: Json;
+    try {
+      doc = obj(JSON.parse(readFileSync(file, 'utf8'))) ?? {};
+    } catch {
+      continue;
+    }
+    for (const item of Array.isArray(doc.history) ? doc.history : []) {
+      const m = obj(obj(item)?.message);
+      const usage = obj(m?.usage);
+      if (m?.role !== 'assistant' || !usage) continue;
+      session ??= str(doc.sessionId) || undefined;
+      const calls = (Array.isArray(m.toolCalls) ? m.toolCalls : []).map((c) => obj(c) ?? {});
+      steps.push({
+        message: typeof m.content === 'string' ? m.content : '',
+        completion: num(usage.completion_tokens),
+        prompt: num(usage.prompt_tokens),
+        cached: num(obj(usage.prompt_tokens_details)?.cached_tokens),
+        model: str(usage.model) || undefined,
+        toolCalls: calls.map((c) => ({ id: str(c.id), name: str(obj(c.function)?.name), args: obj(c.function)?.arguments })),
+      });
+    }
+  }
+  return toTrajectory('continue', steps, session);
 }

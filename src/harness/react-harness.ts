@@ -52,6 +52,9 @@ async function main(): Promise<number> {
   const key = process.env.HARNESS_LAB_API_KEY ?? '';
   const model = process.env.HARNESS_LAB_MODEL || 'policy';
   const maxTurns = Number(process.env.HARNESS_LAB_MAX_TURNS || 20);
+  // Sampling this harness asks for on every call, as real harnesses do (Claude Code sends temperature 1):
+  // a trainer's pinned sampling must override it, and the tests need a harness that asks.
+  const askedSampling = JSON.parse(process.env.HARNESS_LAB_REACT_SAMPLING || '{}') as Record<string, number>;
   const atifPath = process.env.HARNESS_LAB_ATIF || `${process.env.HARNESS_LAB_LOGS || '/logs'}/agent/trajectory.json`;
   if (!instruction || !base || !key) {
     process.stderr.write('usage: HARNESS_LAB_BASE_URL=<url>/v1 HARNESS_LAB_API_KEY=<key> react-harness "<instruction>"\n');
@@ -82,7 +85,7 @@ async function main(): Promise<number> {
     const res = await fetch(`${base}/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model, messages, tools: TOOLS }),
+      body: JSON.stringify({ model, messages, tools: TOOLS, ...askedSampling }),
     });
     const text = await res.text();
     if (res.status !== 200) {

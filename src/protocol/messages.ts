@@ -9,6 +9,7 @@
 // `{ type: '<method>/completion', seq, res }` or `{ ..., seq, err }`. Nothing is posted to the
 // webview before it sends `ready`.
 import type { AtifCheckResult } from '../harness/atif-check.js';
+import type { GroupViewData } from './group-data.js';
 import type { TurnDetails, ViewerWire } from './viewer-data.js';
 
 export interface IpcCommand<M extends string = string, P extends object = object> {
@@ -62,6 +63,8 @@ export const LoadNotification = notification('load', type<{ wire: ViewerWire; fo
 export const TokenTextsNotification = notification('tokenTexts', type<{ texts: Record<string, string> }>());
 export const FocusTurnNotification = notification('focusTurn', type<{ node_id: string }>());
 export const ErrorNotification = notification('error', type<{ message: string }>());
+/** One GRPO group of a batch to show side by side (the group view, webview/viewer/group.ts). */
+export const LoadGroupNotification = notification('loadGroup', type<{ group: GroupViewData }>());
 
 /** Webview -> host, by method. */
 export const WEBVIEW_MESSAGES = {
@@ -76,6 +79,7 @@ export const HOST_NOTIFICATIONS = {
   [TokenTextsNotification.method]: TokenTextsNotification,
   [FocusTurnNotification.method]: FocusTurnNotification,
   [ErrorNotification.method]: ErrorNotification,
+  [LoadGroupNotification.method]: LoadGroupNotification,
 } as const;
 
 // ---- derived types ----

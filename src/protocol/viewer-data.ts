@@ -34,6 +34,11 @@ export interface ViewerTurn extends RolloutGraphNodeJson {
   logprobs: number[] | null;
   /** Whether the sampled tokens carry loss mask 1 in the exported training data. */
   trained: boolean;
+  /**
+   * Drift from an attached `harness-lab rescore` report: per sampled token exp(rescored - behaviour)
+   * logprob, with the report's threshold. Absent without a rescore.
+   */
+  drift?: { ratios: number[]; threshold: number } | null;
   top: ViewerTopAlt[][] | null;
   /** Text of each sampled token from the engine's bytes; null entries where bytes were missing. */
   sampled_text: (string | null)[] | null;

@@ -27,16 +27,16 @@ export function scriptJson(value: unknown): string {
   return JSON.stringify(value).replace(/</g, '\\u003c').replace(/\u2028/g, '\\u2028').replace(/\u2029/g, '\\u2029');
 }
 
-function escapeHtml(s: string): string {
+export function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
 
 /** Inline code must not close its own element early. */
-function inline(code: string, tag: 'script' | 'style'): string {
+export function inline(code: string, tag: 'script' | 'style'): string {
   return code.replace(new RegExp(`</${tag}`, 'gi'), `<\\/${tag}`);
 }
 
-const sha256 = (s: string) => `'sha256-${createHash('sha256').update(s, 'utf8').digest('base64')}'`;
+export const sha256 = (s: string) => `'sha256-${createHash('sha256').update(s, 'utf8').digest('base64')}'`;
 
 export function buildReportHtml(data: ViewerData, assets: ViewerAssets): string {
   const theme = inline(assets.themeCss, 'style');

@@ -9,6 +9,7 @@ import { CaptureSession } from '../capture/sessions.js';
 import { loadSessionFile } from '../capture/store.js';
 import { AtifParseError, joinContinuations, parseAtif, type AtifTrajectory } from '../harness/atif.js';
 import { atifCheck, type AtifCheckResult } from '../harness/atif-check.js';
+import { attachRescore, rescorePathFor } from './rescore-attach.js';
 import { CallRecordSchema, RolloutFileError, viewerDataFromFile } from '../protocol/rollout-file.js';
 import { viewerDataFromRollout, type ViewerData } from '../protocol/viewer-data.js';
 
@@ -53,7 +54,10 @@ function sessionRollout(path: string): LoadedRollout {
 export function loadRollout(path: string): LoadedRollout {
   const abs = resolve(path);
   if (!existsSync(abs)) throw new RolloutFileError(`no such file: ${path}`);
-  return rolloutFromText(readFileSync(abs, 'utf8'), abs);
+  const rollout = rolloutFromText(readFileSync(abs, 'utf8'), abs);
+  // A `harness-lab rescore` report next to the rollout colours its sampled tokens by drift.
+  attachRescore(rollout.data, rescorePathFor(abs));
+  return rollout;
 }
 
 /** Where a harness's trajectory usually sits relative to a rollout file (Harbor trial layout included). */

@@ -67,6 +67,8 @@ export interface RolloutOptions {
   log?: (line: string) => void;
   /** The reference harness bundle on the host (registry kind bundled-script). */
   reactScript?: string;
+  /** Told as each phase starts (progress messages in the extension). */
+  onStage?: (stage: RolloutStage) => void;
   /** A capture session already created on the proxy (a batch's, with its metadata and pinned sampling). */
   sessionId?: string;
   /** Write into exactly this directory instead of `<outDir>/<task>/<harness>/<n>`. */
@@ -83,6 +85,11 @@ export interface RolloutOptions {
   /** Called with the sandbox id as soon as it exists (a batch records it before the agent starts). */
   onSandbox?: (id: string) => void;
 }
+
+export type RolloutStage = 'building image' | 'starting sandbox' | 'agent running' | 'verifier' | 'collecting';
+
+/** The rollout document next to the run record, named so the rollout viewer opens it (`*.rollout.json`). */
+export const ROLLOUT_DOCUMENT_FILE = 'session.rollout.json';
 
 /** `<out>/<task>/<harness>/<n>` with the next free n. */
 export function nextRolloutDir(outDir: string, task: string, harness: string): string {
@@ -151,7 +158,9 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     const taskFile = `${task.name}/task.toml`;
     const taskEnv = resolveEnvTemplate(task.environment.env, process.env, taskFile, 'environment.env');
     const verifierEnv = resolveEnvTemplate(task.verifierEnv, process.env, taskFile, 'verifier.env');
+    opts.onStage?.('building image');
     const image = await runtime.prepareImage(task, opts.log);
+    opts.onStage?.('starting sandbox');
     if (runtime.needsSessionSocket) socket = await SessionSocket.open(proxy, sessionId, { log: opts.log });
     sandbox = await runtime.create({ task, harness: entry.name, sessionId, image, hostLogsDir: outDir, mounts: mountsFor(entry, opts.reactScript), env: taskEnv, model: { proxyUrl: proxy.url, socketDir: socket?.dir }, labels: opts.labels });
     result.isolation = sandbox.isolation;
@@ -174,6 +183,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     for (const f of plan.files) await sandbox.writeFile(f.path, f.content);
     if (task.agentUser && plan.files.length) await sandbox.exec(`chown -R ${task.agentUser} ${p.home}`);
     const timeoutSec = opts.timeoutSec ?? task.agentTimeoutSec ?? 600;
+    opts.onStage?.('agent running');
     const agent = await sandbox.exec(plan.script, { env: plan.env, user: task.agentUser, timeoutMs: timeoutSec * 1000, logFile: result.agent.log, onTimeout: verifyAfterTimeout ? 'kill-command' : 'kill-sandbox' });
     result.agent = { ...result.agent, exit_code: agent.exitCode, timed_out: agent.timedOut, ms: agent.ms };
     if (result.cancelled) throw new RolloutError('cancelled');
@@ -187,6 +197,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     // the capture from here on.
     await socket?.stop();
     // The verifier: tests/ enters only now, and its environment is the task's verifier env alone.
+    opts.onStage?.('verifier');
     await sandbox.copyDirIn(task.testsDir, p.tests);
     const envProbe = await sandbox.exec('env', { env: verifierEnv, timeoutMs: 30_000 });
     const sessionKeyAbsent = !envProbe.output.includes(sessionId);
@@ -217,8 +228,10 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     await sandbox?.remove();
     await socket?.close();
   }
+  opts.onStage?.('collecting');
   const doc = proxy.sessions.rollout(sessionId) ?? null;
   result.rollout = doc;
+  if (doc) writeFileSync(join(outDir, ROLLOUT_DOCUMENT_FILE), `${JSON.stringify(doc, null, 2)}\n`);
   try {
     const traj = entry.toAtif(join(outDir, 'agent'));
     if (traj && entry.atif === 'converted') writeFileSync(join(outDir, 'agent', 'trajectory.json'), `${JSON.stringify(traj, null, 2)}\n`);

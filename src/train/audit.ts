@@ -2,7 +2,10 @@
 // Per group: rewards, mean, std, members kept and discarded; groups with no contrast; the share of the
 // batch that carries no signal; rollouts per harness; policy-version staleness per call; tool calls per
 // rollout. `--fail-on` turns the shares into an exit code so it can gate a training step.
-import { statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseAtif, type AtifTrajectory } from '../harness/atif.js';
+import { aggregateBehaviour, rolloutBehaviour, type BehaviourAggregate, type RolloutBehaviour } from './behaviour.js';
 import { batchPaths, readManifest, readRolloutStates, type RolloutState } from '../batch/state.js';
 import type { CallRecord } from '../capture/types.js';
 import { callPolicyVersion, sessionPolicyVersion, sortVersions, versionOrdinal } from './policy-version.js';
@@ -23,6 +26,8 @@ export interface AuditMember {
   session_id: string | null;
   n_calls: number;
   tool_calls: number | null;
+  /** Behaviour metrics (docs/behaviour-metrics.md), without the per-call facts; null when the capture is unreadable. */
+  behaviour: Omit<RolloutBehaviour, 'facts'> | null;
 }
 
 export interface GroupAudit {
@@ -85,6 +90,8 @@ export interface AuditReport {
     stale: StaleCall[];
   };
   tool_calls: { per_rollout: Record<string, number>; mean: number | null; min: number | null; max: number | null };
+  /** Behaviour metrics aggregated over every rollout with a readable capture, for the batch and per harness. */
+  behaviour: { batch: BehaviourAggregate; harnesses: Record<string, BehaviourAggregate> };
 }
 
 export const FAIL_ON_KEYS = ['no-contrast-share', 'no-signal-share', 'discarded-share', 'stale-share'] as const;
@@ -135,6 +142,7 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
   const toolCalls: Record<string, number> = {};
   const harnesses: AuditReport['harnesses'] = {};
   const harnessRewards: Record<string, number[]> = {};
+  const behaviours: Record<string, RolloutBehaviour[]> = {};
   let kept = 0;
   let discarded = 0;
   let unfinished = 0;
@@ -145,11 +153,16 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
       const why = excludedReason(s);
       let nCalls = s.n_calls;
       let tools: number | null = null;
+      let behaviour: AuditMember['behaviour'] = null;
       const r = s.session_id ? sessionOf(sessionFile(capture, s.session_id), why === null) : null;
       if (r) {
         nCalls = r.calls.length;
         tools = toolCallsOf(r.calls);
         toolCalls[id] = tools;
+        const full = rolloutBehaviour(r.doc, rolloutTrajectory(dir, s));
+        (behaviours[s.harness] ??= []).push(full);
+        const { facts: _facts, ...summary } = full;
+        behaviour = summary;
         if (why === null) {
           const session = sessionPolicyVersion(r.info.metadata);
           for (const call of r.calls) perCall.push({ rollout_id: id, session_id: s.session_id!, call, version: callPolicyVersion(call, { session, rollout: s.policy_version, batch: manifest.policy_version }).version });
@@ -165,7 +178,7 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
         discarded++;
         h.discarded++;
       } else unfinished++;
-      return { rollout_id: id, member: s.member, state: s.state, class: s.class, reward: s.reward, kept: why === null, excluded: why?.reason ?? null, session_id: s.session_id, n_calls: nCalls, tool_calls: tools };
+      return { rollout_id: id, member: s.member, state: s.state, class: s.class, reward: s.reward, kept: why === null, excluded: why?.reason ?? null, session_id: s.session_id, n_calls: nCalls, tool_calls: tools, behaviour };
     });
     const rewards = members.filter((m) => m.kept && m.reward !== null).map((m) => m.reward!);
     const keptN = members.filter((m) => m.kept).length;
@@ -228,7 +241,25 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
     harnesses,
     policy: { newest, max_staleness: maxStaleness, versions, calls: perCall.length, stale_calls: stale.length, unversioned_calls: unversioned, stale },
     tool_calls: { per_rollout: toolCalls, mean: mean(tc), min: tc.length ? Math.min(...tc) : null, max: tc.length ? Math.max(...tc) : null },
+    behaviour: { batch: aggregateBehaviour(Object.values(behaviours).flat()), harnesses: Object.fromEntries(Object.entries(behaviours).map(([h, list]) => [h, aggregateBehaviour(list)])) },
   };
+}
+
+/**
+ * The harness's ATIF trajectory of the attempt that counts (`runs/<id>/<attempt>/agent/trajectory.json`,
+ * as the rollout runner writes it), or null when absent or not valid ATIF (the metrics then use the
+ * captured calls alone).
+ */
+export function rolloutTrajectory(dir: string, s: RolloutState): AtifTrajectory | null {
+  const attempt = s.attempts[s.attempts.length - 1];
+  if (!attempt) return null;
+  const file = join(dir, attempt.out_dir, 'agent', 'trajectory.json');
+  if (!existsSync(file)) return null;
+  try {
+    return parseAtif(readFileSync(file, 'utf8'), file);
+  } catch {
+    return null;
+  }
 }
 
 /**
@@ -266,5 +297,11 @@ export function formatAudit(r: AuditReport): string {
   for (const s of r.policy.stale.slice(0, 20)) lines.push(`  stale: rollout ${s.rollout_id} session ${s.session_id} call ${s.call_id} (index ${s.index}) version ${s.version}, ${s.behind} behind`);
   if (r.policy.stale.length > 20) lines.push(`  ... ${r.policy.stale.length - 20} more (--json lists all)`);
   lines.push(`tool calls per rollout: mean ${fmt(r.tool_calls.mean, 2)}, min ${r.tool_calls.min ?? '-'}, max ${r.tool_calls.max ?? '-'}`);
+  lines.push('');
+  lines.push('behaviour (docs/behaviour-metrics.md)  rollouts  tool calls  failed  recovery  self-verify  coverage  first success');
+  const row = (name: string, b: BehaviourAggregate) =>
+    `${name.padEnd(38)} ${String(b.rollouts).padEnd(9)} ${fmt(b.mean_tool_calls, 2).padEnd(11)} ${fmt(b.mean_failed_tool_calls, 2).padEnd(7)} ${fmt(b.error_recovery, 2).padEnd(9)} ${fmt(b.self_verification, 2).padEnd(12)} ${fmt(b.mean_tool_coverage, 2).padEnd(9)} ${fmt(b.mean_turns_to_first_success, 2)}`;
+  for (const [h, b] of Object.entries(r.behaviour.harnesses)) lines.push(row(h, b));
+  lines.push(row('(batch)', r.behaviour.batch));
   return `${lines.join('\n')}\n`;
 }

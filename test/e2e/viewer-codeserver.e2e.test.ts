@@ -82,7 +82,7 @@ test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { t
 
   const frame = viewerFrame(page);
   const counts = frame.locator('[data-testid="counts"]');
-  await counts.waitFor({ timeout: 60_000 });
+  await counts.waitFor({ timeout: 150_000 });
   mkdirSync(ARTIFACTS, { recursive: true });
   await page.screenshot({ path: join(ARTIFACTS, 'viewer-01-opened.png') });
   const byIndex = [...records].sort((a, b) => a.index - b.index);
@@ -129,7 +129,7 @@ test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { t
   await openItem.click();
   await page.locator('.tab', { hasText: `Rollout ${LIVE}` }).waitFor({ timeout: 20_000 });
   const live = viewerFrame(page);
-  await live.locator('.graph-row').nth(1).waitFor({ timeout: 60_000 }).catch(async (err: unknown) => {
+  await live.locator('.graph-row').nth(1).waitFor({ timeout: 150_000 }).catch(async (err: unknown) => {
     await page.screenshot({ path: join(ARTIFACTS, 'viewer-03-live-missing.png') });
     throw err;
   });

@@ -37,6 +37,32 @@ async function stripTokens(page: Page): Promise<{ i: number; cls: string; text: 
   );
 }
 
+/**
+ * Waits until the strip shows `node` with tokens rendered and no render pending:
+ * two animation frames in a row with the same rendered rows (a scroll or token-text update
+ * re-renders in the frame after it happens).
+ */
+async function settledStrip(page: Page, node: string): Promise<void> {
+  await page.waitForFunction(
+    ([want]) => document.querySelector('[data-testid="turn-head"] .muted')?.textContent?.split(' · ')[0] === want,
+    [node] as const,
+  );
+  await page.waitForFunction(STRIP_UNCHANGED_FOR_TWO_FRAMES);
+}
+
+/**
+ * A page-side predicate as source text: a function passed from here would be rewritten by the test
+ * transpiler (esbuild's keepNames helpers), which does not exist in the page.
+ */
+const STRIP_UNCHANGED_FOR_TWO_FRAMES = `(async () => {
+  const snap = () => Array.from(document.querySelectorAll('.strip .t')).map((e) => e.dataset.i + ':' + e.textContent).join(',');
+  const frame = () => new Promise((r) => requestAnimationFrame(() => r(undefined)));
+  const a = snap();
+  await frame();
+  await frame();
+  return a !== '' && a === snap();
+})()`;
+
 async function currentNode(page: Page): Promise<string> {
   return (await page.textContent('[data-testid="turn-head"] .muted'))!.split(' · ')[0]!;
 }
@@ -116,21 +142,39 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
     let checkedUntrained = 0;
     for (const turn of fx.data.turns) {
       await page.click(`.graph-row[data-node="${turn.node_id}"]`);
-      const before = await stripTokens(page);
+      // The strip re-renders after the click on its own schedule (the scroll it sets fires in a later
+      // frame; token texts arrive in a message): compare snapshots of a settled strip, by token index.
+      await settledStrip(page, turn.node_id);
+      const before = new Map((await stripTokens(page)).map((t) => [t.i, t.style]));
       await page.keyboard.press('m');
+      await page.waitForFunction(() => document.body.classList.contains('mask-on'));
+      await settledStrip(page, turn.node_id);
       const afterOn = await stripTokens(page);
       await page.keyboard.press('m');
-      const changed = afterOn.filter((t, k) => t.style !== before[k]!.style).map((t) => t.i);
+      await page.waitForFunction(() => !document.body.classList.contains('mask-on'));
       const expected = turn.trained ? turn.sampled_ids.map((_, k) => turn.prompt_ids.length + k) : [];
+      for (const i of expected) assert.ok(before.has(i) && afterOn.some((t) => t.i === i), `turn #${turn.index}: sampled token ${i} is rendered in both snapshots`);
+      const changed = afterOn.filter((t) => before.has(t.i) && t.style !== before.get(t.i)).map((t) => t.i);
       assert.deepEqual(changed, expected, `turn #${turn.index}`);
       if (turn.trained) checkedTrained++;
       else if (turn.sampled_ids.length) checkedUntrained++;
     }
     assert.ok(checkedTrained >= 3 && checkedUntrained >= 3, `${checkedTrained} trained, ${checkedUntrained} untrained turns checked`);
-    // The button and the key agree.
+    // The button and the key agree, and toggling keeps the reader's place: same turn, same scroll.
+    const longest = fx.data.turns.reduce((a, t) => (t.prompt_ids.length > a.prompt_ids.length ? t : a));
+    await page.click(`.graph-row[data-node="${longest.node_id}"]`);
+    await settledStrip(page, longest.node_id);
+    await page.$eval('.strip', (e) => (e.scrollTop = Math.floor(e.scrollHeight / 3)));
+    await page.waitForFunction(STRIP_UNCHANGED_FOR_TWO_FRAMES);
+    const place = await page.$eval('.strip', (e) => e.scrollTop);
     await page.click('[data-testid="mask-toggle"]');
     assert.equal(await page.evaluate(() => document.body.classList.contains('mask-on')), true);
+    await page.waitForFunction(STRIP_UNCHANGED_FOR_TWO_FRAMES);
+    assert.equal(await currentNode(page), longest.node_id);
+    assert.equal(await page.$eval('.strip', (e) => e.scrollTop), place, 'the strip stays where the reader was');
     await page.keyboard.press('m');
+    await page.waitForFunction(STRIP_UNCHANGED_FOR_TWO_FRAMES);
+    assert.equal(await page.$eval('.strip', (e) => e.scrollTop), place);
   });
 
   test('stepping, branches, graph clicks and the remembered position', async () => {
@@ -217,7 +261,12 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
     const posted = await page.evaluate(() => (window as unknown as { __posted: { type: string; node_id?: string }[] }).__posted);
     assert.ok(posted.some((m) => m.type === 'details' && m.node_id === turn.node_id));
     const headers = await page.$$eval('[data-testid="raw-tabs"] vscode-tab-header', (els) => els.map((e) => e.textContent));
-    assert.deepEqual(headers, ['Harness request (openai_chat, /v1/chat/completions)', 'Engine request', 'Engine response', 'Harness response']);
+    assert.deepEqual(headers, ['Harness request', 'Engine request', 'Engine response', 'Harness response']);
+    assert.equal(await page.textContent('[data-testid="raw-request-route"]'), 'openai_chat · /v1/chat/completions');
+    // The four headers sit side by side inside the panel (none pushed off screen).
+    const boxes = await page.$$eval('[data-testid="raw-tabs"] vscode-tab-header', (els) => els.map((e) => e.getBoundingClientRect().right));
+    const panelRight = await page.$eval('[data-testid="raw-tabs"]', (e) => e.getBoundingClientRect().right);
+    assert.ok(boxes.every((r) => r <= panelRight + 1), `tab headers end within the panel: ${JSON.stringify(boxes)} vs ${panelRight}`);
     const panes = await page.$$eval('[data-testid="raw-tabs"] pre', (els) => els.map((e) => JSON.parse(e.textContent ?? 'null')));
     assert.deepEqual(panes, [turn.raw!.request, turn.raw!.engine_request, turn.raw!.engine_response, turn.raw!.response_body]);
     await page.click('vscode-tab-header:has-text("What the harness added")');

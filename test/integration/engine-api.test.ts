@@ -1,6 +1,7 @@
 // The HTTP surface in vLLM's shapes: what the capture proxy sends and reads, streaming, errors.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { clearTokenTextCache, fetchTokenTexts } from '../../src/capture/token-text.js';
 import type { ChatResponse } from '../../src/capture/types.js';
 import type { EmbeddedEngine } from '../../src/engine/embedded-engine.js';
 import { IM_END } from '../../src/engine/tiny-model.js';
@@ -130,6 +131,24 @@ test('/v1/models, /health and /tokenize', async () => {
   const tok = await post(lab.url, '/tokenize', { messages: user('hi') });
   const res = await chat(lab.url, { messages: user('hi'), max_tokens: 1, return_token_ids: true });
   assert.deepEqual((tok.body as { tokens: number[] }).tokens, res.prompt_token_ids);
+});
+
+test('POST /detokenize answers vLLM\'s {prompt}, special tokens written out, and the proxy\'s token-text reader uses it', async () => {
+  const tok = (await post(lab.url, '/tokenize', { messages: user('hi there') })).body as { tokens: number[] };
+  const detok = await post(lab.url, '/detokenize', { model: lab.engine.modelName, tokens: tok.tokens });
+  assert.equal(detok.status, 200);
+  const prompt = (detok.body as { prompt: string }).prompt;
+  assert.match(prompt, /^<\|im_start\|>user\nhi there<\|im_end\|>/);
+  const round = (await post(lab.url, '/tokenize', { prompt })).body as { tokens: number[] };
+  assert.deepEqual(round.tokens, tok.tokens, 'detokenize then tokenize gives the ids back');
+  const bad = await post(lab.url, '/detokenize', { tokens: [10_000_000] });
+  assert.equal(bad.status, 400);
+  assert.match(JSON.stringify(bad.body), /outside the vocabulary/);
+  clearTokenTextCache();
+  const texts = await fetchTokenTexts(lab.url, tok.tokens, { model: lab.engine.modelName });
+  assert.equal(texts.problem, null);
+  assert.deepEqual(texts.missing, []);
+  assert.equal(tok.tokens.map((id) => texts.texts[id]).join(''), prompt, 'per-token texts join to the prompt');
 });
 
 test('bad requests get vLLM/OpenAI error bodies naming the problem', async () => {

@@ -8,7 +8,9 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { CallRecord, ChatRequest, ChatTool, JsonObject } from '../../src/capture/types.js';
 import type { FakeAnswer } from '../../src/engine/fake-engine.js';
+import { RolloutGraph } from '../../src/capture/graph.js';
 import { resolveHarnessBin, runHarnessLocal, type RunLocalResult } from '../../src/harness/run-local.js';
+import { capturedTerminalEnv, harnessConfigFiles } from '../../src/extension/terminal-env.js';
 import { HARNESSES, HARNESS_NAMES, wireHarness, type HarnessName } from '../../src/harness/wiring.js';
 import { createSession, startLab, type Lab } from './helpers.js';
 
@@ -25,6 +27,8 @@ const PROTOCOL_ERROR = /protocol error|invalid_request_error|unexpected (event|t
 let proof = '';
 /** `rich`: the tool-calling answer also has text and a second, parallel shell call (what real models do). */
 let rich = false;
+/** `thinking`: every answer carries reasoning, as a thinking model's does. */
+let thinking = false;
 
 function shellTool(tools: ChatTool[] | undefined): ChatTool | undefined {
   return tools?.find((t) => SHELL_TOOL.test(t.function.name) && !/stdin|background|output/i.test(t.function.name));
@@ -66,6 +70,11 @@ function valueFor(schema: unknown): unknown {
 }
 
 function script(request: ChatRequest): FakeAnswer {
+  const answer = scriptedAnswer(request);
+  return thinking && !answer.content?.startsWith('{') ? { ...answer, reasoning: 'The user wants the proof file; the shell tool writes it.' } : answer;
+}
+
+function scriptedAnswer(request: ChatRequest): FakeAnswer {
   const format = request.response_format as { type?: string; json_schema?: { schema?: unknown } } | undefined;
   if (format?.type === 'json_schema') return { content: JSON.stringify(valueFor(format.json_schema?.schema)) };
   if (format?.type === 'json_object') return { content: '{}' };
@@ -93,7 +102,7 @@ function diagnose(result: RunLocalResult, calls: CallRecord[]): string {
 const roots: string[] = [];
 
 /** Runs one harness against a lab's proxy and checks the whole round trip; returns a summary line. */
-async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false): Promise<string> {
+async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false, onCalls?: (calls: CallRecord[], why: string) => void): Promise<string> {
   const spec = HARNESSES[name];
   // Not installed is a failure, not a skip: the wiring is only proven by running the real CLI.
   resolveHarnessBin(name);
@@ -139,9 +148,17 @@ async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false): Pro
   assert.ok(roundTrip, `no later call carried the tool result back\n${why}`);
   const toolResult = roundTrip.engine_request!.messages.filter((m) => m.role === 'tool').map((m) => JSON.stringify(m.content)).join('\n');
   assert.ok(toolResult.includes(proof), `the tool result sent back does not hold the command's output: ${toolResult.slice(0, 500)}\n${why}`);
+  // Gemini ids are optional and pi drops them on replay: what reaches the engine carries the ids the
+  // proxy answered with (restored from the session when the harness left them out).
+  if (spec.dialect === 'google_gemini') {
+    const answered = (toolCall.engine_response?.choices?.[0]?.message?.tool_calls ?? []).map((c) => c.id);
+    const replayed = roundTrip.engine_request!.messages.filter((m) => m.role === 'tool').map((m) => m.tool_call_id);
+    assert.deepEqual(replayed.slice(-answered.length), answered, `tool results carry the answered call ids\n${why}`);
+  }
   // The rollout graph links calls by exact token prefix: the follow-up must extend the tool call.
   const expected = [...toolCall.prompt_token_ids!, ...toolCall.completion_token_ids!];
-  assert.deepEqual(roundTrip.prompt_token_ids!.slice(0, expected.length), expected, `the follow-up prompt does not extend the tool call token for token\n${why}`);
+  if (onCalls) onCalls(calls, why);
+  else assert.deepEqual(roundTrip.prompt_token_ids!.slice(0, expected.length), expected, `the follow-up prompt does not extend the tool call token for token\n${why}`);
   return `${name}: exit ${result.exitCode} in ${result.durationMs} ms, ${calls.length} call(s) captured, ${withTokens.length} with token ids`;
 }
 
@@ -167,7 +184,7 @@ describe('real harness CLIs against the capture proxy', () => {
 // Closer to a real engine: slower than the keepalive grace (the stream is committed and keepalives
 // come before the answer), and an answer with text plus two parallel tool calls. One harness per
 // dialect parser; gemini-cli's reader once choked on SSE comment keepalives, and pi's Responses
-// reader ran the first of two parallel calls twice.
+// reader ran the first of two parallel calls twice; plus the four newer CLIs, each with its own client.
 describe('real harness CLIs against a slow engine with richer answers', () => {
   let lab: Lab;
   before(async () => {
@@ -175,9 +192,75 @@ describe('real harness CLIs against a slow engine with richer answers', () => {
   });
   after(() => lab.close());
 
-  for (const name of ['codex', 'claude-code', 'gemini-cli', 'pi-openai-completions', 'pi-openai-responses'] as const) {
+  for (const name of ['codex', 'claude-code', 'gemini-cli', 'pi-openai-completions', 'pi-openai-responses', 'openclaw', 'kilo', 'continue', 'copilot'] as const) {
     test(`${name} (${HARNESSES[name].dialect}): keepalives, text and two parallel tool calls`, { timeout: HARNESS_TIMEOUT_MS + 20_000 }, async () => {
       console.log(`# slow engine, rich answer, ${await runAndCheck(lab, name, true)}`);
+    });
+  }
+});
+
+// A thinking model: gemini-cli does not send the reasoning back, so the follow-up does not extend the
+// tool call token for token; the graph links it as a continuation with a finding instead of a new root.
+describe('real harness CLIs against a thinking model', () => {
+  let lab: Lab;
+  before(async () => {
+    lab = await startLab({ script });
+    thinking = true;
+  });
+  after(async () => {
+    thinking = false;
+    await lab.close();
+  });
+
+  test('gemini-cli (google_gemini): reasoning not sent back, the turn after the tool call continues it', { timeout: HARNESS_TIMEOUT_MS + 20_000 }, async () => {
+    const summary = await runAndCheck(lab, 'gemini-cli', false, (calls, why) => {
+      const graph = RolloutGraph.fromRecords(calls);
+      const toolCall = graph.nodes().find((n) => n.record.finish_reason === 'tool_calls')!;
+      assert.ok(toolCall.response_message?.reasoning, `the tool-call answer had reasoning\n${why}`);
+      const next = graph.nodes().find((n) => n.index > toolCall.index && n.request_messages.some((m) => m.role === 'tool'))!;
+      assert.equal(next.parent?.node_id, toolCall.node_id, `linked to the tool call, not a new root\n${why}`);
+      assert.ok(next.findings.some((f) => f.startsWith('[WARN] reasoning_stripped:')), `${next.findings.join('\n')}\n${why}`);
+    });
+    console.log(`# thinking model, ${summary}`);
+  });
+});
+
+// The extension's captured terminal: only its environment (and the config files it writes for the
+// harnesses that read the proxy from a file) plus the command a user would type.
+describe('real harness CLIs in the extension\'s captured-terminal environment', () => {
+  let lab: Lab;
+  before(async () => {
+    lab = await startLab({ script });
+  });
+  after(() => lab.close());
+
+  const typed: Partial<Record<HarnessName, (instruction: string) => string[]>> = {
+    copilot: (i) => ['copilot', '--allow-all-tools', `--prompt=${i}`],
+    kilo: (i) => ['kilo', 'run', '--model', `harnesslab/${MODEL}`, '--auto', '--', i],
+    continue: (i) => ['cn', '-p', '--auto', '--', i],
+    openclaw: (i) => ['openclaw', 'agent', 'exec', '--cwd', '.', '--', i],
+  };
+  for (const [name, argv] of Object.entries(typed) as [HarnessName, (i: string) => string[]][]) {
+    test(`${name}: the terminal env alone reaches the session, and the tool runs`, { timeout: HARNESS_TIMEOUT_MS + 20_000 }, async () => {
+      resolveHarnessBin(name);
+      const root = mkdtempSync(join(tmpdir(), `hl-terminal-${name}-`));
+      roots.push(root);
+      const home = join(root, 'home');
+      const workdir = join(root, 'work');
+      const configDir = join(root, 'harness-config');
+      mkdirSync(home, { recursive: true });
+      const { session_id } = await createSession(lab.proxy, { metadata: { source: 'terminal' } });
+      proof = `hl-proof-terminal-${name}`;
+      rich = false;
+      const target = { proxyUrl: lab.proxy.url, sessionKey: session_id, model: MODEL, configDir };
+      const files = harnessConfigFiles(target).map((f) => ({ path: join(configDir, f.path), content: f.content }));
+      const wired = { name, dialect: HARNESSES[name].dialect, argv: argv(INSTRUCTION), env: capturedTerminalEnv(target), files };
+      const result = await runHarnessLocal(wired, { home, cwd: workdir, timeoutMs: HARNESS_TIMEOUT_MS });
+      const calls = lab.proxy.getCalls(session_id);
+      const why = diagnose(result, calls);
+      assert.equal(result.exitCode, 0, why);
+      assert.ok(calls.length >= 2 && calls.every((c) => !c.error && c.prompt_token_ids?.length), why);
+      assert.equal(readFileSync(join(workdir, 'proof.txt'), 'utf8').trim(), proof, why);
     });
   }
 });

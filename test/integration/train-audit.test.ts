@@ -108,3 +108,25 @@ test('a discarded rollout without a session file is still audited; a kept one wi
   assert.equal(bad.code, 1);
   assert.ok(bad.err.includes(kept), bad.err);
 });
+
+test('audit: behaviour metrics per rollout, per harness and per batch (text and --json)', () => {
+  const r = run(['audit', batch.dir, '--json']);
+  assert.equal(r.code, 0, r.err);
+  const a = JSON.parse(r.out) as AuditReport;
+  const member = (id: string) => a.groups.flatMap((g) => g.members).find((m) => m.rollout_id === id)!;
+  // r0: the main path is wc -l (result "3 notes.txt", ok by F4) then the answer; its subagent is auxiliary.
+  const r0 = member('r0').behaviour!;
+  assert.deepEqual([r0.turns, r0.tool_calls, r0.failed_tool_calls, r0.unknown_tool_calls, r0.turns_to_first_success, r0.tool_coverage, r0.self_verified, r0.final_answer], [2, 1, 0, 0, 1, 1, false, true]);
+  // r8 crashed after its first call: its one tool call has no result and there is no final answer.
+  const r8 = member('r8').behaviour!;
+  assert.deepEqual([r8.turns, r8.tool_calls, r8.unknown_tool_calls, r8.turns_to_first_success, r8.final_answer], [1, 1, 1, null, false]);
+  assert.equal(a.behaviour.batch.rollouts, 9);
+  assert.equal(a.behaviour.harnesses['react-a']!.rollouts, 6);
+  assert.equal(a.behaviour.harnesses['react-b']!.mean_tool_coverage, 1);
+  assert.equal(a.behaviour.batch.no_success_share, 1 / 9);
+  assert.equal(a.behaviour.batch.error_recovery, null, 'no tool call failed');
+  const text = run(['audit', batch.dir]);
+  assert.match(text.out, /behaviour \(docs\/behaviour-metrics\.md\)/);
+  assert.match(text.out, /react-b\s+3\s+1\.00\s+0\.00\s+-\s+0\.00\s+1\.00\s+1\.00/);
+  assert.match(text.out, /\(batch\)\s+9\s+/);
+});

@@ -5,7 +5,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { SettingsSchema, readSettings } from '../../src/extension/settings.js';
+import { SETTING_KEYS, SettingsSchema, readSettings } from '../../src/extension/settings.js';
 
 const root = join(__dirname, '..', '..');
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
@@ -51,10 +51,17 @@ test('the Harness Lab container holds Sessions, Tasks and Engines, each with wel
 });
 
 test('settings in package.json match the schema, including defaults', () => {
-  const props = contributes.configuration.properties as Record<string, { default: unknown }>;
-  assert.deepEqual(Object.keys(props).map((k) => k.replace(/^harnessLab\./, '')).sort(), Object.keys(SettingsSchema.shape).sort());
+  const all = contributes.configuration.properties as Record<string, { default: unknown; markdownDeprecationMessage?: string; scope?: string; markdownDescription?: string }>;
+  // Deprecated keys are older names still read (settings.ts SETTING_KEYS); the rest map one to one.
+  const props = Object.fromEntries(Object.entries(all).filter(([, v]) => !v.markdownDeprecationMessage));
+  const schemaKey = (k: string) => Object.entries(SETTING_KEYS).find(([, keys]) => keys[0] === k)?.[0] ?? k;
+  assert.deepEqual(Object.keys(props).map((k) => schemaKey(k.replace(/^harnessLab\./, ''))).sort(), Object.keys(SettingsSchema.shape).sort());
   const defaults = readSettings(() => undefined) as Record<string, unknown>;
-  for (const [key, spec] of Object.entries(props)) assert.deepEqual(spec.default, defaults[key.replace(/^harnessLab\./, '')], key);
+  for (const [key, spec] of Object.entries(props)) assert.deepEqual(spec.default, defaults[schemaKey(key.replace(/^harnessLab\./, ''))], key);
+  // On the User tab in remote workbenches (code-server): no machine scopes; "Engine URL" as the title.
+  for (const [key, spec] of Object.entries(all)) assert.ok(!spec.scope?.startsWith('machine'), `${key} is machine-scoped`);
+  assert.ok(all['harnessLab.engineURL'], 'harnessLab.engineURL (titled "Engine URL")');
+  assert.match(all['harnessLab.proxyHost']?.markdownDescription ?? '', /\(command:harnessLab\.setAdminKey\)/);
   assert.equal(props['harnessLab.proxyHost']!.default, '127.0.0.1');
   assert.ok(!Object.keys(props).some((k) => /key|token|secret/i.test(k)), 'no credentials in settings (SecretStorage only)');
 });
@@ -66,16 +73,16 @@ test('activation: after startup (status bar item, opt-in auto-start), for restor
   assert.deepEqual(pkg.activationEvents, ['onStartupFinished', `onWebviewPanel:${ROLLOUT_VIEW_TYPE_NAME}`]);
   assert.equal(pkg.main, './dist/extension.js');
   assert.equal(pkg.engines.vscode, '^1.100.0');
-  assert.match(pkg.scripts.package, /vsce package --no-dependencies --no-rewrite-relative-links -o harness-lab\.vsix/);
+  assert.match(pkg.scripts.package, /scripts\/package-vsix\.mjs --target linux-x64/);
 });
 
-test('the .vsix allow-list ships only bundles, media, README, LICENSE and package.json', () => {
+test('the .vsix allow-list ships only bundles, the CLI and reference harness, examples, media, README, LICENSE and package.json', () => {
   const vsce = join(root, 'node_modules', '.bin', 'vsce');
   const files = execFileSync(vsce, ['ls', '--no-dependencies'], { cwd: root, encoding: 'utf8' }).trim().split('\n').filter(Boolean);
-  const allowed = [/^package\.json$/, /^README\.md$/, /^LICENSE$/, /^dist\/extension\.js$/, /^dist\/webview\/[^/]+(\/[^/]+)*$/, /^media\/[^/]+(\/[^/]+)*$/];
+  const allowed = [/^package\.json$/, /^README\.md$/, /^LICENSE$/, /^dist\/(extension|cli|react-harness)\.js$/, /^examples\/[^/]+(\/[^/]+)*$/, /^dist\/webview\/[^/]+(\/[^/]+)*$/, /^media\/[^/]+(\/[^/]+)*$/];
   for (const f of files) assert.ok(allowed.some((re) => re.test(f)), `${f} would be packaged`);
   for (const f of ['package.json', 'README.md', 'LICENSE', 'media/harness-lab.svg']) assert.ok(files.includes(f), `${f} missing from the package`);
   assert.ok(existsSync(join(root, 'dist', 'extension.js')), 'dist/extension.js is missing: run `npm run build`');
-  assert.ok(files.includes('dist/extension.js'), 'the extension bundle is not packaged');
+  for (const f of ['dist/extension.js', 'dist/cli.js', 'dist/react-harness.js', 'examples/tasks/hello-file/task.toml']) assert.ok(files.includes(f), `${f} is not packaged (the commands load it)`);
   assert.ok(!files.some((f) => f.endsWith('.map')), 'no source maps in the package');
 });

@@ -181,3 +181,36 @@ test('real proxy: live calls, stored sessions while stopped, export and delete',
     await engine.close();
   }
 });
+
+test("the Engines view shows the proxy's own grade of its engine once it has probed", async () => {
+  class GradedProxy extends FakeProxy {
+    engineReport: ProxyLike['engineReport'] = undefined;
+    ensureProbed = async () => {
+      this.engineReport = { reachable: true, capture_level: 'tokens', findings: ['[WARN] truncated_turn: finish reason is length'], probed_at: '2026-01-01T00:00:00Z' };
+    };
+  }
+  const controller = new ProxyController({ startProxy: async () => new GradedProxy(), logger: recordingLogger(), defaultDataDir: '/d' });
+  const graded = new Promise<void>((resolve) => controller.onDidChangeEngines(() => controller.engineStatuses(['http://127.0.0.1:9'])[0]?.captureLevel && resolve()));
+  await controller.start(settings(), undefined);
+  await graded;
+  const status = controller.engineStatuses(['http://127.0.0.1:9'])[0]!;
+  assert.equal(status.reachability, 'reachable');
+  assert.equal(status.captureLevel, 'tokens');
+  assert.match(status.detail, /graded by the proxy at start: \[WARN\] truncated_turn/);
+  assert.equal(status.checkedAt, '2026-01-01T00:00:00Z');
+  await controller.stop();
+  // Started again with the engine down: unreachable, and the earlier grade is kept (and remembered).
+  class DownProxy extends FakeProxy {
+    engineReport: ProxyLike['engineReport'] = undefined;
+    ensureProbed = async () => {
+      this.engineReport = { reachable: false, capture_level: 'text', findings: [], probed_at: '2026-01-02T00:00:00Z' };
+    };
+  }
+  const again = new ProxyController({ startProxy: async () => new DownProxy(), logger: recordingLogger(), defaultDataDir: '/d', rememberedEngines: controller.probedEngines() });
+  const down = new Promise<void>((resolve) => again.onDidChangeEngines(() => again.engineReachability('http://127.0.0.1:9') === 'unreachable' && resolve()));
+  await again.start(settings(), undefined);
+  await down;
+  assert.equal(again.engineStatuses(['http://127.0.0.1:9'])[0]!.captureLevel, 'tokens');
+  assert.equal(again.probedEngines().length, 1);
+  await again.stop();
+});

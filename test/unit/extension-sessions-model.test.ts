@@ -70,3 +70,11 @@ test('no source (nothing to show yet) gives an empty tree, so the welcome conten
   const model = new SessionsTreeModel(() => undefined);
   assert.deepEqual(model.roots(), []);
 });
+
+test('a session says where it came from: a run\'s harness and task, a captured terminal, a VS Code session', () => {
+  const at = '2026-01-01T10:11:12.000Z';
+  assert.equal(sessionNode({ session_id: 'r', created_at: at, n_calls: 2, metadata: { harness: 'react', task: 'harness-lab/hello-file' } }).description, 'react on hello-file · 2 calls · 10:11:12');
+  assert.equal(sessionNode({ session_id: 't', created_at: at, n_calls: 0, metadata: { source: 'terminal' } }).description, 'captured terminal · 0 calls · 10:11:12');
+  assert.equal(sessionNode({ session_id: 'v', created_at: at, n_calls: 1, metadata: { source: 'vscode' } }).description, 'VS Code session · 1 call · 10:11:12');
+  assert.match(sessionNode({ session_id: 'r', created_at: at, n_calls: 2, metadata: { harness: 'codex' } }).tooltip, /From codex/);
+});

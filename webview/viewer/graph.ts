@@ -2,7 +2,7 @@
 // A child continues its parent's lane when it is the first child; retries, forks and new roots
 // (subagents, compactions, side calls) open lanes. Each row is a button that selects the turn.
 import type { ViewerData, ViewerTurn } from '../../src/protocol/viewer-data.js';
-import { rootKind } from './model.js';
+import { plural, rootKind } from './model.js';
 import { h } from './panels.js';
 
 const ROW = 24;
@@ -76,7 +76,7 @@ export class GraphView {
     }
     const inner = h('div', { class: 'graph-inner' });
     inner.append(svg, list);
-    this.el.append(h('div', { class: 'graph-title' }, `Graph · ${data.graph.roots.length} root(s) · ${data.graph.forks.length} fork(s)`), inner);
+    this.el.append(h('div', { class: 'graph-title' }, `Graph · ${plural(data.graph.roots.length, 'root')} · ${plural(data.graph.forks.length, 'fork')}`), inner);
   }
 
   select(id: string): void {

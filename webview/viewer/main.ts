@@ -5,11 +5,13 @@ import '@vscode-elements/elements/dist/vscode-badge/index.js';
 import '@vscode-elements/elements/dist/vscode-tabs/index.js';
 import '@vscode-elements/elements/dist/vscode-tab-header/index.js';
 import '@vscode-elements/elements/dist/vscode-tab-panel/index.js';
-import { AttachTrajectoryRequest, DetailsRequest, ErrorNotification, FocusTurnNotification, LoadNotification, ReadyCommand, TokenTextsNotification, isMessage, type NotificationMessage } from '../../src/protocol/messages.js';
+import { AttachTrajectoryRequest, DetailsRequest, ErrorNotification, FocusTurnNotification, LoadGroupNotification, LoadNotification, ReadyCommand, TokenTextsNotification, isMessage, type NotificationMessage } from '../../src/protocol/messages.js';
 import type { AtifCheckResult } from '../../src/harness/atif-check.js';
+import type { GroupViewData } from '../../src/protocol/group-data.js';
 import { fromWire, type TurnDetails, type ViewerData, type ViewerTurn, type ViewerWire } from '../../src/protocol/viewer-data.js';
 import { GraphView } from './graph.js';
-import { Navigator, TokenTexts, addedByHarness, liveFocus, logprobBucket, turnTokens, type TurnTokens } from './model.js';
+import { renderGroup } from './group.js';
+import { Navigator, TokenTexts, addedByHarness, liveFocus, logprobBucket, plural, turnTokens, type TurnTokens } from './model.js';
 import { addedPanel, atifPanel, findingsPanel, gradeClass, h, rawPanel } from './panels.js';
 import { TokenStrip, type TokenDetail } from './strip.js';
 import { HostTransport, vsCodeApi, type VsCodeApi } from './transport.js';
@@ -95,14 +97,19 @@ class Viewer {
       'header',
       { class: 'top' },
       h('h1', {}, data.title),
-      h('span', { class: 'muted', 'data-testid': 'summary' }, `${data.turns.length} calls · ${data.graph.roots.length} roots · ${data.capture_level} · ${data.rollout_type}${stats ? ` · ${stats.n_trainable_tokens} trainable tokens` : ''}`),
+      h('span', { class: 'muted', 'data-testid': 'summary' }, `${plural(data.turns.length, 'call')} · ${plural(data.graph.roots.length, 'root')} · ${data.capture_level} · ${data.rollout_type}${stats ? ` · ${stats.n_trainable_tokens} trainable tokens` : ''}`),
       this.verdict,
       h('span', { class: 'spacer' }),
-      button('◀ Turn', 'Previous turn [k]', 'prev-turn', () => this.step(-1)),
-      button('Turn ▶', 'Next turn [j]', 'next-turn', () => this.step(1)),
-      button('◀ Branch', 'Previous branch [[]', 'prev-branch', () => this.branch(-1)),
-      button('Branch ▶', 'Next branch []]', 'next-branch', () => this.branch(1)),
-      this.maskButton,
+      // One group: when the header wraps, the turn and branch buttons move together.
+      h(
+        'div',
+        { class: 'nav', role: 'group', 'aria-label': 'Navigate turns' },
+        button('◀ Turn', 'Previous turn [k]', 'prev-turn', () => this.step(-1)),
+        button('Turn ▶', 'Next turn [j]', 'next-turn', () => this.step(1)),
+        button('◀ Branch', 'Previous branch [[]', 'prev-branch', () => this.branch(-1)),
+        button('Branch ▶', 'Next branch []]', 'next-branch', () => this.branch(1)),
+        this.maskButton,
+      ),
     );
     this.graph = new GraphView(data, this.nav.byId, (id) => this.go(id));
     const legend = h(
@@ -344,6 +351,15 @@ function hostDetails(host: HostTransport): (nodeId: string) => Promise<TurnDetai
 
 function boot(): void {
   const root = document.getElementById('app') ?? document.body;
+  const group = document.getElementById('hl-group');
+  if (group) {
+    try {
+      renderGroup(root, JSON.parse(group.textContent ?? '') as GroupViewData);
+    } catch (err) {
+      fail(root, `The report's group data is not valid: ${String(err)}`);
+    }
+    return;
+  }
   const inline = document.getElementById('hl-data');
   if (inline) {
     let wire: ViewerWire;
@@ -366,7 +382,11 @@ function boot(): void {
   let viewer: Viewer | null = null;
   const early: NotificationMessage[] = [];
   const host: HostTransport = new HostTransport(api, (msg) => {
-    if (isMessage(LoadNotification, msg)) {
+    if (isMessage(LoadGroupNotification, msg)) {
+      viewer?.dispose();
+      viewer = null;
+      renderGroup(root, msg.group);
+    } else if (isMessage(LoadNotification, msg)) {
       performance.mark('hl-parse-start');
       let data: ViewerData;
       try {

@@ -200,11 +200,23 @@ export class Navigator {
   }
 }
 
+/**
+ * A sampled token's drift colour from its importance ratio (rescored / behaviour probability):
+ * dr0 within a quarter of the threshold of 1, dr1 within half, dr2 within the threshold, dr3 past it.
+ */
+export function driftClass(ratio: number | undefined, threshold: number): string {
+  if (ratio === undefined) return 'nolp';
+  const off = Math.abs(ratio - 1);
+  return off <= threshold / 4 ? 'dr0' : off <= threshold / 2 ? 'dr1' : off <= threshold ? 'dr2' : 'dr3';
+}
+
 /** Everything the per-turn strip needs, including the mask and colour bucket of each position. */
 export function positionClass(tt: TurnTokens, i: number): string {
   const k = tt.kind(i);
   if (k !== Kind.Sampled) return k === Kind.Inherited ? 't c' : 't a';
   const lp = tt.logprob(i);
+  const drift = tt.turn.drift;
+  if (drift) return `t s ${driftClass(drift.ratios[i - tt.nPrompt], drift.threshold)}${tt.mask(i) ? ' m1' : ''}`;
   return `t s ${lp === null ? 'nolp' : `b${logprobBucket(lp)}`}${tt.mask(i) ? ' m1' : ''}`;
 }
 
@@ -217,4 +229,9 @@ export function liveFocus(previous: { currentId: string; newestId: string | unde
   const newest = next.turns[next.turns.length - 1]?.node_id ?? null;
   if (previous.currentId === previous.newestId) return newest;
   return next.turns.some((t) => t.node_id === previous.currentId) ? previous.currentId : newest;
+}
+
+/** `1 root`, `2 roots`: counts read as English. */
+export function plural(n: number, one: string, many = `${one}s`): string {
+  return `${n} ${n === 1 ? one : many}`;
 }

@@ -89,15 +89,17 @@ export function rawPanel(d: TurnDetails): HTMLElement {
   }
   const r = d.raw;
   const tabs = custom('vscode-tabs', { 'data-testid': 'raw-tabs' });
+  // Short tab titles so the four fit side by side; the dialect and path head the request's panel.
   const parts: [string, unknown][] = [
-    [`Harness request (${r.dialect}, ${r.path})`, r.request],
+    ['Harness request', r.request],
     ['Engine request', r.engine_request],
     ['Engine response', r.engine_response],
     ['Harness response', r.response_body],
   ];
   for (const [title, value] of parts) {
-    tabs.append(custom('vscode-tab-header', { slot: 'header' }, title));
-    tabs.append(custom('vscode-tab-panel', {}, h('pre', { class: 'raw-json' }, json(value))));
+    tabs.append(custom('vscode-tab-header', { slot: 'header', title }, title));
+    const head = title === 'Harness request' ? [h('div', { class: 'muted', 'data-testid': 'raw-request-route' }, `${r.dialect} · ${r.path}`)] : [];
+    tabs.append(custom('vscode-tab-panel', {}, ...head, h('pre', { class: 'raw-json' }, json(value))));
   }
   return h('div', { class: 'raw' }, tabs);
 }

@@ -34,11 +34,9 @@ export interface BackendModule {
 export class BackendUnavailableError extends Error {}
 
 async function loadK8s(): Promise<BackendModule> {
-  // A computed specifier until src/batch/backends/k8s.ts lands (a literal one would fail the build without it).
-  const specifier = './k8s.js';
   let mod: { k8sBackendModule?: BackendModule };
   try {
-    mod = (await import(specifier)) as { k8sBackendModule?: BackendModule };
+    mod = (await import('./k8s.js')) as { k8sBackendModule?: BackendModule };
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') throw new BackendUnavailableError('the Kubernetes backend (src/batch/backends/k8s.ts) is not part of this build; use --backend docker');

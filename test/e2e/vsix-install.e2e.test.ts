@@ -1,0 +1,189 @@
+// The extension as a user meets it: the platform .vsix built by `npm run package` (not the
+// development folder) is installed into code-server with --install-extension, and a first session
+// is driven through the UI only: Start Embedded Engine (welcome button, task policy picked), Start
+// Proxy, the Engines view shows the proxy's grade, the Tasks view's inline Run button runs the
+// reference harness on a task in a Docker sandbox, its calls stream into the Sessions tree, the
+// result opens in the viewer with prompt tokens as text, and the settings show on the User tab.
+// Screenshots: test-artifacts/e2e/vsix-*.png.
+import * as assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { after, test } from 'node:test';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { chromiumPath, codeServerBin, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
+
+const ROOT = resolve(__dirname, '..', '..');
+const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
+
+let server: CodeServer | undefined;
+let browser: Browser | undefined;
+let stateDir = '';
+
+after(async () => {
+  await browser?.close().catch(() => undefined);
+  // Stopping code-server's process group ends the extension host and the engine it spawned.
+  await server?.stop();
+  if (stateDir && !process.env.HL_E2E_KEEP) rmSync(stateDir, { recursive: true, force: true });
+});
+
+async function shot(page: Page, name: string): Promise<void> {
+  await page.screenshot({ path: join(ARTIFACTS, `vsix-${name}.png`) });
+}
+
+function pane(page: Page, name: RegExp) {
+  return page.locator('.pane', { has: page.locator('.pane-header', { hasText: name }) });
+}
+
+function toast(page: Page, text: string | RegExp) {
+  return page.locator('.notification-toast', { hasText: text });
+}
+
+function findFiles(dir: string, keep: (p: string) => boolean): string[] {
+  const out: string[] = [];
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) out.push(...findFiles(p, keep));
+    else if (keep(p)) out.push(p);
+  }
+  return out;
+}
+
+test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docker, viewer, settings', { timeout: 900_000 }, async () => {
+  const missing = missingPrerequisite();
+  if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
+  const docker = spawnSync('docker', ['image', 'inspect', 'harness-lab/base:bookworm'], { encoding: 'utf8' });
+  if (docker.status !== 0) assert.fail(`Docker with the image harness-lab/base:bookworm is needed (run \`harness-lab images\`): ${docker.stderr.trim()}`);
+  mkdirSync(ARTIFACTS, { recursive: true });
+  for (const f of readdirSync(ARTIFACTS)) if (/^vsix-.*\.png$/.test(f)) rmSync(join(ARTIFACTS, f)); // an earlier run's
+  stateDir = mkdtempSync(join(tmpdir(), 'hl-vsix-'));
+
+  // 1. The package, exactly as `npm run package` makes it.
+  const vsix = join(stateDir, 'harness-lab-linux-x64.vsix');
+  const packed = spawnSync(process.execPath, ['scripts/package-vsix.mjs', '--target', 'linux-x64', '--out', vsix], { cwd: ROOT, encoding: 'utf8' });
+  assert.equal(packed.status, 0, `packaging failed:\n${packed.stdout}\n${packed.stderr}`);
+
+  // 2. Installed the way a user installs a downloaded .vsix.
+  const home = join(stateDir, 'home');
+  mkdirSync(home, { recursive: true });
+  const installed = spawnSync(codeServerBin(), ['--user-data-dir', join(stateDir, 'user-data'), '--extensions-dir', join(stateDir, 'extensions'), '--install-extension', vsix], {
+    encoding: 'utf8',
+    env: { ...process.env, HOME: home, XDG_CONFIG_HOME: join(home, '.config'), XDG_DATA_HOME: join(home, '.local', 'share') },
+  });
+  assert.equal(installed.status, 0, `--install-extension failed:\n${installed.stdout}\n${installed.stderr}`);
+  const extDir = readdirSync(join(stateDir, 'extensions')).find((d) => d.startsWith('harness-lab.harness-lab-') || d.includes('harness-lab'));
+  assert.ok(extDir, `no extension folder in ${join(stateDir, 'extensions')}`);
+  for (const f of ['dist/extension.js', 'dist/cli.js', 'dist/react-harness.js', 'node_modules/node-llama-cpp/package.json', 'node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/llama-addon.node']) {
+    assert.ok(existsSync(join(stateDir, 'extensions', extDir, f)), `the installed extension lacks ${f}`);
+  }
+
+  const workspace = join(stateDir, 'workspace');
+  mkdirSync(join(workspace, 'tasks'), { recursive: true });
+  cpSync(join(ROOT, 'examples', 'tasks', 'hello-file'), join(workspace, 'tasks', 'hello-file'), { recursive: true });
+  // A task whose agent phase lasts long enough to cancel: its policy's shell call sleeps.
+  const slow = join(workspace, 'tasks', 'slow-file');
+  cpSync(join(ROOT, 'examples', 'tasks', 'hello-file'), slow, { recursive: true });
+  writeFileSync(join(slow, 'task.toml'), readFileSync(join(slow, 'task.toml'), 'utf8').replace('name = "harness-lab/hello-file"', 'name = "harness-lab/slow-file"').replace('timeout_sec = 300.0', 'timeout_sec = 900.0'));
+  writeFileSync(join(slow, 'policy.json'), readFileSync(join(slow, 'policy.json'), 'utf8').replace("printf 'Hello, world!' > hello.txt", "sleep 600; printf 'Hello, world!' > hello.txt"));
+  server = await launchCodeServer({
+    stateDir,
+    workspace,
+    userSettings: { 'workbench.startupEditor': 'none', 'workbench.tips.enabled': false, 'security.workspace.trust.enabled': false, 'extensions.autoCheckUpdates': false, 'extensions.autoUpdate': false, 'telemetry.telemetryLevel': 'off', 'window.commandCenter': false },
+  });
+  browser = await chromium.launch({ executablePath: chromiumPath(), headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'] });
+  const page = await browser.newPage({ viewport: { width: 1500, height: 950 } });
+  try {
+    await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}`);
+    await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
+
+    // 3. First session: the welcome content leads to the bundled CPU engine.
+    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
+    const sessions = pane(page, /^sessions/i);
+    const startEngine = sessions.locator('.welcome-view-content a.monaco-button', { hasText: 'Start Embedded Engine' });
+    await startEngine.waitFor({ timeout: 30_000 });
+    await shot(page, '01-welcome');
+    await startEngine.click();
+    const input = page.locator('.quick-input-widget input.input');
+    await input.waitFor({ state: 'visible', timeout: 15_000 });
+    await page.locator('.quick-input-list .monaco-list-row', { hasText: 'hello-file/policy.json' }).waitFor({ timeout: 15_000 });
+    await input.fill('hello-file/policy.json');
+    await page.keyboard.press('Enter');
+    const engineUp = toast(page, /embedded engine on http:\/\/127\.0\.0\.1:\d+/);
+    await engineUp.waitFor({ timeout: 240_000 });
+    await shot(page, '02-embedded-engine');
+
+    // 4. Start Proxy from the message; the Engines view shows the proxy's own grade.
+    await engineUp.locator('.monaco-button', { hasText: 'Start Proxy' }).click();
+    await page.locator('.statusbar-item', { hasText: /Harness Lab :\d+/ }).waitFor({ timeout: 60_000 });
+    await pane(page, /^engines/i).locator('.monaco-list-row', { hasText: 'reachable · capture: tokens' }).waitFor({ timeout: 60_000 });
+    await shot(page, '03-proxy-graded');
+
+    // 5. Tasks view: the inline Run button, the reference harness, a Docker sandbox.
+    const task = pane(page, /^tasks/i).locator('.monaco-list-row', { hasText: 'hello-file' });
+    await task.waitFor({ timeout: 30_000 });
+    await task.hover();
+    await task.locator('.action-label[aria-label^="Run with Harness"]').click({ timeout: 10_000 });
+    await page.locator('.quick-input-list .monaco-list-row', { hasText: 'react' }).first().waitFor({ timeout: 15_000 });
+    await input.fill('react');
+    await page.keyboard.press('Enter');
+    const progress = toast(page, 'Harness Lab: react on hello-file');
+    await progress.waitFor({ timeout: 60_000 });
+    await shot(page, '04-run-progress');
+    const done = toast(page, /\[react \/ docker\] task hello-file: \w+ reward=/);
+    await done.waitFor({ timeout: 600_000 });
+    const doneText = await done.innerText();
+    // The run's session streamed into the Sessions tree, saying where it came from.
+    await sessions.locator('.monaco-list-row', { hasText: 'react on hello-file' }).first().waitFor({ timeout: 30_000 });
+    await shot(page, '05-run-done');
+    assert.match(doneText, /: ok reward=1\.00/, `the reference harness solves hello-file with its policy: ${doneText}`);
+    assert.equal(await progress.count(), 0, 'the progress notification ended with the work');
+    const runs = findFiles(join(workspace, '.harness-lab', 'runs'), (p) => p.endsWith('session.rollout.json'));
+    assert.equal(runs.length, 1, 'the run is written under the workspace (harnessLab.runsDir), with a *.rollout.json the viewer opens');
+
+    // 6. Open in Viewer: prompt tokens read as text (the embedded engine's /detokenize).
+    await done.locator('.monaco-button', { hasText: 'Open in Viewer' }).click();
+    const viewer = page.frameLocator('iframe.webview.ready').frameLocator('#active-frame');
+    await viewer.locator('body').waitFor({ timeout: 60_000 });
+    await viewer.locator('text=/im_start/').first().waitFor({ timeout: 60_000 });
+    await shot(page, '06-viewer');
+
+    // 7. Validate on the slow task, cancelled while its agent runs: the sandbox container is removed.
+    const slowRow = pane(page, /^tasks/i).locator('.monaco-list-row', { hasText: 'slow-file' });
+    await slowRow.hover();
+    await slowRow.locator('.action-label[aria-label^="Validate Harness Wiring"]').click({ timeout: 10_000 });
+    await page.locator('.quick-input-list .monaco-list-row', { hasText: 'react' }).first().waitFor({ timeout: 15_000 });
+    await input.fill('react');
+    await page.keyboard.press('Enter');
+    const validating = toast(page, 'Harness Lab: validating react on slow-file');
+    await validating.locator('text=agent running').waitFor({ timeout: 300_000 });
+    const sandboxes = () => spawnSync('docker', ['ps', '-aq', '--filter', 'label=harness-lab.task=slow-file', '--filter', 'label=harness-lab.kind=sandbox'], { encoding: 'utf8' }).stdout.trim().split('\n').filter(Boolean);
+    const running = sandboxes();
+    assert.ok(running.length >= 1, 'the validation sandbox runs while the agent works');
+    await shot(page, '07-validate-running');
+    await validating.locator('.monaco-button', { hasText: 'Cancel' }).click();
+    const cancelledMsg = toast(page, /validation of react was cancelled/);
+    await cancelledMsg.waitFor({ timeout: 120_000 });
+    await page.locator('.tab', { hasText: /Preview validation\.md/ }).waitFor({ timeout: 30_000 });
+    await shot(page, '08-validate-cancelled');
+    const left = sandboxes().filter((id) => running.includes(id));
+    assert.deepEqual(left, [], 'Cancel removed the validation sandbox');
+
+    // 8. Settings: every Harness Lab setting on the User tab.
+    await runCommand(page, 'Preferences: Open User Settings');
+    const search = page.locator('.settings-editor .suggest-input-container textarea, .settings-editor .search-container input').first();
+    await search.waitFor({ timeout: 20_000 });
+    await search.fill('harnessLab');
+    await page.locator('.settings-editor .setting-item-contents', { hasText: 'Runs Dir' }).first().waitFor({ timeout: 20_000 });
+    const titles = await page.locator('.settings-editor .setting-item-contents .setting-item-label').allInnerTexts();
+    await shot(page, '09-user-settings');
+    for (const t of ['Engine URL', 'Model', 'Proxy Host', 'Proxy Port', 'Data Dir', 'Runs Dir']) assert.ok(titles.some((x) => x.includes(t)), `"${t}" is on the User tab: ${JSON.stringify(titles)}`);
+  } catch (err) {
+    await shot(page, '99-failure').catch(() => undefined);
+    const logs = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log'));
+    throw new Error(`${err instanceof Error ? err.message : String(err)}\nHarness Lab log:\n${logs.map((f) => readFileSync(f, 'utf8')).join('\n').slice(-6000)}`);
+  }
+  const log = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log')).map((f) => readFileSync(f, 'utf8')).join('\n');
+  assert.match(log, /embedded engine \(pid \d+\) listening on/);
+  writeFileSync(join(ARTIFACTS, 'vsix-harness-lab.log'), log);
+});

@@ -1,0 +1,142 @@
+// A `harness-lab serve` process and a client sending exactly the frames OpenEnv's Harbor client
+// (TRL's HarborSessionFactory) sends: the task API over HTTP, a /ws session whose step frame calls
+// run_rollout, and the /mcp session-create variant. Shared by the serve tests and the serve bench.
+/* eslint-disable @typescript-eslint/no-explicit-any -- wire JSON from the server under test, checked field by field as a Python client reads it */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import WebSocket from 'ws';
+
+export const REPO = join(__dirname, '..', '..');
+const EXAMPLES = join(REPO, 'examples', 'tasks');
+
+export interface ServeProcess {
+  url: string;
+  child: ChildProcess;
+  stderr: () => string;
+  /** Resolves when the process has exited. */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+export function startServe(args: string[], env: NodeJS.ProcessEnv = {}): Promise<ServeProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', join(REPO, 'src', 'cli', 'main.ts'), 'serve', '--port', '0', ...args], { cwd: REPO, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('close', (code, signal) => resolve({ code, signal })));
+  child.stderr!.on('data', (b: Buffer) => (err += b.toString()));
+  return new Promise((resolve, reject) => {
+    child.stdout!.on('data', (b: Buffer) => {
+      out += b.toString();
+      const m = /harness-lab serve: (http:\/\/\S+) /.exec(out);
+      if (m) resolve({ url: m[1]!, child, stderr: () => err, exited });
+    });
+    void exited.then((e) => reject(new Error(`serve exited (${e.code ?? e.signal}) before listening: ${err}`)));
+  });
+}
+
+/** A hello-file-shaped task whose shell tool takes `sleepSec`, and whose harness asks for `asked` sampling on every call. */
+export function slowTask(root: string, folder: string, sleepSec: number, asked: Record<string, number>): string {
+  const dir = join(root, folder);
+  cpSync(join(EXAMPLES, 'hello-file'), dir, { recursive: true });
+  const toml = readFileSync(join(dir, 'task.toml'), 'utf8').replace('name = "harness-lab/hello-file"', `name = "serve-test/${folder}"`);
+  writeFileSync(join(dir, 'task.toml'), `${toml}\n[environment.env]\nHARNESS_LAB_REACT_SAMPLING = '${JSON.stringify(asked)}'\n`);
+  const instruction = `Create a file named \`${folder}.txt\` in the current working directory whose content is exactly \`done\`.`;
+  writeFileSync(join(dir, 'instruction.md'), `${instruction}\n`);
+  writeFileSync(
+    join(dir, 'policy.json'),
+    JSON.stringify({ name: folder, rules: [{ when: { last_message: `Create a file named \`${folder}.txt\`` }, then: { call: { tool: '^(bash|exec_command|shell)$', input: `sleep ${sleepSec} && printf 'done' > ${folder}.txt` } } }], fallback: { say: `I created ${folder}.txt.` } }),
+  );
+  writeFileSync(join(dir, 'tests', 'test.sh'), `#!/bin/bash\nmkdir -p /logs/verifier\nif [ "$(cat /app/${folder}.txt 2>/dev/null)" = "done" ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n`);
+  return dir;
+}
+
+export function tempDir(prefix: string): string {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any }> {
+  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  return { status: res.status, body: await res.json() };
+}
+
+export interface WsOutcome {
+  /** Every frame the server sent, parsed. */
+  frames: any[];
+  /** The close code the client saw (1006: the connection dropped without a close frame). */
+  closeCode: number;
+}
+
+/** The run_rollout step frame exactly as OpenEnv's client sends it. */
+export function stepFrame(args: Record<string, unknown>) {
+  return { type: 'step', data: { type: 'call_tool', tool_name: 'run_rollout', arguments: args } };
+}
+
+/**
+ * One OpenEnv-style session on /ws: connect (optionally to an existing session), send `frames`
+ * one after another, each after the previous reply, then `{"type":"close"}`. Resolves with what
+ * came back when the socket closes, however it closes.
+ */
+export function wsSession(baseUrl: string, frames: unknown[], opts: { sessionId?: string; onOpen?: () => void; onSocket?: (ws: WebSocket) => void } = {}): Promise<WsOutcome> {
+  const url = `${baseUrl.replace(/^http/, 'ws')}/ws${opts.sessionId ? `?session_id=${encodeURIComponent(opts.sessionId)}` : ''}`;
+  const ws = new WebSocket(url);
+  opts.onSocket?.(ws);
+  const got: any[] = [];
+  const queue = [...frames];
+  const sendNext = () => {
+    const next = queue.shift();
+    ws.send(typeof next === 'string' ? next : JSON.stringify(next ?? { type: 'close' }));
+  };
+  return new Promise((resolve, reject) => {
+    ws.on('open', () => {
+      opts.onOpen?.();
+      sendNext();
+    });
+    ws.on('message', (data) => {
+      got.push(JSON.parse(data.toString()));
+      if (ws.readyState === ws.OPEN && (queue.length || got.length)) sendNext();
+    });
+    ws.on('error', () => {});
+    ws.on('close', (code) => resolve({ frames: got, closeCode: code }));
+    ws.on('unexpected-response', (_req, res) => reject(new Error(`ws upgrade refused: ${res.statusCode}`)));
+  });
+}
+
+/** The HarborRolloutResult in an observation frame, the way OpenEnv's client unwraps it. */
+export function rolloutResult(frame: any): any {
+  if (frame?.type !== 'observation') throw new Error(`not an observation: ${JSON.stringify(frame).slice(0, 500)}`);
+  const result = frame.data.observation.result;
+  const text = typeof result === 'string' ? result : Array.isArray(result) ? result[0].text : result.content[0].text;
+  return JSON.parse(text);
+}
+
+/**
+ * An engine front that records every chat request body it forwards (what the engine saw), in
+ * front of the scripted policy engine.
+ */
+export async function recordingFront(engineUrl: string): Promise<{ url: string; bodies: any[]; server: Server }> {
+  const bodies: any[] = [];
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks);
+      if (req.url?.endsWith('/chat/completions') && body.length) bodies.push(JSON.parse(body.toString('utf8')));
+      void fetch(`${engineUrl.replace(/\/+$/, '')}${req.url}`, { method: req.method, headers: { 'content-type': 'application/json' }, ...(body.length ? { body } : {}) }).then(
+        async (up) => {
+          const text = Buffer.from(await up.arrayBuffer());
+          res.writeHead(up.status, { 'content-type': up.headers.get('content-type') ?? 'application/json' });
+          res.end(text);
+        },
+        (err: unknown) => {
+          res.writeHead(502);
+          res.end(String(err));
+        },
+      );
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, bodies, server };
+}
