@@ -1,5 +1,21 @@
 // One build for every bundle: the CLI, the extension host and (later) the webviews.
-import { build } from 'esbuild';
+import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { build as esbuild } from 'esbuild';
+
+// Each output file is written to a temporary name and renamed into place, so a test or an extension
+// host that loads dist/ while another process rebuilds it reads the old file or the new one, never a
+// half-written one (the e2e suites rebuild dist/ while other suites run dist/cli.js).
+async function build(options) {
+  const result = await esbuild({ ...options, write: false });
+  for (const file of result.outputFiles) {
+    mkdirSync(dirname(file.path), { recursive: true });
+    const tmp = `${file.path}.${process.pid}.tmp`;
+    writeFileSync(tmp, file.contents);
+    renameSync(tmp, file.path);
+  }
+  return result;
+}
 const watch = process.argv.includes('--watch');
 const production = process.argv.includes('--production');
 const common = { bundle: true, platform: 'node', format: 'cjs', target: 'node20', sourcemap: !production, sourcesContent: false, minify: production, logLevel: 'warning', external: ['vscode', 'cpu-features', '*.node', 'node-llama-cpp', '@node-llama-cpp/*'] };

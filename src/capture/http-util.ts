@@ -61,6 +61,22 @@ export function redactHeaders(headers: IncomingMessage['headers']): Record<strin
   return out;
 }
 
+/** `value` with every occurrence of `secret` in its strings (keys and values, at any depth) replaced; the input is not changed. */
+export function scrubSecret<T>(value: T, secret: string): T {
+  const scrub = (v: unknown): unknown => {
+    if (typeof v === 'string') return v.includes(secret) ? v.split(secret).join('[redacted]') : v;
+    if (Array.isArray(v)) return v.map(scrub);
+    if (v && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [scrub(k) as string, scrub(x)]));
+    return v;
+  };
+  return scrub(value) as T;
+}
+
+/** A request target for a log line, with a Gemini-style `?key=` credential replaced. */
+export function loggableTarget(target: string | undefined): string {
+  return (target ?? '/').replace(/([?&]key=)[^&#]*/gi, '$1[redacted]');
+}
+
 /**
  * The request target as a URL, or undefined when it cannot be one. The raw target is taken as a path
  * (`//x` stays the path `//x`, not a host), so no request line can make the router throw.

@@ -8,7 +8,7 @@ import { detectDialect } from './dialects/index.js';
 import { renderStopAnswer } from './dialects/stop-answer.js';
 import { answerTokenCount } from './dialects/token-count.js';
 import { EngineUnreachableError, engineErrorMessage, type EngineClient } from './engine-client.js';
-import { BodyTooLargeError, readBody, redactHeaders, sendJson } from './http-util.js';
+import { BodyTooLargeError, readBody, redactHeaders, scrubSecret, sendJson } from './http-util.js';
 import type { SessionRegistry } from './session-registry.js';
 import type { CaptureSession } from './sessions.js';
 import { SseKeepalive, writeSse } from './sse.js';
@@ -81,8 +81,12 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   const session = key ? deps.findSession(key) : undefined;
   if (!session) {
     const why = key ? 'unknown API key' : 'no API key';
-    return replyError(res, dialect, 401, `${why}; register a session via POST /sessions and use its session_id as the API key (Authorization: Bearer <session_id>, x-api-key or x-goog-api-key)`);
+    return replyError(res, dialect, 401, `${why}; register a session via POST /sessions and use its api_key (or, for a session created without one, its session_id) as the API key (Authorization: Bearer <key>, x-api-key or x-goog-api-key)`);
   }
+  // A keyed session's key is a credential: nothing recorded may carry it, wherever the harness echoed it.
+  const secret = session.info.key_sha256 ? key : undefined;
+  const bodyHasSecret = secret !== undefined && raw.includes(secret);
+  const recorded = <T>(value: T, inBody: boolean): T => (secret !== undefined && (!inBody || bodyHasSecret) ? scrubSecret(value, secret) : value);
   session.touch();
   const stream = dialect.wantsStream(body, path);
   const ctx: DialectContext = { path, clientModel: dialect.clientModel(body, url.pathname) ?? session.info.model, request: body, servedModel: session.info.model };
@@ -132,13 +136,13 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     session_id: session.id,
     index,
     dialect: dialect.name,
-    path,
+    path: recorded(path, false),
     stream,
     started_at: started.toISOString(),
-    harness_session_id: harnessSessionId(req, body),
-    request: { headers: redactHeaders(req.headers), body },
+    harness_session_id: recorded(harnessSessionId(req, body), false),
+    request: { headers: recorded(redactHeaders(req.headers), false), body: recorded(body, true) },
     engine_url: engine.baseUrl,
-    engine_request: plan.request,
+    engine_request: recorded(plan.request, true),
     n_tools: Array.isArray(plan.request.tools) ? plan.request.tools.length : 0,
     requested_sampling_params: plan.requestedSampling,
     sampling_params: plan.sampling,

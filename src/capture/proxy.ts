@@ -8,13 +8,13 @@ import { AcceptorThread, ListenError } from './acceptor.js';
 import { isLoopbackHost, presentedKey, secretsEqual } from './auth.js';
 import { EngineClient } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
-import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, parseRequestTarget, readBody, sendJson } from './http-util.js';
+import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, loggableTarget, parseRequestTarget, readBody, sendJson } from './http-util.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
 import type { RolloutDocument } from './rollout.js';
-import { SessionExistsError, SessionRegistry, type ResidentLimits } from './session-registry.js';
+import { SessionExistsError, SessionKeyInUseError, SessionRegistry, type CreatedSession, type ResidentLimits } from './session-registry.js';
 import { CreateSessionSchema, type CaptureSession, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
 import { StoreWriteError } from './store.js';
-import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger, SessionInfo } from './types.js';
+import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger } from './types.js';
 import { DEFAULT_MAX_OUTPUT_TOKENS } from './upstream.js';
 
 export type { ProxyLogger } from './types.js';
@@ -117,7 +117,7 @@ export class CaptureProxy {
   private async listen(host: string, port: number): Promise<void> {
     this.server = createServer((req, res) => {
       this.route(req, res).catch((err: unknown) => {
-        this.log.error(`request ${req.method} ${req.url} failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+        this.log.error(`request ${req.method} ${loggableTarget(req.url)} failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
         if (!res.headersSent) sendJson(res, 500, { error: { message: 'internal error in the capture proxy', type: 'server_error' } });
         else res.destroy();
       });
@@ -184,7 +184,7 @@ export class CaptureProxy {
     return this.sessions.onDidChange;
   }
 
-  createSession(request: CreateSessionRequest = {}): SessionInfo {
+  createSession(request: CreateSessionRequest = {}): CreatedSession {
     return this.sessions.create(request);
   }
 
@@ -272,7 +272,7 @@ export class CaptureProxy {
       if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key (Authorization: Bearer <key> or x-admin-key)', type: 'invalid_request_error' } });
       return this.sessionRoute(req, res, method, path);
     }
-    if (method === 'POST') return handleModelCall(req, res, url, this.modelCallDeps((key) => this.sessions.get(key)));
+    if (method === 'POST') return handleModelCall(req, res, url, this.modelCallDeps((key) => this.sessions.findByKey(key)));
     sendJson(res, 404, { error: { message: `no route ${method} ${url.pathname}`, type: 'invalid_request_error' } });
   }
 
@@ -334,16 +334,17 @@ export class CaptureProxy {
       return sendJson(res, 400, { error: { message: `${issue?.path.join('.') || 'body'}: ${issue?.message ?? 'invalid'}`, type: 'invalid_request_error' } });
     }
     await this.ensureProbed();
-    let info: SessionInfo;
+    let info: CreatedSession;
     try {
       info = await this.sessions.createStored(parsed.data);
     } catch (err) {
-      if (err instanceof SessionExistsError) return sendJson(res, 409, { error: { message: err.message, type: 'invalid_request_error' } });
+      if (err instanceof SessionExistsError || err instanceof SessionKeyInUseError) return sendJson(res, 409, { error: { message: err.message, type: 'invalid_request_error' } });
       // Not stored, so not created: a restart would not know it.
       const status = err instanceof StoreWriteError ? err.status : 503;
       return sendJson(res, status, { error: { message: err instanceof Error ? err.message : String(err), type: 'server_error' } });
     }
-    sendJson(res, 201, { session_id: info.session_id, base_url: `${this.url}/v1`, model: info.model, max_model_calls: info.max_model_calls, capture_level: info.capture_level ?? 'unknown', rollout_type: info.capture_level === 'tokens' ? 'train' : 'eval', engine_reachable: this.probeReport?.reachable ?? null });
+    // The key goes out once, here, and only when it was minted (a given key is the caller's already).
+    sendJson(res, 201, { session_id: info.session_id, ...(parsed.data.mint_key && info.api_key ? { api_key: info.api_key } : {}), base_url: `${this.url}/v1`, model: info.model, max_model_calls: info.max_model_calls, capture_level: info.capture_level ?? 'unknown', rollout_type: info.capture_level === 'tokens' ? 'train' : 'eval', engine_reachable: this.probeReport?.reachable ?? null });
   }
 
   async close(): Promise<void> {

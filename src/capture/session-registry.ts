@@ -10,7 +10,7 @@
 // line (store.ts), never its calls.
 import { Emitter } from './events.js';
 import type { RolloutDocument } from './rollout.js';
-import { CaptureSession, SESSION_ID_PATTERN, mintSessionId, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
+import { CaptureSession, SESSION_ID_PATTERN, mintSessionId, mintSessionKey, sessionKeyHash, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
 import { CaptureStore, StoreWriteError, emptyTally, loadSessionFile, readSessionIndex, readStoredIndex, sessionFileOf, type SessionIndexEntry } from './store.js';
 import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger, SessionInfo } from './types.js';
 
@@ -49,11 +49,20 @@ export class SessionExistsError extends Error {
   }
 }
 
+export class SessionKeyInUseError extends Error {
+  constructor() {
+    super('that api_key is already the key of another session');
+  }
+}
+
 export class ReadOnlyRegistryError extends Error {
   constructor(action: string, dataDir: string) {
     super(`cannot ${action}: the sessions of ${dataDir} were opened read-only`);
   }
 }
+
+/** A new session as its creator sees it: `api_key` (its secret key) only for a keyed session, and only here. */
+export type CreatedSession = SessionInfo & { api_key?: string };
 
 const silentLogger: ProxyLogger = { info() {}, warn() {}, error() {} };
 
@@ -63,6 +72,8 @@ export class SessionRegistry {
   private readonly residents = new Map<string, CaptureSession>();
   private readonly maxResident: number;
   private readonly maxResidentBytes: number;
+  /** Keyed sessions by the SHA-256 of their key: the model routes find them here, never by id. */
+  private readonly byKeyHash = new Map<string, CaptureSession>();
   /** Read-only: every session file has been read (after `list`). */
   private allRead = false;
   private readonly recordEmitter = new Emitter<CallRecord>();
@@ -108,6 +119,7 @@ export class SessionRegistry {
   private adopt(entry: SessionIndexEntry): CaptureSession {
     const session = CaptureSession.stored(entry.info, entry.tally, this.loaderOf(entry.file));
     this.sessions.set(session.id, session);
+    if (session.info.key_sha256) this.byKeyHash.set(session.info.key_sha256, session);
     return session;
   }
 
@@ -169,7 +181,7 @@ export class SessionRegistry {
   }
 
   /** Creates a session; its header line is written behind (a failure is logged, and its calls will fail to store too). */
-  create(request: CreateSessionRequest = {}): SessionInfo {
+  create(request: CreateSessionRequest = {}): CreatedSession {
     const { info, written } = this.add(request);
     void written.catch(() => {
       // logged by add()
@@ -181,23 +193,27 @@ export class SessionRegistry {
    * Creates a session and resolves once its header line is on disk. If it cannot be written the
    * session is not created (a restart would not know it) and this rejects with the store's error.
    */
-  async createStored(request: CreateSessionRequest = {}): Promise<SessionInfo> {
+  async createStored(request: CreateSessionRequest = {}): Promise<CreatedSession> {
     const { info, written } = this.add(request);
     try {
       await written;
     } catch (err) {
       this.sessions.delete(info.session_id);
+      if (info.key_sha256) this.byKeyHash.delete(info.key_sha256);
       this.changeEmitter.fire();
       throw err;
     }
     return info;
   }
 
-  private add(request: CreateSessionRequest): { info: SessionInfo; written: Promise<void> } {
+  private add(request: CreateSessionRequest): { info: CreatedSession; written: Promise<void> } {
     this.writable('create a session');
     const defaults = this.defaults!;
     const id = request.session_id ?? mintSessionId();
     if (this.sessions.has(id)) throw new SessionExistsError(id);
+    const apiKey = request.api_key ?? (request.mint_key ? mintSessionKey() : undefined);
+    const keySha256 = apiKey === undefined ? undefined : sessionKeyHash(apiKey);
+    if (keySha256 !== undefined && this.byKeyHash.has(keySha256)) throw new SessionKeyInUseError();
     const engine = this.engineLevel();
     const info: SessionInfo = {
       session_id: id,
@@ -208,14 +224,17 @@ export class SessionRegistry {
       metadata: request.metadata ?? {},
       ...(request.sampling ? { sampling: request.sampling } : {}),
       capture_level: engine.graded ? engine.level : undefined,
+      ...(keySha256 ? { key_sha256: keySha256 } : {}),
     };
-    this.sessions.set(id, this.store ? CaptureSession.stored(info, emptyTally(), this.loaderOf(this.store.fileOf(id))) : new CaptureSession(info));
+    const session = this.store ? CaptureSession.stored(info, emptyTally(), this.loaderOf(this.store.fileOf(id))) : new CaptureSession(info);
+    this.sessions.set(id, session);
+    if (keySha256) this.byKeyHash.set(keySha256, session);
     const written = (this.store?.append(id, { type: 'session', ...info }) ?? Promise.resolve()).catch((err: unknown) => {
       this.log.error(`could not store session ${id}: ${err instanceof Error ? err.message : String(err)}`);
       throw err;
     });
     this.changeEmitter.fire();
-    return { info, written };
+    return { info: apiKey === undefined ? info : { ...info, api_key: apiKey }, written };
   }
 
   get(id: string): CaptureSession | undefined {
@@ -227,6 +246,17 @@ export class SessionRegistry {
     if (this.readOnlyDir === undefined || this.allRead || !SESSION_ID_PATTERN.test(id)) return undefined;
     const entry = readSessionIndex(sessionFileOf(this.readOnlyDir, id), (message) => this.log.warn(message));
     return entry ? this.adopt(entry) : undefined;
+  }
+
+  /**
+   * The session a model call's key opens: a keyed session by its key only; a session without a key
+   * by its id (OpenEnv's convention, where the id is the key). A keyed session's id opens nothing.
+   */
+  findByKey(key: string): CaptureSession | undefined {
+    const keyed = this.byKeyHash.get(sessionKeyHash(key));
+    if (keyed) return this.sessions.get(keyed.id) === keyed ? keyed : undefined;
+    const byId = this.get(key);
+    return byId && !byId.info.key_sha256 ? byId : undefined;
   }
 
   /** Every session's summary (calls, tokens, budget, errors), as `GET /sessions` lists them. */
@@ -246,6 +276,8 @@ export class SessionRegistry {
 
   async delete(id: string): Promise<boolean> {
     this.writable('delete a session');
+    const keyHash = this.sessions.get(id)?.info.key_sha256;
+    if (keyHash) this.byKeyHash.delete(keyHash);
     const existed = this.sessions.delete(id);
     this.residents.delete(id);
     await this.store?.delete(id);

@@ -8,17 +8,17 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { presentedKey, secretsEqual } from './auth.js';
+import { presentedKey } from './auth.js';
 import { detectDialect } from './dialects/index.js';
 import type { IDisposable } from './events.js';
-import { sendJson } from './http-util.js';
+import { loggableTarget, sendJson } from './http-util.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
 import type { SessionRegistry } from './session-registry.js';
 import type { CaptureSession } from './sessions.js';
 
 /** What the listener needs from the proxy. */
 export interface SessionModelHost {
-  readonly sessions: Pick<SessionRegistry, 'get'>;
+  readonly sessions: Pick<SessionRegistry, 'get' | 'findByKey'>;
   modelCallDeps(findSession: (key: string) => CaptureSession | undefined): ModelCallDeps;
   models(res: ServerResponse): Promise<void>;
 }
@@ -66,10 +66,14 @@ export class SessionSocket implements IDisposable {
     const path = join(dir, 'model.sock');
     // sun_path holds 107 bytes; a longer path fails at bind with an unhelpful EINVAL.
     if (Buffer.byteLength(path) > 107) throw new Error(`the session socket path ${path} is longer than a Unix socket allows (107 bytes); use a shorter directory`);
-    const own = (key: string) => (secretsEqual(key, sessionId) ? host.sessions.get(sessionId) : undefined);
+    // The session's own key (for a session without one, its id); every other session's key or id is refused.
+    const own = (key: string) => {
+      const found = host.sessions.findByKey(key);
+      return found && found.id === sessionId ? found : undefined;
+    };
     const server = createServer((req, res) => {
       route(host, own, req, res).catch((err: unknown) => {
-        options.log?.(`session socket ${sessionId}: ${req.method} ${req.url} failed: ${err instanceof Error ? err.message : String(err)}`);
+        options.log?.(`session socket ${sessionId}: ${req.method} ${loggableTarget(req.url)} failed: ${err instanceof Error ? err.message : String(err)}`);
         if (!res.headersSent) sendJson(res, 500, { error: { message: 'internal error in the capture proxy', type: 'server_error' } });
         else res.destroy();
       });

@@ -4,7 +4,7 @@
 // A stored session's calls and graph are resident only while someone reads them: the counters stay
 // (they are what the budget, the listing and the next call's index need), the calls load from the
 // store on first use and leave again when the registry evicts the session (`unload`).
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { RolloutGraph } from './graph.js';
 import { buildRollout, type RolloutDocument, type RolloutOptions } from './rollout.js';
@@ -22,6 +22,10 @@ export const CreateSessionSchema = z
   .object({
     session_id: z.string().regex(SESSION_ID_PATTERN, 'session_id must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$').optional(),
     model: z.string().min(1).optional(),
+    /** The session's own secret key (then its id is an identifier only, never a credential). */
+    api_key: z.string().min(16, 'api_key must be at least 16 characters').max(512).regex(/^[A-Za-z0-9._~+/=-]+$/, 'api_key may hold only letters, digits and ._~+/=-').optional(),
+    /** Mint a secret key for the session; the creator's answer carries it once. */
+    mint_key: z.boolean().optional(),
     max_model_calls: z.number().int().nonnegative().optional(),
     /** Pinned on every call (a batch's training sampling): temperature finite and > 0, the rest at chosen values. */
     sampling: z
@@ -42,11 +46,21 @@ export const CreateSessionSchema = z
       .refine((m) => !RESERVED_METADATA_KEYS.some((k) => k in m), { message: `metadata must not use the reserved keys ${RESERVED_METADATA_KEYS.join(', ')}` })
       .optional(),
   })
-  .loose();
+  .loose()
+  .refine((r) => !(r.api_key !== undefined && r.mint_key), { message: 'give api_key or mint_key, not both', path: ['mint_key'] });
 export type CreateSessionRequest = z.infer<typeof CreateSessionSchema>;
 
 export function mintSessionId(): string {
   return `s${randomBytes(12).toString('hex')}`;
+}
+
+/** A fresh secret session key (192 random bits); only its SHA-256 is ever stored. */
+export function mintSessionKey(): string {
+  return `hlk-${randomBytes(24).toString('base64url')}`;
+}
+
+export function sessionKeyHash(key: string): string {
+  return createHash('sha256').update(key, 'utf8').digest('hex');
 }
 
 /** Reads a stored session's calls (in arrival order) when they are first needed. */
@@ -250,6 +264,7 @@ export class CaptureSession {
       idle_s: Math.round((Date.now() - this.lastActivity) / 1000),
       metadata: this.info.metadata,
       ...(this.info.sampling ? { sampling: this.info.sampling } : {}),
+      ...(this.info.key_sha256 ? { keyed: true } : {}),
     };
   }
 }

@@ -200,6 +200,11 @@ export interface SessionInfo {
   capture_level?: CaptureLevel;
   /** Sampling pinned on every call of this session (a batch's); the harness's own values are recorded as requested. */
   sampling?: Partial<Record<'temperature' | 'top_p' | 'top_k' | 'min_p' | 'frequency_penalty' | 'presence_penalty' | 'repetition_penalty' | 'seed', number>>;
+  /**
+   * Set for a session created with its own secret key: the key's SHA-256 (hex). Such a session is
+   * reached on the model routes by that key only, never by its id; the key itself is never stored.
+   */
+  key_sha256?: string;
 }
 
 /** Where the proxy and its session registry say what they do (the CLI's stderr, VS Code's output channel). */

@@ -11,6 +11,8 @@ import { listShippedPolicies } from '../engine/policy.js';
 import { bundledCli, EngineProcess, type EngineSlot } from './embedded-engine-process.js';
 import { probeEngine } from '../capture/engine-probe.js';
 import type { CaptureProxy } from '../capture/proxy.js';
+import type { SessionInfo } from '../capture/types.js';
+import { cancelBatchCommand, openBatchRollout, submitRolloutBatch, type BatchCommandContext } from './batch-commands.js';
 import type { EngineNode } from './engines-view.js';
 import { runTaskWithHarness, validateHarnessWiring } from './harness-run-commands.js';
 import type { Logger } from './logger.js';
@@ -21,6 +23,8 @@ import { viewerTargetOf, type RolloutViewerPanels } from './rollout-viewer-panel
 import type { CallNode, SessionNode } from './sessions-model.js';
 import { SETTINGS_SECTION, readSettings, settingKey, type HarnessLabSettings } from './settings.js';
 import { quickActions } from './status-model.js';
+import type { TrainingRuns } from './training-runs.js';
+import type { TrainingRunNode } from './training-runs-model.js';
 import { capturedTerminalEnv, codexConfigToml, envSnippets, harnessConfigFiles, type CaptureTarget } from './terminal-env.js';
 
 export const ADMIN_KEY_SECRET = 'harnessLab.adminKey';
@@ -39,6 +43,10 @@ export interface CommandHost {
   refreshSessions(): void;
   refreshTasks(): void;
   refreshEngines(): void;
+  refreshBatches(): void;
+  /** Where Submit Rollout Batch writes new batches (the Batches view's folder); undefined without a workspace. */
+  batchesFolder(): string | undefined;
+  trainingRuns: TrainingRuns;
 }
 
 export function currentSettings(): HarnessLabSettings {
@@ -100,15 +108,28 @@ async function pickSession(host: CommandHost, arg: unknown, placeHolder: string)
   return picked?.label;
 }
 
-function captureTarget(proxy: CaptureProxy, sessionId: string, model: string): CaptureTarget {
-  return { proxyUrl: proxy.url, sessionKey: sessionId, ...(model ? { model } : {}) };
+/**
+ * The keys of the sessions this window created, by session id. They live in this extension host
+ * only: the store keeps a key's hash, so a key is shown (and copyable) only while this window lives.
+ */
+const mintedKeys = new Map<string, string>();
+
+function captureTarget(proxy: CaptureProxy, sessionKey: string, model: string): CaptureTarget {
+  return { proxyUrl: proxy.url, sessionKey, ...(model ? { model } : {}) };
+}
+
+/** A session with a minted key: the harness presents the key, and the id (in every record and export) opens nothing. */
+function createKeyedSession(proxy: CaptureProxy, source: string): { info: SessionInfo; key: string } {
+  const { api_key: key, ...info } = proxy.sessions.create({ mint_key: true, metadata: { source } });
+  mintedKeys.set(info.session_id, key!);
+  return { info, key: key! };
 }
 
 async function newSession(host: CommandHost): Promise<string | undefined> {
   const proxy = await startProxy(host);
-  const info = proxy.sessions.create({ metadata: { source: 'vscode' } });
+  const { info, key } = createKeyedSession(proxy, 'vscode');
   host.log.info(`session ${info.session_id} created`);
-  const snippets = envSnippets(captureTarget(proxy, info.session_id, info.model));
+  const snippets = envSnippets(captureTarget(proxy, key, info.model));
   const all = snippets.map((s) => `# ${s.label}\n${s.text}`).join('\n\n');
   const items: (vscode.QuickPickItem & { text: string })[] = [
     { label: '$(copy) All dialects', description: 'every variable below', text: all },
@@ -116,7 +137,7 @@ async function newSession(host: CommandHost): Promise<string | undefined> {
   ];
   const picked = await vscode.window.showQuickPick(items, { title: `Session ${info.session_id}: copy the environment for a harness`, placeHolder: 'Pick a dialect to copy its env snippet', matchOnDescription: true });
   const copied = await copyToClipboard(host, picked?.text ?? all);
-  await host.docs.show(`env ${info.session_id}.sh`, `# Harness Lab capture session ${info.session_id}\n# proxy ${proxy.url}\n\n${all}\n`, 'shellscript');
+  await host.docs.show(`env ${info.session_id}.sh`, `# Harness Lab capture session ${info.session_id}\n# proxy ${proxy.url}\n# The API key below is this session's secret: it is shown once, and stored only as a hash.\n\n${all}\n`, 'shellscript');
   void vscode.window.showInformationMessage(`Session ${info.session_id} created${copied ? `; ${picked?.label.replace(/^\$\(copy\) /, '') ?? 'all dialects'} env snippet copied to the clipboard` : ''}.`);
   return info.session_id;
 }
@@ -134,11 +155,11 @@ async function copyToClipboard(host: CommandHost, text: string): Promise<boolean
 
 async function openCapturedTerminal(host: CommandHost): Promise<{ sessionId: string; terminal: vscode.Terminal }> {
   const proxy = await startProxy(host);
-  const info = proxy.sessions.create({ metadata: { source: 'terminal' } });
+  const { info, key } = createKeyedSession(proxy, 'terminal');
   const settings = currentSettings();
   const codexHome = join(host.controller.resolveDataDir(settings), 'codex-home', info.session_id);
   const configDir = join(host.controller.resolveDataDir(settings), 'harness-config', info.session_id);
-  const target: CaptureTarget = { ...captureTarget(proxy, info.session_id, info.model), codexHome, configDir };
+  const target: CaptureTarget = { ...captureTarget(proxy, key, info.model), codexHome, configDir };
   mkdirSync(codexHome, { recursive: true });
   writeFileSync(join(codexHome, 'config.toml'), codexConfigToml(target));
   // OpenClaw and Continue read the proxy only from a config file.
@@ -370,9 +391,16 @@ export function createCommands(): Record<string, CommandSpec> {
       run: async (host, arg) => {
         const sessionId = await pickSession(host, arg, 'Session whose key to copy');
         if (!sessionId) return undefined;
-        const copied = await copyToClipboard(host, sessionId);
-        void vscode.window.showInformationMessage(`${copied ? 'Copied session key' : 'Session key:'} ${sessionId} (use it as the harness's API key).`);
-        return sessionId;
+        const keyed = host.controller.listSessions().find((s) => s.session_id === sessionId)?.keyed === true;
+        const key = mintedKeys.get(sessionId) ?? (keyed ? undefined : sessionId);
+        if (key === undefined) {
+          void vscode.window.showWarningMessage(`Session ${sessionId} has a secret key that was shown once when it was created; it is not stored, so it cannot be copied now. Create a new session for a new key.`);
+          return undefined;
+        }
+        const copied = await copyToClipboard(host, key);
+        // The key itself is never put in a notification (they can be logged and screenshotted).
+        void vscode.window.showInformationMessage(`${copied ? `Copied the key of session ${sessionId}` : `Could not copy the key of session ${sessionId}`} (use it as the harness's API key).`);
+        return key;
       },
     },
     'harnessLab.openSession': {
@@ -398,7 +426,19 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.refreshSessions': { run: async (host) => host.refreshSessions() },
     'harnessLab.refreshTasks': { run: async (host) => host.refreshTasks() },
     'harnessLab.refreshEngines': { run: async (host) => host.refreshEngines() },
+    'harnessLab.submitBatch': { run: (host, arg) => submitRolloutBatch(batchContext(host), arg) },
+    'harnessLab.cancelBatch': { run: (host, arg) => cancelBatchCommand(batchContext(host), arg) },
+    'harnessLab.openBatchRollout': { run: (_host, arg) => openBatchRollout(arg) },
+    'harnessLab.refreshBatches': { run: async (host) => host.refreshBatches() },
+    'harnessLab.startTrainingRun': { run: (host) => host.trainingRuns.start() },
+    'harnessLab.refreshTrainingRuns': { run: async (host) => host.trainingRuns.refresh() },
+    'harnessLab.showTrainingRunLogs': { run: (host, arg) => host.trainingRuns.showLogs((arg as TrainingRunNode | undefined)?.name, (arg as TrainingRunNode | undefined)?.runKind) },
+    'harnessLab.cancelTrainingRun': { run: (host, arg) => host.trainingRuns.cancel(arg as TrainingRunNode | undefined) },
   };
+}
+
+function batchContext(host: CommandHost): BatchCommandContext {
+  return { ...host, engineUrl: () => currentSettings().engineUrl, model: () => currentSettings().model };
 }
 
 function harnessRunContext(host: CommandHost) {

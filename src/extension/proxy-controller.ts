@@ -51,6 +51,7 @@ const SessionRowSchema = z.looseObject({
   n_calls: z.number().int().nonnegative().default(0),
   model: z.string().optional(),
   metadata: z.record(z.string(), z.unknown()).optional(),
+  keyed: z.boolean().optional(),
 });
 
 export function toSessionRows(raw: unknown[]): SessionRow[] {

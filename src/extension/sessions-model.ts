@@ -8,6 +8,8 @@ export interface SessionRow {
   n_calls: number;
   model?: string;
   metadata?: Record<string, unknown>;
+  /** The session has its own secret key (its id opens nothing). */
+  keyed?: boolean;
 }
 
 /** What the tree reads from the running proxy (or the durable store when it is stopped). */

@@ -71,6 +71,8 @@ export interface RolloutOptions {
   onStage?: (stage: RolloutStage) => void;
   /** A capture session already created on the proxy (a batch's, with its metadata and pinned sampling). */
   sessionId?: string;
+  /** That session's secret key, if it was created with one (else its id is its key). */
+  sessionKey?: string;
   /** Write into exactly this directory instead of `<outDir>/<task>/<harness>/<n>`. */
   exactOutDir?: string;
   /** Aborting stops and removes the sandbox; the result says cancelled. */
@@ -121,7 +123,11 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     mkdirSync(opts.exactOutDir, { recursive: true });
     outDir = opts.exactOutDir;
   } else outDir = nextRolloutDir(opts.outDir, task.name, entry.name);
-  const sessionId = opts.sessionId ?? proxy.sessions.create({ max_model_calls: opts.maxModelCalls ?? 100, metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir } }).session_id;
+  // A session of its own gets a minted key: the harness is wired with the key, and the id (in every
+  // record, rollout.json and report) is an identifier that opens nothing.
+  const created = opts.sessionId === undefined ? proxy.sessions.create({ mint_key: true, max_model_calls: opts.maxModelCalls ?? 100, metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir } }) : undefined;
+  const sessionId = opts.sessionId ?? created!.session_id;
+  const sessionKey = created?.api_key ?? opts.sessionKey ?? sessionId;
   const result: RolloutResult = {
     task: task.name,
     harness: entry.name,
@@ -176,7 +182,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
       workdir: p.workdir,
       logsDir: p.logs,
       proxyUrl: sandbox.modelUrl,
-      sessionKey: sessionId,
+      sessionKey,
       model: opts.model,
       instruction: task.instruction.trim(),
     });
@@ -200,7 +206,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     opts.onStage?.('verifier');
     await sandbox.copyDirIn(task.testsDir, p.tests);
     const envProbe = await sandbox.exec('env', { env: verifierEnv, timeoutMs: 30_000 });
-    const sessionKeyAbsent = !envProbe.output.includes(sessionId);
+    const sessionKeyAbsent = !envProbe.output.includes(sessionKey);
     const adminKeyAbsent = !opts.adminKey || !envProbe.output.includes(opts.adminKey);
     const verifierLog = join(outDir, 'verifier', 'test-stdout.txt');
     const v = await sandbox.exec(`bash ${p.tests}/test.sh`, { env: verifierEnv, user: task.verifierUser, timeoutMs: task.verifierTimeoutSec * 1000, logFile: verifierLog });

@@ -59,9 +59,10 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
   for (const f of readdirSync(ARTIFACTS)) if (/^vsix-.*\.png$/.test(f)) rmSync(join(ARTIFACTS, f)); // an earlier run's
   stateDir = mkdtempSync(join(tmpdir(), 'hl-vsix-'));
 
-  // 1. The package, exactly as `npm run package` makes it.
+  // 1. The package, as `npm run package` makes it, from the dist/ that `npm test` built first:
+  // rebuilding dist/ in place here would race with the tests running dist/cli.js beside this one.
   const vsix = join(stateDir, 'harness-lab-linux-x64.vsix');
-  const packed = spawnSync(process.execPath, ['scripts/package-vsix.mjs', '--target', 'linux-x64', '--out', vsix], { cwd: ROOT, encoding: 'utf8' });
+  const packed = spawnSync(process.execPath, ['scripts/package-vsix.mjs', '--target', 'linux-x64', '--out', vsix, '--no-build'], { cwd: ROOT, encoding: 'utf8' });
   assert.equal(packed.status, 0, `packaging failed:\n${packed.stdout}\n${packed.stderr}`);
 
   // 2. Installed the way a user installs a downloaded .vsix.
@@ -98,7 +99,7 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
 
     // 3. First session: the welcome content leads to the bundled CPU engine.
-    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
+    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
     const sessions = pane(page, /^sessions/i);
     const startEngine = sessions.locator('.welcome-view-content a.monaco-button', { hasText: 'Start Embedded Engine' });
     await startEngine.waitFor({ timeout: 30_000 });

@@ -1,7 +1,10 @@
 // No secret leaves the process that holds it: a `harness-lab run` in the local sandbox against an
-// engine that demands an API key, a `harness-lab proxy` with an admin key and the same engine key, then
-// `export` and `report` of what they captured. Every file written under the out and data dirs, every
-// line of stdout/stderr and every control-route answer is scanned for each secret.
+// engine that demands an API key, a Docker batch against the same engine, a `harness-lab proxy` with an
+// admin key and the same engine key whose session has a minted key, then `export` (every format) and
+// `report` of what they captured. Every file written under the out and data dirs (records, batch dirs,
+// rollout.json, exports, reports, ATIF), every line of stdout/stderr and every control-route answer is
+// scanned for each secret. Every lab-made session has its own minted key, so the session id is only an
+// identifier (it may appear anywhere) and the key may appear nowhere.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -100,22 +103,13 @@ after(async () => {
   rmSync(outDir, { recursive: true, force: true });
 });
 
-/**
- * Where a session key may appear: only as the session's identifier (`"session_id": "<key>"`, a trace id
- * `<key>/<node>`, the store's `<key>.jsonl`), because the session id is the harness's API key by design.
- * Anywhere else (a header, an env line, a config value, a log line) it is a leaked credential.
- */
-function sessionKeyLeaks(text: string, key: string): string[] {
-  const leaks: string[] = [];
-  for (let at = text.indexOf(key); at >= 0; at = text.indexOf(key, at + key.length)) {
-    const before = text.slice(Math.max(0, at - 16), at);
-    const afterIt = text.slice(at + key.length, at + key.length + 1);
-    const asIdentifier = /"session_id": ?"$/.test(before) && afterIt === '"';
-    const asTraceId = /"trace_id": ?"$/.test(before) && afterIt === '/';
-    const asStoreFile = /sessions\/$/.test(before) && text.slice(at + key.length).startsWith('.jsonl');
-    if (!asIdentifier && !asTraceId && !asStoreFile) leaks.push(text.slice(Math.max(0, at - 60), at + key.length + 20).replace(/\s+/g, ' '));
-  }
-  return leaks;
+/** A minted session key (mintSessionKey): 192 random bits, base64url. None may appear in any file or log. */
+const MINTED_KEY = /hlk-[A-Za-z0-9_-]{32}/g;
+
+/** The header line of a stored session file says the session was created with a key. */
+function storedKeyed(file: string): boolean {
+  const header = JSON.parse(readFileSync(file, 'utf8').split('\n')[0]!) as { type: string; key_sha256?: string };
+  return header.type === 'session' && typeof header.key_sha256 === 'string' && /^[0-9a-f]{64}$/.test(header.key_sha256);
 }
 
 test('no session key, admin key or engine key in any log, record, export, report or ATIF file of a run', async () => {
@@ -134,6 +128,22 @@ test('no session key, admin key or engine key in any log, record, export, report
   const runStore = join(runOut, '.capture', 'sessions');
   const runSessions = readdirSync(runStore).map((f) => f.replace(/\.jsonl$/, ''));
   assert.equal(runSessions.length, 1);
+  assert.ok(storedKeyed(join(runStore, `${runSessions[0]}.jsonl`)), "the run's session has a minted key (the harness was wired with it, not the id)");
+
+  // 1b. A Docker batch of two rollouts against the keyed engine: one minted key per attempt.
+  const batchDir = join(outDir, 'batch');
+  const batch = await runCli(['batch', 'submit', '--tasks', TASK, '--harness', 'react', '--group-size', '2', '--engine-url', `${gate.url}/v1`, '--out', batchDir], env);
+  keep('batch', batch);
+  assert.equal(batch.code, 0, `the batch succeeded: ${batch.stdout}\n${batch.stderr}`);
+  const batchStore = join(batchDir, 'capture', 'sessions');
+  const batchSessions = readdirSync(batchStore).filter((f) => f.endsWith('.jsonl'));
+  assert.equal(batchSessions.length, 2);
+  for (const f of batchSessions) assert.ok(storedKeyed(join(batchStore, f)), `batch session ${f} has a minted key`);
+  for (const format of ['trainingtrace', 'trl', 'verl', 'paths']) {
+    const exported = await runCli(['export', '--format', format, '--batch', batchDir, '--out', join(outDir, `batch.${format}.jsonl`)], env);
+    keep(`export batch ${format}`, exported);
+    assert.equal(exported.code, 0, `${format}: ${exported.stderr}`);
+  }
 
   // 2. A standalone proxy process with an admin key and the engine key as flags, driven over HTTP,
   // including a call with a wrong key.
@@ -154,19 +164,25 @@ test('no session key, admin key or engine key in any log, record, export, report
   const answers: string[] = [];
   const admin = { authorization: `Bearer ${ADMIN_KEY}` };
   let proxySession: string;
+  let proxyKey: string;
   try {
-    const created = await request(`${url}/sessions`, { method: 'POST', headers: admin, body: JSON.stringify({ metadata: { harness: 'secrets-test' } }) });
+    const created = await request(`${url}/sessions`, { method: 'POST', headers: admin, body: JSON.stringify({ mint_key: true, metadata: { harness: 'secrets-test' } }) });
     assert.equal(created.statusCode, 201);
-    const createdText = await created.body.text();
-    proxySession = (JSON.parse(createdText) as { session_id: string }).session_id;
+    // The creator's answer is the one place the key is given (and so is not scanned).
+    ({ session_id: proxySession, api_key: proxyKey } = JSON.parse(await created.body.text()) as { session_id: string; api_key: string });
+    assert.match(proxyKey, MINTED_KEY);
+    // A harness that echoes its key (in x-api-key, in the body's user field) gets it scrubbed from the record.
     for (const content of ['Create the file.', 'again']) {
-      const res = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${proxySession}`, 'x-api-key': proxySession, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] }) });
+      const res = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${proxyKey}`, 'x-api-key': proxyKey, 'x-echo': `key=${proxyKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', user: proxyKey, messages: [{ role: 'user', content }] }) });
       assert.equal(res.statusCode, 200);
       answers.push(await res.body.text());
     }
-    const wrong = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer not-${proxySession}` }, body: '{}' });
+    const wrong = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer not-${proxyKey}` }, body: '{}' });
     assert.equal(wrong.statusCode, 401);
     answers.push(await wrong.body.text());
+    const byId = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${proxySession}` }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }) });
+    assert.equal(byId.statusCode, 401, "a keyed session's id opens nothing");
+    answers.push(await byId.body.text());
     for (const path of ['/health', '/engines', '/sessions', `/sessions/${proxySession}`, `/sessions/${proxySession}/rollout`, `/sessions/${proxySession}/calls`]) {
       const res = await request(`${url}${path}`, { headers: admin });
       assert.equal(res.statusCode, 200, path);
@@ -201,17 +217,15 @@ test('no session key, admin key or engine key in any log, record, export, report
   assert.ok(files.some((f) => f.endsWith('.report.html')));
   assert.ok(files.some((f) => f.endsWith('.traces.jsonl')));
   const texts = [...files.map((f) => ({ name: relative(outDir, f), text: readFileSync(f, 'latin1') })), ...logs, { name: 'control-route answers', text: answers.join('\n') }];
+  assert.ok(files.some((f) => f.endsWith('rollout.json')));
+  assert.ok(files.some((f) => f.startsWith(batchDir)));
   const leaks: string[] = [];
   for (const { name, text } of texts) {
-    for (const [what, secret] of [['engine key', ENGINE_KEY], ['admin key', ADMIN_KEY]] as const) if (text.includes(secret)) leaks.push(`${what} in ${name}`);
-    for (const key of [...runSessions, proxySession]) {
-      // Logs, ATIF files, reports (made for sharing), agent, verifier and sandbox files never carry a
-      // session key at all. Records, exports, rollout.json and control answers may name the session by
-      // its id, which is the key by design: only as that identifier, never as a credential.
-      const strict = !/(^|\/)(\.capture|proxy-data)\/|rollout\.json$|\.traces\.jsonl$|^control-route/.test(name);
-      const found = strict ? (text.includes(key) ? [`"${key}"`] : []) : sessionKeyLeaks(text, key);
-      for (const f of found) leaks.push(`session key in ${name}: ${f}`);
-    }
+    for (const [what, secret] of [['engine key', ENGINE_KEY], ['admin key', ADMIN_KEY], ['session key', proxyKey]] as const) if (text.includes(secret)) leaks.push(`${what} in ${name}`);
+    // The run's and the batch's keys were minted inside the lab: none may surface anywhere.
+    for (const m of text.matchAll(MINTED_KEY)) leaks.push(`minted session key in ${name}: ${text.slice(Math.max(0, m.index - 60), m.index + 40).replace(/\s+/g, ' ')}`);
   }
+  // The session ids are identifiers: they do appear, in records, exports and answers.
+  assert.ok(texts.some((t) => t.text.includes(proxySession)) && texts.some((t) => t.text.includes(runSessions[0]!)));
   assert.deepEqual(leaks, []);
 });

@@ -2,12 +2,13 @@
 // data dir opened read-only (and `harness-lab export --session` on it) gives the same rollout as the live registry.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { traceToJsonl } from '../../src/capture/rollout.js';
-import { ReadOnlyRegistryError, SessionExistsError, SessionRegistry } from '../../src/capture/session-registry.js';
+import { ReadOnlyRegistryError, SessionExistsError, SessionKeyInUseError, SessionRegistry } from '../../src/capture/session-registry.js';
+import { CreateSessionSchema, sessionKeyHash } from '../../src/capture/sessions.js';
 import type { CaptureLevel } from '../../src/capture/types.js';
 import { call } from './rollout-fixtures.js';
 
@@ -107,4 +108,71 @@ test('read-only opening writes nothing; a session that never fixed its level rea
   engine.level = 'logprobs';
   assert.equal(sessions.create().capture_level, 'logprobs');
   await sessions.close();
+});
+
+/** Every byte under a directory, as text (the store's files are JSONL). */
+function everythingUnder(dir: string): string {
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((e) => e.isFile())
+    .map((e) => readFileSync(join(e.parentPath, e.name), 'utf8'))
+    .join('\n');
+}
+
+test('a keyed session is found by its key only; its id opens nothing; a session without a key keeps id = key', async () => {
+  const sessions = liveRegistry(undefined);
+  const minted = sessions.create({ mint_key: true });
+  assert.ok(minted.api_key && minted.api_key !== minted.session_id);
+  assert.equal(minted.key_sha256, sessionKeyHash(minted.api_key));
+  assert.equal(sessions.findByKey(minted.api_key)?.id, minted.session_id);
+  assert.equal(sessions.findByKey(minted.session_id), undefined, "a keyed session's id is not its key");
+  assert.equal(sessions.findByKey(`${minted.api_key}x`), undefined);
+  assert.equal(sessions.get(minted.session_id)?.info.key_sha256, minted.key_sha256);
+  assert.equal((sessions.get(minted.session_id)!.info as { api_key?: string }).api_key, undefined, 'the session keeps no clear key');
+  assert.equal(sessions.get(minted.session_id)!.summary().keyed, true);
+
+  const given = sessions.create({ session_id: 'given', api_key: 'k'.repeat(32) });
+  assert.equal(given.api_key, 'k'.repeat(32));
+  assert.equal(sessions.findByKey('k'.repeat(32))?.id, 'given');
+  assert.equal(sessions.findByKey('given'), undefined);
+  assert.throws(() => sessions.create({ api_key: 'k'.repeat(32) }), SessionKeyInUseError);
+
+  const plain = sessions.create({ session_id: 'plain' });
+  assert.equal(plain.api_key, undefined);
+  assert.equal(plain.key_sha256, undefined);
+  assert.equal(sessions.findByKey('plain')?.id, 'plain', 'OpenEnv convention: the id is the key');
+  assert.equal(sessions.get('plain')!.summary().keyed, undefined);
+
+  await sessions.delete(minted.session_id);
+  assert.equal(sessions.findByKey(minted.api_key), undefined, 'a deleted session answers to its key no more');
+  await sessions.close();
+});
+
+test('the create request refuses short keys and api_key with mint_key', () => {
+  assert.equal(CreateSessionSchema.safeParse({ api_key: 'short' }).success, false);
+  assert.equal(CreateSessionSchema.safeParse({ api_key: 'has space in it, long enough' }).success, false);
+  assert.equal(CreateSessionSchema.safeParse({ api_key: 'a'.repeat(20), mint_key: true }).success, false);
+  assert.equal(CreateSessionSchema.safeParse({ api_key: 'a'.repeat(20) }).success, true);
+  assert.equal(CreateSessionSchema.safeParse({ mint_key: true }).success, true);
+});
+
+test('a restart on the same data dir keeps the key working through its hash; the clear key is never on disk', async () => {
+  const dataDir = tempDir();
+  const live = liveRegistry(dataDir);
+  const info = await live.createStored({ mint_key: true, metadata: { harness: 'test' } });
+  const key = info.api_key!;
+  const session = live.get(info.session_id)!;
+  await live.captureLevel(session, 'tokens'); // rewrites the header line
+  assert.ok(session.tryReserveCall());
+  await live.record(session, call({ id: 'a', index: session.takeIndex(), prompt: [1, 2], sampled: [3] }));
+  await live.close();
+  const disk = everythingUnder(dataDir);
+  assert.ok(disk.includes(info.session_id));
+  assert.ok(disk.includes(sessionKeyHash(key)), 'the header keeps key_sha256');
+  assert.equal(disk.includes(key), false, 'the clear key is nowhere in the data dir');
+
+  const restarted = liveRegistry(dataDir);
+  assert.equal(restarted.findByKey(key)?.id, info.session_id);
+  assert.equal(restarted.findByKey(info.session_id), undefined);
+  assert.equal(restarted.findByKey(key)?.calls.length, 1);
+  await restarted.close();
 });

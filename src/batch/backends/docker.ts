@@ -38,10 +38,26 @@ class InProcessCapture implements BatchCapture {
     private readonly engine: PolicyEngine | undefined,
   ) {}
 
+  /** Each attempt's minted session key, in this process only: the store keeps its hash, never the key. */
+  private readonly keys = new Map<string, string>();
+
   async createSession(req: { sessionId: string; metadata: Record<string, unknown>; sampling: Record<string, number>; maxModelCalls: number }): Promise<void> {
-    // A session of this id may be left from a lab killed right after creating it: keep it, it is the same attempt.
-    if (this.proxy.sessions.get(req.sessionId)) return;
-    this.proxy.sessions.create({ session_id: req.sessionId, metadata: req.metadata as Record<string, never>, sampling: req.sampling, max_model_calls: req.maxModelCalls });
+    const left = this.proxy.sessions.get(req.sessionId);
+    if (left && this.keys.has(req.sessionId)) return;
+    if (left && !left.info.key_sha256) return; // a session from before keys: its id is its key
+    if (left) {
+      // Left from a lab killed right after creating it (the attempt never started): its key died with
+      // that lab, so the attempt gets the session afresh with a new key.
+      if (left.calls.length) throw new Error(`session ${req.sessionId} already holds ${left.calls.length} call(s) from a lab that is gone, and its key is not known here`);
+      await this.proxy.sessions.delete(req.sessionId);
+    }
+    const created = this.proxy.sessions.create({ session_id: req.sessionId, mint_key: true, metadata: req.metadata as Record<string, never>, sampling: req.sampling, max_model_calls: req.maxModelCalls });
+    this.keys.set(req.sessionId, created.api_key!);
+  }
+
+  /** The key a harness presents for the session (for a session without one, its id). */
+  sessionKeyOf(sessionId: string): string {
+    return this.keys.get(sessionId) ?? sessionId;
   }
 
   async sessionFacts(sessionId: string): Promise<{ nCalls: number; trainable: boolean; findings: string[] }> {
@@ -79,6 +95,7 @@ class DockerBatchBackend implements BatchBackend {
       outDir: a.outDir,
       exactOutDir: a.outDir,
       sessionId: a.sessionId,
+      sessionKey: this.capture.sessionKeyOf(a.sessionId),
       signal: a.signal,
       labels: { [LABEL.batch]: a.manifest.batch_id, [LABEL.group]: a.rollout.group_id, [LABEL.rollout]: a.rollout.rollout_id },
       timeoutSec: a.manifest.timeout_sec,

@@ -49,7 +49,10 @@ suite('Harness Lab in the extension host', () => {
     assert.ok(sessionId);
     const state = api.state;
     assert.equal(state.kind, 'running');
-    const env = capturedTerminalEnv({ proxyUrl: state.kind === 'running' ? state.url : '', sessionKey: sessionId });
+    // The terminal's session has a minted key: its id is an identifier, the key opens the model routes.
+    const sessionKey = await vscode.commands.executeCommand<string>('harnessLab.copySessionKey', sessionId);
+    assert.ok(sessionKey && sessionKey !== sessionId);
+    const env = capturedTerminalEnv({ proxyUrl: state.kind === 'running' ? state.url : '', sessionKey });
     const post = (url: string, headers: Record<string, string>, body: unknown) => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
     const msg = [{ role: 'user', content: 'hi' }];
     assert.equal((await post(`${env.OPENAI_BASE_URL}/chat/completions`, { authorization: `Bearer ${env.OPENAI_API_KEY}` }, { model: 'm', messages: msg })).status, 200);
