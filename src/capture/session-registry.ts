@@ -3,11 +3,15 @@
 // through the methods here, which write the store before the harness sees an answer. Opened
 // read-only over a data dir it gives offline readers (export, report, the stopped extension) the
 // same sessions, and so the same rollout(), that the live proxy has.
-import { existsSync } from 'node:fs';
+//
+// With a store, the store is the source of truth: a session's calls and graph are loaded when read
+// and held in a small least-recently-used set (by count and estimated bytes), so memory follows the
+// sessions being read, not everything ever recorded. Opening reads each file's header and tally
+// line (store.ts), never its calls.
 import { Emitter } from './events.js';
 import type { RolloutDocument } from './rollout.js';
 import { CaptureSession, SESSION_ID_PATTERN, mintSessionId, mintSessionKey, sessionKeyHash, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
-import { CaptureStore, StoreWriteError, loadSessionFile, loadStoredSessions, sessionFileOf, type LoadedSession } from './store.js';
+import { CaptureStore, StoreWriteError, emptyTally, loadSessionFile, readSessionIndex, readStoredIndex, sessionFileOf, type SessionIndexEntry } from './store.js';
 import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger, SessionInfo } from './types.js';
 
 /** What a new session gets unless its request says otherwise. */
@@ -27,7 +31,17 @@ export interface SessionRegistryOptions {
   dataDir?: string;
   engineLevel: EngineLevel;
   logger?: ProxyLogger;
+  /** How many stored sessions keep their calls in memory at once, and roughly how many bytes. */
+  resident?: ResidentLimits;
 }
+
+export interface ResidentLimits {
+  sessions?: number;
+  bytes?: number;
+}
+
+const DEFAULT_RESIDENT_SESSIONS = 64;
+const DEFAULT_RESIDENT_BYTES = 512 * 1024 * 1024;
 
 export class SessionExistsError extends Error {
   constructor(id: string) {
@@ -54,6 +68,10 @@ const silentLogger: ProxyLogger = { info() {}, warn() {}, error() {} };
 
 export class SessionRegistry {
   private readonly sessions = new Map<string, CaptureSession>();
+  /** Stored sessions whose calls are in memory, least recently used first. */
+  private readonly residents = new Map<string, CaptureSession>();
+  private readonly maxResident: number;
+  private readonly maxResidentBytes: number;
   /** Keyed sessions by the SHA-256 of their key: the model routes find them here, never by id. */
   private readonly byKeyHash = new Map<string, CaptureSession>();
   /** Read-only: every session file has been read (after `list`). */
@@ -72,14 +90,18 @@ export class SessionRegistry {
     private readonly readOnlyDir: string | undefined,
     private readonly engineLevel: EngineLevel,
     private readonly log: ProxyLogger,
-  ) {}
+    limits: ResidentLimits = {},
+  ) {
+    this.maxResident = Math.max(1, limits.sessions ?? DEFAULT_RESIDENT_SESSIONS);
+    this.maxResidentBytes = limits.bytes ?? DEFAULT_RESIDENT_BYTES;
+  }
 
   /** A registry that records; with a data dir it first restores what the store holds. */
   static open(options: SessionRegistryOptions): SessionRegistry {
     const store = options.dataDir ? new CaptureStore(options.dataDir) : undefined;
-    const registry = new SessionRegistry(options.defaults, store, undefined, options.engineLevel, options.logger ?? silentLogger);
+    const registry = new SessionRegistry(options.defaults, store, undefined, options.engineLevel, options.logger ?? silentLogger, options.resident);
     if (store) {
-      for (const loaded of store.loadAll((message) => registry.log.warn(message))) registry.adopt(loaded);
+      for (const entry of store.readIndex((message) => registry.log.warn(message))) registry.adopt(entry);
       if (registry.sessions.size) registry.log.info(`restored ${registry.sessions.size} session(s) from ${store.dataDir}`);
     }
     return registry;
@@ -90,21 +112,57 @@ export class SessionRegistry {
    * session file is read when it is first asked for (all of them for `list`). A session that never
    * fixed its capture level is read at `tokens`, as the store's readers always did.
    */
-  static openReadOnly(dataDir: string, logger?: ProxyLogger): SessionRegistry {
-    return new SessionRegistry(undefined, undefined, dataDir, () => ({ level: 'tokens', graded: false }), logger ?? silentLogger);
+  static openReadOnly(dataDir: string, logger?: ProxyLogger, resident?: ResidentLimits): SessionRegistry {
+    return new SessionRegistry(undefined, undefined, dataDir, () => ({ level: 'tokens', graded: false }), logger ?? silentLogger, resident);
   }
 
-  private adopt(loaded: LoadedSession): CaptureSession {
-    const session = CaptureSession.fromStore(loaded);
+  private adopt(entry: SessionIndexEntry): CaptureSession {
+    const session = CaptureSession.stored(entry.info, entry.tally, this.loaderOf(entry.file));
     this.sessions.set(session.id, session);
     if (session.info.key_sha256) this.byKeyHash.set(session.info.key_sha256, session);
     return session;
   }
 
+  /** Reads a session's calls from its file and makes room for them among the resident sessions. */
+  private loaderOf(file: string): (session: CaptureSession) => CallRecord[] {
+    return (session) => {
+      const warn = (message: string) => this.log.warn(message);
+      let loaded;
+      try {
+        loaded = loadSessionFile(file, warn);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+        loaded = undefined; // its header is still being written
+      }
+      if (loaded?.skipped) warn(`${file}: skipped ${loaded.skipped} unreadable line(s) (line ${loaded.skippedLines.join(', ')}), a torn write from a crash or a full disk`);
+      this.residents.delete(session.id);
+      this.residents.set(session.id, session);
+      queueMicrotask(() => this.evict());
+      return loaded?.calls ?? [];
+    };
+  }
+
+  /** Unloads the least recently used sessions beyond the limits (the newest always stays). */
+  private evict(): void {
+    let bytes = 0;
+    for (const s of this.residents.values()) bytes += s.residentBytesEstimate;
+    for (const [id, s] of this.residents) {
+      if (this.residents.size <= 1 || (this.residents.size <= this.maxResident && bytes <= this.maxResidentBytes)) break;
+      bytes -= s.residentBytesEstimate;
+      s.unload();
+      this.residents.delete(id);
+    }
+  }
+
+  /** How many stored sessions hold their calls in memory now. */
+  get residentCount(): number {
+    return this.residents.size;
+  }
+
   private readAll(): void {
     if (this.readOnlyDir === undefined || this.allRead) return;
     this.allRead = true;
-    for (const loaded of loadStoredSessions(this.readOnlyDir, (message) => this.log.warn(message))) if (!this.sessions.has(loaded.info.session_id)) this.adopt(loaded);
+    for (const entry of readStoredIndex(this.readOnlyDir, (message) => this.log.warn(message))) if (!this.sessions.has(entry.info.session_id)) this.adopt(entry);
   }
 
   private writable(action: string): void {
@@ -168,7 +226,7 @@ export class SessionRegistry {
       capture_level: engine.graded ? engine.level : undefined,
       ...(keySha256 ? { key_sha256: keySha256 } : {}),
     };
-    const session = new CaptureSession(info);
+    const session = this.store ? CaptureSession.stored(info, emptyTally(), this.loaderOf(this.store.fileOf(id))) : new CaptureSession(info);
     this.sessions.set(id, session);
     if (keySha256) this.byKeyHash.set(keySha256, session);
     const written = (this.store?.append(id, { type: 'session', ...info }) ?? Promise.resolve()).catch((err: unknown) => {
@@ -181,11 +239,13 @@ export class SessionRegistry {
 
   get(id: string): CaptureSession | undefined {
     const known = this.sessions.get(id);
-    if (known || this.readOnlyDir === undefined || this.allRead || !SESSION_ID_PATTERN.test(id)) return known;
-    const file = sessionFileOf(this.readOnlyDir, id);
-    const loaded = existsSync(file) ? loadSessionFile(file) : undefined;
-    if (loaded?.skipped) this.log.warn(`${file}: skipped ${loaded.skipped} unreadable line(s) (line ${loaded.skippedLines.join(', ')}), a torn write from a crash or a full disk`);
-    return loaded ? this.adopt(loaded) : undefined;
+    if (known) {
+      if (known.isResident && this.residents.delete(id)) this.residents.set(id, known);
+      return known;
+    }
+    if (this.readOnlyDir === undefined || this.allRead || !SESSION_ID_PATTERN.test(id)) return undefined;
+    const entry = readSessionIndex(sessionFileOf(this.readOnlyDir, id), (message) => this.log.warn(message));
+    return entry ? this.adopt(entry) : undefined;
   }
 
   /**
@@ -219,6 +279,7 @@ export class SessionRegistry {
     const keyHash = this.sessions.get(id)?.info.key_sha256;
     if (keyHash) this.byKeyHash.delete(keyHash);
     const existed = this.sessions.delete(id);
+    this.residents.delete(id);
     await this.store?.delete(id);
     if (existed) this.changeEmitter.fire();
     return existed;

@@ -1,10 +1,14 @@
 // One capture session: identity, budget counters, the calls recorded so far, its live graph and its
 // rollout document. The registry (session-registry.ts) holds them and makes them durable.
+//
+// A stored session's calls and graph are resident only while someone reads them: the counters stay
+// (they are what the budget, the listing and the next call's index need), the calls load from the
+// store on first use and leave again when the registry evicts the session (`unload`).
 import { createHash, randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { RolloutGraph } from './graph.js';
 import { buildRollout, type RolloutDocument, type RolloutOptions } from './rollout.js';
-import { SESSION_ID_PATTERN, type LoadedSession } from './store.js';
+import { SESSION_ID_PATTERN, type LoadedSession, type SessionTally } from './store.js';
 import type { CallRecord, CaptureLevel, JsonObject, SessionInfo } from './types.js';
 
 /** What a reader of a rollout chooses; everything else comes from the session. */
@@ -59,8 +63,19 @@ export function sessionKeyHash(key: string): string {
   return createHash('sha256').update(key, 'utf8').digest('hex');
 }
 
+/** Reads a stored session's calls (in arrival order) when they are first needed. */
+export type CallLoader = (session: CaptureSession) => CallRecord[];
+
 export class CaptureSession {
-  readonly calls: CallRecord[] = [];
+  /** The calls while resident; undefined while they live only in the store (see `calls`). */
+  private resident: CallRecord[] | undefined = [];
+  /** Ids of the resident calls: a load may already hold a call whose addCall is still to come. */
+  private residentIds: Set<string> | undefined;
+  private loader: CallLoader | undefined;
+  private nCalls = 0;
+  private okCalls = 0;
+  private promptTokens = 0;
+  private completionTokens = 0;
   private forwarded = 0;
   private arrivals = 0;
   private budgetStops = 0;
@@ -81,6 +96,48 @@ export class CaptureSession {
     session.forwarded = loaded.calls.length;
     session.arrivals = loaded.calls.reduce((n, c) => Math.max(n, c.index + 1), 0);
     return session;
+  }
+
+  /**
+   * A stored session known by its tally only (a restart's index): its calls load through `loader`
+   * on first use. A session created by a recording registry starts the same way with an empty tally.
+   */
+  static stored(info: SessionInfo, tally: SessionTally, loader: CallLoader): CaptureSession {
+    const session = new CaptureSession(info);
+    session.resident = undefined;
+    session.loader = loader;
+    session.nCalls = tally.n;
+    session.okCalls = tally.ok;
+    session.promptTokens = tally.pt;
+    session.completionTokens = tally.ct;
+    session.engineErrors = tally.ee;
+    session.budgetStops = tally.bs;
+    session.forwarded = tally.n;
+    session.arrivals = tally.next;
+    return session;
+  }
+
+  /** Every call recorded so far, in arrival order (read from the store if they are not resident). */
+  get calls(): CallRecord[] {
+    if (this.resident === undefined) {
+      const loaded = this.loader!(this);
+      this.resident = loaded;
+      this.residentIds = new Set(loaded.map((c) => c.call_id));
+    }
+    return this.resident;
+  }
+
+  /** Whether the calls are in memory. */
+  get isResident(): boolean {
+    return this.resident !== undefined;
+  }
+
+  /** Drops the calls and the graph (they stay in the store); a no-op for a session that has no store. */
+  unload(): void {
+    if (!this.loader) return;
+    this.resident = undefined;
+    this.residentIds = undefined;
+    this.liveGraph = undefined;
   }
 
   get id(): string {
@@ -112,8 +169,19 @@ export class CaptureSession {
 
   /** Adds a recorded call; linking it never fails the call (a failure becomes a session finding). */
   addCall(record: CallRecord): void {
-    this.calls.push(record);
-    if (record.error?.kind === 'engine') this.engineErrors++;
+    if (this.residentIds?.has(record.call_id)) return; // already read back from the store by a load
+    this.nCalls++;
+    if (record.error) {
+      if (record.error.kind === 'engine') this.engineErrors++;
+    } else {
+      this.okCalls++;
+      this.promptTokens += record.prompt_token_ids?.length ?? record.usage?.prompt_tokens ?? 0;
+      this.completionTokens += record.completion_token_ids?.length ?? record.usage?.completion_tokens ?? 0;
+    }
+    // Not resident: the store has it, and the next read loads it with the rest.
+    if (this.resident === undefined) return;
+    this.resident.push(record);
+    this.residentIds?.add(record.call_id);
     const level = this.info.capture_level;
     if (!level) return;
     try {
@@ -136,7 +204,7 @@ export class CaptureSession {
   /** Whether the capture level is still to be fixed at `engineLevel`: not fixed yet, or no call recorded and the engine graded again. */
   captureLevelOpen(engineLevel: CaptureLevel): boolean {
     const current = this.info.capture_level;
-    return current === undefined || (this.calls.length === 0 && current !== engineLevel);
+    return current === undefined || (this.nCalls === 0 && current !== engineLevel);
   }
 
   /** Fixes the capture level (the registry calls this once the level is on disk). */
@@ -171,19 +239,24 @@ export class CaptureSession {
     return buildRollout(this.info, this.calls, { ...opts, budgetStopCount: this.budgetStops, captureLevel, sessionFindings: this.sessionFindings, graph: this.graph(captureLevel) });
   }
 
+  /** What the session's resident calls cost in memory, roughly (token arrays dominate). */
+  get residentBytesEstimate(): number {
+    return this.resident === undefined ? 0 : 8 * (this.promptTokens + this.completionTokens) + 2048 * this.nCalls;
+  }
+
+  /** The listing's view; `roots` is null while the graph is not built (the calls not resident). */
   summary(): JsonObject {
-    const ok = this.calls.filter((c) => !c.error);
     const graph = this.liveGraph;
     return {
       session_id: this.id,
       created_at: this.info.created_at,
       model: this.info.model,
-      n_calls: this.calls.length,
-      turns: ok.length,
+      n_calls: this.nCalls,
+      turns: this.okCalls,
       roots: graph ? graph.roots().length : null,
       capture_level: this.info.capture_level ?? null,
-      prompt_tokens: ok.reduce((n, c) => n + (c.prompt_token_ids?.length ?? c.usage?.prompt_tokens ?? 0), 0),
-      completion_tokens: ok.reduce((n, c) => n + (c.completion_token_ids?.length ?? c.usage?.completion_tokens ?? 0), 0),
+      prompt_tokens: this.promptTokens,
+      completion_tokens: this.completionTokens,
       model_calls: this.forwarded,
       max_model_calls: this.info.max_model_calls,
       budget_stop_count: this.budgetStops,

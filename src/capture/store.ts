@@ -7,13 +7,18 @@
 // where the platform has O_DSYNC the file is opened with it: each write then returns only once the
 // data is on disk, as write + fdatasync did, in one trip instead of four (open, write, sync, close).
 //
+// Calls are written against an earlier call of their session (call-codec.ts), so a session's bytes
+// grow with its work, not with the square of its turns. Every write ends with a `sum` line, the
+// session's running tally, so a restart reads a file's first line and its tail, not every call.
+//
 // A crash (or a full disk) can leave a torn last line. Loading skips it with a warning naming the
 // file, and the first append to a file whose last byte is not a newline starts with one, so the torn
 // bytes never swallow the next, whole record.
-import { constants, existsSync, fstatSync, mkdirSync, readdirSync, readFileSync, readSync } from 'node:fs';
+import { closeSync, constants, existsSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync } from 'node:fs';
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { CallRecord, SessionInfo } from './types.js';
+import { CallDecodeError, SessionDecoder, SessionEncoder, type EncodedCall } from './call-codec.js';
+import type { CallRecord, CaptureLevel, SessionInfo } from './types.js';
 
 /** What a session id may be; the store names files after ids, so nothing else ever names a file. */
 export const SESSION_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
@@ -22,6 +27,59 @@ export type StoreLine =
   | ({ type: 'session' } & SessionInfo)
   | ({ type: 'call' } & CallRecord)
   | { type: 'budget_stop'; at: string };
+
+/**
+ * A session's running counts, as the `sum` line after every write records them: what a restart
+ * needs to list the session and go on counting without reading its calls.
+ */
+export interface SessionTally {
+  /** Call lines (answered or failed). */
+  n: number;
+  /** Calls without an error. */
+  ok: number;
+  /** One past the highest call index. */
+  next: number;
+  /** Prompt and completion tokens of the calls without an error (ids, else the usage counts). */
+  pt: number;
+  ct: number;
+  /** Calls that failed in the engine. */
+  ee: number;
+  /** Budget stops. */
+  bs: number;
+  /** The capture level of the newest session line that fixed one. */
+  lvl?: CaptureLevel;
+}
+
+export const emptyTally = (): SessionTally => ({ n: 0, ok: 0, next: 0, pt: 0, ct: 0, ee: 0, bs: 0 });
+
+/** The tally after `line` (a new object; `t` is not changed). */
+export function tallyLine(t: SessionTally, line: StoreLine): SessionTally {
+  const next = { ...t };
+  if (line.type === 'call') {
+    next.n++;
+    next.next = Math.max(next.next, line.index + 1);
+    if (line.error) {
+      if (line.error.kind === 'engine') next.ee++;
+    } else {
+      next.ok++;
+      next.pt += line.prompt_token_ids?.length ?? line.usage?.prompt_tokens ?? 0;
+      next.ct += line.completion_token_ids?.length ?? line.usage?.completion_tokens ?? 0;
+    }
+  } else if (line.type === 'budget_stop') next.bs++;
+  else if (line.type === 'session' && line.capture_level) next.lvl = line.capture_level;
+  return next;
+}
+
+/** What a restart knows of a stored session without reading its calls. */
+export interface SessionIndexEntry {
+  info: SessionInfo;
+  tally: SessionTally;
+  file: string;
+  /** The file's size when read. */
+  bytes: number;
+  /** The file ended in a torn line (a crash mid-write); it is skipped when the calls are read. */
+  torn: boolean;
+}
 
 export interface LoadedSession {
   info: SessionInfo;
@@ -57,6 +115,9 @@ export class StoreWriteError extends Error {
 
 interface PendingWrite {
   text: string;
+  line: StoreLine;
+  /** For a call line: what the session's encoder remembers once it is on disk. */
+  encoded?: EncodedCall;
   resolve: () => void;
   reject: (err: unknown) => void;
 }
@@ -81,6 +142,10 @@ export class CaptureStore {
   private readonly flushing = new Set<string>();
   /** Open session files, least recently used first. */
   private readonly files = new Map<string, OpenFile>();
+  /** Per session: the recent stored calls new calls are written against (dropped with the open file). */
+  private readonly encoders = new Map<string, SessionEncoder>();
+  /** Per session: the running tally, as the last `sum` line on disk says. */
+  private readonly tallies = new Map<string, SessionTally>();
   private sweeper: NodeJS.Timeout | undefined;
 
   constructor(readonly dataDir: string) {
@@ -97,7 +162,12 @@ export class CaptureStore {
     return new Promise((resolve, reject) => {
       let queue = this.queues.get(sessionId);
       if (!queue) this.queues.set(sessionId, (queue = []));
-      queue.push({ text: `${JSON.stringify(line)}\n`, resolve, reject });
+      if (line.type === 'call') {
+        let encoder = this.encoders.get(sessionId);
+        if (!encoder) this.encoders.set(sessionId, (encoder = new SessionEncoder()));
+        const encoded = encoder.encode(line as unknown as CallRecord);
+        queue.push({ text: encoded.text, line, encoded, resolve, reject });
+      } else queue.push({ text: `${JSON.stringify(line)}\n`, line, resolve, reject });
       if (!this.flushing.has(sessionId)) void this.flush(sessionId);
     });
   }
@@ -116,10 +186,15 @@ export class CaptureStore {
           let sizeBefore: number | undefined;
           try {
             sizeBefore = fstatSync(handle.fd).size;
-            const data = Buffer.from((file.needsNewline ? '\n' : '') + batch.map((w) => w.text).join(''), 'utf8');
+            let tally = this.tallies.get(sessionId) ?? emptyTally();
+            for (const w of batch) tally = tallyLine(tally, w.line);
+            const data = Buffer.from(`${file.needsNewline ? '\n' : ''}${batch.map((w) => w.text).join('')}${JSON.stringify({ type: 'sum', ...tally })}\n`, 'utf8');
             for (let offset = 0; offset < data.length; ) offset += (await handle.write(data, offset, data.length - offset)).bytesWritten;
             if (SYNC_APPEND_FLAGS === undefined) await handle.datasync();
             file.needsNewline = false;
+            this.tallies.set(sessionId, tally);
+            const encoder = this.encoders.get(sessionId);
+            if (encoder) for (const w of batch) if (w.encoded) encoder.remember(w.encoded.base);
           } catch (err) {
             // A short write before ENOSPC leaves part of the batch: cut the file back, so no caller
             // that gets an error has its record on disk and no torn line is left. If even that
@@ -165,6 +240,7 @@ export class CaptureStore {
       await handle.close().catch(() => {});
       throw err;
     }
+    if (!this.tallies.has(sessionId)) this.tallies.set(sessionId, state.size === 0 ? emptyTally() : (readSessionIndex(this.fileOf(sessionId))?.tally ?? emptyTally()));
     const file: OpenFile = { handle, lastUsed: Date.now(), needsNewline: state.torn };
     this.files.set(sessionId, file);
     for (const id of this.files.keys()) {
@@ -188,6 +264,8 @@ export class CaptureStore {
     const file = this.files.get(sessionId);
     if (!file) return;
     this.files.delete(sessionId);
+    // An idle session leaves memory: its next call is written in full and starts a new chain.
+    this.encoders.delete(sessionId);
     await file.handle.close().catch(() => {
       // the data was already synced; a failing close loses nothing
     });
@@ -198,6 +276,7 @@ export class CaptureStore {
     // Let queued writes land first so a late append cannot recreate the file.
     while (this.flushing.has(sessionId)) await new Promise((r) => setTimeout(r, 5));
     await this.closeFile(sessionId);
+    this.tallies.delete(sessionId);
     await unlink(this.fileOf(sessionId)).catch((err: NodeJS.ErrnoException) => {
       if (err.code !== 'ENOENT') throw err;
     });
@@ -214,6 +293,13 @@ export class CaptureStore {
   /** Everything on disk, for a restart on the same data dir; `warn` hears of torn lines and headless files. */
   loadAll(warn: (message: string) => void = () => {}): LoadedSession[] {
     return loadStoredSessions(this.dataDir, warn);
+  }
+
+  /** What a restart needs of every stored session (first line and tail of each file); primes the tallies. */
+  readIndex(warn: (message: string) => void = () => {}): SessionIndexEntry[] {
+    const entries = readStoredIndex(this.dataDir, warn);
+    for (const e of entries) if (!this.tallies.has(e.info.session_id)) this.tallies.set(e.info.session_id, e.tally);
+    return entries;
   }
 }
 
@@ -238,7 +324,7 @@ export function loadStoredSessions(dataDir: string, warn: (message: string) => v
   for (const name of readdirSync(dir).sort()) {
     if (!name.endsWith('.jsonl')) continue;
     const path = join(dir, name);
-    const loaded = loadSessionFile(path);
+    const loaded = loadSessionFile(path, warn);
     if (!loaded) {
       warn(`${path}: no readable session header line; the file was not restored`);
       continue;
@@ -258,14 +344,15 @@ function fileState(fd: number): { size: number; torn: boolean } {
   return { size, torn: last[0] !== 0x0a };
 }
 
-export function loadSessionFile(path: string): LoadedSession | undefined {
+export function loadSessionFile(path: string, warn?: (message: string) => void): LoadedSession | undefined {
   let info: SessionInfo | undefined;
   const calls: CallRecord[] = [];
   let budgetStops = 0;
   const skippedLines: number[] = [];
+  const decoder = new SessionDecoder();
   for (const [n, text] of readFileSync(path, 'utf8').split('\n').entries()) {
     if (!text.trim()) continue;
-    let line: StoreLine;
+    let line: StoreLine | { type: 'sum' };
     try {
       line = JSON.parse(text) as StoreLine;
     } catch {
@@ -280,9 +367,119 @@ export function loadSessionFile(path: string): LoadedSession | undefined {
       const { type: _type, ...rest } = line;
       info = rest;
     } else if (line.type === 'call') {
-      const { type: _type, ...rest } = line;
-      calls.push(rest);
+      try {
+        calls.push(decoder.decode(line as unknown as Record<string, unknown>));
+      } catch (err) {
+        if (!(err instanceof CallDecodeError)) throw err;
+        warn?.(`${path}: line ${n + 1}: ${err.message}; the call was not read`);
+        skippedLines.push(n + 1);
+      }
     } else if (line.type === 'budget_stop') budgetStops++;
   }
   return info ? { info, calls, budgetStops, skipped: skippedLines.length, skippedLines, file: path } : undefined;
+}
+
+/** The tally of a fully read session (for files without a `sum` line at their end). */
+export function tallyOf(loaded: LoadedSession): SessionTally {
+  let t = emptyTally();
+  for (const call of loaded.calls) t = tallyLine(t, { type: 'call', ...call });
+  t.bs = loaded.budgetStops;
+  if (loaded.info.capture_level) t.lvl = loaded.info.capture_level;
+  return t;
+}
+
+const INDEX_CHUNK = 64 * 1024;
+
+/**
+ * A stored session's header and tally, from the file's first line and its last `sum` line: two small
+ * reads. A file whose last whole line is not a `sum` (written before tallies, or cut between a call
+ * and its sum) is read in full instead. Undefined when there is no readable header.
+ */
+export function readSessionIndex(path: string, warn?: (message: string) => void): SessionIndexEntry | undefined {
+  let fd: number;
+  try {
+    fd = openSync(path, 'r');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+  try {
+    const size = fstatSync(fd).size;
+    if (size === 0) return undefined;
+    // Header: the first line, however long.
+    let head = '';
+    for (let pos = 0; pos < size; ) {
+      const chunk = Buffer.alloc(Math.min(INDEX_CHUNK, size - pos));
+      const got = readSync(fd, chunk, 0, chunk.length, pos);
+      if (got <= 0) break;
+      pos += got;
+      const text = chunk.subarray(0, got).toString('utf8');
+      const nl = text.indexOf('\n');
+      if (nl >= 0) {
+        head += text.slice(0, nl);
+        break;
+      }
+      head += text;
+    }
+    let header: StoreLine | undefined;
+    try {
+      header = JSON.parse(head) as StoreLine;
+    } catch {
+      header = undefined;
+    }
+    // Tail: the last whole line.
+    const tailLen = Math.min(INDEX_CHUNK, size);
+    const tail = Buffer.alloc(tailLen);
+    readSync(fd, tail, 0, tailLen, size - tailLen);
+    const torn = tail[tailLen - 1] !== 0x0a;
+    const lines = tail.toString('utf8').split('\n');
+    lines.pop(); // after the last newline: empty, or the torn part
+    const last = lines.length > (tailLen < size ? 1 : 0) ? lines[lines.length - 1] : undefined;
+    let sum: (SessionTally & { type: string }) | undefined;
+    try {
+      const parsed = last === undefined ? undefined : (JSON.parse(last) as SessionTally & { type: string });
+      if (parsed && parsed.type === 'sum') sum = parsed;
+    } catch {
+      sum = undefined;
+    }
+    if (header?.type === 'session' && sum) {
+      const { type: _t, ...tally } = sum;
+      const { type: _h, ...info } = header;
+      if (tally.lvl) info.capture_level = tally.lvl;
+      return { info, tally, file: path, bytes: size, torn };
+    }
+  } finally {
+    closeSync(fd);
+  }
+  const loaded = loadSessionFile(path, warn);
+  if (!loaded) return undefined;
+  return { info: loaded.info, tally: tallyOf(loaded), file: path, bytes: statSize(path), torn: loaded.skipped > 0 };
+}
+
+function statSize(path: string): number {
+  const fd = openSync(path, 'r');
+  try {
+    return fstatSync(fd).size;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The index of every session stored under a data dir (none without a sessions directory). */
+export function readStoredIndex(dataDir: string, warn: (message: string) => void = () => {}): SessionIndexEntry[] {
+  const dir = sessionsDirOf(dataDir);
+  if (!existsSync(dir)) return [];
+  const entries: SessionIndexEntry[] = [];
+  for (const name of readdirSync(dir).sort()) {
+    if (!name.endsWith('.jsonl')) continue;
+    const path = join(dir, name);
+    const entry = readSessionIndex(path, warn);
+    if (!entry) {
+      warn(`${path}: no readable session header line; the file was not restored`);
+      continue;
+    }
+    if (entry.torn) warn(`${path}: skipped 1 unreadable line (the last), a torn write from a crash or a full disk`);
+    entries.push(entry);
+  }
+  return entries;
 }

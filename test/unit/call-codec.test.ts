@@ -1,0 +1,158 @@
+// The call codec: a session stored as references plus suffixes reads back exactly as it was recorded,
+// whatever its shape (continuations, retries, subagent roots, compaction, parallel calls), and a
+// reconstruction that does not match its hash is refused, not returned.
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import fc from 'fast-check';
+import { CaptureStore, loadSessionFile, readSessionIndex } from '../../src/capture/store.js';
+import type { CallRecord, ChatMessage, SessionInfo } from '../../src/capture/types.js';
+
+const dirs: string[] = [];
+after(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+function freshStore(): CaptureStore {
+  const dir = mkdtempSync(join(tmpdir(), 'hl-codec-'));
+  dirs.push(dir);
+  return new CaptureStore(dir);
+}
+const info = (id: string): SessionInfo => ({ session_id: id, created_at: '2026-01-01T00:00:00.000Z', model: 'm', engine_url: 'http://e', max_model_calls: 0, metadata: {} });
+
+interface Turn {
+  prompt: number[];
+  sampled: number[];
+  messages: ChatMessage[];
+}
+
+function record(sessionId: string, index: number, turn: Turn, bodyKey: 'messages' | 'input' | 'contents', error = false): CallRecord {
+  return {
+    call_id: `c${index.toString(16).padStart(11, '0')}`,
+    session_id: sessionId,
+    index,
+    dialect: 'openai_chat',
+    path: '/v1/chat/completions',
+    stream: false,
+    started_at: '2026-01-01T00:00:00.000Z',
+    ended_at: '2026-01-01T00:00:01.000Z',
+    latency_ms: 1000,
+    harness_session_id: null,
+    request: { headers: { 'content-type': 'application/json' }, body: { model: 'm', [bodyKey]: turn.messages.map((m) => ({ ...m, from: 'client' })), tools: [] } },
+    engine_url: 'http://e',
+    engine_request: { model: 'm', messages: turn.messages, max_tokens: 64 },
+    engine_response: null,
+    response_body: { ok: true },
+    model: 'm',
+    finish_reason: 'stop',
+    usage: { prompt_tokens: turn.prompt.length, completion_tokens: turn.sampled.length, total_tokens: turn.prompt.length + turn.sampled.length },
+    n_tools: 0,
+    requested_sampling_params: {},
+    sampling_params: { temperature: 1 },
+    findings: [],
+    error: error ? { status: 502, message: 'engine failed', kind: 'engine' } : null,
+    prompt_token_ids: error ? null : turn.prompt,
+    completion_token_ids: error ? null : turn.sampled,
+    logprobs: error ? null : turn.sampled.map(() => -0.5),
+    top_logprobs: null,
+    token_bytes: null,
+  };
+}
+
+/** How a call relates to an earlier one: continue it, retry it, compact it, or start over (a subagent). */
+type Step = { kind: 'continue' | 'retry' | 'compact' | 'root'; of: number; extra: number[]; sampled: number[]; keep: number; error: boolean };
+
+const stepArb: fc.Arbitrary<Step> = fc.record({
+  kind: fc.constantFrom('continue', 'continue', 'continue', 'retry', 'compact', 'root'),
+  of: fc.nat(),
+  extra: fc.array(fc.integer({ min: 0, max: 50_000 }), { minLength: 0, maxLength: 30 }),
+  sampled: fc.array(fc.integer({ min: 0, max: 50_000 }), { minLength: 1, maxLength: 20 }),
+  keep: fc.nat(),
+  error: fc.integer({ min: 0, max: 9 }).map((n) => n < 2),
+});
+
+function buildTurns(steps: Step[]): { turns: Turn[]; errors: boolean[] } {
+  const turns: Turn[] = [];
+  const errors: boolean[] = [];
+  for (const [k, s] of steps.entries()) {
+    const prev = turns.length ? turns[s.of % turns.length]! : undefined;
+    const msg = (text: string, role = 'user'): ChatMessage => ({ role, content: text });
+    let t: Turn;
+    if (!prev || s.kind === 'root') t = { prompt: [1, ...s.extra], sampled: s.sampled, messages: [msg(`sys ${k}`, 'system'), msg(`task ${k}`)] };
+    else if (s.kind === 'retry') t = { prompt: prev.prompt, sampled: s.sampled, messages: prev.messages };
+    else if (s.kind === 'compact') {
+      const keep = s.keep % (prev.prompt.length + 1);
+      t = { prompt: [...prev.prompt.slice(0, keep), ...s.extra], sampled: s.sampled, messages: [...prev.messages.slice(0, s.keep % (prev.messages.length + 1)), msg(`summary ${k}`)] };
+    } else t = { prompt: [...prev.prompt, ...prev.sampled, ...s.extra], sampled: s.sampled, messages: [...prev.messages, msg(`answer ${k - 1}`, 'assistant'), { role: 'tool', content: `result ${k}`, tool_call_id: `t${k}` }] };
+    turns.push(t);
+    errors.push(s.error);
+  }
+  return { turns, errors };
+}
+
+test('random session shapes read back field for field, through a store that writes them against their parents', async () => {
+  let n = 0;
+  await fc.assert(
+    fc.asyncProperty(fc.array(stepArb, { minLength: 1, maxLength: 25 }), fc.constantFrom('messages' as const, 'input' as const, 'contents' as const), fc.boolean(), async (steps, bodyKey, concurrent) => {
+      const store = freshStore();
+      const id = `s${n++}`;
+      await store.append(id, { type: 'session', ...info(id) });
+      const { turns, errors } = buildTurns(steps);
+      const records = turns.map((t, i) => record(id, i, t, bodyKey, errors[i]));
+      // Parallel appends (subagents in flight together) are encoded only against lines already on disk.
+      if (concurrent) await Promise.all(records.map((r) => store.append(id, { type: 'call', ...r })));
+      else for (const r of records) await store.append(id, { type: 'call', ...r });
+      await store.close();
+      const loaded = loadSessionFile(store.fileOf(id))!;
+      assert.equal(loaded.skipped, 0);
+      assert.deepEqual(loaded.calls, JSON.parse(JSON.stringify(records)));
+      const index = readSessionIndex(store.fileOf(id))!;
+      assert.equal(index.tally.n, records.length);
+      assert.equal(index.tally.next, records.length);
+    }),
+    { numRuns: 60 },
+  );
+});
+
+test('a linear 40-turn session is stored in bytes that grow with its turns, not their square', async () => {
+  const store = freshStore();
+  await store.append('lin', { type: 'session', ...info('lin') });
+  const steps: Step[] = Array.from({ length: 40 }, (_, k) => ({ kind: k === 0 ? 'root' : 'continue', of: k - 1, extra: Array.from({ length: 20 }, (_, j) => k * 100 + j), sampled: [k, k + 1, k + 2], keep: 0, error: false }));
+  const records = buildTurns(steps).turns.map((t, i) => record('lin', i, t, 'messages'));
+  for (const r of records) await store.append('lin', { type: 'call', ...r });
+  await store.close();
+  const full = records.reduce((b, r) => b + JSON.stringify(r).length, 0);
+  const stored = statSync(store.fileOf('lin')).size;
+  assert.ok(stored * 5 < full, `stored ${stored} bytes against ${full} for full records`);
+  assert.deepEqual(loadSessionFile(store.fileOf('lin'))!.calls, JSON.parse(JSON.stringify(records)));
+});
+
+test('a suffix that does not rebuild its hash is refused with a warning, and so is every call written against it', async () => {
+  const store = freshStore();
+  await store.append('bad', { type: 'session', ...info('bad') });
+  const steps: Step[] = Array.from({ length: 3 }, (_, k) => ({ kind: k === 0 ? 'root' : 'continue', of: k - 1, extra: Array.from({ length: 10 }, (_, j) => k * 100 + j), sampled: [k], keep: 0, error: false }));
+  for (const r of buildTurns(steps).turns.map((t, i) => record('bad', i, t, 'messages'))) await store.append('bad', { type: 'call', ...r });
+  await store.close();
+  const file = store.fileOf('bad');
+  const lines = readFileSync(file, 'utf8').split('\n');
+  const second = lines.findIndex((l) => l.includes('"index":1,'));
+  const line = JSON.parse(lines[second]!) as { enc: unknown; prompt_token_ids: number[] };
+  assert.ok(line.enc, 'the second call is written against the first');
+  line.prompt_token_ids[0] = 999_999;
+  lines[second] = JSON.stringify(line);
+  writeFileSync(file, lines.join('\n'));
+  const warnings: string[] = [];
+  const loaded = loadSessionFile(file, (m) => warnings.push(m))!;
+  assert.deepEqual(loaded.calls.map((c) => c.index), [0]);
+  assert.match(warnings[0]!, /do not match their hash/);
+  assert.match(warnings[1]!, /not stored before it/);
+});
+
+test('a file written before the codec (full records, no tallies) still reads, and its index comes from reading it', () => {
+  const store = freshStore();
+  const turns = buildTurns([{ kind: 'root', of: 0, extra: [5, 6], sampled: [7], keep: 0, error: false }, { kind: 'continue', of: 0, extra: [8], sampled: [9], keep: 0, error: false }]).turns;
+  const records = turns.map((t, i) => record('old', i, t, 'messages'));
+  writeFileSync(store.fileOf('old'), [{ type: 'session', ...info('old') }, ...records.map((r) => ({ type: 'call', ...r }))].map((l) => JSON.stringify(l)).join('\n') + '\n');
+  assert.deepEqual(loadSessionFile(store.fileOf('old'))!.calls, JSON.parse(JSON.stringify(records)));
+  const index = readSessionIndex(store.fileOf('old'))!;
+  assert.deepEqual({ n: index.tally.n, ok: index.tally.ok, pt: index.tally.pt }, { n: 2, ok: 2, pt: 3 + 5 });
+});
