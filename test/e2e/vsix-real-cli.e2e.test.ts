@@ -116,7 +116,10 @@ test('installed .vsix: claude-code in a captured terminal, its calls in the tree
     const line = `cd ${cliDir} && IS_SANDBOX=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 CLAUDE_CODE_MAX_RETRIES=0 ${CLAUDE} --print --permission-mode bypassPermissions -- '${instruction.replace(/'/g, "'\\''")}' > ${outFile} 2>&1; echo $? > ${exitFile}\n`;
     await page.keyboard.type(line, { delay: 5 });
     // A call in flight shows in the tree while the engine thinks (not "0 calls").
-    await sessions.locator('.monaco-list-row', { hasText: 'calling engine…' }).first().waitFor({ timeout: 120_000 }).then(() => shot(page, '02-call-in-flight')).catch(() => undefined);
+    // (The embedded CPU engine takes seconds per claude-code call, far longer than the tree's 150 ms repaint.)
+    await sessions.locator('.monaco-list-row[aria-level="2"]', { hasText: 'calling engine…' }).first().waitFor({ timeout: 120_000 });
+    await sessions.locator('.monaco-list-row[aria-level="1"]', { hasText: /captured terminal · \d+ calls? · 1 in flight/ }).first().waitFor({ timeout: 30_000 });
+    await shot(page, '02-call-in-flight');
     const deadline = Date.now() + 420_000;
     while (!existsSync(exitFile) && Date.now() < deadline) await sleep(500);
     await shot(page, '03-claude-done');
