@@ -134,8 +134,9 @@ test('installed .vsix: claude-code in a captured terminal, its calls in the tree
     await shot(page, '04-claude-calls');
 
     // 4. The viewer shows the prompt tokens as text.
-    await termRow.click({ button: 'right' });
-    await page.locator('.monaco-menu .action-label', { hasText: 'Open Rollout Viewer' }).click({ timeout: 10_000 });
+    // The row's inline button (a context-menu click can land while the live tree repaints under load).
+    await termRow.hover();
+    await termRow.locator('.action-label[aria-label^="Open Rollout Viewer"]').click({ timeout: 10_000 });
     const viewer = page.frameLocator('iframe.webview.ready').frameLocator('#active-frame');
     await viewer.locator('body').waitFor({ timeout: 60_000 });
     await viewer.locator('text=/im_start/').first().waitFor({ timeout: 150_000 });
