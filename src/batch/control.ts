@@ -24,7 +24,15 @@ export async function cancelBatch(dirArg: string, opts: { waitMs?: number; log?:
   const dir = resolve(dirArg);
   const manifest = readManifest(dir);
   const held = labState(dir);
-  if (held.state !== 'running' && readRolloutStates(dir, manifest).every((s) => s.state === 'done' || s.state === 'discarded')) return { stoppedLab: null, removed: [], requeued: [], finished: true };
+  if (held.state !== 'running' && readRolloutStates(dir, manifest).every((s) => s.state === 'done' || s.state === 'discarded')) {
+    // Finished: nothing to stop, but what it left behind (a cluster batch's finished Jobs and proxy) goes.
+    // Its results are safe in the directory, so a backend that cannot be reached is reported, not fatal.
+    const removed = await (await backendModule(manifest.backend)).cleanup(manifest, opts.log ?? (() => {}), { finished: true }).catch((err: unknown) => {
+      opts.log?.(`could not remove what finished batch ${manifest.batch_id} left on its ${manifest.backend} backend: ${(err as Error).message}`);
+      return [] as string[];
+    });
+    return { stoppedLab: null, removed, requeued: [], finished: true };
+  }
   requestCancel(dir);
   let stoppedLab: number | null = null;
   if (held.state === 'running') {

@@ -195,7 +195,7 @@ const cancel = defineCommand({
     const dir = positionals[0]!;
     const s = await cancelBatch(dir, { log: say });
     if (s.finished) {
-      say(`batch ${dir} has finished; nothing to cancel`);
+      say(`batch ${dir} has finished; nothing to cancel${s.removed.length ? `; removed ${s.removed.length} leftover sandbox(es) or Job(s)` : ''}`);
       return 0;
     }
     say(`cancelled${s.stoppedLab ? ` (lab pid ${s.stoppedLab} stopped)` : ''}; removed ${s.removed.length} sandbox(es)${s.requeued.length ? `; ${s.requeued.length} rollout(s) queued again` : ''}. \`harness-lab batch resume ${dir}\` continues the batch.`);

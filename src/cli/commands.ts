@@ -17,6 +17,7 @@ export const COMMANDS: Readonly<Record<string, () => Promise<CliCommand>>> = {
   rescore: async () => (await import('./rescore-command.js')).rescoreCommand,
   run: async () => (await import('./run-command.js')).runCommand,
   serve: async () => (await import('./serve-command.js')).serveCommand,
+  train: async () => (await import('./train-command.js')).trainCommand,
   validate: async () => (await import('./validate-command.js')).validateCommand,
 };
 

@@ -14,16 +14,17 @@ export interface WatchStats {
   bookmarks: number;
 }
 
-interface Kind<T> {
+/** What a watch lists and watches: one kind's collection path and its list call. */
+export interface WatchKind<T> {
   path: (ns: string) => string;
   list: (cluster: Cluster, ns: string, selector: string) => Promise<{ items: T[]; metadata?: { resourceVersion?: string } }>;
 }
 
-export const JOBS: Kind<k8s.V1Job> = {
+export const JOBS: WatchKind<k8s.V1Job> = {
   path: (ns) => `/apis/batch/v1/namespaces/${ns}/jobs`,
   list: (c, ns, labelSelector) => c.batch.listNamespacedJob({ namespace: ns, labelSelector }),
 };
-export const PODS: Kind<k8s.V1Pod> = {
+export const PODS: WatchKind<k8s.V1Pod> = {
   path: (ns) => `/api/v1/namespaces/${ns}/pods`,
   list: (c, ns, labelSelector) => c.core.listNamespacedPod({ namespace: ns, labelSelector }),
 };
@@ -42,7 +43,7 @@ export class ObjectWatch<T extends k8s.KubernetesObject> {
 
   constructor(
     private readonly cluster: Cluster,
-    private readonly kind: Kind<T>,
+    private readonly kind: WatchKind<T>,
     private readonly selector: string,
   ) {
     this.watch = new k8s.Watch(cluster.kc);

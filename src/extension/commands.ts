@@ -11,6 +11,7 @@ import { listShippedPolicies } from '../engine/policy.js';
 import { bundledCli, EngineProcess, type EngineSlot } from './embedded-engine-process.js';
 import { probeEngine } from '../capture/engine-probe.js';
 import type { CaptureProxy } from '../capture/proxy.js';
+import { cancelBatchCommand, openBatchRollout, submitRolloutBatch, type BatchCommandContext } from './batch-commands.js';
 import type { EngineNode } from './engines-view.js';
 import { runTaskWithHarness, validateHarnessWiring } from './harness-run-commands.js';
 import type { Logger } from './logger.js';
@@ -21,6 +22,8 @@ import { viewerTargetOf, type RolloutViewerPanels } from './rollout-viewer-panel
 import type { CallNode, SessionNode } from './sessions-model.js';
 import { SETTINGS_SECTION, readSettings, settingKey, type HarnessLabSettings } from './settings.js';
 import { quickActions } from './status-model.js';
+import type { TrainingRuns } from './training-runs.js';
+import type { TrainingRunNode } from './training-runs-model.js';
 import { capturedTerminalEnv, codexConfigToml, envSnippets, harnessConfigFiles, type CaptureTarget } from './terminal-env.js';
 
 export const ADMIN_KEY_SECRET = 'harnessLab.adminKey';
@@ -39,6 +42,10 @@ export interface CommandHost {
   refreshSessions(): void;
   refreshTasks(): void;
   refreshEngines(): void;
+  refreshBatches(): void;
+  /** Where Submit Rollout Batch writes new batches (the Batches view's folder); undefined without a workspace. */
+  batchesFolder(): string | undefined;
+  trainingRuns: TrainingRuns;
 }
 
 export function currentSettings(): HarnessLabSettings {
@@ -398,7 +405,19 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.refreshSessions': { run: async (host) => host.refreshSessions() },
     'harnessLab.refreshTasks': { run: async (host) => host.refreshTasks() },
     'harnessLab.refreshEngines': { run: async (host) => host.refreshEngines() },
+    'harnessLab.submitBatch': { run: (host, arg) => submitRolloutBatch(batchContext(host), arg) },
+    'harnessLab.cancelBatch': { run: (host, arg) => cancelBatchCommand(batchContext(host), arg) },
+    'harnessLab.openBatchRollout': { run: (_host, arg) => openBatchRollout(arg) },
+    'harnessLab.refreshBatches': { run: async (host) => host.refreshBatches() },
+    'harnessLab.startTrainingRun': { run: (host) => host.trainingRuns.start() },
+    'harnessLab.refreshTrainingRuns': { run: async (host) => host.trainingRuns.refresh() },
+    'harnessLab.showTrainingRunLogs': { run: (host, arg) => host.trainingRuns.showLogs((arg as TrainingRunNode | undefined)?.name, (arg as TrainingRunNode | undefined)?.runKind) },
+    'harnessLab.cancelTrainingRun': { run: (host, arg) => host.trainingRuns.cancel(arg as TrainingRunNode | undefined) },
   };
+}
+
+function batchContext(host: CommandHost): BatchCommandContext {
+  return { ...host, engineUrl: () => currentSettings().engineUrl, model: () => currentSettings().model };
 }
 
 function harnessRunContext(host: CommandHost) {

@@ -5,6 +5,7 @@ import * as vscode from 'vscode';
 import { z } from 'zod';
 import { CaptureProxy } from '../capture/proxy.js';
 import type { CallRecord } from '../capture/types.js';
+import { BatchesView } from './batches-view.js';
 import { registerCommands, currentSettings } from './commands.js';
 import { EngineSlot } from './embedded-engine-process.js';
 import { EnginesView } from './engines-view.js';
@@ -19,6 +20,7 @@ import { SETTINGS_SECTION } from './settings.js';
 import { registerRolloutViewer } from './rollout-editor.js';
 import { ProxyStatusBar } from './status-bar.js';
 import { TasksView } from './tasks-view.js';
+import { TrainingRuns } from './training-runs.js';
 
 /** What `activate` returns: read-only access for other extensions and the extension-host tests. */
 export interface HarnessLabApi {
@@ -50,6 +52,7 @@ class HarnessLab extends Disposable {
     const sessions = this._register(new SessionsView(controller));
     const tasks = this._register(new TasksView(log));
     const engines = this._register(new EnginesView(controller, () => [engineUrl()].filter(Boolean)));
+    const batches = this._register(new BatchesView(() => safeSettings()?.batchesFolder ?? ''));
     this._register(new ProxyStatusBar(controller, engineUrl));
 
     const showStored = () => {
@@ -69,6 +72,7 @@ class HarnessLab extends Disposable {
     this._register(
       vscode.workspace.onDidChangeConfiguration((e) => {
         if (!e.affectsConfiguration(SETTINGS_SECTION)) return;
+        if (e.affectsConfiguration(`${SETTINGS_SECTION}.batchesFolder`)) batches.rewatch();
         setContext();
         engines.refresh();
         showStored();
@@ -84,13 +88,14 @@ class HarnessLab extends Disposable {
       }),
     );
 
+    const trainingRuns = this._register(new TrainingRuns(log));
     const docs = this._register(new ReadonlyDocuments());
     const liveTexts = this._register(new LiveTokenTexts(() => (safeSettings() ? controller.resolveDataDir(safeSettings()!) : undefined), log));
     this._register(controller.onDidChangeData((rec) => rec && controller.running && liveTexts.noteCall(rec)));
     const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m), dataDirs: () => [context.globalStorageUri.fsPath], storedTokenTexts: (id) => liveTexts.read(id) });
     for (const d of viewer.disposables) this._register(d);
     const engineSlot = this._register(new EngineSlot());
-    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, engineSlot, tokenTexts: liveTexts, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh() })) this._register(d);
+    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, engineSlot, tokenTexts: liveTexts, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh(), refreshBatches: () => batches.refresh(), batchesFolder: () => batches.submitFolder(), trainingRuns })) this._register(d);
 
     const settings = safeSettings(log);
     if (settings?.autoStart && settings.engineUrl) {

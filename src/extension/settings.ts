@@ -18,6 +18,8 @@ export const SettingsSchema = z.object({
   runsDir: z.string().trim().default('.harness-lab/runs'),
   autoStart: z.boolean().default(false),
   maxModelCalls: z.number().int().min(0).default(0),
+  /** Where the Batches view looks for batch directories (and Submit Rollout Batch writes them), relative to the workspace folder. */
+  batchesFolder: z.string().trim().default('harness-lab-batches'),
 });
 
 export type HarnessLabSettings = z.infer<typeof SettingsSchema>;

@@ -200,7 +200,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     mark('workbench');
 
     // The activity-bar container and its welcome content (proxy not running yet).
-    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
+    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
     await widenSidebar(page, 560);
     const startButton = sessionsPane(page).locator('.welcome-view-content a.monaco-button', { hasText: 'Start Proxy' });
     await startButton.waitFor({ timeout: 20_000 });
@@ -277,8 +277,10 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     await page.keyboard.type(`node .e2e/one-call.mjs\n`, { delay: 10 });
     const oneCall = join(control, 'one-call.json');
     const deadline2 = Date.now() + 30_000;
-    while (!existsSync(oneCall) && Date.now() < deadline2) await sleep(250);
-    assert.ok(existsSync(oneCall), 'the second call in the captured terminal did not finish');
+    // The script's writeFileSync is not atomic: wait until the file holds its whole JSON.
+    const whole = () => existsSync(oneCall) && /\}\s*$/.test(readFileSync(oneCall, 'utf8'));
+    while (!whole() && Date.now() < deadline2) await sleep(250);
+    assert.ok(whole(), 'the second call in the captured terminal did not finish');
     const failedStatus = (JSON.parse(readFileSync(oneCall, 'utf8')) as { status: number }).status;
     assert.ok(failedStatus >= 500, `a call with the engine down answers 5xx, got ${failedStatus}`);
     await pane.locator('.monaco-list-row', { hasText: /#3 openai_chat\s*50\d engine/ }).waitFor({ timeout: 20_000 });
@@ -354,7 +356,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   // A new window on the same workspace (what a reload does: fresh extension host, fresh activation,
   // proxy off since auto-start is off) still lists the captured session, read from the durable store.
   await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload.filter(([k]) => k !== 'extensionTestsPath')))}`);
-  await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
+  await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
   await sessionsPane(page).locator('.monaco-list-row', { hasText: `${result.session}` }).waitFor({ timeout: 30_000 });
   await sessionsPane(page).locator('.monaco-list-row', { hasText: /4 calls · 1 failed/ }).waitFor({ timeout: 10_000 });
   await sessionsPane(page).locator('.monaco-list-row', { hasText: '#2 google_gemini' }).waitFor({ timeout: 10_000 });

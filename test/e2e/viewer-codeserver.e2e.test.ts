@@ -66,7 +66,7 @@ test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { t
   await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
   await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
 
-  await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
+  await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
   const sessions = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^sessions/i }) });
   // Session rows only (call rows are level 2): a tree that re-renders under load must not turn the
   // right-click into one on a call row, whose "Open Rollout Viewer" opens at that call.

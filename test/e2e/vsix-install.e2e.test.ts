@@ -83,7 +83,7 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
 
     // 3. First session: the welcome content leads to the bundled CPU engine.
-    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
+    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
     const sessions = pane(page, /^sessions/i);
     const startEngine = sessions.locator('.welcome-view-content a.monaco-button', { hasText: 'Start Embedded Engine' });
     await startEngine.waitFor({ timeout: 30_000 });

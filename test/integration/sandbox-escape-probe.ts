@@ -2,8 +2,8 @@
 // to the capture and the host that a sandbox must not have, plus the one way it must have (its own
 // model route, streamed and not). Tests put it in a sandbox (`escapeProbeCommand`, e.g. as a scripted
 // policy's shell command, or through Sandbox.exec), then check its report (`assertEscapesRefused`)
-// and the capture on the host (`assertCaptureIntact`). Used by the `run` path's test and meant for the
-// batch runner's.
+// and the capture on the host (`assertCaptureIntact`). Used by the `run` path's test and by the
+// batch runner's (both in sandbox-escape.test.ts).
 //
 // All traffic stays inside the sandbox: HTTP to its own relay, and a TCP scan of the sandbox's own
 // loopback (a container's 127.0.0.1 is its own namespace). Nothing is sent to a bridge or host address.
@@ -13,7 +13,12 @@ import type { CaptureProxy } from '../../src/capture/proxy.js';
 
 export interface ProbeTargets {
   /** Another session of the same proxy (a GRPO sibling): its calls must stay out of reach. */
-  siblingSessionId: string;
+  siblingSessionId?: string;
+  /**
+   * Several sibling sessions (a whole GRPO group, the probe's own among them when one policy runs
+   * every member): each one but the probe's own key is tried.
+   */
+  siblingSessionIds?: string[];
   /** Where the probe writes its report, inside the sandbox (e.g. /logs/agent/escape-probe.json). */
   reportPath: string;
   /** The one loopback port inside the sandbox that may answer (the model relay), if any. */
@@ -94,25 +99,31 @@ function tcpOpen(port) {
 
 (async () => {
   const own = key ? { authorization: 'Bearer ' + key } : {};
-  const sib = t.siblingSessionId;
-  const guesses = ['admin', 'changeme', 'hla-', sib].concat(key ? [key] : []);
+  const sibs = (t.siblingSessionIds || [t.siblingSessionId]).filter((s) => s && s !== key);
+  if (!sibs.length) throw new Error('no sibling session id to try');
+  const guesses = ['admin', 'changeme', 'hla-'].concat(sibs, key ? [key] : []);
   const chat = { model: 'm', messages: [{ role: 'user', content: 'escape probe: say anything' }] };
 
   // The capture's control plane, with no key and with every key the sandbox could present or guess.
   for (const [label, headers] of [['no key', {}]].concat(guesses.map((g, i) => ['guess ' + i, { authorization: 'Bearer ' + g }]), guesses.map((g, i) => ['x-admin-key guess ' + i, { 'x-admin-key': g }]))) {
     await attempt('GET /sessions (' + label + ')', 'refused', 'GET', '/sessions', headers);
     await attempt('POST /sessions (' + label + ')', 'refused', 'POST', '/sessions', headers, {});
-    await attempt('GET sibling calls (' + label + ')', 'refused', 'GET', '/sessions/' + sib + '/calls', headers);
-    await attempt('GET sibling rollout (' + label + ')', 'refused', 'GET', '/sessions/' + sib + '/rollout', headers);
+    for (const [i, s] of sibs.entries()) {
+      await attempt('GET sibling ' + i + ' calls (' + label + ')', 'refused', 'GET', '/sessions/' + s + '/calls', headers);
+      await attempt('GET sibling ' + i + ' rollout (' + label + ')', 'refused', 'GET', '/sessions/' + s + '/rollout', headers);
+      await attempt('DELETE sibling ' + i + ' session (' + label + ')', 'refused', 'DELETE', '/sessions/' + s, headers);
+    }
     await attempt('GET /engines (' + label + ')', 'refused', 'GET', '/engines', headers);
     if (key) await attempt('DELETE own session (' + label + ')', 'refused', 'DELETE', '/sessions/' + key, headers);
     if (key) await attempt('GET own rollout (' + label + ')', 'refused', 'GET', '/sessions/' + key + '/rollout', headers);
   }
   await attempt('GET /health (no details)', 'refused', 'GET', '/health', {});
   // The model routes with any key but its own.
-  await attempt('model call with the sibling session id as key', 'refused', 'POST', '/v1/chat/completions', { authorization: 'Bearer ' + sib }, chat);
-  await attempt('model call (Anthropic) with the sibling session id as key', 'refused', 'POST', '/v1/messages', { 'x-api-key': sib, 'anthropic-version': '2023-06-01' }, { model: 'm', max_tokens: 8, messages: chat.messages });
-  await attempt('model call (Gemini ?key=) with the sibling session id', 'refused', 'POST', '/v1beta/models/m:generateContent?key=' + sib, {}, { contents: [{ role: 'user', parts: [{ text: 'x' }] }] });
+  for (const [i, s] of sibs.entries()) {
+    await attempt('model call with sibling ' + i + ' session id as key', 'refused', 'POST', '/v1/chat/completions', { authorization: 'Bearer ' + s }, chat);
+    await attempt('model call (Anthropic) with sibling ' + i + ' session id as key', 'refused', 'POST', '/v1/messages', { 'x-api-key': s, 'anthropic-version': '2023-06-01' }, { model: 'm', max_tokens: 8, messages: chat.messages });
+    await attempt('model call (Gemini ?key=) with sibling ' + i + ' session id', 'refused', 'POST', '/v1beta/models/m:generateContent?key=' + s, {}, { contents: [{ role: 'user', parts: [{ text: 'x' }] }] });
+  }
   await attempt('model call with a guessed key', 'refused', 'POST', '/v1/chat/completions', { authorization: 'Bearer admin' }, chat);
   await attempt('model call with no key', 'refused', 'POST', '/v1/chat/completions', {}, chat);
   // Its own model route: the one thing that must work, streamed and not.

@@ -6,15 +6,23 @@
 // the engine, the proxy and a bystander service on host loopback unreachable, the socket read-only,
 // its own model route working (streamed too), and the verifier without either key. The egress case
 // runs a proxy with no admin key at all: the refusals come from the design, not from a secret.
+// And through the batch runner on the real Docker backend: a GRPO group of 2 whose one policy runs
+// the probe in every member, each member trying its siblings' sessions (the other member and a
+// session of an earlier attempt with a call) while they run side by side through the one batch proxy.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFileSync, readdirSync } from 'node:fs';
+import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type Docker from 'dockerode';
+import { dockerBackendModule } from '../../src/batch/backends/docker.js';
+import type { BackendModule } from '../../src/batch/backends/index.js';
+import { attemptSessionId, planBatch, writeBatch } from '../../src/batch/plan.js';
+import { runBatch } from '../../src/batch/runner.js';
+import { readRolloutStates } from '../../src/batch/state.js';
 import { CaptureProxy } from '../../src/capture/proxy.js';
 import { SessionSocket } from '../../src/capture/session-socket.js';
 import { LABEL } from '../../src/sandbox/docker-client.js';
@@ -165,5 +173,92 @@ describe('sandbox escapes', { concurrency: false }, () => {
       await assert.rejects(docker.getNetwork(networkName).inspect(), 'the per-rollout network is removed with the sandbox');
       assert.deepEqual(await containersOf(docker, process.pid), []);
     });
+  });
+
+  test('batch path, GRPO group of 2 on the docker backend: every member refused everything, its siblings intact', { timeout: 600_000 }, async () => {
+    // The scripted policies answer through the in-repo vLLM-shaped engine: this test is about the sandbox, not the model.
+    const previousEngine = process.env.HARNESS_LAB_POLICY_ENGINE;
+    process.env.HARNESS_LAB_POLICY_ENGINE = 'fake';
+    const taskDir = taskWithPolicy('hello-file', SLEEP_POLICY);
+    const plan = planBatch({ tasks: [taskDir], harnesses: ['react'], groupSize: 2, parallel: 2, timeoutSec: 240, outDir: join(outDir(), 'batch') });
+    writeBatch(plan);
+    const batchId = plan.manifest.batch_id;
+    const members = plan.states.map((s) => attemptSessionId(batchId, s.rollout_id, 0));
+    const earlier = `${batchId}.earlier-attempt`;
+    // One policy for the whole group (the embedded engine reads it when the batch opens): each member
+    // runs the probe against every sibling id, its own skipped (it is the key it holds).
+    const probe = escapeProbeCommand({ siblingSessionIds: [...members, earlier], reportPath: REPORT, relayPort: MODEL_RELAY_PORT, socketDir: SESSION_SOCKET_DIR_IN_SANDBOX });
+    writeFileSync(join(taskDir, 'policy.json'), JSON.stringify({ name: 'escape-group', rules: [{ when: { last_message: 'Create a file named' }, then: { call: { tool: '^bash$', input: `${probe} && printf 'Hello, world!' > hello.txt` } } }], fallback: { say: 'Done.' } }));
+
+    // The real docker backend; the wrapper only lets the test see the batch's proxy: it plants the
+    // earlier attempt's session when the batch opens and reads the capture before the runner closes it.
+    let proxy: CaptureProxy | undefined;
+    let captured: { calls: Map<string, number>; intact: unknown } | undefined;
+    const observed: BackendModule = {
+      ...dockerBackendModule,
+      open: async (ctx) => {
+        const opened = await dockerBackendModule.open(ctx);
+        const p = (proxy = (opened.capture as unknown as { proxy: CaptureProxy }).proxy);
+        await siblingWithACall(p, earlier);
+        const close = opened.capture.close.bind(opened.capture);
+        opened.capture.close = async () => {
+          let intact: unknown = true;
+          try {
+            for (const own of members) assertCaptureIntact(p, { sessionIds: [...members, earlier], siblingId: earlier, siblingCalls: 1 }, own);
+          } catch (err) {
+            intact = err; // the runner only logs a failing close: rethrown below
+          }
+          captured = { calls: new Map([...members, earlier].map((id) => [id, p.sessions.calls(id).length])), intact };
+          await close();
+        };
+        return opened;
+      },
+    };
+    const log: string[] = [];
+    try {
+      const summary = await runBatch({
+        dir: plan.dir,
+        module: observed,
+        log: (l) => log.push(l),
+      });
+      assert.deepEqual([summary.done + summary.discarded, summary.stopped], [2, null], log.join('\n'));
+    } finally {
+      if (previousEngine === undefined) delete process.env.HARNESS_LAB_POLICY_ENGINE;
+      else process.env.HARNESS_LAB_POLICY_ENGINE = previousEngine;
+    }
+    assert.ok(captured, 'the capture was read before the batch closed it');
+    // No session minted or deleted from inside any member, none could delete its own, the earlier attempt's call untouched.
+    if (captured.intact !== true) throw captured.intact;
+
+    const states = readRolloutStates(plan.dir);
+    assert.equal(states.length, 2);
+    const enginePort = portOf(proxy!.engineUrl);
+    for (const s of states) {
+      const attempt = s.attempts[0]!;
+      assert.equal(attempt.session_id, members[s.member], 'each member ran under the session the test planned for it');
+      assert.deepEqual([s.state, s.class, s.reward], ['done', 'completed', 1], `${s.rollout_id}: ${s.error ?? ''}\n${log.join('\n')}`);
+      const report = readProbeReport(join(plan.dir, attempt.out_dir, 'agent', 'escape-probe.json'));
+      assertEscapesRefused(report, {
+        hostPorts: [
+          { name: 'batch capture proxy', port: proxy!.port },
+          { name: 'engine', port: enginePort },
+          { name: 'bystander service', port: (side.address() as AddressInfo).port },
+        ],
+        relayPort: MODEL_RELAY_PORT,
+        noNetwork: true,
+      });
+      const tried = report.attempts.map((a) => a.name);
+      const siblings = members.filter((m) => m !== attempt.session_id).length + 1;
+      assert.equal(tried.filter((n) => /^GET sibling \d+ calls \(no key\)$/.test(n)).length, siblings, `member ${s.member} tried each sibling but itself`);
+      // Its own session holds its two probe calls and the harness's own, none of the sibling's.
+      const own = readFileSync(join(plan.dir, 'capture', 'sessions', `${attempt.session_id}.jsonl`), 'utf8');
+      assert.equal((own.match(/escape probe: say anything/g) ?? []).length >= 2, true, 'its own probe calls were captured in its own session');
+      assert.ok(!own.includes('the answer is 42'), "no sibling's call landed in its session");
+      // What the runner counted when this member ended is what the capture held at the batch's end:
+      // the sibling still running beside it took nothing away.
+      assert.equal(captured.calls.get(attempt.session_id), s.n_calls, `member ${s.member}'s calls are intact`);
+      assert.ok(s.n_calls >= 4, `member ${s.member}: its two harness calls and two probe calls are kept`);
+    }
+    assert.deepEqual(await containersOf(docker, process.pid), [], 'no sandbox of the batch is left');
   });
 });

@@ -43,10 +43,10 @@ test('menus and welcome links only name real commands', () => {
   }
 });
 
-test('the Harness Lab container holds Sessions, Tasks and Engines, each with welcome content', () => {
+test('the Harness Lab container holds Sessions, Tasks, Engines, Batches and Training Runs, each with welcome content', () => {
   assert.deepEqual(contributes.viewsContainers.activitybar.map((c: { id: string }) => c.id), ['harnessLab']);
   const views = contributes.views.harnessLab.map((v: { id: string; name: string }) => `${v.id}:${v.name}`);
-  assert.deepEqual(views, ['harnessLab.sessions:Sessions', 'harnessLab.tasks:Tasks', 'harnessLab.engines:Engines']);
+  assert.deepEqual(views, ['harnessLab.sessions:Sessions', 'harnessLab.tasks:Tasks', 'harnessLab.engines:Engines', 'harnessLab.batches:Batches', 'harnessLab.trainingRuns:Training Runs']);
   for (const v of contributes.views.harnessLab) assert.ok(contributes.viewsWelcome.some((w: { view: string }) => w.view === v.id), `no welcome for ${v.id}`);
 });
 
@@ -83,6 +83,6 @@ test('the .vsix allow-list ships only bundles, the CLI and reference harness, ex
   for (const f of files) assert.ok(allowed.some((re) => re.test(f)), `${f} would be packaged`);
   for (const f of ['package.json', 'README.md', 'LICENSE', 'media/harness-lab.svg']) assert.ok(files.includes(f), `${f} missing from the package`);
   assert.ok(existsSync(join(root, 'dist', 'extension.js')), 'dist/extension.js is missing: run `npm run build`');
-  for (const f of ['dist/extension.js', 'dist/cli.js', 'dist/react-harness.js', 'examples/tasks/hello-file/task.toml']) assert.ok(files.includes(f), `${f} is not packaged (the commands load it)`);
+  for (const f of ['dist/extension.js', 'dist/cli.js', 'dist/react-harness.js', 'examples/tasks/hello-file/task.toml']) assert.ok(files.includes(f), `${f} is not packaged (the commands load it; Submit Rollout Batch runs dist/cli.js)`);
   assert.ok(!files.some((f) => f.endsWith('.map')), 'no source maps in the package');
 });

@@ -31,7 +31,7 @@ test('quick pick offers start when stopped and stop/copy/new session/terminal wh
 
 test('settings: defaults, and bad values named by their key', () => {
   const defaults = readSettings(() => undefined);
-  assert.deepEqual(defaults, { engineUrl: '', model: '', proxyHost: '127.0.0.1', proxyPort: 0, dataDir: '', runsDir: '.harness-lab/runs', autoStart: false, maxModelCalls: 0 });
+  assert.deepEqual(defaults, { engineUrl: '', model: '', proxyHost: '127.0.0.1', proxyPort: 0, dataDir: '', runsDir: '.harness-lab/runs', autoStart: false, maxModelCalls: 0, batchesFolder: 'harness-lab-batches' });
   const values: Record<string, unknown> = { engineUrl: ' http://gpu:8000/v1 ', proxyPort: 8787, autoStart: true };
   assert.deepEqual(readSettings((k) => values[k]), { ...defaults, engineUrl: 'http://gpu:8000/v1', proxyPort: 8787, autoStart: true });
   // harnessLab.engineURL wins; the older engineUrl is read when it is empty.

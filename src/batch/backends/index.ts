@@ -25,8 +25,8 @@ export interface OpenedBackend {
 export interface BackendModule {
   /** The backend that runs attempts and the batch's capture proxy (started, or reached through a port-forward). */
   open(ctx: BackendContext): Promise<OpenedBackend>;
-  /** Removes the batch's sandboxes without starting a capture (a `batch cancel` with no lab running). */
-  cleanup(manifest: BatchManifest, log: (line: string) => void): Promise<string[]>;
+  /** Removes the batch's sandboxes without starting a capture (a `batch cancel` with no lab running); `finished`: also what only a running batch needs (the k8s proxy). */
+  cleanup(manifest: BatchManifest, log: (line: string) => void, opts?: { finished?: boolean }): Promise<string[]>;
   /** `batch submit --dry-run -o json|yaml`: what would be created, as text; nothing is applied. */
   dryRun?(plan: BatchPlan, format: 'json' | 'yaml'): Promise<string>;
 }

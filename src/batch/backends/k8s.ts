@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type * as k8s from '@kubernetes/client-node';
+import type Docker from 'dockerode';
 import { z } from 'zod';
 import { ClusterError, apiStatus, assertPermissions, checkReachable, clusterError, createOrKeep, loadCluster, type Cluster, type ClusterTarget, type Permission } from '../../cluster/kube.js';
 import {
@@ -41,6 +42,10 @@ import type { BackendModule } from './index.js';
 import { batchPaths, type BatchManifest } from '../state.js';
 import { DockerRuntime, contextHash, dockerfileBases } from '../../sandbox/docker.js';
 import { BASE_IMAGE } from '../../sandbox/images.js';
+import { connectDocker } from '../../sandbox/docker-client.js';
+import { pushImages } from '../../cluster/registry-push.js';
+import { harnessCacheRoot } from '../../harness/run-local.js';
+import { ensureReactScript } from '../../sandbox/react-script.js';
 
 export interface K8sBackendOptions {
   manifest: BatchManifest;
@@ -565,6 +570,31 @@ export class K8sCapture implements BatchCapture {
   async close(): Promise<void> {}
 }
 
+/**
+ * A proxy image that exists only in the local daemon (HARNESS_LAB_K8S_PROXY_IMAGE=a local tag) is
+ * pushed to the registry too and referenced from there; one already under the registry, or unknown
+ * locally, is referenced as given (the cluster pulls it).
+ */
+export async function pushedProxy(docker: Docker, proxy: K8sBackendOptions['proxy'], registry: string, log?: (line: string) => void): Promise<K8sBackendOptions['proxy']> {
+  const underRegistry = proxy.image.startsWith(`${registry.replace(/\/+$/, '')}/`);
+  const local = await docker.getImage(proxy.image).inspect().then(() => true, () => false);
+  if (underRegistry || !local) return proxy;
+  const pushed = await pushImages(docker, [proxy.image], registry, { ...(log ? { log } : {}) });
+  return { ...proxy, image: pushed.get(proxy.image)! };
+}
+
+/**
+ * HARNESS_LAB_K8S_HARNESS_FROM=hostPath: the pods mount this machine's node binary, harness cache and
+ * reference harness from the node (the test double, or kind with extraMounts of the same paths);
+ * otherwise the harness must be baked into the task image (real clusters).
+ */
+export async function harnessFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<{ harnessFrom?: HarnessSource }> {
+  const v = env.HARNESS_LAB_K8S_HARNESS_FROM;
+  if (!v || v === 'image') return {};
+  if (v !== 'hostPath') throw new ClusterError(`HARNESS_LAB_K8S_HARNESS_FROM=${v}: expected image or hostPath`);
+  return { harnessFrom: { kind: 'hostPath', nodeBinary: process.execPath, harnessCache: harnessCacheRoot(env), reactScript: await ensureReactScript() } };
+}
+
 /** The proxy image of a cluster batch: HARNESS_LAB_K8S_PROXY_IMAGE, else harness-lab's image under the registry. */
 export function defaultProxy(manifest: BatchManifest, env: NodeJS.ProcessEnv = process.env): K8sBackendOptions['proxy'] {
   return { image: env.HARNESS_LAB_K8S_PROXY_IMAGE || clusterImage('harness-lab/harness-lab:latest', manifest.k8s?.registry ?? null), command: ['harness-lab'] };
@@ -598,22 +628,35 @@ export const k8sBackendModule: BackendModule = {
   async open(ctx) {
     const images = await taskImageTags(ctx.manifest, true, ctx.log);
     const reg = ctx.manifest.k8s?.registry;
-    if (reg) ctx.log(`pods run ${[...images.values()].map((t) => clusterImage(t, reg)).join(', ')}: push them there (docker tag + docker push) if the cluster does not have them`);
+    // Pushed before anything is created in the cluster: a failed push fails the batch with no Job made.
+    let proxy = defaultProxy(ctx.manifest);
+    if (reg) {
+      const docker = await connectDocker();
+      await pushImages(docker, [...images.values()], reg, { log: ctx.log });
+      proxy = await pushedProxy(docker, proxy, reg, ctx.log);
+    }
     const backend = await K8sBackend.open({
       manifest: ctx.manifest,
       batchDir: ctx.batchDir,
       taskImage: (t) => images.get(t.name)!,
-      proxy: defaultProxy(ctx.manifest),
+      proxy,
+      ...(await harnessFromEnv()),
       ...(ctx.engineApiKey ? { engineApiKey: ctx.engineApiKey } : {}),
       log: ctx.log,
     });
     return { backend, capture: backend.capture };
   },
-  async cleanup(manifest, log) {
+  async cleanup(manifest, log, opts) {
     const cluster = loadCluster(target(manifest));
     await checkReachable(cluster);
     const removed = await deleteBatchJobs(cluster, cluster.namespace, manifest.batch_id);
     if (removed.length) log(`deleted ${removed.length} Job(s) of batch ${manifest.batch_id} in ${cluster.namespace} (propagationPolicy Background): ${removed.join(', ')}`);
+    // A finished batch needs its proxy no more (its sessions were mirrored into the batch directory);
+    // an unfinished one keeps it, so a resume finds its sessions and admin key.
+    if (opts?.finished) {
+      await teardownBatch(cluster, manifest.batch_id);
+      log(`removed the capture proxy and ConfigMaps of finished batch ${manifest.batch_id} in ${cluster.namespace}`);
+    }
     return removed;
   },
   async dryRun(plan, format) {

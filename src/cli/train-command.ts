@@ -1,0 +1,186 @@
+// `harness-lab train submit|status|logs|cancel|list`: training runs on the user's cluster (src/cluster/trainer-jobs.ts).
+import { defineCommand, UsageError, type CliCommand } from './args.js';
+
+const USAGE = `usage: harness-lab train submit --trainer trl|verl --config FILE [--name RUN]
+                              [--operator auto|kuberay|kubeflow|none]
+                              [--context C] [--namespace N] [--dry-run -o json|yaml]
+       harness-lab train status RUN [--watch] [--json] [--context C] [--namespace N]
+       harness-lab train logs RUN [--no-follow] [--context C] [--namespace N]
+       harness-lab train cancel RUN [--context C] [--namespace N]
+       harness-lab train list [--json] [--context C] [--namespace N]
+
+A training run is one object on the cluster, labelled harness-lab/run=RUN: veRL as a KubeRay RayJob
+(ray.io/v1), TRL as a Kubeflow Trainer TrainJob (trainer.kubeflow.org/v1alpha1), or a plain batch/v1
+Job when the cluster has no such operator (--operator none, or the CRD is absent). The config (YAML or
+JSON) names the image, command/args, GPUs, and where the rollouts come from: the rollout server's URL
+(\`harness-lab serve\`) or an export file on a PVC or hostPath volume. See docs/training-runs.md.
+
+  --operator      auto (default): the trainer's operator if the cluster serves its CRD, else a Job
+  --dry-run       print the validated manifest (-o json|yaml) and send nothing
+  status --watch  follow the run's phase (one list + watch) until it ends
+  logs            stream the main pod's log (the Job's pod, the Ray head, the first node)`;
+
+const say = (line: string) => process.stdout.write(`${line}\n`);
+const target = { context: { type: 'string' }, namespace: { type: 'string' }, kubeconfig: { type: 'string' } } as const;
+
+async function cluster(flags: { context?: string | undefined; namespace?: string | undefined; kubeconfig?: string | undefined }) {
+  const { loadCluster } = await import('../cluster/kube.js');
+  return loadCluster({ ...(flags.kubeconfig ? { kubeconfig: flags.kubeconfig } : {}), context: flags.context ?? null, namespace: flags.namespace ?? null });
+}
+
+/** Cluster and config errors are the user's to fix: one line, exit 1. */
+async function guarded(name: string, fn: () => Promise<number>): Promise<number> {
+  const { ClusterError } = await import('../cluster/kube.js');
+  const { TrainConfigError } = await import('../cluster/trainer-jobs.js');
+  try {
+    return await fn();
+  } catch (err) {
+    if (err instanceof ClusterError || err instanceof TrainConfigError) {
+      process.stderr.write(`harness-lab ${name}: ${err.message}\n`);
+      return 1;
+    }
+    throw err;
+  }
+}
+
+const submit = defineCommand({
+  name: 'train submit',
+  summary: 'start a training run (RayJob, TrainJob or Job) from a trainer config',
+  usage: USAGE,
+  flags: { trainer: { type: 'string', required: true }, config: { type: 'string', required: true }, name: { type: 'string' }, operator: { type: 'string', default: 'auto' }, ...target, 'dry-run': { type: 'boolean' }, output: { type: 'string', short: 'o' } },
+  run: async ({ flags }) => {
+    const tj = await import('../cluster/trainer-jobs.js');
+    if (!(tj.TRAINERS as readonly string[]).includes(flags.trainer)) throw new UsageError(`--trainer must be one of ${tj.TRAINERS.join(', ')}, got '${flags.trainer}'`);
+    if (!(tj.OPERATORS as readonly string[]).includes(flags.operator)) throw new UsageError(`--operator must be one of ${tj.OPERATORS.join(', ')}, got '${flags.operator}'`);
+    if (flags.output && !flags['dry-run']) throw new UsageError('-o is for --dry-run');
+    if (flags['dry-run'] && flags.output !== undefined && !['json', 'yaml'].includes(flags.output)) throw new UsageError(`-o must be json or yaml, got '${flags.output}'`);
+    const trainer = flags.trainer as (typeof tj.TRAINERS)[number];
+    const operator = flags.operator as (typeof tj.OPERATORS)[number];
+    return guarded('train submit', async () => {
+      const config = tj.loadTrainConfig(flags.config);
+      if (flags.name !== undefined && !/^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/.test(flags.name)) throw new UsageError(`--name must be an RFC 1035 label (lowercase, digits, -, a letter first, <= 63), got '${flags.name}'`);
+      if (flags['dry-run']) {
+        // No cluster is contacted: auto means the trainer's operator.
+        const kind = tj.kindFor(trainer, operator === 'auto' ? tj.operatorOf(trainer) : operator);
+        const obj = tj.runManifest({ trainer, kind, config, name: flags.name ?? config.name ?? tj.defaultRunName(trainer), namespace: flags.namespace ?? 'default' });
+        await tj.validateRunManifest(obj);
+        const { formatManifests } = await import('../cluster/manifests.js');
+        process.stdout.write(flags.output === 'yaml' ? formatManifests([obj], 'yaml') : `${JSON.stringify(obj, null, 2)}\n`);
+        return 0;
+      }
+      const c = await cluster(flags);
+      const { record, why } = await tj.submitRun(c, { trainer, config, configFile: flags.config, operator, ...(flags.name ? { name: flags.name } : {}) });
+      say(`created ${record.kind} ${record.namespace}/${record.name} in kube context "${record.context}" (${why})`);
+      say(`follow it: harness-lab train status ${record.name} --watch; harness-lab train logs ${record.name}`);
+      return 0;
+    });
+  },
+});
+
+const status = defineCommand({
+  name: 'train status',
+  summary: "a training run's phase, from one list + watch",
+  usage: USAGE,
+  flags: { watch: { type: 'boolean', short: 'w' }, json: { type: 'boolean' }, ...target },
+  positionals: ['RUN'],
+  run: async ({ flags, positionals }) =>
+    guarded('train status', async () => {
+      const tj = await import('../cluster/trainer-jobs.js');
+      const c = await cluster(flags);
+      const name = positionals[0]!;
+      const { kind, trainer } = await tj.findRun(c, name);
+      const w = new tj.RunWatch(c, kind, name);
+      let final: { phase: string; detail: string } = { phase: 'Unknown', detail: '' };
+      await new Promise<void>((resolve, reject) => {
+        w.watch.onError((err) => {
+          if (!flags.watch) reject(err);
+        });
+        w.start((p) => {
+          final = p;
+          if (flags.watch && !flags.json) say(`${new Date().toISOString()}  ${kind} ${name}: ${p.phase}${p.detail ? ` (${p.detail})` : ''}`);
+          if (!flags.watch || p.deleted || tj.TERMINAL.has(p.phase)) resolve();
+        }).catch(reject);
+      }).finally(() => w.stop());
+      if (flags.json) say(JSON.stringify({ name, kind, trainer: trainer ?? null, namespace: c.namespace, context: c.context, phase: final.phase, detail: final.detail }));
+      else if (!flags.watch) say(`${kind} ${c.namespace}/${name} (${trainer ?? '?'}): ${final.phase}${final.detail ? ` (${final.detail})` : ''}`);
+      return final.phase === 'Failed' ? 1 : final.phase === 'Unknown' ? 1 : 0;
+    }),
+});
+
+const logs = defineCommand({
+  name: 'train logs',
+  summary: "stream a training run's log from its pod",
+  usage: USAGE,
+  flags: { 'no-follow': { type: 'boolean' }, ...target },
+  positionals: ['RUN'],
+  run: async ({ flags, positionals }) =>
+    guarded('train logs', async () => {
+      const tj = await import('../cluster/trainer-jobs.js');
+      const c = await cluster(flags);
+      const name = positionals[0]!;
+      const { kind } = await tj.findRun(c, name);
+      const abort = new AbortController();
+      const onSig = () => abort.abort();
+      process.once('SIGINT', onSig);
+      try {
+        await tj.streamRunLogs(c, kind, name, process.stdout, { follow: !flags['no-follow'], signal: abort.signal });
+      } finally {
+        process.off('SIGINT', onSig);
+      }
+      return 0;
+    }),
+});
+
+const cancel = defineCommand({
+  name: 'train cancel',
+  summary: 'delete what a training run created (propagationPolicy Background)',
+  usage: USAGE,
+  flags: { ...target },
+  positionals: ['RUN'],
+  run: async ({ flags, positionals }) =>
+    guarded('train cancel', async () => {
+      const tj = await import('../cluster/trainer-jobs.js');
+      const c = await cluster(flags);
+      const name = positionals[0]!;
+      const { kind } = await tj.findRun(c, name);
+      const r = await tj.cancelRun(c, kind, name);
+      say(r === 'deleted' ? `deleted ${kind} ${c.namespace}/${name} (its pods follow, propagationPolicy Background)` : `${kind} ${c.namespace}/${name} was already gone`);
+      return 0;
+    }),
+});
+
+const list = defineCommand({
+  name: 'train list',
+  summary: 'the training runs in a namespace',
+  usage: USAGE,
+  flags: { json: { type: 'boolean' }, ...target },
+  run: async ({ flags }) =>
+    guarded('train list', async () => {
+      const tj = await import('../cluster/trainer-jobs.js');
+      const runs = await tj.listRuns(await cluster(flags));
+      if (flags.json) say(JSON.stringify(runs, null, 2));
+      else for (const r of runs) say(`${r.name}  ${r.trainer}  ${r.kind}  ${r.phase}  ${r.created ?? ''}`);
+      return 0;
+    }),
+});
+
+const SUBCOMMANDS: Record<string, CliCommand> = { submit, status, logs, cancel, list };
+
+export const trainCommand: CliCommand = {
+  name: 'train',
+  summary: 'training runs on Kubernetes (TRL, veRL): submit, status, logs, cancel, list',
+  usage: USAGE,
+  run: async ([sub, ...rest]) => {
+    if (sub === '-h' || sub === '--help') {
+      say(USAGE);
+      return 0;
+    }
+    const command = sub === undefined ? undefined : SUBCOMMANDS[sub];
+    if (!command) {
+      const why = sub === undefined ? 'a subcommand is required' : sub.startsWith('-') ? `Unknown option '${sub}'` : `unknown train subcommand '${sub}'; one of ${Object.keys(SUBCOMMANDS).join(', ')}`;
+      process.stderr.write(`harness-lab train: ${why}\n\n${USAGE}\n`);
+      return 2;
+    }
+    return command.run(rest);
+  },
+};

@@ -1,0 +1,198 @@
+// The Batches tree as plain data: batch -> group -> rollout, read from batch directories alone (the
+// contract of src/batch/state.ts, through batchStatus), so a batch started from the CLI into the same
+// folder shows exactly like one submitted from the editor. A directory that cannot be read becomes an
+// error node naming the file and what is wrong with it; nothing here imports vscode.
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { basename, isAbsolute, join, resolve } from 'node:path';
+import { BatchFileError, batchPaths } from '../batch/state.js';
+import { batchStatus, type BatchStatus, type GroupStatus, type RolloutStatus } from '../batch/status.js';
+import { formatLatency } from './sessions-model.js';
+
+export const DEFAULT_BATCHES_FOLDER = 'harness-lab-batches';
+
+export interface BatchNode {
+  kind: 'batch';
+  id: string;
+  dir: string;
+  label: string;
+  description: string;
+  tooltip: string;
+  /** `harnessLab.batch.running` while a lab runs it (cancel is offered), else `harnessLab.batch`. */
+  contextValue: 'harnessLab.batch' | 'harnessLab.batch.running';
+  status: BatchStatus;
+}
+
+export interface GroupNode {
+  kind: 'group';
+  id: string;
+  dir: string;
+  label: string;
+  description: string;
+  tooltip: string;
+  contextValue: 'harnessLab.batchGroup';
+  noContrast: boolean;
+  group: GroupStatus;
+}
+
+export interface BatchRolloutNode {
+  kind: 'rollout';
+  id: string;
+  dir: string;
+  label: string;
+  description: string;
+  tooltip: string;
+  contextValue: 'harnessLab.batchRollout';
+  rollout: RolloutStatus;
+  /** The captured session of the attempt that counts, when it has one: `<batch>/capture/sessions/<id>.jsonl`. */
+  sessionFile: string | null;
+}
+
+export interface BatchErrorNode {
+  kind: 'error';
+  id: string;
+  dir: string;
+  /** The file that could not be read (batch.json, a rollout's state file), or the directory itself. */
+  file: string;
+  label: string;
+  description: string;
+  tooltip: string;
+  contextValue: 'harnessLab.batchError';
+}
+
+export type BatchesTreeNode = BatchNode | GroupNode | BatchRolloutNode | BatchErrorNode;
+
+/** The folder the view reads: the setting, relative to the workspace folder unless absolute. */
+export function resolveBatchesFolder(setting: string, workspaceRoot: string): string {
+  const folder = setting.trim() || DEFAULT_BATCHES_FOLDER;
+  return isAbsolute(folder) ? folder : resolve(workspaceRoot, folder);
+}
+
+/** Subdirectories of `root` that hold a batch (or what is left of one: rollouts/ without batch.json). */
+export function batchDirs(root: string): string[] {
+  if (!existsSync(root) || !statSync(root).isDirectory()) return [];
+  return readdirSync(root, { withFileTypes: true })
+    .filter((e) => e.isDirectory() && !e.name.startsWith('.'))
+    .map((e) => join(root, e.name))
+    .filter((dir) => existsSync(batchPaths(dir).manifest) || existsSync(batchPaths(dir).rollouts));
+}
+
+const num = (n: number | null, digits = 3) => (n === null ? '-' : String(Math.round(n * 10 ** digits) / 10 ** digits));
+
+export function formatReward(reward: number | null): string {
+  return reward === null ? 'reward null' : `reward ${num(reward)}`;
+}
+
+export function batchNode(st: BatchStatus): BatchNode {
+  const c = st.counts;
+  const finished = c.done + c.discarded;
+  const classes = Object.entries(st.classes).map(([k, v]) => `${k} ${v}`).join(', ');
+  const lab = st.lab === 'running' ? `running (pid ${st.lab_pid})` : st.lab;
+  return {
+    kind: 'batch',
+    id: `batch:${st.dir}`,
+    dir: st.dir,
+    label: basename(st.dir) === st.batch_id ? st.batch_id : `${basename(st.dir)} (${st.batch_id})`,
+    description: [lab, `${finished}/${c.total} finished`, st.backend].join(' · '),
+    tooltip: [
+      `Batch ${st.batch_id} in ${st.dir}`,
+      `Lab: ${lab}`,
+      `Backend ${st.backend}, group size ${st.group_size}, parallel ${st.parallel}, temperature ${st.sampling.temperature}${st.policy_version ? `, policy ${st.policy_version}` : ''}`,
+      `${c.done} done, ${c.discarded} discarded, ${c.running} running, ${c.queued} queued of ${c.total}`,
+      ...(classes ? [`Classes: ${classes}`] : []),
+      ...(st.lab === 'interrupted' ? [`The lab that ran it is gone: harness-lab batch resume ${st.dir}`] : []),
+    ].join('\n'),
+    contextValue: st.lab === 'running' ? 'harnessLab.batch.running' : 'harnessLab.batch',
+    status: st,
+  };
+}
+
+export function groupNode(st: BatchStatus, g: GroupStatus): GroupNode {
+  const flags = [g.no_contrast ? 'NO CONTRAST' : '', g.too_few_trainable ? 'FEWER THAN 2 TRAINABLE' : ''].filter(Boolean);
+  const parts = [`${g.done + g.discarded}/${g.size}`, `mean ${num(g.mean)}`, `std ${num(g.std)}`, ...flags];
+  return {
+    kind: 'group',
+    id: `group:${st.dir}:${g.group_id}`,
+    dir: st.dir,
+    label: g.group_id,
+    description: parts.join(' · '),
+    tooltip: [
+      `Group ${g.group_id}: task ${g.task}, harness ${g.harness}, ${g.size} members`,
+      `${g.done} done, ${g.discarded} discarded, ${g.pending} pending`,
+      `Trainable rewards: ${g.rewards.map((r) => num(r)).join(' ') || '-'}; mean ${num(g.mean)}, std ${num(g.std)}`,
+      ...(g.no_contrast ? ['No contrast: every trainable reward is equal (zero advantage for GRPO)'] : []),
+      ...(g.too_few_trainable ? ['Fewer than 2 trainable members: a trainer cannot use this group'] : []),
+    ].join('\n'),
+    contextValue: 'harnessLab.batchGroup',
+    noContrast: g.no_contrast,
+    group: g,
+  };
+}
+
+export function rolloutNode(dir: string, r: RolloutStatus): BatchRolloutNode {
+  const what = r.class ?? r.state;
+  const parts: string[] = [what];
+  if (r.class) parts.push(formatReward(r.reward));
+  if (r.duration_ms !== null) parts.push(formatLatency(r.duration_ms));
+  if (r.attempts > 1) parts.push(`${r.attempts} attempts`);
+  const sessionFile = r.session_id ? join(batchPaths(dir).capture, 'sessions', `${r.session_id}.jsonl`) : null;
+  return {
+    kind: 'rollout',
+    id: `rollout:${dir}:${r.id}`,
+    dir,
+    label: `#${r.member} ${r.id}`,
+    description: parts.join(' · '),
+    tooltip: [
+      `Rollout ${r.id} (member ${r.member} of ${r.group})`,
+      `Task ${r.task}, harness ${r.harness}`,
+      `State ${r.state}${r.class ? `, class ${r.class}` : ''}, ${formatReward(r.reward)}${r.trainable ? ', trainable' : ''}`,
+      ...(r.duration_ms !== null ? [`Duration ${formatLatency(r.duration_ms)}`] : []),
+      ...(r.session_id ? [`Session ${r.session_id}`] : []),
+      ...(r.error ? [r.error] : []),
+    ].join('\n'),
+    contextValue: 'harnessLab.batchRollout',
+    rollout: r,
+    sessionFile,
+  };
+}
+
+export function errorNode(dir: string, err: unknown): BatchErrorNode {
+  const file = err instanceof BatchFileError ? err.file : dir;
+  const message = err instanceof BatchFileError ? err.message.slice(err.file.length + 2) : err instanceof Error ? err.message : String(err);
+  return {
+    kind: 'error',
+    id: `error:${dir}`,
+    dir,
+    file,
+    label: `${basename(dir)}: cannot read ${file === dir ? 'the batch' : basename(file)}`,
+    description: message,
+    tooltip: `${file}\n${message}`,
+    contextValue: 'harnessLab.batchError',
+  };
+}
+
+/** A batch directory as its tree node: the batch, or an error naming the file that is broken. */
+export function readBatchNode(dir: string): BatchNode | BatchErrorNode {
+  try {
+    return batchNode(batchStatus(dir));
+  } catch (err) {
+    return errorNode(dir, err);
+  }
+}
+
+/** The tree over every batch folder the workspace has: newest batch first, broken ones last. */
+export class BatchesTreeModel {
+  constructor(private readonly folders: () => string[]) {}
+
+  roots(): (BatchNode | BatchErrorNode)[] {
+    const nodes = this.folders().flatMap((root) => batchDirs(root).map(readBatchNode));
+    const created = (n: BatchNode | BatchErrorNode) => (n.kind === 'batch' ? n.status.created_at : '');
+    return nodes.sort((a, b) => (a.kind !== b.kind ? (a.kind === 'error' ? 1 : -1) : created(b).localeCompare(created(a)) || a.dir.localeCompare(b.dir)));
+  }
+
+  children(node?: BatchesTreeNode): BatchesTreeNode[] {
+    if (!node) return this.roots();
+    if (node.kind === 'batch') return node.status.groups.map((g) => groupNode(node.status, g));
+    if (node.kind === 'group') return node.group.rollouts.map((r) => rolloutNode(node.dir, r));
+    return [];
+  }
+}

@@ -1,0 +1,227 @@
+// The Batches view and Submit Rollout Batch in a real workbench: code-server 4.100.3 with this
+// repository as the development extension and a workspace holding one Harbor task (hello-file) and
+// a broken batch directory. As a user would: the view shows the broken directory as an error item
+// naming its file; "Harness Lab: Submit Rollout Batch..." from the palette, the quick picks (task,
+// harness react, group size 2, backend docker), progress in a notification; the batch appears in the
+// view, its two rollouts finish on real Docker with their class and reward, the group shows its mean,
+// std and NO CONTRAST; a rollout opens in the rollout viewer from <batch>/capture. The scripted policy
+// answers through the in-repo vLLM-shaped engine (HARNESS_LAB_POLICY_ENGINE=fake, in the extension
+// host's environment, which the batch's lab inherits). Beside it, a batch submitted with the CLI
+// (`dist/cli.js batch submit --out <workspace>/harness-lab-batches/from-cli`) appears and finishes
+// in the same view. Last, a batch of a task that sleeps is cancelled from its notification: its
+// sandboxes are removed and its rollouts queued again for `batch resume`.
+// Screenshots: test-artifacts/e2e/batches-*.png.
+import * as assert from 'node:assert/strict';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { after, test } from 'node:test';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { readManifest, readRolloutStates } from '../../src/batch/state.js';
+import { LABEL, connectDocker } from '../../src/sandbox/docker-client.js';
+import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
+
+const ROOT = resolve(__dirname, '..', '..');
+const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
+
+let server: CodeServer | undefined;
+let browser: Browser | undefined;
+let stateDir = '';
+let cliChild: ChildProcess | undefined;
+
+after(async () => {
+  if (cliChild?.exitCode === null) cliChild.kill('SIGTERM');
+  await browser?.close().catch(() => undefined);
+  await server?.stop();
+  if (stateDir && !process.env.HL_E2E_KEEP) rmSync(stateDir, { recursive: true, force: true });
+});
+
+const shot = (page: Page, name: string) => page.screenshot({ path: join(ARTIFACTS, `batches-${name}.png`) });
+
+function pane(page: Page, name: RegExp) {
+  return page.locator('.pane', { has: page.locator('.pane-header', { hasText: name }) });
+}
+
+/** Drags the sidebar's sash so tree descriptions are readable in the screenshots. */
+async function widenSidebar(page: Page, width: number): Promise<void> {
+  const box = await page.locator('.part.sidebar').boundingBox();
+  if (!box) return;
+  const y = box.y + box.height / 2;
+  await page.mouse.move(box.x + box.width + 1, y);
+  await page.mouse.down();
+  await page.mouse.move(box.x + width, y, { steps: 5 });
+  await page.mouse.up();
+}
+
+/** Picks in the open quick input: filter by text, then Enter (for a multi-select, the row is checked first). */
+async function pick(page: Page, text: string, opts: { check?: boolean } = {}): Promise<void> {
+  const input = page.locator('.quick-input-widget input.input:visible');
+  await input.waitFor({ timeout: 15_000 });
+  await input.fill(text);
+  const row = page.locator('.quick-input-list .monaco-list-row', { hasText: text }).first();
+  await row.waitFor({ timeout: 10_000 });
+  if (opts.check) {
+    // A multi-select: one item checked ("1 Selected"); clicking a row toggles it.
+    const count = page.locator('.quick-input-widget .quick-input-count:visible');
+    if (!/^1 Selected/.test((await count.innerText().catch(() => '')).trim())) await row.locator('.label-name').first().click();
+    await count.filter({ hasText: /^1 Selected/ }).waitFor({ timeout: 10_000 });
+  }
+  await page.keyboard.press('Enter');
+}
+
+test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 2 appears, finishes with classes and rewards, a rollout opens in the viewer', { timeout: 600_000 }, async () => {
+  const missing = missingPrerequisite();
+  if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
+  const built = spawnSync(process.execPath, ['esbuild.mjs'], { cwd: ROOT, encoding: 'utf8' });
+  assert.equal(built.status, 0, built.stderr);
+  mkdirSync(ARTIFACTS, { recursive: true });
+  for (const f of readdirSync(ARTIFACTS)) if (f.startsWith('batches-')) rmSync(join(ARTIFACTS, f));
+
+  stateDir = mkdtempSync(join(tmpdir(), 'hl-batches-e2e-'));
+  const workspace = join(stateDir, 'workspace');
+  const batches = join(workspace, 'harness-lab-batches');
+  cpSync(join(ROOT, 'examples', 'tasks', 'hello-file'), join(workspace, 'tasks', 'hello-file'), { recursive: true });
+  // The CLI's batch runs a copy under another name (its own group and rollout ids in the view).
+  const cliTask = join(stateDir, 'cli-tasks', 'cli-hello');
+  cpSync(join(ROOT, 'examples', 'tasks', 'hello-file'), cliTask, { recursive: true });
+  writeFileSync(join(cliTask, 'task.toml'), readFileSync(join(cliTask, 'task.toml'), 'utf8').replace('name = "harness-lab/hello-file"', 'name = "e2e/cli-hello"'));
+  // A task whose policy sleeps in its tool: the batch to cancel.
+  const sleepy = join(workspace, 'tasks', 'sleepy');
+  cpSync(join(ROOT, 'examples', 'tasks', 'hello-file'), sleepy, { recursive: true });
+  writeFileSync(join(sleepy, 'task.toml'), readFileSync(join(sleepy, 'task.toml'), 'utf8').replace('name = "harness-lab/hello-file"', 'name = "e2e/sleepy"'));
+  writeFileSync(join(sleepy, 'instruction.md'), 'Create a file named `sleepy.txt` after a long nap.\n');
+  writeFileSync(join(sleepy, 'policy.json'), JSON.stringify({ name: 'sleepy', rules: [{ when: { last_message: 'Create a file named `sleepy.txt`' }, then: { call: { tool: '^bash$', input: 'sleep 600' } } }], fallback: { say: 'Done.' } }));
+  // A batch directory a killed lab or a hand edit broke: the view names its file.
+  mkdirSync(join(batches, 'broken'), { recursive: true });
+  writeFileSync(join(batches, 'broken', 'batch.json'), '{"schema_version": 1, "batch_id": ');
+
+  server = await launchCodeServer({
+    stateDir,
+    workspace,
+    env: { HARNESS_LAB_POLICY_ENGINE: 'fake' },
+    userSettings: { 'workbench.startupEditor': 'none', 'workbench.tips.enabled': false, 'security.workspace.trust.enabled': false, 'extensions.autoCheckUpdates': false, 'telemetry.telemetryLevel': 'off', 'window.commandCenter': false },
+  });
+  browser = await chromium.launch({ executablePath: chromiumPath(), headless: true, args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update'] });
+  const page = await browser.newPage({ viewport: { width: 1500, height: 1000 } });
+  const remote = (p: string) => `vscode-remote://127.0.0.1:${server!.port}${p}`;
+  const payload = [['extensionDevelopmentPath', remote(ROOT)], ['skipWelcome', 'true']];
+  await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
+  await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
+
+  try {
+    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true }); // a view's progress badge may cover it
+    await widenSidebar(page, 620);
+    const view = pane(page, /^batches/i);
+    await view.locator('.pane-header').waitFor({ timeout: 30_000 });
+    // Room for the batch tree: the other views folded.
+    for (const other of [/^sessions/i, /^engines/i]) {
+      const header = pane(page, other).locator('.pane-header');
+      if ((await header.getAttribute('aria-expanded')) === 'true') await header.click();
+    }
+    if ((await view.locator('.pane-header').getAttribute('aria-expanded')) !== 'true') await view.locator('.pane-header').click();
+    const broken = view.locator('.monaco-list-row', { hasText: 'broken: cannot read batch.json' });
+    await broken.waitFor({ timeout: 30_000 });
+    assert.match(await broken.innerText(), /not JSON/);
+    await shot(page, '01-view-broken-dir');
+
+    // A batch from the CLI into the same folder, while the view is open.
+    const fromCli = join(batches, 'from-cli');
+    const cli = (cliChild = spawn(process.execPath, [join(ROOT, 'dist', 'cli.js'), 'batch', 'submit', '--tasks', cliTask, '--harness', 'react', '--group-size', '2', '--out', fromCli], { cwd: workspace, env: { ...process.env, HARNESS_LAB_POLICY_ENGINE: 'fake' }, stdio: ['ignore', 'pipe', 'pipe'] }));
+    let cliOut = '';
+    cli.stdout.on('data', (b: Buffer) => (cliOut += b.toString()));
+    cli.stderr.on('data', (b: Buffer) => (cliOut += b.toString()));
+    const cliDone = new Promise<number | null>((res) => cli.on('close', res));
+
+    await runCommand(page, 'Harness Lab: Submit Rollout Batch...');
+    await pick(page, 'tasks/hello-file', { check: true }); // tasks (multi-select), by folder
+    await pick(page, 'react', { check: true }); // harnesses (multi-select)
+    const size = page.locator('.quick-input-widget input.input:visible');
+    await size.waitFor({ timeout: 15_000 });
+    await size.fill('2');
+    await page.keyboard.press('Enter');
+    await pick(page, 'docker');
+
+    const toast = page.locator('.notification-toast', { hasText: /Harness Lab: batch b\d{8}-\d{6}-[0-9a-f]{4}/ });
+    await toast.waitFor({ timeout: 60_000 });
+    assert.ok(await toast.locator('.monaco-button, a', { hasText: 'Cancel' }).count(), 'the progress notification offers Cancel');
+    const batchRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: /^\s*b\d{8}-\d{6}-[0-9a-f]{4}/ }).first();
+    await batchRow.waitFor({ timeout: 30_000 });
+    await shot(page, '02-submitted');
+
+    // Both members finish on real Docker: class and reward on each rollout row, the group's statistics.
+    const r0 = view.locator('.monaco-list-row', { hasText: '#0 hello-file.react.0' });
+    const r1 = view.locator('.monaco-list-row', { hasText: '#1 hello-file.react.1' });
+    await r0.filter({ hasText: 'completed · reward 1' }).waitFor({ timeout: 360_000 });
+    await r1.filter({ hasText: 'completed · reward 1' }).waitFor({ timeout: 120_000 });
+    const group = view.locator('.monaco-list-row', { hasText: 'hello-file.react' }).filter({ hasText: 'mean' }).first();
+    await group.filter({ hasText: '2/2 · mean 1 · std 0 · NO CONTRAST' }).waitFor({ timeout: 30_000 });
+    await batchRow.filter({ hasText: /finished · 2\/2 finished · docker/ }).waitFor({ timeout: 60_000 });
+    assert.match(await r0.innerText(), /completed · reward 1 · [\d.]+ (m?s|m \d+ s)/, 'a rollout row shows its duration');
+    await page.locator('.notification-toast', { hasText: /finished: 2 done, 0 discarded of 2/ }).waitFor({ timeout: 60_000 });
+    // The CLI's batch, in the same view: written by another process, seen through the file watcher.
+    assert.equal(await cliDone, 0, cliOut);
+    const cliRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: /from-cli \(b\d{8}-\d{6}-[0-9a-f]{4}\)/ });
+    await cliRow.filter({ hasText: 'finished · 2/2 finished · docker' }).waitFor({ timeout: 60_000 });
+    await view.locator('.monaco-list-row', { hasText: '#1 cli-hello.react.1' }).filter({ hasText: 'completed · reward 1' }).waitFor({ timeout: 30_000 });
+    await shot(page, '03-finished');
+
+    // What the view showed is what the batch directory holds.
+    const dirs = readdirSync(batches).filter((d) => d !== 'broken' && d !== 'from-cli');
+    assert.equal(dirs.length, 1);
+    const dir = join(batches, dirs[0]!);
+    const m = readManifest(dir);
+    assert.deepEqual([m.backend, m.harnesses, m.group_size, m.engine_url], ['docker', ['react'], 2, null]);
+    const states = readRolloutStates(dir);
+    assert.deepEqual(states.map((s) => [s.rollout_id, s.class, s.reward]), [['hello-file.react.0', 'completed', 1], ['hello-file.react.1', 'completed', 1]]);
+    assert.ok(existsSync(join(dir, 'capture', 'sessions', `${states[0]!.session_id}.jsonl`)));
+
+    // A rollout opens in the rollout viewer, from its captured session in <batch>/capture.
+    const tab = page.locator('.tab', { hasText: `${states[0]!.session_id}.jsonl` });
+    // A tree refreshed by the file watcher under the pointer can swallow a click: click again until the editor opens.
+    for (let i = 0; i < 4 && !(await tab.count()); i++) {
+      await r0.click();
+      await tab.waitFor({ timeout: 8_000 }).catch(() => undefined);
+    }
+    await tab.waitFor({ timeout: 30_000 });
+    const frame = page.frameLocator('iframe.webview.ready').frameLocator('#active-frame');
+    await frame.locator('[data-testid="counts"]').waitFor({ timeout: 60_000 });
+    assert.equal(await frame.locator('.graph-row').count(), states[0]!.n_calls, 'the viewer shows every call of the rollout');
+    assert.ok(Number(await frame.locator('[data-testid="counts"]').getAttribute('data-sampled')) > 0, 'sampled tokens captured');
+    await shot(page, '04-rollout-viewer');
+
+    // Cancel from the progress notification: the runner's cancel path (batch cancel) stops the lab.
+    await runCommand(page, 'View: Close All Editors');
+    await runCommand(page, 'Harness Lab: Submit Rollout Batch...');
+    await pick(page, 'tasks/sleepy', { check: true });
+    await pick(page, 'react', { check: true });
+    await page.locator('.quick-input-widget input.input:visible').fill('2');
+    await page.keyboard.press('Enter');
+    await pick(page, 'docker');
+    const s0 = view.locator('.monaco-list-row', { hasText: '#0 sleepy.react.0' });
+    const s1 = view.locator('.monaco-list-row', { hasText: '#1 sleepy.react.1' });
+    await s0.filter({ hasText: /running/ }).waitFor({ timeout: 120_000 });
+    await s1.filter({ hasText: /running/ }).waitFor({ timeout: 120_000 });
+    const sleepyDir = join(batches, readdirSync(batches).find((d) => !['broken', 'from-cli', dirs[0]].includes(d))!);
+    const sleepyId = readManifest(sleepyDir).batch_id;
+    const docker = await connectDocker();
+    const containers = () => docker.listContainers({ all: true, filters: JSON.stringify({ label: [`${LABEL.batch}=${sleepyId}`] }) });
+    const deadline = Date.now() + 120_000;
+    while ((await containers()).length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 500));
+    assert.equal((await containers()).length, 2, 'both sleepy sandboxes run before the cancel');
+    const progress = page.locator('.notification-toast', { hasText: `Harness Lab: batch ${sleepyId}` });
+    await progress.hover();
+    await shot(page, '05-running');
+    await progress.locator('.monaco-button', { hasText: 'Cancel' }).click({ timeout: 15_000 });
+    await page.locator('.notification-toast', { hasText: `batch ${sleepyId} cancelled` }).waitFor({ timeout: 120_000 });
+    const sleepyRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: sleepyId });
+    await sleepyRow.filter({ hasText: /cancelled · 0\/2 finished/ }).waitFor({ timeout: 30_000 });
+    await s0.filter({ hasText: 'queued' }).waitFor({ timeout: 30_000 });
+    await shot(page, '06-cancelled');
+    assert.deepEqual(await containers(), [], 'cancel removed the batch sandboxes');
+    assert.deepEqual(readRolloutStates(sleepyDir).map((x) => [x.state, x.attempts.map((a) => a.outcome)]), [['queued', ['cancelled']], ['queued', ['cancelled']]]);
+  } catch (err) {
+    await shot(page, '99-failure').catch(() => undefined);
+    throw err;
+  }
+});

@@ -1,0 +1,101 @@
+// `harness-lab batch submit --backend k8s` from the CLI, end to end on the API server double: a
+// local proxy image (base-node + the CLI bundle, built with dockerode from a tar context) runs the
+// in-cluster proxy, the reference harness `react` runs one task with group size 2 as real
+// containers, `batch status --json` shows both rollouts classified with rewards, and `batch cancel`
+// of the finished batch leaves no Job, pod or container.
+import assert from 'node:assert/strict';
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import * as k8s from '@kubernetes/client-node';
+import type Docker from 'dockerode';
+import { followProgress } from '../../src/sandbox/docker-client.js';
+import { NODE_IMAGE, tarDirectory } from '../../src/sandbox/images.js';
+import type { KubeDouble } from '../k8s-double/index.js';
+import { cliBundleDir, engineFor, taskCopy, testCluster, type EngineInNamespace } from './k8s-fixtures.js';
+import { cli, dockerReady, waitFor } from './sandbox-fixtures.js';
+
+const NS = 'cli-batch';
+const PROXY_IMAGE = `harness-lab/k8s-proxy-test:${process.pid}`;
+const POLICY = { name: 'hello', rules: [{ when: { last_message: 'Create a file named `hello.txt`' }, then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } } }], fallback: { say: 'Done.' } };
+
+/** What a harness-lab image holds: node, the CLI bundle, and `harness-lab` on PATH. */
+async function buildProxyImage(docker: Docker): Promise<void> {
+  const ctx = mkdtempSync(join(tmpdir(), 'hl-proxy-image-'));
+  try {
+    copyFileSync(join(await cliBundleDir(), 'cli.js'), join(ctx, 'cli.js'));
+    writeFileSync(join(ctx, 'harness-lab'), '#!/bin/sh\nexec node /opt/harness-lab/dist/cli.js "$@"\n', { mode: 0o755 });
+    writeFileSync(join(ctx, 'Dockerfile'), [`FROM ${NODE_IMAGE}`, 'COPY cli.js /opt/harness-lab/dist/cli.js', 'COPY harness-lab /usr/local/bin/harness-lab', 'LABEL harness-lab.kind=test', 'RUN harness-lab --help >/dev/null', ''].join('\n'));
+    await followProgress(docker, await docker.buildImage(tarDirectory(ctx), { t: PROXY_IMAGE, rm: true, forcerm: true }));
+  } finally {
+    rmSync(ctx, { recursive: true, force: true });
+  }
+}
+
+describe('batch submit --backend k8s from the CLI on the double', { timeout: 900_000 }, () => {
+  let docker: Docker;
+  let cluster: KubeDouble;
+  let engine: EngineInNamespace;
+  let core: k8s.CoreV1Api;
+  let batchApi: k8s.BatchV1Api;
+  const out = join(mkdtempSync(join(tmpdir(), 'hl-k8s-cli-')), 'batch');
+  const env = () => ({ KUBECONFIG: cluster.kubeconfig, HARNESS_LAB_K8S_PROXY_IMAGE: PROXY_IMAGE, HARNESS_LAB_K8S_HARNESS_FROM: 'hostPath' });
+
+  before(async () => {
+    docker = await dockerReady();
+    await buildProxyImage(docker);
+    cluster = await testCluster();
+    const kc = new k8s.KubeConfig();
+    kc.loadFromFile(cluster.kubeconfig);
+    core = kc.makeApiClient(k8s.CoreV1Api);
+    batchApi = kc.makeApiClient(k8s.BatchV1Api);
+    await core.createNamespace({ body: { metadata: { name: NS } } });
+    const policyFile = join(mkdtempSync(join(tmpdir(), 'hl-k8s-cli-policy-')), 'policy.json');
+    writeFileSync(policyFile, JSON.stringify(POLICY));
+    engine = await engineFor(cluster, NS, policyFile);
+  });
+
+  after(async () => {
+    await engine?.engine.close();
+    await cluster?.close();
+    await docker?.getImage(PROXY_IMAGE).remove({ force: true }).catch(() => undefined);
+  });
+
+  it('submit runs the group; status --json classifies both rollouts with rewards; cancel leaves nothing', async () => {
+    const task = taskCopy('hello-file', {});
+    const r = await cli(['batch', 'submit', '--tasks', task, '--harness', 'react', '--group-size', '2', '--backend', 'k8s', '--context', 'double', '--namespace', NS, '--engine-url', `${engine.url}/v1`, '--model', engine.engine.model, '--timeout', '120', '--out', out], { env: env() });
+    assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
+    // The proxy ran from the image, as `harness-lab proxy`; the Jobs came from the CLI.
+    const dep = cluster.api.requests('POST', new RegExp(`/namespaces/${NS}/deployments$`)).map((x) => x.body as k8s.V1Deployment)[0]!;
+    assert.equal(dep.spec?.template.spec?.containers[0]?.image, PROXY_IMAGE);
+    assert.equal(dep.spec?.template.spec?.containers[0]?.command?.[0], 'harness-lab');
+    const jobs = cluster.api.requests('POST', new RegExp(`/apis/batch/v1/namespaces/${NS}/jobs$`));
+    assert.equal(jobs.length, 2, 'one Job per rollout');
+
+    const st = await cli(['batch', 'status', out, '--json'], { env: env() });
+    assert.equal(st.code, 0, st.stderr);
+    const status = JSON.parse(st.stdout) as { backend: string; groups: { size: number; rewards: number[]; rollouts: { id: string; class: string; reward: number | null; duration_ms: number | null }[] }[] };
+    assert.equal(status.backend, 'k8s');
+    assert.equal(status.groups.length, 1);
+    const g = status.groups[0]!;
+    assert.equal(g.rollouts.length, 2);
+    for (const ro of g.rollouts) {
+      assert.equal(ro.class, 'completed', JSON.stringify(ro));
+      assert.equal(ro.reward, 1);
+      assert.ok((ro.duration_ms ?? 0) > 0);
+    }
+    assert.deepEqual(g.rewards, [1, 1]);
+
+    const c = await cli(['batch', 'cancel', out], { env: env() });
+    assert.equal(c.code, 0, c.stderr);
+    assert.match(c.stdout + c.stderr, /has finished/);
+    assert.equal((await batchApi.listNamespacedJob({ namespace: NS })).items.length, 0, 'no Job left');
+    const kc = new k8s.KubeConfig();
+    kc.loadFromFile(cluster.kubeconfig);
+    assert.equal((await kc.makeApiClient(k8s.AppsV1Api).listNamespacedDeployment({ namespace: NS })).items.length, 0, 'the finished batch\'s proxy Deployment was removed');
+    assert.equal((await core.listNamespacedConfigMap({ namespace: NS, labelSelector: 'harness-lab/batch' })).items.length, 0);
+    await waitFor('no pods', async () => ((await core.listNamespacedPod({ namespace: NS })).items.length === 0 ? true : undefined), 60_000);
+    await waitFor('no containers', async () => ((await cluster.node.containers()).some((x) => x.Labels['io.kubernetes.pod.namespace'] === NS) ? undefined : true), 60_000);
+  });
+});
