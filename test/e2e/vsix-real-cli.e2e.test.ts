@@ -86,7 +86,7 @@ test('installed .vsix: claude-code in a captured terminal, its calls in the tree
     await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
 
     // 1. Embedded engine with hello-file's policy, then the proxy, from the UI.
-    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
+    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
     const sessions = pane(page, /^sessions/i);
     const startEngine = sessions.locator('.welcome-view-content a.monaco-button', { hasText: 'Start Embedded Engine' });
     await startEngine.waitFor({ timeout: 30_000 });
@@ -121,9 +121,11 @@ test('installed .vsix: claude-code in a captured terminal, its calls in the tree
     await sessions.locator('.monaco-list-row[aria-level="1"]', { hasText: /captured terminal · \d+ calls? · 1 in flight/ }).first().waitFor({ timeout: 30_000 });
     await shot(page, '02-call-in-flight');
     const deadline = Date.now() + 420_000;
-    while (!existsSync(exitFile) && Date.now() < deadline) await sleep(500);
+    // The shell creates the file before `echo` writes it: wait for the whole status line.
+    const exited = () => existsSync(exitFile) && /^\d+\n$/.test(readFileSync(exitFile, 'utf8'));
+    while (!exited() && Date.now() < deadline) await sleep(500);
     await shot(page, '03-claude-done');
-    assert.ok(existsSync(exitFile), `claude-code in the captured terminal did not finish: ${existsSync(outFile) ? readFileSync(outFile, 'utf8').slice(-2000) : 'no output'}`);
+    assert.ok(exited(), `claude-code in the captured terminal did not finish: ${existsSync(outFile) ? readFileSync(outFile, 'utf8').slice(-2000) : 'no output'}`);
     assert.equal(readFileSync(exitFile, 'utf8').trim(), '0', `claude-code failed: ${readFileSync(outFile, 'utf8').slice(-2000)}`);
     assert.equal(readFileSync(join(cliDir, 'hello.txt'), 'utf8'), 'Hello, world!', 'claude-code wrote hello.txt through the captured proxy');
 
