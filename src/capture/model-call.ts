@@ -182,6 +182,8 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     replyError(res, dialect, error.status, error.message, keepalive);
   };
 
+  const activity = { session_id: session.id, index, started_at: base.started_at };
+  deps.sessions.noteCallActivity({ ...activity, state: 'started' });
   try {
     let engineReply;
     try {
@@ -238,5 +240,6 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   } finally {
     keepalive?.stop();
     res.off('close', onClose);
+    deps.sessions.noteCallActivity({ ...activity, state: 'ended' });
   }
 }

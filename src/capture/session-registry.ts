@@ -43,6 +43,14 @@ export interface ResidentLimits {
 const DEFAULT_RESIDENT_SESSIONS = 64;
 const DEFAULT_RESIDENT_BYTES = 512 * 1024 * 1024;
 
+/** A model call going to the engine (`started`) or over, answered or failed (`ended`, after its record). */
+export interface CallActivity {
+  session_id: string;
+  index: number;
+  started_at: string;
+  state: 'started' | 'ended';
+}
+
 export class SessionExistsError extends Error {
   constructor(id: string) {
     super(`session ${id} already exists`);
@@ -82,6 +90,9 @@ export class SessionRegistry {
   readonly onDidRecordCall = this.recordEmitter.event;
   /** Fires when a session is created or deleted. */
   readonly onDidChange = this.changeEmitter.event;
+  private readonly activityEmitter = new Emitter<CallActivity>();
+  /** Fires when a call starts and ends, so live views can show the calls the engine is still working on. */
+  readonly onDidChangeCallActivity = this.activityEmitter.event;
 
   private constructor(
     private readonly defaults: SessionDefaults | undefined,
@@ -323,9 +334,15 @@ export class SessionRegistry {
     this.recordEmitter.fire(record);
   }
 
+  /** model-call.ts reports each call's start and end here; nothing is stored. */
+  noteCallActivity(activity: CallActivity): void {
+    this.activityEmitter.fire(activity);
+  }
+
   /** Stops events and waits for queued appends to land. */
   async close(): Promise<void> {
     this.recordEmitter.dispose();
+    this.activityEmitter.dispose();
     this.changeEmitter.dispose();
     await this.store?.close();
   }

@@ -12,11 +12,11 @@ import { CaptureStore } from '../capture/store.js';
 import type { CallRecord, CaptureLevel } from '../capture/types.js';
 import { Disposable, toDisposable, type IDisposable } from './lifecycle.js';
 import { NotConfiguredError, SET_ENGINE_URL, START_PROXY } from './not-configured.js';
-import type { SessionRow, SessionSource } from './sessions-model.js';
+import { InFlightCalls, type InFlightCall, type SessionRow, type SessionSource } from './sessions-model.js';
 import type { HarnessLabSettings } from './settings.js';
 
 /** The part of a SessionRegistry the extension uses: the running proxy's, or the data dir's read-only. */
-export type SessionsLike = Pick<SessionRegistry, 'create' | 'list' | 'calls' | 'delete' | 'rollout' | 'onDidRecordCall' | 'onDidChange'>;
+export type SessionsLike = Pick<SessionRegistry, 'create' | 'list' | 'calls' | 'delete' | 'rollout' | 'onDidRecordCall' | 'onDidChange'> & Partial<Pick<SessionRegistry, 'onDidChangeCallActivity'>>;
 
 /** The part of CaptureProxy the extension uses. */
 export interface ProxyLike {
@@ -84,6 +84,7 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
   private proxy: P | undefined;
   private model: string | undefined;
   private proxySubs: IDisposable[] = [];
+  private readonly inFlightCalls = new InFlightCalls();
   private storedCache: SessionRegistry | undefined;
   private dataDir: string | undefined;
   private readonly engines = new Map<string, EngineStatus>();
@@ -159,6 +160,7 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
           this.proxySubs = [
             proxy.sessions.onDidRecordCall((rec) => this.onCall(settings.engineUrl, rec)),
             proxy.sessions.onDidChange(() => this.dataEmitter.fire(undefined)),
+            ...(proxy.sessions.onDidChangeCallActivity ? [proxy.sessions.onDidChangeCallActivity((a) => this.inFlightCalls.note(a) && this.dataEmitter.fire(undefined))] : []),
           ];
           this.setState({ kind: 'running', url: proxy.url, port: proxy.port });
           this.dataEmitter.fire(undefined);
@@ -207,6 +209,7 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
     const proxy = this.proxy;
     this.proxy = undefined;
     for (const sub of this.proxySubs.splice(0)) sub.dispose();
+    this.inFlightCalls.clear();
     if (!proxy) {
       if (this._state.kind !== 'stopped') this.setState({ kind: 'stopped' });
       return;
@@ -271,6 +274,10 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
 
   getCalls(sessionId: string): CallRecord[] {
     return this.sessions()?.calls(sessionId) ?? [];
+  }
+
+  inFlight(sessionId: string): InFlightCall[] {
+    return this.running ? this.inFlightCalls.of(sessionId) : [];
   }
 
   /** Deletes from the live proxy, or from the store while stopped. */

@@ -1,5 +1,6 @@
 // The Sessions tree as plain data: session -> calls, with the labels, descriptions, tooltips and
 // context values the view shows. The vscode TreeDataProvider only maps these nodes to TreeItems.
+import type { CallActivity } from '../capture/session-registry.js';
 import type { CallRecord, CaptureLevel } from '../capture/types.js';
 
 export interface SessionRow {
@@ -16,6 +17,33 @@ export interface SessionRow {
 export interface SessionSource {
   listSessions(): SessionRow[];
   getCalls(sessionId: string): CallRecord[];
+  /** Calls the engine is still working on (a live proxy only). */
+  inFlight?(sessionId: string): InFlightCall[];
+}
+
+/** A call sent to the engine and not yet answered. */
+export type InFlightCall = Omit<CallActivity, 'state'>;
+
+/** The calls in flight, kept from the registry's start/end events. */
+export class InFlightCalls {
+  private readonly calls = new Map<string, InFlightCall>();
+
+  /** Applies one event; true when the set changed. */
+  note(activity: CallActivity): boolean {
+    const key = `${activity.session_id}#${activity.index}`;
+    if (activity.state === 'ended') return this.calls.delete(key);
+    const { state: _state, ...call } = activity;
+    this.calls.set(key, call);
+    return true;
+  }
+
+  of(sessionId: string): InFlightCall[] {
+    return [...this.calls.values()].filter((c) => c.session_id === sessionId).sort((a, b) => a.index - b.index);
+  }
+
+  clear(): void {
+    this.calls.clear();
+  }
 }
 
 export type CallStatus = 'ok' | 'error';
@@ -29,6 +57,18 @@ export interface SessionNode {
   tooltip: string;
   contextValue: 'harnessLab.session';
   nCalls: number;
+  nInFlight: number;
+}
+
+export interface InFlightNode {
+  kind: 'inflight';
+  id: string;
+  sessionId: string;
+  index: number;
+  label: string;
+  description: string;
+  tooltip: string;
+  contextValue: 'harnessLab.inFlightCall';
 }
 
 export interface CallNode {
@@ -44,7 +84,7 @@ export interface CallNode {
   captureLevel: CaptureLevel;
 }
 
-export type SessionsTreeNode = SessionNode | CallNode;
+export type SessionsTreeNode = SessionNode | CallNode | InFlightNode;
 
 /** What this call's record can be used for (capture-protocol 9.5): ids + aligned logprobs = tokens. */
 export function callCaptureLevel(rec: Pick<CallRecord, 'prompt_token_ids' | 'completion_token_ids' | 'logprobs'>): CaptureLevel {
@@ -105,12 +145,27 @@ export function callNode(rec: CallRecord): CallNode {
   };
 }
 
-export function sessionNode(row: SessionRow, calls?: readonly CallRecord[]): SessionNode {
+/** A call the engine is still working on, shown after the session's recorded calls. */
+export function inFlightNode(call: InFlightCall): InFlightNode {
+  return {
+    kind: 'inflight',
+    id: `inflight:${call.session_id}:${call.index}`,
+    sessionId: call.session_id,
+    index: call.index,
+    label: `#${call.index} calling engine…`,
+    description: `since ${shortTime(call.started_at)}`,
+    tooltip: `Call #${call.index} in session ${call.session_id}: sent to the engine at ${call.started_at}, not answered yet`,
+    contextValue: 'harnessLab.inFlightCall',
+  };
+}
+
+export function sessionNode(row: SessionRow, calls?: readonly CallRecord[], inFlight: readonly InFlightCall[] = []): SessionNode {
   const n = calls?.length ?? row.n_calls;
   const errors = calls?.filter((c) => c.error).length ?? 0;
   const label = typeof row.metadata?.label === 'string' && row.metadata.label ? row.metadata.label : row.session_id;
   const origin = sessionOrigin(row.metadata);
   const parts = [...(origin ? [origin] : []), `${n} call${n === 1 ? '' : 's'}`];
+  if (inFlight.length) parts.push(`${inFlight.length} in flight`);
   if (errors) parts.push(`${errors} failed`);
   parts.push(shortTime(row.created_at));
   return {
@@ -119,9 +174,10 @@ export function sessionNode(row: SessionRow, calls?: readonly CallRecord[]): Ses
     sessionId: row.session_id,
     label,
     description: parts.join(' · '),
-    tooltip: [`Session ${row.session_id}`, ...(origin ? [`From ${origin}`] : []), `Created ${row.created_at}`, ...(row.model ? [`Model ${row.model}`] : []), `${n} calls, ${errors} failed`].join('\n'),
+    tooltip: [`Session ${row.session_id}`, ...(origin ? [`From ${origin}`] : []), `Created ${row.created_at}`, ...(row.model ? [`Model ${row.model}`] : []), `${n} calls, ${errors} failed${inFlight.length ? `, ${inFlight.length} in flight` : ''}`].join('\n'),
     contextValue: 'harnessLab.session',
     nCalls: n,
+    nInFlight: inFlight.length,
   };
 }
 
@@ -147,6 +203,12 @@ function shortTime(iso: string): string {
   return d.toISOString().slice(11, 19);
 }
 
+/** In-flight calls without a record yet: a recorded call is no longer in flight, even before its end event. */
+function pendingCalls(src: SessionSource, sessionId: string, calls: readonly CallRecord[]): InFlightCall[] {
+  const recorded = new Set(calls.map((c) => c.index));
+  return (src.inFlight?.(sessionId) ?? []).filter((c) => !recorded.has(c.index));
+}
+
 /** The tree, newest session first, calls in arrival order. */
 export class SessionsTreeModel {
   constructor(private readonly source: () => SessionSource | undefined) {}
@@ -156,15 +218,19 @@ export class SessionsTreeModel {
     if (!src) return [];
     return [...src.listSessions()]
       .sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : a.session_id.localeCompare(b.session_id)))
-      .map((row) => sessionNode(row, src.getCalls(row.session_id)));
+      .map((row) => {
+        const calls = src.getCalls(row.session_id);
+        return sessionNode(row, calls, pendingCalls(src, row.session_id, calls));
+      });
   }
 
   children(node?: SessionsTreeNode): SessionsTreeNode[] {
     if (!node) return this.roots();
-    if (node.kind === 'call') return [];
+    if (node.kind !== 'session') return [];
     const src = this.source();
     if (!src) return [];
-    return [...src.getCalls(node.sessionId)].sort((a, b) => a.index - b.index).map(callNode);
+    const calls = [...src.getCalls(node.sessionId)].sort((a, b) => a.index - b.index);
+    return [...calls.map(callNode), ...pendingCalls(src, node.sessionId, calls).map(inFlightNode)];
   }
 
   parentOf(node: SessionsTreeNode): SessionNode | undefined {

@@ -53,6 +53,8 @@ export class SessionsView extends Disposable implements vscode.TreeDataProvider<
     item.contextValue = node.contextValue;
     if (node.kind === 'session') {
       item.iconPath = new vscode.ThemeIcon('history');
+    } else if (node.kind === 'inflight') {
+      item.iconPath = new vscode.ThemeIcon('loading~spin');
     } else {
       item.iconPath =
         node.status === 'error'

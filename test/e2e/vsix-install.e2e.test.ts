@@ -7,12 +7,13 @@
 // Screenshots: test-artifacts/e2e/vsix-*.png.
 import * as assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { chromiumPath, codeServerBin, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
+import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
+import { packageAndInstallVsix } from './vsix-install.js';
 
 const ROOT = resolve(__dirname, '..', '..');
 const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
@@ -59,25 +60,8 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
   for (const f of readdirSync(ARTIFACTS)) if (/^vsix-.*\.png$/.test(f)) rmSync(join(ARTIFACTS, f)); // an earlier run's
   stateDir = mkdtempSync(join(tmpdir(), 'hl-vsix-'));
 
-  // 1. The package, as `npm run package` makes it, from the dist/ that `npm test` built first:
-  // rebuilding dist/ in place here would race with the tests running dist/cli.js beside this one.
-  const vsix = join(stateDir, 'harness-lab-linux-x64.vsix');
-  const packed = spawnSync(process.execPath, ['scripts/package-vsix.mjs', '--target', 'linux-x64', '--out', vsix, '--no-build'], { cwd: ROOT, encoding: 'utf8' });
-  assert.equal(packed.status, 0, `packaging failed:\n${packed.stdout}\n${packed.stderr}`);
-
-  // 2. Installed the way a user installs a downloaded .vsix.
-  const home = join(stateDir, 'home');
-  mkdirSync(home, { recursive: true });
-  const installed = spawnSync(codeServerBin(), ['--user-data-dir', join(stateDir, 'user-data'), '--extensions-dir', join(stateDir, 'extensions'), '--install-extension', vsix], {
-    encoding: 'utf8',
-    env: { ...process.env, HOME: home, XDG_CONFIG_HOME: join(home, '.config'), XDG_DATA_HOME: join(home, '.local', 'share') },
-  });
-  assert.equal(installed.status, 0, `--install-extension failed:\n${installed.stdout}\n${installed.stderr}`);
-  const extDir = readdirSync(join(stateDir, 'extensions')).find((d) => d.startsWith('harness-lab.harness-lab-') || d.includes('harness-lab'));
-  assert.ok(extDir, `no extension folder in ${join(stateDir, 'extensions')}`);
-  for (const f of ['dist/extension.js', 'dist/cli.js', 'dist/react-harness.js', 'node_modules/node-llama-cpp/package.json', 'node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/llama-addon.node']) {
-    assert.ok(existsSync(join(stateDir, 'extensions', extDir, f)), `the installed extension lacks ${f}`);
-  }
+  // 1-2. The package, exactly as `npm run package` makes it, installed as a user installs a .vsix.
+  packageAndInstallVsix(stateDir);
 
   const workspace = join(stateDir, 'workspace');
   mkdirSync(join(workspace, 'tasks'), { recursive: true });
