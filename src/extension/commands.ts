@@ -159,7 +159,7 @@ async function openCapturedTerminal(host: CommandHost): Promise<{ sessionId: str
   const settings = currentSettings();
   const codexHome = join(host.controller.resolveDataDir(settings), 'codex-home', info.session_id);
   const configDir = join(host.controller.resolveDataDir(settings), 'harness-config', info.session_id);
-  const target: CaptureTarget = { ...captureTarget(proxy, key, info.model), codexHome, configDir };
+  const target: CaptureTarget = { ...captureTarget(proxy, key, info.model), sessionId: info.session_id, codexHome, configDir };
   mkdirSync(codexHome, { recursive: true });
   writeFileSync(join(codexHome, 'config.toml'), codexConfigToml(target));
   // OpenClaw and Continue read the proxy only from a config file.

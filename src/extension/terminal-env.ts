@@ -16,8 +16,10 @@ import { continueConfig, opencodeConfig, openclawConfig } from '../harness/wirin
 export interface CaptureTarget {
   /** Proxy base URL without a trailing slash, e.g. http://127.0.0.1:41234 */
   proxyUrl: string;
-  /** The session id; harnesses present it as their API key. */
+  /** The key harnesses present as their API key (a minted key, or the session id for an unkeyed session). */
   sessionKey: string;
+  /** The session's id, when it differs from its key: what the Sessions tree and exports name. */
+  sessionId?: string;
   /** Model name to announce to harnesses that need one (the proxy maps it to the engine's). */
   model?: string;
   /** A CODEX_HOME prepared with `codexConfigToml` for this session, if any. */
@@ -65,7 +67,8 @@ export function capturedTerminalEnv(target: CaptureTarget, inherited: { NO_PROXY
   const noProxy = withLoopbackNoProxy(inherited.NO_PROXY ?? inherited.no_proxy);
   const env: Record<string, string> = {
     HARNESS_LAB_PROXY_URL: url,
-    HARNESS_LAB_SESSION: key,
+    HARNESS_LAB_SESSION: target.sessionId ?? key,
+    HARNESS_LAB_SESSION_KEY: key,
     [CODEX_KEY_VAR]: key,
     OPENAI_BASE_URL: `${url}/v1`,
     OPENAI_API_BASE: `${url}/v1`,

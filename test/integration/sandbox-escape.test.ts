@@ -248,8 +248,10 @@ describe('sandbox escapes', { concurrency: false }, () => {
         noNetwork: true,
       });
       const tried = report.attempts.map((a) => a.name);
-      const siblings = members.filter((m) => m !== attempt.session_id).length + 1;
-      assert.equal(tried.filter((n) => /^GET sibling \d+ calls \(no key\)$/.test(n)).length, siblings, `member ${s.member} tried each sibling but itself`);
+      // The member holds a minted key, not its session id, so the probe cannot tell its own id from a
+      // sibling's and tries every member and the earlier session: each must be refused all the same.
+      const siblings = members.length + 1;
+      assert.equal(tried.filter((n) => /^GET sibling \d+ calls \(no key\)$/.test(n)).length, siblings, `member ${s.member} tried every session id of the batch`);
       // Its own session holds its two probe calls and the harness's own, none of the sibling's.
       const own = readFileSync(join(plan.dir, 'capture', 'sessions', `${attempt.session_id}.jsonl`), 'utf8');
       assert.equal((own.match(/escape probe: say anything/g) ?? []).length >= 2, true, 'its own probe calls were captured in its own session');

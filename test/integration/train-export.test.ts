@@ -183,9 +183,13 @@ function corrupt(label: string, rollout: string, callIndex: number, edit: (c: Ca
     .split('\n')
     .map((line) => {
       if (!line) return line;
-      const obj = JSON.parse(line) as { type: string } & CallRecord;
+      const obj = JSON.parse(line) as { type: string; enc?: { p?: unknown } } & CallRecord;
       if (obj.type !== 'call' || obj.index !== callIndex) return line;
+      const prompt = JSON.stringify(obj.prompt_token_ids);
       edit(obj);
+      // A stored call may hold its prompt as a suffix of an earlier call's (call-codec.ts): an edit of
+      // the prompt makes the stored list the whole one.
+      if (JSON.stringify(obj.prompt_token_ids) !== prompt && obj.enc) delete obj.enc.p;
       callId = obj.call_id;
       return JSON.stringify(obj);
     })
