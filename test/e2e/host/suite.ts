@@ -73,7 +73,7 @@ export async function run(): Promise<void> {
   const state = api.state;
   assert.equal(state.kind, 'running');
   assert.match(clip, new RegExp(`^export ANTHROPIC_BASE_URL=${(state.kind === 'running' ? state.url : '').replace(/[.]/g, '\\.')}$`, 'm'), `clipboard: ${clip}`);
-  assert.match(clip, /^export ANTHROPIC_API_KEY=s[0-9a-f]+$/m);
+  assert.match(clip, /^export ANTHROPIC_API_KEY=hlk-[A-Za-z0-9_-]+$/m, "the snippet carries the session's minted key");
   assert.doesNotMatch(clip, /OPENAI_BASE_URL|GEMINI/, 'only the chosen dialect was copied');
   log('clipboard holds the Anthropic snippet of the new session');
 
