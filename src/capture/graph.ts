@@ -140,6 +140,8 @@ export class RolloutGraph {
   private ordered: GraphNode[] | null = null;
   /** The node that arrived last so far (by arrival order, not by add order). */
   private latest: GraphNode | null = null;
+  /** Token nodes whose reply had reasoning: the only possible parents across stripped reasoning (a scan of every node per root made long sessions quadratic). */
+  private readonly reasoningParents: GraphNode[] = [];
 
   constructor(opts: RolloutGraphOptions = {}) {
     this.captureLevel = opts.captureLevel ?? 'tokens';
@@ -170,6 +172,7 @@ export class RolloutGraph {
     if (existing) return existing;
     const node = new GraphNode(record, this.captureLevel);
     this.byId.set(node.node_id, node);
+    if (node.response_message && reasoningText(node.response_message)) this.reasoningParents.push(node);
     this.ordered = null;
     if (node.domain === 'tokens') {
       node.tok = this.link(this.tokTrie, node, new Seq(node.prompt_ids, node.sampled_ids), true, (n) => n.tok);
@@ -249,13 +252,14 @@ export class RolloutGraph {
     if (isLatest) this.latest = node;
     const canParentLater = !isLatest && Boolean(reasoningText(node.response_message ?? { role: 'assistant' }));
     if (node.parent !== null && !canParentLater) return;
-    const candidates = [...this.byId.values()].filter((n) => n !== node && n.domain === 'tokens');
     if (node.parent === null) {
       let best: GraphNode | null = null;
-      for (const p of candidates) if (continuesAcrossReasoning(node, p) && (best === null || p.prompt_ids.length > best.prompt_ids.length)) best = p;
+      for (const p of this.reasoningParents) if (p !== node)
+        if (continuesAcrossReasoning(node, p) && (best === null || p.prompt_ids.length > best.prompt_ids.length)) best = p;
       if (best) linkContinuation(node, best);
     }
     if (!canParentLater) return;
+    const candidates = [...this.byId.values()].filter((n) => n !== node && n.domain === 'tokens');
     for (const x of candidates) {
       if (x.parent !== null && !x.continuation) continue;
       if (x.continuation && x.parent && x.parent.prompt_ids.length >= node.prompt_ids.length) continue;

@@ -34,9 +34,16 @@ function argsKey(name: string, args: unknown): string {
 }
 
 /** The ids the proxy answered with, earliest first, by (name, canonical arguments). */
+/**
+ * How far back the ids are looked for. A harness replays the ids of its own recent turns; scanning a
+ * whole long session on every call made the cost quadratic in its length (10,000 fuzzed calls took
+ * minutes).
+ */
+export const ID_LOOKBACK_CALLS = 256;
+
 function answeredIds(previous: readonly CallRecord[]): Map<string, string[]> {
   const byKey = new Map<string, string[]>();
-  for (const record of previous) {
+  for (const record of previous.slice(-ID_LOOKBACK_CALLS)) {
     for (const call of record.engine_response?.choices?.[0]?.message?.tool_calls ?? []) {
       if (!call?.id || !call.function?.name) continue;
       const key = argsKey(call.function.name, call.function.arguments);
