@@ -162,7 +162,8 @@ export class DockerRuntime implements SandboxRuntime {
       t: tag,
       rm: true,
       forcerm: true,
-      networkmode: 'host',
+      // Docker's default bridge, never the host's network: a task's RUN step may fetch packages, but it
+      // must not reach what listens on the host's loopback (the capture's admin routes, the engine).
       labels: JSON.stringify({ [LABEL.kind]: 'task', [LABEL.task]: task.name }),
     } as object);
     let timer: NodeJS.Timeout | undefined;
