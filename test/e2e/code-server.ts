@@ -124,3 +124,22 @@ export async function runCommand(page: import('playwright-core').Page, title: st
   await page.locator('.quick-input-list .monaco-list-row', { hasText: title }).first().waitFor({ timeout: 10_000 });
   await page.keyboard.press('Enter');
 }
+
+/**
+ * Right-clicks `row` and picks `label` from its context menu. The workbench ignores a click that lands
+ * right after its context menu opened, and a tree that re-renders can close the menu: so wait before
+ * clicking, and open the menu again (up to three times) while it is still showing.
+ */
+export async function pickFromContextMenu(page: import('playwright-core').Page, row: import('playwright-core').Locator, label: string): Promise<void> {
+  const item = page.locator('.monaco-menu .action-label', { hasText: label });
+  for (let attempt = 1; ; attempt++) {
+    await row.click({ button: 'right' });
+    await item.first().waitFor({ timeout: 10_000 });
+    await new Promise((r) => setTimeout(r, 400));
+    await item.first().click({ timeout: 10_000 }).catch(() => undefined);
+    const closed = await page.locator('.monaco-menu').first().waitFor({ state: 'hidden', timeout: 3_000 }).then(() => true, () => false);
+    if (closed) return;
+    if (attempt >= 3) throw new Error(`the context menu item "${label}" did not run after ${attempt} tries`);
+    await page.keyboard.press('Escape');
+  }
+}

@@ -19,7 +19,7 @@ import { build } from 'esbuild';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { TrainingTraceSchema } from '../../src/capture/trace.js';
 import { startFakeEngine, type FakeEngine } from '../../src/engine/fake-engine.js';
-import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
+import { chromiumPath, launchCodeServer, missingPrerequisite, pickFromContextMenu, runCommand, type CodeServer } from './code-server.js';
 
 const ROOT = resolve(__dirname, '..', '..');
 const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
@@ -315,11 +315,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
 
     // Context menu -> Export Session: the browser save dialog proposes <workspace>/<session>.jsonl.
     const exported = join(workspace, `${result.session}.jsonl`);
-    await pane.locator('.monaco-list-row', { hasText: result.session ?? '' }).first().click({ button: 'right' });
-    const exportItem = page.locator('.monaco-menu .action-label', { hasText: 'Export Session (TrainingTrace JSONL)' });
-    await exportItem.waitFor({ timeout: 10_000 });
-    await sleep(400); // the workbench ignores a click that lands right after its context menu opened
-    await exportItem.click();
+    await pickFromContextMenu(page, pane.locator('.monaco-list-row', { hasText: result.session ?? '' }).first(), 'Export Session (TrainingTrace JSONL)');
     await page.locator('.quick-input-widget input.input:visible').waitFor({ timeout: 15_000 });
     await page.keyboard.press('Enter');
     const deadline3 = Date.now() + 20_000;

@@ -12,7 +12,7 @@ import { after, test } from 'node:test';
 import { chromium, type Browser, type FrameLocator, type Page } from 'playwright-core';
 import { generateRollout } from '../../bench/rollout-generator.js';
 import { startFakeEngine, type FakeEngine } from '../../src/engine/fake-engine.js';
-import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
+import { chromiumPath, launchCodeServer, missingPrerequisite, pickFromContextMenu, runCommand, type CodeServer } from './code-server.js';
 
 const ROOT = resolve(__dirname, '..', '..');
 const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
@@ -77,13 +77,14 @@ test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { t
     await page.screenshot({ path: join(ARTIFACTS, 'viewer-00-no-session.png') });
     throw err;
   });
-  await row.click({ button: 'right' });
-  await page.locator('.monaco-menu .action-label', { hasText: 'Open Rollout Viewer' }).click({ timeout: 10_000 });
+  await pickFromContextMenu(page, row, 'Open Rollout Viewer');
 
   const frame = viewerFrame(page);
   const counts = frame.locator('[data-testid="counts"]');
-  await counts.waitFor({ timeout: 150_000 });
-  mkdirSync(ARTIFACTS, { recursive: true });
+  await counts.waitFor({ timeout: 150_000 }).catch(async (err: unknown) => {
+    await page.screenshot({ path: join(ARTIFACTS, 'viewer-00-no-counts.png') });
+    throw err;
+  });
   await page.screenshot({ path: join(ARTIFACTS, 'viewer-01-opened.png') });
   const byIndex = [...records].sort((a, b) => a.index - b.index);
   assert.equal(await frame.locator('.graph-row').count(), byIndex.length);
@@ -122,11 +123,7 @@ test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { t
   await call('second');
   const liveRow = sessionRow(LIVE);
   await liveRow.waitFor({ timeout: 30_000 });
-  await liveRow.click({ button: 'right' });
-  const openItem = page.locator('.monaco-menu .action-label', { hasText: 'Open Rollout Viewer' });
-  await openItem.waitFor({ timeout: 10_000 });
-  await new Promise((r) => setTimeout(r, 400)); // the workbench ignores a click right after its context menu opened
-  await openItem.click();
+  await pickFromContextMenu(page, liveRow, 'Open Rollout Viewer');
   await page.locator('.tab', { hasText: `Rollout ${LIVE}` }).waitFor({ timeout: 20_000 });
   const live = viewerFrame(page);
   await live.locator('.graph-row').nth(1).waitFor({ timeout: 150_000 }).catch(async (err: unknown) => {
