@@ -1,7 +1,7 @@
 // Child processes for the benchmarks: start one, wait for the line that says where it listens,
 // watch its memory and CPU through /proc, and stop it (only the processes we started, by pid).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, readFileSync } from 'node:fs';
+import { createWriteStream, readFileSync, readdirSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { createInterface } from 'node:readline';
 
@@ -105,10 +105,49 @@ export function cpuMs(pid: number): number | undefined {
   }
 }
 
+/**
+ * CPU ms of each live thread of a process, summed by thread name (`node` is the main thread and
+ * unnamed workers, `libuv-worker` the thread pool, `iou-wrk-*` io_uring workers), split into user and
+ * system time. Linux only; empty elsewhere.
+ */
+export function threadCpuMs(pid: number): Map<string, { user: number; sys: number }> {
+  const out = new Map<string, { user: number; sys: number }>();
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return out;
+  }
+  for (const tid of tids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')).replace(/\d+$/, '');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const key = tid === String(pid) ? 'main' : name;
+      const t = out.get(key) ?? { user: 0, sys: 0 };
+      t.user += Number(fields[11]) * 10;
+      t.sys += Number(fields[12]) * 10;
+      out.set(key, t);
+    } catch {
+      // the thread ended meanwhile
+    }
+  }
+  return out;
+}
+
+export interface WatchedProcessStats {
+  rssPeakBytes: number;
+  rssStartBytes: number;
+  cpuMs: number;
+  /** CPU ms per thread name over the run (threads that ended meanwhile are missing). */
+  threadCpuMs: Record<string, { user: number; sys: number }>;
+}
+
 /** Samples a process's RSS every `intervalMs`; `stop()` returns the peak and the CPU used meanwhile. */
-export function watchProcess(pid: number, intervalMs = 100): { stop(): { rssPeakBytes: number; rssStartBytes: number; cpuMs: number } } {
+export function watchProcess(pid: number, intervalMs = 100): { stop(): WatchedProcessStats } {
   const rssStart = rssBytes(pid) ?? 0;
   const cpuStart = cpuMs(pid) ?? 0;
+  const threadsStart = threadCpuMs(pid);
   let peak = rssStart;
   const timer = setInterval(() => {
     peak = Math.max(peak, rssBytes(pid) ?? 0);
@@ -117,7 +156,12 @@ export function watchProcess(pid: number, intervalMs = 100): { stop(): { rssPeak
     stop() {
       clearInterval(timer);
       peak = Math.max(peak, rssBytes(pid) ?? 0);
-      return { rssPeakBytes: peak, rssStartBytes: rssStart, cpuMs: (cpuMs(pid) ?? cpuStart) - cpuStart };
+      const threads: Record<string, { user: number; sys: number }> = {};
+      for (const [name, t] of threadCpuMs(pid)) {
+        const before = threadsStart.get(name) ?? { user: 0, sys: 0 };
+        threads[name] = { user: t.user - before.user, sys: t.sys - before.sys };
+      }
+      return { rssPeakBytes: peak, rssStartBytes: rssStart, cpuMs: (cpuMs(pid) ?? cpuStart) - cpuStart, threadCpuMs: threads };
     },
   };
 }

@@ -17,7 +17,13 @@ import { fmtMs, fmtRatio, formatTable, totalCount, type LatencySummary } from '.
 
 const ROOT = join(__dirname, '..');
 
-export const TARGETS = { sessions: 1000, maxAddedRatio: 1.5, maxHealthP99Ms: 100 } as const;
+/**
+ * sessions: where the latency ratios are judged (or the top level, if a run stops below it);
+ * maxAddedRatio / maxAddedP99Ratio: proxy added p50 / p99 over the pass-through's; maxCpuRatio: the
+ * proxy's CPU time per call over the pass-through's (judged at the same level); errors must be zero
+ * at every level, up to `errorFreeSessions` in a full run.
+ */
+export const TARGETS = { sessions: 1000, maxAddedRatio: 1.5, maxAddedP99Ratio: 2, maxCpuRatio: 1.5, maxHealthP99Ms: 100, errorFreeSessions: 2000 } as const;
 
 export interface ProxyLoadOptions {
   levels: number[];
@@ -47,6 +53,10 @@ interface ProcessStats {
   rss_start_mb: number;
   rss_peak_mb: number;
   cpu_ms: number;
+  /** CPU ms per answered call (all threads, user + system). */
+  cpu_ms_per_call: number;
+  /** CPU ms per thread name, per round on average: where the time went (main loop, thread pool, io_uring, acceptor). */
+  cpu_ms_by_thread: Record<string, { user: number; sys: number }>;
 }
 
 export interface AddedLatency {
@@ -66,6 +76,8 @@ export interface LevelReport {
   added: AddedLatency;
   /** The same over calls after each session's first (connections already open). */
   added_later_turns: AddedLatency;
+  /** Proxy CPU per call over the pass-through's. */
+  cpu_ratio: number;
   health_p50_ms: number;
   health_p99_ms: number;
   proxy_rss_peak_mb: number;
@@ -221,9 +233,9 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
       const level = evaluate(
         sessions,
         mergeLoadResults(runs.direct),
-        { ...mergeLoadResults(runs.passthrough), process: procStats(ptStats) },
-        { ...mergeLoadResults(runs.proxy), process: procStats(pxStats), stored_calls: stored },
-        o.quick ? null : top,
+        withProcess(mergeLoadResults(runs.passthrough), ptStats),
+        { ...withProcess(mergeLoadResults(runs.proxy), pxStats), stored_calls: stored },
+        o.quick ? null : latencyLevel(o.levels),
       );
       levels.push(level);
       o.log(`[${sessions}] ${level.pass ? 'ok' : `FAIL: ${level.failures.join('; ')}`}`);
@@ -235,7 +247,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
       started_at,
       host: { cpus: cpus().length, node: process.version, platform: `${process.platform}-${process.arch}`, nofile_limit: limit, load_1m_start: round2(loadStart), load_1m_end: round2(loadavg()[0]!) },
       config: { levels: o.levels, turns: o.turns, rounds: o.rounds, thinkMs: o.thinkMs, rampMs: o.rampMs, systemBytes: o.systemBytes, streamShare: o.streamShare, quick: o.quick, profile: o.profile, proxyFromSource: o.proxyFromSource, proxyNodeArgs: o.proxyNodeArgs, nice: o.nice },
-      targets: { ...TARGETS, latency_evaluated_at: o.quick ? null : top },
+      targets: { ...TARGETS, latency_evaluated_at: o.quick ? null : latencyLevel(o.levels) },
       levels,
       pass: failures.length === 0,
       failures,
@@ -251,12 +263,35 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
 
 type WatchStats = ReturnType<ReturnType<typeof watchProcess>['stop']>;
 
-/** Over several rounds: the highest peak, the lowest start, CPU per round on average. */
-function procStats(rounds: WatchStats[]): ProcessStats {
+/** The level the latency and CPU ratios are judged at: TARGETS.sessions if the run has it, else its top level. */
+function latencyLevel(levels: number[]): number {
+  return levels.includes(TARGETS.sessions) ? TARGETS.sessions : Math.max(...levels);
+}
+
+/** Over several rounds: the highest peak, the lowest start, CPU per round on average, CPU per answered call. */
+function withProcess<T extends LoadResult>(result: T, rounds: WatchStats[]): T & { process: ProcessStats } {
+  const cpuTotal = rounds.reduce((sum, s) => sum + s.cpuMs, 0);
+  const byThread: Record<string, { user: number; sys: number }> = {};
+  for (const s of rounds) {
+    for (const [name, t] of Object.entries(s.threadCpuMs)) {
+      const acc = (byThread[name] ??= { user: 0, sys: 0 });
+      acc.user += t.user / rounds.length;
+      acc.sys += t.sys / rounds.length;
+    }
+  }
+  for (const t of Object.values(byThread)) {
+    t.user = Math.round(t.user);
+    t.sys = Math.round(t.sys);
+  }
   return {
-    rss_start_mb: mb(Math.min(...rounds.map((s) => s.rssStartBytes))),
-    rss_peak_mb: mb(Math.max(...rounds.map((s) => s.rssPeakBytes))),
-    cpu_ms: Math.round(rounds.reduce((sum, s) => sum + s.cpuMs, 0) / rounds.length),
+    ...result,
+    process: {
+      rss_start_mb: mb(Math.min(...rounds.map((s) => s.rssStartBytes))),
+      rss_peak_mb: mb(Math.max(...rounds.map((s) => s.rssPeakBytes))),
+      cpu_ms: Math.round(cpuTotal / rounds.length),
+      cpu_ms_per_call: Math.round((cpuTotal / Math.max(1, result.calls_ok)) * 1000) / 1000,
+      cpu_ms_by_thread: byThread,
+    },
   };
 }
 
@@ -275,6 +310,7 @@ function addedLatency(direct: LatencySummary, pt: LatencySummary, px: LatencySum
  */
 function evaluate(sessions: number, direct: LoadResult, pt: LevelReport['passthrough'], px: LevelReport['proxy'], latencyLevel: number | null): LevelReport {
   const added = addedLatency(direct.latency, pt.latency, px.latency);
+  const cpuRatio = Math.round((px.process.cpu_ms_per_call / Math.max(0.001, pt.process.cpu_ms_per_call)) * 100) / 100;
   const addedLater = addedLatency(direct.later_turns, pt.later_turns, px.later_turns);
   const failures: string[] = [];
   for (const [name, r] of [['direct', direct], ['pass-through', pt], ['proxy', px]] as const) {
@@ -294,6 +330,12 @@ function evaluate(sessions: number, direct: LoadResult, pt: LevelReport['passthr
   if (latencyLevel !== null && sessions === latencyLevel && !(added.ratio_p50 <= TARGETS.maxAddedRatio)) {
     failures.push(`proxy added p50 ${fmtMs(added.proxy_p50_ms)} ms = ${fmtRatio(added.ratio_p50)} the pass-through's ${fmtMs(added.passthrough_p50_ms)} ms (target <= ${TARGETS.maxAddedRatio}x)`);
   }
+  if (latencyLevel !== null && sessions === latencyLevel && !(added.ratio_p99 <= TARGETS.maxAddedP99Ratio)) {
+    failures.push(`proxy added p99 ${fmtMs(added.proxy_p99_ms)} ms = ${fmtRatio(added.ratio_p99)} the pass-through's ${fmtMs(added.passthrough_p99_ms)} ms (target <= ${TARGETS.maxAddedP99Ratio}x)`);
+  }
+  if (latencyLevel !== null && sessions === latencyLevel && !(cpuRatio <= TARGETS.maxCpuRatio)) {
+    failures.push(`proxy CPU ${px.process.cpu_ms_per_call} ms per call = ${fmtRatio(cpuRatio)} the pass-through's ${pt.process.cpu_ms_per_call} ms (target <= ${TARGETS.maxCpuRatio}x)`);
+  }
   return {
     sessions,
     direct,
@@ -301,6 +343,7 @@ function evaluate(sessions: number, direct: LoadResult, pt: LevelReport['passthr
     proxy: px,
     added,
     added_later_turns: addedLater,
+    cpu_ratio: cpuRatio,
     health_p50_ms: health?.latency.p50 ?? Number.NaN,
     health_p99_ms: health?.latency.p99 ?? Number.NaN,
     proxy_rss_peak_mb: px.process.rss_peak_mb,
@@ -312,7 +355,7 @@ function evaluate(sessions: number, direct: LoadResult, pt: LevelReport['passthr
 export function formatReport(report: ProxyLoadReport): string {
   const errs = (r: LoadResult) => String(totalCount(r.errors));
   const rows = [
-    ['sessions', 'errors d/pt/px', 'direct p50/p99', 'pass-thru p50/p99', 'proxy p50/p99', 'added p50 pt/px', 'ratio p50', 'added p99 pt/px', 'ratio p99', 'ratio later p50/p99', '/health p50/p99', 'proxy RSS', 'SYN drops d/pt/px', 'verdict'],
+    ['sessions', 'errors d/pt/px', 'direct p50/p99', 'pass-thru p50/p99', 'proxy p50/p99', 'added p50 pt/px', 'ratio p50', 'added p99 pt/px', 'ratio p99', 'ratio later p50/p99', 'CPU ms/call pt/px', 'ratio CPU', '/health p50/p99', 'proxy RSS', 'SYN drops d/pt/px', 'verdict'],
     ...report.levels.map((l) => [
       String(l.sessions),
       `${errs(l.direct)}/${errs(l.passthrough)}/${errs(l.proxy)}`,
@@ -324,6 +367,8 @@ export function formatReport(report: ProxyLoadReport): string {
       `${fmtMs(l.added.passthrough_p99_ms)}/${fmtMs(l.added.proxy_p99_ms)}`,
       fmtRatio(l.added.ratio_p99),
       `${fmtRatio(l.added_later_turns.ratio_p50)}/${fmtRatio(l.added_later_turns.ratio_p99)}`,
+      `${l.passthrough.process.cpu_ms_per_call.toFixed(2)}/${l.proxy.process.cpu_ms_per_call.toFixed(2)}`,
+      fmtRatio(l.cpu_ratio),
       `${fmtMs(l.health_p50_ms)}/${fmtMs(l.health_p99_ms)}`,
       `${l.proxy_rss_peak_mb.toFixed(0)} MB`,
       `${l.direct.listen_overflows ?? '-'}/${l.passthrough.listen_overflows ?? '-'}/${l.proxy.listen_overflows ?? '-'}`,
@@ -338,12 +383,14 @@ export function formatReport(report: ProxyLoadReport): string {
   const where = report.targets.latency_evaluated_at === null ? 'latency ratio not judged in quick mode' : `latency ratio judged at ${report.targets.latency_evaluated_at} sessions`;
   lines.push(
     report.pass
-      ? `PASS: zero errors, /health p99 < ${TARGETS.maxHealthP99Ms} ms, proxy added latency <= ${TARGETS.maxAddedRatio}x the pass-through's (${where})`
+      ? `PASS: zero errors, /health p99 < ${TARGETS.maxHealthP99Ms} ms, proxy added p50 <= ${TARGETS.maxAddedRatio}x and p99 <= ${TARGETS.maxAddedP99Ratio}x the pass-through's, CPU per call <= ${TARGETS.maxCpuRatio}x (${where})`
       : `FAIL (${where}):\n  ${report.failures.join('\n  ')}`,
   );
   // The start value is other jobs only; the end value includes this bench's own processes.
   if (report.host.load_1m_start > report.host.cpus) lines.push(`warning: load average ${report.host.load_1m_start.toFixed(1)} on ${report.host.cpus} cores before the run: other jobs competed for the CPU, so latencies (and their ratios) are inflated and noisy`);
   if (report.targets.latency_evaluated_at !== null && report.targets.latency_evaluated_at < TARGETS.sessions) lines.push(`note: the target is ${TARGETS.sessions} sessions; this run stopped at ${report.targets.latency_evaluated_at}`);
+  const top = Math.max(...report.config.levels);
+  if (!report.config.quick && top < TARGETS.errorFreeSessions) lines.push(`note: errors are judged up to ${TARGETS.errorFreeSessions} sessions; this run stopped at ${top}`);
   return lines.join('\n');
 }
 
@@ -390,7 +437,7 @@ export function parseProxyLoadArgs(argv: string[], env: NodeJS.ProcessEnv = proc
   const thinkMs = values['think-ms'] ?? (quick ? '100,300' : '500,1500');
   parseThinkMs(thinkMs);
   return {
-    levels: intList(values.levels ?? (quick ? '8,32' : '64,512,1000'), 'levels'),
+    levels: intList(values.levels ?? (quick ? '8,32' : '64,512,1000,2000'), 'levels'),
     turns: intList(values.turns ?? (quick ? '2' : '3'), 'turns')[0]!,
     rounds: intList(values.rounds ?? (quick ? '1' : '2'), 'rounds')[0]!,
     thinkMs,

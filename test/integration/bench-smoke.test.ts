@@ -39,6 +39,11 @@ test('proxy-load quick mode: every path answers every call, the report and its J
   for (const path of [level.direct, level.passthrough, level.proxy]) assert.equal(typeof path.listen_overflows, 'number', `${path.mode}: listen drops counted`);
   assert.ok(level.proxy_rss_peak_mb > 0, 'proxy memory was sampled');
   assert.ok(level.passthrough.process.rss_peak_mb > 0, 'pass-through memory was sampled');
+  for (const p of [level.passthrough.process, level.proxy.process]) {
+    assert.ok(p.cpu_ms_per_call >= 0 && Number.isFinite(p.cpu_ms_per_call), 'CPU per call is a number');
+    assert.equal(typeof p.cpu_ms_by_thread, 'object');
+  }
+  assert.equal(typeof level.cpu_ratio, 'number');
   assert.equal(report.targets.latency_evaluated_at, null, 'quick mode does not judge the latency ratio');
   assert.equal(typeof level.pass, 'boolean');
 
@@ -54,7 +59,7 @@ test('proxy-load flags: bad levels and think times are refused in the caller\'s 
   assert.throws(() => parseProxyLoadArgs(['--levels', '64,abc'], {}), /--levels must be a comma-separated list of positive integers/);
   assert.throws(() => parseProxyLoadArgs(['--think-ms', '1,2,3'], {}), /--think-ms must be a number of ms or "min,max"/);
   assert.deepEqual(parseProxyLoadArgs([], { BENCH_QUICK: '1' }).levels, [8, 32]);
-  assert.deepEqual(parseProxyLoadArgs([], {}).levels, [64, 512, 1000]);
+  assert.deepEqual(parseProxyLoadArgs([], {}).levels, [64, 512, 1000, 2000]);
 });
 
 test('load generator reads the assistant message without parsing token arrays, and the same as a full parse', () => {
