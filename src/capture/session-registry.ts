@@ -109,7 +109,7 @@ export class SessionRegistry {
 
   /** A registry that records; with a data dir it first restores what the store holds. */
   static open(options: SessionRegistryOptions): SessionRegistry {
-    const store = options.dataDir ? new CaptureStore(options.dataDir) : undefined;
+    const store = options.dataDir ? new CaptureStore(options.dataDir, (message) => (options.logger ?? silentLogger).warn(message)) : undefined;
     const registry = new SessionRegistry(options.defaults, store, undefined, options.engineLevel, options.logger ?? silentLogger, options.resident);
     if (store) {
       for (const entry of store.readIndex((message) => registry.log.warn(message))) registry.adopt(entry);

@@ -14,9 +14,10 @@
 // A crash (or a full disk) can leave a torn last line. Loading skips it with a warning naming the
 // file, and the first append to a file whose last byte is not a newline starts with one, so the torn
 // bytes never swallow the next, whole record.
-import { closeSync, constants, existsSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync } from 'node:fs';
+import { closeSync, constants, existsSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, unlinkSync, writeSync } from 'node:fs';
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
+import { crc32 } from 'node:zlib';
 import { CallDecodeError, SessionDecoder, SessionEncoder, type EncodedCall } from './call-codec.js';
 import type { CallRecord, CaptureLevel, SessionInfo } from './types.js';
 
@@ -114,6 +115,7 @@ export class StoreWriteError extends Error {
 }
 
 interface PendingWrite {
+  sessionId: string;
   text: string;
   line: StoreLine;
   /** For a call line: what the session's encoder remembers once it is on disk. */
@@ -122,35 +124,68 @@ interface PendingWrite {
   reject: (err: unknown) => void;
 }
 
-/** O_DSYNC is missing on Windows; there the store writes, then calls fdatasync. */
-const SYNC_APPEND_FLAGS = constants.O_DSYNC === undefined ? undefined : constants.O_RDWR | constants.O_CREAT | constants.O_APPEND | constants.O_DSYNC;
+/** Session files are plain appends: their durability comes from the journal (and a checkpoint's fdatasync). */
+const SESSION_APPEND_FLAGS = constants.O_RDWR | constants.O_CREAT | constants.O_APPEND;
+/** O_DSYNC is missing on Windows; there the journal is written, then fdatasynced. */
+const JOURNAL_FLAGS = constants.O_DSYNC === undefined ? undefined : constants.O_WRONLY | constants.O_CREAT | constants.O_APPEND | constants.O_DSYNC;
 /** Open files kept at most (least recently used closed first); enough for 1,000 live sessions. */
 const MAX_OPEN_FILES = 1024;
 /** A session file idle this long is closed. */
 const IDLE_CLOSE_MS = 30_000;
+/** A journal this large is checkpointed: the session files it covers are synced and it is removed. */
+const JOURNAL_CHECKPOINT_BYTES = 32 * 1024 * 1024;
 
 interface OpenFile {
-  handle: FileHandle;
+  fd: number;
+  /** The file's size: where the next append lands (this store is its only writer). */
+  size: number;
   lastUsed: number;
   /** The file ended without a newline when opened (a torn line): the next write starts with one. */
   needsNewline: boolean;
 }
 
+/** One session's part of a commit: its bytes are in its file, waiting for the journal to make them durable. */
+interface WrittenGroup {
+  sessionId: string;
+  file: OpenFile;
+  offset: number;
+  data: Buffer;
+  tally: SessionTally;
+  writes: PendingWrite[];
+}
+
 export class CaptureStore {
   private readonly dir: string;
-  private readonly queues = new Map<string, PendingWrite[]>();
-  private readonly flushing = new Set<string>();
+  private readonly journalDir: string;
+  /** Appends waiting for the next commit, in arrival order. */
+  private pending: PendingWrite[] = [];
+  private commitScheduled = false;
+  private committing: Promise<void> | undefined;
+  /** Per session: appends queued or in a commit not yet durable (files with any are never closed). */
+  private readonly outstanding = new Map<string, number>();
   /** Open session files, least recently used first. */
   private readonly files = new Map<string, OpenFile>();
   /** Per session: the recent stored calls new calls are written against (dropped with the open file). */
   private readonly encoders = new Map<string, SessionEncoder>();
   /** Per session: the running tally, as the last `sum` line on disk says. */
   private readonly tallies = new Map<string, SessionTally>();
+  private journal: { handle: FileHandle; seq: number; size: number } | undefined;
+  private nextJournalSeq = 0;
+  /** Journal writes, one at a time (a failed one is cut back before the next). */
+  private journalTail: Promise<unknown> = Promise.resolve();
+  /** Session files written since the current journal was started (synced when it is checkpointed). */
+  private dirty = new Set<string>();
+  private checkpointing: Promise<void> | undefined;
   private sweeper: NodeJS.Timeout | undefined;
 
-  constructor(readonly dataDir: string) {
+  constructor(
+    readonly dataDir: string,
+    warn: (message: string) => void = () => {},
+  ) {
     this.dir = sessionsDirOf(dataDir);
+    this.journalDir = journalDirOf(dataDir);
     mkdirSync(this.dir, { recursive: true });
+    this.nextJournalSeq = recoverJournal(dataDir, warn);
   }
 
   /** The session's file; ids outside SESSION_ID_PATTERN are refused (they could name a path elsewhere). */
@@ -158,60 +193,185 @@ export class CaptureStore {
     return sessionFileOf(this.dataDir, sessionId);
   }
 
+  /**
+   * Resolves once the line is durable. Appends from every session that arrive while a commit is
+   * under way go out together in the next one: each session's bytes are appended to its file, and
+   * one journal write (O_DSYNC) makes the whole batch durable, so the cost of durability per tick
+   * does not grow with the number of sessions writing.
+   */
   append(sessionId: string, line: StoreLine): Promise<void> {
     return new Promise((resolve, reject) => {
-      let queue = this.queues.get(sessionId);
-      if (!queue) this.queues.set(sessionId, (queue = []));
-      if (line.type === 'call') {
-        let encoder = this.encoders.get(sessionId);
-        if (!encoder) this.encoders.set(sessionId, (encoder = new SessionEncoder()));
-        const encoded = encoder.encode(line as unknown as CallRecord);
-        queue.push({ text: encoded.text, line, encoded, resolve, reject });
-      } else queue.push({ text: `${JSON.stringify(line)}\n`, line, resolve, reject });
-      if (!this.flushing.has(sessionId)) void this.flush(sessionId);
+      let text: string;
+      let encoded: EncodedCall | undefined;
+      try {
+        this.fileOf(sessionId); // refuse ids that are not session ids before anything is queued
+        if (line.type === 'call') {
+          let encoder = this.encoders.get(sessionId);
+          if (!encoder) this.encoders.set(sessionId, (encoder = new SessionEncoder()));
+          encoded = encoder.encode(line as unknown as CallRecord);
+          text = encoded.text;
+        } else text = `${JSON.stringify(line)}\n`;
+      } catch (err) {
+        reject(err instanceof StoreWriteError ? err : new StoreWriteError(this.safeFileOf(sessionId), err));
+        return;
+      }
+      this.outstanding.set(sessionId, (this.outstanding.get(sessionId) ?? 0) + 1);
+      this.pending.push({ sessionId, text, line, ...(encoded ? { encoded } : {}), resolve, reject });
+      this.scheduleCommit();
     });
   }
 
-  private async flush(sessionId: string): Promise<void> {
-    this.flushing.add(sessionId);
-    try {
-      for (;;) {
-        const batch = this.queues.get(sessionId);
-        if (!batch || batch.length === 0) break;
-        this.queues.set(sessionId, []);
+  private scheduleCommit(): void {
+    if (this.commitScheduled || this.committing) return;
+    this.commitScheduled = true;
+    // One loop turn's appends (every call that finished in it) share a commit.
+    setImmediate(() => {
+      this.commitScheduled = false;
+      this.committing = this.commitLoop().finally(() => {
+        this.committing = undefined;
+        if (this.pending.length) this.scheduleCommit();
+      });
+    });
+  }
+
+  private async commitLoop(): Promise<void> {
+    while (this.pending.length) {
+      const batch = this.pending;
+      this.pending = [];
+      await this.commit(batch);
+    }
+  }
+
+  private settle(writes: PendingWrite[]): void {
+    for (const w of writes) {
+      const left = (this.outstanding.get(w.sessionId) ?? 1) - 1;
+      if (left > 0) this.outstanding.set(w.sessionId, left);
+      else this.outstanding.delete(w.sessionId);
+    }
+  }
+
+  private async commit(batch: PendingWrite[]): Promise<void> {
+    const bySession = new Map<string, PendingWrite[]>();
+    for (const w of batch) {
+      const list = bySession.get(w.sessionId);
+      if (list) list.push(w);
+      else bySession.set(w.sessionId, [w]);
+    }
+    // Each session's bytes go to its file (the page cache: microseconds, so done in line).
+    const written: WrittenGroup[] = [];
+    for (const [sessionId, writes] of bySession) {
+      let file: OpenFile | undefined;
+      try {
+        file = this.fileFor(sessionId);
+        let tally = this.tallies.get(sessionId) ?? emptyTally();
+        for (const w of writes) tally = tallyLine(tally, w.line);
+        const parts = writes.map((w) => w.text);
+        const data = Buffer.from(`${file.needsNewline ? '\n' : ''}${parts.join('')}${JSON.stringify({ type: 'sum', ...tally })}\n`, 'utf8');
+        const offset = file.size;
         try {
-          const file = await this.fileFor(sessionId);
-          const handle = file.handle;
-          // Where this batch starts, to cut a failed one back (a sync fstat: microseconds, no thread-pool trip).
-          let sizeBefore: number | undefined;
-          try {
-            sizeBefore = fstatSync(handle.fd).size;
-            let tally = this.tallies.get(sessionId) ?? emptyTally();
-            for (const w of batch) tally = tallyLine(tally, w.line);
-            const data = Buffer.from(`${file.needsNewline ? '\n' : ''}${batch.map((w) => w.text).join('')}${JSON.stringify({ type: 'sum', ...tally })}\n`, 'utf8');
-            for (let offset = 0; offset < data.length; ) offset += (await handle.write(data, offset, data.length - offset)).bytesWritten;
-            if (SYNC_APPEND_FLAGS === undefined) await handle.datasync();
-            file.needsNewline = false;
-            this.tallies.set(sessionId, tally);
-            const encoder = this.encoders.get(sessionId);
-            if (encoder) for (const w of batch) if (w.encoded) encoder.remember(w.encoded.base);
-          } catch (err) {
-            // A short write before ENOSPC leaves part of the batch: cut the file back, so no caller
-            // that gets an error has its record on disk and no torn line is left. If even that
-            // fails, reopening (on the next append) notices the torn line and starts a fresh one.
-            if (sizeBefore !== undefined) await handle.truncate(sizeBefore).catch(() => {});
-            await this.closeFile(sessionId);
-            throw err;
-          }
-          for (const w of batch) w.resolve();
+          writeAll(file.fd, data);
         } catch (err) {
-          const failure = err instanceof StoreWriteError ? err : new StoreWriteError(this.safeFileOf(sessionId), err);
-          for (const w of batch) w.reject(failure);
+          // A short write before ENOSPC: cut the file back, so no caller that gets an error has its
+          // record on disk and no torn line is left. If even that fails, reopening notices the torn line.
+          cutBack(file.fd, offset);
+          throw err;
         }
+        file.size = offset + data.length;
+        file.needsNewline = false;
+        written.push({ sessionId, file, offset, data, tally, writes });
+      } catch (err) {
+        if (file) this.closeFile(sessionId);
+        this.settle(writes);
+        const failure = err instanceof StoreWriteError ? err : new StoreWriteError(this.safeFileOf(sessionId), err);
+        for (const w of writes) w.reject(failure);
       }
-    } finally {
-      this.flushing.delete(sessionId);
-      this.queues.delete(sessionId);
+    }
+    if (written.length === 0) return;
+    // One durable journal write for all of them.
+    const frames: Buffer[] = [];
+    for (const g of written) frames.push(journalFrameHead(g.sessionId, g.offset, g.data), g.data);
+    try {
+      await this.writeJournal(frames);
+    } catch (err) {
+      for (const g of written) {
+        cutBack(g.file.fd, g.offset);
+        g.file.size = g.offset;
+        this.settle(g.writes);
+        const failure = err instanceof StoreWriteError ? err : new StoreWriteError(this.safeFileOf(g.sessionId), err);
+        for (const w of g.writes) w.reject(failure);
+      }
+      return;
+    }
+    for (const g of written) {
+      this.tallies.set(g.sessionId, g.tally);
+      this.dirty.add(g.sessionId);
+      const encoder = this.encoders.get(g.sessionId);
+      if (encoder) for (const w of g.writes) if (w.encoded) encoder.remember(w.encoded.base);
+      this.settle(g.writes);
+      for (const w of g.writes) w.resolve();
+    }
+  }
+
+  /** Appends frames to the journal and resolves once they are on disk; a failed write is cut back. */
+  private writeJournal(frames: Buffer[]): Promise<void> {
+    const run = async () => {
+      const journal = await this.openJournal();
+      const data = frames.length === 1 ? frames[0]! : Buffer.concat(frames);
+      const before = journal.size;
+      try {
+        for (let offset = 0; offset < data.length; ) offset += (await journal.handle.write(data, offset, data.length - offset)).bytesWritten;
+        if (JOURNAL_FLAGS === undefined) await journal.handle.datasync();
+      } catch (err) {
+        // Cut back a partial frame; if that fails, the next write starts a new journal file (a
+        // reader stops at the torn frame of this one, so nothing after it may go here).
+        try {
+          await journal.handle.truncate(before);
+        } catch {
+          this.journal = undefined;
+          await journal.handle.close().catch(() => {});
+        }
+        throw err;
+      }
+      journal.size = before + data.length;
+      if (journal.size >= JOURNAL_CHECKPOINT_BYTES) this.startCheckpoint();
+    };
+    const result = this.journalTail.then(run, run);
+    this.journalTail = result.catch(() => {});
+    return result;
+  }
+
+  private async openJournal(): Promise<{ handle: FileHandle; seq: number; size: number }> {
+    if (this.journal) return this.journal;
+    mkdirSync(this.journalDir, { recursive: true });
+    const seq = this.nextJournalSeq++;
+    const handle = await open(journalFileOf(this.dataDir, seq), JOURNAL_FLAGS ?? 'a');
+    this.journal = { handle, seq, size: fstatSync(handle.fd).size };
+    return this.journal;
+  }
+
+  /**
+   * Starts a new journal and, behind it, syncs every session file the old ones covered; once they
+   * are on disk the old journal files are removed. Calls keep committing to the new journal meanwhile.
+   */
+  private startCheckpoint(): void {
+    if (this.checkpointing || !this.journal) return;
+    const old = this.journal;
+    this.journal = undefined;
+    this.checkpointing = this.checkpoint(old).finally(() => (this.checkpointing = undefined));
+  }
+
+  private async checkpoint(old: { handle: FileHandle; seq: number } | undefined): Promise<void> {
+    const dirty = [...this.dirty];
+    this.dirty = new Set();
+    try {
+      await syncFiles(dirty.map((id) => this.fileOf(id)));
+      await syncDir(this.dir);
+      if (old) await old.handle.close().catch(() => {});
+      for (const name of listJournals(this.journalDir)) if (name.seq <= (old?.seq ?? Number.POSITIVE_INFINITY) && name.seq !== this.journal?.seq) await unlink(join(this.journalDir, name.file)).catch(() => {});
+    } catch (err) {
+      // Not synced: keep the journal (a restart replays it) and try again at the next checkpoint.
+      for (const id of dirty) this.dirty.add(id);
+      void err;
     }
   }
 
@@ -223,7 +383,7 @@ export class CaptureStore {
     }
   }
 
-  private async fileFor(sessionId: string): Promise<OpenFile> {
+  private fileFor(sessionId: string): OpenFile {
     const known = this.files.get(sessionId);
     if (known) {
       // Re-insert: the map's order is the eviction order.
@@ -232,20 +392,21 @@ export class CaptureStore {
       this.files.set(sessionId, known);
       return known;
     }
-    const handle = await open(this.fileOf(sessionId), SYNC_APPEND_FLAGS ?? 'a+');
+    const path = this.fileOf(sessionId);
+    const fd = openSync(path, SESSION_APPEND_FLAGS, 0o666);
     let state: { size: number; torn: boolean };
     try {
-      state = fileState(handle.fd);
+      state = fileState(fd);
     } catch (err) {
-      await handle.close().catch(() => {});
+      closeSync(fd);
       throw err;
     }
-    if (!this.tallies.has(sessionId)) this.tallies.set(sessionId, state.size === 0 ? emptyTally() : (readSessionIndex(this.fileOf(sessionId))?.tally ?? emptyTally()));
-    const file: OpenFile = { handle, lastUsed: Date.now(), needsNewline: state.torn };
+    if (!this.tallies.has(sessionId)) this.tallies.set(sessionId, state.size === 0 ? emptyTally() : (readSessionIndex(path)?.tally ?? emptyTally()));
+    const file: OpenFile = { fd, size: state.size, lastUsed: Date.now(), needsNewline: state.torn };
     this.files.set(sessionId, file);
     for (const id of this.files.keys()) {
       if (this.files.size <= MAX_OPEN_FILES) break;
-      if (!this.flushing.has(id)) void this.closeFile(id);
+      if (id !== sessionId && !this.outstanding.has(id)) this.closeFile(id);
     }
     this.sweeper ??= setInterval(() => this.closeIdle(), IDLE_CLOSE_MS / 2).unref();
     return file;
@@ -253,41 +414,55 @@ export class CaptureStore {
 
   private closeIdle(): void {
     const cutoff = Date.now() - IDLE_CLOSE_MS;
-    for (const [id, file] of this.files) if (file.lastUsed < cutoff && !this.flushing.has(id)) void this.closeFile(id);
+    for (const [id, file] of this.files) if (file.lastUsed < cutoff && !this.outstanding.has(id)) this.closeFile(id);
     if (this.files.size === 0) {
       clearInterval(this.sweeper);
       this.sweeper = undefined;
     }
   }
 
-  private async closeFile(sessionId: string): Promise<void> {
+  private closeFile(sessionId: string): void {
     const file = this.files.get(sessionId);
     if (!file) return;
     this.files.delete(sessionId);
     // An idle session leaves memory: its next call is written in full and starts a new chain.
     this.encoders.delete(sessionId);
-    await file.handle.close().catch(() => {
-      // the data was already synced; a failing close loses nothing
-    });
+    try {
+      closeSync(file.fd);
+    } catch {
+      // the journal holds what was written; a failing close loses nothing
+    }
+  }
+
+  private async settled(sessionId: string): Promise<void> {
+    while (this.outstanding.has(sessionId)) await new Promise((r) => setTimeout(r, 5));
   }
 
   async delete(sessionId: string): Promise<void> {
     if (!SESSION_ID_PATTERN.test(sessionId)) return; // no such file can exist
     // Let queued writes land first so a late append cannot recreate the file.
-    while (this.flushing.has(sessionId)) await new Promise((r) => setTimeout(r, 5));
-    await this.closeFile(sessionId);
+    await this.settled(sessionId);
+    this.closeFile(sessionId);
     this.tallies.delete(sessionId);
+    this.dirty.delete(sessionId);
+    // The deletion is journaled before the file goes, so a replay after a crash does not bring it back.
+    if (this.journal || listJournals(this.journalDir).length) await this.writeJournal([Buffer.from(`${JSON.stringify({ d: sessionId })}\n`)]);
     await unlink(this.fileOf(sessionId)).catch((err: NodeJS.ErrnoException) => {
       if (err.code !== 'ENOENT') throw err;
     });
   }
 
-  /** Waits for queued appends, then closes every open file. Appends after this reopen their file. */
+  /** Waits for queued appends, syncs and closes every open file and retires the journal. Appends after this reopen their file. */
   async close(): Promise<void> {
-    while (this.flushing.size) await new Promise((r) => setTimeout(r, 5));
+    while (this.pending.length || this.committing || this.commitScheduled) await (this.committing ?? new Promise((r) => setTimeout(r, 5)));
+    await this.journalTail;
+    while (this.checkpointing) await this.checkpointing;
     clearInterval(this.sweeper);
     this.sweeper = undefined;
-    await Promise.all([...this.files.keys()].map((id) => this.closeFile(id)));
+    const current = this.journal;
+    this.journal = undefined;
+    if (current || this.dirty.size) await this.checkpoint(current);
+    for (const id of [...this.files.keys()]) this.closeFile(id);
   }
 
   /** Everything on disk, for a restart on the same data dir; `warn` hears of torn lines and headless files. */
@@ -300,6 +475,194 @@ export class CaptureStore {
     const entries = readStoredIndex(this.dataDir, warn);
     for (const e of entries) if (!this.tallies.has(e.info.session_id)) this.tallies.set(e.info.session_id, e.tally);
     return entries;
+  }
+}
+
+function writeAll(fd: number, data: Buffer): void {
+  for (let offset = 0; offset < data.length; ) offset += writeSync(fd, data, offset, data.length - offset);
+}
+
+function cutBack(fd: number, size: number): void {
+  try {
+    ftruncateSync(fd, size);
+  } catch {
+    // reopening (on the next append) notices the torn line and starts a fresh one
+  }
+}
+
+function syncFiles(paths: string[]): Promise<void> {
+  return Promise.all(
+    paths.map(async (path) => {
+      let handle: FileHandle;
+      try {
+        handle = await open(path, 'r');
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return; // deleted since
+        throw err;
+      }
+      try {
+        await handle.datasync();
+      } finally {
+        await handle.close().catch(() => {});
+      }
+    }),
+  ).then(() => {});
+}
+
+async function syncDir(dir: string): Promise<void> {
+  if (process.platform === 'win32') return;
+  const handle = await open(dir, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close().catch(() => {});
+  }
+}
+
+// ---- the journal ----
+//
+// `<dataDir>/journal/<seq>.wal`: frames of a JSON head line, then (for an append) the exact bytes
+// appended to a session file: {"s": session id, "o": offset in its file, "n": bytes, "c": crc32}.
+// A deletion is a head line {"d": session id} alone. A restart replays every journal in order: a
+// session file shorter than a frame's end, or holding other bytes there, is cut to the frame's
+// offset and given its bytes; then the files are synced and the journals removed. A frame that is
+// incomplete or fails its checksum (a torn write) ends its journal: it was never acknowledged.
+
+function journalDirOf(dataDir: string): string {
+  return join(dataDir, 'journal');
+}
+
+function journalFileOf(dataDir: string, seq: number): string {
+  return join(journalDirOf(dataDir), `${String(seq).padStart(8, '0')}.wal`);
+}
+
+function listJournals(dir: string): { seq: number; file: string }[] {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return [];
+  }
+  return names
+    .map((file) => ({ file, m: /^(\d+)\.wal$/.exec(file) }))
+    .filter((e): e is { file: string; m: RegExpExecArray } => e.m !== null)
+    .map((e) => ({ seq: Number(e.m[1]), file: e.file }))
+    .sort((a, b) => a.seq - b.seq);
+}
+
+function journalFrameHead(sessionId: string, offset: number, data: Buffer): Buffer {
+  return Buffer.from(`${JSON.stringify({ s: sessionId, o: offset, n: data.length, c: crc32(data) })}\n`);
+}
+
+type JournalFrame = { s: string; o: number; data: Buffer } | { d: string };
+
+/** The whole frames of one journal file, in order (stops at the first torn one). */
+export function readJournalFrames(path: string): JournalFrame[] {
+  const buf = readFileSync(path);
+  const frames: JournalFrame[] = [];
+  for (let pos = 0; pos < buf.length; ) {
+    const nl = buf.indexOf(0x0a, pos);
+    if (nl < 0) break;
+    let head: { s?: unknown; o?: unknown; n?: unknown; c?: unknown; d?: unknown };
+    try {
+      head = JSON.parse(buf.subarray(pos, nl).toString('utf8')) as typeof head;
+    } catch {
+      break;
+    }
+    if (typeof head.d === 'string') {
+      frames.push({ d: head.d });
+      pos = nl + 1;
+      continue;
+    }
+    if (typeof head.s !== 'string' || typeof head.o !== 'number' || typeof head.n !== 'number' || typeof head.c !== 'number') break;
+    const end = nl + 1 + head.n;
+    if (end > buf.length) break;
+    const data = buf.subarray(nl + 1, end);
+    if (crc32(data) !== head.c) break;
+    frames.push({ s: head.s, o: head.o, data });
+    pos = end;
+  }
+  return frames;
+}
+
+/**
+ * Replays the journals left by a process that did not close its store (a crash, kill -9, power
+ * loss), syncs what it repaired and removes them. Returns the next journal number. On a read-only
+ * data dir nothing can be repaired: the journals stay for the next writable start.
+ */
+function recoverJournal(dataDir: string, warn: (message: string) => void): number {
+  const dir = journalDirOf(dataDir);
+  const journals = listJournals(dir);
+  if (journals.length === 0) return 0;
+  const next = journals[journals.length - 1]!.seq + 1;
+  const touched = new Set<string>();
+  let repaired = 0;
+  try {
+    for (const j of journals) {
+      for (const frame of readJournalFrames(join(dir, j.file))) {
+        if ('d' in frame) {
+          if (!SESSION_ID_PATTERN.test(frame.d)) continue;
+          const path = sessionFileOf(dataDir, frame.d);
+          if (existsSync(path)) unlinkSync(path);
+          touched.delete(path);
+          continue;
+        }
+        if (!SESSION_ID_PATTERN.test(frame.s)) continue;
+        const path = sessionFileOf(dataDir, frame.s);
+        if (replayFrame(path, frame.o, frame.data, warn)) repaired++;
+        touched.add(path);
+      }
+    }
+    for (const path of touched) {
+      const fd = openSync(path, 'r');
+      try {
+        fdatasyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+    }
+    if (touched.size) {
+      const fd = openSync(sessionsDirOf(dataDir), 'r');
+      try {
+        fsyncSync(fd);
+      } catch {
+        // directories cannot be synced everywhere
+      } finally {
+        closeSync(fd);
+      }
+    }
+    for (const j of journals) unlinkSync(join(dir, j.file));
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EROFS' || code === 'EACCES' || code === 'EPERM') {
+      warn(`${dir}: the journal could not be replayed (${code}); it is kept for the next start on a writable data dir`);
+      return next;
+    }
+    throw err;
+  }
+  if (repaired) warn(`${dir}: restored ${repaired} journaled append(s) a crash had kept from their session files`);
+  return next;
+}
+
+/** Makes `path` hold `data` at `offset`; true when it had to be repaired. */
+function replayFrame(path: string, offset: number, data: Buffer, warn: (message: string) => void): boolean {
+  const fd = openSync(path, constants.O_RDWR | constants.O_CREAT, 0o666);
+  try {
+    const size = fstatSync(fd).size;
+    if (size >= offset + data.length) {
+      const have = Buffer.alloc(data.length);
+      readSync(fd, have, 0, data.length, offset);
+      if (have.equals(data)) return false;
+    }
+    if (size < offset) {
+      warn(`${path}: the journal has an append at byte ${offset}, but the file has only ${size} bytes; the append was not replayed`);
+      return false;
+    }
+    ftruncateSync(fd, offset);
+    for (let done = 0; done < data.length; ) done += writeSync(fd, data, done, data.length - done, offset + done);
+    return true;
+  } finally {
+    closeSync(fd);
   }
 }
 

@@ -1,11 +1,11 @@
 // CaptureStore: appends land whole and in order, across many sessions (more than stay open at once),
 // survive delete/close/reopen, and read back with loadAll.
 import assert from 'node:assert/strict';
-import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { CaptureStore, StoreWriteError } from '../../src/capture/store.js';
+import { CaptureStore, StoreWriteError, readJournalFrames } from '../../src/capture/store.js';
 import type { CallRecord, SessionInfo } from '../../src/capture/types.js';
 
 const dirs: string[] = [];
@@ -128,4 +128,72 @@ test('ids that are not session ids never name a file: append rejects, delete doe
   assert.equal(readFileSync(outside, 'utf8'), 'precious\n');
   await assert.rejects(store.append('../keep', { type: 'budget_stop', at: 'now' }), StoreWriteError);
   assert.equal(readFileSync(outside, 'utf8'), 'precious\n');
+});
+
+// The journal: what a crash that loses the page cache (power loss) leaves, simulated by cutting a
+// session file back (or removing it) while the store that wrote it is still open, then starting a
+// new store on the same dir, as a restarted proxy does.
+
+test('one journal write commits the appends of many sessions at once, and a clean close retires it', async () => {
+  const store = freshStore();
+  const ids = Array.from({ length: 40 }, (_, i) => `j${i}`);
+  await Promise.all(ids.map((id) => store.append(id, { type: 'session', ...info(id) })));
+  const journalDir = join(store.dataDir, 'journal');
+  const frames = readdirSync(journalDir).flatMap((f) => readJournalFrames(join(journalDir, f)));
+  assert.equal(frames.length, ids.length, 'one frame per session');
+  await store.close();
+  assert.deepEqual(readdirSync(journalDir), [], 'a clean close syncs the files and removes the journal');
+});
+
+test('after a lost page cache, a restart replays the journal: every acknowledged append is back, whole', async () => {
+  const store = freshStore();
+  await store.append('p', { type: 'session', ...info('p') });
+  await Promise.all(Array.from({ length: 5 }, (_, i) => store.append('p', { type: 'call', ...call('p', i, 'y'.repeat(300)) })));
+  await store.append('q', { type: 'session', ...info('q') });
+  await store.append('q', { type: 'call', ...call('q', 0) });
+  const whole = readFileSync(store.fileOf('p'));
+  // Power loss: the tail of p never reached the disk (and a torn half line is there instead); q is gone.
+  writeFileSync(store.fileOf('p'), Buffer.concat([whole.subarray(0, 200), Buffer.from('{"type":"call","ha')]));
+  rmSync(store.fileOf('q'));
+  const warnings: string[] = [];
+  const restarted = new CaptureStore(store.dataDir, (m) => warnings.push(m));
+  assert.deepEqual(readFileSync(store.fileOf('p')), whole, 'p is byte for byte what was acknowledged');
+  const loaded = restarted.loadAll();
+  assert.deepEqual(loaded.map((s) => [s.info.session_id, s.calls.map((c) => c.index), s.skipped]), [['p', [0, 1, 2, 3, 4], 0], ['q', [0], 0]]);
+  assert.match(warnings.join('\n'), /restored \d+ journaled append/);
+  assert.deepEqual(readdirSync(join(store.dataDir, 'journal')), [], 'the replayed journal is removed');
+  await restarted.append('p', { type: 'call', ...call('p', 5) });
+  assert.deepEqual(restarted.loadAll()[0]!.calls.map((c) => c.index), [0, 1, 2, 3, 4, 5]);
+  await restarted.close();
+});
+
+test('a torn journal frame (a crash mid-commit) is not replayed, and a deleted session stays deleted', async () => {
+  const store = freshStore();
+  await store.append('kept', { type: 'session', ...info('kept') });
+  await store.append('dropped', { type: 'session', ...info('dropped') });
+  await store.append('dropped', { type: 'call', ...call('dropped', 0) });
+  await store.delete('dropped');
+  const journalDir = join(store.dataDir, 'journal');
+  const [journal] = readdirSync(journalDir);
+  // A commit that never finished: its head is there, its bytes only in part. Its caller got no answer.
+  appendFileSync(join(journalDir, journal!), `${JSON.stringify({ s: 'kept', o: 999_999, n: 50, c: 1 })}\n{"type":"call"`);
+  const restarted = new CaptureStore(store.dataDir);
+  assert.equal(existsSync(store.fileOf('dropped')), false, 'the deletion was journaled after its appends');
+  const loaded = restarted.loadAll();
+  assert.deepEqual(loaded.map((s) => [s.info.session_id, s.calls.length, s.skipped]), [['kept', 0, 0]]);
+  await restarted.close();
+});
+
+test('a failed commit is cut back from the session file and the journal: nothing unacknowledged is replayed', async () => {
+  const store = freshStore();
+  await store.append('s', { type: 'session', ...info('s') });
+  // A directory where another session's file should be: that session's part fails, the rest commits.
+  mkdirSync(store.fileOf('blocked'));
+  const results = await Promise.allSettled([store.append('s', { type: 'call', ...call('s', 0) }), store.append('blocked', { type: 'session', ...info('blocked') })]);
+  assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected']);
+  const journalDir = join(store.dataDir, 'journal');
+  const frames = readdirSync(journalDir).flatMap((f) => readJournalFrames(join(journalDir, f)));
+  assert.deepEqual(frames.map((f) => ('s' in f ? f.s : `delete ${f.d}`)), ['s', 's'], 'only what was stored is journaled');
+  rmSync(store.fileOf('blocked'), { recursive: true });
+  await store.close();
 });
