@@ -90,10 +90,15 @@ function sharedElements(base: readonly string[] | null, list: readonly string[])
   return i;
 }
 
-/** The best of `bases` for one list: the most shared elements, the newest on a tie. */
-function pick(bases: readonly Base[], shared: (b: Base) => number, min: number): { base: Base; keep: number } | undefined {
+/**
+ * The best of `bases` for one list: the most shared elements, the newest on a tie. `most(b)` bounds
+ * what `b` can share: a base that cannot beat the best so far is not compared at all, so the usual
+ * case (the newest call is the parent, shared in full) compares the list once, not once per base.
+ */
+function pick(bases: readonly Base[], shared: (b: Base) => number, most: (b: Base) => number, min: number): { base: Base; keep: number } | undefined {
   let best: { base: Base; keep: number } | undefined;
   for (let i = bases.length - 1; i >= 0; i--) {
+    if (best && most(bases[i]!) <= best.keep) continue;
     const keep = shared(bases[i]!);
     if (keep >= min && (!best || keep > best.keep)) best = { base: bases[i]!, keep };
   }
@@ -119,28 +124,37 @@ export class SessionEncoder {
     const engineList = record.engine_request?.messages;
     const body = record.request?.body as Record<string, unknown> | undefined;
     const bodyKey = bodyHistoryKey(body);
-    const engineEncoded = Array.isArray(engineList) ? engineList.map(encodeElement) : null;
-    const bodyEncoded = bodyKey ? (body![bodyKey] as unknown[]).map(encodeElement) : null;
+    // The engine request mostly holds the very message objects of the request body (a chat dialect
+    // passes them through): each is stringified once for both lists.
+    const seen = new Map<unknown, string>();
+    const encodeOnce = (m: unknown): string => {
+      if (m === null || typeof m !== 'object') return encodeElement(m);
+      let text = seen.get(m);
+      if (text === undefined) seen.set(m, (text = encodeElement(m)));
+      return text;
+    };
+    const bodyEncoded = bodyKey ? (body![bodyKey] as unknown[]).map(encodeOnce) : null;
+    const engineEncoded = Array.isArray(engineList) ? engineList.map(encodeOnce) : null;
     const base: Base = { callId: record.call_id, prompt: ids ?? null, completion: record.completion_token_ids ?? null, engineMessages: engineEncoded, bodyKey, bodyMessages: bodyEncoded };
 
     const enc: CallEncoding = {};
     let out: Record<string, unknown> = record as unknown as Record<string, unknown>;
     if (Array.isArray(ids) && ids.length > 0) {
-      const best = pick(this.bases, (b) => sharedTokens(b, ids), MIN_SHARED_TOKENS);
+      const best = pick(this.bases, (b) => sharedTokens(b, ids), (b) => Math.min(ids.length, (b.prompt?.length ?? 0) + (b.completion?.length ?? 0)), MIN_SHARED_TOKENS);
       if (best) {
         enc.p = { from: best.base.callId, keep: best.keep, h: tokenHash(ids) };
         out = { ...out, prompt_token_ids: ids.slice(best.keep) };
       }
     }
     if (engineEncoded && engineEncoded.length > 0) {
-      const best = pick(this.bases, (b) => sharedElements(b.engineMessages, engineEncoded), MIN_SHARED_MESSAGES);
+      const best = pick(this.bases, (b) => sharedElements(b.engineMessages, engineEncoded), (b) => Math.min(engineEncoded.length, b.engineMessages?.length ?? 0), MIN_SHARED_MESSAGES);
       if (best) {
         enc.em = { from: best.base.callId, keep: best.keep, h: listHash(engineEncoded) };
         out = { ...out, engine_request: { ...record.engine_request!, messages: (engineList as ChatMessage[]).slice(best.keep) } };
       }
     }
     if (bodyKey && bodyEncoded && bodyEncoded.length > 0) {
-      const best = pick(this.bases, (b) => (b.bodyKey === bodyKey ? sharedElements(b.bodyMessages, bodyEncoded) : 0), MIN_SHARED_MESSAGES);
+      const best = pick(this.bases, (b) => (b.bodyKey === bodyKey ? sharedElements(b.bodyMessages, bodyEncoded) : 0), (b) => (b.bodyKey === bodyKey ? Math.min(bodyEncoded.length, b.bodyMessages?.length ?? 0) : 0), MIN_SHARED_MESSAGES);
       if (best) {
         enc.bm = { key: bodyKey, from: best.base.callId, keep: best.keep, h: listHash(bodyEncoded) };
         out = { ...out, request: { ...record.request, body: { ...body, [bodyKey]: (body![bodyKey] as unknown[]).slice(best.keep) } } };
