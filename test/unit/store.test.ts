@@ -176,7 +176,7 @@ test('a torn journal frame (a crash mid-commit) is not replayed, and a deleted s
   const journalDir = join(store.dataDir, 'journal');
   const [journal] = readdirSync(journalDir);
   // A commit that never finished: its head is there, its bytes only in part. Its caller got no answer.
-  appendFileSync(join(journalDir, journal!), `${JSON.stringify({ s: 'kept', o: 999_999, n: 50, c: 1 })}\n{"type":"call"`);
+  appendFileSync(join(journalDir, journal!), `${JSON.stringify({ s: 'kept', o: 999_999, n: 50, c: '0000000000000000' })}\n{"type":"call"`);
   const restarted = new CaptureStore(store.dataDir);
   assert.equal(existsSync(store.fileOf('dropped')), false, 'the deletion was journaled after its appends');
   const loaded = restarted.loadAll();
