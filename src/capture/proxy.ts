@@ -129,8 +129,17 @@ export class CaptureProxy {
     // A deep accept queue: a burst of new harness connections must queue, not be dropped (Node's default is 511).
     const backlog = 2048;
     if (this.options.acceptorThread !== false) {
-      // `/health` counts sessions: the acceptor's copy changes with them.
-      this.sessions.onDidChange(() => this.acceptor?.publishHealth());
+      // `/health` counts sessions: the acceptor's copy changes with them, once per loop turn however
+      // many sessions a burst creates (each copy wakes the acceptor thread).
+      let healthQueued = false;
+      this.sessions.onDidChange(() => {
+        if (healthQueued) return;
+        healthQueued = true;
+        setImmediate(() => {
+          healthQueued = false;
+          this.acceptor?.publishHealth();
+        });
+      });
       try {
         this.acceptor = await this.startAcceptor(host, port, backlog);
       } catch (err) {

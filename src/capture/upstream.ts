@@ -125,6 +125,12 @@ export interface NormalisedAnswer {
 
 const isTokenId = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0;
 
+/** Whether every element is a token id (a plain loop: prompt ids run to tens of thousands per call). */
+function allTokenIds(list: unknown[]): list is number[] {
+  for (let i = 0; i < list.length; i++) if (!isTokenId(list[i])) return false;
+  return true;
+}
+
 /** Reads ids and logprobs out of an engine answer, checking them position by position. */
 export function normaliseEngineResponse(body: unknown): NormalisedAnswer {
   const shapeError = engineShapeError(body);
@@ -137,12 +143,12 @@ export function normaliseEngineResponse(body: unknown): NormalisedAnswer {
   const promptIdsRaw = raw.prompt_token_ids ?? (choice.prompt_token_ids as unknown[] | null | undefined) ?? null;
   let promptIds: number[] | null = null;
   if (Array.isArray(promptIdsRaw)) {
-    if (promptIdsRaw.every(isTokenId)) promptIds = promptIdsRaw;
+    if (allTokenIds(promptIdsRaw)) promptIds = promptIdsRaw;
     else findings.push('[FATAL] invalid_token_id: prompt_token_ids holds a value that is not a non-negative integer');
   }
   let sampledIds: number[] | null = null;
   if (Array.isArray(choice.token_ids)) {
-    if (choice.token_ids.every(isTokenId)) sampledIds = choice.token_ids;
+    if (allTokenIds(choice.token_ids)) sampledIds = choice.token_ids;
     else findings.push('[FATAL] invalid_token_id: token_ids holds a value that is not a non-negative integer');
   }
 
