@@ -136,6 +136,23 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     await viewer.locator('text=/im_start/').first().waitFor({ timeout: 60_000 });
     await shot(page, '06-viewer');
 
+    // 6b. Rescore the rollout in front against the same engine (palette, URL prefilled from the
+    // settings): the same weights give ratio 1 within 1e-4, so every sampled token is coloured calm.
+    await runCommand(page, 'Harness Lab: Rescore Rollout Against Engine (Drift)');
+    const urlBox = page.locator('.quick-input-widget input.input');
+    await urlBox.waitFor({ state: 'visible', timeout: 10_000 });
+    assert.match(await urlBox.inputValue(), /^http:\/\/127\.0\.0\.1:\d+/, 'the engine URL comes prefilled from harnessLab.engineUrl');
+    await page.keyboard.press('Enter');
+    const drift = toast(page, /Drift: mean ratio \d\.\d{4}; [\d.]+% of \d+ sampled tokens/);
+    await drift.waitFor({ timeout: 180_000 });
+    const [, mean, past, tokens] = /mean ratio (\d\.\d{4}); ([\d.]+)% of (\d+)/.exec(await drift.innerText())!;
+    assert.ok(Math.abs(Number(mean) - 1) <= 1e-4, `same weights: mean ratio ${mean}`);
+    assert.equal(past, '0.0');
+    assert.ok(Number(tokens) > 0);
+    await viewer.locator('.strip .t.s.dr0').first().waitFor({ timeout: 30_000 });
+    assert.equal(await viewer.locator('.strip .t.s.dr0').count(), await viewer.locator('.strip .t.s').count(), 'every sampled token of the shown call is calm');
+    await shot(page, '06b-rescored');
+
     // 7. Validate on the slow task, cancelled while its agent runs: the sandbox container is removed.
     const slowRow = pane(page, /^tasks/i).locator('.monaco-list-row', { hasText: 'slow-file' });
     await slowRow.hover();
