@@ -87,7 +87,7 @@ export interface AuditProblem {
 export function auditProblems(r: AuditReport): AuditProblem[] {
   const out: AuditProblem[] = [];
   for (const f of r.contract.failures) {
-    out.push({ kind: 'contract', text: `Rollout ${f.rollout_id} (group ${f.group_id}) breaks the capture contract, so an export stops on it: ${f.file}, session ${f.session_id}, call ${f.call_id}: ${f.problem}` });
+    out.push({ kind: 'contract', text: `Rollout ${f.rollout_id} (group ${f.group_id}) breaks the capture contract, so an export stops on it: ${f.file}, session ${f.session_id}${f.call_id ? `, call ${f.call_id}` : ''}: ${f.problem}` });
   }
   for (const g of r.groups) {
     if (g.no_contrast) out.push({ kind: 'no_contrast', text: `Group ${g.group_id} has no contrast: every kept reward is ${num(g.rewards[0] ?? null)}, so all its advantages are 0 and it teaches nothing.` });
@@ -183,7 +183,7 @@ export function auditMarkdown(r: AuditReport): string {
   if (r.contract.failures.length) {
     L.push(`${plural(r.contract.failures.length, 'kept rollout')} of ${r.contract.checked_rollouts} break the contract an export relies on (token ids, logprobs, mask lengths); ${code('harness-lab export')} stops on the first:`, '');
     L.push('| rollout | group | file | session | call | problem |', '|---|---|---|---|---|---|');
-    for (const f of r.contract.failures) L.push(`| ${md(f.rollout_id)} | ${md(f.group_id)} | ${code(f.file)} | ${code(f.session_id)} | ${code(f.call_id)} | ${md(f.problem)} |`);
+    for (const f of r.contract.failures) L.push(`| ${md(f.rollout_id)} | ${md(f.group_id)} | ${code(f.file)} | ${code(f.session_id)} | ${f.call_id ? code(f.call_id) : '–'} | ${md(f.problem)} |`);
   } else L.push(`Every kept rollout (${r.contract.checked_rollouts}) holds it: prompt ids present, one finite logprob per sampled token.`);
   L.push('');
 

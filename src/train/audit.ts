@@ -8,7 +8,8 @@ import { parseAtif, type AtifTrajectory } from '../harness/atif.js';
 import { aggregateBehaviour, rolloutBehaviour, type BehaviourAggregate, type RolloutBehaviour } from './behaviour.js';
 import { batchPaths, readManifest, readRolloutStates, type RolloutState } from '../batch/state.js';
 import type { CallRecord } from '../capture/types.js';
-import { callContractProblem } from './contract.js';
+import { ExportContractError } from './contract.js';
+import { assertTrainingCapture } from './rows.js';
 import { callPolicyVersion, sessionPolicyVersion, sortVersions, versionOrdinal } from './policy-version.js';
 import { excludedReason, readRollout, sessionFile, type StoredRollout } from './source.js';
 
@@ -66,8 +67,9 @@ export interface ContractFailure {
   session_id: string;
   /** The session file the call is stored in. */
   file: string;
-  call_id: string;
-  index: number;
+  /** Null when the whole capture is unusable (an evaluation capture). */
+  call_id: string | null;
+  index: number | null;
   problem: string;
 }
 
@@ -182,11 +184,13 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
         behaviour = summary;
         if (why === null) {
           contractChecked++;
-          for (const call of r.calls) {
-            const problem = callContractProblem(call);
-            if (!problem) continue;
-            contractFailures.push({ rollout_id: id, group_id: g.group_id, session_id: s.session_id!, file: r.file, call_id: call.call_id, index: call.index, problem });
-            break;
+          // The export's own check (rows.ts): the first broken agent call, which would stop an export.
+          try {
+            assertTrainingCapture(r);
+          } catch (err) {
+            if (!(err instanceof ExportContractError)) throw err;
+            const index = err.callId === null ? null : (r.calls.find((c) => c.call_id === err.callId)?.index ?? null);
+            contractFailures.push({ rollout_id: id, group_id: g.group_id, session_id: err.sessionId, file: err.file, call_id: err.callId, index, problem: err.problem });
           }
           const session = sessionPolicyVersion(r.info.metadata);
           for (const call of r.calls) perCall.push({ rollout_id: id, session_id: s.session_id!, call, version: callPolicyVersion(call, { session, rollout: s.policy_version, batch: manifest.policy_version }).version });
@@ -323,7 +327,7 @@ export function formatAudit(r: AuditReport): string {
   if (r.policy.stale.length > 20) lines.push(`  ... ${r.policy.stale.length - 20} more (--json lists all)`);
   const broken = r.contract.failures;
   lines.push(`capture contract: ${broken.length ? `${broken.length} of ${r.contract.checked_rollouts} kept rollout(s) break it; an export stops on them` : `every kept rollout (${r.contract.checked_rollouts}) holds it`}`);
-  for (const f of broken) lines.push(`  broken: rollout ${f.rollout_id} ${f.file}: session ${f.session_id}, call ${f.call_id}: ${f.problem}`);
+  for (const f of broken) lines.push(`  broken: rollout ${f.rollout_id} ${f.file}: session ${f.session_id}${f.call_id ? `, call ${f.call_id}` : ''}: ${f.problem}`);
   lines.push(`tool calls per rollout: mean ${fmt(r.tool_calls.mean, 2)}, min ${r.tool_calls.min ?? '-'}, max ${r.tool_calls.max ?? '-'}`);
   lines.push('');
   lines.push('behaviour (docs/behaviour-metrics.md)  rollouts  tool calls  failed  recovery  self-verify  coverage  first success');
