@@ -12,8 +12,10 @@ import { bundledCli, EngineProcess, type EngineSlot } from './embedded-engine-pr
 import { probeEngine } from '../capture/engine-probe.js';
 import type { CaptureProxy } from '../capture/proxy.js';
 import type { SessionInfo } from '../capture/types.js';
+import { auditBatchCommand, openGroupViewCommand } from './batch-review-commands.js';
 import { cancelBatchCommand, openBatchRollout, submitRolloutBatch, type BatchCommandContext } from './batch-commands.js';
 import type { EngineNode } from './engines-view.js';
+import type { GroupViewPanels } from './group-view-panel.js';
 import { runTaskWithHarness, validateHarnessWiring } from './harness-run-commands.js';
 import type { Logger } from './logger.js';
 import { NotConfiguredError, SET_ENGINE_URL } from './not-configured.js';
@@ -47,6 +49,9 @@ export interface CommandHost {
   refreshBatches(): void;
   /** Where Submit Rollout Batch writes new batches (the Batches view's folder); undefined without a workspace. */
   batchesFolder(): string | undefined;
+  /** Every batches folder the Batches view reads (one per workspace folder). */
+  batchFolders(): string[];
+  groupViews: GroupViewPanels;
   trainingRuns: TrainingRuns;
 }
 
@@ -455,6 +460,8 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.cancelBatch': { run: (host, arg) => cancelBatchCommand(batchContext(host), arg) },
     'harnessLab.openBatchRollout': { run: (_host, arg) => openBatchRollout(arg) },
     'harnessLab.refreshBatches': { run: async (host) => host.refreshBatches() },
+    'harnessLab.auditBatch': { run: (host, arg) => auditBatchCommand(host, arg) },
+    'harnessLab.openGroupView': { run: (host, arg) => openGroupViewCommand(host, arg) },
     'harnessLab.startTrainingRun': { run: (host) => host.trainingRuns.start() },
     'harnessLab.refreshTrainingRuns': { run: async (host) => host.trainingRuns.refresh() },
     'harnessLab.showTrainingRunLogs': { run: (host, arg) => host.trainingRuns.showLogs((arg as TrainingRunNode | undefined)?.name, (arg as TrainingRunNode | undefined)?.runKind) },

@@ -169,6 +169,8 @@ export class ViewerConnection extends Disposable {
       if (!res) throw new Error(`no turn ${node_id} in this rollout`);
       return res;
     },
+    // Only the group view (group-view-panel.ts) shows members to open.
+    openGroupMember: ({ rollout_id }) => this.host.log?.(`rollout viewer: ignored openGroupMember ${rollout_id} (not a group view)`),
   };
 
   /** The ATIF check of a trajectory the user picks; null when they cancel the pick. */
