@@ -18,7 +18,7 @@
 // A crash (or a full disk) can leave a torn last line. Loading skips it with a warning naming the
 // file, and the first append to a file whose last byte is not a newline starts with one, so the torn
 // bytes never swallow the next, whole record.
-import { closeSync, constants, open as openCb, existsSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, constants, open as openCb, write as writeCb, existsSync, statSync, truncateSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, unlinkSync, writeSync } from 'node:fs';
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
@@ -262,7 +262,7 @@ export class CaptureStore {
       else bySession.set(w.sessionId, [w]);
     }
     // Files not open yet are opened in the thread pool, all at once (creating a file can take a
-    // while on a busy disk); the writes then go in line: page-cache writes take microseconds.
+    // while on a busy disk).
     const openFailures = new Map<string, unknown>();
     const missing = [...bySession.keys()].filter((id) => !this.files.has(id));
     if (missing.length) await Promise.all(missing.map((id) => this.openFile(id).catch((err: unknown) => openFailures.set(id, err))));
@@ -277,14 +277,6 @@ export class CaptureStore {
         const parts = writes.map((w) => w.text);
         const data = Buffer.from(`${file.needsNewline ? '\n' : ''}${parts.join('')}${JSON.stringify({ type: 'sum', ...tally })}\n`, 'utf8');
         const offset = file.size;
-        try {
-          writeAll(file.fd, data);
-        } catch (err) {
-          // A short write before ENOSPC: cut the file back, so no caller that gets an error has its
-          // record on disk and no torn line is left. If even that fails, reopening notices the torn line.
-          cutBack(file.fd, offset);
-          throw err;
-        }
         file.size = offset + data.length;
         file.needsNewline = false;
         written.push({ sessionId, file, offset, data, tally, writes });
@@ -296,22 +288,41 @@ export class CaptureStore {
       }
     }
     if (written.length === 0) return;
-    // One durable journal write for all of them.
+    // One durable journal write for all of them, and meanwhile each session's bytes to its file
+    // (the page cache; in the thread pool, so a commit of hundreds of sessions never stalls the loop).
     const frames: Buffer[] = [];
     for (const g of written) frames.push(journalFrameHead(g.sessionId, g.offset, g.data), g.data);
-    try {
-      await this.writeJournal(frames);
-    } catch (err) {
-      for (const g of written) {
-        cutBack(g.file.fd, g.offset);
-        g.file.size = g.offset;
-        this.settle(g.writes);
-        const failure = err instanceof StoreWriteError ? err : new StoreWriteError(this.safeFileOf(g.sessionId), err);
-        for (const w of g.writes) w.reject(failure);
-      }
+    const journaled = this.writeJournal(frames).then(
+      () => undefined,
+      (err: unknown) => err ?? new Error('journal write failed'),
+    );
+    const fileErrors = await Promise.all(written.map((g) => writeAllAsync(g.file.fd, g.data).then(() => undefined, (err: unknown) => err ?? new Error('write failed'))));
+    let journalError = await journaled;
+    const failed = written.filter((_, i) => fileErrors[i] !== undefined);
+    // A file write that failed (a full disk) is withdrawn from the journal before its caller hears,
+    // so a replay never brings back a record whose caller was told it was not stored.
+    if (journalError === undefined && failed.length) journalError = await this.writeJournal(failed.map((g) => journalCancelFrame(g.sessionId, g.offset))).then(() => undefined, (err: unknown) => err ?? new Error('journal write failed'));
+    const reject = (g: WrittenGroup, err: unknown) => {
+      // Cut the file back, so no caller that gets an error has its record in it and no torn line
+      // is left; if even that fails, reopening (on the next append) notices the torn line.
+      cutBack(g.file.fd, g.offset);
+      g.file.size = g.offset;
+      this.settle(g.writes);
+      const failure = err instanceof StoreWriteError ? err : new StoreWriteError(this.safeFileOf(g.sessionId), err);
+      for (const w of g.writes) w.reject(failure);
+    };
+    if (journalError !== undefined) {
+      for (const g of written) reject(g, journalError);
+      for (const g of failed) this.closeFile(g.sessionId);
       return;
     }
-    for (const g of written) {
+    for (const [i, g] of written.entries()) {
+      if (fileErrors[i] === undefined) continue;
+      reject(g, fileErrors[i]);
+      this.closeFile(g.sessionId);
+    }
+    for (const [i, g] of written.entries()) {
+      if (fileErrors[i] !== undefined) continue;
       this.tallies.set(g.sessionId, g.tally);
       this.dirty.add(g.sessionId);
       const encoder = this.encoders.get(g.sessionId);
@@ -498,8 +509,17 @@ export class CaptureStore {
   }
 }
 
-function writeAll(fd: number, data: Buffer): void {
-  for (let offset = 0; offset < data.length; ) offset += writeSync(fd, data, offset, data.length - offset);
+/** Appends all of `data` (O_APPEND: each write lands at the end), in the thread pool. */
+function writeAllAsync(fd: number, data: Buffer): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const step = (offset: number) =>
+      writeCb(fd, data, offset, data.length - offset, null, (err, n) => {
+        if (err) reject(err);
+        else if (offset + n < data.length) step(offset + n);
+        else resolve();
+      });
+    step(0);
+  });
 }
 
 function cutBack(fd: number, size: number): void {
@@ -543,7 +563,8 @@ async function syncDir(dir: string): Promise<void> {
 //
 // `<dataDir>/journal/<seq>.wal`: frames of a JSON head line, then (for an append) the exact bytes
 // appended to a session file: {"s": session id, "o": offset in its file, "n": bytes, "c": checksum}.
-// A deletion is a head line {"d": session id} alone. A restart replays every journal in order: a
+// A deletion is a head line {"d": session id} alone; {"x": session id, "o": offset} withdraws an append
+// whose file write failed. A restart replays every journal in order: a
 // session file shorter than a frame's end, or holding other bytes there, is cut to the frame's
 // offset and given its bytes; then the files are synced and the journals removed. A frame that is
 // incomplete or fails its checksum (a torn write) ends its journal: it was never acknowledged.
@@ -575,11 +596,16 @@ function frameSum(data: Buffer): string {
   return createHash('sha1').update(data).digest('hex').slice(0, 16);
 }
 
+/** Withdraws the append at `offset` (its file write failed): a replay cuts the file back there. */
+function journalCancelFrame(sessionId: string, offset: number): Buffer {
+  return Buffer.from(`${JSON.stringify({ x: sessionId, o: offset })}\n`);
+}
+
 function journalFrameHead(sessionId: string, offset: number, data: Buffer): Buffer {
   return Buffer.from(`${JSON.stringify({ s: sessionId, o: offset, n: data.length, c: frameSum(data) })}\n`);
 }
 
-type JournalFrame = { s: string; o: number; data: Buffer } | { d: string };
+type JournalFrame = { s: string; o: number; data: Buffer } | { d: string } | { x: string; o: number };
 
 /** The whole frames of one journal file, in order (stops at the first torn one). */
 export function readJournalFrames(path: string): JournalFrame[] {
@@ -588,7 +614,7 @@ export function readJournalFrames(path: string): JournalFrame[] {
   for (let pos = 0; pos < buf.length; ) {
     const nl = buf.indexOf(0x0a, pos);
     if (nl < 0) break;
-    let head: { s?: unknown; o?: unknown; n?: unknown; c?: unknown; d?: unknown };
+    let head: { s?: unknown; o?: unknown; n?: unknown; c?: unknown; d?: unknown; x?: unknown };
     try {
       head = JSON.parse(buf.subarray(pos, nl).toString('utf8')) as typeof head;
     } catch {
@@ -596,6 +622,11 @@ export function readJournalFrames(path: string): JournalFrame[] {
     }
     if (typeof head.d === 'string') {
       frames.push({ d: head.d });
+      pos = nl + 1;
+      continue;
+    }
+    if (typeof head.x === 'string' && typeof head.o === 'number') {
+      frames.push({ x: head.x, o: head.o });
       pos = nl + 1;
       continue;
     }
@@ -630,6 +661,12 @@ function recoverJournal(dataDir: string, warn: (message: string) => void): numbe
           const path = sessionFileOf(dataDir, frame.d);
           if (existsSync(path)) unlinkSync(path);
           touched.delete(path);
+          continue;
+        }
+        if ('x' in frame) {
+          if (!SESSION_ID_PATTERN.test(frame.x)) continue;
+          const path = sessionFileOf(dataDir, frame.x);
+          if (existsSync(path) && statSync(path).size > frame.o) truncateSync(path, frame.o);
           continue;
         }
         if (!SESSION_ID_PATTERN.test(frame.s)) continue;

@@ -193,7 +193,7 @@ test('a failed commit is cut back from the session file and the journal: nothing
   assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected']);
   const journalDir = join(store.dataDir, 'journal');
   const frames = readdirSync(journalDir).flatMap((f) => readJournalFrames(join(journalDir, f)));
-  assert.deepEqual(frames.map((f) => ('s' in f ? f.s : `delete ${f.d}`)), ['s', 's'], 'only what was stored is journaled');
+  assert.deepEqual(frames.map((f) => ('s' in f ? f.s : 'd' in f ? `delete ${f.d}` : `cancel ${f.x}`)), ['s', 's'], 'only what was stored is journaled');
   rmSync(store.fileOf('blocked'), { recursive: true });
   await store.close();
 });
