@@ -180,6 +180,8 @@ export class CaptureStore {
   /** Session files written since the current journal was started (synced when it is checkpointed). */
   private dirty = new Set<string>();
   private checkpointing: Promise<void> | undefined;
+  /** The session-file writes of the latest commit (settled, never rejects). */
+  private fileWrites: Promise<void> = Promise.resolve();
   private sweeper: NodeJS.Timeout | undefined;
 
   constructor(
@@ -292,11 +294,16 @@ export class CaptureStore {
     // (the page cache; in the thread pool, so a commit of hundreds of sessions never stalls the loop).
     const frames: Buffer[] = [];
     for (const g of written) frames.push(journalFrameHead(g.sessionId, g.offset, g.data), g.data);
+    // Dirty from now on: a checkpoint that retires the journal holding these frames syncs these
+    // files, after waiting for their writes (fileWrites).
+    for (const g of written) this.dirty.add(g.sessionId);
     const journaled = this.writeJournal(frames).then(
       () => undefined,
       (err: unknown) => err ?? new Error('journal write failed'),
     );
-    const fileErrors = await Promise.all(written.map((g) => writeAllAsync(g.file.fd, g.data).then(() => undefined, (err: unknown) => err ?? new Error('write failed'))));
+    const fileWrites = Promise.all(written.map((g) => writeAllAsync(g.file.fd, g.data).then(() => undefined, (err: unknown) => err ?? new Error('write failed'))));
+    this.fileWrites = fileWrites.then(() => {});
+    const fileErrors = await fileWrites;
     let journalError = await journaled;
     const failed = written.filter((_, i) => fileErrors[i] !== undefined);
     // A file write that failed (a full disk) is withdrawn from the journal before its caller hears,
@@ -324,7 +331,6 @@ export class CaptureStore {
     for (const [i, g] of written.entries()) {
       if (fileErrors[i] !== undefined) continue;
       this.tallies.set(g.sessionId, g.tally);
-      this.dirty.add(g.sessionId);
       const encoder = this.encoders.get(g.sessionId);
       if (encoder) for (const w of g.writes) if (w.encoded) encoder.remember(w.encoded.base);
       this.settle(g.writes);
@@ -381,6 +387,8 @@ export class CaptureStore {
   }
 
   private async checkpoint(old: { handle: FileHandle; seq: number } | undefined): Promise<void> {
+    // The commit whose frames went last into the old journal may still be writing its files.
+    await this.fileWrites;
     const dirty = [...this.dirty];
     this.dirty = new Set();
     try {

@@ -197,3 +197,19 @@ test('a failed commit is cut back from the session file and the journal: nothing
   rmSync(store.fileOf('blocked'), { recursive: true });
   await store.close();
 });
+
+test('a journal past its size is checkpointed: the files it covered are synced, it is removed, and commits go on in a new one', async () => {
+  const store = freshStore();
+  const journalDir = join(store.dataDir, 'journal');
+  for (const id of ['a', 'b']) await store.append(id, { type: 'session', ...info(id) });
+  // 36 MiB of calls: past the 32 MiB checkpoint size once.
+  for (let i = 0; i < 36; i++) await store.append(i % 2 ? 'a' : 'b', { type: 'call', ...call(i % 2 ? 'a' : 'b', i, 'z'.repeat(1024 * 1024)) });
+  const first = '00000000.wal';
+  for (let tries = 0; tries < 500 && readdirSync(journalDir).includes(first); tries++) await new Promise((r) => setTimeout(r, 10));
+  const journals = readdirSync(journalDir);
+  assert.equal(journals.includes(first), false, `the full journal was retired (left: ${journals.join(', ')})`);
+  assert.equal(journals.length, 1, 'commits after the checkpoint went to a new journal');
+  const loaded = store.loadAll();
+  assert.deepEqual(loaded.map((s) => s.calls.length).sort(), [18, 18]);
+  await store.close();
+});
