@@ -271,6 +271,8 @@ export class RolloutService {
       s.backend_ref = facts.backendRef;
       let verdict: Verdict;
       const seen = await eng.capture.sessionFacts(sessionId);
+      // A server has no batch end: what the attempt left (a k8s Job and its pod) goes once its facts are read.
+      if (facts.backendRef && eng.backend.removeAttempt) await eng.backend.removeAttempt(facts.backendRef).catch((err: unknown) => this.opts.log(`  ${rolloutId}: ${err instanceof Error ? err.message : String(err)}`));
       if (facts.cancelled) {
         attempt.outcome = 'cancelled';
         verdict = { state: 'discarded', class: 'infra_error', reward: null, rewards: {}, trainable: false, error: this.closed ? 'the rollout server shut down mid-rollout' : 'the trainer closed the session mid-rollout' };
@@ -294,15 +296,24 @@ export class RolloutService {
     }
   }
 
-  /** Stops running rollouts (their sandboxes are removed) and closes every backend. */
+  /**
+   * Stops running rollouts (their sandboxes are removed), closes every backend, then removes what
+   * only a running server needs (the k8s capture proxy: every session was mirrored when its rollout
+   * ended, cancelled ones included). A restarted server creates it again.
+   */
   async close(): Promise<void> {
     this.closed = true;
     for (const c of this.running) c.abort();
+    // Aborted rollouts record their end and mirror their session before their backend goes (bounded:
+    // one still opening its engine's backend does not see the abort).
+    for (const end = Date.now() + 30_000; this.running.size && Date.now() < end; ) await new Promise((r) => setTimeout(r, 50));
     const open = await Promise.allSettled(this.engines.values());
+    const mod = await this.module();
     for (const o of open) {
       if (o.status !== 'fulfilled') continue;
       await o.value.backend.close().catch((err: unknown) => this.opts.log(`closing a backend: ${String(err)}`));
       await o.value.capture.close().catch((err: unknown) => this.opts.log(`closing a capture: ${String(err)}`));
+      await mod.cleanup(o.value.manifest, this.opts.log, { finished: true }).catch((err: unknown) => this.opts.log(`removing the sandboxes of ${o.value.manifest.batch_id}: ${String(err)}`));
     }
   }
 }

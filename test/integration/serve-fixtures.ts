@@ -113,11 +113,12 @@ export function rolloutResult(frame: any): any {
 }
 
 /**
- * An engine front that records every chat request body it forwards (what the engine saw), in
- * front of the scripted policy engine.
+ * An engine front that records every chat request body it forwards (what the engine saw) and every
+ * JSON answer the engine gave to one (what it sampled), in front of the scripted policy engine.
  */
-export async function recordingFront(engineUrl: string): Promise<{ url: string; bodies: any[]; server: Server }> {
+export async function recordingFront(engineUrl: string): Promise<{ url: string; bodies: any[]; answers: any[]; server: Server }> {
   const bodies: any[] = [];
+  const answers: any[] = [];
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -127,6 +128,7 @@ export async function recordingFront(engineUrl: string): Promise<{ url: string; 
       void fetch(`${engineUrl.replace(/\/+$/, '')}${req.url}`, { method: req.method, headers: { 'content-type': 'application/json' }, ...(body.length ? { body } : {}) }).then(
         async (up) => {
           const text = Buffer.from(await up.arrayBuffer());
+          if (req.url?.endsWith('/chat/completions') && up.ok && (up.headers.get('content-type') ?? '').includes('json')) answers.push(JSON.parse(text.toString('utf8')));
           res.writeHead(up.status, { 'content-type': up.headers.get('content-type') ?? 'application/json' });
           res.end(text);
         },
@@ -138,5 +140,5 @@ export async function recordingFront(engineUrl: string): Promise<{ url: string; 
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, bodies, server };
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, bodies, answers, server };
 }

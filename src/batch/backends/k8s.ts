@@ -437,6 +437,14 @@ export class K8sBackend implements BatchBackend {
     return deleteBatchJobs(this.cluster, ns, batchId);
   }
 
+  /** Deletes one attempt's Job (its pod through Background propagation); gone already is fine. */
+  async removeAttempt(jobName: string): Promise<void> {
+    const ns = this.cluster.namespace;
+    await this.cluster.batch.deleteNamespacedJob({ namespace: ns, name: jobName, propagationPolicy: 'Background' }).catch((err: unknown) => {
+      if (apiStatus(err)?.code !== 404) throw clusterError(this.cluster, `deleting Job ${ns}/${jobName}`, err);
+    });
+  }
+
   /** Removes the batch's proxy, Secret, Service, NetworkPolicy and tests ConfigMaps (after its sessions were mirrored). */
   async teardown(): Promise<void> {
     await teardownBatch(this.cluster, this.opts.manifest.batch_id);
