@@ -34,7 +34,7 @@ export interface ServeServerOptions {
   splits: ReadonlyMap<string, ServedSplit>;
   rollouts: RolloutService;
   maxConcurrent: number;
-  /** When set, every route but /health wants it (Authorization: Bearer, X-Admin-Key or ?admin_key=). */
+  /** When set, every route but /health wants it (Authorization: Bearer or Basic with it as the password, X-Admin-Key, ?admin_key=). */
   adminKey?: string;
   /** An /mcp-created session with no socket and no rollout is closed after this long (default 600 s, OpenEnv's). */
   sessionIdleMs?: number;
@@ -119,11 +119,7 @@ export class ServeServer {
   private authorized(req: IncomingMessage): boolean {
     const key = this.opts.adminKey;
     if (!key) return true;
-    const auth = req.headers.authorization;
-    const given = (auth?.startsWith('Bearer ') ? auth.slice(7) : undefined) ?? (req.headers['x-admin-key'] as string | undefined) ?? new URL(req.url ?? '/', 'http://x').searchParams.get('admin_key') ?? '';
-    const a = Buffer.from(given);
-    const b = Buffer.from(key);
-    return a.length === b.length && timingSafeEqual(a, b);
+    return presentedKeys(req).some((given) => sameKey(given, key));
   }
 
   private openSession(explicit: boolean): Session | { capacity: true } {
@@ -149,7 +145,7 @@ export class ServeServer {
     const path = new URL(req.url ?? '/', 'http://x').pathname;
     try {
       if (req.method === 'GET' && path === '/health') return json(res, 200, { status: 'healthy', ...this.capacityData(), running_rollouts: this.opts.rollouts.runningCount, queued_rollouts: this.opts.rollouts.queuedCount });
-      if (!this.authorized(req)) return json(res, 401, { detail: 'this rollout server wants its admin key (Authorization: Bearer KEY)' });
+      if (!this.authorized(req)) return json(res, 401, { detail: 'this rollout server wants its admin key: Authorization: Bearer KEY, or the key in the server URL as http://trainer:KEY@host:port (what an unchanged TRL client sends)' });
       if (req.method === 'GET' && path === '/harbor_env/splits') return json(res, 200, [...this.opts.splits.values()].map((s) => ({ name: s.name, num_tasks: s.tasks.length, ...(s.error ? { error: s.error } : {}) })));
       if (req.method === 'POST' && path === '/harbor_env/num_tasks') {
         const body = await parseBody(req, SplitBody);
@@ -358,6 +354,36 @@ export class ServeServer {
     this.wss.close();
     await new Promise<void>((resolve) => this.http.close(() => resolve()));
   }
+}
+
+/**
+ * Every key a request presents: `Authorization: Bearer K`, `X-Admin-Key: K`, `?admin_key=K`, and
+ * `Authorization: Basic` whose password is K. The last is what an unchanged TRL client sends for a
+ * server URL `http://USER:K@host:port`: httpx (the task API, /mcp) and websockets (/ws) both turn a
+ * URL's user info into Basic auth, and OpenEnv's clients keep the user info when they derive the
+ * /ws and /mcp URLs from the base URL.
+ */
+function presentedKeys(req: IncomingMessage): string[] {
+  const keys: string[] = [];
+  const auth = req.headers.authorization ?? '';
+  const [scheme, value = ''] = auth.trim().split(/\s+/, 2);
+  if (scheme?.toLowerCase() === 'bearer') keys.push(value);
+  if (scheme?.toLowerCase() === 'basic') {
+    const decoded = Buffer.from(value, 'base64').toString('utf8');
+    const colon = decoded.indexOf(':');
+    if (colon >= 0) keys.push(decoded.slice(colon + 1));
+  }
+  const header = req.headers['x-admin-key'];
+  if (typeof header === 'string') keys.push(header);
+  const query = new URL(req.url ?? '/', 'http://x').searchParams.get('admin_key');
+  if (query !== null) keys.push(query);
+  return keys;
+}
+
+function sameKey(given: string, key: string): boolean {
+  const a = Buffer.from(given);
+  const b = Buffer.from(key);
+  return a.length === b.length && timingSafeEqual(a, b);
 }
 
 function json(res: ServerResponse, status: number, body: unknown): void {
