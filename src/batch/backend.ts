@@ -34,6 +34,12 @@ export interface AttemptFacts {
   infraError: string | null;
   /** Stopped by the signal. */
   cancelled: boolean;
+  /**
+   * The sandbox never started because the backend could not make it (the task image would not
+   * build, the container or Job was refused, the pod cannot start), in the user's terms; also in
+   * infraError. Optional: `harness-lab serve` answers it as the environment failing (FACTORY_ERROR).
+   */
+  setupFailure?: string | null;
 }
 
 export interface BatchBackend {

@@ -50,6 +50,26 @@ export interface RolloutServiceOptions {
   module?: BackendModule;
 }
 
+/**
+ * The environment of a rollout could not be made (OpenEnv's EnvironmentFactoryError, answered as
+ * FACTORY_ERROR): the backend unreachable or refusing (Docker down, the cluster unreachable or a
+ * permission denied), the engine's backend failing to open (task images, the in-cluster proxy), or
+ * the sandbox never starting (the task image would not build, the container, Job or pod refused).
+ * Not a rollout's outcome: nothing ran, so there is nothing to score, not even as a failure.
+ */
+export class EnvironmentFactoryError extends Error {
+  constructor(
+    readonly factoryName: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'EnvironmentFactoryError';
+  }
+}
+
+/** A backend that answered its preflight is not asked again for this long. */
+const PREFLIGHT_OK_MS = 10_000;
+
 export class RolloutService {
   private readonly engines = new Map<string, Promise<OpenEngine>>();
   private readonly running = new Set<AbortController>();
@@ -58,7 +78,40 @@ export class RolloutService {
   private active = 0;
   private readonly waiting: (() => void)[] = [];
 
+  private preflightOk = 0;
+  private preflightRunning: Promise<void> | undefined;
+
   constructor(private readonly opts: RolloutServiceOptions) {}
+
+  /** What OpenEnv's FACTORY_ERROR names as the factory: this server's backend. */
+  get factoryName(): string {
+    return `harness-lab serve --backend ${this.opts.backend}`;
+  }
+
+  /**
+   * Whether the backend can make sandboxes at all, asked when a session opens (where OpenEnv's
+   * server creates a session's environment); throws EnvironmentFactoryError when it cannot. A recent
+   * success is kept for a few seconds, so a group's connects share one check.
+   */
+  async preflight(): Promise<void> {
+    if (Date.now() - this.preflightOk < PREFLIGHT_OK_MS) return;
+    this.preflightRunning ??= (async () => {
+      try {
+        const mod = await this.module();
+        await mod.preflight?.(this.opts.backend === 'k8s' ? this.k8sTarget() : null);
+        this.preflightOk = Date.now();
+      } catch (err) {
+        throw new EnvironmentFactoryError(this.factoryName, `the ${this.opts.backend} backend cannot create sandboxes: ${err instanceof Error ? err.message : String(err)}`);
+      } finally {
+        this.preflightRunning = undefined;
+      }
+    })();
+    return this.preflightRunning;
+  }
+
+  private k8sTarget(): NonNullable<BatchManifest['k8s']> {
+    return this.opts.k8s ?? { context: null, namespace: 'default', registry: null, queue_name: null };
+  }
 
   get runningCount(): number {
     return this.running.size;
@@ -185,7 +238,7 @@ export class RolloutService {
       parallel: 1,
       engine_url: llmUrl,
       model,
-      k8s: this.opts.backend === 'k8s' ? (this.opts.k8s ?? { context: null, namespace: 'default', registry: null, queue_name: null }) : null,
+      k8s: this.opts.backend === 'k8s' ? this.k8sTarget() : null,
     };
     writeJsonAtomic(join(dir, 'serve.json'), BatchManifestSchema.parse(manifest));
     const { backend, capture } = await (await this.module()).open({ batchDir: dir, manifest, log: this.opts.log, ...(apiKey ? { engineApiKey: apiKey } : {}) });
@@ -194,7 +247,10 @@ export class RolloutService {
     return { dir, manifest, backend, capture };
   }
 
-  /** Runs one rollout; every failure comes back as `ok: false` (the caller never sees a throw). */
+  /**
+   * Runs one rollout; every failure of the rollout comes back as `ok: false`. The one throw is
+   * EnvironmentFactoryError: its environment could not be made, so there is no rollout to report.
+   */
   async run(args: RunRolloutArgs, signal: AbortSignal): Promise<HarborRolloutResult> {
     const started = Date.now();
     const split = this.opts.splits.get(args.split);
@@ -224,7 +280,12 @@ export class RolloutService {
       release = await this.slot(ctrl.signal);
       this.running.add(ctrl);
       const queueS = (Date.now() - started) / 1000;
-      const eng = await this.engine(args.llm_url ? args.llm_url : null, args.model ?? null, args.api_key ?? undefined);
+      let eng: OpenEngine;
+      try {
+        eng = await this.engine(args.llm_url ? args.llm_url : null, args.model ?? null, args.api_key ?? undefined);
+      } catch (err) {
+        throw new EnvironmentFactoryError(this.factoryName, `the ${this.opts.backend} backend could not be opened for engine ${args.llm_url || '(embedded)'}: ${err instanceof Error ? err.message : String(err)}`);
+      }
       const timeoutSec = args.agent_timeout_sec ?? task.agentTimeoutSec ?? DEFAULT_AGENT_TIMEOUT_SEC;
       const manifest: BatchManifest = { ...eng.manifest, timeout_sec: timeoutSec, policy_version: args.policy_version == null ? null : String(args.policy_version) };
       const rolloutId = `${slugPart(split.name)}.${args.task_index}.${Date.now().toString(36)}${(this.seq++).toString(36)}${randomBytes(2).toString('hex')}`;
@@ -285,9 +346,11 @@ export class RolloutService {
       Object.assign(s, { state: verdict.state, class: verdict.class, reward: verdict.reward, rewards: verdict.rewards, trainable: verdict.trainable, error: verdict.error, ended_at: ended.toISOString(), duration_ms: ended.getTime() - Date.parse(now), n_calls: seen.nCalls });
       writeRolloutState(eng.dir, s);
       this.opts.log(`${verdict.state} ${rolloutId}: ${verdict.class} reward=${verdict.reward ?? 'null'}`);
+      if (facts.setupFailure && !facts.cancelled) throw new EnvironmentFactoryError(this.factoryName, `the ${eng.backend.kind} backend could not create the sandbox of ${split.name}[${args.task_index}] (${task.name}, rollout ${rolloutId}): ${facts.setupFailure}`);
       const doc = readCapturedSession(eng.dir, sessionId);
       return resultOf({ base, args, verdict, doc, findings: seen.findings, outDir, sessionId, rolloutId, started, facts, timeoutSec, queueS });
     } catch (err) {
+      if (err instanceof EnvironmentFactoryError) throw err;
       return fail(err instanceof Error ? err.message : String(err), err instanceof Error ? err.constructor.name : 'Error');
     } finally {
       signal.removeEventListener('abort', onAbort);

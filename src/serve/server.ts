@@ -24,7 +24,7 @@ import {
   zodMessage,
   type ErrorCode,
 } from './protocol.js';
-import type { RolloutService } from './rollouts.js';
+import { EnvironmentFactoryError, type RolloutService } from './rollouts.js';
 
 const MAX_BODY_BYTES = 16 * 2 ** 20;
 
@@ -51,6 +51,17 @@ interface Session {
   steps: number;
   /** Last time anything happened on it (an explicit session nobody uses is reclaimed after sessionIdleMs). */
   lastActive: number;
+}
+
+interface StepError {
+  code: ErrorCode;
+  message: string;
+  /** Beside code and message in the error frame (FACTORY_ERROR's factory_name). */
+  extra?: Record<string, unknown>;
+}
+
+function factoryError(err: EnvironmentFactoryError): StepError {
+  return { code: 'FACTORY_ERROR', message: err.message, extra: { factory_name: err.factoryName } };
 }
 
 class HttpError extends Error {
@@ -129,6 +140,25 @@ export class ServeServer {
     return s;
   }
 
+  /**
+   * Where OpenEnv's server runs its environment factory: a session being created. Here that is the
+   * backend's preflight (can it make sandboxes at all); on failure the session is gone again and the
+   * caller answers FACTORY_ERROR. A session's own sandbox is made per rollout, in its step.
+   */
+  private async createEnvironment(s: Session): Promise<StepError | null> {
+    try {
+      await this.opts.rollouts.preflight();
+      return null;
+    } catch (err) {
+      this.sessions.delete(s.id);
+      if (err instanceof EnvironmentFactoryError) {
+        this.opts.log(`session ${s.id}: FACTORY_ERROR: ${err.message}`);
+        return factoryError(err);
+      }
+      throw err;
+    }
+  }
+
   private closeSession(s: Session): void {
     s.busy?.abort();
     this.sessions.delete(s.id);
@@ -199,6 +229,8 @@ export class ServeServer {
       case 'openenv/session/create': {
         const s = this.openSession(true);
         if ('capacity' in s) return rpcError(id, -32000, `capacity reached: ${this.sessions.size} of ${this.opts.maxConcurrent} sessions in use`, { code: 'CAPACITY_REACHED', ...this.capacityData() });
+        const failed = await this.createEnvironment(s);
+        if (failed) return rpcError(id, -32000, failed.message, { code: failed.code, ...failed.extra });
         return { jsonrpc: '2.0', id, result: { session_id: s.id } };
       }
       case 'openenv/session/close': {
@@ -223,10 +255,12 @@ export class ServeServer {
           if ('capacity' in opened) return rpcError(id, -32000, `capacity reached: ${this.sessions.size} of ${this.opts.maxConcurrent} sessions in use`, { code: 'CAPACITY_REACHED', ...this.capacityData() });
           s = opened;
           temporary = true;
+          const failed = await this.createEnvironment(s);
+          if (failed) return rpcError(id, -32000, failed.message, { code: failed.code, ...failed.extra });
         }
         try {
           const out = await this.step(s, action);
-          if ('error' in out) return rpcError(id, -32000, out.error.message, { code: out.error.code });
+          if ('error' in out) return rpcError(id, -32000, out.error.message, { code: out.error.code, ...out.error.extra });
           if (method === 'tools/call') return { jsonrpc: '2.0', id, result: { content: [{ type: 'text', text: out.text }], isError: false } };
           return { jsonrpc: '2.0', id, result: observationData(RUN_ROLLOUT_TOOL, out.text, null) };
         } finally {
@@ -241,7 +275,7 @@ export class ServeServer {
   // ---- a step: the one tool ------------------------------------------------------------------
 
   /** Runs a step's action on a session; a rollout's own failure is a result (ok false), never an error. */
-  private async step(s: Session, action: unknown): Promise<{ text: string } | { error: { code: ErrorCode; message: string } }> {
+  private async step(s: Session, action: unknown): Promise<{ text: string } | { error: StepError }> {
     const a = CallToolAction.safeParse(action);
     if (!a.success) return { error: { code: 'VALIDATION_ERROR', message: `step data must be {"type":"call_tool","tool_name":"${RUN_ROLLOUT_TOOL}","arguments":{...}}: ${zodMessage(a.error)}` } };
     if (a.data.tool_name !== RUN_ROLLOUT_TOOL) return { error: { code: 'VALIDATION_ERROR', message: `unknown tool '${a.data.tool_name}'; this server has one tool, ${RUN_ROLLOUT_TOOL}` } };
@@ -255,6 +289,7 @@ export class ServeServer {
       const result = await this.opts.rollouts.run(args.data, ctrl.signal);
       return { text: JSON.stringify(result) };
     } catch (err) {
+      if (err instanceof EnvironmentFactoryError) return { error: factoryError(err) };
       return { error: { code: 'EXECUTION_ERROR', message: err instanceof Error ? err.message : String(err) } };
     } finally {
       s.busy = null;
@@ -282,6 +317,7 @@ export class ServeServer {
       if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(frame));
     };
     let session: Session;
+    let ready: Promise<boolean> = Promise.resolve(true);
     if (sessionId) {
       const s = this.sessions.get(sessionId);
       if (!s) {
@@ -303,6 +339,21 @@ export class ServeServer {
         return;
       }
       session = opened;
+      // The environment is made at connect, as OpenEnv does: a failure is one FACTORY_ERROR frame,
+      // then the socket closes. Frames that arrive meanwhile wait for it (below), in order.
+      ready = this.createEnvironment(opened).then(
+        (failed) => {
+          if (!failed) return true;
+          send(errorFrame(failed.code, failed.message, failed.extra));
+          ws.close(1011, 'environment factory failed');
+          return false;
+        },
+        (err: unknown) => {
+          send(errorFrame('SESSION_ERROR', err instanceof Error ? err.message : String(err)));
+          ws.close(1011, 'session error');
+          return false;
+        },
+      );
     }
     session.socket = ws;
     ws.on('close', () => {
@@ -313,7 +364,10 @@ export class ServeServer {
       if (!session.explicit) this.sessions.delete(session.id);
     });
     ws.on('error', (err) => this.opts.log(`ws ${session.id}: ${err.message}`));
-    ws.on('message', (data, isBinary) => void this.onFrame(session, isBinary ? data : data.toString(), send, ws));
+    ws.on('message', (data, isBinary) => {
+      const frame = isBinary ? data : data.toString();
+      void ready.then((ok) => (ok ? this.onFrame(session, frame, send, ws) : undefined));
+    });
   }
 
   private async onFrame(session: Session, data: unknown, send: (frame: unknown) => void, ws: WebSocket): Promise<void> {
@@ -339,7 +393,7 @@ export class ServeServer {
         const d = frame.data.data as { type?: unknown } | undefined;
         if (d && d.type === 'list_tools') return send({ type: 'observation', data: { observation: { tools: [TOOL_DESCRIPTION] }, reward: null, done: false } });
         const out = await this.step(session, d);
-        if ('error' in out) return send(errorFrame(out.error.code, out.error.message));
+        if ('error' in out) return send(errorFrame(out.error.code, out.error.message, out.error.extra));
         return send({ type: 'observation', data: observationData(RUN_ROLLOUT_TOOL, out.text, null) });
       }
       default:
