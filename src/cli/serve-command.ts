@@ -93,6 +93,7 @@ policy.json).
     const recovered = await rollouts.recover();
     if (recovered.interrupted.length) log(`marked ${recovered.interrupted.length} rollout(s) a previous server was running as interrupted: ${recovered.interrupted.join(', ')}`);
     if (recovered.removed.length) log(`removed ${recovered.removed.length} sandbox(es) a previous server left`);
+    rollouts.startReaper();
     const server = await ServeServer.start({ host: flags.host, port: flags.port, splits, rollouts, maxConcurrent: flags['max-concurrent'], sessionIdleMs: Math.max(1, flags['session-idle']) * 1000, ...(adminKey ? { adminKey } : {}), log });
     process.stdout.write(`harness-lab serve: ${server.url} (${[...splits.values()].map((s) => `${s.name}: ${s.tasks.length} task(s)`).join(', ')}; max ${flags['max-concurrent']} sessions, ${parallel} sandboxes at once; ${flags.backend} backend)\n`);
     await new Promise<void>((done) => {

@@ -18,7 +18,7 @@ import { backendModule, type BackendModule } from '../batch/backends/index.js';
 import { classify, type Verdict } from '../batch/classify.js';
 import { attemptSessionId } from '../batch/plan.js';
 import { MAX_MODEL_CALLS_PER_ROLLOUT, attemptDir, sessionMetadata } from '../batch/runner.js';
-import { BatchManifestSchema, batchPaths, readRolloutState, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutState } from '../batch/state.js';
+import { BatchManifestSchema, batchPaths, queuedRolloutState, readRolloutState, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutState } from '../batch/state.js';
 import { buildRollout, type RolloutDocument } from '../capture/rollout.js';
 import { loadSessionFile } from '../capture/store.js';
 import { harnessEntry, harnessNames } from '../harness/registry.js';
@@ -78,6 +78,9 @@ export class RolloutService {
   private active = 0;
   private readonly waiting: (() => void)[] = [];
 
+  /** Every batch this state dir holds (from earlier servers and this one), for the reaper. */
+  private readonly batches = new Map<string, BatchManifest>();
+  private reaper: NodeJS.Timeout | undefined;
   private preflightOk = 0;
   private preflightRunning: Promise<void> | undefined;
 
@@ -196,9 +199,42 @@ export class RolloutService {
           writeRolloutState(dir, s);
           interrupted.push(s.rollout_id);
         }
+      this.batches.set(parsed.data.batch_id, parsed.data);
       removed.push(...(await mod.cleanup(parsed.data, this.opts.log)));
     }
     return { interrupted, removed };
+  }
+
+  /**
+   * Keeps reaping, while the server runs, the sandboxes of its batches whose owning process is
+   * gone. The start-up cleanup in recover() cannot be the last word: a create the daemon was still
+   * finishing for a server killed with kill -9 lands after it, at a time nobody knows.
+   */
+  startReaper(intervalMs = 5000): void {
+    if (this.reaper) return;
+    let busy = false;
+    this.reaper = setInterval(() => {
+      if (busy || this.closed) return;
+      busy = true;
+      void this.reapOnce().finally(() => (busy = false));
+    }, intervalMs);
+    this.reaper.unref();
+  }
+
+  /** One reaper pass; returns what it removed (each logged). */
+  async reapOnce(): Promise<string[]> {
+    const mod = await this.module();
+    if (!mod.reapStale) return [];
+    const removed: string[] = [];
+    for (const m of this.batches.values()) {
+      const gone = await mod.reapStale(m).catch((err: unknown) => {
+        this.opts.log(`reaping the sandboxes of ${m.batch_id}: ${err instanceof Error ? err.message : String(err)}`);
+        return [];
+      });
+      if (gone.length) this.opts.log(`reaped ${gone.length} sandbox(es) of ${m.batch_id} whose server is gone: ${gone.join(', ')}`);
+      removed.push(...gone);
+    }
+    return removed;
   }
 
   private async module(): Promise<BackendModule> {
@@ -241,6 +277,7 @@ export class RolloutService {
       k8s: this.opts.backend === 'k8s' ? this.k8sTarget() : null,
     };
     writeJsonAtomic(join(dir, 'serve.json'), BatchManifestSchema.parse(manifest));
+    this.batches.set(manifest.batch_id, manifest);
     const { backend, capture } = await (await this.module()).open({ batchDir: dir, manifest, log: this.opts.log, ...(apiKey ? { engineApiKey: apiKey } : {}) });
     const left = await backend.cleanupBatch(manifest.batch_id);
     if (left.length) this.opts.log(`removed ${left.length} sandbox(es) a previous server left: ${left.join(', ')}`);
@@ -290,28 +327,7 @@ export class RolloutService {
       const manifest: BatchManifest = { ...eng.manifest, timeout_sec: timeoutSec, policy_version: args.policy_version == null ? null : String(args.policy_version) };
       const rolloutId = `${slugPart(split.name)}.${args.task_index}.${Date.now().toString(36)}${(this.seq++).toString(36)}${randomBytes(2).toString('hex')}`;
       const now = new Date().toISOString();
-      const s: RolloutState = {
-        rollout_id: rolloutId,
-        group_id: 'served',
-        member: 0,
-        task: servedTaskName(split.name, args.task_index),
-        harness: args.harness,
-        state: 'queued',
-        class: null,
-        reward: null,
-        rewards: {},
-        trainable: false,
-        session_id: null,
-        attempts: [],
-        policy_version: manifest.policy_version,
-        queued_at: now,
-        started_at: null,
-        ended_at: null,
-        duration_ms: null,
-        error: null,
-        backend_ref: null,
-        n_calls: 0,
-      };
+      const s = queuedRolloutState({ rollout_id: rolloutId, group_id: 'served', member: 0, task: servedTaskName(split.name, args.task_index), harness: args.harness, policy_version: manifest.policy_version, queued_at: now });
       const sessionId = attemptSessionId(manifest.batch_id, rolloutId, 0);
       const outDir = attemptDir(eng.dir, rolloutId, 0);
       const metadata = { ...sessionMetadata(manifest, s, 0), served: { split: split.name, task_index: args.task_index, purpose: args.purpose ?? 'train', reward_key: args.reward_key ?? null } };
@@ -366,6 +382,7 @@ export class RolloutService {
    */
   async close(): Promise<void> {
     this.closed = true;
+    clearInterval(this.reaper);
     for (const c of this.running) c.abort();
     // Aborted rollouts record their end and mirror their session before their backend goes (bounded:
     // one still opening its engine's backend does not see the abort).

@@ -3,12 +3,14 @@
 // run_rollout, and the /mcp session-create variant. Shared by the serve tests and the serve bench.
 /* eslint-disable @typescript-eslint/no-explicit-any -- wire JSON from the server under test, checked field by field as a Python client reads it */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type Docker from 'dockerode';
 import WebSocket from 'ws';
+import { LABEL } from '../../src/sandbox/docker-client.js';
 
 export const REPO = join(__dirname, '..', '..');
 const EXAMPLES = join(REPO, 'examples', 'tasks');
@@ -141,4 +143,12 @@ export async function recordingFront(engineUrl: string): Promise<{ url: string; 
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, bodies, answers, server };
+}
+
+/** The sandboxes of one serve state dir's batches (other servers may share the Docker daemon). */
+export async function servedContainers(docker: Docker, stateDir: string): Promise<Docker.ContainerInfo[]> {
+  const root = join(stateDir, 'engines');
+  const batches = new Set(existsSync(root) ? readdirSync(root).map((id) => `serve-${id}`) : []);
+  const all = await docker.listContainers({ all: true, filters: JSON.stringify({ label: [LABEL.rollout] }) });
+  return all.filter((c) => batches.has(c.Labels[LABEL.batch] ?? ''));
 }

@@ -162,4 +162,9 @@ async function preflight(): Promise<void> {
   await connectDocker(); // pings the daemon, and says how to start it when it does not answer
 }
 
-export const dockerBackendModule: BackendModule = { open, cleanup, preflight };
+async function reapStale(manifest: BatchManifest): Promise<string[]> {
+  const runtime = await DockerRuntime.connect();
+  return runtime.removeStaleLabelled(LABEL.batch, manifest.batch_id);
+}
+
+export const dockerBackendModule: BackendModule = { open, cleanup, preflight, reapStale };

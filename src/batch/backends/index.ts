@@ -34,6 +34,11 @@ export interface BackendModule {
    * daemon; the cluster unreachable, or a permission a batch needs denied). Cheap, read-only.
    */
   preflight?(k8s: BatchManifest['k8s']): Promise<void>;
+  /**
+   * Removes the batch's sandboxes whose owning lab process is gone, leaving a live one's alone (a
+   * container whose create the daemon finished after its lab was killed). Returns what it removed.
+   */
+  reapStale?(manifest: BatchManifest): Promise<string[]>;
 }
 
 export class BackendUnavailableError extends Error {}
