@@ -29,8 +29,9 @@ policy.json).
   --dataset NAME=DIR  a split: the Harbor tasks under DIR, in path order (repeatable)
   --host H            bind address (default 127.0.0.1; beyond loopback needs --admin-key)
   --port P            default 8000 (0: any free port; the URL is printed)
-  --admin-key K       required on every route but /health (Authorization: Bearer K), or
-                      HARNESS_LAB_ADMIN_KEY
+  --admin-key K       required on every route but /health (Authorization: Bearer K, or the
+                      key in the server URL: http://trainer:K@H:P, which an unchanged TRL
+                      client sends as Basic auth), or HARNESS_LAB_ADMIN_KEY
   --max-concurrent N  sessions at once (default 4, OpenEnv's MAX_CONCURRENT_ENVS); one over
                       gets CAPACITY_REACHED, nothing queues. A session made over /mcp and left
                       unused (no socket, no rollout) is closed after --session-idle S (default 600)
