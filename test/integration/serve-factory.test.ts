@@ -43,28 +43,6 @@ async function assertFactoryErrorAtCreate(serve: ServeProcess, factoryName: stri
   assert.equal(health.active_sessions, 0, 'a session whose environment failed holds no slot');
 }
 
-test('FACTORY_ERROR at session create: the kube context points at an API server nobody runs', { timeout: 120_000 }, async () => {
-  const dir = tempDir('hl-serve-factory-kube-');
-  const kubeconfig = join(dir, 'config');
-  writeFileSync(
-    kubeconfig,
-    JSON.stringify({
-      apiVersion: 'v1',
-      kind: 'Config',
-      'current-context': 'nowhere',
-      clusters: [{ name: 'nowhere', cluster: { server: 'http://127.0.0.1:1', 'insecure-skip-tls-verify': true } }],
-      users: [{ name: 'u', user: { token: 't' } }],
-      contexts: [{ name: 'nowhere', context: { cluster: 'nowhere', user: 'u', namespace: 'default' } }],
-    }),
-  );
-  const serve = await startServe(['--dataset', `train=${taskCopy('hello-file', {})}`, '--backend', 'k8s', '--context', 'nowhere', '--state-dir', join(dir, 'state')], { KUBECONFIG: kubeconfig });
-  try {
-    await assertFactoryErrorAtCreate(serve, 'harness-lab serve --backend k8s', /cannot create sandboxes: .*127\.0\.0\.1:1/);
-  } finally {
-    await stop(serve);
-  }
-});
-
 describe('FACTORY_ERROR with a live backend', { concurrency: false }, () => {
   let docker: Docker;
   let cluster: KubeDouble;
@@ -79,8 +57,14 @@ describe('FACTORY_ERROR with a live backend', { concurrency: false }, () => {
     await cluster?.close();
   });
 
-  test('at session create: the cluster refuses a permission a rollout needs (create jobs)', { timeout: 120_000 }, async () => {
+  test('at session create: the kube context points at an API server nobody runs', { timeout: 120_000 }, async () => {
     cluster = await testCluster();
+    serve = await startServe(['--dataset', `train=${taskCopy('hello-file', {})}`, '--backend', 'k8s', '--context', 'unreachable', '--state-dir', tempDir('hl-serve-factory-kube-')], { KUBECONFIG: cluster.kubeconfig });
+    await assertFactoryErrorAtCreate(serve, 'harness-lab serve --backend k8s', /cannot create sandboxes: .*127\.0\.0\.1:1/);
+    await stop(serve);
+  });
+
+  test('at session create: the cluster refuses a permission a rollout needs (create jobs)', { timeout: 120_000 }, async () => {
     cluster.api.deny({ verb: 'create', group: 'batch', resource: 'jobs', namespace: 'default' });
     serve = await startServe(['--dataset', `train=${taskCopy('hello-file', {})}`, '--backend', 'k8s', '--context', 'double', '--namespace', 'default', '--state-dir', tempDir('hl-serve-factory-deny-')], { KUBECONFIG: cluster.kubeconfig });
     await assertFactoryErrorAtCreate(serve, 'harness-lab serve --backend k8s', /you may not create jobs\.batch .*in namespace "default"/);

@@ -152,3 +152,17 @@ export async function servedContainers(docker: Docker, stateDir: string): Promis
   const all = await docker.listContainers({ all: true, filters: JSON.stringify({ label: [LABEL.rollout] }) });
   return all.filter((c) => batches.has(c.Labels[LABEL.batch] ?? ''));
 }
+
+/** The HarborTurn -> TrainingTrace turn mapping TRL's client does (checked with our strict TrainingTurnSchema). */
+export function asTrainingTurn(t: any) {
+  return {
+    node_id: t.node_id,
+    prompt_token_ids: t.prompt_token_ids,
+    completion_token_ids: t.completion_token_ids,
+    per_token_logps: t.per_token_logps,
+    loss_mask: t.loss_mask,
+    request: { messages: t.request_messages, tools: t.request_tools },
+    response: { choices: [{ message: { role: 'assistant', content: t.text }, finish_reason: t.finish_reason }] },
+    metadata: { node_id: t.node_id, index: t.turn, model: null, n_tools: t.n_tools, harness_session_id: null, sampling_params: t.sampling_params, requested_sampling_params: t.requested_sampling_params },
+  };
+}

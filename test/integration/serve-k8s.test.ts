@@ -20,7 +20,7 @@ import { startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-e
 import type { KubeDouble } from '../k8s-double/index.js';
 import { buildProxyImage, taskCopy, testCluster } from './k8s-fixtures.js';
 import { dockerReady, waitFor } from './sandbox-fixtures.js';
-import { recordingFront, rolloutResult, startServe, stepFrame, tempDir, wsSession, type ServeProcess } from './serve-fixtures.js';
+import { asTrainingTurn, recordingFront, rolloutResult, startServe, stepFrame, tempDir, wsSession, type ServeProcess } from './serve-fixtures.js';
 
 const NS = 'serve-k8s';
 const PROXY_IMAGE = `harness-lab/k8s-proxy-test:serve-${process.pid}`;
@@ -114,16 +114,7 @@ describe('harness-lab serve --backend k8s on the API server double, driven by Op
         assert.ok(answer, `the engine answered a call with the prompt of turn ${t.node_id}`);
         assert.deepEqual(t.completion_token_ids, answer.choices[0].token_ids);
         assert.deepEqual(t.per_token_logps, answer.choices[0].logprobs.content.map((c: any) => c.logprob));
-        const parsed = TrainingTurnSchema.safeParse({
-          node_id: t.node_id,
-          prompt_token_ids: t.prompt_token_ids,
-          completion_token_ids: t.completion_token_ids,
-          per_token_logps: t.per_token_logps,
-          loss_mask: t.loss_mask,
-          request: { messages: t.request_messages, tools: t.request_tools },
-          response: { choices: [{ message: { role: 'assistant', content: t.text }, finish_reason: t.finish_reason }] },
-          metadata: { node_id: t.node_id, index: t.turn, model: null, n_tools: t.n_tools, harness_session_id: null, sampling_params: t.sampling_params, requested_sampling_params: t.requested_sampling_params },
-        });
+        const parsed = TrainingTurnSchema.safeParse(asTrainingTurn(t));
         assert.ok(parsed.success, parsed.success ? '' : JSON.stringify(parsed.error.issues));
       }
     }

@@ -21,24 +21,10 @@ import { LABEL } from '../../src/sandbox/docker-client.js';
 import { TaskRoutedPolicy, startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
 import { loadTask } from '../../src/tasks/task.js';
 import { dockerReady, waitFor } from './sandbox-fixtures.js';
-import { postJson, recordingFront, servedContainers, rolloutResult, slowTask, startServe, stepFrame, tempDir, wsSession, type ServeProcess } from './serve-fixtures.js';
+import { postJson, asTrainingTurn, recordingFront, servedContainers, rolloutResult, slowTask, startServe, stepFrame, tempDir, wsSession, type ServeProcess } from './serve-fixtures.js';
 
 const PINNED = { temperature: 0.7, top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1 };
 const ASKED = { temperature: 0.2, top_p: 0.5 };
-
-/** The HarborTurn -> TrainingTrace turn mapping TRL's client does, validated with our strict schema. */
-function asTrainingTurn(t: any) {
-  return {
-    node_id: t.node_id,
-    prompt_token_ids: t.prompt_token_ids,
-    completion_token_ids: t.completion_token_ids,
-    per_token_logps: t.per_token_logps,
-    loss_mask: t.loss_mask,
-    request: { messages: t.request_messages, tools: t.request_tools },
-    response: { choices: [{ message: { role: 'assistant', content: t.text }, finish_reason: t.finish_reason }] },
-    metadata: { node_id: t.node_id, index: t.turn, model: null, n_tools: t.n_tools, harness_session_id: null, sampling_params: t.sampling_params, requested_sampling_params: t.requested_sampling_params },
-  };
-}
 
 /** trainers.md 1.2: what a trainer's worker treats as fatal if violated. */
 function assertValidTurns(result: any): void {
