@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
 import type Docker from 'dockerode';
 import type { KubeDouble } from '../k8s-double/index.js';
-import { buildProxyImage, engineFor, taskCopy, testCluster, type EngineInNamespace } from './k8s-fixtures.js';
+import { buildProxyImage, clusterWithNamespace, engineFor, taskCopy, type EngineInNamespace } from './k8s-fixtures.js';
 import { cli, dockerReady, waitFor } from './sandbox-fixtures.js';
 
 const NS = 'cli-batch';
@@ -30,12 +30,7 @@ describe('batch submit --backend k8s from the CLI on the double', { timeout: 900
   before(async () => {
     docker = await dockerReady();
     await buildProxyImage(docker, PROXY_IMAGE);
-    cluster = await testCluster();
-    const kc = new k8s.KubeConfig();
-    kc.loadFromFile(cluster.kubeconfig);
-    core = kc.makeApiClient(k8s.CoreV1Api);
-    batchApi = kc.makeApiClient(k8s.BatchV1Api);
-    await core.createNamespace({ body: { metadata: { name: NS } } });
+    ({ cluster, core, batchApi } = await clusterWithNamespace(NS));
     const policyFile = join(mkdtempSync(join(tmpdir(), 'hl-k8s-cli-policy-')), 'policy.json');
     writeFileSync(policyFile, JSON.stringify(POLICY));
     engine = await engineFor(cluster, NS, policyFile);

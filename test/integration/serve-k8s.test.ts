@@ -18,7 +18,7 @@ import type Docker from 'dockerode';
 import { TrainingTurnSchema } from '../../src/capture/trace.js';
 import { startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
 import type { KubeDouble } from '../k8s-double/index.js';
-import { buildProxyImage, taskCopy, testCluster } from './k8s-fixtures.js';
+import { buildProxyImage, clusterWithNamespace, taskCopy } from './k8s-fixtures.js';
 import { dockerReady, waitFor } from './sandbox-fixtures.js';
 import { asTrainingTurn, recordingFront, rolloutResult, startServe, stepFrame, tempDir, wsSession, type ServeProcess } from './serve-fixtures.js';
 
@@ -35,18 +35,14 @@ describe('harness-lab serve --backend k8s on the API server double, driven by Op
   let front: Awaited<ReturnType<typeof recordingFront>>;
   let core: k8s.CoreV1Api;
   let batchApi: k8s.BatchV1Api;
+  let apps: k8s.AppsV1Api;
   let serve: ServeProcess | undefined;
   const stateDir = tempDir('hl-serve-k8s-state-');
 
   before(async () => {
     docker = await dockerReady();
     await buildProxyImage(docker, PROXY_IMAGE);
-    cluster = await testCluster();
-    const kc = new k8s.KubeConfig();
-    kc.loadFromFile(cluster.kubeconfig);
-    core = kc.makeApiClient(k8s.CoreV1Api);
-    batchApi = kc.makeApiClient(k8s.BatchV1Api);
-    await core.createNamespace({ body: { metadata: { name: NS } } });
+    ({ cluster, core, batchApi, apps } = await clusterWithNamespace(NS));
     const policyFile = join(mkdtempSync(join(tmpdir(), 'hl-serve-k8s-policy-')), 'policy.json');
     writeFileSync(policyFile, JSON.stringify(POLICY));
     engine = await startPolicyEngine(policyFile, 'fake');
@@ -131,9 +127,7 @@ describe('harness-lab serve --backend k8s on the API server double, driven by Op
     // A stopped server leaves nothing at all: proxy, Secret, ConfigMaps, pods, containers.
     serve.child.kill('SIGTERM');
     assert.equal((await serve.exited).code, 0, serve.stderr().slice(-3000));
-    const kc = new k8s.KubeConfig();
-    kc.loadFromFile(cluster.kubeconfig);
-    assert.equal((await kc.makeApiClient(k8s.AppsV1Api).listNamespacedDeployment({ namespace: NS })).items.length, 0, 'the proxy Deployment was removed');
+    assert.equal((await apps.listNamespacedDeployment({ namespace: NS })).items.length, 0, 'the proxy Deployment was removed');
     assert.equal((await core.listNamespacedConfigMap({ namespace: NS, labelSelector: 'harness-lab/batch' })).items.length, 0);
     await waitFor('no pods', async () => ((await core.listNamespacedPod({ namespace: NS })).items.length === 0 ? true : undefined), 60_000);
     await waitFor('no containers', async () => ((await cluster.node.containers()).some((x) => x.Labels['io.kubernetes.pod.namespace'] === NS) ? undefined : true), 60_000);
