@@ -300,7 +300,7 @@ export class K8sBackend implements BatchBackend {
       built = buildJob(this.opts, attempt.manifest, ns, this.prepared, { rolloutId: rollout.rollout_id, groupId: rollout.group_id, task: rollout.task, harness: rollout.harness, attempt: attempt.attempt, sessionId: attempt.sessionId, sessionKey: this.capture.keyOf(attempt.sessionId) });
       await validateManifests([built.job]);
     } catch (err) {
-      facts.infraError = (err as Error).message;
+      facts.infraError = facts.setupFailure = (err as Error).message;
       return facts;
     }
     const name = built.job.metadata!.name!;
@@ -316,7 +316,7 @@ export class K8sBackend implements BatchBackend {
       outcome.arm(built.job as k8s.V1Job);
     } catch (err) {
       outcome.cancel();
-      facts.infraError = (err as Error).message;
+      facts.infraError = facts.setupFailure = (err as Error).message;
       return facts;
     }
     const o = await outcome.promise;
@@ -345,9 +345,11 @@ export class K8sBackend implements BatchBackend {
       case 'evicted':
         await deleteJob();
         return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: `pod ${ns}/${o.pod.metadata?.name} was evicted (DisruptionTarget: ${o.reason}); Job ${name} deleted, the runner may retry` };
-      case 'stuck':
+      case 'stuck': {
         await deleteJob();
-        return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: `pod ${ns}/${o.pod.metadata?.name} cannot start: ${o.reason}${o.message ? ` (${o.message})` : ''}` };
+        const why = `pod ${ns}/${o.pod.metadata?.name} cannot start: ${o.reason}${o.message ? ` (${o.message})` : ''}`;
+        return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: why, setupFailure: why };
+      }
       case 'job': {
         const reason = o.condition.reason ?? '';
         if (o.condition.type === 'Failed' && reason === 'DeadlineExceeded') return { ...facts, agent: { exitCode: null, timedOut: true, ms: elapsed } };
@@ -435,6 +437,14 @@ export class K8sBackend implements BatchBackend {
   async cleanupBatch(batchId: string): Promise<string[]> {
     const ns = this.cluster.namespace;
     return deleteBatchJobs(this.cluster, ns, batchId);
+  }
+
+  /** Deletes one attempt's Job (its pod through Background propagation); gone already is fine. */
+  async removeAttempt(jobName: string): Promise<void> {
+    const ns = this.cluster.namespace;
+    await this.cluster.batch.deleteNamespacedJob({ namespace: ns, name: jobName, propagationPolicy: 'Background' }).catch((err: unknown) => {
+      if (apiStatus(err)?.code !== 404) throw clusterError(this.cluster, `deleting Job ${ns}/${jobName}`, err);
+    });
   }
 
   /** Removes the batch's proxy, Secret, Service, NetworkPolicy and tests ConfigMaps (after its sessions were mirrored). */
@@ -669,6 +679,11 @@ export const k8sBackendModule: BackendModule = {
       log(`removed the capture proxy and ConfigMaps of finished batch ${manifest.batch_id} in ${cluster.namespace}`);
     }
     return removed;
+  },
+  async preflight(k8s) {
+    const cluster = loadCluster({ context: k8s?.context ?? null, namespace: k8s?.namespace ?? 'default' });
+    await checkReachable(cluster);
+    await assertPermissions(cluster, K8S_PERMISSIONS);
   },
   async dryRun(plan, format) {
     const images = await taskImageTags(plan.manifest, false);
