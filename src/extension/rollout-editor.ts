@@ -2,7 +2,7 @@
 // TrainingTrace `*.jsonl` lines, through a read-only custom editor. A trajectory.json found next to
 // the file (Harbor trial layout included) is cross-checked right away.
 import * as vscode from 'vscode';
-import { basename } from 'node:path';
+import { basename, dirname } from 'node:path';
 import { checkTrajectory, findTrajectory, rolloutFromText } from '../report/rollout-loader.js';
 import { Disposable } from './lifecycle.js';
 import { RolloutViewerPanels, ViewerConnection, viewerHtml, webviewOptions, type RolloutViewerHost } from './rollout-viewer-panel.js';
@@ -44,11 +44,38 @@ export class RolloutEditorProvider extends Disposable implements vscode.CustomRe
         }
       }
       conn.show(rollout);
+      if (document.uri.scheme === 'file' && rollout.doc && /\.jsonl$/i.test(path)) followFile(document.uri, panel, conn, this.host.log);
     } catch (err) {
       panel.webview.html = viewerHtml(panel.webview, this.host.extensionUri);
       conn.showError(err instanceof Error ? err.message : String(err));
     }
   }
+}
+
+/** Changes closer together than this re-read the file once. */
+const FILE_REFRESH_MS = 500;
+
+/**
+ * A captured session file still being written (a running batch rollout: the local proxy appends,
+ * a cluster batch's lab mirrors) refreshes its open viewer as calls land, as a live session does.
+ */
+function followFile(uri: vscode.Uri, panel: vscode.WebviewPanel, conn: ViewerConnection, log?: (message: string) => void): void {
+  const watcher = vscode.workspace.createFileSystemWatcher(new vscode.RelativePattern(vscode.Uri.file(dirname(uri.fsPath)), basename(uri.fsPath)), true, false, true);
+  let timer: NodeJS.Timeout | undefined;
+  const reload = async () => {
+    timer = undefined;
+    try {
+      conn.refresh(rolloutFromText(new TextDecoder().decode(await vscode.workspace.fs.readFile(uri)), uri.fsPath));
+    } catch (err) {
+      log?.(`rollout viewer: ${basename(uri.fsPath)} changed and could not be read again: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  };
+  const sub = watcher.onDidChange(() => (timer ??= setTimeout(() => void reload(), FILE_REFRESH_MS)));
+  panel.onDidDispose(() => {
+    clearTimeout(timer);
+    sub.dispose();
+    watcher.dispose();
+  });
 }
 
 /**
