@@ -1,13 +1,16 @@
 // Shared setup for the cluster tests: the API server double with a Docker-backed node, a kubeconfig
 // for the real client, a batch manifest for example tasks, the CLI bundle the in-cluster proxy runs,
 // and a policy engine on the host that the namespace reaches through a Unix socket relay.
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import type Docker from 'dockerode';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { harnessCacheRoot } from '../../src/harness/run-local.js';
 import { startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
 import { ensureReactScript } from '../../src/sandbox/react-script.js';
 import { DockerRuntime } from '../../src/sandbox/docker.js';
+import { followProgress } from '../../src/sandbox/docker-client.js';
+import { NODE_IMAGE, tarDirectory } from '../../src/sandbox/images.js';
 import { loadTask, type HarborTask } from '../../src/tasks/task.js';
 import { BATCH_SCHEMA_VERSION, trainingSampling, type BatchManifest, type RolloutState } from '../../src/batch/state.js';
 import type { K8sBackendOptions } from '../../src/batch/backends/k8s.js';
@@ -27,6 +30,19 @@ export function cliBundleDir(): Promise<string> {
     return dir;
   })();
   return bundle;
+}
+
+/** What a harness-lab image holds: node, the CLI bundle, and `harness-lab` on PATH (a local image the double's node runs as the in-cluster proxy). */
+export async function buildProxyImage(docker: Docker, tag: string): Promise<void> {
+  const ctx = mkdtempSync(join(tmpdir(), 'hl-proxy-image-'));
+  try {
+    copyFileSync(join(await cliBundleDir(), 'cli.js'), join(ctx, 'cli.js'));
+    writeFileSync(join(ctx, 'harness-lab'), '#!/bin/sh\nexec node /opt/harness-lab/dist/cli.js "$@"\n', { mode: 0o755 });
+    writeFileSync(join(ctx, 'Dockerfile'), [`FROM ${NODE_IMAGE}`, 'COPY cli.js /opt/harness-lab/dist/cli.js', 'COPY harness-lab /usr/local/bin/harness-lab', 'LABEL harness-lab.kind=test', 'RUN harness-lab --help >/dev/null', ''].join('\n'));
+    await followProgress(docker, await docker.buildImage(tarDirectory(ctx), { t: tag, rm: true, forcerm: true }));
+  } finally {
+    rmSync(ctx, { recursive: true, force: true });
+  }
 }
 
 export async function testCluster(opts: Parameters<typeof startKubeDouble>[1] = {}): Promise<KubeDouble> {
