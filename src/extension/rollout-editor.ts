@@ -2,7 +2,9 @@
 // TrainingTrace `*.jsonl` lines, through a read-only custom editor. A trajectory.json found next to
 // the file (Harbor trial layout included) is cross-checked right away.
 import * as vscode from 'vscode';
-import { basename, dirname } from 'node:path';
+import { statSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { basename } from 'node:path';
 import { checkTrajectory, findTrajectory, rolloutFromText } from '../report/rollout-loader.js';
 import { Disposable } from './lifecycle.js';
 import { RolloutViewerPanels, ViewerConnection, viewerHtml, webviewOptions, type RolloutViewerHost } from './rollout-viewer-panel.js';
@@ -44,7 +46,7 @@ export class RolloutEditorProvider extends Disposable implements vscode.CustomRe
         }
       }
       conn.show(rollout);
-      if (document.uri.scheme === 'file' && rollout.doc && /\.jsonl$/i.test(path)) followFile(document.uri, panel, conn, this.host.log);
+      if (document.uri.scheme === 'file' && rollout.doc && /\.jsonl$/i.test(path)) followFile(path, panel, conn, this.host.log);
     } catch (err) {
       panel.webview.html = viewerHtml(panel.webview, this.host.extensionUri);
       conn.showError(err instanceof Error ? err.message : String(err));
@@ -52,30 +54,44 @@ export class RolloutEditorProvider extends Disposable implements vscode.CustomRe
   }
 }
 
-/** Changes closer together than this re-read the file once. */
-const FILE_REFRESH_MS = 500;
+/** How often an open session file is checked for growth (one stat; the file is re-read only when it changed). */
+const FILE_POLL_MS = 1000;
 
 /**
  * A captured session file still being written (a running batch rollout: the local proxy appends,
  * a cluster batch's lab mirrors) refreshes its open viewer as calls land, as a live session does.
+ * A stat poll, not the workbench's file watcher: the file is written by another process, often
+ * outside the workspace, and a poll sees every append on any file system.
  */
-function followFile(uri: vscode.Uri, panel: vscode.WebviewPanel, conn: ViewerConnection, log?: (message: string) => void): void {
-  const watcher = vscode.workspace.createFileSystemWatcher(new vscode.RelativePattern(vscode.Uri.file(dirname(uri.fsPath)), basename(uri.fsPath)), true, false, true);
-  let timer: NodeJS.Timeout | undefined;
-  const reload = async () => {
-    timer = undefined;
+function followFile(path: string, panel: vscode.WebviewPanel, conn: ViewerConnection, log?: (message: string) => void): void {
+  // What the viewer shows; a poll that finds the file different reads it again.
+  let shown = statOf(path);
+  let reading = false;
+  const poll = async () => {
+    const cur = statOf(path);
+    if (reading || !cur || (cur.size === shown?.size && cur.mtimeMs === shown.mtimeMs)) return;
+    reading = true;
+    shown = cur;
     try {
-      conn.refresh(rolloutFromText(new TextDecoder().decode(await vscode.workspace.fs.readFile(uri)), uri.fsPath));
+      const text = await readFile(path, 'utf8');
+      conn.refresh(rolloutFromText(text, path));
     } catch (err) {
-      log?.(`rollout viewer: ${basename(uri.fsPath)} changed and could not be read again: ${err instanceof Error ? err.message : String(err)}`);
+      log?.(`rollout viewer: ${basename(path)} changed and could not be read again: ${err instanceof Error ? err.message : String(err)}`);
+    } finally {
+      reading = false;
     }
   };
-  const sub = watcher.onDidChange(() => (timer ??= setTimeout(() => void reload(), FILE_REFRESH_MS)));
-  panel.onDidDispose(() => {
-    clearTimeout(timer);
-    sub.dispose();
-    watcher.dispose();
-  });
+  const timer = setInterval(() => void poll(), FILE_POLL_MS);
+  panel.onDidDispose(() => clearInterval(timer));
+}
+
+function statOf(path: string): { size: number; mtimeMs: number } | undefined {
+  try {
+    const st = statSync(path);
+    return { size: st.size, mtimeMs: st.mtimeMs };
+  } catch {
+    return undefined;
+  }
 }
 
 /**
