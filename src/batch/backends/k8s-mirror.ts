@@ -159,10 +159,12 @@ export class SessionMirror {
       // An older proxy ignores `from` and `limit` and answers every call: the ids still keep it exact.
       const start = page.from ?? 0;
       const fresh = page.calls.filter((c) => !f.ids.has(c.call_id));
-      for (const c of fresh) {
-        await this.store.append(sessionId, { type: 'call', ...(c as unknown as CallRecord) } as StoreLine);
-        f.ids.add(c.call_id);
-      }
+      // Queued together, in order, so the page shares the store's durable writes (group commit); an
+      // id counts as mirrored only once its own append is on disk, so a failed write is retried, never doubled.
+      const written = await Promise.allSettled(fresh.map((c) => this.store.append(sessionId, { type: 'call', ...(c as unknown as CallRecord) } as StoreLine)));
+      written.forEach((w, i) => w.status === 'fulfilled' && f.ids.add(fresh[i]!.call_id));
+      const failed = written.find((w): w is PromiseRejectedResult => w.status === 'rejected');
+      if (failed) throw failed.reason;
       f.cursor = Math.max(f.cursor, start + page.calls.length);
       const total = page.total ?? start + page.calls.length;
       if (page.from === undefined || page.calls.length === 0 || f.cursor >= total) break;
