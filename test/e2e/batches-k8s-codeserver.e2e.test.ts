@@ -10,7 +10,7 @@
 // row shows the call captured so far and the rollout viewer opened from its context menu shows it,
 // both mirrored live from the cluster's proxy; then both rollouts finish with class and reward, the
 // open viewer follows to the last call, and the finished batch's other rollout opens in the viewer.
-// Screenshots: test-artifacts/e2e/batches-k8s-*.png.
+// Screenshots: test-artifacts/e2e/k8s-batches-*.png.
 import * as assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -49,7 +49,7 @@ after(async () => {
   if (stateDir && !process.env.HL_E2E_KEEP) rmSync(stateDir, { recursive: true, force: true });
 });
 
-const shot = (page: Page, name: string) => page.screenshot({ path: join(ARTIFACTS, `batches-k8s-${name}.png`) });
+const shot = (page: Page, name: string) => page.screenshot({ path: join(ARTIFACTS, `k8s-batches-${name}.png`) });
 
 /** Opens the gate in every running rollout container of the batch until stopped (members may start one after another). */
 async function releaseRollouts(d: Docker, batchId: string): Promise<void> {
@@ -70,7 +70,7 @@ test('Submit Rollout Batch with backend k8s on the API server double: live calls
   const built = spawnSync(process.execPath, ['esbuild.mjs'], { cwd: ROOT, encoding: 'utf8' });
   assert.equal(built.status, 0, built.stderr);
   mkdirSync(ARTIFACTS, { recursive: true });
-  for (const f of readdirSync(ARTIFACTS)) if (f.startsWith('batches-k8s-')) rmSync(join(ARTIFACTS, f));
+  for (const f of readdirSync(ARTIFACTS)) if (f.startsWith('k8s-batches-')) rmSync(join(ARTIFACTS, f));
 
   docker = await dockerReady();
   await buildProxyImage(docker, PROXY_IMAGE);
