@@ -5,6 +5,7 @@ import * as vscode from 'vscode';
 import { statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename } from 'node:path';
+import { attachRescore, rescorePathFor } from '../report/rescore-attach.js';
 import { checkTrajectory, findTrajectory, rolloutFromText } from '../report/rollout-loader.js';
 import { Disposable } from './lifecycle.js';
 import { RolloutViewerPanels, ViewerConnection, viewerHtml, webviewOptions, type RolloutViewerHost } from './rollout-viewer-panel.js';
@@ -18,7 +19,10 @@ class RolloutFile implements vscode.CustomDocument {
 }
 
 export class RolloutEditorProvider extends Disposable implements vscode.CustomReadonlyEditorProvider<RolloutFile> {
-  constructor(private readonly host: RolloutViewerHost) {
+  constructor(
+    private readonly host: RolloutViewerHost,
+    private readonly panels: RolloutViewerPanels,
+  ) {
     super();
     for (const viewType of ROLLOUT_EDITOR_TYPES) {
       this._register(vscode.window.registerCustomEditorProvider(viewType, this, { supportsMultipleEditorsPerDocument: true, webviewOptions: { retainContextWhenHidden: false } }));
@@ -32,11 +36,14 @@ export class RolloutEditorProvider extends Disposable implements vscode.CustomRe
   async resolveCustomEditor(document: RolloutFile, panel: vscode.WebviewPanel): Promise<void> {
     panel.webview.options = webviewOptions(this.host.extensionUri);
     const conn = new ViewerConnection(panel.webview, this.host);
+    this.panels.track(panel, conn);
     panel.onDidDispose(() => conn.dispose());
     try {
       const text = new TextDecoder().decode(await vscode.workspace.fs.readFile(document.uri));
       const path = document.uri.scheme === 'file' ? document.uri.fsPath : document.uri.path;
       const rollout = rolloutFromText(text, path);
+      // A `harness-lab rescore` report (or an earlier Rescore in the viewer) beside the file: drift colours.
+      if (document.uri.scheme === 'file') attachRescore(rollout.data, rescorePathFor(path));
       const trajectory = document.uri.scheme === 'file' && rollout.doc ? findTrajectory(path) : null;
       if (trajectory) {
         try {
@@ -74,7 +81,9 @@ function followFile(path: string, panel: vscode.WebviewPanel, conn: ViewerConnec
     shown = cur;
     try {
       const text = await readFile(path, 'utf8');
-      conn.refresh(rolloutFromText(text, path));
+      const next = rolloutFromText(text, path);
+      attachRescore(next.data, rescorePathFor(path));
+      conn.refresh(next);
     } catch (err) {
       log?.(`rollout viewer: ${basename(path)} changed and could not be read again: ${err instanceof Error ? err.message : String(err)}`);
     } finally {
@@ -100,5 +109,5 @@ function statOf(path: string): { size: number; mtimeMs: number } | undefined {
  */
 export function registerRolloutViewer(host: RolloutViewerHost): { panels: RolloutViewerPanels; disposables: vscode.Disposable[] } {
   const panels = new RolloutViewerPanels(host);
-  return { panels, disposables: [panels, new RolloutEditorProvider(host)] };
+  return { panels, disposables: [panels, new RolloutEditorProvider(host, panels)] };
 }

@@ -8,8 +8,13 @@
 // answers through the in-repo vLLM-shaped engine (HARNESS_LAB_POLICY_ENGINE=fake, in the extension
 // host's environment, which the batch's lab inherits). Beside it, a batch submitted with the CLI
 // (`dist/cli.js batch submit --out <workspace>/harness-lab-batches/from-cli`) appears and finishes
-// in the same view. Last, a batch of a task that sleeps is cancelled from its notification: its
-// sandboxes are removed and its rollouts queued again for `batch resume`.
+// in the same view. On the finished batch, as a user reviews it: Audit Batch from the batch row's
+// context menu shows the audit (the group, its rollouts, NO CONTRAST, the contract) in a Markdown
+// preview and raises the no-contrast group as a warning whose Show Audit brings it back; Audit Batch
+// from the palette picks the CLI's batch; Open Group View from the group row shows both members with
+// their rewards side by side, and a member opens in the rollout viewer from there. Last, a batch of a
+// task that sleeps is cancelled from its notification: its sandboxes are removed and its rollouts
+// queued again for `batch resume`.
 // Screenshots: test-artifacts/e2e/batches-*.png.
 import * as assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -17,11 +22,11 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import type { Page } from 'playwright-core';
+import type { Frame, Page } from 'playwright-core';
 import { readManifest, readRolloutStates } from '../../src/batch/state.js';
 import { LABEL, connectDocker } from '../../src/sandbox/docker-client.js';
-import { missingPrerequisite, runCommand } from './code-server.js';
-import { ARTIFACTS, ROOT, openRolloutRow, openWorkbench, showBatchesView, submitBatch, viewerFrame, type Workbench } from './workbench.js';
+import { missingPrerequisite, pickFromContextMenu, runCommand } from './code-server.js';
+import { ARTIFACTS, ROOT, openRolloutRow, openWorkbench, pick, showBatchesView, submitBatch, viewerFrame, type Workbench } from './workbench.js';
 
 let workbench: Workbench | undefined;
 let stateDir = '';
@@ -35,7 +40,34 @@ after(async () => {
 
 const shot = (page: Page, name: string) => page.screenshot({ path: join(ARTIFACTS, `batches-${name}.png`) });
 
-test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 2 appears, finishes with classes and rewards, a rollout opens in the viewer', { timeout: 600_000 }, async () => {
+/** The webview content frame (code-server nests it: iframe.webview > #active-frame) that shows `selector`. */
+async function webviewFrame(page: Page, selector: string, timeout = 60_000): Promise<Frame> {
+  const deadline = Date.now() + timeout;
+  for (;;) {
+    for (const f of page.frames()) {
+      if (f.name() !== 'active-frame' && !f.url().includes('fake.html')) continue;
+      if (await f.locator(selector).count().catch(() => 0)) return f;
+    }
+    if (Date.now() > deadline) throw new Error(`no webview shows ${selector}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+/** Clicks a notification's button: on its toast while shown, else in the notification center (toasts hide after a while). */
+async function clickNotificationButton(page: Page, text: string, button: string): Promise<void> {
+  const toast = page.locator('.notification-toast', { hasText: text });
+  if (await toast.isVisible()) {
+    await toast.hover();
+    if (await toast.locator('.monaco-button', { hasText: button }).click({ timeout: 5_000 }).then(() => true, () => false)) return;
+  }
+  await runCommand(page, 'Notifications: Show Notifications');
+  const item = page.locator('.notifications-center .notification-list-item', { hasText: text }).first();
+  await item.waitFor({ timeout: 10_000 });
+  await item.hover();
+  await item.locator('.monaco-button', { hasText: button }).click({ timeout: 10_000 });
+}
+
+test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 2 appears, finishes with classes and rewards, a rollout opens in the viewer; Audit Batch and Open Group View on it', { timeout: 780_000 }, async () => {
   const missing = missingPrerequisite();
   if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
   const built = spawnSync(process.execPath, ['esbuild.mjs'], { cwd: ROOT, encoding: 'utf8' });
@@ -123,6 +155,58 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
     assert.ok(Number(await frame.locator('[data-testid="counts"]').getAttribute('data-sampled')) > 0, 'sampled tokens captured');
     await shot(page, '04-rollout-viewer');
 
+    // Audit Batch from the batch row: the audit as a Markdown preview, the no-contrast group as a warning.
+    await runCommand(page, 'View: Close All Editors');
+    await pickFromContextMenu(page, batchRow, 'Audit Batch');
+    const warning = page.locator('.notification-toast', { hasText: `Audit of batch ${m.batch_id}: groups without contrast` });
+    await warning.waitFor({ timeout: 60_000 });
+    assert.match(await warning.innerText(), /Group hello-file\.react has no contrast: every kept reward is 1, so all its advantages are 0 and it teaches nothing/);
+    const audit = await webviewFrame(page, `h1:has-text("Audit of batch ${m.batch_id}")`);
+    const auditText = await audit.locator('body').innerText();
+    for (const want of ['Problems', 'hello-file.react — NO CONTRAST', 'hello-file.react.0', 'hello-file.react.1', states[0]!.session_id!, states[1]!.session_id!, 'Policy versions and staleness', 'Capture contract', 'Every kept rollout (2) holds it', 'Behaviour']) {
+      assert.ok(auditText.includes(want), `the audit shows "${want}":\n${auditText}`);
+    }
+    assert.match(auditText, /hello-file\.react\s+hello-file\s+react\s+2\/2\s+\[1, 1\]\s+1\s+0\s+NO CONTRAST/, 'the groups table row');
+    await warning.hover();
+    await shot(page, '05-audit');
+    // Closed, it comes back from the warning's Show Audit.
+    await runCommand(page, 'View: Close All Editors');
+    await page.locator('.tab', { hasText: /audit/i }).waitFor({ state: 'detached', timeout: 15_000 });
+    await clickNotificationButton(page, `Audit of batch ${m.batch_id}`, 'Show Audit');
+    await webviewFrame(page, `h1:has-text("Audit of batch ${m.batch_id}")`, 30_000);
+    // From the palette: a quick pick of the view's batches (the broken directory is not offered).
+    await runCommand(page, 'View: Close All Editors');
+    await runCommand(page, 'Harness Lab: Audit Batch');
+    const batchPick = page.locator('.quick-input-list .monaco-list-row');
+    await batchPick.first().waitFor({ timeout: 15_000 });
+    const offered = await batchPick.allInnerTexts();
+    assert.ok(!offered.some((t) => t.includes('broken')), `the broken directory is not offered: ${offered.join(' | ')}`);
+    await pick(page, 'from-cli');
+    const cliAudit = await webviewFrame(page, 'h1:has-text("Audit of batch")');
+    assert.match(await cliAudit.locator('body').innerText(), /cli-hello\.react\.0[\s\S]*cli-hello\.react\.1/);
+    await shot(page, '06-audit-palette');
+
+    // Open Group View from the group row: both members side by side with their rewards; one opens in the viewer.
+    await runCommand(page, 'View: Close All Editors');
+    await runCommand(page, 'Notifications: Clear All Notifications');
+    await pickFromContextMenu(page, group, 'Open Group View');
+    await page.locator('.tab', { hasText: 'Group hello-file.react' }).waitFor({ timeout: 30_000 });
+    const groupView = await webviewFrame(page, '[data-testid="group-view"]');
+    const cards = groupView.locator('[data-testid="member-card"]');
+    assert.deepEqual(await cards.evaluateAll((els) => els.map((e) => e.getAttribute('data-rollout'))), ['hello-file.react.0', 'hello-file.react.1']);
+    assert.deepEqual(await groupView.locator('[data-testid="member-reward"]').allInnerTexts(), ['reward 1', 'reward 1']);
+    assert.deepEqual(await groupView.locator('[data-testid="member-class"]').allInnerTexts(), ['completed', 'completed']);
+    assert.match(await groupView.locator('[data-testid="group-stats"]').innerText(), /rewards \[1, 1\] mean 1\.000 std 0\.000/);
+    assert.match(await groupView.locator('[data-testid="teaches-nothing"]').innerText(), /teaches nothing/);
+    assert.equal(await groupView.locator('[data-testid="histogram-group"]').getAttribute('data-counts'), '0,0,0,0,0,0,0,0,0,2');
+    await shot(page, '07-group-view');
+    await cards.nth(1).locator('[data-testid="open-member"]').click();
+    await page.locator('.tab', { hasText: `${states[1]!.session_id}.jsonl` }).waitFor({ timeout: 30_000 });
+    const memberViewer = await webviewFrame(page, '[data-testid="counts"]');
+    assert.equal(await memberViewer.locator('.graph-row').count(), states[1]!.n_calls, 'the member opens in the rollout viewer with every call');
+    assert.ok(await page.locator('.tab', { hasText: 'Group hello-file.react' }).count(), 'the group view stays open beside it');
+    await shot(page, '08-group-member-viewer');
+
     // Cancel from the progress notification: the runner's cancel path (batch cancel) stops the lab.
     await runCommand(page, 'View: Close All Editors');
     await submitBatch(page, { task: 'tasks/sleepy', harness: 'react', groupSize: 2, backend: 'docker' });
@@ -139,13 +223,13 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
     assert.equal((await containers()).length, 2, 'both sleepy sandboxes run before the cancel');
     const progress = page.locator('.notification-toast', { hasText: `Harness Lab: batch ${sleepyId}` });
     await progress.hover();
-    await shot(page, '05-running');
+    await shot(page, '09-running');
     await progress.locator('.monaco-button', { hasText: 'Cancel' }).click({ timeout: 15_000 });
     await page.locator('.notification-toast', { hasText: `batch ${sleepyId} cancelled` }).waitFor({ timeout: 120_000 });
     const sleepyRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: sleepyId });
     await sleepyRow.filter({ hasText: /cancelled · 0\/2 finished/ }).waitFor({ timeout: 30_000 });
     await s0.filter({ hasText: 'queued' }).waitFor({ timeout: 30_000 });
-    await shot(page, '06-cancelled');
+    await shot(page, '10-cancelled');
     assert.deepEqual(await containers(), [], 'cancel removed the batch sandboxes');
     assert.deepEqual(readRolloutStates(sleepyDir).map((x) => [x.state, x.attempts.map((a) => a.outcome)]), [['queued', ['cancelled']], ['queued', ['cancelled']]]);
   } catch (err) {
