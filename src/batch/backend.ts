@@ -60,7 +60,7 @@ export interface BatchBackend {
 /**
  * The batch's capture proxy as the runner sees it: in-process for docker (data dir `<batch>/capture`),
  * the cluster's proxy through a port-forward for k8s (whose calls are mirrored into `<batch>/capture`
- * when an attempt ends, so exports and the viewer read every batch the same way).
+ * while the attempt runs and once more when it ends, so exports and the viewer read every batch the same way).
  */
 export interface BatchCapture {
   /** Creates the attempt's session; metadata carries batch, group, rollout, task, harness, sampling and policy version. */
