@@ -2,6 +2,8 @@
 // TrainingTrace `*.jsonl` lines, through a read-only custom editor. A trajectory.json found next to
 // the file (Harbor trial layout included) is cross-checked right away.
 import * as vscode from 'vscode';
+import { statSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { attachRescore, rescorePathFor } from '../report/rescore-attach.js';
 import { checkTrajectory, findTrajectory, rolloutFromText } from '../report/rollout-loader.js';
@@ -51,10 +53,53 @@ export class RolloutEditorProvider extends Disposable implements vscode.CustomRe
         }
       }
       conn.show(rollout);
+      if (document.uri.scheme === 'file' && rollout.doc && /\.jsonl$/i.test(path)) followFile(path, panel, conn, this.host.log);
     } catch (err) {
       panel.webview.html = viewerHtml(panel.webview, this.host.extensionUri);
       conn.showError(err instanceof Error ? err.message : String(err));
     }
+  }
+}
+
+/** How often an open session file is checked for growth (one stat; the file is re-read only when it changed). */
+const FILE_POLL_MS = 1000;
+
+/**
+ * A captured session file still being written (a running batch rollout: the local proxy appends,
+ * a cluster batch's lab mirrors) refreshes its open viewer as calls land, as a live session does.
+ * A stat poll, not the workbench's file watcher: the file is written by another process, often
+ * outside the workspace, and a poll sees every append on any file system.
+ */
+function followFile(path: string, panel: vscode.WebviewPanel, conn: ViewerConnection, log?: (message: string) => void): void {
+  // What the viewer shows; a poll that finds the file different reads it again.
+  let shown = statOf(path);
+  let reading = false;
+  const poll = async () => {
+    const cur = statOf(path);
+    if (reading || !cur || (cur.size === shown?.size && cur.mtimeMs === shown.mtimeMs)) return;
+    reading = true;
+    shown = cur;
+    try {
+      const text = await readFile(path, 'utf8');
+      const next = rolloutFromText(text, path);
+      attachRescore(next.data, rescorePathFor(path));
+      conn.refresh(next);
+    } catch (err) {
+      log?.(`rollout viewer: ${basename(path)} changed and could not be read again: ${err instanceof Error ? err.message : String(err)}`);
+    } finally {
+      reading = false;
+    }
+  };
+  const timer = setInterval(() => void poll(), FILE_POLL_MS);
+  panel.onDidDispose(() => clearInterval(timer));
+}
+
+function statOf(path: string): { size: number; mtimeMs: number } | undefined {
+  try {
+    const st = statSync(path);
+    return { size: st.size, mtimeMs: st.mtimeMs };
+  } catch {
+    return undefined;
   }
 }
 

@@ -20,44 +20,25 @@ import * as assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { chromium, type Browser, type Frame, type Page } from 'playwright-core';
+import type { Frame, Page } from 'playwright-core';
 import { readManifest, readRolloutStates } from '../../src/batch/state.js';
 import { LABEL, connectDocker } from '../../src/sandbox/docker-client.js';
-import { chromiumPath, launchCodeServer, missingPrerequisite, pickFromContextMenu, runCommand, type CodeServer } from './code-server.js';
+import { missingPrerequisite, pickFromContextMenu, runCommand } from './code-server.js';
+import { ARTIFACTS, ROOT, openRolloutRow, openWorkbench, pick, showBatchesView, submitBatch, viewerFrame, type Workbench } from './workbench.js';
 
-const ROOT = resolve(__dirname, '..', '..');
-const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
-
-let server: CodeServer | undefined;
-let browser: Browser | undefined;
+let workbench: Workbench | undefined;
 let stateDir = '';
 let cliChild: ChildProcess | undefined;
 
 after(async () => {
   if (cliChild?.exitCode === null) cliChild.kill('SIGTERM');
-  await browser?.close().catch(() => undefined);
-  await server?.stop();
+  await workbench?.close();
   if (stateDir && !process.env.HL_E2E_KEEP) rmSync(stateDir, { recursive: true, force: true });
 });
 
 const shot = (page: Page, name: string) => page.screenshot({ path: join(ARTIFACTS, `batches-${name}.png`) });
-
-function pane(page: Page, name: RegExp) {
-  return page.locator('.pane', { has: page.locator('.pane-header', { hasText: name }) });
-}
-
-/** Drags the sidebar's sash so tree descriptions are readable in the screenshots. */
-async function widenSidebar(page: Page, width: number): Promise<void> {
-  const box = await page.locator('.part.sidebar').boundingBox();
-  if (!box) return;
-  const y = box.y + box.height / 2;
-  await page.mouse.move(box.x + box.width + 1, y);
-  await page.mouse.down();
-  await page.mouse.move(box.x + width, y, { steps: 5 });
-  await page.mouse.up();
-}
 
 /** The webview content frame (code-server nests it: iframe.webview > #active-frame) that shows `selector`. */
 async function webviewFrame(page: Page, selector: string, timeout = 60_000): Promise<Frame> {
@@ -86,22 +67,6 @@ async function clickNotificationButton(page: Page, text: string, button: string)
   await item.locator('.monaco-button', { hasText: button }).click({ timeout: 10_000 });
 }
 
-/** Picks in the open quick input: filter by text, then Enter (for a multi-select, the row is checked first). */
-async function pick(page: Page, text: string, opts: { check?: boolean } = {}): Promise<void> {
-  const input = page.locator('.quick-input-widget input.input:visible');
-  await input.waitFor({ timeout: 15_000 });
-  await input.fill(text);
-  const row = page.locator('.quick-input-list .monaco-list-row', { hasText: text }).first();
-  await row.waitFor({ timeout: 10_000 });
-  if (opts.check) {
-    // A multi-select: one item checked ("1 Selected"); clicking a row toggles it.
-    const count = page.locator('.quick-input-widget .quick-input-count:visible');
-    if (!/^1 Selected/.test((await count.innerText().catch(() => '')).trim())) await row.locator('.label-name').first().click();
-    await count.filter({ hasText: /^1 Selected/ }).waitFor({ timeout: 10_000 });
-  }
-  await page.keyboard.press('Enter');
-}
-
 test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 2 appears, finishes with classes and rewards, a rollout opens in the viewer; Audit Batch and Open Group View on it', { timeout: 780_000 }, async () => {
   const missing = missingPrerequisite();
   if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
@@ -128,30 +93,11 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
   mkdirSync(join(batches, 'broken'), { recursive: true });
   writeFileSync(join(batches, 'broken', 'batch.json'), '{"schema_version": 1, "batch_id": ');
 
-  server = await launchCodeServer({
-    stateDir,
-    workspace,
-    env: { HARNESS_LAB_POLICY_ENGINE: 'fake' },
-    userSettings: { 'workbench.startupEditor': 'none', 'workbench.tips.enabled': false, 'security.workspace.trust.enabled': false, 'extensions.autoCheckUpdates': false, 'telemetry.telemetryLevel': 'off', 'window.commandCenter': false },
-  });
-  browser = await chromium.launch({ executablePath: chromiumPath(), headless: true, args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update'] });
-  const page = await browser.newPage({ viewport: { width: 1500, height: 1000 } });
-  const remote = (p: string) => `vscode-remote://127.0.0.1:${server!.port}${p}`;
-  const payload = [['extensionDevelopmentPath', remote(ROOT)], ['skipWelcome', 'true']];
-  await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
-  await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
+  workbench = await openWorkbench({ stateDir, workspace, env: { HARNESS_LAB_POLICY_ENGINE: 'fake' } });
+  const { page } = workbench;
 
   try {
-    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true }); // a view's progress badge may cover it
-    await widenSidebar(page, 620);
-    const view = pane(page, /^batches/i);
-    await view.locator('.pane-header').waitFor({ timeout: 30_000 });
-    // Room for the batch tree: the other views folded.
-    for (const other of [/^sessions/i, /^engines/i]) {
-      const header = pane(page, other).locator('.pane-header');
-      if ((await header.getAttribute('aria-expanded')) === 'true') await header.click();
-    }
-    if ((await view.locator('.pane-header').getAttribute('aria-expanded')) !== 'true') await view.locator('.pane-header').click();
+    const view = await showBatchesView(page);
     const broken = view.locator('.monaco-list-row', { hasText: 'broken: cannot read batch.json' });
     await broken.waitFor({ timeout: 30_000 });
     assert.match(await broken.innerText(), /not JSON/);
@@ -165,14 +111,7 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
     cli.stderr.on('data', (b: Buffer) => (cliOut += b.toString()));
     const cliDone = new Promise<number | null>((res) => cli.on('close', res));
 
-    await runCommand(page, 'Harness Lab: Submit Rollout Batch...');
-    await pick(page, 'tasks/hello-file', { check: true }); // tasks (multi-select), by folder
-    await pick(page, 'react', { check: true }); // harnesses (multi-select)
-    const size = page.locator('.quick-input-widget input.input:visible');
-    await size.waitFor({ timeout: 15_000 });
-    await size.fill('2');
-    await page.keyboard.press('Enter');
-    await pick(page, 'docker');
+    await submitBatch(page, { task: 'tasks/hello-file', harness: 'react', groupSize: 2, backend: 'docker' });
 
     const toast = page.locator('.notification-toast', { hasText: /Harness Lab: batch b\d{8}-\d{6}-[0-9a-f]{4}/ });
     await toast.waitFor({ timeout: 60_000 });
@@ -209,14 +148,8 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
     assert.ok(existsSync(join(dir, 'capture', 'sessions', `${states[0]!.session_id}.jsonl`)));
 
     // A rollout opens in the rollout viewer, from its captured session in <batch>/capture.
-    const tab = page.locator('.tab', { hasText: `${states[0]!.session_id}.jsonl` });
-    // A tree refreshed by the file watcher under the pointer can swallow a click: click again until the editor opens.
-    for (let i = 0; i < 4 && !(await tab.count()); i++) {
-      await r0.click();
-      await tab.waitFor({ timeout: 8_000 }).catch(() => undefined);
-    }
-    await tab.waitFor({ timeout: 30_000 });
-    const frame = page.frameLocator('iframe.webview.ready').frameLocator('#active-frame');
+    await openRolloutRow(page, r0, states[0]!.session_id!);
+    const frame = viewerFrame(page);
     await frame.locator('[data-testid="counts"]').waitFor({ timeout: 60_000 });
     assert.equal(await frame.locator('.graph-row').count(), states[0]!.n_calls, 'the viewer shows every call of the rollout');
     assert.ok(Number(await frame.locator('[data-testid="counts"]').getAttribute('data-sampled')) > 0, 'sampled tokens captured');
@@ -276,12 +209,7 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
 
     // Cancel from the progress notification: the runner's cancel path (batch cancel) stops the lab.
     await runCommand(page, 'View: Close All Editors');
-    await runCommand(page, 'Harness Lab: Submit Rollout Batch...');
-    await pick(page, 'tasks/sleepy', { check: true });
-    await pick(page, 'react', { check: true });
-    await page.locator('.quick-input-widget input.input:visible').fill('2');
-    await page.keyboard.press('Enter');
-    await pick(page, 'docker');
+    await submitBatch(page, { task: 'tasks/sleepy', harness: 'react', groupSize: 2, backend: 'docker' });
     const s0 = view.locator('.monaco-list-row', { hasText: '#0 sleepy.react.0' });
     const s1 = view.locator('.monaco-list-row', { hasText: '#1 sleepy.react.1' });
     await s0.filter({ hasText: /running/ }).waitFor({ timeout: 120_000 });
