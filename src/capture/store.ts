@@ -2,12 +2,12 @@
 // durable before its answer goes back to the harness, so a crash (kill -9, power loss) loses nothing
 // that was answered.
 //
-// Durability is a group commit through one journal (`<dataDir>/journal/`): the appends of every
-// session that arrive while a commit is under way wait for the next one, which writes each session's
-// bytes to its file (the page cache) and then all of them, framed, to the journal in one O_DSYNC
-// write. That one write is the only wait for the disk, however many sessions wrote: an O_DSYNC write
-// per session file cost each call a trip through the thread pool and a disk flush (the largest
-// single item in the proxy's profile under load). A restart replays the journal into the session
+// Durability is a group commit through a journal (`<dataDir>/journal/`, one file per commit lane):
+// the appends of the sessions of a lane that arrive while its commit is under way wait for the next
+// one, which writes each session's bytes to its file (the page cache) and all of them, framed, to
+// the lane's journal in one O_DSYNC write. That write is the only wait for the disk, however many
+// sessions wrote: an O_DSYNC write per session file cost each call a trip through the thread pool
+// and a disk flush (the largest single item in the proxy's profile under load). A restart replays the journal into the session
 // files (only a power loss can leave them short of it); a checkpoint, when the journal has grown,
 // fdatasyncs the files it covers and removes it, and a clean close does the same.
 //
@@ -158,13 +158,47 @@ interface WrittenGroup {
   writes: PendingWrite[];
 }
 
+/**
+ * Independent commit lanes, each with its own journal file: a session always commits through the
+ * same lane (by a hash of its id), so its appends stay in order, while up to this many journal
+ * writes (and disk flushes) are in flight at once. With one lane every append waited for the commit
+ * in flight and then its own: at 1,000 sessions that doubled the store's wait against per-file
+ * O_DSYNC writes, which the thread pool ran four at a time.
+ */
+const JOURNAL_LANES = 4;
+
+interface JournalFile {
+  handle: FileHandle;
+  seq: number;
+  size: number;
+}
+
+interface Lane {
+  /** Appends waiting for the lane's next commit, in arrival order. */
+  pending: PendingWrite[];
+  commitScheduled: boolean;
+  committing: Promise<void> | undefined;
+  journal: JournalFile | undefined;
+  /** Journal writes, one at a time (a failed one is cut back before the next). */
+  journalTail: Promise<unknown>;
+  /** Session files with frames in the lane's journals (synced when they are checkpointed). */
+  dirty: Set<string>;
+  /** Full or broken journals of the lane, removed once their files are synced. */
+  retired: JournalFile[];
+  checkpointing: Promise<void> | undefined;
+  /** The session-file writes of the lane's latest commit (settled, never rejects). */
+  fileWrites: Promise<void>;
+}
+
+function newLane(): Lane {
+  return { pending: [], commitScheduled: false, committing: undefined, journal: undefined, journalTail: Promise.resolve(), dirty: new Set(), retired: [], checkpointing: undefined, fileWrites: Promise.resolve() };
+}
+
 export class CaptureStore {
   private readonly dir: string;
   private readonly journalDir: string;
-  /** Appends waiting for the next commit, in arrival order. */
-  private pending: PendingWrite[] = [];
-  private commitScheduled = false;
-  private committing: Promise<void> | undefined;
+  /** The commit lanes; a session always commits through the same one (see JOURNAL_LANES). */
+  private readonly lanes: Lane[] = Array.from({ length: JOURNAL_LANES }, () => newLane());
   /** Per session: appends queued or in a commit not yet durable (files with any are never closed). */
   private readonly outstanding = new Map<string, number>();
   /** Open session files, least recently used first. */
@@ -173,15 +207,8 @@ export class CaptureStore {
   private readonly encoders = new Map<string, SessionEncoder>();
   /** Per session: the running tally, as the last `sum` line on disk says. */
   private readonly tallies = new Map<string, SessionTally>();
-  private journal: { handle: FileHandle; seq: number; size: number } | undefined;
+  /** Journal files are numbered in creation order across lanes. */
   private nextJournalSeq = 0;
-  /** Journal writes, one at a time (a failed one is cut back before the next). */
-  private journalTail: Promise<unknown> = Promise.resolve();
-  /** Session files written since the current journal was started (synced when it is checkpointed). */
-  private dirty = new Set<string>();
-  private checkpointing: Promise<void> | undefined;
-  /** The session-file writes of the latest commit (settled, never rejects). */
-  private fileWrites: Promise<void> = Promise.resolve();
   private sweeper: NodeJS.Timeout | undefined;
 
   constructor(
@@ -222,29 +249,36 @@ export class CaptureStore {
         return;
       }
       this.outstanding.set(sessionId, (this.outstanding.get(sessionId) ?? 0) + 1);
-      this.pending.push({ sessionId, text, line, ...(encoded ? { encoded } : {}), resolve, reject });
-      this.scheduleCommit();
+      const lane = this.laneOf(sessionId);
+      lane.pending.push({ sessionId, text, line, ...(encoded ? { encoded } : {}), resolve, reject });
+      this.scheduleCommit(lane);
     });
   }
 
-  private scheduleCommit(): void {
-    if (this.commitScheduled || this.committing) return;
-    this.commitScheduled = true;
+  private laneOf(sessionId: string): Lane {
+    let h = 0;
+    for (let i = 0; i < sessionId.length; i++) h = (h * 31 + sessionId.charCodeAt(i)) | 0;
+    return this.lanes[(h >>> 0) % this.lanes.length]!;
+  }
+
+  private scheduleCommit(lane: Lane): void {
+    if (lane.commitScheduled || lane.committing) return;
+    lane.commitScheduled = true;
     // One loop turn's appends (every call that finished in it) share a commit.
     setImmediate(() => {
-      this.commitScheduled = false;
-      this.committing = this.commitLoop().finally(() => {
-        this.committing = undefined;
-        if (this.pending.length) this.scheduleCommit();
+      lane.commitScheduled = false;
+      lane.committing = this.commitLoop(lane).finally(() => {
+        lane.committing = undefined;
+        if (lane.pending.length) this.scheduleCommit(lane);
       });
     });
   }
 
-  private async commitLoop(): Promise<void> {
-    while (this.pending.length) {
-      const batch = this.pending;
-      this.pending = [];
-      await this.commit(batch);
+  private async commitLoop(lane: Lane): Promise<void> {
+    while (lane.pending.length) {
+      const batch = lane.pending;
+      lane.pending = [];
+      await this.commit(lane, batch);
     }
   }
 
@@ -256,7 +290,7 @@ export class CaptureStore {
     }
   }
 
-  private async commit(batch: PendingWrite[]): Promise<void> {
+  private async commit(lane: Lane, batch: PendingWrite[]): Promise<void> {
     const bySession = new Map<string, PendingWrite[]>();
     for (const w of batch) {
       const list = bySession.get(w.sessionId);
@@ -296,19 +330,19 @@ export class CaptureStore {
     for (const g of written) frames.push(journalFrameHead(g.sessionId, g.offset, g.data), g.data);
     // Dirty from now on: a checkpoint that retires the journal holding these frames syncs these
     // files, after waiting for their writes (fileWrites).
-    for (const g of written) this.dirty.add(g.sessionId);
-    const journaled = this.writeJournal(frames).then(
+    for (const g of written) lane.dirty.add(g.sessionId);
+    const journaled = this.writeJournal(lane, frames).then(
       () => undefined,
       (err: unknown) => err ?? new Error('journal write failed'),
     );
     const fileWrites = Promise.all(written.map((g) => writeAllAsync(g.file.fd, g.data).then(() => undefined, (err: unknown) => err ?? new Error('write failed'))));
-    this.fileWrites = fileWrites.then(() => {});
+    lane.fileWrites = fileWrites.then(() => {});
     const fileErrors = await fileWrites;
     let journalError = await journaled;
     const failed = written.filter((_, i) => fileErrors[i] !== undefined);
     // A file write that failed (a full disk) is withdrawn from the journal before its caller hears,
     // so a replay never brings back a record whose caller was told it was not stored.
-    if (journalError === undefined && failed.length) journalError = await this.writeJournal(failed.map((g) => journalCancelFrame(g.sessionId, g.offset))).then(() => undefined, (err: unknown) => err ?? new Error('journal write failed'));
+    if (journalError === undefined && failed.length) journalError = await this.writeJournal(lane, failed.map((g) => journalCancelFrame(g.sessionId, g.offset))).then(() => undefined, (err: unknown) => err ?? new Error('journal write failed'));
     const reject = (g: WrittenGroup, err: unknown) => {
       // Cut the file back, so no caller that gets an error has its record in it and no torn line
       // is left; if even that fails, reopening (on the next append) notices the torn line.
@@ -339,9 +373,9 @@ export class CaptureStore {
   }
 
   /** Appends frames to the journal and resolves once they are on disk; a failed write is cut back. */
-  private writeJournal(frames: Buffer[]): Promise<void> {
+  private writeJournal(lane: Lane, frames: Buffer[]): Promise<void> {
     const run = async () => {
-      const journal = await this.openJournal();
+      const journal = await this.openJournal(lane);
       const data = frames.length === 1 ? frames[0]! : Buffer.concat(frames);
       const before = journal.size;
       try {
@@ -353,53 +387,58 @@ export class CaptureStore {
         try {
           await journal.handle.truncate(before);
         } catch {
-          this.journal = undefined;
-          await journal.handle.close().catch(() => {});
+          lane.journal = undefined;
+          lane.retired.push(journal);
         }
         throw err;
       }
       journal.size = before + data.length;
-      if (journal.size >= JOURNAL_CHECKPOINT_BYTES) this.startCheckpoint();
+      if (journal.size >= JOURNAL_CHECKPOINT_BYTES) this.startCheckpoint(lane);
     };
-    const result = this.journalTail.then(run, run);
-    this.journalTail = result.catch(() => {});
+    const result = lane.journalTail.then(run, run);
+    lane.journalTail = result.catch(() => {});
     return result;
   }
 
-  private async openJournal(): Promise<{ handle: FileHandle; seq: number; size: number }> {
-    if (this.journal) return this.journal;
+  private async openJournal(lane: Lane): Promise<JournalFile> {
+    if (lane.journal) return lane.journal;
     mkdirSync(this.journalDir, { recursive: true });
     const seq = this.nextJournalSeq++;
     const handle = await open(journalFileOf(this.dataDir, seq), JOURNAL_FLAGS ?? 'a');
-    this.journal = { handle, seq, size: fstatSync(handle.fd).size };
-    return this.journal;
+    lane.journal = { handle, seq, size: fstatSync(handle.fd).size };
+    return lane.journal;
   }
 
   /**
    * Starts a new journal and, behind it, syncs every session file the old ones covered; once they
    * are on disk the old journal files are removed. Calls keep committing to the new journal meanwhile.
    */
-  private startCheckpoint(): void {
-    if (this.checkpointing || !this.journal) return;
-    const old = this.journal;
-    this.journal = undefined;
-    this.checkpointing = this.checkpoint(old).finally(() => (this.checkpointing = undefined));
+  private startCheckpoint(lane: Lane): void {
+    if (lane.checkpointing || !lane.journal) return;
+    lane.retired.push(lane.journal);
+    lane.journal = undefined;
+    lane.checkpointing = this.checkpoint(lane).finally(() => (lane.checkpointing = undefined));
   }
 
-  private async checkpoint(old: { handle: FileHandle; seq: number } | undefined): Promise<void> {
+  /** Syncs the lane's dirty files, then closes and removes its retired journals. */
+  private async checkpoint(lane: Lane): Promise<void> {
     // The commit whose frames went last into the old journal may still be writing its files.
-    await this.fileWrites;
-    const dirty = [...this.dirty];
-    this.dirty = new Set();
+    await lane.fileWrites;
+    const dirty = [...lane.dirty];
+    lane.dirty = new Set();
+    const retired = lane.retired.splice(0);
     try {
       await syncFiles(dirty.map((id) => this.fileOf(id)));
       await syncDir(this.dir);
-      if (old) await old.handle.close().catch(() => {});
-      for (const name of listJournals(this.journalDir)) if (name.seq <= (old?.seq ?? Number.POSITIVE_INFINITY) && name.seq !== this.journal?.seq) await unlink(join(this.journalDir, name.file)).catch(() => {});
-    } catch (err) {
-      // Not synced: keep the journal (a restart replays it) and try again at the next checkpoint.
-      for (const id of dirty) this.dirty.add(id);
-      void err;
+    } catch {
+      // Not synced: keep the journals (a restart replays them) and try again at the next checkpoint.
+      for (const id of dirty) lane.dirty.add(id);
+      lane.retired.unshift(...retired);
+      return;
+    }
+    for (const j of retired) {
+      await j.handle.close().catch(() => {});
+      await unlink(journalFileOf(this.dataDir, j.seq)).catch(() => {});
     }
   }
 
@@ -483,9 +522,10 @@ export class CaptureStore {
     await this.settled(sessionId);
     this.closeFile(sessionId);
     this.tallies.delete(sessionId);
-    this.dirty.delete(sessionId);
+    const lane = this.laneOf(sessionId);
+    lane.dirty.delete(sessionId);
     // The deletion is journaled before the file goes, so a replay after a crash does not bring it back.
-    if (this.journal || listJournals(this.journalDir).length) await this.writeJournal([Buffer.from(`${JSON.stringify({ d: sessionId })}\n`)]);
+    if (lane.journal || listJournals(this.journalDir).length) await this.writeJournal(lane, [Buffer.from(`${JSON.stringify({ d: sessionId })}\n`)]);
     await unlink(this.fileOf(sessionId)).catch((err: NodeJS.ErrnoException) => {
       if (err.code !== 'ENOENT') throw err;
     });
@@ -493,14 +533,16 @@ export class CaptureStore {
 
   /** Waits for queued appends, syncs and closes every open file and retires the journal. Appends after this reopen their file. */
   async close(): Promise<void> {
-    while (this.pending.length || this.committing || this.commitScheduled) await (this.committing ?? new Promise((r) => setTimeout(r, 5)));
-    await this.journalTail;
-    while (this.checkpointing) await this.checkpointing;
+    for (const lane of this.lanes) {
+      while (lane.pending.length || lane.committing || lane.commitScheduled) await (lane.committing ?? new Promise((r) => setTimeout(r, 5)));
+      await lane.journalTail;
+      while (lane.checkpointing) await lane.checkpointing;
+      if (lane.journal) lane.retired.push(lane.journal);
+      lane.journal = undefined;
+      if (lane.retired.length || lane.dirty.size) await this.checkpoint(lane);
+    }
     clearInterval(this.sweeper);
     this.sweeper = undefined;
-    const current = this.journal;
-    this.journal = undefined;
-    if (current || this.dirty.size) await this.checkpoint(current);
     for (const id of [...this.files.keys()]) this.closeFile(id);
   }
 
