@@ -1,5 +1,5 @@
 // bench/serve.ts: `harness-lab serve` under a trainer's fan-out, on local Docker.
-//   node --import tsx bench/serve.ts [--quick] [--requests N] [--parallel P] [--embedded]
+//   node --import tsx bench/serve.ts [--quick] [--requests N] [--parallel P] [--fake-engine]
 // N rollout requests at once (default 64; --quick 8), each its own OpenEnv session on /ws calling
 // run_rollout on examples/tasks (hello-file and fix-script, the reference harness), with the server's
 // session cap at N and P sandboxes at once (default 3). Meanwhile /health is polled every 50 ms.
@@ -7,8 +7,8 @@
 // overhead per rollout (the client's round trip minus the time the rollout waited for a sandbox
 // slot minus the sandbox run itself, i.e. protocol, session, capture bookkeeping, state and result
 // building), next to the sandbox-level overhead of the same N rollouts run by `harness-lab batch`
-// at the same --parallel. The policies answer through the in-repo vLLM-shaped engine
-// (HARNESS_LAB_POLICY_ENGINE=fake) unless --embedded. Measures only (no targets): a shared
+// at the same --parallel. The policies answer through the embedded CPU engine (the tiny Qwen3 with
+// the task's scripted policy), or the in-repo vLLM-shaped engine with --fake-engine. Measures only (no targets): a shared
 // machine's load dominates absolute numbers. Writes bench-results/serve.json.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
@@ -22,11 +22,12 @@ const REPO = join(__dirname, '..');
 const CLI = join(REPO, 'dist', 'cli.js');
 const TASKS_DIR = join(REPO, 'examples', 'tasks');
 
-const { values } = parseArgs({ options: { quick: { type: 'boolean' }, requests: { type: 'string' }, parallel: { type: 'string' }, embedded: { type: 'boolean' } } });
+const { values } = parseArgs({ options: { quick: { type: 'boolean' }, requests: { type: 'string' }, parallel: { type: 'string' }, 'fake-engine': { type: 'boolean' } } });
+const embedded = !values['fake-engine'];
 const quick = values.quick || process.env.BENCH_QUICK === '1';
 const requests = Number(values.requests ?? (quick ? 8 : 64));
 const parallel = Number(values.parallel ?? 3);
-const env = { ...process.env, ...(values.embedded ? {} : { HARNESS_LAB_POLICY_ENGINE: 'fake' }) };
+const env = { ...process.env, ...(embedded ? {} : { HARNESS_LAB_POLICY_ENGINE: 'fake' }) };
 
 interface Served {
   ok: boolean;
@@ -72,7 +73,7 @@ function rollout(url: string, taskIndex: number): Promise<{ result: Served; ms: 
 async function main(): Promise<void> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing; run \`npm run build\` (npm run bench does)`);
   const load = loadavg()[0]!;
-  process.stderr.write(`serve bench: ${requests} concurrent rollout requests, ${parallel} sandboxes at once; load ${load.toFixed(1)}${values.embedded ? '; embedded engine' : '; fake engine'}\n`);
+  process.stderr.write(`serve bench: ${requests} concurrent rollout requests, ${parallel} sandboxes at once; load ${load.toFixed(1)}${embedded ? '; embedded engine' : '; fake engine'}\n`);
   const stateDir = mkdtempSync(join(tmpdir(), 'hl-bench-serve-'));
   const child = spawn(process.execPath, [CLI, 'serve', '--dataset', `ex=${TASKS_DIR}`, '--port', '0', '--max-concurrent', String(requests), '--parallel', String(parallel), '--state-dir', stateDir], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
@@ -143,7 +144,7 @@ async function main(): Promise<void> {
   };
   process.stdout.write(`${JSON.stringify(row, null, 2)}\n`);
   mkdirSync(join(REPO, 'bench-results'), { recursive: true });
-  writeFileSync(join(REPO, 'bench-results', 'serve.json'), `${JSON.stringify({ at: new Date().toISOString(), host: { load_1m_start: load, load_1m_end: loadavg()[0] }, engine: values.embedded ? 'embedded' : 'fake', row }, null, 2)}\n`);
+  writeFileSync(join(REPO, 'bench-results', 'serve.json'), `${JSON.stringify({ at: new Date().toISOString(), host: { load_1m_start: load, load_1m_end: loadavg()[0] }, engine: embedded ? 'embedded' : 'fake', row }, null, 2)}\n`);
   if (row.ok !== requests) {
     process.stderr.write(`serve bench: ${requests - row.ok} rollout(s) without reward 1\n${log.slice(-3000)}\n`);
     process.exit(1);

@@ -34,6 +34,12 @@ export interface AttemptFacts {
   infraError: string | null;
   /** Stopped by the signal. */
   cancelled: boolean;
+  /**
+   * The sandbox never started because the backend could not make it (the task image would not
+   * build, the container or Job was refused, the pod cannot start), in the user's terms; also in
+   * infraError. Optional: `harness-lab serve` answers it as the environment failing (FACTORY_ERROR).
+   */
+  setupFailure?: string | null;
 }
 
 export interface BatchBackend {
@@ -42,13 +48,19 @@ export interface BatchBackend {
   run(attempt: RolloutAttempt): Promise<AttemptFacts>;
   /** Removes every sandbox (container, Job and its pods) of this batch left by a lab process that is gone. */
   cleanupBatch(batchId: string): Promise<string[]>;
+  /**
+   * Removes what one finished attempt left behind (a k8s Job and its pod, kept until their TTL so a
+   * batch's can be looked at); `harness-lab serve` calls it once a result is read, since a server
+   * has no batch end. Optional: a backend whose sandboxes are gone when `run` returns has nothing to do.
+   */
+  removeAttempt?(backendRef: string): Promise<void>;
   close(): Promise<void>;
 }
 
 /**
  * The batch's capture proxy as the runner sees it: in-process for docker (data dir `<batch>/capture`),
  * the cluster's proxy through a port-forward for k8s (whose calls are mirrored into `<batch>/capture`
- * when an attempt ends, so exports and the viewer read every batch the same way).
+ * while the attempt runs and once more when it ends, so exports and the viewer read every batch the same way).
  */
 export interface BatchCapture {
   /** Creates the attempt's session; metadata carries batch, group, rollout, task, harness, sampling and policy version. */

@@ -8,7 +8,7 @@ import { availableParallelism, totalmem } from 'node:os';
 import { isAbsolute, join, resolve, sep } from 'node:path';
 import { assertInstalled, harnessEntry } from '../harness/registry.js';
 import { findTasks, loadTask, type HarborTask } from '../tasks/task.js';
-import { BATCH_SCHEMA_VERSION, BatchManifestSchema, batchPaths, trainingSampling, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutState } from './state.js';
+import { BATCH_SCHEMA_VERSION, BatchManifestSchema, batchPaths, queuedRolloutState, trainingSampling, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutState } from './state.js';
 
 export class BatchPlanError extends Error {}
 
@@ -176,30 +176,7 @@ export function planBatch(req: BatchRequest): BatchPlan {
       const groupId = `${taskSlugs.get(task)}.${harness}`;
       const ids = Array.from({ length: req.groupSize }, (_, m) => `${groupId}.${m}`);
       groups.push({ group_id: groupId, task: task.name, harness, rollout_ids: ids });
-      ids.forEach((id, member) =>
-        states.push({
-          rollout_id: id,
-          group_id: groupId,
-          member,
-          task: task.name,
-          harness,
-          state: 'queued',
-          class: null,
-          reward: null,
-          rewards: {},
-          trainable: false,
-          session_id: null,
-          attempts: [],
-          policy_version: req.policyVersion ?? null,
-          queued_at: queuedAt,
-          started_at: null,
-          ended_at: null,
-          duration_ms: null,
-          error: null,
-          backend_ref: null,
-          n_calls: 0,
-        }),
-      );
+      ids.forEach((id, member) => states.push(queuedRolloutState({ rollout_id: id, group_id: groupId, member, task: task.name, harness, policy_version: req.policyVersion ?? null, queued_at: queuedAt })));
     }
   const manifest = BatchManifestSchema.parse({
     schema_version: BATCH_SCHEMA_VERSION,

@@ -138,6 +138,32 @@ export const RolloutStateSchema = z
   });
 export type RolloutState = z.infer<typeof RolloutStateSchema>;
 
+/** A rollout that has not run yet: queued, no attempt, no outcome (a planned batch member, a served request). */
+export function queuedRolloutState(r: Pick<RolloutState, 'rollout_id' | 'group_id' | 'member' | 'task' | 'harness' | 'policy_version' | 'queued_at'>): RolloutState {
+  return {
+    rollout_id: r.rollout_id,
+    group_id: r.group_id,
+    member: r.member,
+    task: r.task,
+    harness: r.harness,
+    state: 'queued',
+    class: null,
+    reward: null,
+    rewards: {},
+    trainable: false,
+    session_id: null,
+    attempts: [],
+    policy_version: r.policy_version,
+    queued_at: r.queued_at,
+    started_at: null,
+    ended_at: null,
+    duration_ms: null,
+    error: null,
+    backend_ref: null,
+    n_calls: 0,
+  };
+}
+
 export const batchPaths = (dir: string) => ({
   manifest: join(dir, 'batch.json'),
   rollouts: join(dir, 'rollouts'),

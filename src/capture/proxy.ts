@@ -270,7 +270,7 @@ export class CaptureProxy {
     }
     if (path === '/sessions' || path.startsWith('/sessions/')) {
       if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key (Authorization: Bearer <key> or x-admin-key)', type: 'invalid_request_error' } });
-      return this.sessionRoute(req, res, method, path);
+      return this.sessionRoute(req, res, method, path, url);
     }
     if (method === 'POST') return handleModelCall(req, res, url, this.modelCallDeps((key) => this.sessions.findByKey(key)));
     sendJson(res, 404, { error: { message: `no route ${method} ${url.pathname}`, type: 'invalid_request_error' } });
@@ -295,7 +295,7 @@ export class CaptureProxy {
     sendJson(res, 200, { object: 'list', data: [{ id: this.options.model, object: 'model', owned_by: 'harness-lab' }] });
   }
 
-  private async sessionRoute(req: IncomingMessage, res: ServerResponse, method: string, path: string): Promise<void> {
+  private async sessionRoute(req: IncomingMessage, res: ServerResponse, method: string, path: string, url: URL): Promise<void> {
     const parts = path.split('/').filter(Boolean); // ['sessions', id?, 'rollout'?]
     if (parts.length === 1) {
       if (method === 'GET') return sendJson(res, 200, { sessions: this.sessions.list() });
@@ -308,7 +308,15 @@ export class CaptureProxy {
     if (!session) return sendJson(res, 404, { error: { message: `unknown session ${id}`, type: 'not_found_error' } });
     if (parts.length === 2 && method === 'GET') return sendJson(res, 200, session.summary());
     if (parts.length === 3 && parts[2] === 'rollout' && method === 'GET') return sendJson(res, 200, this.sessions.rollout(id));
-    if (parts.length === 3 && parts[2] === 'calls' && method === 'GET') return sendJson(res, 200, { session_id: id, calls: session.calls });
+    if (parts.length === 3 && parts[2] === 'calls' && method === 'GET') {
+      // `?from=K&limit=L`: the calls from arrival position K on, at most L of them, so a follower
+      // (a cluster batch's mirror) fetches only what it has not seen; `total` says how many there are.
+      const from = pageParam(url, 'from', 0);
+      const limit = pageParam(url, 'limit', Number.MAX_SAFE_INTEGER);
+      if (from === undefined || limit === undefined) return sendJson(res, 400, { error: { message: 'from and limit must be whole numbers (limit 1 or more)', type: 'invalid_request_error' } });
+      const all = session.calls;
+      return sendJson(res, 200, { session_id: id, from, total: all.length, calls: all.slice(from, from + limit) });
+    }
     sendJson(res, 404, { error: { message: `no route ${method} ${path}`, type: 'invalid_request_error' } });
   }
 
@@ -355,4 +363,13 @@ export class CaptureProxy {
     await this.engine.close();
     await this.sessions.close();
   }
+}
+
+/** A whole-number query parameter (`fallback` when absent; undefined when malformed, or a limit below 1). */
+function pageParam(url: URL, name: 'from' | 'limit', fallback: number): number | undefined {
+  const raw = url.searchParams.get(name);
+  if (raw === null) return fallback;
+  if (!/^\d{1,15}$/.test(raw)) return undefined;
+  const n = Number(raw);
+  return name === 'limit' && n < 1 ? undefined : n;
 }

@@ -108,6 +108,28 @@ export function defineCommand<const F extends Record<string, FlagSpec>>(spec: Co
   return { name: spec.name, summary: spec.summary, usage: spec.usage, run };
 }
 
+/**
+ * A command made of subcommands (`harness-lab batch submit ...`): `-h` prints the group's usage, a
+ * missing or unknown subcommand is a usage error (exit 2) naming the ones there are, the rest goes to
+ * the subcommand, itself a defined command with its own flags and errors.
+ */
+export function defineCommandGroup(spec: { name: string; summary: string; usage: string; subcommands: Record<string, CliCommand> }): CliCommand {
+  const run = async ([sub, ...rest]: string[]): Promise<number> => {
+    if (sub === '-h' || sub === '--help') {
+      process.stdout.write(`${spec.usage.trimEnd()}\n`);
+      return 0;
+    }
+    const command = sub === undefined ? undefined : spec.subcommands[sub];
+    if (!command) {
+      const why = sub === undefined ? 'a subcommand is required' : sub.startsWith('-') ? `Unknown option '${sub}'` : `unknown ${spec.name} subcommand '${sub}'; one of ${Object.keys(spec.subcommands).join(', ')}`;
+      process.stderr.write(`harness-lab ${spec.name}: ${why}\n\n${spec.usage.trimEnd()}\n`);
+      return 2;
+    }
+    return command.run(rest);
+  };
+  return { name: spec.name, summary: spec.summary, usage: spec.usage, run };
+}
+
 function reportUsageError(spec: CommandSpec<Record<string, FlagSpec>>, err: unknown): number {
   if (!(err instanceof UsageError)) throw err;
   process.stderr.write(`harness-lab ${spec.name}: ${err.message}\n${err.showUsage ? `\n${spec.usage.trimEnd()}\n` : ''}`);

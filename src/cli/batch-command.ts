@@ -1,5 +1,5 @@
 // `harness-lab batch submit|status|watch|collect|cancel|resume`: flags in, src/batch/ does the work.
-import { defineCommand, UsageError, type CliCommand } from './args.js';
+import { defineCommand, defineCommandGroup, UsageError, type CliCommand } from './args.js';
 import { harnessNames } from '../harness/registry.js';
 
 const USAGE = `usage: harness-lab batch submit --tasks DIR|GLOB --harness NAME[,NAME...] --group-size G
@@ -212,24 +212,5 @@ const resume = defineCommand({
   run: async ({ flags, positionals }) => runAndReport(positionals[0]!, flags.verbose, engineKey(flags['engine-api-key'])),
 });
 
-const SUBCOMMANDS: Record<string, CliCommand> = { submit, status, watch, collect, cancel, resume };
-
 /** `batch` dispatches to its subcommands, each a defined command of its own (`harness-lab batch submit: ...` errors). */
-export const batchCommand: CliCommand = {
-  name: 'batch',
-  summary: 'rollout batches (GRPO groups): submit, status, watch, collect, cancel, resume',
-  usage: USAGE,
-  run: async ([sub, ...rest]) => {
-    if (sub === '-h' || sub === '--help') {
-      say(USAGE);
-      return 0;
-    }
-    const command = sub === undefined ? undefined : SUBCOMMANDS[sub];
-    if (!command) {
-      const why = sub === undefined ? 'a subcommand is required' : sub.startsWith('-') ? `Unknown option '${sub}'` : `unknown batch subcommand '${sub}'; one of ${Object.keys(SUBCOMMANDS).join(', ')}`;
-      process.stderr.write(`harness-lab batch: ${why}\n\n${USAGE}\n`);
-      return 2;
-    }
-    return command.run(rest);
-  },
-};
+export const batchCommand: CliCommand = defineCommandGroup({ name: 'batch', summary: 'rollout batches (GRPO groups): submit, status, watch, collect, cancel, resume', usage: USAGE, subcommands: { submit, status, watch, collect, cancel, resume } });

@@ -29,8 +29,9 @@ policy.json).
   --dataset NAME=DIR  a split: the Harbor tasks under DIR, in path order (repeatable)
   --host H            bind address (default 127.0.0.1; beyond loopback needs --admin-key)
   --port P            default 8000 (0: any free port; the URL is printed)
-  --admin-key K       required on every route but /health (Authorization: Bearer K), or
-                      HARNESS_LAB_ADMIN_KEY
+  --admin-key K       required on every route but /health (Authorization: Bearer K, or the
+                      key in the server URL: http://trainer:K@H:P, which an unchanged TRL
+                      client sends as Basic auth), or HARNESS_LAB_ADMIN_KEY
   --max-concurrent N  sessions at once (default 4, OpenEnv's MAX_CONCURRENT_ENVS); one over
                       gets CAPACITY_REACHED, nothing queues. A session made over /mcp and left
                       unused (no socket, no rollout) is closed after --session-idle S (default 600)
@@ -93,6 +94,7 @@ policy.json).
     const recovered = await rollouts.recover();
     if (recovered.interrupted.length) log(`marked ${recovered.interrupted.length} rollout(s) a previous server was running as interrupted: ${recovered.interrupted.join(', ')}`);
     if (recovered.removed.length) log(`removed ${recovered.removed.length} sandbox(es) a previous server left`);
+    rollouts.startReaper();
     const server = await ServeServer.start({ host: flags.host, port: flags.port, splits, rollouts, maxConcurrent: flags['max-concurrent'], sessionIdleMs: Math.max(1, flags['session-idle']) * 1000, ...(adminKey ? { adminKey } : {}), log });
     process.stdout.write(`harness-lab serve: ${server.url} (${[...splits.values()].map((s) => `${s.name}: ${s.tasks.length} task(s)`).join(', ')}; max ${flags['max-concurrent']} sessions, ${parallel} sandboxes at once; ${flags.backend} backend)\n`);
     await new Promise<void>((done) => {

@@ -1,5 +1,5 @@
 // `harness-lab train submit|status|logs|cancel|list`: training runs on the user's cluster (src/cluster/trainer-jobs.ts).
-import { defineCommand, UsageError, type CliCommand } from './args.js';
+import { defineCommand, defineCommandGroup, UsageError, type CliCommand } from './args.js';
 
 const USAGE = `usage: harness-lab train submit --trainer trl|verl --config FILE [--name RUN]
                               [--operator auto|kuberay|kubeflow|none]
@@ -164,23 +164,4 @@ const list = defineCommand({
     }),
 });
 
-const SUBCOMMANDS: Record<string, CliCommand> = { submit, status, logs, cancel, list };
-
-export const trainCommand: CliCommand = {
-  name: 'train',
-  summary: 'training runs on Kubernetes (TRL, veRL): submit, status, logs, cancel, list',
-  usage: USAGE,
-  run: async ([sub, ...rest]) => {
-    if (sub === '-h' || sub === '--help') {
-      say(USAGE);
-      return 0;
-    }
-    const command = sub === undefined ? undefined : SUBCOMMANDS[sub];
-    if (!command) {
-      const why = sub === undefined ? 'a subcommand is required' : sub.startsWith('-') ? `Unknown option '${sub}'` : `unknown train subcommand '${sub}'; one of ${Object.keys(SUBCOMMANDS).join(', ')}`;
-      process.stderr.write(`harness-lab train: ${why}\n\n${USAGE}\n`);
-      return 2;
-    }
-    return command.run(rest);
-  },
-};
+export const trainCommand: CliCommand = defineCommandGroup({ name: 'train', summary: 'training runs on Kubernetes (TRL, veRL): submit, status, logs, cancel, list', usage: USAGE, subcommands: { submit, status, logs, cancel, list } });

@@ -3,6 +3,7 @@
 // message in Kubernetes terms that names the context, the server and the object.
 import * as k8s from '@kubernetes/client-node';
 import { z } from 'zod';
+import { missingKubeconfig } from './kubeconfig-files.js';
 
 export class ClusterError extends Error {
   constructor(
@@ -83,6 +84,10 @@ export function clusterError(cluster: Pick<Cluster, 'context' | 'server'>, doing
 export function loadCluster(target: ClusterTarget = {}): Cluster {
   const kc = new k8s.KubeConfig();
   const source = target.kubeconfig ?? (process.env.KUBECONFIG || '~/.kube/config');
+  if (!target.kubeconfig) {
+    const missing = missingKubeconfig();
+    if (missing) throw new ClusterError(`${missing} (or pass --kubeconfig)`);
+  }
   try {
     if (target.kubeconfig) kc.loadFromFile(target.kubeconfig);
     else kc.loadFromDefault();

@@ -5,6 +5,7 @@
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { basename, isAbsolute, join, resolve } from 'node:path';
 import { BatchFileError, batchPaths } from '../batch/state.js';
+import { readSessionIndex } from '../capture/store.js';
 import { batchStatus, type BatchStatus, type GroupStatus, type RolloutStatus } from '../batch/status.js';
 import { formatLatency } from './sessions-model.js';
 
@@ -45,6 +46,8 @@ export interface BatchRolloutNode {
   rollout: RolloutStatus;
   /** The captured session of the attempt that counts, when it has one: `<batch>/capture/sessions/<id>.jsonl`. */
   sessionFile: string | null;
+  /** Calls captured so far of a running rollout (read from its session file's tally), else null. */
+  liveCalls: number | null;
 }
 
 export interface BatchErrorNode {
@@ -128,13 +131,28 @@ export function groupNode(st: BatchStatus, g: GroupStatus): GroupNode {
   };
 }
 
-export function rolloutNode(dir: string, r: RolloutStatus): BatchRolloutNode {
+/**
+ * Calls in a session file so far, from its header and last `sum` line (two small reads, whatever
+ * the session's size); null when there is no file yet. A cluster batch's lab mirrors calls into it
+ * while the rollout runs, a local batch's proxy appends them: either way the count is live.
+ */
+export function capturedCalls(sessionFile: string): number | null {
+  try {
+    return readSessionIndex(sessionFile)?.tally.n ?? null;
+  } catch {
+    return null;
+  }
+}
+
+export function rolloutNode(dir: string, r: RolloutStatus, countCalls: (file: string) => number | null = capturedCalls): BatchRolloutNode {
   const what = r.class ?? r.state;
   const parts: string[] = [what];
+  const sessionFile = r.session_id ? join(batchPaths(dir).capture, 'sessions', `${r.session_id}.jsonl`) : null;
+  const liveCalls = r.state === 'running' && sessionFile ? countCalls(sessionFile) : null;
+  if (liveCalls !== null) parts.push(`${liveCalls} call${liveCalls === 1 ? '' : 's'}`);
   if (r.class) parts.push(formatReward(r.reward));
   if (r.duration_ms !== null) parts.push(formatLatency(r.duration_ms));
   if (r.attempts > 1) parts.push(`${r.attempts} attempts`);
-  const sessionFile = r.session_id ? join(batchPaths(dir).capture, 'sessions', `${r.session_id}.jsonl`) : null;
   return {
     kind: 'rollout',
     id: `rollout:${dir}:${r.id}`,
@@ -147,11 +165,13 @@ export function rolloutNode(dir: string, r: RolloutStatus): BatchRolloutNode {
       `State ${r.state}${r.class ? `, class ${r.class}` : ''}, ${formatReward(r.reward)}${r.trainable ? ', trainable' : ''}`,
       ...(r.duration_ms !== null ? [`Duration ${formatLatency(r.duration_ms)}`] : []),
       ...(r.session_id ? [`Session ${r.session_id}`] : []),
+      ...(liveCalls !== null ? [`${liveCalls} call(s) captured so far`] : []),
       ...(r.error ? [r.error] : []),
     ].join('\n'),
     contextValue: 'harnessLab.batchRollout',
     rollout: r,
     sessionFile,
+    liveCalls,
   };
 }
 

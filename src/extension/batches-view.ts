@@ -1,7 +1,8 @@
 // Batches tree: batch -> group -> rollout, read from the batch directories under the workspace's
 // batches folder (harnessLab.batchesFolder). A file watcher on that folder refreshes it as labs
-// rewrite their state files (the CLI's or the editor's alike); refreshes are coalesced, since a
-// running batch rewrites a state file on every change of every rollout.
+// rewrite their state files (the CLI's or the editor's alike) and as calls land in the batches'
+// captured sessions (a running rollout shows its calls so far, local or cluster batch alike);
+// refreshes are coalesced, since a running batch writes on every change of every rollout.
 import { isAbsolute, relative, sep } from 'node:path';
 import * as vscode from 'vscode';
 import { BatchesTreeModel, resolveBatchesFolder, type BatchesTreeNode } from './batches-model.js';
@@ -43,9 +44,13 @@ export class BatchesView extends Disposable implements vscode.TreeDataProvider<B
       // From the workspace folder when the batches folder is inside it: it may not exist yet (the first batch creates it).
       const rel = relative(ws.uri.fsPath, folder);
       const inside = rel !== '' && !rel.startsWith('..') && !isAbsolute(rel);
-      const pattern = inside ? new vscode.RelativePattern(ws, `${rel.split(sep).join('/')}/**/*.json`) : new vscode.RelativePattern(vscode.Uri.file(folder), '**/*.json');
-      const watcher = vscode.workspace.createFileSystemWatcher(pattern);
-      this.watchers.push(watcher, watcher.onDidCreate(() => this.refreshSoon()), watcher.onDidChange(() => this.refreshSoon()), watcher.onDidDelete(() => this.refreshSoon()));
+      const base = inside ? ws : vscode.Uri.file(folder);
+      const prefix = inside ? `${rel.split(sep).join('/')}/` : '';
+      // State files, and the session files calls are appended to (`<batch>/capture/sessions/*.jsonl`).
+      for (const glob of ['**/*.json', '*/capture/sessions/*.jsonl']) {
+        const watcher = vscode.workspace.createFileSystemWatcher(new vscode.RelativePattern(base, `${prefix}${glob}`));
+        this.watchers.push(watcher, watcher.onDidCreate(() => this.refreshSoon()), watcher.onDidChange(() => this.refreshSoon()), watcher.onDidDelete(() => this.refreshSoon()));
+      }
     }
     this.refresh();
   }

@@ -12,13 +12,16 @@ import { bundledCli, EngineProcess, type EngineSlot } from './embedded-engine-pr
 import { probeEngine } from '../capture/engine-probe.js';
 import type { CaptureProxy } from '../capture/proxy.js';
 import type { SessionInfo } from '../capture/types.js';
+import { auditBatchCommand, openGroupViewCommand } from './batch-review-commands.js';
 import { cancelBatchCommand, openBatchRollout, submitRolloutBatch, type BatchCommandContext } from './batch-commands.js';
 import type { EngineNode } from './engines-view.js';
+import type { GroupViewPanels } from './group-view-panel.js';
 import { runTaskWithHarness, validateHarnessWiring } from './harness-run-commands.js';
 import type { Logger } from './logger.js';
 import { NotConfiguredError, SET_ENGINE_URL } from './not-configured.js';
 import { NotRunningError, type ProxyController } from './proxy-controller.js';
 import type { ReadonlyDocuments } from './readonly-docs.js';
+import type { RescoreReport } from '../train/rescore.js';
 import { viewerTargetOf, type RolloutViewerPanels } from './rollout-viewer-panel.js';
 import type { CallNode, SessionNode } from './sessions-model.js';
 import { SETTINGS_SECTION, readSettings, settingKey, type HarnessLabSettings } from './settings.js';
@@ -46,6 +49,9 @@ export interface CommandHost {
   refreshBatches(): void;
   /** Where Submit Rollout Batch writes new batches (the Batches view's folder); undefined without a workspace. */
   batchesFolder(): string | undefined;
+  /** Every batches folder the Batches view reads (one per workspace folder). */
+  batchFolders(): string[];
+  groupViews: GroupViewPanels;
   trainingRuns: TrainingRuns;
 }
 
@@ -343,6 +349,29 @@ async function openRolloutViewer(host: CommandHost, arg: unknown): Promise<strin
   return target.sessionId;
 }
 
+/** Rescore the rollout in the viewer in front against an engine's weights: drift colours in place. */
+async function rescoreShownRollout(host: CommandHost): Promise<RescoreReport | undefined> {
+  const viewer = host.viewer.activeConnection();
+  if (!viewer) throw new Error('Rescore works on the rollout viewer in front: open a session (Sessions view) or a rollout file in the viewer first.');
+  const settings = currentSettings();
+  const engineUrl = await vscode.window.showInputBox({
+    title: 'Rescore Rollout: engine with the weights to compare',
+    prompt: "The sampled tokens are teacher-forced through this engine (vLLM's prompt_logprobs, or the embedded engine); each is coloured by exp(rescored - captured logprob).",
+    value: settings.engineUrl || 'http://127.0.0.1:8000',
+    ignoreFocusOut: true,
+    validateInput: (v) => (/^https?:\/\/\S+$/.test(v.trim()) ? undefined : 'an http(s) URL, e.g. http://127.0.0.1:8000'),
+  });
+  if (!engineUrl) return undefined;
+  const r = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: rescoring against ${engineUrl.trim()}` }, () => viewer.rescore(engineUrl.trim(), settings.model || null));
+  const s = r.report.summary;
+  const mean = s.mean_ratio === null ? '-' : s.mean_ratio.toFixed(4);
+  const past = s.share_past === null ? '-' : `${(s.share_past * 100).toFixed(1)}%`;
+  const skipped = r.report.skipped.length ? `; ${r.report.skipped.length} call(s) skipped (${r.report.skipped[0]!.reason})` : '';
+  host.log.info(`rescore of ${r.report.session_id} against ${r.report.engine_url}: mean ratio ${mean}, ${past} of ${s.tokens} tokens past ±${r.report.threshold}${skipped}${r.saved ? `; report ${r.saved}` : ''}`);
+  void vscode.window.showInformationMessage(`Drift: mean ratio ${mean}; ${past} of ${s.tokens} sampled tokens past ±${r.report.threshold} in ${r.covered} call(s)${skipped}.${r.saved ? ` Report saved as ${r.saved}.` : ''}`);
+  return r.report;
+}
+
 /** When a command can do its work; otherwise it fails with the NotConfiguredError this returns. */
 type Precondition = (host: CommandHost) => NotConfiguredError | undefined;
 
@@ -421,6 +450,7 @@ export function createCommands(): Record<string, CommandSpec> {
       },
     },
     'harnessLab.openRolloutViewer': { run: (host, arg) => openRolloutViewer(host, arg) },
+    'harnessLab.rescoreRollout': { run: (host) => rescoreShownRollout(host) },
     'harnessLab.validateHarness': { run: (host, arg) => validateHarnessWiring(harnessRunContext(host), arg) },
     'harnessLab.runTaskWithHarness': { run: (host, arg) => runTaskWithHarness(harnessRunContext(host), arg) },
     'harnessLab.refreshSessions': { run: async (host) => host.refreshSessions() },
@@ -430,6 +460,8 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.cancelBatch': { run: (host, arg) => cancelBatchCommand(batchContext(host), arg) },
     'harnessLab.openBatchRollout': { run: (_host, arg) => openBatchRollout(arg) },
     'harnessLab.refreshBatches': { run: async (host) => host.refreshBatches() },
+    'harnessLab.auditBatch': { run: (host, arg) => auditBatchCommand(host, arg) },
+    'harnessLab.openGroupView': { run: (host, arg) => openGroupViewCommand(host, arg) },
     'harnessLab.startTrainingRun': { run: (host) => host.trainingRuns.start() },
     'harnessLab.refreshTrainingRuns': { run: async (host) => host.trainingRuns.refresh() },
     'harnessLab.showTrainingRunLogs': { run: (host, arg) => host.trainingRuns.showLogs((arg as TrainingRunNode | undefined)?.name, (arg as TrainingRunNode | undefined)?.runKind) },

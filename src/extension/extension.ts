@@ -9,6 +9,7 @@ import { BatchesView } from './batches-view.js';
 import { registerCommands, currentSettings } from './commands.js';
 import { EngineSlot } from './embedded-engine-process.js';
 import { EnginesView } from './engines-view.js';
+import { GroupViewPanels } from './group-view-panel.js';
 import { Disposable, toDisposable } from './lifecycle.js';
 import { LiveTokenTexts } from './live-token-texts.js';
 import { Logger } from './logger.js';
@@ -95,7 +96,15 @@ class HarnessLab extends Disposable {
     const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m), dataDirs: () => [context.globalStorageUri.fsPath], storedTokenTexts: (id) => liveTexts.read(id) });
     for (const d of viewer.disposables) this._register(d);
     const engineSlot = this._register(new EngineSlot());
-    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, engineSlot, tokenTexts: liveTexts, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh(), refreshBatches: () => batches.refresh(), batchesFolder: () => batches.submitFolder(), trainingRuns })) this._register(d);
+    const groupViews = this._register(
+      new GroupViewPanels({
+        extensionUri: context.extensionUri,
+        log: (m) => log.warn(m),
+        // Beside the group, so the members stay in view.
+        openSession: (file) => vscode.commands.executeCommand('vscode.openWith', vscode.Uri.file(file), 'harnessLab.rolloutLines', vscode.ViewColumn.Beside),
+      }),
+    );
+    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, engineSlot, tokenTexts: liveTexts, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh(), refreshBatches: () => batches.refresh(), batchesFolder: () => batches.submitFolder(), batchFolders: () => batches.folders(), groupViews, trainingRuns })) this._register(d);
 
     const settings = safeSettings(log);
     if (settings?.autoStart && settings.engineUrl) {

@@ -5,7 +5,9 @@
 // context the user never made.
 import { existsSync } from 'node:fs';
 import { homedir } from 'node:os';
-import { delimiter, join } from 'node:path';
+import { kubeconfigFiles } from '../cluster/kubeconfig-files.js';
+
+export { kubeconfigFiles };
 
 export interface KubeContexts {
   files: string[];
@@ -14,11 +16,6 @@ export interface KubeContexts {
 }
 
 export class NoKubeconfigError extends Error {}
-
-export function kubeconfigFiles(env: NodeJS.ProcessEnv = process.env, home = homedir()): string[] {
-  const listed = (env.KUBECONFIG ?? '').split(delimiter).filter(Boolean);
-  return listed.length ? listed : [join(home, '.kube', 'config')];
-}
 
 export async function readKubeContexts(env: NodeJS.ProcessEnv = process.env, home = homedir()): Promise<KubeContexts> {
   const files = kubeconfigFiles(env, home);

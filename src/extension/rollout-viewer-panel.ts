@@ -3,6 +3,7 @@
 // and a WebviewPanel per session (restored after a reload by the serializer). The custom editor for
 // rollout files (rollout-editor.ts) reuses ViewerConnection.
 import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
 import * as vscode from 'vscode';
 import type { RolloutDocument } from '../capture/rollout.js';
 import type { RolloutReadOptions } from '../capture/sessions.js';
@@ -13,7 +14,9 @@ import type { AtifCheckResult } from '../harness/atif-check.js';
 import { ErrorNotification, FocusTurnNotification, LoadNotification, ReadyQueue, TokenTextsNotification, dispatchWebviewMessage, notify, type HostMessage, type WebviewHandlers } from '../protocol/messages.js';
 import { idsWithoutText, toWire, viewerDataFromRollout, type TurnDetails, type ViewerData } from '../protocol/viewer-data.js';
 import { parseWebviewMessage } from '../protocol/webview-schema.js';
+import { applyRescore, rescorePathFor } from '../report/rescore-attach.js';
 import { checkTrajectory, findTrajectory, type LoadedRollout } from '../report/rollout-loader.js';
+import { rescoreRollout, type RescoreReport } from '../train/rescore.js';
 import { Disposable, toDisposable } from './lifecycle.js';
 
 export const ROLLOUT_VIEW_TYPE = 'harnessLab.rolloutViewer';
@@ -66,6 +69,8 @@ export class ViewerConnection extends Disposable {
   private rollout: LoadedRollout | null = null;
   private details: Record<string, TurnDetails> = {};
   private focus: string | null = null;
+  /** The last rescore of this rollout: its drift colours stay through live refreshes. */
+  private rescored: RescoreReport | null = null;
   private readonly abort = new AbortController();
 
   constructor(
@@ -96,6 +101,7 @@ export class ViewerConnection extends Disposable {
       next.data.token_texts = { ...prev.data.token_texts, ...next.data.token_texts };
       next.data.atif ??= prev.data.atif;
     }
+    if (this.rescored) applyRescore(next.data, this.rescored);
     this.rollout = next;
     // Not listening yet: its `ready` will get this rollout.
     if (!this.queue.isReady) return;
@@ -108,6 +114,28 @@ export class ViewerConnection extends Disposable {
     const { wire, details } = toWire(rollout.data);
     this.details = details;
     void this.webview.postMessage(notify(LoadNotification, { wire, focus }));
+  }
+
+  /**
+   * Teacher-forces the shown rollout's sampled tokens through `engineUrl` (the same code as
+   * `harness-lab rescore`) and colours them by drift, keeping the reader's place. A rollout read from
+   * a file gets its report next to it (`<stem>.rescore.json`, as the CLI writes), so it opens coloured.
+   */
+  async rescore(engineUrl: string, model: string | null): Promise<{ report: RescoreReport; covered: number; saved: string | null }> {
+    const rollout = this.rollout;
+    if (!rollout) throw new Error('this viewer shows no rollout yet');
+    if (!rollout.doc) throw new Error('this viewer shows TrainingTrace lines, which keep no behaviour logprobs per call to rescore; open the captured session or its rollout file');
+    const report = await rescoreRollout({ file: rollout.path || `session ${rollout.doc.session_id}`, info: { session_id: rollout.doc.session_id }, calls: rollout.doc.calls }, { engineUrl, model });
+    if (this.rollout !== rollout) return { report, covered: 0, saved: null };
+    this.rescored = report;
+    const covered = applyRescore(rollout.data, report);
+    let saved: string | null = null;
+    if (rollout.path && !rollout.path.endsWith('.rescore.json')) {
+      saved = rescorePathFor(rollout.path);
+      writeFileSync(saved, `${JSON.stringify(report)}\n`);
+    }
+    if (this.queue.isReady) this.postLoad(rollout, null);
+    return { report, covered, saved };
   }
 
   focusTurn(nodeId: string): void {
@@ -141,6 +169,8 @@ export class ViewerConnection extends Disposable {
       if (!res) throw new Error(`no turn ${node_id} in this rollout`);
       return res;
     },
+    // Only the group view (group-view-panel.ts) shows members to open.
+    openGroupMember: ({ rollout_id }) => this.host.log?.(`rollout viewer: ignored openGroupMember ${rollout_id} (not a group view)`),
   };
 
   /** The ATIF check of a trajectory the user picks; null when they cancel the pick. */
@@ -207,6 +237,8 @@ const LIVE_REFRESH_MS = 400;
 /** Viewer panels for captured sessions, one per session, live while calls arrive, restored after a reload. */
 export class RolloutViewerPanels extends Disposable {
   private readonly panels = new Map<string, { panel: vscode.WebviewPanel; conn: ViewerConnection }>();
+  /** Every open viewer (session panels and rollout-file editors), for actions on the one in front. */
+  private readonly shown = new Map<vscode.WebviewPanel, ViewerConnection>();
   private readonly refreshes = new Map<string, NodeJS.Timeout>();
 
   constructor(private readonly host: RolloutViewerHost) {
@@ -237,6 +269,18 @@ export class RolloutViewerPanels extends Disposable {
     return panel;
   }
 
+  /** Registers a viewer the custom editor opened, so actions on the viewer in front reach it too. */
+  track(panel: vscode.WebviewPanel, conn: ViewerConnection): void {
+    this.shown.set(panel, conn);
+    panel.onDidDispose(() => this.shown.delete(panel));
+  }
+
+  /** The viewer in front (its panel is the active editor), if one is. */
+  activeConnection(): ViewerConnection | undefined {
+    for (const [panel, conn] of this.shown) if (panel.active) return conn;
+    return undefined;
+  }
+
   private scheduleRefresh(sessionIds: string[]): void {
     for (const id of sessionIds) {
       if (!this.panels.has(id) || this.refreshes.has(id)) continue;
@@ -260,6 +304,7 @@ export class RolloutViewerPanels extends Disposable {
     panel.webview.options = webviewOptions(this.host.extensionUri);
     panel.iconPath = vscode.Uri.joinPath(this.host.extensionUri, 'media', 'harness-lab.svg');
     const conn = new ViewerConnection(panel.webview, this.host);
+    this.track(panel, conn);
     panel.onDidDispose(() => {
       conn.dispose();
       if (sessionId && this.panels.get(sessionId)?.panel === panel) this.panels.delete(sessionId);

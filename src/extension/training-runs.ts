@@ -2,10 +2,11 @@
 // CLI runs), Start Training Run... (trainer, config file, kube context), each started run followed by
 // one RunWatch (status bar item while any is active), its log streamed into an output channel.
 import { Writable } from 'node:stream';
-import * as k8s from '@kubernetes/client-node';
 import * as vscode from 'vscode';
 import { loadCluster, type Cluster } from '../cluster/kube.js';
+import { missingKubeconfig } from '../cluster/kubeconfig-files.js';
 import { cancelRun, listRuns, loadTrainConfig, RunWatch, streamRunLogs, submitRun, TERMINAL, TRAINERS, type RunKind, type RunPhase, type Trainer } from '../cluster/trainer-jobs.js';
+import { readKubeContexts } from './kube-contexts.js';
 import { Disposable, toDisposable } from './lifecycle.js';
 import type { Logger } from './logger.js';
 import { errorNode, runNodes, statusText, type TrainingRunNode, type TrainingRunsNode } from './training-runs-model.js';
@@ -55,6 +56,9 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
     if (node) return [];
     let cluster: Cluster;
     try {
+      // No kubeconfig (or one without contexts) is a machine without a cluster yet, not an error: the
+      // empty view shows its welcome text, which says where the kubeconfig is read and how to start.
+      if (missingKubeconfig()) return [];
       cluster = this.cluster();
       return runNodes(await listRuns(cluster), Date.now(), { context: cluster.context, namespace: cluster.namespace });
     } catch (err) {
@@ -75,15 +79,6 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
     return item;
   }
 
-  /** Kube contexts from the kubeconfig ($KUBECONFIG or ~/.kube/config), the current one first. */
-  kubeContexts(): { names: string[]; current: string } {
-    const kc = new k8s.KubeConfig();
-    kc.loadFromDefault();
-    const current = kc.getCurrentContext();
-    const names = kc.getContexts().map((c) => c.name);
-    return { names: [...names.filter((n) => n === current), ...names.filter((n) => n !== current)], current };
-  }
-
   async start(): Promise<string | undefined> {
     const trainer = await vscode.window.showQuickPick(
       TRAINERS.map((t) => ({ label: t, description: t === 'verl' ? 'veRL as a KubeRay RayJob' : 'TRL as a Kubeflow Trainer TrainJob' })),
@@ -99,8 +94,8 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
       { title: 'Start Training Run (2/3): trainer config', placeHolder: 'The config: image, command, GPUs, data source' },
     );
     if (!config) return undefined;
-    const { names, current } = this.kubeContexts();
-    if (!names.length) throw new Error('The kubeconfig has no contexts; set KUBECONFIG or create ~/.kube/config.');
+    const { contexts, current } = await readKubeContexts();
+    const names = [...contexts.filter((c) => c.name === current), ...contexts.filter((c) => c.name !== current)].map((c) => c.name);
     const context = await vscode.window.showQuickPick(
       names.map((n) => ({ label: n, ...(n === current ? { description: 'current' } : {}) })),
       { title: 'Start Training Run (3/3): kube context', placeHolder: 'Where the run goes' },

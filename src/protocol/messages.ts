@@ -57,6 +57,9 @@ export const AttachTrajectoryRequest = request('attachTrajectory', type<object>(
 /** Raw I/O and messages of one turn, fetched when the turn is shown. */
 export const DetailsRequest = request('details', type<{ node_id: string }>(), type<TurnDetails>());
 
+/** Open one member of the group shown (by rollout id) in the rollout viewer. */
+export const OpenGroupMemberCommand = command('openGroupMember', type<{ rollout_id: string }>());
+
 /** The rollout to show (again on a live refresh), optionally at one turn. */
 export const LoadNotification = notification('load', type<{ wire: ViewerWire; focus?: string | null }>());
 /** Prompt-token texts from the engine, after the first paint. */
@@ -71,6 +74,7 @@ export const WEBVIEW_MESSAGES = {
   [ReadyCommand.method]: ReadyCommand,
   [AttachTrajectoryRequest.method]: AttachTrajectoryRequest,
   [DetailsRequest.method]: DetailsRequest,
+  [OpenGroupMemberCommand.method]: OpenGroupMemberCommand,
 } as const;
 
 /** Host -> webview, by method (request completions come on top). */

@@ -39,14 +39,22 @@ export function inline(code: string, tag: 'script' | 'style'): string {
 export const sha256 = (s: string) => `'sha256-${createHash('sha256').update(s, 'utf8').digest('base64')}'`;
 
 export function buildReportHtml(data: ViewerData, assets: ViewerAssets): string {
-  const theme = inline(assets.themeCss, 'style');
-  const css = inline(assets.css, 'style');
-  const js = inline(assets.js, 'script');
   const { wire, details } = toWire(data);
   // One JSON block per turn's raw I/O: the browser only tokenises them; the viewer parses a block
   // when its turn is shown.
-  const blocks = wire.turns.map((t, i) => `<script type="application/json" id="hl-d-${i}">${scriptJson(details[t.node_id])}</script>`).join('\n');
-  // Hashes instead of 'unsafe-inline': only exactly these inline blocks may run or apply.
+  const blocks = wire.turns.map((t, i) => `<script type="application/json" id="hl-d-${i}">${scriptJson(details[t.node_id])}</script>`);
+  return reportPage(assets, `${escapeHtml(data.title)} · Harness Lab`, [`<script type="application/json" id="hl-data">${scriptJson(wire)}</script>`, ...blocks]);
+}
+
+/**
+ * One self-contained page of the viewer bundle: theme, styles and script inlined, `dataBlocks` (JSON
+ * script tags, already escaped) before the script that reads them. The CSP lists hashes instead of
+ * 'unsafe-inline': only exactly these inline blocks may run or apply.
+ */
+export function reportPage(assets: ViewerAssets, title: string, dataBlocks: string[]): string {
+  const theme = inline(assets.themeCss, 'style');
+  const css = inline(assets.css, 'style');
+  const js = inline(assets.js, 'script');
   const csp = `default-src 'none'; style-src ${sha256(theme)} ${sha256(css)}; script-src ${sha256(js)}; img-src data:;`;
   return `<!doctype html>
 <html lang="en">
@@ -55,14 +63,13 @@ export function buildReportHtml(data: ViewerData, assets: ViewerAssets): string 
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="${csp}">
 <meta name="generator" content="harness-lab report">
-<title>${escapeHtml(data.title)} · Harness Lab</title>
+<title>${title}</title>
 <style>${theme}</style>
 <style>${css}</style>
 </head>
 <body class="hl-report">
 <div id="app"></div>
-<script type="application/json" id="hl-data">${scriptJson(wire)}</script>
-${blocks}
+${dataBlocks.join('\n')}
 <script>${js}</script>
 </body>
 </html>

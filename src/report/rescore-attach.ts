@@ -3,7 +3,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { basename } from 'node:path';
 import type { ViewerData } from '../protocol/viewer-data.js';
-import { RescoreReportSchema } from '../train/rescore.js';
+import { RescoreReportSchema, type RescoreReport } from '../train/rescore.js';
 
 export function rescorePathFor(rolloutPath: string): string {
   return `${rolloutPath.replace(/(\.rollout\.json|\.jsonl|\.json)$/, '')}.rescore.json`;
@@ -23,10 +23,20 @@ export function attachRescore(data: ViewerData, file: string): string | null {
   }
   if (!parsed.success) return `${basename(file)}: not a rescore report (${parsed.error.issues[0]?.path.join('.')}: ${parsed.error.issues[0]?.message})`;
   if (data.session_id && parsed.data.session_id !== data.session_id) return `${basename(file)} is for session ${parsed.data.session_id}, not ${data.session_id}`;
-  const byCall = new Map(parsed.data.calls.map((c) => [c.call_id, c.ratio]));
+  applyRescore(data, parsed.data);
+  return null;
+}
+
+/** Sets `drift` on every turn a rescore report covers (a turn whose sampled tokens it scored, all of them). */
+export function applyRescore(data: ViewerData, report: { threshold: number; calls: readonly Pick<RescoreReport['calls'][number], 'call_id' | 'ratio'>[] }): number {
+  const byCall = new Map(report.calls.map((c) => [c.call_id, c.ratio]));
+  let covered = 0;
   for (const t of data.turns) {
     const ratios = byCall.get(t.node_id);
-    if (ratios && ratios.length === t.sampled_ids.length) t.drift = { ratios, threshold: parsed.data.threshold };
+    if (ratios && ratios.length === t.sampled_ids.length) {
+      t.drift = { ratios, threshold: report.threshold };
+      covered++;
+    }
   }
-  return null;
+  return covered;
 }

@@ -26,6 +26,13 @@ function owner(): string {
   return `${hostname()}/${process.pid}`;
 }
 
+/** Whether the lab process that labelled a container or network (host/pid) is gone from this host. */
+function gone(labels: Record<string, string> | undefined): boolean {
+  const [host, pidText] = (labels?.[LABEL.owner] ?? '').split('/');
+  const pid = Number(pidText);
+  return host === hostname() && Number.isInteger(pid) && !processAlive(pid);
+}
+
 /** Content hash of the build context: the image tag changes exactly when the environment does. */
 export function contextHash(dir: string, baseImageIds: readonly string[] = []): string {
   const h = createHash('sha256');
@@ -238,12 +245,6 @@ export class DockerRuntime implements SandboxRuntime {
 
   async cleanupStale(): Promise<string[]> {
     const removed: string[] = [];
-    const me = hostname();
-    const gone = (labels: Record<string, string> | undefined) => {
-      const [host, pidText] = (labels?.[LABEL.owner] ?? '').split('/');
-      const pid = Number(pidText);
-      return host === me && Number.isInteger(pid) && !processAlive(pid);
-    };
     for (const c of await this.labContainers()) {
       if (!gone(c.Labels)) continue;
       await this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
@@ -256,6 +257,17 @@ export class DockerRuntime implements SandboxRuntime {
       removed.push(n.Name);
     }
     return removed;
+  }
+
+  /**
+   * Removes the containers carrying `label=value` whose owner (the lab process that asked for them)
+   * is gone, and only those: a create the daemon finished after its lab was killed leaves one behind
+   * at any time, so a live server reaps its batches with this while its own rollouts keep running.
+   */
+  async removeStaleLabelled(label: string, value: string): Promise<string[]> {
+    const found = (await this.docker.listContainers({ all: true, filters: JSON.stringify({ label: [`${label}=${value}`] }) })).filter((c) => gone(c.Labels));
+    await Promise.all(found.map((c) => this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {})));
+    return found.map((c) => c.Id.slice(0, 12));
   }
 
   /** Removes every lab container carrying `label=value` (a batch's, after its lab died); returns short ids. */

@@ -18,7 +18,7 @@ import { backendModule, type BackendModule } from '../batch/backends/index.js';
 import { classify, type Verdict } from '../batch/classify.js';
 import { attemptSessionId } from '../batch/plan.js';
 import { MAX_MODEL_CALLS_PER_ROLLOUT, attemptDir, sessionMetadata } from '../batch/runner.js';
-import { BatchManifestSchema, batchPaths, readRolloutState, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutState } from '../batch/state.js';
+import { BatchManifestSchema, batchPaths, queuedRolloutState, readRolloutState, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutState } from '../batch/state.js';
 import { buildRollout, type RolloutDocument } from '../capture/rollout.js';
 import { loadSessionFile } from '../capture/store.js';
 import { harnessEntry, harnessNames } from '../harness/registry.js';
@@ -50,6 +50,26 @@ export interface RolloutServiceOptions {
   module?: BackendModule;
 }
 
+/**
+ * The environment of a rollout could not be made (OpenEnv's EnvironmentFactoryError, answered as
+ * FACTORY_ERROR): the backend unreachable or refusing (Docker down, the cluster unreachable or a
+ * permission denied), the engine's backend failing to open (task images, the in-cluster proxy), or
+ * the sandbox never starting (the task image would not build, the container, Job or pod refused).
+ * Not a rollout's outcome: nothing ran, so there is nothing to score, not even as a failure.
+ */
+export class EnvironmentFactoryError extends Error {
+  constructor(
+    readonly factoryName: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'EnvironmentFactoryError';
+  }
+}
+
+/** A backend that answered its preflight is not asked again for this long. */
+const PREFLIGHT_OK_MS = 10_000;
+
 export class RolloutService {
   private readonly engines = new Map<string, Promise<OpenEngine>>();
   private readonly running = new Set<AbortController>();
@@ -58,7 +78,43 @@ export class RolloutService {
   private active = 0;
   private readonly waiting: (() => void)[] = [];
 
+  /** Every batch this state dir holds (from earlier servers and this one), for the reaper. */
+  private readonly batches = new Map<string, BatchManifest>();
+  private reaper: NodeJS.Timeout | undefined;
+  private preflightOk = 0;
+  private preflightRunning: Promise<void> | undefined;
+
   constructor(private readonly opts: RolloutServiceOptions) {}
+
+  /** What OpenEnv's FACTORY_ERROR names as the factory: this server's backend. */
+  get factoryName(): string {
+    return `harness-lab serve --backend ${this.opts.backend}`;
+  }
+
+  /**
+   * Whether the backend can make sandboxes at all, asked when a session opens (where OpenEnv's
+   * server creates a session's environment); throws EnvironmentFactoryError when it cannot. A recent
+   * success is kept for a few seconds, so a group's connects share one check.
+   */
+  async preflight(): Promise<void> {
+    if (Date.now() - this.preflightOk < PREFLIGHT_OK_MS) return;
+    this.preflightRunning ??= (async () => {
+      try {
+        const mod = await this.module();
+        await mod.preflight?.(this.opts.backend === 'k8s' ? this.k8sTarget() : null);
+        this.preflightOk = Date.now();
+      } catch (err) {
+        throw new EnvironmentFactoryError(this.factoryName, `the ${this.opts.backend} backend cannot create sandboxes: ${err instanceof Error ? err.message : String(err)}`);
+      } finally {
+        this.preflightRunning = undefined;
+      }
+    })();
+    return this.preflightRunning;
+  }
+
+  private k8sTarget(): NonNullable<BatchManifest['k8s']> {
+    return this.opts.k8s ?? { context: null, namespace: 'default', registry: null, queue_name: null };
+  }
 
   get runningCount(): number {
     return this.running.size;
@@ -143,9 +199,42 @@ export class RolloutService {
           writeRolloutState(dir, s);
           interrupted.push(s.rollout_id);
         }
+      this.batches.set(parsed.data.batch_id, parsed.data);
       removed.push(...(await mod.cleanup(parsed.data, this.opts.log)));
     }
     return { interrupted, removed };
+  }
+
+  /**
+   * Keeps reaping, while the server runs, the sandboxes of its batches whose owning process is
+   * gone. The start-up cleanup in recover() cannot be the last word: a create the daemon was still
+   * finishing for a server killed with kill -9 lands after it, at a time nobody knows.
+   */
+  startReaper(intervalMs = 5000): void {
+    if (this.reaper) return;
+    let busy = false;
+    this.reaper = setInterval(() => {
+      if (busy || this.closed) return;
+      busy = true;
+      void this.reapOnce().finally(() => (busy = false));
+    }, intervalMs);
+    this.reaper.unref();
+  }
+
+  /** One reaper pass; returns what it removed (each logged). */
+  async reapOnce(): Promise<string[]> {
+    const mod = await this.module();
+    if (!mod.reapStale) return [];
+    const removed: string[] = [];
+    for (const m of this.batches.values()) {
+      const gone = await mod.reapStale(m).catch((err: unknown) => {
+        this.opts.log(`reaping the sandboxes of ${m.batch_id}: ${err instanceof Error ? err.message : String(err)}`);
+        return [];
+      });
+      if (gone.length) this.opts.log(`reaped ${gone.length} sandbox(es) of ${m.batch_id} whose server is gone: ${gone.join(', ')}`);
+      removed.push(...gone);
+    }
+    return removed;
   }
 
   private async module(): Promise<BackendModule> {
@@ -185,16 +274,20 @@ export class RolloutService {
       parallel: 1,
       engine_url: llmUrl,
       model,
-      k8s: this.opts.backend === 'k8s' ? (this.opts.k8s ?? { context: null, namespace: 'default', registry: null, queue_name: null }) : null,
+      k8s: this.opts.backend === 'k8s' ? this.k8sTarget() : null,
     };
     writeJsonAtomic(join(dir, 'serve.json'), BatchManifestSchema.parse(manifest));
+    this.batches.set(manifest.batch_id, manifest);
     const { backend, capture } = await (await this.module()).open({ batchDir: dir, manifest, log: this.opts.log, ...(apiKey ? { engineApiKey: apiKey } : {}) });
     const left = await backend.cleanupBatch(manifest.batch_id);
     if (left.length) this.opts.log(`removed ${left.length} sandbox(es) a previous server left: ${left.join(', ')}`);
     return { dir, manifest, backend, capture };
   }
 
-  /** Runs one rollout; every failure comes back as `ok: false` (the caller never sees a throw). */
+  /**
+   * Runs one rollout; every failure of the rollout comes back as `ok: false`. The one throw is
+   * EnvironmentFactoryError: its environment could not be made, so there is no rollout to report.
+   */
   async run(args: RunRolloutArgs, signal: AbortSignal): Promise<HarborRolloutResult> {
     const started = Date.now();
     const split = this.opts.splits.get(args.split);
@@ -224,33 +317,17 @@ export class RolloutService {
       release = await this.slot(ctrl.signal);
       this.running.add(ctrl);
       const queueS = (Date.now() - started) / 1000;
-      const eng = await this.engine(args.llm_url ? args.llm_url : null, args.model ?? null, args.api_key ?? undefined);
+      let eng: OpenEngine;
+      try {
+        eng = await this.engine(args.llm_url ? args.llm_url : null, args.model ?? null, args.api_key ?? undefined);
+      } catch (err) {
+        throw new EnvironmentFactoryError(this.factoryName, `the ${this.opts.backend} backend could not be opened for engine ${args.llm_url || '(embedded)'}: ${err instanceof Error ? err.message : String(err)}`);
+      }
       const timeoutSec = args.agent_timeout_sec ?? task.agentTimeoutSec ?? DEFAULT_AGENT_TIMEOUT_SEC;
       const manifest: BatchManifest = { ...eng.manifest, timeout_sec: timeoutSec, policy_version: args.policy_version == null ? null : String(args.policy_version) };
       const rolloutId = `${slugPart(split.name)}.${args.task_index}.${Date.now().toString(36)}${(this.seq++).toString(36)}${randomBytes(2).toString('hex')}`;
       const now = new Date().toISOString();
-      const s: RolloutState = {
-        rollout_id: rolloutId,
-        group_id: 'served',
-        member: 0,
-        task: servedTaskName(split.name, args.task_index),
-        harness: args.harness,
-        state: 'queued',
-        class: null,
-        reward: null,
-        rewards: {},
-        trainable: false,
-        session_id: null,
-        attempts: [],
-        policy_version: manifest.policy_version,
-        queued_at: now,
-        started_at: null,
-        ended_at: null,
-        duration_ms: null,
-        error: null,
-        backend_ref: null,
-        n_calls: 0,
-      };
+      const s = queuedRolloutState({ rollout_id: rolloutId, group_id: 'served', member: 0, task: servedTaskName(split.name, args.task_index), harness: args.harness, policy_version: manifest.policy_version, queued_at: now });
       const sessionId = attemptSessionId(manifest.batch_id, rolloutId, 0);
       const outDir = attemptDir(eng.dir, rolloutId, 0);
       const metadata = { ...sessionMetadata(manifest, s, 0), served: { split: split.name, task_index: args.task_index, purpose: args.purpose ?? 'train', reward_key: args.reward_key ?? null } };
@@ -271,6 +348,8 @@ export class RolloutService {
       s.backend_ref = facts.backendRef;
       let verdict: Verdict;
       const seen = await eng.capture.sessionFacts(sessionId);
+      // A server has no batch end: what the attempt left (a k8s Job and its pod) goes once its facts are read.
+      if (facts.backendRef && eng.backend.removeAttempt) await eng.backend.removeAttempt(facts.backendRef).catch((err: unknown) => this.opts.log(`  ${rolloutId}: ${err instanceof Error ? err.message : String(err)}`));
       if (facts.cancelled) {
         attempt.outcome = 'cancelled';
         verdict = { state: 'discarded', class: 'infra_error', reward: null, rewards: {}, trainable: false, error: this.closed ? 'the rollout server shut down mid-rollout' : 'the trainer closed the session mid-rollout' };
@@ -283,9 +362,11 @@ export class RolloutService {
       Object.assign(s, { state: verdict.state, class: verdict.class, reward: verdict.reward, rewards: verdict.rewards, trainable: verdict.trainable, error: verdict.error, ended_at: ended.toISOString(), duration_ms: ended.getTime() - Date.parse(now), n_calls: seen.nCalls });
       writeRolloutState(eng.dir, s);
       this.opts.log(`${verdict.state} ${rolloutId}: ${verdict.class} reward=${verdict.reward ?? 'null'}`);
+      if (facts.setupFailure && !facts.cancelled) throw new EnvironmentFactoryError(this.factoryName, `the ${eng.backend.kind} backend could not create the sandbox of ${split.name}[${args.task_index}] (${task.name}, rollout ${rolloutId}): ${facts.setupFailure}`);
       const doc = readCapturedSession(eng.dir, sessionId);
       return resultOf({ base, args, verdict, doc, findings: seen.findings, outDir, sessionId, rolloutId, started, facts, timeoutSec, queueS });
     } catch (err) {
+      if (err instanceof EnvironmentFactoryError) throw err;
       return fail(err instanceof Error ? err.message : String(err), err instanceof Error ? err.constructor.name : 'Error');
     } finally {
       signal.removeEventListener('abort', onAbort);
@@ -294,15 +375,25 @@ export class RolloutService {
     }
   }
 
-  /** Stops running rollouts (their sandboxes are removed) and closes every backend. */
+  /**
+   * Stops running rollouts (their sandboxes are removed), closes every backend, then removes what
+   * only a running server needs (the k8s capture proxy: every session was mirrored when its rollout
+   * ended, cancelled ones included). A restarted server creates it again.
+   */
   async close(): Promise<void> {
     this.closed = true;
+    clearInterval(this.reaper);
     for (const c of this.running) c.abort();
+    // Aborted rollouts record their end and mirror their session before their backend goes (bounded:
+    // one still opening its engine's backend does not see the abort).
+    for (const end = Date.now() + 30_000; this.running.size && Date.now() < end; ) await new Promise((r) => setTimeout(r, 50));
     const open = await Promise.allSettled(this.engines.values());
+    const mod = await this.module();
     for (const o of open) {
       if (o.status !== 'fulfilled') continue;
       await o.value.backend.close().catch((err: unknown) => this.opts.log(`closing a backend: ${String(err)}`));
       await o.value.capture.close().catch((err: unknown) => this.opts.log(`closing a capture: ${String(err)}`));
+      await mod.cleanup(o.value.manifest, this.opts.log, { finished: true }).catch((err: unknown) => this.opts.log(`removing the sandboxes of ${o.value.manifest.batch_id}: ${String(err)}`));
     }
   }
 }

@@ -24,7 +24,7 @@ import {
   zodMessage,
   type ErrorCode,
 } from './protocol.js';
-import type { RolloutService } from './rollouts.js';
+import { EnvironmentFactoryError, type RolloutService } from './rollouts.js';
 
 const MAX_BODY_BYTES = 16 * 2 ** 20;
 
@@ -34,7 +34,7 @@ export interface ServeServerOptions {
   splits: ReadonlyMap<string, ServedSplit>;
   rollouts: RolloutService;
   maxConcurrent: number;
-  /** When set, every route but /health wants it (Authorization: Bearer, X-Admin-Key or ?admin_key=). */
+  /** When set, every route but /health wants it (Authorization: Bearer or Basic with it as the password, X-Admin-Key, ?admin_key=). */
   adminKey?: string;
   /** An /mcp-created session with no socket and no rollout is closed after this long (default 600 s, OpenEnv's). */
   sessionIdleMs?: number;
@@ -51,6 +51,17 @@ interface Session {
   steps: number;
   /** Last time anything happened on it (an explicit session nobody uses is reclaimed after sessionIdleMs). */
   lastActive: number;
+}
+
+interface StepError {
+  code: ErrorCode;
+  message: string;
+  /** Beside code and message in the error frame (FACTORY_ERROR's factory_name). */
+  extra?: Record<string, unknown>;
+}
+
+function factoryError(err: EnvironmentFactoryError): StepError {
+  return { code: 'FACTORY_ERROR', message: err.message, extra: { factory_name: err.factoryName } };
 }
 
 class HttpError extends Error {
@@ -119,11 +130,7 @@ export class ServeServer {
   private authorized(req: IncomingMessage): boolean {
     const key = this.opts.adminKey;
     if (!key) return true;
-    const auth = req.headers.authorization;
-    const given = (auth?.startsWith('Bearer ') ? auth.slice(7) : undefined) ?? (req.headers['x-admin-key'] as string | undefined) ?? new URL(req.url ?? '/', 'http://x').searchParams.get('admin_key') ?? '';
-    const a = Buffer.from(given);
-    const b = Buffer.from(key);
-    return a.length === b.length && timingSafeEqual(a, b);
+    return presentedKeys(req).some((given) => sameKey(given, key));
   }
 
   private openSession(explicit: boolean): Session | { capacity: true } {
@@ -131,6 +138,25 @@ export class ServeServer {
     const s: Session = { id: randomBytes(12).toString('hex'), socket: null, explicit, busy: null, steps: 0, lastActive: Date.now() };
     this.sessions.set(s.id, s);
     return s;
+  }
+
+  /**
+   * Where OpenEnv's server runs its environment factory: a session being created. Here that is the
+   * backend's preflight (can it make sandboxes at all); on failure the session is gone again and the
+   * caller answers FACTORY_ERROR. A session's own sandbox is made per rollout, in its step.
+   */
+  private async createEnvironment(s: Session): Promise<StepError | null> {
+    try {
+      await this.opts.rollouts.preflight();
+      return null;
+    } catch (err) {
+      this.sessions.delete(s.id);
+      if (err instanceof EnvironmentFactoryError) {
+        this.opts.log(`session ${s.id}: FACTORY_ERROR: ${err.message}`);
+        return factoryError(err);
+      }
+      throw err;
+    }
   }
 
   private closeSession(s: Session): void {
@@ -149,7 +175,7 @@ export class ServeServer {
     const path = new URL(req.url ?? '/', 'http://x').pathname;
     try {
       if (req.method === 'GET' && path === '/health') return json(res, 200, { status: 'healthy', ...this.capacityData(), running_rollouts: this.opts.rollouts.runningCount, queued_rollouts: this.opts.rollouts.queuedCount });
-      if (!this.authorized(req)) return json(res, 401, { detail: 'this rollout server wants its admin key (Authorization: Bearer KEY)' });
+      if (!this.authorized(req)) return json(res, 401, { detail: 'this rollout server wants its admin key: Authorization: Bearer KEY, or the key in the server URL as http://trainer:KEY@host:port (what an unchanged TRL client sends)' });
       if (req.method === 'GET' && path === '/harbor_env/splits') return json(res, 200, [...this.opts.splits.values()].map((s) => ({ name: s.name, num_tasks: s.tasks.length, ...(s.error ? { error: s.error } : {}) })));
       if (req.method === 'POST' && path === '/harbor_env/num_tasks') {
         const body = await parseBody(req, SplitBody);
@@ -203,6 +229,8 @@ export class ServeServer {
       case 'openenv/session/create': {
         const s = this.openSession(true);
         if ('capacity' in s) return rpcError(id, -32000, `capacity reached: ${this.sessions.size} of ${this.opts.maxConcurrent} sessions in use`, { code: 'CAPACITY_REACHED', ...this.capacityData() });
+        const failed = await this.createEnvironment(s);
+        if (failed) return rpcError(id, -32000, failed.message, { code: failed.code, ...failed.extra });
         return { jsonrpc: '2.0', id, result: { session_id: s.id } };
       }
       case 'openenv/session/close': {
@@ -227,10 +255,12 @@ export class ServeServer {
           if ('capacity' in opened) return rpcError(id, -32000, `capacity reached: ${this.sessions.size} of ${this.opts.maxConcurrent} sessions in use`, { code: 'CAPACITY_REACHED', ...this.capacityData() });
           s = opened;
           temporary = true;
+          const failed = await this.createEnvironment(s);
+          if (failed) return rpcError(id, -32000, failed.message, { code: failed.code, ...failed.extra });
         }
         try {
           const out = await this.step(s, action);
-          if ('error' in out) return rpcError(id, -32000, out.error.message, { code: out.error.code });
+          if ('error' in out) return rpcError(id, -32000, out.error.message, { code: out.error.code, ...out.error.extra });
           if (method === 'tools/call') return { jsonrpc: '2.0', id, result: { content: [{ type: 'text', text: out.text }], isError: false } };
           return { jsonrpc: '2.0', id, result: observationData(RUN_ROLLOUT_TOOL, out.text, null) };
         } finally {
@@ -245,7 +275,7 @@ export class ServeServer {
   // ---- a step: the one tool ------------------------------------------------------------------
 
   /** Runs a step's action on a session; a rollout's own failure is a result (ok false), never an error. */
-  private async step(s: Session, action: unknown): Promise<{ text: string } | { error: { code: ErrorCode; message: string } }> {
+  private async step(s: Session, action: unknown): Promise<{ text: string } | { error: StepError }> {
     const a = CallToolAction.safeParse(action);
     if (!a.success) return { error: { code: 'VALIDATION_ERROR', message: `step data must be {"type":"call_tool","tool_name":"${RUN_ROLLOUT_TOOL}","arguments":{...}}: ${zodMessage(a.error)}` } };
     if (a.data.tool_name !== RUN_ROLLOUT_TOOL) return { error: { code: 'VALIDATION_ERROR', message: `unknown tool '${a.data.tool_name}'; this server has one tool, ${RUN_ROLLOUT_TOOL}` } };
@@ -259,6 +289,7 @@ export class ServeServer {
       const result = await this.opts.rollouts.run(args.data, ctrl.signal);
       return { text: JSON.stringify(result) };
     } catch (err) {
+      if (err instanceof EnvironmentFactoryError) return { error: factoryError(err) };
       return { error: { code: 'EXECUTION_ERROR', message: err instanceof Error ? err.message : String(err) } };
     } finally {
       s.busy = null;
@@ -286,6 +317,7 @@ export class ServeServer {
       if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(frame));
     };
     let session: Session;
+    let ready: Promise<boolean> = Promise.resolve(true);
     if (sessionId) {
       const s = this.sessions.get(sessionId);
       if (!s) {
@@ -307,6 +339,21 @@ export class ServeServer {
         return;
       }
       session = opened;
+      // The environment is made at connect, as OpenEnv does: a failure is one FACTORY_ERROR frame,
+      // then the socket closes. Frames that arrive meanwhile wait for it (below), in order.
+      ready = this.createEnvironment(opened).then(
+        (failed) => {
+          if (!failed) return true;
+          send(errorFrame(failed.code, failed.message, failed.extra));
+          ws.close(1011, 'environment factory failed');
+          return false;
+        },
+        (err: unknown) => {
+          send(errorFrame('SESSION_ERROR', err instanceof Error ? err.message : String(err)));
+          ws.close(1011, 'session error');
+          return false;
+        },
+      );
     }
     session.socket = ws;
     ws.on('close', () => {
@@ -317,7 +364,10 @@ export class ServeServer {
       if (!session.explicit) this.sessions.delete(session.id);
     });
     ws.on('error', (err) => this.opts.log(`ws ${session.id}: ${err.message}`));
-    ws.on('message', (data, isBinary) => void this.onFrame(session, isBinary ? data : data.toString(), send, ws));
+    ws.on('message', (data, isBinary) => {
+      const frame = isBinary ? data : data.toString();
+      void ready.then((ok) => (ok ? this.onFrame(session, frame, send, ws) : undefined));
+    });
   }
 
   private async onFrame(session: Session, data: unknown, send: (frame: unknown) => void, ws: WebSocket): Promise<void> {
@@ -343,7 +393,7 @@ export class ServeServer {
         const d = frame.data.data as { type?: unknown } | undefined;
         if (d && d.type === 'list_tools') return send({ type: 'observation', data: { observation: { tools: [TOOL_DESCRIPTION] }, reward: null, done: false } });
         const out = await this.step(session, d);
-        if ('error' in out) return send(errorFrame(out.error.code, out.error.message));
+        if ('error' in out) return send(errorFrame(out.error.code, out.error.message, out.error.extra));
         return send({ type: 'observation', data: observationData(RUN_ROLLOUT_TOOL, out.text, null) });
       }
       default:
@@ -358,6 +408,36 @@ export class ServeServer {
     this.wss.close();
     await new Promise<void>((resolve) => this.http.close(() => resolve()));
   }
+}
+
+/**
+ * Every key a request presents: `Authorization: Bearer K`, `X-Admin-Key: K`, `?admin_key=K`, and
+ * `Authorization: Basic` whose password is K. The last is what an unchanged TRL client sends for a
+ * server URL `http://USER:K@host:port`: httpx (the task API, /mcp) and websockets (/ws) both turn a
+ * URL's user info into Basic auth, and OpenEnv's clients keep the user info when they derive the
+ * /ws and /mcp URLs from the base URL.
+ */
+function presentedKeys(req: IncomingMessage): string[] {
+  const keys: string[] = [];
+  const auth = req.headers.authorization ?? '';
+  const [scheme, value = ''] = auth.trim().split(/\s+/, 2);
+  if (scheme?.toLowerCase() === 'bearer') keys.push(value);
+  if (scheme?.toLowerCase() === 'basic') {
+    const decoded = Buffer.from(value, 'base64').toString('utf8');
+    const colon = decoded.indexOf(':');
+    if (colon >= 0) keys.push(decoded.slice(colon + 1));
+  }
+  const header = req.headers['x-admin-key'];
+  if (typeof header === 'string') keys.push(header);
+  const query = new URL(req.url ?? '/', 'http://x').searchParams.get('admin_key');
+  if (query !== null) keys.push(query);
+  return keys;
+}
+
+function sameKey(given: string, key: string): boolean {
+  const a = Buffer.from(given);
+  const b = Buffer.from(key);
+  return a.length === b.length && timingSafeEqual(a, b);
 }
 
 function json(res: ServerResponse, status: number, body: unknown): void {

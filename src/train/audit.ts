@@ -8,6 +8,8 @@ import { parseAtif, type AtifTrajectory } from '../harness/atif.js';
 import { aggregateBehaviour, rolloutBehaviour, type BehaviourAggregate, type RolloutBehaviour } from './behaviour.js';
 import { batchPaths, readManifest, readRolloutStates, type RolloutState } from '../batch/state.js';
 import type { CallRecord } from '../capture/types.js';
+import { ExportContractError } from './contract.js';
+import { assertTrainingCapture } from './rows.js';
 import { callPolicyVersion, sessionPolicyVersion, sortVersions, versionOrdinal } from './policy-version.js';
 import { excludedReason, readRollout, sessionFile, type StoredRollout } from './source.js';
 
@@ -58,6 +60,19 @@ export interface StaleCall {
   behind: number;
 }
 
+/** A kept rollout whose capture breaks the contract an export relies on (contract.ts): the export would stop on it. */
+export interface ContractFailure {
+  rollout_id: string;
+  group_id: string;
+  session_id: string;
+  /** The session file the call is stored in. */
+  file: string;
+  /** Null when the whole capture is unusable (an evaluation capture). */
+  call_id: string | null;
+  index: number | null;
+  problem: string;
+}
+
 export interface AuditReport {
   batch_id: string;
   dir: string;
@@ -92,6 +107,8 @@ export interface AuditReport {
   tool_calls: { per_rollout: Record<string, number>; mean: number | null; min: number | null; max: number | null };
   /** Behaviour metrics aggregated over every rollout with a readable capture, for the batch and per harness. */
   behaviour: { batch: BehaviourAggregate; harnesses: Record<string, BehaviourAggregate> };
+  /** The capture contract of the kept rollouts (the first broken call of each): an export stops on any of these. */
+  contract: { checked_rollouts: number; failures: ContractFailure[] };
 }
 
 export const FAIL_ON_KEYS = ['no-contrast-share', 'no-signal-share', 'discarded-share', 'stale-share'] as const;
@@ -143,6 +160,8 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
   const harnesses: AuditReport['harnesses'] = {};
   const harnessRewards: Record<string, number[]> = {};
   const behaviours: Record<string, RolloutBehaviour[]> = {};
+  const contractFailures: ContractFailure[] = [];
+  let contractChecked = 0;
   let kept = 0;
   let discarded = 0;
   let unfinished = 0;
@@ -164,6 +183,15 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
         const { facts: _facts, ...summary } = full;
         behaviour = summary;
         if (why === null) {
+          contractChecked++;
+          // The export's own check (rows.ts): the first broken agent call, which would stop an export.
+          try {
+            assertTrainingCapture(r);
+          } catch (err) {
+            if (!(err instanceof ExportContractError)) throw err;
+            const index = err.callId === null ? null : (r.calls.find((c) => c.call_id === err.callId)?.index ?? null);
+            contractFailures.push({ rollout_id: id, group_id: g.group_id, session_id: err.sessionId, file: err.file, call_id: err.callId, index, problem: err.problem });
+          }
           const session = sessionPolicyVersion(r.info.metadata);
           for (const call of r.calls) perCall.push({ rollout_id: id, session_id: s.session_id!, call, version: callPolicyVersion(call, { session, rollout: s.policy_version, batch: manifest.policy_version }).version });
         }
@@ -242,6 +270,7 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
     policy: { newest, max_staleness: maxStaleness, versions, calls: perCall.length, stale_calls: stale.length, unversioned_calls: unversioned, stale },
     tool_calls: { per_rollout: toolCalls, mean: mean(tc), min: tc.length ? Math.min(...tc) : null, max: tc.length ? Math.max(...tc) : null },
     behaviour: { batch: aggregateBehaviour(Object.values(behaviours).flat()), harnesses: Object.fromEntries(Object.entries(behaviours).map(([h, list]) => [h, aggregateBehaviour(list)])) },
+    contract: { checked_rollouts: contractChecked, failures: contractFailures },
   };
 }
 
@@ -296,6 +325,9 @@ export function formatAudit(r: AuditReport): string {
   lines.push(`policy versions: newest ${r.policy.newest ?? 'unknown'}, calls by version ${JSON.stringify(r.policy.versions)}; ${r.policy.stale_calls}/${r.policy.calls} call(s) more than ${r.policy.max_staleness} behind, ${r.policy.unversioned_calls} without an ordered version`);
   for (const s of r.policy.stale.slice(0, 20)) lines.push(`  stale: rollout ${s.rollout_id} session ${s.session_id} call ${s.call_id} (index ${s.index}) version ${s.version}, ${s.behind} behind`);
   if (r.policy.stale.length > 20) lines.push(`  ... ${r.policy.stale.length - 20} more (--json lists all)`);
+  const broken = r.contract.failures;
+  lines.push(`capture contract: ${broken.length ? `${broken.length} of ${r.contract.checked_rollouts} kept rollout(s) break it; an export stops on them` : `every kept rollout (${r.contract.checked_rollouts}) holds it`}`);
+  for (const f of broken) lines.push(`  broken: rollout ${f.rollout_id} ${f.file}: session ${f.session_id}${f.call_id ? `, call ${f.call_id}` : ''}: ${f.problem}`);
   lines.push(`tool calls per rollout: mean ${fmt(r.tool_calls.mean, 2)}, min ${r.tool_calls.min ?? '-'}, max ${r.tool_calls.max ?? '-'}`);
   lines.push('');
   lines.push('behaviour (docs/behaviour-metrics.md)  rollouts  tool calls  failed  recovery  self-verify  coverage  first success');

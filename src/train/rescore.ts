@@ -7,6 +7,7 @@
 // and `prompt_logprobs`, under the call's own sampling parameters (so processed logprobs match how
 // they were captured). The embedded engine serves the same route.
 import { z } from 'zod';
+import { normaliseEngineUrl } from '../capture/engine-client.js';
 import type { CallRecord } from '../capture/types.js';
 import type { StoredRollout } from './source.js';
 
@@ -73,7 +74,7 @@ async function scoreCall(c: CallRecord, engineUrl: string, model: string | null)
   const prompt = c.prompt_token_ids!;
   const sampled = c.completion_token_ids!;
   const body = { ...(model ? { model } : {}), prompt: [...prompt, ...sampled], max_tokens: 1, prompt_logprobs: 0, prompt_logprobs_start: prompt.length, ...samplingOf(c) };
-  const url = `${engineUrl.replace(/\/+$/, '')}/v1/completions`;
+  const url = `${normaliseEngineUrl(engineUrl)}/v1/completions`;
   let res: Response;
   try {
     res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(600_000) });
@@ -98,7 +99,10 @@ async function scoreCall(c: CallRecord, engineUrl: string, model: string | null)
   });
 }
 
-export async function rescoreRollout(rollout: StoredRollout, opts: { engineUrl: string; model?: string | null; threshold?: number }): Promise<RescoreReport> {
+/** A rollout to rescore: its calls, the session they belong to and where it was read from (for the report). */
+export type RescoreSource = Pick<StoredRollout, 'file' | 'calls'> & { info: Pick<StoredRollout['info'], 'session_id'> };
+
+export async function rescoreRollout(rollout: RescoreSource, opts: { engineUrl: string; model?: string | null; threshold?: number }): Promise<RescoreReport> {
   const threshold = opts.threshold ?? DEFAULT_DRIFT_THRESHOLD;
   const model = opts.model ?? null;
   const calls: RescoredCall[] = [];

@@ -104,7 +104,7 @@ function oldest(versions: (string | null)[]): string | null {
  * agent path that is not a discarded retry) that breaks the contract. Checked before anything is
  * decided about paths, so a broken call cannot hide as a merely untrainable path.
  */
-function assertTrainingCapture(r: StoredRollout): void {
+export function assertTrainingCapture(r: StoredRollout): void {
   if (r.doc.rollout_type === 'eval') {
     throw new ExportContractError(r.file, r.info.session_id, null, `an evaluation capture (level ${r.doc.capture_level}${r.doc.capture_level === 'tokens' ? ', purpose eval' : ''}) has no training data; it cannot be exported`);
   }

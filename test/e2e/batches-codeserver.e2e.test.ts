@@ -8,69 +8,66 @@
 // answers through the in-repo vLLM-shaped engine (HARNESS_LAB_POLICY_ENGINE=fake, in the extension
 // host's environment, which the batch's lab inherits). Beside it, a batch submitted with the CLI
 // (`dist/cli.js batch submit --out <workspace>/harness-lab-batches/from-cli`) appears and finishes
-// in the same view. Last, a batch of a task that sleeps is cancelled from its notification: its
-// sandboxes are removed and its rollouts queued again for `batch resume`.
+// in the same view. On the finished batch, as a user reviews it: Audit Batch from the batch row's
+// context menu shows the audit (the group, its rollouts, NO CONTRAST, the contract) in a Markdown
+// preview and raises the no-contrast group as a warning whose Show Audit brings it back; Audit Batch
+// from the palette picks the CLI's batch; Open Group View from the group row shows both members with
+// their rewards side by side, and a member opens in the rollout viewer from there. Last, a batch of a
+// task that sleeps is cancelled from its notification: its sandboxes are removed and its rollouts
+// queued again for `batch resume`.
 // Screenshots: test-artifacts/e2e/batches-*.png.
 import * as assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Frame, Page } from 'playwright-core';
 import { readManifest, readRolloutStates } from '../../src/batch/state.js';
 import { LABEL, connectDocker } from '../../src/sandbox/docker-client.js';
-import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
+import { missingPrerequisite, pickFromContextMenu, runCommand } from './code-server.js';
+import { ARTIFACTS, ROOT, openRolloutRow, openWorkbench, pick, showBatchesView, submitBatch, viewerFrame, type Workbench } from './workbench.js';
 
-const ROOT = resolve(__dirname, '..', '..');
-const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
-
-let server: CodeServer | undefined;
-let browser: Browser | undefined;
+let workbench: Workbench | undefined;
 let stateDir = '';
 let cliChild: ChildProcess | undefined;
 
 after(async () => {
   if (cliChild?.exitCode === null) cliChild.kill('SIGTERM');
-  await browser?.close().catch(() => undefined);
-  await server?.stop();
+  await workbench?.close();
   if (stateDir && !process.env.HL_E2E_KEEP) rmSync(stateDir, { recursive: true, force: true });
 });
 
 const shot = (page: Page, name: string) => page.screenshot({ path: join(ARTIFACTS, `batches-${name}.png`) });
 
-function pane(page: Page, name: RegExp) {
-  return page.locator('.pane', { has: page.locator('.pane-header', { hasText: name }) });
-}
-
-/** Drags the sidebar's sash so tree descriptions are readable in the screenshots. */
-async function widenSidebar(page: Page, width: number): Promise<void> {
-  const box = await page.locator('.part.sidebar').boundingBox();
-  if (!box) return;
-  const y = box.y + box.height / 2;
-  await page.mouse.move(box.x + box.width + 1, y);
-  await page.mouse.down();
-  await page.mouse.move(box.x + width, y, { steps: 5 });
-  await page.mouse.up();
-}
-
-/** Picks in the open quick input: filter by text, then Enter (for a multi-select, the row is checked first). */
-async function pick(page: Page, text: string, opts: { check?: boolean } = {}): Promise<void> {
-  const input = page.locator('.quick-input-widget input.input:visible');
-  await input.waitFor({ timeout: 15_000 });
-  await input.fill(text);
-  const row = page.locator('.quick-input-list .monaco-list-row', { hasText: text }).first();
-  await row.waitFor({ timeout: 10_000 });
-  if (opts.check) {
-    // A multi-select: one item checked ("1 Selected"); clicking a row toggles it.
-    const count = page.locator('.quick-input-widget .quick-input-count:visible');
-    if (!/^1 Selected/.test((await count.innerText().catch(() => '')).trim())) await row.locator('.label-name').first().click();
-    await count.filter({ hasText: /^1 Selected/ }).waitFor({ timeout: 10_000 });
+/** The webview content frame (code-server nests it: iframe.webview > #active-frame) that shows `selector`. */
+async function webviewFrame(page: Page, selector: string, timeout = 60_000): Promise<Frame> {
+  const deadline = Date.now() + timeout;
+  for (;;) {
+    for (const f of page.frames()) {
+      if (f.name() !== 'active-frame' && !f.url().includes('fake.html')) continue;
+      if (await f.locator(selector).count().catch(() => 0)) return f;
+    }
+    if (Date.now() > deadline) throw new Error(`no webview shows ${selector}`);
+    await new Promise((r) => setTimeout(r, 250));
   }
-  await page.keyboard.press('Enter');
 }
 
-test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 2 appears, finishes with classes and rewards, a rollout opens in the viewer', { timeout: 600_000 }, async () => {
+/** Clicks a notification's button: on its toast while shown, else in the notification center (toasts hide after a while). */
+async function clickNotificationButton(page: Page, text: string, button: string): Promise<void> {
+  const toast = page.locator('.notification-toast', { hasText: text });
+  if (await toast.isVisible()) {
+    await toast.hover();
+    if (await toast.locator('.monaco-button', { hasText: button }).click({ timeout: 5_000 }).then(() => true, () => false)) return;
+  }
+  await runCommand(page, 'Notifications: Show Notifications');
+  const item = page.locator('.notifications-center .notification-list-item', { hasText: text }).first();
+  await item.waitFor({ timeout: 10_000 });
+  await item.hover();
+  await item.locator('.monaco-button', { hasText: button }).click({ timeout: 10_000 });
+}
+
+test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 2 appears, finishes with classes and rewards, a rollout opens in the viewer; Audit Batch and Open Group View on it', { timeout: 780_000 }, async () => {
   const missing = missingPrerequisite();
   if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
   const built = spawnSync(process.execPath, ['esbuild.mjs'], { cwd: ROOT, encoding: 'utf8' });
@@ -96,30 +93,11 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
   mkdirSync(join(batches, 'broken'), { recursive: true });
   writeFileSync(join(batches, 'broken', 'batch.json'), '{"schema_version": 1, "batch_id": ');
 
-  server = await launchCodeServer({
-    stateDir,
-    workspace,
-    env: { HARNESS_LAB_POLICY_ENGINE: 'fake' },
-    userSettings: { 'workbench.startupEditor': 'none', 'workbench.tips.enabled': false, 'security.workspace.trust.enabled': false, 'extensions.autoCheckUpdates': false, 'telemetry.telemetryLevel': 'off', 'window.commandCenter': false },
-  });
-  browser = await chromium.launch({ executablePath: chromiumPath(), headless: true, args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update'] });
-  const page = await browser.newPage({ viewport: { width: 1500, height: 1000 } });
-  const remote = (p: string) => `vscode-remote://127.0.0.1:${server!.port}${p}`;
-  const payload = [['extensionDevelopmentPath', remote(ROOT)], ['skipWelcome', 'true']];
-  await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
-  await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
+  workbench = await openWorkbench({ stateDir, workspace, env: { HARNESS_LAB_POLICY_ENGINE: 'fake' } });
+  const { page } = workbench;
 
   try {
-    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true }); // a view's progress badge may cover it
-    await widenSidebar(page, 620);
-    const view = pane(page, /^batches/i);
-    await view.locator('.pane-header').waitFor({ timeout: 30_000 });
-    // Room for the batch tree: the other views folded.
-    for (const other of [/^sessions/i, /^engines/i]) {
-      const header = pane(page, other).locator('.pane-header');
-      if ((await header.getAttribute('aria-expanded')) === 'true') await header.click();
-    }
-    if ((await view.locator('.pane-header').getAttribute('aria-expanded')) !== 'true') await view.locator('.pane-header').click();
+    const view = await showBatchesView(page);
     const broken = view.locator('.monaco-list-row', { hasText: 'broken: cannot read batch.json' });
     await broken.waitFor({ timeout: 30_000 });
     assert.match(await broken.innerText(), /not JSON/);
@@ -133,14 +111,7 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
     cli.stderr.on('data', (b: Buffer) => (cliOut += b.toString()));
     const cliDone = new Promise<number | null>((res) => cli.on('close', res));
 
-    await runCommand(page, 'Harness Lab: Submit Rollout Batch...');
-    await pick(page, 'tasks/hello-file', { check: true }); // tasks (multi-select), by folder
-    await pick(page, 'react', { check: true }); // harnesses (multi-select)
-    const size = page.locator('.quick-input-widget input.input:visible');
-    await size.waitFor({ timeout: 15_000 });
-    await size.fill('2');
-    await page.keyboard.press('Enter');
-    await pick(page, 'docker');
+    await submitBatch(page, { task: 'tasks/hello-file', harness: 'react', groupSize: 2, backend: 'docker' });
 
     const toast = page.locator('.notification-toast', { hasText: /Harness Lab: batch b\d{8}-\d{6}-[0-9a-f]{4}/ });
     await toast.waitFor({ timeout: 60_000 });
@@ -177,27 +148,68 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
     assert.ok(existsSync(join(dir, 'capture', 'sessions', `${states[0]!.session_id}.jsonl`)));
 
     // A rollout opens in the rollout viewer, from its captured session in <batch>/capture.
-    const tab = page.locator('.tab', { hasText: `${states[0]!.session_id}.jsonl` });
-    // A tree refreshed by the file watcher under the pointer can swallow a click: click again until the editor opens.
-    for (let i = 0; i < 4 && !(await tab.count()); i++) {
-      await r0.click();
-      await tab.waitFor({ timeout: 8_000 }).catch(() => undefined);
-    }
-    await tab.waitFor({ timeout: 30_000 });
-    const frame = page.frameLocator('iframe.webview.ready').frameLocator('#active-frame');
+    await openRolloutRow(page, r0, states[0]!.session_id!);
+    const frame = viewerFrame(page);
     await frame.locator('[data-testid="counts"]').waitFor({ timeout: 60_000 });
     assert.equal(await frame.locator('.graph-row').count(), states[0]!.n_calls, 'the viewer shows every call of the rollout');
     assert.ok(Number(await frame.locator('[data-testid="counts"]').getAttribute('data-sampled')) > 0, 'sampled tokens captured');
     await shot(page, '04-rollout-viewer');
 
+    // Audit Batch from the batch row: the audit as a Markdown preview, the no-contrast group as a warning.
+    await runCommand(page, 'View: Close All Editors');
+    await pickFromContextMenu(page, batchRow, 'Audit Batch');
+    const warning = page.locator('.notification-toast', { hasText: `Audit of batch ${m.batch_id}: groups without contrast` });
+    await warning.waitFor({ timeout: 60_000 });
+    assert.match(await warning.innerText(), /Group hello-file\.react has no contrast: every kept reward is 1, so all its advantages are 0 and it teaches nothing/);
+    const audit = await webviewFrame(page, `h1:has-text("Audit of batch ${m.batch_id}")`);
+    const auditText = await audit.locator('body').innerText();
+    for (const want of ['Problems', 'hello-file.react — NO CONTRAST', 'hello-file.react.0', 'hello-file.react.1', states[0]!.session_id!, states[1]!.session_id!, 'Policy versions and staleness', 'Capture contract', 'Every kept rollout (2) holds it', 'Behaviour']) {
+      assert.ok(auditText.includes(want), `the audit shows "${want}":\n${auditText}`);
+    }
+    assert.match(auditText, /hello-file\.react\s+hello-file\s+react\s+2\/2\s+\[1, 1\]\s+1\s+0\s+NO CONTRAST/, 'the groups table row');
+    await warning.hover();
+    await shot(page, '05-audit');
+    // Closed, it comes back from the warning's Show Audit.
+    await runCommand(page, 'View: Close All Editors');
+    await page.locator('.tab', { hasText: /audit/i }).waitFor({ state: 'detached', timeout: 15_000 });
+    await clickNotificationButton(page, `Audit of batch ${m.batch_id}`, 'Show Audit');
+    await webviewFrame(page, `h1:has-text("Audit of batch ${m.batch_id}")`, 30_000);
+    // From the palette: a quick pick of the view's batches (the broken directory is not offered).
+    await runCommand(page, 'View: Close All Editors');
+    await runCommand(page, 'Harness Lab: Audit Batch');
+    const batchPick = page.locator('.quick-input-list .monaco-list-row');
+    await batchPick.first().waitFor({ timeout: 15_000 });
+    const offered = await batchPick.allInnerTexts();
+    assert.ok(!offered.some((t) => t.includes('broken')), `the broken directory is not offered: ${offered.join(' | ')}`);
+    await pick(page, 'from-cli');
+    const cliAudit = await webviewFrame(page, 'h1:has-text("Audit of batch")');
+    assert.match(await cliAudit.locator('body').innerText(), /cli-hello\.react\.0[\s\S]*cli-hello\.react\.1/);
+    await shot(page, '06-audit-palette');
+
+    // Open Group View from the group row: both members side by side with their rewards; one opens in the viewer.
+    await runCommand(page, 'View: Close All Editors');
+    await runCommand(page, 'Notifications: Clear All Notifications');
+    await pickFromContextMenu(page, group, 'Open Group View');
+    await page.locator('.tab', { hasText: 'Group hello-file.react' }).waitFor({ timeout: 30_000 });
+    const groupView = await webviewFrame(page, '[data-testid="group-view"]');
+    const cards = groupView.locator('[data-testid="member-card"]');
+    assert.deepEqual(await cards.evaluateAll((els) => els.map((e) => e.getAttribute('data-rollout'))), ['hello-file.react.0', 'hello-file.react.1']);
+    assert.deepEqual(await groupView.locator('[data-testid="member-reward"]').allInnerTexts(), ['reward 1', 'reward 1']);
+    assert.deepEqual(await groupView.locator('[data-testid="member-class"]').allInnerTexts(), ['completed', 'completed']);
+    assert.match(await groupView.locator('[data-testid="group-stats"]').innerText(), /rewards \[1, 1\] mean 1\.000 std 0\.000/);
+    assert.match(await groupView.locator('[data-testid="teaches-nothing"]').innerText(), /teaches nothing/);
+    assert.equal(await groupView.locator('[data-testid="histogram-group"]').getAttribute('data-counts'), '0,0,0,0,0,0,0,0,0,2');
+    await shot(page, '07-group-view');
+    await cards.nth(1).locator('[data-testid="open-member"]').click();
+    await page.locator('.tab', { hasText: `${states[1]!.session_id}.jsonl` }).waitFor({ timeout: 30_000 });
+    const memberViewer = await webviewFrame(page, '[data-testid="counts"]');
+    assert.equal(await memberViewer.locator('.graph-row').count(), states[1]!.n_calls, 'the member opens in the rollout viewer with every call');
+    assert.ok(await page.locator('.tab', { hasText: 'Group hello-file.react' }).count(), 'the group view stays open beside it');
+    await shot(page, '08-group-member-viewer');
+
     // Cancel from the progress notification: the runner's cancel path (batch cancel) stops the lab.
     await runCommand(page, 'View: Close All Editors');
-    await runCommand(page, 'Harness Lab: Submit Rollout Batch...');
-    await pick(page, 'tasks/sleepy', { check: true });
-    await pick(page, 'react', { check: true });
-    await page.locator('.quick-input-widget input.input:visible').fill('2');
-    await page.keyboard.press('Enter');
-    await pick(page, 'docker');
+    await submitBatch(page, { task: 'tasks/sleepy', harness: 'react', groupSize: 2, backend: 'docker' });
     const s0 = view.locator('.monaco-list-row', { hasText: '#0 sleepy.react.0' });
     const s1 = view.locator('.monaco-list-row', { hasText: '#1 sleepy.react.1' });
     await s0.filter({ hasText: /running/ }).waitFor({ timeout: 120_000 });
@@ -211,13 +223,13 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
     assert.equal((await containers()).length, 2, 'both sleepy sandboxes run before the cancel');
     const progress = page.locator('.notification-toast', { hasText: `Harness Lab: batch ${sleepyId}` });
     await progress.hover();
-    await shot(page, '05-running');
+    await shot(page, '09-running');
     await progress.locator('.monaco-button', { hasText: 'Cancel' }).click({ timeout: 15_000 });
     await page.locator('.notification-toast', { hasText: `batch ${sleepyId} cancelled` }).waitFor({ timeout: 120_000 });
     const sleepyRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: sleepyId });
     await sleepyRow.filter({ hasText: /cancelled · 0\/2 finished/ }).waitFor({ timeout: 30_000 });
     await s0.filter({ hasText: 'queued' }).waitFor({ timeout: 30_000 });
-    await shot(page, '06-cancelled');
+    await shot(page, '10-cancelled');
     assert.deepEqual(await containers(), [], 'cancel removed the batch sandboxes');
     assert.deepEqual(readRolloutStates(sleepyDir).map((x) => [x.state, x.attempts.map((a) => a.outcome)]), [['queued', ['cancelled']], ['queued', ['cancelled']]]);
   } catch (err) {

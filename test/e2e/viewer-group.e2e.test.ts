@@ -81,6 +81,7 @@ describe('group view in chromium', () => {
     writeFileSync(file, buildGroupReportHtml(div, loadViewerAssets()));
     await page.goto(`file://${file}`);
     await checkDivGroup();
+    assert.equal(await page.locator('[data-testid="open-member"]').count(), 0, 'a report has no host to open members in');
     const sameFile = join(dir, 'g-same.html');
     writeFileSync(sameFile, buildGroupReportHtml(same, loadViewerAssets()));
     await page.goto(`file://${sameFile}`);
@@ -95,6 +96,12 @@ describe('group view in chromium', () => {
     await page.waitForFunction(() => (window as unknown as { __posted: unknown[] }).__posted.length > 0);
     await page.evaluate((g) => window.postMessage({ type: 'loadGroup', group: g }, '*'), div);
     await checkDivGroup();
+    // Every member with a capture can be opened in the rollout viewer: the webview asks its host.
+    const openers = page.locator('[data-testid="member-card"] [data-testid="open-member"]');
+    assert.equal(await openers.count(), div.members.filter((m) => m.session_id).length);
+    await page.locator('[data-testid="member-card"][data-rollout="d1"] [data-testid="open-member"]').click();
+    const posted = await page.evaluate(() => (window as unknown as { __posted: { type: string }[] }).__posted);
+    assert.deepEqual(posted.filter((m) => m.type === 'openGroupMember'), [{ type: 'openGroupMember', rollout_id: 'd1' }]);
     assert.deepEqual(errors, []);
   });
 });

@@ -74,6 +74,7 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
   server = await launchCodeServer({
     stateDir,
     workspace,
+    env: { KUBECONFIG: '' },
     userSettings: { 'workbench.startupEditor': 'none', 'workbench.tips.enabled': false, 'security.workspace.trust.enabled': false, 'extensions.autoCheckUpdates': false, 'extensions.autoUpdate': false, 'telemetry.telemetryLevel': 'off', 'window.commandCenter': false },
   });
   browser = await chromium.launch({ executablePath: chromiumPath(), headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'] });
@@ -87,6 +88,8 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     const sessions = pane(page, /^sessions/i);
     const startEngine = sessions.locator('.welcome-view-content a.monaco-button', { hasText: 'Start Embedded Engine' });
     await startEngine.waitFor({ timeout: 30_000 });
+    // No kubeconfig on this machine: the Training Runs view shows its welcome, not an error row.
+    await pane(page, /^training runs/i).locator('.welcome-view-content', { hasText: 'kubeconfig' }).waitFor({ timeout: 30_000 });
     await shot(page, '01-welcome');
     await startEngine.click();
     const input = page.locator('.quick-input-widget input.input');
@@ -132,6 +135,23 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     await viewer.locator('body').waitFor({ timeout: 60_000 });
     await viewer.locator('text=/im_start/').first().waitFor({ timeout: 60_000 });
     await shot(page, '06-viewer');
+
+    // 6b. Rescore the rollout in front against the same engine (palette, URL prefilled from the
+    // settings): the same weights give ratio 1 within 1e-4, so every sampled token is coloured calm.
+    await runCommand(page, 'Harness Lab: Rescore Rollout Against Engine (Drift)');
+    const urlBox = page.locator('.quick-input-widget input.input');
+    await urlBox.waitFor({ state: 'visible', timeout: 10_000 });
+    assert.match(await urlBox.inputValue(), /^http:\/\/127\.0\.0\.1:\d+/, 'the engine URL comes prefilled from harnessLab.engineUrl');
+    await page.keyboard.press('Enter');
+    const drift = toast(page, /Drift: mean ratio \d\.\d{4}; [\d.]+% of \d+ sampled tokens/);
+    await drift.waitFor({ timeout: 180_000 });
+    const [, mean, past, tokens] = /mean ratio (\d\.\d{4}); ([\d.]+)% of (\d+)/.exec(await drift.innerText())!;
+    assert.ok(Math.abs(Number(mean) - 1) <= 1e-4, `same weights: mean ratio ${mean}`);
+    assert.equal(past, '0.0');
+    assert.ok(Number(tokens) > 0);
+    await viewer.locator('.strip .t.s.dr0').first().waitFor({ timeout: 30_000 });
+    assert.equal(await viewer.locator('.strip .t.s.dr0').count(), await viewer.locator('.strip .t.s').count(), 'every sampled token of the shown call is calm');
+    await shot(page, '06b-rescored');
 
     // 7. Validate on the slow task, cancelled while its agent runs: the sandbox container is removed.
     const slowRow = pane(page, /^tasks/i).locator('.monaco-list-row', { hasText: 'slow-file' });

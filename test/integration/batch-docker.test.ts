@@ -79,7 +79,11 @@ describe('batches on Docker', { concurrency: false }, () => {
     // SIGKILL the lab early: its first rollouts running, most of the batch still queued.
     await waitFor('a rollout done, others running, most queued', async () => {
       const s = states(dir);
-      return s.some((r) => r.state === 'done') && s.some((r) => r.state === 'running' && r.backend_ref) && s.filter((r) => r.state === 'queued').length >= 16 ? true : undefined;
+      if (!(s.some((r) => r.state === 'done') && s.some((r) => r.state === 'running' && r.backend_ref) && s.filter((r) => r.state === 'queued').length >= 16)) return undefined;
+      // A running rollout names its container before Docker has created it: wait for one to exist, so
+      // the kill leaves a sandbox behind for resume to clean up (under load the create can lag).
+      const manifest = existsSync(join(dir, 'batch.json')) ? readManifest(dir) : undefined;
+      return manifest && (await batchContainers(docker, manifest.batch_id)).some((c) => c.State === 'running') ? true : undefined;
     }, 180_000);
     process.kill(pid, 'SIGKILL');
     const dead = await submit;

@@ -4,7 +4,7 @@
 // Docker containers with --network none, and the facts of a completed, an OOMKilled, an evicted, a
 // deadline-exceeded (across a watch that had to re-list after 410 Gone) and a cancelled rollout.
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -25,6 +25,10 @@ const POLICY = {
     { when: { last_message: 'Create a file named `hello.txt`' }, then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } } },
     { when: { last_message: 'SLEEP_FOREVER' }, then: { call: { tool: '^bash$', input: 'sleep 600' } } },
     { when: { last_message: 'EAT_MEMORY' }, then: { call: { tool: '^bash$', input: 'head -c 3000m /dev/zero | tail' } } },
+    // Steps that wait for the test (a file it creates in the container), so "before the attempt ends" is not a race.
+    { when: { last_message: 'STEP_BY_STEP' }, then: { call: { tool: '^bash$', input: 'until [ -f /tmp/hl-go-1 ]; do sleep 0.2; done; echo first-step-done' } } },
+    { when: { last_message: 'first-step-done' }, then: { call: { tool: '^bash$', input: 'until [ -f /tmp/hl-go-2 ]; do sleep 0.2; done; echo second-step-done' } } },
+    { when: { last_message: 'second-step-done' }, then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } } },
   ],
   fallback: { say: 'Done.' },
 };
@@ -45,6 +49,7 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     sleeper: scenarioTask('sleeper', 'SLEEP_FOREVER: wait.'),
     hog: scenarioTask('hog', 'EAT_MEMORY: allocate.', (t) => t.replace('memory_mb = 2048', 'memory_mb = 160')),
     stuck: scenarioTask('stuck', 'SLEEP_FOREVER: wait.', (t) => t.replace('timeout_sec = 60.0', 'timeout_sec = 1.0')),
+    stepper: scenarioTask('stepper', 'STEP_BY_STEP: create hello.txt.'),
   };
   let batchA: { m: BatchManifest; dir: string; backend: K8sBackend };
   const policyFile = join(mkdtempSync(join(tmpdir(), 'hl-k8s-policy-')), 'policy.json');
@@ -58,7 +63,7 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     await core.createNamespace({ body: { metadata: { name: NS } } });
     engine = await engineFor(cluster, NS, policyFile);
     images = await taskImages(Object.values(tasks));
-    const m = manifestFor({ batchId: 'b-main', namespace: NS, tasks: [tasks.hello, tasks.sleeper, tasks.hog], harness: 'react', engineUrl: `${engine.url}/v1`, model: engine.engine.model, timeoutSec: 120 });
+    const m = manifestFor({ batchId: 'b-main', namespace: NS, tasks: [tasks.hello, tasks.sleeper, tasks.hog, tasks.stepper], harness: 'react', engineUrl: `${engine.url}/v1`, model: engine.engine.model, timeoutSec: 120 });
     const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-batch-'));
     batchA = { m, dir, backend: await K8sBackend.open(await backendOptions(cluster, m, dir, images)) };
   });
@@ -133,15 +138,58 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     assert.match(readFileSync(join(a.outDir, 'verifier', 'test-stdout.txt'), 'utf8'), /hello.txt is correct/);
     const sf = await backend.capture.sessionFacts(a.sessionId);
     assert.ok(sf.nCalls >= 2, `calls: ${sf.nCalls}`);
-    const mirrored = readFileSync(join(dir, 'capture', 'sessions', `${a.sessionId}.jsonl`), 'utf8').trim().split('\n');
-    assert.equal(JSON.parse(mirrored[0]!).type, 'session');
-    assert.equal(mirrored.length, 1 + sf.nCalls);
+    const mirrored = readFileSync(join(dir, 'capture', 'sessions', `${a.sessionId}.jsonl`), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { type: string });
+    assert.equal(mirrored[0]!.type, 'session');
+    assert.equal(mirrored.filter((l) => l.type === 'call').length, sf.nCalls);
     // The capture store reads the mirror like any local session (exports and the viewer see one format).
     const loaded = loadSessionFile(join(dir, 'capture', 'sessions', `${a.sessionId}.jsonl`))!;
     assert.equal(loaded.info.session_id, a.sessionId);
     assert.equal(loaded.calls.length, sf.nCalls);
     assert.equal(loaded.skipped, 0);
     assert.ok(loaded.calls.every((c) => c.prompt_token_ids?.length), 'token ids came through');
+  });
+
+  const adminKeyOf = async (secret: string) => Buffer.from((await core.readNamespacedSecret({ namespace: NS, name: secret })).data!['admin-key']!, 'base64').toString('utf8');
+
+  it('follows a running rollout: calls in <batch>/capture before the attempt ends; a killed port-forward loses and duplicates nothing', async () => {
+    const { m, dir, backend } = batchA;
+    const a = attemptFor(dir, m, 'g3-r0');
+    await backend.capture.createSession({ sessionId: a.sessionId, metadata: { batch: m.batch_id, group: 'g3', rollout: 'g3-r0' }, sampling: m.sampling, maxModelCalls: 20 });
+    let ended = false;
+    const running = backend.run(a).then((f) => ((ended = true), f));
+    const file = join(dir, 'capture', 'sessions', `${a.sessionId}.jsonl`);
+    const mirrored = () => (existsSync(file) ? (loadSessionFile(file)?.calls ?? []) : []);
+    const docker = await dockerReady();
+    const release = async (flag: string) => {
+      const [c] = await docker.listContainers({ filters: JSON.stringify({ label: ['k8s.label/harness-lab/rollout=g3-r0'], status: ['running'] }) });
+      assert.ok(c, 'the rollout container runs');
+      const exec = await docker.getContainer(c.Id).exec({ Cmd: ['touch', flag], User: '0' });
+      await exec.start({ hijack: false, stdin: false });
+    };
+    // The harness waits in its first tool call: the call that asked for it is already on disk.
+    await waitFor('the first call mirrored', async () => (mirrored().length >= 1 ? true : undefined), 180_000);
+    assert.equal(ended, false, 'mirrored while the attempt runs');
+    assert.equal(loadSessionFile(file)!.info.metadata.rollout, 'g3-r0');
+    // Kill the port-forward: the API server cuts every stream, and the lab's listener is closed too.
+    const before = backend.portForward.url;
+    cluster.api.dropPortForwards();
+    await backend.portForward.close();
+    await release('/tmp/hl-go-1');
+    await waitFor('the second call mirrored after the drop', async () => (mirrored().length >= 2 ? true : undefined), 120_000);
+    assert.equal(ended, false, 'still running: the harness waits in its second tool call');
+    assert.notEqual(backend.portForward.url, before, 'the port-forward was made again');
+    // Once more, the streams only (the listener stays), then let the rollout finish.
+    cluster.api.dropPortForwards();
+    await release('/tmp/hl-go-2');
+    const facts = await running;
+    assert.equal(facts.infraError, null, JSON.stringify(facts));
+    assert.deepEqual(facts.reward, { value: 1, scores: {} });
+    const sf = await backend.capture.sessionFacts(a.sessionId);
+    assert.ok(sf.nCalls >= 4, `calls: ${sf.nCalls}`);
+    // Exactly the proxy's calls, in its order, each once.
+    const proxyCalls = (await (await fetch(`${backend.proxyUrl}/sessions/${a.sessionId}/calls`, { headers: { authorization: `Bearer ${await adminKeyOf('hl-proxy-b-main')}` } })).json()) as { calls: { call_id: string }[] };
+    assert.deepEqual(mirrored().map((c) => c.call_id), proxyCalls.calls.map((c) => c.call_id));
+    assert.equal(new Set(mirrored().map((c) => c.call_id)).size, sf.nCalls, 'no call twice');
   });
 
   it('reports OOMKilled as an infrastructure error naming pod and limit, and evictions likewise', async () => {

@@ -4,34 +4,19 @@
 // containers, `batch status --json` shows both rollouts classified with rewards, and `batch cancel`
 // of the finished batch leaves no Job, pod or container.
 import assert from 'node:assert/strict';
-import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
 import type Docker from 'dockerode';
-import { followProgress } from '../../src/sandbox/docker-client.js';
-import { NODE_IMAGE, tarDirectory } from '../../src/sandbox/images.js';
 import type { KubeDouble } from '../k8s-double/index.js';
-import { cliBundleDir, engineFor, taskCopy, testCluster, type EngineInNamespace } from './k8s-fixtures.js';
+import { buildProxyImage, clusterWithNamespace, engineFor, taskCopy, type EngineInNamespace } from './k8s-fixtures.js';
 import { cli, dockerReady, waitFor } from './sandbox-fixtures.js';
 
 const NS = 'cli-batch';
 const PROXY_IMAGE = `harness-lab/k8s-proxy-test:${process.pid}`;
 const POLICY = { name: 'hello', rules: [{ when: { last_message: 'Create a file named `hello.txt`' }, then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } } }], fallback: { say: 'Done.' } };
-
-/** What a harness-lab image holds: node, the CLI bundle, and `harness-lab` on PATH. */
-async function buildProxyImage(docker: Docker): Promise<void> {
-  const ctx = mkdtempSync(join(tmpdir(), 'hl-proxy-image-'));
-  try {
-    copyFileSync(join(await cliBundleDir(), 'cli.js'), join(ctx, 'cli.js'));
-    writeFileSync(join(ctx, 'harness-lab'), '#!/bin/sh\nexec node /opt/harness-lab/dist/cli.js "$@"\n', { mode: 0o755 });
-    writeFileSync(join(ctx, 'Dockerfile'), [`FROM ${NODE_IMAGE}`, 'COPY cli.js /opt/harness-lab/dist/cli.js', 'COPY harness-lab /usr/local/bin/harness-lab', 'LABEL harness-lab.kind=test', 'RUN harness-lab --help >/dev/null', ''].join('\n'));
-    await followProgress(docker, await docker.buildImage(tarDirectory(ctx), { t: PROXY_IMAGE, rm: true, forcerm: true }));
-  } finally {
-    rmSync(ctx, { recursive: true, force: true });
-  }
-}
 
 describe('batch submit --backend k8s from the CLI on the double', { timeout: 900_000 }, () => {
   let docker: Docker;
@@ -44,13 +29,8 @@ describe('batch submit --backend k8s from the CLI on the double', { timeout: 900
 
   before(async () => {
     docker = await dockerReady();
-    await buildProxyImage(docker);
-    cluster = await testCluster();
-    const kc = new k8s.KubeConfig();
-    kc.loadFromFile(cluster.kubeconfig);
-    core = kc.makeApiClient(k8s.CoreV1Api);
-    batchApi = kc.makeApiClient(k8s.BatchV1Api);
-    await core.createNamespace({ body: { metadata: { name: NS } } });
+    await buildProxyImage(docker, PROXY_IMAGE);
+    ({ cluster, core, batchApi } = await clusterWithNamespace(NS));
     const policyFile = join(mkdtempSync(join(tmpdir(), 'hl-k8s-cli-policy-')), 'policy.json');
     writeFileSync(policyFile, JSON.stringify(POLICY));
     engine = await engineFor(cluster, NS, policyFile);

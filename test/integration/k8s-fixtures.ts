@@ -1,15 +1,19 @@
 // Shared setup for the cluster tests: the API server double with a Docker-backed node, a kubeconfig
 // for the real client, a batch manifest for example tasks, the CLI bundle the in-cluster proxy runs,
 // and a policy engine on the host that the namespace reaches through a Unix socket relay.
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { harnessCacheRoot } from '../../src/harness/run-local.js';
 import { startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
 import { ensureReactScript } from '../../src/sandbox/react-script.js';
+import * as k8s from '@kubernetes/client-node';
+import type Docker from 'dockerode';
 import { DockerRuntime } from '../../src/sandbox/docker.js';
+import { followProgress } from '../../src/sandbox/docker-client.js';
+import { NODE_IMAGE, tarDirectory } from '../../src/sandbox/images.js';
 import { loadTask, type HarborTask } from '../../src/tasks/task.js';
-import { BATCH_SCHEMA_VERSION, trainingSampling, type BatchManifest, type RolloutState } from '../../src/batch/state.js';
+import { BATCH_SCHEMA_VERSION, queuedRolloutState, trainingSampling, type BatchManifest, type RolloutState } from '../../src/batch/state.js';
 import type { K8sBackendOptions } from '../../src/batch/backends/k8s.js';
 import type { RolloutAttempt } from '../../src/batch/backend.js';
 import { startKubeDouble, type KubeDouble } from '../k8s-double/index.js';
@@ -27,6 +31,29 @@ export function cliBundleDir(): Promise<string> {
     return dir;
   })();
   return bundle;
+}
+
+/** What a harness-lab image holds: node, the CLI bundle, and `harness-lab` on PATH (the in-cluster proxy runs it). */
+export async function buildProxyImage(docker: Docker, tag: string): Promise<void> {
+  const ctx = mkdtempSync(join(tmpdir(), 'hl-proxy-image-'));
+  try {
+    copyFileSync(join(await cliBundleDir(), 'cli.js'), join(ctx, 'cli.js'));
+    writeFileSync(join(ctx, 'harness-lab'), '#!/bin/sh\nexec node /opt/harness-lab/dist/cli.js "$@"\n', { mode: 0o755 });
+    writeFileSync(join(ctx, 'Dockerfile'), [`FROM ${NODE_IMAGE}`, 'COPY cli.js /opt/harness-lab/dist/cli.js', 'COPY harness-lab /usr/local/bin/harness-lab', 'LABEL harness-lab.kind=test', 'RUN harness-lab --help >/dev/null', ''].join('\n'));
+    await followProgress(docker, await docker.buildImage(tarDirectory(ctx), { t: tag, rm: true, forcerm: true }));
+  } finally {
+    rmSync(ctx, { recursive: true, force: true });
+  }
+}
+
+/** A test cluster with one namespace made, and the real client's core and batch APIs on it. */
+export async function clusterWithNamespace(namespace: string): Promise<{ cluster: KubeDouble; core: k8s.CoreV1Api; batchApi: k8s.BatchV1Api; apps: k8s.AppsV1Api }> {
+  const cluster = await testCluster();
+  const kc = new k8s.KubeConfig();
+  kc.loadFromFile(cluster.kubeconfig);
+  const core = kc.makeApiClient(k8s.CoreV1Api);
+  await core.createNamespace({ body: { metadata: { name: namespace } } });
+  return { cluster, core, batchApi: kc.makeApiClient(k8s.BatchV1Api), apps: kc.makeApiClient(k8s.AppsV1Api) };
 }
 
 export async function testCluster(opts: Parameters<typeof startKubeDouble>[1] = {}): Promise<KubeDouble> {
@@ -68,28 +95,8 @@ export function manifestFor(o: { batchId: string; namespace: string; context?: s
 
 export function rolloutState(m: BatchManifest, rolloutId: string): RolloutState {
   const g = m.groups.find((x) => x.rollout_ids.includes(rolloutId))!;
-  return {
-    rollout_id: rolloutId,
-    group_id: g.group_id,
-    member: g.rollout_ids.indexOf(rolloutId),
-    task: g.task,
-    harness: g.harness,
-    state: 'running',
-    class: null,
-    reward: null,
-    rewards: {},
-    trainable: false,
-    session_id: null,
-    attempts: [],
-    policy_version: null,
-    queued_at: new Date().toISOString(),
-    started_at: new Date().toISOString(),
-    ended_at: null,
-    duration_ms: null,
-    error: null,
-    backend_ref: null,
-    n_calls: 0,
-  };
+  const now = new Date().toISOString();
+  return { ...queuedRolloutState({ rollout_id: rolloutId, group_id: g.group_id, member: g.rollout_ids.indexOf(rolloutId), task: g.task, harness: g.harness, policy_version: null, queued_at: now }), state: 'running', started_at: now };
 }
 
 export function attemptFor(batchDir: string, m: BatchManifest, rolloutId: string, signal = new AbortController().signal, attempt = 0): RolloutAttempt & { lines: string[] } {

@@ -80,6 +80,13 @@ test('kill -9 mid-rollout: every answered call survives a restart', async () => 
     assert.ok(calls.every((c) => Array.isArray(c.prompt_token_ids) && c.prompt_token_ids.length > 0));
     const summary = (await (await fetch(`${second.url}/sessions/${session_id}`)).json()) as { metadata: { harness: string } };
     assert.equal(summary.metadata.harness, 'test');
+    // A follower (a cluster batch's mirror) pages through the calls: from an arrival position, at most `limit`.
+    const page = (await (await fetch(`${second.url}/sessions/${session_id}/calls?from=2&limit=2`)).json()) as { from: number; total: number; calls: { call_id: string }[] };
+    assert.deepEqual([page.from, page.total], [2, calls.length]);
+    assert.deepEqual(page.calls.map((c) => c.call_id), (calls as unknown as { call_id: string }[]).slice(2, 4).map((c) => c.call_id));
+    const tail = (await (await fetch(`${second.url}/sessions/${session_id}/calls?from=${calls.length}`)).json()) as { calls: unknown[] };
+    assert.deepEqual(tail.calls, []);
+    for (const bad of ['from=-1', 'from=x', 'limit=0']) assert.equal((await fetch(`${second.url}/sessions/${session_id}/calls?${bad}`)).status, 400, bad);
     // The restarted proxy keeps serving the same session.
     assert.equal((await chat(second.url, session_id, 'after restart')).status, 200);
   } finally {

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import type Docker from 'dockerode';
 import { LABEL, connectDocker } from '../../src/sandbox/docker-client.js';
 import { ensureBaseImages } from '../../src/sandbox/images.js';
+import { harnessEntry, harnessNames } from '../../src/harness/registry.js';
 
 export const REPO = join(__dirname, '..', '..');
 export const EXAMPLES = join(REPO, 'examples', 'tasks');
@@ -82,4 +83,14 @@ export async function waitFor<T>(what: string, probe: () => Promise<T | undefine
     if (Date.now() > end) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 250));
   }
+}
+
+/** Every real CLI in the registry (the reference harness has its own test), or the narrowed list. */
+export function realHarnesses(): string[] {
+  const only = process.env.HARNESS_LAB_SANDBOX_HARNESSES;
+  const all = harnessNames().filter((n) => n !== 'react');
+  if (!only) return all;
+  const picked = only.split(',').map((n) => n.trim()).filter(Boolean);
+  for (const n of picked) harnessEntry(n); // throws naming the known harnesses
+  return picked;
 }

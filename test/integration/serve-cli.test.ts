@@ -60,6 +60,54 @@ test('serve: with an admin key every route but /health wants it; JSON-RPC lists 
   }
 });
 
+/**
+ * What an unchanged TRL client sends for `HarborSessionFactory(server_url=URL)` when URL carries user
+ * info: httpx (the task API, /mcp) turns `http://USER:PASS@host` into `Authorization: Basic
+ * base64(USER:PASS)` on a request to the same URL without it (Node's fetch refuses user info, so that
+ * step is done here as httpx does it); the /ws URL keeps the user info, and the `ws` library, like
+ * Python's websockets, sends it as Basic auth on the upgrade by itself.
+ */
+function asHttpx(serverUrl: string, path: string): { url: string; headers: Record<string, string> } {
+  const u = new URL(serverUrl);
+  const basic = Buffer.from(`${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`).toString('base64');
+  u.username = '';
+  u.password = '';
+  return { url: `${u.origin}${path}`, headers: { authorization: `Basic ${basic}` } };
+}
+
+test('serve: a keyed server takes the key in the server URL (http://trainer:KEY@host:port), as an unchanged TRL client sends it', { timeout: 60_000 }, async () => {
+  const serve = await startServe(['--dataset', `ex=${EXAMPLES}`, '--admin-key', 'k-123', '--state-dir', tempDir('hl-serve-url-key-')]);
+  try {
+    const port = new URL(serve.url).port;
+    const keyed = `http://trainer:k-123@127.0.0.1:${port}`;
+    const wrong = `http://trainer:k-999@127.0.0.1:${port}`;
+    const splits = asHttpx(keyed, '/harbor_env/splits');
+    assert.equal((await fetch(splits.url, { headers: splits.headers })).status, 200);
+    const bad = asHttpx(wrong, '/harbor_env/splits');
+    assert.equal((await fetch(bad.url, { headers: bad.headers })).status, 401);
+    const mcp = asHttpx(keyed, '/mcp');
+    const created = await postJson(mcp.url, { jsonrpc: '2.0', id: 1, method: 'openenv/session/create', params: {} }, mcp.headers);
+    assert.match(created.body.result.session_id, /\S/);
+    const wsStatus = (base: string) =>
+      new Promise<number>((resolve) => {
+        // OpenEnv's convert_to_ws_url: http:// -> ws://, user info kept, then /ws.
+        const ws = new WebSocket(`${base.replace(/^http/, 'ws')}/ws`);
+        ws.on('open', () => {
+          ws.close();
+          resolve(101);
+        });
+        ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+        ws.on('error', () => {});
+      });
+    assert.equal(await wsStatus(keyed), 101, 'the /ws upgrade carries the key from the URL');
+    assert.equal(await wsStatus(wrong), 401);
+    assert.equal(await wsStatus(`http://127.0.0.1:${port}`), 401);
+  } finally {
+    serve.child.kill('SIGTERM');
+    await serve.exited;
+  }
+});
+
 test('serve: a session created over /mcp and left unused is reclaimed, freeing its slot', { timeout: 60_000 }, async () => {
   const serve = await startServe(['--dataset', `ex=${EXAMPLES}`, '--max-concurrent', '1', '--session-idle', '1', '--state-dir', tempDir('hl-serve-idle-')]);
   try {

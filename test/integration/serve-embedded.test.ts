@@ -19,7 +19,7 @@ import { TrainingTurnSchema } from '../../src/capture/trace.js';
 import { LABEL } from '../../src/sandbox/docker-client.js';
 import { TEST_DATA_DIR } from './engine-fixture.js';
 import { dockerReady, waitFor } from './sandbox-fixtures.js';
-import { REPO, recordingFront, rolloutResult, startServe, stepFrame, tempDir, wsSession, type ServeProcess } from './serve-fixtures.js';
+import { REPO, asTrainingTurn, recordingFront, servedContainers, rolloutResult, startServe, stepFrame, tempDir, wsSession, type ServeProcess } from './serve-fixtures.js';
 
 const PINNED = { temperature: 0.7, top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1 };
 const ASKED = { temperature: 0.2, top_p: 0.5 };
@@ -54,20 +54,6 @@ function startEngineProcess(policyFile: string): Promise<EngineProcess> {
   });
 }
 
-/** The HarborTurn -> TrainingTrace turn mapping TRL's client does, validated with our strict schema. */
-function asTrainingTurn(t: any) {
-  return {
-    node_id: t.node_id,
-    prompt_token_ids: t.prompt_token_ids,
-    completion_token_ids: t.completion_token_ids,
-    per_token_logps: t.per_token_logps,
-    loss_mask: t.loss_mask,
-    request: { messages: t.request_messages, tools: t.request_tools },
-    response: { choices: [{ message: { role: 'assistant', content: t.text }, finish_reason: t.finish_reason }] },
-    metadata: { node_id: t.node_id, index: t.turn, model: null, n_tools: t.n_tools, harness_session_id: null, sampling_params: t.sampling_params, requested_sampling_params: t.requested_sampling_params },
-  };
-}
-
 /** trainers.md 1.2 (what a trainer's worker treats as fatal), plus what only a real Qwen3 engine gives. */
 function assertValidTurns(result: any): any[] {
   const kept = result.turns.filter((t: any) => t.role === 'agent' && !t.discarded && t.completion_token_ids.length > 0);
@@ -99,11 +85,6 @@ function assertValidTurns(result: any): any[] {
   assert.deepEqual(second.prompt_token_ids.slice(0, prefix.length), prefix, 'the second prompt extends the first turn');
   assert.ok(!result.findings.some((f: string) => f.startsWith('[FATAL')), result.findings.join('; '));
   return kept;
-}
-
-async function servedContainers(docker: Docker): Promise<Docker.ContainerInfo[]> {
-  const all = await docker.listContainers({ all: true, filters: JSON.stringify({ label: [LABEL.rollout] }) });
-  return all.filter((c) => c.Labels[LABEL.batch]?.startsWith('serve-'));
 }
 
 function servedStates(stateDir: string) {
@@ -181,7 +162,7 @@ describe('harness-lab serve with the Docker backend and the embedded engine, dri
       async () => {
         const running = servedStates(stateDir).find((s) => s.state.state === 'running' && s.state.session_id && capturedCalls(s.dir, s.state.session_id).length >= 1);
         if (!running) return undefined;
-        const c = (await servedContainers(docker)).find((x) => x.Labels[LABEL.rollout] === running.state.rollout_id && x.State === 'running');
+        const c = (await servedContainers(docker, stateDir)).find((x) => x.Labels[LABEL.rollout] === running.state.rollout_id && x.State === 'running');
         return c ? { id: c.Id, rollout: running.state.rollout_id } : undefined;
       },
       400_000,
@@ -222,7 +203,7 @@ describe('harness-lab serve with the Docker backend and the embedded engine, dri
     const seen = front.bodies.filter((b) => JSON.stringify(b.messages).includes('hello.txt'));
     assert.ok(seen.length >= 2 * (GROUP - 1), `the engine saw ${seen.length} harness calls`);
     for (const b of seen) for (const [k, v] of Object.entries(PINNED)) assert.equal(b[k], v, `engine saw ${k}=${b[k]}`);
-    assert.deepEqual(await servedContainers(docker), [], 'no sandbox is left');
+    assert.deepEqual(await servedContainers(docker, stateDir), [], 'no sandbox is left');
 
     // The ids and logprobs a trainer got are the engine's: asked again, straight, with a body it saw
     // (a first turn and the last answer), the engine gives the same prompt and completion ids and,

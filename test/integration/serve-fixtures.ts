@@ -3,12 +3,14 @@
 // run_rollout, and the /mcp session-create variant. Shared by the serve tests and the serve bench.
 /* eslint-disable @typescript-eslint/no-explicit-any -- wire JSON from the server under test, checked field by field as a Python client reads it */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type Docker from 'dockerode';
 import WebSocket from 'ws';
+import { LABEL } from '../../src/sandbox/docker-client.js';
 
 export const REPO = join(__dirname, '..', '..');
 const EXAMPLES = join(REPO, 'examples', 'tasks');
@@ -113,11 +115,12 @@ export function rolloutResult(frame: any): any {
 }
 
 /**
- * An engine front that records every chat request body it forwards (what the engine saw), in
- * front of the scripted policy engine.
+ * An engine front that records every chat request body it forwards (what the engine saw) and every
+ * JSON answer the engine gave to one (what it sampled), in front of the scripted policy engine.
  */
-export async function recordingFront(engineUrl: string): Promise<{ url: string; bodies: any[]; server: Server }> {
+export async function recordingFront(engineUrl: string): Promise<{ url: string; bodies: any[]; answers: any[]; server: Server }> {
   const bodies: any[] = [];
+  const answers: any[] = [];
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -127,6 +130,7 @@ export async function recordingFront(engineUrl: string): Promise<{ url: string; 
       void fetch(`${engineUrl.replace(/\/+$/, '')}${req.url}`, { method: req.method, headers: { 'content-type': 'application/json' }, ...(body.length ? { body } : {}) }).then(
         async (up) => {
           const text = Buffer.from(await up.arrayBuffer());
+          if (req.url?.endsWith('/chat/completions') && up.ok && (up.headers.get('content-type') ?? '').includes('json')) answers.push(JSON.parse(text.toString('utf8')));
           res.writeHead(up.status, { 'content-type': up.headers.get('content-type') ?? 'application/json' });
           res.end(text);
         },
@@ -138,5 +142,27 @@ export async function recordingFront(engineUrl: string): Promise<{ url: string; 
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, bodies, server };
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, bodies, answers, server };
+}
+
+/** The sandboxes of one serve state dir's batches (other servers may share the Docker daemon). */
+export async function servedContainers(docker: Docker, stateDir: string): Promise<Docker.ContainerInfo[]> {
+  const root = join(stateDir, 'engines');
+  const batches = new Set(existsSync(root) ? readdirSync(root).map((id) => `serve-${id}`) : []);
+  const all = await docker.listContainers({ all: true, filters: JSON.stringify({ label: [LABEL.rollout] }) });
+  return all.filter((c) => batches.has(c.Labels[LABEL.batch] ?? ''));
+}
+
+/** The HarborTurn -> TrainingTrace turn mapping TRL's client does (checked with our strict TrainingTurnSchema). */
+export function asTrainingTurn(t: any) {
+  return {
+    node_id: t.node_id,
+    prompt_token_ids: t.prompt_token_ids,
+    completion_token_ids: t.completion_token_ids,
+    per_token_logps: t.per_token_logps,
+    loss_mask: t.loss_mask,
+    request: { messages: t.request_messages, tools: t.request_tools },
+    response: { choices: [{ message: { role: 'assistant', content: t.text }, finish_reason: t.finish_reason }] },
+    metadata: { node_id: t.node_id, index: t.turn, model: null, n_tools: t.n_tools, harness_session_id: null, sampling_params: t.sampling_params, requested_sampling_params: t.requested_sampling_params },
+  };
 }

@@ -5,11 +5,13 @@
 // passes the TrainingTrace turn schema; the engine saw the trainer's pinned sampling although the
 // harness asked for another; one session over the cap gets CAPACITY_REACHED; the protocol's error
 // frames; and a server killed mid-rollout gives the client a dropped socket (not a result), keeps
-// what was captured, and the restarted server marks the rollout interrupted and serves again.
+// what was captured, and the restarted server marks the rollout interrupted, reaps a sandbox the
+// dead server's late create left after start-up, and serves again.
 /* eslint-disable @typescript-eslint/no-explicit-any -- wire JSON from the server under test, checked field by field as a Python client reads it */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type Docker from 'dockerode';
@@ -19,24 +21,10 @@ import { LABEL } from '../../src/sandbox/docker-client.js';
 import { TaskRoutedPolicy, startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
 import { loadTask } from '../../src/tasks/task.js';
 import { dockerReady, waitFor } from './sandbox-fixtures.js';
-import { postJson, recordingFront, rolloutResult, slowTask, startServe, stepFrame, tempDir, wsSession, type ServeProcess } from './serve-fixtures.js';
+import { postJson, asTrainingTurn, recordingFront, servedContainers, rolloutResult, slowTask, startServe, stepFrame, tempDir, wsSession, type ServeProcess } from './serve-fixtures.js';
 
 const PINNED = { temperature: 0.7, top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1 };
 const ASKED = { temperature: 0.2, top_p: 0.5 };
-
-/** The HarborTurn -> TrainingTrace turn mapping TRL's client does, validated with our strict schema. */
-function asTrainingTurn(t: any) {
-  return {
-    node_id: t.node_id,
-    prompt_token_ids: t.prompt_token_ids,
-    completion_token_ids: t.completion_token_ids,
-    per_token_logps: t.per_token_logps,
-    loss_mask: t.loss_mask,
-    request: { messages: t.request_messages, tools: t.request_tools },
-    response: { choices: [{ message: { role: 'assistant', content: t.text }, finish_reason: t.finish_reason }] },
-    metadata: { node_id: t.node_id, index: t.turn, model: null, n_tools: t.n_tools, harness_session_id: null, sampling_params: t.sampling_params, requested_sampling_params: t.requested_sampling_params },
-  };
-}
 
 /** trainers.md 1.2: what a trainer's worker treats as fatal if violated. */
 function assertValidTurns(result: any): void {
@@ -56,11 +44,6 @@ function assertValidTurns(result: any): void {
     assert.ok(parsed.success, parsed.success ? '' : JSON.stringify(parsed.error.issues));
   }
   assert.ok(!result.findings.some((f: string) => f.startsWith('[FATAL')), result.findings.join('; '));
-}
-
-async function servedContainers(docker: Docker): Promise<Docker.ContainerInfo[]> {
-  const all = await docker.listContainers({ all: true, filters: JSON.stringify({ label: [LABEL.rollout] }) });
-  return all.filter((c) => c.Labels[LABEL.batch]?.startsWith('serve-'));
 }
 
 /** Rollout state files of a serve state dir. */
@@ -191,7 +174,7 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
       async () => {
         const running = servedStates(stateDir).find((s) => s.state.state === 'running' && s.state.session_id && capturedCalls(s.dir, s.state.session_id).length >= 1);
         if (!running) return undefined;
-        const c = (await servedContainers(docker)).find((x) => x.Labels[LABEL.rollout] === running.state.rollout_id && x.State === 'running');
+        const c = (await servedContainers(docker, stateDir)).find((x) => x.Labels[LABEL.rollout] === running.state.rollout_id && x.State === 'running');
         return c ? { id: c.Id, rollout: running.state.rollout_id } : undefined;
       },
       120_000,
@@ -242,7 +225,7 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
     const seen = front.bodies.slice(before).filter((b) => JSON.stringify(b.messages).includes('b-slow.txt'));
     assert.ok(seen.length >= 7, `the engine saw ${seen.length} calls`);
     for (const b of seen) for (const [k, v] of Object.entries(PINNED)) assert.equal(b[k], v, `engine saw ${k}=${b[k]}`);
-    assert.deepEqual(await servedContainers(docker), [], 'no sandbox is left');
+    assert.deepEqual(await servedContainers(docker, stateDir), [], 'no sandbox is left');
   });
 
   test('a server killed mid-rollout: the client sees a dropped socket, the capture is kept, the restarted server marks it interrupted and serves again (over HTTP openenv/session/step)', { timeout: 300_000 }, async () => {
@@ -252,7 +235,7 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
       'the rollout inside its tool',
       async () => {
         const s = servedStates(stateDir).find((x) => x.state.state === 'running' && x.state.session_id && capturedCalls(x.dir, x.state.session_id).length >= 1);
-        return s && (await servedContainers(docker)).some((c) => c.Labels[LABEL.rollout] === s.state.rollout_id) ? s : undefined;
+        return s && (await servedContainers(docker, stateDir)).some((c) => c.Labels[LABEL.rollout] === s.state.rollout_id) ? s : undefined;
       },
       120_000,
     );
@@ -268,11 +251,25 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
     const dropped = await pending;
     assert.equal(dropped.frames.length, 0, 'no result, no error frame: nothing a trainer could take for a wrong answer');
     assert.equal(dropped.closeCode, 1006, 'the connection dropped without a close frame');
-    assert.ok((await servedContainers(docker)).length >= 1, 'kill -9 leaves the sandbox behind');
+    assert.ok((await servedContainers(docker, stateDir)).length >= 1, 'kill -9 leaves the sandbox behind');
 
+    const deadPid = serve.child.pid!;
     serve = await startServe(['--dataset', `train=${tasksRoot}`, '--max-concurrent', '4', '--parallel', '4', '--state-dir', stateDir]);
     assert.match(serve.stderr(), new RegExp(`marked 1 rollout\\(s\\) a previous server was running as interrupted: ${mid.state.rollout_id.replace(/\./g, '\\.')}`));
-    assert.deepEqual(await servedContainers(docker), [], 'the restarted server removed what the dead one left');
+    // What the dead server left goes at start-up, and what its daemon finished creating later goes to the reaper.
+    await waitFor('the restarted server removed what the dead one left', async () => ((await servedContainers(docker, stateDir)).length === 0 ? true : undefined), 60_000);
+    // A create the daemon was still finishing for the killed server lands after that start-up
+    // cleanup, whenever it likes. The same thing, made to happen now: a container with the dead
+    // server's labels appears after start-up; the running server reaps it, and only it.
+    const batch = `serve-${readdirSync(join(stateDir, 'engines'))[0]}`;
+    const late = await docker.createContainer({
+      Image: 'harness-lab/base:bookworm',
+      Cmd: ['sleep', '600'],
+      Labels: { [LABEL.kind]: 'sandbox', [LABEL.batch]: batch, [LABEL.rollout]: mid.state.rollout_id, [LABEL.owner]: `${hostname()}/${deadPid}` },
+      HostConfig: { NetworkMode: 'none' },
+    });
+    await waitFor('the late container reaped', async () => ((await servedContainers(docker, stateDir)).length === 0 ? true : undefined), 60_000);
+    assert.match(serve.stderr(), new RegExp(`reaped 1 sandbox\\(es\\) of ${batch} whose server is gone: ${late.id.slice(0, 12)}`));
     const after = servedStates(stateDir).find((s) => s.state.rollout_id === mid.state.rollout_id)!.state;
     assert.equal(after.state, 'discarded');
     assert.equal(after.class, 'infra_error');

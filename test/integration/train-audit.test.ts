@@ -3,7 +3,7 @@
 // batch is at step-6), and the exit codes of --fail-on.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -129,4 +129,30 @@ test('audit: behaviour metrics per rollout, per harness and per batch (text and 
   assert.match(text.out, /behaviour \(docs\/behaviour-metrics\.md\)/);
   assert.match(text.out, /react-b\s+3\s+1\.00\s+0\.00\s+-\s+0\.00\s+1\.00\s+1\.00/);
   assert.match(text.out, /\(batch\)\s+9\s+/);
+});
+
+test('audit names a kept rollout whose capture breaks the export contract: file, session and call (text and --json)', () => {
+  const clean = run(['audit', batch.dir, '--json']);
+  assert.deepEqual((JSON.parse(clean.out) as AuditReport).contract, { checked_rollouts: 8, failures: [] });
+  assert.match(run(['audit', batch.dir]).out, /capture contract: every kept rollout \(8\) holds it/);
+  const dir = copyBatch(batch.dir, join(tmp, 'contract'));
+  const file = join(dir, 'capture', 'sessions', `${batch.sessions.r1}.jsonl`);
+  let callId = '';
+  const lines = readFileSync(file, 'utf8').split('\n').map((line) => {
+    if (!line) return line;
+    const obj = JSON.parse(line) as { type: string; index?: number; call_id?: string; logprobs?: unknown };
+    if (obj.type !== 'call' || obj.index !== 0) return line;
+    obj.logprobs = null;
+    callId = obj.call_id!;
+    return JSON.stringify(obj);
+  });
+  writeFileSync(file, lines.join('\n'));
+  const r = run(['audit', dir, '--json']);
+  assert.equal(r.code, 0, r.err);
+  const a = JSON.parse(r.out) as AuditReport;
+  assert.deepEqual(a.contract.failures.map((f) => [f.rollout_id, f.file, f.session_id, f.call_id]), [['r1', file, batch.sessions.r1, callId]]);
+  assert.match(a.contract.failures[0]!.problem, /missing logprobs/);
+  const text = run(['audit', dir]).out;
+  assert.ok(text.includes(`capture contract: 1 of 8 kept rollout(s) break it; an export stops on them`), text);
+  assert.ok(text.includes(`broken: rollout r1 ${file}: session ${batch.sessions.r1}, call ${callId}: (index 0) missing logprobs`), text);
 });

@@ -68,8 +68,18 @@ describe('harness-lab train (no cluster)', { timeout: 120_000 }, () => {
     for (const s of ['status', 'logs', 'cancel']) {
       const r = await cli(['train', s, 'some-run'], { env: { ...env, HARNESS_LAB_DATA_DIR: tmp() } });
       assert.equal(r.code, 1, `${s}: ${r.stderr}`);
-      assert.match(r.stderr, new RegExp(`harness-lab train ${s}: cannot read the kubeconfig /nonexistent/kubeconfig`));
+      assert.match(r.stderr, new RegExp(`harness-lab train ${s}: No kubeconfig found \\(looked at /nonexistent/kubeconfig\\)`));
     }
+    // No KUBECONFIG and no ~/.kube/config: the client library would invent a localhost:8080 context;
+    // the command says where it looked instead.
+    const home = tmp();
+    const list = await cli(['train', 'list'], { env: { KUBECONFIG: '', HOME: home, HARNESS_LAB_DATA_DIR: tmp() } });
+    assert.equal(list.code, 1, list.stderr);
+    assert.ok(list.stderr.includes(`No kubeconfig found (looked at ${join(home, '.kube', 'config')})`), list.stderr);
+    assert.doesNotMatch(list.stderr, /localhost:8080/);
+    const given = await cli(['train', 'list', '--kubeconfig', join(home, 'nope')], { env: { KUBECONFIG: '', HOME: home } });
+    assert.equal(given.code, 1);
+    assert.match(given.stderr, /cannot read the kubeconfig .*nope/);
     const help = await cli(['train', '--help'], { env });
     assert.equal(help.code, 0);
     assert.match(help.stdout, /harness-lab train submit --trainer trl\|verl --config FILE/);

@@ -403,7 +403,19 @@ export class KubeApiDouble {
   }
 
   /** The kubelet's side of v4.channel.k8s.io: channel 0 data, channel 1 errors, each opened by the port number (2 bytes, little-endian). */
+  private readonly forwards = new Set<WebSocket>();
+
+  /** Cuts every open port-forward stream, as an API server restart or a network blip does; returns how many. */
+  dropPortForwards(): number {
+    const n = this.forwards.size;
+    for (const ws of this.forwards) ws.terminate();
+    this.forwards.clear();
+    return n;
+  }
+
   private async portForward(ws: WebSocket, ns: string, pod: string, port: number): Promise<void> {
+    this.forwards.add(ws);
+    ws.on('close', () => this.forwards.delete(ws));
     const portBytes = Buffer.from([port & 0xff, port >> 8]);
     ws.send(Buffer.concat([Buffer.from([0]), portBytes]));
     ws.send(Buffer.concat([Buffer.from([1]), portBytes]));

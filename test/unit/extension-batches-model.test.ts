@@ -11,7 +11,10 @@ import { planBatch, writeBatch } from '../../src/batch/plan.js';
 import { readRolloutStates, writeRolloutState, type RolloutState } from '../../src/batch/state.js';
 import { planAndWriteBatch, startBatchLab } from '../../src/extension/batch-submit.js';
 import { BatchesTreeModel, batchDirs, resolveBatchesFolder, type BatchNode, type BatchRolloutNode, type GroupNode } from '../../src/extension/batches-model.js';
+import { CaptureStore } from '../../src/capture/store.js';
 import { NoKubeconfigError, kubeconfigFiles, readKubeContexts } from '../../src/extension/kube-contexts.js';
+
+import { chain } from './rollout-fixtures.js';
 
 const EXAMPLES = join(__dirname, '..', '..', 'examples', 'tasks');
 
@@ -99,6 +102,35 @@ test('a batch being run: queued and running rollouts, no class yet, no session f
   assert.ok(running!.sessionFile);
   assert.equal(queued!.description, 'queued');
   assert.equal(queued!.sessionFile, null);
+});
+
+test('a running rollout shows the calls captured so far, as they land in its session file', async () => {
+  const folder = mkdtempSync(join(tmpdir(), 'hl-batches-'));
+  const dir = batch(folder, 'live', new Date('2026-01-02T10:00:00Z'));
+  const s = readRolloutStates(dir)[0]!;
+  writeRolloutState(dir, { ...s, state: 'running', session_id: 'sess-live', attempts: [{ attempt: 0, session_id: 'sess-live', started_at: s.queued_at, ended_at: null, out_dir: 'runs/x/0', outcome: 'running', trainable: false }], started_at: s.queued_at });
+  const model = new BatchesTreeModel(() => [folder]);
+  const running = () => {
+    const [b] = model.roots() as BatchNode[];
+    return (model.children(model.children(b)[0]) as BatchRolloutNode[])[0]!;
+  };
+  assert.equal(running().description, 'running', 'no session file yet: no count');
+  assert.equal(running().liveCalls, null);
+  // Appended as the batch's capture store does (a local proxy, or a cluster batch's mirror).
+  const store = new CaptureStore(join(dir, 'capture'));
+  await store.append('sess-live', { type: 'session', session_id: 'sess-live', created_at: s.queued_at, model: 'm', engine_url: 'http://e', max_model_calls: 0, metadata: {} });
+  assert.equal(running().description, 'running · 0 calls');
+  const calls = chain(3).map((c) => ({ ...c, session_id: 'sess-live' }));
+  await store.append('sess-live', { type: 'call', ...calls[0]! });
+  assert.equal(running().description, 'running · 1 call');
+  await store.append('sess-live', { type: 'call', ...calls[1]! });
+  await store.append('sess-live', { type: 'call', ...calls[2]! });
+  assert.equal(running().description, 'running · 3 calls');
+  assert.match(running().tooltip, /3 call\(s\) captured so far/);
+  await store.close();
+  // Finished: class and reward instead of the live count.
+  finish(dir, s.rollout_id, 'completed', 1, 900);
+  assert.equal(running().description, 'completed · reward 1 · 900 ms');
 });
 
 test('broken directories are error nodes naming the file; newest batch first, errors last', () => {

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildRollout, traceToJsonl } from '../../src/capture/rollout.js';
-import { AttachTrajectoryRequest, DetailsRequest, ReadyQueue, dispatchWebviewMessage, isCompletion, isHostMessage, type CompletionMessage, type WebviewHandlers } from '../../src/protocol/messages.js';
+import { AttachTrajectoryRequest, DetailsRequest, OpenGroupMemberCommand, ReadyQueue, dispatchWebviewMessage, isCompletion, isHostMessage, type CompletionMessage, type WebviewHandlers } from '../../src/protocol/messages.js';
 import { parseWebviewMessage } from '../../src/protocol/webview-schema.js';
 import { RolloutFileError, parseRolloutDocument, viewerDataFromFile } from '../../src/protocol/rollout-file.js';
 import { bytesToText, fromWire, idsWithoutText, toWire, viewerDataFromRollout } from '../../src/protocol/viewer-data.js';
@@ -10,7 +10,8 @@ import { call, chain, session } from './rollout-fixtures.js';
 test('inbound webview messages are validated; unknown or malformed ones are rejected with a reason', () => {
   assert.deepEqual(parseWebviewMessage({ type: 'ready', version: 1 }), { ok: true, msg: { type: 'ready', version: 1 } });
   assert.equal(parseWebviewMessage({ type: AttachTrajectoryRequest.method, seq: 3 }).ok, true);
-  const bad = [{ type: 'ready' }, { type: 'ready', version: 1, extra: 1 }, { type: 'attachTrajectory', seq: -1 }, { type: 'rm -rf' }, null, 'ready', { type: 'revealCall', node_id: 'x' }];
+  assert.deepEqual(parseWebviewMessage({ type: OpenGroupMemberCommand.method, rollout_id: 'hello-file.react.0' }), { ok: true, msg: { type: 'openGroupMember', rollout_id: 'hello-file.react.0' } });
+  const bad = [{ type: 'openGroupMember' }, { type: 'openGroupMember', rollout_id: '' }, { type: 'openGroupMember', rollout_id: 7 }, { type: 'openGroupMember', rollout_id: 'x', seq: 1 },{ type: 'ready' }, { type: 'ready', version: 1, extra: 1 }, { type: 'attachTrajectory', seq: -1 }, { type: 'rm -rf' }, null, 'ready', { type: 'revealCall', node_id: 'x' }];
   for (const b of bad) {
     const r = parseWebviewMessage(b);
     assert.equal(r.ok, false, JSON.stringify(b));
@@ -29,6 +30,7 @@ test('the host dispatch runs one handler per message and answers requests with t
       if (node_id !== 'n1') throw new Error(`no turn ${node_id} in this rollout`);
       return { raw: null, request_messages: [], response_message: null };
     },
+    openGroupMember: ({ rollout_id }) => void seen.push(`open ${rollout_id}`),
   };
   const replies: CompletionMessage[] = [];
   const reply = (m: CompletionMessage) => replies.push(m);
@@ -36,7 +38,8 @@ test('the host dispatch runs one handler per message and answers requests with t
   await dispatchWebviewMessage({ type: DetailsRequest.method, seq: 4, node_id: 'n1' }, handlers, reply);
   await dispatchWebviewMessage({ type: DetailsRequest.method, seq: 5, node_id: 'gone' }, handlers, reply);
   await dispatchWebviewMessage({ type: AttachTrajectoryRequest.method, seq: 6 }, handlers, reply);
-  assert.deepEqual(seen, ['ready 1']);
+  await dispatchWebviewMessage({ type: OpenGroupMemberCommand.method, rollout_id: 'g.0' }, handlers, reply);
+  assert.deepEqual(seen, ['ready 1', 'open g.0'], 'a command gets no reply');
   assert.deepEqual(replies, [
     { type: 'details/completion', seq: 4, res: { raw: null, request_messages: [], response_message: null } },
     { type: 'details/completion', seq: 5, err: 'no turn gone in this rollout' },

@@ -46,7 +46,20 @@ function histogramChart(title: string, hist: RewardHistogram, testid: string): H
   );
 }
 
-function memberCard(m: GroupMemberView): HTMLElement {
+/** What the group view can ask of its host (none in a report page). */
+export interface GroupHost {
+  /** Opens a member's captured session in the rollout viewer. */
+  openMember(rolloutId: string): void;
+}
+
+function openButton(m: GroupMemberView, host: GroupHost | null): HTMLElement | null {
+  if (!host || !m.session_id) return null;
+  const button = h('button', { class: 'open-member', type: 'button', 'data-testid': 'open-member', title: `Open ${m.rollout_id} (session ${m.session_id}) in the rollout viewer` }, 'Open in Rollout Viewer');
+  button.addEventListener('click', () => host.openMember(m.rollout_id));
+  return button;
+}
+
+function memberCard(m: GroupMemberView, host: GroupHost | null): HTMLElement {
   const b = m.behaviour;
   const cls = m.kept ? (m.class === 'completed' ? 'ok' : 'fail') : 'discarded';
   return h(
@@ -68,6 +81,7 @@ function memberCard(m: GroupMemberView): HTMLElement {
       h('dt', {}, 'self-verified'),
       h('dd', {}, b ? (b.verification ? `yes (${b.verification.kind}, turn ${b.verification.turn + 1})` : 'no') : '–'),
     ),
+    openButton(m, host),
   );
 }
 
@@ -163,7 +177,7 @@ function behaviourSection(data: GroupViewData): HTMLElement {
   );
 }
 
-export function renderGroup(root: HTMLElement, data: GroupViewData): void {
+export function renderGroup(root: HTMLElement, data: GroupViewData, host: GroupHost | null = null): void {
   performance.mark('hl-group-start');
   const badge = data.teaches_nothing ? h('span', { class: 'no-contrast', 'data-testid': 'teaches-nothing', role: 'status' }, `teaches nothing: ${data.teaches_nothing}`) : null;
   const head = h(
@@ -180,7 +194,7 @@ export function renderGroup(root: HTMLElement, data: GroupViewData): void {
     h('h2', {}, 'Rewards'),
     h('div', { class: 'hist-row' }, histogramChart('this group', data.histogram.group, 'histogram-group'), histogramChart('batch', data.histogram.batch, 'histogram-batch'), ...Object.entries(data.histogram.harnesses).map(([name, hist]) => histogramChart(`harness ${name}`, hist, `histogram-harness-${name}`))),
   );
-  const cards = h('section', { class: 'group-members', 'data-testid': 'members' }, ...data.members.map(memberCard));
+  const cards = h('section', { class: 'group-members', 'data-testid': 'members' }, ...data.members.map((m) => memberCard(m, host)));
   root.replaceChildren(h('div', { class: 'group-view', 'data-testid': 'group-view' }, head, cards, hists, divergenceSection(data), behaviourSection(data)));
   performance.mark('hl-group-painted');
 }

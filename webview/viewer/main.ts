@@ -5,7 +5,7 @@ import '@vscode-elements/elements/dist/vscode-badge/index.js';
 import '@vscode-elements/elements/dist/vscode-tabs/index.js';
 import '@vscode-elements/elements/dist/vscode-tab-header/index.js';
 import '@vscode-elements/elements/dist/vscode-tab-panel/index.js';
-import { AttachTrajectoryRequest, DetailsRequest, ErrorNotification, FocusTurnNotification, LoadGroupNotification, LoadNotification, ReadyCommand, TokenTextsNotification, isMessage, type NotificationMessage } from '../../src/protocol/messages.js';
+import { AttachTrajectoryRequest, DetailsRequest, ErrorNotification, FocusTurnNotification, LoadGroupNotification, LoadNotification, OpenGroupMemberCommand, ReadyCommand, TokenTextsNotification, isMessage, type NotificationMessage } from '../../src/protocol/messages.js';
 import type { AtifCheckResult } from '../../src/harness/atif-check.js';
 import type { GroupViewData } from '../../src/protocol/group-data.js';
 import { fromWire, type TurnDetails, type ViewerData, type ViewerTurn, type ViewerWire } from '../../src/protocol/viewer-data.js';
@@ -385,7 +385,7 @@ function boot(): void {
     if (isMessage(LoadGroupNotification, msg)) {
       viewer?.dispose();
       viewer = null;
-      renderGroup(root, msg.group);
+      renderGroup(root, msg.group, { openMember: (id) => host.sendCommand(OpenGroupMemberCommand, { rollout_id: id }) });
     } else if (isMessage(LoadNotification, msg)) {
       performance.mark('hl-parse-start');
       let data: ViewerData;
@@ -407,7 +407,7 @@ function boot(): void {
     else early.push(msg);
   });
   const details = hostDetails(host);
-  root.replaceChildren(h('p', { class: 'muted' }, 'Loading rollout…'));
+  root.replaceChildren(h('p', { class: 'muted' }, 'Loading…'));
   host.sendCommand(ReadyCommand, { version: 1 });
 }
 

@@ -6,7 +6,7 @@ import { servedModel } from '../../capture/engine-client.js';
 import { CaptureProxy } from '../../capture/proxy.js';
 import { harnessEntry } from '../../harness/registry.js';
 import { CLI_MODEL_HINTS } from '../../sandbox/lab.js';
-import { LABEL } from '../../sandbox/docker-client.js';
+import { LABEL, connectDocker } from '../../sandbox/docker-client.js';
 import { DockerRuntime } from '../../sandbox/docker.js';
 import { TaskRoutedPolicy, startPolicyEngine, type PolicyEngine } from '../../sandbox/policy-engine.js';
 import { ensureReactScript } from '../../sandbox/react-script.js';
@@ -29,6 +29,8 @@ export function factsFromResult(r: RolloutResult): AttemptFacts {
     reward: r.reward === null ? null : { value: r.reward, scores: r.reward_scores },
     infraError: r.sandbox_lost ?? unexplained,
     cancelled: r.cancelled,
+    // Failed before any container existed: the image would not build, or Docker refused the container.
+    ...(r.sandbox_id === null && !r.cancelled && r.error !== null ? { setupFailure: r.error } : {}),
   };
 }
 
@@ -156,4 +158,13 @@ async function cleanup(manifest: BatchManifest): Promise<string[]> {
   return runtime.removeLabelled(LABEL.batch, manifest.batch_id);
 }
 
-export const dockerBackendModule: BackendModule = { open, cleanup };
+async function preflight(): Promise<void> {
+  await connectDocker(); // pings the daemon, and says how to start it when it does not answer
+}
+
+async function reapStale(manifest: BatchManifest): Promise<string[]> {
+  const runtime = await DockerRuntime.connect();
+  return runtime.removeStaleLabelled(LABEL.batch, manifest.batch_id);
+}
+
+export const dockerBackendModule: BackendModule = { open, cleanup, preflight, reapStale };

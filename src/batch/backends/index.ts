@@ -29,6 +29,16 @@ export interface BackendModule {
   cleanup(manifest: BatchManifest, log: (line: string) => void, opts?: { finished?: boolean }): Promise<string[]>;
   /** `batch submit --dry-run -o json|yaml`: what would be created, as text; nothing is applied. */
   dryRun?(plan: BatchPlan, format: 'json' | 'yaml'): Promise<string>;
+  /**
+   * Throws, in the user's terms, when this backend cannot make sandboxes at all right now (no Docker
+   * daemon; the cluster unreachable, or a permission a batch needs denied). Cheap, read-only.
+   */
+  preflight?(k8s: BatchManifest['k8s']): Promise<void>;
+  /**
+   * Removes the batch's sandboxes whose owning lab process is gone, leaving a live one's alone (a
+   * container whose create the daemon finished after its lab was killed). Returns what it removed.
+   */
+  reapStale?(manifest: BatchManifest): Promise<string[]>;
 }
 
 export class BackendUnavailableError extends Error {}

@@ -39,6 +39,7 @@ import { parseRewardJson, parseRewardTxt, type Reward } from '../../sandbox/rewa
 import { loadTask, resolveEnvTemplate, type HarborTask } from '../../tasks/task.js';
 import type { AttemptFacts, BatchBackend, BatchCapture, RolloutAttempt } from '../backend.js';
 import type { BackendModule } from './index.js';
+import { SessionMirror } from './k8s-mirror.js';
 import { batchPaths, type BatchManifest } from '../state.js';
 import { DockerRuntime, contextHash, dockerfileBases } from '../../sandbox/docker.js';
 import { BASE_IMAGE } from '../../sandbox/images.js';
@@ -65,6 +66,8 @@ export interface K8sBackendOptions {
   proxyReadyTimeoutSec?: number;
   adminKey?: string;
   engineApiKey?: string;
+  /** How often running rollouts' new calls are mirrored into `<batch>/capture` (default 1000 ms; 0: only when an attempt ends). */
+  followIntervalMs?: number;
   log?: (line: string) => void;
 }
 
@@ -237,7 +240,7 @@ export class K8sBackend implements BatchBackend {
     private readonly prepared: Prepared,
     readonly watch: BatchWatch,
     readonly capture: K8sCapture,
-    private readonly forward: PortForwardHandle,
+    private forward: PortForwardHandle,
   ) {}
 
   /**
@@ -282,8 +285,36 @@ export class K8sBackend implements BatchBackend {
       watch.stop();
       throw err;
     }
-    const capture = new K8sCapture(forward.url, key, opts.batchDir, engineAndModel(opts.manifest).engineUrl);
-    return new K8sBackend(cluster, opts, prepared, watch, capture, forward);
+    const capture = new K8sCapture(forward.url, key, opts.batchDir, engineAndModel(opts.manifest).engineUrl, log);
+    const backend = new K8sBackend(cluster, opts, prepared, watch, capture, forward);
+    capture.reconnect = () => backend.reforward();
+    capture.startFollowing(opts.followIntervalMs ?? 1000);
+    return backend;
+  }
+
+  private reforwarding: Promise<string> | undefined;
+
+  /**
+   * A new port-forward to the proxy's ready pod (the old one dropped, or the pod was replaced);
+   * concurrent callers share one. The batch's sessions live in the proxy, so nothing is lost.
+   */
+  reforward(): Promise<string> {
+    this.reforwarding ??= (async () => {
+      if (this.closed) throw new ClusterError(`batch ${this.opts.manifest.batch_id} is closed: its port-forward is not made again`);
+      const log = this.opts.log ?? (() => {});
+      await this.forward.close().catch(() => {});
+      const pod = await waitForProxyPod(this.cluster, this.watch, this.opts.manifest.batch_id, (this.opts.proxyReadyTimeoutSec ?? 180) * 1000);
+      this.forward = await forwardPort(this.cluster, pod, PROXY_PORT, log);
+      await waitForHealth(this.forward.url, 30_000);
+      log(`capture proxy ${this.cluster.namespace}/${pod} forwarded again to ${this.forward.url}`);
+      return this.forward.url;
+    })().finally(() => (this.reforwarding = undefined));
+    return this.reforwarding;
+  }
+
+  /** The current port-forward (made again after a drop). */
+  get portForward(): PortForwardHandle {
+    return this.forward;
   }
 
   get proxyUrl(): string {
@@ -300,7 +331,7 @@ export class K8sBackend implements BatchBackend {
       built = buildJob(this.opts, attempt.manifest, ns, this.prepared, { rolloutId: rollout.rollout_id, groupId: rollout.group_id, task: rollout.task, harness: rollout.harness, attempt: attempt.attempt, sessionId: attempt.sessionId, sessionKey: this.capture.keyOf(attempt.sessionId) });
       await validateManifests([built.job]);
     } catch (err) {
-      facts.infraError = (err as Error).message;
+      facts.infraError = facts.setupFailure = (err as Error).message;
       return facts;
     }
     const name = built.job.metadata!.name!;
@@ -316,7 +347,7 @@ export class K8sBackend implements BatchBackend {
       outcome.arm(built.job as k8s.V1Job);
     } catch (err) {
       outcome.cancel();
-      facts.infraError = (err as Error).message;
+      facts.infraError = facts.setupFailure = (err as Error).message;
       return facts;
     }
     const o = await outcome.promise;
@@ -345,9 +376,11 @@ export class K8sBackend implements BatchBackend {
       case 'evicted':
         await deleteJob();
         return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: `pod ${ns}/${o.pod.metadata?.name} was evicted (DisruptionTarget: ${o.reason}); Job ${name} deleted, the runner may retry` };
-      case 'stuck':
+      case 'stuck': {
         await deleteJob();
-        return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: `pod ${ns}/${o.pod.metadata?.name} cannot start: ${o.reason}${o.message ? ` (${o.message})` : ''}` };
+        const why = `pod ${ns}/${o.pod.metadata?.name} cannot start: ${o.reason}${o.message ? ` (${o.message})` : ''}`;
+        return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: why, setupFailure: why };
+      }
       case 'job': {
         const reason = o.condition.reason ?? '';
         if (o.condition.type === 'Failed' && reason === 'DeadlineExceeded') return { ...facts, agent: { exitCode: null, timedOut: true, ms: elapsed } };
@@ -437,6 +470,14 @@ export class K8sBackend implements BatchBackend {
     return deleteBatchJobs(this.cluster, ns, batchId);
   }
 
+  /** Deletes one attempt's Job (its pod through Background propagation); gone already is fine. */
+  async removeAttempt(jobName: string): Promise<void> {
+    const ns = this.cluster.namespace;
+    await this.cluster.batch.deleteNamespacedJob({ namespace: ns, name: jobName, propagationPolicy: 'Background' }).catch((err: unknown) => {
+      if (apiStatus(err)?.code !== 404) throw clusterError(this.cluster, `deleting Job ${ns}/${jobName}`, err);
+    });
+  }
+
   /** Removes the batch's proxy, Secret, Service, NetworkPolicy and tests ConfigMaps (after its sessions were mirrored). */
   async teardown(): Promise<void> {
     await teardownBatch(this.cluster, this.opts.manifest.batch_id);
@@ -445,6 +486,8 @@ export class K8sBackend implements BatchBackend {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    // Mirroring stops before the port-forward goes (the runner closes the capture too: a no-op then).
+    await this.capture.close().catch(() => {});
     this.watch.stop();
     await this.forward.close();
   }
@@ -522,28 +565,67 @@ async function waitForHealth(url: string, timeoutMs: number): Promise<void> {
 
 const RolloutDocSchema = z.object({ calls: z.array(z.unknown()), trainable: z.boolean(), validation: z.array(z.string()).default([]) }).loose();
 const CreatedSchema = z.object({ api_key: z.string().min(1) }).loose();
-const SummarySchema = z.object({ session_id: z.string(), created_at: z.string(), model: z.string(), max_model_calls: z.number(), metadata: z.record(z.string(), z.unknown()), capture_level: z.string().nullable().optional() }).loose();
-const CallsSchema = z.object({ calls: z.array(z.record(z.string(), z.unknown())) }).loose();
 
-/** The in-cluster proxy as the runner sees it, through the port-forward; sessions are mirrored into `<batch>/capture`. */
+/** Why a request never got an HTTP answer (the port-forward dropped, the proxy pod went away, a timeout). */
+function transportReason(err: unknown): { refused: boolean; text: string } {
+  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+  const code = cause?.code ?? (err as NodeJS.ErrnoException).code;
+  return { refused: code === 'ECONNREFUSED', text: [code, cause?.message ?? (err as Error).message].filter(Boolean).join(': ') };
+}
+
+/**
+ * The in-cluster proxy as the runner sees it, through the port-forward. Each attempt's session is
+ * followed while it runs (k8s-mirror.ts): its calls land in `<batch>/capture` as they happen. A
+ * request that gets no answer (the port-forward dropped) is retried, then the port-forward is made
+ * again (`reconnect`) and the mirror resumes from its last mirrored call.
+ */
 export class K8sCapture implements BatchCapture {
+  /** Makes the port-forward again and returns its URL (set by the backend). */
+  reconnect: (() => Promise<string>) | undefined;
+  readonly mirror: SessionMirror;
+
   constructor(
-    readonly url: string,
+    public url: string,
     private readonly adminKey: string,
-    private readonly batchDir: string,
-    private readonly engineUrl: string,
-  ) {}
+    batchDir: string,
+    engineUrl: string,
+    private readonly log: (line: string) => void = () => {},
+  ) {
+    this.mirror = new SessionMirror(batchPaths(batchDir).capture, (path) => this.call('GET', path), engineUrl, log);
+  }
+
+  /** Follows running sessions every `intervalMs` (0: only at each attempt's end). */
+  startFollowing(intervalMs: number): void {
+    if (intervalMs > 0) this.mirror.start(intervalMs);
+  }
 
   private async call(method: string, path: string, body?: unknown): Promise<unknown> {
-    const res = await fetch(`${this.url}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${this.adminKey}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-      signal: AbortSignal.timeout(30_000),
-    });
-    const text = await res.text();
-    if (!res.ok) throw new Error(`the in-cluster capture proxy answered ${method} ${path} with ${res.status}: ${text.slice(0, 300)}`);
-    return text ? JSON.parse(text) : undefined;
+    for (let attempt = 0; ; attempt++) {
+      let res: Response;
+      let text: string;
+      try {
+        res = await fetch(`${this.url}${path}`, {
+          method,
+          headers: { authorization: `Bearer ${this.adminKey}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+          ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+          signal: AbortSignal.timeout(30_000),
+        });
+        text = await res.text();
+      } catch (err) {
+        const why = transportReason(err);
+        // A POST is repeated only when it never left (connection refused): it is not idempotent.
+        if (attempt >= 3 || (method !== 'GET' && !why.refused)) throw new Error(`the in-cluster capture proxy did not answer ${method} ${path} through the port-forward ${this.url} (${why.text})`);
+        // First a plain retry (a dropped stream heals on the next connection), then a new port-forward.
+        if (attempt === 0 || !this.reconnect) await new Promise((r) => setTimeout(r, 300));
+        else {
+          this.log(`the port-forward to the capture proxy dropped (${why.text}); forwarding again`);
+          this.url = await this.reconnect();
+        }
+        continue;
+      }
+      if (!res.ok) throw new Error(`the in-cluster capture proxy answered ${method} ${path} with ${res.status}: ${text.slice(0, 300)}`);
+      return text ? JSON.parse(text) : undefined;
+    }
   }
 
   /** Minted keys of this lab's sessions, in memory only: a record, export or log carries the session id, never the key. */
@@ -552,6 +634,7 @@ export class K8sCapture implements BatchCapture {
   async createSession(req: { sessionId: string; metadata: Record<string, unknown>; sampling: Record<string, number>; maxModelCalls: number }): Promise<void> {
     const created = CreatedSchema.parse(await this.call('POST', '/sessions', { session_id: req.sessionId, max_model_calls: req.maxModelCalls, metadata: req.metadata, sampling: req.sampling, mint_key: true }));
     this.keys.set(req.sessionId, created.api_key);
+    this.mirror.follow(req.sessionId);
   }
 
   /** The key the attempt's harness presents (the session id only for a session this lab did not create). */
@@ -561,24 +644,21 @@ export class K8sCapture implements BatchCapture {
 
   async sessionFacts(sessionId: string): Promise<{ nCalls: number; trainable: boolean; findings: string[] }> {
     const doc = RolloutDocSchema.parse(await this.call('GET', `/sessions/${encodeURIComponent(sessionId)}/rollout`));
-    await this.mirror(sessionId).catch(() => {});
+    // The last sync: whatever the polling had not fetched yet; ids already mirrored are skipped.
+    await this.mirror.sync(sessionId).catch((err: unknown) => this.log(`mirroring session ${sessionId} into the batch directory: ${err instanceof Error ? err.message : String(err)}`));
+    await this.mirror.unfollow(sessionId);
     return { nCalls: doc.calls.length, trainable: doc.trainable, findings: doc.validation };
   }
 
-  /** `<batch>/capture/sessions/<id>.jsonl` in the capture store's line format, so exports read cluster batches like local ones. */
-  async mirror(sessionId: string): Promise<string> {
-    const id = encodeURIComponent(sessionId);
-    const info = SummarySchema.parse(await this.call('GET', `/sessions/${id}`));
-    const { calls } = CallsSchema.parse(await this.call('GET', `/sessions/${id}/calls`));
-    const dir = join(batchPaths(this.batchDir).capture, 'sessions');
-    mkdirSync(dir, { recursive: true });
-    const file = join(dir, `${sessionId}.jsonl`);
-    const header = { type: 'session', session_id: info.session_id, created_at: info.created_at, model: info.model, engine_url: this.engineUrl, max_model_calls: info.max_model_calls, metadata: info.metadata, ...(info.capture_level ? { capture_level: info.capture_level } : {}) };
-    writeFileSync(file, [header, ...calls.map((c) => ({ type: 'call', ...c }))].map((l) => JSON.stringify(l)).join('\n') + '\n');
-    return file;
+  /** Mirrors a session into `<batch>/capture/sessions/<id>.jsonl` now (the capture store's format); returns the file. */
+  async mirrorNow(sessionId: string): Promise<string> {
+    await this.mirror.sync(sessionId);
+    return this.mirror.fileOf(sessionId);
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    await this.mirror.close();
+  }
 }
 
 /**
@@ -669,6 +749,11 @@ export const k8sBackendModule: BackendModule = {
       log(`removed the capture proxy and ConfigMaps of finished batch ${manifest.batch_id} in ${cluster.namespace}`);
     }
     return removed;
+  },
+  async preflight(k8s) {
+    const cluster = loadCluster({ context: k8s?.context ?? null, namespace: k8s?.namespace ?? 'default' });
+    await checkReachable(cluster);
+    await assertPermissions(cluster, K8S_PERMISSIONS);
   },
   async dryRun(plan, format) {
     const images = await taskImageTags(plan.manifest, false);

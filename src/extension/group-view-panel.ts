@@ -1,0 +1,128 @@
+// The group view's host side: one webview panel per (batch, group), showing the members of one GRPO
+// group side by side (webview/viewer/group.ts, the same bundle as the rollout viewer). The data is
+// what `harness-lab report --batch DIR --group G` inlines (src/report/group-view.ts); it goes to the
+// webview as `loadGroup` after the webview's `ready`, and is rebuilt on every `ready` (the webview
+// reloads when its tab is shown again), so a running batch's group is current when looked at.
+// A member's "Open in Rollout Viewer" opens its captured session beside the group.
+import { existsSync } from 'node:fs';
+import * as vscode from 'vscode';
+import type { GroupViewData } from '../protocol/group-data.js';
+import { ErrorNotification, LoadGroupNotification, ReadyQueue, dispatchWebviewMessage, notify, type HostMessage, type WebviewHandlers } from '../protocol/messages.js';
+import { parseWebviewMessage } from '../protocol/webview-schema.js';
+import { buildGroupView } from '../report/group-view.js';
+import { batchReadError, memberSessionFile } from './batch-review-model.js';
+import { Disposable, toDisposable } from './lifecycle.js';
+import { viewerHtml, webviewOptions } from './rollout-viewer-panel.js';
+
+export const GROUP_VIEW_TYPE = 'harnessLab.groupView';
+
+export interface GroupViewHost {
+  extensionUri: vscode.Uri;
+  log(message: string): void;
+  /** Opens a captured session file in the rollout viewer. */
+  openSession(file: string): Thenable<unknown>;
+}
+
+/** The group's data, or the batch's error in the user's terms. */
+export function loadGroupView(dir: string, groupId: string): GroupViewData {
+  try {
+    return buildGroupView(dir, groupId);
+  } catch (err) {
+    throw batchReadError('show a group of', dir, err);
+  }
+}
+
+/** One webview showing one group: handshake, inbound validation, opening members. */
+class GroupViewConnection extends Disposable {
+  private readonly queue: ReadyQueue<HostMessage>;
+  /** The data was just built by `open`: the first `ready` need not build it again. */
+  private fresh = true;
+
+  constructor(
+    private readonly webview: vscode.Webview,
+    private readonly host: GroupViewHost,
+    private readonly dir: string,
+    private readonly groupId: string,
+    private data: GroupViewData,
+  ) {
+    super();
+    this.queue = new ReadyQueue((m) => void this.webview.postMessage(m));
+    this._register(this.webview.onDidReceiveMessage((raw: unknown) => void this.onMessage(raw)));
+    this.webview.html = viewerHtml(this.webview, this.host.extensionUri);
+  }
+
+  private async onMessage(raw: unknown): Promise<void> {
+    const parsed = parseWebviewMessage(raw);
+    if (!parsed.ok) {
+      this.host.log(`group view: ignored a malformed webview message (${parsed.error})`);
+      return;
+    }
+    await dispatchWebviewMessage(parsed.msg, this.handlers, (reply) => this.queue.send(reply));
+  }
+
+  private readonly handlers: WebviewHandlers = {
+    ready: () => {
+      this.queue.reset();
+      try {
+        if (!this.fresh) this.data = loadGroupView(this.dir, this.groupId);
+        this.fresh = false;
+      } catch (err) {
+        // The batch changed under an open view (deleted, rewritten): say so in the view, keep nothing stale.
+        void this.webview.postMessage(notify(ErrorNotification, { message: err instanceof Error ? err.message : String(err) }));
+        this.queue.open();
+        return;
+      }
+      void this.webview.postMessage(notify(LoadGroupNotification, { group: this.data }));
+      this.queue.open();
+    },
+    attachTrajectory: () => {
+      throw new Error('the group view shows no single rollout: open a member in the rollout viewer to attach its trajectory');
+    },
+    details: () => {
+      throw new Error('the group view has no turn details');
+    },
+    openGroupMember: async ({ rollout_id }) => {
+      const member = this.data.members.find((m) => m.rollout_id === rollout_id);
+      if (!member) {
+        this.host.log(`group view: no member ${rollout_id} in group ${this.groupId}`);
+        return;
+      }
+      const file = memberSessionFile(this.dir, member.session_id);
+      if (!file || !existsSync(file)) {
+        void vscode.window.showWarningMessage(`Harness Lab: rollout ${rollout_id} has no captured session to open${file ? ` (${file} is missing)` : ' (it never reached the proxy)'}.`);
+        return;
+      }
+      await this.host.openSession(file);
+    },
+  };
+}
+
+/** Group view panels, one per batch group; revealed again when opened twice. */
+export class GroupViewPanels extends Disposable {
+  private readonly panels = new Map<string, vscode.WebviewPanel>();
+
+  constructor(private readonly host: GroupViewHost) {
+    super();
+    this._register(toDisposable(() => [...this.panels.values()].forEach((p) => p.dispose())));
+  }
+
+  /** Opens (or reveals) the view of one group; throws in the user's terms when the batch or group cannot be read. */
+  open(dir: string, groupId: string): vscode.WebviewPanel {
+    const key = `${dir}\0${groupId}`;
+    const existing = this.panels.get(key);
+    if (existing) {
+      existing.reveal();
+      return existing;
+    }
+    const data = loadGroupView(dir, groupId);
+    const panel = vscode.window.createWebviewPanel(GROUP_VIEW_TYPE, `Group ${groupId}`, vscode.ViewColumn.Active, webviewOptions(this.host.extensionUri));
+    panel.iconPath = vscode.Uri.joinPath(this.host.extensionUri, 'media', 'harness-lab.svg');
+    const conn = new GroupViewConnection(panel.webview, this.host, dir, groupId, data);
+    this.panels.set(key, panel);
+    panel.onDidDispose(() => {
+      conn.dispose();
+      if (this.panels.get(key) === panel) this.panels.delete(key);
+    });
+    return panel;
+  }
+}
