@@ -50,22 +50,22 @@ export interface LoadResult {
   later_samples_ms?: number[];
 }
 
-interface ChatMessage {
+export interface ChatMessage {
   role: string;
   content: string | null;
   tool_calls?: { id: string; type: 'function'; function: { name: string; arguments: string } }[];
   tool_call_id?: string;
 }
 
-const BASH_TOOL = {
+export const BASH_TOOL = {
   type: 'function',
   function: { name: 'bash', description: 'Run a shell command in the task container and return its output.', parameters: { type: 'object', properties: { command: { type: 'string', description: 'The command line' } }, required: ['command'] } },
 };
 
 /** The fields the proxy adds at capture level `tokens` (src/capture/upstream.ts buildEngineRequest). */
-const CAPTURE_FIELDS = { stream: false, max_tokens: 8192, logprobs: true, top_logprobs: 0, top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1, return_token_ids: true, return_tokens_as_token_ids: true };
+export const CAPTURE_FIELDS = { stream: false, max_tokens: 8192, logprobs: true, top_logprobs: 0, top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1, return_token_ids: true, return_tokens_as_token_ids: true };
 
-function filler(label: string, bytes: number): string {
+export function filler(label: string, bytes: number): string {
   const sentence = `${label}: the agent reads files, runs commands and edits code until the tests pass. `;
   return sentence.repeat(Math.ceil(bytes / sentence.length)).slice(0, bytes);
 }
@@ -127,7 +127,7 @@ export function assembleStream(text: string): ChatMessage | undefined {
 
 const round1 = (v: number) => Math.round(v * 10) / 10;
 
-function errorKind(err: unknown): string {
+export function errorKind(err: unknown): string {
   if (err && typeof err === 'object') {
     const e = err as { code?: unknown; name?: unknown; cause?: { code?: unknown } };
     if (typeof e.code === 'string') return e.code;
@@ -169,7 +169,7 @@ parentPort.on('message', () => {
 });
 `;
 
-function startHealthPoller(url: string, intervalMs: number, timeoutMs: number): { stop(): Promise<HealthResult> } {
+export function startHealthPoller(url: string, intervalMs: number, timeoutMs: number): { stop(): Promise<HealthResult> } {
   const worker = new Worker(HEALTH_WORKER, { eval: true, workerData: { url, intervalMs, timeoutMs } });
   return {
     stop: () =>

@@ -100,7 +100,7 @@ export interface ProxyLoadReport {
 const round2 = (v: number) => Math.round(v * 100) / 100;
 const mb = (bytes: number) => Math.round((bytes / 1024 / 1024) * 10) / 10;
 
-function nofileLimit(): number | null {
+export function nofileLimit(): number | null {
   try {
     const text = execSync('ulimit -n', { shell: '/bin/sh', encoding: 'utf8' }).trim();
     return text === 'unlimited' ? Number.POSITIVE_INFINITY : Number(text);
@@ -126,7 +126,7 @@ async function runLoadGenerator(args: string[]): Promise<LoadResult> {
 }
 
 /** Counts the call lines the proxy's durable store holds: every answered call must be on disk. */
-function storedCalls(dataDir: string): number {
+export function storedCalls(dataDir: string): number {
   const dir = join(dataDir, 'sessions');
   if (!existsSync(dir)) return 0;
   let calls = 0;

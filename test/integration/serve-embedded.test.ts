@@ -19,7 +19,7 @@ import { TrainingTurnSchema } from '../../src/capture/trace.js';
 import { LABEL } from '../../src/sandbox/docker-client.js';
 import { TEST_DATA_DIR } from './engine-fixture.js';
 import { dockerReady, waitFor } from './sandbox-fixtures.js';
-import { REPO, asTrainingTurn, recordingFront, servedContainers, rolloutResult, startServe, stepFrame, tempDir, wsSession, type ServeProcess } from './serve-fixtures.js';
+import { REPO, asTrainingTurn, recordingFront, servedContainers, rolloutResult, startServe, stepFrame, tempDir, wsSession, type ServeProcess, runRolloutArgs } from './serve-fixtures.js';
 
 const PINNED = { temperature: 0.7, top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1 };
 const ASKED = { temperature: 0.2, top_p: 0.5 };
@@ -138,22 +138,7 @@ describe('harness-lab serve with the Docker backend and the embedded engine, dri
     const models = (await (await fetch(`${front.url}/v1/models`)).json()) as { data: { id: string }[] };
     const model = models.data[0]!.id;
     assert.equal(model, 'harness-lab/tiny-qwen3');
-    const args = {
-      split: 'train',
-      task_index: 0,
-      harness: 'react',
-      sandbox: 'docker',
-      reward_key: 'reward',
-      keep_sandbox: false,
-      force_build: false,
-      llm_url: front.url,
-      model,
-      api_key: 'EMPTY',
-      auth_header: null,
-      agent_timeout_sec: 400,
-      agent_step_limit: 10,
-      sampling: PINNED,
-    };
+    const args = runRolloutArgs({ llm_url: front.url, model, agent_timeout_sec: 400, agent_step_limit: 10, sampling: PINNED });
     const pending = Array.from({ length: GROUP }, () => wsSession(serve.url, [stepFrame(args)]));
 
     // One member's sandbox dies from outside while its harness waits on the engine or its tool.

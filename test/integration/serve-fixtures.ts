@@ -71,6 +71,29 @@ export interface WsOutcome {
   closeCode: number;
 }
 
+/**
+ * run_rollout's arguments as TRL's HarborSessionFactory fills them (every field it sends), for the
+ * reference harness on task 0 of split `train`; tests override what they vary.
+ */
+export function runRolloutArgs(overrides: Record<string, unknown>): Record<string, unknown> {
+  return {
+    split: 'train',
+    task_index: 0,
+    harness: 'react',
+    sandbox: 'docker',
+    reward_key: 'reward',
+    keep_sandbox: false,
+    force_build: false,
+    llm_url: '',
+    model: '',
+    api_key: 'EMPTY',
+    auth_header: null,
+    agent_timeout_sec: 120,
+    agent_step_limit: 20,
+    ...overrides,
+  };
+}
+
 /** The run_rollout step frame exactly as OpenEnv's client sends it. */
 export function stepFrame(args: Record<string, unknown>) {
   return { type: 'step', data: { type: 'call_tool', tool_name: 'run_rollout', arguments: args } };

@@ -20,7 +20,7 @@ import { startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-e
 import type { KubeDouble } from '../k8s-double/index.js';
 import { buildProxyImage, clusterWithNamespace, taskCopy } from './k8s-fixtures.js';
 import { dockerReady, waitFor } from './sandbox-fixtures.js';
-import { asTrainingTurn, recordingFront, rolloutResult, startServe, stepFrame, tempDir, wsSession, type ServeProcess } from './serve-fixtures.js';
+import { asTrainingTurn, recordingFront, rolloutResult, startServe, stepFrame, tempDir, wsSession, type ServeProcess, runRolloutArgs } from './serve-fixtures.js';
 
 const NS = 'serve-k8s';
 const PROXY_IMAGE = `harness-lab/k8s-proxy-test:serve-${process.pid}`;
@@ -69,22 +69,7 @@ describe('harness-lab serve --backend k8s on the API server double, driven by Op
       HARNESS_LAB_K8S_PROXY_IMAGE: PROXY_IMAGE,
       HARNESS_LAB_K8S_HARNESS_FROM: 'hostPath',
     });
-    const args = {
-      split: 'train',
-      task_index: 0,
-      harness: 'react',
-      sandbox: 'docker',
-      reward_key: 'reward',
-      keep_sandbox: false,
-      force_build: false,
-      llm_url: `${front.url}/v1`,
-      model: engine.model,
-      api_key: 'EMPTY',
-      auth_header: null,
-      agent_timeout_sec: 120,
-      agent_step_limit: 20,
-      sampling: PINNED,
-    };
+    const args = runRolloutArgs({ llm_url: `${front.url}/v1`, model: engine.model, sampling: PINNED });
     const outcomes = await Promise.all(Array.from({ length: GROUP }, () => wsSession(serve!.url, [{ type: 'reset', data: {} }, stepFrame(args)])));
     const results = outcomes.map((o) => {
       assert.equal(o.closeCode, 1000, 'the session closed normally after its result');

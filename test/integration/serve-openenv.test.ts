@@ -21,7 +21,7 @@ import { LABEL } from '../../src/sandbox/docker-client.js';
 import { TaskRoutedPolicy, startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
 import { loadTask } from '../../src/tasks/task.js';
 import { dockerReady, waitFor } from './sandbox-fixtures.js';
-import { postJson, asTrainingTurn, recordingFront, servedContainers, rolloutResult, slowTask, startServe, stepFrame, tempDir, wsSession, type ServeProcess } from './serve-fixtures.js';
+import { postJson, asTrainingTurn, recordingFront, servedContainers, rolloutResult, slowTask, startServe, stepFrame, tempDir, wsSession, type ServeProcess, runRolloutArgs } from './serve-fixtures.js';
 
 const PINNED = { temperature: 0.7, top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1 };
 const ASKED = { temperature: 0.2, top_p: 0.5 };
@@ -89,23 +89,7 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
     await engine?.close();
   });
 
-  const args = (taskIndex: number, extra: Record<string, unknown> = {}) => ({
-    split: 'train',
-    task_index: taskIndex,
-    harness: 'react',
-    sandbox: 'docker',
-    reward_key: 'reward',
-    keep_sandbox: false,
-    force_build: false,
-    llm_url: front.url,
-    model: engine.model,
-    api_key: 'EMPTY',
-    auth_header: null,
-    agent_timeout_sec: 120,
-    agent_step_limit: 20,
-    sampling: PINNED,
-    ...extra,
-  });
+  const args = (taskIndex: number, extra: Record<string, unknown> = {}) => runRolloutArgs({ task_index: taskIndex, llm_url: front.url, model: engine.model, sampling: PINNED, ...extra });
 
   test('the task API: splits, num_tasks, task_range, task; the instruction is the prompt exactly', async () => {
     const splits = await (await fetch(`${serve.url}/harbor_env/splits`)).json();
