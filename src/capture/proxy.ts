@@ -11,7 +11,7 @@ import { probeEngine, type EngineProbeReport } from './engine-probe.js';
 import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, loggableTarget, parseRequestTarget, readBody, sendJson } from './http-util.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
 import type { RolloutDocument } from './rollout.js';
-import { SessionExistsError, SessionKeyInUseError, SessionRegistry, type CreatedSession, type ResidentLimits } from './session-registry.js';
+import { SessionExistsError, SessionKeyInUseError, SessionRegistry, type CreatedSession, type DormancyLimits, type ResidentLimits } from './session-registry.js';
 import { CreateSessionSchema, type CaptureSession, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
 import { StoreWriteError } from './store.js';
 import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger } from './types.js';
@@ -46,6 +46,8 @@ export interface ProxyOptions {
   keepaliveIntervalMs?: number;
   /** How many stored sessions keep their calls in memory at once (and roughly how many bytes); see SessionRegistry. */
   resident?: ResidentLimits;
+  /** When idle sessions leave memory entirely, found again through their files; see SessionRegistry. */
+  dormancy?: DormancyLimits;
 }
 
 const silentLogger: ProxyLogger = { info() {}, warn() {}, error() {} };
@@ -77,6 +79,7 @@ export class CaptureProxy {
       engineLevel: () => ({ level: this.captureLevel, graded: Boolean(options.captureLevel) || Boolean(this.probeReport?.reachable) }),
       logger: this.log,
       resident: options.resident,
+      dormancy: options.dormancy,
     });
     this.modelCall = {
       sessions: this.sessions,

@@ -81,6 +81,10 @@ export class CaptureSession {
   private budgetStops = 0;
   private engineErrors = 0;
   private lastActivity = Date.now();
+  /** Restored by a restart and not used since: the registry may forget it without waiting. */
+  private restoredIdle = false;
+  /** Forwarded calls whose record is not settled yet (stored, or failed to store). */
+  private inFlight = 0;
   /** Session-level findings, e.g. a context-window overflow answered with the stop message. */
   private readonly sessionFindings: string[] = [];
 
@@ -199,6 +203,20 @@ export class CaptureSession {
   /** A harness called with this session's key. */
   touch(): void {
     this.lastActivity = Date.now();
+    this.restoredIdle = false;
+  }
+
+  /** A restart's session: idle until a harness uses it again. */
+  markRestored(): void {
+    this.restoredIdle = true;
+  }
+
+  /**
+   * Whether the registry may forget this session, its file holding everything about it: stored,
+   * calls not in memory, no call in flight, no finding that lives only in memory, idle long enough.
+   */
+  canGoDormant(idleMs: number, now = Date.now()): boolean {
+    return this.loader !== undefined && this.resident === undefined && this.inFlight === 0 && this.sessionFindings.length === 0 && (this.restoredIdle || now - this.lastActivity >= idleMs);
   }
 
   /** Whether the capture level is still to be fixed at `engineLevel`: not fixed yet, or no call recorded and the engine graded again. */
@@ -217,7 +235,13 @@ export class CaptureSession {
     const max = this.info.max_model_calls;
     if (max > 0 && this.forwarded >= max) return false;
     this.forwarded++;
+    this.inFlight++;
     return true;
+  }
+
+  /** A forwarded call's record was stored (or failed to be): it is no longer in flight. */
+  settleCall(): void {
+    if (this.inFlight > 0) this.inFlight--;
   }
 
   /** A call answered with the budget stop instead of reaching the engine. */

@@ -503,8 +503,10 @@ export class CaptureStore {
     const file = this.files.get(sessionId);
     if (!file) return;
     this.files.delete(sessionId);
-    // An idle session leaves memory: its next call is written in full and starts a new chain.
+    // An idle session leaves memory: its next call is written in full and starts a new chain, and its
+    // tally is read back from the file's last `sum` line when the file opens again.
     this.encoders.delete(sessionId);
+    this.tallies.delete(sessionId);
     try {
       closeSync(file.fd);
     } catch {
@@ -551,11 +553,13 @@ export class CaptureStore {
     return loadStoredSessions(this.dataDir, warn);
   }
 
-  /** What a restart needs of every stored session (first line and tail of each file); primes the tallies. */
+  /**
+   * What a restart needs of every stored session (first line and tail of each file). The tallies are
+   * not primed: a session's is read from its file's tail when it is next appended to, so the store
+   * holds tallies of open files only.
+   */
   readIndex(warn: (message: string) => void = () => {}): SessionIndexEntry[] {
-    const entries = readStoredIndex(this.dataDir, warn);
-    for (const e of entries) if (!this.tallies.has(e.info.session_id)) this.tallies.set(e.info.session_id, e.tally);
-    return entries;
+    return readStoredIndex(this.dataDir, warn);
   }
 }
 
