@@ -223,7 +223,7 @@ export function rolloutJob(input: RolloutJobInput): KubernetesObject & Record<st
       podFailurePolicy: {
         rules: [
           // Node drain, preemption, eviction: not the rollout's fault, and not counted against backoffLimit.
-          { action: 'Ignore', onPodConditions: [{ type: 'DisruptionTarget' }] },
+          { action: 'Ignore', onPodConditions: [{ type: 'DisruptionTarget', status: 'True' }] },
           { action: 'FailJob', onExitCodes: { containerName: 'rollout', operator: 'In', values: [INFRA_EXIT_CODE] } },
         ],
       },

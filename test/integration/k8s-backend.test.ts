@@ -113,7 +113,7 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     assert.equal(spec.activeDeadlineSeconds, 120 + 60 + 60);
     assert.equal(spec.ttlSecondsAfterFinished, 3600);
     assert.equal(spec.suspend, undefined, 'no queue: not suspended');
-    assert.deepEqual(spec.podFailurePolicy?.rules?.[0], { action: 'Ignore', onPodConditions: [{ type: 'DisruptionTarget' }] });
+    assert.deepEqual(spec.podFailurePolicy?.rules?.[0], { action: 'Ignore', onPodConditions: [{ type: 'DisruptionTarget', status: 'True' }] });
     assert.equal(spec.template.spec?.restartPolicy, 'Never');
     const c = spec.template.spec!.containers[0]!;
     assert.deepEqual(c.resources?.requests, { cpu: '1', memory: '2048Mi' });
