@@ -250,7 +250,7 @@ export class SessionRegistry {
   private readAll(): void {
     if (this.readOnlyDir === undefined || this.allRead) return;
     this.allRead = true;
-    for (const entry of readStoredIndex(this.readOnlyDir, (message) => this.log.warn(message))) if (!this.sessions.has(entry.info.session_id)) this.adopt(entry);
+    for (const entry of readStoredIndex(this.readOnlyDir, (message) => this.log.warn(message), (id) => this.sessions.has(id))) if (!this.sessions.has(entry.info.session_id)) this.adopt(entry);
   }
 
   private writable(action: string): void {
@@ -364,7 +364,7 @@ export class SessionRegistry {
     const held = [...this.sessions.values()].map((s) => s.summary());
     if (this.dormant === 0 || !this.store) return held;
     // Dormant sessions are listed from their files' first and last lines, and stay dormant.
-    const dormant = readStoredIndex(this.store.dataDir, (message) => this.log.warn(message))
+    const dormant = readStoredIndex(this.store.dataDir, (message) => this.log.warn(message), (id) => this.sessions.has(id))
       .filter((e) => !this.sessions.has(e.info.session_id))
       .map((e) => CaptureSession.stored(e.info, e.tally, () => []).summary());
     return [...held, ...dormant];

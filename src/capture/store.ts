@@ -945,12 +945,14 @@ function statSize(path: string): number {
 }
 
 /** The index of every session stored under a data dir (none without a sessions directory). */
-export function readStoredIndex(dataDir: string, warn: (message: string) => void = () => {}): SessionIndexEntry[] {
+export function readStoredIndex(dataDir: string, warn: (message: string) => void = () => {}, skip?: (sessionId: string) => boolean): SessionIndexEntry[] {
   const dir = sessionsDirOf(dataDir);
   if (!existsSync(dir)) return [];
   const entries: SessionIndexEntry[] = [];
   for (const name of readdirSync(dir).sort()) {
     if (!name.endsWith('.jsonl')) continue;
+    // A caller that already holds a session (by its file name) need not have its file read again.
+    if (skip?.(name.slice(0, -'.jsonl'.length))) continue;
     const path = join(dir, name);
     const entry = readSessionIndex(path, warn);
     if (!entry) {

@@ -7,8 +7,6 @@ import { existsSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { kubeconfigFiles } from '../cluster/kubeconfig-files.js';
 
-export { kubeconfigFiles };
-
 export interface KubeContexts {
   files: string[];
   contexts: { name: string; cluster: string; namespace: string | null }[];

@@ -12,7 +12,8 @@ import { readRolloutStates, writeRolloutState, type RolloutState } from '../../s
 import { planAndWriteBatch, startBatchLab } from '../../src/extension/batch-submit.js';
 import { BatchesTreeModel, batchDirs, resolveBatchesFolder, type BatchNode, type BatchRolloutNode, type GroupNode } from '../../src/extension/batches-model.js';
 import { CaptureStore } from '../../src/capture/store.js';
-import { NoKubeconfigError, kubeconfigFiles, readKubeContexts } from '../../src/extension/kube-contexts.js';
+import { kubeconfigFiles } from '../../src/cluster/kubeconfig-files.js';
+import { NoKubeconfigError, readKubeContexts } from '../../src/extension/kube-contexts.js';
 
 import { chain } from './rollout-fixtures.js';
 
