@@ -20,6 +20,7 @@ import { chromium, type Browser, type Page } from 'playwright-core';
 import { TrainingTraceSchema } from '../../src/capture/trace.js';
 import { startFakeEngine, type FakeEngine } from '../../src/engine/fake-engine.js';
 import { chromiumPath, launchCodeServer, missingPrerequisite, pickFromContextMenu, runCommand, type CodeServer } from './code-server.js';
+import { findFiles, pane as viewPane, widenSidebar } from './workbench.js';
 
 const ROOT = resolve(__dirname, '..', '..');
 const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
@@ -75,36 +76,12 @@ console.log('ONE_CALL ' + res.status);
 `;
 }
 
-function findFiles(dir: string, keep: (path: string) => boolean): string[] {
-  const out: string[] = [];
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) {
-      if (entry.name !== 'node_modules') out.push(...findFiles(path, keep));
-    } else if (entry.isFile() && keep(path)) out.push(path);
-  }
-  return out;
-}
 
 async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
 }
 
-/** Drags the sidebar's sash so tree descriptions are readable in the screenshots. */
-async function widenSidebar(page: Page, width: number): Promise<void> {
-  const box = await page.locator('.part.sidebar').boundingBox();
-  if (!box) return;
-  const x = box.x + box.width + 1;
-  const y = box.y + box.height / 2;
-  await page.mouse.move(x, y);
-  await page.mouse.down();
-  await page.mouse.move(box.x + width, y, { steps: 5 });
-  await page.mouse.up();
-}
 
-function sessionsPane(page: Page) {
-  return page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^sessions/i }) });
-}
 
 before(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
@@ -202,7 +179,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     // The activity-bar container and its welcome content (proxy not running yet).
     await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
     await widenSidebar(page, 560);
-    const startButton = sessionsPane(page).locator('.welcome-view-content a.monaco-button', { hasText: 'Start Proxy' });
+    const startButton = viewPane(page, /^sessions/i).locator('.welcome-view-content a.monaco-button', { hasText: 'Start Proxy' });
     await startButton.waitFor({ timeout: 20_000 });
     const tasksPane = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^tasks/i }) });
     await tasksPane.locator('.monaco-list-row', { hasText: 'hello-world' }).waitFor({ timeout: 20_000 });
@@ -218,7 +195,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     const statusText = (await status.innerText()).trim();
     const port = Number(/:(\d+)/.exec(statusText)?.[1]);
     assert.ok(port > 0 && port < 65536, `status bar shows the proxy port: "${statusText}"`);
-    await sessionsPane(page).locator('.welcome-view-content a.monaco-button', { hasText: 'Open Captured Terminal' }).waitFor({ timeout: 10_000 });
+    await viewPane(page, /^sessions/i).locator('.welcome-view-content a.monaco-button', { hasText: 'Open Captured Terminal' }).waitFor({ timeout: 10_000 });
     await shot(page, '02-proxy-started');
     mark('proxy started');
     const health = (await (await fetch(`http://127.0.0.1:${port}/health`)).json()) as { status: string };
@@ -247,7 +224,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     mark('calls made');
 
     // Live update: the session and its three calls appear in the Sessions tree without a refresh.
-    const pane = sessionsPane(page);
+    const pane = viewPane(page, /^sessions/i);
     await pane.locator('.monaco-list-row', { hasText: result.session ?? '' }).first().waitFor({ timeout: 20_000 });
     for (const d of DIALECTS) await pane.locator('.monaco-list-row', { hasText: d }).first().waitFor({ timeout: 20_000 });
     const rows = await pane.locator('.monaco-list-row').allInnerTexts();
@@ -353,9 +330,9 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   // proxy off since auto-start is off) still lists the captured session, read from the durable store.
   await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload.filter(([k]) => k !== 'extensionTestsPath')))}`);
   await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
-  await sessionsPane(page).locator('.monaco-list-row', { hasText: `${result.session}` }).waitFor({ timeout: 30_000 });
-  await sessionsPane(page).locator('.monaco-list-row', { hasText: /4 calls · 1 failed/ }).waitFor({ timeout: 10_000 });
-  await sessionsPane(page).locator('.monaco-list-row', { hasText: '#2 google_gemini' }).waitFor({ timeout: 10_000 });
+  await viewPane(page, /^sessions/i).locator('.monaco-list-row', { hasText: `${result.session}` }).waitFor({ timeout: 30_000 });
+  await viewPane(page, /^sessions/i).locator('.monaco-list-row', { hasText: /4 calls · 1 failed/ }).waitFor({ timeout: 10_000 });
+  await viewPane(page, /^sessions/i).locator('.monaco-list-row', { hasText: '#2 google_gemini' }).waitFor({ timeout: 10_000 });
   await page.locator('.statusbar-item', { hasText: 'Harness Lab: off' }).waitFor({ timeout: 10_000 });
   const enginesAfter = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^engines/i }) });
   await enginesAfter.locator('.monaco-list-row', { hasText: 'unknown · capture: tokens' }).waitFor({ timeout: 10_000 });

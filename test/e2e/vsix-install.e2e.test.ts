@@ -13,6 +13,7 @@ import { join, resolve } from 'node:path';
 import { after, test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
+import { findFiles, pane, toast } from './workbench.js';
 import { packageAndInstallVsix } from './vsix-install.js';
 
 const ROOT = resolve(__dirname, '..', '..');
@@ -33,23 +34,8 @@ async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `vsix-${name}.png`) });
 }
 
-function pane(page: Page, name: RegExp) {
-  return page.locator('.pane', { has: page.locator('.pane-header', { hasText: name }) });
-}
 
-function toast(page: Page, text: string | RegExp) {
-  return page.locator('.notification-toast', { hasText: text });
-}
 
-function findFiles(dir: string, keep: (p: string) => boolean): string[] {
-  const out: string[] = [];
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) out.push(...findFiles(p, keep));
-    else if (keep(p)) out.push(p);
-  }
-  return out;
-}
 
 test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docker, viewer, settings', { timeout: 900_000 }, async () => {
   const missing = missingPrerequisite();

@@ -1,6 +1,7 @@
 // What the real-workbench batch e2e tests share: code-server with this repository as the
 // development extension and Chromium on it, the Harness Lab sidebar with the Batches view open,
 // Submit Rollout Batch... through its quick picks, and a rollout row opened in the rollout viewer.
+import { readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { chromium, type Browser, type Locator, type Page } from 'playwright-core';
 import { chromiumPath, launchCodeServer, runCommand, type CodeServer } from './code-server.js';
@@ -39,6 +40,23 @@ export async function openWorkbench(opts: { stateDir: string; workspace: string;
 
 export function pane(page: Page, name: RegExp): Locator {
   return page.locator('.pane', { has: page.locator('.pane-header', { hasText: name }) });
+}
+
+/** A notification toast holding `text`. */
+export function toast(page: Page, text: string | RegExp): Locator {
+  return page.locator('.notification-toast', { hasText: text });
+}
+
+/** Files under `dir` (not inside node_modules) that `keep` accepts: logs and runs a test looks for. */
+export function findFiles(dir: string, keep: (path: string) => boolean): string[] {
+  const out: string[] = [];
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) {
+      if (entry.name !== 'node_modules') out.push(...findFiles(path, keep));
+    } else if (entry.isFile() && keep(path)) out.push(path);
+  }
+  return out;
 }
 
 /** Drags the sidebar's sash so tree descriptions are readable in the screenshots. */

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type Docker from 'dockerode';
 import WebSocket from 'ws';
+import { RolloutStateSchema, type RolloutState } from '../../src/batch/state.js';
 import { LABEL } from '../../src/sandbox/docker-client.js';
 
 export const REPO = join(__dirname, '..', '..');
@@ -188,4 +189,20 @@ export function asTrainingTurn(t: any) {
     response: { choices: [{ message: { role: 'assistant', content: t.text }, finish_reason: t.finish_reason }] },
     metadata: { node_id: t.node_id, index: t.turn, model: null, n_tools: t.n_tools, harness_session_id: null, sampling_params: t.sampling_params, requested_sampling_params: t.requested_sampling_params },
   };
+}
+
+/** Rollout state files of a serve state dir, each with its engine's directory. */
+export function servedStates(stateDir: string): { dir: string; state: RolloutState }[] {
+  const root = join(stateDir, 'engines');
+  if (!existsSync(root)) return [];
+  return readdirSync(root).flatMap((e) => {
+    const dir = join(root, e, 'rollouts');
+    return existsSync(dir) ? readdirSync(dir).filter((n) => n.endsWith('.json')).map((n) => ({ dir: join(root, e), state: RolloutStateSchema.parse(JSON.parse(readFileSync(join(dir, n), 'utf8'))) })) : [];
+  });
+}
+
+/** The stored call lines of a session in an engine directory's capture. */
+export function capturedCalls(dir: string, sessionId: string): string[] {
+  const file = join(dir, 'capture', 'sessions', `${sessionId}.jsonl`);
+  return existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter((l) => l.includes('"type":"call"')) : [];
 }

@@ -10,18 +10,17 @@
 /* eslint-disable @typescript-eslint/no-explicit-any -- wire JSON from the server under test, checked field by field as a Python client reads it */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type Docker from 'dockerode';
-import { RolloutStateSchema } from '../../src/batch/state.js';
 import { TrainingTurnSchema } from '../../src/capture/trace.js';
 import { LABEL } from '../../src/sandbox/docker-client.js';
 import { TaskRoutedPolicy, startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
 import { loadTask } from '../../src/tasks/task.js';
 import { dockerReady, waitFor } from './sandbox-fixtures.js';
-import { postJson, asTrainingTurn, recordingFront, servedContainers, rolloutResult, slowTask, startServe, stepFrame, tempDir, wsSession, type ServeProcess, runRolloutArgs } from './serve-fixtures.js';
+import { postJson, asTrainingTurn, recordingFront, servedContainers, rolloutResult, slowTask, startServe, stepFrame, tempDir, wsSession, type ServeProcess, runRolloutArgs, capturedCalls, servedStates } from './serve-fixtures.js';
 
 const PINNED = { temperature: 0.7, top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1 };
 const ASKED = { temperature: 0.2, top_p: 0.5 };
@@ -46,20 +45,7 @@ function assertValidTurns(result: any): void {
   assert.ok(!result.findings.some((f: string) => f.startsWith('[FATAL')), result.findings.join('; '));
 }
 
-/** Rollout state files of a serve state dir. */
-function servedStates(stateDir: string) {
-  const root = join(stateDir, 'engines');
-  if (!existsSync(root)) return [];
-  return readdirSync(root).flatMap((e) => {
-    const dir = join(root, e, 'rollouts');
-    return existsSync(dir) ? readdirSync(dir).filter((n) => n.endsWith('.json')).map((n) => ({ dir: join(root, e), state: RolloutStateSchema.parse(JSON.parse(readFileSync(join(dir, n), 'utf8'))) })) : [];
-  });
-}
 
-function capturedCalls(dir: string, sessionId: string): string[] {
-  const file = join(dir, 'capture', 'sessions', `${sessionId}.jsonl`);
-  return existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter((l) => l.includes('"type":"call"')) : [];
-}
 
 describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { concurrency: false }, () => {
   let docker: Docker;
