@@ -239,7 +239,10 @@ describe('harness-lab serve speaks OpenEnv Harbor to a TRL-shaped client', { con
       HostConfig: { NetworkMode: 'none' },
     });
     await waitFor('the late container reaped', async () => ((await servedContainers(docker, stateDir)).length === 0 ? true : undefined), 60_000);
-    assert.match(serve.stderr(), new RegExp(`reaped 1 sandbox\\(es\\) of ${batch} whose server is gone: ${late.id.slice(0, 12)}`));
+    // The server logs the reap after the removal; its stderr reaches this process a moment later.
+    const reaped = new RegExp(`reaped 1 sandbox\\(es\\) of ${batch} whose server is gone: ${late.id.slice(0, 12)}`);
+    await waitFor('the reap in the server log', async () => (reaped.test(serve.stderr()) ? true : undefined), 10_000).catch(() => undefined);
+    assert.match(serve.stderr(), reaped);
     const after = servedStates(stateDir).find((s) => s.state.rollout_id === mid.state.rollout_id)!.state;
     assert.equal(after.state, 'discarded');
     assert.equal(after.class, 'infra_error');
