@@ -194,7 +194,7 @@ export async function runPromptCost(o: PromptCostOptions): Promise<{ rows: Promp
       const dataDir = mkdtempSync(join(tmpdir(), 'hl-bench-prompt-cost-'));
       const profileDir = join(ROOT, 'bench-results', 'profiles');
       if (o.profile) mkdirSync(profileDir, { recursive: true });
-      const prof = o.profile ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `prompt-cost-${tokens}.cpuprofile`] : [];
+      const prof = o.profile ? ['--cpu-prof', '--cpu-prof-interval', '100', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `prompt-cost-${tokens}.cpuprofile`] : [];
       const proxy = await startNode('proxy', [...prof, ...entry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir], (l) => l.startsWith('proxy listening on '));
       const proxyUrl = proxy.line.slice('proxy listening on '.length).trim();
       try {

@@ -7,11 +7,15 @@
 // shares nothing with a recent call (a first call, a subagent root, a rewrite) is written in full.
 //
 // Line versions: a call line without `v` is a full record (every file written before this codec);
-// `v: 2` lines may carry `enc`, naming which lists are suffixes of which earlier call.
+// `v: 2` and `v: 3` lines may carry `enc`, naming which lists are suffixes of which earlier call. They
+// differ only in the prompt ids' hash: v2 took SHA-256 of the ids as float64s (0.2 ms at 32k tokens,
+// the largest part of encoding a call), v3 a 64-bit multiplicative hash over the ids in one pass that
+// also copies them (see `tokenHash`). Both are integrity checks against a wrong or corrupted
+// reconstruction, not against an adversary who can write the data dir.
 import { createHash } from 'node:crypto';
 import type { CallRecord, ChatMessage } from './types.js';
 
-export const CALL_LINE_VERSION = 2;
+export const CALL_LINE_VERSION = 3;
 
 /** One list stored as a suffix: `keep` elements of call `from`'s base list, then the stored elements. */
 export interface SuffixRef {
@@ -38,8 +42,51 @@ const BODY_HISTORY_KEYS = ['messages', 'input', 'contents'] as const;
 const MIN_SHARED_TOKENS = 8;
 const MIN_SHARED_MESSAGES = 1;
 
-export function tokenHash(ids: readonly number[]): string {
+/** The v2 prompt-id hash (read only: lines written before v3 carry it). */
+export function tokenHashV2(ids: readonly number[]): string {
   return createHash('sha256').update(Float64Array.from(ids)).digest('hex').slice(0, 24);
+}
+
+/**
+ * The v3 prompt-id hash: two 32-bit multiply-xor lanes (FNV-1a's prime and murmur3's), each id and
+ * its position mixed in, finished with murmur3's avalanche. 16 hex digits.
+ */
+export function tokenHash(ids: ArrayLike<number>): string {
+  let a = 0x811c9dc5 ^ ids.length;
+  let b = 0x9747b28c;
+  for (let i = 0; i < ids.length; i++) {
+    const v = ids[i]!;
+    a = Math.imul(a ^ v, 0x01000193);
+    b = Math.imul(b ^ (v + i), 0xcc9e2d51);
+    b = (b << 15) | (b >>> 17);
+  }
+  return hex32(fmix(a ^ Math.imul(b, 0x1b873593))) + hex32(fmix(b ^ a));
+}
+
+function fmix(h: number): number {
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  return (h ^ (h >>> 16)) >>> 0;
+}
+
+const hex32 = (n: number): string => n.toString(16).padStart(8, '0');
+
+/**
+ * `prompt ++ completion` as 32-bit ids: what a later call's prompt is compared against. A typed array
+ * because the encoder keeps one per remembered call for up to a thousand open sessions: a JS array of
+ * 32k numbers is 256 KB the garbage collector walks on every major collection; this is 128 KB it
+ * never looks into. An id of 2^32 or more does not survive the copy, so it simply never matches:
+ * the comparison can only under-share, never claim a prefix that is not there.
+ */
+function idsOf(prompt: readonly number[] | null, completion: readonly number[] | null): Uint32Array {
+  const p = prompt ?? [];
+  const c = completion ?? [];
+  const out = new Uint32Array(p.length + c.length);
+  for (let i = 0; i < p.length; i++) out[i] = p[i]!;
+  for (let i = 0; i < c.length; i++) out[p.length + i] = c[i]!;
+  return out;
 }
 
 /** The hash of a list of JSON-encoded elements (JSON text never holds a raw newline). */
@@ -63,22 +110,18 @@ function bodyHistoryKey(body: unknown): string | undefined {
 /** What the encoder remembers of a stored call: enough to write the next one against it. */
 interface Base {
   callId: string;
-  prompt: readonly number[] | null;
-  completion: readonly number[] | null;
+  /** prompt ++ completion ids (see idsOf). */
+  ends: Uint32Array;
   engineMessages: string[] | null;
   bodyKey: string | undefined;
   bodyMessages: string[] | null;
 }
 
 function sharedTokens(base: Base, ids: readonly number[]): number {
-  const p = base.prompt ?? [];
-  const c = base.completion ?? [];
-  const n = Math.min(ids.length, p.length + c.length);
+  const ends = base.ends;
+  const n = Math.min(ids.length, ends.length);
   let i = 0;
-  const h = Math.min(n, p.length);
-  while (i < h && p[i] === ids[i]) i++;
-  if (i < h) return i;
-  while (i < n && c[i - p.length] === ids[i]) i++;
+  while (i < n && ends[i] === ids[i]) i++;
   return i;
 }
 
@@ -135,14 +178,15 @@ export class SessionEncoder {
     };
     const bodyEncoded = bodyKey ? (body![bodyKey] as unknown[]).map(encodeOnce) : null;
     const engineEncoded = Array.isArray(engineList) ? engineList.map(encodeOnce) : null;
-    const base: Base = { callId: record.call_id, prompt: ids ?? null, completion: record.completion_token_ids ?? null, engineMessages: engineEncoded, bodyKey, bodyMessages: bodyEncoded };
+    const base: Base = { callId: record.call_id, ends: idsOf(ids ?? null, record.completion_token_ids ?? null), engineMessages: engineEncoded, bodyKey, bodyMessages: bodyEncoded };
 
     const enc: CallEncoding = {};
     let out: Record<string, unknown> = record as unknown as Record<string, unknown>;
     if (Array.isArray(ids) && ids.length > 0) {
-      const best = pick(this.bases, (b) => sharedTokens(b, ids), (b) => Math.min(ids.length, (b.prompt?.length ?? 0) + (b.completion?.length ?? 0)), MIN_SHARED_TOKENS);
+      const best = pick(this.bases, (b) => sharedTokens(b, ids), (b) => Math.min(ids.length, b.ends.length), MIN_SHARED_TOKENS);
       if (best) {
-        enc.p = { from: best.base.callId, keep: best.keep, h: tokenHash(ids) };
+        // The new base holds these ids already: hashing its copy reads a typed array, not a JS one.
+        enc.p = { from: best.base.callId, keep: best.keep, h: tokenHash(base.ends.subarray(0, ids.length)) };
         out = { ...out, prompt_token_ids: ids.slice(best.keep) };
       }
     }
@@ -188,7 +232,7 @@ export class SessionDecoder {
 
   /** `line` is a parsed `type: call` line (its `type`, `v` and `enc` are removed from the result). */
   decode(line: Record<string, unknown>): CallRecord {
-    const { type: _type, v: _v, enc, ...rest } = line as { type: string; v?: number; enc?: CallEncoding } & Record<string, unknown>;
+    const { type: _type, v, enc, ...rest } = line as { type: string; v?: number; enc?: CallEncoding } & Record<string, unknown>;
     const record = rest as unknown as CallRecord;
     if (enc?.p) {
       const from = this.source(enc.p.from);
@@ -198,7 +242,7 @@ export class SessionDecoder {
       if (keep > p.length + c.length) throw new CallDecodeError(`call ${record.call_id}: keeps ${keep} prompt ids of call ${enc.p.from}, which has ${p.length + c.length}`);
       const kept = keep <= p.length ? p.slice(0, keep) : p.concat(c.slice(0, keep - p.length));
       const ids = kept.concat(record.prompt_token_ids ?? []);
-      if (tokenHash(ids) !== enc.p.h) throw new CallDecodeError(`call ${record.call_id}: rebuilt prompt ids do not match their hash`);
+      if ((v === 2 ? tokenHashV2(ids) : tokenHash(ids)) !== enc.p.h) throw new CallDecodeError(`call ${record.call_id}: rebuilt prompt ids do not match their hash`);
       record.prompt_token_ids = ids;
     }
     if (enc?.em) {

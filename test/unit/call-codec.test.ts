@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import fc from 'fast-check';
+import { tokenHash, tokenHashV2 } from '../../src/capture/call-codec.js';
 import { CaptureStore, loadSessionFile, readSessionIndex } from '../../src/capture/store.js';
 import type { CallRecord, ChatMessage, SessionInfo } from '../../src/capture/types.js';
 
@@ -155,4 +156,39 @@ test('a file written before the codec (full records, no tallies) still reads, an
   assert.deepEqual(loadSessionFile(store.fileOf('old'))!.calls, JSON.parse(JSON.stringify(records)));
   const index = readSessionIndex(store.fileOf('old'))!;
   assert.deepEqual({ n: index.tally.n, ok: index.tally.ok, pt: index.tally.pt }, { n: 2, ok: 2, pt: 3 + 5 });
+});
+
+test('a v2 file (prompt ids hashed with SHA-256 of float64s) still reads, and a v2 suffix that does not rebuild is refused', () => {
+  const store = freshStore();
+  const first = Array.from({ length: 40 }, (_, i) => 1000 + i);
+  const second = [...first, 77, 88, 99];
+  const base = record('v2', 0, { prompt: first, sampled: [77], messages: [{ role: 'user', content: 'hi' }] }, 'messages');
+  const next = record('v2', 1, { prompt: second, sampled: [5], messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'x' }, { role: 'user', content: 'more' }] }, 'messages');
+  const v2Line = (h: string) => ({ type: 'call', v: 2, enc: { p: { from: base.call_id, keep: 41, h } }, ...next, prompt_token_ids: [88, 99] });
+  const write = (h: string) =>
+    writeFileSync(store.fileOf('v2'), [{ type: 'session', ...info('v2') }, { type: 'call', v: 2, ...base }, v2Line(h)].map((l) => JSON.stringify(l)).join('\n') + '\n');
+  write(tokenHashV2(second));
+  assert.deepEqual(loadSessionFile(store.fileOf('v2'))!.calls.map((c) => c.prompt_token_ids), [first, second]);
+  // The v3 hash of the same ids is not a valid v2 hash: the line's version decides which is checked.
+  write(tokenHash(second));
+  const warnings: string[] = [];
+  assert.deepEqual(loadSessionFile(store.fileOf('v2'), (m) => warnings.push(m))!.calls.map((c) => c.index), [0]);
+  assert.match(warnings[0]!, /do not match their hash/);
+});
+
+test('the v3 prompt-id hash: one value per list, and it changes with any id, the order or the length', () => {
+  fc.assert(
+    fc.property(fc.array(fc.integer({ min: 0, max: 2 ** 31 - 1 }), { minLength: 1, maxLength: 300 }), fc.nat(), fc.integer({ min: 1, max: 2 ** 20 }), (ids, at, delta) => {
+      const h = tokenHash(ids);
+      assert.match(h, /^[0-9a-f]{16}$/);
+      assert.equal(tokenHash(Uint32Array.from(ids)), h, 'a typed copy hashes the same');
+      const i = at % ids.length;
+      const changed = ids.slice();
+      changed[i] = changed[i]! + delta;
+      assert.notEqual(tokenHash(changed), h);
+      assert.notEqual(tokenHash([...ids, 0]), h);
+      assert.notEqual(tokenHash(ids.slice(0, -1)), h);
+      if (ids.length > 1 && ids[0] !== ids[1]) assert.notEqual(tokenHash([ids[1]!, ids[0]!, ...ids.slice(2)]), h);
+    }),
+  );
 });
