@@ -75,6 +75,11 @@ export interface SoakLoadOptions {
   keepSamples: boolean;
   seed: number;
   warmupMs: number;
+  /**
+   * Calls started per second across all sessions (0: as fast as answers come back). A paced run puts
+   * a path under a given load instead of under whatever load it can sustain: see soak.ts's baseline.
+   */
+  ratePerS?: number;
 }
 
 interface AnthropicBlock {
@@ -176,7 +181,19 @@ export async function runSoakLoad(o: SoakLoadOptions): Promise<SoakLoadResult> {
     }
   };
 
+  // Pacing: call starts are spaced 1/rate apart; a session waits for its slot before its clock
+  // starts, so the wait is arrival time, not latency. No credit builds up while calls are slow.
+  let nextStart = 0;
+  const pace = async () => {
+    if (!o.ratePerS) return;
+    const now = performance.now();
+    const at = Math.max(now, nextStart);
+    nextStart = at + 1000 / o.ratePerS;
+    if (at > now) await new Promise((r) => setTimeout(r, at - now));
+  };
+
   const timed = async (path: string, payload: string, key: string | undefined, kind: string, read: (text: string) => boolean): Promise<boolean> => {
+    await pace();
     const start = performance.now();
     const text = await exchange(path, 'POST', payload, key, 200);
     if (text === undefined) return false;
@@ -315,6 +332,12 @@ function nonNegativeInt(text: string, name: string): number {
   return n;
 }
 
+function positiveNumber(text: string, name: string): number {
+  const n = Number(text);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`--${name} must be a number >= 0, got '${text}'`);
+  return n;
+}
+
 export function parseTurnRange(text: string): [number, number] {
   const parts = text.split(',').map((p) => Number(p.trim()));
   const [min, max] = parts.length === 1 ? [parts[0]!, parts[0]!] : [parts[0]!, parts[1]!];
@@ -349,6 +372,7 @@ async function main(): Promise<void> {
       'keep-samples': { type: 'boolean', default: false },
       seed: { type: 'string', default: '1' },
       'warmup-ms': { type: 'string', default: '0' },
+      rate: { type: 'string', default: '0' },
     },
   });
   const mode = values.mode as LoadMode;
@@ -371,6 +395,7 @@ async function main(): Promise<void> {
     keepSamples: values['keep-samples'],
     seed: nonNegativeInt(values.seed, 'seed'),
     warmupMs: nonNegativeInt(values['warmup-ms'], 'warmup-ms'),
+    ratePerS: positiveNumber(values.rate, 'rate'),
   });
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }

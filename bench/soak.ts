@@ -3,9 +3,13 @@
 // multi-turn conversations (chat completions and Anthropic Messages, streamed and not) and end,
 // and each is replaced at once by a new one, so N stay concurrent for the whole run.
 //
-// Baseline: the same load (the same sessions, by seed) straight to the engine and through the bare
-// pass-through, in short phases before and after the soak; the two runs of each are pooled. Added
-// latency per minute = the proxy's percentile in that minute minus the direct path's pooled one.
+// Baseline: the same sessions (by seed) straight to the engine and through the bare pass-through,
+// in short phases after the soak, each paced at the call rate the proxy sustained after its warm-up.
+// Paced, because with zero think time a closed loop measures each path at its own saturation: an
+// unpaced direct phase drove the engine ~1.5x faster than the proxy did and queued calls in the
+// engine (direct p99 16 s at 1,000 sessions, above the proxy's), which made added latency negative.
+// At the same call rate the engine sees the same load on every path, and added latency per minute
+// = the proxy's percentile in that minute minus the paced direct path's.
 //
 // Reported: calls, errors by kind (must be zero), the proxy's RSS over time and its least-squares
 // slope after the warm-up (the first 20% of the soak), p50/p99 latency and added latency per
@@ -57,7 +61,9 @@ export interface SoakOptions {
 
 interface PhaseReport {
   path: 'direct' | 'passthrough';
-  when: 'before' | 'after';
+  when: 'after';
+  /** Calls per second the phase was paced at: the proxy's steady rate. */
+  rate_per_s: number;
   calls_ok: number;
   errors: Record<string, number>;
   /** Calls that ended after the phase's warm-up (its first third): what the baseline pools. */
@@ -213,22 +219,20 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     const passthrough = await startNode('pass-through', tsx('passthrough.ts', ['--engine-url', engineUrl]), (l) => l.startsWith('{'));
     children.push(passthrough);
     const passthroughUrl = (JSON.parse(passthrough.line) as { url: string }).url;
-    o.log(`soak: ${o.sessions} sessions for ${o.minutes} min through the proxy, ${o.turns.join('-')} turns per session, dialects ${o.dialects.join(', ')}, engine think 0 ms; baseline phases of ${o.baselineS} s before and after`);
+    o.log(`soak: ${o.sessions} sessions for ${o.minutes} min through the proxy, ${o.turns.join('-')} turns per session, dialects ${o.dialects.join(', ')}, engine think 0 ms; baseline phases of ${o.baselineS} s after, paced at the proxy's steady call rate`);
 
     const common = ['--sessions', String(o.sessions), '--turns', o.turns.join(','), '--model', model, '--ramp-ms', String(o.rampMs), '--system-bytes', String(o.systemBytes), '--seed', '1'];
     const phases: (PhaseReport & { samples: number[] })[] = [];
-    const baselinePhase = async (path: 'direct' | 'passthrough', when: 'before' | 'after') => {
-      o.log(`soak: ${path} baseline (${when}) ...`);
+    const baselinePhase = async (path: 'direct' | 'passthrough', when: 'after', rate: number) => {
+      o.log(`soak: ${path} baseline (${when}, paced at ${round1(rate)} calls/s) ...`);
       const url = path === 'direct' ? engineUrl : passthroughUrl;
       const watch = path === 'passthrough' ? watchProcess(passthrough.pid, 1000) : undefined;
       const phaseMs = Math.round(o.baselineS * 1000);
-      const { result } = await runClient(['--mode', path, '--url', url, ...common, '--duration-ms', String(phaseMs), '--bucket-ms', String(phaseMs), '--dialects', 'chat', '--keep-samples', '--warmup-ms', String(Math.round(phaseMs * BASELINE_WARMUP_SHARE)), ...(path === 'passthrough' ? ['--health-url', `${url}/health`] : [])], phaseMs + 10 * 60_000);
+      const { result } = await runClient(['--mode', path, '--url', url, ...common, '--duration-ms', String(phaseMs), '--bucket-ms', String(phaseMs), '--dialects', 'chat', '--keep-samples', '--warmup-ms', String(Math.round(phaseMs * BASELINE_WARMUP_SHARE)), '--rate', String(rate), ...(path === 'passthrough' ? ['--health-url', `${url}/health`] : [])], phaseMs + 10 * 60_000);
       const cpu = watch?.stop().cpuMs;
-      phases.push({ path, when, calls_ok: result.calls_ok, errors: result.errors, latency: result.after_warmup, latency_with_warmup: result.latency, cpu_ms_per_call: cpu === undefined || !result.calls_ok ? null : round2(cpu / result.calls_ok), health: result.health ? { p50: result.health.latency.p50, p99: result.health.latency.p99, polls: result.health.polls } : null, samples: result.samples_ms ?? [] });
+      phases.push({ path, when, rate_per_s: round1(rate), calls_ok: result.calls_ok, errors: result.errors, latency: result.after_warmup, latency_with_warmup: result.latency, cpu_ms_per_call: cpu === undefined || !result.calls_ok ? null : round2(cpu / result.calls_ok), health: result.health ? { p50: result.health.latency.p50, p99: result.health.latency.p99, polls: result.health.polls } : null, samples: result.samples_ms ?? [] });
     };
 
-    await baselinePhase('direct', 'before');
-    await baselinePhase('passthrough', 'before');
 
     // ---- the soak ----
     const heapDir = join(ROOT, 'bench-results', 'heap');
@@ -289,8 +293,10 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     // files keeps the disk busy for minutes, which the after-phases would pay for.
     if (o.heapSnapshots) for (const name of readdirSync(heapDir).filter((n) => n.endsWith('.heapsnapshot'))) snapshots.push(join(heapDir, name));
 
-    await baselinePhase('passthrough', 'after');
-    await baselinePhase('direct', 'after');
+    // The rate the proxy sustained once warm: what the baselines are paced at.
+    const steadyRate = soak.after_warmup.count / Math.max(1, (durationMs - o.warmupS * 1000) / 1000);
+    await baselinePhase('passthrough', 'after', steadyRate);
+    await baselinePhase('direct', 'after', steadyRate);
 
     // ---- evaluate ----
     const pooled = (path: 'direct' | 'passthrough') => summarize(phases.filter((p) => p.path === path).flatMap((p) => p.samples));
@@ -375,7 +381,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       },
       latency: soak.latency,
       baseline: {
-        method: `direct (client -> engine) and pass-through (client -> bare node:http forwarder -> engine) phases of ${o.baselineS} s each, run with the same sessions (same seed) before and after the soak against the same engine process; each phase's first third is its warm-up (connection setup of ${o.sessions} sessions at once) and left out; the before and after samples of each path are pooled. added = proxy percentile in a bucket minus the pooled direct percentile.`,
+        method: `direct (client -> engine) and pass-through (client -> bare node:http forwarder -> engine) phases of ${o.baselineS} s each, run with the same sessions (same seed) after the soak against the same engine process, each paced at the call rate the proxy sustained after its warm-up (so the engine sees the same load on every path; unpaced, a zero-think closed loop measures each path at its own saturation); each phase's first third is its warm-up (connection setup of ${o.sessions} sessions at once) and left out. added = proxy percentile in a bucket minus the paced direct percentile.`,
         phases: phases.map(({ samples: _samples, ...p }) => p),
         direct,
         passthrough: pt,
@@ -440,7 +446,7 @@ export function formatSoakReport(r: SoakReport): string {
   const b = r.baseline;
   const lines = [
     formatTable(rows),
-    '(latencies in ms; added = the proxy minus the direct path, pooled from phases before and after; RSS at the bucket\'s end)',
+    '(latencies in ms; added = the proxy minus the direct path paced at its steady call rate; RSS at the bucket\'s end)',
     `calls ${t.calls} (${Object.entries(t.calls_by_kind).map(([k, n]) => `${k} ${n}`).join(', ')}); sessions started ${t.sessions_started}, completed ${t.sessions_completed}, verified against GET /sessions/<id> ${t.sessions_verified}; stored calls ${t.stored_calls} (${t.disk_mb} MB on disk)`,
     `errors ${t.errors_total}${t.errors_total ? ` ${JSON.stringify(t.errors)}` : ''}; proxy log: ${t.proxy_log_errors} error line(s), ${t.proxy_log_warnings} warning line(s)`,
     `baseline: direct p50/p99 ${fmtMs(b.direct.p50)}/${fmtMs(b.direct.p99)} ms, pass-through ${fmtMs(b.passthrough.p50)}/${fmtMs(b.passthrough.p99)} ms (floor added ${fmtMs(b.floor_added_p50_ms)}/${fmtMs(b.floor_added_p99_ms)} ms); proxy over the soak ${fmtMs(r.latency.p50)}/${fmtMs(r.latency.p99)} ms, added ${fmtMs(r.added.p50_ms)}/${fmtMs(r.added.p99_ms)} ms`,

@@ -2,9 +2,10 @@
 // done and discarded, the trainable rewards, their mean and standard deviation, and the two flags a
 // GRPO trainer cares about: no contrast (every trainable reward equal) and fewer than 2 trainable.
 import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
+import { readSessionIndex } from '../capture/store.js';
 import { labPaths, labState } from './lock.js';
-import { readManifest, readRolloutStates, type BatchManifest, type RolloutState } from './state.js';
+import { batchPaths, readManifest, readRolloutStates, type BatchManifest, type RolloutState } from './state.js';
 
 export interface RolloutStatus {
   id: string;
@@ -19,6 +20,8 @@ export interface RolloutStatus {
   duration_ms: number | null;
   attempts: number;
   session_id: string | null;
+  /** Calls captured so far by a running rollout's session (null when not running, or no call is stored yet). */
+  calls: number | null;
   error: string | null;
 }
 
@@ -52,7 +55,7 @@ export interface BatchStatus {
   group_size: number;
   sampling: BatchManifest['sampling'];
   policy_version: string | null;
-  counts: { total: number; queued: number; running: number; done: number; discarded: number };
+  counts: { total: number; queued: number; running: number; done: number; discarded: number; /** Calls the running rollouts captured so far. */ running_calls: number };
   classes: Record<string, number>;
   groups: GroupStatus[];
 }
@@ -65,7 +68,26 @@ export function meanStd(values: readonly number[]): { mean: number | null; std: 
   return { mean, std: Math.sqrt(variance) };
 }
 
-export function groupStatus(group: BatchManifest['groups'][number], members: RolloutState[]): GroupStatus {
+/**
+ * Calls in a session file so far, from its header and last `sum` line (two small reads, whatever
+ * the session's size); null when there is no file yet. A cluster batch's lab mirrors calls into it
+ * while the rollout runs, a local batch's proxy appends them: either way the count is live.
+ */
+export function capturedCalls(sessionFile: string): number | null {
+  try {
+    return readSessionIndex(sessionFile)?.tally.n ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/** Where a batch's rollout session is captured. */
+export function batchSessionFile(dir: string, sessionId: string): string {
+  return join(batchPaths(dir).capture, 'sessions', `${sessionId}.jsonl`);
+}
+
+/** `countCalls` gives a running member's calls so far (by session id); without it they are null. */
+export function groupStatus(group: BatchManifest['groups'][number], members: RolloutState[], countCalls?: (sessionId: string) => number | null): GroupStatus {
   const trainable = members.filter((m) => m.trainable && m.reward !== null);
   const rewards = trainable.map((m) => m.reward!);
   const { mean, std } = meanStd(rewards);
@@ -96,6 +118,7 @@ export function groupStatus(group: BatchManifest['groups'][number], members: Rol
       duration_ms: m.duration_ms,
       attempts: m.attempts.length,
       session_id: m.session_id,
+      calls: m.state === 'running' && m.session_id && countCalls ? countCalls(m.session_id) : null,
       error: m.error,
     })),
   };
@@ -106,7 +129,7 @@ export function batchStatus(dirArg: string): BatchStatus {
   const manifest = readManifest(dir);
   const states = readRolloutStates(dir, manifest);
   const byId = new Map(states.map((s) => [s.rollout_id, s]));
-  const c = { total: states.length, queued: 0, running: 0, done: 0, discarded: 0 };
+  const c = { total: states.length, queued: 0, running: 0, done: 0, discarded: 0, running_calls: 0 };
   const classes: Record<string, number> = {};
   for (const s of states) {
     c[s.state]++;
@@ -115,7 +138,7 @@ export function batchStatus(dirArg: string): BatchStatus {
   const held = labState(dir);
   const lab: BatchStatus['lab'] =
     held.state !== 'idle' ? held.state : c.queued + c.running === 0 ? 'finished' : existsSync(labPaths(dir).cancel) ? 'cancelled' : c.running ? 'interrupted' : 'idle';
-  return {
+  const st: BatchStatus = {
     batch_id: manifest.batch_id,
     dir,
     backend: manifest.backend,
@@ -128,8 +151,10 @@ export function batchStatus(dirArg: string): BatchStatus {
     policy_version: manifest.policy_version,
     counts: c,
     classes,
-    groups: manifest.groups.map((g) => groupStatus(g, g.rollout_ids.map((id) => byId.get(id)!))),
+    groups: manifest.groups.map((g) => groupStatus(g, g.rollout_ids.map((id) => byId.get(id)!), (sessionId) => capturedCalls(batchSessionFile(dir, sessionId)))),
   };
+  for (const g of st.groups) for (const r of g.rollouts) st.counts.running_calls += r.calls ?? 0;
+  return st;
 }
 
 const fmt = (n: number | null) => (n === null ? '-' : (Math.round(n * 1000) / 1000).toFixed(3));
@@ -139,7 +164,7 @@ export function formatStatus(st: BatchStatus, opts: { rollouts?: boolean } = {})
   const c = st.counts;
   const lines = [
     `batch ${st.batch_id} (${st.backend}, group size ${st.group_size}, parallel ${st.parallel}, temperature ${st.sampling.temperature}${st.policy_version ? `, policy ${st.policy_version}` : ''}): ${st.lab}${st.lab === 'running' ? ` (pid ${st.lab_pid})` : ''}`,
-    `  ${c.done} done, ${c.discarded} discarded, ${c.running} running, ${c.queued} queued of ${c.total}${Object.keys(st.classes).length ? `; ${Object.entries(st.classes).map(([k, v]) => `${k} ${v}`).join(', ')}` : ''}`,
+    `  ${c.done} done, ${c.discarded} discarded, ${c.running} running${c.running ? ` (${c.running_calls} call${c.running_calls === 1 ? '' : 's'} so far)` : ''}, ${c.queued} queued of ${c.total}${Object.keys(st.classes).length ? `; ${Object.entries(st.classes).map(([k, v]) => `${k} ${v}`).join(', ')}` : ''}`,
   ];
   if (st.lab === 'interrupted') lines.push(`  the lab that ran it is gone: continue with \`harness-lab batch resume ${st.dir}\``);
   const width = Math.max(5, ...st.groups.map((g) => g.group_id.length));
@@ -150,7 +175,7 @@ export function formatStatus(st: BatchStatus, opts: { rollouts?: boolean } = {})
     lines.push(`  ${g.group_id.padEnd(width)}  ${String(g.done).padStart(4)}  ${String(g.discarded).padStart(4)}  ${String(g.pending).padStart(4)}  ${rewards.padEnd(25)}  ${fmt(g.mean).padStart(6)}  ${fmt(g.std).padStart(6)}  ${flags}`);
     if (opts.rollouts)
       for (const r of g.rollouts)
-        lines.push(`      ${r.id}  ${r.state}${r.class ? ` ${r.class}` : ''} reward=${r.reward ?? 'null'}${r.duration_ms !== null ? ` ${(r.duration_ms / 1000).toFixed(1)}s` : ''}${r.attempts > 1 ? ` attempts=${r.attempts}` : ''}${r.error && r.state !== 'done' ? `  (${r.error})` : ''}`);
+        lines.push(`      ${r.id}  ${r.state}${r.class ? ` ${r.class}` : ''}${r.calls !== null ? ` calls=${r.calls}` : ''} reward=${r.reward ?? 'null'}${r.duration_ms !== null ? ` ${(r.duration_ms / 1000).toFixed(1)}s` : ''}${r.attempts > 1 ? ` attempts=${r.attempts}` : ''}${r.error && r.state !== 'done' ? `  (${r.error})` : ''}`);
   }
   return `${lines.join('\n')}\n`;
 }

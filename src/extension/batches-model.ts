@@ -5,8 +5,7 @@
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { basename, isAbsolute, join, resolve } from 'node:path';
 import { BatchFileError, batchPaths } from '../batch/state.js';
-import { readSessionIndex } from '../capture/store.js';
-import { batchStatus, type BatchStatus, type GroupStatus, type RolloutStatus } from '../batch/status.js';
+import { batchSessionFile, batchStatus, capturedCalls, type BatchStatus, type GroupStatus, type RolloutStatus } from '../batch/status.js';
 import { formatLatency } from './sessions-model.js';
 
 export const DEFAULT_BATCHES_FOLDER = 'harness-lab-batches';
@@ -131,23 +130,10 @@ export function groupNode(st: BatchStatus, g: GroupStatus): GroupNode {
   };
 }
 
-/**
- * Calls in a session file so far, from its header and last `sum` line (two small reads, whatever
- * the session's size); null when there is no file yet. A cluster batch's lab mirrors calls into it
- * while the rollout runs, a local batch's proxy appends them: either way the count is live.
- */
-export function capturedCalls(sessionFile: string): number | null {
-  try {
-    return readSessionIndex(sessionFile)?.tally.n ?? null;
-  } catch {
-    return null;
-  }
-}
-
 export function rolloutNode(dir: string, r: RolloutStatus, countCalls: (file: string) => number | null = capturedCalls): BatchRolloutNode {
   const what = r.class ?? r.state;
   const parts: string[] = [what];
-  const sessionFile = r.session_id ? join(batchPaths(dir).capture, 'sessions', `${r.session_id}.jsonl`) : null;
+  const sessionFile = r.session_id ? batchSessionFile(dir, r.session_id) : null;
   const liveCalls = r.state === 'running' && sessionFile ? countCalls(sessionFile) : null;
   if (liveCalls !== null) parts.push(`${liveCalls} call${liveCalls === 1 ? '' : 's'}`);
   if (r.class) parts.push(formatReward(r.reward));

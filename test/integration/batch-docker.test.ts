@@ -203,6 +203,11 @@ describe('batches on Docker', { concurrency: false }, () => {
     watcher.stdout.on('data', (b: Buffer) => (watched += b.toString()));
     const watching = new Promise<number | null>((resolve) => watcher.on('close', resolve));
     await waitFor('batch watch to show the running batch', async () => (/: running \(pid \d+\)\n/.test(watched) ? true : undefined), 60_000);
+    // Both are inside their tool call, so each has had a model call captured: watch counts them live.
+    const snapshot = watched.split(/^\d{4}-\d\d-\d\dT[^\n]*\n/m).filter((t) => /: running \(pid \d+\)\n/.test(t)).at(-1)!;
+    const live = /2 running \((\d+) calls so far\)/.exec(snapshot);
+    assert.ok(live && Number(live[1]) >= 2, `batch watch shows the calls so far: ${snapshot}`);
+    assert.equal(snapshot.match(/ running calls=[1-9]\d* reward=null/g)?.length, 2, `each running rollout's calls: ${snapshot}`);
     const c = await cli(['batch', 'cancel', dir]);
     assert.equal(c.code, 0, c.stderr);
     assert.match(c.stdout, /cancelled \(lab pid \d+ stopped\)/);

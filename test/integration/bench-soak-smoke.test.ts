@@ -1,5 +1,5 @@
 // Smoke test of the soak benchmark: 20 sessions for 10 s through a real proxy process (from src/),
-// with 2 s baseline phases. It proves the entry runs end to end, verifies every session against the
+// with 2 s baseline phases paced at the proxy's rate. It proves the entry runs end to end, verifies every session against the
 // proxy and reports every field; it asserts no speeds and does not judge the RSS slope.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -44,13 +44,16 @@ test('bench soak --quick with tiny numbers: rolling sessions in two dialects, ze
   assert.equal(report.minutes.reduce((n, m) => n + m.calls, 0), report.totals.calls, 'the buckets hold every call');
   for (const m of report.minutes) for (const key of ['p50_ms', 'p99_ms', 'added_p50_ms', 'added_p99_ms', 'calls_per_s'] as const) assert.equal(typeof m[key], 'number', `bucket ${m.minute} ${key}`);
   assert.deepEqual(Object.keys(report.latency).sort(), summaryKeys);
-  assert.deepEqual(report.baseline.phases.map((p) => `${p.path}-${p.when}`), ['direct-before', 'passthrough-before', 'passthrough-after', 'direct-after']);
+  assert.deepEqual(report.baseline.phases.map((p) => `${p.path}-${p.when}`), ['passthrough-after', 'direct-after']);
   for (const p of report.baseline.phases) {
     assert.deepEqual(p.errors, {}, `${p.path} ${p.when}`);
     assert.ok(p.calls_ok > 0, `${p.path} ${p.when} answered calls`);
+    // Paced at the proxy's rate: a phase can never start more calls than rate x duration (+1, the first).
+    assert.ok(p.rate_per_s > 0, `${p.path} was paced`);
+    assert.ok(p.calls_ok <= Math.ceil((p.rate_per_s + 0.05) * report.config.baselineS) + 1, `${p.path}: ${p.calls_ok} calls in ${report.config.baselineS} s at ${p.rate_per_s}/s`);
   }
   assert.ok(report.baseline.direct.count > 0 && report.baseline.passthrough.count > 0);
-  assert.match(report.baseline.method, /before and after/);
+  assert.match(report.baseline.method, /paced at the call rate the proxy sustained/);
   for (const v of [report.added.p50_ms, report.added.p99_ms, report.added.after_warmup_p50_ms, report.added.after_warmup_p99_ms]) assert.equal(typeof v, 'number');
 
   assert.ok(report.rss.samples.length >= 5, 'RSS was sampled over the run');

@@ -13,8 +13,9 @@ import type { BackendModule } from '../../src/batch/backends/index.js';
 import { BatchBusyError, acquireLock, labPaths, requestCancel } from '../../src/batch/lock.js';
 import { planBatch, writeBatch } from '../../src/batch/plan.js';
 import { runBatch } from '../../src/batch/runner.js';
-import { readRolloutState, readRolloutStates, writeRolloutState } from '../../src/batch/state.js';
+import { batchPaths, readRolloutState, readRolloutStates, writeRolloutState } from '../../src/batch/state.js';
 import { batchStatus, formatStatus, meanStd } from '../../src/batch/status.js';
+import { CaptureStore } from '../../src/capture/store.js';
 
 const EXAMPLES = join(__dirname, '..', '..', 'examples', 'tasks');
 
@@ -152,6 +153,31 @@ test('status flags groups with fewer than 2 trainable members; mean/std use trai
   assert.match(formatStatus(st), /hello-file\.codex .*FEWER THAN 2 TRAINABLE/);
   assert.deepEqual(meanStd([]), { mean: null, std: null });
   assert.deepEqual(meanStd([2]), { mean: 2, std: null });
+});
+
+test('status and watch show a running rollout\'s calls so far, read from its session file in the batch capture', async () => {
+  const dir = newBatch(2, 2);
+  await runBatch({ dir, module: moduleOf(new DoubleBackend()) });
+  const victim = readRolloutStates(dir)[0]!;
+  Object.assign(victim, { state: 'running', class: null, reward: null, trainable: false, session_id: 'slive0000000000000000001', ended_at: null, duration_ms: null });
+  writeRolloutState(dir, victim);
+  const other = readRolloutStates(dir)[1]!;
+  Object.assign(other, { state: 'running', class: null, reward: null, trainable: false, session_id: 'snofile00000000000000001', ended_at: null, duration_ms: null });
+  writeRolloutState(dir, other);
+  const store = new CaptureStore(batchPaths(dir).capture);
+  await store.append(victim.session_id!, { type: 'session', session_id: victim.session_id!, created_at: new Date().toISOString(), model: 'm', engine_url: 'http://e', max_model_calls: 0, metadata: {} });
+  const call = (index: number) => ({ type: 'call', call_id: `c${index}`, session_id: victim.session_id!, index, error: null, prompt_token_ids: [1, 2, 3], completion_token_ids: [4], request: { headers: {}, body: { messages: [] } }, engine_request: { messages: [] } });
+  for (const i of [0, 1]) await store.append(victim.session_id!, call(i) as never);
+  await store.close();
+
+  const st = batchStatus(dir);
+  const rollouts = st.groups.flatMap((g) => g.rollouts);
+  assert.equal(rollouts.find((r) => r.id === victim.rollout_id)!.calls, 2);
+  assert.equal(rollouts.find((r) => r.id === other.rollout_id)!.calls, null, 'no file yet: no count');
+  assert.ok(rollouts.filter((r) => r.state !== 'running').every((r) => r.calls === null), 'finished rollouts carry no live count');
+  assert.equal(st.counts.running_calls, 2);
+  assert.match(formatStatus(st), /2 running \(2 calls so far\)/);
+  assert.match(formatStatus(st, { rollouts: true }), new RegExp(`${victim.rollout_id.replace(/\./g, '\\.')}  running calls=2 reward=null`));
 });
 
 test('resume after a dead lab: running rollouts re-queued with their attempt kept as interrupted, sandboxes cleaned, finished ones never re-run', async () => {
