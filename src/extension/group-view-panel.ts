@@ -3,9 +3,11 @@
 // what `harness-lab report --batch DIR --group G` inlines (src/report/group-view.ts); it goes to the
 // webview as `loadGroup` after the webview's `ready`, and is rebuilt on every `ready` (the webview
 // reloads when its tab is shown again), so a running batch's group is current when looked at.
-// A member's "Open in Rollout Viewer" opens its captured session beside the group.
+// A member's "Open in Rollout Viewer" opens its captured session beside the group. The webview keeps
+// (dir, group) as its state, so a window reload brings the view back (the panel serializer).
 import { existsSync } from 'node:fs';
 import * as vscode from 'vscode';
+import { z } from 'zod';
 import type { GroupViewData } from '../protocol/group-data.js';
 import { ErrorNotification, LoadGroupNotification, ReadyQueue, dispatchWebviewMessage, notify, type HostMessage, type WebviewHandlers } from '../protocol/messages.js';
 import { parseWebviewMessage } from '../protocol/webview-schema.js';
@@ -36,16 +38,20 @@ export function loadGroupView(dir: string, groupId: string): GroupViewData {
 class GroupViewConnection extends Disposable {
   private readonly queue: ReadyQueue<HostMessage>;
   /** The data was just built by `open`: the first `ready` need not build it again. */
-  private fresh = true;
+  private fresh: boolean;
+  private data: GroupViewData | null;
 
   constructor(
     private readonly webview: vscode.Webview,
     private readonly host: GroupViewHost,
     private readonly dir: string,
     private readonly groupId: string,
-    private data: GroupViewData,
+    /** Null for a view restored after a reload: read at its first `ready`. */
+    data: GroupViewData | null,
   ) {
     super();
+    this.data = data;
+    this.fresh = data !== null;
     this.queue = new ReadyQueue((m) => void this.webview.postMessage(m));
     this._register(this.webview.onDidReceiveMessage((raw: unknown) => void this.onMessage(raw)));
     this.webview.html = viewerHtml(this.webview, this.host.extensionUri);
@@ -64,7 +70,7 @@ class GroupViewConnection extends Disposable {
     ready: () => {
       this.queue.reset();
       try {
-        if (!this.fresh) this.data = loadGroupView(this.dir, this.groupId);
+        if (!this.fresh || !this.data) this.data = loadGroupView(this.dir, this.groupId);
         this.fresh = false;
       } catch (err) {
         // The batch changed under an open view (deleted, rewritten): say so in the view, keep nothing stale.
@@ -72,7 +78,7 @@ class GroupViewConnection extends Disposable {
         this.queue.open();
         return;
       }
-      void this.webview.postMessage(notify(LoadGroupNotification, { group: this.data }));
+      void this.webview.postMessage(notify(LoadGroupNotification, { group: this.data, restore: { dir: this.dir, group_id: this.groupId } }));
       this.queue.open();
     },
     attachTrajectory: () => {
@@ -82,7 +88,7 @@ class GroupViewConnection extends Disposable {
       throw new Error('the group view has no turn details');
     },
     openGroupMember: async ({ rollout_id }) => {
-      const member = this.data.members.find((m) => m.rollout_id === rollout_id);
+      const member = this.data?.members.find((m) => m.rollout_id === rollout_id);
       if (!member) {
         this.host.log(`group view: no member ${rollout_id} in group ${this.groupId}`);
         return;
@@ -97,13 +103,33 @@ class GroupViewConnection extends Disposable {
   };
 }
 
-/** Group view panels, one per batch group; revealed again when opened twice. */
+/** What a group view's webview keeps as its state (webview/viewer/main.ts), checked when a reload restores it. */
+const RestoredGroupViewState = z.looseObject({ groupView: z.strictObject({ dir: z.string().min(1).max(4096), group_id: z.string().min(1).max(500) }) });
+
+/** Group view panels, one per batch group; revealed again when opened twice, restored after a reload. */
 export class GroupViewPanels extends Disposable {
   private readonly panels = new Map<string, vscode.WebviewPanel>();
 
   constructor(private readonly host: GroupViewHost) {
     super();
     this._register(toDisposable(() => [...this.panels.values()].forEach((p) => p.dispose())));
+    this._register(
+      vscode.window.registerWebviewPanelSerializer(GROUP_VIEW_TYPE, {
+        deserializeWebviewPanel: async (panel, state: unknown) => {
+          const parsed = RestoredGroupViewState.safeParse(state);
+          if (!parsed.success) {
+            // A view from before views were restorable, or a state that is not ours: nothing to show.
+            this.host.log(`group view: not restored (its saved state names no batch group)`);
+            panel.dispose();
+            return;
+          }
+          const { dir, group_id: groupId } = parsed.data.groupView;
+          panel.webview.options = webviewOptions(this.host.extensionUri);
+          // Read at the webview's first `ready`: a batch deleted since shows its error in the view.
+          this.adopt(panel, dir, groupId, null);
+        },
+      }),
+    );
   }
 
   /** Opens (or reveals) the view of one group; throws in the user's terms when the batch or group cannot be read. */
@@ -116,6 +142,12 @@ export class GroupViewPanels extends Disposable {
     }
     const data = loadGroupView(dir, groupId);
     const panel = vscode.window.createWebviewPanel(GROUP_VIEW_TYPE, `Group ${groupId}`, vscode.ViewColumn.Active, webviewOptions(this.host.extensionUri));
+    this.adopt(panel, dir, groupId, data);
+    return panel;
+  }
+
+  private adopt(panel: vscode.WebviewPanel, dir: string, groupId: string, data: GroupViewData | null): void {
+    const key = `${dir}\0${groupId}`;
     panel.iconPath = vscode.Uri.joinPath(this.host.extensionUri, 'media', 'harness-lab.svg');
     const conn = new GroupViewConnection(panel.webview, this.host, dir, groupId, data);
     this.panels.set(key, panel);
@@ -123,6 +155,5 @@ export class GroupViewPanels extends Disposable {
       conn.dispose();
       if (this.panels.get(key) === panel) this.panels.delete(key);
     });
-    return panel;
   }
 }

@@ -12,6 +12,12 @@ import type { AtifCheckResult } from '../harness/atif-check.js';
 import type { GroupViewData } from './group-data.js';
 import type { TurnDetails, ViewerWire } from './viewer-data.js';
 
+/** Where a group view's data comes from: a batch directory and one of its groups. */
+export interface GroupViewRestore {
+  dir: string;
+  group_id: string;
+}
+
 export interface IpcCommand<M extends string = string, P extends object = object> {
   readonly kind: 'command';
   readonly method: M;
@@ -67,7 +73,8 @@ export const TokenTextsNotification = notification('tokenTexts', type<{ texts: R
 export const FocusTurnNotification = notification('focusTurn', type<{ node_id: string }>());
 export const ErrorNotification = notification('error', type<{ message: string }>());
 /** One GRPO group of a batch to show side by side (the group view, webview/viewer/group.ts). */
-export const LoadGroupNotification = notification('loadGroup', type<{ group: GroupViewData }>());
+/** `restore`: what the webview keeps as its state, so the panel serializer can reopen the group after a reload. */
+export const LoadGroupNotification = notification('loadGroup', type<{ group: GroupViewData; restore?: GroupViewRestore }>());
 
 /** Webview -> host, by method. */
 export const WEBVIEW_MESSAGES = {

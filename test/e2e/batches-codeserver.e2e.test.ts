@@ -12,7 +12,8 @@
 // context menu shows the audit (the group, its rollouts, NO CONTRAST, the contract) in a Markdown
 // preview and raises the no-contrast group as a warning whose Show Audit brings it back; Audit Batch
 // from the palette picks the CLI's batch; Open Group View from the group row shows both members with
-// their rewards side by side, and a member opens in the rollout viewer from there. Last, a batch of a
+// their rewards side by side, a member opens in the rollout viewer from there, and a window reload
+// restores the group view. Last, a batch of a
 // task that sleeps is cancelled from its notification: its sandboxes are removed and its rollouts
 // queued again for `batch resume`.
 // Screenshots: test-artifacts/e2e/batches-*.png.
@@ -206,6 +207,21 @@ test('Batches view and Submit Rollout Batch: a Docker batch of react x 1 task x 
     assert.equal(await memberViewer.locator('.graph-row').count(), states[1]!.n_calls, 'the member opens in the rollout viewer with every call');
     assert.ok(await page.locator('.tab', { hasText: 'Group hello-file.react' }).count(), 'the group view stays open beside it');
     await shot(page, '08-group-member-viewer');
+
+    // A window reload brings the group view back (its webview kept the batch and group as its state).
+    await runCommand(page, 'Developer: Reload Window');
+    await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
+    const restoredTab = page.locator('.tab', { hasText: 'Group hello-file.react' });
+    await restoredTab.waitFor({ timeout: 60_000 });
+    await restoredTab.click();
+    const restored = await webviewFrame(page, '[data-testid="group-view"] [data-testid="member-card"]');
+    assert.deepEqual(await restored.locator('[data-testid="member-reward"]').allInnerTexts(), ['reward 1', 'reward 1'], 'the restored view shows the group, read again from the batch');
+    assert.match(await restored.locator('[data-testid="group-stats"]').innerText(), /rewards \[1, 1\] mean 1\.000 std 0\.000/);
+    await shot(page, '08b-group-view-restored');
+    // And the member's rollout file beside it (the custom editor reopens its file).
+    await page.locator('.tab', { hasText: `${states[1]!.session_id}.jsonl` }).click();
+    const restoredMember = await webviewFrame(page, '[data-testid="counts"]');
+    assert.equal(await restoredMember.locator('.graph-row').count(), states[1]!.n_calls, 'the restored rollout viewer shows every call');
 
     // Cancel from the progress notification: the runner's cancel path (batch cancel) stops the lab.
     await runCommand(page, 'View: Close All Editors');

@@ -385,6 +385,11 @@ function boot(): void {
     if (isMessage(LoadGroupNotification, msg)) {
       viewer?.dispose();
       viewer = null;
+      // Kept as the webview's state: after a window reload the host's serializer reopens this group.
+      if (msg.restore) {
+        const saved = api.getState();
+        api.setState({ ...(saved && typeof saved === 'object' ? saved : {}), groupView: msg.restore });
+      }
       renderGroup(root, msg.group, { openMember: (id) => host.sendCommand(OpenGroupMemberCommand, { rollout_id: id }) });
     } else if (isMessage(LoadNotification, msg)) {
       performance.mark('hl-parse-start');
