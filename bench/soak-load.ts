@@ -183,6 +183,8 @@ export async function runSoakLoad(o: SoakLoadOptions): Promise<SoakLoadResult> {
 
   // Pacing: call starts are spaced 1/rate apart; a session waits for its slot before its clock
   // starts, so the wait is arrival time, not latency. No credit builds up while calls are slow.
+  // A slot that falls after the deadline is not used (the session loops check the deadline after
+  // waiting), so a paced phase starts at most rate x duration + 1 calls.
   let nextStart = 0;
   const pace = async () => {
     if (!o.ratePerS) return;
@@ -193,7 +195,6 @@ export async function runSoakLoad(o: SoakLoadOptions): Promise<SoakLoadResult> {
   };
 
   const timed = async (path: string, payload: string, key: string | undefined, kind: string, read: (text: string) => boolean): Promise<boolean> => {
-    await pace();
     const start = performance.now();
     const text = await exchange(path, 'POST', payload, key, 200);
     if (text === undefined) return false;
@@ -226,6 +227,8 @@ export async function runSoakLoad(o: SoakLoadOptions): Promise<SoakLoadResult> {
     ];
     const kind = `chat_${stream ? 'stream' : 'json'}`;
     for (let turn = 0; turn < turns; turn++) {
+      // Paced: wait for this call's slot first; a slot past the deadline means the call is not made.
+      await pace();
       if (performance.now() >= deadline) return turn;
       const body = o.mode === 'proxy' ? { model: 'bench/agent-model', messages, tools: [BASH_TOOL], temperature: 0.7, stream } : { model: o.model, messages, tools: [BASH_TOOL], temperature: 0.7, ...CAPTURE_FIELDS };
       let answer: ChatMessage | undefined;
@@ -244,6 +247,7 @@ export async function runSoakLoad(o: SoakLoadOptions): Promise<SoakLoadResult> {
     const messages: AnthropicMessage[] = [{ role: 'user', content: `Task ${n}: make the failing test in tests/test_parser.py pass. Use the bash tool.` }];
     const kind = `anthropic_${stream ? 'stream' : 'json'}`;
     for (let turn = 0; turn < turns; turn++) {
+      await pace();
       if (performance.now() >= deadline) return turn;
       const body = { model: 'bench/agent-model', max_tokens: 1024, system, messages, tools: [ANTHROPIC_TOOL], temperature: 0.7, stream };
       let blocks: AnthropicBlock[] | undefined;

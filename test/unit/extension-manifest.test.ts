@@ -12,6 +12,7 @@ const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 const contributes = pkg.contributes;
 /** The viewer's view type, read from its source (the module imports vscode, so it cannot load here). */
 const ROLLOUT_VIEW_TYPE_NAME = /ROLLOUT_VIEW_TYPE = '([^']+)'/.exec(readFileSync(join(root, 'src', 'extension', 'rollout-viewer-panel.ts'), 'utf8'))![1];
+const GROUP_VIEW_TYPE_NAME = /GROUP_VIEW_TYPE = '([^']+)'/.exec(readFileSync(join(root, 'src', 'extension', 'group-view-panel.ts'), 'utf8'))![1];
 const contributed = new Set<string>(contributes.commands.map((c: { command: string }) => c.command));
 const registered = new Set([...readFileSync(join(root, 'src/extension/commands.ts'), 'utf8').matchAll(/^\s+'(harnessLab\.[A-Za-z]+)':/gm)].map((m) => m[1]!));
 
@@ -68,9 +69,9 @@ test('settings in package.json match the schema, including defaults', () => {
 
 test('activation: after startup (status bar item, opt-in auto-start), for restored viewers, commands and views implicit', () => {
   // Activation itself does no network or Docker work, so activating after startup costs little and
-  // makes the status bar item visible and harnessLab.autoStart effective. A rollout viewer restored
-  // at window reload needs its serializer before startup has finished.
-  assert.deepEqual(pkg.activationEvents, ['onStartupFinished', `onWebviewPanel:${ROLLOUT_VIEW_TYPE_NAME}`]);
+  // makes the status bar item visible and harnessLab.autoStart effective. A rollout viewer or group view
+  // restored at window reload needs its serializer before startup has finished.
+  assert.deepEqual(pkg.activationEvents, ['onStartupFinished', `onWebviewPanel:${ROLLOUT_VIEW_TYPE_NAME}`, `onWebviewPanel:${GROUP_VIEW_TYPE_NAME}`]);
   assert.equal(pkg.main, './dist/extension.js');
   assert.equal(pkg.engines.vscode, '^1.100.0');
   assert.match(pkg.scripts.package, /scripts\/package-vsix\.mjs --target linux-x64/);
