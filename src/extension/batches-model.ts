@@ -5,7 +5,7 @@
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { basename, isAbsolute, join, resolve } from 'node:path';
 import { BatchFileError, batchPaths } from '../batch/state.js';
-import { batchSessionFile, batchStatus, capturedCalls, type BatchStatus, type GroupStatus, type RolloutStatus } from '../batch/status.js';
+import { batchSessionFile, batchStatus, type BatchStatus, type GroupStatus, type RolloutStatus } from '../batch/status.js';
 import { formatLatency } from './sessions-model.js';
 
 export const DEFAULT_BATCHES_FOLDER = 'harness-lab-batches';
@@ -130,11 +130,12 @@ export function groupNode(st: BatchStatus, g: GroupStatus): GroupNode {
   };
 }
 
-export function rolloutNode(dir: string, r: RolloutStatus, countCalls: (file: string) => number | null = capturedCalls): BatchRolloutNode {
+export function rolloutNode(dir: string, r: RolloutStatus): BatchRolloutNode {
   const what = r.class ?? r.state;
   const parts: string[] = [what];
   const sessionFile = r.session_id ? batchSessionFile(dir, r.session_id) : null;
-  const liveCalls = r.state === 'running' && sessionFile ? countCalls(sessionFile) : null;
+  // batchStatus counted a running rollout's calls from its session file already.
+  const liveCalls = r.calls;
   if (liveCalls !== null) parts.push(`${liveCalls} call${liveCalls === 1 ? '' : 's'}`);
   if (r.class) parts.push(formatReward(r.reward));
   if (r.duration_ms !== null) parts.push(formatLatency(r.duration_ms));

@@ -37,21 +37,20 @@ export function loadGroupView(dir: string, groupId: string): GroupViewData {
 /** One webview showing one group: handshake, inbound validation, opening members. */
 class GroupViewConnection extends Disposable {
   private readonly queue: ReadyQueue<HostMessage>;
-  /** The data was just built by `open`: the first `ready` need not build it again. */
-  private fresh: boolean;
-  private data: GroupViewData | null;
+  private data: GroupViewData | null = null;
 
   constructor(
     private readonly webview: vscode.Webview,
     private readonly host: GroupViewHost,
     private readonly dir: string,
     private readonly groupId: string,
-    /** Null for a view restored after a reload: read at its first `ready`. */
-    data: GroupViewData | null,
+    /**
+     * Built by `open` just now, so the first `ready` need not build it again; null for a view
+     * restored after a reload (read at its first `ready`). Used once.
+     */
+    private built: GroupViewData | null,
   ) {
     super();
-    this.data = data;
-    this.fresh = data !== null;
     this.queue = new ReadyQueue((m) => void this.webview.postMessage(m));
     this._register(this.webview.onDidReceiveMessage((raw: unknown) => void this.onMessage(raw)));
     this.webview.html = viewerHtml(this.webview, this.host.extensionUri);
@@ -69,16 +68,18 @@ class GroupViewConnection extends Disposable {
   private readonly handlers: WebviewHandlers = {
     ready: () => {
       this.queue.reset();
+      let data: GroupViewData;
       try {
-        if (!this.fresh || !this.data) this.data = loadGroupView(this.dir, this.groupId);
-        this.fresh = false;
+        data = this.built ?? loadGroupView(this.dir, this.groupId);
+        this.built = null;
+        this.data = data;
       } catch (err) {
         // The batch changed under an open view (deleted, rewritten): say so in the view, keep nothing stale.
         void this.webview.postMessage(notify(ErrorNotification, { message: err instanceof Error ? err.message : String(err) }));
         this.queue.open();
         return;
       }
-      void this.webview.postMessage(notify(LoadGroupNotification, { group: this.data, restore: { dir: this.dir, group_id: this.groupId } }));
+      void this.webview.postMessage(notify(LoadGroupNotification, { group: data, restore: { dir: this.dir, group_id: this.groupId } }));
       this.queue.open();
     },
     attachTrajectory: () => {
