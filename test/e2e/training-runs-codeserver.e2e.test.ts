@@ -14,6 +14,7 @@ import { chromium, type Browser, type Page } from 'playwright-core';
 import type { KubeDouble } from '../k8s-double/index.js';
 import { testCluster } from '../integration/k8s-fixtures.js';
 import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
+import { pick } from './workbench.js';
 
 const ROOT = resolve(__dirname, '..', '..');
 const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
@@ -30,11 +31,9 @@ after(async () => {
   if (stateDir && !process.env.HL_E2E_KEEP) rmSync(stateDir, { recursive: true, force: true });
 });
 
-async function pick(page: Page, step: string, text: string): Promise<void> {
+async function pickStep(page: Page, step: string, text: string): Promise<void> {
   await page.locator('.quick-input-widget .quick-input-title', { hasText: step }).waitFor({ timeout: 20_000 });
-  await page.locator('.quick-input-widget input.input').fill(text);
-  await page.locator('.quick-input-list .monaco-list-row', { hasText: text }).first().waitFor({ timeout: 10_000 });
-  await page.keyboard.press('Enter');
+  await pick(page, text);
 }
 
 test('Start Training Run... against the API server double: the run in the Training Runs view, its log and status', { timeout: 400_000 }, async () => {
@@ -80,9 +79,9 @@ test('Start Training Run... against the API server double: the run in the Traini
   await page.screenshot({ path: join(ARTIFACTS, 'training-01-empty.png') });
 
   await runCommand(page, 'Harness Lab: Start Training Run...');
-  await pick(page, '1/3', 'trl');
-  await pick(page, '2/3', 'training/trl-e2e.yaml');
-  await pick(page, '3/3', 'double');
+  await pickStep(page, '1/3', 'trl');
+  await pickStep(page, '2/3', 'training/trl-e2e.yaml');
+  await pickStep(page, '3/3', 'double');
 
   const status = page.locator('.statusbar-item', { hasText: /trl-e2e: Running/ });
   await status.waitFor({ timeout: 90_000 }).catch(async (err: unknown) => {

@@ -96,6 +96,10 @@ export async function pick(page: Page, text: string, opts: { check?: boolean } =
     const count = page.locator('.quick-input-widget .quick-input-count:visible');
     if (!/^1 Selected/.test((await count.innerText().catch(() => '')).trim())) await row.locator('.label-name').first().click();
     await count.filter({ hasText: /^1 Selected/ }).waitFor({ timeout: 10_000 });
+  } else {
+    // Enter accepts the focused row: wait until the filter has put the wanted row in focus (the
+    // unfiltered list already holds it, and an early Enter takes the first row, e.g. "docker").
+    await page.locator('.quick-input-list .monaco-list-row.focused', { hasText: text }).first().waitFor({ timeout: 10_000 });
   }
   await page.keyboard.press('Enter');
 }
