@@ -13,7 +13,8 @@ import { Worker } from 'node:worker_threads';
 import { Agent, request } from 'undici';
 import { countInto, summarize, type LatencySummary } from './stats.js';
 
-export type LoadMode = 'direct' | 'passthrough' | 'proxy';
+/** pipe: the byte-piping pass-through; passthrough: the one that parses (see passthrough.ts). Neither asks for SSE. */
+export type LoadMode = 'direct' | 'pipe' | 'passthrough' | 'proxy';
 
 export interface HealthResult {
   url: string;
@@ -358,7 +359,7 @@ async function main(): Promise<void> {
     },
   });
   const mode = values.mode as LoadMode;
-  if (!['direct', 'passthrough', 'proxy'].includes(mode) || !values.url) throw new Error('usage: load-generator.ts --mode direct|passthrough|proxy --url URL [--sessions N] [--turns T] [--health-url URL]');
+  if (!['direct', 'pipe', 'passthrough', 'proxy'].includes(mode) || !values.url) throw new Error('usage: load-generator.ts --mode direct|pipe|passthrough|proxy --url URL [--sessions N] [--turns T] [--health-url URL]');
   const result = await runLoad({
     mode,
     url: values.url.replace(/\/+$/, ''),

@@ -1,17 +1,21 @@
 // The floor for the proxy's overhead: a bare node:http server that forwards every POST body to the
-// engine over an undici pool and pipes the answer back. No parsing, no capture, no disk. Prints one
-// JSON line `{"url": ...}` on stdout once listening; exits when stdin closes or on SIGTERM/SIGINT.
+// engine over an undici pool and answers with the engine's answer. With `--parse` it is issue 16's
+// "parse, forward, answer" pass-through: the request is parsed and stringified again to forward, a
+// JSON answer parsed and stringified again to answer (what any proxy that reads the calls pays).
+// Without it, bytes are piped both ways: no parsing, no capture, no disk. Prints one JSON line
+// `{"url": ...}` on stdout once listening; exits when stdin closes or on SIGTERM/SIGINT.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 
-const { values } = parseArgs({ options: { 'engine-url': { type: 'string' }, port: { type: 'string', default: '0' } } });
+const { values } = parseArgs({ options: { 'engine-url': { type: 'string' }, port: { type: 'string', default: '0' }, parse: { type: 'boolean', default: false } } });
 if (!values['engine-url']) {
-  process.stderr.write('usage: passthrough.ts --engine-url URL [--port N]\n');
+  process.stderr.write('usage: passthrough.ts --engine-url URL [--port N] [--parse]\n');
   process.exit(2);
 }
+const parse = values.parse === true;
 const engine = new Pool(new URL(values['engine-url']).origin, { connections: null, pipelining: 1, headersTimeout: 900_000, bodyTimeout: 900_000, keepAliveTimeout: 30_000 });
 
 function readBody(req: IncomingMessage): Promise<Buffer> {
@@ -33,11 +37,26 @@ async function forward(req: IncomingMessage, res: ServerResponse): Promise<void>
     res.writeHead(404).end();
     return;
   }
-  const body = await readBody(req);
+  const raw = await readBody(req);
+  let body: Buffer | string = raw;
+  if (parse) {
+    try {
+      body = JSON.stringify(JSON.parse(raw.toString('utf8')));
+    } catch {
+      res.writeHead(400, { 'content-type': 'application/json' }).end('{"error":{"message":"body must be JSON"}}');
+      return;
+    }
+  }
   const answer = await engine.request({ method: 'POST', path: req.url ?? '/', headers: { 'content-type': 'application/json' }, body });
   const headers: Record<string, string> = {};
   const type = answer.headers['content-type'];
   if (typeof type === 'string') headers['content-type'] = type;
+  if (parse && typeof type === 'string' && type.includes('json')) {
+    const text = JSON.stringify(JSON.parse(await answer.body.text()));
+    headers['content-length'] = String(Buffer.byteLength(text));
+    res.writeHead(answer.statusCode, headers).end(text);
+    return;
+  }
   const length = answer.headers['content-length'];
   if (typeof length === 'string') headers['content-length'] = length;
   res.writeHead(answer.statusCode, headers);

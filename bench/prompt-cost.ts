@@ -176,6 +176,8 @@ export interface PromptCostOptions {
   sizes: number[];
   calls: number[];
   profile: boolean;
+  /** Quick mode: a 4-call warm-up instead of one as long as the measured calls. */
+  quick: boolean;
   out: string;
   cli: string;
   log: (m: string) => void;
@@ -198,10 +200,13 @@ export async function runPromptCost(o: PromptCostOptions): Promise<{ rows: Promp
       const proxy = await startNode('proxy', [...prof, ...entry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir], (l) => l.startsWith('proxy listening on '));
       const proxyUrl = proxy.line.slice('proxy listening on '.length).trim();
       try {
-        // Warm-up: a few calls at this size (JIT, connections), not measured.
+        // Warm-up: as many calls at this size as are measured, not measured. Four calls left V8
+        // compiling during the measured ones (start-up cost, not the cost per call of a proxy
+        // that runs for days); the pass-through is warmed by the same calls.
         const hop = { url: proxyUrl, process: proxy };
-        await measureSize(hop, passthrough, model, dataDir, { tokens, calls: 4 }, () => {});
-        rows.push(await measureSize(hop, passthrough, model, dataDir, { tokens, calls: o.calls[i] ?? o.calls[o.calls.length - 1]! }, o.log));
+        const calls = o.calls[i] ?? o.calls[o.calls.length - 1]!;
+        await measureSize(hop, passthrough, model, dataDir, { tokens, calls: o.quick ? 4 : calls }, () => {});
+        rows.push(await measureSize(hop, passthrough, model, dataDir, { tokens, calls }, o.log));
       } finally {
         await stopChild(proxy.child);
         rmSync(dataDir, { recursive: true, force: true });
@@ -228,8 +233,9 @@ export function parsePromptCostArgs(argv: string[], env: NodeJS.ProcessEnv = pro
   const quick = values.quick || env.BENCH_QUICK === '1';
   return {
     sizes: intList(values.sizes ?? '1000,8000,32000', 'sizes'),
-    calls: intList(values.calls ?? (quick ? '80,40,20' : '300,120,60'), 'calls'),
+    calls: intList(values.calls ?? (quick ? '80,40,20' : '600,300,200'), 'calls'),
     profile: values.profile,
+    quick,
     out: values.out ?? join(ROOT, 'bench-results', quick ? 'prompt-cost-quick.json' : 'prompt-cost.json'),
     cli: values.cli ?? join(ROOT, 'dist', 'cli.js'),
     log: (m) => process.stderr.write(`${m}\n`),

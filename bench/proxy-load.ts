@@ -1,6 +1,7 @@
 // Proxy load benchmark: for each concurrency level, the same multi-turn load runs against the
-// engine directly, through a bare pass-through (the floor) and through the capture proxy (durable
-// store, fsync on), all against one fake engine process. Reports errors, latency percentiles, the
+// engine directly, through two bare pass-throughs (one that pipes bytes, and issue 16's floor, one
+// that parses: parse, forward, answer) and through the capture proxy (durable store, fsync on), all
+// against one fake engine process. Reports errors, latency percentiles, the
 // proxy's added latency relative to the pass-through's, /health latency under load and proxy memory.
 //
 //   node --import tsx bench/proxy-load.ts [--levels 64,512,1000] [--turns 3] [--think-ms 500,1500]
@@ -23,6 +24,9 @@ const ROOT = join(__dirname, '..');
  * proxy's CPU time per call over the pass-through's (judged at the same level); errors must be zero
  * at every level, up to `errorFreeSessions` in a full run.
  */
+/** A full run's warm-up of each path (and of each fresh proxy process): this many sessions at most, 3 turns. */
+export const WARMUP_SESSIONS = 1000;
+
 export const TARGETS = { sessions: 1000, maxAddedRatio: 1.5, maxAddedP99Ratio: 2, maxCpuRatio: 1.5, maxHealthP99Ms: 100, errorFreeSessions: 2000 } as const;
 
 export interface ProxyLoadOptions {
@@ -60,6 +64,9 @@ interface ProcessStats {
 }
 
 export interface AddedLatency {
+  /** The byte pipe's added latency (reported, not judged). */
+  pipe_p50_ms: number;
+  pipe_p99_ms: number;
   passthrough_p50_ms: number;
   proxy_p50_ms: number;
   ratio_p50: number;
@@ -71,6 +78,9 @@ export interface AddedLatency {
 export interface LevelReport {
   sessions: number;
   direct: LoadResult;
+  /** The byte-piping pass-through: no parsing at all (reported beside the floor, not judged). */
+  pipe: LoadResult & { process: ProcessStats };
+  /** The floor: the pass-through that parses the request and the answer (passthrough.ts --parse). */
   passthrough: LoadResult & { process: ProcessStats };
   proxy: LoadResult & { process: ProcessStats; stored_calls: number };
   added: AddedLatency;
@@ -78,6 +88,8 @@ export interface LevelReport {
   added_later_turns: AddedLatency;
   /** Proxy CPU per call over the pass-through's. */
   cpu_ratio: number;
+  /** Proxy CPU per call over the byte pipe's. */
+  cpu_ratio_pipe: number;
   health_p50_ms: number;
   health_p99_ms: number;
   proxy_rss_peak_mb: number;
@@ -158,17 +170,26 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
     const engine = await startNode('fake engine', tsx('fake-engine-process.ts', ['--think-ms', o.thinkMs]), jsonLine);
     children.push(engine);
     const { url: engineUrl, model } = JSON.parse(engine.line) as { url: string; model: string };
-    const passthrough = await startNode('pass-through', tsx('passthrough.ts', ['--engine-url', engineUrl]), jsonLine);
+    const pipe = await startNode('pipe', tsx('passthrough.ts', ['--engine-url', engineUrl]), jsonLine);
+    children.push(pipe);
+    const pipeUrl = (JSON.parse(pipe.line) as { url: string }).url;
+    const passthrough = await startNode('pass-through', tsx('passthrough.ts', ['--engine-url', engineUrl, '--parse']), jsonLine);
     children.push(passthrough);
     const passthroughUrl = (JSON.parse(passthrough.line) as { url: string }).url;
-    o.log(`engine ${engineUrl} (think ${o.thinkMs} ms), pass-through ${passthroughUrl}; levels ${o.levels.join(', ')}, ${o.turns} turns per session`);
+    o.log(`engine ${engineUrl} (think ${o.thinkMs} ms), pipe ${pipeUrl}, pass-through ${passthroughUrl}; levels ${o.levels.join(', ')}, ${o.turns} turns per session`);
 
     const common = ['--turns', String(o.turns), '--model', model, '--ramp-ms', String(o.rampMs), '--system-bytes', String(o.systemBytes), '--stream-share', String(o.streamShare)];
-    const warmup = (mode: string, url: string) => runLoadGenerator(['--mode', mode, '--url', url, '--sessions', String(Math.min(32, top)), ...common, '--turns', '1']);
+    // Every path is warmed up before it is measured, the proxy in each fresh process: a few dozen
+    // calls left the proxy's code half optimized (V8 still compiling ~14% of its CPU during the
+    // measured load at 1,000 sessions), which is start-up cost, not the cost per call of a proxy
+    // that runs for days. A full run warms with the level's sessions (up to WARMUP_SESSIONS) x 3 turns.
+    const warmup = (mode: string, url: string, sessions: number) =>
+      runLoadGenerator(['--mode', mode, '--url', url, '--sessions', String(o.quick ? Math.min(32, sessions) : Math.min(WARMUP_SESSIONS, sessions)), ...common, '--turns', o.quick ? '1' : '3']);
     const seed = (n: number) => engine.child.stdin!.write(`seed ${n}\n`);
 
-    await warmup('direct', engineUrl);
-    await warmup('passthrough', passthroughUrl);
+    await warmup('direct', engineUrl, top);
+    await warmup('pipe', pipeUrl, top);
+    await warmup('passthrough', passthroughUrl, top);
 
     const profileDir = join(ROOT, 'bench-results', 'profiles');
     if (o.profile) mkdirSync(profileDir, { recursive: true });
@@ -187,7 +208,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
       children.push(proxy);
       const proxyUrl = proxy.line.slice('proxy listening on '.length).trim();
       try {
-        await warmup('proxy', proxyUrl);
+        await warmup('proxy', proxyUrl, sessions);
         const warmCalls = storedCalls(dataDir);
         seed(sessions * 100 + round);
         const watch = watchProcess(proxy.pid);
@@ -205,18 +226,24 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
     const levels: LevelReport[] = [];
     for (const sessions of o.levels) {
       const loadArgs = (mode: string, url: string) => ['--mode', mode, '--url', url, '--sessions', String(sessions), ...common, '--health-url', `${url}/health`];
-      const runs: Record<'direct' | 'passthrough' | 'proxy', LoadResult[]> = { direct: [], passthrough: [], proxy: [] };
+      const runs: Record<'direct' | 'pipe' | 'passthrough' | 'proxy', LoadResult[]> = { direct: [], pipe: [], passthrough: [], proxy: [] };
+      const pipeStats: WatchStats[] = [];
       const ptStats: WatchStats[] = [];
       const pxStats: WatchStats[] = [];
       let stored = 0;
       for (let round = 0; round < o.rounds; round++) {
         // Alternate the order (ABC, CBA, ...) so a drift in background load hits every path alike.
-        const order = round % 2 === 0 ? (['direct', 'passthrough', 'proxy'] as const) : (['proxy', 'passthrough', 'direct'] as const);
+        const order = round % 2 === 0 ? (['direct', 'pipe', 'passthrough', 'proxy'] as const) : (['proxy', 'passthrough', 'pipe', 'direct'] as const);
         for (const path of order) {
           o.log(`[${sessions}${o.rounds > 1 ? ` round ${round + 1}/${o.rounds}` : ''}] ${path} ...`);
           if (path === 'direct') {
             seed(sessions * 100 + round);
             runs.direct.push(await runLoadGenerator(loadArgs('direct', engineUrl)));
+          } else if (path === 'pipe') {
+            seed(sessions * 100 + round);
+            const watch = watchProcess(pipe.pid);
+            runs.pipe.push(await runLoadGenerator(loadArgs('pipe', pipeUrl)));
+            pipeStats.push(watch.stop());
           } else if (path === 'passthrough') {
             seed(sessions * 100 + round);
             const watch = watchProcess(passthrough.pid);
@@ -233,6 +260,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
       const level = evaluate(
         sessions,
         mergeLoadResults(runs.direct),
+        withProcess(mergeLoadResults(runs.pipe), pipeStats),
         withProcess(mergeLoadResults(runs.passthrough), ptStats),
         { ...withProcess(mergeLoadResults(runs.proxy), pxStats), stored_calls: stored },
         o.quick ? null : latencyLevel(o.levels),
@@ -295,11 +323,11 @@ function withProcess<T extends LoadResult>(result: T, rounds: WatchStats[]): T &
   };
 }
 
-function addedLatency(direct: LatencySummary, pt: LatencySummary, px: LatencySummary): AddedLatency {
+function addedLatency(direct: LatencySummary, pipe: LatencySummary, pt: LatencySummary, px: LatencySummary): AddedLatency {
   const round = (v: number) => Math.round(v * 10) / 10;
   // A floor at or below zero (noise at low load) would make the ratio meaningless; clamp it to 1 ms.
   const ratio = (proxy: number, floor: number) => Math.round((proxy / Math.max(1, floor)) * 100) / 100;
-  const a = { passthrough_p50_ms: round(pt.p50 - direct.p50), proxy_p50_ms: round(px.p50 - direct.p50), passthrough_p99_ms: round(pt.p99 - direct.p99), proxy_p99_ms: round(px.p99 - direct.p99) };
+  const a = { pipe_p50_ms: round(pipe.p50 - direct.p50), pipe_p99_ms: round(pipe.p99 - direct.p99), passthrough_p50_ms: round(pt.p50 - direct.p50), proxy_p50_ms: round(px.p50 - direct.p50), passthrough_p99_ms: round(pt.p99 - direct.p99), proxy_p99_ms: round(px.p99 - direct.p99) };
   return { ...a, ratio_p50: ratio(a.proxy_p50_ms, a.passthrough_p50_ms), ratio_p99: ratio(a.proxy_p99_ms, a.passthrough_p99_ms) };
 }
 
@@ -308,12 +336,13 @@ function addedLatency(direct: LatencySummary, pt: LatencySummary, px: LatencySum
  * the limit. The added-latency ratio is judged only at `latencyLevel` (the top level of a full run):
  * at low load both paths add a few ms and their ratio is noise.
  */
-function evaluate(sessions: number, direct: LoadResult, pt: LevelReport['passthrough'], px: LevelReport['proxy'], latencyLevel: number | null): LevelReport {
-  const added = addedLatency(direct.latency, pt.latency, px.latency);
+function evaluate(sessions: number, direct: LoadResult, pipe: LevelReport['pipe'], pt: LevelReport['passthrough'], px: LevelReport['proxy'], latencyLevel: number | null): LevelReport {
+  const added = addedLatency(direct.latency, pipe.latency, pt.latency, px.latency);
   const cpuRatio = Math.round((px.process.cpu_ms_per_call / Math.max(0.001, pt.process.cpu_ms_per_call)) * 100) / 100;
-  const addedLater = addedLatency(direct.later_turns, pt.later_turns, px.later_turns);
+  const cpuRatioPipe = Math.round((px.process.cpu_ms_per_call / Math.max(0.001, pipe.process.cpu_ms_per_call)) * 100) / 100;
+  const addedLater = addedLatency(direct.later_turns, pipe.later_turns, pt.later_turns, px.later_turns);
   const failures: string[] = [];
-  for (const [name, r] of [['direct', direct], ['pass-through', pt], ['proxy', px]] as const) {
+  for (const [name, r] of [['direct', direct], ['pipe', pipe], ['pass-through', pt], ['proxy', px]] as const) {
     const n = totalCount(r.errors);
     if (n > 0) failures.push(`${name}: ${n} error(s) ${JSON.stringify(r.errors)}`);
     const expected = r.sessions * r.turns * (r.runs ?? 1);
@@ -339,11 +368,13 @@ function evaluate(sessions: number, direct: LoadResult, pt: LevelReport['passthr
   return {
     sessions,
     direct,
+    pipe,
     passthrough: pt,
     proxy: px,
     added,
     added_later_turns: addedLater,
     cpu_ratio: cpuRatio,
+    cpu_ratio_pipe: cpuRatioPipe,
     health_p50_ms: health?.latency.p50 ?? Number.NaN,
     health_p99_ms: health?.latency.p99 ?? Number.NaN,
     proxy_rss_peak_mb: px.process.rss_peak_mb,
@@ -355,30 +386,30 @@ function evaluate(sessions: number, direct: LoadResult, pt: LevelReport['passthr
 export function formatReport(report: ProxyLoadReport): string {
   const errs = (r: LoadResult) => String(totalCount(r.errors));
   const rows = [
-    ['sessions', 'errors d/pt/px', 'direct p50/p99', 'pass-thru p50/p99', 'proxy p50/p99', 'added p50 pt/px', 'ratio p50', 'added p99 pt/px', 'ratio p99', 'ratio later p50/p99', 'CPU ms/call pt/px', 'ratio CPU', '/health p50/p99', 'proxy RSS', 'SYN drops d/pt/px', 'verdict'],
+    ['sessions', 'errors d/pi/pt/px', 'direct p50/p99', 'pass-thru p50/p99', 'proxy p50/p99', 'added p50 pi/pt/px', 'ratio p50', 'added p99 pi/pt/px', 'ratio p99', 'ratio later p50/p99', 'CPU ms/call pi/pt/px', 'ratio CPU pt (pi)', '/health p50/p99', 'proxy RSS', 'SYN drops d/pi/pt/px', 'verdict'],
     ...report.levels.map((l) => [
       String(l.sessions),
-      `${errs(l.direct)}/${errs(l.passthrough)}/${errs(l.proxy)}`,
+      `${errs(l.direct)}/${errs(l.pipe)}/${errs(l.passthrough)}/${errs(l.proxy)}`,
       `${fmtMs(l.direct.latency.p50)}/${fmtMs(l.direct.latency.p99)}`,
       `${fmtMs(l.passthrough.latency.p50)}/${fmtMs(l.passthrough.latency.p99)}`,
       `${fmtMs(l.proxy.latency.p50)}/${fmtMs(l.proxy.latency.p99)}`,
-      `${fmtMs(l.added.passthrough_p50_ms)}/${fmtMs(l.added.proxy_p50_ms)}`,
+      `${fmtMs(l.added.pipe_p50_ms)}/${fmtMs(l.added.passthrough_p50_ms)}/${fmtMs(l.added.proxy_p50_ms)}`,
       fmtRatio(l.added.ratio_p50),
-      `${fmtMs(l.added.passthrough_p99_ms)}/${fmtMs(l.added.proxy_p99_ms)}`,
+      `${fmtMs(l.added.pipe_p99_ms)}/${fmtMs(l.added.passthrough_p99_ms)}/${fmtMs(l.added.proxy_p99_ms)}`,
       fmtRatio(l.added.ratio_p99),
       `${fmtRatio(l.added_later_turns.ratio_p50)}/${fmtRatio(l.added_later_turns.ratio_p99)}`,
-      `${l.passthrough.process.cpu_ms_per_call.toFixed(2)}/${l.proxy.process.cpu_ms_per_call.toFixed(2)}`,
-      fmtRatio(l.cpu_ratio),
+      `${l.pipe.process.cpu_ms_per_call.toFixed(2)}/${l.passthrough.process.cpu_ms_per_call.toFixed(2)}/${l.proxy.process.cpu_ms_per_call.toFixed(2)}`,
+      `${fmtRatio(l.cpu_ratio)} (${fmtRatio(l.cpu_ratio_pipe)})`,
       `${fmtMs(l.health_p50_ms)}/${fmtMs(l.health_p99_ms)}`,
       `${l.proxy_rss_peak_mb.toFixed(0)} MB`,
-      `${l.direct.listen_overflows ?? '-'}/${l.passthrough.listen_overflows ?? '-'}/${l.proxy.listen_overflows ?? '-'}`,
+      `${l.direct.listen_overflows ?? '-'}/${l.pipe.listen_overflows ?? '-'}/${l.passthrough.listen_overflows ?? '-'}/${l.proxy.listen_overflows ?? '-'}`,
       l.pass ? 'ok' : 'FAIL',
     ]),
   ];
-  const lines = [formatTable(rows), '(all latencies in ms; added = path minus direct; ratio = proxy added / pass-through added;\n ratio later = the same over the 2nd and later calls of each session, on open connections;\n SYN drops = connections the kernel dropped on full listen queues during the runs, system-wide)'];
+  const lines = [formatTable(rows), '(all latencies in ms; pi = the byte pipe, pt = the pass-through that parses (the floor);\n added = path minus direct; ratio = proxy added / pass-through added;\n ratio later = the same over the 2nd and later calls of each session, on open connections;\n SYN drops = connections the kernel dropped on full listen queues during the runs, system-wide)'];
   for (const l of report.levels) {
-    const kinds = { ...l.direct.errors, ...l.passthrough.errors, ...l.proxy.errors };
-    if (Object.keys(kinds).length) lines.push(`${l.sessions}: errors direct ${JSON.stringify(l.direct.errors)} pass-through ${JSON.stringify(l.passthrough.errors)} proxy ${JSON.stringify(l.proxy.errors)}`);
+    const kinds = { ...l.direct.errors, ...l.pipe.errors, ...l.passthrough.errors, ...l.proxy.errors };
+    if (Object.keys(kinds).length) lines.push(`${l.sessions}: errors direct ${JSON.stringify(l.direct.errors)} pipe ${JSON.stringify(l.pipe.errors)} pass-through ${JSON.stringify(l.passthrough.errors)} proxy ${JSON.stringify(l.proxy.errors)}`);
   }
   const where = report.targets.latency_evaluated_at === null ? 'latency ratio not judged in quick mode' : `latency ratio judged at ${report.targets.latency_evaluated_at} sessions`;
   lines.push(

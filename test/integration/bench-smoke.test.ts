@@ -25,7 +25,7 @@ test('proxy-load quick mode: every path answers every call, the report and its J
   assert.equal(report.levels.length, 1);
   const level = report.levels[0]!;
   assert.equal(level.sessions, 4);
-  for (const path of [level.direct, level.passthrough, level.proxy]) {
+  for (const path of [level.direct, level.pipe, level.passthrough, level.proxy]) {
     assert.deepEqual(path.errors, {}, `${path.mode} had errors`);
     assert.equal(path.calls_ok, 8, `${path.mode}: 4 sessions x 2 turns`);
     assert.deepEqual(Object.keys(path.latency).sort(), [...summaryKeys].sort());
@@ -36,22 +36,23 @@ test('proxy-load quick mode: every path answers every call, the report and its J
   }
   assert.equal(level.proxy.stored_calls, 8, 'every answered proxy call is in the durable store');
   for (const value of [...Object.values(level.added), ...Object.values(level.added_later_turns), level.health_p50_ms, level.health_p99_ms]) assert.equal(typeof value, 'number');
-  for (const path of [level.direct, level.passthrough, level.proxy]) assert.equal(typeof path.listen_overflows, 'number', `${path.mode}: listen drops counted`);
+  for (const path of [level.direct, level.pipe, level.passthrough, level.proxy]) assert.equal(typeof path.listen_overflows, 'number', `${path.mode}: listen drops counted`);
   assert.ok(level.proxy_rss_peak_mb > 0, 'proxy memory was sampled');
   assert.ok(level.passthrough.process.rss_peak_mb > 0, 'pass-through memory was sampled');
-  for (const p of [level.passthrough.process, level.proxy.process]) {
+  for (const p of [level.pipe.process, level.passthrough.process, level.proxy.process]) {
     assert.ok(p.cpu_ms_per_call >= 0 && Number.isFinite(p.cpu_ms_per_call), 'CPU per call is a number');
     assert.equal(typeof p.cpu_ms_by_thread, 'object');
   }
   assert.equal(typeof level.cpu_ratio, 'number');
+  assert.equal(typeof level.cpu_ratio_pipe, 'number');
   assert.equal(report.targets.latency_evaluated_at, null, 'quick mode does not judge the latency ratio');
   assert.equal(typeof level.pass, 'boolean');
 
   const written = JSON.parse(readFileSync(out, 'utf8')) as ProxyLoadReport;
   assert.deepEqual(written, JSON.parse(JSON.stringify(report)), 'the JSON file is the report');
   const text = formatReport(report);
-  assert.match(text, /^sessions\s+errors d\/pt\/px/);
-  assert.match(text, /\n4\s+0\/0\/0\s/);
+  assert.match(text, /^sessions\s+errors d\/pi\/pt\/px/);
+  assert.match(text, /\n4\s+0\/0\/0\/0\s/);
   assert.match(text, /\n(PASS|FAIL)/);
 });
 
@@ -71,4 +72,37 @@ test('load generator reads the assistant message without parsing token arrays, a
   }
   assert.deepEqual(extractMessage(JSON.stringify({ choices: [{ message: { role: 'assistant', content: 'a}b{"c\\' } }] })), { role: 'assistant', content: 'a}b{"c\\' });
   assert.equal(extractMessage('{"choices":[]}'), undefined);
+});
+
+test('pass-throughs: the pipe forwards any bytes; --parse (the floor) parses the request and the answer, and refuses a body that is not JSON', async () => {
+  const { startFakeEngine } = await import('../../src/engine/fake-engine.js');
+  const { startNode, stopChild } = await import('../../bench/processes.js');
+  const engine = await startFakeEngine();
+  const started = await Promise.all(
+    [[], ['--parse']].map((flags) => startNode('pass-through', ['--import', 'tsx', join(__dirname, '..', '..', 'bench', 'passthrough.ts'), '--engine-url', engine.url, ...flags], (l) => l.startsWith('{'))),
+  );
+  try {
+    const [pipeUrl, parseUrl] = started.map((s) => (JSON.parse(s.line) as { url: string }).url);
+    const post = (url: string, body: string) => fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const call = JSON.stringify({ model: engine.model, messages: [{ role: 'user', content: 'hi' }] });
+    for (const url of [pipeUrl!, parseUrl!]) {
+      const res = await post(url, call);
+      assert.equal(res.status, 200);
+      const answer = (await res.json()) as { choices: { message: ChatMessage }[] };
+      assert.equal(answer.choices[0]!.message.role, 'assistant');
+    }
+    assert.equal(engine.requests.length, 2);
+    const refused = await post(parseUrl!, 'not json');
+    assert.equal(refused.status, 400);
+    assert.match(await refused.text(), /body must be JSON/);
+    assert.equal(engine.requests.length, 2, 'the parsing pass-through never forwards a body it cannot parse');
+    // The pipe hands the same bytes on: the engine's own answer to them comes back, byte for byte.
+    const direct = await fetch(`${engine.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: 'not json' });
+    const piped = await post(pipeUrl!, 'not json');
+    assert.notEqual(direct.status, 200);
+    assert.deepEqual([piped.status, await piped.text()], [direct.status, await direct.text()]);
+  } finally {
+    for (const s of started) await stopChild(s.child);
+    await engine.close();
+  }
 });
