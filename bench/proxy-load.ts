@@ -5,7 +5,7 @@
 // proxy's added latency relative to the pass-through's, /health latency under load and proxy memory.
 //
 //   node --import tsx bench/proxy-load.ts [--levels 64,512,1000] [--turns 3] [--think-ms 500,1500]
-//                                         [--rounds 2] [--quick] [--profile] [--proxy-from-source]
+//                                         [--rounds 2] [--quick] [--profile] [--perf] [--proxy-from-source]
 //                                         [--proxy-node-arg=--trace-gc ...] [--out FILE]
 import { execSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -13,6 +13,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { mergeLoadResults, type LoadResult } from './load-generator.js';
+import { perfUnavailable, recordPerf, type PerfBreakdown } from './perf-profile.js';
 import { listenOverflows, parseThinkMs, setBenchPriority, startNode, stopChild, watchProcess, type Started } from './processes.js';
 import { fmtMs, fmtRatio, formatTable, totalCount, type LatencySummary } from './stats.js';
 
@@ -43,6 +44,8 @@ export interface ProxyLoadOptions {
   quick: boolean;
   /** Write a V8 CPU profile of each proxy process to bench-results/profiles/. */
   profile: boolean;
+  /** Record each measured proxy load with Linux perf (CPU, every thread, kernel included) and report where it went. */
+  perf: boolean;
   /** Run the proxy from src/ through tsx instead of dist/cli.js (tests; no build needed). */
   proxyFromSource: boolean;
   /** Nice value for the orchestrator and all its children (negative needs root): a shared machine's other jobs then yield. */
@@ -82,7 +85,7 @@ export interface LevelReport {
   pipe: LoadResult & { process: ProcessStats };
   /** The floor: the pass-through that parses the request and the answer (passthrough.ts --parse). */
   passthrough: LoadResult & { process: ProcessStats };
-  proxy: LoadResult & { process: ProcessStats; stored_calls: number };
+  proxy: LoadResult & { process: ProcessStats; stored_calls: number; perf_rounds?: PerfBreakdown[] };
   added: AddedLatency;
   /** The same over calls after each session's first (connections already open). */
   added_later_turns: AddedLatency;
@@ -157,6 +160,10 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
   const cliPath = join(ROOT, 'dist', 'cli.js');
   if (!o.proxyFromSource && !existsSync(cliPath)) throw new Error(`${cliPath} is missing; run npm run build (or pass --proxy-from-source)`);
 
+  if (o.perf) {
+    const why = perfUnavailable();
+    if (why) throw new Error(`--perf: ${why}`);
+  }
   if (o.nice !== undefined) setBenchPriority(o.nice);
   const started_at = new Date().toISOString();
   const loadStart = loadavg()[0]!;
@@ -192,13 +199,13 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
     await warmup('passthrough', passthroughUrl, top);
 
     const profileDir = join(ROOT, 'bench-results', 'profiles');
-    if (o.profile) mkdirSync(profileDir, { recursive: true });
+    if (o.profile || o.perf) mkdirSync(profileDir, { recursive: true });
     const entry = o.proxyFromSource ? ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts')] : [cliPath];
 
     /** One proxy run: a fresh proxy process and data dir, a warm-up, then the measured load. */
-    const proxyRun = async (sessions: number, round: number, args: (mode: string, url: string) => string[]): Promise<{ result: LoadResult; stats: WatchStats; stored: number }> => {
+    const proxyRun = async (sessions: number, round: number, args: (mode: string, url: string) => string[]): Promise<{ result: LoadResult; stats: WatchStats; stored: number; perf?: PerfBreakdown }> => {
       const dataDir = mkdtempSync(join(tmpdir(), 'hl-bench-proxy-'));
-      const nodeArgs = [...o.proxyNodeArgs, ...(o.profile ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `proxy-${sessions}-r${round}.cpuprofile`] : [])];
+      const nodeArgs = [...o.proxyNodeArgs, ...(o.profile ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `proxy-${sessions}-r${round}.cpuprofile`] : []), ...(o.perf ? ['--perf-basic-prof'] : [])];
       let logFile: string | undefined;
       if (nodeArgs.length) {
         mkdirSync(join(ROOT, 'bench-results', 'logs'), { recursive: true });
@@ -212,10 +219,12 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
         const warmCalls = storedCalls(dataDir);
         seed(sessions * 100 + round);
         const watch = watchProcess(proxy.pid);
+        const recording = o.perf ? recordPerf(proxy.pid, join(profileDir, `proxy-${sessions}-r${round}.perf.data`)) : undefined;
         const result = await runLoadGenerator(args('proxy', proxyUrl));
         const stats = watch.stop();
+        const perf = await recording?.stop();
         if (totalCount(result.errors) > 0 && proxy.stderr().includes('[error]')) o.log(`proxy stderr (tail):\n${proxy.stderr().slice(-2000)}`);
-        return { result, stats, stored: storedCalls(dataDir) - warmCalls };
+        return { result, stats, stored: storedCalls(dataDir) - warmCalls, ...(perf ? { perf } : {}) };
       } finally {
         await stopChild(proxy.child);
         children.splice(children.indexOf(proxy), 1);
@@ -231,6 +240,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
       const ptStats: WatchStats[] = [];
       const pxStats: WatchStats[] = [];
       let stored = 0;
+      const perfRounds: PerfBreakdown[] = [];
       for (let round = 0; round < o.rounds; round++) {
         // Alternate the order (ABC, CBA, ...) so a drift in background load hits every path alike.
         const order = round % 2 === 0 ? (['direct', 'pipe', 'passthrough', 'proxy'] as const) : (['proxy', 'passthrough', 'pipe', 'direct'] as const);
@@ -254,6 +264,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
             runs.proxy.push(run.result);
             pxStats.push(run.stats);
             stored += run.stored;
+            if (run.perf) perfRounds.push(run.perf);
           }
         }
       }
@@ -262,7 +273,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
         mergeLoadResults(runs.direct),
         withProcess(mergeLoadResults(runs.pipe), pipeStats),
         withProcess(mergeLoadResults(runs.passthrough), ptStats),
-        { ...withProcess(mergeLoadResults(runs.proxy), pxStats), stored_calls: stored },
+        { ...withProcess(mergeLoadResults(runs.proxy), pxStats), stored_calls: stored, ...(perfRounds.length ? { perf_rounds: perfRounds } : {}) },
         o.quick ? null : latencyLevel(o.levels),
       );
       levels.push(level);
@@ -274,7 +285,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
       bench: 'proxy-load',
       started_at,
       host: { cpus: cpus().length, node: process.version, platform: `${process.platform}-${process.arch}`, nofile_limit: limit, load_1m_start: round2(loadStart), load_1m_end: round2(loadavg()[0]!) },
-      config: { levels: o.levels, turns: o.turns, rounds: o.rounds, thinkMs: o.thinkMs, rampMs: o.rampMs, systemBytes: o.systemBytes, streamShare: o.streamShare, quick: o.quick, profile: o.profile, proxyFromSource: o.proxyFromSource, proxyNodeArgs: o.proxyNodeArgs, nice: o.nice },
+      config: { levels: o.levels, turns: o.turns, rounds: o.rounds, thinkMs: o.thinkMs, rampMs: o.rampMs, systemBytes: o.systemBytes, streamShare: o.streamShare, quick: o.quick, profile: o.profile, perf: o.perf, proxyFromSource: o.proxyFromSource, proxyNodeArgs: o.proxyNodeArgs, nice: o.nice },
       targets: { ...TARGETS, latency_evaluated_at: o.quick ? null : latencyLevel(o.levels) },
       levels,
       pass: failures.length === 0,
@@ -407,6 +418,10 @@ export function formatReport(report: ProxyLoadReport): string {
     ]),
   ];
   const lines = [formatTable(rows), '(all latencies in ms; pi = the byte pipe, pt = the pass-through that parses (the floor);\n added = path minus direct; ratio = proxy added / pass-through added;\n ratio later = the same over the 2nd and later calls of each session, on open connections;\n SYN drops = connections the kernel dropped on full listen queues during the runs, system-wide)'];
+  const shares = (r: Record<string, number>) => Object.entries(r).map(([k, v]) => `${k} ${v.toFixed(1)}%`).join(', ');
+  for (const l of report.levels) {
+    for (const [i, p] of (l.proxy.perf_rounds ?? []).entries()) lines.push(`${l.sessions} sessions, round ${i + 1}, proxy CPU by perf: main thread ${shares(p.main)}; other threads ${shares(p.other_threads)}`);
+  }
   for (const l of report.levels) {
     const kinds = { ...l.direct.errors, ...l.pipe.errors, ...l.passthrough.errors, ...l.proxy.errors };
     if (Object.keys(kinds).length) lines.push(`${l.sessions}: errors direct ${JSON.stringify(l.direct.errors)} pipe ${JSON.stringify(l.pipe.errors)} pass-through ${JSON.stringify(l.passthrough.errors)} proxy ${JSON.stringify(l.proxy.errors)}`);
@@ -456,6 +471,7 @@ export function parseProxyLoadArgs(argv: string[], env: NodeJS.ProcessEnv = proc
       'stream-share': { type: 'string', default: '0.5' },
       quick: { type: 'boolean', default: false },
       profile: { type: 'boolean', default: false },
+      perf: { type: 'boolean', default: false },
       'proxy-from-source': { type: 'boolean', default: false },
       'proxy-node-arg': { type: 'string', multiple: true, default: [] },
       nice: { type: 'string' },
@@ -477,6 +493,7 @@ export function parseProxyLoadArgs(argv: string[], env: NodeJS.ProcessEnv = proc
     streamShare,
     quick,
     profile: values.profile,
+    perf: values.perf,
     proxyFromSource: values['proxy-from-source'],
     proxyNodeArgs: values['proxy-node-arg'],
     ...(values.nice !== undefined ? { nice: niceValue(values.nice) } : {}),

@@ -103,6 +103,12 @@ export const PREREQUISITES: readonly Prerequisite[] = [
     packages: (m) => [['debootstrap', async () => m.has('debootstrap') || m.rootfsCached() || ((await m.docker()).ok && (await m.imagesReady()))]],
   }),
   aptPrerequisite({
+    id: 'linux-perf',
+    why: "the benches' --perf profiles record CPU with Linux perf (the V8 profiler samples wall-clock time), and their test runs it",
+    folders: ['integration'],
+    packages: (m) => [['linux-perf', () => m.has('perf')]],
+  }),
+  aptPrerequisite({
     id: 'chromium',
     why: "the webview and workbench e2e tests drive Debian's chromium",
     folders: ['e2e'],

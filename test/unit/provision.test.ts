@@ -18,6 +18,7 @@ const PACKAGES: Record<string, { command?: string; file?: string }> = {
   git: { command: 'git' },
   'docker.io': { command: 'dockerd' },
   debootstrap: { command: 'debootstrap' },
+  'linux-perf': { command: 'perf' },
   chromium: { file: chromiumPath() },
   ripgrep: { command: 'rg' },
   'libkrb5-dev': { file: PATHS.gssapiHeader },
@@ -135,7 +136,7 @@ test('a provisioned machine: nothing runs, one line says everything is present',
   assert.deepEqual(m.ran, []);
   assert.equal(m.started, 0);
   assert.equal(m.said.length, 1);
-  assert.match(m.said[0]!, /every prerequisite of the unit, integration, e2e tests is present \(git, docker\.io, debootstrap, chromium, code-server build tools, dockerd, base images, harness CLIs, code-server, bundle\)/);
+  assert.match(m.said[0]!, /every prerequisite of the unit, integration, e2e tests is present \(git, docker\.io, debootstrap, linux-perf, chromium, code-server build tools, dockerd, base images, harness CLIs, code-server, bundle\)/);
 });
 
 test('a fresh machine as root: one apt-get for every package, dockerd started once, then images, harness CLIs, code-server, bundle; a second run is a no-op', async () => {
@@ -143,7 +144,7 @@ test('a fresh machine as root: one apt-get for every package, dockerd started on
   const before = await plan(m, ALL);
   assert.deepEqual(
     before.map((s) => [s.prerequisite.id, s.state]),
-    ['git', 'docker.io', 'debootstrap', 'chromium', 'code-server build tools', 'dockerd', 'base images', 'harness CLIs', 'code-server', 'bundle'].map((id) => [id, 'install']),
+    ['git', 'docker.io', 'debootstrap', 'linux-perf', 'chromium', 'code-server build tools', 'dockerd', 'base images', 'harness CLIs', 'code-server', 'bundle'].map((id) => [id, 'install']),
   );
   assert.deepEqual(m.ran, [], 'planning runs nothing');
   assert.match(formatPlan(before), /^dockerd +would install: start dockerd .*\(after docker\.io\)$/m);
@@ -151,7 +152,7 @@ test('a fresh machine as root: one apt-get for every package, dockerd started on
   assert.deepEqual(await provision(m, ALL), []);
   assert.deepEqual(m.ran, [
     'apt-get update -q',
-    'apt-get install -y -q git docker.io debootstrap chromium ripgrep libkrb5-dev make g++ python3',
+    'apt-get install -y -q git docker.io debootstrap linux-perf chromium ripgrep libkrb5-dev make g++ python3',
     'node --import tsx src/cli/main.ts images --verbose',
     'bash scripts/harness-install.sh',
     'bash scripts/code-server-install.sh',
@@ -179,7 +180,7 @@ test('a fresh machine without root: no apt-get, no dockerd; each missing prerequ
   assert.deepEqual(m.ran, ['bash scripts/harness-install.sh', 'node esbuild.mjs'], 'only what needs no root runs');
   assert.equal(m.started, 0);
   const byId = Object.fromEntries(missing.map((s) => [s.prerequisite.id, s.detail]));
-  assert.deepEqual(Object.keys(byId), ['git', 'docker.io', 'debootstrap', 'chromium', 'code-server build tools', 'dockerd', 'base images', 'code-server']);
+  assert.deepEqual(Object.keys(byId), ['git', 'docker.io', 'debootstrap', 'linux-perf', 'chromium', 'code-server build tools', 'dockerd', 'base images', 'code-server']);
   assert.match(byId['docker.io']!, /needs root; run as root `apt-get install -y docker\.io`/);
   assert.match(byId['code-server build tools']!, /`apt-get install -y ripgrep libkrb5-dev make g\+\+ python3`/);
   assert.equal(byId.dockerd, 'needs docker.io first');
@@ -277,7 +278,7 @@ test('two runs starting dockerd at once: the one whose dockerd lost the race wai
 
 test('each folder needs only its own prerequisites', () => {
   assert.deepEqual(needed(['unit']).map((p) => p.id), ['git', 'bundle']);
-  assert.deepEqual(needed(['integration']).map((p) => p.id), ['git', 'docker.io', 'debootstrap', 'dockerd', 'base images', 'harness CLIs']);
+  assert.deepEqual(needed(['integration']).map((p) => p.id), ['git', 'docker.io', 'debootstrap', 'linux-perf', 'dockerd', 'base images', 'harness CLIs']);
   assert.deepEqual(needed(['e2e']).map((p) => p.id), ['git', 'chromium', 'code-server build tools', 'code-server', 'bundle']);
 });
 

@@ -1,0 +1,30 @@
+// The bench's perf recording against a real process: a node child that does nothing but JSON work
+// is found spending its CPU in JSON, on its main thread.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { perfUnavailable, recordPerf } from '../../bench/perf-profile.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'hl-perf-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+test('recordPerf: a busy JSON loop is charged to json on the main thread', async () => {
+  const missing = perfUnavailable();
+  if (missing) assert.fail(`perf cannot run here: ${missing} (scripts/provision.ts installs it)`);
+  const busy = "const t = JSON.stringify({ ids: Array.from({ length: 50000 }, (_, i) => i) }); process.stdout.write('go\\n'); for (;;) JSON.parse(t);";
+  const child = spawn(process.execPath, ['--perf-basic-prof', '-e', busy], { stdio: ['ignore', 'pipe', 'inherit'] });
+  try {
+    await new Promise<void>((resolve) => child.stdout!.once('data', () => resolve()));
+    const recording = recordPerf(child.pid!, join(dir, 'busy.perf.data'));
+    await new Promise((r) => setTimeout(r, 1500));
+    const b = await recording.stop();
+    assert.ok(b.samples_pct > 99, `percentages add up (${b.samples_pct})`);
+    assert.ok((b.main.json ?? 0) > 50, `JSON.parse dominates the main thread: ${JSON.stringify(b.main)}`);
+    assert.ok(b.top.some((t) => /JsonParser/.test(t.symbol)), JSON.stringify(b.top));
+  } finally {
+    child.kill('SIGKILL');
+  }
+});
