@@ -216,7 +216,8 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     const engine = await startNode('fake engine', tsx('fake-engine-process.ts', ['--think-ms', '0']), (l) => l.startsWith('{'));
     children.push(engine);
     const { url: engineUrl, model } = JSON.parse(engine.line) as { url: string; model: string };
-    const passthrough = await startNode('pass-through', tsx('passthrough.ts', ['--engine-url', engineUrl]), (l) => l.startsWith('{'));
+    // Issue 16's floor: the pass-through that parses the request and the answer (see passthrough.ts).
+    const passthrough = await startNode('pass-through', tsx('passthrough.ts', ['--engine-url', engineUrl, '--parse']), (l) => l.startsWith('{'));
     children.push(passthrough);
     const passthroughUrl = (JSON.parse(passthrough.line) as { url: string }).url;
     o.log(`soak: ${o.sessions} sessions for ${o.minutes} min through the proxy, ${o.turns.join('-')} turns per session, dialects ${o.dialects.join(', ')}, engine think 0 ms; baseline phases of ${o.baselineS} s after, paced at the proxy's steady call rate`);
