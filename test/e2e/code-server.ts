@@ -115,14 +115,33 @@ export async function launchCodeServer(opts: LaunchOptions): Promise<CodeServer>
   return { url, port, logFile, stop };
 }
 
+/**
+ * Types `value` into the open quick input until the row holding `rowText` has the focus, then
+ * presses Enter. Enter accepts the focused row, and the unfiltered list may already hold the
+ * wanted one: typing into a quick input that is about to be replaced by the next step's (the same
+ * DOM input, reset when the new one shows) left the first row focused, and Enter took it.
+ */
+export async function typeAndAccept(page: import('playwright-core').Page, value: string, rowText: string): Promise<void> {
+  const input = page.locator('.quick-input-widget input.input:visible');
+  const focused = page.locator('.quick-input-list .monaco-list-row.focused', { hasText: rowText }).first();
+  for (let attempt = 0; ; attempt++) {
+    await input.waitFor({ timeout: 15_000 });
+    await input.fill(value);
+    try {
+      await focused.waitFor({ timeout: 3_000 });
+      break;
+    } catch (err) {
+      if (attempt >= 3) throw err;
+    }
+  }
+  await page.keyboard.press('Enter');
+}
+
 /** Runs a command from the palette by its title (as a user would: F1, type, Enter). */
 export async function runCommand(page: import('playwright-core').Page, title: string): Promise<void> {
   await page.keyboard.press('F1');
-  const input = page.locator('.quick-input-widget input.input');
-  await input.waitFor({ state: 'visible', timeout: 10_000 });
-  await input.fill(`>${title}`);
-  await page.locator('.quick-input-list .monaco-list-row', { hasText: title }).first().waitFor({ timeout: 10_000 });
-  await page.keyboard.press('Enter');
+  await page.locator('.quick-input-widget input.input').waitFor({ state: 'visible', timeout: 10_000 });
+  await typeAndAccept(page, `>${title}`, title);
 }
 
 /**

@@ -19,7 +19,7 @@ import { build } from 'esbuild';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { TrainingTraceSchema } from '../../src/capture/trace.js';
 import { startFakeEngine, type FakeEngine } from '../../src/engine/fake-engine.js';
-import { chromiumPath, launchCodeServer, missingPrerequisite, pickFromContextMenu, runCommand, type CodeServer } from './code-server.js';
+import { chromiumPath, launchCodeServer, missingPrerequisite, pickFromContextMenu, runCommand, typeAndAccept, type CodeServer } from './code-server.js';
 import { findFiles, pane as viewPane, widenSidebar } from './workbench.js';
 
 const ROOT = resolve(__dirname, '..', '..');
@@ -273,9 +273,7 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     // workbench keeps the clipboard in memory while extension tests run, so the host suite reads it).
     await runCommand(page, 'Harness Lab: New Capture Session');
     await page.locator('.quick-input-list .monaco-list-row', { hasText: 'anthropic_messages' }).waitFor({ timeout: 10_000 });
-    await page.locator('.quick-input-widget input.input').fill('anthropic_messages');
-    await page.locator('.quick-input-list .monaco-list-row', { hasText: 'anthropic_messages' }).first().waitFor();
-    await page.keyboard.press('Enter');
+    await typeAndAccept(page, 'anthropic_messages', 'anthropic_messages');
     await page.locator('.editor-instance .view-lines', { hasText: 'GOOGLE_GEMINI_BASE_URL' }).waitFor({ timeout: 15_000 });
     await pane.locator('.monaco-list-row', { hasText: /0 calls/ }).first().waitFor({ timeout: 10_000 });
     await shot(page, '07-new-session');

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
+import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, typeAndAccept, type CodeServer } from './code-server.js';
 import { findFiles, pane, toast } from './workbench.js';
 import { packageAndInstallVsix } from './vsix-install.js';
 
@@ -81,8 +81,7 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     const input = page.locator('.quick-input-widget input.input');
     await input.waitFor({ state: 'visible', timeout: 15_000 });
     await page.locator('.quick-input-list .monaco-list-row', { hasText: 'hello-file/policy.json' }).waitFor({ timeout: 15_000 });
-    await input.fill('hello-file/policy.json');
-    await page.keyboard.press('Enter');
+    await typeAndAccept(page, 'hello-file/policy.json', 'hello-file/policy.json');
     const engineUp = toast(page, /embedded engine on http:\/\/127\.0\.0\.1:\d+/);
     await engineUp.waitFor({ timeout: 240_000 });
     await shot(page, '02-embedded-engine');
@@ -99,8 +98,7 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     await task.hover();
     await task.locator('.action-label[aria-label^="Run with Harness"]').click({ timeout: 10_000 });
     await page.locator('.quick-input-list .monaco-list-row', { hasText: 'react' }).first().waitFor({ timeout: 15_000 });
-    await input.fill('react');
-    await page.keyboard.press('Enter');
+    await typeAndAccept(page, 'react', 'react');
     const progress = toast(page, 'Harness Lab: react on hello-file');
     await progress.waitFor({ timeout: 60_000 });
     await shot(page, '04-run-progress');
@@ -144,8 +142,7 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     await slowRow.hover();
     await slowRow.locator('.action-label[aria-label^="Validate Harness Wiring"]').click({ timeout: 10_000 });
     await page.locator('.quick-input-list .monaco-list-row', { hasText: 'react' }).first().waitFor({ timeout: 15_000 });
-    await input.fill('react');
-    await page.keyboard.press('Enter');
+    await typeAndAccept(page, 'react', 'react');
     const validating = toast(page, 'Harness Lab: validating react on slow-file');
     await validating.locator('text=agent running').waitFor({ timeout: 300_000 });
     const sandboxes = () => spawnSync('docker', ['ps', '-aq', '--filter', 'label=harness-lab.task=slow-file', '--filter', 'label=harness-lab.kind=sandbox'], { encoding: 'utf8' }).stdout.trim().split('\n').filter(Boolean);

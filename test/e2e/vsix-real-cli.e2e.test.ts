@@ -12,7 +12,7 @@ import { after, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { harnessCacheRoot } from '../../src/harness/run-local.js';
-import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
+import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, typeAndAccept, type CodeServer } from './code-server.js';
 import { findFiles, pane, toast } from './workbench.js';
 import { packageAndInstallVsix } from './vsix-install.js';
 
@@ -80,8 +80,7 @@ test('installed .vsix: claude-code in a captured terminal, its calls in the tree
     const input = page.locator('.quick-input-widget input.input');
     await input.waitFor({ state: 'visible', timeout: 15_000 });
     await page.locator('.quick-input-list .monaco-list-row', { hasText: 'hello-file/policy.json' }).waitFor({ timeout: 15_000 });
-    await input.fill('hello-file/policy.json');
-    await page.keyboard.press('Enter');
+    await typeAndAccept(page, 'hello-file/policy.json', 'hello-file/policy.json');
     const engineUp = toast(page, /embedded engine on http:\/\/127\.0\.0\.1:\d+/);
     await engineUp.waitFor({ timeout: 240_000 });
     await engineUp.locator('.monaco-button', { hasText: 'Start Proxy' }).click();
@@ -136,8 +135,7 @@ test('installed .vsix: claude-code in a captured terminal, its calls in the tree
     await task.hover();
     await task.locator('.action-label[aria-label^="Run with Harness"]').click({ timeout: 10_000 });
     await page.locator('.quick-input-list .monaco-list-row', { hasText: 'codex' }).first().waitFor({ timeout: 15_000 });
-    await input.fill('codex');
-    await page.keyboard.press('Enter');
+    await typeAndAccept(page, 'codex', 'codex');
     const done = toast(page, /\[codex \/ docker\] task hello-file: \w+ reward=/);
     await done.waitFor({ timeout: 600_000 });
     const doneText = await done.innerText();

@@ -4,7 +4,7 @@
 import { readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { chromium, type Browser, type Locator, type Page } from 'playwright-core';
-import { chromiumPath, launchCodeServer, runCommand, type CodeServer } from './code-server.js';
+import { chromiumPath, launchCodeServer, runCommand, typeAndAccept, type CodeServer } from './code-server.js';
 
 export const ROOT = resolve(__dirname, '..', '..');
 export const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
@@ -86,40 +86,43 @@ export async function showBatchesView(page: Page): Promise<Locator> {
 
 /** Picks in the open quick input: filter by text, then Enter (for a multi-select, the row is checked first). */
 export async function pick(page: Page, text: string, opts: { check?: boolean } = {}): Promise<void> {
+  if (!opts.check) return typeAndAccept(page, text, text);
   const input = page.locator('.quick-input-widget input.input:visible');
   await input.waitFor({ timeout: 15_000 });
   await input.fill(text);
   const row = page.locator('.quick-input-list .monaco-list-row', { hasText: text }).first();
   await row.waitFor({ timeout: 10_000 });
-  if (opts.check) {
-    // A multi-select: one item checked ("1 Selected"); clicking a row toggles it.
-    const count = page.locator('.quick-input-widget .quick-input-count:visible');
-    if (!/^1 Selected/.test((await count.innerText().catch(() => '')).trim())) await row.locator('.label-name').first().click();
-    await count.filter({ hasText: /^1 Selected/ }).waitFor({ timeout: 10_000 });
-  } else {
-    // Enter accepts the focused row: wait until the filter has put the wanted row in focus (the
-    // unfiltered list already holds it, and an early Enter takes the first row, e.g. "docker").
-    await page.locator('.quick-input-list .monaco-list-row.focused', { hasText: text }).first().waitFor({ timeout: 10_000 });
-  }
+  // A multi-select: one item checked ("1 Selected"); clicking a row toggles it.
+  const count = page.locator('.quick-input-widget .quick-input-count:visible');
+  if (!/^1 Selected/.test((await count.innerText().catch(() => '')).trim())) await row.locator('.label-name').first().click();
+  await count.filter({ hasText: /^1 Selected/ }).waitFor({ timeout: 10_000 });
   await page.keyboard.press('Enter');
+}
+
+/** Waits for the quick input of the step whose title holds `step` (the previous step's may still be on screen). */
+async function atStep(page: Page, step: string): Promise<void> {
+  await page.locator('.quick-input-widget .quick-input-title', { hasText: step }).waitFor({ timeout: 20_000 });
 }
 
 /** "Harness Lab: Submit Rollout Batch..." from the palette, through its quick picks as a user answers them. */
 export async function submitBatch(page: Page, o: { task: string; harness: string; groupSize: number; backend: 'docker' | 'k8s'; kubeContext?: string; engine?: string }): Promise<void> {
   await runCommand(page, 'Harness Lab: Submit Rollout Batch...');
+  await atStep(page, '(1/4)');
   await pick(page, o.task, { check: true }); // tasks (multi-select), by folder
+  await atStep(page, '(2/4)');
   await pick(page, o.harness, { check: true }); // harnesses (multi-select)
+  await atStep(page, '(3/4)');
   const size = page.locator('.quick-input-widget input.input:visible');
-  await size.waitFor({ timeout: 15_000 });
   await size.fill(String(o.groupSize));
   await page.keyboard.press('Enter');
+  await atStep(page, '(4/4)');
   await pick(page, o.backend);
   if (o.kubeContext) {
-    await page.locator('.quick-input-widget .quick-input-title', { hasText: 'kube context' }).waitFor({ timeout: 20_000 });
+    await atStep(page, 'kube context');
     await pick(page, o.kubeContext);
   }
   if (o.engine) {
-    await page.locator('.quick-input-widget .quick-input-title', { hasText: 'engine' }).waitFor({ timeout: 20_000 });
+    await atStep(page, 'engine');
     await pick(page, o.engine);
   }
 }
