@@ -77,6 +77,37 @@ console.log('ONE_CALL ' + res.status);
 }
 
 
+/** Resolves once some value in the workbench's IndexedDB storage holds every needle. */
+async function storedInBrowser(page: Page, needles: string[]): Promise<void> {
+  await page.waitForFunction(
+    async (wanted: string[]) => {
+      for (const { name } of await indexedDB.databases()) {
+        if (!name) continue;
+        const db = await new Promise<IDBDatabase>((resolve, reject) => {
+          const req = indexedDB.open(name);
+          req.onsuccess = () => resolve(req.result);
+          req.onerror = () => reject(req.error);
+        });
+        try {
+          for (const store of Array.from(db.objectStoreNames)) {
+            const values = await new Promise<unknown[]>((resolve, reject) => {
+              const req = db.transaction(store, 'readonly').objectStore(store).getAll();
+              req.onsuccess = () => resolve(req.result as unknown[]);
+              req.onerror = () => reject(req.error);
+            });
+            if (values.some((v) => typeof v === 'string' && wanted.every((w) => v.includes(w)))) return true;
+          }
+        } finally {
+          db.close();
+        }
+      }
+      return false;
+    },
+    needles,
+    { timeout: 15_000, polling: 250 },
+  );
+}
+
 async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
 }
@@ -326,14 +357,22 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
 
   // A new window on the same workspace (what a reload does: fresh extension host, fresh activation,
   // proxy off since auto-start is off) still lists the captured session, read from the durable store.
-  await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload.filter(([k]) => k !== 'extensionTestsPath')))}`);
-  await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
-  await viewPane(page, /^sessions/i).locator('.monaco-list-row', { hasText: `${result.session}` }).waitFor({ timeout: 30_000 });
-  await viewPane(page, /^sessions/i).locator('.monaco-list-row', { hasText: /4 calls · 1 failed/ }).waitFor({ timeout: 10_000 });
-  await viewPane(page, /^sessions/i).locator('.monaco-list-row', { hasText: '#2 google_gemini' }).waitFor({ timeout: 10_000 });
-  await page.locator('.statusbar-item', { hasText: 'Harness Lab: off' }).waitFor({ timeout: 10_000 });
-  const enginesAfter = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^engines/i }) });
-  await enginesAfter.locator('.monaco-list-row', { hasText: 'unknown · capture: tokens' }).waitFor({ timeout: 10_000 });
+  // The engine probe the extension remembers (globalState) reaches the browser's storage after a
+  // flush delay, and a navigation before that loses it (a real reload flushes first): wait for it.
+  try {
+    await storedInBrowser(page, ['harnessLab.probedEngines', '"captureLevel":"tokens"']);
+    await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload.filter(([k]) => k !== 'extensionTestsPath')))}`);
+    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
+    await viewPane(page, /^sessions/i).locator('.monaco-list-row', { hasText: `${result.session}` }).waitFor({ timeout: 30_000 });
+    await viewPane(page, /^sessions/i).locator('.monaco-list-row', { hasText: /4 calls · 1 failed/ }).waitFor({ timeout: 10_000 });
+    await viewPane(page, /^sessions/i).locator('.monaco-list-row', { hasText: '#2 google_gemini' }).waitFor({ timeout: 10_000 });
+    await page.locator('.statusbar-item', { hasText: 'Harness Lab: off' }).waitFor({ timeout: 10_000 });
+    const enginesAfter = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^engines/i }) });
+    await enginesAfter.locator('.monaco-list-row', { hasText: 'unknown · capture: tokens' }).waitFor({ timeout: 10_000 });
+  } catch (err) {
+    await shot(page, '99-failure-after-reload').catch(() => undefined);
+    throw err;
+  }
   await shot(page, '09-after-reload');
   mark('reloaded');
   console.log(`e2e timings (ms since start): ${JSON.stringify(timings)}`);
