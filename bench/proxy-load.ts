@@ -19,15 +19,15 @@ import { fmtMs, fmtRatio, formatTable, totalCount, type LatencySummary } from '.
 
 const ROOT = join(__dirname, '..');
 
+/** A full run's warm-up of each path (and of each fresh proxy process): this many sessions at most, 3 turns. */
+export const WARMUP_SESSIONS = 1000;
+
 /**
  * sessions: where the latency ratios are judged (or the top level, if a run stops below it);
  * maxAddedRatio / maxAddedP99Ratio: proxy added p50 / p99 over the pass-through's; maxCpuRatio: the
  * proxy's CPU time per call over the pass-through's (judged at the same level); errors must be zero
  * at every level, up to `errorFreeSessions` in a full run.
  */
-/** A full run's warm-up of each path (and of each fresh proxy process): this many sessions at most, 3 turns. */
-export const WARMUP_SESSIONS = 1000;
-
 export const TARGETS = { sessions: 1000, maxAddedRatio: 1.5, maxAddedP99Ratio: 2, maxCpuRatio: 1.5, maxHealthP99Ms: 100, errorFreeSessions: 2000 } as const;
 
 export interface ProxyLoadOptions {
@@ -177,13 +177,13 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
     const engine = await startNode('fake engine', tsx('fake-engine-process.ts', ['--think-ms', o.thinkMs]), jsonLine);
     children.push(engine);
     const { url: engineUrl, model } = JSON.parse(engine.line) as { url: string; model: string };
-    const pipe = await startNode('pipe', tsx('passthrough.ts', ['--engine-url', engineUrl]), jsonLine);
-    children.push(pipe);
-    const pipeUrl = (JSON.parse(pipe.line) as { url: string }).url;
-    const passthrough = await startNode('pass-through', tsx('passthrough.ts', ['--engine-url', engineUrl, '--parse']), jsonLine);
-    children.push(passthrough);
-    const passthroughUrl = (JSON.parse(passthrough.line) as { url: string }).url;
-    o.log(`engine ${engineUrl} (think ${o.thinkMs} ms), pipe ${pipeUrl}, pass-through ${passthroughUrl}; levels ${o.levels.join(', ')}, ${o.turns} turns per session`);
+    const startHop = async (name: string, flags: string[]) => {
+      const started = await startNode(name, tsx('passthrough.ts', ['--engine-url', engineUrl, ...flags]), jsonLine);
+      children.push(started);
+      return { started, url: (JSON.parse(started.line) as { url: string }).url };
+    };
+    const hops = { pipe: await startHop('pipe', []), passthrough: await startHop('pass-through', ['--parse']) };
+    o.log(`engine ${engineUrl} (think ${o.thinkMs} ms), pipe ${hops.pipe.url}, pass-through ${hops.passthrough.url}; levels ${o.levels.join(', ')}, ${o.turns} turns per session`);
 
     const common = ['--turns', String(o.turns), '--model', model, '--ramp-ms', String(o.rampMs), '--system-bytes', String(o.systemBytes), '--stream-share', String(o.streamShare)];
     // Every path is warmed up before it is measured, the proxy in each fresh process: a few dozen
@@ -195,8 +195,8 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
     const seed = (n: number) => engine.child.stdin!.write(`seed ${n}\n`);
 
     await warmup('direct', engineUrl, top);
-    await warmup('pipe', pipeUrl, top);
-    await warmup('passthrough', passthroughUrl, top);
+    await warmup('pipe', hops.pipe.url, top);
+    await warmup('passthrough', hops.passthrough.url, top);
 
     const profileDir = join(ROOT, 'bench-results', 'profiles');
     if (o.profile || o.perf) mkdirSync(profileDir, { recursive: true });
@@ -236,8 +236,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
     for (const sessions of o.levels) {
       const loadArgs = (mode: string, url: string) => ['--mode', mode, '--url', url, '--sessions', String(sessions), ...common, '--health-url', `${url}/health`];
       const runs: Record<'direct' | 'pipe' | 'passthrough' | 'proxy', LoadResult[]> = { direct: [], pipe: [], passthrough: [], proxy: [] };
-      const pipeStats: WatchStats[] = [];
-      const ptStats: WatchStats[] = [];
+      const hopStats: Record<'pipe' | 'passthrough', WatchStats[]> = { pipe: [], passthrough: [] };
       const pxStats: WatchStats[] = [];
       let stored = 0;
       const perfRounds: PerfBreakdown[] = [];
@@ -249,16 +248,12 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
           if (path === 'direct') {
             seed(sessions * 100 + round);
             runs.direct.push(await runLoadGenerator(loadArgs('direct', engineUrl)));
-          } else if (path === 'pipe') {
+          } else if (path === 'pipe' || path === 'passthrough') {
+            const hop = hops[path];
             seed(sessions * 100 + round);
-            const watch = watchProcess(pipe.pid);
-            runs.pipe.push(await runLoadGenerator(loadArgs('pipe', pipeUrl)));
-            pipeStats.push(watch.stop());
-          } else if (path === 'passthrough') {
-            seed(sessions * 100 + round);
-            const watch = watchProcess(passthrough.pid);
-            runs.passthrough.push(await runLoadGenerator(loadArgs('passthrough', passthroughUrl)));
-            ptStats.push(watch.stop());
+            const watch = watchProcess(hop.started.pid);
+            runs[path].push(await runLoadGenerator(loadArgs(path, hop.url)));
+            hopStats[path].push(watch.stop());
           } else {
             const run = await proxyRun(sessions, round, loadArgs);
             runs.proxy.push(run.result);
@@ -271,8 +266,8 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
       const level = evaluate(
         sessions,
         mergeLoadResults(runs.direct),
-        withProcess(mergeLoadResults(runs.pipe), pipeStats),
-        withProcess(mergeLoadResults(runs.passthrough), ptStats),
+        withProcess(mergeLoadResults(runs.pipe), hopStats.pipe),
+        withProcess(mergeLoadResults(runs.passthrough), hopStats.passthrough),
         { ...withProcess(mergeLoadResults(runs.proxy), pxStats), stored_calls: stored, ...(perfRounds.length ? { perf_rounds: perfRounds } : {}) },
         o.quick ? null : latencyLevel(o.levels),
       );
@@ -349,8 +344,9 @@ function addedLatency(direct: LatencySummary, pipe: LatencySummary, pt: LatencyS
  */
 function evaluate(sessions: number, direct: LoadResult, pipe: LevelReport['pipe'], pt: LevelReport['passthrough'], px: LevelReport['proxy'], latencyLevel: number | null): LevelReport {
   const added = addedLatency(direct.latency, pipe.latency, pt.latency, px.latency);
-  const cpuRatio = Math.round((px.process.cpu_ms_per_call / Math.max(0.001, pt.process.cpu_ms_per_call)) * 100) / 100;
-  const cpuRatioPipe = Math.round((px.process.cpu_ms_per_call / Math.max(0.001, pipe.process.cpu_ms_per_call)) * 100) / 100;
+  const cpuRatioTo = (floor: ProcessStats) => Math.round((px.process.cpu_ms_per_call / Math.max(0.001, floor.cpu_ms_per_call)) * 100) / 100;
+  const cpuRatio = cpuRatioTo(pt.process);
+  const cpuRatioPipe = cpuRatioTo(pipe.process);
   const addedLater = addedLatency(direct.later_turns, pipe.later_turns, pt.later_turns, px.later_turns);
   const failures: string[] = [];
   for (const [name, r] of [['direct', direct], ['pipe', pipe], ['pass-through', pt], ['proxy', px]] as const) {

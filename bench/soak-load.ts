@@ -336,7 +336,7 @@ function nonNegativeInt(text: string, name: string): number {
   return n;
 }
 
-function positiveNumber(text: string, name: string): number {
+function nonNegativeNumber(text: string, name: string): number {
   const n = Number(text);
   if (!Number.isFinite(n) || n < 0) throw new Error(`--${name} must be a number >= 0, got '${text}'`);
   return n;
@@ -399,7 +399,7 @@ async function main(): Promise<void> {
     keepSamples: values['keep-samples'],
     seed: nonNegativeInt(values.seed, 'seed'),
     warmupMs: nonNegativeInt(values['warmup-ms'], 'warmup-ms'),
-    ratePerS: positiveNumber(values.rate, 'rate'),
+    ratePerS: nonNegativeNumber(values.rate, 'rate'),
   });
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }

@@ -3,8 +3,9 @@
 // multi-turn conversations (chat completions and Anthropic Messages, streamed and not) and end,
 // and each is replaced at once by a new one, so N stay concurrent for the whole run.
 //
-// Baseline: the same sessions (by seed) straight to the engine and through the bare pass-through,
-// in short phases after the soak, each paced at the call rate the proxy sustained after its warm-up.
+// Baseline: the same sessions (by seed) straight to the engine and through the pass-through that
+// parses (issue 16's floor), in short phases after the soak, each paced at the call rate the proxy
+// sustained after its warm-up.
 // Paced, because with zero think time a closed loop measures each path at its own saturation: an
 // unpaced direct phase drove the engine ~1.5x faster than the proxy did and queued calls in the
 // engine (direct p99 16 s at 1,000 sessions, above the proxy's), which made added latency negative.
@@ -224,16 +225,15 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
 
     const common = ['--sessions', String(o.sessions), '--turns', o.turns.join(','), '--model', model, '--ramp-ms', String(o.rampMs), '--system-bytes', String(o.systemBytes), '--seed', '1'];
     const phases: (PhaseReport & { samples: number[] })[] = [];
-    const baselinePhase = async (path: 'direct' | 'passthrough', when: 'after', rate: number) => {
-      o.log(`soak: ${path} baseline (${when}, paced at ${round1(rate)} calls/s) ...`);
+    const baselinePhase = async (path: 'direct' | 'passthrough', rate: number) => {
+      o.log(`soak: ${path} baseline (after, paced at ${round1(rate)} calls/s) ...`);
       const url = path === 'direct' ? engineUrl : passthroughUrl;
       const watch = path === 'passthrough' ? watchProcess(passthrough.pid, 1000) : undefined;
       const phaseMs = Math.round(o.baselineS * 1000);
       const { result } = await runClient(['--mode', path, '--url', url, ...common, '--duration-ms', String(phaseMs), '--bucket-ms', String(phaseMs), '--dialects', 'chat', '--keep-samples', '--warmup-ms', String(Math.round(phaseMs * BASELINE_WARMUP_SHARE)), '--rate', String(rate), ...(path === 'passthrough' ? ['--health-url', `${url}/health`] : [])], phaseMs + 10 * 60_000);
       const cpu = watch?.stop().cpuMs;
-      phases.push({ path, when, rate_per_s: round1(rate), calls_ok: result.calls_ok, errors: result.errors, latency: result.after_warmup, latency_with_warmup: result.latency, cpu_ms_per_call: cpu === undefined || !result.calls_ok ? null : round2(cpu / result.calls_ok), health: result.health ? { p50: result.health.latency.p50, p99: result.health.latency.p99, polls: result.health.polls } : null, samples: result.samples_ms ?? [] });
+      phases.push({ path, when: 'after', rate_per_s: round1(rate), calls_ok: result.calls_ok, errors: result.errors, latency: result.after_warmup, latency_with_warmup: result.latency, cpu_ms_per_call: cpu === undefined || !result.calls_ok ? null : round2(cpu / result.calls_ok), health: result.health ? { p50: result.health.latency.p50, p99: result.health.latency.p99, polls: result.health.polls } : null, samples: result.samples_ms ?? [] });
     };
-
 
     // ---- the soak ----
     const heapDir = join(ROOT, 'bench-results', 'heap');
@@ -296,8 +296,8 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
 
     // The rate the proxy sustained once warm: what the baselines are paced at.
     const steadyRate = soak.after_warmup.count / Math.max(1, (durationMs - o.warmupS * 1000) / 1000);
-    await baselinePhase('passthrough', 'after', steadyRate);
-    await baselinePhase('direct', 'after', steadyRate);
+    await baselinePhase('passthrough', steadyRate);
+    await baselinePhase('direct', steadyRate);
 
     // ---- evaluate ----
     const pooled = (path: 'direct' | 'passthrough') => summarize(phases.filter((p) => p.path === path).flatMap((p) => p.samples));
@@ -382,7 +382,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       },
       latency: soak.latency,
       baseline: {
-        method: `direct (client -> engine) and pass-through (client -> bare node:http forwarder -> engine) phases of ${o.baselineS} s each, run with the same sessions (same seed) after the soak against the same engine process, each paced at the call rate the proxy sustained after its warm-up (so the engine sees the same load on every path; unpaced, a zero-think closed loop measures each path at its own saturation); each phase's first third is its warm-up (connection setup of ${o.sessions} sessions at once) and left out. added = proxy percentile in a bucket minus the paced direct percentile.`,
+        method: `direct (client -> engine) and pass-through (client -> node:http forwarder that parses the request and the answer -> engine) phases of ${o.baselineS} s each, run with the same sessions (same seed) after the soak against the same engine process, each paced at the call rate the proxy sustained after its warm-up (so the engine sees the same load on every path; unpaced, a zero-think closed loop measures each path at its own saturation); each phase's first third is its warm-up (connection setup of ${o.sessions} sessions at once) and left out. added = proxy percentile in a bucket minus the paced direct percentile.`,
         phases: phases.map(({ samples: _samples, ...p }) => p),
         direct,
         passthrough: pt,

@@ -72,8 +72,10 @@ export const LoadNotification = notification('load', type<{ wire: ViewerWire; fo
 export const TokenTextsNotification = notification('tokenTexts', type<{ texts: Record<string, string> }>());
 export const FocusTurnNotification = notification('focusTurn', type<{ node_id: string }>());
 export const ErrorNotification = notification('error', type<{ message: string }>());
-/** One GRPO group of a batch to show side by side (the group view, webview/viewer/group.ts). */
-/** `restore`: what the webview keeps as its state, so the panel serializer can reopen the group after a reload. */
+/**
+ * One GRPO group of a batch to show side by side (the group view, webview/viewer/group.ts).
+ * `restore`: what the webview keeps as its state, so the panel serializer can reopen the group after a reload.
+ */
 export const LoadGroupNotification = notification('loadGroup', type<{ group: GroupViewData; restore?: GroupViewRestore }>());
 
 /** Webview -> host, by method. */

@@ -6,9 +6,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { extractMessage } from '../../bench/load-generator.js';
+import { startNode, stopChild } from '../../bench/processes.js';
 import { formatReport, parseProxyLoadArgs, runProxyLoad, type ProxyLoadReport } from '../../bench/proxy-load.js';
 import type { ChatMessage } from '../../src/capture/types.js';
-import { buildFakeCompletion } from '../../src/engine/fake-engine.js';
+import { buildFakeCompletion, startFakeEngine } from '../../src/engine/fake-engine.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'hl-bench-smoke-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -75,8 +76,6 @@ test('load generator reads the assistant message without parsing token arrays, a
 });
 
 test('pass-throughs: the pipe forwards any bytes; --parse (the floor) parses the request and the answer, and refuses a body that is not JSON', async () => {
-  const { startFakeEngine } = await import('../../src/engine/fake-engine.js');
-  const { startNode, stopChild } = await import('../../bench/processes.js');
   const engine = await startFakeEngine();
   const started = await Promise.all(
     [[], ['--parse']].map((flags) => startNode('pass-through', ['--import', 'tsx', join(__dirname, '..', '..', 'bench', 'passthrough.ts'), '--engine-url', engine.url, ...flags], (l) => l.startsWith('{'))),
