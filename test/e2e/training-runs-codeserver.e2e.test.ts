@@ -10,11 +10,11 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, test } from 'node:test';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { chromium, type Browser } from 'playwright-core';
 import type { KubeDouble } from '../k8s-double/index.js';
 import { testCluster } from '../integration/k8s-fixtures.js';
 import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
-import { pick } from './workbench.js';
+import { atStep, pick } from './workbench.js';
 
 const ROOT = resolve(__dirname, '..', '..');
 const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
@@ -30,11 +30,6 @@ after(async () => {
   await cluster?.close();
   if (stateDir && !process.env.HL_E2E_KEEP) rmSync(stateDir, { recursive: true, force: true });
 });
-
-async function pickStep(page: Page, step: string, text: string): Promise<void> {
-  await page.locator('.quick-input-widget .quick-input-title', { hasText: step }).waitFor({ timeout: 20_000 });
-  await pick(page, text);
-}
 
 test('Start Training Run... against the API server double: the run in the Training Runs view, its log and status', { timeout: 400_000 }, async () => {
   const missing = missingPrerequisite();
@@ -79,9 +74,12 @@ test('Start Training Run... against the API server double: the run in the Traini
   await page.screenshot({ path: join(ARTIFACTS, 'training-01-empty.png') });
 
   await runCommand(page, 'Harness Lab: Start Training Run...');
-  await pickStep(page, '1/3', 'trl');
-  await pickStep(page, '2/3', 'training/trl-e2e.yaml');
-  await pickStep(page, '3/3', 'double');
+  await atStep(page, '1/3');
+  await pick(page, 'trl');
+  await atStep(page, '2/3');
+  await pick(page, 'training/trl-e2e.yaml');
+  await atStep(page, '3/3');
+  await pick(page, 'double');
 
   const status = page.locator('.statusbar-item', { hasText: /trl-e2e: Running/ });
   await status.waitFor({ timeout: 90_000 }).catch(async (err: unknown) => {

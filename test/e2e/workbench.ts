@@ -100,7 +100,7 @@ export async function pick(page: Page, text: string, opts: { check?: boolean } =
 }
 
 /** Waits for the quick input of the step whose title holds `step` (the previous step's may still be on screen). */
-async function atStep(page: Page, step: string): Promise<void> {
+export async function atStep(page: Page, step: string): Promise<void> {
   await page.locator('.quick-input-widget .quick-input-title', { hasText: step }).waitFor({ timeout: 20_000 });
 }
 
