@@ -198,6 +198,11 @@ export interface LoadOptions {
   healthUrl?: string;
   healthIntervalMs: number;
   timeoutMs: number;
+  /**
+   * Called once the proxy's sessions are registered, before the first call; the load starts when it
+   * resolves (the orchestrator measures the calls' CPU apart from the registrations').
+   */
+  gate?: () => Promise<void>;
 }
 
 export async function runLoad(o: LoadOptions): Promise<LoadResult> {
@@ -226,6 +231,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
     };
     await Promise.all(Array.from({ length: Math.min(32, o.sessions) }, create));
   }
+  await o.gate?.();
 
   const call = async (session: number, messages: ChatMessage[], stream: boolean, turn: number): Promise<ChatMessage | undefined> => {
     const body = o.mode === 'proxy' ? { model: 'bench/agent-model', messages, tools: [BASH_TOOL], temperature: 0.7, stream } : { model: o.model, messages, tools: [BASH_TOOL], temperature: 0.7, ...CAPTURE_FIELDS };
@@ -336,6 +342,22 @@ export function mergeLoadResults(runs: LoadResult[]): LoadResult {
   };
 }
 
+/** Prints the `registered` line and resolves at the first `go` line on stdin. */
+function gateOnStdin(): Promise<void> {
+  process.stdout.write(`${JSON.stringify({ registered: true })}\n`);
+  return new Promise((resolve) => {
+    let buffered = '';
+    const onData = (chunk: Buffer) => {
+      buffered += chunk.toString('utf8');
+      if (!buffered.split('\n').some((l) => l.trim() === 'go')) return;
+      process.stdin.off('data', onData);
+      process.stdin.destroy(); // an open stdin would keep this process alive after the load
+      resolve();
+    };
+    process.stdin.on('data', onData);
+  });
+}
+
 function positiveInt(text: string, name: string): number {
   const n = Number(text);
   if (!Number.isInteger(n) || n < 0) throw new Error(`--${name} must be a non-negative integer, got '${text}'`);
@@ -356,6 +378,7 @@ async function main(): Promise<void> {
       'health-url': { type: 'string' },
       'health-interval-ms': { type: 'string', default: '50' },
       'timeout-ms': { type: 'string', default: '120000' },
+      gate: { type: 'boolean', default: false },
     },
   });
   const mode = values.mode as LoadMode;
@@ -372,6 +395,8 @@ async function main(): Promise<void> {
     healthUrl: values['health-url'],
     healthIntervalMs: positiveInt(values['health-interval-ms'], 'health-interval-ms'),
     timeoutMs: positiveInt(values['timeout-ms'], 'timeout-ms'),
+    // --gate: say `{"registered":N}` on stdout once the sessions exist, then wait for `go` on stdin.
+    ...(values.gate ? { gate: gateOnStdin } : {}),
   });
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }

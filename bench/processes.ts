@@ -27,6 +27,8 @@ export interface Started {
   pid: number;
   /** The first stdout line that `ready` accepted. */
   line: string;
+  /** The newest stdout line so far (`line` until another one comes). */
+  lastLine(): string;
   /** Everything the child wrote to stderr so far (kept for error reports, capped). */
   stderr(): string;
 }
@@ -67,8 +69,9 @@ export function startNode(name: string, args: string[], ready: (line: string) =>
       child.removeAllListeners('error');
       // Keep draining stdout so a chatty child never blocks on a full pipe.
       lines.removeAllListeners('line');
-      lines.on('line', () => {});
-      resolve({ child, pid: child.pid!, line, stderr: () => stderr });
+      let last = line;
+      lines.on('line', (next) => (last = next));
+      resolve({ child, pid: child.pid!, line, lastLine: () => last, stderr: () => stderr });
     });
   });
 }

@@ -85,7 +85,8 @@ export interface LevelReport {
   pipe: LoadResult & { process: ProcessStats };
   /** The floor: the pass-through that parses the request and the answer (passthrough.ts --parse). */
   passthrough: LoadResult & { process: ProcessStats };
-  proxy: LoadResult & { process: ProcessStats; stored_calls: number; perf_rounds?: PerfBreakdown[] };
+  /** `process` covers the calls; `registration` the sessions' POST /sessions before them. */
+  proxy: LoadResult & { process: ProcessStats; stored_calls: number; registration: { cpu_ms: number; cpu_ms_per_session: number }; perf_rounds?: PerfBreakdown[] };
   added: AddedLatency;
   /** The same over calls after each session's first (connections already open). */
   added_later_turns: AddedLatency;
@@ -130,11 +131,15 @@ function jsonLine(line: string): boolean {
   return line.startsWith('{');
 }
 
-async function runLoadGenerator(args: string[]): Promise<LoadResult> {
+async function runLoadGenerator(args: string[], gate?: () => void): Promise<LoadResult> {
   const overflowsBefore = listenOverflows();
-  const gen = await startNode('load generator', tsx('load-generator.ts', args), jsonLine, { timeoutMs: 15 * 60_000 });
+  const gen = await startNode('load generator', tsx('load-generator.ts', [...args, ...(gate ? ['--gate'] : [])]), gate ? (l) => l.startsWith('{"registered"') : jsonLine, { timeoutMs: 15 * 60_000 });
+  if (gate) {
+    gate();
+    gen.child.stdin!.write('go\n');
+  }
   await new Promise<void>((resolve) => (gen.child.exitCode !== null ? resolve() : gen.child.once('exit', () => resolve())));
-  const result = JSON.parse(gen.line) as LoadResult;
+  const result = JSON.parse(gen.lastLine()) as LoadResult;
   const overflowsAfter = listenOverflows();
   if (overflowsBefore !== undefined && overflowsAfter !== undefined) result.listen_overflows = overflowsAfter - overflowsBefore;
   return result;
@@ -168,6 +173,8 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
   const started_at = new Date().toISOString();
   const loadStart = loadavg()[0]!;
   const children: Started[] = [];
+  /** The proxies' data dirs, removed when the bench ends (see proxyRun). */
+  const dataDirs: string[] = [];
   const onSignal = () => {
     for (const c of children) c.child.kill('SIGKILL');
     process.exit(130);
@@ -203,7 +210,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
     const entry = o.proxyFromSource ? ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts')] : [cliPath];
 
     /** One proxy run: a fresh proxy process and data dir, a warm-up, then the measured load. */
-    const proxyRun = async (sessions: number, round: number, args: (mode: string, url: string) => string[]): Promise<{ result: LoadResult; stats: WatchStats; stored: number; perf?: PerfBreakdown }> => {
+    const proxyRun = async (sessions: number, round: number, args: (mode: string, url: string) => string[]): Promise<{ result: LoadResult; stats: WatchStats; registration: WatchStats; stored: number; perf?: PerfBreakdown }> => {
       const dataDir = mkdtempSync(join(tmpdir(), 'hl-bench-proxy-'));
       const nodeArgs = [...o.proxyNodeArgs, ...(o.profile ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `proxy-${sessions}-r${round}.cpuprofile`] : []), ...(o.perf ? ['--perf-basic-prof'] : [])];
       let logFile: string | undefined;
@@ -218,17 +225,30 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
         await warmup('proxy', proxyUrl, sessions);
         const warmCalls = storedCalls(dataDir);
         seed(sessions * 100 + round);
-        const watch = watchProcess(proxy.pid);
-        const recording = o.perf ? recordPerf(proxy.pid, join(profileDir, `proxy-${sessions}-r${round}.perf.data`)) : undefined;
-        const result = await runLoadGenerator(args('proxy', proxyUrl));
-        const stats = watch.stop();
+        // The sessions' registrations (POST /sessions, a durable session line and a new file each)
+        // are measured apart from the calls: CPU per captured call is the calls' CPU, as the
+        // pass-through's is, and what a session costs to create is reported beside it.
+        const registering = watchProcess(proxy.pid);
+        let registered: WatchStats | undefined;
+        let watch: ReturnType<typeof watchProcess> | undefined;
+        let recording: ReturnType<typeof recordPerf> | undefined;
+        const result = await runLoadGenerator(args('proxy', proxyUrl), () => {
+          registered = registering.stop();
+          watch = watchProcess(proxy.pid);
+          recording = o.perf ? recordPerf(proxy.pid, join(profileDir, `proxy-${sessions}-r${round}.perf.data`)) : undefined;
+        });
+        const stats = watch!.stop();
         const perf = await recording?.stop();
         if (totalCount(result.errors) > 0 && proxy.stderr().includes('[error]')) o.log(`proxy stderr (tail):\n${proxy.stderr().slice(-2000)}`);
-        return { result, stats, stored: storedCalls(dataDir) - warmCalls, ...(perf ? { perf } : {}) };
+        return { result, stats, registration: registered!, stored: storedCalls(dataDir) - warmCalls, ...(perf ? { perf } : {}) };
       } finally {
         await stopChild(proxy.child);
         children.splice(children.indexOf(proxy), 1);
-        rmSync(dataDir, { recursive: true, force: true });
+        // Removed when the bench ends, not now: ext4 skips inodes freed in the last seconds when it
+        // picks one for a new file, and right after thousands of removals the next proxy's session
+        // files cost it a scan (perf: ext4's recently_deleted at 7% of the proxy's CPU) that a
+        // training run's proxy, whose directory only grows, never pays.
+        dataDirs.push(dataDir);
       }
     };
 
@@ -238,6 +258,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
       const runs: Record<'direct' | 'pipe' | 'passthrough' | 'proxy', LoadResult[]> = { direct: [], pipe: [], passthrough: [], proxy: [] };
       const hopStats: Record<'pipe' | 'passthrough', WatchStats[]> = { pipe: [], passthrough: [] };
       const pxStats: WatchStats[] = [];
+      const registrations: WatchStats[] = [];
       let stored = 0;
       const perfRounds: PerfBreakdown[] = [];
       for (let round = 0; round < o.rounds; round++) {
@@ -258,6 +279,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
             const run = await proxyRun(sessions, round, loadArgs);
             runs.proxy.push(run.result);
             pxStats.push(run.stats);
+            registrations.push(run.registration);
             stored += run.stored;
             if (run.perf) perfRounds.push(run.perf);
           }
@@ -268,7 +290,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
         mergeLoadResults(runs.direct),
         withProcess(mergeLoadResults(runs.pipe), hopStats.pipe),
         withProcess(mergeLoadResults(runs.passthrough), hopStats.passthrough),
-        { ...withProcess(mergeLoadResults(runs.proxy), pxStats), stored_calls: stored, ...(perfRounds.length ? { perf_rounds: perfRounds } : {}) },
+        { ...withProcess(mergeLoadResults(runs.proxy), pxStats), stored_calls: stored, registration: registrationStats(registrations, sessions), ...(perfRounds.length ? { perf_rounds: perfRounds } : {}) },
         o.quick ? null : latencyLevel(o.levels),
       );
       levels.push(level);
@@ -292,6 +314,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
   } finally {
     process.off('SIGINT', onSignal);
     for (const c of children.reverse()) await stopChild(c.child);
+    for (const dir of dataDirs) rmSync(dir, { recursive: true, force: true });
   }
 }
 
@@ -300,6 +323,12 @@ type WatchStats = ReturnType<ReturnType<typeof watchProcess>['stop']>;
 /** The level the latency and CPU ratios are judged at: TARGETS.sessions if the run has it, else its top level. */
 function latencyLevel(levels: number[]): number {
   return levels.includes(TARGETS.sessions) ? TARGETS.sessions : Math.max(...levels);
+}
+
+/** What registering the proxy's sessions cost (POST /sessions, measured before the calls start). */
+function registrationStats(rounds: WatchStats[], sessions: number): { cpu_ms: number; cpu_ms_per_session: number } {
+  const cpu = rounds.reduce((sum, s) => sum + s.cpuMs, 0);
+  return { cpu_ms: Math.round(cpu / rounds.length), cpu_ms_per_session: Math.round((cpu / Math.max(1, sessions * rounds.length)) * 1000) / 1000 };
 }
 
 /** Over several rounds: the highest peak, the lowest start, CPU per round on average, CPU per answered call. */
@@ -393,7 +422,7 @@ function evaluate(sessions: number, direct: LoadResult, pipe: LevelReport['pipe'
 export function formatReport(report: ProxyLoadReport): string {
   const errs = (r: LoadResult) => String(totalCount(r.errors));
   const rows = [
-    ['sessions', 'errors d/pi/pt/px', 'direct p50/p99', 'pass-thru p50/p99', 'proxy p50/p99', 'added p50 pi/pt/px', 'ratio p50', 'added p99 pi/pt/px', 'ratio p99', 'ratio later p50/p99', 'CPU ms/call pi/pt/px', 'ratio CPU pt (pi)', '/health p50/p99', 'proxy RSS', 'SYN drops d/pi/pt/px', 'verdict'],
+    ['sessions', 'errors d/pi/pt/px', 'direct p50/p99', 'pass-thru p50/p99', 'proxy p50/p99', 'added p50 pi/pt/px', 'ratio p50', 'added p99 pi/pt/px', 'ratio p99', 'ratio later p50/p99', 'CPU ms/call pi/pt/px', 'ratio CPU pt (pi)', 'CPU ms/session created', '/health p50/p99', 'proxy RSS', 'SYN drops d/pi/pt/px', 'verdict'],
     ...report.levels.map((l) => [
       String(l.sessions),
       `${errs(l.direct)}/${errs(l.pipe)}/${errs(l.passthrough)}/${errs(l.proxy)}`,
@@ -407,6 +436,7 @@ export function formatReport(report: ProxyLoadReport): string {
       `${fmtRatio(l.added_later_turns.ratio_p50)}/${fmtRatio(l.added_later_turns.ratio_p99)}`,
       `${l.pipe.process.cpu_ms_per_call.toFixed(2)}/${l.passthrough.process.cpu_ms_per_call.toFixed(2)}/${l.proxy.process.cpu_ms_per_call.toFixed(2)}`,
       `${fmtRatio(l.cpu_ratio)} (${fmtRatio(l.cpu_ratio_pipe)})`,
+      l.proxy.registration.cpu_ms_per_session.toFixed(2),
       `${fmtMs(l.health_p50_ms)}/${fmtMs(l.health_p99_ms)}`,
       `${l.proxy_rss_peak_mb.toFixed(0)} MB`,
       `${l.direct.listen_overflows ?? '-'}/${l.pipe.listen_overflows ?? '-'}/${l.passthrough.listen_overflows ?? '-'}/${l.proxy.listen_overflows ?? '-'}`,

@@ -36,6 +36,8 @@ test('proxy-load quick mode: every path answers every call, the report and its J
     assert.deepEqual(path.health.errors, {}, `${path.mode}: /health failed`);
   }
   assert.equal(level.proxy.stored_calls, 8, 'every answered proxy call is in the durable store');
+  // The sessions' registrations are measured apart from the calls (CPU per call counts the calls only).
+  assert.ok(level.proxy.registration.cpu_ms >= 0 && Number.isFinite(level.proxy.registration.cpu_ms_per_session), 'registration CPU is reported');
   for (const value of [...Object.values(level.added), ...Object.values(level.added_later_turns), level.health_p50_ms, level.health_p99_ms]) assert.equal(typeof value, 'number');
   for (const path of [level.direct, level.pipe, level.passthrough, level.proxy]) assert.equal(typeof path.listen_overflows, 'number', `${path.mode}: listen drops counted`);
   assert.ok(level.proxy_rss_peak_mb > 0, 'proxy memory was sampled');
