@@ -12,7 +12,7 @@
 // the largest part of encoding a call), v3 a 64-bit multiplicative hash over the ids in one pass that
 // also copies them (see `tokenHash`). Both are integrity checks against a wrong or corrupted
 // reconstruction, not against an adversary who can write the data dir.
-import { createHash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import type { CallRecord, ChatMessage } from './types.js';
 
 export const CALL_LINE_VERSION = 3;
@@ -101,10 +101,76 @@ function encodeElement(m: unknown): string {
   return JSON.stringify(m) ?? 'null';
 }
 
+/** listHash's digest of a running state (the state itself goes on: digest finalizes a copy). */
+const digestOf = (state: Hash): string => state.copy().digest('hex').slice(0, 24);
+
+/** listHash's running state over `items`, from `state` (a copy is extended) or from the start. */
+function hashItems(items: readonly unknown[], from = 0, state?: Hash): Hash {
+  const h = state ? state.copy() : createHash('sha256');
+  for (let i = from; i < items.length; i++) h.update(encodeElement(items[i])).update('\n');
+  return h;
+}
+
+/** Nesting below which sameJson recurses; deeper values are compared as text. */
+const SAME_JSON_DEPTH = 64;
+
+/**
+ * Whether two values have the same JSON text, without writing it: the encoder compares each list
+ * element of a call with its parent's this way (a harness resends its whole history on every call,
+ * so stringifying it was most of encoding a call). It may answer false where the texts are equal
+ * (NaN, objects that are not plain, very deep nesting the text comparison also settles): a false
+ * only means less is shared. It never answers true where they differ: key order counts, and
+ * properties JSON.stringify leaves out (undefined, functions) are left out here too.
+ */
+export function sameJson(a: unknown, b: unknown, depth = 0): boolean {
+  if (a === b) return true;
+  if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object') return false;
+  if (depth > SAME_JSON_DEPTH) return JSON.stringify(a) === JSON.stringify(b);
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (!sameJson(a[i], b[i], depth + 1)) return false;
+    return true;
+  }
+  if (Array.isArray(b) || !isPlain(a) || !isPlain(b)) return false;
+  const ka = Object.keys(a);
+  const kb = Object.keys(b);
+  const ra = a as Record<string, unknown>;
+  const rb = b as Record<string, unknown>;
+  let i = 0;
+  let j = 0;
+  for (;;) {
+    while (i < ka.length && !written(ra[ka[i]!])) i++;
+    while (j < kb.length && !written(rb[kb[j]!])) j++;
+    if (i === ka.length || j === kb.length) return i === ka.length && j === kb.length;
+    if (ka[i] !== kb[j] || !sameJson(ra[ka[i]!], rb[kb[j]!], depth + 1)) return false;
+    i++;
+    j++;
+  }
+}
+
+/** A plain object whose JSON text is its own properties (no toJSON to call). */
+function isPlain(o: object): boolean {
+  const proto: unknown = Object.getPrototypeOf(o);
+  return (proto === Object.prototype || proto === null) && typeof (o as { toJSON?: unknown }).toJSON !== 'function';
+}
+
+/** Whether JSON.stringify writes an object property holding this value. */
+const written = (v: unknown): boolean => v !== undefined && typeof v !== 'function' && typeof v !== 'symbol';
+
 function bodyHistoryKey(body: unknown): string | undefined {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) return undefined;
   for (const key of BODY_HISTORY_KEYS) if (Array.isArray((body as Record<string, unknown>)[key])) return key;
   return undefined;
+}
+
+/**
+ * A remembered list: its elements (the stored call's own objects, compared with sameJson) and
+ * listHash's running state over all of them, which a call that keeps the whole list extends with
+ * its suffix instead of hashing the history again.
+ */
+interface ListBase {
+  items: readonly unknown[];
+  hash: Hash;
 }
 
 /** What the encoder remembers of a stored call: enough to write the next one against it. */
@@ -112,9 +178,9 @@ interface Base {
   callId: string;
   /** prompt ++ completion ids (see idsOf). */
   ends: Uint32Array;
-  engineMessages: string[] | null;
+  engineMessages: ListBase | null;
   bodyKey: string | undefined;
-  bodyMessages: string[] | null;
+  bodyMessages: ListBase | null;
 }
 
 function sharedTokens(base: Base, ids: readonly number[]): number {
@@ -125,12 +191,23 @@ function sharedTokens(base: Base, ids: readonly number[]): number {
   return i;
 }
 
-function sharedElements(base: readonly string[] | null, list: readonly string[]): number {
+function sharedElements(base: ListBase | null, list: readonly unknown[]): number {
   if (!base) return 0;
-  const n = Math.min(base.length, list.length);
+  const n = Math.min(base.items.length, list.length);
   let i = 0;
-  while (i < n && base[i] === list[i]) i++;
+  while (i < n && sameJson(base.items[i], list[i])) i++;
   return i;
+}
+
+/** A list's reference to its best base, and what the encoder remembers of the list. */
+function encodeList(bases: readonly Base[], list: readonly unknown[], of: (b: Base) => ListBase | null): { ref?: SuffixRef; remembered: ListBase } {
+  const best = list.length > 0 ? pick(bases, (b) => sharedElements(of(b), list), (b) => Math.min(list.length, of(b)?.items.length ?? 0), MIN_SHARED_MESSAGES) : undefined;
+  if (!best) return { remembered: { items: list, hash: hashItems(list) } };
+  const parent = of(best.base)!;
+  // The usual case keeps the parent's whole list: its state goes on with the suffix. A call that
+  // keeps less (a rewritten or compacted history) hashes its list from the start.
+  const hash = best.keep === parent.items.length ? hashItems(list, best.keep, parent.hash) : hashItems(list);
+  return { ref: { from: best.base.callId, keep: best.keep, h: digestOf(hash) }, remembered: { items: list, hash } };
 }
 
 /**
@@ -167,18 +244,9 @@ export class SessionEncoder {
     const engineList = record.engine_request?.messages;
     const body = record.request?.body as Record<string, unknown> | undefined;
     const bodyKey = bodyHistoryKey(body);
-    // The engine request mostly holds the very message objects of the request body (a chat dialect
-    // passes them through): each is stringified once for both lists.
-    const seen = new Map<unknown, string>();
-    const encodeOnce = (m: unknown): string => {
-      if (m === null || typeof m !== 'object') return encodeElement(m);
-      let text = seen.get(m);
-      if (text === undefined) seen.set(m, (text = encodeElement(m)));
-      return text;
-    };
-    const bodyEncoded = bodyKey ? (body![bodyKey] as unknown[]).map(encodeOnce) : null;
-    const engineEncoded = Array.isArray(engineList) ? engineList.map(encodeOnce) : null;
-    const base: Base = { callId: record.call_id, ends: idsOf(ids ?? null, record.completion_token_ids ?? null), engineMessages: engineEncoded, bodyKey, bodyMessages: bodyEncoded };
+    const engine = Array.isArray(engineList) ? encodeList(this.bases, engineList, (b) => b.engineMessages) : undefined;
+    const bodyList = bodyKey ? encodeList(this.bases, body![bodyKey] as unknown[], (b) => (b.bodyKey === bodyKey ? b.bodyMessages : null)) : undefined;
+    const base: Base = { callId: record.call_id, ends: idsOf(ids ?? null, record.completion_token_ids ?? null), engineMessages: engine?.remembered ?? null, bodyKey, bodyMessages: bodyList?.remembered ?? null };
 
     const enc: CallEncoding = {};
     let out: Record<string, unknown> = record as unknown as Record<string, unknown>;
@@ -190,19 +258,13 @@ export class SessionEncoder {
         out = { ...out, prompt_token_ids: ids.slice(best.keep) };
       }
     }
-    if (engineEncoded && engineEncoded.length > 0) {
-      const best = pick(this.bases, (b) => sharedElements(b.engineMessages, engineEncoded), (b) => Math.min(engineEncoded.length, b.engineMessages?.length ?? 0), MIN_SHARED_MESSAGES);
-      if (best) {
-        enc.em = { from: best.base.callId, keep: best.keep, h: listHash(engineEncoded) };
-        out = { ...out, engine_request: { ...record.engine_request!, messages: (engineList as ChatMessage[]).slice(best.keep) } };
-      }
+    if (engine?.ref) {
+      enc.em = engine.ref;
+      out = { ...out, engine_request: { ...record.engine_request!, messages: (engineList as ChatMessage[]).slice(engine.ref.keep) } };
     }
-    if (bodyKey && bodyEncoded && bodyEncoded.length > 0) {
-      const best = pick(this.bases, (b) => (b.bodyKey === bodyKey ? sharedElements(b.bodyMessages, bodyEncoded) : 0), (b) => (b.bodyKey === bodyKey ? Math.min(bodyEncoded.length, b.bodyMessages?.length ?? 0) : 0), MIN_SHARED_MESSAGES);
-      if (best) {
-        enc.bm = { key: bodyKey, from: best.base.callId, keep: best.keep, h: listHash(bodyEncoded) };
-        out = { ...out, request: { ...record.request, body: { ...body, [bodyKey]: (body![bodyKey] as unknown[]).slice(best.keep) } } };
-      }
+    if (bodyKey && bodyList?.ref) {
+      enc.bm = { key: bodyKey, ...bodyList.ref };
+      out = { ...out, request: { ...record.request, body: { ...body, [bodyKey]: (body![bodyKey] as unknown[]).slice(bodyList.ref.keep) } } };
     }
     const hasEnc = enc.p !== undefined || enc.em !== undefined || enc.bm !== undefined;
     const line = hasEnc ? { type: 'call', v: CALL_LINE_VERSION, enc, ...out } : { type: 'call', v: CALL_LINE_VERSION, ...out };

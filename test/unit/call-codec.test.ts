@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import fc from 'fast-check';
-import { tokenHash, tokenHashV2 } from '../../src/capture/call-codec.js';
+import { SessionEncoder, listHash, sameJson, tokenHash, tokenHashV2 } from '../../src/capture/call-codec.js';
 import { CaptureStore, loadSessionFile, readSessionIndex } from '../../src/capture/store.js';
 import type { CallRecord, ChatMessage, SessionInfo } from '../../src/capture/types.js';
 
@@ -191,4 +191,51 @@ test('the v3 prompt-id hash: one value per list, and it changes with any id, the
       if (ids.length > 1 && ids[0] !== ids[1]) assert.notEqual(tokenHash([ids[1]!, ids[0]!, ...ids.slice(2)]), h);
     }),
   );
+});
+
+test('sameJson: true only where JSON.stringify writes the same text, and true for a parsed copy', () => {
+  fc.assert(
+    fc.property(fc.jsonValue(), fc.jsonValue(), (a, b) => {
+      if (sameJson(a, b)) assert.equal(JSON.stringify(a), JSON.stringify(b));
+      assert.equal(sameJson(a, JSON.parse(JSON.stringify(a))), true, 'a parsed copy has the same text');
+    }),
+    { numRuns: 500 },
+  );
+  // Key order is part of the text; properties stringify leaves out are left out here too.
+  assert.equal(sameJson({ a: 1, b: 2 }, { b: 2, a: 1 }), false);
+  assert.equal(sameJson({ a: 1, skip: undefined, f: () => 1 }, { a: 1 }), true);
+  assert.equal(sameJson([undefined], [null]), false, 'equal text, but a false only shares less');
+  assert.equal(sameJson({ toJSON: () => 'x' }, { toJSON: () => 'x' }), false, 'not a plain object');
+  assert.equal(sameJson(new Date(0), new Date(0)), false);
+  assert.equal(sameJson(Number.NaN, Number.NaN), false);
+  let deep: unknown = 1;
+  let deepCopy: unknown = 1;
+  for (let i = 0; i < 200; i++) {
+    deep = [deep];
+    deepCopy = [deepCopy];
+  }
+  assert.equal(sameJson(deep, deepCopy), true, 'past the recursion bound the texts are compared');
+});
+
+test('the encoder hashes a kept history by extending its parent\'s state: the same hash as the whole list, in every shape', () => {
+  const msg = (role: string, content: string) => ({ role, content });
+  const histories: { role: string; content: string }[][] = [];
+  let history = [msg('system', 'sys'), msg('user', 'task')];
+  for (let k = 0; k < 6; k++) {
+    histories.push(history);
+    // A parsed copy each call, as the proxy has: the encoder compares by value, not by identity.
+    history = JSON.parse(JSON.stringify([...history, msg('assistant', `a${k}`), msg('tool', `r${k}`)])) as typeof history;
+  }
+  histories.push([histories[5]![0]!, msg('user', 'compacted')]); // keeps less than its parent's list
+  const encoder = new SessionEncoder();
+  for (const [i, messages] of histories.entries()) {
+    const turn = { prompt: [1, 2, 3, i], sampled: [9], messages };
+    const encoded = encoder.encode(record('s', i, turn, 'messages'));
+    encoder.remember(encoded.base);
+    const line = JSON.parse(encoded.text) as { enc?: { em?: { keep: number; h: string }; bm?: { h: string } } };
+    if (i === 0) continue;
+    assert.ok(line.enc?.em, `call ${i} is written against an earlier one`);
+    assert.equal(line.enc.em.h, listHash(messages.map((m) => JSON.stringify(m))), `call ${i}: engine messages hash`);
+    assert.equal(line.enc.bm!.h, listHash(messages.map((m) => JSON.stringify({ ...m, from: 'client' }))), `call ${i}: body messages hash`);
+  }
 });
