@@ -53,6 +53,8 @@ export interface PromptCostRow {
   passthrough_cpu_ms_per_call: number;
   floor_ms_per_call: number;
   ratio: number;
+  /** The proxy's CPU per POST /sessions, registered before the calls (not in the CPU per call). */
+  registration_cpu_ms_per_session: number;
   engine_answer_bytes_mean: number;
   stored_bytes_per_call: number;
   pass: boolean;
@@ -116,14 +118,23 @@ async function measureSize(proxy: Hop, passthrough: Hop, model: string, dataDir:
   let promptTokens = 0;
   let measured = 0;
   const bytesBefore = sessionBytes(dataDir);
+  // The sessions are registered first, their CPU measured on its own: a session is a rollout, paid
+  // for once, not per call (and the pass-through, the floor, registers nothing).
+  const registrationBefore = cpuMs(proxy.process.pid) ?? 0;
+  const keys: string[] = [];
+  for (let s = 0; s < Math.ceil(run.calls / TURNS_PER_SESSION); s++) {
+    const { text } = await post(`${proxyUrl}/sessions`, { metadata: { bench: 'prompt-cost', tokens: run.tokens, s } });
+    keys.push((JSON.parse(text) as { session_id: string }).session_id);
+  }
+  await new Promise((r) => setTimeout(r, 200));
+  const registrationCpu = (cpuMs(proxy.process.pid) ?? registrationBefore) - registrationBefore;
   // The whole loop, not each call's round trip: work the proxy does after answering (the journal's
   // completion, GC) belongs to the call too. It is idle while the bench asks the engine directly.
   const cpuBefore = cpuMs(proxy.process.pid) ?? 0;
   const threadsBefore = threadTotals(proxy.process.pid);
   let passthroughCpu = 0;
   for (let s = 0; measured < run.calls; s++) {
-    const { text } = await post(`${proxyUrl}/sessions`, { metadata: { bench: 'prompt-cost', tokens: run.tokens, s } });
-    const key = (JSON.parse(text) as { session_id: string }).session_id;
+    const key = keys[s]!;
     const messages: Message[] = [
       { role: 'system', content: system },
       { role: 'user', content: `Task ${s}: find the failing test and fix it.` },
@@ -164,6 +175,7 @@ async function measureSize(proxy: Hop, passthrough: Hop, model: string, dataDir:
     passthrough_cpu_ms_per_call: Math.round((passthroughCpu / measured) * 1000) / 1000,
     floor_ms_per_call: Math.round(floor * 1000) / 1000,
     ratio,
+    registration_cpu_ms_per_session: Math.round((registrationCpu / keys.length) * 1000) / 1000,
     engine_answer_bytes_mean: Math.round(engineTexts.reduce((n, t) => n + t.length, 0) / measured),
     stored_bytes_per_call: Math.round(stored / measured),
     pass: ratio <= PROMPT_COST_TARGET.maxFloorRatio,
@@ -243,9 +255,9 @@ export function parsePromptCostArgs(argv: string[], env: NodeJS.ProcessEnv = pro
 }
 
 export function formatPromptCost(rows: PromptCostRow[]): string {
-  const head = ['prompt tokens', 'calls', 'proxy CPU ms/call', 'of it main thread', 'pass-through CPU ms/call', 'parse+stringify floor ms', 'ratio', 'answer KB', 'stored KB/call', 'verdict'];
+  const head = ['prompt tokens', 'calls', 'proxy CPU ms/call', 'of it main thread', 'pass-through CPU ms/call', 'parse+stringify floor ms', 'ratio', 'answer KB', 'stored KB/call', 'CPU ms/session created', 'verdict'];
   const lines = [head.join('  ')];
-  for (const r of rows) lines.push([r.prompt_tokens_mean, r.calls, r.proxy_cpu_ms_per_call.toFixed(2), (r.proxy_cpu_ms_per_call_by_thread.main ?? 0).toFixed(2), r.passthrough_cpu_ms_per_call.toFixed(2), r.floor_ms_per_call.toFixed(3), `${r.ratio.toFixed(2)}x`, (r.engine_answer_bytes_mean / 1024).toFixed(1), (r.stored_bytes_per_call / 1024).toFixed(1), r.pass ? 'ok' : 'FAIL'].join('  '));
+  for (const r of rows) lines.push([r.prompt_tokens_mean, r.calls, r.proxy_cpu_ms_per_call.toFixed(2), (r.proxy_cpu_ms_per_call_by_thread.main ?? 0).toFixed(2), r.passthrough_cpu_ms_per_call.toFixed(2), r.floor_ms_per_call.toFixed(3), `${r.ratio.toFixed(2)}x`, (r.engine_answer_bytes_mean / 1024).toFixed(1), (r.stored_bytes_per_call / 1024).toFixed(1), r.registration_cpu_ms_per_session.toFixed(2), r.pass ? 'ok' : 'FAIL'].join('  '));
   return lines.join('\n');
 }
 
