@@ -395,7 +395,7 @@ async function main(): Promise<void> {
     healthUrl: values['health-url'],
     healthIntervalMs: positiveInt(values['health-interval-ms'], 'health-interval-ms'),
     timeoutMs: positiveInt(values['timeout-ms'], 'timeout-ms'),
-    // --gate: say `{"registered":N}` on stdout once the sessions exist, then wait for `go` on stdin.
+    // --gate: say `{"registered":true}` on stdout once the sessions exist, then wait for `go` on stdin.
     ...(values.gate ? { gate: gateOnStdin } : {}),
   });
   process.stdout.write(`${JSON.stringify(result)}\n`);

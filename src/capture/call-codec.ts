@@ -166,7 +166,9 @@ function bodyHistoryKey(body: unknown): string | undefined {
 /**
  * A remembered list: its elements (the stored call's own objects, compared with sameJson) and
  * listHash's running state over all of them, which a call that keeps the whole list extends with
- * its suffix instead of hashing the history again.
+ * its suffix instead of hashing the history again. Holding the objects relies on what every reader
+ * of a record already does: a stored record is never changed in memory (a change after its line was
+ * written would make the next call's suffix be measured against something the file does not hold).
  */
 interface ListBase {
   items: readonly unknown[];
