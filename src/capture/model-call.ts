@@ -209,13 +209,12 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     }
     let answer;
     try {
-      answer = normaliseEngineResponse(engineReply.body);
+      answer = normaliseEngineResponse(engineReply.body, { clientLogprobs: chat.logprobs === true });
     } catch (err) {
       if (err instanceof EngineResponseError) return await fail({ status: 502, message: `engine at ${engine.baseUrl}: ${err.message}`, kind: 'engine' }, engineReply.body);
       throw err;
     }
     const clientAnswer = answer.response;
-    if (chat.logprobs !== true) for (const choice of clientAnswer.choices) delete choice.logprobs;
     const responseBody = dialect.fromChat(clientAnswer, ctx);
     const choice = clientAnswer.choices[0]!;
     const record = finish({

@@ -107,14 +107,33 @@ function engineShapeError(body: unknown): string | undefined {
   return undefined;
 }
 
-/** A client-facing copy that shares the token arrays with `body` but owns every object it edits. */
-function clientCopy(body: ChatResponse): ChatResponse {
+/**
+ * A client-facing copy that shares the token arrays with `body` but owns every object it edits.
+ * Logprobs are copied (entry by entry, so each can carry its token id) only for a client that asked
+ * for them; most do not, and the copy was one object per sampled token on every call.
+ */
+function clientCopy(body: ChatResponse, withLogprobs: boolean): ChatResponse {
   return {
     ...body,
     usage: body.usage ? { ...body.usage } : body.usage,
-    choices: body.choices.map((c) => ({ ...c, message: { ...c.message }, logprobs: c.logprobs ? { ...c.logprobs, content: c.logprobs.content?.map((e) => ({ ...e })) } : c.logprobs })),
+    choices: body.choices.map((c) => {
+      if (withLogprobs) return { ...c, message: { ...c.message }, logprobs: c.logprobs ? { ...c.logprobs, content: c.logprobs.content?.map((e) => ({ ...e })) } : c.logprobs };
+      const { logprobs: _dropped, ...rest } = c;
+      return { ...rest, message: { ...c.message } };
+    }),
   };
 }
+
+/** N of a vLLM `token_id:N` token string, else null (a loop, not a regex: it runs once per sampled token and alternative). */
+function tokenIdOf(token: unknown): number | null {
+  if (typeof token !== 'string' || token.length <= TOKEN_ID_PREFIX.length || !token.startsWith(TOKEN_ID_PREFIX)) return null;
+  for (let i = TOKEN_ID_PREFIX.length; i < token.length; i++) {
+    const c = token.charCodeAt(i);
+    if (c < 48 || c > 57) return null;
+  }
+  return Number(token.slice(TOKEN_ID_PREFIX.length));
+}
+const TOKEN_ID_PREFIX = 'token_id:';
 
 export interface NormalisedAnswer {
   /** The answer as clients may see it: no token fields, reasoning as `reasoning_content`, usage details filled. */
@@ -131,13 +150,18 @@ function allTokenIds(list: unknown[]): list is number[] {
   return true;
 }
 
-/** Reads ids and logprobs out of an engine answer, checking them position by position. */
-export function normaliseEngineResponse(body: unknown): NormalisedAnswer {
+/**
+ * Reads ids and logprobs out of an engine answer, checking them position by position. The client's
+ * copy keeps the logprobs only with `clientLogprobs` (the request asked for them; default true).
+ */
+export function normaliseEngineResponse(body: unknown, options: { clientLogprobs?: boolean } = {}): NormalisedAnswer {
   const shapeError = engineShapeError(body);
   if (shapeError) throw new EngineResponseError(`engine answer is not a chat completion: ${shapeError}`);
   if ((body as ChatResponse).choices.length === 0) throw new EngineResponseError('engine answered with no choices');
-  const raw = clientCopy(body as ChatResponse);
+  const clientLogprobs = options.clientLogprobs ?? true;
+  const raw = clientCopy(body as ChatResponse, clientLogprobs);
   const choice = raw.choices[0]!;
+  const engineChoice = (body as ChatResponse).choices[0]!;
   const findings: string[] = [];
 
   const promptIdsRaw = raw.prompt_token_ids ?? (choice.prompt_token_ids as unknown[] | null | undefined) ?? null;
@@ -152,39 +176,59 @@ export function normaliseEngineResponse(body: unknown): NormalisedAnswer {
     else findings.push('[FATAL] invalid_token_id: token_ids holds a value that is not a non-negative integer');
   }
 
-  const entries = (choice.logprobs?.content ?? null) as LogprobEntry[] | null;
+  // Read from the engine's own entries; the client's copies (if it asked) get each token's id.
+  const entries = (engineChoice.logprobs?.content ?? null) as (LogprobEntry | null)[] | null;
   let logprobs: number[] | null = null;
   let top: TokenCapture['top_logprobs'] = null;
   let bytes: TokenCapture['token_bytes'] = null;
   if (Array.isArray(entries) && entries.length > 0) {
-    const values = entries.map((e) => (e && typeof e === 'object' ? e.logprob : null));
-    const bad = values.findIndex((v) => typeof v !== 'number' || !Number.isFinite(v));
-    if (bad >= 0) findings.push(`[FATAL] invalid_logprob: logprob at position ${bad} is ${JSON.stringify(values[bad])}`);
-    else if (values.some((v) => (v as number) > 0)) findings.push('[FATAL] positive_logprob: a sampled token has a logprob above 0');
-    else logprobs = values as number[];
+    const n = entries.length;
+    const values: number[] = new Array<number>(n);
+    top = new Array<NonNullable<TokenCapture['top_logprobs']>[number]>(n);
+    bytes = new Array<NonNullable<TokenCapture['token_bytes']>[number]>(n);
+    let bad = -1;
+    let positive = false;
+    // One pass: each entry's logprob, alternatives and bytes (an entry that is not an object has none).
+    for (let i = 0; i < n; i++) {
+      const e = entries[i];
+      const entry = e !== null && typeof e === 'object' ? e : undefined;
+      const v = entry?.logprob as unknown;
+      if (typeof v !== 'number' || !Number.isFinite(v)) {
+        if (bad < 0) bad = i;
+      } else if (v > 0) positive = true;
+      values[i] = v as number;
+      const alts = entry?.top_logprobs ?? [];
+      const row = new Array<{ token_id: number | null; token: string; logprob: number }>(alts.length);
+      for (let j = 0; j < alts.length; j++) {
+        const alt = alts[j]!;
+        row[j] = { token_id: tokenIdOf(alt.token), token: alt.token, logprob: alt.logprob };
+      }
+      top[i] = row;
+      bytes[i] = Array.isArray(entry?.bytes) ? entry.bytes : null;
+    }
+    if (bad >= 0) findings.push(`[FATAL] invalid_logprob: logprob at position ${bad} is ${JSON.stringify(values[bad] ?? null)}`);
+    else if (positive) findings.push('[FATAL] positive_logprob: a sampled token has a logprob above 0');
+    else logprobs = values;
     if (sampledIds && logprobs) {
-      if (sampledIds.length !== entries.length) {
-        findings.push(`[FATAL] logprob_misalign: ${sampledIds.length} sampled ids but ${entries.length} logprob entries`);
+      if (sampledIds.length !== n) {
+        findings.push(`[FATAL] logprob_misalign: ${sampledIds.length} sampled ids but ${n} logprob entries`);
         logprobs = null;
       } else {
-        const mismatch = entries.findIndex((e, i) => {
-          const m = /^token_id:(\d+)$/.exec(e.token ?? '');
-          return m !== null && Number(m[1]) !== sampledIds![i];
-        });
+        let mismatch = -1;
+        for (let i = 0; i < n && mismatch < 0; i++) {
+          const id = tokenIdOf(entries[i]!.token);
+          if (id !== null && id !== sampledIds[i]) mismatch = i;
+        }
         if (mismatch >= 0) {
           findings.push(`[FATAL] logprob_misalign: logprob entry ${mismatch} is for ${entries[mismatch]!.token}, sampled id is ${sampledIds[mismatch]}`);
           logprobs = null;
-        } else entries.forEach((e, i) => (e.token_id = sampledIds![i]));
+        } else if (clientLogprobs) {
+          const copies = (choice.logprobs?.content ?? []) as LogprobEntry[];
+          for (let i = 0; i < copies.length; i++) copies[i]!.token_id = sampledIds[i]!;
+        }
       }
-      if (!entries[0]?.token?.startsWith('token_id:')) findings.push('[WARN] token_strings: logprob entries carry text, not token_id:N (engine started without --return-tokens-as-token-ids)');
+      if (!entries[0]?.token?.startsWith(TOKEN_ID_PREFIX)) findings.push('[WARN] token_strings: logprob entries carry text, not token_id:N (engine started without --return-tokens-as-token-ids)');
     }
-    top = entries.map((e) =>
-      (e.top_logprobs ?? []).map((alt) => {
-        const m = /^token_id:(\d+)$/.exec(alt.token ?? '');
-        return { token_id: m ? Number(m[1]) : null, token: alt.token, logprob: alt.logprob };
-      }),
-    );
-    bytes = entries.map((e) => (Array.isArray(e.bytes) ? e.bytes : null));
   }
   if (sampledIds && sampledIds.length > 0 && logprobs === null && !findings.some((f) => f.startsWith('[FATAL]'))) findings.push('[FATAL] no_logprobs: sampled tokens came back without logprobs');
   if (promptIds === null && sampledIds !== null) findings.push('[FATAL] no_prompt_ids: the engine returned sampled ids but no prompt_token_ids');
