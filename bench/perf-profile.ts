@@ -60,6 +60,27 @@ export function perfBreakdown(reportText: string, pid: number): PerfBreakdown {
   return { samples_pct: Math.round(sum * 10) / 10, total: round(total), main: round(main), other_threads: round(others), top };
 }
 
+/**
+ * Milliseconds of CPU per call by category: each round's shares (normalised to what was sampled)
+ * averaged over the rounds, times the process's CPU per call over the same runs. Put side by side
+ * for two processes on the same load, it says where one costs more than the other, in the unit
+ * the targets use.
+ */
+export function msPerCallByCategory(rounds: readonly PerfBreakdown[], cpuMsPerCall: number): Record<string, number> {
+  const sums: Record<string, number> = {};
+  for (const r of rounds) {
+    if (r.samples_pct <= 0) continue;
+    for (const [category, pct] of Object.entries(r.total)) sums[category] = (sums[category] ?? 0) + pct / r.samples_pct;
+  }
+  const n = rounds.filter((r) => r.samples_pct > 0).length;
+  if (n === 0) return {};
+  return Object.fromEntries(
+    Object.entries(sums)
+      .map(([category, share]) => [category, Math.round((share / n) * cpuMsPerCall * 1000) / 1000] as const)
+      .sort((a, b) => b[1] - a[1]),
+  );
+}
+
 /** Why `perf` cannot profile here, or undefined when it can. */
 export function perfUnavailable(): string | undefined {
   const probe = spawnSync('perf', ['--version'], { encoding: 'utf8' });

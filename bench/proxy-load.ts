@@ -13,7 +13,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { mergeLoadResults, type LoadResult } from './load-generator.js';
-import { perfUnavailable, recordPerf, type PerfBreakdown } from './perf-profile.js';
+import { msPerCallByCategory, perfUnavailable, recordPerf, type PerfBreakdown } from './perf-profile.js';
 import { listenOverflows, parseThinkMs, setBenchPriority, startNode, stopChild, watchProcess, type Started } from './processes.js';
 import { fmtMs, fmtRatio, formatTable, totalCount, type LatencySummary } from './stats.js';
 
@@ -84,7 +84,7 @@ export interface LevelReport {
   /** The byte-piping pass-through: no parsing at all (reported beside the floor, not judged). */
   pipe: LoadResult & { process: ProcessStats };
   /** The floor: the pass-through that parses the request and the answer (passthrough.ts --parse). */
-  passthrough: LoadResult & { process: ProcessStats };
+  passthrough: LoadResult & { process: ProcessStats; perf_rounds?: PerfBreakdown[] };
   /** `process` covers the calls; `registration` the sessions' POST /sessions before them. */
   proxy: LoadResult & { process: ProcessStats; stored_calls: number; registration: { cpu_ms: number; cpu_ms_per_session: number }; perf_rounds?: PerfBreakdown[] };
   added: AddedLatency;
@@ -94,6 +94,8 @@ export interface LevelReport {
   cpu_ratio: number;
   /** Proxy CPU per call over the byte pipe's. */
   cpu_ratio_pipe: number;
+  /** With --perf: CPU ms per call by perf category, the pass-through's and the proxy's (where the difference goes). */
+  perf_ms_per_call?: { passthrough: Record<string, number>; proxy: Record<string, number> };
   health_p50_ms: number;
   health_p99_ms: number;
   proxy_rss_peak_mb: number;
@@ -198,30 +200,36 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
 
     await warmup('direct', engineUrl, top);
 
+    const profileDir = join(ROOT, 'bench-results', 'profiles');
+    if (o.profile || o.perf) mkdirSync(profileDir, { recursive: true });
+
     /**
      * One pass-through run: a fresh process, warmed up exactly as each proxy is, then the measured
      * load. A pass-through kept from run to run was warmer at each level than the fresh proxy it
      * was compared with (V8 goes on optimizing functions for thousands of calls: TurboFan was 7% of
      * a proxy's CPU after its 3,000-call warm-up), so the ratio charged the proxy for being younger.
      */
-    const hopRun = async (path: 'pipe' | 'passthrough', sessions: number, round: number, args: (mode: string, url: string) => string[]): Promise<{ result: LoadResult; stats: WatchStats }> => {
-      const started = await startNode(path, tsx('passthrough.ts', ['--engine-url', engineUrl, ...(path === 'passthrough' ? ['--parse'] : [])]), jsonLine);
+    const hopRun = async (path: 'pipe' | 'passthrough', sessions: number, round: number, args: (mode: string, url: string) => string[]): Promise<{ result: LoadResult; stats: WatchStats; perf?: PerfBreakdown }> => {
+      // With --perf the floor is recorded like the proxy, so their costs can be put side by side.
+      const profiled = o.perf && path === 'passthrough';
+      const started = await startNode(path, [...(profiled ? ['--perf-basic-prof'] : []), ...tsx('passthrough.ts', ['--engine-url', engineUrl, ...(path === 'passthrough' ? ['--parse'] : [])])], jsonLine);
       children.push(started);
       const url = (JSON.parse(started.line) as { url: string }).url;
       try {
         await warmup(path, url, sessions);
         seed(sessions * 100 + round);
         const watch = watchProcess(started.pid);
+        const recording = profiled ? recordPerf(started.pid, join(profileDir, `${path}-${sessions}-r${round}.perf.data`)) : undefined;
         const result = await runLoadGenerator(args(path, url));
-        return { result, stats: watch.stop() };
+        const stats = watch.stop();
+        const perf = await recording?.stop();
+        return { result, stats, ...(perf ? { perf } : {}) };
       } finally {
         await stopChild(started.child);
         children.splice(children.indexOf(started), 1);
       }
     };
 
-    const profileDir = join(ROOT, 'bench-results', 'profiles');
-    if (o.profile || o.perf) mkdirSync(profileDir, { recursive: true });
     const entry = o.proxyFromSource ? ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts')] : [cliPath];
 
     /** One proxy run: a fresh proxy process and data dir, a warm-up, then the measured load. */
@@ -276,6 +284,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
       const registrations: WatchStats[] = [];
       let stored = 0;
       const perfRounds: PerfBreakdown[] = [];
+      const floorPerfRounds: PerfBreakdown[] = [];
       for (let round = 0; round < o.rounds; round++) {
         // Alternate the order (ABC, CBA, ...) so a drift in background load hits every path alike.
         const order = round % 2 === 0 ? (['direct', 'pipe', 'passthrough', 'proxy'] as const) : (['proxy', 'passthrough', 'pipe', 'direct'] as const);
@@ -288,6 +297,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
             const run = await hopRun(path, sessions, round, loadArgs);
             runs[path].push(run.result);
             hopStats[path].push(run.stats);
+            if (run.perf) floorPerfRounds.push(run.perf);
           } else {
             const run = await proxyRun(sessions, round, loadArgs);
             runs.proxy.push(run.result);
@@ -302,7 +312,7 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
         sessions,
         mergeLoadResults(runs.direct),
         withProcess(mergeLoadResults(runs.pipe), hopStats.pipe),
-        withProcess(mergeLoadResults(runs.passthrough), hopStats.passthrough),
+        { ...withProcess(mergeLoadResults(runs.passthrough), hopStats.passthrough), ...(floorPerfRounds.length ? { perf_rounds: floorPerfRounds } : {}) },
         { ...withProcess(mergeLoadResults(runs.proxy), pxStats), stored_calls: stored, registration: registrationStats(registrations, sessions), ...(perfRounds.length ? { perf_rounds: perfRounds } : {}) },
         o.quick ? null : latencyLevel(o.levels),
       );
@@ -424,6 +434,9 @@ function evaluate(sessions: number, direct: LoadResult, pipe: LevelReport['pipe'
     added_later_turns: addedLater,
     cpu_ratio: cpuRatio,
     cpu_ratio_pipe: cpuRatioPipe,
+    ...(pt.perf_rounds?.length && px.perf_rounds?.length
+      ? { perf_ms_per_call: { passthrough: msPerCallByCategory(pt.perf_rounds, pt.process.cpu_ms_per_call), proxy: msPerCallByCategory(px.perf_rounds, px.process.cpu_ms_per_call) } }
+      : {}),
     health_p50_ms: health?.latency.p50 ?? Number.NaN,
     health_p99_ms: health?.latency.p99 ?? Number.NaN,
     proxy_rss_peak_mb: px.process.rss_peak_mb,
@@ -460,6 +473,13 @@ export function formatReport(report: ProxyLoadReport): string {
   const shares = (r: Record<string, number>) => Object.entries(r).map(([k, v]) => `${k} ${v.toFixed(1)}%`).join(', ');
   for (const l of report.levels) {
     for (const [i, p] of (l.proxy.perf_rounds ?? []).entries()) lines.push(`${l.sessions} sessions, round ${i + 1}, proxy CPU by perf: main thread ${shares(p.main)}; other threads ${shares(p.other_threads)}`);
+    if (l.perf_ms_per_call) {
+      const { passthrough: pt, proxy: px } = l.perf_ms_per_call;
+      const cells = Object.keys(px)
+        .concat(Object.keys(pt).filter((k) => !(k in px)))
+        .map((k) => `${k} ${(pt[k] ?? 0).toFixed(2)} -> ${(px[k] ?? 0).toFixed(2)}`);
+      lines.push(`${l.sessions} sessions, CPU ms/call by perf category, pass-through -> proxy: ${cells.join(', ')}`);
+    }
   }
   for (const l of report.levels) {
     const kinds = { ...l.direct.errors, ...l.pipe.errors, ...l.passthrough.errors, ...l.proxy.errors };

@@ -1,7 +1,7 @@
 // The bench's perf report reader: categories, main thread against the others, heaviest symbols.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { categoryOf, perfBreakdown } from '../../bench/perf-profile.js';
+import { categoryOf, msPerCallByCategory, perfBreakdown } from '../../bench/perf-profile.js';
 
 const REPORT = `
      6.00%    100:node     [k] finish_task_switch.isra.0
@@ -35,4 +35,20 @@ test('perf categories: kernel before anything, GC and compiler threads by V8 nam
   assert.equal(categoryOf('[.] Builtins_CallFunction_ReceiverIsAny'), 'js');
   assert.equal(categoryOf('[.] __memmove_avx512_unaligned_erms'), 'malloc');
   assert.equal(categoryOf('[.] sha1_block_data_order_shaext'), 'other-native');
+});
+
+test('ms per call by category: shares averaged over rounds (each normalised to what it sampled) times CPU per call', () => {
+  const round = (total: Record<string, number>): Parameters<typeof msPerCallByCategory>[0][number] => ({
+    samples_pct: Object.values(total).reduce((a, b) => a + b, 0),
+    total,
+    main: {},
+    other_threads: {},
+    top: [],
+  });
+  // Round 1 sampled 50% in all (a percent limit): js and gc half of it each. Round 2: js a quarter, gc half.
+  const rounds = [round({ js: 25, gc: 25 }), round({ js: 25, gc: 50, kernel: 25 })];
+  const ms = msPerCallByCategory(rounds, 2);
+  assert.deepEqual(ms, { gc: 1, js: 0.75, kernel: 0.25 });
+  assert.equal(Object.values(ms).reduce((a, b) => a + b, 0), 2, 'the categories add up to the CPU per call');
+  assert.deepEqual(msPerCallByCategory([], 2), {});
 });
