@@ -68,11 +68,12 @@ export function perfBreakdown(reportText: string, pid: number): PerfBreakdown {
  */
 export function msPerCallByCategory(rounds: readonly PerfBreakdown[], cpuMsPerCall: number): Record<string, number> {
   const sums: Record<string, number> = {};
+  let n = 0;
   for (const r of rounds) {
     if (r.samples_pct <= 0) continue;
+    n++;
     for (const [category, pct] of Object.entries(r.total)) sums[category] = (sums[category] ?? 0) + pct / r.samples_pct;
   }
-  const n = rounds.filter((r) => r.samples_pct > 0).length;
   if (n === 0) return {};
   return Object.fromEntries(
     Object.entries(sums)

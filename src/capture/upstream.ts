@@ -124,6 +124,8 @@ function clientCopy(body: ChatResponse, withLogprobs: boolean): ChatResponse {
   };
 }
 
+const TOKEN_ID_PREFIX = 'token_id:';
+
 /** N of a vLLM `token_id:N` token string, else null (a loop, not a regex: it runs once per sampled token and alternative). */
 function tokenIdOf(token: unknown): number | null {
   if (typeof token !== 'string' || token.length <= TOKEN_ID_PREFIX.length || !token.startsWith(TOKEN_ID_PREFIX)) return null;
@@ -133,7 +135,6 @@ function tokenIdOf(token: unknown): number | null {
   }
   return Number(token.slice(TOKEN_ID_PREFIX.length));
 }
-const TOKEN_ID_PREFIX = 'token_id:';
 
 export interface NormalisedAnswer {
   /** The answer as clients may see it: no token fields, reasoning as `reasoning_content`, usage details filled. */
