@@ -34,7 +34,8 @@ export function factsFromResult(r: RolloutResult): AttemptFacts {
   };
 }
 
-class InProcessCapture implements BatchCapture {
+/** The batch capture of a Docker batch: the lab's own proxy, in this process (exported for its test). */
+export class InProcessCapture implements BatchCapture {
   constructor(
     readonly proxy: CaptureProxy,
     private readonly engine: PolicyEngine | undefined,
@@ -53,7 +54,9 @@ class InProcessCapture implements BatchCapture {
       if (left.calls.length) throw new Error(`session ${req.sessionId} already holds ${left.calls.length} call(s) from a lab that is gone, and its key is not known here`);
       await this.proxy.sessions.delete(req.sessionId);
     }
-    const created = this.proxy.sessions.create({ session_id: req.sessionId, mint_key: true, metadata: req.metadata as Record<string, never>, sampling: req.sampling, max_model_calls: req.maxModelCalls });
+    // On disk before it resolves: the runner records the attempt (with this session id) next, and a
+    // lab killed after that must leave the session's file behind for the resumed lab and for debugging.
+    const created = await this.proxy.sessions.createStored({ session_id: req.sessionId, mint_key: true, metadata: req.metadata as Record<string, never>, sampling: req.sampling, max_model_calls: req.maxModelCalls });
     this.keys.set(req.sessionId, created.api_key!);
   }
 
