@@ -93,13 +93,13 @@ export const PREREQUISITES: readonly Prerequisite[] = [
   aptPrerequisite({
     id: 'docker.io',
     why: 'the sandbox tests run real harnesses in Docker containers',
-    folders: ['integration'],
+    folders: ['integration', 'e2e'],
     packages: (m) => [['docker.io', async () => m.has('dockerd') || (await m.docker()).ok]],
   }),
   aptPrerequisite({
     id: 'debootstrap',
     why: 'the offline sandbox base image is a Debian minbase built with debootstrap (no image registry)',
-    folders: ['integration'],
+    folders: ['integration', 'e2e'],
     packages: (m) => [['debootstrap', async () => m.has('debootstrap') || m.rootfsCached() || ((await m.docker()).ok && (await m.imagesReady()))]],
   }),
   aptPrerequisite({
@@ -132,7 +132,7 @@ export const PREREQUISITES: readonly Prerequisite[] = [
   {
     id: 'dockerd',
     why: 'the sandbox tests need a running Docker engine',
-    folders: ['integration'],
+    folders: ['integration', 'e2e'],
     after: ['docker.io'],
     present: async (m) => (await m.docker()).ok,
     async blocker(m) {
@@ -149,7 +149,7 @@ export const PREREQUISITES: readonly Prerequisite[] = [
   {
     id: 'base images',
     why: 'the sandbox tests build task images FROM harness-lab/base:bookworm and base-node:bookworm (no image is ever pulled)',
-    folders: ['integration'],
+    folders: ['integration', 'e2e'],
     after: ['dockerd', 'debootstrap'],
     present: async (m) => (await m.docker()).ok && (await m.imagesReady()),
     blocker: async (m) => (!m.root && !m.rootfsCached() ? `the first build runs debootstrap, which needs root; run \`node --import tsx src/cli/main.ts images\` as root once (later builds reuse ${imageCacheDir(m.env)})` : undefined),
@@ -159,7 +159,7 @@ export const PREREQUISITES: readonly Prerequisite[] = [
   {
     id: 'harness CLIs',
     why: 'the real-harness tests run every pinned harness CLI (Codex, Claude Code, opencode, Gemini CLI, Qwen Code, pi) against the proxy',
-    folders: ['integration'],
+    folders: ['integration', 'e2e'],
     present: async (m) => m.missingHarnesses().length === 0,
     action: '`bash scripts/harness-install.sh` (npm packages into the harness cache, a few minutes)',
     install: (m) => runOrThrow(m, 'bash', ['scripts/harness-install.sh']),
