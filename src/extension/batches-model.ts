@@ -203,3 +203,71 @@ export class BatchesTreeModel {
     return [];
   }
 }
+
+/** What a re-read changed: nothing, the text or icon of some rows (updated in place), or the tree's shape. */
+export type BatchesTreeChange = { kind: 'none' } | { kind: 'rows'; nodes: BatchesTreeNode[] } | { kind: 'shape' };
+
+/** Everything a row shows: its texts, its menu and what picks its icon and click. */
+function rowKey(n: BatchesTreeNode): string {
+  const looks = n.kind === 'batch' ? [n.status.lab] : n.kind === 'group' ? [n.noContrast, n.group.too_few_trainable] : n.kind === 'rollout' ? [n.rollout.class, n.rollout.state, n.sessionFile] : [n.file];
+  return JSON.stringify([n.label, n.description, n.tooltip, n.contextValue, ...looks]);
+}
+
+/**
+ * The tree as last shown. A re-read compares it with the folders: a row whose text or icon changed
+ * is updated in place (the very object the tree view holds, so only that row is re-rendered and
+ * every row keeps its handle); only added, removed or reordered nodes rebuild the tree. A running
+ * batch rewrites a file on every call of every rollout, and rebuilding the whole tree each time made
+ * a context-menu pick that landed during the rebuild arrive without its row.
+ */
+export class ShownBatchesTree {
+  private roots: (BatchNode | BatchErrorNode)[] = [];
+  private readonly kids = new Map<string, BatchesTreeNode[]>();
+  private loaded = false;
+
+  constructor(private readonly model: BatchesTreeModel) {}
+
+  children(node?: BatchesTreeNode): BatchesTreeNode[] {
+    if (!this.loaded) this.reread();
+    return node ? (this.kids.get(node.id) ?? []) : this.roots;
+  }
+
+  /** Reads the folders again and says what changed since the tree was last read. */
+  reread(): BatchesTreeChange {
+    const roots = this.model.roots();
+    const kids = new Map<string, BatchesTreeNode[]>();
+    const walk = (n: BatchesTreeNode): void => {
+      const c = this.model.children(n);
+      if (c.length) kids.set(n.id, c);
+      c.forEach(walk);
+    };
+    roots.forEach(walk);
+    if (!this.loaded || shapeOf(roots, kids) !== shapeOf(this.roots, this.kids)) {
+      this.roots = roots;
+      this.kids.clear();
+      for (const [id, c] of kids) this.kids.set(id, c);
+      this.loaded = true;
+      return { kind: 'shape' };
+    }
+    const shown = new Map<string, BatchesTreeNode>();
+    for (const n of this.roots) shown.set(n.id, n);
+    for (const c of this.kids.values()) for (const n of c) shown.set(n.id, n);
+    const changed: BatchesTreeNode[] = [];
+    const update = (n: BatchesTreeNode): void => {
+      const old = shown.get(n.id)!;
+      if (rowKey(old) !== rowKey(n)) changed.push(old);
+      // The whole node, not only its row: commands read its status and session file.
+      Object.assign(old, n);
+    };
+    roots.forEach(update);
+    for (const c of kids.values()) c.forEach(update);
+    return changed.length ? { kind: 'rows', nodes: changed } : { kind: 'none' };
+  }
+}
+
+/** The ids of the tree, parent by parent, in order. */
+function shapeOf(roots: BatchesTreeNode[], kids: ReadonlyMap<string, BatchesTreeNode[]>): string {
+  const parts = [roots.map((n) => n.id).join('\n')];
+  for (const [id, c] of kids) parts.push(`${id}\n${c.map((n) => n.id).join('\n')}`);
+  return parts.join('\n\n');
+}

@@ -2,17 +2,18 @@
 // batches folder (harnessLab.batchesFolder). A file watcher on that folder refreshes it as labs
 // rewrite their state files (the CLI's or the editor's alike) and as calls land in the batches'
 // captured sessions (a running rollout shows its calls so far, local or cluster batch alike);
-// refreshes are coalesced, since a running batch writes on every change of every rollout.
+// refreshes are coalesced, since a running batch writes on every change of every rollout, and only
+// the rows that changed are re-rendered (ShownBatchesTree) unless batches or rollouts came or went.
 import { isAbsolute, relative, sep } from 'node:path';
 import * as vscode from 'vscode';
-import { BatchesTreeModel, resolveBatchesFolder, type BatchesTreeNode } from './batches-model.js';
+import { BatchesTreeModel, ShownBatchesTree, resolveBatchesFolder, type BatchesTreeNode } from './batches-model.js';
 import { Disposable, toDisposable } from './lifecycle.js';
 
 export class BatchesView extends Disposable implements vscode.TreeDataProvider<BatchesTreeNode> {
-  private readonly changeEmitter = this._register(new vscode.EventEmitter<BatchesTreeNode | undefined>());
+  private readonly changeEmitter = this._register(new vscode.EventEmitter<BatchesTreeNode | BatchesTreeNode[] | undefined>());
   readonly onDidChangeTreeData = this.changeEmitter.event;
   readonly treeView: vscode.TreeView<BatchesTreeNode>;
-  private readonly model = new BatchesTreeModel(() => this.folders());
+  private readonly shown = new ShownBatchesTree(new BatchesTreeModel(() => this.folders()));
   private watchers: vscode.Disposable[] = [];
   private pending: ReturnType<typeof setTimeout> | undefined;
 
@@ -55,10 +56,13 @@ export class BatchesView extends Disposable implements vscode.TreeDataProvider<B
     this.refresh();
   }
 
+  /** Re-reads the batches: re-renders the rows that changed, or the whole tree when its shape did. */
   refresh(): void {
     clearTimeout(this.pending);
     this.pending = undefined;
-    this.changeEmitter.fire(undefined);
+    const change = this.shown.reread();
+    if (change.kind === 'shape') this.changeEmitter.fire(undefined);
+    else if (change.kind === 'rows') this.changeEmitter.fire(change.nodes);
   }
 
   private refreshSoon(): void {
@@ -71,7 +75,7 @@ export class BatchesView extends Disposable implements vscode.TreeDataProvider<B
   }
 
   getChildren(node?: BatchesTreeNode): BatchesTreeNode[] {
-    return this.model.children(node);
+    return this.shown.children(node);
   }
 
   getTreeItem(node: BatchesTreeNode): vscode.TreeItem {

@@ -5,12 +5,12 @@
 import assert from 'node:assert/strict';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { test } from 'node:test';
 import { planBatch, writeBatch } from '../../src/batch/plan.js';
 import { readRolloutStates, writeRolloutState, type RolloutState } from '../../src/batch/state.js';
 import { planAndWriteBatch, startBatchLab } from '../../src/extension/batch-submit.js';
-import { BatchesTreeModel, batchDirs, resolveBatchesFolder, type BatchNode, type BatchRolloutNode, type GroupNode } from '../../src/extension/batches-model.js';
+import { BatchesTreeModel, ShownBatchesTree, batchDirs, resolveBatchesFolder, type BatchNode, type BatchRolloutNode, type GroupNode } from '../../src/extension/batches-model.js';
 import { CaptureStore } from '../../src/capture/store.js';
 import { kubeconfigFiles } from '../../src/cluster/kubeconfig-files.js';
 import { NoKubeconfigError, readKubeContexts } from '../../src/extension/kube-contexts.js';
@@ -132,6 +132,45 @@ test('a running rollout shows the calls captured so far, as they land in its ses
   // Finished: class and reward instead of the live count.
   finish(dir, s.rollout_id, 'completed', 1, 900);
   assert.equal(running().description, 'completed · reward 1 · 900 ms');
+});
+
+test('the shown tree: a re-read with nothing new changes nothing; a call or a finish updates its rows in place; a new batch reshapes', async () => {
+  const folder = mkdtempSync(join(tmpdir(), 'hl-batches-'));
+  const dir = batch(folder, 'live', new Date('2026-01-02T10:00:00Z'));
+  const s = readRolloutStates(dir)[0]!;
+  writeRolloutState(dir, { ...s, state: 'running', session_id: 'sess-live', attempts: [{ attempt: 0, session_id: 'sess-live', started_at: s.queued_at, ended_at: null, out_dir: 'runs/x/0', outcome: 'running', trainable: false }], started_at: s.queued_at });
+  const tree = new ShownBatchesTree(new BatchesTreeModel(() => [folder]));
+  const [b] = tree.children() as BatchNode[];
+  const [g] = tree.children(b) as GroupNode[];
+  const [running, queued] = tree.children(g) as BatchRolloutNode[];
+  assert.equal(running!.description, 'running');
+  assert.deepEqual(tree.reread(), { kind: 'none' }, 'the same files: nothing to re-render');
+  // A call lands: only the running rollout's row, as the same object the view handed out.
+  const store = new CaptureStore(join(dir, 'capture'));
+  await store.append('sess-live', { type: 'session', session_id: 'sess-live', created_at: s.queued_at, model: 'm', engine_url: 'http://e', max_model_calls: 0, metadata: {} });
+  await store.append('sess-live', { type: 'call', ...chain(1).map((c) => ({ ...c, session_id: 'sess-live' }))[0]! });
+  await store.close();
+  const calls = tree.reread();
+  assert.equal(calls.kind, 'rows');
+  assert.deepEqual(calls.kind === 'rows' ? calls.nodes : [], [running]);
+  assert.equal(running!.description, 'running · 1 call');
+  assert.equal((tree.children(g) as BatchRolloutNode[])[0], running, 'children hand out the objects already shown');
+  assert.deepEqual(tree.reread(), { kind: 'none' });
+  // It finishes: its row, its group's (1/2, mean) and the batch's (1/4 finished), all in place.
+  finish(dir, s.rollout_id, 'completed', 1, 900);
+  const done = tree.reread();
+  assert.equal(done.kind, 'rows');
+  assert.deepEqual(new Set(done.kind === 'rows' ? done.nodes : []), new Set([b, g, running]));
+  assert.equal(running!.description, 'completed · reward 1 · 900 ms');
+  assert.equal(running!.rollout.class, 'completed', 'the node\'s data follows, not only its text');
+  assert.match(b!.description, /1\/4 finished/);
+  assert.equal(queued!.description, 'queued');
+  // A second batch: the tree's shape changed, so the whole tree is read again (new objects).
+  batch(folder, 'second', new Date('2026-01-03T10:00:00Z'));
+  assert.deepEqual(tree.reread(), { kind: 'shape' });
+  const roots = tree.children() as BatchNode[];
+  assert.deepEqual(roots.map((n) => basename(n.dir)), ['second', 'live'], 'newest first');
+  assert.notEqual(roots[1], b);
 });
 
 test('broken directories are error nodes naming the file; newest batch first, errors last', () => {
