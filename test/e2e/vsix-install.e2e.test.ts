@@ -13,7 +13,7 @@ import { join, resolve } from 'node:path';
 import { after, test } from 'node:test';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, typeAndAccept, type CodeServer } from './code-server.js';
-import { findFiles, pane, toast } from './workbench.js';
+import { findFiles, notificationTexts, pane, toast } from './workbench.js';
 import { packageAndInstallVsix } from './vsix-install.js';
 
 const ROOT = resolve(__dirname, '..', '..');
@@ -122,6 +122,8 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
 
     // 6b. Rescore the rollout in front against the same engine (palette, URL prefilled from the
     // settings): the same weights give ratio 1 within 1e-4, so every sampled token is coloured calm.
+    // The run's notifications go first: toasts past the third wait in a queue, hidden.
+    await runCommand(page, 'Notifications: Clear All Notifications');
     await runCommand(page, 'Harness Lab: Rescore Rollout Against Engine (Drift)');
     const urlBox = page.locator('.quick-input-widget input.input');
     await urlBox.waitFor({ state: 'visible', timeout: 10_000 });
@@ -174,7 +176,8 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
   } catch (err) {
     await shot(page, '99-failure').catch(() => undefined);
     const logs = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log'));
-    throw new Error(`${err instanceof Error ? err.message : String(err)}\nHarness Lab log:\n${logs.map((f) => readFileSync(f, 'utf8')).join('\n').slice(-6000)}`);
+    const notifications = await notificationTexts(page);
+    throw new Error(`${err instanceof Error ? err.message : String(err)}\nNotifications:\n${notifications}\nHarness Lab log:\n${logs.map((f) => readFileSync(f, 'utf8')).join('\n').slice(-6000)}`);
   }
   const log = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log')).map((f) => readFileSync(f, 'utf8')).join('\n');
   assert.match(log, /embedded engine \(pid \d+\) listening on/);

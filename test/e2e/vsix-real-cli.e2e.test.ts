@@ -13,7 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { harnessCacheRoot } from '../../src/harness/run-local.js';
 import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, typeAndAccept, type CodeServer } from './code-server.js';
-import { findFiles, pane, toast } from './workbench.js';
+import { findFiles, notificationTexts, pane, toast } from './workbench.js';
 import { packageAndInstallVsix } from './vsix-install.js';
 
 const ROOT = resolve(__dirname, '..', '..');
@@ -145,7 +145,8 @@ test('installed .vsix: claude-code in a captured terminal, its calls in the tree
   } catch (err) {
     await shot(page, '99-failure').catch(() => undefined);
     const logs = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log'));
-    throw new Error(`${err instanceof Error ? err.message : String(err)}\nHarness Lab log:\n${logs.map((f) => readFileSync(f, 'utf8')).join('\n').slice(-6000)}`);
+    const notifications = await notificationTexts(page);
+    throw new Error(`${err instanceof Error ? err.message : String(err)}\nNotifications:\n${notifications}\nHarness Lab log:\n${logs.map((f) => readFileSync(f, 'utf8')).join('\n').slice(-6000)}`);
   }
   writeFileSync(join(ARTIFACTS, 'vsix-cli-harness-lab.log'), findFiles(stateDir, (f) => f.endsWith('Harness Lab.log')).map((f) => readFileSync(f, 'utf8')).join('\n'));
 });

@@ -47,6 +47,15 @@ export function toast(page: Page, text: string | RegExp): Locator {
   return page.locator('.notification-toast', { hasText: text });
 }
 
+/** The notifications on screen and in the notification centre, for a failure's message: what the extension last said. */
+export async function notificationTexts(page: Page): Promise<string> {
+  const texts = await page
+    .locator('.notification-list-item-message')
+    .allInnerTexts()
+    .catch((err: unknown) => [`(could not read the notifications: ${err instanceof Error ? err.message : String(err)})`]);
+  return texts.length ? texts.map((t) => `- ${t.replace(/\s+/g, ' ').trim()}`).join('\n') : '(none)';
+}
+
 /** Files under `dir` (not inside node_modules) that `keep` accepts: logs and runs a test looks for. */
 export function findFiles(dir: string, keep: (path: string) => boolean): string[] {
   const out: string[] = [];
