@@ -139,8 +139,20 @@ export async function typeAndAccept(page: import('playwright-core').Page, value:
 
 /** Runs a command from the palette by its title (as a user would: F1, type, Enter). */
 export async function runCommand(page: import('playwright-core').Page, title: string): Promise<void> {
-  await page.keyboard.press('F1');
-  await page.locator('.quick-input-widget input.input').waitFor({ state: 'visible', timeout: 10_000 });
+  // A palette still closing from the previous command matched "visible", took the title and then
+  // vanished; and an F1 pressed while a webview takes the focus can be lost. Wait for the closing
+  // one, then press F1 until a palette shows.
+  const shown = page.locator('.quick-input-widget input.input:visible');
+  await shown.waitFor({ state: 'hidden', timeout: 10_000 }).catch(() => page.keyboard.press('Escape'));
+  for (let attempt = 1; ; attempt++) {
+    await page.keyboard.press('F1');
+    try {
+      await shown.waitFor({ timeout: 5_000 });
+      break;
+    } catch (err) {
+      if (attempt >= 3) throw new Error(`F1 did not open the command palette after ${attempt} tries (to run "${title}"): ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
   await typeAndAccept(page, `>${title}`, title);
 }
 
