@@ -222,7 +222,7 @@ function rowKey(n: BatchesTreeNode): string {
  */
 export class ShownBatchesTree {
   private roots: (BatchNode | BatchErrorNode)[] = [];
-  private readonly kids = new Map<string, BatchesTreeNode[]>();
+  private kids = new Map<string, BatchesTreeNode[]>();
   private loaded = false;
 
   constructor(private readonly model: BatchesTreeModel) {}
@@ -244,8 +244,7 @@ export class ShownBatchesTree {
     roots.forEach(walk);
     if (!this.loaded || shapeOf(roots, kids) !== shapeOf(this.roots, this.kids)) {
       this.roots = roots;
-      this.kids.clear();
-      for (const [id, c] of kids) this.kids.set(id, c);
+      this.kids = kids;
       this.loaded = true;
       return { kind: 'shape' };
     }
