@@ -249,19 +249,21 @@ export class ShownBatchesTree {
       return { kind: 'shape' };
     }
     const shown = new Map<string, BatchesTreeNode>();
-    for (const n of this.roots) shown.set(n.id, n);
-    for (const c of this.kids.values()) for (const n of c) shown.set(n.id, n);
+    for (const n of everyNode(this.roots, this.kids)) shown.set(n.id, n);
     const changed: BatchesTreeNode[] = [];
-    const update = (n: BatchesTreeNode): void => {
+    for (const n of everyNode(roots, kids)) {
       const old = shown.get(n.id)!;
       if (rowKey(old) !== rowKey(n)) changed.push(old);
       // The whole node, not only its row: commands read its status and session file.
       Object.assign(old, n);
-    };
-    roots.forEach(update);
-    for (const c of kids.values()) c.forEach(update);
+    }
     return changed.length ? { kind: 'rows', nodes: changed } : { kind: 'none' };
   }
+}
+
+function* everyNode(roots: BatchesTreeNode[], kids: ReadonlyMap<string, BatchesTreeNode[]>): Generator<BatchesTreeNode> {
+  yield* roots;
+  for (const c of kids.values()) yield* c;
 }
 
 /** The ids of the tree, parent by parent, in order. */
