@@ -19,6 +19,8 @@ import { chromiumPath, codeServerBin, codeServerDir, CODE_SERVER_VERSION } from 
 
 export const FOLDERS = ['unit', 'integration', 'e2e'] as const;
 export type Folder = (typeof FOLDERS)[number];
+/** The folders whose tests run harnesses in Docker sandboxes: the integration tests, and the e2e tests of the installed .vsix. */
+const SANDBOX_TESTS: readonly Folder[] = ['integration', 'e2e'];
 
 export type DockerState = { ok: true } | { ok: false; reason: string };
 
@@ -93,13 +95,13 @@ export const PREREQUISITES: readonly Prerequisite[] = [
   aptPrerequisite({
     id: 'docker.io',
     why: 'the sandbox tests run real harnesses in Docker containers',
-    folders: ['integration', 'e2e'],
+    folders: SANDBOX_TESTS,
     packages: (m) => [['docker.io', async () => m.has('dockerd') || (await m.docker()).ok]],
   }),
   aptPrerequisite({
     id: 'debootstrap',
     why: 'the offline sandbox base image is a Debian minbase built with debootstrap (no image registry)',
-    folders: ['integration', 'e2e'],
+    folders: SANDBOX_TESTS,
     packages: (m) => [['debootstrap', async () => m.has('debootstrap') || m.rootfsCached() || ((await m.docker()).ok && (await m.imagesReady()))]],
   }),
   aptPrerequisite({
@@ -132,7 +134,7 @@ export const PREREQUISITES: readonly Prerequisite[] = [
   {
     id: 'dockerd',
     why: 'the sandbox tests need a running Docker engine',
-    folders: ['integration', 'e2e'],
+    folders: SANDBOX_TESTS,
     after: ['docker.io'],
     present: async (m) => (await m.docker()).ok,
     async blocker(m) {
@@ -149,7 +151,7 @@ export const PREREQUISITES: readonly Prerequisite[] = [
   {
     id: 'base images',
     why: 'the sandbox tests build task images FROM harness-lab/base:bookworm and base-node:bookworm (no image is ever pulled)',
-    folders: ['integration', 'e2e'],
+    folders: SANDBOX_TESTS,
     after: ['dockerd', 'debootstrap'],
     present: async (m) => (await m.docker()).ok && (await m.imagesReady()),
     blocker: async (m) => (!m.root && !m.rootfsCached() ? `the first build runs debootstrap, which needs root; run \`node --import tsx src/cli/main.ts images\` as root once (later builds reuse ${imageCacheDir(m.env)})` : undefined),
@@ -159,7 +161,7 @@ export const PREREQUISITES: readonly Prerequisite[] = [
   {
     id: 'harness CLIs',
     why: 'the real-harness tests run every pinned harness CLI (Codex, Claude Code, opencode, Gemini CLI, Qwen Code, pi) against the proxy',
-    folders: ['integration', 'e2e'],
+    folders: SANDBOX_TESTS,
     present: async (m) => m.missingHarnesses().length === 0,
     action: '`bash scripts/harness-install.sh` (npm packages into the harness cache, a few minutes)',
     install: (m) => runOrThrow(m, 'bash', ['scripts/harness-install.sh']),
