@@ -13,6 +13,9 @@ import { attemptSessionId } from './plan.js';
 import { batchPaths, readManifest, readRolloutStates, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutState } from './state.js';
 
 /** Upper bound on model calls per attempt: a runaway loop ends with the proxy's budget stop. */
+/** Attempts a rollout gets when the lab's infrastructure (not the sandbox) spoils them. */
+const MAX_INFRA_RERUNS = 3;
+
 export const MAX_MODEL_CALLS_PER_ROLLOUT = 100;
 
 export interface BatchRunOptions {
@@ -176,6 +179,14 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
         attempt.outcome = 'finished';
         attempt.trainable = v.trainable;
         Object.assign(s, { state: v.state, class: v.class, reward: v.reward, rewards: v.rewards, trainable: v.trainable, error: v.error, ended_at: endedAt.toISOString(), duration_ms: endedAt.getTime() - startedAt, n_calls: seen.nCalls });
+        // Spoiled by the lab's own infrastructure (k8s: the capture proxy restarted under it): run it again.
+        if (facts.rerun && s.attempts.length < MAX_INFRA_RERUNS) {
+          Object.assign(s, { state: 'queued', error: `${v.error ?? 'infrastructure failure'}; queued for attempt ${s.attempts.length}` });
+          save(s);
+          queue.push(s);
+          log(`re-queued ${s.rollout_id}: ${v.error}; ${line()}`);
+          return;
+        }
         save(s);
         const reward = v.reward === null ? 'null' : String(Math.round(v.reward * 1000) / 1000);
         log(`${v.state === 'done' ? 'done' : 'discarded'} ${s.rollout_id}: ${v.class} reward=${reward} ${((endedAt.getTime() - startedAt) / 1000).toFixed(1)}s${v.error && v.state === 'discarded' ? ` (${v.error})` : ''}; ${line()}`);
