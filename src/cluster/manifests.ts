@@ -196,7 +196,8 @@ export function entryScript(input: RolloutJobInput): string {
     ...(input.task.agentUser && input.launch.files.length ? [`chown -R ${shellQuote(input.task.agentUser)} ${POD_PATHS.home}`] : []),
     // The tests token: taken (and removed) before the agent exists, held only in this shell's memory.
     `for _ in $(seq 600); do [ -s ${h}/token ] && break; sleep 0.1; done`,
-    `read -r tests_token < ${h}/token && rm -f ${h}/token || { echo 'the tests sidecar issued no token' >&2; exit ${INFRA_EXIT_CODE}; }`,
+    `tests_token=$(cat ${h}/token 2>/dev/null); rm -f ${h}/token`,
+    `[ -n "$tests_token" ] || { echo 'the tests sidecar issued no token' >&2; exit ${INFRA_EXIT_CODE}; }`,
     // The agent's processes lose capabilities this script keeps (kill, setpcap): the kernel then refuses
     // them ptrace and /proc/<pid>/{mem,environ} of this script even as root.
     "drop=''; if command -v setpriv >/dev/null 2>&1 && setpriv --bounding-set -kill,-setpcap true 2>/dev/null; then drop='setpriv --bounding-set -kill,-setpcap --'; isolated=true; else isolated=false; fi",

@@ -1,7 +1,7 @@
 // Shared setup for the cluster tests: the API server double with a Docker-backed node, a kubeconfig
 // for the real client, a batch manifest for example tasks, the CLI bundle the in-cluster proxy runs,
 // and a policy engine on the host that the namespace reaches through a Unix socket relay.
-import { copyFileSync, cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { harnessCacheRoot } from '../../src/harness/run-local.js';
@@ -25,6 +25,8 @@ let bundle: Promise<string> | undefined;
 export function cliBundleDir(): Promise<string> {
   bundle ??= (async () => {
     const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-cli-'));
+    // The in-cluster proxy runs as a non-root user (Pod Security "restricted"): it must read this mount.
+    chmodSync(dir, 0o755);
     const specifier = 'esbuild';
     const esbuild = (await import(specifier)) as typeof import('esbuild');
     await esbuild.build({ bundle: true, platform: 'node', format: 'cjs', target: 'node20', logLevel: 'warning', external: ['vscode', 'cpu-features', '*.node', 'node-llama-cpp', '@node-llama-cpp/*'], entryPoints: [join(REPO, 'src', 'cli', 'main.ts')], outfile: join(dir, 'cli.js') });

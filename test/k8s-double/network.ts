@@ -250,14 +250,17 @@ export class PodNetwork {
       }
       return sock;
     };
+    // Without iptables a listener in the pod takes the port on every loopback address: a pod never gets
+    // one on a port its own containers declare (the server of that Service binds 0.0.0.0 there).
+    const own = new Set(((this.podOf(net)?.spec as { containers?: { ports?: { containerPort: number }[] }[] } | undefined)?.containers ?? []).flatMap((c) => (c.ports ?? []).map((p) => p.containerPort)));
     for (const s of services) {
       const ip = this.serviceIp(net.ns, s.metadata.name!);
-      for (const p of ((s.spec ?? {}) as { ports?: { port: number; targetPort?: number | string }[] }).ports ?? []) {
+      for (const p of (((s.spec ?? {}) as { ports?: { port: number; targetPort?: number | string }[] }).ports ?? []).filter((x) => !own.has(x.port))) {
         const sock = want(`svc-${s.metadata.name}-${p.port}`, (c) => this.toService(net, s.metadata.name!, p.port, c));
         listeners.push({ host: ip, port: p.port, sock });
       }
     }
-    for (const port of this.exposed.get(net.ns) ?? []) listeners.push({ host: '127.0.0.1', port, sock: want(`host-${port}`, (c) => this.toHost(net, port, c)) });
+    for (const port of [...(this.exposed.get(net.ns) ?? [])].filter((x) => !own.has(x))) listeners.push({ host: '127.0.0.1', port, sock: want(`host-${port}`, (c) => this.toHost(net, port, c)) });
     await new Promise((r) => setTimeout(r, 20));
     writeFileSync(join(net.dir, 'config.json'), JSON.stringify({ listeners }));
     const hosts = ['127.0.0.1\tlocalhost', '::1\tlocalhost ip6-localhost ip6-loopback', `127.0.0.1\t${net.name}`, ...services.map((s) => {
