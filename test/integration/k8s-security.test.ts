@@ -14,7 +14,9 @@ import { K8sBackend } from '../../src/batch/backends/k8s.js';
 import { loadSessionFile } from '../../src/capture/store.js';
 import { jobName, proxyName } from '../../src/cluster/manifests.js';
 import type { KubeDouble } from '../k8s-double/index.js';
-import { attemptFor, backendOptions, buildProxyImage, engineFor, manifestFor, taskCopy, taskImages, testCluster, type EngineInNamespace } from './k8s-fixtures.js';
+import { ScriptedPolicy } from '../../src/engine/policy.js';
+import { startPolicyEngine } from '../../src/sandbox/policy-engine.js';
+import { attemptFor, backendOptions, buildProxyImage, manifestFor, taskCopy, taskImages, testCluster, type EngineInNamespace } from './k8s-fixtures.js';
 import { dockerReady, waitFor } from './sandbox-fixtures.js';
 
 const NS = 'sec';
@@ -44,7 +46,6 @@ describe('the cluster path against an attacker, on the API server double', { tim
   let images: Map<string, string>;
   let backend: K8sBackend;
   let dir: string;
-  const policyFile = join(mkdtempSync(join(tmpdir(), 'hl-k8s-sec-policy-')), 'policy.json');
   const tasks = {
     hello: taskCopy('hello-file', {}),
     // Eight CPUs on a six-CPU node: the scheduler can never place it.
@@ -62,24 +63,24 @@ describe('the cluster path against an attacker, on the API server double', { tim
     kc.loadFromFile(cluster.kubeconfig);
     core = kc.makeApiClient(k8s.CoreV1Api);
     await core.createNamespace({ body: { metadata: { name: NS } } });
-    // The engine port is known only once it listens: the policy is written, then the engine reads it.
-    writeFileSync(policyFile, JSON.stringify({ name: 'placeholder', rules: [], fallback: { say: 'Done.' } }));
-    engine = await engineFor(cluster, NS, policyFile);
-    const otherSession = `${BATCH}-g1-r1-0`;
-    writeFileSync(
-      policyFile,
-      JSON.stringify({
+    // The probe names the engine's port, known once it listens: its rule joins the policy then.
+    const policy = ScriptedPolicy.parse(
+      {
         name: 'k8s-attacker',
         rules: [
-          { when: { last_message: 'PROBE_THE_CLUSTER' }, then: { call: { tool: '^bash$', input: probeScript(engine.port, otherSession) } } },
           { when: { last_message: 'PROBED' }, then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } } },
           { when: { last_message: 'WAIT_FOR_GO' }, then: { call: { tool: '^bash$', input: 'until [ -f /tmp/hl-go ]; do sleep 0.2; done; echo went' } } },
           { when: { last_message: 'went' }, then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } } },
           { when: { last_message: 'Create a file named `hello.txt`' }, then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } } },
         ],
         fallback: { say: 'Done.' },
-      }),
+      },
+      'k8s-attacker',
     );
+    const started = await startPolicyEngine(policy, 'fake');
+    engine = { engine: started, port: Number(new URL(started.url).port), url: started.url };
+    await cluster.node.exposeHostPort(NS, engine.port);
+    policy.spec.rules!.unshift({ when: { last_message: 'PROBE_THE_CLUSTER' }, then: { call: { tool: '^bash$', input: probeScript(engine.port, `${BATCH}-g1-r1-0`) } } } as NonNullable<typeof policy.spec.rules>[number]);
     images = await taskImages(Object.values(tasks));
     const m = manifestFor({ batchId: BATCH, namespace: NS, tasks: [tasks.probe, tasks.hello, tasks.big, tasks.stepper], harness: 'react', engineUrl: `${engine.url}/v1`, model: engine.engine.model, timeoutSec: 120 });
     dir = mkdtempSync(join(tmpdir(), 'hl-k8s-sec-batch-'));
@@ -149,7 +150,10 @@ describe('the cluster path against an attacker, on the API server double', { tim
     const script = `if exec 3<>/dev/tcp/${PROXY_HOST}/8100; then printf 'GET /health HTTP/1.0\\r\\n\\r\\n' >&3; echo "PROXY=[$(timeout 5 head -c 12 <&3)]"; else echo PROXY=[connect-failed]; fi`;
     await core.createNamespacedPod({ namespace: NS, body: { metadata: { name: 'stranger', labels: { app: 'stranger' } }, spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: images.get('hello-file')!, command: ['bash', '-c', script] }] } } });
     await waitFor('the stranger done', async () => ((await core.readNamespacedPod({ namespace: NS, name: 'stranger' })).status?.phase === 'Succeeded' ? true : undefined), 60_000);
-    assert.equal((await core.readNamespacedPodLog({ namespace: NS, name: 'stranger' })).trim(), 'PROXY=[]');
+    assert.equal((await core.readNamespacedPodLog({ namespace: NS, name: 'stranger' })).trim(), 'PROXY=[]', JSON.stringify(cluster.node.network.log));
+    // The rule's `from` reached the API server (client-node's serializer drops a plain `from`: an open door).
+    const sent = cluster.api.requests('POST', new RegExp(`/namespaces/${NS}/networkpolicies$`)).map((x) => x.body as { metadata: { name: string }; spec: { ingress: { from?: unknown[] }[] } });
+    assert.deepEqual(sent.find((x) => x.metadata.name === `hl-proxy-ingress-${BATCH}`)?.spec.ingress[0]?.from, [{ podSelector: { matchLabels: { 'harness-lab/batch': BATCH, 'harness-lab/role': 'rollout' } } }]);
     const r = cluster.node.network.log.find((x) => x.from === `${NS}/stranger`)!;
     assert.equal(r.allowed, false);
     assert.match(r.why, /^ingress to pod sec\/hl-proxy-b-sec-[a-z0-9]+:8100 from pod sec\/stranger is not allowed/);
@@ -160,7 +164,7 @@ describe('the cluster path against an attacker, on the API server double', { tim
     const a = attemptFor(dir, m, 'g2-r0');
     await backend.capture.createSession({ sessionId: a.sessionId, metadata: {}, sampling: m.sampling, maxModelCalls: 20 });
     const facts = await backend.run(a);
-    assert.equal(facts.agent.timedOut, false);
+    assert.equal(facts.agent.timedOut, false, JSON.stringify({ facts, pods: backend.watch.podsOfJob(jobName(BATCH, 'g2-r0', 0)).map((p) => p.status) }));
     assert.match(facts.infraError ?? '', /cannot start: Unschedulable \(0\/1 nodes are available: 1 Insufficient cpu\./);
     const events = (await core.listNamespacedEvent({ namespace: NS, fieldSelector: 'reason=FailedScheduling' })).items;
     assert.ok(events.some((e) => e.involvedObject.name?.startsWith(jobName(BATCH, 'g2-r0', 0))), 'a FailedScheduling Event');

@@ -201,7 +201,8 @@ export class SimulatedNode {
     const ns = e.object.metadata.namespace!;
     const name = e.object.metadata.name!;
     if (k === '/pods') {
-      if (e.type === 'ADDED') this.schedule(e.object);
+      // Not inside the store's dispatch of ADDED: a status written now would reach watchers before the ADDED.
+      if (e.type === 'ADDED') setImmediate(() => this.schedule(e.object));
       if (e.type === 'DELETED') {
         this.unscheduled.delete(e.object.metadata.uid!);
         void this.stopPod(e.object.metadata.uid!, true).finally(() => this.release(e.object.metadata.uid!));
@@ -504,6 +505,7 @@ export class SimulatedNode {
 
   /** Places a pod when its requests fit what is left of the node; otherwise PodScheduled=False (Unschedulable) and a FailedScheduling Event. */
   private schedule(pod: KObject): void {
+    if (this.closed || !this.api.store.tryGet(this.res('', 'pods'), pod.metadata.namespace, pod.metadata.name!)) return;
     const uid = pod.metadata.uid!;
     const ns = pod.metadata.namespace!;
     const name = pod.metadata.name!;
