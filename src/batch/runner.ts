@@ -181,7 +181,7 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
         Object.assign(s, { state: v.state, class: v.class, reward: v.reward, rewards: v.rewards, trainable: v.trainable, error: v.error, ended_at: endedAt.toISOString(), duration_ms: endedAt.getTime() - startedAt, n_calls: seen.nCalls });
         // Spoiled by the lab's own infrastructure (k8s: the capture proxy restarted under it): run it again.
         if (facts.rerun && s.attempts.length < MAX_INFRA_RERUNS) {
-          Object.assign(s, { state: 'queued', error: `${v.error ?? 'infrastructure failure'}; queued for attempt ${s.attempts.length}` });
+          Object.assign(s, { state: 'queued', class: null, reward: null, rewards: {}, trainable: false, ended_at: null, duration_ms: null, error: `${v.error ?? 'infrastructure failure'}; queued for attempt ${s.attempts.length}` });
           save(s);
           queue.push(s);
           log(`re-queued ${s.rollout_id}: ${v.error}; ${line()}`);

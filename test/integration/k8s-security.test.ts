@@ -105,7 +105,8 @@ describe('the cluster path against an attacker, on the API server double', { tim
     await backend.capture.sessionFacts(a.sessionId);
     const calls = loadSessionFile(join(dir, 'capture', 'sessions', `${a.sessionId}.jsonl`))!.calls;
     const seen = JSON.stringify(calls.map((c) => c.request.body));
-    const probe = (name: string) => new RegExp(`${name}=\\[([^\\]]*)\\]`).exec(seen)?.[1];
+    // The last match: the script's own text (in the assistant's tool call) comes before its output.
+    const probe = (name: string) => [...seen.matchAll(new RegExp(`${name}=\\[([^\\]$]*)\\]`, 'g'))].at(-1)?.[1];
     assert.ok(seen.includes('PROBED'), 'the probe ran');
     // No tests anywhere in the rollout container; the handoff holds no token while the agent runs.
     assert.match(seen, /TESTS_LS=ls: cannot access '\/opt\/harness-lab\/task-tests': No such file or directory/);
