@@ -5,8 +5,8 @@
 // submits and resumes: a rollout left `running` by a dead lab is re-queued (its attempt kept as
 // 'interrupted', never trainable) and the batch's leftover sandboxes are removed first.
 import { join, resolve } from 'node:path';
-import type { AttemptFacts } from './backend.js';
-import { backendModule, type BackendModule } from './backends/index.js';
+import type { AttemptFacts, BackendModule } from './backend.js';
+import { backendModule } from './backends/index.js';
 import { classify } from './classify.js';
 import { acquireLock, cancelRequested, clearCancel } from './lock.js';
 import { attemptSessionId } from './plan.js';

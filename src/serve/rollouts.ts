@@ -13,8 +13,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import type { BatchBackend, BatchCapture } from '../batch/backend.js';
-import { backendModule, type BackendModule } from '../batch/backends/index.js';
+import type { BackendModule, BatchBackend, BatchCapture } from '../batch/backend.js';
+import { backendModule } from '../batch/backends/index.js';
 import { classify, type Verdict } from '../batch/classify.js';
 import { attemptSessionId } from '../batch/plan.js';
 import { MAX_MODEL_CALLS_PER_ROLLOUT, attemptDir, sessionMetadata } from '../batch/runner.js';
