@@ -9,7 +9,7 @@
 import { z } from 'zod';
 import { normaliseEngineUrl } from '../capture/engine-client.js';
 import type { CallRecord } from '../capture/types.js';
-import type { StoredRollout } from './source.js';
+import type { StoredRollout } from '../capture/rollout-file.js';
 
 export const RESCORE_VERSION = 1;
 /** PPO's clip range: a token is past the threshold when |ratio - 1| > 0.2. */
