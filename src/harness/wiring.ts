@@ -430,7 +430,8 @@ export function harnessPackages(names: readonly string[] = HARNESS_NAMES): strin
   return [...new Set(names.map((n) => `${harnessSpec(n).package}@${harnessSpec(n).version}`))];
 }
 
-const DIALECT_LABELS: Record<DialectName, string> = {
+/** The dialects' names as the docs and pickers show them. */
+export const DIALECT_LABELS: Record<DialectName, string> = {
   openai_chat: 'Chat Completions',
   openai_responses: 'Responses',
   anthropic_messages: 'Anthropic Messages',
