@@ -141,11 +141,6 @@ export async function rescoreRollout(rollout: RescoreSource, opts: { engineUrl: 
   };
 }
 
-/** Per call_id, the ratios, for the viewer's drift colouring. */
-export function ratiosByCall(report: Pick<RescoreReport, 'calls'>): Record<string, number[]> {
-  return Object.fromEntries(report.calls.map((c) => [c.call_id, c.ratio]));
-}
-
 export const RescoreReportSchema = z.looseObject({
   version: z.literal(RESCORE_VERSION),
   session_id: z.string(),

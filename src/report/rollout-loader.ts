@@ -108,16 +108,6 @@ export function viewerDataFromTraces(traces: readonly TrainingTrace[], opts: { k
   };
 }
 
-/** A rollout or trace file's text -> ViewerData, by file name (`.jsonl` is traces, anything else a document). */
-export function viewerDataFromFile(text: string, fileName: string): { data: ViewerData; doc: RolloutDocument | null } {
-  const base = fileName.split(/[\\/]/).pop() ?? fileName;
-  if (/\.jsonl$/i.test(base)) {
-    return { data: viewerDataFromTraces(parseTraceLines(text, base), { key: fileName, title: base }), doc: null };
-  }
-  const doc = parseRolloutDocument(text, base);
-  return { data: viewerDataFromRollout(doc, { key: fileName, title: base }), doc };
-}
-
 export function loadRollout(path: string): LoadedRollout {
   const abs = resolve(path);
   if (!existsSync(abs)) throw new RolloutFileError(`no such file: ${path}`);
