@@ -16,7 +16,7 @@ export type HarnessInstall =
   /** Our own script, bundled to one file and mounted next to node. */
   | { kind: 'bundled-script'; file: string };
 
-/** What a harness looks like from the model's side, for the README's landscape table. */
+/** What a harness looks like from the model's side, for the landscape table of docs/harnesses.md. */
 export interface HarnessLandscape {
   /** Whether it acts through tool calls (every harness here does; kept for harnesses that parse text). */
   toolCalls: boolean;
@@ -307,7 +307,7 @@ export function harnessHint(name: string): string {
   return entry ? harnessDialects(entry).map((d) => DIALECT_LABELS[d]).join(', ') : '';
 }
 
-/** The README's harness landscape table, generated from the registry. */
+/** The harness landscape table of docs/harnesses.md, generated from the registry. */
 export function landscapeMarkdownTable(): string {
   const code = (names: string[]) => (names.length ? names.map((n) => `\`${n}\``).join(', ') : 'none (edits through the shell)');
   const rows = ENTRIES.map((e) => {

