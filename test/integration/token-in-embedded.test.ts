@@ -96,7 +96,7 @@ const responses: Driver = async (key, stream) => {
     const params = { model: 'gpt-codex', instructions: 'You are Codex.', input, tools, store: false };
     const answer = stream ? await client.responses.stream(params).finalResponse() : await client.responses.create(params);
     input.push(...(answer.output as OpenAI.Responses.ResponseInputItem[]));
-    const calls = answer.output.filter((o): o is OpenAI.Responses.ResponseFunctionToolCall => o.type === 'function_call');
+    const calls = (answer.output as OpenAI.Responses.ResponseOutputItem[]).filter((o): o is OpenAI.Responses.ResponseFunctionToolCall => o.type === 'function_call');
     if (!calls.length) return answer.output_text;
     for (const c of calls) input.push({ type: 'function_call_output', call_id: c.call_id, output: toolOutput(c.arguments) });
   }
