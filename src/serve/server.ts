@@ -1,5 +1,5 @@
-// `harness-lab serve`'s HTTP + WebSocket server, speaking OpenEnv's Harbor protocol (trainers.md
-// section 3) so TRL's HarborSessionFactory talks to it unchanged: the task API under /harbor_env,
+// `harness-lab serve`'s HTTP + WebSocket server, speaking OpenEnv's Harbor protocol
+// (docs/trainer-contracts.md §3) so TRL's HarborSessionFactory talks to it unchanged: the task API under /harbor_env,
 // `/ws` sessions whose `step` frame calls the one tool `run_rollout`, and the JSON-RPC session
 // methods on POST /mcp. Capacity is checked when a session opens (nothing queues), as OpenEnv does.
 // /health answers from memory, never waiting on a rollout. The `ws` library answers the client's
