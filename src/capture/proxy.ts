@@ -75,7 +75,7 @@ export class CaptureProxy {
   private probeReport: EngineProbeReport | undefined;
   private probing: Promise<EngineProbeReport> | undefined;
   private renderResolved: { report: RenderModeReport; engine: TokenInEngine | null } | undefined;
-  private renderResolving: Promise<{ report: RenderModeReport; engine: TokenInEngine | null }> | undefined;
+  private renderResolving: Promise<{ report: RenderModeReport; engine: TokenInEngine | null; transient: boolean }> | undefined;
   private readonly modelCall: Omit<ModelCallDeps, 'findSession'>;
   private server!: Server;
   private acceptor: AcceptorThread | undefined;
@@ -230,7 +230,7 @@ export class CaptureProxy {
         const r = resolved.report;
         if (r.mode === 'proxy') this.log.info(`render: the proxy renders (token in) with ${r.model_files} (${r.family}), engine route ${r.route}, max_model_len ${r.max_model_len ?? 'unknown'}`);
         else this.log[requested === 'proxy' ? 'error' : 'info'](`render: the engine renders (chat completions): ${r.problem}`);
-        if (this.probeReport?.reachable !== false) this.renderResolved = resolved;
+        if (!resolved.transient && this.probeReport?.reachable !== false) this.renderResolved = resolved;
         return resolved;
       })().finally(() => (this.renderResolving = undefined));
     }
