@@ -5,6 +5,7 @@
 // attempt's result.json and the rollout's state. What differs is only how a stopped attempt ends:
 // a batch queues it again for `batch resume`, a server discards it (its trainer is gone).
 import { join } from 'node:path';
+import type { StartGate } from '../sandbox/start-gate.js';
 import type { AttemptFacts, BatchBackend, BatchCapture } from './backend.js';
 import { classify, type Verdict } from './classify.js';
 import { attemptSessionId } from './plan.js';
@@ -64,6 +65,8 @@ export interface AttemptSpec {
   stopped(): StoppedEnd;
   /** Remove what the attempt left (a k8s Job) once its facts are read: a server has no batch end. */
   removeOnceRead?: boolean;
+  /** Handed to the backend: the cap on sandboxes starting at once and the start-up budget. */
+  startGate?: StartGate;
 }
 
 export interface AttemptOutcome {
@@ -105,6 +108,7 @@ export async function runAttempt(a: AttemptSpec): Promise<AttemptOutcome> {
       sessionId,
       outDir,
       signal: a.signal,
+      startGate: a.startGate,
       log: (l) => a.log(`  ${s.rollout_id}: ${l}`),
       setBackendRef: (ref) => {
         s.backend_ref = ref;
@@ -132,15 +136,18 @@ export async function runAttempt(a: AttemptSpec): Promise<AttemptOutcome> {
   let verdict: Verdict;
   if (stopped) {
     attempt.outcome = 'cancelled';
-    verdict = { state: 'discarded', class: 'infra_error', reward: null, rewards: {}, trainable: false, error: stopped.error };
+    verdict = { state: 'discarded', class: 'infra_error', reward: null, rewards: {}, trainable: false, error: stopped.error, cause: 'stopped' };
   } else {
     verdict = classify(facts, seen, a.manifest.on_timeout);
     attempt.outcome = 'finished';
     attempt.trainable = verdict.trainable;
+    attempt.class = verdict.class;
+    attempt.infra_cause = verdict.class === 'infra_error' ? (verdict.cause ?? 'other') : null;
   }
   writeJsonAtomic(join(outDir, 'result.json'), { facts, capture: seen, verdict });
   const { state, class: cls, reward, rewards, trainable, error } = verdict;
-  Object.assign(s, { state, class: cls, reward, rewards, trainable, error, ended_at: attempt.ended_at, duration_ms: endedAt - startedAt, n_calls: seen.nCalls });
+  const infra_cause = cls === 'infra_error' ? (verdict.cause ?? 'other') : null;
+  Object.assign(s, { state, class: cls, reward, rewards, trainable, error, infra_cause, ended_at: attempt.ended_at, duration_ms: endedAt - startedAt, n_calls: seen.nCalls });
   a.save(s);
   return { sessionId, outDir, facts, seen, verdict, startedAt, endedAt };
 }

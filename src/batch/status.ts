@@ -4,6 +4,7 @@
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { readSessionIndex } from '../capture/store.js';
+import type { InfraCause } from './infra-cause.js';
 import { labPaths, labState } from './lock.js';
 import { batchPaths, readManifest, readRolloutStates, type BatchManifest, type RolloutState } from './state.js';
 
@@ -57,7 +58,40 @@ export interface BatchStatus {
   policy_version: string | null;
   counts: { total: number; queued: number; running: number; done: number; discarded: number; /** Calls the running rollouts captured so far. */ running_calls: number };
   classes: Record<string, number>;
+  /** Attempts that reached a verdict, those that failed in the sandbox backend, their share, and their causes by class. */
+  infra: InfraAccount;
   groups: GroupStatus[];
+}
+
+export interface InfraAccount {
+  attempts: number;
+  failed_attempts: number;
+  /** failed_attempts / attempts; null before any attempt ended. */
+  rate: number | null;
+  causes: Partial<Record<InfraCause, number>>;
+}
+
+/**
+ * Infra failures over every attempt that reached a verdict (a rollout run again after an outage
+ * counts each of its failed attempts): what a run of days reports as its infra-failed rate.
+ */
+export function infraAccount(states: readonly RolloutState[]): InfraAccount {
+  const acc: InfraAccount = { attempts: 0, failed_attempts: 0, rate: null, causes: {} };
+  for (const s of states) {
+    s.attempts.forEach((a, i) => {
+      if (a.outcome !== 'finished') return;
+      const last = i === s.attempts.length - 1;
+      // Attempts written before attempt classes: the rollout's class is its last attempt's.
+      const cls = a.class ?? (last ? s.class : null);
+      const cause = a.infra_cause ?? (last ? s.infra_cause : null) ?? 'other';
+      acc.attempts++;
+      if (cls !== 'infra_error') return;
+      acc.failed_attempts++;
+      acc.causes[cause] = (acc.causes[cause] ?? 0) + 1;
+    });
+  }
+  acc.rate = acc.attempts ? acc.failed_attempts / acc.attempts : null;
+  return acc;
 }
 
 export function meanStd(values: readonly number[]): { mean: number | null; std: number | null } {
@@ -151,6 +185,7 @@ export function batchStatus(dirArg: string): BatchStatus {
     policy_version: manifest.policy_version,
     counts: c,
     classes,
+    infra: infraAccount(states),
     groups: manifest.groups.map((g) => groupStatus(g, g.rollout_ids.map((id) => byId.get(id)!), (sessionId) => capturedCalls(batchSessionFile(dir, sessionId)))),
   };
   for (const g of st.groups) for (const r of g.rollouts) st.counts.running_calls += r.calls ?? 0;
@@ -166,6 +201,8 @@ export function formatStatus(st: BatchStatus, opts: { rollouts?: boolean } = {})
     `batch ${st.batch_id} (${st.backend}, group size ${st.group_size}, parallel ${st.parallel}, temperature ${st.sampling.temperature}${st.policy_version ? `, policy ${st.policy_version}` : ''}): ${st.lab}${st.lab === 'running' ? ` (pid ${st.lab_pid})` : ''}`,
     `  ${c.done} done, ${c.discarded} discarded, ${c.running} running${c.running ? ` (${c.running_calls} call${c.running_calls === 1 ? '' : 's'} so far)` : ''}, ${c.queued} queued of ${c.total}${Object.keys(st.classes).length ? `; ${Object.entries(st.classes).map(([k, v]) => `${k} ${v}`).join(', ')}` : ''}`,
   ];
+  if (st.infra.failed_attempts)
+    lines.push(`  infra-failed ${st.infra.failed_attempts} of ${st.infra.attempts} attempt(s) (${Math.round((st.infra.rate ?? 0) * 1000) / 10}%): ${Object.entries(st.infra.causes).map(([k, v]) => `${k} ${v}`).join(', ')}`);
   if (st.lab === 'interrupted') lines.push(`  the lab that ran it is gone: continue with \`harness-lab batch resume ${st.dir}\``);
   const width = Math.max(5, ...st.groups.map((g) => g.group_id.length));
   lines.push('', `  ${'group'.padEnd(width)}  done  disc  pend  rewards (trainable)        mean    std    flags`);

@@ -7,6 +7,7 @@ const USAGE = `usage: harness-lab batch submit --tasks DIR|GLOB --harness NAME[,
                               [--on-timeout discard|keep] [--engine-url URL] [--model M]
                               [--temperature T] [--policy-version V] [--out DIR]
                               [--engine-api-key K]
+                              [--max-starting N] [--start-timeout S] [--breaker-after K]
                               [--context CTX] [--namespace NS] [--registry REG] [--queue NAME]
                               [--dry-run -o json|yaml]
        harness-lab batch status BATCH [--json] [--rollouts]
@@ -33,6 +34,11 @@ its manifest and every rollout's state live there, so a batch survives its lab b
   --engine-api-key K credential for --engine-url (or HARNESS_LAB_ENGINE_API_KEY); held by the
                      proxy only, never written to the batch: give it again to batch resume
   --policy-version V stamped on every rollout (trainers drop samples of stale weights)
+  --max-starting N   sandboxes starting at once, apart from --parallel (default 4; 0: no cap)
+  --start-timeout S  wall budget of one sandbox start-up; past it the rollout is an infra
+                     failure, not an agent timeout (default 300)
+  --breaker-after K  after K infra failures in a row no sandbox starts until the backend answers
+                     its probe again; the rollouts of that streak run again (default 10; 0: off)
 
 Every rollout ends in one class: completed, policy_failure (reward 0, trainable), infra_error
 (discarded, reward null) or timeout. \`batch status\` flags groups with no contrast (all rewards
@@ -70,6 +76,9 @@ const submit = defineCommand({
     namespace: { type: 'string' },
     registry: { type: 'string' },
     queue: { type: 'string' },
+    'max-starting': { type: 'integer' },
+    'start-timeout': { type: 'string' },
+    'breaker-after': { type: 'integer' },
     'dry-run': { type: 'boolean' },
     output: { type: 'string', short: 'o' },
     verbose: { type: 'boolean', short: 'v' },
@@ -106,6 +115,9 @@ const submit = defineCommand({
         policyVersion: flags['policy-version'],
         outDir: flags.out,
         k8s: backend === 'k8s' ? { context: flags.context, namespace: flags.namespace, registry: flags.registry, queueName: flags.queue } : undefined,
+        maxStarting: flags['max-starting'],
+        startTimeoutSec: numberFlag(flags['start-timeout'], 'start-timeout'),
+        breakerAfter: flags['breaker-after'],
       });
     } catch (err) {
       if (err instanceof BatchPlanError) throw new UsageError(err.message);

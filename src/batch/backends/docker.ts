@@ -105,6 +105,7 @@ class DockerBatchBackend implements BatchBackend {
       timeoutSec: a.manifest.timeout_sec,
       timeoutMode: a.manifest.on_timeout === 'keep' ? 'verify' : 'stop',
       onSandbox: (id) => a.setBackendRef?.(id),
+      startGate: a.startGate,
       reactScript: this.reactScript,
       log: a.log,
     });
