@@ -157,12 +157,15 @@ async function runAndReport(dir: string, verbose: boolean, engineApiKey: string 
 const status = defineCommand({
   name: 'batch status',
   summary: "print a batch's groups and rollouts",
-  usage: 'usage: harness-lab batch status BATCH [--json] [--rollouts]',
-  flags: { json: { type: 'boolean' }, rollouts: { type: 'boolean' } },
+  usage: `usage: harness-lab batch status BATCH [--json] [--rollouts] [--stall-after S]
+
+  --stall-after S  flag running rollouts with no model call and no sandbox output for S seconds
+                   (default 300; 0: never)`,
+  flags: { json: { type: 'boolean' }, rollouts: { type: 'boolean' }, 'stall-after': { type: 'integer' } },
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
     const { batchStatus, formatStatus } = await import('../batch/status.js');
-    const st = batchStatus(positionals[0]!);
+    const st = batchStatus(positionals[0]!, { stallAfterS: flags['stall-after'] });
     process.stdout.write(flags.json ? `${JSON.stringify(st, null, 2)}\n` : formatStatus(st, { rollouts: flags.rollouts }));
     return 0;
   },
@@ -171,12 +174,12 @@ const status = defineCommand({
 const watch = defineCommand({
   name: 'batch watch',
   summary: 'follow a running batch until it ends',
-  usage: 'usage: harness-lab batch watch BATCH [--rollouts]',
-  flags: { rollouts: { type: 'boolean' } },
+  usage: 'usage: harness-lab batch watch BATCH [--rollouts] [--stall-after S]',
+  flags: { rollouts: { type: 'boolean' }, 'stall-after': { type: 'integer' } },
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
     const { watchBatch } = await import('../batch/control.js');
-    const st = await watchBatch(positionals[0]!, (t) => process.stdout.write(t), { rollouts: flags.rollouts });
+    const st = await watchBatch(positionals[0]!, (t) => process.stdout.write(t), { rollouts: flags.rollouts, stallAfterS: flags['stall-after'] });
     return st.lab === 'finished' ? 0 : 1;
   },
 });

@@ -96,8 +96,6 @@ policy.json).
     const allTasks = [...splits.values()].flatMap((s) => s.tasks);
     const parallel = flags.parallel ?? (allTasks.length ? defaultParallel(allTasks) : 1);
     if (parallel < 1) throw new UsageError('--parallel must be at least 1');
-    for (const name of ['breaker-after', 'max-starting'] as const)
-      if (flags[name] !== undefined && flags[name] < 0) throw new UsageError(`--${name} must be 0 or more`);
     if (flags['start-timeout'] !== undefined && flags['start-timeout'] < 1) throw new UsageError('--start-timeout must be at least 1 second');
     const rollouts = new RolloutService({ stateDir: resolve(flags['state-dir']), backend: flags.backend, splits, log, parallel,
       breakerAfter: flags['breaker-after'], maxStarting: flags['max-starting'], startTimeoutSec: flags['start-timeout'],

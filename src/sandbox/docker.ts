@@ -127,6 +127,9 @@ export function containerSpec(spec: SandboxSpec, workdir: string, network: { iso
   };
 }
 
+/** Task image builds under way in this process, by tag: concurrent rollouts of a task wait for one. */
+const buildsInFlight = new Map<string, Promise<string>>();
+
 export class DockerRuntime implements SandboxRuntime {
   readonly kind = 'docker' as const;
   readonly needsSessionSocket = true;
@@ -164,6 +167,16 @@ export class DockerRuntime implements SandboxRuntime {
     // A rebuilt base image gives new task images too.
     const tag = `harness-lab/task-${slug}:${contextHash(env.contextDir, baseIds)}`;
     if (await imageExists(this.docker, tag)) return tag;
+    // Rollouts of one task that start together share one build (a group of G would build G times).
+    const building = buildsInFlight.get(tag);
+    if (building) return building;
+    const build = this.buildTaskImage(task, tag, file, log).finally(() => buildsInFlight.delete(tag));
+    buildsInFlight.set(tag, build);
+    return build;
+  }
+
+  private async buildTaskImage(task: HarborTask, tag: string, file: string, log?: (line: string) => void): Promise<string> {
+    const env = task.environment;
     log?.(`building ${tag} from ${env.contextDir}`);
     const stream = await this.docker.buildImage(tarDirectory(env.contextDir), {
       t: tag,

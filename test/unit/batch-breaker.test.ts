@@ -1,10 +1,10 @@
-// Failure containment: the circuit breaker (consecutive infra failures pause new sandboxes, a probe
+// Failure containment and watching a run: the circuit breaker (consecutive infra failures pause new sandboxes, a probe
 // resumes them, the streak's rollouts run again, group statistics untouched by the failures), infra
-// causes by class, and the start-up cap and budget (start-gate.ts), against a backend double.
+// causes by class, the start-up cap and budget (start-gate.ts), against a backend double; stalled rollouts.
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import type { AttemptFacts, BackendModule, BatchBackend, BatchCapture, RolloutAttempt } from '../../src/batch/backend.js';
 import { CircuitBreaker, BreakerOpenError } from '../../src/batch/breaker.js';
@@ -12,8 +12,8 @@ import { classify } from '../../src/batch/classify.js';
 import { infraCause } from '../../src/batch/infra-cause.js';
 import { planBatch, writeBatch } from '../../src/batch/plan.js';
 import { runBatch } from '../../src/batch/runner.js';
-import { readRolloutStates } from '../../src/batch/state.js';
-import { batchStatus } from '../../src/batch/status.js';
+import { readRolloutStates, writeRolloutState } from '../../src/batch/state.js';
+import { batchSessionFile, batchStatus, formatStatus } from '../../src/batch/status.js';
 import { StartSemaphore, StartupBudgetError, withinStartBudget } from '../../src/sandbox/start-gate.js';
 
 const EXAMPLES = join(__dirname, '..', '..', 'examples', 'tasks');
@@ -200,4 +200,42 @@ test('the runner holds each attempt to the batch start cap', async () => {
   const summary = await runBatch({ dir, module: { open: async () => ({ backend, capture: new Capture() }), cleanup: async () => [] } });
   assert.equal(summary.done, 6);
   assert.equal(maxStarting, 2);
+});
+
+test('a running rollout with no model call and no sandbox output for the stall time is flagged with where it stalled', () => {
+  const dir = newBatch({ groupSize: 2, parallel: 1 });
+  const [s] = readRolloutStates(dir);
+  const started = new Date(Date.now() - 3_600_000).toISOString();
+  const outRel = join('runs', s!.rollout_id, '0');
+  Object.assign(s!, { state: 'running', session_id: 'sess-stall', started_at: started, backend_ref: null });
+  s!.attempts.push({ attempt: 0, session_id: 'sess-stall', started_at: started, ended_at: null, out_dir: outRel, outcome: 'running', trainable: false });
+  writeRolloutState(dir, s!);
+  const old = new Date(Date.now() - 3_600_000);
+  const stallOf = () => batchStatus(dir, { stallAfterS: 600 }).groups[0]!.rollouts[0]!.stalled;
+  assert.deepEqual({ ...stallOf(), idle_s: 0 }, { idle_s: 0, where: 'starting sandbox' });
+  assert.ok(stallOf()!.idle_s >= 3599);
+  s!.backend_ref = 'ctr-1';
+  writeRolloutState(dir, s!);
+  mkdirSync(join(dir, outRel, 'agent'), { recursive: true });
+  mkdirSync(join(dir, outRel, 'verifier'), { recursive: true });
+  for (const p of [join(dir, outRel, 'agent'), join(dir, outRel, 'verifier'), join(dir, outRel)]) utimesSync(p, old, old);
+  assert.equal(stallOf()?.where, 'agent running');
+  // The harness writes its log: alive again.
+  writeFileSync(join(dir, outRel, 'agent', 'harness.log'), 'step 3\n');
+  assert.equal(stallOf(), null);
+  utimesSync(join(dir, outRel, 'agent', 'harness.log'), old, old);
+  for (const p of [join(dir, outRel, 'agent'), join(dir, outRel)]) utimesSync(p, old, old);
+  // A model call lands in the session file: alive again.
+  const sessionFile = batchSessionFile(dir, 'sess-stall');
+  mkdirSync(dirname(sessionFile), { recursive: true });
+  writeFileSync(sessionFile, '');
+  assert.equal(stallOf(), null);
+  utimesSync(sessionFile, old, old);
+  writeFileSync(join(dir, outRel, 'verifier', 'test-stdout.txt'), 'running\n');
+  for (const p of [join(dir, outRel, 'verifier', 'test-stdout.txt'), join(dir, outRel, 'verifier'), join(dir, outRel)]) utimesSync(p, old, old);
+  const st = batchStatus(dir, { stallAfterS: 600 });
+  assert.equal(st.groups[0]!.rollouts[0]!.stalled?.where, 'verifier');
+  assert.equal(st.counts.stalled, 1);
+  assert.match(formatStatus(st), /STALLED .*: no model call and no sandbox output for \d+ s \(verifier\)/);
+  assert.equal(batchStatus(dir, { stallAfterS: 7200 }).counts.stalled, 0);
 });
