@@ -3,7 +3,7 @@
 // Job; it is validated before anything is sent, created with the run's label, followed through one
 // list+watch, its pod's log streamed, and cancelled by deleting what was created (Background).
 // CRD field names: shared/reference/cluster-and-training.md §4.1 (RayJob), §4.2 (TrainJob), §4.5.
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough, type Writable } from 'node:stream';
@@ -377,23 +377,6 @@ export function readRunRecord(name: string, dir = runsDir()): RunRecord | undefi
   const r = RunRecordSchema.safeParse(JSON.parse(text));
   if (!r.success) throw new ClusterError(`${join(dir, `${name}.json`)}: not a run record: ${r.error.issues.map((i) => `${fieldPath(i.path)}: ${i.message}`).join('; ')}`);
   return r.data;
-}
-
-export function listRunRecords(dir = runsDir()): RunRecord[] {
-  let names: string[];
-  try {
-    names = readdirSync(dir).filter((f) => f.endsWith('.json'));
-  } catch {
-    return [];
-  }
-  return names.flatMap((f) => {
-    try {
-      const r = readRunRecord(f.slice(0, -5), dir);
-      return r ? [r] : [];
-    } catch {
-      return [];
-    }
-  });
 }
 
 export function removeRunRecord(name: string, dir = runsDir()): void {
