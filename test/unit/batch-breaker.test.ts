@@ -170,8 +170,12 @@ test('the start gate caps start-ups apart from parallel, hands slots on in order
   r4();
   assert.equal(gate.starting, 0);
   let removedLate = false;
-  const slow = new Promise<string>((r) => setTimeout(() => r('sandbox'), 40));
+  // The create answers only after the budget ran out (resolved by hand: no race between timers).
+  let finishCreate: (v: string) => void = () => {};
+  const slow = new Promise<string>((r) => (finishCreate = r));
   await assert.rejects(withinStartBudget(slow, 10, () => (removedLate = true)), StartupBudgetError);
+  assert.equal(removedLate, false);
+  finishCreate('sandbox');
   await slow;
   await new Promise((r) => setImmediate(r));
   assert.equal(removedLate, true, 'a sandbox made after its budget is removed');
