@@ -2,7 +2,7 @@
 // KubeRay RayJob (veRL), a Kubeflow Trainer TrainJob (TRL) or, without an operator, a plain batch/v1
 // Job; it is validated before anything is sent, created with the run's label, followed through one
 // list+watch, its pod's log streamed, and cancelled by deleting what was created (Background).
-// CRD field names: shared/reference/cluster-and-training.md §4.1 (RayJob), §4.2 (TrainJob), §4.5.
+// CRD field names: docs/trainer-contracts.md §4.1 (RayJob), §4.2 (TrainJob), §4.5.
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
