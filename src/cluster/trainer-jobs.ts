@@ -551,7 +551,7 @@ export async function listRuns(cluster: Cluster): Promise<RunSummary[]> {
 }
 
 /** Pods of the run: ours by label; KubeRay's and JobSet's own labels for the operator-made pods. */
-function podSelectors(kind: RunKind, name: string): string[] {
+export function podSelectors(kind: RunKind, name: string): string[] {
   const own = runSelector(name);
   if (kind === 'RayJob') return [own, `ray.io/originated-from-cr-name=${name}`];
   if (kind === 'TrainJob') return [own, `jobset.sigs.k8s.io/jobset-name=${name}`];

@@ -473,6 +473,7 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.deleteBatch': { run: (host, arg) => deleteBatchCommand(batchContext(host), arg) },
     'harnessLab.openLabTerminal': { run: async (host) => (await openLabTerminal(host)).commands },
     'harnessLab.installHarness': { run: (host, arg) => installHarnessCommand(host, arg) },
+    'harnessLab.showTrainingCurves': { run: (host, arg, selected) => host.trainingRuns.showCurves(arg as TrainingRunNode | undefined, selected as TrainingRunNode[] | undefined) },
     'harnessLab.exportBatch': { run: (host, arg, preset) => exportBatchCommand(batchContext(host), arg, preset as { format?: 'trl' | 'verl' | 'trainingtrace'; out?: string } | undefined) },
   };
 }

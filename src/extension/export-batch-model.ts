@@ -1,9 +1,10 @@
 // Export Batch's choices and its report, without vscode: the trainer formats a batch exports to (the
 // CLI's `export --batch`, src/train/export.ts), where the file goes by default, and what the export's
 // manifest says was kept and dropped, read back with zod (the lab wrote it; it is a file on disk).
-import { readFileSync } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
+import { readdirSync, readFileSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
 import { z } from 'zod';
+import { batchDirs } from './batches-model.js';
 
 export const BATCH_EXPORT_FORMATS = [
   { format: 'trl', label: 'TRL', detail: 'GRPOTrainer rollout_func rows: prompt_ids, completion_ids, logprobs, env_mask, reward; G consecutive rows per group' },
@@ -56,4 +57,42 @@ export function exportSummary(m: ExportManifestSummary, label: string): string {
     `dropped rollouts: ${droppedRollouts || 'none'}`,
     `dropped groups: ${droppedGroups || 'none'}`,
   ].join('; ');
+}
+
+export interface LocalExport {
+  /** The exported file (the manifest's `file`). */
+  file: string;
+  manifest: string;
+  format: string;
+  batchId: string | null;
+  rows: number;
+}
+
+const LocalManifestSchema = z.object({ format: z.string(), file: z.string(), batch: z.object({ batch_id: z.string() }).loose().nullable().optional(), counts: z.object({ rows: z.number() }).loose() }).loose();
+
+/** Export manifests (`*.jsonl.manifest.json`) in the folders and their batch folders, for linking a training run to what it reads. */
+export function findLocalExports(folders: string[]): LocalExport[] {
+  const out: LocalExport[] = [];
+  const scan = (dir: string) => {
+    let names: string[];
+    try {
+      names = readdirSync(dir);
+    } catch {
+      return;
+    }
+    for (const n of names.filter((f) => f.endsWith('.manifest.json'))) {
+      const manifest = join(dir, n);
+      try {
+        const m = LocalManifestSchema.parse(JSON.parse(readFileSync(manifest, 'utf8')));
+        out.push({ file: resolve(dir, m.file), manifest, format: m.format, batchId: m.batch?.batch_id ?? null, rows: m.counts.rows });
+      } catch {
+        // not an export manifest: skip
+      }
+    }
+  };
+  for (const f of folders) {
+    scan(f);
+    for (const d of batchDirs(f)) scan(d);
+  }
+  return out;
 }
