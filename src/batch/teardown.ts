@@ -5,7 +5,8 @@
 // `deleteBatch` tears down and removes the batch directory. Neither touches a batch a lab is running.
 import { rmSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { backendModule, type BackendModule } from './backends/index.js';
+import type { BackendModule } from './backend.js';
+import { backendModule } from './backends/index.js';
 import { labState } from './lock.js';
 import { readManifest } from './state.js';
 import { batchStatus } from './status.js';

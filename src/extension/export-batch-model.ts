@@ -1,5 +1,5 @@
 // Export Batch's choices and its report, without vscode: the trainer formats a batch exports to (the
-// CLI's `export --batch`, src/train/export.ts), where the file goes by default, and what the export's
+// CLI's `export --batch`, src/export/export.ts), where the file goes by default, and what the export's
 // manifest says was kept and dropped, read back with zod (the lab wrote it; it is a file on disk).
 import { readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';

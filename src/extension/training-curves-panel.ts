@@ -1,4 +1,4 @@
-// The Training Curves webview: each chosen run's scalars (parsed from its log by src/train/metrics.ts)
+// The Training Curves webview: each chosen run's scalars (parsed from its log by src/training/metrics.ts)
 // drawn as plain SVG by src/report/curves-svg.ts, several runs overlaid, each with the data it trains
 // on. No script runs in it (CSP default-src 'none'); links are command URIs. One panel, reused.
 import { randomBytes } from 'node:crypto';

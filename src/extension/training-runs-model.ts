@@ -1,11 +1,11 @@
-// The Training Runs tree without vscode: runs (from src/cluster/trainer-jobs listRuns) become nodes
+// The Training Runs tree without vscode: runs (from src/training/trainer-jobs listRuns) become nodes
 // with trainer, phase and age; a run whose pods wait (an image that cannot be pulled, a pod that
 // cannot be scheduled) shows as Pending with that reason; a cluster that cannot be listed becomes one
 // node saying why.
 import { readFileSync } from 'node:fs';
-import { parseTrainConfig, type RunPhase, type RunSummary, type TrainConfig } from '../cluster/trainer-jobs.js';
+import { parseTrainConfig, type RunPhase, type RunSummary, type TrainConfig } from '../training/trainer-jobs.js';
 import type { LocalExport } from './export-batch-model.js';
-import { shownPhase, type PodWaiting } from '../cluster/trainer-pods.js';
+import { shownPhase, type PodWaiting } from '../training/trainer-pods.js';
 
 export interface TrainingRunNode {
   kind: 'run';

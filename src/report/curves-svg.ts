@@ -1,7 +1,7 @@
 // Training curves as plain SVG (no chart library, no script): one panel per canonical scalar
 // (reward mean with its ± std band, loss, KL, learning rate) against the step, every run overlaid in
 // its own colour, theme colours through CSS variables. The Training Curves webview shows this markup.
-import type { MetricPoint, RunMetrics } from '../train/metrics.js';
+import type { MetricPoint, RunMetrics } from '../training/metrics.js';
 
 export interface CurveRun {
   name: string;

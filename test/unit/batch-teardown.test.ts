@@ -7,7 +7,7 @@ import { cpSync, existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import type { BackendModule } from '../../src/batch/backends/index.js';
+import type { BackendModule } from '../../src/batch/backend.js';
 import { labPaths } from '../../src/batch/lock.js';
 import { planBatch, writeBatch } from '../../src/batch/plan.js';
 import type { BatchManifest } from '../../src/batch/state.js';

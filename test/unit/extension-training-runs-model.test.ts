@@ -4,8 +4,8 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type * as k8s from '@kubernetes/client-node';
-import { parseTrainConfig, type RunSummary } from '../../src/cluster/trainer-jobs.js';
-import { podWaiting } from '../../src/cluster/trainer-pods.js';
+import { parseTrainConfig, type RunSummary } from '../../src/training/trainer-jobs.js';
+import { podWaiting } from '../../src/training/trainer-pods.js';
 import { age, configSummary, describeData, errorNode, noLogsYet, runNodes, statusText, trainingConfigs } from '../../src/extension/training-runs-model.js';
 
 const now = Date.parse('2026-12-01T12:00:00Z');

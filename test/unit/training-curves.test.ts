@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { curvesHtml, extent, panelSvg, PANELS, tickLabel } from '../../src/report/curves-svg.js';
 import { curvesPage } from '../../src/extension/training-curves-page.js';
-import { parseMetricLine, parseMetrics } from '../../src/train/metrics.js';
+import { parseMetricLine, parseMetrics } from '../../src/training/metrics.js';
 
 const JSON_LOG = [
   'loading model...',

@@ -4,7 +4,7 @@
 // "Running"; and the run's log read once (for its curves). Pods are read with one list per namespace.
 import { Writable } from 'node:stream';
 import type * as k8s from '@kubernetes/client-node';
-import { clusterError, type Cluster } from './kube.js';
+import { clusterError, type Cluster } from '../cluster/kube.js';
 import { RUN_LABEL, streamRunLogs, type RunKind, type RunPhase } from './trainer-jobs.js';
 
 export interface PodWaiting {
