@@ -202,16 +202,31 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
     });
     this.output.appendLine(`[harness-lab] logs of ${target.kind} ${target.name}:`);
     const cluster = this.cluster();
-    // Why there is no log yet (an image that cannot be pulled, a pod that cannot be scheduled), before waiting for one.
-    const waiting = await this.waitingOf(cluster, target.name);
-    if (waiting) this.output.appendLine(`[harness-lab] ${noLogsYet(target.name, waiting)}; the log follows once its container starts`);
+    // Why there is no log yet (an image that cannot be pulled, a pod that cannot be scheduled), said
+    // while the stream waits for a started pod, each time the reason changes.
+    let said = '';
+    const sayWhy = async () => {
+      const waiting = await this.waitingOf(cluster, target.name);
+      const line = waiting ? `${noLogsYet(target.name, waiting)}; the log follows once its container starts` : '';
+      if (line && line !== said && !abort.signal.aborted) this.output.appendLine(`[harness-lab] ${line}`);
+      if (line) said = line;
+    };
+    await sayWhy();
+    const poll = setInterval(() => void sayWhy(), 3000);
+    const gotPod = new Writable({
+      write: (chunk: Buffer, enc, done) => {
+        clearInterval(poll);
+        sink.write(chunk, enc as BufferEncoding, done);
+      },
+    });
     try {
-      const { pod } = await streamRunLogs(cluster, target.kind, target.name, sink, { follow: true, signal: abort.signal });
+      const { pod } = await streamRunLogs(cluster, target.kind, target.name, gotPod, { follow: true, signal: abort.signal });
       this.output.appendLine(`[harness-lab] end of the log of pod ${pod}`);
     } catch (err) {
       const again = /has no started pod/.test((err as Error).message) ? await this.waitingOf(cluster, target.name) : null;
       this.output.appendLine(`[harness-lab] ${again !== null || /has no started pod/.test((err as Error).message) ? noLogsYet(target.name, again) : (err as Error).message}`);
     } finally {
+      clearInterval(poll);
       this.logStreams.delete(target.name);
     }
   }
