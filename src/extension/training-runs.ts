@@ -8,7 +8,7 @@ import * as vscode from 'vscode';
 import { loadCluster, type Cluster } from '../cluster/kube.js';
 import { missingKubeconfig } from '../cluster/kubeconfig-files.js';
 import { cancelRun, listRunRecords, listRuns, loadTrainConfig, RunWatch, streamRunLogs, submitRun, TERMINAL, TRAINERS, type RunKind, type RunPhase, type RunSummary, type TrainConfig, type Trainer } from '../training/trainer-jobs.js';
-import { listRunPods, podWaiting, readRunLog, type PodWaiting } from '../training/trainer-pods.js';
+import { listRunPods, podWaiting, readRunLog, shownPhase, type PodWaiting } from '../training/trainer-pods.js';
 import { parseMetrics } from '../training/metrics.js';
 import { findLocalExports } from './export-batch-model.js';
 import { readKubeContexts } from './kube-contexts.js';
@@ -101,6 +101,7 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
         this.listed = { at: Date.now(), runs, where: { context: cluster.context, namespace: cluster.namespace }, waiting, data: this.dataSources() };
       }
       const l = this.listed;
+      this.updateStatus();
       return runNodes(l.runs, Date.now(), l.where, l.waiting, l.data);
     } catch (err) {
       return [errorNode((err as Error).message)];
@@ -178,7 +179,8 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
   }
 
   private updateStatus(): void {
-    const text = statusText([...this.followed.values()]);
+    // A followed run whose pods wait is Pending (with its reason in the tree), whatever its object says.
+    const text = statusText([...this.followed.values()].map((f) => ({ name: f.name, phase: shownPhase(f.phase, '', this.listed?.waiting.get(f.name) ?? null).phase })));
     if (!text) return this.status.hide();
     this.status.text = text;
     this.status.tooltip = 'Harness Lab training runs being followed; click for the log';

@@ -27,11 +27,11 @@ export const RUN_COLOURS = ['#4e9de6', '#e8a33d', '#5cb85c', '#d9534f', '#a77be0
 
 const esc = (s: string) => s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 
-/** A short label for an axis value: 3 significant digits, exponent for the very small or large. */
+/** A short label for an axis value: 3 significant digits (trailing zeros dropped), exponent for the very small or large. */
 export function tickLabel(v: number): string {
   if (v === 0) return '0';
   const a = Math.abs(v);
-  if (a < 1e-3 || a >= 1e5) return v.toExponential(1);
+  if (a < 1e-3 || a >= 1e5) return v.toExponential(2).replace(/\.?0+e/, 'e');
   return String(Number(v.toPrecision(3)));
 }
 

@@ -66,7 +66,7 @@ test('panels: one polyline per run with its points, the reward band, axis ticks;
   assert.match(panelSvg([{ name: 'x', metrics: parseMetrics('{"step":1,"loss":2}') }], PANELS[2]!), /class="panel empty" data-metric="kl".*not logged/);
   // A flat single point still gets a visible scale and a dot.
   assert.match(panelSvg([{ name: 'x', metrics: parseMetrics('{"step":1,"loss":2}') }], PANELS[1]!), /<circle /);
-  assert.deepEqual([0, 1e-6, 0.000412, 123456, 0.5, 12.345].map(tickLabel), ['0', '1.0e-6', '4.1e-4', '1.2e+5', '0.5', '12.3']);
+  assert.deepEqual([0, 1e-6, 1.05e-6, 0.000412, 123456, 0.5, 12.345].map(tickLabel), ['0', '1e-6', '1.05e-6', '4.12e-4', '1.23e+5', '0.5', '12.3']);
   const html = curvesHtml(runs);
   assert.equal((html.match(/<svg class="panel/g) ?? []).length, 4);
   assert.match(html, /<li data-run="trl-a">.*2 metric line\(s\) · hf-dict/);
