@@ -512,7 +512,9 @@ async function report(host: CommandHost, name: string, err: unknown): Promise<vo
   const message = err instanceof Error ? err.message : String(err);
   host.log.error(`${name} failed: ${describeError(err)}`);
   const showLog = 'Show Log';
-  const fix = err instanceof NotConfiguredError ? err.fix : undefined;
+  // A harness CLI that is not installed: the fix is Install Harness… (the .vsix installs it itself).
+  const missingHarness = /harness-lab harness install (\S+)`/.exec(message)?.[1];
+  const fix = err instanceof NotConfiguredError ? err.fix : missingHarness ? { title: 'Install Harness…', command: 'harnessLab.installHarness', args: [missingHarness] } : undefined;
   const choice = await vscode.window.showErrorMessage(fix ? message : `Harness Lab: ${message}`, ...(fix ? [fix.title] : []), showLog);
   if (choice === showLog) host.log.show();
   else if (fix && choice === fix.title) await vscode.commands.executeCommand(fix.command, ...(fix.args ?? []));

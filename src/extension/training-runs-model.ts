@@ -48,7 +48,7 @@ const ICONS: Record<RunPhase, string> = { Pending: 'clock', Running: 'sync~spin'
 const FINISHED: ReadonlySet<RunPhase> = new Set(['Succeeded', 'Failed', 'Stopped']);
 
 export function runNodes(runs: RunSummary[], now: number, where: { context: string; namespace: string }, waiting: ReadonlyMap<string, PodWaiting | null> = new Map(), dataSources: ReadonlyMap<string, string> = new Map()): TrainingRunsNode[] {
-  if (!runs.length) return [{ kind: 'message', id: 'none', label: `No training runs in ${where.namespace} (${where.context})`, tooltip: 'Start one with "Harness Lab: Start Training Run..." or `harness-lab train submit`.', icon: 'info' }];
+  if (!runs.length) return [{ kind: 'message', id: 'none', label: `No training runs in ${where.namespace} (${where.context})`, tooltip: 'Start one with "Harness Lab: Start Training Run..." or `harness-lab train submit` (in the Harness Lab terminal).', icon: 'info' }];
   return runs.map((r) => {
     const w = waiting.get(r.name) ?? null;
     const shown = shownPhase(r.phase, r.detail, w);
