@@ -63,7 +63,8 @@ export function engineChoices(backend: 'docker' | 'k8s', s: { engineUrl: string;
   }
   if (s.engineUrl && s.engineUrl !== s.clusterEngineUrl) {
     if (isLoopbackUrl(s.engineUrl)) {
-      if (!s.clusterEngineUrl) refused.push({ label: s.engineUrl, why: `harnessLab.engineUrl is on this machine's loopback (${new URL(s.engineUrl).hostname}): a cluster's pods cannot reach it. Set harnessLab.clusterEngineUrl to the URL the cluster reaches the engine at (e.g. http://vllm.ml.svc:8000/v1)` });
+      const host = new URL(s.engineUrl).hostname;
+      refused.push({ label: s.engineUrl, why: s.clusterEngineUrl ? `harnessLab.engineUrl is on this machine's loopback (${host}): pods cannot reach it (it only lists the models here)` : `harnessLab.engineUrl is on this machine's loopback (${host}): a cluster's pods cannot reach it. Set harnessLab.clusterEngineUrl to the URL the cluster reaches the engine at (e.g. http://vllm.ml.svc:8000/v1)` });
     } else choices.push({ url: s.engineUrl, label: s.engineUrl, description: 'harnessLab.engineUrl', checkUrl: isClusterInternalUrl(s.engineUrl) ? null : s.engineUrl });
   }
   return { choices, refused };

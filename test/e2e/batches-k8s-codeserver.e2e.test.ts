@@ -106,8 +106,14 @@ test('Submit Rollout Batch with backend k8s on the API server double: live calls
   const { page } = workbench;
   try {
     const view = await showBatchesView(page);
-    await submitBatch(page, { task: 'tasks/stepper', harness: 'react', groupSize: 2, backend: 'k8s', kubeContext: 'double', engine: engineUrl, shotBeforeEngine: (p) => shot(p, '00-engine-pick') });
     // The loopback URL and the embedded engine are shown as not offered, with the reason.
+    const notOffered = async (p: Page) => {
+      await shot(p, '00-engine-pick');
+      const rows = await p.locator('.quick-input-list .monaco-list-row').allInnerTexts();
+      assert.ok(rows.some((r) => r.includes('Embedded engine') && r.includes("a cluster's pods cannot call it")), rows.join(' | '));
+      assert.ok(rows.some((r) => r.includes(hostEngineUrl) && r.includes('loopback')), rows.join(' | '));
+    };
+    await submitBatch(page, { task: 'tasks/stepper', harness: 'react', groupSize: 2, backend: 'k8s', kubeContext: 'double', engine: engineUrl, shotBeforeEngine: notOffered });
     const toast = page.locator('.notification-toast', { hasText: /Harness Lab: batch b\d{8}-\d{6}-[0-9a-f]{4}/ });
     await toast.waitFor({ timeout: 60_000 });
     const batchRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: /^\s*b\d{8}-\d{6}-[0-9a-f]{4}/ }).first();
@@ -205,6 +211,14 @@ test('Submit Rollout Batch with backend k8s on the API server double: live calls
     for (let i = 0; i < 40 && !(existsSync(helpFile) && readFileSync(helpFile, 'utf8').includes('commands:')); i++) await new Promise((r) => setTimeout(r, 500));
     assert.match(readFileSync(helpFile, 'utf8'), /^usage: harness-lab <command>/);
     await shot(page, '07-lab-terminal');
+
+    // Delete Batch from the view's menu: asked first, then the directory is gone (its cluster objects were already).
+    await pickFromContextMenu(page, batchRow, 'Delete Batch');
+    await page.locator('.monaco-dialog-box .monaco-button', { hasText: /^Delete$/ }).click({ timeout: 20_000 });
+    await page.locator('.notification-toast', { hasText: /deleted batch/ }).waitFor({ timeout: 60_000 });
+    assert.ok(!existsSync(dir), 'Delete Batch removed the batch directory');
+    await view.locator('.monaco-list-row', { hasText: m.batch_id }).waitFor({ state: 'detached', timeout: 30_000 });
+    await shot(page, '08-deleted');
   } catch (err) {
     await shot(page, '99-failure').catch(() => undefined);
     throw err;

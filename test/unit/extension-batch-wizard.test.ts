@@ -45,7 +45,8 @@ test('docker: the configured engine and the embedded engine; k8s: never the embe
   // A cluster URL: offered; its models are listed through the loopback URL this machine reaches.
   const both = engineChoices('k8s', { engineUrl: 'http://127.0.0.1:8000/v1', clusterEngineUrl: 'http://vllm.ml.svc:8000/v1' });
   assert.deepEqual(both.choices.map((c) => [c.url, c.checkUrl]), [['http://vllm.ml.svc:8000/v1', 'http://127.0.0.1:8000/v1']]);
-  assert.deepEqual(both.refused.map((r) => r.label), ['Embedded engine']);
+  assert.deepEqual(both.refused.map((r) => r.label), ['Embedded engine', 'http://127.0.0.1:8000/v1']);
+  assert.match(both.refused[1]!.why, /pods cannot reach it \(it only lists the models here\)/);
   // A public engine URL serves both: offered and checked as is.
   const pub = engineChoices('k8s', { engineUrl: 'https://engine.example.com/v1', clusterEngineUrl: '' });
   assert.deepEqual(pub.choices.map((c) => [c.url, c.checkUrl]), [['https://engine.example.com/v1', 'https://engine.example.com/v1']]);
