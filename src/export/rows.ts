@@ -4,7 +4,8 @@ import type { TrainingSequence, TrainingTurn } from '../capture/rollout.js';
 import type { CallRecord } from '../capture/types.js';
 import { checkAligned, checkCalls, ExportContractError } from './contract.js';
 import { callPolicyVersion, sessionPolicyVersion, sortVersions } from './policy-version.js';
-import type { RolloutUnit, StoredRollout } from './source.js';
+import type { StoredRollout } from '../capture/rollout-file.js';
+import type { RolloutUnit } from './source.js';
 
 export const TRL_TRACE_SCHEMA_VERSION = 1;
 

@@ -132,11 +132,6 @@ export function errorFrame(code: ErrorCode, message: string, extra: Record<strin
   return { type: 'error', data: { message, code, ...extra } };
 }
 
-/** The observation frame carrying a tool's result the way OpenEnv's MCP environment wraps it. */
-export function observationFrame(toolName: string, result: unknown, error: { error_type: string; message: string } | null) {
-  return { type: 'observation', data: observationData(toolName, result, error) };
-}
-
 export function observationData(toolName: string, result: unknown, error: { error_type: string; message: string } | null) {
   const text = typeof result === 'string' ? result : JSON.stringify(result);
   return { observation: { tool_name: toolName, result: error ? null : { content: [{ type: 'text', text }], structured_content: null, is_error: false }, error }, reward: null, done: false, metadata: {} };

@@ -379,6 +379,7 @@ export function readRunRecord(name: string, dir = runsDir()): RunRecord | undefi
   return r.data;
 }
 
+/** Every readable run record (the editor matches runs to the data they train on); unreadable ones are skipped. */
 export function listRunRecords(dir = runsDir()): RunRecord[] {
   let names: string[];
   try {

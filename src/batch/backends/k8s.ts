@@ -40,7 +40,7 @@ import { loadTask, resolveEnvTemplate, type HarborTask } from '../../tasks/task.
 import type { AttemptFacts, BackendModule, BatchBackend, BatchCapture, RolloutAttempt } from '../backend.js';
 import { SessionMirror } from './k8s-mirror.js';
 import { batchPaths, type BatchManifest } from '../state.js';
-import { DockerRuntime, contextHash, dockerfileBases } from '../../sandbox/docker.js';
+import { DockerRuntime, dockerfileBases, taskImageTag } from '../../sandbox/docker.js';
 import { BASE_IMAGE } from '../../sandbox/images.js';
 import { connectDocker } from '../../sandbox/docker-client.js';
 import { pushImages } from '../../cluster/registry-push.js';
@@ -706,8 +706,7 @@ export async function taskImageTags(manifest: BatchManifest, build: boolean, log
       const bases = dockerfileBases(readFileSync(task.environment.dockerfile, 'utf8')).filter((b) => !b.includes('$'));
       const ids = runtime ? await Promise.all(bases.map((b) => runtime.docker.getImage(b).inspect().then((i) => i.Id, () => undefined))) : [];
       const known = ids.filter((i): i is string => Boolean(i));
-      const slug = task.name.toLowerCase().replace(/[^a-z0-9_.-]+/g, '-').replace(/^[-.]+/, '') || 'task';
-      out.set(task.name, `harness-lab/task-${slug}:${contextHash(task.environment.contextDir, known.length === bases.length ? known : [])}`);
+      out.set(task.name, taskImageTag(task.name, task.environment.contextDir, known.length === bases.length ? known : []));
     }
   }
   return out;
