@@ -1,4 +1,4 @@
-// What the proxy sends to the engine and how it reads the answer back (capture-protocol §9).
+// What the proxy sends to the engine and how it reads the answer back (docs/capture-protocol.md §9).
 import { PINNABLE_SAMPLING_KEYS, type CaptureLevel, type ChatMessage, type ChatRequest, type ChatResponse, type JsonObject, type LogprobEntry, type PinnedSampling, type TokenCapture } from './types.js';
 
 export const DEFAULT_MAX_OUTPUT_TOKENS = 8192;
@@ -23,7 +23,7 @@ function pickSampling(source: JsonObject): JsonObject {
 /**
  * On a session with pinned sampling (a batch's or a served rollout's), request fields that change the
  * distribution the tokens are sampled from, so the recorded logprobs would not be the policy's:
- * refused with a 400 instead of silently trained on (trainers.md section 3).
+ * refused with a 400 instead of silently trained on (docs/trainer-contracts.md §3).
  */
 export function distributionChangingField(chat: ChatRequest): string | undefined {
   if (chat.logit_bias !== undefined && chat.logit_bias !== null && !(typeof chat.logit_bias === 'object' && Object.keys(chat.logit_bias).length === 0)) return 'logit_bias';

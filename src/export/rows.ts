@@ -9,7 +9,7 @@ import type { RolloutUnit } from './source.js';
 
 export const TRL_TRACE_SCHEMA_VERSION = 1;
 
-/** TRL's TrainingTrace (trainers.md 1.2): exactly these two keys; reward and identity stay outside. */
+/** TRL's TrainingTrace (docs/trainer-contracts.md §1.2): exactly these two keys; reward and identity stay outside. */
 export interface TrlTrainingTrace {
   schema_version: typeof TRL_TRACE_SCHEMA_VERSION;
   turns: TrainingTurn[];

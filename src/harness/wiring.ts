@@ -1,7 +1,7 @@
 // How each real agent harness CLI is installed, pointed at the capture proxy and launched headless.
 // One declarative table, pure functions only: the local runner and the Docker sandbox launcher both
 // turn an entry into {argv, env, files} for a given HOME and working directory.
-// Facts (flags, env names, quirks) come from shared/reference/harness-offline.md; re-check on upgrades.
+// Facts (flags, env names, quirks) come from docs/harnesses.md; re-check on upgrades.
 import { posix } from 'node:path';
 import type { DialectName, JsonObject } from '../capture/types.js';
 

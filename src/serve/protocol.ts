@@ -1,4 +1,4 @@
-// OpenEnv's Harbor rollout protocol as `harness-lab serve` speaks it (trainers.md section 3): the
+// OpenEnv's Harbor rollout protocol as `harness-lab serve` speaks it (docs/trainer-contracts.md §3): the
 // task API bodies, the WebSocket frames, the JSON-RPC methods on /mcp, the `run_rollout` arguments
 // and the HarborRolloutResult it answers with. Every body a trainer sends is parsed here, at the
 // boundary; nothing in this protocol is versioned, so unknown fields are accepted and ignored

@@ -4,7 +4,7 @@
 // engine saw. A client sends exactly OpenEnv's frames (/ws, step call_tool run_rollout, close) for a
 // GRPO group of 4 rollouts of hello-file with the reference react harness, in parallel; one member's
 // sandbox is killed from outside. All four come back as values; the three good ones carry turns that
-// pass trainers.md 1.2's TrainingTrace validity rules with the engine's own Qwen3 token ids and
+// pass docs/trainer-contracts.md §1.2's TrainingTrace validity rules with the engine's own Qwen3 token ids and
 // finite logprobs <= 0; the engine received the trainer's pinned sampling on every call, never the
 // harness's.
 /* eslint-disable @typescript-eslint/no-explicit-any -- wire JSON from the server under test, checked field by field as a Python client reads it */
@@ -53,7 +53,7 @@ function startEngineProcess(policyFile: string): Promise<EngineProcess> {
   });
 }
 
-/** trainers.md 1.2 (what a trainer's worker treats as fatal), plus what only a real Qwen3 engine gives. */
+/** docs/trainer-contracts.md §1.2 (what a trainer's worker treats as fatal), plus what only a real Qwen3 engine gives. */
 function assertValidTurns(result: any): any[] {
   const kept = result.turns.filter((t: any) => t.role === 'agent' && !t.discarded && t.completion_token_ids.length > 0);
   assert.ok(kept.length >= 2, `hello-file takes a tool call and an answer: ${kept.length} trainable turn(s)`);

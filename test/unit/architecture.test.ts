@@ -135,3 +135,22 @@ test("the README's code map names exactly the folders of src/", () => {
   const folders = readdirSync(SRC).filter((n) => statSync(join(SRC, n)).isDirectory()).sort();
   assert.deepEqual(mapped, folders);
 });
+
+test('every doc a source comment cites exists, with the section it names', () => {
+  const missing: string[] = [];
+  for (const dir of ['src', 'test', 'bench', 'scripts', 'webview'])
+    for (const file of sourceFiles(join(ROOT, dir))) {
+      const text = readFileSync(file, 'utf8');
+      for (const m of text.matchAll(/docs\/([a-z0-9-]+\.md)(?: §([0-9.]*[0-9]))?/g)) {
+        const doc = join(ROOT, 'docs', m[1]!);
+        if (!existsSync(doc)) {
+          missing.push(`${relative(ROOT, file)}: docs/${m[1]} does not exist`);
+          continue;
+        }
+        const section = m[2];
+        if (section && !new RegExp(`^#{2,3} ${section.replace(/\./g, '\\.')}[. ]`, 'm').test(readFileSync(doc, 'utf8')))
+          missing.push(`${relative(ROOT, file)}: docs/${m[1]} has no section ${section}`);
+      }
+    }
+  assert.deepEqual(missing, []);
+});
