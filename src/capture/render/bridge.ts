@@ -7,13 +7,11 @@
 // bridge is compared with a full render of the same messages. Where continuation cannot be proven the
 // call is a full render (a new root in the graph) with the reason recorded. See docs/token-in.md.
 import { createHash } from 'node:crypto';
-import type { Renderer } from './renderer.js';
-import type { CallRecord, ChatContentPart, ChatMessage, ChatTool } from '../types.js';
-
-/** Why a call could not continue an earlier turn (`null` on the first call of a session). */
-// The record's shapes live apart from the bridge, so the capture's types can name them without a circle.
 import type { NewRootReason, RenderInfo } from './render-info.js';
-export type { NewRootReason, RenderInfo } from './render-info.js';
+import type { Renderer } from './renderer.js';
+
+export type { NewRootReason, RenderInfo };
+import type { CallRecord, ChatContentPart, ChatMessage, ChatTool } from '../types.js';
 
 export interface BridgePlan {
   promptIds: number[];

@@ -1,7 +1,7 @@
-// How a token-in call's prompt was made, as its record keeps it (`CallRecord.render`). Its own file:
-// capture/types.ts names it, and the bridge that fills it imports capture/types.ts.
+// What a call record keeps about how the proxy made its prompt in token-in mode (`CallRecord.render`).
+// Its own file, importing nothing, so the record type and the bridge can both use it.
 
-/** Why a call starts a new root instead of bridging onto an earlier turn. */
+/** Why a call could not continue an earlier turn (`null` on the first call of a session). */
 export type NewRootReason =
   | 'retry'
   | 'nothing_new'
@@ -40,4 +40,3 @@ export interface RenderInfo {
   /** SHA-256 over prompt ids, sampled ids and logprobs as recorded: the contract check recomputes it. */
   tokens_digest?: string;
 }
-
