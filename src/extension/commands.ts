@@ -569,6 +569,7 @@ function harnessRunContext(host: CommandHost) {
     },
     openViewer: (sessionId: string) => host.viewer.open(sessionId, null),
     runsDirSetting: () => currentSettings().runsDir,
+    enginePolicy: () => (host.engineSlot.current ? (host.engineSlot.current.policy ?? null) : undefined),
   };
 }
 

@@ -14,6 +14,7 @@ import { ROLLOUT_DOCUMENT_FILE, rolloutLine, runRollout, type RolloutResult } fr
 import { contractRows, defaultValidationTask, formatValidationTable, type ValidationTable } from '../sandbox/validate.js';
 import type { Logger } from './logger.js';
 import type { ReadonlyDocuments } from './readonly-docs.js';
+import { outcomeLine, outcomeOf, outcomeReason, outcomeSeverity, policyMismatch } from './run-outcome.js';
 import { runsDir, validationMarkdown } from './run-model.js';
 
 export interface HarnessRunContext {
@@ -26,7 +27,13 @@ export interface HarnessRunContext {
   openViewer(sessionId: string): void;
   /** harnessLab.runsDir as set (relative to the first workspace folder). */
   runsDirSetting(): string;
+  /**
+   * What the engine in use follows when it is this window's embedded engine: a policy file or shipped
+   * name, null for none (free sampling); undefined for any other engine (it follows its own weights).
+   */
+  enginePolicy?(): string | null | undefined;
 }
+
 
 const HARNESS_HINTS: Record<string, string> = {
   react: 'reference ReAct harness (Chat Completions + bash), the known-good baseline',
@@ -133,7 +140,7 @@ export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown
   await vscode.commands.executeCommand('markdown.showPreview', vscode.Uri.file(report));
   const failed = rows.filter((row) => !row.ok).length;
   const msg = run.cancelled ? `Harness Lab: validation of ${harness} was cancelled; the sandbox was removed.` : table.ok ? `Harness Lab: ${harness} passes the capture contract on ${name}.` : `Harness Lab: ${harness} fails ${failed} check(s) of the capture contract on ${name}.`;
-  void resultMessage(ctx, table.ok && !run.cancelled, msg, r);
+  void resultMessage(ctx, table.ok && !run.cancelled ? 'info' : 'warning', msg, r);
   return table;
 }
 
@@ -153,17 +160,22 @@ export async function runTaskWithHarness(ctx: HarnessRunContext, arg: unknown): 
   const r = run.result;
   if (!r) return undefined;
   const line = rolloutLine(r);
-  ctx.log.info(`${line}\n  rollout: ${r.out_dir}\n  session: ${r.session_id}${r.error ? `\n  error: ${r.error}` : ''}`);
-  void resultMessage(ctx, r.status === 'ok', `Harness Lab: ${run.cancelled ? 'cancelled: ' : ''}${line}`, r);
+  const outcome = outcomeOf({ ...r, cancelled: run.cancelled }, r.out_dir);
+  const reason = outcomeReason(outcome);
+  const hint = policyMismatch(ctx.enginePolicy?.(), taskDir);
+  ctx.log.info(`${line}\n  rollout: ${r.out_dir}\n  session: ${r.session_id}${r.error ? `\n  error: ${r.error}` : ''}${outcome.verifier.length ? `\n  verifier: ${outcome.verifier.join('\n            ')}` : ''}${hint ? `\n  note: ${hint}` : ''}`);
+  // Only a reward above 0 is a success; a reward of 0 is a warning with the verifier's reason.
+  const message = `Harness Lab: ${harness} on ${outcomeLine(outcome)}${reason ? ` — ${reason}` : ''}${hint ? `. Note: ${hint}.` : ''}`;
+  void resultMessage(ctx, outcomeSeverity(outcome), message, r);
   return r.session_id;
 }
 
 /** A run's result: Open in Viewer, Reveal (the run's folder) and Show Log. */
-async function resultMessage(ctx: HarnessRunContext, ok: boolean, message: string, r: RolloutResult): Promise<void> {
+async function resultMessage(ctx: HarnessRunContext, severity: 'info' | 'warning' | 'error', message: string, r: RolloutResult): Promise<void> {
   const open = 'Open in Viewer';
   const reveal = 'Reveal';
   const showLog = 'Show Log';
-  const show = ok ? vscode.window.showInformationMessage : vscode.window.showWarningMessage;
+  const show = severity === 'info' ? vscode.window.showInformationMessage : severity === 'warning' ? vscode.window.showWarningMessage : vscode.window.showErrorMessage;
   const choice = await show(message, ...(r.rollout ? [open] : []), reveal, showLog);
   if (choice === open) {
     try {

@@ -12,6 +12,7 @@ import type { CallRecord } from '../capture/types.js';
 import { modelNamesOf, offlineTokenTexts } from '../report/offline-token-texts.js';
 import type { AtifCheckResult } from '../harness/atif-check.js';
 import { ErrorNotification, FocusTurnNotification, LoadNotification, ReadyQueue, TokenTextsNotification, dispatchWebviewMessage, notify, type HostMessage, type WebviewHandlers } from '../protocol/messages.js';
+import { sessionOutcome } from './run-outcome.js';
 import { idsWithoutText, toWire, viewerDataFromRollout, type TurnDetails, type ViewerData } from '../protocol/viewer-data.js';
 import { parseWebviewMessage } from '../protocol/webview-schema.js';
 import { applyRescore, rescorePathFor } from '../report/rescore-attach.js';
@@ -228,7 +229,9 @@ export class ViewerConnection extends Disposable {
 /** A session's rollout, as a LoadedRollout (no file path). */
 export function loadSession(host: RolloutViewerHost, sessionId: string): LoadedRollout {
   const doc = host.rollout(sessionId, { includeDiscarded: true, includeTraces: false });
-  return { data: viewerDataFromRollout(doc, { key: sessionId, title: `Session ${sessionId}` }), doc, path: '' };
+  const data = viewerDataFromRollout(doc, { key: sessionId, title: `Session ${sessionId}` });
+  data.outcome = sessionOutcome(doc.metadata) ?? null;
+  return { data, doc, path: '' };
 }
 
 /** Calls arriving closer together than this refresh an open viewer once. */

@@ -8,7 +8,7 @@ import '@vscode-elements/elements/dist/vscode-tab-panel/index.js';
 import { AttachTrajectoryRequest, DetailsRequest, ErrorNotification, FocusTurnNotification, LoadGroupNotification, LoadNotification, OpenGroupMemberCommand, ReadyCommand, TokenTextsNotification, isMessage, type NotificationMessage } from '../../src/protocol/messages.js';
 import type { AtifCheckResult } from '../../src/harness/atif-check.js';
 import type { GroupViewData } from '../../src/protocol/group-data.js';
-import { fromWire, type TurnDetails, type ViewerData, type ViewerTurn, type ViewerWire } from '../../src/protocol/viewer-data.js';
+import { fromWire, type RunOutcomeView, type TurnDetails, type ViewerData, type ViewerTurn, type ViewerWire } from '../../src/protocol/viewer-data.js';
 import { GraphView } from './graph.js';
 import { renderGroup } from './group.js';
 import { Navigator, TokenTexts, addedByHarness, liveFocus, logprobBucket, plural, turnTokens, type TurnTokens } from './model.js';
@@ -45,6 +45,28 @@ function stateStore(api: VsCodeApi | null): { load(): SavedState; save(s: SavedS
       }
     },
   };
+}
+
+const OUTCOME_WORDS: Record<RunOutcomeView['class'], string> = {
+  completed: 'solved',
+  policy_failure: 'not solved',
+  infra_error: 'failed before a reward',
+  timeout: 'timed out',
+  cancelled: 'cancelled',
+};
+
+/** The run's outcome under the header: task, harness, reward and class, and the verifier's last lines (its reason). */
+function outcomeBanner(o: RunOutcomeView): HTMLElement {
+  const tone = o.class === 'completed' ? 'ok' : o.class === 'policy_failure' || o.class === 'cancelled' ? 'warn' : 'bad';
+  const reward = o.reward === null ? 'no reward' : `reward ${o.reward.toFixed(2)}`;
+  const reason = o.error ? o.error.split('\n')[0]! : null;
+  return h(
+    'section',
+    { class: `outcome outcome-${tone}`, 'data-testid': 'outcome', 'aria-label': 'Run outcome' },
+    h('div', { class: 'outcome-line' }, h('span', { class: 'outcome-reward', 'data-testid': 'outcome-reward' }, reward), h('span', {}, `${OUTCOME_WORDS[o.class]} (${o.class})`), h('span', { class: 'muted' }, `task ${o.task} · ${o.harness}`)),
+    reason ? h('div', { class: 'outcome-reason', 'data-testid': 'outcome-reason' }, reason) : null,
+    o.verifier.length ? h('details', { class: 'outcome-verifier', open: '' }, h('summary', {}, 'Verifier output (last lines)'), h('pre', { 'data-testid': 'outcome-verifier' }, o.verifier.join('\n'))) : null,
+  );
 }
 
 class Viewer {
@@ -141,7 +163,7 @@ class Viewer {
       this.store.save(this.state);
     });
     turnEl.append(tabs);
-    root.replaceChildren(header, h('div', { class: 'main' }, this.graph.el, turnEl));
+    root.replaceChildren(header, ...(data.outcome ? [outcomeBanner(data.outcome)] : []), h('div', { class: 'main' }, this.graph.el, turnEl));
     if (this.state.mask) this.setMask(true);
     document.addEventListener('keydown', (e) => this.onKey(e), { signal: this.listening.signal });
     performance.mark('hl-built');
