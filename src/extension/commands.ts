@@ -151,10 +151,18 @@ async function newSession(host: CommandHost): Promise<string | undefined> {
     { label: '$(copy) All dialects', description: 'every variable below', text: all },
     ...snippets.map((s) => ({ label: s.dialect, description: s.label, detail: s.text.split('\n').join('  ·  '), text: s.text })),
   ];
-  const picked = await vscode.window.showQuickPick(items, { title: `Session ${info.session_id}: copy the environment for a harness`, placeHolder: 'Pick a dialect to copy its env snippet', matchOnDescription: true });
-  const copied = await copyToClipboard(host, picked?.text ?? all);
+  const picked = await vscode.window.showQuickPick(items, { title: `Session ${info.session_id}: copy the environment for a harness`, placeHolder: 'Pick a dialect to copy its env snippet (Escape: no session)', matchOnDescription: true });
+  if (!picked) {
+    // Escape: the user did not take the session, so none is left behind (its key was never shown).
+    await host.controller.deleteSession(info.session_id);
+    mintedKeys.delete(info.session_id);
+    host.log.info(`session ${info.session_id} dropped (New Capture Session dismissed)`);
+    host.refreshSessions();
+    return undefined;
+  }
+  const copied = await copyToClipboard(host, picked.text);
   await host.docs.show(`env ${info.session_id}.sh`, `# Harness Lab capture session ${info.session_id}\n# proxy ${proxy.url}\n# The API key below is this session's secret: it is shown once, and stored only as a hash.\n\n${all}\n`, 'shellscript');
-  void vscode.window.showInformationMessage(`Session ${info.session_id} created${copied ? `; ${picked?.label.replace(/^\$\(copy\) /, '') ?? 'all dialects'} env snippet copied to the clipboard` : ''}.`);
+  void vscode.window.showInformationMessage(`Session ${info.session_id} created${copied ? `; ${picked.label.replace(/^\$\(copy\) /, '')} env snippet copied to the clipboard` : ''}.`);
   return info.session_id;
 }
 
@@ -570,6 +578,7 @@ function harnessRunContext(host: CommandHost) {
     openViewer: (sessionId: string) => host.viewer.open(sessionId, null),
     runsDirSetting: () => currentSettings().runsDir,
     enginePolicy: () => (host.engineSlot.current ? (host.engineSlot.current.policy ?? null) : undefined),
+    hasEngine: () => host.controller.running !== undefined || currentSettings().engineUrl !== '',
   };
 }
 

@@ -8,7 +8,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import * as vscode from 'vscode';
 import type { CaptureProxy } from '../capture/proxy.js';
-import { harnessNames } from '../harness/registry.js';
+import { assertInstalled, harnessEntry, harnessNames } from '../harness/registry.js';
 import { openLab, type Lab, type LabOptions } from '../sandbox/lab.js';
 import { ROLLOUT_DOCUMENT_FILE, rolloutLine, runRollout, type RolloutResult } from '../sandbox/rollout-runner.js';
 import { contractRows, defaultValidationTask, formatValidationTable, type ValidationTable } from '../sandbox/validate.js';
@@ -32,6 +32,8 @@ export interface HarnessRunContext {
    * name, null for none (free sampling); undefined for any other engine (it follows its own weights).
    */
   enginePolicy?(): string | null | undefined;
+  /** Whether an engine is set up for the extension's proxy (running, or configured to start). */
+  hasEngine?(): boolean;
 }
 
 
@@ -49,11 +51,27 @@ const HARNESS_HINTS: Record<string, string> = {
 async function pickHarness(title: string, arg?: unknown): Promise<string | undefined> {
   const named = (arg as { harness?: unknown } | undefined)?.harness;
   if (typeof named === 'string' && harnessNames().includes(named)) return named;
+  // Installed harnesses first, marked; the others say they are not installed (running one says how to install it).
+  const rows = harnessNames().map((name) => ({ name, installed: isInstalled(name) }));
+  rows.sort((a, b) => Number(b.installed) - Number(a.installed));
   const picked = await vscode.window.showQuickPick(
-    harnessNames().map((name) => ({ label: name, description: HARNESS_HINTS[name] ?? '' })),
-    { title, placeHolder: 'Harness to run in a Docker sandbox' },
+    rows.map(({ name, installed }) => ({
+      label: `${installed ? '$(check)' : '$(circle-slash)'} ${name}`,
+      description: [installed ? 'installed' : 'not installed', HARNESS_HINTS[name]].filter(Boolean).join(' · '),
+      name,
+    })),
+    { title, placeHolder: 'Harness to run in a Docker sandbox', matchOnDescription: true },
   );
-  return picked?.label;
+  return picked?.name;
+}
+
+function isInstalled(name: string): boolean {
+  try {
+    assertInstalled(harnessEntry(name));
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 function outDir(ctx: HarnessRunContext): string {
@@ -126,7 +144,11 @@ export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown
   const taskDir = taskFolder(arg) ?? defaultValidationTask();
   const name = taskLabel(arg, taskDir);
   const out = outDir(ctx);
-  const run = await rolloutWithProgress(ctx, `Harness Lab: validating ${harness} on ${name}`, { taskDir, harness, sandbox: 'docker', outDir: out, handleSignals: false, log: (l) => ctx.log.debug(l) }).catch((err: unknown) => {
+  mkdirSync(out, { recursive: true });
+  // Through the extension's proxy when there is an engine for it, so the session shows in Sessions;
+  // without one the lab starts the task's policy engine and its own proxy (the session is in the run folder).
+  const shared = ctx.hasEngine?.() ? await ctx.ensureProxy() : undefined;
+  const run = await rolloutWithProgress(ctx, `Harness Lab: validating ${harness} on ${name}`, { taskDir, harness, sandbox: 'docker', outDir: out, handleSignals: false, log: (l) => ctx.log.debug(l), ...(shared ? { proxy: shared.proxy, model: shared.model } : {}) }).catch((err: unknown) => {
     throw withContext(`could not validate ${harness} on ${name}`, err);
   });
   if (!run.result) return undefined;

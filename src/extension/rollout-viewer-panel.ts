@@ -193,6 +193,16 @@ export class ViewerConnection extends Disposable {
 
   /** Prompt-token texts after the first paint: the viewer shows ids until they arrive. */
   private async loadTokenTexts(data: ViewerData): Promise<void> {
+    if (idsWithoutText(data).length === 0) return;
+    try {
+      await this.fetchTokenTexts(data);
+    } finally {
+      // The viewer says "loading token text…" until this: whatever is still missing stays ids.
+      if (!this.abort.signal.aborted) this.queue.send(notify(TokenTextsNotification, { texts: {}, done: true }));
+    }
+  }
+
+  private async fetchTokenTexts(data: ViewerData): Promise<void> {
     const engineUrl = this.rollout?.doc?.calls.find((c) => c.engine_url)?.engine_url;
     if (idsWithoutText(data).length === 0) return;
     const model = this.host.model?.() || this.rollout?.doc?.calls.find((c) => c.model)?.model || undefined;
