@@ -1,5 +1,5 @@
 // What the Batches view's review actions show, as plain data: Audit Batch's Markdown document and
-// the problems it raises (src/train/audit.ts, the same audit as `harness-lab audit BATCH`), the
+// the problems it raises (src/export/audit.ts, the same audit as `harness-lab audit BATCH`), the
 // batch and group a command acts on, the quick-pick rows, and audit errors in the user's terms.
 // Nothing here imports vscode.
 import { existsSync } from 'node:fs';
@@ -8,9 +8,9 @@ import { BatchFileError, batchPaths, readManifest } from '../batch/state.js';
 import { ScriptedPolicy } from '../engine/policy.js';
 import { SAMPLING_POLICY_FILE, batchPolicyFile } from '../sandbox/policy-engine.js';
 import type { BatchStatus, GroupStatus } from '../batch/status.js';
-import type { AuditMember, AuditReport, GroupAudit } from '../train/audit.js';
-import type { BehaviourAggregate } from '../train/behaviour.js';
-import { ExportInputError } from '../train/source.js';
+import type { AuditMember, AuditReport, GroupAudit } from '../export/audit.js';
+import type { BehaviourAggregate } from '../export/behaviour.js';
+import { ExportInputError } from '../export/source.js';
 import type { BatchErrorNode, BatchesTreeNode } from './batches-model.js';
 
 /** The batch directory a command argument names: a Batches tree node (any kind), a path, or a Uri. */

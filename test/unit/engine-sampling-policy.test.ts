@@ -14,7 +14,7 @@ import { Prng } from '../../src/engine/prng.js';
 import { auditMarkdown, deterministicPolicyNote } from '../../src/extension/batch-review-model.js';
 import { SAMPLING_POLICY_FILE, TaskRoutedPolicy, batchPolicyFile } from '../../src/sandbox/policy-engine.js';
 import { loadTask } from '../../src/tasks/task.js';
-import { auditBatch } from '../../src/train/audit.js';
+import { auditBatch } from '../../src/export/audit.js';
 
 const EXAMPLES = join(__dirname, '..', '..', 'examples', 'tasks');
 const tmp = mkdtempSync(join(tmpdir(), 'hl-sampling-'));
