@@ -223,7 +223,7 @@ export function deterministicPolicyNote(batchDir: string, task: string): string 
     const own = join(ref.dir, 'policy.json');
     const file = batchPolicyFile({ dir: ref.dir, policyFile: existsSync(own) ? own : undefined });
     if (!file || ScriptedPolicy.load(file).samples) return undefined;
-    return `the embedded engine followed ${basename(dirname(file))}/${basename(file)}, a scripted policy with no choice in it: every member makes the same moves whatever the temperature, so this task's groups cannot have contrast. Give the task a ${SAMPLING_POLICY_FILE} with a "choose" move (as examples/tasks/hello-file has), or run the batch on a real engine.`;
+    return `the embedded engine followed ${basename(dirname(file))}/${basename(file)}, a scripted policy with no choice in it: every member makes the same moves whatever the temperature, so this task's groups cannot have contrast. Give the task a ${SAMPLING_POLICY_FILE} with a "choose" move (as examples/tasks/sum-numbers has), or run the batch on a real engine.`;
   } catch {
     return undefined;
   }

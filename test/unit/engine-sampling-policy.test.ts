@@ -51,31 +51,34 @@ test('choose is validated: two choices at least, one weight per choice, positive
   assert.equal(ScriptedPolicy.parse({ fallback: { say: 'x' } }, 'p.json').samples, false, 'a scripted policy does not sample');
 });
 
-test("hello-file's sampling policy writes the right greeting or a wrong one; its policy.json always the right one", () => {
-  const messages: ChatMessage[] = [{ role: 'user', content: loadTask(join(EXAMPLES, 'hello-file')).instruction }];
-  const sampling = ScriptedPolicy.load(join(EXAMPLES, 'hello-file', SAMPLING_POLICY_FILE));
-  const scripted = ScriptedPolicy.load(join(EXAMPLES, 'hello-file', 'policy.json'));
+test("sum-numbers' sampling policy sums right or wrong; its policy.json always right", () => {
+  const listing: ChatMessage[] = [
+    { role: 'user', content: loadTask(join(EXAMPLES, 'sum-numbers')).instruction },
+    { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'bash', arguments: '{"command":"cat numbers.txt"}' } }] },
+    { role: 'tool', tool_call_id: 'c1', content: '# numbers-v1: one integer per line\n17\n25\n-4\n12\n' },
+  ];
+  const sampling = ScriptedPolicy.load(join(EXAMPLES, 'sum-numbers', SAMPLING_POLICY_FILE));
+  const scripted = ScriptedPolicy.load(join(EXAMPLES, 'sum-numbers', 'policy.json'));
   const command = (p: ScriptedPolicy, u: number) => {
-    const d = p.decide(messages, [bash], () => u);
-    return d.kind === 'script' ? d.toolCalls[0]?.arguments.command : undefined;
+    const d = p.decide(listing, [bash], () => u);
+    return d.kind === 'script' ? String(d.toolCalls[0]?.arguments.command) : undefined;
   };
   assert.equal(sampling.samples, true);
   assert.equal(scripted.samples, false);
-  assert.equal(command(sampling, 0.1), "printf 'Hello, world!' > hello.txt");
-  assert.equal(command(sampling, 0.9), "printf 'Hello world' > hello.txt");
-  assert.equal(command(scripted, 0.9), "printf 'Hello, world!' > hello.txt");
-  assert.equal(ScriptedPolicy.load(join(EXAMPLES, 'fix-script', SAMPLING_POLICY_FILE)).samples, true);
+  const right = command(scripted, 0.9)!;
+  assert.equal(command(sampling, 0.1), right, 'the first choice is the scripted sum');
+  assert.match(command(sampling, 0.9)!, /head -n 2/, 'the second sums only 17 and 25 (42, not 50: reward 0)');
+  assert.equal(ScriptedPolicy.load(join(EXAMPLES, 'hello-file', 'policy.json')).samples, false);
   // The routed policy of a batch passes the sampler through to the task's policy.
-  const routed = new TaskRoutedPolicy([{ instruction: messages[0]!.content as string, policyFile: join(EXAMPLES, 'hello-file', SAMPLING_POLICY_FILE) }]);
+  const routed = new TaskRoutedPolicy([{ instruction: listing[0]!.content as string, policyFile: join(EXAMPLES, 'sum-numbers', SAMPLING_POLICY_FILE) }]);
   assert.equal(routed.samples, true);
-  const d = routed.decide(messages, [bash], () => 0.9);
-  assert.equal(d.kind === 'script' && d.toolCalls[0]?.arguments.command, "printf 'Hello world' > hello.txt");
+  const d = routed.decide(listing, [bash], () => 0.9);
+  assert.match(d.kind === 'script' ? String(d.toolCalls[0]?.arguments.command) : '', /head -n 2/);
 });
 
 test('batches on the embedded engine follow policy.sampling.json when a task has one, else policy.json', () => {
-  assert.equal(batchPolicyFile(loadTask(join(EXAMPLES, 'hello-file'))), join(EXAMPLES, 'hello-file', SAMPLING_POLICY_FILE));
-  const sum = loadTask(join(EXAMPLES, 'sum-numbers'));
-  assert.equal(batchPolicyFile(sum), join(EXAMPLES, 'sum-numbers', 'policy.json'));
+  assert.equal(batchPolicyFile(loadTask(join(EXAMPLES, 'sum-numbers'))), join(EXAMPLES, 'sum-numbers', SAMPLING_POLICY_FILE));
+  assert.equal(batchPolicyFile(loadTask(join(EXAMPLES, 'hello-file'))), join(EXAMPLES, 'hello-file', 'policy.json'));
   assert.equal(batchPolicyFile({ dir: tmp, policyFile: undefined }), undefined);
 });
 
@@ -88,12 +91,12 @@ function plannedBatch(name: string, task: string, engineUrl?: string): { dir: st
 }
 
 test('a no-contrast group says why when the embedded engine followed a policy without a choice', () => {
-  const scripted = plannedBatch('scripted', 'sum-numbers');
+  const scripted = plannedBatch('scripted', 'hello-file');
   const note = deterministicPolicyNote(scripted.dir, scripted.task);
-  assert.match(note ?? '', /sum-numbers\/policy\.json, a scripted policy with no choice in it: every member makes the same moves whatever the temperature/);
+  assert.match(note ?? '', /hello-file\/policy\.json, a scripted policy with no choice in it: every member makes the same moves whatever the temperature/);
   assert.match(note ?? '', /policy\.sampling\.json with a "choose" move/);
-  assert.equal(deterministicPolicyNote(plannedBatch('sampling', 'hello-file').dir, 'hello-file'), undefined, 'a sampling policy could have given contrast');
-  assert.equal(deterministicPolicyNote(plannedBatch('real', 'sum-numbers', 'http://127.0.0.1:8000').dir, 'sum-numbers'), undefined, 'a real engine samples');
+  assert.equal(deterministicPolicyNote(plannedBatch('sampling', 'sum-numbers').dir, 'sum-numbers'), undefined, 'a sampling policy could have given contrast');
+  assert.equal(deterministicPolicyNote(plannedBatch('real', 'hello-file', 'http://127.0.0.1:8000').dir, 'hello-file'), undefined, 'a real engine samples');
   assert.equal(deterministicPolicyNote(join(tmp, 'nowhere'), 'x'), undefined);
   // The audit document carries the note under the group, and links the shipped behaviour docs.
   // A real audit of the planned batch, its group marked as finished without contrast.
@@ -105,7 +108,7 @@ test('a no-contrast group says why when the embedded engine followed a policy wi
   } catch (err) {
     assert.fail(`the audit document could not be written from a minimal report: ${String(err)}`);
   }
-  assert.match(text, /> \*\*Why no contrast:\*\* the embedded engine followed sum-numbers\/policy\.json/);
+  assert.match(text, /> \*\*Why no contrast:\*\* the embedded engine followed hello-file\/policy\.json/);
   assert.match(text, /Rules in \[behaviour-metrics\.md\]\(file:\/\/\/ext\/docs\/behaviour-metrics\.md\)/);
   assert.doesNotMatch(auditMarkdown(report), /Why no contrast/);
   assert.match(auditMarkdown(report), /docs\/behaviour-metrics\.md of the Harness Lab repository/);
