@@ -55,6 +55,12 @@ export interface CommandHost {
   trainingRuns: TrainingRuns;
 }
 
+/** The settings as the user set them (the Engine URL setting, not this window's embedded engine). */
+function configuredSettings(): HarnessLabSettings {
+  const config = vscode.workspace.getConfiguration(SETTINGS_SECTION);
+  return readSettings((key) => config.get(key));
+}
+
 /** The embedded engine this window owns, if it runs: it stands in for the Engine URL setting while it does. */
 let ownedEngine: () => string | undefined = () => undefined;
 
@@ -63,8 +69,7 @@ let ownedEngine: () => string | undefined = () => undefined;
  * ephemeral URL never goes into the user's settings), else the Engine URL setting.
  */
 export function currentSettings(): HarnessLabSettings {
-  const config = vscode.workspace.getConfiguration(SETTINGS_SECTION);
-  const settings = readSettings((key) => config.get(key));
+  const settings = configuredSettings();
   const owned = ownedEngine();
   // The embedded engine serves one model: an empty model means "the engine's only model".
   return owned ? { ...settings, engineUrl: owned, model: '' } : settings;
@@ -565,7 +570,10 @@ export function createCommands(): Record<string, CommandSpec> {
 }
 
 function batchContext(host: CommandHost): BatchCommandContext {
-  return { ...host, engineUrl: () => currentSettings().engineUrl, model: () => currentSettings().model };
+  // A batch without an engine URL setting runs its own embedded engine on each task's sampling policy
+  // (policy.sampling.json, else policy.json): groups with contrast on a CPU. This window's embedded
+  // engine follows one policy, so it is not offered for batches.
+  return { ...host, engineUrl: () => configuredSettings().engineUrl, model: () => configuredSettings().model };
 }
 
 function harnessRunContext(host: CommandHost) {
