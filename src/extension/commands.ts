@@ -330,13 +330,21 @@ async function spawnEngine(host: CommandHost, policy: string | undefined, port: 
   const title = 'Harness Lab: starting the embedded CPU engine (the first start builds its tiny model)';
   return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title, cancellable: true }, async (_p, token) => {
     const start = (p: number | undefined) => EngineProcess.start({ cliPath: cli, policy, log: host.log, dataDir: host.context.globalStorageUri.fsPath, ...(p ? { port: p } : {}) });
-    let starting = start(port);
-    if (port) {
-      starting = starting.catch((err: unknown) => {
-        host.log.warn(`the embedded engine could not listen on its former port ${port} (${err instanceof Error ? err.message.split('\n')[0] : String(err)}); using another`);
-        return start(undefined);
-      });
-    }
+    // After a reload the engine of the window before may still be letting go of the port: try it a few times.
+    const again = async (p: number): Promise<EngineProcess> => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await start(p);
+        } catch (err) {
+          if (attempt >= 3 || token.isCancellationRequested) {
+            host.log.warn(`the embedded engine could not listen on its former port ${p} (${err instanceof Error ? err.message.split('\n')[0] : String(err)}); using another`);
+            return start(undefined);
+          }
+          await new Promise((r) => setTimeout(r, 1000));
+        }
+      }
+    };
+    const starting = port ? again(port) : start(undefined);
     const sub = token.onCancellationRequested(() => void starting.then((e) => e.dispose(), () => undefined));
     try {
       const e = await starting;
