@@ -7,6 +7,7 @@
 //    Embedded Engine (the proxy switches engines under it).
 //  - A window reload restarts the embedded engine this window owned, on its port; its URL is never
 //    in the User settings.
+//  - Stop Embedded Engine closes its port.
 //  - A batch of sum-numbers on the embedded engine follows its sampling policy: the group has
 //    contrast (8 members, each sums right or wrong with p = 1/2: all alike has p = 2/256).
 // Screenshots: test-artifacts/e2e/session-*.png.
@@ -181,6 +182,13 @@ test('installed .vsix: reward 0 with its reason; a captured terminal across Rest
     assert.equal(await groupView.locator('[data-testid="teaches-nothing"]').count(), 0, 'no "teaches nothing" badge');
     assert.match(await groupView.locator('[data-testid="group-stats"]').innerText(), /std 0\.[0-9]*[1-9]/);
     await shot(page, '06-group-contrast');
+
+    // 7. Stop Embedded Engine: its port closes, and the next reload does not start it again.
+    await runCommand(page, 'Harness Lab: Stop Embedded Engine');
+    await toast(page, `stopped the embedded engine on http://127.0.0.1:${enginePort}`).waitFor({ timeout: 30_000 });
+    const answers = () => fetch(`http://127.0.0.1:${enginePort}/v1/models`).then(() => true, () => false);
+    for (let i = 0; i < 40 && (await answers()); i++) await new Promise((r) => setTimeout(r, 250));
+    assert.equal(await answers(), false, 'the stopped engine no longer answers');
   } catch (err) {
     await shot(page, '99-failure').catch(() => undefined);
     const logs = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log'));
