@@ -34,6 +34,8 @@ export interface HarnessRunContext {
   enginePolicy?(): string | null | undefined;
   /** Whether an engine is set up for the extension's proxy (running, or configured to start). */
   hasEngine?(): boolean;
+  /** The Sessions tree again: a run's outcome (rollout.json) is written after its last call. */
+  refreshSessions?(): void;
 }
 
 
@@ -153,6 +155,7 @@ export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown
   });
   if (!run.result) return undefined;
   const r = run.result;
+  ctx.refreshSessions?.();
   const rows = contractRows(r);
   const table: ValidationTable = { harness: r.harness, task: r.task, sandbox: r.sandbox, ok: rows.every((row) => row.ok), rows, rollout: r };
   ctx.log.info(formatValidationTable(table));
@@ -182,6 +185,7 @@ export async function runTaskWithHarness(ctx: HarnessRunContext, arg: unknown): 
   const r = run.result;
   if (!r) return undefined;
   const line = rolloutLine(r);
+  ctx.refreshSessions?.();
   const outcome = outcomeOf({ ...r, cancelled: run.cancelled }, r.out_dir);
   const reason = outcomeReason(outcome);
   const hint = policyMismatch(ctx.enginePolicy?.(), taskDir);

@@ -21,7 +21,7 @@ import { chromium, type Browser, type Frame, type Page } from 'playwright-core';
 import { readRolloutStates } from '../../src/batch/state.js';
 import { chromiumPath, launchCodeServer, missingPrerequisite, pickFromContextMenu, runCommand, typeAndAccept, type CodeServer } from './code-server.js';
 import { packageAndInstallVsix } from './vsix-install.js';
-import { findFiles, notificationTexts, pane, QUIET_SETTINGS, showBatchesView, submitBatch, toast, viewerFrame } from './workbench.js';
+import { findFiles, notificationTexts, pane, QUIET_SETTINGS, showBatchesView, submitBatch, toast, viewerFrame, widenSidebar } from './workbench.js';
 
 const ROOT = resolve(__dirname, '..', '..');
 const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
@@ -96,6 +96,7 @@ test('installed .vsix: reward 0 with its reason; a captured terminal across Rest
     await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}`);
     await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
     await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
+    await widenSidebar(page, 560);
 
     // 1. The embedded engine on hello-wrong's policy, then the proxy.
     await runCommand(page, 'Harness Lab: Start Embedded Engine');
