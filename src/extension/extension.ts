@@ -60,7 +60,7 @@ class HarnessLab extends Disposable {
     const engineUrl = () => safeSettings()?.engineUrl ?? '';
     const sessions = this._register(new SessionsView(controller));
     const tasks = this._register(new TasksView(log));
-    const engines = this._register(new EnginesView(controller, () => [engineUrl()].filter(Boolean)));
+    const engines = this._register(new EnginesView(controller, () => [engineUrl()].filter(Boolean), () => engineSlot.current));
     const batches = this._register(new BatchesView(() => safeSettings()?.batchesFolder ?? ''));
     const statusBar = this._register(new ProxyStatusBar(controller, engineUrl));
 
