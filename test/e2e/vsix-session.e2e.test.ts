@@ -170,6 +170,8 @@ test('installed .vsix: reward 0 with its reason; a captured terminal across Rest
     await runCommand(page, 'Notifications: Clear All Notifications');
 
     // 6. A batch of sum-numbers on the embedded engine: its sampling policy gives the group contrast.
+    // showBatchesView clicks the Harness Lab icon, which would fold the side bar that shows it already.
+    await runCommand(page, 'View: Show Explorer');
     const batchesView = await showBatchesView(page);
     await submitBatch(page, { task: 'tasks/sum-numbers', harness: 'react', groupSize: 8, backend: 'docker' });
     const group = batchesView.locator('.monaco-list-row', { hasText: 'sum-numbers.react' }).filter({ hasText: 'mean' }).first();
