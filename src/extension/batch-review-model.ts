@@ -5,9 +5,9 @@
 import { existsSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { BatchFileError, batchPaths, readManifest } from '../batch/state.js';
+import { batchSessionFile, type BatchStatus, type GroupStatus } from '../batch/status.js';
 import { ScriptedPolicy } from '../engine/policy.js';
 import { SAMPLING_POLICY_FILE, batchPolicyFile } from '../sandbox/policy-engine.js';
-import type { BatchStatus, GroupStatus } from '../batch/status.js';
 import type { AuditMember, AuditReport, GroupAudit } from '../export/audit.js';
 import type { BehaviourAggregate } from '../export/behaviour.js';
 import { ExportInputError } from '../export/source.js';
@@ -55,7 +55,7 @@ export function groupPickItems(st: BatchStatus): { label: string; description: s
 
 /** The captured session of a group member, when it has one (`<batch>/capture/sessions/<id>.jsonl`). */
 export function memberSessionFile(dir: string, sessionId: string | null): string | null {
-  return sessionId ? join(batchPaths(dir).capture, 'sessions', `${sessionId}.jsonl`) : null;
+  return sessionId ? batchSessionFile(dir, sessionId) : null;
 }
 
 /** Why a batch cannot be audited or shown, naming the batch and the file: the audit's own errors reworded. */

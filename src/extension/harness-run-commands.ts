@@ -8,7 +8,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import * as vscode from 'vscode';
 import type { CaptureProxy } from '../capture/proxy.js';
-import { assertInstalled, harnessEntry, harnessNames } from '../harness/registry.js';
+import { assertInstalled, harnessEntry, harnessHint, harnessNames } from '../harness/registry.js';
 import { openLab, type Lab, type LabOptions } from '../sandbox/lab.js';
 import { ROLLOUT_DOCUMENT_FILE, rolloutLine, runRollout, type RolloutResult } from '../sandbox/rollout-runner.js';
 import { contractRows, defaultValidationTask, formatValidationTable, type ValidationTable } from '../sandbox/validate.js';
@@ -38,17 +38,6 @@ export interface HarnessRunContext {
   refreshSessions?(): void;
 }
 
-
-const HARNESS_HINTS: Record<string, string> = {
-  react: 'reference ReAct harness (Chat Completions + bash), the known-good baseline',
-  codex: 'OpenAI Responses',
-  'claude-code': 'Anthropic Messages',
-  opencode: 'Chat Completions',
-  'gemini-cli': 'Gemini',
-  'qwen-code': 'Chat Completions',
-  pi: 'Chat Completions',
-};
-
 /** The harness named in the argument (`{ folder, harness }` from a script or test), else a quick pick. */
 async function pickHarness(title: string, arg?: unknown): Promise<string | undefined> {
   const named = (arg as { harness?: unknown } | undefined)?.harness;
@@ -59,7 +48,7 @@ async function pickHarness(title: string, arg?: unknown): Promise<string | undef
   const picked = await vscode.window.showQuickPick(
     rows.map(({ name, installed }) => ({
       label: `${installed ? '$(check)' : '$(circle-slash)'} ${name}`,
-      description: [installed ? 'installed' : 'not installed', HARNESS_HINTS[name]].filter(Boolean).join(' · '),
+      description: [installed ? 'installed' : 'not installed', harnessHint(name)].filter(Boolean).join(' · '),
       name,
     })),
     { title, placeHolder: 'Harness to run in a Docker sandbox', matchOnDescription: true },

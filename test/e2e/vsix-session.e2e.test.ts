@@ -17,7 +17,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, 
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, test } from 'node:test';
-import { chromium, type Browser, type Frame, type Page } from 'playwright-core';
+import { chromium, type Browser, type Page } from 'playwright-core';
 import { readRolloutStates } from '../../src/batch/state.js';
 import { chromiumPath, launchCodeServer, missingPrerequisite, pickFromContextMenu, runCommand, typeAndAccept, type CodeServer } from './code-server.js';
 import { packageAndInstallVsix } from './vsix-install.js';
@@ -38,15 +38,6 @@ after(async () => {
 
 async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `session-${name}.png`) });
-}
-
-async function webviewFrame(page: Page, selector: string, timeout = 60_000): Promise<Frame> {
-  const deadline = Date.now() + timeout;
-  for (;;) {
-    for (const f of page.frames()) if (f.name() === 'active-frame' && (await f.locator(selector).count().catch(() => 0))) return f;
-    if (Date.now() > deadline) throw new Error(`no webview shows ${selector}`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
 }
 
 /** Waits for a file the captured terminal's command writes, and returns its content. */
@@ -181,7 +172,8 @@ test('installed .vsix: reward 0 with its reason; a captured terminal across Rest
     assert.equal(new Set(rewards).size, 2, `the group has both rewards: ${JSON.stringify(rewards)}`);
     assert.doesNotMatch(await group.innerText(), /NO CONTRAST/);
     await pickFromContextMenu(page, group, 'Open Group View');
-    const groupView = await webviewFrame(page, '[data-testid="group-view"]');
+    const groupView = viewerFrame(page);
+    await groupView.locator('[data-testid="group-view"]').waitFor({ timeout: 60_000 });
     assert.equal(await groupView.locator('[data-testid="teaches-nothing"]').count(), 0, 'no "teaches nothing" badge');
     assert.match(await groupView.locator('[data-testid="group-stats"]').innerText(), /std 0\.[0-9]*[1-9]/);
     await shot(page, '06-group-contrast');
