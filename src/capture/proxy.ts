@@ -218,46 +218,13 @@ export class CaptureProxy {
     this.sessionDefaults.engineUrl = this.engine.baseUrl;
     this.probeReport = undefined;
     this.probing = undefined;
+    // The render mode (token in) was resolved against the old engine: resolve it again on the next call.
+    this.renderResolved = undefined;
+    this.renderResolving = undefined;
     this.acceptor?.publishHealth();
     this.log.info(`engine ${old.baseUrl} -> ${this.engine.baseUrl}`);
     if (!this.options.captureLevel) void this.ensureProbed();
     await old.close();
-  }
-
-  // ---- sessions: new code uses `proxy.sessions`; these delegates keep older callers working ----
-
-  /** Fires after a call is durably recorded (answered or failed). */
-  get onDidRecordCall(): SessionRegistry['onDidRecordCall'] {
-    return this.sessions.onDidRecordCall;
-  }
-
-  /** Fires when a session is created or deleted. */
-  get onDidChangeSessions(): SessionRegistry['onDidChange'] {
-    return this.sessions.onDidChange;
-  }
-
-  createSession(request: CreateSessionRequest = {}): CreatedSession {
-    return this.sessions.create(request);
-  }
-
-  listSessions(): JsonObject[] {
-    return this.sessions.list();
-  }
-
-  getSession(id: string): CaptureSession | undefined {
-    return this.sessions.get(id);
-  }
-
-  getCalls(id: string): CallRecord[] {
-    return this.sessions.calls(id);
-  }
-
-  deleteSession(id: string): Promise<boolean> {
-    return this.sessions.delete(id);
-  }
-
-  rollout(id: string, opts?: RolloutReadOptions): RolloutDocument | undefined {
-    return this.sessions.rollout(id, opts);
   }
 
   /** The engine's grade; probed once on first contact, again after a probe that could not reach it. */
