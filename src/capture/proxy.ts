@@ -72,7 +72,9 @@ export class CaptureProxy {
   readonly sessions: SessionRegistry;
   /** `GET /metrics`: counters fed by the registry's events (metrics.ts). */
   private readonly metrics: ProxyMetrics;
-  private readonly engine: EngineClient;
+  private engine: EngineClient;
+  /** New sessions' defaults (the registry reads this object): retarget changes its engine URL. */
+  private readonly sessionDefaults: { model: string; engineUrl: string; maxModelCalls: number };
   private readonly log: ProxyLogger;
   private captureLevel: CaptureLevel;
   private probeReport: EngineProbeReport | undefined;
@@ -89,8 +91,9 @@ export class CaptureProxy {
     this.engine = new EngineClient(options.engineUrl, options.engineApiKey ? { apiKey: options.engineApiKey } : {});
     this.log = options.logger ?? silentLogger;
     this.captureLevel = options.captureLevel ?? 'tokens';
+    this.sessionDefaults = { model: options.model, engineUrl: this.engine.baseUrl, maxModelCalls: options.maxModelCalls ?? 0 };
     this.sessions = SessionRegistry.open({
-      defaults: { model: options.model, engineUrl: this.engine.baseUrl, maxModelCalls: options.maxModelCalls ?? 0 },
+      defaults: this.sessionDefaults,
       dataDir: options.dataDir,
       engineLevel: () => ({ level: this.captureLevel, graded: Boolean(options.captureLevel) || Boolean(this.probeReport?.reachable) }),
       logger: this.log,
@@ -202,11 +205,35 @@ export class CaptureProxy {
     });
   }
 
+  /**
+   * Sends the next model calls to another engine serving the same model (the editor swaps its
+   * embedded engine under a running proxy this way): calls in flight finish on the old engine, whose
+   * connections close once they are done; the new one is graded again. The port and every session
+   * (and its key) stay, so harnesses pointed at this proxy keep working.
+   */
+  async retarget(engineUrl: string): Promise<void> {
+    const old = this.engine;
+    this.engine = new EngineClient(engineUrl, this.options.engineApiKey ? { apiKey: this.options.engineApiKey } : {});
+    this.modelCall.engine.client = this.engine;
+    this.sessionDefaults.engineUrl = this.engine.baseUrl;
+    this.probeReport = undefined;
+    this.probing = undefined;
+    // The render mode (token in) was resolved against the old engine: resolve it again on the next call.
+    this.renderResolved = undefined;
+    this.renderResolving = undefined;
+    this.acceptor?.publishHealth();
+    this.log.info(`engine ${old.baseUrl} -> ${this.engine.baseUrl}`);
+    if (!this.options.captureLevel) void this.ensureProbed();
+    await old.close();
+  }
+
   /** The engine's grade; probed once on first contact, again after a probe that could not reach it. */
   async ensureProbed(): Promise<CaptureLevel> {
     if (this.options.captureLevel) return this.options.captureLevel;
     if (this.probeReport?.reachable) return this.captureLevel;
-    this.probing ??= probeEngine(this.engine, this.options.model).then((report) => {
+    const engine = this.engine;
+    this.probing ??= probeEngine(engine, this.options.model).then((report) => {
+      if (engine !== this.engine) return report; // retargeted meanwhile: this grade is the old engine's
       this.probeReport = report;
       this.acceptor?.publishHealth();
       this.captureLevel = report.capture_level;

@@ -142,11 +142,12 @@ export class LlamaEngine {
     this.checkModel(req.model);
     const plan = this.plan(req);
     const tools = req.tools?.length ? (req.tools as ChatTool[]) : undefined;
-    const decision = this.policy ? this.policy.decide(req.messages as ChatMessage[], tools) : { kind: 'sample' as const };
+    // One sampler per request: a policy's `choose` draws from it first, then the model's tokens.
+    const rng = req.seed !== undefined && req.seed !== null ? new Prng(req.seed) : new Prng(this.engineRng.nextUint32());
+    const decision = this.policy ? this.policy.decide(req.messages as ChatMessage[], tools, () => rng.next()) : { kind: 'sample' as const };
     return this.exclusive(async () => {
       events.onStart?.({ promptIds: plan.promptIds, parseToolCalls: plan.parseToolCalls, stop: plan.stop });
       try {
-        const rng = req.seed !== undefined && req.seed !== null ? new Prng(req.seed) : new Prng(this.engineRng.nextUint32());
         const generated =
           decision.kind === 'script'
             ? await this.force(plan, renderAssistantText(decision), events)

@@ -26,17 +26,28 @@ const callSchema = z
   .strict()
   .refine((c) => (c.arguments === undefined) !== (c.input === undefined), { message: 'give exactly one of "arguments" or "input"' });
 
-const actionSchema = z.union([
-  z.literal('sample'),
-  z
-    .object({
-      say: z.string().optional(),
-      think: z.string().optional(),
-      call: z.union([callSchema, z.array(callSchema).min(1)]).optional(),
-    })
-    .strict()
-    .refine((a) => a.say !== undefined || a.call !== undefined, { message: 'an action needs "say" and/or "call"' }),
-]);
+const scriptedSchema = z
+  .object({
+    say: z.string().optional(),
+    think: z.string().optional(),
+    call: z.union([callSchema, z.array(callSchema).min(1)]).optional(),
+  })
+  .strict()
+  .refine((a) => a.say !== undefined || a.call !== undefined, { message: 'an action needs "say" and/or "call"' });
+
+/**
+ * A sampled move: one of several actions, drawn per request with the request's sampler (its seed, or
+ * the engine's stream), weighted (default: equal). What makes a group's rollouts differ on a CPU model.
+ */
+const chooseSchema = z
+  .object({
+    choose: z.array(z.union([z.literal('sample'), scriptedSchema])).min(2),
+    weights: z.array(z.number().positive().finite()).optional(),
+  })
+  .strict()
+  .refine((a) => a.weights === undefined || a.weights.length === a.choose.length, { message: '"weights" needs one weight per choice' });
+
+const actionSchema = z.union([z.literal('sample'), scriptedSchema, chooseSchema]);
 
 const ruleSchema = z
   .object({
@@ -109,7 +120,14 @@ export class ScriptedPolicy {
     return ScriptedPolicy.parse(json, path);
   }
 
-  decide(messages: ChatMessage[], tools: ChatTool[] | undefined): PolicyDecision {
+  /** Whether some action draws between moves (`choose`): a group's rollouts can then differ. */
+  get samples(): boolean {
+    const actions = [...(this.spec.turns ?? []), ...(this.spec.rules ?? []).map((r) => r.then), ...(this.spec.fallback ? [this.spec.fallback] : [])];
+    return actions.some((a) => typeof a === 'object' && 'choose' in a);
+  }
+
+  /** `random` draws a `choose` (uniform in [0, 1)); the engine passes the request's sampler. */
+  decide(messages: ChatMessage[], tools: ChatTool[] | undefined, random: () => number = Math.random): PolicyDecision {
     const turn = messages.filter((m) => m.role === 'assistant').length;
     const toolNames = (tools ?? []).map((t) => t.function.name);
     const candidates: Action[] = [];
@@ -128,7 +146,7 @@ export class ScriptedPolicy {
     }
     candidates.push(this.spec.fallback ?? 'sample');
     for (const action of candidates) {
-      const decision = resolveAction(action, tools ?? []);
+      const decision = resolveAction(action, tools ?? [], random);
       if (decision) return decision;
     }
     return { kind: 'sample' };
@@ -136,8 +154,9 @@ export class ScriptedPolicy {
 }
 
 /** null when the action calls a tool that is not offered (the next candidate is tried). */
-function resolveAction(action: Action, tools: ChatTool[]): PolicyDecision | null {
+function resolveAction(action: Action, tools: ChatTool[], random: () => number): PolicyDecision | null {
   if (action === 'sample') return { kind: 'sample' };
+  if ('choose' in action) return resolveAction(drawChoice(action, random()), tools, random);
   const calls = action.call === undefined ? [] : Array.isArray(action.call) ? action.call : [action.call];
   const toolCalls: { name: string; arguments: Record<string, unknown> }[] = [];
   for (const call of calls) {
@@ -146,6 +165,18 @@ function resolveAction(action: Action, tools: ChatTool[]): PolicyDecision | null
     toolCalls.push({ name: tool.function.name, arguments: callArguments(call, tool) });
   }
   return { kind: 'script', reasoning: action.think, content: action.say, toolCalls };
+}
+
+/** The choice `u` (in [0, 1)) lands on, by cumulative weight. */
+function drawChoice(action: z.infer<typeof chooseSchema>, u: number): Action {
+  const weights = action.weights ?? action.choose.map(() => 1);
+  const total = weights.reduce((a, w) => a + w, 0);
+  let x = u * total;
+  for (let i = 0; i < action.choose.length; i++) {
+    x -= weights[i]!;
+    if (x < 0) return action.choose[i]!;
+  }
+  return action.choose[action.choose.length - 1]!;
 }
 
 function callArguments(call: Call, tool: ChatTool): Record<string, unknown> {

@@ -3,11 +3,12 @@
 // a warning with Show Audit) and "Open Group View" (one group's members side by side). Quick picks
 // when run from the palette; the shaping of what is shown is in batch-review-model.ts. commands.ts
 // registers them.
+import { existsSync } from 'node:fs';
 import { basename } from 'node:path';
 import * as vscode from 'vscode';
 import { batchStatus } from '../batch/status.js';
 import { auditBatch, type AuditReport } from '../export/audit.js';
-import { auditMarkdown, auditProblems, auditWarning, batchDirOf, batchReadError, groupPickItems, groupTargetOf, isErrorNode } from './batch-review-model.js';
+import { auditMarkdown, auditProblems, auditWarning, batchDirOf, batchReadError, groupPickItems, groupTargetOf, isErrorNode, deterministicPolicyNote } from './batch-review-model.js';
 import { BatchesTreeModel, type BatchNode } from './batches-model.js';
 import type { GroupViewPanels } from './group-view-panel.js';
 import type { Logger } from './logger.js';
@@ -20,6 +21,8 @@ export interface BatchReviewContext {
   groupViews: GroupViewPanels;
   /** The batches folders the Batches view reads (one per workspace folder). */
   batchFolders(): string[];
+  /** Where the extension's shipped docs are (the audit links docs/behaviour-metrics.md). */
+  context?: Pick<vscode.ExtensionContext, 'extensionUri'>;
 }
 
 const SUBMIT_BATCH = { title: 'Submit Rollout Batch...', command: 'harnessLab.submitBatch' };
@@ -65,7 +68,14 @@ export async function auditBatchCommand(ctx: BatchReviewContext, arg: unknown): 
       throw batchReadError('audit', dir, err);
     }
   });
-  const uri = ctx.docs.set(`audit ${report.batch_id}.md`, auditMarkdown(report));
+  const policyNotes: Record<string, string> = {};
+  for (const g of report.groups) {
+    const note = g.no_contrast ? deterministicPolicyNote(dir, g.task) : undefined;
+    if (note) policyNotes[g.group_id] = note;
+  }
+  const docsFile = ctx.context ? vscode.Uri.joinPath(ctx.context.extensionUri, 'docs', 'behaviour-metrics.md') : undefined;
+  const behaviourDocs = docsFile && existsSync(docsFile.fsPath) ? docsFile.toString() : undefined;
+  const uri = ctx.docs.set(`audit ${report.batch_id}.md`, auditMarkdown(report, { policyNotes, ...(behaviourDocs ? { behaviourDocs } : {}) }));
   await showAudit(uri, ctx.log);
   const problems = auditProblems(report);
   ctx.log.info(`audit of ${dir}: ${problems.length ? problems.map((p) => p.text).join(' | ') : 'no problems'}`);

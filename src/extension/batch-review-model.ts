@@ -2,9 +2,12 @@
 // the problems it raises (src/export/audit.ts, the same audit as `harness-lab audit BATCH`), the
 // batch and group a command acts on, the quick-pick rows, and audit errors in the user's terms.
 // Nothing here imports vscode.
-import { basename } from 'node:path';
-import { BatchFileError, batchPaths } from '../batch/state.js';
+import { existsSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import { BatchFileError, batchPaths, readManifest } from '../batch/state.js';
 import { batchSessionFile, type BatchStatus, type GroupStatus } from '../batch/status.js';
+import { ScriptedPolicy } from '../engine/policy.js';
+import { SAMPLING_POLICY_FILE, batchPolicyFile } from '../sandbox/policy-engine.js';
 import type { AuditMember, AuditReport, GroupAudit } from '../export/audit.js';
 import type { BehaviourAggregate } from '../export/behaviour.js';
 import { ExportInputError } from '../export/source.js';
@@ -124,7 +127,14 @@ function behaviourRow(name: string, b: BehaviourAggregate): string {
 }
 
 /** The audit as a Markdown document: problems first, then per group, harnesses, staleness, the contract, behaviour. */
-export function auditMarkdown(r: AuditReport): string {
+export interface AuditMarkdownOptions {
+  /** Why a no-contrast group had none, by group id (deterministicPolicyNote). */
+  policyNotes?: Record<string, string>;
+  /** Where the shipped docs/behaviour-metrics.md is (a file: URI); without it the repository path is named. */
+  behaviourDocs?: string;
+}
+
+export function auditMarkdown(r: AuditReport, opts: AuditMarkdownOptions = {}): string {
   const s = r.summary;
   const problems = auditProblems(r);
   const L: string[] = [];
@@ -150,6 +160,8 @@ export function auditMarkdown(r: AuditReport): string {
     const note = groupNote(g);
     L.push(`### Group ${md(g.group_id)}${note ? ` — ${note}` : ''}`, '');
     L.push(`Task ${code(g.task)}, harness ${code(g.harness)}; kept ${g.kept} of ${g.expected}, rewards [${g.rewards.map((x) => num(x)).join(', ')}], mean ${num(g.mean)}, std ${num(g.std)}.`, '');
+    const why = g.no_contrast ? opts.policyNotes?.[g.group_id] : undefined;
+    if (why) L.push(`> **Why no contrast:** ${md(why)}`, '');
     L.push('| # | rollout | class | reward | in baseline | calls | tool calls | failed | recovery | self-verified | coverage | first success | session |', '|---|---|---|---|---|---|---|---|---|---|---|---|---|');
     for (const m of g.members) {
       const b = m.behaviour;
@@ -188,11 +200,31 @@ export function auditMarkdown(r: AuditReport): string {
   L.push('');
 
   L.push('## Behaviour', '');
-  L.push('Rules in docs/behaviour-metrics.md.', '');
+  L.push(opts.behaviourDocs ? `Rules in [behaviour-metrics.md](${opts.behaviourDocs}).` : 'Rules in docs/behaviour-metrics.md of the Harness Lab repository.', '');
   L.push('| | rollouts | tool calls | failed | recovery | self-verify | coverage | first success |', '|---|---|---|---|---|---|---|---|');
   for (const [h, b] of Object.entries(r.behaviour.harnesses)) L.push(behaviourRow(`harness ${h}`, b));
   L.push(behaviourRow('batch', r.behaviour.batch));
   L.push('');
   L.push(`Tool calls per rollout: mean ${num(r.tool_calls.mean, 2)}, min ${r.tool_calls.min ?? '–'}, max ${r.tool_calls.max ?? '–'}.`, '');
   return `${L.join('\n')}`;
+}
+
+/**
+ * Why a no-contrast group of a batch on the embedded engine could have had none: the policy the engine
+ * followed for its task (batchPolicyFile) is scripted with no choice in it, so every member makes the
+ * same moves whatever the temperature. Undefined for a batch on a real engine, or a policy that draws.
+ */
+export function deterministicPolicyNote(batchDir: string, task: string): string | undefined {
+  try {
+    const manifest = readManifest(batchDir);
+    if (manifest.engine_url !== null) return undefined;
+    const ref = manifest.tasks.find((t) => t.name === task);
+    if (!ref) return undefined;
+    const own = join(ref.dir, 'policy.json');
+    const file = batchPolicyFile({ dir: ref.dir, policyFile: existsSync(own) ? own : undefined });
+    if (!file || ScriptedPolicy.load(file).samples) return undefined;
+    return `the embedded engine followed ${basename(dirname(file))}/${basename(file)}, a scripted policy with no choice in it: every member makes the same moves whatever the temperature, so this task's groups cannot have contrast. Give the task a ${SAMPLING_POLICY_FILE} with a "choose" move (as examples/tasks/sum-numbers has), or run the batch on a real engine.`;
+  } catch {
+    return undefined;
+  }
 }

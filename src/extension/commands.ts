@@ -56,9 +56,24 @@ export interface CommandHost {
   trainingRuns: TrainingRuns;
 }
 
-export function currentSettings(): HarnessLabSettings {
+/** The settings as the user set them (the Engine URL setting, not this window's embedded engine). */
+function configuredSettings(): HarnessLabSettings {
   const config = vscode.workspace.getConfiguration(SETTINGS_SECTION);
   return readSettings((key) => config.get(key));
+}
+
+/** The embedded engine this window owns, if it runs: it stands in for the Engine URL setting while it does. */
+let ownedEngine: () => string | undefined = () => undefined;
+
+/**
+ * The settings, with the engine in use: the embedded engine this window owns while it runs (its
+ * ephemeral URL never goes into the user's settings), else the Engine URL setting.
+ */
+export function currentSettings(): HarnessLabSettings {
+  const settings = configuredSettings();
+  const owned = ownedEngine();
+  // The embedded engine serves one model: an empty model means "the engine's only model".
+  return owned ? { ...settings, engineUrl: owned, model: '' } : settings;
 }
 
 /** The model the proxy announces: the setting, else the engine's only served model. */
@@ -142,10 +157,18 @@ async function newSession(host: CommandHost): Promise<string | undefined> {
     { label: '$(copy) All dialects', description: 'every variable below', text: all },
     ...snippets.map((s) => ({ label: s.dialect, description: s.label, detail: s.text.split('\n').join('  ·  '), text: s.text })),
   ];
-  const picked = await vscode.window.showQuickPick(items, { title: `Session ${info.session_id}: copy the environment for a harness`, placeHolder: 'Pick a dialect to copy its env snippet', matchOnDescription: true });
-  const copied = await copyToClipboard(host, picked?.text ?? all);
+  const picked = await vscode.window.showQuickPick(items, { title: `Session ${info.session_id}: copy the environment for a harness`, placeHolder: 'Pick a dialect to copy its env snippet (Escape: no session)', matchOnDescription: true });
+  if (!picked) {
+    // Escape: the user did not take the session, so none is left behind (its key was never shown).
+    await host.controller.deleteSession(info.session_id);
+    mintedKeys.delete(info.session_id);
+    host.log.info(`session ${info.session_id} dropped (New Capture Session dismissed)`);
+    host.refreshSessions();
+    return undefined;
+  }
+  const copied = await copyToClipboard(host, picked.text);
   await host.docs.show(`env ${info.session_id}.sh`, `# Harness Lab capture session ${info.session_id}\n# proxy ${proxy.url}\n# The API key below is this session's secret: it is shown once, and stored only as a hash.\n\n${all}\n`, 'shellscript');
-  void vscode.window.showInformationMessage(`Session ${info.session_id} created${copied ? `; ${picked?.label.replace(/^\$\(copy\) /, '') ?? 'all dialects'} env snippet copied to the clipboard` : ''}.`);
+  void vscode.window.showInformationMessage(`Session ${info.session_id} created${copied ? `; ${picked.label.replace(/^\$\(copy\) /, '')} env snippet copied to the clipboard` : ''}.`);
   return info.session_id;
 }
 
@@ -182,17 +205,19 @@ async function openCapturedTerminal(host: CommandHost): Promise<{ sessionId: str
     env: capturedTerminalEnv(target, { NO_PROXY: process.env.NO_PROXY, no_proxy: process.env.no_proxy }),
     message: `Harness Lab: model calls from harnesses started here are captured into session ${info.session_id} via ${proxy.url}.`,
   });
+  capturedTerminals.set(terminal, proxy.url);
   terminal.show();
   host.log.info(`captured terminal opened for session ${info.session_id}`);
   return { sessionId: info.session_id, terminal };
 }
 
-async function setEngineUrl(): Promise<void> {
+async function setEngineUrl(host: CommandHost): Promise<void> {
   const config = vscode.workspace.getConfiguration(SETTINGS_SECTION);
+  const configured = readSettings((key) => config.get(key)).engineUrl;
   const value = await vscode.window.showInputBox({
     title: 'Harness Lab: inference engine URL',
     prompt: 'OpenAI-compatible base URL of an engine that returns token ids (vLLM, SGLang, or the bundled CPU engine: "Harness Lab: Start Embedded Engine")',
-    value: currentSettings().engineUrl || 'http://127.0.0.1:8000/v1',
+    value: configured || 'http://127.0.0.1:8000/v1',
     validateInput: (v) => (/^https?:\/\/[^\s/]+/.test(v.trim()) ? undefined : 'Enter an http:// or https:// URL'),
   });
   if (value === undefined) return;
@@ -200,6 +225,12 @@ async function setEngineUrl(): Promise<void> {
   const legacy = config.inspect<string>('engineUrl');
   const target = inspect?.workspaceValue !== undefined ? vscode.ConfigurationTarget.Workspace : vscode.ConfigurationTarget.Global;
   await config.update(settingKey('engineUrl'), value.trim(), legacy?.workspaceValue ? vscode.ConfigurationTarget.Workspace : target);
+  const owned = host.engineSlot.current;
+  if (owned) {
+    const stop = 'Stop Embedded Engine';
+    const c = await vscode.window.showInformationMessage(`Harness Lab: the embedded engine on ${owned.url} stays in use until you stop it; then ${value.trim()} is used.`, stop);
+    if (c === stop) await vscode.commands.executeCommand('harnessLab.stopEmbeddedEngine');
+  }
 }
 
 async function setAdminKey(host: CommandHost): Promise<void> {
@@ -294,13 +325,27 @@ async function pickPolicy(host: CommandHost, arg: unknown): Promise<PolicyPick |
   return vscode.window.showQuickPick(items, { title: 'Harness Lab: Start Embedded Engine', placeHolder: 'Policy that decides what the CPU engine says (it scores exactly those tokens)', matchOnDescription: true });
 }
 
-/** Starts `harness-lab engine` (bundled CLI) and points the engine URL setting at it. */
-async function startEmbeddedEngine(host: CommandHost, arg: unknown): Promise<string | undefined> {
-  const picked = await pickPolicy(host, arg);
-  if (!picked) return undefined;
+/** `harness-lab engine` (the bundled CLI) under a progress notification; `port` first when given (a restart after a reload). */
+async function spawnEngine(host: CommandHost, policy: string | undefined, port: number | undefined): Promise<EngineProcess> {
   const cli = bundledCli(host.context.extensionUri.fsPath);
-  const engine = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: 'Harness Lab: starting the embedded CPU engine (the first start builds its tiny model)', cancellable: true }, async (_p, token) => {
-    const starting = EngineProcess.start({ cliPath: cli, policy: picked.policy, log: host.log, dataDir: host.context.globalStorageUri.fsPath });
+  const title = 'Harness Lab: starting the embedded CPU engine (the first start builds its tiny model)';
+  return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title, cancellable: true }, async (_p, token) => {
+    const start = (p: number | undefined) => EngineProcess.start({ cliPath: cli, policy, log: host.log, dataDir: host.context.globalStorageUri.fsPath, ...(p ? { port: p } : {}) });
+    // After a reload the engine of the window before may still be letting go of the port: try it a few times.
+    const again = async (p: number): Promise<EngineProcess> => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await start(p);
+        } catch (err) {
+          if (attempt >= 3 || token.isCancellationRequested) {
+            host.log.warn(`the embedded engine could not listen on its former port ${p} (${err instanceof Error ? err.message.split('\n')[0] : String(err)}); using another`);
+            return start(undefined);
+          }
+          await new Promise((r) => setTimeout(r, 1000));
+        }
+      }
+    };
+    const starting = port ? again(port) : start(undefined);
     const sub = token.onCancellationRequested(() => void starting.then((e) => e.dispose(), () => undefined));
     try {
       const e = await starting;
@@ -310,19 +355,79 @@ async function startEmbeddedEngine(host: CommandHost, arg: unknown): Promise<str
       sub.dispose();
     }
   });
-  host.engineSlot.replace(engine);
-  const config = vscode.workspace.getConfiguration(SETTINGS_SECTION);
-  // Where the current value lives wins (a workspace value would shadow a user-level one).
-  const target = (...keys: string[]) => (keys.some((k) => config.inspect(k)?.workspaceValue !== undefined) ? vscode.ConfigurationTarget.Workspace : vscode.ConfigurationTarget.Global);
-  // The engine serves one model; an empty model setting means "the engine's only model".
-  await config.update('model', '', target('model'));
-  await config.update(settingKey('engineUrl'), engine.url, target(settingKey('engineUrl'), 'engineUrl'));
+}
+
+/**
+ * Starts the embedded engine and makes it the engine in use. A second start swaps engines without a
+ * gap: the new one listens first, the running proxy is pointed at it, and only then the old one stops.
+ * Its URL is kept in workspace state (for the restart after a reload), never in the Engine URL setting.
+ */
+async function startEmbeddedEngine(host: CommandHost, arg: unknown): Promise<string | undefined> {
+  const restore = (arg as { restore?: unknown } | undefined)?.restore === true;
+  const picked = restore ? { label: String((arg as { policy?: unknown }).policy ?? 'no policy'), policy: ((arg as { policy?: unknown }).policy as string | null) ?? undefined } : await pickPolicy(host, arg);
+  if (!picked) return undefined;
+  const port = restore ? (arg as { port?: unknown }).port : undefined;
+  const engine = await spawnEngine(host, picked.policy, typeof port === 'number' ? port : undefined);
+  const previous = host.engineSlot.current;
+  // Traffic moves first: the proxy forwards to the new engine before the old one stops.
+  if (host.controller.running && !(await host.controller.retarget(engine.url))) {
+    host.engineSlot.replace(engine);
+    await restartProxy(host);
+  } else host.engineSlot.replace(engine);
   host.refreshEngines();
+  const label = picked.label.replace(/^\$\([\w-]+\) /, '');
+  const what = `embedded engine on ${engine.url}${picked.policy ? ` following ${label}` : ''}`;
+  host.log.info(`${restore ? 'restarted the' : 'started the'} ${what}${previous ? ` (replacing ${previous.url})` : ''}`);
   const start = 'Start Proxy';
-  void vscode.window.showInformationMessage(`Harness Lab: embedded engine on ${engine.url}${picked.policy ? ` following ${picked.label.replace(/^\$\([\w-]+\) /, '')}` : ''}.`, ...(host.controller.running ? [] : [start])).then(async (c) => {
+  const message = restore ? `Harness Lab: restarted the ${what} (it ran before the window reloaded).` : `Harness Lab: ${what}${previous && host.controller.running ? '; the proxy switched to it' : ''}.`;
+  void vscode.window.showInformationMessage(message, ...(host.controller.running ? [] : [start])).then(async (c) => {
     if (c === start) await vscode.commands.executeCommand('harnessLab.startProxy');
   });
   return engine.url;
+}
+
+/** Stops the owned embedded engine; a running proxy goes back to the Engine URL setting (if one is set). */
+async function stopEmbeddedEngine(host: CommandHost): Promise<boolean> {
+  const engine = host.engineSlot.current;
+  if (!engine) {
+    host.engineSlot.replace(undefined); // forgets a remembered one too: no restart after the next reload
+    void vscode.window.showInformationMessage('Harness Lab: no embedded engine is running in this window.');
+    return false;
+  }
+  host.engineSlot.replace(undefined);
+  const configured = currentSettings().engineUrl;
+  if (host.controller.running) {
+    if (configured) await host.controller.retarget(configured);
+    else host.controller.noteEngine(engine.url, { reachability: 'unreachable', detail: 'the embedded engine was stopped' });
+  }
+  host.refreshEngines();
+  host.log.info(`stopped the embedded engine on ${engine.url}`);
+  void vscode.window.showInformationMessage(`Harness Lab: stopped the embedded engine on ${engine.url}.${host.controller.running ? (configured ? ` The proxy forwards to ${configured} (Engine URL setting).` : ' The proxy has no engine now: start one, or set an Engine URL.') : ''}`);
+  return true;
+}
+
+/**
+ * Stop then start, on the same port (the controller binds its last port again), so every captured
+ * terminal and copied snippet keeps working; the sessions and their keys come back from the store.
+ */
+async function restartProxy(host: CommandHost): Promise<string> {
+  const before = host.controller.running?.url;
+  await host.controller.stop();
+  const proxy = await startProxy(host);
+  if (before && before !== proxy.url) staleTerminals(host, before, proxy.url);
+  return proxy.url;
+}
+
+/** Captured terminals opened in this window, with the proxy URL their environment names. */
+const capturedTerminals = new Map<vscode.Terminal, string>();
+
+/** The proxy came back on another port: the terminals that name the old one are told so. */
+function staleTerminals(host: CommandHost, oldUrl: string, newUrl: string): void {
+  const stale = [...capturedTerminals].filter(([t, url]) => url === oldUrl && t.exitStatus === undefined).map(([t]) => t);
+  if (!stale.length) return;
+  host.log.warn(`${stale.length} captured terminal(s) point at ${oldUrl}; the proxy is now on ${newUrl}`);
+  const open = 'Open Captured Terminal';
+  void vscode.window.showWarningMessage(`Harness Lab: the proxy could not get its port back (now ${newUrl}); ${stale.length} open captured terminal(s) still point at ${oldUrl} and are stale. Open a new one.`, open).then((c) => c === open && vscode.commands.executeCommand('harnessLab.openCapturedTerminal'));
 }
 
 async function deleteSession(host: CommandHost, arg: unknown): Promise<boolean> {
@@ -400,8 +505,7 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.stopProxy': { run: (host) => host.controller.stop() },
     'harnessLab.newSession': { run: (host) => newSession(host) },
     'harnessLab.openCapturedTerminal': { run: async (host) => (await openCapturedTerminal(host)).sessionId },
-    'harnessLab.setEngineUrl': { run: () => setEngineUrl() },
-    'harnessLab.startEmbeddedEngine': { run: (host, arg) => startEmbeddedEngine(host, arg) },
+    'harnessLab.setEngineUrl': { run: (host) => setEngineUrl(host) },
     'harnessLab.setAdminKey': { run: (host) => setAdminKey(host) },
     'harnessLab.probeEngine': { run: (host, arg) => probe(host, arg) },
     'harnessLab.exportSession': { run: (host, arg) => exportSession(host, arg) },
@@ -475,11 +579,18 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.installHarness': { run: (host, arg) => installHarnessCommand(host, arg) },
     'harnessLab.showTrainingCurves': { run: (host, arg, selected) => host.trainingRuns.showCurves(arg as TrainingRunNode | undefined, selected as TrainingRunNode[] | undefined) },
     'harnessLab.exportBatch': { run: (host, arg, preset) => exportBatchCommand(batchContext(host), arg, preset as { format?: 'trl' | 'verl' | 'trainingtrace'; out?: string } | undefined) },
+    // ---- ux-session (#28): proxy and embedded engine lifecycle ----
+    'harnessLab.startEmbeddedEngine': { run: (host, arg) => startEmbeddedEngine(host, arg) },
+    'harnessLab.stopEmbeddedEngine': { run: (host) => stopEmbeddedEngine(host) },
+    'harnessLab.restartProxy': { run: (host) => restartProxy(host) },
   };
 }
 
 function batchContext(host: CommandHost): BatchCommandContext {
-  return { ...host, settings: () => currentSettings() };
+  // A batch without an engine URL setting runs its own embedded engine on each task's sampling policy
+  // (policy.sampling.json, else policy.json): groups with contrast on a CPU. This window's embedded
+  // engine follows one policy, so it is not offered for batches: the settings as the user set them.
+  return { ...host, settings: () => configuredSettings() };
 }
 
 function harnessRunContext(host: CommandHost) {
@@ -491,6 +602,8 @@ function harnessRunContext(host: CommandHost) {
     },
     openViewer: (sessionId: string) => host.viewer.open(sessionId, null),
     runsDirSetting: () => currentSettings().runsDir,
+    enginePolicy: () => (host.engineSlot.current ? (host.engineSlot.current.policy ?? null) : undefined),
+    hasEngine: () => host.controller.running !== undefined || currentSettings().engineUrl !== '',
   };
 }
 
@@ -521,7 +634,9 @@ async function report(host: CommandHost, name: string, err: unknown): Promise<vo
 }
 
 export function registerCommands(host: CommandHost): vscode.Disposable[] {
-  return Object.entries(createCommands()).map(([name, spec]) =>
+  ownedEngine = () => host.engineSlot.url;
+  const terminalsClosed = vscode.window.onDidCloseTerminal((t) => capturedTerminals.delete(t));
+  return [terminalsClosed, ...Object.entries(createCommands()).map(([name, spec]) =>
     vscode.commands.registerCommand(name, async (...args: unknown[]) => {
       try {
         const blocked = spec.enabled?.(host);
@@ -532,5 +647,5 @@ export function registerCommands(host: CommandHost): vscode.Disposable[] {
         return undefined;
       }
     }),
-  );
+  )];
 }

@@ -4,6 +4,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { z } from 'zod';
+import { Emitter } from '../capture/events.js';
 import { Disposable, toDisposable } from './lifecycle.js';
 
 export interface EngineProcessOptions {
@@ -16,6 +18,8 @@ export interface EngineProcessOptions {
   dataDir?: string;
   /** Give up waiting for "engine listening on" after this long (first start builds the model). */
   startTimeoutMs?: number;
+  /** Listen on this port (the one it had before a reload); default 0, any free port. */
+  port?: number;
 }
 
 export function bundledCli(extensionPath: string): string {
@@ -50,7 +54,7 @@ export class EngineProcess extends Disposable {
   }
 
   static start(opts: EngineProcessOptions): Promise<EngineProcess> {
-    const args = [opts.cliPath, 'engine', '--host', '127.0.0.1', '--port', '0', ...(opts.policy ? ['--policy', opts.policy] : [])];
+    const args = [opts.cliPath, 'engine', '--host', '127.0.0.1', '--port', String(opts.port ?? 0), ...(opts.policy ? ['--policy', opts.policy] : [])];
     // In desktop VS Code process.execPath is Electron; ELECTRON_RUN_AS_NODE makes it plain Node.
     const child = spawn(process.execPath, args, {
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -91,21 +95,73 @@ export class EngineProcess extends Disposable {
   }
 }
 
-/** The one embedded engine this window started (a new start replaces it); disposed with the extension. */
+/** What a window remembers of the embedded engine it owns, to start it again after a reload. */
+export const OwnedEngineSchema = z.object({
+  url: z.string().regex(/^http:\/\/127\.0\.0\.1:\d+/),
+  port: z.number().int().min(1).max(65535),
+  /** The policy file or shipped name it follows; null: none (the model samples freely). */
+  policy: z.string().nullable(),
+});
+export type OwnedEngine = z.infer<typeof OwnedEngineSchema>;
+
+/** Where the slot keeps its record (the extension passes workspaceState; never the user's settings). */
+export interface OwnedEngineMemory {
+  get(): unknown;
+  set(value: OwnedEngine | undefined): void;
+}
+
+/**
+ * The one embedded engine this window owns (a new start replaces it); disposed with the extension.
+ * It remembers the engine (URL, port, policy) in workspace state, not in the Engine URL setting, so a
+ * reload can start it again on the same port and no ephemeral port outlives it in User settings.
+ */
 export class EngineSlot extends Disposable {
   private engine: EngineProcess | undefined;
+  private readonly exitEmitter = this._register(new Emitter<{ url: string; pid: number | undefined }>());
+  private readonly changeEmitter = this._register(new Emitter<void>());
+  /** The owned engine's process ended without being stopped (crash, kill): its port is dead. */
+  readonly onDidExit = this.exitEmitter.event;
+  /** An engine was started, replaced or stopped. */
+  readonly onDidChange = this.changeEmitter.event;
+
+  constructor(private readonly memory: OwnedEngineMemory = { get: () => undefined, set: () => undefined }) {
+    super();
+  }
 
   get current(): EngineProcess | undefined {
     return this.engine && !this.engine.exited ? this.engine : undefined;
   }
 
+  /** The engine this workspace owned, as remembered (the running one, or the one before a reload). */
+  remembered(): OwnedEngine | undefined {
+    const parsed = OwnedEngineSchema.safeParse(this.memory.get());
+    return parsed.success ? parsed.data : undefined;
+  }
+
+  /** The URL of the engine in use: the running one, else none (a remembered one is not running). */
+  get url(): string | undefined {
+    return this.current?.url;
+  }
+
+  /** Makes `next` the owned engine; the previous one is stopped (after the caller moved traffic off it). */
   replace(next: EngineProcess | undefined): void {
-    this.engine?.dispose();
+    const previous = this.engine;
     this.engine = next;
+    if (next) {
+      this.memory.set({ url: next.url, port: Number(new URL(next.url).port), policy: next.policy ?? null });
+      void next.whenExited().then(() => {
+        if (this.engine === next) this.exitEmitter.fire({ url: next.url, pid: next.pid });
+      });
+    } else this.memory.set(undefined);
+    previous?.dispose();
+    if (!this._store.isDisposed) this.changeEmitter.fire();
   }
 
   override dispose(): void {
-    this.replace(undefined);
+    // The record stays: the next window (a reload) starts the engine again.
+    const engine = this.engine;
+    this.engine = undefined;
+    engine?.dispose();
     super.dispose();
   }
 }

@@ -14,6 +14,8 @@ export class EnginesView extends Disposable implements vscode.TreeDataProvider<E
   constructor(
     private readonly controller: ProxyController,
     private readonly configuredEngines: () => string[],
+    /** The embedded engine this window owns (it stands in for the Engine URL setting while it runs). */
+    private readonly ownedEngine: () => { url: string; policy: string | undefined } | undefined = () => undefined,
   ) {
     super();
     this._register(vscode.window.createTreeView('harnessLab.engines', { treeDataProvider: this }));
@@ -32,8 +34,10 @@ export class EnginesView extends Disposable implements vscode.TreeDataProvider<E
   getTreeItem(node: EngineNode): vscode.TreeItem {
     const item = new vscode.TreeItem(node.url, vscode.TreeItemCollapsibleState.None);
     item.id = `engine:${node.url}`;
-    item.description = [node.reachability, node.captureLevel ? `capture: ${node.captureLevel}` : 'capture: not probed'].join(' · ');
-    item.tooltip = [node.url, `Reachability: ${node.reachability}`, `Capture level: ${node.captureLevel ?? 'not probed'}`, node.detail, node.checkedAt ? `Checked ${node.checkedAt}` : ''].filter(Boolean).join('\n');
+    const owned = this.ownedEngine();
+    const embedded = owned?.url === node.url ? `embedded engine of this window${owned.policy ? `, policy ${owned.policy}` : ', no policy'}` : undefined;
+    item.description = [...(embedded ? ['embedded'] : []), node.reachability, node.captureLevel ? `capture: ${node.captureLevel}` : 'capture: not probed'].join(' · ');
+    item.tooltip = [node.url, ...(embedded ? [`${embedded} (Stop Embedded Engine ends it)`] : []), `Reachability: ${node.reachability}`, `Capture level: ${node.captureLevel ?? 'not probed'}`, node.detail, node.checkedAt ? `Checked ${node.checkedAt}` : ''].filter(Boolean).join('\n');
     item.contextValue = 'harnessLab.engine';
     item.iconPath =
       node.reachability === 'unreachable'

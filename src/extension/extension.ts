@@ -46,15 +46,23 @@ class HarnessLab extends Disposable {
         logger: log,
         defaultDataDir: context.globalStorageUri.fsPath,
         rememberedEngines: rememberedEngines(context.globalState.get(ENGINES_KEY)),
+        rememberedPort: rememberedPort(context.workspaceState.get(PROXY_PORT_KEY)),
       }),
     ));
     this._register(controller.onDidChangeEngines(() => void context.globalState.update(ENGINES_KEY, controller.probedEngines())));
+    this._register(controller.onDidChangeState((st) => st.kind === 'running' && void context.workspaceState.update(PROXY_PORT_KEY, st.port)));
+    // The embedded engine this workspace owns: remembered in workspace state, never in User settings.
+    const engineSlot = this._register(new EngineSlot({ get: () => context.workspaceState.get(OWNED_ENGINE_KEY), set: (v) => void context.workspaceState.update(OWNED_ENGINE_KEY, v) }));
+    this._register(engineSlot.onDidExit(({ url, pid }) => {
+      log.warn(`the embedded engine on ${url} (pid ${pid ?? '?'}) exited; its port is dead`);
+      controller.noteEngine(url, { reachability: 'unreachable', detail: 'the embedded engine process exited' });
+    }));
     const engineUrl = () => safeSettings()?.engineUrl ?? '';
     const sessions = this._register(new SessionsView(controller));
     const tasks = this._register(new TasksView(log));
-    const engines = this._register(new EnginesView(controller, () => [engineUrl()].filter(Boolean)));
+    const engines = this._register(new EnginesView(controller, () => [engineUrl()].filter(Boolean), () => engineSlot.current));
     const batches = this._register(new BatchesView(() => safeSettings()?.batchesFolder ?? ''));
-    this._register(new ProxyStatusBar(controller, engineUrl));
+    const statusBar = this._register(new ProxyStatusBar(controller, engineUrl));
 
     const showStored = () => {
       const settings = safeSettings();
@@ -63,8 +71,10 @@ class HarnessLab extends Disposable {
     const setContext = () => {
       void vscode.commands.executeCommand('setContext', 'harnessLab.proxyRunning', controller.state.kind === 'running');
       void vscode.commands.executeCommand('setContext', 'harnessLab.engineConfigured', engineUrl() !== '');
+      void vscode.commands.executeCommand('setContext', 'harnessLab.embeddedEngineRunning', engineSlot.current !== undefined);
     };
     this._register(controller.onDidChangeState(() => setContext()));
+    this._register(engineSlot.onDidChange(() => (setContext(), engines.refresh(), statusBar.update())));
     setContext();
     // Stored sessions are read lazily: the tree asks for them only when it becomes visible.
     this._register(sessions.treeView.onDidChangeVisibility((e) => e.visible && showStored()));
@@ -95,7 +105,6 @@ class HarnessLab extends Disposable {
     this._register(controller.onDidChangeData((rec) => rec && controller.running && liveTexts.noteCall(rec)));
     const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m), dataDirs: () => [context.globalStorageUri.fsPath], storedTokenTexts: (id) => liveTexts.read(id) });
     for (const d of viewer.disposables) this._register(d);
-    const engineSlot = this._register(new EngineSlot());
     const groupViews = this._register(
       new GroupViewPanels({
         extensionUri: context.extensionUri,
@@ -106,11 +115,15 @@ class HarnessLab extends Disposable {
     );
     for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, engineSlot, tokenTexts: liveTexts, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh(), refreshBatches: () => batches.refresh(), batchesFolder: () => batches.submitFolder(), batchFolders: () => batches.folders(), groupViews, trainingRuns })) this._register(d);
 
-    const settings = safeSettings(log);
-    if (settings?.autoStart && settings.engineUrl) {
+    const owned = engineSlot.remembered();
+    const autoStart = () => {
+      const settings = safeSettings(log);
       // Opt-in only: starting binds a port and contacts the engine, so it never runs by default.
-      setTimeout(() => void vscode.commands.executeCommand('harnessLab.startProxy'), 0);
-    }
+      if (settings?.autoStart && settings.engineUrl) void vscode.commands.executeCommand('harnessLab.startProxy');
+    };
+    // The engine this workspace ran before the reload comes back (on its port when it is free).
+    if (owned) setTimeout(() => void Promise.resolve(vscode.commands.executeCommand('harnessLab.startEmbeddedEngine', { restore: true, policy: owned.policy, port: owned.port })).then(autoStart), 0);
+    else setTimeout(autoStart, 0);
     this._register(toDisposable(() => log.info('Harness Lab deactivated')));
     log.info(`Harness Lab activated (${context.extension.packageJSON.version as string})`);
 
@@ -127,6 +140,12 @@ class HarnessLab extends Disposable {
 }
 
 const ENGINES_KEY = 'harnessLab.probedEngines';
+const PROXY_PORT_KEY = 'harnessLab.proxyPort';
+const OWNED_ENGINE_KEY = 'harnessLab.ownedEngine';
+
+function rememberedPort(value: unknown): number | undefined {
+  return typeof value === 'number' && Number.isInteger(value) && value > 0 && value < 65536 ? value : undefined;
+}
 
 const RememberedEngines = z.array(
   z.object({ url: z.string(), reachability: z.enum(['unknown', 'reachable', 'unreachable']), captureLevel: z.enum(['tokens', 'logprobs', 'text']).nullable(), detail: z.string(), checkedAt: z.string().nullable() }),

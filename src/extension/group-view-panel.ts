@@ -12,7 +12,7 @@ import type { GroupViewData } from '../protocol/group-data.js';
 import { ErrorNotification, LoadGroupNotification, ReadyQueue, dispatchWebviewMessage, notify, type HostMessage, type WebviewHandlers } from '../protocol/messages.js';
 import { parseWebviewMessage } from '../protocol/webview-schema.js';
 import { buildGroupView } from '../report/group-view.js';
-import { batchReadError, memberSessionFile } from './batch-review-model.js';
+import { batchReadError, deterministicPolicyNote, memberSessionFile } from './batch-review-model.js';
 import { Disposable, toDisposable } from './lifecycle.js';
 import { viewerHtml, webviewOptions } from './rollout-viewer-panel.js';
 
@@ -28,7 +28,10 @@ export interface GroupViewHost {
 /** The group's data, or the batch's error in the user's terms. */
 export function loadGroupView(dir: string, groupId: string): GroupViewData {
   try {
-    return buildGroupView(dir, groupId);
+    const data = buildGroupView(dir, groupId);
+    // A group without contrast on the embedded engine: say when its policy could not have given any.
+    if (data.no_contrast) data.policy_note = deterministicPolicyNote(dir, data.task) ?? null;
+    return data;
   } catch (err) {
     throw batchReadError('show a group of', dir, err);
   }

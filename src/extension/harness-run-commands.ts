@@ -8,12 +8,13 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import * as vscode from 'vscode';
 import type { CaptureProxy } from '../capture/proxy.js';
-import { harnessHint, harnessNames } from '../harness/registry.js';
+import { assertInstalled, harnessEntry, harnessHint, harnessNames } from '../harness/registry.js';
 import { openLab, type Lab, type LabOptions } from '../sandbox/lab.js';
 import { ROLLOUT_DOCUMENT_FILE, rolloutLine, runRollout, type RolloutResult } from '../sandbox/rollout-runner.js';
 import { contractRows, defaultValidationTask, formatValidationTable, type ValidationTable } from '../sandbox/validate.js';
 import type { Logger } from './logger.js';
 import type { ReadonlyDocuments } from './readonly-docs.js';
+import { outcomeLine, outcomeOf, outcomeReason, outcomeSeverity, policyMismatch } from './run-outcome.js';
 import { runsDir, validationMarkdown } from './run-model.js';
 
 export interface HarnessRunContext {
@@ -26,17 +27,42 @@ export interface HarnessRunContext {
   openViewer(sessionId: string): void;
   /** harnessLab.runsDir as set (relative to the first workspace folder). */
   runsDirSetting(): string;
+  /**
+   * What the engine in use follows when it is this window's embedded engine: a policy file or shipped
+   * name, null for none (free sampling); undefined for any other engine (it follows its own weights).
+   */
+  enginePolicy?(): string | null | undefined;
+  /** Whether an engine is set up for the extension's proxy (running, or configured to start). */
+  hasEngine?(): boolean;
+  /** The Sessions tree again: a run's outcome (rollout.json) is written after its last call. */
+  refreshSessions?(): void;
 }
 
 /** The harness named in the argument (`{ folder, harness }` from a script or test), else a quick pick. */
 async function pickHarness(title: string, arg?: unknown): Promise<string | undefined> {
   const named = (arg as { harness?: unknown } | undefined)?.harness;
   if (typeof named === 'string' && harnessNames().includes(named)) return named;
+  // Installed harnesses first, marked; the others say they are not installed (running one says how to install it).
+  const rows = harnessNames().map((name) => ({ name, installed: isInstalled(name) }));
+  rows.sort((a, b) => Number(b.installed) - Number(a.installed));
   const picked = await vscode.window.showQuickPick(
-    harnessNames().map((name) => ({ label: name, description: harnessHint(name) })),
-    { title, placeHolder: 'Harness to run in a Docker sandbox' },
+    rows.map(({ name, installed }) => ({
+      label: `${installed ? '$(check)' : '$(circle-slash)'} ${name}`,
+      description: [installed ? 'installed' : 'not installed', harnessHint(name)].filter(Boolean).join(' · '),
+      name,
+    })),
+    { title, placeHolder: 'Harness to run in a Docker sandbox', matchOnDescription: true },
   );
-  return picked?.label;
+  return picked?.name;
+}
+
+function isInstalled(name: string): boolean {
+  try {
+    assertInstalled(harnessEntry(name));
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 function outDir(ctx: HarnessRunContext): string {
@@ -109,11 +135,16 @@ export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown
   const taskDir = taskFolder(arg) ?? defaultValidationTask();
   const name = taskLabel(arg, taskDir);
   const out = outDir(ctx);
-  const run = await rolloutWithProgress(ctx, `Harness Lab: validating ${harness} on ${name}`, { taskDir, harness, sandbox: 'docker', outDir: out, handleSignals: false, log: (l) => ctx.log.debug(l) }).catch((err: unknown) => {
+  mkdirSync(out, { recursive: true });
+  // Through the extension's proxy when there is an engine for it, so the session shows in Sessions;
+  // without one the lab starts the task's policy engine and its own proxy (the session is in the run folder).
+  const shared = ctx.hasEngine?.() ? await ctx.ensureProxy() : undefined;
+  const run = await rolloutWithProgress(ctx, `Harness Lab: validating ${harness} on ${name}`, { taskDir, harness, sandbox: 'docker', outDir: out, handleSignals: false, log: (l) => ctx.log.debug(l), ...(shared ? { proxy: shared.proxy, model: shared.model } : {}) }).catch((err: unknown) => {
     throw withContext(`could not validate ${harness} on ${name}`, err);
   });
   if (!run.result) return undefined;
   const r = run.result;
+  ctx.refreshSessions?.();
   const rows = contractRows(r);
   const table: ValidationTable = { harness: r.harness, task: r.task, sandbox: r.sandbox, ok: rows.every((row) => row.ok), rows, rollout: r };
   ctx.log.info(formatValidationTable(table));
@@ -123,7 +154,7 @@ export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown
   await vscode.commands.executeCommand('markdown.showPreview', vscode.Uri.file(report));
   const failed = rows.filter((row) => !row.ok).length;
   const msg = run.cancelled ? `Harness Lab: validation of ${harness} was cancelled; the sandbox was removed.` : table.ok ? `Harness Lab: ${harness} passes the capture contract on ${name}.` : `Harness Lab: ${harness} fails ${failed} check(s) of the capture contract on ${name}.`;
-  void resultMessage(ctx, table.ok && !run.cancelled, msg, r);
+  void resultMessage(ctx, table.ok && !run.cancelled ? 'info' : 'warning', msg, r);
   return table;
 }
 
@@ -143,17 +174,23 @@ export async function runTaskWithHarness(ctx: HarnessRunContext, arg: unknown): 
   const r = run.result;
   if (!r) return undefined;
   const line = rolloutLine(r);
-  ctx.log.info(`${line}\n  rollout: ${r.out_dir}\n  session: ${r.session_id}${r.error ? `\n  error: ${r.error}` : ''}`);
-  void resultMessage(ctx, r.status === 'ok', `Harness Lab: ${run.cancelled ? 'cancelled: ' : ''}${line}`, r);
+  ctx.refreshSessions?.();
+  const outcome = outcomeOf({ ...r, cancelled: run.cancelled }, r.out_dir);
+  const reason = outcomeReason(outcome);
+  const hint = policyMismatch(ctx.enginePolicy?.(), taskDir);
+  ctx.log.info(`${line}\n  rollout: ${r.out_dir}\n  session: ${r.session_id}${r.error ? `\n  error: ${r.error}` : ''}${outcome.verifier.length ? `\n  verifier: ${outcome.verifier.join('\n            ')}` : ''}${hint ? `\n  note: ${hint}` : ''}`);
+  // Only a reward above 0 is a success; a reward of 0 is a warning with the verifier's reason.
+  const message = `Harness Lab: ${harness} on ${outcomeLine(outcome)}${reason ? ` — ${reason}` : ''}${hint ? `. Note: ${hint}.` : ''}`;
+  void resultMessage(ctx, outcomeSeverity(outcome), message, r);
   return r.session_id;
 }
 
 /** A run's result: Open in Viewer, Reveal (the run's folder) and Show Log. */
-async function resultMessage(ctx: HarnessRunContext, ok: boolean, message: string, r: RolloutResult): Promise<void> {
+async function resultMessage(ctx: HarnessRunContext, severity: 'info' | 'warning' | 'error', message: string, r: RolloutResult): Promise<void> {
   const open = 'Open in Viewer';
   const reveal = 'Reveal';
   const showLog = 'Show Log';
-  const show = ok ? vscode.window.showInformationMessage : vscode.window.showWarningMessage;
+  const show = severity === 'info' ? vscode.window.showInformationMessage : severity === 'warning' ? vscode.window.showWarningMessage : vscode.window.showErrorMessage;
   const choice = await show(message, ...(r.rollout ? [open] : []), reveal, showLog);
   if (choice === open) {
     try {

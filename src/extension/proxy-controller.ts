@@ -26,6 +26,8 @@ export interface ProxyLike {
   /** The proxy grades its engine once at start (CaptureProxy); the Engines view shows that grade. */
   ensureProbed?(): Promise<unknown>;
   readonly engineReport?: { reachable: boolean; capture_level: CaptureLevel; findings: string[]; probed_at: string } | undefined;
+  /** Points the running proxy at another engine (same port, same sessions). */
+  retarget?(engineUrl: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -76,6 +78,11 @@ export interface ProxyControllerDeps<P extends ProxyLike> {
   defaultDataDir: string;
   /** Probe results remembered from an earlier window; reachability is not carried over. */
   rememberedEngines?: readonly EngineStatus[];
+  /**
+   * The port the proxy had last (in this window or an earlier one): with proxyPort 0 the proxy binds
+   * it again, so captured terminals and copied env snippets keep working across restarts.
+   */
+  rememberedPort?: number;
 }
 
 /** `P` is what `startProxy` makes: the extension's CaptureProxy, or a unit test's fake. */
@@ -89,6 +96,8 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
   private dataDir: string | undefined;
   private readonly engines = new Map<string, EngineStatus>();
   private pending: Promise<P> | undefined;
+  private lastPort: number | undefined;
+  private engineUrl: string | undefined;
 
   private readonly stateEmitter = this._register(new Emitter<ProxyState>());
   private readonly dataEmitter = this._register(new Emitter<CallRecord | undefined>());
@@ -103,7 +112,18 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
     for (const e of deps.rememberedEngines ?? []) {
       if (e.captureLevel) this.engines.set(e.url, { ...e, reachability: 'unknown', detail: `probed ${e.checkedAt ?? 'earlier'}: ${e.detail}` });
     }
+    this.lastPort = deps.rememberedPort;
     this._register(toDisposable(() => void this.stop()));
+  }
+
+  /** The port the proxy listens on, or listened on last (it binds it again when proxyPort is 0). */
+  get rememberedPort(): number | undefined {
+    return this.lastPort;
+  }
+
+  /** The engine the running proxy forwards to. */
+  get runningEngineUrl(): string | undefined {
+    return this.running ? this.engineUrl : undefined;
   }
 
   get state(): ProxyState {
@@ -139,20 +159,31 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
     }
     this.setState({ kind: 'starting' });
     const dataDir = this.resolveDataDir(settings);
-    this.pending = this.deps
-      .startProxy({
-        engineUrl: settings.engineUrl,
-        model: settings.model,
-        host: settings.proxyHost,
-        port: settings.proxyPort,
-        dataDir,
-        maxModelCalls: settings.maxModelCalls,
-        logger: this.deps.logger,
-        ...(adminKey ? { adminKey } : {}),
-      })
+    const options = (port: number): ProxyOptions => ({
+      engineUrl: settings.engineUrl,
+      model: settings.model,
+      host: settings.proxyHost,
+      port,
+      dataDir,
+      maxModelCalls: settings.maxModelCalls,
+      logger: this.deps.logger,
+      ...(adminKey ? { adminKey } : {}),
+    });
+    // Any free port was asked for: the one it had before first, so what points at it keeps working.
+    const again = settings.proxyPort === 0 && this.lastPort ? this.lastPort : undefined;
+    const bind = again
+      ? this.deps.startProxy(options(again)).catch((err: unknown) => {
+          if (!isPortTaken(err)) throw err;
+          this.deps.logger.warn(`port ${again} (the proxy's last) is taken now; listening on another, so captured terminals opened before must be opened again`);
+          return this.deps.startProxy(options(0));
+        })
+      : this.deps.startProxy(options(settings.proxyPort));
+    this.pending = bind
       .then(
         (proxy) => {
           this.proxy = proxy;
+          this.lastPort = proxy.port;
+          this.engineUrl = settings.engineUrl;
           this.model = settings.model;
           this.dataDir = dataDir;
           this.storedCache = undefined;
@@ -190,7 +221,7 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
       return;
     }
     const report = proxy.engineReport;
-    if (!report || this.proxy !== proxy) return;
+    if (!report || this.proxy !== proxy || this.engineUrl !== engineUrl) return;
     // An engine that is down now keeps the level it was graded at before (the view says unreachable).
     if (!report.reachable) {
       this.noteEngine(engineUrl, { reachability: 'unreachable', detail: `the proxy could not reach it at start (${report.probed_at})` });
@@ -202,6 +233,25 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
       detail: `graded by the proxy at start${report.findings.length ? `: ${report.findings.join('; ')}` : ''}`,
       checkedAt: report.probed_at,
     });
+  }
+
+  /**
+   * Points the running proxy at another engine without closing its port (an engine swap): new calls
+   * go to `engineUrl`, calls in flight finish where they are. False when no proxy runs (nothing to do)
+   * or the proxy cannot retarget (the caller restarts it).
+   */
+  async retarget(engineUrl: string): Promise<boolean> {
+    const proxy = this.running;
+    if (!proxy?.retarget) return false;
+    if (this.engineUrl === engineUrl) return true;
+    const previous = this.engineUrl;
+    this.engineUrl = engineUrl;
+    this.noteEngine(engineUrl, { reachability: 'unknown', detail: 'the proxy switched to it; grading' });
+    if (previous) this.noteEngine(previous, { reachability: 'unknown', detail: 'the proxy no longer forwards to it' });
+    await proxy.retarget(engineUrl);
+    this.deps.logger.info(`proxy on ${proxy.url} now forwards to ${engineUrl}`);
+    void this.showProxyGrade(proxy, engineUrl);
+    return true;
   }
 
   async stop(): Promise<void> {
@@ -232,7 +282,8 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
     return proxy;
   }
 
-  private onCall(engineUrl: string, rec: CallRecord): void {
+  private onCall(startedWith: string, rec: CallRecord): void {
+    const engineUrl = this.engineUrl ?? startedWith;
     if (rec.error?.kind === 'engine') this.noteEngine(engineUrl, { reachability: 'unreachable', detail: rec.error.message });
     else if (!rec.error) this.noteEngine(engineUrl, { reachability: 'reachable', detail: `last call ${rec.call_id} answered` });
     this.dataEmitter.fire(rec);
@@ -325,6 +376,11 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
   engineReachability(url: string): EngineReachability {
     return this.engines.get(url)?.reachability ?? 'unknown';
   }
+}
+
+function isPortTaken(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === 'EADDRINUSE' || (err instanceof ProxyConfigError && /already in use/.test(err.message));
 }
 
 function describeStartError(err: unknown, settings: HarnessLabSettings): string {

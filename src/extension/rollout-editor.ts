@@ -6,6 +6,7 @@ import { statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { attachRescore, rescorePathFor } from '../report/rescore-attach.js';
+import { fileOutcome } from './run-outcome.js';
 import { checkTrajectory, findTrajectory, rolloutFromText } from '../report/rollout-loader.js';
 import { Disposable } from './lifecycle.js';
 import { RolloutViewerPanels, ViewerConnection, viewerHtml, webviewOptions, type RolloutViewerHost } from './rollout-viewer-panel.js';
@@ -42,6 +43,7 @@ export class RolloutEditorProvider extends Disposable implements vscode.CustomRe
       const text = new TextDecoder().decode(await vscode.workspace.fs.readFile(document.uri));
       const path = document.uri.scheme === 'file' ? document.uri.fsPath : document.uri.path;
       const rollout = rolloutFromText(text, path);
+      if (document.uri.scheme === 'file') rollout.data.outcome = fileOutcome(path, rollout.data.metadata) ?? null;
       // A `harness-lab rescore` report (or an earlier Rescore in the viewer) beside the file: drift colours.
       if (document.uri.scheme === 'file') attachRescore(rollout.data, rescorePathFor(path));
       const trajectory = document.uri.scheme === 'file' && rollout.doc ? findTrajectory(path) : null;
@@ -82,6 +84,7 @@ function followFile(path: string, panel: vscode.WebviewPanel, conn: ViewerConnec
     try {
       const text = await readFile(path, 'utf8');
       const next = rolloutFromText(text, path);
+      next.data.outcome = fileOutcome(path, next.data.metadata) ?? null;
       attachRescore(next.data, rescorePathFor(path));
       conn.refresh(next);
     } catch (err) {

@@ -12,6 +12,7 @@ import type { CallRecord } from '../capture/types.js';
 import { modelNamesOf, offlineTokenTexts } from '../report/offline-token-texts.js';
 import type { AtifCheckResult } from '../harness/atif-check.js';
 import { ErrorNotification, FocusTurnNotification, LoadNotification, ReadyQueue, TokenTextsNotification, dispatchWebviewMessage, notify, type HostMessage, type WebviewHandlers } from '../protocol/messages.js';
+import { sessionOutcome } from './run-outcome.js';
 import { idsWithoutText, toWire, viewerDataFromRollout, type TurnDetails, type ViewerData } from '../protocol/viewer-data.js';
 import { parseWebviewMessage } from '../protocol/webview-schema.js';
 import { applyRescore, rescorePathFor } from '../report/rescore-attach.js';
@@ -192,6 +193,16 @@ export class ViewerConnection extends Disposable {
 
   /** Prompt-token texts after the first paint: the viewer shows ids until they arrive. */
   private async loadTokenTexts(data: ViewerData): Promise<void> {
+    if (idsWithoutText(data).length === 0) return;
+    try {
+      await this.fetchTokenTexts(data);
+    } finally {
+      // The viewer says "loading token text…" until this: whatever is still missing stays ids.
+      if (!this.abort.signal.aborted) this.queue.send(notify(TokenTextsNotification, { texts: {}, done: true }));
+    }
+  }
+
+  private async fetchTokenTexts(data: ViewerData): Promise<void> {
     const engineUrl = this.rollout?.doc?.calls.find((c) => c.engine_url)?.engine_url;
     if (idsWithoutText(data).length === 0) return;
     const model = this.host.model?.() || this.rollout?.doc?.calls.find((c) => c.model)?.model || undefined;
@@ -228,7 +239,9 @@ export class ViewerConnection extends Disposable {
 /** A session's rollout, as a LoadedRollout (no file path). */
 export function loadSession(host: RolloutViewerHost, sessionId: string): LoadedRollout {
   const doc = host.rollout(sessionId, { includeDiscarded: true, includeTraces: false });
-  return { data: viewerDataFromRollout(doc, { key: sessionId, title: `Session ${sessionId}` }), doc, path: '' };
+  const data = viewerDataFromRollout(doc, { key: sessionId, title: `Session ${sessionId}` });
+  data.outcome = sessionOutcome(doc.metadata) ?? null;
+  return { data, doc, path: '' };
 }
 
 /** Calls arriving closer together than this refresh an open viewer once. */

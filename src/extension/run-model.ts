@@ -21,7 +21,7 @@ export function validationMarkdown(t: ValidationTable, cancelled = false): strin
     '',
     '| Check | Result | Detail |',
     '| --- | --- | --- |',
-    ...t.rows.map((r) => `| ${mdCell(r.check)} | ${r.ok ? '✅ PASS' : '❌ FAIL'} | ${mdCell(r.detail)} |`),
+    ...t.rows.map((r) => `| ${mdCell(r.check)} | ${r.ok ? 'PASS' : '**FAIL**'} | ${mdCell(r.detail)} |`),
     '',
     `Rollout: \`${t.rollout.out_dir}\` (session \`${t.rollout.session_id}\`)`,
     '',

@@ -2,6 +2,7 @@
 // context values the view shows. The vscode TreeDataProvider only maps these nodes to TreeItems.
 import type { CallActivity } from '../capture/session-registry.js';
 import type { CallRecord, CaptureLevel } from '../capture/types.js';
+import type { RunOutcomeView } from '../protocol/viewer-data.js';
 
 export interface SessionRow {
   session_id: string;
@@ -58,6 +59,8 @@ export interface SessionNode {
   contextValue: 'harnessLab.session';
   nCalls: number;
   nInFlight: number;
+  /** The run's outcome (Run with Harness, Validate), once its verifier has scored it. */
+  outcome?: RunOutcomeView;
 }
 
 export interface InFlightNode {
@@ -159,12 +162,15 @@ export function inFlightNode(call: InFlightCall): InFlightNode {
   };
 }
 
-export function sessionNode(row: SessionRow, calls?: readonly CallRecord[], inFlight: readonly InFlightCall[] = []): SessionNode {
+const OUTCOME_WORDS: Record<RunOutcomeView['class'], string> = { completed: 'solved', policy_failure: 'not solved', infra_error: 'failed', timeout: 'timed out', cancelled: 'cancelled' };
+
+export function sessionNode(row: SessionRow, calls?: readonly CallRecord[], inFlight: readonly InFlightCall[] = [], outcome?: RunOutcomeView): SessionNode {
   const n = calls?.length ?? row.n_calls;
   const errors = calls?.filter((c) => c.error).length ?? 0;
   const label = typeof row.metadata?.label === 'string' && row.metadata.label ? row.metadata.label : row.session_id;
   const origin = sessionOrigin(row.metadata);
-  const parts = [...(origin ? [origin] : []), `${n} call${n === 1 ? '' : 's'}`];
+  const reward = outcome ? `${outcome.reward === null ? 'no reward' : `reward ${outcome.reward.toFixed(2)}`} · ${OUTCOME_WORDS[outcome.class]}` : undefined;
+  const parts = [...(reward ? [reward] : []), ...(origin ? [origin] : []), `${n} call${n === 1 ? '' : 's'}`];
   if (inFlight.length) parts.push(`${inFlight.length} in flight`);
   if (errors) parts.push(`${errors} failed`);
   parts.push(shortTime(row.created_at));
@@ -174,10 +180,18 @@ export function sessionNode(row: SessionRow, calls?: readonly CallRecord[], inFl
     sessionId: row.session_id,
     label,
     description: parts.join(' · '),
-    tooltip: [`Session ${row.session_id}`, ...(origin ? [`From ${origin}`] : []), `Created ${row.created_at}`, ...(row.model ? [`Model ${row.model}`] : []), `${n} calls, ${errors} failed${inFlight.length ? `, ${inFlight.length} in flight` : ''}`].join('\n'),
+    tooltip: [
+      `Session ${row.session_id}`,
+      ...(origin ? [`From ${origin}`] : []),
+      ...(outcome ? [`Outcome: ${reward} (${outcome.class}) on task ${outcome.task}`, ...(outcome.error ? [`Error: ${outcome.error.split('\n')[0]}`] : []), ...(outcome.verifier.length ? ['Verifier (last lines):', ...outcome.verifier.map((l) => `  ${l}`)] : [])] : []),
+      `Created ${row.created_at}`,
+      ...(row.model ? [`Model ${row.model}`] : []),
+      `${n} calls, ${errors} failed${inFlight.length ? `, ${inFlight.length} in flight` : ''}`,
+    ].join('\n'),
     contextValue: 'harnessLab.session',
     nCalls: n,
     nInFlight: inFlight.length,
+    ...(outcome ? { outcome } : {}),
   };
 }
 
@@ -211,7 +225,11 @@ function pendingCalls(src: SessionSource, sessionId: string, calls: readonly Cal
 
 /** The tree, newest session first, calls in arrival order. */
 export class SessionsTreeModel {
-  constructor(private readonly source: () => SessionSource | undefined) {}
+  /** `outcomeOf`: the run outcome a session's metadata leads to (run-outcome.ts OutcomeCache), if any. */
+  constructor(
+    private readonly source: () => SessionSource | undefined,
+    private readonly outcomeOf: (metadata: Record<string, unknown> | undefined) => RunOutcomeView | undefined = () => undefined,
+  ) {}
 
   roots(): SessionNode[] {
     const src = this.source();
@@ -220,7 +238,7 @@ export class SessionsTreeModel {
       .sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : a.session_id.localeCompare(b.session_id)))
       .map((row) => {
         const calls = src.getCalls(row.session_id);
-        return sessionNode(row, calls, pendingCalls(src, row.session_id, calls));
+        return sessionNode(row, calls, pendingCalls(src, row.session_id, calls), this.outcomeOf(row.metadata));
       });
   }
 

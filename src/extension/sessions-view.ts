@@ -2,6 +2,7 @@
 import * as vscode from 'vscode';
 import { Disposable } from './lifecycle.js';
 import type { ProxyController } from './proxy-controller.js';
+import { OutcomeCache, outcomeSeverity } from './run-outcome.js';
 import { SessionsTreeModel, type SessionsTreeNode } from './sessions-model.js';
 
 const LEVEL_ICON = { tokens: 'pass-filled', logprobs: 'circle-large-outline', text: 'circle-outline' } as const;
@@ -14,7 +15,8 @@ export class SessionsView extends Disposable implements vscode.TreeDataProvider<
 
   constructor(private readonly controller: ProxyController) {
     super();
-    this.model = new SessionsTreeModel(() => controller);
+    const outcomes = new OutcomeCache();
+    this.model = new SessionsTreeModel(() => controller, (metadata) => outcomes.of(metadata));
     this.treeView = this._register(vscode.window.createTreeView('harnessLab.sessions', { treeDataProvider: this, showCollapseAll: true }));
     // Coalesce bursts of calls (a harness can make several per second) into one repaint.
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -52,7 +54,15 @@ export class SessionsView extends Disposable implements vscode.TreeDataProvider<
     item.tooltip = node.tooltip;
     item.contextValue = node.contextValue;
     if (node.kind === 'session') {
-      item.iconPath = new vscode.ThemeIcon('history');
+      const severity = node.outcome ? outcomeSeverity(node.outcome) : undefined;
+      item.iconPath =
+        severity === 'info'
+          ? new vscode.ThemeIcon('pass', new vscode.ThemeColor('testing.iconPassed'))
+          : severity === 'warning'
+            ? new vscode.ThemeIcon('warning', new vscode.ThemeColor('list.warningForeground'))
+            : severity === 'error'
+              ? new vscode.ThemeIcon('error', new vscode.ThemeColor('list.errorForeground'))
+              : new vscode.ThemeIcon('history');
     } else if (node.kind === 'inflight') {
       item.iconPath = new vscode.ThemeIcon('loading~spin');
     } else {
@@ -60,7 +70,8 @@ export class SessionsView extends Disposable implements vscode.TreeDataProvider<
         node.status === 'error'
           ? new vscode.ThemeIcon('error', new vscode.ThemeColor('list.errorForeground'))
           : new vscode.ThemeIcon(LEVEL_ICON[node.captureLevel], new vscode.ThemeColor(node.captureLevel === 'tokens' ? 'testing.iconPassed' : 'list.warningForeground'));
-      item.command = { command: 'harnessLab.openCall', title: 'Open Call', arguments: [node] };
+      // Enter (or a click) opens the viewer at this call; Open Call (context menu) shows its raw JSON.
+      item.command = { command: 'harnessLab.openRolloutViewer', title: 'Open in Rollout Viewer', arguments: [node] };
     }
     return item;
   }

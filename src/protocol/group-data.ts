@@ -80,6 +80,8 @@ export interface GroupViewData {
   too_small: boolean;
   /** In the user's terms: why this group teaches nothing, or null. */
   teaches_nothing: string | null;
+  /** Why it could not have contrast: the embedded engine's policy for its task is deterministic (set by the editor). */
+  policy_note?: string | null;
   histogram: { batch: RewardHistogram; harnesses: Record<string, RewardHistogram>; group: RewardHistogram };
   divergences: GroupDivergence[];
   /** The pair shown first: the earliest divergence between members with different rewards, else the first pair. */

@@ -68,8 +68,8 @@ export const OpenGroupMemberCommand = command('openGroupMember', type<{ rollout_
 
 /** The rollout to show (again on a live refresh), optionally at one turn. */
 export const LoadNotification = notification('load', type<{ wire: ViewerWire; focus?: string | null }>());
-/** Prompt-token texts from the engine, after the first paint. */
-export const TokenTextsNotification = notification('tokenTexts', type<{ texts: Record<string, string> }>());
+/** Prompt-token texts from the engine, after the first paint; `done`: no more will come for this load. */
+export const TokenTextsNotification = notification('tokenTexts', type<{ texts: Record<string, string>; done?: boolean }>());
 export const FocusTurnNotification = notification('focusTurn', type<{ node_id: string }>());
 export const ErrorNotification = notification('error', type<{ message: string }>());
 /**

@@ -55,6 +55,19 @@ export interface ViewerTurn extends RolloutGraphNodeJson {
   raw: ViewerRaw | null;
 }
 
+/** A run's outcome, for the viewer's header: task, reward, class and the verifier's last lines. */
+export interface RunOutcomeView {
+  task: string;
+  harness: string;
+  /** A batch's rollout classes, plus cancelled (a run stopped by its user). */
+  class: 'completed' | 'policy_failure' | 'infra_error' | 'timeout' | 'cancelled';
+  reward: number | null;
+  error: string | null;
+  /** The verifier's last non-empty output lines: its reason. */
+  verifier: string[];
+  out_dir: string;
+}
+
 export interface ViewerData {
   version: typeof VIEWER_DATA_VERSION;
   /** Stable key for remembered positions (session id, or the file path). */
@@ -73,6 +86,8 @@ export interface ViewerData {
   /** Prompt-token texts by id ("123" -> " the"), from the engine's tokenizer; may arrive later. */
   token_texts: Record<string, string>;
   atif: AtifCheckResult | null;
+  /** The run this rollout belongs to, when it was a run (Run with Harness, Validate, a batch member). */
+  outcome?: RunOutcomeView | null;
 }
 
 /** Token bytes -> text; bytes that are not valid UTF-8 on their own (split characters) show as \xNN. */

@@ -2,6 +2,8 @@
 // (policy.json next to the task, in the engine's policy format, src/engine/policy.ts) decides each
 // turn's text and the embedded CPU engine scores exactly those tokens, so ids and logprobs are a real
 // model's. HARNESS_LAB_POLICY_ENGINE=fake swaps in the in-repo vLLM-shaped fake (no model load).
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { startFakeEngine, type FakeAnswer } from '../engine/fake-engine.js';
 import { ScriptedPolicy } from '../engine/policy.js';
 
@@ -11,6 +13,19 @@ export interface PolicyEngine {
   /** What serves the answers, for the run header. */
   description: string;
   close(): Promise<void>;
+}
+
+/** A task's sampling policy, beside its policy.json: what batches on the embedded engine follow by default. */
+export const SAMPLING_POLICY_FILE = 'policy.sampling.json';
+
+/**
+ * The policy a batch on the embedded engine follows for a task: its sampling variant when it has one
+ * (a GRPO group needs members that can act differently, and a scripted policy does the same moves
+ * whatever the temperature), else its policy.json. Single runs keep policy.json (reproducible).
+ */
+export function batchPolicyFile(task: { dir: string; policyFile: string | undefined }): string | undefined {
+  const sampling = join(task.dir, SAMPLING_POLICY_FILE);
+  return existsSync(sampling) ? sampling : task.policyFile;
 }
 
 /** Every turn the policy does not script ends the episode politely rather than sampling noise. */
@@ -44,10 +59,14 @@ export class TaskRoutedPolicy extends ScriptedPolicy {
     this.routes = tasks.map((t) => ({ needle: t.instruction.trim().slice(0, 400), policy: ScriptedPolicy.load(t.policyFile) }));
   }
 
-  override decide(messages: Parameters<ScriptedPolicy['decide']>[0], tools: Parameters<ScriptedPolicy['decide']>[1]): ReturnType<ScriptedPolicy['decide']> {
+  override get samples(): boolean {
+    return this.routes.some((r) => r.policy.samples);
+  }
+
+  override decide(messages: Parameters<ScriptedPolicy['decide']>[0], tools: Parameters<ScriptedPolicy['decide']>[1], random?: () => number): ReturnType<ScriptedPolicy['decide']> {
     const text = messages.filter((m) => m.role === 'user' || m.role === 'system').map(messageText).join('\n');
     const route = this.routes.find((r) => text.includes(r.needle));
-    return route ? route.policy.decide(messages, tools) : { kind: 'script', content: FALLBACK_TEXT, toolCalls: [] };
+    return route ? route.policy.decide(messages, tools, random) : { kind: 'script', content: FALLBACK_TEXT, toolCalls: [] };
   }
 }
 

@@ -102,13 +102,13 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     const progress = toast(page, 'Harness Lab: react on hello-file');
     await progress.waitFor({ timeout: 60_000 });
     await shot(page, '04-run-progress');
-    const done = toast(page, /\[react \/ docker\] task hello-file: \w+ reward=/);
+    const done = toast(page, /Harness Lab: react on hello-file: .*\((no reward|reward [\d.]+), \w+\)/);
     await done.waitFor({ timeout: 600_000 });
     const doneText = await done.innerText();
     // The run's session streamed into the Sessions tree, saying where it came from.
     await sessions.locator('.monaco-list-row', { hasText: 'react on hello-file' }).first().waitFor({ timeout: 30_000 });
     await shot(page, '05-run-done');
-    assert.match(doneText, /: ok reward=1\.00/, `the reference harness solves hello-file with its policy: ${doneText}`);
+    assert.match(doneText, /hello-file: solved \(reward 1\.00, completed\)/, `the reference harness solves hello-file with its policy: ${doneText}`);
     assert.equal(await progress.count(), 0, 'the progress notification ended with the work');
     const runs = findFiles(join(workspace, '.harness-lab', 'runs'), (p) => p.endsWith('session.rollout.json'));
     assert.equal(runs.length, 1, 'the run is written under the workspace (harnessLab.runsDir), with a *.rollout.json the viewer opens');

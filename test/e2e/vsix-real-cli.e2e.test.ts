@@ -136,12 +136,12 @@ test('installed .vsix: claude-code in a captured terminal, its calls in the tree
     await task.locator('.action-label[aria-label^="Run with Harness"]').click({ timeout: 10_000 });
     await page.locator('.quick-input-list .monaco-list-row', { hasText: 'codex' }).first().waitFor({ timeout: 15_000 });
     await typeAndAccept(page, 'codex', 'codex');
-    const done = toast(page, /\[codex \/ docker\] task hello-file: \w+ reward=/);
+    const done = toast(page, /Harness Lab: codex on hello-file: .*\((no reward|reward [\d.]+), \w+\)/);
     await done.waitFor({ timeout: 600_000 });
     const doneText = await done.innerText();
     await sessions.locator('.monaco-list-row', { hasText: 'codex on hello-file' }).first().waitFor({ timeout: 30_000 });
     await shot(page, '06-codex-done');
-    assert.match(doneText, /: ok reward=1\.00/, `codex solves hello-file with its policy: ${doneText}`);
+    assert.match(doneText, /hello-file: solved \(reward 1\.00, completed\)/, `codex solves hello-file with its policy: ${doneText}`);
   } catch (err) {
     await shot(page, '99-failure').catch(() => undefined);
     const logs = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log'));

@@ -33,7 +33,7 @@ test('a validation reads as a Markdown table; pipes and newlines in details stay
   const md = validationMarkdown(table);
   assert.match(md, /^# react: capture contract on task hello-file \(docker\)/);
   assert.match(md, /\*\*FAIL\*\*: 1 of 2 checks pass\./);
-  assert.match(md, /\| graph well formed \| ❌ FAIL \| a \\\| b<br>second line \|/);
+  assert.match(md, /\| graph well formed \| \*\*FAIL\*\* \| a \\\| b<br>second line \|/);
   assert.equal(md.split('\n').filter((l) => l.startsWith('| ')).length, 4, 'header, separator and two rows');
   assert.match(validationMarkdown(table, true), /\*\*Cancelled\*\*/);
 });

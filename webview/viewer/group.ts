@@ -187,6 +187,7 @@ export function renderGroup(root: HTMLElement, data: GroupViewData, host: GroupH
     h('span', { class: 'muted' }, `batch ${data.batch_id} · task ${data.task} · harness ${data.harness} · ${data.members.length}/${data.group_size} members`),
     h('span', { 'data-testid': 'group-stats' }, `rewards [${data.rewards.map((r) => +r.toFixed(3)).join(', ')}] mean ${fmt(data.mean, 3)} std ${fmt(data.std, 3)}`),
     badge,
+    data.policy_note ? h('div', { class: 'policy-note', 'data-testid': 'policy-note', role: 'note' }, `Why: ${data.policy_note}`) : null,
   );
   const hists = h(
     'section',

@@ -8,7 +8,7 @@ import '@vscode-elements/elements/dist/vscode-tab-panel/index.js';
 import { AttachTrajectoryRequest, DetailsRequest, ErrorNotification, FocusTurnNotification, LoadGroupNotification, LoadNotification, OpenGroupMemberCommand, ReadyCommand, TokenTextsNotification, isMessage, type NotificationMessage } from '../../src/protocol/messages.js';
 import type { AtifCheckResult } from '../../src/harness/atif-check.js';
 import type { GroupViewData } from '../../src/protocol/group-data.js';
-import { fromWire, type TurnDetails, type ViewerData, type ViewerTurn, type ViewerWire } from '../../src/protocol/viewer-data.js';
+import { fromWire, idsWithoutText, type RunOutcomeView, type TurnDetails, type ViewerData, type ViewerTurn, type ViewerWire } from '../../src/protocol/viewer-data.js';
 import { GraphView } from './graph.js';
 import { renderGroup } from './group.js';
 import { Navigator, TokenTexts, addedByHarness, liveFocus, logprobBucket, plural, turnTokens, type TurnTokens } from './model.js';
@@ -47,6 +47,28 @@ function stateStore(api: VsCodeApi | null): { load(): SavedState; save(s: SavedS
   };
 }
 
+const OUTCOME_WORDS: Record<RunOutcomeView['class'], string> = {
+  completed: 'solved',
+  policy_failure: 'not solved',
+  infra_error: 'failed before a reward',
+  timeout: 'timed out',
+  cancelled: 'cancelled',
+};
+
+/** The run's outcome under the header: task, harness, reward and class, and the verifier's last lines (its reason). */
+function outcomeBanner(o: RunOutcomeView): HTMLElement {
+  const tone = o.class === 'completed' ? 'ok' : o.class === 'policy_failure' || o.class === 'cancelled' ? 'warn' : 'bad';
+  const reward = o.reward === null ? 'no reward' : `reward ${o.reward.toFixed(2)}`;
+  const reason = o.error ? o.error.split('\n')[0]! : null;
+  return h(
+    'section',
+    { class: `outcome outcome-${tone}`, 'data-testid': 'outcome', 'aria-label': 'Run outcome' },
+    h('div', { class: 'outcome-line' }, h('span', { class: 'outcome-reward', 'data-testid': 'outcome-reward' }, reward), h('span', {}, `${OUTCOME_WORDS[o.class]} (${o.class})`), h('span', { class: 'muted' }, `task ${o.task} · ${o.harness}`)),
+    reason ? h('div', { class: 'outcome-reason', 'data-testid': 'outcome-reason' }, reason) : null,
+    o.verifier.length ? h('details', { class: 'outcome-verifier', open: '' }, h('summary', {}, 'Verifier output (last lines)'), h('pre', { 'data-testid': 'outcome-verifier' }, o.verifier.join('\n'))) : null,
+  );
+}
+
 class Viewer {
   private readonly nav: Navigator;
   private readonly texts: TokenTexts;
@@ -58,6 +80,11 @@ class Viewer {
   private readonly panels: HTMLElement[] = [];
   private readonly maskButton: HTMLElement;
   private readonly verdict = h('span', { class: 'verdict-badge', 'data-testid': 'verdict' });
+  /** The colour keys of sampled tokens: logprob buckets, or drift bands when the turn carries a rescore. */
+  private readonly logprobLegend = h('span', { class: 'legend-part', 'data-testid': 'legend-logprob' }, ...[0, 1, 2, 3, 4].map((b) => h('span', { class: `t s b${b}` }, ['p≥0.9', 'p≥0.5', 'p≥0.2', 'p≥0.05', 'p<0.05'][b]!)));
+  private readonly driftLegend = h('span', { class: 'legend-part', 'data-testid': 'legend-drift', hidden: '' });
+  /** "loading token text…" while the host is still fetching prompt-token texts (ids show meanwhile). */
+  private readonly textStatus = h('span', { class: 'muted text-status', 'data-testid': 'token-text-status', role: 'status' });
   private current: ViewerTurn;
   private tt: TurnTokens | null = null;
   private state: SavedState;
@@ -78,6 +105,8 @@ class Viewer {
     this.state = store.load();
     this.state.lastKey = data.key;
     this.atif = data.atif;
+    // Only a viewer with a host gets texts later; a report shows what it embeds.
+    if (host && idsWithoutText(data).length) this.textStatus.append(h('span', { class: 'spinner', 'aria-hidden': 'true' }), 'loading token text…');
     const saved = focus ?? this.state.positions[data.key];
     this.current = (saved ? this.nav.byId.get(saved) : undefined) ?? data.turns[0]!;
 
@@ -99,25 +128,27 @@ class Viewer {
       h('h1', {}, data.title),
       h('span', { class: 'muted', 'data-testid': 'summary' }, `${plural(data.turns.length, 'call')} · ${plural(data.graph.roots.length, 'root')} · ${data.capture_level} · ${data.rollout_type}${stats ? ` · ${stats.n_trainable_tokens} trainable tokens` : ''}`),
       this.verdict,
+      this.textStatus,
       h('span', { class: 'spacer' }),
       // One group: when the header wraps, the turn and branch buttons move together.
       h(
         'div',
         { class: 'nav', role: 'group', 'aria-label': 'Navigate turns' },
-        button('◀ Turn', 'Previous turn [k]', 'prev-turn', () => this.step(-1)),
-        button('Turn ▶', 'Next turn [j]', 'next-turn', () => this.step(1)),
-        button('◀ Branch', 'Previous branch [[]', 'prev-branch', () => this.branch(-1)),
-        button('Branch ▶', 'Next branch []]', 'next-branch', () => this.branch(1)),
+        button('‹ Turn', 'Previous turn [k]', 'prev-turn', () => this.step(-1)),
+        button('Turn ›', 'Next turn [j]', 'next-turn', () => this.step(1)),
+        button('‹ Branch', 'Previous branch [[]', 'prev-branch', () => this.branch(-1)),
+        button('Branch ›', 'Next branch []]', 'next-branch', () => this.branch(1)),
         this.maskButton,
       ),
     );
     this.graph = new GraphView(data, this.nav.byId, (id) => this.go(id));
     const legend = h(
       'div',
-      { class: 'legend', 'aria-hidden': 'true' },
+      { class: 'legend', 'aria-hidden': 'true', 'data-testid': 'legend' },
       h('span', { class: 't c' }, 'context'),
       h('span', { class: 't a' }, 'added by harness'),
-      ...[0, 1, 2, 3, 4].map((b) => h('span', { class: `t s b${b}` }, ['p≥0.9', 'p≥0.5', 'p≥0.2', 'p≥0.05', 'p<0.05'][b]!)),
+      this.logprobLegend,
+      this.driftLegend,
       h('span', { class: 't s nolp' }, 'no logprob'),
       h('span', { class: 't s b0 m1' }, 'trains (mask 1)'),
     );
@@ -141,7 +172,7 @@ class Viewer {
       this.store.save(this.state);
     });
     turnEl.append(tabs);
-    root.replaceChildren(header, h('div', { class: 'main' }, this.graph.el, turnEl));
+    root.replaceChildren(header, ...(data.outcome ? [outcomeBanner(data.outcome)] : []), h('div', { class: 'main' }, this.graph.el, turnEl));
     if (this.state.mask) this.setMask(true);
     document.addEventListener('keydown', (e) => this.onKey(e), { signal: this.listening.signal });
     performance.mark('hl-built');
@@ -192,6 +223,7 @@ class Viewer {
     this.state.positions[this.data.key] = turn.node_id;
     this.store.save(this.state);
     this.graph.select(turn.node_id);
+    this.showLegend(turn);
     const added = addedByHarness(this.data, turn, this.nav.byId);
     this.tt = turnTokens(turn, added.relation === 'parent' ? added.kept : 0);
     const nTrain = turn.trained ? turn.sampled_ids.length : 0;
@@ -227,6 +259,23 @@ class Viewer {
     this.panels[1]!.replaceChildren(rawPanel(mine));
   }
 
+  /** Drift colours replace the logprob buckets on a rescored turn: the legend says which key applies. */
+  private showLegend(turn: ViewerTurn): void {
+    const drift = turn.drift;
+    this.logprobLegend.hidden = Boolean(drift);
+    this.driftLegend.hidden = !drift;
+    if (!drift) return;
+    const t = drift.threshold;
+    const band = (x: number) => `|r−1|≤${+(x).toFixed(3)}`;
+    this.driftLegend.replaceChildren(
+      h('span', { class: 'muted' }, 'drift r = rescored/captured p:'),
+      h('span', { class: 't s dr0' }, band(t / 4)),
+      h('span', { class: 't s dr1' }, band(t / 2)),
+      h('span', { class: 't s dr2' }, band(t)),
+      h('span', { class: 't s dr3' }, `|r−1|>${+t.toFixed(3)}`),
+    );
+  }
+
   private showDetail(d: TokenDetail | null): void {
     if (!d) return;
     const { tt, index: i } = d;
@@ -242,6 +291,9 @@ class Viewer {
       lp === null ? ' · no logprob' : ` · logprob ${lp.toFixed(4)} (p=${Math.exp(lp).toFixed(3)})`,
       ` · mask ${tt.mask(i)}`,
     ];
+    // On a rescored turn the colour is the drift: the hover says its ratio next to the logprob.
+    const ratio = sampledAt >= 0 ? tt.turn.drift?.ratios[sampledAt] : undefined;
+    if (tt.turn.drift) parts.push(h('span', { 'data-testid': 'detail-drift' }, ratio === undefined ? ' · no drift ratio' : ` · drift r=${ratio.toFixed(4)} (rescored/captured probability, threshold ±${tt.turn.drift.threshold})`));
     const alts = sampledAt >= 0 ? tt.turn.top?.[sampledAt] : undefined;
     if (alts && alts.length) {
       parts.push(' · top: ');
@@ -280,12 +332,14 @@ class Viewer {
     switch (msg.type) {
       case TokenTextsNotification.method:
         this.texts.add(msg.texts);
+        if (msg.done) this.textStatus.replaceChildren();
         this.show(this.current);
         break;
       case FocusTurnNotification.method:
         this.go(msg.node_id);
         break;
       case ErrorNotification.method:
+        this.textStatus.replaceChildren();
         this.flags.append(h('div', { class: 'flag g-fatal', role: 'alert' }, msg.message));
         break;
       default:

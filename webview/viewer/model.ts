@@ -137,12 +137,15 @@ export interface AddedByHarness {
 export function addedByHarness(data: ViewerData, turn: ViewerTurn, byId: Map<string, ViewerTurn>): AddedByHarness {
   let against: ViewerTurn | null = turn.parent_id ? (byId.get(turn.parent_id) ?? null) : null;
   let relation: AddedByHarness['relation'] = against ? 'parent' : 'none';
-  if (!against) {
-    // A later root: compare with the earlier call it shares the longest prefix with (the latest on ties),
-    // which for a compaction or history rewrite is the call whose history was replaced.
+  if (!against && rootKind(data, turn, byId) === 'compaction') {
+    // A continuation root: compare with the earlier call it shares the longest prefix with (the latest on
+    // ties), which for a compaction or history rewrite is the call whose history was replaced. Other new
+    // roots (the main chain after a title call, a subagent, a side call) start a conversation of their
+    // own: sharing the chat template's first tokens with an earlier call rewrites nothing.
     let best = 0;
     for (const t of data.turns) {
       if (t === turn) break;
+      if (t.role === 'auxiliary' && turn.role !== 'auxiliary') continue;
       const n = prefixOfEnd(t, turn.prompt_ids);
       if (n > 0 && n >= best) {
         best = n;
@@ -159,11 +162,21 @@ export function addedByHarness(data: ViewerData, turn: ViewerTurn, byId: Map<str
 }
 
 /** Kind of a root for the graph: the first root, a subagent or side call, or a continuation (compaction, rewrite). */
+/**
+ * The root of the main chain: the first root that is not a side call. A harness that asks for a title
+ * before it starts (opencode) makes an auxiliary call the first root; the agent's chain after it is the
+ * main one, not a subagent.
+ */
+export function mainRoot(data: ViewerData, byId: Map<string, ViewerTurn>): ViewerTurn | undefined {
+  const roots = data.graph.roots.map((id) => byId.get(id)).filter((t): t is ViewerTurn => t !== undefined);
+  return roots.find((t) => t.role !== 'auxiliary') ?? roots[0];
+}
+
 export function rootKind(data: ViewerData, turn: ViewerTurn, byId: Map<string, ViewerTurn>): 'root' | 'subagent' | 'compaction' | 'auxiliary' | null {
   if (turn.parent_id !== null) return null;
-  if (data.graph.roots[0] === turn.node_id) return 'root';
+  const first = mainRoot(data, byId);
+  if (first === turn) return 'root';
   if (turn.role === 'auxiliary') return 'auxiliary';
-  const first = byId.get(data.graph.roots[0]!);
   // A continuation keeps the start of the conversation (system prompt and task) but not the history.
   if (first && first.prompt_ids.length > 0 && commonPrefix(first.prompt_ids, turn.prompt_ids) >= Math.max(1, Math.floor(first.prompt_ids.length * 0.5))) return 'compaction';
   return 'subagent';

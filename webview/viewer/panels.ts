@@ -2,7 +2,7 @@
 // Plain DOM built with `h`; text always goes through textContent, never innerHTML.
 import type { AtifCheckResult } from '../../src/harness/atif-check.js';
 import type { TurnDetails, ViewerData, ViewerTurn } from '../../src/protocol/viewer-data.js';
-import { addedByHarness, displayText, type TokenTexts } from './model.js';
+import { addedByHarness, displayText, rootKind, type TokenTexts } from './model.js';
 
 type Child = Node | string | null | undefined | false;
 
@@ -46,7 +46,16 @@ export function addedPanel(data: ViewerData, turn: ViewerTurn, byId: Map<string,
   const a = addedByHarness(data, turn, byId);
   const box = h('div', { class: 'added', 'data-testid': 'added' });
   if (!a.against) {
-    box.append(h('p', {}, turn.parent_id === null && data.turns[0] !== turn ? 'A new root that shares no prefix with any earlier call (a subagent or side call): its whole prompt is what the harness sent.' : 'The first call of the rollout: its whole prompt is what the harness sent.'));
+    const kind = turn.parent_id === null ? rootKind(data, turn, byId) : null;
+    const why =
+      data.turns[0] === turn
+        ? 'The first call of the rollout'
+        : kind === 'root'
+          ? 'The start of the main chain (the calls before it were side calls, such as a title request)'
+          : kind === 'auxiliary'
+            ? 'A side call (no tools: a title, a summary or a check) beside the agent chain'
+            : 'A new root that continues no earlier call (a subagent, or a new conversation)';
+    box.append(h('p', { 'data-testid': 'new-root' }, `${why}: its whole prompt is what the harness sent.`));
     box.append(h('pre', { class: 'added-text' }, tokensText(turn.prompt_ids, 0, texts)));
     return box;
   }

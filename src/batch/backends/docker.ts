@@ -8,7 +8,7 @@ import { harnessEntry } from '../../harness/registry.js';
 import { CLI_MODEL_HINTS } from '../../sandbox/lab.js';
 import { LABEL, connectDocker } from '../../sandbox/docker-client.js';
 import { DockerRuntime } from '../../sandbox/docker.js';
-import { TaskRoutedPolicy, startPolicyEngine, type PolicyEngine } from '../../sandbox/policy-engine.js';
+import { TaskRoutedPolicy, batchPolicyFile, startPolicyEngine, type PolicyEngine } from '../../sandbox/policy-engine.js';
 import { ensureReactScript } from '../../sandbox/react-script.js';
 import { runRollout, type RolloutResult } from '../../sandbox/rollout-runner.js';
 import { loadTask, type HarborTask } from '../../tasks/task.js';
@@ -133,8 +133,9 @@ async function open(ctx: BackendContext): Promise<OpenedBackend> {
   let model = manifest.model;
   if (!engineUrl) {
     const routes = [...tasks.values()].map((t) => {
-      if (!t.policyFile) throw new Error(`task ${t.name} has no policy.json for the embedded engine; the batch needs --engine-url`);
-      return { instruction: t.instruction, policyFile: t.policyFile };
+      const policyFile = batchPolicyFile(t);
+      if (!policyFile) throw new Error(`task ${t.name} has no policy.json for the embedded engine; the batch needs --engine-url`);
+      return { instruction: t.instruction, policyFile };
     });
     engine = await startPolicyEngine(new TaskRoutedPolicy(routes));
     engineUrl = engine.url;
