@@ -38,6 +38,8 @@ const EnvironmentSchema = z
     os: z.enum(['linux', 'windows']).default('linux'),
     cpus: z.number().positive().optional(),
     memory_mb: z.number().int().positive().optional(),
+    /** Processes (and threads) the sandbox may have at once. */
+    pids_limit: z.number().int().positive().optional(),
     storage_mb: z.number().int().positive().optional(),
     gpus: z.number().int().nonnegative().optional(),
     network_mode: NetworkMode.default('public'),
@@ -89,6 +91,9 @@ export interface TaskEnvironment {
   memoryMb: number | undefined;
   storageMb: number | undefined;
   networkMode: NetworkModeName;
+  /** Hosts an egress sandbox may reach although they are private or the host's own ([environment].allowed_hosts). */
+  allowedHosts: string[];
+  pidsLimit: number | undefined;
   env: Record<string, string>;
   workdir: string | undefined;
 }
@@ -212,6 +217,8 @@ export function loadTask(dirArg: string): HarborTask {
       memoryMb,
       storageMb,
       networkMode,
+      allowedHosts: env.allowed_hosts ?? [],
+      pidsLimit: env.pids_limit,
       env: env.env,
       workdir: env.workdir,
     },
