@@ -115,7 +115,9 @@ export class RequestGuard {
     const method = req.method ?? 'GET';
     if (method !== 'POST' && method !== 'PUT' && method !== 'PATCH') return undefined;
     const type = req.headers['content-type'];
-    if (type === undefined && req.headers['content-length'] === '0' && req.headers['transfer-encoding'] === undefined) return undefined;
+    // No body at all (no type, and a zero or absent length without chunking): nothing to refuse.
+    const length = req.headers['content-length'];
+    if (type === undefined && (length === '0' || length === undefined) && req.headers['transfer-encoding'] === undefined) return undefined;
     const media = (type ?? '').split(';')[0]!.trim().toLowerCase();
     if (media === 'application/json') return undefined;
     return { status: 415, message: `refused: a ${method} body must be application/json, not ${type === undefined ? 'a body without a content type' : `'${type.slice(0, 100)}'`}` };

@@ -166,7 +166,7 @@ test('no session key, admin key or engine key in any log, record, export, report
   let proxySession: string;
   let proxyKey: string;
   try {
-    const created = await request(`${url}/sessions`, { method: 'POST', headers: admin, body: JSON.stringify({ mint_key: true, metadata: { harness: 'secrets-test' } }) });
+    const created = await request(`${url}/sessions`, { method: 'POST', headers: { ...admin, 'content-type': 'application/json' }, body: JSON.stringify({ mint_key: true, metadata: { harness: 'secrets-test' } }) });
     assert.equal(created.statusCode, 201);
     // The creator's answer is the one place the key is given (and so is not scanned).
     ({ session_id: proxySession, api_key: proxyKey } = JSON.parse(await created.body.text()) as { session_id: string; api_key: string });
@@ -177,10 +177,10 @@ test('no session key, admin key or engine key in any log, record, export, report
       assert.equal(res.statusCode, 200);
       answers.push(await res.body.text());
     }
-    const wrong = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer not-${proxyKey}` }, body: '{}' });
+    const wrong = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer not-${proxyKey}`, 'content-type': 'application/json' }, body: '{}' });
     assert.equal(wrong.statusCode, 401);
     answers.push(await wrong.body.text());
-    const byId = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${proxySession}` }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }) });
+    const byId = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${proxySession}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }) });
     assert.equal(byId.statusCode, 401, "a keyed session's id opens nothing");
     answers.push(await byId.body.text());
     for (const path of ['/health', '/engines', '/sessions', `/sessions/${proxySession}`, `/sessions/${proxySession}/rollout`, `/sessions/${proxySession}/calls`]) {

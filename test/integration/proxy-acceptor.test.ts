@@ -128,7 +128,7 @@ test('the proxy through its acceptor: /health counts a session at once; a taken 
   closers.push(() => proxy.close());
   const health = async () => (await (await fetch(`${proxy.url}/health`, { headers: { connection: 'close' } })).json()) as { sessions: number; status: string };
   assert.equal((await health()).sessions, 0);
-  assert.equal((await fetch(`${proxy.url}/sessions`, { method: 'POST', body: '{}' })).status, 201);
+  assert.equal((await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).status, 201);
   assert.deepEqual([(await health()).status, (await health()).sessions], ['ok', 1]);
   await assert.rejects(CaptureProxy.start({ engineUrl: engine.url, model: 'm', port: proxy.port }), (err: unknown) => err instanceof ProxyConfigError && /already in use/.test(err.message));
 });
@@ -139,7 +139,7 @@ test('if the acceptor thread dies, the proxy says so and listens again on the sa
   const errors: string[] = [];
   const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: 'fake/qwen3-tiny', logger: { info() {}, warn() {}, error: (m) => errors.push(m) } });
   closers.push(() => proxy.close());
-  const { session_id } = (await (await fetch(`${proxy.url}/sessions`, { method: 'POST', body: '{}' })).json()) as { session_id: string };
+  const { session_id } = (await (await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).json()) as { session_id: string };
   // Stand-in for a crash: the thread ends without close().
   await (proxy as unknown as { acceptor: { worker: Worker } }).acceptor.worker.terminate();
   let status = 0;
