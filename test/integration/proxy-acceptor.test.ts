@@ -64,7 +64,7 @@ test('/health on a fresh connection is answered while the main thread is blocked
 
 function rawGet(port: number, path: string, headers: Record<string, string>): Promise<string> {
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path, headers }, (res) => {
+    const req = request({ host: '127.0.0.1', port, path, headers, agent: false }, (res) => {
       let text = '';
       res.on('data', (c: Buffer) => (text += c.toString()));
       res.on('end', () => resolve(text));
