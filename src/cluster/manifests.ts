@@ -307,6 +307,11 @@ export interface ProxyInput {
   memory?: string;
 }
 
+/** The Service's names rollout pods reach the proxy by: the proxy refuses any other Host (request-guard.ts). */
+function serviceHostFlags(name: string, namespace: string): string[] {
+  return [name, `${name}.${namespace}`, `${name}.${namespace}.svc`, `${name}.${namespace}.svc.cluster.local`].flatMap((host) => ['--allowed-host', host]);
+}
+
 export function proxyManifests(input: ProxyInput): (KubernetesObject & Record<string, unknown>)[] {
   const name = proxyName(input.batchId);
   const batch = labelValue(input.batchId);
@@ -331,7 +336,7 @@ export function proxyManifests(input: ProxyInput): (KubernetesObject & Record<st
               {
                 name: 'proxy',
                 image: input.image,
-                command: [...(input.command ?? ['harness-lab']), 'proxy', '--engine-url', input.engineUrl, '--model', input.model, '--host', '0.0.0.0', '--port', String(PROXY_PORT), '--data-dir', '/var/lib/harness-lab/capture', ...(input.maxModelCalls ? ['--max-model-calls', String(input.maxModelCalls)] : [])],
+                command: [...(input.command ?? ['harness-lab']), 'proxy', '--engine-url', input.engineUrl, '--model', input.model, '--host', '0.0.0.0', '--port', String(PROXY_PORT), ...serviceHostFlags(name, input.namespace), '--data-dir', '/var/lib/harness-lab/capture', ...(input.maxModelCalls ? ['--max-model-calls', String(input.maxModelCalls)] : [])],
                 env: [
                   { name: 'HARNESS_LAB_ADMIN_KEY', valueFrom: { secretKeyRef: { name, key: 'admin-key' } } },
                   ...(input.engineApiKey ? [{ name: 'HARNESS_LAB_ENGINE_API_KEY', valueFrom: { secretKeyRef: { name, key: 'engine-api-key' } } }] : []),
