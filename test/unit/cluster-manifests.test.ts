@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { dnsLabel, entryScript, formatManifests, jobName, labelValue, parsePodResult, rolloutJob, testsConfigMap, validateManifests, type RolloutJobInput } from '../../src/cluster/manifests.js';
+import { dnsLabel, entryScript, formatManifests, inClusterProxyUrl, jobName, labelValue, parsePodResult, proxyManifests, rolloutJob, testsConfigMap, validateManifests, type RolloutJobInput } from '../../src/cluster/manifests.js';
 import { loadTask } from '../../src/tasks/task.js';
 
 const TASK = loadTask(join(__dirname, '..', '..', 'examples', 'tasks', 'hello-file'));
@@ -71,5 +71,17 @@ describe('cluster manifests', () => {
     spec.backoffLimit = 'zero';
     delete spec.template.spec.containers[0]!.name;
     await assert.rejects(validateManifests([job]), { name: 'ClusterError', message: 'Job ns/hl-b1-g0-r0-a0 is not a valid manifest: /spec/backoffLimit must be integer; /spec/template/spec/containers/0 must have required property name' });
+  });
+});
+
+describe('proxy manifests', () => {
+  it("tell the in-cluster proxy the Service names rollout pods reach it by (it refuses any other Host)", () => {
+    const objects = proxyManifests({ batchId: 'b1', namespace: 'lab', image: 'img', engineUrl: 'http://e/v1', model: 'm', adminKey: 'k' } as Parameters<typeof proxyManifests>[0]);
+    const deployment = objects.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { containers: { command: string[] }[] } } } };
+    const command = deployment.spec.template.spec.containers[0]!.command;
+    const allowed = command.flatMap((arg, i) => (arg === '--allowed-host' ? [command[i + 1]] : []));
+    const url = new URL(inClusterProxyUrl('lab', 'b1'));
+    assert.ok(allowed.includes(url.hostname), `${url.hostname} in ${allowed.join(', ')}`);
+    assert.ok(allowed.includes(`${url.hostname}.cluster.local`));
   });
 });
