@@ -12,6 +12,7 @@ import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, r
 import { dirname, join } from 'node:path';
 import { z } from 'zod';
 import { SESSION_ID_PATTERN } from '../capture/store.js';
+import { INFRA_CAUSES } from './infra-cause.js';
 
 export const BATCH_SCHEMA_VERSION = 1;
 
@@ -42,7 +43,7 @@ export const ROLLOUT_STATES = ['queued', 'running', 'done', 'discarded'] as cons
 export type RolloutStateName = (typeof ROLLOUT_STATES)[number];
 
 /**
- * Exactly one class per finished rollout (reference: cluster-and-training.md section 7).
+ * Exactly one class per finished rollout (docs/trainer-contracts.md §7).
  * completed: the verifier ran and gave a reward > 0. policy_failure: the harness ran, the verifier gave 0
  * (or the model's output broke the harness while tokens stayed aligned): trainable with reward 0.
  * infra_error: sandbox or harness crash, verifier never ran, no calls seen, misaligned capture: reward null.
@@ -72,6 +73,18 @@ export const K8sTargetSchema = z
   })
   .strict();
 
+export const PacingSchema = z
+  .object({
+    /** Sandboxes starting at once (created until the agent is launched), apart from `parallel`; 0: no cap. */
+    max_starting: z.number().int().nonnegative(),
+    /** Wall budget of one sandbox start-up; past it the attempt is an infra failure (startup_timeout). */
+    start_timeout_sec: z.number().positive().nullable(),
+    /** Consecutive infra failures that pause new sandboxes until the backend answers its probe; 0: off. */
+    breaker_after: z.number().int().nonnegative(),
+  })
+  .strict();
+export type Pacing = z.infer<typeof PacingSchema>;
+
 export const BatchManifestSchema = z
   .object({
     schema_version: z.literal(BATCH_SCHEMA_VERSION),
@@ -91,9 +104,18 @@ export const BatchManifestSchema = z
     engine_url: z.string().nullable(),
     model: z.string().nullable(),
     k8s: K8sTargetSchema.nullable(),
+    /** Failure containment and start-up pacing (runner.ts); absent in batches written before it: the defaults. */
+    pacing: PacingSchema.optional(),
   })
   .strict();
 export type BatchManifest = z.infer<typeof BatchManifestSchema>;
+
+/** What a manifest without `pacing` runs with. */
+export const DEFAULT_PACING: Pacing = { max_starting: 4, start_timeout_sec: 300, breaker_after: 10 };
+
+export function pacingOf(m: Pick<BatchManifest, 'pacing'>): Pacing {
+  return m.pacing ?? DEFAULT_PACING;
+}
 
 /** One try at a rollout; a lab killed mid-rollout leaves an attempt ended 'interrupted', kept for debugging. */
 export const AttemptSchema = z
@@ -107,6 +129,9 @@ export const AttemptSchema = z
     outcome: z.enum(['running', 'finished', 'interrupted', 'cancelled']),
     /** Only the finished attempt of a done rollout is ever trainable. */
     trainable: z.boolean(),
+    /** A finished attempt's class and, for infra_error, its cause (absent in batches written before them). */
+    class: z.enum(ROLLOUT_CLASSES).nullable().optional(),
+    infra_cause: z.enum(INFRA_CAUSES).nullable().optional(),
   })
   .strict();
 export type Attempt = z.infer<typeof AttemptSchema>;
@@ -137,6 +162,8 @@ export const RolloutStateSchema = z
     /** Backend handle (container id, Job name) so resume and cancel can find what is left. */
     backend_ref: z.string().nullable(),
     n_calls: z.number().int().nonnegative(),
+    /** For infra_error: what failed, as a class (infra-cause.ts); absent in batches written before it. */
+    infra_cause: z.enum(INFRA_CAUSES).nullable().optional(),
   })
   .strict()
   .superRefine((s, ctx) => {

@@ -9,14 +9,16 @@ import { adminKeyFromHeaders, isLoopbackHost, secretsEqual } from './auth.js';
 import { detectDialect } from './dialects/index.js';
 import { EngineClient } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
+import { resolveRenderMode, TokenInUnavailableError, type RenderMode, type RenderModeReport } from './render/mode.js';
+import type { TokenInEngine } from './render/token-engine.js';
 import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, loggableTarget, parseRequestTarget, readBody, sendJson } from './http-util.js';
+import { METRICS_CONTENT_TYPE, ProxyMetrics } from './metrics.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
 import { RequestGuard, type Refusal } from './request-guard.js';
-import type { RolloutDocument } from './rollout.js';
 import { SessionExistsError, SessionKeyInUseError, SessionRegistry, type CreatedSession, type DormancyLimits, type ResidentLimits } from './session-registry.js';
-import { CreateSessionSchema, type CaptureSession, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
+import { CreateSessionSchema, type CaptureSession } from './sessions.js';
 import { StoreWriteError } from './store.js';
-import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger } from './types.js';
+import type { CaptureLevel, ProxyLogger } from './types.js';
 import { DEFAULT_MAX_OUTPUT_TOKENS } from './upstream.js';
 
 export type { ProxyLogger } from './types.js';
@@ -55,6 +57,16 @@ export interface ProxyOptions {
   resident?: ResidentLimits;
   /** When idle sessions leave memory entirely, found again through their files; see SessionRegistry. */
   dormancy?: DormancyLimits;
+  /**
+   * Who renders the chat template: `proxy` (token in, token out; the proxy bridges each turn onto
+   * the exact tokens of the turn it continues), `engine` (chat completions), or `auto` (default:
+   * proxy where possible, else engine). See docs/token-in.md.
+   */
+  render?: RenderMode;
+  /** The model folder (tokenizer.json, tokenizer_config.json) or GGUF to render with; default: found from the engine's /v1/models. */
+  renderModel?: string;
+  /** Compare every bridged prompt with a full render of the same messages (O(context) per call; default true). */
+  checkFullRender?: boolean;
 }
 
 const silentLogger: ProxyLogger = { info() {}, warn() {}, error() {} };
@@ -65,11 +77,15 @@ export class CaptureProxy {
   readonly instance = randomBytes(8).toString('hex');
   /** Every session of this proxy: create, get, list, delete, rollout, and their events. */
   readonly sessions: SessionRegistry;
+  /** `GET /metrics`: counters fed by the registry's events (metrics.ts). */
+  private readonly metrics: ProxyMetrics;
   private readonly engine: EngineClient;
   private readonly log: ProxyLogger;
   private captureLevel: CaptureLevel;
   private probeReport: EngineProbeReport | undefined;
   private probing: Promise<EngineProbeReport> | undefined;
+  private renderResolved: { report: RenderModeReport; engine: TokenInEngine | null } | undefined;
+  private renderResolving: Promise<{ report: RenderModeReport; engine: TokenInEngine | null; transient: boolean }> | undefined;
   private readonly modelCall: Omit<ModelCallDeps, 'findSession'>;
   private server!: Server;
   private guard!: RequestGuard;
@@ -89,9 +105,10 @@ export class CaptureProxy {
       resident: options.resident,
       dormancy: options.dormancy,
     });
+    this.metrics = new ProxyMetrics(this.sessions);
     this.modelCall = {
       sessions: this.sessions,
-      engine: { client: this.engine, grade: () => this.ensureProbed() },
+      engine: { client: this.engine, grade: () => this.ensureProbed(), tokenIn: () => this.tokenInEngine() },
       limits: {
         bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT,
         maxOutputTokens: options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
@@ -109,6 +126,7 @@ export class CaptureProxy {
     const proxy = new CaptureProxy(options);
     await proxy.listen(host, options.port ?? 0);
     if (!options.captureLevel) void proxy.ensureProbed();
+    if (options.render !== 'engine') void proxy.tokenInEngine().catch(() => undefined);
     return proxy;
   }
 
@@ -194,42 +212,6 @@ export class CaptureProxy {
     });
   }
 
-  // ---- sessions: new code uses `proxy.sessions`; these delegates keep older callers working ----
-
-  /** Fires after a call is durably recorded (answered or failed). */
-  get onDidRecordCall(): SessionRegistry['onDidRecordCall'] {
-    return this.sessions.onDidRecordCall;
-  }
-
-  /** Fires when a session is created or deleted. */
-  get onDidChangeSessions(): SessionRegistry['onDidChange'] {
-    return this.sessions.onDidChange;
-  }
-
-  createSession(request: CreateSessionRequest = {}): CreatedSession {
-    return this.sessions.create(request);
-  }
-
-  listSessions(): JsonObject[] {
-    return this.sessions.list();
-  }
-
-  getSession(id: string): CaptureSession | undefined {
-    return this.sessions.get(id);
-  }
-
-  getCalls(id: string): CallRecord[] {
-    return this.sessions.calls(id);
-  }
-
-  deleteSession(id: string): Promise<boolean> {
-    return this.sessions.delete(id);
-  }
-
-  rollout(id: string, opts?: RolloutReadOptions): RolloutDocument | undefined {
-    return this.sessions.rollout(id, opts);
-  }
-
   /** The engine's grade; probed once on first contact, again after a probe that could not reach it. */
   async ensureProbed(): Promise<CaptureLevel> {
     if (this.options.captureLevel) return this.options.captureLevel;
@@ -246,6 +228,35 @@ export class CaptureProxy {
     });
     await this.probing;
     return this.captureLevel;
+  }
+
+  /**
+   * The render mode, resolved once against a reachable engine (again while the engine cannot be
+   * reached). Null: chat completions. Throws when `--render proxy` was asked for and is impossible.
+   */
+  async tokenInEngine(): Promise<TokenInEngine | null> {
+    const requested = this.options.render ?? 'auto';
+    if (requested === 'engine') return null;
+    if (!this.renderResolved) {
+      this.renderResolving ??= (async () => {
+        await this.ensureProbed();
+        const resolved = await resolveRenderMode(this.engine, { requested, model: this.options.model, modelFiles: this.options.renderModel, checkFullRender: this.options.checkFullRender });
+        const r = resolved.report;
+        if (r.mode === 'proxy') this.log.info(`render: the proxy renders (token in) with ${r.model_files} (${r.family}), engine route ${r.route}, max_model_len ${r.max_model_len ?? 'unknown'}`);
+        else this.log[requested === 'proxy' ? 'error' : 'info'](`render: the engine renders (chat completions): ${r.problem}`);
+        if (!resolved.transient && this.probeReport?.reachable !== false) this.renderResolved = resolved;
+        return resolved;
+      })().finally(() => (this.renderResolving = undefined));
+    }
+    const resolved = this.renderResolved ?? (await this.renderResolving!);
+    if (resolved.engine) return resolved.engine;
+    if (requested === 'proxy') throw new TokenInUnavailableError(`the capture proxy was started with --render proxy but cannot render: ${resolved.report.problem}`);
+    return null;
+  }
+
+  /** How calls are rendered, once resolved. */
+  get renderReport(): RenderModeReport | undefined {
+    return this.renderResolved?.report;
   }
 
   get engineReport(): EngineProbeReport | undefined {
@@ -274,6 +285,7 @@ export class CaptureProxy {
       engine_reachable: this.probeReport?.reachable ?? null,
       require_registered: true,
       admin_key: Boolean(this.options.adminKey),
+      render: this.renderResolved?.report.mode ?? (this.options.render === 'engine' ? 'engine' : 'unknown'),
     };
   }
 
@@ -287,6 +299,11 @@ export class CaptureProxy {
     if (path === '/health' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, this.health());
     if (path === '/' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, { status: 'ok', service: 'harness-lab capture proxy' });
     if (path === '/v1/models' && method === 'GET') return this.models(res);
+    if (path === '/metrics' && method === 'GET') {
+      if (!this.isAdmin(req)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key', type: 'invalid_request_error' } });
+      res.writeHead(200, { 'content-type': METRICS_CONTENT_TYPE, 'cache-control': 'no-store' });
+      return void res.end(this.metrics.render());
+    }
     if (path === '/engines' && method === 'GET') {
       if (!this.isAdmin(req)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key', type: 'invalid_request_error' } });
       await this.ensureProbed();
@@ -302,7 +319,7 @@ export class CaptureProxy {
 
   /** A refused request (foreign Host or Origin, a body that is not JSON), answered in the caller's dialect. */
   private refuse(req: IncomingMessage, res: ServerResponse, url: URL, path: string, refusal: Refusal): void {
-    const control = path === '/' || path === '/health' || path === '/engines' || path === '/sessions' || path.startsWith('/sessions/');
+    const control = path === '/' || path === '/health' || path === '/metrics' || path === '/engines' || path === '/sessions' || path.startsWith('/sessions/');
     this.log.warn(`refused ${req.method} ${loggableTarget(req.url)}: ${refusal.message}`);
     if (control) return sendJson(res, refusal.status, { error: { message: refusal.message, type: 'invalid_request_error' } });
     const dialect = detectDialect(url.pathname, req.headers, undefined);
@@ -394,6 +411,7 @@ export class CaptureProxy {
     if (this.acceptor) await this.acceptor.close();
     else await new Promise<void>((resolve) => this.server.close(() => resolve()));
     await this.engine.close();
+    this.metrics.dispose();
     await this.sessions.close();
   }
 }

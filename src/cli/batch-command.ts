@@ -1,4 +1,5 @@
 // `harness-lab batch submit|status|watch|collect|cancel|resume`: flags in, src/batch/ does the work.
+import { join, resolve } from 'node:path';
 import { defineCommand, defineCommandGroup, UsageError, type CliCommand } from './args.js';
 import { allowTemplateVariables } from '../tasks/task.js';
 import { harnessNames } from '../harness/registry.js';
@@ -8,6 +9,7 @@ const USAGE = `usage: harness-lab batch submit --tasks DIR|GLOB --harness NAME[,
                               [--on-timeout discard|keep] [--engine-url URL] [--model M]
                               [--temperature T] [--policy-version V] [--out DIR]
                               [--engine-api-key K] [--allow-env NAME]...
+                              [--max-starting N] [--start-timeout S] [--breaker-after K]
                               [--context CTX] [--namespace NS] [--registry REG] [--queue NAME]
                               [--dry-run -o json|yaml]
        harness-lab batch status BATCH [--json] [--rollouts]
@@ -37,6 +39,11 @@ its manifest and every rollout's state live there, so a batch survives its lab b
   --allow-env NAME   a host variable task templates (\${NAME} in [environment].env, [verifier].env)
                      may copy into the sandbox (repeatable; or HARNESS_LAB_ALLOW_ENV=A,B); others
                      are refused, the lab's HARNESS_LAB_* keys always
+  --max-starting N   sandboxes starting at once, apart from --parallel (default 4; 0: no cap)
+  --start-timeout S  wall budget of one sandbox start-up; past it the rollout is an infra
+                     failure, not an agent timeout (default 300)
+  --breaker-after K  after K infra failures in a row no sandbox starts until the backend answers
+                     its probe again; the rollouts of that streak run again (default 10; 0: off)
 
 Every rollout ends in one class: completed, policy_failure (reward 0, trainable), infra_error
 (discarded, reward null) or timeout. \`batch status\` flags groups with no contrast (all rewards
@@ -74,6 +81,9 @@ const submit = defineCommand({
     namespace: { type: 'string' },
     registry: { type: 'string' },
     queue: { type: 'string' },
+    'max-starting': { type: 'integer' },
+    'start-timeout': { type: 'string' },
+    'breaker-after': { type: 'integer' },
     'dry-run': { type: 'boolean' },
     output: { type: 'string', short: 'o' },
     verbose: { type: 'boolean', short: 'v' },
@@ -112,6 +122,9 @@ const submit = defineCommand({
         policyVersion: flags['policy-version'],
         outDir: flags.out,
         k8s: backend === 'k8s' ? { context: flags.context, namespace: flags.namespace, registry: flags.registry, queueName: flags.queue } : undefined,
+        maxStarting: flags['max-starting'],
+        startTimeoutSec: numberFlag(flags['start-timeout'], 'start-timeout'),
+        breakerAfter: flags['breaker-after'],
       });
     } catch (err) {
       if (err instanceof BatchPlanError) throw new UsageError(err.message);
@@ -151,12 +164,15 @@ async function runAndReport(dir: string, verbose: boolean, engineApiKey: string 
 const status = defineCommand({
   name: 'batch status',
   summary: "print a batch's groups and rollouts",
-  usage: 'usage: harness-lab batch status BATCH [--json] [--rollouts]',
-  flags: { json: { type: 'boolean' }, rollouts: { type: 'boolean' } },
+  usage: `usage: harness-lab batch status BATCH [--json] [--rollouts] [--stall-after S]
+
+  --stall-after S  flag running rollouts with no model call and no sandbox output for S seconds
+                   (default 300; 0: never)`,
+  flags: { json: { type: 'boolean' }, rollouts: { type: 'boolean' }, 'stall-after': { type: 'integer' } },
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
     const { batchStatus, formatStatus } = await import('../batch/status.js');
-    const st = batchStatus(positionals[0]!);
+    const st = batchStatus(positionals[0]!, { stallAfterS: flags['stall-after'] });
     process.stdout.write(flags.json ? `${JSON.stringify(st, null, 2)}\n` : formatStatus(st, { rollouts: flags.rollouts }));
     return 0;
   },
@@ -165,12 +181,12 @@ const status = defineCommand({
 const watch = defineCommand({
   name: 'batch watch',
   summary: 'follow a running batch until it ends',
-  usage: 'usage: harness-lab batch watch BATCH [--rollouts]',
-  flags: { rollouts: { type: 'boolean' } },
+  usage: 'usage: harness-lab batch watch BATCH [--rollouts] [--stall-after S]',
+  flags: { rollouts: { type: 'boolean' }, 'stall-after': { type: 'integer' } },
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
     const { watchBatch } = await import('../batch/control.js');
-    const st = await watchBatch(positionals[0]!, (t) => process.stdout.write(t), { rollouts: flags.rollouts });
+    const st = await watchBatch(positionals[0]!, (t) => process.stdout.write(t), { rollouts: flags.rollouts, stallAfterS: flags['stall-after'] });
     return st.lab === 'finished' ? 0 : 1;
   },
 });
@@ -182,10 +198,23 @@ const collect = defineCommand({
   flags: { out: { type: 'string', short: 'o' } },
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
-    const { collectBatch } = await import('../batch/collect.js');
-    const s = collectBatch(positionals[0]!, flags.out);
-    say(`wrote ${s.lines} trace(s) from ${s.rollouts} trainable rollout(s) in ${s.groupsKept.length} group(s) to ${s.file}`);
-    for (const [g, why] of Object.entries(s.groupsDropped)) say(`  left out ${g}: ${why}`);
+    // The export's one writer in its `collected` format: streamed, contract-checked, with FILE.manifest.json.
+    const { runExport } = await import('../export/export.js');
+    const { ExportContractError } = await import('../export/contract.js');
+    const { ExportInputError } = await import('../export/source.js');
+    const { BatchFileError } = await import('../batch/state.js');
+    const dir = resolve(positionals[0]!);
+    const file = resolve(flags.out ?? join(dir, 'collected.jsonl'));
+    let m;
+    try {
+      m = await runExport({ format: 'collected', source: { kind: 'batch', dir }, out: file });
+    } catch (err) {
+      if (!(err instanceof ExportContractError || err instanceof ExportInputError || err instanceof BatchFileError)) throw err;
+      process.stderr.write(`harness-lab batch collect: ${err.message}\n`);
+      return 1;
+    }
+    say(`wrote ${m.counts.rows} trace(s) from ${m.counts.rollouts_kept} trainable rollout(s) in ${m.counts.groups_kept} group(s) to ${file}`);
+    for (const g of m.dropped_groups) say(`  left out ${g.group_id}: ${g.detail}`);
     return 0;
   },
 });

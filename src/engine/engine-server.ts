@@ -1,14 +1,16 @@
 // HTTP front of the embedded engine with vLLM's routes and shapes: POST /v1/chat/completions
-// (JSON or SSE), POST /v1/completions (prompt_logprobs scoring only), POST /tokenize, POST /detokenize,
+// (JSON or SSE), POST /v1/completions (token-id prompts: generation, or prompt_logprobs scoring), POST /tokenize, POST /detokenize,
 // GET /v1/models, GET /health. Loopback by default.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { RequestGuard } from '../capture/request-guard.js';
+import { EventLoopLag, LabelledCounter, METRICS_CONTENT_TYPE, MetricsText } from '../capture/metrics.js';
 import type { ChatChoice, ChatResponse } from '../capture/types.js';
-import { chatRequestSchema, completionRequestSchema, describeIssues, detokenizeRequestSchema, EngineRequestError, tokenizeRequestSchema } from './chat-request.js';
+import { chatRequestSchema, completionRequestSchema, describeIssues, detokenizeRequestSchema, EngineRequestError, tokenCompletionRequestSchema, tokenizeRequestSchema } from './chat-request.js';
 import type { GeneratedToken, LlamaEngine } from './llama-engine.js';
 
 const MAX_BODY = 32 * 1024 * 1024;
+const KNOWN_ROUTES = new Set(['/health', '/v1/models', '/tokenize', '/detokenize', '/v1/chat/completions', '/v1/completions']);
 
 export interface EngineServerOptions {
   host?: string;
@@ -21,11 +23,29 @@ export class EngineServer {
   private readonly server: Server;
   private readonly created = Math.floor(Date.now() / 1000);
   private guard = new RequestGuard({ listenHost: '127.0.0.1' });
+  /** `GET /metrics`: requests by route and status, requests in flight, event-loop lag. */
+  private readonly requests = new LabelledCounter();
+  private inFlight = 0;
+  private readonly lag = new EventLoopLag();
 
   constructor(readonly engine: LlamaEngine) {
     this.server = createServer((req, res) => {
+      const route = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '') || '/';
+      this.inFlight++;
+      res.once('close', () => {
+        this.inFlight--;
+        if (route !== '/metrics') this.requests.add({ route: KNOWN_ROUTES.has(route) ? route : 'other', status: res.statusCode });
+      });
       this.route(req, res).catch((err: unknown) => this.fail(res, err));
     });
+  }
+
+  private metrics(): string {
+    const out = new MetricsText();
+    out.metric('harness_lab_engine_requests_total', 'counter', 'Requests answered, by route and HTTP status', this.requests.samples());
+    out.metric('harness_lab_engine_requests_in_flight', 'gauge', 'Requests being answered (the model runs one at a time)', Math.max(0, this.inFlight - 1));
+    this.lag.write(out, 'harness_lab_engine');
+    return out.toString();
   }
 
   /** Starts listening; resolves with the base URL (`http://HOST:PORT`). */
@@ -49,6 +69,7 @@ export class EngineServer {
   }
 
   close(): Promise<void> {
+    this.lag.dispose();
     this.server.closeAllConnections();
     return new Promise((resolve) => this.server.close(() => resolve()));
   }
@@ -60,6 +81,13 @@ export class EngineServer {
     if (refusal) throw new EngineRequestError(refusal.message, refusal.status);
     const routes: Record<string, [string, () => Promise<void> | void]> = {
       '/health': ['GET', () => json(res, 200, { status: 'ok', model: this.engine.modelName })],
+      '/metrics': [
+        'GET',
+        () => {
+          res.writeHead(200, { 'content-type': METRICS_CONTENT_TYPE, 'cache-control': 'no-store' });
+          res.end(this.metrics());
+        },
+      ],
       '/v1/models': ['GET', () => json(res, 200, this.models())],
       '/tokenize': ['POST', async () => json(res, 200, this.engine.tokenize(parse(tokenizeRequestSchema, await readJson(req))))],
       '/detokenize': ['POST', async () => json(res, 200, this.engine.detokenize(parse(detokenizeRequestSchema, await readJson(req))))],
@@ -81,7 +109,8 @@ export class EngineServer {
           object: 'model',
           created: this.created,
           owned_by: 'harness-lab',
-          root: this.engine.modelName,
+          // vLLM writes the model's path here; the capture proxy finds the tokenizer and chat template by it.
+          root: this.engine.modelPath,
           parent: null,
           max_model_len: this.engine.contextSize,
         },
@@ -89,9 +118,18 @@ export class EngineServer {
     };
   }
 
-  /** Teacher-forced scoring only (prompt_logprobs over a token-id prompt), in vLLM's response shape. */
+  /**
+   * vLLM's /v1/completions over a token-id prompt: with `prompt_logprobs`, teacher-forced scoring
+   * (what `rescore` asks for); without, generation (what the proxy sends in token-in mode).
+   */
   private async completions(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = parse(completionRequestSchema, await readJson(req));
+    const raw = await readJson(req);
+    const scoring = typeof raw === 'object' && raw !== null && (raw as { prompt_logprobs?: unknown }).prompt_logprobs != null;
+    if (!scoring) {
+      json(res, 200, await this.engine.completeTokens(parse(tokenCompletionRequestSchema, raw)));
+      return;
+    }
+    const body = parse(completionRequestSchema, raw);
     const promptLogprobs = await this.engine.scorePrompt(body);
     json(res, 200, {
       id: `cmpl-${Date.now().toString(16)}${Math.floor(Math.random() * 1e9).toString(16)}`,

@@ -34,6 +34,15 @@ function gone(labels: Record<string, string> | undefined): boolean {
   return host === hostname() && Number.isInteger(pid) && !processAlive(pid);
 }
 
+/**
+ * A task's image tag: its name as a Docker-safe slug and the hash of its build context over its base
+ * images' ids (a rebuilt base image gives new task images too). The one rule, for docker and k8s.
+ */
+export function taskImageTag(taskName: string, contextDir: string, baseImageIds: readonly string[]): string {
+  const slug = taskName.toLowerCase().replace(/[^a-z0-9_.-]+/g, '-').replace(/^[-.]+/, '') || 'task';
+  return `harness-lab/task-${slug}:${contextHash(contextDir, baseImageIds)}`;
+}
+
 /** Content hash of the build context: the image tag changes exactly when the environment does. */
 export function contextHash(dir: string, baseImageIds: readonly string[] = []): string {
   const h = createHash('sha256');
@@ -150,6 +159,9 @@ export function containerSpec(spec: SandboxSpec, workdir: string, network: { iso
   };
 }
 
+/** Task image builds under way in this process, by tag: concurrent rollouts of a task wait for one. */
+const buildsInFlight = new Map<string, Promise<string>>();
+
 export class DockerRuntime implements SandboxRuntime {
   readonly kind = 'docker' as const;
   readonly needsSessionSocket = true;
@@ -183,10 +195,18 @@ export class DockerRuntime implements SandboxRuntime {
       }
       baseIds.push(info.Id);
     }
-    const slug = task.name.toLowerCase().replace(/[^a-z0-9_.-]+/g, '-').replace(/^[-.]+/, '') || 'task';
-    // A rebuilt base image gives new task images too.
-    const tag = `harness-lab/task-${slug}:${contextHash(env.contextDir, baseIds)}`;
+    const tag = taskImageTag(task.name, env.contextDir, baseIds);
     if (await imageExists(this.docker, tag)) return tag;
+    // Rollouts of one task that start together share one build (a group of G would build G times).
+    const building = buildsInFlight.get(tag);
+    if (building) return building;
+    const build = this.buildTaskImage(task, tag, file, log).finally(() => buildsInFlight.delete(tag));
+    buildsInFlight.set(tag, build);
+    return build;
+  }
+
+  private async buildTaskImage(task: HarborTask, tag: string, file: string, log?: (line: string) => void): Promise<string> {
+    const env = task.environment;
     log?.(`building ${tag} from ${env.contextDir}`);
     await this.ensureBuildNetwork(env.allowedHosts);
     const stream = await this.docker.buildImage(tarDirectory(env.contextDir), {

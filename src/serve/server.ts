@@ -1,5 +1,5 @@
-// `harness-lab serve`'s HTTP + WebSocket server, speaking OpenEnv's Harbor protocol (trainers.md
-// section 3) so TRL's HarborSessionFactory talks to it unchanged: the task API under /harbor_env,
+// `harness-lab serve`'s HTTP + WebSocket server, speaking OpenEnv's Harbor protocol
+// (docs/trainer-contracts.md §3) so TRL's HarborSessionFactory talks to it unchanged: the task API under /harbor_env,
 // `/ws` sessions whose `step` frame calls the one tool `run_rollout`, and the JSON-RPC session
 // methods on POST /mcp. Capacity is checked when a session opens (nothing queues), as OpenEnv does.
 // /health answers from memory, never waiting on a rollout. The `ws` library answers the client's
@@ -11,6 +11,8 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { adminKeyFromHeaders, secretsEqual } from '../capture/auth.js';
 import { RequestGuard } from '../capture/request-guard.js';
 import type { z } from 'zod';
+import { BodyTooLargeError, readBody as readBoundedBody, sendJson } from '../capture/http-util.js';
+import { EventLoopLag, METRICS_CONTENT_TYPE, MetricsText } from '../capture/metrics.js';
 import { taskRef, type ServedSplit } from './datasets.js';
 import {
   CallToolAction,
@@ -89,6 +91,8 @@ const TOOL_DESCRIPTION = {
 
 export class ServeServer {
   private readonly sessions = new Map<string, Session>();
+  /** The event-loop delay reported on `/metrics`. */
+  private readonly lag = new EventLoopLag();
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: 64 * 2 ** 20 });
   private readonly sweep: NodeJS.Timeout;
   private readonly guard: RequestGuard;
@@ -187,6 +191,17 @@ export class ServeServer {
       }
       if (req.method === 'GET' && path === '/health') return json(res, 200, { status: 'healthy', ...this.capacityData(), running_rollouts: this.opts.rollouts.runningCount, queued_rollouts: this.opts.rollouts.queuedCount });
       if (!this.authorized(req)) return json(res, 401, { detail: 'this rollout server wants its admin key: Authorization: Bearer KEY, or the key in the server URL as http://trainer:KEY@host:port (what an unchanged TRL client sends)' });
+      if (req.method === 'GET' && path === '/metrics') {
+        const out = new MetricsText();
+        out.metric('harness_lab_serve_sessions', 'gauge', 'OpenEnv sessions open, and the cap (--max-concurrent)', [
+          [{ state: 'active' }, this.sessions.size],
+          [{ state: 'max' }, this.opts.maxConcurrent],
+        ]);
+        this.opts.rollouts.writeMetrics(out);
+        this.lag.write(out, 'harness_lab_serve');
+        res.writeHead(200, { 'content-type': METRICS_CONTENT_TYPE, 'cache-control': 'no-store' });
+        return void res.end(out.toString());
+      }
       if (req.method === 'GET' && path === '/harbor_env/splits') return json(res, 200, [...this.opts.splits.values()].map((s) => ({ name: s.name, num_tasks: s.tasks.length, ...(s.error ? { error: s.error } : {}) })));
       if (req.method === 'POST' && path === '/harbor_env/num_tasks') {
         const body = await parseBody(req, SplitBody);
@@ -425,29 +440,26 @@ export class ServeServer {
     for (const s of [...this.sessions.values()]) this.closeSession(s);
     for (const ws of this.wss.clients) ws.terminate();
     this.wss.close();
+    this.lag.dispose();
     await new Promise<void>((resolve) => this.http.close(() => resolve()));
   }
 }
 
-function json(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
-  res.end(text);
-}
+/** The JSON answers of this server (the proxy's sendJson: nothing is written to a response already sent). */
+const json = sendJson;
 
 function rpcError(id: unknown, code: number, message: string, data: Record<string, unknown>) {
   return { jsonrpc: '2.0', id, error: { code, message, data } };
 }
 
+/** The whole body as text, through the proxy's bounded reader; past MAX_BODY_BYTES it is a 413. */
 async function readBody(req: IncomingMessage): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const c of req) {
-    size += (c as Buffer).length;
-    if (size > MAX_BODY_BYTES) throw new HttpError(413, `body over ${MAX_BODY_BYTES} bytes`);
-    chunks.push(c as Buffer);
+  try {
+    return (await readBoundedBody(req, MAX_BODY_BYTES)).toString('utf8');
+  } catch (err) {
+    if (err instanceof BodyTooLargeError) throw new HttpError(413, `body over ${MAX_BODY_BYTES} bytes`);
+    throw err;
   }
-  return Buffer.concat(chunks).toString('utf8');
 }
 
 async function parseBody<T>(req: IncomingMessage, schema: z.ZodType<T>): Promise<T> {
