@@ -11,9 +11,18 @@
 import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { z } from 'zod';
+import { SESSION_ID_PATTERN } from '../capture/store.js';
 import { INFRA_CAUSES } from './infra-cause.js';
 
 export const BATCH_SCHEMA_VERSION = 1;
+
+// Ids read from these files become file and folder names (rollouts/<id>.json, runs/<id>/<n>/, the
+// capture's sessions/<session>.jsonl): an edited or hostile batch.json must not name a path outside
+// the batch. They are checked with the capture store's own rule, the one check for every lab id.
+const ID_RULE = 'must be an id: letters, digits, _ . - (at most 128), starting with a letter or digit; ids name files';
+export const LabIdSchema = z.string().regex(SESSION_ID_PATTERN, ID_RULE);
+/** A path inside the batch directory made of ids (`runs/<rollout>/<attempt>`): no `..`, no absolute path. */
+const BatchRelativePathSchema = z.string().refine((p) => p.split('/').every((part) => SESSION_ID_PATTERN.test(part)), 'must be a path inside the batch directory (runs/<rollout>/<attempt>), made of ids');
 
 /** Sampling fixed per batch and pinned on every call: only temperature is free (TRL's training_sampling). */
 export const BatchSamplingSchema = z
@@ -47,10 +56,10 @@ export const TaskRefSchema = z.object({ name: z.string().min(1), dir: z.string()
 
 export const GroupPlanSchema = z
   .object({
-    group_id: z.string().min(1),
+    group_id: LabIdSchema,
     task: z.string().min(1),
     harness: z.string().min(1),
-    rollout_ids: z.array(z.string().min(1)).min(2),
+    rollout_ids: z.array(LabIdSchema).min(2),
   })
   .strict();
 export type GroupPlan = z.infer<typeof GroupPlanSchema>;
@@ -79,7 +88,7 @@ export type Pacing = z.infer<typeof PacingSchema>;
 export const BatchManifestSchema = z
   .object({
     schema_version: z.literal(BATCH_SCHEMA_VERSION),
-    batch_id: z.string().min(1),
+    batch_id: LabIdSchema,
     created_at: z.string(),
     backend: z.enum(['docker', 'k8s']),
     harnesses: z.array(z.string().min(1)).min(1),
@@ -112,11 +121,11 @@ export function pacingOf(m: Pick<BatchManifest, 'pacing'>): Pacing {
 export const AttemptSchema = z
   .object({
     attempt: z.number().int().nonnegative(),
-    session_id: z.string().min(1),
+    session_id: LabIdSchema,
     started_at: z.string(),
     ended_at: z.string().nullable(),
     /** Relative to the batch directory. */
-    out_dir: z.string(),
+    out_dir: BatchRelativePathSchema,
     outcome: z.enum(['running', 'finished', 'interrupted', 'cancelled']),
     /** Only the finished attempt of a done rollout is ever trainable. */
     trainable: z.boolean(),
@@ -129,8 +138,8 @@ export type Attempt = z.infer<typeof AttemptSchema>;
 
 export const RolloutStateSchema = z
   .object({
-    rollout_id: z.string().min(1),
-    group_id: z.string().min(1),
+    rollout_id: LabIdSchema,
+    group_id: LabIdSchema,
     member: z.number().int().nonnegative(),
     task: z.string().min(1),
     harness: z.string().min(1),
@@ -141,7 +150,7 @@ export const RolloutStateSchema = z
     rewards: z.record(z.string(), z.number()),
     trainable: z.boolean(),
     /** The capture session of the attempt that counts (the last one). */
-    session_id: z.string().nullable(),
+    session_id: LabIdSchema.nullable(),
     attempts: z.array(AttemptSchema),
     policy_version: z.string().nullable(),
     queued_at: z.string(),
@@ -242,6 +251,7 @@ export function readManifest(dir: string): BatchManifest {
 }
 
 export function readRolloutState(dir: string, id: string): RolloutState {
+  if (!SESSION_ID_PATTERN.test(id)) throw new BatchFileError(join(dir, 'rollouts'), `rollout id '${id.slice(0, 200)}' ${ID_RULE}`);
   return readJson(batchPaths(dir).rollout(id), RolloutStateSchema);
 }
 

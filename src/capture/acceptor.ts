@@ -37,12 +37,23 @@ type FromAcceptor =
 const ACCEPTOR_SOURCE = String.raw`
 const { parentPort, workerData } = require('node:worker_threads');
 const net = require('node:net');
-const { host, port, backlog, stallMs } = workerData;
+const { host, port, backlog, stallMs, hostNames } = workerData;
+// Host values this thread answers /health for by itself (RequestGuard's names, with and without the
+// port); anything else (another name, an Origin) goes to the main thread, whose guard decides.
+let healthHosts = new Set();
 let health = workerData.health;
 let beat = Date.now();
 const sockets = new Map();
 let nextId = 1;
 const HEALTH_LINE = /^(GET|HEAD) \/health\/?(?:\?[^ ]*)? HTTP\/1\.[01]\r\n/;
+const HOST_HEADER = /\r\nhost:[ \t]*([^\r\n]*?)[ \t]*\r\n/i;
+const ORIGIN_HEADER = /\r\norigin:/i;
+
+/** A plain local /health request: a Host this server serves, and no Origin (no web page). */
+function localHealthRequest(head) {
+  const hostLine = HOST_HEADER.exec(head);
+  return hostLine !== null && healthHosts.has(hostLine[1].toLowerCase()) && !ORIGIN_HEADER.test(head);
+}
 
 function answerHealth(socket, method) {
   const silent = Date.now() - beat;
@@ -79,7 +90,8 @@ const server = net.createServer({ allowHalfOpen: true, noDelay: true }, (socket)
   socket.on('error', () => {});
   socket.once('data', (first) => {
     const match = HEALTH_LINE.exec(first.toString('latin1', 0, Math.min(first.length, 128)));
-    if (match && first.includes('\r\n\r\n')) return answerHealth(socket, match[1]);
+    const headEnd = first.indexOf('\r\n\r\n');
+    if (match && headEnd >= 0 && localHealthRequest(first.toString('latin1', 0, headEnd + 2))) return answerHealth(socket, match[1]);
     relayed = true;
     socket.pause();
     const entry = { id, socket, first };
@@ -97,7 +109,11 @@ const server = net.createServer({ allowHalfOpen: true, noDelay: true }, (socket)
   });
 });
 server.on('error', (err) => parentPort.postMessage({ t: 'error', code: err.code, message: err.message }));
-server.listen({ host, port, backlog }, () => parentPort.postMessage({ t: 'listening', address: server.address() }));
+server.listen({ host, port, backlog }, () => {
+  const bound = server.address().port;
+  healthHosts = new Set(hostNames.flatMap((name) => [name, name + ':' + bound]));
+  parentPort.postMessage({ t: 'listening', address: server.address() });
+});
 
 parentPort.on('message', (m) => {
   const socket = m.id === undefined ? undefined : sockets.get(m.id);
@@ -240,6 +256,8 @@ export interface AcceptorOptions {
   host: string;
   port: number;
   backlog: number;
+  /** Host names (as in a Host header, no port) whose plain `/health` this thread answers; see RequestGuard. */
+  hostNames: readonly string[];
   /** The `/health` body, as JSON text; called on every refresh. */
   health(): string;
   /** Silence after which `/health` answers 503 (default HEALTH_STALL_MS). */
@@ -285,7 +303,7 @@ export class AcceptorThread {
   }
 
   static start(options: AcceptorOptions): Promise<AcceptorThread> {
-    const worker = new Worker(ACCEPTOR_SOURCE, { eval: true, workerData: { host: options.host, port: options.port, backlog: options.backlog, stallMs: options.healthStallMs ?? HEALTH_STALL_MS, admitPerTurn: ADMIT_PER_TURN, health: options.health() } });
+    const worker = new Worker(ACCEPTOR_SOURCE, { eval: true, workerData: { host: options.host, port: options.port, backlog: options.backlog, hostNames: [...options.hostNames], stallMs: options.healthStallMs ?? HEALTH_STALL_MS, admitPerTurn: ADMIT_PER_TURN, health: options.health() } });
     return new Promise((resolve, reject) => {
       const onMessage = (m: FromAcceptor) => {
         if (m.t === 'listening') {

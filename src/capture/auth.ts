@@ -1,6 +1,7 @@
 // Keys: a model call presents its session id as API key; control routes present the admin key.
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import { isLoopbackName } from './request-guard.js';
 
 /** First key present: Authorization Bearer, x-api-key, x-goog-api-key, then Gemini's ?key=. */
 export function presentedKey(req: IncomingMessage, url: URL): string | undefined {
@@ -16,6 +17,26 @@ export function presentedKey(req: IncomingMessage, url: URL): string | undefined
   return url.searchParams.get('key') ?? undefined;
 }
 
+/**
+ * Every admin key a request presents, from headers only: `Authorization: Bearer K`, `X-Admin-Key: K`,
+ * and `Authorization: Basic` whose password is K (what httpx and websockets send for a URL's
+ * `user:K@` user info, so TRL's unchanged client works). Never from the URL's query.
+ */
+export function adminKeyFromHeaders(req: IncomingMessage): string[] {
+  const keys: string[] = [];
+  const auth = typeof req.headers.authorization === 'string' ? req.headers.authorization.trim() : '';
+  const [scheme = '', value = ''] = auth.split(/\s+/, 2);
+  if (scheme.toLowerCase() === 'bearer' && value) keys.push(value);
+  if (scheme.toLowerCase() === 'basic') {
+    const decoded = Buffer.from(value, 'base64').toString('utf8');
+    const colon = decoded.indexOf(':');
+    if (colon >= 0) keys.push(decoded.slice(colon + 1));
+  }
+  const header = req.headers['x-admin-key'];
+  if (typeof header === 'string' && header.trim()) keys.push(header.trim());
+  return keys;
+}
+
 /** A fresh admin key for one lab (run, validate, batch): it lives in the lab process only. */
 export function mintAdminKey(): string {
   return `hla-${randomBytes(24).toString('base64url')}`;
@@ -29,7 +50,7 @@ export function secretsEqual(a: string, b: string): boolean {
 }
 
 export function isLoopbackHost(host: string): boolean {
-  return host === '127.0.0.1' || host === '::1' || host === 'localhost' || /^127\./.test(host);
+  return isLoopbackName(host);
 }
 
 /** The harness's own session id, if it sends one (recorded, never used for routing). */

@@ -5,7 +5,8 @@ import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { AcceptorThread, ListenError } from './acceptor.js';
-import { isLoopbackHost, presentedKey, secretsEqual } from './auth.js';
+import { adminKeyFromHeaders, isLoopbackHost, secretsEqual } from './auth.js';
+import { detectDialect } from './dialects/index.js';
 import { EngineClient } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
 import { resolveRenderMode, TokenInUnavailableError, type RenderMode, type RenderModeReport } from './render/mode.js';
@@ -13,6 +14,7 @@ import type { TokenInEngine } from './render/token-engine.js';
 import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, loggableTarget, parseRequestTarget, readBody, sendJson } from './http-util.js';
 import { METRICS_CONTENT_TYPE, ProxyMetrics } from './metrics.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
+import { RequestGuard, type Refusal } from './request-guard.js';
 import { SessionExistsError, SessionKeyInUseError, SessionRegistry, type CreatedSession, type DormancyLimits, type ResidentLimits } from './session-registry.js';
 import { CreateSessionSchema, type CaptureSession } from './sessions.js';
 import { StoreWriteError } from './store.js';
@@ -29,6 +31,11 @@ export interface ProxyOptions {
   engineApiKey?: string;
   host?: string;
   port?: number;
+  /**
+   * Names (or addresses) clients reach the proxy by besides loopback and the bound address, e.g. a
+   * cluster Service name: any other `Host` is refused (DNS rebinding), see request-guard.ts.
+   */
+  allowedHosts?: readonly string[];
   adminKey?: string;
   /** Where sessions are stored durably; without it captures live in memory only. */
   dataDir?: string;
@@ -83,6 +90,7 @@ export class CaptureProxy {
   private renderResolving: Promise<{ report: RenderModeReport; engine: TokenInEngine | null; transient: boolean }> | undefined;
   private readonly modelCall: Omit<ModelCallDeps, 'findSession'>;
   private server!: Server;
+  private guard!: RequestGuard;
   private acceptor: AcceptorThread | undefined;
   private closing = false;
   private address!: AddressInfo;
@@ -139,6 +147,7 @@ export class CaptureProxy {
   }
 
   private async listen(host: string, port: number): Promise<void> {
+    this.guard = new RequestGuard({ listenHost: host, allowedHosts: this.options.allowedHosts });
     this.server = createServer((req, res) => {
       this.route(req, res).catch((err: unknown) => {
         this.log.error(`request ${req.method} ${loggableTarget(req.url)} failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
@@ -188,6 +197,7 @@ export class CaptureProxy {
       host,
       port,
       backlog,
+      hostNames: this.guard.hostNames,
       health: () => JSON.stringify(this.health()),
       onConnection: (socket) => this.server.emit('connection', socket),
       onExit: (reason) => {
@@ -282,11 +292,11 @@ export class CaptureProxy {
 
   // ---- HTTP ----
 
-  private isAdmin(req: IncomingMessage, url: URL): boolean {
+  private isAdmin(req: IncomingMessage): boolean {
     const adminKey = this.options.adminKey;
     if (!adminKey) return true;
-    const key = typeof req.headers['x-admin-key'] === 'string' ? req.headers['x-admin-key'] : presentedKey(req, url);
-    return key !== undefined && secretsEqual(key, adminKey);
+    // Headers only: a key in a URL ends up in logs, shell history and Referer headers.
+    return adminKeyFromHeaders(req).some((key) => secretsEqual(key, adminKey));
   }
 
   private health(): Record<string, unknown> {
@@ -311,25 +321,36 @@ export class CaptureProxy {
     if (!url) return sendJson(res, 400, { error: { message: 'malformed request target', type: 'invalid_request_error' } });
     const path = url.pathname.replace(/\/+$/, '') || '/';
     const method = req.method ?? 'GET';
+    const refusal = this.guard.check(req);
+    if (refusal) return this.refuse(req, res, url, path, refusal);
     if (path === '/health' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, this.health());
     if (path === '/' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, { status: 'ok', service: 'harness-lab capture proxy' });
     if (path === '/v1/models' && method === 'GET') return this.models(res);
     if (path === '/metrics' && method === 'GET') {
-      if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key', type: 'invalid_request_error' } });
+      if (!this.isAdmin(req)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key', type: 'invalid_request_error' } });
       res.writeHead(200, { 'content-type': METRICS_CONTENT_TYPE, 'cache-control': 'no-store' });
       return void res.end(this.metrics.render());
     }
     if (path === '/engines' && method === 'GET') {
-      if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key', type: 'invalid_request_error' } });
+      if (!this.isAdmin(req)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key', type: 'invalid_request_error' } });
       await this.ensureProbed();
       return sendJson(res, 200, { engines: this.probeReport ? [this.probeReport] : [] });
     }
     if (path === '/sessions' || path.startsWith('/sessions/')) {
-      if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key (Authorization: Bearer <key> or x-admin-key)', type: 'invalid_request_error' } });
+      if (!this.isAdmin(req)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key (Authorization: Bearer <key> or x-admin-key)', type: 'invalid_request_error' } });
       return this.sessionRoute(req, res, method, path, url);
     }
     if (method === 'POST') return handleModelCall(req, res, url, this.modelCallDeps((key) => this.sessions.findByKey(key)));
     sendJson(res, 404, { error: { message: `no route ${method} ${url.pathname}`, type: 'invalid_request_error' } });
+  }
+
+  /** A refused request (foreign Host or Origin, a body that is not JSON), answered in the caller's dialect. */
+  private refuse(req: IncomingMessage, res: ServerResponse, url: URL, path: string, refusal: Refusal): void {
+    const control = path === '/' || path === '/health' || path === '/metrics' || path === '/engines' || path === '/sessions' || path.startsWith('/sessions/');
+    this.log.warn(`refused ${req.method} ${loggableTarget(req.url)}: ${refusal.message}`);
+    if (control) return sendJson(res, refusal.status, { error: { message: refusal.message, type: 'invalid_request_error' } });
+    const dialect = detectDialect(url.pathname, req.headers, undefined);
+    sendJson(res, refusal.status, dialect.errorBody(refusal.status, refusal.message));
   }
 
   /**

@@ -148,6 +148,13 @@ interface OpenFile {
   needsNewline: boolean;
 }
 
+/** Where a journal write put its frames: bytes [at, end) of that journal file. */
+interface JournalPlacement {
+  journal: JournalFile;
+  at: number;
+  end: number;
+}
+
 /** One session's part of a commit: its bytes are in its file, waiting for the journal to make them durable. */
 interface WrittenGroup {
   sessionId: string;
@@ -215,7 +222,7 @@ export class CaptureStore {
 
   constructor(
     readonly dataDir: string,
-    warn: (message: string) => void = () => {},
+    private readonly warn: (message: string) => void = () => {},
   ) {
     this.dir = sessionsDirOf(dataDir);
     this.journalDir = journalDirOf(dataDir);
@@ -333,8 +340,9 @@ export class CaptureStore {
     // Dirty from now on: a checkpoint that retires the journal holding these frames syncs these
     // files, after waiting for their writes (fileWrites).
     for (const g of written) lane.dirty.add(g.sessionId);
+    let placed: JournalPlacement | undefined;
     const journaled = this.writeJournal(lane, frames).then(
-      () => undefined,
+      (placement) => void (placed = placement),
       (err: unknown) => err ?? new Error('journal write failed'),
     );
     const fileWrites = Promise.all(written.map((g) => writeAllAsync(g.file.fd, g.data).then(() => undefined, (err: unknown) => err ?? new Error('write failed'))));
@@ -344,7 +352,19 @@ export class CaptureStore {
     const failed = written.filter((_, i) => fileErrors[i] !== undefined);
     // A file write that failed (a full disk) is withdrawn from the journal before its caller hears,
     // so a replay never brings back a record whose caller was told it was not stored.
-    if (journalError === undefined && failed.length) journalError = await this.writeJournal(lane, failed.map((g) => journalCancelFrame(g.sessionId, g.offset))).then(() => undefined, (err: unknown) => err ?? new Error('journal write failed'));
+    if (journalError === undefined && failed.length) {
+      journalError = await this.writeJournal(lane, failed.map((g) => journalCancelFrame(g.sessionId, g.offset))).then(() => undefined, (err: unknown) => err ?? new Error('journal write failed'));
+      // The double fault: the commit's frames are durable and their withdrawal is not, so a replay
+      // would bring back calls whose callers are about to hear 507/503. Every group of the commit is
+      // refused: their files are cut back, then the frames leave the journal before anyone is answered.
+      if (journalError !== undefined && placed) {
+        for (const g of written) {
+          cutBack(g.file.fd, g.offset);
+          g.file.size = g.offset;
+        }
+        await this.withdrawCommit(lane, placed);
+      }
+    }
     const reject = (g: WrittenGroup, err: unknown) => {
       // Cut the file back, so no caller that gets an error has its record in it and no torn line
       // is left; if even that fails, reopening (on the next append) notices the torn line.
@@ -374,8 +394,36 @@ export class CaptureStore {
     }
   }
 
-  /** Appends frames to the journal and resolves once they are on disk; a failed write is cut back. */
-  private writeJournal(lane: Lane, frames: Buffer[]): Promise<void> {
+  /**
+   * Takes a commit's frames out of the journal again: cut off when they are still its last bytes (a
+   * truncation needs no free space), else every file the lane's journals cover is synced (the
+   * refused groups are already cut back) and the journals are removed, so no replay can find them.
+   */
+  private withdrawCommit(lane: Lane, placed: JournalPlacement): Promise<void> {
+    const run = async () => {
+      const j = placed.journal;
+      if (j.size === placed.end) {
+        try {
+          await j.handle.truncate(placed.at);
+          j.size = placed.at;
+          return;
+        } catch {
+          // a journal that cannot be cut is checkpointed away below
+        }
+      }
+      while (lane.checkpointing) await lane.checkpointing;
+      if (lane.journal) lane.retired.push(lane.journal);
+      lane.journal = undefined;
+      await this.checkpoint(lane);
+      if (lane.retired.length) throw new Error('the journal holding refused calls could not be retired');
+    };
+    const result = lane.journalTail.then(run, run);
+    lane.journalTail = result.catch(() => {});
+    return result.catch((err: unknown) => this.warn(`${this.journalDir}: ${err instanceof Error ? err.message : String(err)}; a restart may replay calls that were answered 507/503`));
+  }
+
+  /** Appends frames to the journal and resolves once they are on disk (with where they went); a failed write is cut back. */
+  private writeJournal(lane: Lane, frames: Buffer[]): Promise<JournalPlacement> {
     const run = async () => {
       const journal = await this.openJournal(lane);
       const data = frames.length === 1 ? frames[0]! : Buffer.concat(frames);
@@ -396,6 +444,7 @@ export class CaptureStore {
       }
       journal.size = before + data.length;
       if (journal.size >= JOURNAL_CHECKPOINT_BYTES) this.startCheckpoint(lane);
+      return { journal, at: before, end: journal.size };
     };
     const result = lane.journalTail.then(run, run);
     lane.journalTail = result.catch(() => {});

@@ -1,13 +1,14 @@
 // `harness-lab batch submit|status|watch|collect|cancel|resume`: flags in, src/batch/ does the work.
 import { join, resolve } from 'node:path';
 import { defineCommand, defineCommandGroup, UsageError, type CliCommand } from './args.js';
+import { allowTemplateVariables } from '../tasks/task.js';
 import { harnessNames } from '../harness/registry.js';
 
 const USAGE = `usage: harness-lab batch submit --tasks DIR|GLOB --harness NAME[,NAME...] --group-size G
                               [--backend docker|k8s] [--parallel N] [--timeout S]
                               [--on-timeout discard|keep] [--engine-url URL] [--model M]
                               [--temperature T] [--policy-version V] [--out DIR]
-                              [--engine-api-key K]
+                              [--engine-api-key K] [--allow-env NAME]...
                               [--max-starting N] [--start-timeout S] [--breaker-after K]
                               [--context CTX] [--namespace NS] [--registry REG] [--queue NAME]
                               [--dry-run -o json|yaml] [--keep]
@@ -37,6 +38,9 @@ its manifest and every rollout's state live there, so a batch survives its lab b
   --engine-api-key K credential for --engine-url (or HARNESS_LAB_ENGINE_API_KEY); held by the
                      proxy only, never written to the batch: give it again to batch resume
   --policy-version V stamped on every rollout (trainers drop samples of stale weights)
+  --allow-env NAME   a host variable task templates (\${NAME} in [environment].env, [verifier].env)
+                     may copy into the sandbox (repeatable; or HARNESS_LAB_ALLOW_ENV=A,B); others
+                     are refused, the lab's HARNESS_LAB_* keys always
   --max-starting N   sandboxes starting at once, apart from --parallel (default 4; 0: no cap)
   --start-timeout S  wall budget of one sandbox start-up; past it the rollout is an infra
                      failure, not an agent timeout (default 300)
@@ -89,10 +93,12 @@ const submit = defineCommand({
     output: { type: 'string', short: 'o' },
     verbose: { type: 'boolean', short: 'v' },
     keep: { type: 'boolean' },
+    'allow-env': { type: 'string', multiple: true },
   },
   // A shell-expanded GLOB arrives as one --tasks value followed by the other matches.
   positionals: ['TASK_DIR...'],
   run: async ({ flags, positionals }) => {
+    allowTemplateVariables(flags['allow-env']);
     const tasks = [...flags.tasks, ...positionals];
     if (!tasks.length) throw new UsageError('--tasks is required', { showUsage: true });
     const harnesses = flags.harness.flatMap((h) => h.split(',')).map((h) => h.trim()).filter(Boolean);

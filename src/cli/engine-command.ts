@@ -4,6 +4,7 @@ import { defineCommand, UsageError } from './args.js';
 
 const USAGE = `usage: harness-lab engine [--host 127.0.0.1] [--port 0] [--model FILE.gguf] [--policy FILE|NAME]
                           [--seed N] [--logprobs-mode processed|raw] [--context-size N] [--threads N]
+                          [--allowed-host NAME]...
 
   --model FILE.gguf      a GGUF model (default: the tiny random-weight Qwen3 model, built on first
                          use and cached in HARNESS_LAB_DATA_DIR or ~/.harness-lab)
@@ -15,7 +16,9 @@ const USAGE = `usage: harness-lab engine [--host 127.0.0.1] [--port 0] [--model 
   --context-size N       context window in tokens (default min(model's, 32768))
   --threads N            CPU threads (default 1 for the tiny model, else all math cores)
   --host HOST            bind address (default 127.0.0.1)
-  --port N               port (default 0: any free port)`;
+  --port N               port (default 0: any free port)
+  --allowed-host NAME    a name clients reach the engine by beyond loopback and the bound address
+                         (repeatable); any other Host header, and any web page's Origin, is refused`;
 
 export const engineCommand = defineCommand({
   name: 'engine',
@@ -24,6 +27,7 @@ export const engineCommand = defineCommand({
   flags: {
     host: { type: 'string', default: '127.0.0.1' },
     port: { type: 'integer', default: 0 },
+    'allowed-host': { type: 'string', multiple: true },
     model: { type: 'string' },
     policy: { type: 'string' },
     seed: { type: 'integer', default: 0 },
@@ -43,6 +47,7 @@ export const engineCommand = defineCommand({
       engine = await startEmbeddedEngine({
         host: flags.host,
         port: flags.port,
+        allowedHosts: flags['allowed-host'],
         seed: flags.seed,
         logprobsMode: mode,
         ...(flags.model ? { modelPath: flags.model } : {}),

@@ -6,11 +6,14 @@ import { defineCommand, UsageError } from './args.js';
 const USAGE = `usage: harness-lab proxy --engine-url URL --model NAME [--host 127.0.0.1] [--port 0]
                          [--admin-key K] [--engine-api-key K] [--data-dir DIR] [--max-model-calls N]
                          [--max-output-tokens N] [--render auto|proxy|engine] [--render-model PATH]
+                         [--allowed-host NAME]...
 
   --engine-url URL       OpenAI-compatible engine (vLLM, SGLang, harness-lab engine); /v1 optional
   --model NAME           model name served by the engine (overwrites whatever harnesses send)
   --host HOST            bind address (default 127.0.0.1; beyond loopback needs an admin key)
   --port N               port (default 0: any free port)
+  --allowed-host NAME    a name clients reach the proxy by (a Service name); requests with any other
+                         Host than loopback, the bound address or these are refused (repeatable)
   --admin-key K          key for /sessions routes (or HARNESS_LAB_ADMIN_KEY)
   --engine-api-key K     credential the engine wants, sent as Authorization: Bearer (or
                          HARNESS_LAB_ENGINE_API_KEY); never recorded or logged
@@ -33,6 +36,7 @@ export const proxyCommand = defineCommand({
     model: { type: 'string', required: true },
     host: { type: 'string', default: '127.0.0.1' },
     port: { type: 'integer', default: 0 },
+    'allowed-host': { type: 'string', multiple: true },
     'admin-key': { type: 'string' },
     'engine-api-key': { type: 'string' },
     'data-dir': { type: 'string' },
@@ -51,6 +55,7 @@ export const proxyCommand = defineCommand({
         model: flags.model,
         host: flags.host,
         port: flags.port,
+        allowedHosts: flags['allowed-host'],
         adminKey: flags['admin-key'] ?? process.env.HARNESS_LAB_ADMIN_KEY ?? undefined,
         engineApiKey: flags['engine-api-key'] ?? (process.env.HARNESS_LAB_ENGINE_API_KEY || undefined),
         dataDir: flags['data-dir'],

@@ -1,5 +1,6 @@
 // `harness-lab run`: rollouts of a real harness in sandboxes against a Harbor task, captured.
 import { resolve } from 'node:path';
+import { allowTemplateVariables } from '../tasks/task.js';
 import { defineCommand, UsageError } from './args.js';
 import { openLab, type Lab } from '../sandbox/lab.js';
 import { rolloutLine, runRollout } from '../sandbox/rollout-runner.js';
@@ -7,6 +8,7 @@ import { harnessNames } from '../harness/registry.js';
 
 const USAGE = `usage: harness-lab run --task DIR --harness NAME [--engine-url URL] [--model NAME]
                        [--engine-api-key K] [--sandbox docker|local] [-n N] [--timeout SECONDS] [--out DIR]
+                       [--allow-env NAME]...
 
 Runs N rollouts of a real, unmodified harness, each in its own sandbox, against a Harbor task. Every
 model call goes through the capture proxy; the verifier's reward is read after the agent finishes.
@@ -20,7 +22,10 @@ Without --engine-url the task's scripted policy (policy.json next to the task) a
                      isolation: for trusted tasks and policies; the reference harness, no Docker)
   --timeout SECONDS  wall clock for the agent (default: the task's agent.timeout_sec, else 600);
                      on expiry the sandbox is stopped and the rollout is errored with reward null
-  --out DIR          rollouts go to DIR/<task>/<harness>/<n>/ (default ./harness-lab-runs)`;
+  --out DIR          rollouts go to DIR/<task>/<harness>/<n>/ (default ./harness-lab-runs)
+  --allow-env NAME   a host variable task templates (\${NAME} in [environment].env, [verifier].env)
+                     may copy into the sandbox (repeatable; or HARNESS_LAB_ALLOW_ENV=A,B); others
+                     are refused, the lab's HARNESS_LAB_* keys always`;
 
 export const runCommand = defineCommand({
   name: 'run',
@@ -37,8 +42,10 @@ export const runCommand = defineCommand({
     timeout: { type: 'integer' },
     out: { type: 'string', default: 'harness-lab-runs' },
     verbose: { type: 'boolean', short: 'v' },
+    'allow-env': { type: 'string', multiple: true },
   },
   run: async ({ flags }) => {
+    allowTemplateVariables(flags['allow-env']);
     const sandbox = flags.sandbox;
     if (sandbox !== 'docker' && sandbox !== 'local') throw new UsageError(`--sandbox must be docker or local, got '${sandbox}'`);
     const n = flags.n;

@@ -7,6 +7,7 @@ import { RolloutService } from '../serve/rollouts.js';
 import { ServeServer } from '../serve/server.js';
 import { backendModule, BackendUnavailableError } from '../batch/backends/index.js';
 import { defaultParallel } from '../batch/plan.js';
+import { allowTemplateVariables } from '../tasks/task.js';
 import { defineCommand, UsageError } from './args.js';
 
 export const serveCommand = defineCommand({
@@ -17,6 +18,7 @@ export const serveCommand = defineCommand({
                           [--parallel N] [--session-idle S] [--state-dir DIR]
                           [--breaker-after K] [--max-starting N] [--start-timeout S]
                           [--context CTX] [--namespace NS] [--registry REG] [--queue NAME]
+                          [--allowed-host NAME]... [--allow-env NAME]...
 
 A rollout server speaking OpenEnv's Harbor wire protocol: GET /harbor_env/splits, POST
 /harbor_env/num_tasks|task_range|task, a /ws WebSocket whose step frame calls the tool
@@ -30,6 +32,8 @@ policy.json).
   --dataset NAME=DIR  a split: the Harbor tasks under DIR, in path order (repeatable)
   --host H            bind address (default 127.0.0.1; beyond loopback needs --admin-key)
   --port P            default 8000 (0: any free port; the URL is printed)
+  --allowed-host NAME a name trainers reach the server by beyond loopback and the bound address
+                      (repeatable); any other Host header, and any web page's Origin, is refused
   --admin-key K       required on every route but /health (Authorization: Bearer K, or the
                       key in the server URL: http://trainer:K@H:P, which an unchanged TRL
                       client sends as Basic auth), or HARNESS_LAB_ADMIN_KEY
@@ -47,11 +51,15 @@ policy.json).
   --start-timeout S   wall budget of one sandbox start-up, an infra failure past it (default 300)
   --state-dir DIR     rollout states, captured sessions, sandbox logs (default ./harness-lab-serve);
                       a server restarted on the same DIR marks rollouts it was running as
-                      interrupted (their captures are kept) and removes their sandboxes`,
+                      interrupted (their captures are kept) and removes their sandboxes
+  --allow-env NAME    a host variable task templates (\${NAME} in [environment].env, [verifier].env)
+                      may copy into the sandbox (repeatable; or HARNESS_LAB_ALLOW_ENV=A,B); others
+                      are refused, the lab's HARNESS_LAB_* keys always`,
   flags: {
     dataset: { type: 'string', multiple: true },
     host: { type: 'string', default: '127.0.0.1' },
     port: { type: 'integer', default: 8000 },
+    'allowed-host': { type: 'string', multiple: true },
     'admin-key': { type: 'string' },
     'max-concurrent': { type: 'integer', default: 4 },
     parallel: { type: 'integer' },
@@ -62,11 +70,13 @@ policy.json).
     queue: { type: 'string' },
     backend: { type: 'string', default: 'docker' },
     'state-dir': { type: 'string', default: 'harness-lab-serve' },
+    'allow-env': { type: 'string', multiple: true },
     'breaker-after': { type: 'integer' },
     'max-starting': { type: 'integer' },
     'start-timeout': { type: 'integer' },
   },
   run: async ({ flags }) => {
+    allowTemplateVariables(flags['allow-env']);
     if (!flags.dataset.length) throw new UsageError('--dataset NAME=DIR is required (at least one split)', { showUsage: true });
     if (flags.backend !== 'docker' && flags.backend !== 'k8s') throw new UsageError(`--backend must be docker or k8s, got '${flags.backend}'`);
     if (flags['max-concurrent'] < 1) throw new UsageError('--max-concurrent must be at least 1');
@@ -105,7 +115,7 @@ policy.json).
     if (recovered.interrupted.length) log(`marked ${recovered.interrupted.length} rollout(s) a previous server was running as interrupted: ${recovered.interrupted.join(', ')}`);
     if (recovered.removed.length) log(`removed ${recovered.removed.length} sandbox(es) a previous server left`);
     rollouts.startReaper();
-    const server = await ServeServer.start({ host: flags.host, port: flags.port, splits, rollouts, maxConcurrent: flags['max-concurrent'], sessionIdleMs: Math.max(1, flags['session-idle']) * 1000, ...(adminKey ? { adminKey } : {}), log });
+    const server = await ServeServer.start({ host: flags.host, port: flags.port, allowedHosts: flags['allowed-host'], splits, rollouts, maxConcurrent: flags['max-concurrent'], sessionIdleMs: Math.max(1, flags['session-idle']) * 1000, ...(adminKey ? { adminKey } : {}), log });
     process.stdout.write(`harness-lab serve: ${server.url} (${[...splits.values()].map((s) => `${s.name}: ${s.tasks.length} task(s)`).join(', ')}; max ${flags['max-concurrent']} sessions, ${parallel} sandboxes at once; ${flags.backend} backend)\n`);
     await new Promise<void>((done) => {
       const stop = () => done();

@@ -458,6 +458,10 @@ export interface ProxyInput {
   storageClassName?: string;
 }
 
+/** The Service's names rollout pods reach the proxy by: the proxy refuses any other Host (request-guard.ts). */
+function serviceHostFlags(name: string, namespace: string): string[] {
+  return [name, `${name}.${namespace}`, `${name}.${namespace}.svc`, `${name}.${namespace}.svc.cluster.local`].flatMap((host) => ['--allowed-host', host]);
+}
 /** The proxy's user: the restricted profile wants a non-root one, and the image needs none of its own. */
 export const PROXY_UID = 65532;
 export const PROXY_DATA_DIR = '/var/lib/harness-lab/capture';
@@ -497,7 +501,7 @@ export function proxyManifests(input: ProxyInput): (KubernetesObject & Record<st
               {
                 name: 'proxy',
                 image: input.image,
-                command: [...(input.command ?? ['harness-lab']), 'proxy', '--engine-url', input.engineUrl, '--model', input.model, '--host', '0.0.0.0', '--port', String(PROXY_PORT), '--data-dir', PROXY_DATA_DIR, ...(input.maxModelCalls ? ['--max-model-calls', String(input.maxModelCalls)] : [])],
+                command: [...(input.command ?? ['harness-lab']), 'proxy', '--engine-url', input.engineUrl, '--model', input.model, '--host', '0.0.0.0', '--port', String(PROXY_PORT), ...serviceHostFlags(name, input.namespace), '--data-dir', PROXY_DATA_DIR, ...(input.maxModelCalls ? ['--max-model-calls', String(input.maxModelCalls)] : [])],
                 env: [
                   { name: 'HOME', value: '/tmp' },
                   { name: 'HARNESS_LAB_ADMIN_KEY', valueFrom: { secretKeyRef: { name, key: 'admin-key' } } },

@@ -10,6 +10,8 @@ import { ensureTinyModel, TINY_MODEL_NAME } from './tiny-model.js';
 export interface EmbeddedEngineOptions {
   host?: string;
   port?: number;
+  /** Names clients reach the engine by besides loopback and the bound address (request-guard.ts). */
+  allowedHosts?: readonly string[];
   /** A GGUF file; default: the tiny Qwen3 model for `seed`. */
   modelPath?: string;
   /** Served model name; default the tiny model's name or the GGUF file name. */
@@ -56,7 +58,7 @@ export async function startEmbeddedEngine(opts: EmbeddedEngineOptions = {}): Pro
   const server = new EngineServer(engine);
   let url: string;
   try {
-    url = await server.listen({ ...(opts.host ? { host: opts.host } : {}), ...(opts.port !== undefined ? { port: opts.port } : {}) });
+    url = await server.listen({ ...(opts.host ? { host: opts.host } : {}), ...(opts.allowedHosts ? { allowedHosts: opts.allowedHosts } : {}), ...(opts.port !== undefined ? { port: opts.port } : {}) });
   } catch (err) {
     await runtime.dispose();
     throw err;

@@ -3,6 +3,7 @@
 // GET /v1/models, GET /health. Loopback by default.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { RequestGuard } from '../capture/request-guard.js';
 import { EventLoopLag, LabelledCounter, METRICS_CONTENT_TYPE, MetricsText } from '../capture/metrics.js';
 import type { ChatChoice, ChatResponse } from '../capture/types.js';
 import { chatRequestSchema, completionRequestSchema, describeIssues, detokenizeRequestSchema, EngineRequestError, tokenCompletionRequestSchema, tokenizeRequestSchema } from './chat-request.js';
@@ -14,11 +15,14 @@ const KNOWN_ROUTES = new Set(['/health', '/v1/models', '/tokenize', '/detokenize
 export interface EngineServerOptions {
   host?: string;
   port?: number;
+  /** Names clients reach the engine by besides loopback and the bound address (request-guard.ts). */
+  allowedHosts?: readonly string[];
 }
 
 export class EngineServer {
   private readonly server: Server;
   private readonly created = Math.floor(Date.now() / 1000);
+  private guard = new RequestGuard({ listenHost: '127.0.0.1' });
   /** `GET /metrics`: requests by route and status, requests in flight, event-loop lag. */
   private readonly requests = new LabelledCounter();
   private inFlight = 0;
@@ -47,6 +51,7 @@ export class EngineServer {
   /** Starts listening; resolves with the base URL (`http://HOST:PORT`). */
   async listen(opts: EngineServerOptions = {}): Promise<string> {
     const host = opts.host ?? '127.0.0.1';
+    this.guard = new RequestGuard({ listenHost: host, allowedHosts: opts.allowedHosts });
     await new Promise<void>((resolve, reject) => {
       this.server.once('error', reject);
       this.server.listen(opts.port ?? 0, host, () => {
@@ -72,6 +77,8 @@ export class EngineServer {
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '') || '/';
     const method = req.method ?? 'GET';
+    const refusal = this.guard.check(req);
+    if (refusal) throw new EngineRequestError(refusal.message, refusal.status);
     const routes: Record<string, [string, () => Promise<void> | void]> = {
       '/health': ['GET', () => json(res, 200, { status: 'ok', model: this.engine.modelName })],
       '/metrics': [
@@ -213,7 +220,7 @@ export class EngineServer {
 
 function errorBody(err: unknown): { status: number; body: unknown } {
   const status = err instanceof EngineRequestError ? err.status : 500;
-  const type = status === 404 ? 'NotFoundError' : status < 500 ? 'BadRequestError' : 'InternalServerError';
+  const type = status === 404 ? 'NotFoundError' : status === 403 ? 'PermissionDeniedError' : status === 415 ? 'UnsupportedMediaTypeError' : status < 500 ? 'BadRequestError' : 'InternalServerError';
   const message = err instanceof Error ? err.message : String(err);
   return { status, body: { error: { message, type, param: err instanceof EngineRequestError ? err.param : null, code: status } } };
 }

@@ -100,6 +100,7 @@ async function startProxy(host: CommandHost): Promise<CaptureProxy> {
     const adminKey = await host.context.secrets.get(ADMIN_KEY_SECRET);
     host.log.addSecret(adminKey);
     const proxy = await host.controller.start({ ...settings, model }, adminKey);
+    host.log.addSecret(host.controller.adminKey);
     if (token.isCancellationRequested) {
       await host.controller.stop();
       throw new vscode.CancellationError();

@@ -3,6 +3,7 @@
 // No vscode import: the extension wires it to the UI, the unit tests drive it with a fake proxy.
 import { join } from 'node:path';
 import { z } from 'zod';
+import { isLoopbackHost, mintAdminKey } from '../capture/auth.js';
 import { Emitter } from '../capture/events.js';
 import { ProxyConfigError, type ProxyLogger, type ProxyOptions } from '../capture/proxy.js';
 import { traceToJsonl, type RolloutDocument } from '../capture/rollout.js';
@@ -98,6 +99,7 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
   private pending: Promise<P> | undefined;
   private lastPort: number | undefined;
   private engineUrl: string | undefined;
+  private runningAdminKey: string | undefined;
 
   private readonly stateEmitter = this._register(new Emitter<ProxyState>());
   private readonly dataEmitter = this._register(new Emitter<CallRecord | undefined>());
@@ -148,8 +150,17 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
     this.stateEmitter.fire(state);
   }
 
-  /** Starts the proxy (idempotent while starting or running). */
-  async start(settings: HarnessLabSettings, adminKey: string | undefined): Promise<P> {
+  /**
+   * The running proxy's admin key: the user's, or one minted for this start. The extension never runs
+   * a proxy without one (its admin routes list every captured prompt), and whoever reads those
+   * routes over HTTP gets it from here.
+   */
+  get adminKey(): string | undefined {
+    return this.running ? this.runningAdminKey : undefined;
+  }
+
+  /** Starts the proxy (idempotent while starting or running); without a given admin key it mints one. */
+  async start(settings: HarnessLabSettings, givenAdminKey: string | undefined): Promise<P> {
     if (this.proxy && this._state.kind === 'running') return this.proxy;
     if (this.pending) return this.pending;
     if (!settings.engineUrl) {
@@ -158,6 +169,10 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
       throw new NotConfiguredError(message, SET_ENGINE_URL);
     }
     this.setState({ kind: 'starting' });
+    // Beyond loopback the user's own key is needed (clients elsewhere must know it): the proxy refuses
+    // to start without one, and the failure names the command that sets it.
+    const adminKey = givenAdminKey || (isLoopbackHost(settings.proxyHost) ? mintAdminKey() : undefined);
+    this.runningAdminKey = adminKey;
     const dataDir = this.resolveDataDir(settings);
     const options = (port: number): ProxyOptions => ({
       engineUrl: settings.engineUrl,

@@ -6,7 +6,7 @@
 // proxy's admin routes, the engine, anything else bound to 127.0.0.1) is not addressable from inside.
 import { createHash, randomBytes } from 'node:crypto';
 import { appendFileSync, mkdirSync, readFileSync, readdirSync, statSync } from 'node:fs';
-import { hostname } from 'node:os';
+import { availableParallelism, hostname } from 'node:os';
 import { join, relative } from 'node:path';
 import { PassThrough } from 'node:stream';
 import type Docker from 'dockerode';
@@ -14,6 +14,7 @@ import { shellQuote } from '../harness/registry.js';
 import type { HarborTask } from '../tasks/task.js';
 import { TaskError } from '../tasks/task.js';
 import { LABEL, connectDocker, followProgress, imageExists } from './docker-client.js';
+import { applyEgressFirewall, bridgeNameFor, firewalledBridges, removeEgressFirewall, resolveAllowedHosts } from './egress-firewall.js';
 import { BASE_IMAGE, tarDirectory } from './images.js';
 import { MODEL_RELAY_PORT, RELAY_READY_SCRIPT, SESSION_SOCKET_DIR_IN_SANDBOX, relayCommand } from './model-relay.js';
 import { OUTPUT_TAIL, SandboxError, processAlive, type ExecOptions, type ExecResult, type Isolation, type Sandbox, type SandboxPaths, type SandboxStatus, type SandboxRuntime, type SandboxSpec } from './runtime.js';
@@ -79,7 +80,10 @@ export function sandboxIsolation(task: HarborTask): Exclude<Isolation, 'none'> {
   return task.agentNetworkMode === 'public' ? 'egress' : 'no-network';
 }
 
-/** A per-rollout bridge network with outbound access; containers on it cannot reach one another. */
+/**
+ * A per-rollout bridge network with outbound access; containers on it cannot reach one another. Its
+ * bridge has a name the lab knows, so its firewall (egress-firewall.ts) can cut it off from the host.
+ */
 export function egressNetworkSpec(name: string, spec: SandboxSpec): Docker.NetworkCreateOptions {
   return {
     Name: name,
@@ -87,9 +91,22 @@ export function egressNetworkSpec(name: string, spec: SandboxSpec): Docker.Netwo
     CheckDuplicate: true,
     Internal: false,
     Labels: { [LABEL.kind]: 'network', [LABEL.session]: spec.sessionId, [LABEL.owner]: owner() },
-    Options: { 'com.docker.network.bridge.enable_icc': 'false' },
+    Options: { 'com.docker.network.bridge.enable_icc': 'false', 'com.docker.network.bridge.name': bridgeNameFor(name) },
   };
 }
+
+/** The network image builds run on: a bridge of the lab's own, behind the same firewall as egress sandboxes. */
+export const BUILD_NETWORK = 'harness-lab-build';
+
+/** Sandbox limits when the task sets none ([environment] cpus, memory_mb, pids_limit set them). */
+export const DEFAULT_LIMITS = { cpus: 2, memoryMb: 4096, pids: 4096 };
+
+/**
+ * Capabilities a sandbox never needs: raw sockets (forged packets), device nodes, file capabilities,
+ * chroot, audit. Kept: what installing packages and switching to the task's user take (chown, setuid,
+ * setgid, file ownership, kill, binding a low port).
+ */
+export const DROPPED_CAPABILITIES = ['NET_RAW', 'MKNOD', 'SETFCAP', 'SETPCAP', 'SYS_CHROOT', 'AUDIT_WRITE'];
 
 /**
  * The container the sandbox runs in: labels, caps, its own network namespace (none, or the given
@@ -128,10 +145,16 @@ export function containerSpec(spec: SandboxSpec, workdir: string, network: { iso
         `${spec.model.socketDir}:${SESSION_SOCKET_DIR_IN_SANDBOX}:ro`,
         ...mounts.map((m) => `${m.host}:${m.container}${m.readOnly ? ':ro' : ''}`),
       ],
-      CapDrop: ['NET_RAW'],
+      CapDrop: DROPPED_CAPABILITIES,
+      // No setuid binary or file capability gives a process more than its parent had.
+      SecurityOpt: ['no-new-privileges:true'],
       Init: true,
-      ...(env.cpus ? { NanoCpus: Math.round(env.cpus * 1e9) } : {}),
-      ...(env.memoryMb ? { Memory: env.memoryMb * 1024 * 1024, MemorySwap: env.memoryMb * 1024 * 1024 } : {}),
+      NanoCpus: Math.round(Math.min(env.cpus ?? DEFAULT_LIMITS.cpus, availableParallelism()) * 1e9),
+      Memory: (env.memoryMb ?? DEFAULT_LIMITS.memoryMb) * 1024 * 1024,
+      MemorySwap: (env.memoryMb ?? DEFAULT_LIMITS.memoryMb) * 1024 * 1024,
+      PidsLimit: env.pidsLimit ?? DEFAULT_LIMITS.pids,
+      // Egress is IPv4 through the lab's firewall; IPv6 (link-local to the host included) is off.
+      ...(network.isolation === 'egress' ? { Sysctls: { 'net.ipv6.conf.all.disable_ipv6': '1', 'net.ipv6.conf.default.disable_ipv6': '1' } } : {}),
     },
   };
 }
@@ -185,12 +208,15 @@ export class DockerRuntime implements SandboxRuntime {
   private async buildTaskImage(task: HarborTask, tag: string, file: string, log?: (line: string) => void): Promise<string> {
     const env = task.environment;
     log?.(`building ${tag} from ${env.contextDir}`);
+    await this.ensureBuildNetwork(env.allowedHosts);
     const stream = await this.docker.buildImage(tarDirectory(env.contextDir), {
       t: tag,
       rm: true,
       forcerm: true,
-      // Docker's default bridge, never the host's network: a task's RUN step may fetch packages, but it
-      // must not reach what listens on the host's loopback (the capture's admin routes, the engine).
+      // The lab's build network, never the host's: a task's RUN step may fetch packages, but it must
+      // not reach the host (the capture's admin routes, the engine, anything bound to its addresses),
+      // the LAN or the metadata address.
+      networkmode: BUILD_NETWORK,
       labels: JSON.stringify({ [LABEL.kind]: 'task', [LABEL.task]: task.name }),
     } as object);
     let timer: NodeJS.Timeout | undefined;
@@ -210,6 +236,19 @@ export class DockerRuntime implements SandboxRuntime {
     return tag;
   }
 
+  /** The build network and its firewall (made once, kept: builds of every lab on this host share it). */
+  private async ensureBuildNetwork(allowedHosts: readonly string[]): Promise<void> {
+    const exists = await this.docker.getNetwork(BUILD_NETWORK).inspect().then(() => true, () => false);
+    if (!exists) {
+      await this.docker
+        .createNetwork({ Name: BUILD_NETWORK, Driver: 'bridge', CheckDuplicate: true, Labels: { [LABEL.kind]: 'network' }, Options: { 'com.docker.network.bridge.name': bridgeNameFor('build'), 'com.docker.network.bridge.enable_icc': 'false' } })
+        .catch((err: Error) => {
+          if (!/already exists/i.test(err.message)) throw err;
+        });
+    }
+    applyEgressFirewall(bridgeNameFor('build'), await resolveAllowedHosts(allowedHosts));
+  }
+
   async create(spec: SandboxSpec): Promise<Sandbox> {
     const env = spec.task.environment;
     for (const sub of ['agent', 'verifier', 'artifacts']) mkdirSync(join(spec.hostLogsDir, sub), { recursive: true });
@@ -217,16 +256,24 @@ export class DockerRuntime implements SandboxRuntime {
     const workdir = env.workdir ?? (imageInfo.Config?.WorkingDir || '/app');
     const isolation = sandboxIsolation(spec.task);
     let network: string | undefined;
+    const removeNetwork = async () => {
+      if (!network) return;
+      removeEgressFirewall(bridgeNameFor(network));
+      await this.docker.getNetwork(network).remove().catch(() => {});
+      this.ownedNetworks.delete(network);
+    };
     if (isolation === 'egress') {
       network = `harness-lab-${randomBytes(6).toString('hex')}`;
       await this.docker.createNetwork(egressNetworkSpec(network, spec));
       this.ownedNetworks.add(network);
+      // Before any container joins it: the sandbox never has a moment with a route to the host.
+      try {
+        applyEgressFirewall(bridgeNameFor(network), await resolveAllowedHosts(env.allowedHosts));
+      } catch (err) {
+        await removeNetwork();
+        throw err;
+      }
     }
-    const removeNetwork = async () => {
-      if (!network) return;
-      await this.docker.getNetwork(network).remove().catch(() => {});
-      this.ownedNetworks.delete(network);
-    };
     let container: Docker.Container;
     try {
       container = await this.docker.createContainer(containerSpec(spec, workdir, { isolation, name: network }));
@@ -273,9 +320,13 @@ export class DockerRuntime implements SandboxRuntime {
     // Networks after their containers: Docker refuses to remove a network with endpoints.
     for (const n of await this.labNetworks()) {
       if (!gone(n.Labels)) continue;
+      removeEgressFirewall(bridgeNameFor(n.Name));
       await this.docker.getNetwork(n.Id).remove().catch(() => {});
       removed.push(n.Name);
     }
+    // Chains whose network is gone (a lab killed between removing the network and its chains).
+    const live = new Set((await this.docker.listNetworks()).map((n) => bridgeNameFor(n.Name)));
+    for (const bridge of firewalledBridges()) if (!live.has(bridge)) removeEgressFirewall(bridge);
     return removed;
   }
 
@@ -305,8 +356,9 @@ export class DockerRuntime implements SandboxRuntime {
     await Promise.all([...ids].map((id) => this.docker.getContainer(id).remove({ force: true }).catch(() => {})));
     this.owned.clear();
     const nets = new Set(this.ownedNetworks);
-    for (const n of await this.labNetworks().catch(() => [])) if (n.Labels?.[LABEL.owner] === mine) nets.add(n.Id);
-    await Promise.all([...nets].map((id) => this.docker.getNetwork(id).remove().catch(() => {})));
+    for (const n of await this.labNetworks().catch(() => [])) if (n.Labels?.[LABEL.owner] === mine) nets.add(n.Name);
+    for (const name of nets) removeEgressFirewall(bridgeNameFor(name));
+    await Promise.all([...nets].map((name) => this.docker.getNetwork(name).remove().catch(() => {})));
     this.ownedNetworks.clear();
   }
 }

@@ -8,8 +8,9 @@ import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer, type WebSocket } from 'ws';
+import { adminKeyFromHeaders, secretsEqual } from '../capture/auth.js';
+import { RequestGuard } from '../capture/request-guard.js';
 import type { z } from 'zod';
-import { secretsEqual } from '../capture/auth.js';
 import { BodyTooLargeError, readBody as readBoundedBody, sendJson } from '../capture/http-util.js';
 import { EventLoopLag, METRICS_CONTENT_TYPE, MetricsText } from '../capture/metrics.js';
 import { taskRef, type ServedSplit } from './datasets.js';
@@ -34,10 +35,12 @@ const MAX_BODY_BYTES = 16 * 2 ** 20;
 export interface ServeServerOptions {
   host: string;
   port: number;
+  /** Names trainers reach the server by besides loopback and the bound address (request-guard.ts). */
+  allowedHosts?: readonly string[];
   splits: ReadonlyMap<string, ServedSplit>;
   rollouts: RolloutService;
   maxConcurrent: number;
-  /** When set, every route but /health wants it (Authorization: Bearer or Basic with it as the password, X-Admin-Key, ?admin_key=). */
+  /** When set, every route but /health wants it (Authorization: Bearer or Basic with it as the password, X-Admin-Key). */
   adminKey?: string;
   /** An /mcp-created session with no socket and no rollout is closed after this long (default 600 s, OpenEnv's). */
   sessionIdleMs?: number;
@@ -92,11 +95,13 @@ export class ServeServer {
   private readonly lag = new EventLoopLag();
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: 64 * 2 ** 20 });
   private readonly sweep: NodeJS.Timeout;
+  private readonly guard: RequestGuard;
 
   private constructor(
     private readonly opts: ServeServerOptions,
     private readonly http: Server,
   ) {
+    this.guard = new RequestGuard({ listenHost: opts.host, allowedHosts: opts.allowedHosts });
     const idleMs = opts.sessionIdleMs ?? 600_000;
     // A trainer that created a session and went away must not hold a slot for the server's life.
     this.sweep = setInterval(() => {
@@ -135,7 +140,7 @@ export class ServeServer {
   private authorized(req: IncomingMessage): boolean {
     const key = this.opts.adminKey;
     if (!key) return true;
-    return presentedKeys(req).some((given) => secretsEqual(given, key));
+    return adminKeyFromHeaders(req).some((given) => secretsEqual(given, key));
   }
 
   private openSession(explicit: boolean): Session | { capacity: true } {
@@ -179,6 +184,11 @@ export class ServeServer {
   private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = new URL(req.url ?? '/', 'http://x').pathname;
     try {
+      const refusal = this.guard.check(req);
+      if (refusal) {
+        this.opts.log(`refused ${req.method} ${path}: ${refusal.message}`);
+        return json(res, refusal.status, { detail: refusal.message });
+      }
       if (req.method === 'GET' && path === '/health') return json(res, 200, { status: 'healthy', ...this.capacityData(), running_rollouts: this.opts.rollouts.runningCount, queued_rollouts: this.opts.rollouts.queuedCount });
       if (!this.authorized(req)) return json(res, 401, { detail: 'this rollout server wants its admin key: Authorization: Bearer KEY, or the key in the server URL as http://trainer:KEY@host:port (what an unchanged TRL client sends)' });
       if (req.method === 'GET' && path === '/metrics') {
@@ -317,6 +327,14 @@ export class ServeServer {
 
   private onUpgrade(req: IncomingMessage, socket: import('node:net').Socket, head: Buffer): void {
     const url = new URL(req.url ?? '/', 'http://x');
+    // A browser may open a WebSocket to any origin: the upgrade is where a web page is stopped.
+    const refusal = this.guard.checkOrigin(req);
+    if (refusal) {
+      this.opts.log(`refused upgrade ${url.pathname}: ${refusal.message}`);
+      const body = JSON.stringify({ detail: refusal.message });
+      socket.end(`HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+      return;
+    }
     if (url.pathname !== '/ws') {
       socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\n\r\n');
       return;
@@ -425,30 +443,6 @@ export class ServeServer {
     this.lag.dispose();
     await new Promise<void>((resolve) => this.http.close(() => resolve()));
   }
-}
-
-/**
- * Every key a request presents: `Authorization: Bearer K`, `X-Admin-Key: K`, `?admin_key=K`, and
- * `Authorization: Basic` whose password is K. The last is what an unchanged TRL client sends for a
- * server URL `http://USER:K@host:port`: httpx (the task API, /mcp) and websockets (/ws) both turn a
- * URL's user info into Basic auth, and OpenEnv's clients keep the user info when they derive the
- * /ws and /mcp URLs from the base URL.
- */
-function presentedKeys(req: IncomingMessage): string[] {
-  const keys: string[] = [];
-  const auth = req.headers.authorization ?? '';
-  const [scheme, value = ''] = auth.trim().split(/\s+/, 2);
-  if (scheme?.toLowerCase() === 'bearer') keys.push(value);
-  if (scheme?.toLowerCase() === 'basic') {
-    const decoded = Buffer.from(value, 'base64').toString('utf8');
-    const colon = decoded.indexOf(':');
-    if (colon >= 0) keys.push(decoded.slice(colon + 1));
-  }
-  const header = req.headers['x-admin-key'];
-  if (typeof header === 'string') keys.push(header);
-  const query = new URL(req.url ?? '/', 'http://x').searchParams.get('admin_key');
-  if (query !== null) keys.push(query);
-  return keys;
 }
 
 /** The JSON answers of this server (the proxy's sendJson: nothing is written to a response already sent). */

@@ -38,6 +38,8 @@ const EnvironmentSchema = z
     os: z.enum(['linux', 'windows']).default('linux'),
     cpus: z.number().positive().optional(),
     memory_mb: z.number().int().positive().optional(),
+    /** Processes (and threads) the sandbox may have at once. */
+    pids_limit: z.number().int().positive().optional(),
     storage_mb: z.number().int().positive().optional(),
     gpus: z.number().int().nonnegative().optional(),
     network_mode: NetworkMode.default('public'),
@@ -89,6 +91,9 @@ export interface TaskEnvironment {
   memoryMb: number | undefined;
   storageMb: number | undefined;
   networkMode: NetworkModeName;
+  /** Hosts an egress sandbox may reach although they are private or the host's own ([environment].allowed_hosts). */
+  allowedHosts: string[];
+  pidsLimit: number | undefined;
   env: Record<string, string>;
   workdir: string | undefined;
 }
@@ -212,6 +217,8 @@ export function loadTask(dirArg: string): HarborTask {
       memoryMb,
       storageMb,
       networkMode,
+      allowedHosts: env.allowed_hosts ?? [],
+      pidsLimit: env.pids_limit,
       env: env.env,
       workdir: env.workdir,
     },
@@ -221,14 +228,37 @@ export function loadTask(dirArg: string): HarborTask {
   };
 }
 
-/** `${VAR}` and `${VAR:-default}` in task env tables, resolved from the given environment. */
-export function resolveEnvTemplate(table: Record<string, string>, from: NodeJS.ProcessEnv, file: string, section: string): Record<string, string> {
+/** Where the user lists the host variables a task's `${VAR}` templates may copy (names, comma-separated). */
+export const ALLOW_ENV_VARIABLE = 'HARNESS_LAB_ALLOW_ENV';
+
+/** The host variables templates may read: the names in HARNESS_LAB_ALLOW_ENV (what --allow-env adds to). */
+export function allowedTemplateVariables(from: NodeJS.ProcessEnv = process.env): Set<string> {
+  return new Set((from[ALLOW_ENV_VARIABLE] ?? '').split(',').map((n) => n.trim()).filter(Boolean));
+}
+
+/** Adds names to HARNESS_LAB_ALLOW_ENV of `env` (a command's --allow-env), so backends and child processes see them. */
+export function allowTemplateVariables(names: readonly string[], env: NodeJS.ProcessEnv = process.env): void {
+  if (!names.length) return;
+  env[ALLOW_ENV_VARIABLE] = [...new Set([...allowedTemplateVariables(env), ...names.map((n) => n.trim()).filter(Boolean)])].join(',');
+}
+
+/**
+ * `${VAR}` and `${VAR:-default}` in task env tables, resolved from the given environment. A task is
+ * someone else's file and its values land in a sandbox an agent controls, so only the variables the
+ * user allowed are read (`--allow-env NAME`); one not allowed takes its default, or is refused. The
+ * lab's own `HARNESS_LAB_*` variables (admin and engine keys) are refused even when allowed.
+ */
+export function resolveEnvTemplate(table: Record<string, string>, from: NodeJS.ProcessEnv, file: string, section: string, allowed: ReadonlySet<string> = allowedTemplateVariables(from)): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [key, value] of Object.entries(table)) {
     out[key] = value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (_m, name: string, fallback: string | undefined) => {
-      const v = from[name];
+      if (/^HARNESS_LAB_/i.test(name)) {
+        throw new TaskError(file, `${section}.${key}`, `asks for host variable ${name}: the lab's own HARNESS_LAB_* variables (its keys) never go into a sandbox, even when allowed`);
+      }
+      const v = allowed.has(name) ? from[name] : undefined;
       if (v !== undefined && v !== '') return v;
       if (fallback !== undefined) return fallback;
+      if (!allowed.has(name)) throw new TaskError(file, `${section}.${key}`, `asks for host variable ${name}, which is not allowed: pass --allow-env ${name} (or add it to ${ALLOW_ENV_VARIABLE}) to copy it into the sandbox`);
       throw new TaskError(file, `${section}.${key}`, `needs host variable ${name}, which is not set`);
     });
   }

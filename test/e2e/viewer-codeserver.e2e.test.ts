@@ -108,13 +108,20 @@ test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { t
 
   // Live: with the proxy running, a session's viewer takes in calls as they are recorded.
   await runCommand(page, 'View: Close All Editors');
+  // The extension's proxy always has an admin key (minted when none is set): set one this test knows.
+  const adminKey = 'viewer-e2e-admin-key';
+  await runCommand(page, 'Harness Lab: Set Admin Key');
+  const keyInput = page.locator('.quick-input-widget input.input:visible');
+  await keyInput.waitFor({ timeout: 15_000 });
+  await keyInput.fill(adminKey);
+  await page.keyboard.press('Enter');
   await runCommand(page, 'Harness Lab: Start Proxy');
   const status = page.locator('.statusbar-item', { hasText: /Harness Lab :\d+/ });
   await status.waitFor({ timeout: 30_000 });
   const port = /:(\d+)/.exec((await status.innerText()) ?? '')![1]!;
   const proxy = `http://127.0.0.1:${port}`;
   const LIVE = 'viewer-e2e-live';
-  assert.equal((await fetch(`${proxy}/sessions`, { method: 'POST', body: JSON.stringify({ session_id: LIVE }) })).status, 201);
+  assert.equal((await fetch(`${proxy}/sessions`, { method: 'POST', headers: { authorization: `Bearer ${adminKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ session_id: LIVE }) })).status, 201);
   const call = async (content: string) => {
     const res = await fetch(`${proxy}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${LIVE}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] }) });
     assert.equal(res.status, 200, await res.text());

@@ -3,7 +3,8 @@
 // admin key and the same engine key whose session has a minted key, then `export` (every format) and
 // `report` of what they captured. Every file written under the out and data dirs (records, batch dirs,
 // rollout.json, exports, reports, ATIF), every line of stdout/stderr and every control-route answer is
-// scanned for each secret. Every lab-made session has its own minted key, so the session id is only an
+// scanned for each secret; so are `harness-lab serve`'s state dir, log and answers after a rollout
+// driven as TRL drives it (admin key and engine key given, a wrong key and a URL key refused). Every lab-made session has its own minted key, so the session id is only an
 // identifier (it may appear anywhere) and the key may appear nowhere.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -16,6 +17,7 @@ import { createInterface } from 'node:readline';
 import { after, before, test } from 'node:test';
 import { request } from 'undici';
 import { startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
+import { postJson, runRolloutArgs, startServe } from './serve-fixtures.js';
 
 const REPO = join(__dirname, '../..');
 const CLI = join(REPO, 'src/cli/main.ts');
@@ -116,6 +118,7 @@ test('no session key, admin key or engine key in any log, record, export, report
   const env = { HARNESS_LAB_ENGINE_API_KEY: ENGINE_KEY, HARNESS_LAB_ADMIN_KEY: ADMIN_KEY };
   const logs: { name: string; text: string }[] = [];
   const keep = (name: string, r: Ran) => logs.push({ name: `${name} stdout`, text: r.stdout }, { name: `${name} stderr`, text: r.stderr });
+  const answers: string[] = [];
 
   // 1. A run in the local sandbox, verbose, against the keyed engine.
   const runOut = join(outDir, 'runs');
@@ -145,6 +148,28 @@ test('no session key, admin key or engine key in any log, record, export, report
     assert.equal(exported.code, 0, `${format}: ${exported.stderr}`);
   }
 
+  // 1c. `harness-lab serve` with an admin key, driven as TRL drives it (/mcp tools/call run_rollout with
+  // the engine key in api_key), plus a wrong key and a key in the URL (refused, and scanned).
+  const serve = await startServe(['--dataset', `train=${TASK}`, '--admin-key', ADMIN_KEY, '--state-dir', join(outDir, 'serve')], env);
+  try {
+    const bearer = { authorization: `Bearer ${ADMIN_KEY}` };
+    const rollout = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'run_rollout', arguments: runRolloutArgs({ llm_url: `${gate.url}/v1`, model: policy.model, api_key: ENGINE_KEY }) } }, bearer);
+    assert.equal(rollout.status, 200);
+    const result = JSON.parse(rollout.body.result.content[0].text) as { ok: boolean; reward: number | null };
+    assert.equal(result.ok, true, JSON.stringify(result).slice(0, 2000));
+    answers.push(JSON.stringify(rollout.body));
+    for (const headers of [{ authorization: `Bearer not-${ADMIN_KEY}` }, {}]) {
+      const refused = await request(`${serve.url}/harbor_env/splits${'authorization' in headers ? '' : `?admin_key=${ADMIN_KEY}`}`, { headers });
+      assert.equal(refused.statusCode, 401);
+      answers.push(await refused.body.text());
+    }
+  } finally {
+    serve.child.kill('SIGTERM');
+    await serve.exited;
+  }
+  logs.push({ name: 'serve stderr', text: serve.stderr() });
+  assert.ok(filesUnder(join(outDir, 'serve')).some((f) => f.endsWith('.jsonl')), "serve's captured session is on disk (and scanned)");
+
   // 2. A standalone proxy process with an admin key and the engine key as flags, driven over HTTP,
   // including a call with a wrong key.
   const dataDir = join(outDir, 'proxy-data');
@@ -161,12 +186,11 @@ test('no session key, admin key or engine key in any log, record, export, report
     child.once('exit', (code) => reject(new Error(`proxy exited ${code}: ${proxyStderr}`)));
   });
   const exited = new Promise((resolve) => child.once('exit', resolve));
-  const answers: string[] = [];
   const admin = { authorization: `Bearer ${ADMIN_KEY}` };
   let proxySession: string;
   let proxyKey: string;
   try {
-    const created = await request(`${url}/sessions`, { method: 'POST', headers: admin, body: JSON.stringify({ mint_key: true, metadata: { harness: 'secrets-test' } }) });
+    const created = await request(`${url}/sessions`, { method: 'POST', headers: { ...admin, 'content-type': 'application/json' }, body: JSON.stringify({ mint_key: true, metadata: { harness: 'secrets-test' } }) });
     assert.equal(created.statusCode, 201);
     // The creator's answer is the one place the key is given (and so is not scanned).
     ({ session_id: proxySession, api_key: proxyKey } = JSON.parse(await created.body.text()) as { session_id: string; api_key: string });
@@ -177,10 +201,10 @@ test('no session key, admin key or engine key in any log, record, export, report
       assert.equal(res.statusCode, 200);
       answers.push(await res.body.text());
     }
-    const wrong = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer not-${proxyKey}` }, body: '{}' });
+    const wrong = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer not-${proxyKey}`, 'content-type': 'application/json' }, body: '{}' });
     assert.equal(wrong.statusCode, 401);
     answers.push(await wrong.body.text());
-    const byId = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${proxySession}` }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }) });
+    const byId = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${proxySession}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }) });
     assert.equal(byId.statusCode, 401, "a keyed session's id opens nothing");
     answers.push(await byId.body.text());
     for (const path of ['/health', '/engines', '/sessions', `/sessions/${proxySession}`, `/sessions/${proxySession}/rollout`, `/sessions/${proxySession}/calls`]) {

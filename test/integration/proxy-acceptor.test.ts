@@ -39,7 +39,7 @@ after(async () => {
 
 test('/health on a fresh connection is answered while the main thread is blocked', async () => {
   const server = createServer((_req, res) => res.end('main'));
-  const acceptor = await AcceptorThread.start({ host: '127.0.0.1', port: 0, backlog: 64, health: () => JSON.stringify({ status: 'ok', marker: 42 }), onConnection: (s) => server.emit('connection', s) });
+  const acceptor = await AcceptorThread.start({ host: '127.0.0.1', port: 0, backlog: 64, hostNames: ['127.0.0.1', 'localhost'], health: () => JSON.stringify({ status: 'ok', marker: 42 }), onConnection: (s) => server.emit('connection', s) });
   closers.push(() => acceptor.close());
   const url = `http://127.0.0.1:${acceptor.address.port}`;
   const pending = getFromWorker(`${url}/health`);
@@ -52,11 +52,31 @@ test('/health on a fresh connection is answered while the main thread is blocked
   assert.ok(health.doneAt < blockedUntil, 'the health answer came while the main thread was still blocked');
   // Other paths go to the main thread's server.
   assert.equal(await (await fetch(`${url}/other`)).text(), 'main');
+  // So does a /health the acceptor cannot vouch for (another Host, a web page's Origin): the main
+  // thread's RequestGuard decides there (the capture proxy refuses both; see proxy-origin.test.ts).
+  const port = acceptor.address.port;
+  const foreign: Record<string, string>[] = [{ host: 'attacker.example' }, { host: `attacker.example:${port}` }, { origin: 'http://evil.localhost:9' }];
+  for (const headers of foreign) {
+    assert.equal(await rawGet(port, '/health', headers), 'main', JSON.stringify(headers));
+  }
+  assert.match(await rawGet(port, '/health', { host: `LOCALHOST:${port}` }), /"marker":42/);
 });
+
+function rawGet(port: number, path: string, headers: Record<string, string>): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path, headers, agent: false }, (res) => {
+      let text = '';
+      res.on('data', (c: Buffer) => (text += c.toString()));
+      res.on('end', () => resolve(text));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
 
 test('/health answers 503 while the main thread is silent past the stall limit, 200 again once it beats', async () => {
   const server = createServer((_req, res) => res.end('main'));
-  const acceptor = await AcceptorThread.start({ host: '127.0.0.1', port: 0, backlog: 64, healthStallMs: 200, health: () => JSON.stringify({ status: 'ok' }), onConnection: (s) => server.emit('connection', s) });
+  const acceptor = await AcceptorThread.start({ host: '127.0.0.1', port: 0, backlog: 64, hostNames: ['127.0.0.1'], healthStallMs: 200, health: () => JSON.stringify({ status: 'ok' }), onConnection: (s) => server.emit('connection', s) });
   closers.push(() => acceptor.close());
   const url = `http://127.0.0.1:${acceptor.address.port}/health`;
   assert.equal((await getFromWorker(url)).status, 200);
@@ -82,7 +102,7 @@ test('relayed connections: keep-alive requests, a streamed upload and a client t
     req.on('data', (c: Buffer) => (n += c.length));
     req.on('end', () => res.end(JSON.stringify({ url: req.url, bytes: n, remote: req.socket.remoteAddress })));
   });
-  const acceptor = await AcceptorThread.start({ host: '127.0.0.1', port: 0, backlog: 64, health: () => '{}', onConnection: (s) => server.emit('connection', s) });
+  const acceptor = await AcceptorThread.start({ host: '127.0.0.1', port: 0, backlog: 64, hostNames: ['127.0.0.1', 'localhost'], health: () => '{}', onConnection: (s) => server.emit('connection', s) });
   closers.push(() => acceptor.close());
   const { port } = acceptor.address;
   const big = Buffer.alloc(3 * 1024 * 1024, 7);
@@ -108,7 +128,7 @@ test('the proxy through its acceptor: /health counts a session at once; a taken 
   closers.push(() => proxy.close());
   const health = async () => (await (await fetch(`${proxy.url}/health`, { headers: { connection: 'close' } })).json()) as { sessions: number; status: string };
   assert.equal((await health()).sessions, 0);
-  assert.equal((await fetch(`${proxy.url}/sessions`, { method: 'POST', body: '{}' })).status, 201);
+  assert.equal((await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).status, 201);
   assert.deepEqual([(await health()).status, (await health()).sessions], ['ok', 1]);
   await assert.rejects(CaptureProxy.start({ engineUrl: engine.url, model: 'm', port: proxy.port }), (err: unknown) => err instanceof ProxyConfigError && /already in use/.test(err.message));
 });
@@ -119,7 +139,7 @@ test('if the acceptor thread dies, the proxy says so and listens again on the sa
   const errors: string[] = [];
   const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: 'fake/qwen3-tiny', logger: { info() {}, warn() {}, error: (m) => errors.push(m) } });
   closers.push(() => proxy.close());
-  const { session_id } = (await (await fetch(`${proxy.url}/sessions`, { method: 'POST', body: '{}' })).json()) as { session_id: string };
+  const { session_id } = (await (await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).json()) as { session_id: string };
   // Stand-in for a crash: the thread ends without close().
   await (proxy as unknown as { acceptor: { worker: Worker } }).acceptor.worker.terminate();
   let status = 0;

@@ -75,7 +75,8 @@ function requestArbitrary(knownIds: string[]): fc.Arbitrary<GeneratedRequest> {
   return fc.record({ method, path, query, auth, extraHeaders, body }).map((r) => ({
     method: r.method,
     path: r.path + r.query,
-    headers: { ...r.extraHeaders, ...r.auth },
+    // JSON bodies declare it (the proxy refuses other POST types with 415); a generated content-type may replace it.
+    headers: { 'content-type': 'application/json', ...r.extraHeaders, ...r.auth },
     body: r.method === 'GET' || r.method === 'HEAD' || r.method === 'TRACE' ? undefined : r.body,
   }));
 }
@@ -153,7 +154,7 @@ describe('fuzz: the control routes', () => {
     const listed = await fetch(`${proxy.url}/sessions`, { headers: admin });
     assert.equal(listed.status, 200);
     assert.ok(Array.isArray(((await listed.json()) as { sessions: unknown[] }).sessions));
-    const fresh = await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: admin, body: JSON.stringify({ session_id: 'after-the-fuzz' }) });
+    const fresh = await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { ...admin, 'content-type': 'application/json' }, body: JSON.stringify({ session_id: 'after-the-fuzz' }) });
     assert.equal(fresh.status, 201);
     const call = await fetch(`${proxy.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: 'Bearer after-the-fuzz', 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }) });
     assert.equal(call.status, 200);

@@ -160,7 +160,7 @@ describe('admin key and bind address', () => {
   test('session routes need the admin key when one is set; model calls use session keys', async () => {
     const lab = await startLab({}, { adminKey: 'sekrit' });
     try {
-      const denied = await fetch(`${lab.proxy.url}/sessions`, { method: 'POST', body: '{}' });
+      const denied = await fetch(`${lab.proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
       assert.equal(denied.status, 401);
       const wrong = await fetch(`${lab.proxy.url}/sessions`, { headers: { authorization: 'Bearer nope' } });
       assert.equal(wrong.status, 401);
@@ -180,10 +180,10 @@ describe('admin key and bind address', () => {
   test('session ids are validated and unique', async () => {
     const lab = await startLab();
     try {
-      const bad = await fetch(`${lab.proxy.url}/sessions`, { method: 'POST', body: JSON.stringify({ session_id: '../etc' }) });
+      const bad = await fetch(`${lab.proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ session_id: '../etc' }) });
       assert.equal(bad.status, 400);
       await createSession(lab.proxy, { session_id: 'rollout-1' });
-      const dup = await fetch(`${lab.proxy.url}/sessions`, { method: 'POST', body: JSON.stringify({ session_id: 'rollout-1' }) });
+      const dup = await fetch(`${lab.proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ session_id: 'rollout-1' }) });
       assert.equal(dup.status, 409);
       const del = (await (await fetch(`${lab.proxy.url}/sessions/rollout-1`, { method: 'DELETE' })).json()) as { deleted: boolean };
       assert.equal(del.deleted, true);

@@ -203,7 +203,7 @@ describe('fault matrix: a full disk (a real tmpfs, filled up)', () => {
         assert.ok(summaryRes.validation.some((v) => v.includes('store_failed')), 'the session says calls were lost to the store');
       }
       // Creating a session needs its header on disk: refused the same way, and not listed.
-      const refused = await fetch(`${proxy.url}/sessions`, { method: 'POST', body: JSON.stringify({ session_id: 'on-a-full-disk' }) });
+      const refused = await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ session_id: 'on-a-full-disk' }) });
       assert.equal(refused.status, 507);
       assert.match(((await refused.json()) as { error: { message: string } }).error.message, /disk is full/);
       assert.equal((await fetch(`${proxy.url}/sessions/on-a-full-disk`)).status, 404);
@@ -216,7 +216,7 @@ describe('fault matrix: a full disk (a real tmpfs, filled up)', () => {
       assert.equal((await dialect.call(proxy.url, id, `after the disk was freed${padding}`)).ok, true, dialect.name);
       assert.equal(proxy.sessions.calls(id).length, 2);
     }
-    assert.equal((await fetch(`${proxy.url}/sessions`, { method: 'POST', body: JSON.stringify({ session_id: 'on-a-full-disk' }) })).status, 201);
+    assert.equal((await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ session_id: 'on-a-full-disk' }) })).status, 201);
     assert.deepEqual(logger.errors.filter((e) => /request .* failed/.test(e)), [], 'no internal error');
   });
 
@@ -270,7 +270,7 @@ describe('fault matrix: a read-only data dir (a tmpfs remounted read-only)', () 
       assertApiError(await dialect.call(proxy.url, id, 'read-only, streamed', { stream: true }), 503, /read-only/, `${dialect.name} streamed on a read-only dir`);
       assert.equal(proxy.sessions.calls(id).length, 1, 'nothing claimed as stored');
     }
-    const refused = await fetch(`${proxy.url}/sessions`, { method: 'POST', body: '{}' });
+    const refused = await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
     assert.equal(refused.status, 503);
     assert.equal(((await (await fetch(`${proxy.url}/sessions`)).json()) as { sessions: unknown[] }).sessions.length, sessions.size, 'the refused session is not listed');
     disk.readOnly(false);

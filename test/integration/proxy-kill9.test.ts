@@ -98,7 +98,7 @@ test(`kill -9 at ${MIN_KILLS}+ random points of a ${TOTAL_CALLS}-call multi-sess
   {
     const agent = new Agent();
     for (const id of ids) {
-      const res = await request(`${proc.url}/sessions`, { method: 'POST', dispatcher: agent, body: JSON.stringify({ session_id: id }) });
+      const res = await request(`${proc.url}/sessions`, { method: 'POST', dispatcher: agent, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ session_id: id }) });
       assert.equal(res.statusCode, 201);
       await res.body.text();
     }

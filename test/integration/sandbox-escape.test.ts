@@ -26,7 +26,8 @@ import { readRolloutStates } from '../../src/batch/state.js';
 import { CaptureProxy } from '../../src/capture/proxy.js';
 import { SessionSocket } from '../../src/capture/session-socket.js';
 import { LABEL } from '../../src/sandbox/docker-client.js';
-import { DockerRuntime } from '../../src/sandbox/docker.js';
+import { DROPPED_CAPABILITIES, DockerRuntime } from '../../src/sandbox/docker.js';
+import { bridgeNameFor } from '../../src/sandbox/egress-firewall.js';
 import { openLab } from '../../src/sandbox/lab.js';
 import { MODEL_RELAY_PORT, SESSION_SOCKET_DIR_IN_SANDBOX } from '../../src/sandbox/model-relay.js';
 import { startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
@@ -138,7 +139,7 @@ describe('sandbox escapes', { concurrency: false }, () => {
         networkName = container.HostConfig.NetworkMode ?? '';
         assert.match(networkName, /^harness-lab-[0-9a-f]{12}$/);
         assert.deepEqual(Object.keys(container.NetworkSettings.Networks), [networkName], 'attached to its own network only (not host, not the default bridge)');
-        assert.deepEqual(container.HostConfig.CapDrop, ['NET_RAW']);
+        assert.deepEqual(container.HostConfig.CapDrop, DROPPED_CAPABILITIES);
         assert.ok(container.Mounts.some((m) => m.Destination === SESSION_SOCKET_DIR_IN_SANDBOX && m.RW === false), 'the socket folder is mounted read-only');
         const network = await docker.getNetwork(networkName).inspect();
         assert.equal(network.Driver, 'bridge');
@@ -146,7 +147,7 @@ describe('sandbox escapes', { concurrency: false }, () => {
         assert.equal(network.Options?.['com.docker.network.bridge.enable_icc'], 'false');
         assert.equal(network.Labels?.[LABEL.owner]?.endsWith(`/${process.pid}`), true);
         // Host loopback is not routed from the bridge (martian unless route_localnet is on).
-        const bridge = `br-${network.Id.slice(0, 12)}`;
+        const bridge = bridgeNameFor(networkName);
         assert.equal(readFileSync(`/proc/sys/net/ipv4/conf/${bridge}/route_localnet`, 'utf8').trim(), '0');
 
         const r = await sandbox.exec(escapeProbeCommand({ siblingSessionId: sibling, reportPath: REPORT, relayPort: MODEL_RELAY_PORT, socketDir: SESSION_SOCKET_DIR_IN_SANDBOX }), {

@@ -2,12 +2,12 @@
 // members, bad input failing before anything is written (naming file and field, the unknown
 // harness, the group size), the concurrency default, and the directory it writes.
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { BatchPlanError, attemptSessionId, defaultParallel, expandGlob, planBatch, resolveTaskDirs, writeBatch } from '../../src/batch/plan.js';
-import { readManifest, readRolloutStates } from '../../src/batch/state.js';
+import { BatchFileError, readManifest, readRolloutState, readRolloutStates } from '../../src/batch/state.js';
 import { SESSION_ID_PATTERN } from '../../src/capture/sessions.js';
 import { TaskError } from '../../src/tasks/task.js';
 
@@ -97,4 +97,32 @@ test('writeBatch writes queued states and the manifest, and refuses to overwrite
   assert.throws(() => writeBatch(plan), /already holds a batch .*batch resume/);
   writeFileSync(join(root, 'busy.txt'), 'x');
   assert.throws(() => writeBatch({ ...plan, dir: root }), /exists and is not empty/);
+});
+
+test('ids read back from batch.json and rollout states that would name a path outside the batch are refused, naming the file and field', () => {
+  const root = suite();
+  const plan = planBatch({ tasks: [join(root, 'suite')], harnesses: ['react'], groupSize: 2, outDir: join(root, 'b'), checkInstalled: false, parallel: 1 });
+  writeBatch(plan);
+  const manifestFile = join(plan.dir, 'batch.json');
+  const good = JSON.parse(readFileSync(manifestFile, 'utf8')) as { batch_id: string; groups: { group_id: string; rollout_ids: string[] }[] };
+  const edits: [string, (m: typeof good) => void, RegExp][] = [
+    ['batch_id', (m) => (m.batch_id = '../../outside'), /batch\.json: batch_id: must be an id/],
+    ['rollout id', (m) => (m.groups[0]!.rollout_ids[1] = '../../../tmp/pwn'), /batch\.json: groups\.0\.rollout_ids\.1: must be an id/],
+    ['group id', (m) => (m.groups[0]!.group_id = '/etc'), /batch\.json: groups\.0\.group_id: must be an id/],
+  ];
+  for (const [what, edit, message] of edits) {
+    const hostile = structuredClone(good);
+    edit(hostile);
+    writeFileSync(manifestFile, JSON.stringify(hostile));
+    assert.throws(() => readManifest(plan.dir), (e: Error) => e instanceof BatchFileError && message.test(e.message), what);
+  }
+  writeFileSync(manifestFile, JSON.stringify(good));
+  const [first] = readRolloutStates(plan.dir);
+  const stateFile = join(plan.dir, 'rollouts', `${first!.rollout_id}.json`);
+  const attempt = { attempt: 0, session_id: 'b1.x.0', started_at: 'now', ended_at: null, out_dir: '../../../home', outcome: 'running', trainable: false };
+  writeFileSync(stateFile, JSON.stringify({ ...first, attempts: [attempt] }));
+  assert.throws(() => readRolloutState(plan.dir, first!.rollout_id), /rollouts\/hello-file\.react\.0\.json: attempts\.0\.out_dir: must be a path inside the batch directory/);
+  writeFileSync(stateFile, JSON.stringify({ ...first, attempts: [{ ...attempt, out_dir: 'runs/hello-file.react.0/0', session_id: '../sessions/other' }] }));
+  assert.throws(() => readRolloutState(plan.dir, first!.rollout_id), /attempts\.0\.session_id: must be an id/);
+  assert.throws(() => readRolloutState(plan.dir, '../batch'), /rollout id '\.\.\/batch' must be an id/);
 });

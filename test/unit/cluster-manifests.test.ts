@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { attemptSecret, dnsLabel, entryScript, formatManifests, jobName, labelValue, parsePodResult, proxyManifests, rolloutJob, SESSION_KEY_PLACEHOLDER, testsConfigMap, validateManifests, type RolloutJobInput } from '../../src/cluster/manifests.js';
+import { attemptSecret, dnsLabel, entryScript, formatManifests, inClusterProxyUrl, jobName, labelValue, parsePodResult, proxyManifests, rolloutJob, SESSION_KEY_PLACEHOLDER, testsConfigMap, validateManifests, type RolloutJobInput } from '../../src/cluster/manifests.js';
 import { podSecurityViolations } from '../k8s-double/pod-security.js';
 import { loadTask } from '../../src/tasks/task.js';
 
@@ -103,5 +103,17 @@ describe('cluster manifests', () => {
     const ingress = objs.filter((o) => o.kind === 'NetworkPolicy').find((o) => (o.spec as { policyTypes: string[] }).policyTypes.join() === 'Ingress')!;
     assert.deepEqual((ingress.spec as { podSelector: unknown }).podSelector, { matchLabels: { 'app.kubernetes.io/name': 'harness-lab-proxy', 'harness-lab/batch': 'b1', 'harness-lab/role': 'proxy' } });
     assert.ok(objs.some((o) => o.kind === 'PersistentVolumeClaim'));
+  });
+});
+
+describe('proxy manifests', () => {
+  it("tell the in-cluster proxy the Service names rollout pods reach it by (it refuses any other Host)", () => {
+    const objects = proxyManifests({ batchId: 'b1', namespace: 'lab', image: 'img', engineUrl: 'http://e/v1', model: 'm', adminKey: 'k' } as Parameters<typeof proxyManifests>[0]);
+    const deployment = objects.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { containers: { command: string[] }[] } } } };
+    const command = deployment.spec.template.spec.containers[0]!.command;
+    const allowed = command.flatMap((arg, i) => (arg === '--allowed-host' ? [command[i + 1]] : []));
+    const url = new URL(inClusterProxyUrl('lab', 'b1'));
+    assert.ok(allowed.includes(url.hostname), `${url.hostname} in ${allowed.join(', ')}`);
+    assert.ok(allowed.includes(`${url.hostname}.cluster.local`));
   });
 });

@@ -74,6 +74,24 @@ test('start -> running with the port, stop -> stopped, and both are idempotent',
   controller.dispose();
 });
 
+test('without a stored admin key the proxy still runs with one, minted for this start and readable from the controller', async () => {
+  const fake = new FakeProxy();
+  const seen: ProxyOptions[] = [];
+  const controller = new ProxyController({ startProxy: async (o) => (seen.push(o), fake), logger: recordingLogger(), defaultDataDir: '/d' });
+  assert.equal(controller.adminKey, undefined, 'no key before the proxy runs');
+  await controller.start(settings(), undefined);
+  const minted = seen[0]?.adminKey;
+  assert.match(minted ?? '', /^hla-[A-Za-z0-9_-]{32}$/);
+  assert.equal(controller.adminKey, minted);
+  await controller.stop();
+  assert.equal(controller.adminKey, undefined);
+  await controller.start(settings(), '');
+  assert.notEqual(seen[1]?.adminKey, minted, 'each start mints its own (an empty stored key counts as none)');
+  assert.match(seen[1]?.adminKey ?? '', /^hla-/);
+  await controller.stop();
+  controller.dispose();
+});
+
 test('start failures become a failed state with a message in settings terms', async () => {
   const log = recordingLogger();
   const busy = Object.assign(new Error('listen EADDRINUSE'), { code: 'EADDRINUSE' });

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { TaskError, findTasks, loadTask, resolveEnvTemplate, sizeToMb } from '../../src/tasks/task.js';
+import { TaskError, allowTemplateVariables, allowedTemplateVariables, findTasks, loadTask, resolveEnvTemplate, sizeToMb } from '../../src/tasks/task.js';
 
 const EXAMPLES = join(__dirname, '..', '..', 'examples', 'tasks');
 
@@ -109,9 +109,33 @@ test('broken tasks name the file and the field', () => {
   rejects(noToml, 'my-task/task.toml', undefined, /missing/);
 });
 
-test('env templates resolve ${VAR} and ${VAR:-default}; an unset variable names the field', () => {
-  assert.deepEqual(resolveEnvTemplate({ A: '${HOSTV}', B: 'x-${NOPE:-fallback}', C: 'plain' }, { HOSTV: 'v' }, 't/task.toml', 'verifier.env'), { A: 'v', B: 'x-fallback', C: 'plain' });
-  assert.throws(() => resolveEnvTemplate({ K: '${MISSING}' }, {}, 't/task.toml', 'verifier.env'), /t\/task.toml: verifier.env.K: needs host variable MISSING/);
+test('env templates resolve ${VAR} and ${VAR:-default} of allowed variables; an unset variable names the field', () => {
+  const env = { HOSTV: 'v', HARNESS_LAB_ALLOW_ENV: 'HOSTV, MISSING' };
+  assert.deepEqual(resolveEnvTemplate({ A: '${HOSTV}', B: 'x-${NOPE:-fallback}', C: 'plain' }, env, 't/task.toml', 'verifier.env'), { A: 'v', B: 'x-fallback', C: 'plain' });
+  assert.throws(() => resolveEnvTemplate({ K: '${MISSING}' }, env, 't/task.toml', 'verifier.env'), /t\/task.toml: verifier.env.K: needs host variable MISSING/);
+});
+
+test('env templates refuse variables the user did not allow, and HARNESS_LAB_* secrets even when allowed', () => {
+  const host = { HOME: '/root', SECRET_TOKEN: 's3cret', HARNESS_LAB_ADMIN_KEY: 'hla-admin', HARNESS_LAB_ENGINE_API_KEY: 'sk-engine' };
+  assert.throws(() => resolveEnvTemplate({ TOKEN: '${SECRET_TOKEN}' }, host, 't/task.toml', 'environment.env'), (e: Error) => e instanceof TaskError && /^t\/task.toml: environment.env.TOKEN: asks for host variable SECRET_TOKEN, which is not allowed: pass --allow-env SECRET_TOKEN/.test(e.message));
+  // A default stands in for a variable that is not allowed: the host's value is never read.
+  assert.deepEqual(resolveEnvTemplate({ H: '${HOME:-/home/agent}' }, host, 't/task.toml', 'environment.env'), { H: '/home/agent' });
+  const allowed = { ...host, HARNESS_LAB_ALLOW_ENV: 'HOME,HARNESS_LAB_ADMIN_KEY,HARNESS_LAB_ENGINE_API_KEY' };
+  assert.deepEqual(resolveEnvTemplate({ H: '${HOME}' }, allowed, 't/task.toml', 'environment.env'), { H: '/root' });
+  for (const [field, value] of [['KEY', '${HARNESS_LAB_ADMIN_KEY}'], ['E', 'Bearer ${HARNESS_LAB_ENGINE_API_KEY:-none}'], ['L', '${harness_lab_admin_key}']] as const) {
+    for (const env of [host, allowed]) {
+      assert.throws(() => resolveEnvTemplate({ [field]: value }, env, 'my-task/task.toml', 'verifier.env'), (e: Error) => e instanceof TaskError && e.message.startsWith(`my-task/task.toml: verifier.env.${field}: asks for host variable`) && /HARNESS_LAB_\* variables .* never go into a sandbox/.test(e.message) && !e.message.includes('hla-admin') && !e.message.includes('sk-engine'));
+    }
+  }
+});
+
+test('--allow-env adds to HARNESS_LAB_ALLOW_ENV without repeating names', () => {
+  const env: NodeJS.ProcessEnv = { HARNESS_LAB_ALLOW_ENV: 'A' };
+  allowTemplateVariables(['B', 'A', ' C '], env);
+  assert.equal(env.HARNESS_LAB_ALLOW_ENV, 'A,B,C');
+  assert.deepEqual([...allowedTemplateVariables(env)], ['A', 'B', 'C']);
+  allowTemplateVariables([], env);
+  assert.equal(env.HARNESS_LAB_ALLOW_ENV, 'A,B,C');
 });
 
 test('findTasks lists the shipped example tasks', () => {
