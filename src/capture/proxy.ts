@@ -6,7 +6,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { AcceptorThread, ListenError } from './acceptor.js';
 import { isLoopbackHost, presentedKey, secretsEqual } from './auth.js';
-import { EngineClient } from './engine-client.js';
+import { EngineClient, type ChatEngine } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
 import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, loggableTarget, parseRequestTarget, readBody, sendJson } from './http-util.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
@@ -25,6 +25,11 @@ export interface ProxyOptions {
   model: string;
   /** Sent to the engine as `Authorization: Bearer`; never recorded, logged or returned. */
   engineApiKey?: string;
+  /**
+   * The source of answers instead of the HTTP engine at `engineUrl` (a replay answers from a record);
+   * pass `captureLevel` with it, since such a source is not probed. Closed with the proxy.
+   */
+  engine?: ChatEngine;
   host?: string;
   port?: number;
   adminKey?: string;
@@ -58,7 +63,7 @@ export class CaptureProxy {
   readonly instance = randomBytes(8).toString('hex');
   /** Every session of this proxy: create, get, list, delete, rollout, and their events. */
   readonly sessions: SessionRegistry;
-  private readonly engine: EngineClient;
+  private readonly engine: ChatEngine;
   private readonly log: ProxyLogger;
   private captureLevel: CaptureLevel;
   private probeReport: EngineProbeReport | undefined;
@@ -70,7 +75,7 @@ export class CaptureProxy {
   private address!: AddressInfo;
 
   private constructor(private readonly options: ProxyOptions) {
-    this.engine = new EngineClient(options.engineUrl, options.engineApiKey ? { apiKey: options.engineApiKey } : {});
+    this.engine = options.engine ?? new EngineClient(options.engineUrl, options.engineApiKey ? { apiKey: options.engineApiKey } : {});
     this.log = options.logger ?? silentLogger;
     this.captureLevel = options.captureLevel ?? 'tokens';
     this.sessions = SessionRegistry.open({

@@ -13,6 +13,7 @@ export const COMMANDS: Readonly<Record<string, () => Promise<CliCommand>>> = {
   export: async () => (await import('./export-command.js')).exportCommand,
   images: async () => (await import('./images-command.js')).imagesCommand,
   proxy: async () => (await import('./proxy-command.js')).proxyCommand,
+  replay: async () => (await import('./replay-command.js')).replayCommand,
   report: async () => (await import('./report-command.js')).reportCommand,
   rescore: async () => (await import('./rescore-command.js')).rescoreCommand,
   run: async () => (await import('./run-command.js')).runCommand,
