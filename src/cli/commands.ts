@@ -20,6 +20,7 @@ export const COMMANDS: Readonly<Record<string, () => Promise<CliCommand>>> = {
   serve: async () => (await import('./serve-command.js')).serveCommand,
   train: async () => (await import('./train-command.js')).trainCommand,
   validate: async () => (await import('./validate-command.js')).validateCommand,
+  verify: async () => (await import('./verify-command.js')).verifyCommand,
 };
 
 /** The top-level usage: every command beside its one-line summary (this loads every command module). */
