@@ -7,7 +7,7 @@ import { loadReplaySource, ReplaySourceError } from '../replay/source.js';
 import { defineCommand, UsageError } from './args.js';
 
 const USAGE = `usage: harness-lab replay ROLLOUT [--harness H] [--sandbox docker|local] [--task DIR] [--out DIR]
-                          [--from N --engine-url URL [--model M] [--seed S] [--temperature T]] [--json]
+                          [--from N --engine-url URL [--model M] [--seed S] [--temperature T] [--max-tokens N]] [--json]
 
 Runs the real harness again in a fresh sandbox on ROLLOUT's task (a run folder of \`harness-lab run\`,
 its session.rollout.json, or a replay fixture *.replay.json.gz). The capture proxy answers every model
@@ -30,6 +30,7 @@ The replay is a new session linked to the original (metadata replay_of), written
   --engine-url URL  the live engine of a fork (--engine-api-key K, or HARNESS_LAB_ENGINE_API_KEY)
   --model M         served model for the fork's live calls (default: the recorded one)
   --seed S, --temperature T   sampling pinned on the fork's calls (compare settings from one context)
+  --max-tokens N    cap on each live call's output tokens
   --timeout SECONDS wall clock for the agent (default: the task's)
   --json            print the report as JSON`;
 
@@ -48,6 +49,7 @@ export const replayCommand = defineCommand({
     model: { type: 'string' },
     seed: { type: 'integer' },
     temperature: { type: 'string' },
+    'max-tokens': { type: 'integer' },
     timeout: { type: 'integer' },
     json: { type: 'boolean' },
     verbose: { type: 'boolean', short: 'v' },
@@ -58,7 +60,7 @@ export const replayCommand = defineCommand({
     if (sandbox !== 'docker' && sandbox !== 'local') throw new UsageError(`--sandbox must be docker or local, got '${sandbox}'`);
     const forking = flags.from !== undefined;
     if (forking !== (flags['engine-url'] !== undefined)) throw new UsageError('a fork needs both --from N and --engine-url URL (a plain replay takes neither)');
-    if (!forking && (flags.model !== undefined || flags.seed !== undefined || flags.temperature !== undefined)) throw new UsageError('--model, --seed and --temperature set a fork\'s live calls; add --from N --engine-url URL');
+    if (!forking && (flags.model !== undefined || flags.seed !== undefined || flags.temperature !== undefined || flags['max-tokens'] !== undefined)) throw new UsageError('--model, --seed, --temperature and --max-tokens set a fork\'s live calls; add --from N --engine-url URL');
     const sampling: PinnedSampling = {};
     if (flags.seed !== undefined) sampling.seed = flags.seed;
     if (flags.temperature !== undefined) {
@@ -84,6 +86,7 @@ export const replayCommand = defineCommand({
               engineApiKey: flags['engine-api-key'] ?? (process.env.HARNESS_LAB_ENGINE_API_KEY || undefined),
               model: flags.model,
               sampling: Object.keys(sampling).length ? sampling : undefined,
+              maxTokens: flags['max-tokens'] || undefined,
             }
           : undefined,
       });

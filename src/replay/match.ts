@@ -60,6 +60,7 @@ export const TOLERANCE_RULES: readonly { name: string; pattern: RegExp }[] = [
   { name: 'date', pattern: /\b\d{4}[-/]\d{1,2}[-/]\d{1,2}\b|\b\d{1,2}\/\d{1,2}\/\d{4}\b/g },
   { name: 'time', pattern: /\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AP]M)?(?:\s?(?:UTC|GMT|[A-Z]{3,4}))?\b/g },
   { name: 'temp path', pattern: /(?:\/tmp|\/var\/tmp|\/private\/var\/folders|\/var\/folders)(?:\/[\w.@+-]+)+/g },
+  { name: 'pid', pattern: /\b(?:PGID|PID|pid|process id)[:=]?\s*\d+/g },
   { name: 'epoch', pattern: /\b1[5-9]\d{8}(?:\d{3})?\b/g },
   { name: 'duration', pattern: /\b\d+(?:\.\d+)?\s?(?:ms|milliseconds?|s|secs?|seconds?)\b/g },
   { name: 'hex id', pattern: /\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,}\b/gi },

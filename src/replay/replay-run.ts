@@ -26,6 +26,8 @@ export interface ForkOptions {
   model?: string;
   /** Pinned on every call of the fork (e.g. another seed). */
   sampling?: PinnedSampling;
+  /** Cap on each live call's output tokens (default: the proxy's, 8192). */
+  maxTokens?: number;
 }
 
 export interface ReplayOptions {
@@ -105,7 +107,7 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   const engine = new RecordedEngine(source, opts.fork && live ? { fromTurn: opts.fork.fromTurn, engine: live } : undefined);
   if (opts.onCall) engine.onCall(opts.onCall);
   const adminKey = mintAdminKey();
-  const proxy = await CaptureProxy.start({ engineUrl: engine.baseUrl, engine, model, adminKey, captureLevel: source.capture_level, dataDir: join(opts.outDir, '.capture') });
+  const proxy = await CaptureProxy.start({ engineUrl: engine.baseUrl, engine, model, adminKey, captureLevel: source.capture_level, dataDir: join(opts.outDir, '.capture'), ...(opts.fork?.maxTokens ? { maxOutputTokens: opts.fork.maxTokens } : {}) });
   const abort = new AbortController();
   const onOuterAbort = () => abort.abort();
   opts.signal?.addEventListener('abort', onOuterAbort, { once: true });
