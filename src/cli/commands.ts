@@ -14,6 +14,7 @@ export const COMMANDS: Readonly<Record<string, () => Promise<CliCommand>>> = {
   images: async () => (await import('./images-command.js')).imagesCommand,
   proxy: async () => (await import('./proxy-command.js')).proxyCommand,
   replay: async () => (await import('./replay-command.js')).replayCommand,
+  'replay-load': async () => (await import('./replay-load-command.js')).replayLoadCommand,
   report: async () => (await import('./report-command.js')).reportCommand,
   rescore: async () => (await import('./rescore-command.js')).rescoreCommand,
   run: async () => (await import('./run-command.js')).runCommand,

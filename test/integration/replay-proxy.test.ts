@@ -134,8 +134,7 @@ test('calls sent in another order are matched to their recorded counterparts (co
 });
 
 test('a fork answers calls before its turn from the record and the rest from the live engine', async () => {
-  let live: FakeEngine | undefined;
-  live = await startFakeEngine({ script: () => ({ content: 'a different answer' }) });
+  const live: FakeEngine = await startFakeEngine({ script: () => ({ content: 'a different answer' }) });
   const engine = new RecordedEngine(source, { fromTurn: 1, engine: new EngineClient(live.url) });
   const proxy = await replayProxy(engine);
   try {
@@ -148,6 +147,6 @@ test('a fork answers calls before its turn from the record and the rest from the
     assert.equal(live.requests.length, 1);
   } finally {
     await proxy.close();
-    await live?.close();
+    await live.close();
   }
 });
