@@ -36,7 +36,7 @@ The replay is a new session linked to the original (metadata replay_of), written
 
 export const replayCommand = defineCommand({
   name: 'replay',
-  summary: 'run a harness again against a captured rollout (answers from the record), or fork it at a turn',
+  summary: 'run a harness again on a captured rollout, answered from the record; or fork it',
   usage: USAGE,
   flags: {
     harness: { type: 'string' },

@@ -26,7 +26,7 @@ recorded ids again. Exit 0 when every call passes, 1 otherwise (the call and the
 
 export const verifyCommand = defineCommand({
   name: 'verify',
-  summary: 'check a captured rollout against the engine, token for token (prompt ids in, logprobs, greedy)',
+  summary: 'check a captured rollout against its engine, token for token',
   usage: USAGE,
   flags: {
     'engine-url': { type: 'string' },

@@ -50,12 +50,26 @@ function runFolders(root: string, depth: number, out: string[]): void {
 }
 
 /**
+ * Where replays and forks of a rollout go unless told otherwise, and where its forks are looked for:
+ * beside the original's run (`<out>/<task>/`, as `harness-lab run --out <out>` lays runs out), or a
+ * `replays/` folder beside a rollout file that is not in a run folder.
+ */
+export function defaultReplayRoot(rolloutPath: string, runDir: string | null): string {
+  return runDir ? dirname(dirname(runDir)) : join(dirname(rolloutPath), 'replays');
+}
+
+/** The `--out` for a replay whose forks `forkMembers` finds by default (the runs root above the task folder). */
+export function defaultReplayOut(rolloutPath: string, runDir: string | null): string {
+  return runDir ? dirname(defaultReplayRoot(rolloutPath, runDir)) : defaultReplayRoot(rolloutPath, runDir);
+}
+
+/**
  * The original as a member, and its forks found under `roots` (default: the task folder of the
  * original's run, i.e. `<out>/<task>/`, where `replay --out <out>` puts them), ordered by fork turn.
  */
 export function forkMembers(originalArg: string, roots?: readonly string[]): { original: ForkMember; forks: (ForkMember & { report: ReplayReportFile })[] } {
   const source = loadReplaySource(originalArg);
-  const searchRoots = roots?.length ? roots.map((r) => resolve(r)) : [dirname(dirname(source.runDir ?? dirname(source.path)))];
+  const searchRoots = roots?.length ? roots.map((r) => resolve(r)) : [defaultReplayRoot(source.path, source.runDir)];
   const dirs: string[] = [];
   for (const root of searchRoots) runFolders(root, 3, dirs);
   const forks = dirs
