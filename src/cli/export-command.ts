@@ -1,11 +1,11 @@
 // `harness-lab export`: trainer input from a batch, a session or a directory of rollouts. The logic is
-// src/train/export.ts; this file only reads flags and reports.
+// src/export/export.ts; this file only reads flags and reports.
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { BatchFileError } from '../batch/state.js';
-import { ExportContractError } from '../train/contract.js';
-import { EXPORT_FORMATS, ExportUsageError, manifestPath, runExport, type ExportFormat, type ExportSource } from '../train/export.js';
-import { ExportInputError } from '../train/source.js';
+import { ExportContractError } from '../export/contract.js';
+import { EXPORT_FORMATS, ExportUsageError, manifestPath, runExport, type ExportFormat, type ExportSource } from '../export/export.js';
+import { ExportInputError } from '../export/source.js';
 import { defineCommand, UsageError } from './args.js';
 
 const USAGE = `usage: harness-lab export [--format trainingtrace|trl|verl|paths|replay] SOURCE --out FILE.jsonl

@@ -1,7 +1,7 @@
 // What the group view shows (webview and `harness-lab report --batch DIR --group G`): the members of one
 // GRPO group side by side, reward histograms, where two members first diverge, behaviour metrics.
 // Built on the host from a batch directory (src/report/group-view.ts); pure data, no Node APIs.
-import type { BehaviourAggregate, RolloutBehaviour } from '../train/behaviour.js';
+import type { BehaviourAggregate, RolloutBehaviour } from '../export/behaviour.js';
 
 export const GROUP_VIEW_VERSION = 1;
 

@@ -1,13 +1,13 @@
 // The group view's data from a batch directory: one GRPO group's members side by side, the batch's
-// reward histograms, where members first diverge, behaviour metrics (src/train/behaviour.ts).
+// reward histograms, where members first diverge, behaviour metrics (src/export/behaviour.ts).
 import { existsSync } from 'node:fs';
 import { batchPaths, readManifest, readRolloutStates, type RolloutState } from '../batch/state.js';
 import type { CallRecord } from '../capture/types.js';
 import { bytesToText } from '../protocol/viewer-data.js';
 import { GROUP_VIEW_VERSION, rewardHistogram, type GroupDivergence, type GroupMemberView, type GroupViewData, type StripToken } from '../protocol/group-data.js';
-import { rolloutTrajectory } from '../train/audit.js';
-import { aggregateBehaviour, mainPath, rolloutBehaviour, type RolloutBehaviour } from '../train/behaviour.js';
-import { excludedReason, readRollout, sessionFile, type StoredRollout } from '../train/source.js';
+import { rolloutTrajectory } from '../export/audit.js';
+import { aggregateBehaviour, mainPath, rolloutBehaviour, type RolloutBehaviour } from '../export/behaviour.js';
+import { excludedReason, readRollout, sessionFile, type StoredRollout } from '../export/source.js';
 
 export class GroupViewError extends Error {
   constructor(message: string) {

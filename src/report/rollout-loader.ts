@@ -10,7 +10,7 @@ import { loadSessionFile } from '../capture/store.js';
 import { AtifParseError, joinContinuations, parseAtif, type AtifTrajectory } from '../harness/atif.js';
 import { atifCheck, type AtifCheckResult } from '../harness/atif-check.js';
 import { attachRescore, rescorePathFor } from './rescore-attach.js';
-import { CallRecordSchema, RolloutFileError, viewerDataFromFile } from '../protocol/rollout-file.js';
+import { CallRecordSchema, RolloutFileError, viewerDataFromFile } from '../capture/rollout-file.js';
 import { viewerDataFromRollout, type ViewerData } from '../protocol/viewer-data.js';
 
 export interface LoadedRollout {

@@ -10,8 +10,8 @@ import { after, before, test } from 'node:test';
 import { TrainingTraceSchema, TrainingTurnSchema } from '../../src/capture/rollout.js';
 import { loadSessionFile } from '../../src/capture/store.js';
 import type { CallRecord } from '../../src/capture/types.js';
-import type { ExportManifest } from '../../src/train/export.js';
-import type { TrainingTraceLine, TrlRow, VerlRow } from '../../src/train/rows.js';
+import type { ExportManifest } from '../../src/export/export.js';
+import type { TrainingTraceLine, TrlRow, VerlRow } from '../../src/export/rows.js';
 import { buildTrainingBatch, copyBatch, FIXTURE_POLICY, STALE_POLICY, TEMPERATURE, type TrainingBatch } from './train-fixture.js';
 
 const ROOT = join(__dirname, '..', '..');
@@ -261,8 +261,8 @@ test('without --format the export writes the lab\'s per-path TrainingTrace, as b
 });
 
 test('--rollouts reads rollout documents (*.rollout.json) too; a session id with "_" gets a hashed veRL key part', async () => {
-  const { readRollout } = await import('../../src/train/source.js');
-  const { verlSessionKey } = await import('../../src/train/rows.js');
+  const { readRollout } = await import('../../src/export/source.js');
+  const { verlSessionKey } = await import('../../src/export/rows.js');
   const docs = join(tmp, 'docs');
   const { mkdirSync } = await import('node:fs');
   mkdirSync(docs);

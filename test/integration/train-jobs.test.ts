@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
 import { loadCluster } from '../../src/cluster/kube.js';
-import { RUN_LABEL, listRuns, runsDir } from '../../src/cluster/trainer-jobs.js';
+import { RUN_LABEL, listRuns, runsDir } from '../../src/training/trainer-jobs.js';
 import type { KubeDouble } from '../k8s-double/index.js';
 import { testCluster } from './k8s-fixtures.js';
 import { spawn } from 'node:child_process';

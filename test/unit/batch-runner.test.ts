@@ -8,8 +8,7 @@ import { cpSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'no
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import type { AttemptFacts, BatchBackend, BatchCapture, RolloutAttempt } from '../../src/batch/backend.js';
-import type { BackendModule } from '../../src/batch/backends/index.js';
+import type { AttemptFacts, BackendModule, BatchBackend, BatchCapture, RolloutAttempt } from '../../src/batch/backend.js';
 import { BatchBusyError, acquireLock, labPaths, requestCancel } from '../../src/batch/lock.js';
 import { planBatch, writeBatch } from '../../src/batch/plan.js';
 import { runBatch } from '../../src/batch/runner.js';

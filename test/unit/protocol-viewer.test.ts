@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { buildRollout, traceToJsonl } from '../../src/capture/rollout.js';
 import { AttachTrajectoryRequest, DetailsRequest, OpenGroupMemberCommand, ReadyQueue, dispatchWebviewMessage, isCompletion, isHostMessage, type CompletionMessage, type WebviewHandlers } from '../../src/protocol/messages.js';
 import { parseWebviewMessage } from '../../src/protocol/webview-schema.js';
-import { RolloutFileError, parseRolloutDocument, viewerDataFromFile } from '../../src/protocol/rollout-file.js';
+import { RolloutFileError, parseRolloutDocument, viewerDataFromFile } from '../../src/capture/rollout-file.js';
 import { bytesToText, fromWire, idsWithoutText, toWire, viewerDataFromRollout } from '../../src/protocol/viewer-data.js';
 import { call, chain, session } from './rollout-fixtures.js';
 

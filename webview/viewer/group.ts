@@ -3,7 +3,7 @@
 // the webview (LoadGroupNotification) and `harness-lab report --batch DIR --group G` (inline JSON).
 // Plain DOM and SVG; text always goes through textContent.
 import type { GroupDivergence, GroupMemberView, GroupViewData, RewardHistogram, StripToken } from '../../src/protocol/group-data.js';
-import type { BehaviourAggregate } from '../../src/train/behaviour.js';
+import type { BehaviourAggregate } from '../../src/export/behaviour.js';
 import { logprobBucket } from './model.js';
 import { h } from './panels.js';
 

@@ -10,9 +10,9 @@ import { PassThrough, type Writable } from 'node:stream';
 import * as k8s from '@kubernetes/client-node';
 import { z } from 'zod';
 import { shellQuote } from '../harness/registry.js';
-import { apiStatus, ClusterError, clusterError, type Cluster } from './kube.js';
-import { LABELS, labelValue, validateManifests } from './manifests.js';
-import { ObjectWatch, PODS, type WatchKind } from './watch.js';
+import { apiStatus, ClusterError, clusterError, type Cluster } from '../cluster/kube.js';
+import { LABELS, labelValue, validateManifests } from '../cluster/manifests.js';
+import { ObjectWatch, PODS, type WatchKind } from '../cluster/watch.js';
 
 export const RUN_LABEL = 'harness-lab/run';
 export const TRAINER_LABEL = 'harness-lab/trainer';

@@ -2,10 +2,10 @@
 // `GET /sessions/{id}/rollout`) or TrainingTrace lines (`*.jsonl`, as written by `harness-lab export`).
 // Both are external input, parsed with zod here and turned into ViewerData.
 import { z } from 'zod';
-import { TrainingTraceSchema, type TrainingTrace } from '../capture/trace.js';
-import type { RolloutDocument, RolloutGraphJson } from '../capture/rollout.js';
-import type { CallRecord } from '../capture/types.js';
-import { VIEWER_DATA_VERSION, viewerDataFromRollout, type ViewerData, type ViewerTurn } from './viewer-data.js';
+import { TrainingTraceSchema, type TrainingTrace } from './trace.js';
+import type { RolloutDocument, RolloutGraphJson } from './rollout.js';
+import type { CallRecord } from './types.js';
+import { VIEWER_DATA_VERSION, viewerDataFromRollout, type ViewerData, type ViewerTurn } from '../protocol/viewer-data.js';
 
 const Ids = z.array(z.int().nonnegative());
 const Str = z.string();

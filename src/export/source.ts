@@ -1,7 +1,7 @@
 // Where exports and the audit read rollouts from: a batch directory (src/batch/state.ts), one session
 // of a data dir, or a directory of captured sessions / rollout documents.
 //
-// `readRollout` is the ONE place src/train/ turns a stored session into a rollout document. It reads
+// `readRollout` is the ONE place src/export/ turns a stored session into a rollout document. It reads
 // one session at a time (the store's own reader), so memory follows the largest session, not the batch.
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
@@ -10,7 +10,7 @@ import { CaptureSession } from '../capture/sessions.js';
 import { loadSessionFile } from '../capture/store.js';
 import type { CallRecord, SessionInfo } from '../capture/types.js';
 import { batchPaths, readManifest, readRolloutStates, type BatchManifest, type RolloutClass, type RolloutState } from '../batch/state.js';
-import { parseRolloutDocument } from '../protocol/rollout-file.js';
+import { parseRolloutDocument } from '../capture/rollout-file.js';
 
 export class ExportInputError extends Error {
   constructor(
