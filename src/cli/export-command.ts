@@ -89,7 +89,7 @@ export const exportCommand = defineCommand({
 
 /** `--format replay`: the load file of src/replay/load.ts from the same sources (kept rollouts only for a batch). */
 async function exportReplay(flags: { batch?: string; session?: string; 'data-dir'?: string; rollouts?: string; out?: string }): Promise<number> {
-  const { planBatch, planRollouts, planSession, readRollout } = await import('../train/source.js');
+  const { planBatch, planRollouts, planSession, readRollout } = await import('../export/source.js');
   const { writeLoadFile } = await import('../replay/load.js');
   const given = [flags.batch && '--batch', flags.session && '--session', flags.rollouts && '--rollouts'].filter(Boolean);
   if (given.length !== 1) throw new UsageError(`give exactly one source (--batch, --session or --rollouts), got ${given.length ? given.join(' and ') : 'none'}`, { showUsage: true });

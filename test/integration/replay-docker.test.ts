@@ -19,8 +19,11 @@ const FIXTURES = join(__dirname, '..', 'fixtures', 'replay');
 const out = mkdtempSync(join(tmpdir(), 'hl-replay-docker-'));
 after(() => rmSync(out, { recursive: true, force: true }));
 
-/** What must be the same between two replays of one fixture. */
-const outcome = (r: ReplayReport) => ({ ok: r.ok, reward: r.reward, halt: r.halt, unasked: r.unasked, calls: r.calls.map((c) => ({ level: c.level, recorded: c.recorded_index, tolerated: c.tolerated.map((d) => [d.path, d.rules]), tool_outputs: c.tool_outputs.map((d) => d.path) })) });
+/**
+ * What must be the same between two replays of one fixture. Exact and tolerated count alike: noise
+ * such as a pid can happen to repeat the recorded value in one run (exact) and not in the next.
+ */
+const outcome = (r: ReplayReport) => ({ ok: r.ok, reward: r.reward, halt: r.halt, unasked: r.unasked, calls: r.calls.map((c) => ({ matched: c.level !== 'none', recorded: c.recorded_index, tool_outputs: c.tool_outputs.map((d) => d.path) })) });
 
 test('there is a replay fixture for every registry harness', () => {
   const have = readdirSync(FIXTURES).filter((f) => f.endsWith('.replay.json.gz')).map((f) => f.replace('.replay.json.gz', ''));
