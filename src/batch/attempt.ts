@@ -12,6 +12,8 @@ import { batchPaths, writeJsonAtomic, type BatchManifest, type RolloutState } fr
 
 /** Upper bound on model calls per attempt: a runaway loop ends with the proxy's budget stop. */
 export const MAX_MODEL_CALLS_PER_ROLLOUT = 100;
+/** Attempts a rollout gets when the lab's infrastructure (not the sandbox) spoils them (facts.rerun). */
+export const MAX_INFRA_ATTEMPTS = 3;
 
 /** `<batch>/runs/<rollout>/<attempt>`: the attempt's sandbox logs and result.json. */
 export const attemptDir = (batchDir: string, rolloutId: string, attempt: number) => join(batchPaths(batchDir).runs, rolloutId, String(attempt));
@@ -64,6 +66,12 @@ export interface AttemptSpec {
   stopped(): StoppedEnd;
   /** Remove what the attempt left (a k8s Job) once its facts are read: a server has no batch end. */
   removeOnceRead?: boolean;
+  /**
+   * An attempt the lab's own infrastructure spoiled (facts.rerun: the cluster's capture proxy
+   * restarted under it) is recorded as an infra error and the rollout left queued for another
+   * attempt (at most MAX_INFRA_ATTEMPTS); the caller runs it again (`requeued` in the outcome).
+   */
+  rerunOnInfra?: boolean;
 }
 
 export interface AttemptOutcome {
@@ -76,6 +84,8 @@ export interface AttemptOutcome {
   verdict: Verdict | null;
   startedAt: number;
   endedAt: number;
+  /** Queued again for another attempt (rerunOnInfra). */
+  requeued?: boolean;
 }
 
 /**
@@ -139,6 +149,11 @@ export async function runAttempt(a: AttemptSpec): Promise<AttemptOutcome> {
     attempt.trainable = verdict.trainable;
   }
   writeJsonAtomic(join(outDir, 'result.json'), { facts, capture: seen, verdict });
+  if (!stopped && facts.rerun && a.rerunOnInfra && s.attempts.length < MAX_INFRA_ATTEMPTS) {
+    Object.assign(s, { state: 'queued', class: null, reward: null, rewards: {}, trainable: false, ended_at: null, duration_ms: null, error: `${verdict.error ?? 'infrastructure failure'}; queued for attempt ${s.attempts.length}` });
+    a.save(s);
+    return { sessionId, outDir, facts, seen, verdict, startedAt, endedAt, requeued: true };
+  }
   const { state, class: cls, reward, rewards, trainable, error } = verdict;
   Object.assign(s, { state, class: cls, reward, rewards, trainable, error, ended_at: attempt.ended_at, duration_ms: endedAt - startedAt, n_calls: seen.nCalls });
   a.save(s);

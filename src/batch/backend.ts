@@ -42,6 +42,11 @@ export interface AttemptFacts {
    * infraError. Optional: `harness-lab serve` answers it as the environment failing (FACTORY_ERROR).
    */
   setupFailure?: string | null;
+  /**
+   * The lab's own infrastructure spoiled the attempt (the cluster's capture proxy restarted under
+   * it): an infra error for this attempt, and the runner queues the rollout for another attempt.
+   */
+  rerun?: boolean;
 }
 
 export interface BatchBackend {

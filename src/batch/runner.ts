@@ -119,6 +119,7 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
             signal: ctrl.signal,
             log,
             save,
+            rerunOnInfra: true,
             onStarted: () => {
               log(`start ${s.rollout_id}${s.attempts.length > 1 ? ` (attempt ${s.attempts.length - 1})` : ''}: ${line()}`);
               // Stopped while this attempt was being set up: the backend sees the abort at once and the attempt is recorded as stopped.
@@ -134,6 +135,12 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
         }
         const v = end.verdict;
         if (!v) return;
+        if (end.requeued) {
+          // Spoiled by the lab's own infrastructure (k8s: the capture proxy restarted under it): run it again.
+          queue.push(s);
+          log(`re-queued ${s.rollout_id}: ${v.error}; ${line()}`);
+          return;
+        }
         const reward = v.reward === null ? 'null' : String(Math.round(v.reward * 1000) / 1000);
         const secs = ((end.endedAt - end.startedAt) / 1000).toFixed(1);
         log(`${v.state === 'done' ? 'done' : 'discarded'} ${s.rollout_id}: ${v.class} reward=${reward} ${secs}s${v.error && v.state === 'discarded' ? ` (${v.error})` : ''}; ${line()}`);

@@ -2,8 +2,8 @@
 // done and discarded, the trainable rewards, their mean and standard deviation, and the two flags a
 // GRPO trainer cares about: no contrast (every trainable reward equal) and fewer than 2 trainable.
 import { existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import { readSessionIndex } from '../capture/store.js';
+import { resolve } from 'node:path';
+import { readSessionIndex, sessionFileOf } from '../capture/store.js';
 import { labPaths, labState } from './lock.js';
 import { batchPaths, readManifest, readRolloutStates, type BatchManifest, type RolloutState } from './state.js';
 
@@ -81,9 +81,9 @@ export function capturedCalls(sessionFile: string): number | null {
   }
 }
 
-/** Where a batch's rollout session is captured. */
+/** Where a batch's rollout session is captured (`<batch>/capture/sessions/<id>.jsonl`, the store's own path). */
 export function batchSessionFile(dir: string, sessionId: string): string {
-  return join(batchPaths(dir).capture, 'sessions', `${sessionId}.jsonl`);
+  return sessionFileOf(batchPaths(dir).capture, sessionId);
 }
 
 /** `countCalls` gives a running member's calls so far (by session id); without it they are null. */

@@ -8,13 +8,14 @@ import { AcceptorThread, ListenError } from './acceptor.js';
 import { isLoopbackHost, presentedKey, secretsEqual } from './auth.js';
 import { EngineClient, type ChatEngine } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
+import { resolveRenderMode, TokenInUnavailableError, type RenderMode, type RenderModeReport } from './render/mode.js';
+import type { TokenInEngine } from './render/token-engine.js';
 import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, loggableTarget, parseRequestTarget, readBody, sendJson } from './http-util.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
-import type { RolloutDocument } from './rollout.js';
 import { SessionExistsError, SessionKeyInUseError, SessionRegistry, type CreatedSession, type DormancyLimits, type ResidentLimits } from './session-registry.js';
-import { CreateSessionSchema, type CaptureSession, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
+import { CreateSessionSchema, type CaptureSession } from './sessions.js';
 import { StoreWriteError } from './store.js';
-import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger } from './types.js';
+import type { CaptureLevel, ProxyLogger } from './types.js';
 import { DEFAULT_MAX_OUTPUT_TOKENS } from './upstream.js';
 
 export type { ProxyLogger } from './types.js';
@@ -53,6 +54,16 @@ export interface ProxyOptions {
   resident?: ResidentLimits;
   /** When idle sessions leave memory entirely, found again through their files; see SessionRegistry. */
   dormancy?: DormancyLimits;
+  /**
+   * Who renders the chat template: `proxy` (token in, token out; the proxy bridges each turn onto
+   * the exact tokens of the turn it continues), `engine` (chat completions), or `auto` (default:
+   * proxy where possible, else engine). See docs/token-in.md.
+   */
+  render?: RenderMode;
+  /** The model folder (tokenizer.json, tokenizer_config.json) or GGUF to render with; default: found from the engine's /v1/models. */
+  renderModel?: string;
+  /** Compare every bridged prompt with a full render of the same messages (O(context) per call; default true). */
+  checkFullRender?: boolean;
 }
 
 const silentLogger: ProxyLogger = { info() {}, warn() {}, error() {} };
@@ -68,6 +79,8 @@ export class CaptureProxy {
   private captureLevel: CaptureLevel;
   private probeReport: EngineProbeReport | undefined;
   private probing: Promise<EngineProbeReport> | undefined;
+  private renderResolved: { report: RenderModeReport; engine: TokenInEngine | null } | undefined;
+  private renderResolving: Promise<{ report: RenderModeReport; engine: TokenInEngine | null; transient: boolean }> | undefined;
   private readonly modelCall: Omit<ModelCallDeps, 'findSession'>;
   private server!: Server;
   private acceptor: AcceptorThread | undefined;
@@ -88,7 +101,7 @@ export class CaptureProxy {
     });
     this.modelCall = {
       sessions: this.sessions,
-      engine: { client: this.engine, grade: () => this.ensureProbed() },
+      engine: { client: this.engine, grade: () => this.ensureProbed(), tokenIn: () => this.tokenInEngine() },
       limits: {
         bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT,
         maxOutputTokens: options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
@@ -106,6 +119,7 @@ export class CaptureProxy {
     const proxy = new CaptureProxy(options);
     await proxy.listen(host, options.port ?? 0);
     if (!options.captureLevel) void proxy.ensureProbed();
+    if (options.render !== 'engine') void proxy.tokenInEngine().catch(() => undefined);
     return proxy;
   }
 
@@ -189,42 +203,6 @@ export class CaptureProxy {
     });
   }
 
-  // ---- sessions: new code uses `proxy.sessions`; these delegates keep older callers working ----
-
-  /** Fires after a call is durably recorded (answered or failed). */
-  get onDidRecordCall(): SessionRegistry['onDidRecordCall'] {
-    return this.sessions.onDidRecordCall;
-  }
-
-  /** Fires when a session is created or deleted. */
-  get onDidChangeSessions(): SessionRegistry['onDidChange'] {
-    return this.sessions.onDidChange;
-  }
-
-  createSession(request: CreateSessionRequest = {}): CreatedSession {
-    return this.sessions.create(request);
-  }
-
-  listSessions(): JsonObject[] {
-    return this.sessions.list();
-  }
-
-  getSession(id: string): CaptureSession | undefined {
-    return this.sessions.get(id);
-  }
-
-  getCalls(id: string): CallRecord[] {
-    return this.sessions.calls(id);
-  }
-
-  deleteSession(id: string): Promise<boolean> {
-    return this.sessions.delete(id);
-  }
-
-  rollout(id: string, opts?: RolloutReadOptions): RolloutDocument | undefined {
-    return this.sessions.rollout(id, opts);
-  }
-
   /** The engine's grade; probed once on first contact, again after a probe that could not reach it. */
   async ensureProbed(): Promise<CaptureLevel> {
     if (this.options.captureLevel) return this.options.captureLevel;
@@ -241,6 +219,37 @@ export class CaptureProxy {
     });
     await this.probing;
     return this.captureLevel;
+  }
+
+  /**
+   * The render mode, resolved once against a reachable engine (again while the engine cannot be
+   * reached). Null: chat completions. Throws when `--render proxy` was asked for and is impossible.
+   */
+  async tokenInEngine(): Promise<TokenInEngine | null> {
+    const requested = this.options.render ?? 'auto';
+    // Another source of answers than an HTTP engine (a replay's record) answers chat completions only.
+    const engine = this.engine;
+    if (requested === 'engine' || !(engine instanceof EngineClient)) return null;
+    if (!this.renderResolved) {
+      this.renderResolving ??= (async () => {
+        await this.ensureProbed();
+        const resolved = await resolveRenderMode(engine, { requested, model: this.options.model, modelFiles: this.options.renderModel, checkFullRender: this.options.checkFullRender });
+        const r = resolved.report;
+        if (r.mode === 'proxy') this.log.info(`render: the proxy renders (token in) with ${r.model_files} (${r.family}), engine route ${r.route}, max_model_len ${r.max_model_len ?? 'unknown'}`);
+        else this.log[requested === 'proxy' ? 'error' : 'info'](`render: the engine renders (chat completions): ${r.problem}`);
+        if (!resolved.transient && this.probeReport?.reachable !== false) this.renderResolved = resolved;
+        return resolved;
+      })().finally(() => (this.renderResolving = undefined));
+    }
+    const resolved = this.renderResolved ?? (await this.renderResolving!);
+    if (resolved.engine) return resolved.engine;
+    if (requested === 'proxy') throw new TokenInUnavailableError(`the capture proxy was started with --render proxy but cannot render: ${resolved.report.problem}`);
+    return null;
+  }
+
+  /** How calls are rendered, once resolved. */
+  get renderReport(): RenderModeReport | undefined {
+    return this.renderResolved?.report;
   }
 
   get engineReport(): EngineProbeReport | undefined {
@@ -269,6 +278,7 @@ export class CaptureProxy {
       engine_reachable: this.probeReport?.reachable ?? null,
       require_registered: true,
       admin_key: Boolean(this.options.adminKey),
+      render: this.renderResolved?.report.mode ?? (this.options.render === 'engine' ? 'engine' : 'unknown'),
     };
   }
 

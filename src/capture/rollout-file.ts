@@ -1,11 +1,16 @@
-// Rollout files opened in the viewer: a rollout document (`*.rollout.json`, as served by
-// `GET /sessions/{id}/rollout`) or TrainingTrace lines (`*.jsonl`, as written by `harness-lab export`).
-// Both are external input, parsed with zod here and turned into ViewerData.
+// The one reader of rollout files, for exports, the audit, the viewer, the report and the rollout
+// server: a captured session (the store's `<data-dir>/sessions/<id>.jsonl`), a rollout document
+// (`*.rollout.json`, as served by `GET /sessions/{id}/rollout`) or TrainingTrace lines (`*.jsonl`, as
+// written by `harness-lab export`). What a file holds is decided in one place, rolloutFileKind, by
+// its first line, never by its name. All three are external input, parsed with zod here.
+import { closeSync, existsSync, openSync, readFileSync, readSync } from 'node:fs';
+import { basename } from 'node:path';
 import { z } from 'zod';
 import { TrainingTraceSchema, type TrainingTrace } from './trace.js';
-import type { RolloutDocument, RolloutGraphJson } from './rollout.js';
-import type { CallRecord } from './types.js';
-import { VIEWER_DATA_VERSION, viewerDataFromRollout, type ViewerData, type ViewerTurn } from '../protocol/viewer-data.js';
+import { buildRollout, type RolloutDocument } from './rollout.js';
+import { CaptureSession, type RolloutReadOptions } from './sessions.js';
+import { loadSessionFile, type LoadedSession } from './store.js';
+import type { CallRecord, SessionInfo } from './types.js';
 
 const Ids = z.array(z.int().nonnegative());
 const Str = z.string();
@@ -71,7 +76,11 @@ export const RolloutFileSchema = z.looseObject({
 });
 
 export class RolloutFileError extends Error {
-  constructor(message: string) {
+  /** `detail`: what is wrong, without the file's name (for a caller that names the file its own way). */
+  constructor(
+    message: string,
+    readonly detail: string = message,
+  ) {
     super(message);
     this.name = 'RolloutFileError';
   }
@@ -90,13 +99,17 @@ export function parseRolloutDocument(text: string, source: string): RolloutDocum
   try {
     value = JSON.parse(text);
   } catch (err) {
-    throw new RolloutFileError(`${source}: not JSON (${err instanceof Error ? err.message : String(err)})`);
+    const why = `not JSON (${err instanceof Error ? err.message : String(err)})`;
+    throw new RolloutFileError(`${source}: ${why}`, why);
   }
   const res = RolloutFileSchema.safeParse(value);
-  if (!res.success) throw new RolloutFileError(`${source} is not a Harness Lab rollout document: ${issuesText(res.error)}`);
+  if (!res.success) {
+    const why = `not a Harness Lab rollout document: ${issuesText(res.error)}`;
+    throw new RolloutFileError(`${source} is ${why}`, why);
+  }
   const turnIds = new Set(res.data.turns.map((t) => t.node_id));
   const callIds = new Set(res.data.calls.map((c) => c.call_id));
-  for (const id of turnIds) if (!callIds.has(id)) throw new RolloutFileError(`${source}: turn ${id} has no call record`);
+  for (const id of turnIds) if (!callIds.has(id)) throw new RolloutFileError(`${source}: turn ${id} has no call record`, `turn ${id} has no call record`);
   return res.data as unknown as RolloutDocument;
 }
 
@@ -119,89 +132,106 @@ export function parseTraceLines(text: string, source: string): TrainingTrace[] {
   return out;
 }
 
-const ROLE_RANK = { agent: 2, auxiliary: 1, discarded: 0 } as const;
+/** What a rollout file holds. */
+export type RolloutFileKind = 'session' | 'document' | 'traces';
 
-/** TrainingTrace lines -> ViewerData: the traces' paths merged by node id into one graph. */
-export function viewerDataFromTraces(traces: readonly TrainingTrace[], opts: { key: string; title: string }): ViewerData {
-  const turns = new Map<string, ViewerTurn>();
-  const parentOf = new Map<string, string | null>();
-  for (const tr of traces) {
-    tr.turns.forEach((t, k) => {
-      parentOf.set(t.node_id, k === 0 ? null : tr.node_ids[k - 1]!);
-      const p = t.prompt_token_ids.length;
-      const trained = tr.trainable && t.completion_token_ids.length > 0 && t.loss_mask.slice(p).every((m) => m === 1);
-      const had = turns.get(t.node_id);
-      if (had) {
-        if (ROLE_RANK[tr.role] > ROLE_RANK[had.role]) had.role = tr.role;
-        had.trained ||= trained;
-        return;
-      }
-      const hasLogprobs = t.loss_mask.slice(p).some((m) => m === 1);
-      turns.set(t.node_id, {
-        node_id: t.node_id,
-        index: t.metadata.index,
-        parent_id: null,
-        root_id: tr.root_id,
-        children: [],
-        discarded: tr.role === 'discarded',
-        role: tr.role,
-        prompt_ids: t.prompt_token_ids,
-        sampled_ids: t.completion_token_ids,
-        logprobs: hasLogprobs ? t.per_token_logps : null,
-        trained,
-        top: null,
-        sampled_text: null,
-        flags: hasLogprobs || t.completion_token_ids.length === 0 ? [] : ['masked in the trace (mask 0): no usable behaviour logprobs were captured for this turn'],
-        findings: [],
-        finish_reason: t.response.choices[0]?.finish_reason ?? null,
-        n_tools: t.metadata.n_tools,
-        model: t.metadata.model,
-        latency_ms: null,
-        started_at: null,
-        request_messages: t.request.messages,
-        response_message: t.response.choices[0]?.message ?? null,
-        raw: null,
-      });
-    });
+const STORE_LINE_TYPES = new Set(['session', 'call', 'budget_stop', 'sum']);
+
+/**
+ * What a rollout file holds, from its text (or just its first line): a line of the capture store
+ * (`{"type":"session"|"call"|...}`) is a session; a first line that is not JSON on its own (a
+ * pretty-printed document) or a one-line object with `calls` and `graph` is a rollout document;
+ * any other JSON line is read as TrainingTrace lines (and refused line by line if it is not one).
+ */
+export function rolloutFileKind(text: string): RolloutFileKind {
+  const line = text.split('\n').find((l) => l.trim()) ?? '';
+  let head: unknown;
+  try {
+    head = JSON.parse(line);
+  } catch {
+    return 'document';
   }
-  const list = [...turns.values()].sort((a, b) => a.index - b.index || (a.node_id < b.node_id ? -1 : 1));
-  for (const t of list) {
-    t.parent_id = parentOf.get(t.node_id) ?? null;
-    if (t.parent_id) turns.get(t.parent_id)?.children.push(t.node_id);
-  }
-  const graph: RolloutGraphJson = {
-    nodes: list.map((t) => ({ node_id: t.node_id, index: t.index, parent_id: t.parent_id, root_id: t.root_id, children: t.children, discarded: t.discarded, role: t.role })),
-    roots: list.filter((t) => t.parent_id === null).map((t) => t.node_id),
-    leaves: list.filter((t) => t.children.length === 0).map((t) => t.node_id),
-    forks: list.filter((t) => t.children.length > 1).map((t) => ({ parent_id: t.node_id, children: t.children })),
-  };
-  const first = traces[0]!;
-  return {
-    version: VIEWER_DATA_VERSION,
-    key: opts.key,
-    title: opts.title,
-    source: 'trace',
-    session_id: first.session_id,
-    capture_level: 'tokens',
-    rollout_type: 'train',
-    metadata: {},
-    stats: null,
-    validation: [...new Set(traces.flatMap((t) => t.validation))],
-    graph,
-    turns: list,
-    token_texts: {},
-    atif: null,
-  };
+  if (!head || typeof head !== 'object' || Array.isArray(head)) return 'document';
+  const type = (head as { type?: unknown }).type;
+  if (typeof type === 'string' && STORE_LINE_TYPES.has(type)) return 'session';
+  return 'calls' in head && 'graph' in head ? 'document' : 'traces';
 }
 
-/** A rollout or trace file's text -> ViewerData, by file name (`.jsonl` is traces, anything else a document). */
-export function viewerDataFromFile(text: string, fileName: string): { data: ViewerData; doc: RolloutDocument | null } {
-  const base = fileName.split(/[\\/]/).pop() ?? fileName;
-  if (/\.jsonl$/i.test(base)) {
-    return { data: viewerDataFromTraces(parseTraceLines(text, base), { key: fileName, title: base }), doc: null };
+/** The first non-blank line of a file, read in chunks (a session file can be large; its header is not). */
+function firstLineOf(file: string): string {
+  const fd = openSync(file, 'r');
+  try {
+    const chunk = Buffer.alloc(64 * 1024);
+    let text = '';
+    for (let pos = 0; ; ) {
+      const n = readSync(fd, chunk, 0, chunk.length, pos);
+      if (n === 0) return text;
+      pos += n;
+      text += chunk.toString('utf8', 0, n);
+      const line = text.split('\n').find((l, i, all) => l.trim() && i < all.length - 1);
+      if (line !== undefined) return line;
+    }
+  } finally {
+    closeSync(fd);
   }
-  const doc = parseRolloutDocument(text, base);
-  return { data: viewerDataFromRollout(doc, { key: fileName, title: base }), doc };
+}
+
+/** A session or rollout document read from disk: its header, every stored call and its rollout document. */
+export interface StoredRollout {
+  file: string;
+  kind: 'session' | 'document';
+  info: SessionInfo;
+  /** Every stored call in arrival order (doc.calls). */
+  calls: readonly CallRecord[];
+  doc: RolloutDocument;
+}
+
+/** The rollout document of a stored session, with its budget stops, capture level and graph (CaptureSession's own reading). */
+export function rolloutOfSession(loaded: LoadedSession, opts: RolloutReadOptions = {}): RolloutDocument {
+  return CaptureSession.fromStore(loaded).rollout(opts);
+}
+
+/** The session header a rollout document stands for (a document does not keep the header's engine and budget). */
+function sessionInfoOfDocument(doc: RolloutDocument): SessionInfo {
+  const first = doc.calls[0];
+  return { session_id: doc.session_id, created_at: first?.started_at ?? '', model: first?.model ?? '', engine_url: first?.engine_url ?? '', max_model_calls: 0, metadata: doc.metadata, capture_level: doc.capture_level };
+}
+
+/**
+ * A captured session file or a rollout document, read one file at a time (memory follows the file,
+ * not the batch). A document's calls are rebuilt into a rollout by the same code as a session's.
+ * Throws RolloutFileError naming the file for a missing file, TrainingTrace lines (which do not keep
+ * every call), a session file without a header, a malformed call or document.
+ */
+export function readRolloutFile(file: string, opts: RolloutReadOptions & { checkCalls?: boolean } = {}): StoredRollout {
+  const { checkCalls, ...read } = opts;
+  const name = basename(file);
+  if (!existsSync(file)) throw new RolloutFileError(`${file}: no such file`, 'no such file');
+  const kind = rolloutFileKind(firstLineOf(file));
+  if (kind === 'traces') {
+    const why = 'holds TrainingTrace lines, which do not keep every captured call; read the session file or the rollout document instead';
+    throw new RolloutFileError(`${name} ${why}`, why);
+  }
+  if (kind === 'document') {
+    const parsed = parseRolloutDocument(readFileSync(file, 'utf8'), name);
+    const info = sessionInfoOfDocument(parsed);
+    const doc = buildRollout(info, parsed.calls, { ...read, budgetStopCount: parsed.budget_stop_count, captureLevel: parsed.capture_level });
+    return { file, kind, info, calls: doc.calls, doc };
+  }
+  const loaded = loadSessionFile(file);
+  const noHeader = 'no session header line; the file is not a Harness Lab capture';
+  if (!loaded) throw new RolloutFileError(`${name}: ${noHeader}`, noHeader);
+  // The viewer checks every call's shape; exports check what they rely on (src/export/contract.ts) and name the call.
+  if (checkCalls)
+    loaded.calls.forEach((c, i) => {
+      const res = CallRecordSchema.safeParse(c);
+      if (!res.success) {
+        const why = `call ${i} is malformed: ${res.error.issues[0]?.path.join('.')}: ${res.error.issues[0]?.message}`;
+        throw new RolloutFileError(`${name}: ${why}`, why);
+      }
+    });
+  const doc = rolloutOfSession(loaded, read);
+  return { file, kind, info: loaded.info, calls: doc.calls, doc };
 }
 
 export type { CallRecord };

@@ -1,5 +1,8 @@
 // Shared shapes of the capture pipeline. The internal form of every model call is an OpenAI
 // chat-completions request and response; dialects convert into and out of it.
+import type { RenderInfo } from './render/bridge.js';
+
+export type { RenderInfo };
 
 export type DialectName = 'openai_chat' | 'openai_responses' | 'anthropic_messages' | 'google_gemini';
 
@@ -187,7 +190,18 @@ export interface CallRecord extends TokenCapture {
   /** Graded ingest findings, e.g. "[FATAL] logprob_misalign: ...". */
   findings: string[];
   error: CallError | null;
+  /**
+   * Set when the proxy rendered the prompt itself (token-in mode, `--render proxy`): how the prompt
+   * ids were made (bridge from an anchor call, or a full render and why), the drift against a full
+   * render, the answer's tool-call parse status, and a digest of the recorded tokens. See docs/token-in.md.
+   */
+  render?: RenderInfo;
 }
+
+/** The sampling keys a session may pin on every call it forwards (a batch's or a served rollout's training sampling). */
+export const PINNABLE_SAMPLING_KEYS = ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'seed'] as const;
+/** Sampling a session pins; the harness's own values are overridden (and recorded as requested). */
+export type PinnedSampling = Partial<Record<(typeof PINNABLE_SAMPLING_KEYS)[number], number>>;
 
 export interface SessionInfo {
   session_id: string;
@@ -199,7 +213,7 @@ export interface SessionInfo {
   /** The engine's capture level when the session was created (below `tokens`: evaluation only). */
   capture_level?: CaptureLevel;
   /** Sampling pinned on every call of this session (a batch's); the harness's own values are recorded as requested. */
-  sampling?: Partial<Record<'temperature' | 'top_p' | 'top_k' | 'min_p' | 'frequency_penalty' | 'presence_penalty' | 'repetition_penalty' | 'seed', number>>;
+  sampling?: PinnedSampling;
   /**
    * Set for a session created with its own secret key: the key's SHA-256 (hex). Such a session is
    * reached on the model routes by that key only, never by its id; the key itself is never stored.

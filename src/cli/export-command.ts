@@ -8,7 +8,7 @@ import { EXPORT_FORMATS, ExportUsageError, manifestPath, runExport, type ExportF
 import { ExportInputError } from '../export/source.js';
 import { defineCommand, UsageError } from './args.js';
 
-const USAGE = `usage: harness-lab export [--format trainingtrace|trl|verl|paths|replay] SOURCE --out FILE.jsonl
+const USAGE = `usage: harness-lab export [--format trainingtrace|trl|verl|paths|collected|replay] SOURCE --out FILE.jsonl
 
 SOURCE is one of
   --batch DIR                  a batch directory (batch.json, rollouts/, capture/)
@@ -22,11 +22,13 @@ Formats (docs/exports.md):
   verl           AgentLoopOutput rows, one per segment, keyed {uid}_{session}_{index}; reward on the final
                  segment (needs --batch)
   paths          the lab's own TrainingTrace, one per root-to-leaf path (default; docs/training-trace.md)
+  collected      what \`batch collect\` writes: each trainable path inside its batch facts, from finished
+                 groups with 2+ trainable members (needs --batch)
   replay         every captured engine request with its start time relative to the first, for
                  \`harness-lab replay-load FILE --engine-url URL --speed N\` (docs/replay.md)
 
 Options:
-  --min-group-size N   verl: drop groups with fewer exportable members (default 2)
+  --min-group-size N   verl, collected: drop groups with fewer exportable members (default 2)
   --drop-no-contrast   drop groups whose members all have the same reward
 
 Also writes FILE.manifest.json: batch, policy versions, sampling, counts kept and dropped per reason.

@@ -1,7 +1,7 @@
 // `harness-lab replay ROLLOUT`: the real harness again, every model call answered from the record;
 // with --from N --engine-url URL a fork (the record up to call N, the live engine from there).
 import { resolve } from 'node:path';
-import type { PinnedSampling } from '../capture/upstream.js';
+import type { PinnedSampling } from '../capture/types.js';
 import { formatReplayReport, ReplayError, runReplay } from '../replay/replay-run.js';
 import { loadReplaySource, ReplaySourceError } from '../replay/source.js';
 import { defineCommand, UsageError } from './args.js';

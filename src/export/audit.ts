@@ -11,7 +11,9 @@ import type { CallRecord } from '../capture/types.js';
 import { ExportContractError } from './contract.js';
 import { assertTrainingCapture } from './rows.js';
 import { callPolicyVersion, sessionPolicyVersion, sortVersions, versionOrdinal } from './policy-version.js';
-import { excludedReason, readRollout, sessionFile, type StoredRollout } from './source.js';
+import type { StoredRollout } from '../capture/rollout-file.js';
+import { sessionFileOf } from '../capture/store.js';
+import { excludedReason, readRollout } from './source.js';
 
 /** TRL's async GRPO default (`max_staleness=4`). */
 export const DEFAULT_MAX_STALENESS = 4;
@@ -173,7 +175,7 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
       let nCalls = s.n_calls;
       let tools: number | null = null;
       let behaviour: AuditMember['behaviour'] = null;
-      const r = s.session_id ? sessionOf(sessionFile(capture, s.session_id), why === null) : null;
+      const r = s.session_id ? sessionOf(sessionFileOf(capture, s.session_id), why === null) : null;
       if (r) {
         nCalls = r.calls.length;
         tools = toolCallsOf(r.calls);

@@ -8,7 +8,7 @@ import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { mintAdminKey } from '../capture/auth.js';
 import { EngineClient } from '../capture/engine-client.js';
 import { CaptureProxy } from '../capture/proxy.js';
-import type { PinnedSampling } from '../capture/upstream.js';
+import type { PinnedSampling } from '../capture/types.js';
 import { openLab } from '../sandbox/lab.js';
 import { nextRolloutDir, runRollout, type RolloutResult, type RolloutStage } from '../sandbox/rollout-runner.js';
 import { formatDifference, type FieldDifference } from './match.js';

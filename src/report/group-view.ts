@@ -7,7 +7,9 @@ import { bytesToText } from '../protocol/viewer-data.js';
 import { GROUP_VIEW_VERSION, rewardHistogram, type GroupDivergence, type GroupMemberView, type GroupViewData, type StripToken } from '../protocol/group-data.js';
 import { rolloutTrajectory } from '../export/audit.js';
 import { aggregateBehaviour, mainPath, rolloutBehaviour, type RolloutBehaviour } from '../export/behaviour.js';
-import { excludedReason, readRollout, sessionFile, type StoredRollout } from '../export/source.js';
+import type { StoredRollout } from '../capture/rollout-file.js';
+import { sessionFileOf } from '../capture/store.js';
+import { excludedReason, readRollout } from '../export/source.js';
 
 export class GroupViewError extends Error {
   constructor(message: string) {
@@ -64,7 +66,7 @@ interface Loaded {
 
 function load(dir: string, s: RolloutState): Loaded {
   if (!s.session_id) return { state: s, rollout: null, problem: 'no capture session', behaviour: null };
-  const file = sessionFile(batchPaths(dir).capture, s.session_id);
+  const file = sessionFileOf(batchPaths(dir).capture, s.session_id);
   if (!existsSync(file)) return { state: s, rollout: null, problem: `no capture file ${file}`, behaviour: null };
   try {
     const rollout = readRollout(file);

@@ -18,14 +18,14 @@ import { backendModule } from '../batch/backends/index.js';
 import { MAX_MODEL_CALLS_PER_ROLLOUT, runAttempt } from '../batch/attempt.js';
 import type { Verdict } from '../batch/classify.js';
 import { BatchManifestSchema, batchPaths, queuedRolloutState, readRolloutState, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutState } from '../batch/state.js';
-import { buildRollout, type RolloutDocument } from '../capture/rollout.js';
-import { loadSessionFile } from '../capture/store.js';
+import { batchSessionFile } from '../batch/status.js';
+import type { RolloutDocument } from '../capture/rollout.js';
+import { readRolloutFile, RolloutFileError } from '../capture/rollout-file.js';
+import { PINNABLE_SAMPLING_KEYS, type PinnedSampling } from '../capture/types.js';
 import { harnessEntry, harnessNames } from '../harness/registry.js';
 import type { ServedSplit } from './datasets.js';
 import type { HarborRolloutResult, HarborTurn, RunRolloutArgs } from './protocol.js';
 
-const PINNABLE = ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'seed'] as const;
-type Pinned = Partial<Record<(typeof PINNABLE)[number], number>>;
 const DEFAULT_AGENT_TIMEOUT_SEC = 600;
 const LOG_TAIL_CHARS = 4000;
 
@@ -302,8 +302,8 @@ export class RolloutService {
       return fail((err as Error).message, 'ValueError');
     }
     const rawSampling = args.purpose === 'eval' && args.eval_sampling ? args.eval_sampling : args.sampling;
-    const pinned: Pinned = {};
-    for (const k of PINNABLE) {
+    const pinned: PinnedSampling = {};
+    for (const k of PINNABLE_SAMPLING_KEYS) {
       const v = rawSampling?.[k];
       if (typeof v === 'number' && Number.isFinite(v)) pinned[k] = v;
     }
@@ -350,7 +350,7 @@ export class RolloutService {
       const seen = end.seen!;
       this.opts.log(`${verdict.state} ${rolloutId}: ${verdict.class} reward=${verdict.reward ?? 'null'}`);
       if (facts.setupFailure && !facts.cancelled) throw new EnvironmentFactoryError(this.factoryName, `the ${eng.backend.kind} backend could not create the sandbox of ${split.name}[${args.task_index}] (${task.name}, rollout ${rolloutId}): ${facts.setupFailure}`);
-      const doc = readCapturedSession(eng.dir, sessionId);
+      const doc = readCapturedSession(eng.dir, sessionId, this.opts.log);
       return resultOf({ base, args, verdict, doc, findings: seen.findings, outDir, sessionId, rolloutId, started, facts, timeoutSec, queueS });
     } catch (err) {
       if (err instanceof EnvironmentFactoryError) throw err;
@@ -393,10 +393,16 @@ function slugPart(text: string): string {
   return text.replace(/[^A-Za-z0-9_-]+/g, '-').slice(0, 40) || 'split';
 }
 
-function readCapturedSession(dir: string, sessionId: string): RolloutDocument | null {
-  const loaded = loadSessionFile(join(batchPaths(dir).capture, 'sessions', `${sessionId}.jsonl`));
-  if (!loaded) return null;
-  return buildRollout(loaded.info, loaded.calls, { budgetStopCount: loaded.budgetStops, captureLevel: loaded.info.capture_level ?? 'tokens', includeMessages: true });
+function readCapturedSession(dir: string, sessionId: string, log: (line: string) => void): RolloutDocument | null {
+  const file = batchSessionFile(dir, sessionId);
+  if (!existsSync(file)) return null;
+  try {
+    return readRolloutFile(file, { includeMessages: true }).doc;
+  } catch (err) {
+    if (!(err instanceof RolloutFileError)) throw err;
+    log(`  ${sessionId}: ${err.message}`);
+    return null;
+  }
 }
 
 function blankResult(args: RunRolloutArgs, dataset: string, task: { id: string; name: string } | null): HarborRolloutResult {

@@ -297,3 +297,31 @@ test('a kept timeout without a reward: trainingtrace writes null (not 0), trl dr
   assert.deepEqual(m.dropped_groups.map((g) => g.group_id).sort(), ['g-broken', 'g-flat']);
   assert.ok(lines<TrlRow>(trl.file).every((x) => typeof x.reward === 'number'));
 });
+
+test('batch collect is the export writer in its collected format: finished groups of 2+ trainable members, batch facts around each trainable path, checked', () => {
+  const out = join(tmp, 'collected.jsonl');
+  const r = run(['batch', 'collect', batch.dir, '--out', out]);
+  assert.equal(r.code, 0, r.err);
+  // g-broken keeps r6 and r7 (r8 is discarded): two trainable members are enough; g-flat has no contrast but is kept.
+  assert.match(r.out, /from 8 trainable rollout\(s\) in 3 group\(s\)/);
+  const rows = lines<{ batch_id: string; group_id: string; rollout_id: string; reward: number; sampling: Record<string, number>; trace: unknown }>(out);
+  const paths = lines<{ session_id: string; trainable: boolean }>(exportBatch('paths').file).filter((t) => t.trainable);
+  assert.equal(rows.length, paths.length, 'one line per trainable path of the kept rollouts');
+  assert.match(r.out, new RegExp(`wrote ${rows.length} trace\\(s\\)`));
+  for (const row of rows) {
+    assert.equal(row.batch_id, manifestOf(out).batch!.batch_id);
+    assert.equal(row.sampling.temperature, TEMPERATURE);
+    assert.ok(['g-mixed', 'g-flat', 'g-broken'].includes(row.group_id));
+    assert.notEqual(row.rollout_id, 'r8');
+    const trace = TrainingTraceSchema.parse(row.trace);
+    assert.equal(trace.trainable, true);
+  }
+  assert.equal(manifestOf(out).format, 'collected');
+
+  const { dir, file, callId } = corrupt('collect-nan', 'r1', 1, (c) => ((c.logprobs as (number | null)[])[2] = null));
+  const bad = run(['batch', 'collect', dir, '--out', join(tmp, 'bad.jsonl')]);
+  assert.equal(bad.code, 1, bad.out);
+  assert.ok(bad.err.includes(file) && bad.err.includes(`call ${callId}`), bad.err);
+  assert.match(bad.err, /NaN or non-finite logprob at completion position 2/);
+  assert.ok(!existsSync(join(tmp, 'bad.jsonl')), 'nothing half-written is left');
+});
