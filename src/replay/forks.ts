@@ -2,7 +2,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { z } from 'zod';
-import type { ForkMember } from '../report/group-view.js';
+import type { ForkMember } from '../protocol/group-data.js';
 import { REPLAY_REPORT_FILE } from './replay-run.js';
 import { loadReplaySource } from './source.js';
 

@@ -4,7 +4,7 @@ import { existsSync } from 'node:fs';
 import { batchPaths, readManifest, readRolloutStates, type RolloutState } from '../batch/state.js';
 import type { CallRecord } from '../capture/types.js';
 import { bytesToText } from '../protocol/viewer-data.js';
-import { GROUP_VIEW_VERSION, rewardHistogram, type GroupDivergence, type GroupMemberView, type GroupViewData, type StripToken } from '../protocol/group-data.js';
+import { GROUP_VIEW_VERSION, rewardHistogram, type ForkMember, type GroupDivergence, type GroupMemberView, type GroupViewData, type StripToken } from '../protocol/group-data.js';
 import { rolloutTrajectory } from '../export/audit.js';
 import { aggregateBehaviour, mainPath, rolloutBehaviour, type RolloutBehaviour } from '../export/behaviour.js';
 import type { StoredRollout } from '../capture/rollout-file.js';
@@ -170,13 +170,7 @@ export function buildGroupView(dir: string, groupId: string): GroupViewData {
   };
 }
 
-/** One rollout of a fork view: a run folder (or its rollout document), with its reward when recorded. */
-export interface ForkMember {
-  /** Shown as the member's id: `original`, or `fork@2 seed 7`. */
-  label: string;
-  rolloutFile: string;
-  reward: number | null;
-}
+export type { ForkMember } from '../protocol/group-data.js';
 
 /**
  * An original rollout and its forks (`harness-lab replay --from N`) side by side, in the group view's
