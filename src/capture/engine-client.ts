@@ -25,7 +25,20 @@ export function normaliseEngineUrl(url: string): string {
 /** Upstream sockets per engine; bounds file descriptors, not concurrency a harness fleet can reach. */
 export const DEFAULT_ENGINE_CONNECTIONS = 4096;
 
-export class EngineClient {
+/**
+ * Where the proxy gets its answers: the HTTP engine (EngineClient), or another source with the same
+ * shape (a recorded rollout answering a replay, src/replay/). Only what a model call and the proxy's
+ * side routes use.
+ */
+export interface ChatEngine {
+  readonly baseUrl: string;
+  post(route: string, body: unknown, signal?: AbortSignal): Promise<EngineReply>;
+  get(route: string, signal?: AbortSignal): Promise<EngineReply>;
+  chatCompletion(request: ChatRequest, signal?: AbortSignal): Promise<EngineReply>;
+  close(): Promise<void>;
+}
+
+export class EngineClient implements ChatEngine {
   readonly baseUrl: string;
   private readonly pool: Pool;
 

@@ -1,7 +1,7 @@
 // Grades an engine on first contact (docs/capture-protocol.md §9.5): can it give us prompt ids, sampled ids
 // and aligned logprobs (`tokens`), only logprobs, or only text? And are its logprobs the processed
 // ones (after temperature), which importance ratios need, or raw?
-import type { EngineClient } from './engine-client.js';
+import type { ChatEngine } from './engine-client.js';
 import { engineErrorMessage } from './engine-client.js';
 import type { CaptureLevel, ChatResponse } from './types.js';
 import { normaliseEngineResponse } from './upstream.js';
@@ -36,7 +36,7 @@ function firstGap(body: unknown): { gap: number; second: number } | undefined {
   return { gap: top[0]! - top[1]!, second: top[1]! };
 }
 
-async function logprobsMode(engine: EngineClient, model: string): Promise<{ mode: LogprobsMode; note?: string }> {
+async function logprobsMode(engine: ChatEngine, model: string): Promise<{ mode: LogprobsMode; note?: string }> {
   const ask = (temperature: number) => engine.chatCompletion({ model, messages: [{ role: 'user', content: 'Reply with exactly: hello' }], max_tokens: 1, temperature, logprobs: true, top_logprobs: 5, return_tokens_as_token_ids: true });
   const [one, two] = [await ask(1), await ask(2)];
   if (one.status !== 200 || two.status !== 200) return { mode: 'unknown', note: 'top_logprobs request refused' };
@@ -51,7 +51,7 @@ async function logprobsMode(engine: EngineClient, model: string): Promise<{ mode
   return { mode: 'unknown', note: `gap ratio ${ratio.toFixed(3)} between T=2 and T=1 is neither 0.5 nor 1` };
 }
 
-async function toolSupport(engine: EngineClient, model: string): Promise<ToolSupport> {
+async function toolSupport(engine: ChatEngine, model: string): Promise<ToolSupport> {
   const reply = await engine.chatCompletion({
     model,
     messages: [{ role: 'user', content: 'Use the bash tool to list the files in /tmp.' }],
@@ -66,7 +66,7 @@ async function toolSupport(engine: EngineClient, model: string): Promise<ToolSup
   return choice?.finish_reason === 'length' ? 'unknown' : 'no-tool-call';
 }
 
-export async function probeEngine(engine: EngineClient, model: string): Promise<EngineProbeReport> {
+export async function probeEngine(engine: ChatEngine, model: string): Promise<EngineProbeReport> {
   const report: EngineProbeReport = {
     engine_url: engine.baseUrl,
     model,

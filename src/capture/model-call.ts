@@ -7,7 +7,7 @@ import { restoreGeminiCallIds } from './dialects/gemini-call-ids.js';
 import { detectDialect } from './dialects/index.js';
 import { renderStopAnswer } from './dialects/stop-answer.js';
 import { answerTokenCount } from './dialects/token-count.js';
-import { EngineUnreachableError, engineErrorMessage, type EngineClient } from './engine-client.js';
+import { EngineUnreachableError, engineErrorMessage, type ChatEngine } from './engine-client.js';
 import { TokenInUnavailableError } from './render/mode.js';
 import { BodyTooLargeError, readBody, redactHeaders, scrubSecret, sendJson } from './http-util.js';
 import { tokensDigest } from './render/digest.js';
@@ -30,7 +30,7 @@ export interface ModelCallLimits {
 
 /** The engine as a call sees it: where it goes, and its capture grade (probed on first contact). */
 export interface GradedEngine {
-  client: EngineClient;
+  client: ChatEngine;
   grade(): Promise<CaptureLevel>;
   /**
    * The token-in adapter when the proxy renders (null: chat completions, the engine renders). Throws

@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { AcceptorThread, ListenError } from './acceptor.js';
 import { adminKeyFromHeaders, isLoopbackHost, secretsEqual } from './auth.js';
 import { detectDialect } from './dialects/index.js';
-import { EngineClient } from './engine-client.js';
+import { EngineClient, type ChatEngine } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
 import { resolveRenderMode, TokenInUnavailableError, type RenderMode, type RenderModeReport } from './render/mode.js';
 import type { TokenInEngine } from './render/token-engine.js';
@@ -29,6 +29,11 @@ export interface ProxyOptions {
   model: string;
   /** Sent to the engine as `Authorization: Bearer`; never recorded, logged or returned. */
   engineApiKey?: string;
+  /**
+   * The source of answers instead of the HTTP engine at `engineUrl` (a replay answers from a record);
+   * pass `captureLevel` with it, since such a source is not probed. Closed with the proxy.
+   */
+  engine?: ChatEngine;
   host?: string;
   port?: number;
   /**
@@ -79,7 +84,8 @@ export class CaptureProxy {
   readonly sessions: SessionRegistry;
   /** `GET /metrics`: counters fed by the registry's events (metrics.ts). */
   private readonly metrics: ProxyMetrics;
-  private engine: EngineClient;
+  /** The source of answers: the HTTP engine (retarget swaps it), or a record for a replay. */
+  private engine: ChatEngine;
   /** New sessions' defaults (the registry reads this object): retarget changes its engine URL. */
   private readonly sessionDefaults: { model: string; engineUrl: string; maxModelCalls: number };
   private readonly log: ProxyLogger;
@@ -96,7 +102,7 @@ export class CaptureProxy {
   private address!: AddressInfo;
 
   private constructor(private readonly options: ProxyOptions) {
-    this.engine = new EngineClient(options.engineUrl, options.engineApiKey ? { apiKey: options.engineApiKey } : {});
+    this.engine = options.engine ?? new EngineClient(options.engineUrl, options.engineApiKey ? { apiKey: options.engineApiKey } : {});
     this.log = options.logger ?? silentLogger;
     this.captureLevel = options.captureLevel ?? 'tokens';
     this.sessionDefaults = { model: options.model, engineUrl: this.engine.baseUrl, maxModelCalls: options.maxModelCalls ?? 0 };
@@ -263,11 +269,13 @@ export class CaptureProxy {
    */
   async tokenInEngine(): Promise<TokenInEngine | null> {
     const requested = this.options.render ?? 'auto';
-    if (requested === 'engine') return null;
+    // Another source of answers than an HTTP engine (a replay's record) answers chat completions only.
+    const engine = this.engine;
+    if (requested === 'engine' || !(engine instanceof EngineClient)) return null;
     if (!this.renderResolved) {
       this.renderResolving ??= (async () => {
         await this.ensureProbed();
-        const resolved = await resolveRenderMode(this.engine, { requested, model: this.options.model, modelFiles: this.options.renderModel, checkFullRender: this.options.checkFullRender });
+        const resolved = await resolveRenderMode(engine, { requested, model: this.options.model, modelFiles: this.options.renderModel, checkFullRender: this.options.checkFullRender });
         const r = resolved.report;
         if (r.mode === 'proxy') this.log.info(`render: the proxy renders (token in) with ${r.model_files} (${r.family}), engine route ${r.route}, max_model_len ${r.max_model_len ?? 'unknown'}`);
         else this.log[requested === 'proxy' ? 'error' : 'info'](`render: the engine renders (chat completions): ${r.problem}`);

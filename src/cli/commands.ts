@@ -14,12 +14,15 @@ export const COMMANDS: Readonly<Record<string, () => Promise<CliCommand>>> = {
   harness: async () => (await import('./harness-command.js')).harnessCommand,
   images: async () => (await import('./images-command.js')).imagesCommand,
   proxy: async () => (await import('./proxy-command.js')).proxyCommand,
+  replay: async () => (await import('./replay-command.js')).replayCommand,
+  'replay-load': async () => (await import('./replay-load-command.js')).replayLoadCommand,
   report: async () => (await import('./report-command.js')).reportCommand,
   rescore: async () => (await import('./rescore-command.js')).rescoreCommand,
   run: async () => (await import('./run-command.js')).runCommand,
   serve: async () => (await import('./serve-command.js')).serveCommand,
   train: async () => (await import('./train-command.js')).trainCommand,
   validate: async () => (await import('./validate-command.js')).validateCommand,
+  verify: async () => (await import('./verify-command.js')).verifyCommand,
 };
 
 /** The top-level usage: every command beside its one-line summary (this loads every command module). */

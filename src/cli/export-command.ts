@@ -8,7 +8,7 @@ import { EXPORT_FORMATS, ExportUsageError, manifestPath, runExport, type ExportF
 import { ExportInputError } from '../export/source.js';
 import { defineCommand, UsageError } from './args.js';
 
-const USAGE = `usage: harness-lab export [--format trainingtrace|trl|verl|paths|collected] SOURCE --out FILE.jsonl
+const USAGE = `usage: harness-lab export [--format trainingtrace|trl|verl|paths|collected|replay] SOURCE --out FILE.jsonl
 
 SOURCE is one of
   --batch DIR                  a batch directory (batch.json, rollouts/, capture/)
@@ -24,6 +24,8 @@ Formats (docs/exports.md):
   paths          the lab's own TrainingTrace, one per root-to-leaf path (default; docs/training-trace.md)
   collected      what \`batch collect\` writes: each trainable path inside its batch facts, from finished
                  groups with 2+ trainable members (needs --batch)
+  replay         every captured engine request with its start time relative to the first, for
+                 \`harness-lab replay-load FILE --engine-url URL --speed N\` (docs/replay.md)
 
 Options:
   --min-group-size N   verl, collected: drop groups with fewer exportable members (default 2)
@@ -50,6 +52,7 @@ export const exportCommand = defineCommand({
   },
   run: async ({ flags }) => {
     const format = flags.format as ExportFormat;
+    if (flags.format === 'replay') return exportReplay(flags);
     if (!EXPORT_FORMATS.includes(format)) throw new UsageError(`--format must be one of ${EXPORT_FORMATS.join(', ')}, got '${flags.format}'`);
     const given = [flags.batch && '--batch', flags.session && '--session', flags.rollouts && '--rollouts'].filter(Boolean);
     if (given.length === 0 && flags['data-dir']) throw new UsageError('--session is required', { showUsage: true });
@@ -85,3 +88,28 @@ export const exportCommand = defineCommand({
     }
   },
 });
+
+/** `--format replay`: the load file of src/replay/load.ts from the same sources (kept rollouts only for a batch). */
+async function exportReplay(flags: { batch?: string; session?: string; 'data-dir'?: string; rollouts?: string; out?: string }): Promise<number> {
+  const { planBatch, planRollouts, planSession, readRollout } = await import('../export/source.js');
+  const { writeLoadFile } = await import('../replay/load.js');
+  const given = [flags.batch && '--batch', flags.session && '--session', flags.rollouts && '--rollouts'].filter(Boolean);
+  if (given.length !== 1) throw new UsageError(`give exactly one source (--batch, --session or --rollouts), got ${given.length ? given.join(' and ') : 'none'}`, { showUsage: true });
+  if (flags.session && !flags['data-dir']) throw new UsageError('--session needs --data-dir DIR (the proxy data dir holding sessions/)', { showUsage: true });
+  const out = flags.out;
+  if (!out) throw new UsageError('--out is required', { showUsage: true });
+  try {
+    const plan = flags.batch ? planBatch(flags.batch) : flags.rollouts ? planRollouts(flags.rollouts) : planSession(flags['data-dir']!, flags.session!);
+    const units = plan.groups.flatMap((g) => g.units);
+    const rollouts = units.map((u) => ({ rollout_id: u.rollout_id, file: u.file, calls: readRollout(u.file).calls }));
+    const { requests, span_ms } = writeLoadFile(out, rollouts);
+    process.stdout.write(`wrote ${requests} request(s) from ${rollouts.length} rollout(s) spanning ${(span_ms / 1000).toFixed(1)} s to ${out}\n`);
+    return 0;
+  } catch (err) {
+    if (err instanceof ExportInputError || err instanceof BatchFileError) {
+      process.stderr.write(`harness-lab export: ${err.message}\n`);
+      return 1;
+    }
+    throw err;
+  }
+}

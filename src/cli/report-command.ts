@@ -13,6 +13,7 @@ import { defineCommand, UsageError } from './args.js';
 
 const USAGE = `usage: harness-lab report ROLLOUT -o report.html [--trajectory trajectory.json] [--engine URL] [--model NAME]
        harness-lab report --batch DIR --group G -o group.html
+       harness-lab report ROLLOUT --forks [--forks-dir DIR ...] -o forks.html
 
 ROLLOUT is a rollout document (*.rollout.json), a captured session file (<data-dir>/sessions/<id>.jsonl)
 or TrainingTrace lines (*.jsonl from 'harness-lab export'). The report inlines the viewer and the data:
@@ -26,13 +27,16 @@ it opens in any browser, offline.
   --model NAME       model name for /detokenize (vLLM)
   --batch DIR        a batch directory: with --group, the group view instead of one rollout
   --group G          the group to show: its members side by side, reward histograms of the batch and per
-                     harness, where two members first diverge, behaviour metrics`;
+                     harness, where two members first diverge, behaviour metrics
+  --forks            ROLLOUT and its forks (\`harness-lab replay --from N\`) side by side in the group
+                     view, with where each fork parts from the original
+  --forks-dir DIR    where to look for the forks (default: the task folder of ROLLOUT's run)`;
 
 export const reportCommand = defineCommand({
   name: 'report',
   summary: 'write a self-contained HTML rollout viewer for sharing',
   usage: USAGE,
-  flags: { out: { type: 'string', short: 'o', required: true }, trajectory: { type: 'string' }, 'no-trajectory': { type: 'boolean' }, engine: { type: 'string' }, model: { type: 'string' }, batch: { type: 'string' }, group: { type: 'string' } },
+  flags: { out: { type: 'string', short: 'o', required: true }, trajectory: { type: 'string' }, 'no-trajectory': { type: 'boolean' }, engine: { type: 'string' }, model: { type: 'string' }, batch: { type: 'string' }, group: { type: 'string' }, forks: { type: 'boolean' }, 'forks-dir': { type: 'string', multiple: true } },
   positionals: ['ROLLOUT?'],
   run: async ({ flags, positionals }) => {
     if (flags.batch !== undefined || flags.group !== undefined) {
@@ -58,6 +62,20 @@ export const reportCommand = defineCommand({
       return 0;
     }
     if (!positionals.length) throw new UsageError('ROLLOUT is required (or --batch DIR --group G)', { showUsage: true });
+    if (flags.forks) {
+      const { forkMembers } = await import('../replay/forks.js');
+      const { buildForkGroupView } = await import('../report/group-view.js');
+      const { original, forks } = forkMembers(positionals[0]!, flags['forks-dir']);
+      if (!forks.length) {
+        process.stderr.write(`harness-lab report: no fork of ${original.rolloutFile} found (run \`harness-lab replay ROLLOUT --from N --engine-url URL\`, or pass --forks-dir)\n`);
+        return 1;
+      }
+      const view = buildForkGroupView(original, forks);
+      writeFileSync(flags.out, buildGroupReportHtml(view, loadViewerAssets()));
+      const parts = view.divergences.slice(0, forks.length).map((d) => `${d.b} parts at call ${d.call === null ? '-' : d.call}`);
+      process.stdout.write(`wrote ${flags.out}: the original and ${forks.length} fork(s) side by side; ${parts.join('; ')}\n`);
+      return 0;
+    }
     const rollout = loadRollout(positionals[0]!);
     const trajectory = flags['no-trajectory'] ? null : (flags.trajectory ?? (rollout.doc ? findTrajectory(rollout.path) : null));
     if (trajectory) {

@@ -25,6 +25,7 @@ import type { ReadonlyDocuments } from './readonly-docs.js';
 import type { RescoreReport } from '../export/rescore.js';
 import { viewerTargetOf, type RolloutViewerPanels } from './rollout-viewer-panel.js';
 import type { CallNode, SessionNode } from './sessions-model.js';
+import { forkShownRollout, replayShownRollout, type ReplayCommandHost } from './replay-commands.js';
 import { SETTINGS_SECTION, readSettings, settingKey, type HarnessLabSettings } from './settings.js';
 import { quickActions } from './status-model.js';
 import type { TrainingRuns } from './training-runs.js';
@@ -456,6 +457,16 @@ async function openRolloutViewer(host: CommandHost, arg: unknown): Promise<strin
   return target.sessionId;
 }
 
+/** What Replay Rollout and Fork from This Turn need of the extension. */
+function replayHost(host: CommandHost): ReplayCommandHost {
+  return {
+    activeViewer: () => host.viewer.activeConnection(),
+    engineUrl: () => currentSettings().engineUrl,
+    log: (message) => host.log.info(message),
+    openForks: (file) => void host.groupViews.openForks(file),
+  };
+}
+
 /** Rescore the rollout in the viewer in front against an engine's weights: drift colours in place. */
 async function rescoreShownRollout(host: CommandHost): Promise<RescoreReport | undefined> {
   const viewer = host.viewer.activeConnection();
@@ -557,6 +568,9 @@ export function createCommands(): Record<string, CommandSpec> {
     },
     'harnessLab.openRolloutViewer': { run: (host, arg) => openRolloutViewer(host, arg) },
     'harnessLab.rescoreRollout': { run: (host) => rescoreShownRollout(host) },
+    // replay (#29): one block
+    'harnessLab.replayRollout': { run: (host, arg) => replayShownRollout(replayHost(host), arg) },
+    'harnessLab.forkFromTurn': { run: (host, arg) => forkShownRollout(replayHost(host), arg) },
     'harnessLab.validateHarness': { run: (host, arg) => validateHarnessWiring(harnessRunContext(host), arg) },
     'harnessLab.runTaskWithHarness': { run: (host, arg) => runTaskWithHarness(harnessRunContext(host), arg) },
     'harnessLab.refreshSessions': { run: async (host) => host.refreshSessions() },

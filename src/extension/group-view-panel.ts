@@ -5,13 +5,15 @@
 // reloads when its tab is shown again), so a running batch's group is current when looked at.
 // A member's "Open in Rollout Viewer" opens its captured session beside the group. The webview keeps
 // (dir, group) as its state, so a window reload brings the view back (the panel serializer).
+// The same view shows a rollout and its forks (`replay --from N`): group FORKS_GROUP, dir the original's file.
 import { existsSync } from 'node:fs';
 import * as vscode from 'vscode';
 import { z } from 'zod';
 import type { GroupViewData } from '../protocol/group-data.js';
 import { ErrorNotification, LoadGroupNotification, ReadyQueue, dispatchWebviewMessage, notify, type HostMessage, type WebviewHandlers } from '../protocol/messages.js';
 import { parseWebviewMessage } from '../protocol/webview-schema.js';
-import { buildGroupView } from '../report/group-view.js';
+import { buildForkGroupView, buildGroupView } from '../report/group-view.js';
+import { forkMembers } from '../replay/forks.js';
 import { batchReadError, deterministicPolicyNote, memberSessionFile } from './batch-review-model.js';
 import { Disposable, toDisposable } from './lifecycle.js';
 import { viewerHtml, webviewOptions } from './rollout-viewer-panel.js';
@@ -25,8 +27,15 @@ export interface GroupViewHost {
   openSession(file: string): Thenable<unknown>;
 }
 
+/** The group id of a fork view: `dir` is then the original rollout's file, its forks found beside its run. */
+export const FORKS_GROUP = '@forks';
+
 /** The group's data, or the batch's error in the user's terms. */
 export function loadGroupView(dir: string, groupId: string): GroupViewData {
+  if (groupId === FORKS_GROUP) {
+    const { original, forks } = forkMembers(dir);
+    return buildForkGroupView(original, forks);
+  }
   try {
     const data = buildGroupView(dir, groupId);
     // A group without contrast on the embedded engine: say when its policy could not have given any.
@@ -91,10 +100,20 @@ class GroupViewConnection extends Disposable {
     details: () => {
       throw new Error('the group view has no turn details');
     },
+    replayRollout: () => this.host.log('group view: ignored replayRollout (open a member in the rollout viewer to replay it)'),
+    forkFromTurn: () => this.host.log('group view: ignored forkFromTurn (open a member in the rollout viewer to fork it)'),
     openGroupMember: async ({ rollout_id }) => {
       const member = this.data?.members.find((m) => m.rollout_id === rollout_id);
       if (!member) {
         this.host.log(`group view: no member ${rollout_id} in group ${this.groupId}`);
+        return;
+      }
+      if (this.groupId === FORKS_GROUP) {
+        // A fork view's members are rollout files (the original and each fork's run folder).
+        const { original, forks } = forkMembers(this.dir);
+        const file = [original, ...forks].find((m) => m.label === rollout_id)?.rolloutFile;
+        if (file && existsSync(file)) await vscode.commands.executeCommand('vscode.openWith', vscode.Uri.file(file), 'harnessLab.rolloutFile', vscode.ViewColumn.Beside);
+        else void vscode.window.showWarningMessage(`Harness Lab: ${rollout_id} has no rollout file to open.`);
         return;
       }
       const file = memberSessionFile(this.dir, member.session_id);
@@ -136,16 +155,26 @@ export class GroupViewPanels extends Disposable {
     );
   }
 
+  /** A rollout and its forks side by side, beside the editor in front. */
+  openForks(rolloutFile: string): vscode.WebviewPanel {
+    return this.open(rolloutFile, FORKS_GROUP, vscode.ViewColumn.Beside);
+  }
+
   /** Opens (or reveals) the view of one group; throws in the user's terms when the batch or group cannot be read. */
-  open(dir: string, groupId: string): vscode.WebviewPanel {
+  open(dir: string, groupId: string, column: vscode.ViewColumn = vscode.ViewColumn.Active): vscode.WebviewPanel {
     const key = `${dir}\0${groupId}`;
     const existing = this.panels.get(key);
     if (existing) {
-      existing.reveal();
-      return existing;
+      // A fork view opened again has a new fork to show: build it afresh.
+      if (groupId !== FORKS_GROUP) {
+        existing.reveal();
+        return existing;
+      }
+      existing.dispose();
     }
     const data = loadGroupView(dir, groupId);
-    const panel = vscode.window.createWebviewPanel(GROUP_VIEW_TYPE, `Group ${groupId}`, vscode.ViewColumn.Active, webviewOptions(this.host.extensionUri));
+    const title = groupId === FORKS_GROUP ? `Forks of ${data.group_id.replace(/^forks of /, '')}` : `Group ${groupId}`;
+    const panel = vscode.window.createWebviewPanel(GROUP_VIEW_TYPE, title, column, webviewOptions(this.host.extensionUri));
     this.adopt(panel, dir, groupId, data);
     return panel;
   }

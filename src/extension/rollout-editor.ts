@@ -2,6 +2,7 @@
 // TrainingTrace `*.jsonl` lines, through a read-only custom editor. A trajectory.json found next to
 // the file (Harbor trial layout included) is cross-checked right away.
 import * as vscode from 'vscode';
+import { attachReplayMatches } from '../replay/badges.js';
 import { statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename } from 'node:path';
@@ -46,6 +47,8 @@ export class RolloutEditorProvider extends Disposable implements vscode.CustomRe
       if (document.uri.scheme === 'file') rollout.data.outcome = fileOutcome(path, rollout.data.metadata) ?? null;
       // A `harness-lab rescore` report (or an earlier Rescore in the viewer) beside the file: drift colours.
       if (document.uri.scheme === 'file') attachRescore(rollout.data, rescorePathFor(path));
+      // A replay's rollout (`replay.json` beside it): a match badge per call.
+      if (document.uri.scheme === 'file') attachReplayMatches(rollout.data, path);
       const trajectory = document.uri.scheme === 'file' && rollout.doc ? findTrajectory(path) : null;
       if (trajectory) {
         try {

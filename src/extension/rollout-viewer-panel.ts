@@ -172,7 +172,19 @@ export class ViewerConnection extends Disposable {
     },
     // Only the group view (group-view-panel.ts) shows members to open.
     openGroupMember: ({ rollout_id }) => this.host.log?.(`rollout viewer: ignored openGroupMember ${rollout_id} (not a group view)`),
+    // The viewer's buttons run the extension's commands on this viewer's rollout (replay-commands.ts).
+    replayRollout: async () => {
+      await vscode.commands.executeCommand('harnessLab.replayRollout', this);
+    },
+    forkFromTurn: async ({ node_id }) => {
+      await vscode.commands.executeCommand('harnessLab.forkFromTurn', { viewer: this, nodeId: node_id });
+    },
   };
+
+  /** The rollout shown (replay and fork read its calls and task from it). */
+  get shown(): LoadedRollout | null {
+    return this.rollout;
+  }
 
   /** The ATIF check of a trajectory the user picks; null when they cancel the pick. */
   private async attach(): Promise<AtifCheckResult | null> {

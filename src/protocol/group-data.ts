@@ -99,3 +99,11 @@ export function rewardHistogram(rewards: readonly number[], bins = 10): RewardHi
   for (const r of rewards) counts[Math.min(bins - 1, Math.floor((r - lo) / width))]!++;
   return { edges, counts, n: rewards.length };
 }
+
+/** One rollout of a fork view (`replay --from N`): its rollout file, with its reward when recorded. */
+export interface ForkMember {
+  /** Shown as the member's id: `original`, or `fork@2 s1a2b3c4d`. */
+  label: string;
+  rolloutFile: string;
+  reward: number | null;
+}

@@ -66,6 +66,11 @@ export const DetailsRequest = request('details', type<{ node_id: string }>(), ty
 /** Open one member of the group shown (by rollout id) in the rollout viewer. */
 export const OpenGroupMemberCommand = command('openGroupMember', type<{ rollout_id: string }>());
 
+/** Run the harness again against the rollout shown, every call answered from the record (`harness-lab replay`). */
+export const ReplayRolloutCommand = command('replayRollout', type<object>());
+/** Fork the rollout shown at one turn: the calls before it from the record, it and the rest from a live engine. */
+export const ForkFromTurnCommand = command('forkFromTurn', type<{ node_id: string }>());
+
 /** The rollout to show (again on a live refresh), optionally at one turn. */
 export const LoadNotification = notification('load', type<{ wire: ViewerWire; focus?: string | null }>());
 /** Prompt-token texts from the engine, after the first paint; `done`: no more will come for this load. */
@@ -84,6 +89,8 @@ export const WEBVIEW_MESSAGES = {
   [AttachTrajectoryRequest.method]: AttachTrajectoryRequest,
   [DetailsRequest.method]: DetailsRequest,
   [OpenGroupMemberCommand.method]: OpenGroupMemberCommand,
+  [ReplayRolloutCommand.method]: ReplayRolloutCommand,
+  [ForkFromTurnCommand.method]: ForkFromTurnCommand,
 } as const;
 
 /** Host -> webview, by method (request completions come on top). */

@@ -39,6 +39,11 @@ export interface ViewerTurn extends RolloutGraphNodeJson {
    * logprob, with the report's threshold. Absent without a rescore.
    */
   drift?: { ratios: number[]; threshold: number } | null;
+  /**
+   * For a replay's rollout (`replay.json` beside it): the call's rung on the match ladder and the
+   * recorded call that answered it; `live` for a fork's calls from its turn on. Absent otherwise.
+   */
+  match?: { level: 'exact' | 'tolerated' | 'none' | 'live'; recorded_index: number | null; notes: string[] } | null;
   top: ViewerTopAlt[][] | null;
   /** Text of each sampled token from the engine's bytes; null entries where bytes were missing. */
   sampled_text: (string | null)[] | null;

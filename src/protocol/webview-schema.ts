@@ -11,6 +11,8 @@ const PARAMS = {
   attachTrajectory: z.strictObject({}),
   details: z.strictObject({ node_id: z.string().min(1).max(200) }),
   openGroupMember: z.strictObject({ rollout_id: z.string().min(1).max(500) }),
+  replayRollout: z.strictObject({}),
+  forkFromTurn: z.strictObject({ node_id: z.string().min(1).max(200) }),
 } satisfies { [K in keyof Methods]: z.ZodType<ParamsOf<Methods[K]>> };
 
 /** A descriptor's whole message: its parameters, `type`, and `seq` for a request. */

@@ -4,7 +4,7 @@ import { existsSync } from 'node:fs';
 import { batchPaths, readManifest, readRolloutStates, type RolloutState } from '../batch/state.js';
 import type { CallRecord } from '../capture/types.js';
 import { bytesToText } from '../protocol/viewer-data.js';
-import { GROUP_VIEW_VERSION, rewardHistogram, type GroupDivergence, type GroupMemberView, type GroupViewData, type StripToken } from '../protocol/group-data.js';
+import { GROUP_VIEW_VERSION, rewardHistogram, type ForkMember, type GroupDivergence, type GroupMemberView, type GroupViewData, type StripToken } from '../protocol/group-data.js';
 import { rolloutTrajectory } from '../export/audit.js';
 import { aggregateBehaviour, mainPath, rolloutBehaviour, type RolloutBehaviour } from '../export/behaviour.js';
 import type { StoredRollout } from '../capture/rollout-file.js';
@@ -167,5 +167,83 @@ export function buildGroupView(dir: string, groupId: string): GroupViewData {
       harness: aggregateBehaviour(behaviours.filter((x) => x.harness === plan.harness).map((x) => x.b)),
       batch: aggregateBehaviour(behaviours.map((x) => x.b)),
     },
+  };
+}
+
+export type { ForkMember } from '../protocol/group-data.js';
+
+/**
+ * An original rollout and its forks (`harness-lab replay --from N`) side by side, in the group view's
+ * shape: the forks share the original's first N calls, so their first divergence is where the live
+ * engine's answer differs. Not a GRPO group: no batch, and the histograms are of these rollouts only.
+ */
+export function buildForkGroupView(original: ForkMember, forks: readonly ForkMember[]): GroupViewData {
+  const all = [original, ...forks];
+  const loaded = all.map((m) => {
+    try {
+      const rollout = readRollout(m.rolloutFile);
+      return { m, rollout, problem: null as string | null, behaviour: rolloutBehaviour(rollout.doc) };
+    } catch (err) {
+      return { m, rollout: null, problem: (err as Error).message, behaviour: null };
+    }
+  });
+  const views: GroupMemberView[] = loaded.map(({ m, rollout, problem, behaviour }, i) => {
+    const calls = rollout?.calls ?? [];
+    let summary: GroupMemberView['behaviour'] = null;
+    if (behaviour) {
+      const { facts: _facts, ...rest } = behaviour;
+      summary = rest;
+    }
+    return {
+      rollout_id: m.label,
+      member: i,
+      state: rollout ? 'done' : 'unreadable',
+      class: null,
+      reward: m.reward,
+      kept: rollout !== null,
+      excluded: rollout ? null : 'capture unreadable',
+      error: null,
+      session_id: rollout?.info.session_id ?? null,
+      turns: behaviour?.turns ?? 0,
+      calls: calls.length,
+      tool_calls: behaviour?.tool_calls ?? 0,
+      prompt_tokens: calls.reduce((a, c) => a + (c.prompt_token_ids?.length ?? 0), 0),
+      sampled_tokens: calls.reduce((a, c) => a + (c.completion_token_ids?.length ?? 0), 0),
+      behaviour: summary,
+      capture_problem: problem,
+    };
+  });
+  // Every fork against the original (the comparison a fork is for), then forks against each other.
+  const paths = loaded.map((l) => ({ id: l.m.label, reward: l.m.reward, path: l.rollout ? mainPath(l.rollout.doc) : [] }));
+  const divergences: GroupDivergence[] = [];
+  for (let i = 0; i < paths.length; i++) for (let j = i + 1; j < paths.length; j++) if (paths[i]!.path.length && paths[j]!.path.length) divergences.push(divergence(paths[i]!, paths[j]!));
+  const rewards = views.filter((v) => v.reward !== null).map((v) => v.reward!);
+  const m = mean(rewards);
+  const sd = m === null || rewards.length < 2 ? null : Math.sqrt(rewards.reduce((a, x) => a + (x - m) * (x - m), 0) / (rewards.length - 1));
+  const behaviours = loaded.flatMap((l) => (l.behaviour ? [l.behaviour] : []));
+  const sessionId = views[0]?.session_id ?? original.label;
+  const meta = loaded[0]?.rollout?.info.metadata ?? {};
+  const task = typeof meta.task === 'string' ? meta.task : '';
+  const harness = typeof meta.harness === 'string' ? meta.harness : '';
+  const histogram = rewardHistogram(rewards);
+  return {
+    version: GROUP_VIEW_VERSION,
+    batch_id: 'forks',
+    group_id: `forks of ${sessionId}`,
+    task,
+    harness,
+    group_size: all.length,
+    groups: [{ group_id: `forks of ${sessionId}`, harness, task }],
+    members: views,
+    rewards,
+    mean: m,
+    std: sd,
+    no_contrast: false,
+    too_small: false,
+    teaches_nothing: null,
+    histogram: { batch: histogram, harnesses: harness ? { [harness]: histogram } : {}, group: histogram },
+    divergences,
+    focus_pair: divergences.length ? 0 : null,
+    behaviour: { group: aggregateBehaviour(behaviours), harness: aggregateBehaviour(behaviours), batch: aggregateBehaviour(behaviours) },
   };
 }

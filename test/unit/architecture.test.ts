@@ -26,6 +26,7 @@ const LAYERS: Record<string, number> = {
   serve: 5,
   protocol: 6,
   report: 7,
+  replay: 7,
   cli: 8,
   extension: 8,
   webview: 9,

@@ -32,6 +32,8 @@ test('the host dispatch runs one handler per message and answers requests with t
       return { raw: null, request_messages: [], response_message: null };
     },
     openGroupMember: ({ rollout_id }) => void seen.push(`open ${rollout_id}`),
+    replayRollout: () => void seen.push('replay'),
+    forkFromTurn: ({ node_id }) => void seen.push(`fork ${node_id}`),
   };
   const replies: CompletionMessage[] = [];
   const reply = (m: CompletionMessage) => replies.push(m);

@@ -63,6 +63,8 @@ export class GraphView {
       else if (sibs > 1) badges.push('branch');
       if (t.role === 'auxiliary' && kind !== 'auxiliary') badges.push('aux');
       if (t.flags.length) badges.push('!');
+      // A replay's call: its rung on the match ladder (replay.json beside the rollout).
+      if (t.match) badges.push(t.match.level === 'none' ? 'no-match' : t.match.level);
       const b = h(
         'button',
         { class: 'graph-row', type: 'button', role: 'listitem', 'data-node': t.node_id, title: `${t.node_id}: ${t.prompt_ids.length} prompt + ${t.sampled_ids.length} sampled tokens` },

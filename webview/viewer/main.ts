@@ -5,7 +5,7 @@ import '@vscode-elements/elements/dist/vscode-badge/index.js';
 import '@vscode-elements/elements/dist/vscode-tabs/index.js';
 import '@vscode-elements/elements/dist/vscode-tab-header/index.js';
 import '@vscode-elements/elements/dist/vscode-tab-panel/index.js';
-import { AttachTrajectoryRequest, DetailsRequest, ErrorNotification, FocusTurnNotification, LoadGroupNotification, LoadNotification, OpenGroupMemberCommand, ReadyCommand, TokenTextsNotification, isMessage, type NotificationMessage } from '../../src/protocol/messages.js';
+import { AttachTrajectoryRequest, DetailsRequest, ErrorNotification, FocusTurnNotification, LoadGroupNotification, LoadNotification, OpenGroupMemberCommand, ReadyCommand, ReplayRolloutCommand, ForkFromTurnCommand, TokenTextsNotification, isMessage, type NotificationMessage } from '../../src/protocol/messages.js';
 import type { AtifCheckResult } from '../../src/harness/atif-check.js';
 import type { GroupViewData } from '../../src/protocol/group-data.js';
 import { fromWire, idsWithoutText, type RunOutcomeView, type TurnDetails, type ViewerData, type ViewerTurn, type ViewerWire } from '../../src/protocol/viewer-data.js';
@@ -140,6 +140,19 @@ class Viewer {
         button('Branch ›', 'Next branch []]', 'next-branch', () => this.branch(1)),
         this.maskButton,
       ),
+      // In the editor only (the HTML report has no host to run them).
+      ...(host
+        ? [
+            h(
+              'div',
+              { class: 'nav', role: 'group', 'aria-label': 'Replay' },
+              button('Replay', 'Run the harness again with every model call answered from this record', 'replay-rollout', () => host.sendCommand(ReplayRolloutCommand, {})),
+              button('Fork here', 'Fork this rollout at the turn shown: the turns before it from the record, this one on from a live engine', 'fork-from-turn', () =>
+                host.sendCommand(ForkFromTurnCommand, { node_id: this.current.node_id }),
+              ),
+            ),
+          ]
+        : []),
     );
     this.graph = new GraphView(data, this.nav.byId, (id) => this.go(id));
     const legend = h(
@@ -234,6 +247,11 @@ class Viewer {
       h('span', { class: 'muted' }, `position ${this.nav.indexOf(turn.node_id) + 1} of ${this.data.turns.length}`),
     );
     this.flags.replaceChildren(...turn.flags.map((f) => h('div', { class: `flag ${gradeClass(f)}`, role: 'status' }, f)));
+    if (turn.match) {
+      const m = turn.match;
+      const what = m.level === 'live' ? 'live engine (fork)' : m.level === 'none' ? 'NO MATCH: the replay halted here' : `${m.level} match of recorded call #${m.recorded_index}`;
+      this.flags.prepend(h('div', { class: `flag replay-${m.level}`, role: 'status', 'data-testid': 'replay-match' }, [`replay: ${what}`, ...m.notes].join(' · ')));
+    }
     this.strip.show(this.tt);
     this.detail.textContent = 'Hover or focus a token (Tab into the strip, then arrow keys) to see its id, text, logprob and alternatives.';
     const loading = () => h('p', { class: 'muted' }, 'Loading…');
