@@ -55,6 +55,19 @@ test('audit --json: groups, no contrast, shares, harnesses, the stale call, tool
   assert.equal(a.summary.stale_share, 1 / 18);
   assert.deepEqual(a.tool_calls.per_rollout, { r0: 2, r1: 1, r2: 1, r3: 1, r4: 1, r5: 1, r6: 1, r7: 1, r8: 1 });
   assert.equal(a.tool_calls.max, 2);
+  // Each fixture rollout's turns extend one another: one sample, the trainer gets the merged length;
+  // r0 also ran a subagent, its own conversation and so a second sample.
+  const kept = a.groups.flatMap((x) => x.members).filter((m) => m.kept);
+  for (const m of kept) {
+    assert.equal(m.samples?.samples, m.rollout_id === 'r0' ? 2 : 1, `${m.rollout_id}: samples`);
+    if (m.rollout_id !== 'r0') assert.equal(m.samples.tokens_to_trainer, m.samples.merged_tokens, `${m.rollout_id}: no token sent twice`);
+  }
+  assert.equal(a.samples.batch.rollouts, 8);
+  assert.equal(a.samples.batch.samples, 9);
+  assert.equal(a.samples.batch.single_sample_rollouts, 7);
+  assert.deepEqual(Object.keys(a.samples.harnesses).sort(), ['react-a', 'react-b']);
+  assert.equal(a.samples.harnesses['react-b']!.token_ratio, 1);
+  assert.equal(a.samples.batch.unparsed_tool_calls, 0);
 });
 
 test('audit text output names the no-contrast group and the stale call', () => {
@@ -62,6 +75,8 @@ test('audit text output names the no-contrast group and the stale call', () => {
   assert.equal(r.code, 0, r.err);
   assert.match(r.out, /g-flat\s+react-b\s+3\/3\s+\[0, 0, 0\]\s+0\.000\s+0\.000\s+NO CONTRAST/);
   assert.match(r.out, /excluded r8:discarded_infra_error/);
+  assert.match(r.out, /samples \(kept rollouts\): 1\.13 samples\/rollout \(7\/8 one sample\), [\d,]+ tokens to the trainer \(1\.\d\dx the merged [\d,]+\), 0 unparsed/);
+  assert.match(r.out, /\n {2}react-b: 1\.00 samples\/rollout \(3\/3 one sample\)/);
   assert.match(r.out, new RegExp(`stale: rollout r2 session ${batch.sessions.r2} call [0-9a-f]{12} \\(index 1\\) version step-1, 5 behind`));
 });
 
