@@ -133,7 +133,7 @@ async function runAndReport(dir: string, verbose: boolean, engineApiKey: string 
   const { runBatch } = await import('../batch/runner.js');
   const { batchStatus, formatStatus } = await import('../batch/status.js');
   const summary = await runBatch({ dir, handleSignals: true, engineApiKey, log: (l) => (verbose || !l.startsWith('  ') ? say(l) : undefined) });
-  process.stdout.write(`\n${formatStatus(batchStatus(dir))}`);
+  process.stdout.write(`\n${formatStatus(batchStatus(dir, { samples: true }))}`);
   if (summary.stopped === 'interrupted') return 130;
   if (summary.stopped === 'cancelled') {
     say(`cancelled; \`harness-lab batch resume ${dir}\` continues it`);
@@ -150,7 +150,7 @@ const status = defineCommand({
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
     const { batchStatus, formatStatus } = await import('../batch/status.js');
-    const st = batchStatus(positionals[0]!);
+    const st = batchStatus(positionals[0]!, { samples: true });
     process.stdout.write(flags.json ? `${JSON.stringify(st, null, 2)}\n` : formatStatus(st, { rollouts: flags.rollouts }));
     return 0;
   },

@@ -11,7 +11,7 @@ import type { CallRecord } from '../capture/types.js';
 import { ExportContractError } from './contract.js';
 import { assertTrainingCapture } from './rows.js';
 import { callPolicyVersion, sessionPolicyVersion, sortVersions, versionOrdinal } from './policy-version.js';
-import { formatTotals, sampleAccount, sumAccounts, type SampleAccount, type SampleTotals } from './samples.js';
+import { formatTotals, sampleAccount, sumAccounts, type SampleAccount, type SampleTotals } from '../capture/samples.js';
 import { excludedReason, readRollout, sessionFile, type StoredRollout } from './source.js';
 
 /** TRL's async GRPO default (`max_staleness=4`). */

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { loadSessionFile } from '../../src/capture/store.js';
+import type { BatchStatus } from '../../src/batch/status.js';
 import { parseFailOn, type AuditReport } from '../../src/train/audit.js';
 import { sortVersions, versionOrdinal } from '../../src/train/policy-version.js';
 import { buildTrainingBatch, copyBatch, STALE_POLICY, type TrainingBatch } from './train-fixture.js';
@@ -170,4 +171,24 @@ test('audit names a kept rollout whose capture breaks the export contract: file,
   const text = run(['audit', dir]).out;
   assert.ok(text.includes(`capture contract: 1 of 8 kept rollout(s) break it; an export stops on them`), text);
   assert.ok(text.includes(`broken: rollout r1 ${file}: session ${batch.sessions.r1}, call ${callId}: (index 0) missing logprobs`), text);
+});
+
+// `batch status` on the same fixture batch: the trainer's cost next to the rewards it already shows.
+test('batch status: samples per rollout and tokens to the trainer against the merged length, per group and rollout', () => {
+  const r = run(['batch', 'status', batch.dir, '--json']);
+  assert.equal(r.code, 0, r.err);
+  const st = JSON.parse(r.out) as BatchStatus;
+  assert.equal(st.samples!.rollouts, 8, 'the trainable rollouts');
+  assert.equal(st.samples!.samples, 9, 'r0 ran a subagent: its own conversation, a second sample');
+  const g = Object.fromEntries(st.groups.map((x) => [x.group_id, x]));
+  assert.deepEqual([g['g-flat']!.samples!.samples_per_rollout, g['g-flat']!.samples!.token_ratio], [1, 1]);
+  const r3 = g['g-flat']!.rollouts.find((x) => x.id === 'r3')!;
+  assert.ok(r3.samples!.tokens_to_trainer > 0 && r3.samples!.tokens_to_trainer === r3.samples!.merged_tokens);
+  assert.equal(g['g-broken']!.rollouts.find((x) => x.id === 'r8')!.samples, null, 'a discarded rollout has no account');
+  const text = run(['batch', 'status', batch.dir, '--rollouts']);
+  assert.equal(text.code, 0, text.err);
+  assert.match(text.out, /samples \(trainable rollouts\): 1\.13 samples\/rollout \(7\/8 one sample\)/);
+  assert.match(text.out, /smp\/r {2}tokens\/merged/);
+  assert.match(text.out, /g-flat +3 +0 +0 +0 0 0 +0\.000 +0\.000 +1\.00 +1\.00x +NO CONTRAST/);
+  assert.match(text.out, /r3 {2}done policy_failure reward=0 samples=1 tokens=(\d+)\/\1 /);
 });

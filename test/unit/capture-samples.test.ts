@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { buildRollout } from '../../src/capture/rollout.js';
 import type { CallRecord } from '../../src/capture/types.js';
-import { formatTotals, sampleAccount, sumAccounts, unparsedToolCalls } from '../../src/train/samples.js';
+import { formatTotals, sampleAccount, sumAccounts, unparsedToolCalls } from '../../src/capture/samples.js';
 import { call, chain, session } from './rollout-fixtures.js';
 
 const tokens = { budgetStopCount: 0, captureLevel: 'tokens' as const };

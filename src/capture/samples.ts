@@ -5,8 +5,8 @@
 // one sample per turn, and each of those carries the whole conversation again as its prompt. These
 // numbers say how much that costs: what the trainer is sent, against what one sample holding every
 // agent turn would need. The audit, `batch status` and the group view all report them from here.
-import type { RolloutDocument } from '../capture/rollout.js';
-import type { CallRecord } from '../capture/types.js';
+import type { RolloutDocument } from './rollout.js';
+import type { CallRecord } from './types.js';
 
 export interface SampleAccount {
   /** Agent paths (not discarded): the samples an export writes for the rollout. */
