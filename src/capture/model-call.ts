@@ -8,7 +8,11 @@ import { detectDialect } from './dialects/index.js';
 import { renderStopAnswer } from './dialects/stop-answer.js';
 import { answerTokenCount } from './dialects/token-count.js';
 import { EngineUnreachableError, engineErrorMessage, type EngineClient } from './engine-client.js';
+import { TokenInUnavailableError } from './render/mode.js';
 import { BodyTooLargeError, readBody, redactHeaders, scrubSecret, sendJson } from './http-util.js';
+import { tokensDigest } from './render/digest.js';
+import type { RenderInfo } from './render/bridge.js';
+import type { TokenInEngine } from './render/token-engine.js';
 import type { SessionRegistry } from './session-registry.js';
 import type { CaptureSession } from './sessions.js';
 import { SseKeepalive, writeSse } from './sse.js';
@@ -28,6 +32,11 @@ export interface ModelCallLimits {
 export interface GradedEngine {
   client: EngineClient;
   grade(): Promise<CaptureLevel>;
+  /**
+   * The token-in adapter when the proxy renders (null: chat completions, the engine renders). Throws
+   * TokenInUnavailableError when token-in was asked for and cannot be had.
+   */
+  tokenIn?(): Promise<TokenInEngine | null>;
 }
 
 export interface ModelCallDeps {
@@ -107,10 +116,13 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   }
 
   let level: CaptureLevel;
+  let tokenIn: TokenInEngine | null = null;
   try {
     level = await deps.sessions.captureLevel(session, await deps.engine.grade());
+    tokenIn = deps.engine.tokenIn ? await deps.engine.tokenIn() : null;
   } catch (err) {
     if (err instanceof StoreWriteError) return replyError(res, dialect, err.status, err.message);
+    if (err instanceof TokenInUnavailableError) return replyError(res, dialect, 503, err.message);
     throw err;
   }
   // Budget check and reservation happen in the same tick: no await between them.
@@ -147,10 +159,13 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     requested_sampling_params: plan.requestedSampling,
     sampling_params: plan.sampling,
   };
+  let render: RenderInfo | undefined;
+  let renderFindings: string[] = [];
   const finish = (fields: Partial<CallRecord>): CallRecord => {
     const ended = new Date();
     return {
       ...base,
+      ...(render ? { render } : {}),
       ended_at: ended.toISOString(),
       latency_ms: ended.getTime() - started.getTime(),
       engine_response: null,
@@ -187,7 +202,12 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   try {
     let engineReply;
     try {
-      engineReply = await engine.chatCompletion(plan.request, abort.signal);
+      if (tokenIn) {
+        const reply = await tokenIn.complete(session, session.calls, plan.request, abort.signal);
+        render = reply.render;
+        renderFindings = reply.findings;
+        engineReply = reply;
+      } else engineReply = await engine.chatCompletion(plan.request, abort.signal);
     } catch (err) {
       if (abort.signal.aborted) {
         keepalive?.stop();
@@ -224,8 +244,9 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
       model: typeof clientAnswer.model === 'string' ? clientAnswer.model : null,
       finish_reason: choice.finish_reason,
       usage: clientAnswer.usage ?? null,
-      findings: [...(ids?.finding ? [ids.finding] : []), ...(level === 'tokens' ? answer.findings : answer.findings.filter((f) => !f.startsWith('[FATAL] no_')))],
+      findings: [...(ids?.finding ? [ids.finding] : []), ...renderFindings, ...(level === 'tokens' ? answer.findings : answer.findings.filter((f) => !f.startsWith('[FATAL] no_')))],
     });
+    if (record.render) record.render = { ...record.render, tokens_digest: tokensDigest(record.prompt_token_ids, record.completion_token_ids, record.logprobs) };
     // Durable before the harness sees the answer: a crash after this loses nothing answered, and an
     // answer that could not be stored is not given (507 disk full, 503 otherwise, in the dialect).
     try {

@@ -8,6 +8,8 @@ import { AcceptorThread, ListenError } from './acceptor.js';
 import { isLoopbackHost, presentedKey, secretsEqual } from './auth.js';
 import { EngineClient } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
+import { resolveRenderMode, TokenInUnavailableError, type RenderMode, type RenderModeReport } from './render/mode.js';
+import type { TokenInEngine } from './render/token-engine.js';
 import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, loggableTarget, parseRequestTarget, readBody, sendJson } from './http-util.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
 import type { RolloutDocument } from './rollout.js';
@@ -48,6 +50,16 @@ export interface ProxyOptions {
   resident?: ResidentLimits;
   /** When idle sessions leave memory entirely, found again through their files; see SessionRegistry. */
   dormancy?: DormancyLimits;
+  /**
+   * Who renders the chat template: `proxy` (token in, token out; the proxy bridges each turn onto
+   * the exact tokens of the turn it continues), `engine` (chat completions), or `auto` (default:
+   * proxy where possible, else engine). See docs/token-in.md.
+   */
+  render?: RenderMode;
+  /** The model folder (tokenizer.json, tokenizer_config.json) or GGUF to render with; default: found from the engine's /v1/models. */
+  renderModel?: string;
+  /** Compare every bridged prompt with a full render of the same messages (O(context) per call; default true). */
+  checkFullRender?: boolean;
 }
 
 const silentLogger: ProxyLogger = { info() {}, warn() {}, error() {} };
@@ -63,6 +75,8 @@ export class CaptureProxy {
   private captureLevel: CaptureLevel;
   private probeReport: EngineProbeReport | undefined;
   private probing: Promise<EngineProbeReport> | undefined;
+  private renderResolved: { report: RenderModeReport; engine: TokenInEngine | null } | undefined;
+  private renderResolving: Promise<{ report: RenderModeReport; engine: TokenInEngine | null }> | undefined;
   private readonly modelCall: Omit<ModelCallDeps, 'findSession'>;
   private server!: Server;
   private acceptor: AcceptorThread | undefined;
@@ -83,7 +97,7 @@ export class CaptureProxy {
     });
     this.modelCall = {
       sessions: this.sessions,
-      engine: { client: this.engine, grade: () => this.ensureProbed() },
+      engine: { client: this.engine, grade: () => this.ensureProbed(), tokenIn: () => this.tokenInEngine() },
       limits: {
         bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT,
         maxOutputTokens: options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
@@ -101,6 +115,7 @@ export class CaptureProxy {
     const proxy = new CaptureProxy(options);
     await proxy.listen(host, options.port ?? 0);
     if (!options.captureLevel) void proxy.ensureProbed();
+    if (options.render !== 'engine') void proxy.tokenInEngine().catch(() => undefined);
     return proxy;
   }
 
@@ -238,6 +253,35 @@ export class CaptureProxy {
     return this.captureLevel;
   }
 
+  /**
+   * The render mode, resolved once against a reachable engine (again while the engine cannot be
+   * reached). Null: chat completions. Throws when `--render proxy` was asked for and is impossible.
+   */
+  async tokenInEngine(): Promise<TokenInEngine | null> {
+    const requested = this.options.render ?? 'auto';
+    if (requested === 'engine') return null;
+    if (!this.renderResolved) {
+      this.renderResolving ??= (async () => {
+        await this.ensureProbed();
+        const resolved = await resolveRenderMode(this.engine, { requested, model: this.options.model, modelFiles: this.options.renderModel, checkFullRender: this.options.checkFullRender });
+        const r = resolved.report;
+        if (r.mode === 'proxy') this.log.info(`render: the proxy renders (token in) with ${r.model_files} (${r.family}), engine route ${r.route}, max_model_len ${r.max_model_len ?? 'unknown'}`);
+        else this.log[requested === 'proxy' ? 'error' : 'info'](`render: the engine renders (chat completions): ${r.problem}`);
+        if (this.probeReport?.reachable !== false) this.renderResolved = resolved;
+        return resolved;
+      })().finally(() => (this.renderResolving = undefined));
+    }
+    const resolved = this.renderResolved ?? (await this.renderResolving!);
+    if (resolved.engine) return resolved.engine;
+    if (requested === 'proxy') throw new TokenInUnavailableError(`the capture proxy was started with --render proxy but cannot render: ${resolved.report.problem}`);
+    return null;
+  }
+
+  /** How calls are rendered, once resolved. */
+  get renderReport(): RenderModeReport | undefined {
+    return this.renderResolved?.report;
+  }
+
   get engineReport(): EngineProbeReport | undefined {
     return this.probeReport;
   }
@@ -264,6 +308,7 @@ export class CaptureProxy {
       engine_reachable: this.probeReport?.reachable ?? null,
       require_registered: true,
       admin_key: Boolean(this.options.adminKey),
+      render: this.renderResolved?.report.mode ?? (this.options.render === 'engine' ? 'engine' : 'unknown'),
     };
   }
 

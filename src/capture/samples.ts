@@ -29,14 +29,15 @@ export interface SampleAccount {
 }
 
 /**
- * Tool calls of one call that did not parse. The proxy's token-in mode records them on the call
- * (`render.unparsed_tool_calls`, docs/token-in.md); a chat-mode call has no such count (the engine's
- * parser decided, and kept no record), so it is 0 there.
+ * Tool calls of one call that did not parse. The proxy's token-in mode parses the sampled ids itself
+ * and records the outcome (`render.tool_call_parse`, one status per `<tool_call>` block, docs/token-in.md);
+ * a block that fails answers the whole turn as text, as vLLM's hermes parser does, so every block of a
+ * failed turn counts. A chat-mode call has no record (the engine's parser decided): 0 there.
  */
 export function unparsedToolCalls(call: CallRecord): number {
-  const render = (call as CallRecord & { render?: { unparsed_tool_calls?: unknown } | null }).render;
-  const n = render?.unparsed_tool_calls;
-  return typeof n === 'number' && Number.isInteger(n) && n > 0 ? n : 0;
+  const render = call.render;
+  if (render?.tool_call_parse !== 'failed') return 0;
+  return Math.max(1, render.tool_call_statuses?.length ?? 0);
 }
 
 /** The account of one rollout; null below capture level `tokens` (no token ids, nothing to count). */

@@ -1,5 +1,8 @@
 // Shared shapes of the capture pipeline. The internal form of every model call is an OpenAI
 // chat-completions request and response; dialects convert into and out of it.
+import type { RenderInfo } from './render/bridge.js';
+
+export type { RenderInfo };
 
 export type DialectName = 'openai_chat' | 'openai_responses' | 'anthropic_messages' | 'google_gemini';
 
@@ -187,6 +190,12 @@ export interface CallRecord extends TokenCapture {
   /** Graded ingest findings, e.g. "[FATAL] logprob_misalign: ...". */
   findings: string[];
   error: CallError | null;
+  /**
+   * Set when the proxy rendered the prompt itself (token-in mode, `--render proxy`): how the prompt
+   * ids were made (bridge from an anchor call, or a full render and why), the drift against a full
+   * render, the answer's tool-call parse status, and a digest of the recorded tokens. See docs/token-in.md.
+   */
+  render?: RenderInfo;
 }
 
 export interface SessionInfo {

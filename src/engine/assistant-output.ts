@@ -3,31 +3,16 @@
 // re-renders (so a re-render extends this completion token for token) unless a call says `sampled_as`,
 // which writes them as a real model may (other spacing, key order) to prove the token-in bridge.
 import { randomBytes } from 'node:crypto';
+import { pythonJsonDumps } from '../capture/render/python-json.js';
 import type { ChatToolCall } from '../capture/types.js';
 import type { SampledAs, ScriptedToolCall } from './policy.js';
+
+export { pythonJsonDumps };
 
 export interface AssistantOutput {
   content: string | null;
   reasoning: string | null;
   toolCalls: ChatToolCall[];
-}
-
-/** Python's `json.dumps(value, ensure_ascii=False)`: ", " and ": " separators, keys in order. */
-export function pythonJsonDumps(value: unknown): string {
-  if (value === null || value === undefined) return 'null';
-  if (typeof value === 'string' || typeof value === 'boolean') return JSON.stringify(value);
-  if (typeof value === 'number') {
-    if (!Number.isFinite(value)) throw new Error(`cannot serialise ${value} as JSON`);
-    return JSON.stringify(value);
-  }
-  if (Array.isArray(value)) return `[${value.map(pythonJsonDumps).join(', ')}]`;
-  if (typeof value === 'object') {
-    return `{${Object.entries(value as Record<string, unknown>)
-      .filter(([, v]) => v !== undefined)
-      .map(([k, v]) => `${JSON.stringify(k)}: ${pythonJsonDumps(v)}`)
-      .join(', ')}}`;
-  }
-  throw new Error(`cannot serialise a ${typeof value} as JSON`);
 }
 
 /**

@@ -103,6 +103,37 @@ export const completionRequestSchema = z
   .passthrough();
 
 export type CompletionRequest = z.infer<typeof completionRequestSchema>;
+
+/**
+ * POST /v1/completions without `prompt_logprobs`: generation from a token-id prompt, in vLLM's shape
+ * (what the capture proxy sends in token-in mode): sampled ids in `choices[0].token_ids`, the prompt
+ * echoed in `choices[0].prompt_token_ids`, logprobs as `token_logprobs` with `token_id:N` tokens.
+ */
+export const tokenCompletionRequestSchema = z
+  .object({
+    model: z.string().optional(),
+    prompt: z.array(nonNegInt).min(1, 'prompt must hold at least one token id'),
+    max_tokens: nonNegInt.optional().nullable(),
+    temperature: chatRequestSchema.shape.temperature,
+    top_p: chatRequestSchema.shape.top_p,
+    top_k: chatRequestSchema.shape.top_k,
+    min_p: chatRequestSchema.shape.min_p,
+    seed: chatRequestSchema.shape.seed,
+    n: chatRequestSchema.shape.n,
+    stop: chatRequestSchema.shape.stop,
+    stop_token_ids: z.array(nonNegInt).optional().nullable(),
+    logprobs: z.number().int().min(0).max(20).optional().nullable(),
+    return_token_ids: z.boolean().optional().nullable(),
+    return_tokens_as_token_ids: z.boolean().optional().nullable(),
+    logprobs_mode: chatRequestSchema.shape.logprobs_mode,
+    stream: z.literal(false).optional().nullable(),
+    frequency_penalty: chatRequestSchema.shape.frequency_penalty,
+    presence_penalty: chatRequestSchema.shape.presence_penalty,
+    repetition_penalty: chatRequestSchema.shape.repetition_penalty,
+  })
+  .passthrough();
+
+export type TokenCompletionRequest = z.infer<typeof tokenCompletionRequestSchema>;
 /** vLLM's `POST /detokenize` body. */
 export const detokenizeRequestSchema = z.object({ model: z.string().optional(), tokens: z.array(z.int().min(0)).max(1_000_000) }).passthrough();
 

@@ -1,10 +1,10 @@
 // HTTP front of the embedded engine with vLLM's routes and shapes: POST /v1/chat/completions
-// (JSON or SSE), POST /v1/completions (prompt_logprobs scoring only), POST /tokenize, POST /detokenize,
+// (JSON or SSE), POST /v1/completions (token-id prompts: generation, or prompt_logprobs scoring), POST /tokenize, POST /detokenize,
 // GET /v1/models, GET /health. Loopback by default.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { ChatChoice, ChatResponse } from '../capture/types.js';
-import { chatRequestSchema, completionRequestSchema, describeIssues, detokenizeRequestSchema, EngineRequestError, tokenizeRequestSchema } from './chat-request.js';
+import { chatRequestSchema, completionRequestSchema, describeIssues, detokenizeRequestSchema, EngineRequestError, tokenCompletionRequestSchema, tokenizeRequestSchema } from './chat-request.js';
 import type { GeneratedToken, LlamaEngine } from './llama-engine.js';
 
 const MAX_BODY = 32 * 1024 * 1024;
@@ -74,7 +74,8 @@ export class EngineServer {
           object: 'model',
           created: this.created,
           owned_by: 'harness-lab',
-          root: this.engine.modelName,
+          // vLLM writes the model's path here; the capture proxy finds the tokenizer and chat template by it.
+          root: this.engine.modelPath,
           parent: null,
           max_model_len: this.engine.contextSize,
         },
@@ -82,9 +83,18 @@ export class EngineServer {
     };
   }
 
-  /** Teacher-forced scoring only (prompt_logprobs over a token-id prompt), in vLLM's response shape. */
+  /**
+   * vLLM's /v1/completions over a token-id prompt: with `prompt_logprobs`, teacher-forced scoring
+   * (what `rescore` asks for); without, generation (what the proxy sends in token-in mode).
+   */
   private async completions(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = parse(completionRequestSchema, await readJson(req));
+    const raw = await readJson(req);
+    const scoring = typeof raw === 'object' && raw !== null && (raw as { prompt_logprobs?: unknown }).prompt_logprobs != null;
+    if (!scoring) {
+      json(res, 200, await this.engine.completeTokens(parse(tokenCompletionRequestSchema, raw)));
+      return;
+    }
+    const body = parse(completionRequestSchema, raw);
     const promptLogprobs = await this.engine.scorePrompt(body);
     json(res, 200, {
       id: `cmpl-${Date.now().toString(16)}${Math.floor(Math.random() * 1e9).toString(16)}`,

@@ -5,9 +5,10 @@ import { randomBytes } from 'node:crypto';
 import type { ChatMessage, ChatResponse, ChatTool, LogprobEntry } from '../capture/types.js';
 import { parseAssistantOutput, renderAssistantText } from './assistant-output.js';
 import { ChatTemplate } from './chat-template.js';
-import { EngineRequestError, type CompletionRequest, type EngineChatRequest, type DetokenizeRequest, type TokenizeRequest } from './chat-request.js';
+import { EngineRequestError, type CompletionRequest, type EngineChatRequest, type DetokenizeRequest, type TokenCompletionRequest, type TokenizeRequest } from './chat-request.js';
 import { ContextOverflowError, type LlamaRuntime } from './llama-runtime.js';
-import type { ScriptedPolicy } from './policy.js';
+import type { PolicyDecision, ScriptedPolicy } from './policy.js';
+import { parseChatMlPrompt } from './prompt-messages.js';
 import { Prng } from './prng.js';
 import { finiteLogprob, rawTop, type SamplingParams, type TokenDistribution } from './token-distribution.js';
 
@@ -47,6 +48,8 @@ interface Plan {
   topLogprobs: number;
   mode: LogprobsMode;
   parseToolCalls: boolean;
+  /** Token ids that end generation besides the model's end-of-generation tokens (vLLM stop_token_ids). */
+  stopIds?: ReadonlySet<number>;
 }
 
 const NEUTRAL_PENALTIES: [string, number][] = [
@@ -72,6 +75,11 @@ export class LlamaEngine {
     this.logprobsMode = opts.logprobsMode ?? 'processed';
     const source = opts.runtime.chatTemplate;
     this.template = source === null ? null : new ChatTemplate(source);
+  }
+
+  /** The GGUF file the engine serves (its tokenizer and chat template too). */
+  get modelPath(): string {
+    return this.runtime.modelPath;
   }
 
   get contextSize(): number {
@@ -151,7 +159,110 @@ export class LlamaEngine {
     });
   }
 
-  private plan(req: EngineChatRequest): Plan {
+  /**
+   * vLLM's `/v1/completions` with a token-id prompt: generates from exactly these ids (no chat template
+   * is applied). Under a scripted policy the prompt is read back into messages (parseChatMlPrompt) so
+   * the policy decides as it does for chat requests, and its text is forced through the model.
+   */
+  completeTokens(req: TokenCompletionRequest): Promise<Record<string, unknown>> {
+    this.checkModel(req.model);
+    this.checkCommon(req);
+    const n = this.runtime.vocabSize;
+    const bad = req.prompt.find((id) => n !== null && id >= n);
+    if (bad !== undefined) throw new EngineRequestError(`token id ${bad} is outside the vocabulary (${n} tokens)`, 400, 'prompt');
+    const promptIds = req.prompt;
+    const promptText = this.runtime.detokenize(promptIds, true);
+    const limit = this.runtime.contextSize;
+    if (promptIds.length >= limit) {
+      throw new EngineRequestError(`This model's maximum context length is ${limit} tokens. However, your request has ${promptIds.length} input tokens.`, 400, 'prompt');
+    }
+    // vLLM's default for completions is 16 tokens.
+    const asked = req.max_tokens ?? 16;
+    if (promptIds.length + asked > limit) {
+      throw new EngineRequestError(
+        `You passed ${promptIds.length} input tokens and requested ${asked} output tokens. However, the model's context length is only ${limit} tokens, resulting in a maximum input length of ${limit - asked} tokens. This model's maximum context length is ${limit} tokens.`,
+        400,
+        'max_tokens',
+      );
+    }
+    const topK = req.top_k ?? -1;
+    const plan: Plan = {
+      promptIds,
+      promptText,
+      sampling: { temperature: req.temperature ?? 1, topP: req.top_p ?? 1, topK: topK > 0 ? topK : 0, minP: req.min_p ?? 0 },
+      maxTokens: asked,
+      stop: req.stop === undefined || req.stop === null ? [] : (Array.isArray(req.stop) ? req.stop : [req.stop]).filter((s) => s.length > 0),
+      wantLogprobs: req.logprobs !== undefined && req.logprobs !== null,
+      topLogprobs: req.logprobs ?? 0,
+      mode: req.logprobs_mode ?? this.logprobsMode,
+      parseToolCalls: false,
+      stopIds: new Set(req.stop_token_ids ?? []),
+    };
+    let decision: PolicyDecision = { kind: 'sample' };
+    if (this.policy) {
+      const conversation = parseChatMlPrompt(promptText);
+      if (conversation) decision = this.policy.decide(conversation.messages, conversation.tools);
+    }
+    return this.exclusive(async () => {
+      const rng = req.seed !== undefined && req.seed !== null ? new Prng(req.seed) : new Prng(this.engineRng.nextUint32());
+      let generated: Generated;
+      try {
+        generated = decision.kind === 'script' ? await this.force(plan, renderAssistantText(decision), {}) : await this.sample(plan, rng, {});
+      } catch (err) {
+        if (err instanceof ContextOverflowError) throw new EngineRequestError(`This model's maximum context length is ${limit} tokens: ${err.message}`, 400, 'prompt');
+        throw err;
+      }
+      return this.completionAnswer(req, plan, generated);
+    });
+  }
+
+  private completionAnswer(req: TokenCompletionRequest, plan: Plan, gen: Generated): Record<string, unknown> {
+    const ids = gen.tokens.map((t) => t.id);
+    const last = ids[ids.length - 1];
+    const stopped = last !== undefined && (this.runtime.isEndOfGeneration(last) || plan.stopIds?.has(last) === true);
+    const special = req.skip_special_tokens === false;
+    let text = this.runtime.detokenize(stopped ? ids.slice(0, -1) : ids, special);
+    if (gen.stopCut !== null) text = text.slice(0, gen.stopCut);
+    const asIds = req.return_tokens_as_token_ids === true;
+    const render = (id: number) => (asIds ? `token_id:${id}` : this.runtime.tokenText(id, true));
+    let offset = 0;
+    const logprobs = plan.wantLogprobs
+      ? {
+          text_offset: gen.tokens.map((t) => {
+            const at = offset;
+            offset += this.runtime.tokenText(t.id, special).length;
+            return at;
+          }),
+          token_logprobs: gen.tokens.map((t) => finiteLogprob(t.logprob)),
+          tokens: gen.tokens.map((t) => render(t.id)),
+          top_logprobs: gen.tokens.map((t) => {
+            const entry: Record<string, number | null> = { [render(t.id)]: finiteLogprob(t.logprob) };
+            for (const a of t.top) entry[render(a.id)] ??= finiteLogprob(a.logprob);
+            return entry;
+          }),
+        }
+      : null;
+    const withIds = req.return_token_ids === true;
+    return {
+      id: `cmpl-${randomBytes(12).toString('hex')}`,
+      object: 'text_completion',
+      created: Math.floor(Date.now() / 1000),
+      model: this.modelName,
+      choices: [
+        {
+          index: 0,
+          text,
+          logprobs,
+          finish_reason: gen.finish,
+          stop_reason: stopped && plan.stopIds?.has(last!) ? last : null,
+          ...(withIds ? { token_ids: ids, prompt_token_ids: plan.promptIds } : {}),
+        },
+      ],
+      usage: { prompt_tokens: plan.promptIds.length, completion_tokens: ids.length, total_tokens: plan.promptIds.length + ids.length },
+    };
+  }
+
+  private checkCommon(req: { n?: number | null | undefined; [key: string]: unknown }): void {
     if ((req.n ?? 1) !== 1) throw new EngineRequestError('the embedded engine answers one choice per request (n must be 1)', 400, 'n');
     for (const [field, neutral] of NEUTRAL_PENALTIES) {
       const v = req[field];
@@ -159,6 +270,10 @@ export class LlamaEngine {
         throw new EngineRequestError(`${field}=${String(v)} is not supported by the embedded engine (only ${neutral})`, 400, field);
       }
     }
+  }
+
+  private plan(req: EngineChatRequest): Plan {
+    this.checkCommon(req);
     const tools = req.tools?.length ? (req.tools as ChatTool[]) : undefined;
     const kwargs = req.chat_template_kwargs ?? undefined;
     const promptText = this.renderPrompt(req.messages as ChatMessage[], tools, kwargs, req.add_generation_prompt ?? true);
@@ -214,7 +329,7 @@ export class LlamaEngine {
       tokens.push(token);
       context.push(id);
       events.onToken?.(token, tokens.length - 1);
-      if (this.runtime.isEndOfGeneration(id)) {
+      if (this.runtime.isEndOfGeneration(id) || plan.stopIds?.has(id)) {
         finish = 'stop';
         break;
       }

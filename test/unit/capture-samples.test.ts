@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { buildRollout } from '../../src/capture/rollout.js';
-import type { CallRecord } from '../../src/capture/types.js';
+import type { CallRecord, RenderInfo } from '../../src/capture/types.js';
 import { formatTotals, sampleAccount, sumAccounts, unparsedToolCalls } from '../../src/capture/samples.js';
 import { call, chain, session } from './rollout-fixtures.js';
 
@@ -45,12 +45,18 @@ test('turns whose history was re-rendered differently split into one sample each
 
 test('unparsed tool calls come from the per-call render record; a chat-level capture has no account', () => {
   const calls = chain(3);
-  (calls[1] as CallRecord & { render: unknown }).render = { unparsed_tool_calls: 2 };
-  (calls[2] as CallRecord & { render: unknown }).render = { unparsed_tool_calls: 'x' };
-  assert.equal(unparsedToolCalls(calls[0]!), 0);
-  assert.equal(unparsedToolCalls(calls[1]!), 2);
-  assert.equal(unparsedToolCalls(calls[2]!), 0, 'a malformed count is not a count');
-  assert.equal(sampleAccount(buildRollout(session, calls, tokens))!.unparsed_tool_calls, 2);
+  const render = (parse: 'none' | 'ok' | 'failed', statuses: string[]): RenderInfo => ({
+    mode: 'proxy', family: 'qwen3', kind: 'full', anchor_call_id: null, anchor_tokens: 0, bridge_span: null, synthesized_close: false,
+    new_root_reason: null, full_render: null, tool_call_parse: parse, tool_call_statuses: statuses,
+  });
+  calls[0]!.render = render('ok', ['ok', 'unknown_tool']);
+  calls[1]!.render = render('failed', ['ok', 'invalid_json']);
+  calls[2]!.render = render('failed', []);
+  assert.equal(unparsedToolCalls(calls[0]!), 0, 'answered as calls, even the unknown tool');
+  assert.equal(unparsedToolCalls(calls[1]!), 2, 'one bad block answers the whole turn as text: both calls are lost');
+  assert.equal(unparsedToolCalls(calls[2]!), 1);
+  assert.equal(unparsedToolCalls(chain(1)[0]!), 0, 'a chat-mode call');
+  assert.equal(sampleAccount(buildRollout(session, calls, tokens))!.unparsed_tool_calls, 3);
   assert.equal(sampleAccount(buildRollout(session, calls, { budgetStopCount: 0, captureLevel: 'text' as const })), null);
   assert.equal(formatTotals(sumAccounts([])), 'no rollout with token ids');
 });

@@ -1,0 +1,366 @@
+// The bridge: builds each call's prompt ids so that a continuation extends the turn it continues token
+// for token. The anchor is the deepest completed turn whose request messages and answered assistant
+// message are a prefix of the new request (by message identity, with the tolerances below); the prompt
+// is then anchor prompt ids + anchor sampled ids + the rendered tokens of only the new messages (the
+// template's turn-close glue, tool results, user turns, the generation prompt). The glue is derived
+// from the template by rendering a small stand-in conversation, never written per harness, and every
+// bridge is compared with a full render of the same messages. Where continuation cannot be proven the
+// call is a full render (a new root in the graph) with the reason recorded. See docs/token-in.md.
+import { createHash } from 'node:crypto';
+import type { Renderer } from './renderer.js';
+import type { CallRecord, ChatContentPart, ChatMessage, ChatTool } from '../types.js';
+
+/** Why a call could not continue an earlier turn (`null` on the first call of a session). */
+export type NewRootReason =
+  | 'retry'
+  | 'nothing_new'
+  | 'assistant_in_tail'
+  | 'assistant_rewritten'
+  | 'reasoning_edited'
+  | 'history_edited'
+  | 'system_prompt_changed'
+  | 'different_conversation'
+  | 'tools_changed'
+  | 'template_drops_reasoning'
+  | 'template_not_append_only'
+  | 'no_turn_close';
+
+/** What the record keeps about how its prompt was made (`CallRecord.render`). */
+export interface RenderInfo {
+  mode: 'proxy';
+  family: string;
+  /** `bridge`: anchor tokens + bridge; `full`: the whole conversation rendered (a new root). */
+  kind: 'bridge' | 'full';
+  anchor_call_id: string | null;
+  /** Leading prompt tokens taken unchanged from the anchor (its prompt ++ sampled ids); 0 for a full render. */
+  anchor_tokens: number;
+  /** [start, end) of the bridge in prompt_token_ids: turn-close glue, new messages, generation prompt. */
+  bridge_span: [number, number] | null;
+  /** Whether the anchor's completion had no stop token, so a turn close was added as context. */
+  synthesized_close: boolean;
+  new_root_reason: NewRootReason | null;
+  /** The bridged prompt against a full render of the same messages (null when not checked). */
+  full_render: { tokens: number; common_prefix: number; equal: boolean; drift_tokens: number } | null;
+  /** Filled after the answer: see ParsedAnswer. */
+  tool_call_parse?: 'none' | 'ok' | 'failed';
+  tool_call_statuses?: string[];
+  /** The engine route the tokens went to (`/v1/completions`, `/generate`). */
+  engine_route?: string;
+  /** SHA-256 over prompt ids, sampled ids and logprobs as recorded: the contract check recomputes it. */
+  tokens_digest?: string;
+}
+
+export interface BridgePlan {
+  promptIds: number[];
+  info: RenderInfo;
+  /** Graded findings for the call record (why a new root, drift). */
+  findings: string[];
+}
+
+/** One completed token-in turn of a session, as the bridge sees it. */
+interface Turn {
+  callId: string;
+  index: number;
+  /** Chain hashes of the request messages: chain[i] covers messages[0..i]. */
+  chain: string[];
+  /** Chain hash after the answered assistant message. */
+  endHash: string;
+  contextKey: string;
+  promptIds: readonly number[];
+  sampledIds: readonly number[];
+  answer: ChatMessage;
+  firstRole: string | undefined;
+}
+
+const PROBE_USER = 'harness-lab bridge probe';
+const PROBE_REASONING = 'harness-lab reasoning probe 7f3a';
+
+function contentKey(content: ChatMessage['content']): string {
+  if (content === undefined || content === null) return '';
+  if (typeof content === 'string') return content;
+  if (content.every((p: ChatContentPart) => p.type === 'text' && typeof p.text === 'string')) return content.map((p) => p.text).join('');
+  return canonicalJson(content);
+}
+
+/** JSON with sorted keys: argument objects that differ only in key order or spacing are one identity. */
+export function canonicalJson(value: unknown): string {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  const entries = Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined);
+  entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
+}
+
+function argumentsKey(args: unknown): string {
+  if (typeof args !== 'string') return canonicalJson(args);
+  try {
+    return canonicalJson(JSON.parse(args));
+  } catch {
+    return JSON.stringify(args);
+  }
+}
+
+/**
+ * A message's identity: role, text, tool calls as (name, parsed arguments). Not part of it: ids the
+ * proxy minted (tool-call ids, tool_call_id), reasoning (a harness may drop it; the anchor keeps the
+ * sampled tokens), whitespace around an assistant's text (the anchor's own tokens are used, never a
+ * re-render of what the harness echoed).
+ */
+export function messageKey(m: ChatMessage): string {
+  const role = m.role;
+  let content = contentKey(m.content);
+  if (role === 'assistant') content = content.trim();
+  const calls = (m.tool_calls ?? []).map((c) => [c.function?.name ?? '', argumentsKey(c.function?.arguments)]);
+  return canonicalJson([role, content, calls]);
+}
+
+function chainHashes(messages: readonly ChatMessage[]): string[] {
+  const out: string[] = [];
+  let prev = '';
+  for (const m of messages) {
+    prev = createHash('sha256').update(prev).update('\0').update(messageKey(m)).digest('hex');
+    out.push(prev);
+  }
+  return out;
+}
+
+function extend(prev: string, m: ChatMessage): string {
+  return createHash('sha256').update(prev).update('\0').update(messageKey(m)).digest('hex');
+}
+
+/** Tools and template arguments: a different set renders a different system prompt. */
+export function contextKey(tools: readonly ChatTool[] | undefined, kwargs: unknown): string {
+  return createHash('sha256').update(canonicalJson([tools ?? [], kwargs ?? {}])).digest('hex').slice(0, 24);
+}
+
+const normaliseReasoning = (r: unknown): string => (typeof r === 'string' ? r.replace(/\s+/g, ' ').trim() : '');
+
+function reasoningOf(m: ChatMessage): string | null {
+  const r = m.reasoning_content ?? (typeof m.reasoning === 'string' ? m.reasoning : null);
+  return typeof r === 'string' ? r : null;
+}
+
+/** Per session: the completed token-in turns, indexed by their end hash. Rebuilt from the records when they reload. */
+class TurnIndex {
+  private source: readonly CallRecord[] | undefined;
+  private seen = 0;
+  readonly turns: Turn[] = [];
+  readonly byEnd = new Map<string, Turn[]>();
+
+  sync(calls: readonly CallRecord[]): void {
+    if (calls !== this.source || calls.length < this.seen) {
+      this.source = calls;
+      this.seen = 0;
+      this.turns.length = 0;
+      this.byEnd.clear();
+    }
+    for (; this.seen < calls.length; this.seen++) {
+      const turn = turnOf(calls[this.seen]!);
+      if (!turn) continue;
+      this.turns.push(turn);
+      const list = this.byEnd.get(turn.endHash);
+      if (list) list.push(turn);
+      else this.byEnd.set(turn.endHash, [turn]);
+    }
+  }
+}
+
+/** A record the bridge may anchor on: a token-in call whose tokens are fully accounted for. */
+function turnOf(call: CallRecord): Turn | null {
+  const render = (call as CallRecord & { render?: RenderInfo }).render;
+  if (!render || render.mode !== 'proxy' || call.error) return null;
+  if (call.findings.some((f) => f.startsWith('[FATAL]'))) return null;
+  const req = call.engine_request;
+  const answer = call.engine_response?.choices?.[0]?.message;
+  if (!req || !Array.isArray(req.messages) || !answer || !call.prompt_token_ids || !call.completion_token_ids || call.completion_token_ids.length === 0) return null;
+  const chain = chainHashes(req.messages);
+  const tools = Array.isArray(req.tools) && req.tools.length ? req.tools : undefined;
+  return {
+    callId: call.call_id,
+    index: call.index,
+    chain,
+    endHash: extend(chain[chain.length - 1] ?? '', answer),
+    contextKey: contextKey(tools, req.chat_template_kwargs),
+    promptIds: call.prompt_token_ids,
+    sampledIds: call.completion_token_ids,
+    answer,
+    firstRole: req.messages[0]?.role,
+  };
+}
+
+export interface BridgeRequest {
+  messages: ChatMessage[];
+  tools: ChatTool[] | undefined;
+  kwargs: Record<string, unknown> | undefined;
+}
+
+export interface BridgeOptions {
+  /** Compare every bridge with a full render (O(context) per call). Default true. */
+  checkFullRender?: boolean;
+}
+
+export class Bridge {
+  private readonly indexes = new WeakMap<object, TurnIndex>();
+
+  constructor(
+    readonly renderer: Renderer,
+    private readonly options: BridgeOptions = {},
+  ) {}
+
+  /** The prompt ids for a call of the session whose completed calls are `calls` (`owner` keys the cache). */
+  plan(owner: object, calls: readonly CallRecord[], req: BridgeRequest): BridgePlan {
+    let index = this.indexes.get(owner);
+    if (!index) this.indexes.set(owner, (index = new TurnIndex()));
+    index.sync(calls);
+    const chain = chainHashes(req.messages);
+    const ctxKey = contextKey(req.tools, req.kwargs);
+    let found: { turn: Turn; at: number } | null = null;
+    let otherContext: Turn | null = null;
+    for (let k = chain.length - 1; k >= 1 && !found; k--) {
+      const candidates = index.byEnd.get(chain[k]!);
+      if (!candidates) continue;
+      for (let i = candidates.length - 1; i >= 0; i--) {
+        const t = candidates[i]!;
+        if (t.chain.length !== k) continue;
+        if (t.contextKey === ctxKey) {
+          found = { turn: t, at: k };
+          break;
+        }
+        otherContext ??= t;
+      }
+    }
+    if (!found) {
+      if (otherContext) return this.full(req, 'tools_changed', `the messages continue call ${otherContext.callId}, but the tools or chat_template_kwargs differ`);
+      const why = this.whyNoAnchor(index.turns, chain, req.messages);
+      return this.full(req, why?.reason ?? null, why?.detail ?? null);
+    }
+    const { turn, at } = found;
+    const tail = req.messages.slice(at + 1);
+    if (tail.length === 0) return this.full(req, 'nothing_new', `the request ends with the answer of call ${turn.callId}`);
+    const foreign = tail.findIndex((m) => m.role === 'assistant');
+    if (foreign >= 0) return this.full(req, 'assistant_in_tail', `message ${at + 1 + foreign} is an assistant message the proxy did not answer`);
+    const echoed = reasoningOf(req.messages[at]!);
+    const sampledReasoning = reasoningOf(turn.answer);
+    if (echoed !== null && echoed.trim() !== '' && normaliseReasoning(echoed) !== normaliseReasoning(sampledReasoning)) {
+      return this.full(req, 'reasoning_edited', `message ${at} carries reasoning that differs from what call ${turn.callId} sampled`);
+    }
+    const bridge = this.bridgeText(turn, tail, req);
+    if ('reason' in bridge) return this.full(req, bridge.reason, bridge.detail);
+    const bridgeIds = this.renderer.encode(bridge.text);
+    const anchorTokens = turn.promptIds.length + turn.sampledIds.length;
+    const promptIds = new Array<number>(anchorTokens + bridgeIds.length);
+    let w = 0;
+    for (const id of turn.promptIds) promptIds[w++] = id;
+    for (const id of turn.sampledIds) promptIds[w++] = id;
+    for (const id of bridgeIds) promptIds[w++] = id;
+    const info: RenderInfo = {
+      mode: 'proxy',
+      family: this.renderer.family.name,
+      kind: 'bridge',
+      anchor_call_id: turn.callId,
+      anchor_tokens: anchorTokens,
+      bridge_span: [anchorTokens, promptIds.length],
+      synthesized_close: bridge.synthesizedClose,
+      new_root_reason: null,
+      full_render: null,
+    };
+    const findings: string[] = [];
+    if (bridge.synthesizedClose) findings.push(`[INFO] bridge_synthesized_close: call ${turn.callId} ended without a stop token; its turn close is bridge context (mask 0)`);
+    if (this.options.checkFullRender !== false) {
+      const full = this.renderer.encode(this.renderer.renderText(req.messages, { tools: req.tools, kwargs: req.kwargs }));
+      let lcp = 0;
+      const n = Math.min(full.length, promptIds.length);
+      while (lcp < n && full[lcp] === promptIds[lcp]) lcp++;
+      const equal = lcp === full.length && lcp === promptIds.length;
+      const drift = equal ? 0 : Math.max(0, anchorTokens - lcp);
+      info.full_render = { tokens: full.length, common_prefix: lcp, equal, drift_tokens: drift };
+      if (!equal) findings.push(`[INFO] render_drift: a full render of these messages differs from the bridged prompt at token ${lcp} (${drift} of the anchor's ${anchorTokens} tokens would be re-rendered; full ${full.length}, bridged ${promptIds.length})`);
+    }
+    return { promptIds, info, findings };
+  }
+
+  /**
+   * The text after the anchor's sampled ids: the template's close of that turn (only what the
+   * completion lacks), the new messages and the generation prompt, read off a render of a stand-in
+   * conversation (a probe user turn, the anchor's answer, the new messages).
+   */
+  private bridgeText(turn: Turn, tail: ChatMessage[], req: BridgeRequest): { text: string; synthesizedClose: boolean } | { reason: NewRootReason; detail: string } {
+    const r = this.renderer;
+    const close = r.turnCloseText;
+    if (!close) return { reason: 'no_turn_close', detail: 'the tokenizer names no end-of-turn token' };
+    const ctx: ChatMessage[] = [{ role: 'user', content: PROBE_USER }];
+    const hadReasoning = (reasoningOf(turn.answer) ?? '').trim() !== '';
+    const answer: ChatMessage = { ...turn.answer, role: 'assistant', content: turn.answer.content ?? '' };
+    delete answer.reasoning;
+    if (hadReasoning) answer.reasoning_content = PROBE_REASONING;
+    else delete answer.reasoning_content;
+    const opts = { tools: req.tools, kwargs: req.kwargs };
+    const before = r.renderText(ctx, { ...opts, addGenerationPrompt: false });
+    const after = r.renderText([...ctx, answer, ...tail], { ...opts, addGenerationPrompt: true });
+    if (!after.startsWith(before)) return { reason: 'template_not_append_only', detail: 'the template renders earlier messages differently once later ones follow' };
+    if (hadReasoning && !after.includes(PROBE_REASONING)) {
+      return { reason: 'template_drops_reasoning', detail: `the template drops the reasoning of call ${turn.callId} once these messages follow (e.g. a new user turn), so the prompt follows the template` };
+    }
+    const closeAt = after.indexOf(close, before.length);
+    if (closeAt < 0) return { reason: 'no_turn_close', detail: `the template does not close an assistant turn with ${close}` };
+    const last = turn.sampledIds[turn.sampledIds.length - 1];
+    const closedBySample = last !== undefined && r.tokenText(last) === close;
+    const rest = after.slice(closeAt + close.length);
+    return { text: closedBySample ? rest : close + rest, synthesizedClose: !closedBySample };
+  }
+
+  private full(req: BridgeRequest, reason: NewRootReason | null, detail: string | null): BridgePlan {
+    const promptIds = this.renderer.encode(this.renderer.renderText(req.messages, { tools: req.tools, kwargs: req.kwargs }));
+    const findings: string[] = [];
+    if (reason) {
+      const grade = reason === 'retry' || reason === 'template_drops_reasoning' ? 'INFO' : 'WARN';
+      findings.push(`[${grade}] bridge_new_root: ${reason}${detail ? `: ${detail}` : ''}`);
+    }
+    return {
+      promptIds,
+      info: {
+        mode: 'proxy',
+        family: this.renderer.family.name,
+        kind: 'full',
+        anchor_call_id: null,
+        anchor_tokens: 0,
+        bridge_span: null,
+        synthesized_close: false,
+        new_root_reason: reason,
+        full_render: null,
+      },
+      findings,
+    };
+  }
+
+  /** The nearest earlier turn and where the request leaves it: why a call starts a new root. */
+  private whyNoAnchor(turns: readonly Turn[], chain: readonly string[], messages: readonly ChatMessage[]): { reason: NewRootReason; detail: string } | null {
+    if (turns.length === 0) return null;
+    let best: Turn | null = null;
+    let bestP = -1;
+    for (const t of turns) {
+      let p = 0;
+      const n = Math.min(t.chain.length, chain.length);
+      while (p < n && t.chain[p] === chain[p]) p++;
+      if (p > bestP || (p === bestP && best !== null && t.index > best.index)) {
+        best = t;
+        bestP = p;
+      }
+    }
+    if (!best) return { reason: 'different_conversation', detail: 'no earlier turn shares a message with it' };
+    const id = best.callId;
+    if (bestP === best.chain.length && chain.length === best.chain.length) return { reason: 'retry', detail: `the same messages as call ${id}` };
+    if (bestP === best.chain.length) {
+      return messages[bestP]?.role === 'assistant'
+        ? { reason: 'assistant_rewritten', detail: `message ${bestP} is not the answer call ${id} gave (the harness changed it)` }
+        : { reason: 'history_edited', detail: `message ${bestP} follows the request of call ${id} where its answer should be` };
+    }
+    if (bestP === 0) {
+      return messages[0]?.role === 'system' && best.firstRole === 'system'
+        ? { reason: 'system_prompt_changed', detail: `the system prompt differs from every earlier turn's (a subagent, or a rewritten system prompt)` }
+        : { reason: 'different_conversation', detail: 'the first message differs from every earlier turn\'s' };
+    }
+    const shorter = chain.length <= bestP + 1 ? ' (the request is shorter: compaction?)' : '';
+    return { reason: 'history_edited', detail: `message ${bestP} differs from call ${id}'s request${shorter}` };
+  }
+}

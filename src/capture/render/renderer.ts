@@ -1,0 +1,185 @@
+// The served model's tokenizer and chat template in the proxy: renders a conversation to text and ids
+// exactly as the engine would (vLLM: apply_chat_template, then tokenize without adding special
+// tokens), and parses sampled ids back into an assistant message (reasoning, text, tool calls) the way
+// vLLM's reasoning and tool parsers for the model's family do, but on ids at special-token boundaries.
+import { createHash } from 'node:crypto';
+import { ChatTemplate } from './chat-template.js';
+import { detectFamily, type FamilyInfo } from './families.js';
+import { readModelFiles, type ModelFiles } from './model-files.js';
+import { pythonJsonDumps } from './python-json.js';
+import type { ChatMessage, ChatTool, ChatToolCall } from '../types.js';
+
+/** Per-call status of one tool-call block (the renderers project's ToolCallParseStatus, snake case). */
+export type ToolCallStatus = 'ok' | 'invalid_json' | 'missing_name' | 'malformed_structure' | 'unclosed_block' | 'unknown_tool';
+
+/**
+ * What the answer's tool calls came to: `none` (no block), `ok` (every block parsed) or `failed` (a
+ * block did not parse, so the whole answer went to the harness as text, as vLLM's hermes parser does).
+ */
+export type ToolCallParse = 'none' | 'ok' | 'failed';
+
+export interface ParsedAnswer {
+  content: string | null;
+  reasoning: string | null;
+  toolCalls: ChatToolCall[];
+  toolCallParse: ToolCallParse;
+  toolCallStatuses: ToolCallStatus[];
+  /** Whether the completion ended with a stop token (false: cut by max_tokens or the context). */
+  stopped: boolean;
+}
+
+export interface RenderTextOptions {
+  tools?: ChatTool[] | undefined;
+  kwargs?: Record<string, unknown> | undefined;
+  addGenerationPrompt?: boolean;
+}
+
+type HfTokenizer = import('@huggingface/tokenizers').Tokenizer;
+
+export class Renderer {
+  readonly family: FamilyInfo;
+  readonly stopIds: readonly number[];
+  /** SHA-256 (first 16 hex) of the chat template: part of a turn's identity. */
+  readonly templateDigest: string;
+  private readonly template: ChatTemplate;
+  private readonly stopSet: Set<number>;
+  private readonly markerIds: { thinkStart?: number; thinkEnd?: number; toolCallStart?: number; toolCallEnd?: number } = {};
+
+  private constructor(
+    readonly files: ModelFiles,
+    private readonly tokenizer: HfTokenizer,
+  ) {
+    this.template = new ChatTemplate(files.chatTemplate);
+    this.templateDigest = createHash('sha256').update(files.chatTemplate).digest('hex').slice(0, 16);
+    this.family = detectFamily(files.chatTemplate);
+    const stop = new Set(files.stopIds);
+    for (const text of this.family.stopTexts) {
+      const id = this.tokenId(text);
+      if (id !== undefined) stop.add(id);
+    }
+    this.stopSet = stop;
+    this.stopIds = [...stop];
+    const m = this.family.markers;
+    if (m) {
+      for (const key of ['thinkStart', 'thinkEnd', 'toolCallStart', 'toolCallEnd'] as const) {
+        const id = this.tokenId(m[key]);
+        if (id !== undefined) this.markerIds[key] = id;
+      }
+    }
+  }
+
+  /** Loads a model folder or GGUF file. The vocabulary is built once; keep the Renderer for the proxy's life. */
+  static async load(path: string): Promise<Renderer> {
+    const files = await readModelFiles(path);
+    const { Tokenizer } = await import('@huggingface/tokenizers');
+    // Yield once so the file reads' callbacks and other I/O run before the synchronous vocabulary build.
+    await new Promise((r) => setImmediate(r));
+    return new Renderer(files, new Tokenizer(files.tokenizerJson, files.tokenizerConfig));
+  }
+
+  get source(): string {
+    return this.files.source;
+  }
+
+  /** The conversation as the chat template writes it. */
+  renderText(messages: ChatMessage[], opts: RenderTextOptions = {}): string {
+    return this.template.render(messages, {
+      tools: opts.tools,
+      kwargs: opts.kwargs,
+      addGenerationPrompt: opts.addGenerationPrompt ?? true,
+      bosToken: this.files.bosToken,
+      eosToken: this.files.eosToken,
+    });
+  }
+
+  /** Text to ids; special tokens written in the text are recognised, none are added. */
+  encode(text: string): number[] {
+    if (text === '') return [];
+    return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
+  }
+
+  decode(ids: readonly number[], skipSpecialTokens = false): string {
+    if (ids.length === 0) return '';
+    return this.tokenizer.decode([...ids], { skip_special_tokens: skipSpecialTokens, clean_up_tokenization_spaces: false });
+  }
+
+  tokenId(text: string): number | undefined {
+    return this.tokenizer.token_to_id(text);
+  }
+
+  tokenText(id: number): string {
+    return this.tokenizer.id_to_token(id) ?? '';
+  }
+
+  isStop(id: number): boolean {
+    return this.stopSet.has(id);
+  }
+
+  /** The text of the token that closes an assistant turn in this template (eos, e.g. `<|im_end|>`). */
+  get turnCloseText(): string {
+    return this.files.eosToken;
+  }
+
+  /**
+   * Sampled ids -> assistant message. Reasoning is resolved first (`</think>` splits it off; a
+   * completion that opened `<think>` and never closed it is all reasoning, as vLLM's qwen3 parser
+   * treats it), and tool calls are looked for only after it. A block that does not parse turns the
+   * whole answer into text, as vLLM's hermes parser does; the statuses say which block and why.
+   */
+  parseAnswer(ids: readonly number[], opts: { tools?: ChatTool[] | undefined; parseToolCalls: boolean }): ParsedAnswer {
+    const last = ids[ids.length - 1];
+    const stopped = last !== undefined && this.isStop(last);
+    const body = stopped ? ids.slice(0, -1) : ids.slice();
+    const { thinkStart, thinkEnd, toolCallStart, toolCallEnd } = this.markerIds;
+    let reasoning: string | null = null;
+    let rest = body;
+    const end = thinkEnd === undefined ? -1 : body.indexOf(thinkEnd);
+    if (end >= 0) {
+      const inner = body.slice(body[0] === thinkStart ? 1 : 0, end);
+      reasoning = this.decode(inner, true).replace(/^\n+|\n+$/g, '');
+      rest = body.slice(end + 1);
+    } else if (thinkStart !== undefined && body[0] === thinkStart) {
+      reasoning = this.decode(body.slice(1), true).replace(/^\n+/, '');
+      rest = [];
+    }
+    const restText = () => this.decode(rest, true).replace(reasoning === null ? /^$/ : /^\n+/, '');
+    const first = opts.parseToolCalls && toolCallStart !== undefined ? rest.indexOf(toolCallStart) : -1;
+    if (first < 0) return { content: reasoning !== null && rest.length === 0 ? null : restText(), reasoning, toolCalls: [], toolCallParse: 'none', toolCallStatuses: [], stopped };
+    const offered = new Set((opts.tools ?? []).map((t) => t.function.name));
+    const statuses: ToolCallStatus[] = [];
+    const calls: { name: string; args: unknown }[] = [];
+    let at = first;
+    while (at >= 0 && at < rest.length) {
+      const close = toolCallEnd === undefined ? -1 : rest.indexOf(toolCallEnd, at + 1);
+      const next = rest.indexOf(toolCallStart!, at + 1);
+      // An unclosed block runs to the next opener or the end (vLLM parses a trailing unclosed block too).
+      const stop = close >= 0 && (next < 0 || close < next) ? close : next >= 0 ? next : rest.length;
+      const text = this.decode(rest.slice(at + 1, stop), true).trim();
+      let status: ToolCallStatus = close === stop ? 'ok' : 'unclosed_block';
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        status = 'invalid_json';
+      }
+      if (status !== 'invalid_json') {
+        const o = parsed as { name?: unknown; arguments?: unknown } | null;
+        if (!o || typeof o !== 'object' || Array.isArray(o)) status = 'malformed_structure';
+        else if (typeof o.name !== 'string' || !o.name) status = 'missing_name';
+        else if (!('arguments' in o)) status = 'malformed_structure';
+        else {
+          if (status === 'ok' && offered.size > 0 && !offered.has(o.name)) status = 'unknown_tool';
+          calls.push({ name: o.name, args: o.arguments });
+        }
+      }
+      statuses.push(status);
+      at = next;
+    }
+    const failed = statuses.some((s) => s !== 'ok' && s !== 'unknown_tool' && s !== 'unclosed_block') || statuses.length !== calls.length;
+    if (failed) return { content: restText(), reasoning, toolCalls: [], toolCallParse: 'failed', toolCallStatuses: statuses, stopped };
+    const digest = createHash('sha256').update(JSON.stringify(ids)).digest('hex').slice(0, 20);
+    const toolCalls: ChatToolCall[] = calls.map((c, i) => ({ id: `call_${digest}_${i}`, type: 'function', function: { name: c.name, arguments: pythonJsonDumps(c.args) } }));
+    const before = this.decode(rest.slice(0, first), true).replace(reasoning === null ? /^$/ : /^\n+/, '').replace(/\n$/, '');
+    return { content: before || null, reasoning, toolCalls, toolCallParse: 'ok', toolCallStatuses: statuses, stopped };
+  }
+}

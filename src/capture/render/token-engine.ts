@@ -1,0 +1,250 @@
+// Token in, token out: the adapter between the proxy and an engine that takes token ids. It takes the
+// internal chat request (already pinned and capped by buildEngineRequest), builds the prompt ids with
+// the bridge, calls the engine's token route (vLLM `/v1/completions` with a token-id prompt, SGLang
+// `/generate` with `input_ids`), parses the sampled ids into an assistant message, and answers in the
+// vLLM chat shape (top-level prompt_token_ids, choices[0].token_ids, logprobs.content with
+// `token_id:N`), so dialects, streaming replay, recording, the graph and sequences work unchanged.
+import { randomBytes } from 'node:crypto';
+import type { EngineClient, EngineReply } from '../engine-client.js';
+import type { CallRecord, ChatMessage, ChatRequest, ChatResponse, ChatTool, LogprobEntry } from '../types.js';
+import { Bridge, type BridgeOptions, type RenderInfo } from './bridge.js';
+import { UnsupportedFamilyError } from './families.js';
+import type { Renderer } from './renderer.js';
+
+export type TokenRoute = '/v1/completions' | '/generate';
+
+/** What one token-in call gives the proxy: an engine reply in chat shape, plus how the prompt was made. */
+export interface TokenInReply extends EngineReply {
+  render: RenderInfo;
+  findings: string[];
+}
+
+interface Sampled {
+  ids: number[];
+  logprobs: (number | null)[] | null;
+  top: { id: number; logprob: number }[][] | null;
+  finish: string | null;
+  echoedPrompt: number[] | null;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isId = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0;
+const TOKEN_ID = /^token_id:(\d+)$/;
+
+export class TokenInEngineError extends Error {}
+
+/** vLLM `/v1/completions` answer -> sampled ids and logprobs; defensive about every field. */
+export function readCompletionsAnswer(body: unknown): Sampled {
+  if (!isObject(body) || !Array.isArray(body.choices) || !isObject(body.choices[0])) throw new TokenInEngineError('completions answer has no choices[0]');
+  const c = body.choices[0];
+  if (!Array.isArray(c.token_ids) || !c.token_ids.every(isId)) throw new TokenInEngineError('completions answer has no choices[0].token_ids (an engine without return_token_ids?)');
+  const ids = c.token_ids as number[];
+  let logprobs: (number | null)[] | null = null;
+  let top: { id: number; logprob: number }[][] | null = null;
+  const lp = c.logprobs;
+  if (isObject(lp) && Array.isArray(lp.token_logprobs)) {
+    logprobs = lp.token_logprobs.map((v) => (typeof v === 'number' ? v : null));
+    const tokens = Array.isArray(lp.tokens) ? lp.tokens : [];
+    // A token that names a different id than the one sampled makes the whole turn's logprobs unusable.
+    for (let i = 0; i < tokens.length && logprobs; i++) {
+      const m = typeof tokens[i] === 'string' ? TOKEN_ID.exec(tokens[i] as string) : null;
+      if (m && Number(m[1]) !== ids[i]) logprobs = null;
+    }
+    if (Array.isArray(lp.top_logprobs)) {
+      top = lp.top_logprobs.map((entry) =>
+        isObject(entry)
+          ? Object.entries(entry)
+              .map(([k, v]) => ({ id: Number(TOKEN_ID.exec(k)?.[1] ?? NaN), logprob: typeof v === 'number' ? v : NaN }))
+              .filter((a) => Number.isInteger(a.id) && Number.isFinite(a.logprob))
+          : [],
+      );
+    }
+  }
+  const echoed = Array.isArray(c.prompt_token_ids) && c.prompt_token_ids.every(isId) ? (c.prompt_token_ids as number[]) : null;
+  return { ids, logprobs, top, finish: typeof c.finish_reason === 'string' ? c.finish_reason : null, echoedPrompt: echoed };
+}
+
+/** SGLang `/generate` answer -> sampled ids and logprobs (`meta_info.output_token_logprobs` tuples). */
+export function readGenerateAnswer(body: unknown): Sampled {
+  const one = Array.isArray(body) ? body[0] : body;
+  if (!isObject(one)) throw new TokenInEngineError('generate answer is not an object');
+  if (!Array.isArray(one.output_ids) || !one.output_ids.every(isId)) throw new TokenInEngineError('generate answer has no output_ids');
+  const ids = one.output_ids as number[];
+  const meta = isObject(one.meta_info) ? one.meta_info : {};
+  let logprobs: (number | null)[] | null = null;
+  if (Array.isArray(meta.output_token_logprobs)) {
+    const entries = meta.output_token_logprobs as unknown[];
+    logprobs = entries.map((e) => (Array.isArray(e) && typeof e[0] === 'number' ? e[0] : null));
+    if (entries.some((e, i) => Array.isArray(e) && isId(e[1]) && e[1] !== ids[i])) logprobs = null;
+  }
+  let top: { id: number; logprob: number }[][] | null = null;
+  if (Array.isArray(meta.output_top_logprobs)) {
+    top = (meta.output_top_logprobs as unknown[]).map((row) =>
+      Array.isArray(row) ? row.filter((e): e is [number, number] => Array.isArray(e) && typeof e[0] === 'number' && isId(e[1])).map((e) => ({ id: e[1], logprob: e[0] })) : [],
+    );
+  }
+  const fr = meta.finish_reason;
+  const finish = isObject(fr) && typeof fr.type === 'string' ? fr.type : typeof fr === 'string' ? fr : null;
+  return { ids, logprobs, top, finish: finish === 'abort' ? 'stop' : finish, echoedPrompt: null };
+}
+
+export interface TokenInOptions extends BridgeOptions {
+  route: TokenRoute;
+  /** The engine's context window (from /v1/models), when it says. */
+  maxModelLen: number | null;
+}
+
+export class TokenInEngine {
+  readonly bridge: Bridge;
+
+  constructor(
+    readonly client: EngineClient,
+    readonly renderer: Renderer,
+    readonly options: TokenInOptions,
+  ) {
+    if (!renderer.family.supported) throw new UnsupportedFamilyError(renderer.family, renderer.source);
+    this.bridge = new Bridge(renderer, options);
+  }
+
+  /**
+   * One model call of a session (`owner` keys the session's turn index; `calls` are its records so
+   * far). `request` is the engine request buildEngineRequest made: its sampling is what is sent.
+   */
+  async complete(owner: object, calls: readonly CallRecord[], request: ChatRequest, signal?: AbortSignal): Promise<TokenInReply> {
+    const tools = Array.isArray(request.tools) && request.tools.length ? (request.tools as ChatTool[]) : undefined;
+    const kwargs = (request.chat_template_kwargs ?? undefined) as Record<string, unknown> | undefined;
+    const plan = this.bridge.plan(owner, calls, { messages: request.messages, tools, kwargs });
+    const prompt = plan.promptIds;
+    const route = this.options.route;
+    const render: RenderInfo = { ...plan.info, engine_route: route };
+    const limit = this.options.maxModelLen;
+    // SGLang refuses prompt + max_new_tokens >= context; vLLM allows equality.
+    const room = limit === null ? Infinity : limit - prompt.length - (route === '/generate' ? 1 : 0);
+    if (prompt.length === 0 || room < 1) {
+      const message = `This model's maximum context length is ${limit} tokens. However, your prompt has ${prompt.length} tokens (context_length_exceeded), so no token can be generated.`;
+      return { status: 400, body: { error: { message, type: 'BadRequestError', code: 'context_length_exceeded' } }, render, findings: plan.findings };
+    }
+    const asked = typeof request.max_tokens === 'number' && request.max_tokens > 0 ? request.max_tokens : Infinity;
+    const maxTokens = Math.min(asked, room);
+    const stopIds = [...this.renderer.stopIds];
+    const reply = await this.client.post(route, route === '/generate' ? this.generateBody(request, prompt, maxTokens, stopIds) : this.completionsBody(request, prompt, maxTokens, stopIds), signal);
+    if (reply.status !== 200) return { ...reply, render, findings: plan.findings };
+    let sampled: Sampled;
+    try {
+      sampled = route === '/generate' ? readGenerateAnswer(reply.body) : readCompletionsAnswer(reply.body);
+    } catch (err) {
+      return { status: 502, body: { error: { message: `engine answer on ${route}: ${(err as Error).message}` } }, render, findings: plan.findings };
+    }
+    const findings = [...plan.findings];
+    if (sampled.echoedPrompt && (sampled.echoedPrompt.length !== prompt.length || sampled.echoedPrompt.some((id, i) => id !== prompt[i]))) {
+      findings.push(`[FATAL] prompt_ids_mismatch: the engine echoed ${sampled.echoedPrompt.length} prompt ids that differ from the ${prompt.length} the proxy sent`);
+    }
+    const parseToolCalls = !!tools && request.tool_choice !== 'none';
+    const parsed = this.renderer.parseAnswer(sampled.ids, { tools, parseToolCalls });
+    render.tool_call_parse = parsed.toolCallParse;
+    render.tool_call_statuses = parsed.toolCallStatuses;
+    if (parsed.toolCallParse === 'failed') findings.push(`[WARN] tool_call_unparsed: a tool-call block did not parse (${parsed.toolCallStatuses.join(', ')}); the answer went to the harness as text, as vLLM does`);
+    const finish = !parsed.stopped ? 'length' : parsed.toolCalls.length ? 'tool_calls' : 'stop';
+    const message: ChatMessage = { role: 'assistant', content: parsed.content, reasoning: parsed.reasoning };
+    if (parsed.toolCalls.length) message.tool_calls = parsed.toolCalls;
+    const content: LogprobEntry[] | null = sampled.logprobs
+      ? sampled.ids.map((id, i) => ({
+          token: `token_id:${id}`,
+          logprob: sampled.logprobs![i] ?? null,
+          top_logprobs: (sampled.top?.[i] ?? []).map((a) => ({ token: `token_id:${a.id}`, logprob: a.logprob })),
+        }))
+      : null;
+    const body: ChatResponse = {
+      id: `chatcmpl-${randomBytes(12).toString('hex')}`,
+      object: 'chat.completion',
+      created: Math.floor(Date.now() / 1000),
+      model: typeof (reply.body as { model?: unknown }).model === 'string' ? ((reply.body as { model: string }).model) : String(request.model ?? ''),
+      prompt_token_ids: prompt,
+      choices: [{ index: 0, message, finish_reason: sampled.finish === 'length' ? 'length' : finish, logprobs: content ? { content } : null, token_ids: sampled.ids, stop_reason: null }],
+      usage: { prompt_tokens: prompt.length, completion_tokens: sampled.ids.length, total_tokens: prompt.length + sampled.ids.length },
+    };
+    return { status: 200, body, render, findings };
+  }
+
+  private completionsBody(request: ChatRequest, prompt: number[], maxTokens: number, stopIds: number[]): Record<string, unknown> {
+    const body: Record<string, unknown> = {
+      model: request.model,
+      prompt,
+      max_tokens: maxTokens,
+      logprobs: typeof request.top_logprobs === 'number' ? request.top_logprobs : 0,
+      return_token_ids: true,
+      return_tokens_as_token_ids: true,
+      stop_token_ids: stopIds,
+      skip_special_tokens: false,
+      stream: false,
+    };
+    for (const key of ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'seed', 'stop', 'logprobs_mode'] as const) {
+      if (request[key] !== undefined && request[key] !== null) body[key] = request[key];
+    }
+    return body;
+  }
+
+  private generateBody(request: ChatRequest, prompt: number[], maxTokens: number, stopIds: number[]): Record<string, unknown> {
+    const sampling: Record<string, unknown> = { max_new_tokens: maxTokens, stop_token_ids: stopIds, skip_special_tokens: false, no_stop_trim: true };
+    for (const key of ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'stop'] as const) {
+      if (request[key] !== undefined && request[key] !== null) sampling[key] = request[key];
+    }
+    const body: Record<string, unknown> = {
+      input_ids: prompt,
+      sampling_params: sampling,
+      return_logprob: true,
+      logprob_start_len: -1,
+      top_logprobs_num: typeof request.top_logprobs === 'number' ? request.top_logprobs : 0,
+      stream: false,
+    };
+    if (typeof request.seed === 'number') sampling.sampling_seed = request.seed;
+    return body;
+  }
+}
+
+export interface TokenInProbe {
+  route: TokenRoute | null;
+  maxModelLen: number | null;
+  /** Why the engine cannot take token ids (null when it can). */
+  problem: string | null;
+}
+
+/**
+ * Whether the engine takes token-id prompts, and on which route: SGLang answers `/get_model_info`;
+ * vLLM and the lab's engines answer `/v1/completions` with a token-id prompt and `return_token_ids`.
+ * One token is generated from `probeIds`.
+ */
+export async function probeTokenIn(client: EngineClient, model: string, probeIds: number[], signal?: AbortSignal): Promise<TokenInProbe> {
+  let maxModelLen: number | null = null;
+  try {
+    const models = await client.get('/v1/models', signal);
+    const data = (models.body as { data?: unknown } | null)?.data;
+    if (Array.isArray(data)) {
+      const entry = (data.find((m: { id?: unknown } | null) => m?.id === model) ?? data[0]) as { max_model_len?: unknown } | undefined;
+      if (entry && isId(entry.max_model_len)) maxModelLen = entry.max_model_len;
+    }
+  } catch (err) {
+    return { route: null, maxModelLen, problem: `the engine did not list its models: ${(err as Error).message}` };
+  }
+  let route: TokenRoute = '/v1/completions';
+  try {
+    const info = await client.get('/get_model_info', signal);
+    if (info.status === 200 && isObject(info.body) && 'model_path' in info.body) route = '/generate';
+  } catch {
+    // not SGLang
+  }
+  const body =
+    route === '/generate'
+      ? { input_ids: probeIds, sampling_params: { max_new_tokens: 1, temperature: 0 }, return_logprob: true, logprob_start_len: -1 }
+      : { model, prompt: probeIds, max_tokens: 1, temperature: 0, logprobs: 0, return_token_ids: true, return_tokens_as_token_ids: true };
+  try {
+    const reply = await client.post(route, body, signal);
+    if (reply.status !== 200) return { route: null, maxModelLen, problem: `${route} with a token-id prompt answered ${reply.status}` };
+    const sampled = route === '/generate' ? readGenerateAnswer(reply.body) : readCompletionsAnswer(reply.body);
+    if (sampled.ids.length === 0) return { route: null, maxModelLen, problem: `${route} returned no sampled ids` };
+    if (!sampled.logprobs) return { route: null, maxModelLen, problem: `${route} returned no logprobs for the sampled ids` };
+  } catch (err) {
+    return { route: null, maxModelLen, problem: `${route} with a token-id prompt failed: ${(err as Error).message}` };
+  }
+  return { route, maxModelLen, problem: null };
+}
