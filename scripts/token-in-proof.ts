@@ -9,13 +9,14 @@
 // render of the same messages.
 //
 //   node --import tsx scripts/token-in-proof.ts [--harnesses a,b] [--policies thinking,raw-args]
-//     [--modes proxy,engine] [--out FILE.md] [--json FILE.json]
+//     [--modes proxy,engine] [--out FILE.md] [--json FILE.json] [--jsonl FILE.jsonl]
+//   node --import tsx scripts/token-in-proof.ts --table FILE.jsonl   (the table of runs already made)
 //
 // Heavy (one Docker rollout per harness, policy and mode, about a minute each on two cores): run it
 // once, not in a loop. The integration test (test/integration/token-in-harnesses.test.ts) uses the
 // same functions.
 import { once } from 'node:events';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, request as httpRequest, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -230,7 +231,7 @@ export class ProofRig {
   }
 }
 
-export async function runProofMatrix(opts: { harnesses: string[]; policies: ProofPolicy[]; modes: ProofMode[]; log?: (line: string) => void }): Promise<ProofRun[]> {
+export async function runProofMatrix(opts: { harnesses: string[]; policies: ProofPolicy[]; modes: ProofMode[]; log?: (line: string) => void; onRun?: (run: ProofRun) => void }): Promise<ProofRun[]> {
   const runs: ProofRun[] = [];
   for (const policy of opts.policies) {
     const rig = await ProofRig.start(policy, opts.modes);
@@ -239,6 +240,7 @@ export async function runProofMatrix(opts: { harnesses: string[]; policies: Proo
         for (const mode of opts.modes) {
           const run = await proofRun({ harness, policy, mode, proxy: rig.proxies[mode], model: rig.engine.engine.modelName, recorder: rig.recorder, outDir: mkdtempSync(join(tmpdir(), 'hl-tito-out-')) });
           runs.push(run);
+          opts.onRun?.(run);
           opts.log?.(formatRunLine(run));
         }
       }
@@ -297,14 +299,21 @@ export function formatProofTable(runs: readonly ProofRun[]): string {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { harnesses: { type: 'string' }, policies: { type: 'string' }, modes: { type: 'string' }, out: { type: 'string' }, json: { type: 'string' } } });
+  const { values } = parseArgs({ options: { harnesses: { type: 'string' }, policies: { type: 'string' }, modes: { type: 'string' }, out: { type: 'string' }, json: { type: 'string' }, jsonl: { type: 'string' }, table: { type: 'string' } } });
+  if (values.table) {
+    const runs = readFileSync(values.table, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as ProofRun);
+    process.stdout.write(formatProofTable(runs));
+    return;
+  }
   const list = (v: string | undefined) => (v ? v.split(',').map((x) => x.trim()).filter(Boolean) : null);
   const harnesses = list(values.harnesses) ?? proofHarnesses();
   const policies = (list(values.policies) ?? Object.keys(PROOF_POLICIES)) as ProofPolicy[];
   for (const p of policies) if (!(p in PROOF_POLICIES)) throw new Error(`--policies: unknown '${p}' (${Object.keys(PROOF_POLICIES).join(', ')})`);
   const modes = (list(values.modes) ?? ['proxy', 'engine']) as ProofMode[];
   for (const m of modes) if (m !== 'proxy' && m !== 'engine') throw new Error(`--modes: unknown '${m}' (proxy, engine)`);
-  const runs = await runProofMatrix({ harnesses, policies, modes, log: (l) => process.stderr.write(`${l}\n`) });
+  // --jsonl: each run appended as it ends, so a long matrix stopped half way keeps what it measured.
+  const jsonl = values.jsonl;
+  const runs = await runProofMatrix({ harnesses, policies, modes, log: (l) => process.stderr.write(`${l}\n`), onRun: jsonl ? (r) => appendFileSync(jsonl, `${JSON.stringify(r)}\n`) : undefined });
   const table = formatProofTable(runs);
   process.stdout.write(table);
   if (values.out) writeFileSync(values.out, table);
