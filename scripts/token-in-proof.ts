@@ -16,7 +16,7 @@
 // once, not in a loop. The integration test (test/integration/token-in-harnesses.test.ts) uses the
 // same functions.
 import { once } from 'node:events';
-import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, request as httpRequest, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -36,10 +36,11 @@ export const PROOF_POLICIES = { thinking: 'sum-numbers-thinking', 'raw-args': 's
 export type ProofPolicy = keyof typeof PROOF_POLICIES;
 export type ProofMode = 'proxy' | 'engine';
 
-/** Every harness of the registry, the reference one first. */
+/** Every harness of the registry: the reference one, then those the issue measured splitting every turn, then the rest. */
 export function proofHarnesses(): string[] {
+  const first = ['react', 'gemini-cli', 'claude-code', 'openclaw', 'continue', 'codex'];
   const all = harnessNames();
-  return ['react', ...all.filter((n) => n !== 'react')];
+  return [...first.filter((n) => all.includes(n)), ...all.filter((n) => !first.includes(n))];
 }
 
 /**
@@ -231,25 +232,41 @@ export class ProofRig {
   }
 }
 
-export async function runProofMatrix(opts: { harnesses: string[]; policies: ProofPolicy[]; modes: ProofMode[]; log?: (line: string) => void; onRun?: (run: ProofRun) => void }): Promise<ProofRun[]> {
+/**
+ * Harness by harness, each policy and mode: a harness that the machine's time runs out on still has
+ * every cell of the ones before it. `done` (harness, policy, mode) runs are skipped (a resumed matrix).
+ */
+export async function runProofMatrix(opts: {
+  harnesses: string[];
+  policies: ProofPolicy[];
+  modes: ProofMode[];
+  log?: (line: string) => void;
+  onRun?: (run: ProofRun) => void;
+  done?: ReadonlySet<string>;
+}): Promise<ProofRun[]> {
   const runs: ProofRun[] = [];
-  for (const policy of opts.policies) {
-    const rig = await ProofRig.start(policy, opts.modes);
-    try {
-      for (const harness of opts.harnesses) {
+  const rigs = new Map<ProofPolicy, ProofRig>();
+  try {
+    for (const policy of opts.policies) rigs.set(policy, await ProofRig.start(policy, opts.modes));
+    for (const harness of opts.harnesses) {
+      for (const policy of opts.policies) {
+        const rig = rigs.get(policy)!;
         for (const mode of opts.modes) {
+          if (opts.done?.has(runKey({ harness, policy, mode }))) continue;
           const run = await proofRun({ harness, policy, mode, proxy: rig.proxies[mode], model: rig.engine.engine.modelName, recorder: rig.recorder, outDir: mkdtempSync(join(tmpdir(), 'hl-tito-out-')) });
           runs.push(run);
           opts.onRun?.(run);
           opts.log?.(formatRunLine(run));
         }
       }
-    } finally {
-      await rig.close();
     }
+  } finally {
+    for (const rig of rigs.values()) await rig.close();
   }
   return runs;
 }
+
+export const runKey = (r: Pick<ProofRun, 'harness' | 'policy' | 'mode'>) => `${r.harness}/${r.policy}/${r.mode}`;
 
 export function formatRunLine(r: ProofRun): string {
   const s = r.samples;
@@ -311,9 +328,13 @@ async function main(): Promise<void> {
   for (const p of policies) if (!(p in PROOF_POLICIES)) throw new Error(`--policies: unknown '${p}' (${Object.keys(PROOF_POLICIES).join(', ')})`);
   const modes = (list(values.modes) ?? ['proxy', 'engine']) as ProofMode[];
   for (const m of modes) if (m !== 'proxy' && m !== 'engine') throw new Error(`--modes: unknown '${m}' (proxy, engine)`);
-  // --jsonl: each run appended as it ends, so a long matrix stopped half way keeps what it measured.
+  // --jsonl: each run appended as it ends, so a long matrix stopped half way keeps what it measured;
+  // runs already in the file (without an error) are not made again.
   const jsonl = values.jsonl;
-  const runs = await runProofMatrix({ harnesses, policies, modes, log: (l) => process.stderr.write(`${l}\n`), onRun: jsonl ? (r) => appendFileSync(jsonl, `${JSON.stringify(r)}\n`) : undefined });
+  const earlier = jsonl && existsSync(jsonl) ? readFileSync(jsonl, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as ProofRun) : [];
+  const done = new Set(earlier.filter((r) => r.error === null).map(runKey));
+  const fresh = await runProofMatrix({ harnesses, policies, modes, done, log: (l) => process.stderr.write(`${l}\n`), onRun: jsonl ? (r) => appendFileSync(jsonl, `${JSON.stringify(r)}\n`) : undefined });
+  const runs = [...earlier.filter((r) => done.has(runKey(r))), ...fresh];
   const table = formatProofTable(runs);
   process.stdout.write(table);
   if (values.out) writeFileSync(values.out, table);
