@@ -104,6 +104,10 @@ async function main(): Promise<void> {
       return send(res, 404, { error: { message: `no route POST ${url}` } });
     })().catch((err: unknown) => send(res, 500, { error: { message: (err as Error).message } }));
   });
+  // A proxy's pooled connection may sit idle while it renders a long first prompt: node's 5 s default
+  // would close it under the proxy's next request ("other side closed").
+  server.keepAliveTimeout = 600_000;
+  server.headersTimeout = 601_000;
   server.listen(0, '127.0.0.1', () => {
     process.stdout.write(`${JSON.stringify({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, model: TINY_MODEL_NAME, gguf: tiny.path, pid: process.pid })}\n`);
   });
