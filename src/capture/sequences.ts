@@ -102,6 +102,39 @@ export interface SequenceOptions {
 }
 
 /**
+ * A sampled turn shared by several live agent paths (a fork whose branches all continued) is trained
+ * in one row only: the path whose leaf came last (the main one, what a one-row-per-rollout export
+ * takes) keeps it, earlier paths keep it as context (mask 0, logprob 0). Returns, per path, the turns
+ * it gave up. Mutates `flats`.
+ */
+function trainOnce(paths: readonly (readonly GraphNode[])[], flats: (FlatPath | null)[], roles: readonly PathRole[]): GraphNode[][] {
+  const claimed = new Set<string>();
+  const out: GraphNode[][] = paths.map(() => []);
+  for (let i = paths.length - 1; i >= 0; i--) {
+    const flat = flats[i];
+    if (!flat || roles[i] !== 'agent') continue;
+    let parent: GraphNode | null = null;
+    let pos = 0;
+    for (const node of paths[i]!) {
+      pos += node.prompt_ids.length - (parent ? parent.prompt_ids.length + parent.sampled_ids.length : 0);
+      const n = node.sampled_ids.length;
+      if (claimed.has(node.node_id)) {
+        let had = false;
+        for (let k = pos; k < pos + n; k++) {
+          if (flat.loss_mask[k] === 1) had = true;
+          flat.loss_mask[k] = 0;
+          flat.logprobs[k] = 0;
+        }
+        if (had) out[i]!.push(node);
+      } else claimed.add(node.node_id);
+      pos += n;
+      parent = node;
+    }
+  }
+  return out;
+}
+
+/**
  * One sequence per root-to-leaf path (discarded ones included, labelled), in leaf arrival order,
  * aligned with `graph.paths()`. `trainable` here is the row's own verdict; rollout-level findings can
  * still veto it (rollout.ts).
@@ -110,8 +143,10 @@ export function buildSequences(graph: RolloutGraph, opts: SequenceOptions): { pa
   const paths = graph.paths();
   const discarded = opts.discarded ?? graph.discarded();
   const flats = paths.map(flattenPath);
-  const nTrainable = flats.map((f) => (f ? f.loss_mask.reduce((a, b) => a + b, 0) : 0));
+  let nTrainable = flats.map((f) => (f ? f.loss_mask.reduce((a, b) => a + b, 0) : 0));
   const roles = assignRoles(paths, nTrainable, discarded, opts.trainableCapture);
+  const repeated = opts.trainableCapture ? trainOnce(paths, flats, roles) : paths.map(() => []);
+  nTrainable = flats.map((f) => (f ? f.loss_mask.reduce((a, b) => a + b, 0) : 0));
   const sequences = paths.map((path, i): TrainingSequence => {
     const flat = flats[i] ?? { input_ids: [], loss_mask: [], logprobs: [], prompt_len: 0 };
     const validation: string[] = [];
@@ -121,6 +156,11 @@ export function buildSequences(graph: RolloutGraph, opts: SequenceOptions): { pa
         validation.push(finding('FATAL', 'no_prompt_ids', `turn ${bare.index} (${bare.node_id}) has no prompt token ids, so this path has no exact token sequence`));
       } else {
         validation.push(...checkSequence(flat));
+        const shared = repeated[i]!;
+        if (shared.length > 0) {
+          const which = shared.map((n) => `turn ${n.index} (${n.sampled_ids.length} tokens)`).join(', ');
+          validation.push(finding('INFO', 'repeated_target', `${which}: shared with a later agent path that trains them; context here (mask 0)`));
+        }
         const contextOnly = path.filter((n) => n.sampled_ids.length > 0 && n.sampled_logprobs === null);
         if (contextOnly.length > 0) {
           const which = contextOnly.map((n) => `turn ${n.index} (${n.sampled_ids.length} tokens)`).join(', ');

@@ -1,10 +1,11 @@
 // `harness-lab proxy`: the capture proxy as a foreground process.
 import { CaptureProxy, ProxyConfigError } from '../capture/proxy.js';
+import { RENDER_MODES, type RenderMode } from '../capture/render/mode.js';
 import { defineCommand, UsageError } from './args.js';
 
 const USAGE = `usage: harness-lab proxy --engine-url URL --model NAME [--host 127.0.0.1] [--port 0]
                          [--admin-key K] [--engine-api-key K] [--data-dir DIR] [--max-model-calls N]
-                         [--max-output-tokens N]
+                         [--max-output-tokens N] [--render auto|proxy|engine] [--render-model PATH]
 
   --engine-url URL       OpenAI-compatible engine (vLLM, SGLang, harness-lab engine); /v1 optional
   --model NAME           model name served by the engine (overwrites whatever harnesses send)
@@ -15,7 +16,13 @@ const USAGE = `usage: harness-lab proxy --engine-url URL --model NAME [--host 12
                          HARNESS_LAB_ENGINE_API_KEY); never recorded or logged
   --data-dir DIR         durable capture store (default: in memory only)
   --max-model-calls N    default per-session model-call budget (0 = unlimited)
-  --max-output-tokens N  cap on output tokens per call (default 8192)`;
+  --max-output-tokens N  cap on output tokens per call (default 8192)
+  --render MODE          who renders the chat template: proxy (token in, token out: one training
+                         sample per rollout; needs the model's tokenizer and an engine that takes
+                         token ids), engine (chat completions), auto (default: proxy where possible).
+                         See docs/token-in.md
+  --render-model PATH    model folder (tokenizer.json, tokenizer_config.json) or GGUF to render with
+                         (default: the engine's /v1/models root, or the model name in the HF cache)`;
 
 export const proxyCommand = defineCommand({
   name: 'proxy',
@@ -31,8 +38,12 @@ export const proxyCommand = defineCommand({
     'data-dir': { type: 'string' },
     'max-model-calls': { type: 'integer', default: 0 },
     'max-output-tokens': { type: 'integer', default: 8192 },
+    render: { type: 'string', default: 'auto' },
+    'render-model': { type: 'string' },
   },
   run: async ({ flags }) => {
+    const render = flags.render as RenderMode;
+    if (!RENDER_MODES.includes(render)) throw new UsageError(`--render must be one of ${RENDER_MODES.join(', ')}, not '${flags.render}'`);
     let proxy: CaptureProxy;
     try {
       proxy = await CaptureProxy.start({
@@ -45,6 +56,8 @@ export const proxyCommand = defineCommand({
         dataDir: flags['data-dir'],
         maxModelCalls: flags['max-model-calls'],
         maxOutputTokens: flags['max-output-tokens'],
+        render,
+        ...(flags['render-model'] ? { renderModel: flags['render-model'] } : {}),
         logger: {
           info: (m) => process.stderr.write(`[info] ${m}\n`),
           warn: (m) => process.stderr.write(`[warn] ${m}\n`),

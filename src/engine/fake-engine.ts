@@ -6,7 +6,10 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
 import type { ChatMessage, ChatRequest, ChatToolCall, JsonObject } from '../capture/types.js';
+import type { Renderer } from '../capture/render/renderer.js';
+import { renderAssistantText } from './assistant-output.js';
 import { FAKE_SPECIALS, fakeEncode, renderAssistantBody, renderChatPrompt, tokenBytes } from './fake-tokenizer.js';
+import { parseChatMlPrompt } from './prompt-messages.js';
 
 export interface FakeAnswer {
   content?: string | null;
@@ -33,6 +36,16 @@ export interface FakeEngineOptions {
   logprobsMode?: 'processed' | 'raw';
   /** Make individual calls fail: return a status and message, or undefined to answer normally. */
   fail?: (request: ChatRequest) => { status: number; message: string } | undefined;
+  /**
+   * A real tokenizer and chat template (Qwen3 family): the engine then also takes token-id prompts,
+   * reading them back into messages for the script and answering with the renderer's ids (token-in
+   * tests of the proxy). `/v1/models` names the renderer's files as `root`, as vLLM names its model path.
+   */
+  renderer?: Renderer;
+  /** Which token-in route it serves: vLLM's `/v1/completions` (default) or SGLang's `/generate` (+ `/get_model_info`). */
+  flavour?: 'vllm' | 'sglang';
+  /** The context window `/v1/models` reports and token routes enforce (default 32768). */
+  maxModelLen?: number;
 }
 
 export interface FakeEngine {
@@ -43,6 +56,8 @@ export interface FakeEngine {
   requests: ChatRequest[];
   /** Every completion it answered (JSON or streamed), in order. */
   responses: JsonObject[];
+  /** Every token-in request (`/v1/completions` or `/generate` body), in order. */
+  tokenRequests: JsonObject[];
   close(): Promise<void>;
 }
 
@@ -127,11 +142,84 @@ export function buildFakeCompletion(request: ChatRequest, options: FakeEngineOpt
   return body;
 }
 
-async function handle(req: IncomingMessage, res: ServerResponse, options: FakeEngineOptions, model: string, requests: ChatRequest[], responses: JsonObject[]): Promise<void> {
+/** A token-id prompt answered from the script, through the renderer: sampled ids, pseudo logprobs, finish. */
+function tokenAnswer(prompt: number[], maxTokens: number, renderer: Renderer, options: FakeEngineOptions): { ids: number[]; logprobs: number[]; finish: 'stop' | 'length'; text: string } {
+  const conversation = parseChatMlPrompt(renderer.decode(prompt));
+  if (!conversation) throw new Error('the token prompt is not in ChatML form');
+  const request: ChatRequest = { messages: conversation.messages, ...(conversation.tools ? { tools: conversation.tools } : {}) };
+  const answer = (options.script ?? defaultFakeScript)(request, countAssistantTurns(request.messages));
+  const text = renderAssistantText({
+    ...(answer.reasoning !== undefined ? { reasoning: answer.reasoning } : {}),
+    ...(answer.content ? { content: answer.content } : {}),
+    toolCalls: (answer.tool_calls ?? []).map((c) => ({ name: c.name, arguments: (typeof c.arguments === 'string' ? JSON.parse(c.arguments) : c.arguments) as Record<string, unknown> })),
+  });
+  const full = [...renderer.encode(text), renderer.stopIds.includes(FAKE_SPECIALS.imEnd) ? FAKE_SPECIALS.imEnd : renderer.stopIds[0]!];
+  const ids = full.slice(0, maxTokens);
+  return { ids, logprobs: ids.map((id, i) => pseudoLogprob(prompt.length, i, id)), finish: ids.length === full.length ? 'stop' : 'length', text };
+}
+
+const tokenPromptSchema = z.looseObject({ prompt: z.array(z.number().int().nonnegative()).min(1), max_tokens: z.number().int().nonnegative().optional() });
+const generateSchema = z.looseObject({ input_ids: z.array(z.number().int().nonnegative()).min(1), sampling_params: z.looseObject({ max_new_tokens: z.number().int().nonnegative().optional() }).optional() });
+
+async function handleTokenRoute(req: IncomingMessage, res: ServerResponse, options: FakeEngineOptions, model: string, tokenRequests: JsonObject[]): Promise<void> {
+  const renderer = options.renderer!;
+  const limit = options.maxModelLen ?? 32768;
+  const raw = JSON.parse(await readBody(req)) as JsonObject;
+  tokenRequests.push(raw);
+  const sglang = options.flavour === 'sglang';
+  const parsed = sglang ? generateSchema.safeParse(raw) : tokenPromptSchema.safeParse(raw);
+  if (!parsed.success) return sendJson(res, 400, { object: 'error', message: parsed.error.issues[0]!.message, type: 'BadRequestError', code: 400 });
+  const prompt = sglang ? (raw.input_ids as number[]) : (raw.prompt as number[]);
+  const maxTokens = sglang ? ((raw.sampling_params as { max_new_tokens?: number } | undefined)?.max_new_tokens ?? 128) : ((raw.max_tokens as number | undefined) ?? 16);
+  if (prompt.length + maxTokens > limit) {
+    const message = `This model's maximum context length is ${limit} tokens. However, you requested ${prompt.length + maxTokens} tokens.`;
+    return sendJson(res, 400, { object: 'error', message, type: 'BadRequestError', code: 400 });
+  }
+  const delay = thinkDelay(options.thinkMs);
+  if (delay > 0) await new Promise((r) => setTimeout(r, delay));
+  const answer = tokenAnswer(prompt, maxTokens, renderer, options);
+  if (sglang) {
+    return sendJson(res, 200, {
+      text: answer.text,
+      output_ids: answer.ids,
+      meta_info: {
+        id: `fake-${randomBytes(4).toString('hex')}`,
+        finish_reason: answer.finish === 'stop' ? { type: 'stop', matched: answer.ids.at(-1) } : { type: 'length', length: maxTokens },
+        prompt_tokens: prompt.length,
+        completion_tokens: answer.ids.length,
+        output_token_logprobs: answer.ids.map((id, i) => [answer.logprobs[i], id, null]),
+      },
+    });
+  }
+  const asIds = raw.return_tokens_as_token_ids === true;
+  const withIds = raw.return_token_ids === true;
+  const token = (id: number) => (asIds ? `token_id:${id}` : renderer.decode([id]));
+  const choice: JsonObject = {
+    index: 0,
+    text: answer.text,
+    finish_reason: answer.finish,
+    stop_reason: null,
+    logprobs: typeof raw.logprobs === 'number' ? { tokens: answer.ids.map(token), token_logprobs: answer.logprobs, top_logprobs: answer.ids.map((id, i) => ({ [token(id)]: answer.logprobs[i] })), text_offset: answer.ids.map(() => 0) } : null,
+  };
+  if (withIds) {
+    choice.token_ids = answer.ids;
+    choice.prompt_token_ids = prompt;
+  }
+  return sendJson(res, 200, { id: `cmpl-${randomBytes(6).toString('hex')}`, object: 'text_completion', created: Math.floor(Date.now() / 1000), model, choices: [choice], usage: { prompt_tokens: prompt.length, completion_tokens: answer.ids.length, total_tokens: prompt.length + answer.ids.length } });
+}
+
+async function handle(req: IncomingMessage, res: ServerResponse, options: FakeEngineOptions, model: string, requests: ChatRequest[], responses: JsonObject[], tokenRequests: JsonObject[]): Promise<void> {
   const url = req.url ?? '/';
   if (req.method === 'GET' && url === '/health') return sendJson(res, 200, { status: 'ok' });
   if (req.method === 'GET' && url.startsWith('/v1/models')) {
-    return sendJson(res, 200, { object: 'list', data: [{ id: model, object: 'model', owned_by: 'harness-lab-fake', max_model_len: 32768 }] });
+    const root = options.renderer ? { root: options.renderer.source } : {};
+    return sendJson(res, 200, { object: 'list', data: [{ id: model, object: 'model', owned_by: 'harness-lab-fake', max_model_len: options.maxModelLen ?? 32768, ...root }] });
+  }
+  if (options.renderer && options.flavour === 'sglang' && req.method === 'GET' && url === '/get_model_info') {
+    return sendJson(res, 200, { model_path: options.renderer.source, tokenizer_path: options.renderer.source, is_generation: true });
+  }
+  if (options.renderer && req.method === 'POST' && url === (options.flavour === 'sglang' ? '/generate' : '/v1/completions')) {
+    return handleTokenRoute(req, res, options, model, tokenRequests);
   }
   if (req.method === 'POST' && url === '/tokenize') {
     const body = JSON.parse(await readBody(req)) as { prompt?: string; messages?: ChatMessage[]; tools?: unknown[] };
@@ -204,8 +292,9 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
   const model = options.model ?? 'fake/qwen3-tiny';
   const requests: ChatRequest[] = [];
   const responses: JsonObject[] = [];
+  const tokenRequests: JsonObject[] = [];
   const server: Server = createServer((req, res) => {
-    handle(req, res, options, model, requests, responses).catch((err: unknown) => {
+    handle(req, res, options, model, requests, responses, tokenRequests).catch((err: unknown) => {
       if (!res.headersSent) sendJson(res, 500, { object: 'error', message: String(err), type: 'InternalServerError', code: 500 });
       else res.destroy();
     });
@@ -223,6 +312,7 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
     model,
     requests,
     responses,
+    tokenRequests,
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

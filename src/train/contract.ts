@@ -1,6 +1,7 @@
 // The capture contract an export relies on and a trainer never re-checks. TRL's harness worker treats a
 // bad turn as fatal (it stops and closes every in-flight session), so a call that breaks it stops the
 // export instead, naming the file, the session and the call, rather than reaching a trainer.
+import { tokensDigest } from '../capture/render/digest.js';
 import type { CallRecord } from '../capture/types.js';
 
 export class ExportContractError extends Error {
@@ -37,6 +38,12 @@ export function callContractProblem(call: CallRecord): string | null {
     // NaN does not survive JSON: it is written as null.
     if (typeof lp !== 'number' || !Number.isFinite(lp)) return `${where} NaN or non-finite logprob at completion position ${i} (${JSON.stringify(lp)})`;
     if (lp > 0) return `${where} positive logprob ${lp} at completion position ${i}`;
+  }
+  // Token-in records carry a digest of their tokens as the proxy recorded them: a stored record whose
+  // prompt ids, sampled ids or logprobs changed since (one token is enough) is not trained on.
+  const digest = call.render?.tokens_digest;
+  if (digest !== undefined && digest !== tokensDigest(prompt, completion, lps as number[])) {
+    return `${where} tokens differ from what the proxy recorded (tokens_digest mismatch): the stored prompt ids, sampled ids or logprobs were changed`;
   }
   return null;
 }

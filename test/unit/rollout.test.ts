@@ -190,7 +190,7 @@ test('every call its own root is per_turn_capture_only', () => {
   assert.equal(doc.stats.n_trainable_sequences, 3);
 });
 
-test('trainable tokens are de-duplicated across forks that both continue', () => {
+test('a prefix shared by forks that both continue is trained once (by the later path)', () => {
   const records = [
     call({ id: 'a', index: 0, prompt: [1, 2], sampled: [3, 4, 5], nTools: 1 }),
     call({ id: 'x', index: 1, prompt: [1, 2, 3, 4, 5, 6], sampled: [7], nTools: 1 }),
@@ -198,7 +198,9 @@ test('trainable tokens are de-duplicated across forks that both continue', () =>
   ];
   const doc = buildRollout(session, records, tokens);
   assert.equal(doc.stats.n_trainable_sequences, 2);
-  assert.deepEqual(doc.sequences.map((s) => s.n_trainable), [4, 5]);
+  assert.deepEqual(doc.sequences.map((s) => s.n_trainable), [1, 5], 'a is trained in the later path only');
+  assert.deepEqual(doc.sequences[0]!.loss_mask, [0, 0, 0, 0, 0, 0, 1]);
+  assert.ok(doc.sequences[0]!.validation.some((f) => f.startsWith('[INFO] repeated_target')));
   assert.equal(doc.stats.n_trainable_tokens, 6, 'a counts once: 3 + 1 + 2');
   assert.equal(doc.stats.n_discarded, 0);
 });

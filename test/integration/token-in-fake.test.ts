@@ -1,0 +1,146 @@
+// Token in, token out against the fake engine in vLLM's and SGLang's token-route shapes: the proxy
+// finds the tokenizer through /v1/models `root`, sends ids with stop ids and a clamped max_tokens,
+// parses the answer itself, and a multi-turn tool loop is one training sequence.
+import assert from 'node:assert/strict';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import OpenAI from 'openai';
+import { CaptureProxy } from '../../src/capture/proxy.js';
+import { Renderer } from '../../src/capture/render/renderer.js';
+import { startFakeEngine, type FakeEngine, type FakeScript } from '../../src/engine/fake-engine.js';
+import { ensureTinyModel } from '../../src/engine/tiny-model.js';
+import { createSession } from './helpers.js';
+
+const DATA_DIR = process.env.HARNESS_LAB_DATA_DIR ?? join(tmpdir(), 'harness-lab-test-data');
+const MAX_MODEL_LEN = 4096;
+
+const script: FakeScript = (request, turn) => {
+  const last = request.messages.at(-1);
+  if (typeof last?.content === 'string' && last.content.includes('break the call')) return { content: 'Calling.\n<tool_call>\n{"name": "bash", "arguments": {"command": \n</tool_call>' };
+  if (turn === 0) return { reasoning: 'List the files first.', tool_calls: [{ name: 'bash', arguments: { command: 'ls', all: true } }] };
+  if (turn === 1) return { reasoning: 'Now count.', content: 'Counting.', tool_calls: [{ name: 'bash', arguments: { command: 'wc -l notes.txt' } }] };
+  return { reasoning: 'Done.', content: 'notes.txt has 3 lines.' };
+};
+
+const tools: OpenAI.ChatCompletionTool[] = [{ type: 'function', function: { name: 'bash', parameters: { type: 'object', properties: { command: { type: 'string' } } } } }];
+let renderer: Renderer;
+before(async () => {
+  renderer = await Renderer.load((await ensureTinyModel({ dataDir: DATA_DIR })).path);
+});
+
+for (const flavour of ['vllm', 'sglang'] as const) {
+  describe(`token-in against the fake engine, ${flavour} shape`, () => {
+    let engine: FakeEngine;
+    let proxy: CaptureProxy;
+    before(async () => {
+      engine = await startFakeEngine({ renderer, flavour, script, maxModelLen: MAX_MODEL_LEN });
+      proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, captureLevel: 'tokens' });
+      // The render mode is resolved (and the token route probed) once, before the counts below.
+      assert.ok(await proxy.tokenInEngine(), 'auto picks token-in: /v1/models names the tokenizer, the engine takes ids');
+    });
+    after(async () => {
+      await proxy?.close();
+      await engine?.close();
+    });
+
+    for (const stream of [false, true]) {
+      test(`a three-turn tool loop${stream ? ', streamed' : ''}: token routes only, clamped, one sequence`, async () => {
+        const { session_id } = await createSession(proxy);
+        const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session_id, maxRetries: 0 });
+        const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'How many lines does notes.txt have?' }];
+        const chatBefore = engine.requests.length;
+        const tokenBefore = engine.tokenRequests.length;
+        for (let turn = 0; turn < 4; turn++) {
+          const params = { model: 'm', messages, tools, max_tokens: 100_000, temperature: 0.7 };
+          const message = stream ? (await client.chat.completions.stream(params).finalChatCompletion()).choices[0]!.message : (await client.chat.completions.create(params)).choices[0]!.message;
+          messages.push({ role: 'assistant', content: message.content, tool_calls: message.tool_calls });
+          if (!message.tool_calls?.length) {
+            assert.equal(message.content, 'notes.txt has 3 lines.');
+            break;
+          }
+          for (const c of message.tool_calls) messages.push({ role: 'tool', tool_call_id: c.id, content: 'out' });
+        }
+        assert.equal(engine.requests.length, chatBefore, 'no chat completion reached the engine');
+        const sent = engine.tokenRequests.slice(tokenBefore);
+        assert.equal(sent.length, 3);
+        const calls = proxy.sessions.calls(session_id);
+        sent.forEach((body, i) => {
+          const prompt = calls[i]!.prompt_token_ids!;
+          if (flavour === 'vllm') {
+            assert.deepEqual(body.prompt, prompt);
+            assert.equal(body.max_tokens, MAX_MODEL_LEN - prompt.length, 'max_tokens clamped to the context left');
+            assert.deepEqual([...(body.stop_token_ids as number[])].sort(), [151643, 151645]);
+            assert.equal(body.temperature, 0.7);
+            assert.equal(body.return_token_ids, true);
+          } else {
+            const sp = body.sampling_params as Record<string, unknown>;
+            assert.deepEqual(body.input_ids, prompt);
+            assert.equal(sp.max_new_tokens, MAX_MODEL_LEN - prompt.length - 1);
+            assert.deepEqual([...(sp.stop_token_ids as number[])].sort(), [151643, 151645]);
+            assert.equal(sp.temperature, 0.7);
+            assert.equal(body.return_logprob, true);
+          }
+        });
+        assert.deepEqual(calls.map((c) => c.render?.kind), ['full', 'bridge', 'bridge']);
+        assert.deepEqual(calls.map((c) => c.render?.engine_route), Array(3).fill(flavour === 'vllm' ? '/v1/completions' : '/generate'));
+        const doc = proxy.sessions.rollout(session_id)!;
+        const agent = doc.sequences.filter((s) => s.role === 'agent');
+        assert.equal(agent.length, 1, 'one training sequence');
+        assert.ok(agent[0]!.trainable, agent[0]!.validation.join('; '));
+        assert.equal(agent[0]!.n_trainable, calls.reduce((n, c) => n + c.completion_token_ids!.length, 0));
+      });
+    }
+
+    test('a tool call that does not parse is answered as text and marked on the call', async () => {
+      const { session_id } = await createSession(proxy);
+      const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session_id, maxRetries: 0 });
+      const answer = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'Please break the call.' }], tools });
+      const choice = answer.choices[0]!;
+      assert.equal(choice.finish_reason, 'stop');
+      assert.equal(choice.message.tool_calls, undefined);
+      assert.match(choice.message.content!, /<tool_call>/);
+      const call = proxy.sessions.calls(session_id)[0]!;
+      assert.equal(call.render!.tool_call_parse, 'failed');
+      assert.deepEqual(call.render!.tool_call_statuses, ['invalid_json']);
+      assert.ok(call.findings.some((f) => f.startsWith('[WARN] tool_call_unparsed')));
+    });
+
+    test('/health says the proxy renders', async () => {
+      const health = (await (await fetch(`${proxy.url}/health`)).json()) as { render: string };
+      assert.equal(health.render, 'proxy');
+      assert.equal(proxy.renderReport?.route, flavour === 'vllm' ? '/v1/completions' : '/generate');
+      assert.equal(proxy.renderReport?.max_model_len, MAX_MODEL_LEN);
+    });
+  });
+}
+
+test('--render engine keeps chat completions even where the engine takes token ids', async () => {
+  const engine = await startFakeEngine({ renderer, script });
+  const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, captureLevel: 'tokens', render: 'engine' });
+  try {
+    const { session_id } = await createSession(proxy);
+    const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session_id, maxRetries: 0 });
+    await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }], tools });
+    assert.equal(engine.requests.length, 1);
+    assert.equal(engine.tokenRequests.length, 0);
+    assert.equal(proxy.sessions.calls(session_id)[0]!.render, undefined);
+  } finally {
+    await proxy.close();
+    await engine.close();
+  }
+});
+
+test('--render proxy without the model files refuses calls, naming the fix', async () => {
+  const engine = await startFakeEngine({ script });
+  const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, captureLevel: 'tokens', render: 'proxy' });
+  try {
+    const { session_id } = await createSession(proxy);
+    const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session_id, maxRetries: 0 });
+    await assert.rejects(client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }), (err: unknown) => err instanceof OpenAI.APIError && err.status === 503 && /--render-model/.test(err.message));
+    assert.equal(engine.requests.length, 0);
+  } finally {
+    await proxy.close();
+    await engine.close();
+  }
+});
