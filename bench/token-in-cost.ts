@@ -10,7 +10,8 @@
 // is the cost per turn. The claim: in token-in mode the cost follows the new tokens of a turn, not the
 // context, so the 128k row is within 1.5x of the 8k row.
 //
-//   node --import tsx bench/token-in-cost.ts [--quick] [--sizes 8000,32000,128000] [--turns 24] [--out FILE]
+//   node --import tsx bench/token-in-cost.ts [--quick] [--sizes 8000,32000,128000] [--turns 24] [--hops token-in,chat]
+//     [--profile DIR] [--out FILE]
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -84,13 +85,14 @@ async function toolLoop(url: string, model: string, system: string, turns: numbe
   return promptTokens / turns;
 }
 
-async function startHop(hop: Hop, engine: { url: string; model: string; gguf: string }, dataDir: string): Promise<{ url: string; process: Started; proxy: boolean }> {
+async function startHop(hop: Hop, engine: { url: string; model: string; gguf: string }, dataDir: string, profileDir: string | null): Promise<{ url: string; process: Started; proxy: boolean }> {
   if (hop === 'pass-through') {
     const p = await startNode('pass-through', ['--import', 'tsx', join(ROOT, 'bench', 'passthrough.ts'), '--engine-url', engine.url], (l) => l.startsWith('{'));
     return { url: (JSON.parse(p.line) as { url: string }).url, process: p, proxy: false };
   }
   const render = hop === 'chat' ? 'engine' : 'proxy';
-  const args = ['--import', 'tsx', join(ROOT, 'bench', 'capture-proxy-process.ts'), '--engine-url', engine.url, '--model', engine.model, '--data-dir', dataDir, '--render', render, '--render-model', engine.gguf];
+  const prof = profileDir ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `token-in-cost-${hop}.cpuprofile`] : [];
+  const args = [...prof, '--import', 'tsx', join(ROOT, 'bench', 'capture-proxy-process.ts'), '--engine-url', engine.url, '--model', engine.model, '--data-dir', dataDir, '--render', render, '--render-model', engine.gguf];
   if (hop === 'token-in') args.push('--no-full-render-check');
   const p = await startNode(`proxy (${hop})`, args, (l) => l.startsWith('proxy listening on '), { timeoutMs: 120_000 });
   return { url: p.line.slice('proxy listening on '.length).trim(), process: p, proxy: true };
@@ -101,6 +103,8 @@ export interface TokenInCostOptions {
   /** Measured turns per size (after as many warm-up turns on another session). */
   turns: number;
   hops: Hop[];
+  /** Write each proxy's CPU profile (.cpuprofile) here. */
+  profileDir: string | null;
   out: string;
   log: (m: string) => void;
 }
@@ -121,7 +125,7 @@ export async function runTokenInCost(o: TokenInCostOptions): Promise<TokenInCost
   try {
     for (const hop of o.hops) {
       const dataDir = mkdtempSync(join(tmpdir(), 'hl-bench-token-in-'));
-      const h = await startHop(hop, engine, dataDir);
+      const h = await startHop(hop, engine, dataDir, o.profileDir);
       try {
         for (const size of o.sizes) {
           const system = systemPrompt(size);
@@ -168,7 +172,7 @@ function intList(text: string, name: string): number[] {
 }
 
 export function parseTokenInCostArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): TokenInCostOptions {
-  const { values } = parseArgs({ args: argv, options: { quick: { type: 'boolean', default: false }, sizes: { type: 'string' }, turns: { type: 'string' }, hops: { type: 'string' }, out: { type: 'string' } } });
+  const { values } = parseArgs({ args: argv, options: { quick: { type: 'boolean', default: false }, sizes: { type: 'string' }, turns: { type: 'string' }, hops: { type: 'string' }, profile: { type: 'string' }, out: { type: 'string' } } });
   const quick = values.quick || env.BENCH_QUICK === '1';
   const hops = (values.hops ?? HOPS.join(',')).split(',').map((h) => h.trim()) as Hop[];
   for (const h of hops) if (!HOPS.includes(h)) throw new Error(`--hops: unknown '${h}' (${HOPS.join(', ')})`);
@@ -176,6 +180,7 @@ export function parseTokenInCostArgs(argv: string[], env: NodeJS.ProcessEnv = pr
     sizes: intList(values.sizes ?? '8000,32000,128000', 'sizes'),
     turns: intList(values.turns ?? (quick ? '8' : '24'), 'turns')[0]!,
     hops,
+    profileDir: values.profile ?? null,
     out: values.out ?? join(ROOT, 'bench-results', quick ? 'token-in-cost-quick.json' : 'token-in-cost.json'),
     log: (m) => process.stderr.write(`${m}\n`),
   };

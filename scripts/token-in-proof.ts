@@ -291,7 +291,7 @@ export function formatProofTable(runs: readonly ProofRun[]): string {
   const cell = (r: ProofRun | undefined) => {
     if (!r) return ['–', '–', '–'];
     if (!r.samples) return [`error: ${(r.error ?? 'no capture').slice(0, 60)}`, '–', '–'];
-    return [String(r.reward ?? '–'), String(r.samples.samples), `${n(r.samples.tokens_to_trainer)} (${(r.samples.tokens_to_trainer / r.samples.merged_tokens).toFixed(2)}x)`];
+    return [r.reward !== null ? String(r.reward) : r.error ? `none (${r.error.split(';')[0]!.slice(0, 50)})` : '–', String(r.samples.samples), `${n(r.samples.tokens_to_trainer)} (${(r.samples.tokens_to_trainer / r.samples.merged_tokens).toFixed(2)}x)`];
   };
   const signed = (x: number | null) => (x === null ? '?' : x > 0 ? `+${x}` : String(x));
   const drift = (r: ProofRun | undefined) =>
