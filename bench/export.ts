@@ -11,7 +11,7 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { batchPaths, trainingSampling, writeJsonAtomic, writeRolloutState, type BatchManifest } from '../src/batch/state.js';
 import { CaptureStore } from '../src/capture/store.js';
-import { runExport, type ExportFormat } from '../src/train/export.js';
+import { runExport, type ExportFormat } from '../src/export/export.js';
 import { generateRollout } from './rollout-generator.js';
 
 const args = process.argv.slice(2);

@@ -2,6 +2,8 @@
 // every backend; a backend only runs one attempt of one rollout to its end and says what happened,
 // in facts (exit codes, deadline, OOM, eviction, the verifier's reward), never in classes: the one
 // place that turns facts into a class is classify.ts, so docker and k8s rollouts are judged alike.
+// The whole contract a backend module meets is in this file; ./backends/index.ts only loads one by kind.
+import type { BatchPlan } from './plan.js';
 import type { BatchManifest, RolloutState } from './state.js';
 
 /** One attempt of one rollout, as the runner hands it to a backend. */
@@ -40,6 +42,11 @@ export interface AttemptFacts {
    * infraError. Optional: `harness-lab serve` answers it as the environment failing (FACTORY_ERROR).
    */
   setupFailure?: string | null;
+  /**
+   * The lab's own infrastructure spoiled the attempt (the cluster's capture proxy restarted under
+   * it): an infra error for this attempt, and the runner queues the rollout for another attempt.
+   */
+  rerun?: boolean;
 }
 
 export interface BatchBackend {
@@ -68,4 +75,40 @@ export interface BatchCapture {
   /** What the capture saw: calls answered, and whether the tokens are trainable (aligned ids, logprobs and mask). */
   sessionFacts(sessionId: string): Promise<{ nCalls: number; trainable: boolean; findings: string[] }>;
   close(): Promise<void>;
+}
+
+export interface BackendContext {
+  batchDir: string;
+  manifest: BatchManifest;
+  log(line: string): void;
+  /** Credential for the manifest's engine_url; never written to the batch directory, a sandbox or a log. */
+  engineApiKey?: string;
+}
+
+export interface OpenedBackend {
+  backend: BatchBackend;
+  capture: BatchCapture;
+}
+
+/**
+ * What a backend module exports. `./backends/k8s.ts` is expected to export `k8sBackendModule` of this shape
+ * (the docker one is `dockerBackendModule` in ./backends/docker.ts).
+ */
+export interface BackendModule {
+  /** The backend that runs attempts and the batch's capture proxy (started, or reached through a port-forward). */
+  open(ctx: BackendContext): Promise<OpenedBackend>;
+  /** Removes the batch's sandboxes without starting a capture (a `batch cancel` with no lab running); `finished`: also what only a running batch needs (the k8s proxy). */
+  cleanup(manifest: BatchManifest, log: (line: string) => void, opts?: { finished?: boolean }): Promise<string[]>;
+  /** `batch submit --dry-run -o json|yaml`: what would be created, as text; nothing is applied. */
+  dryRun?(plan: BatchPlan, format: 'json' | 'yaml'): Promise<string>;
+  /**
+   * Throws, in the user's terms, when this backend cannot make sandboxes at all right now (no Docker
+   * daemon; the cluster unreachable, or a permission a batch needs denied). Cheap, read-only.
+   */
+  preflight?(k8s: BatchManifest['k8s']): Promise<void>;
+  /**
+   * Removes the batch's sandboxes whose owning lab process is gone, leaving a live one's alone (a
+   * container whose create the daemon finished after its lab was killed). Returns what it removed.
+   */
+  reapStale?(manifest: BatchManifest): Promise<string[]>;
 }

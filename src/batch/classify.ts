@@ -1,5 +1,5 @@
 // The one place that turns what an attempt did (AttemptFacts from any backend) and what the capture
-// saw into exactly one class per rollout (cluster-and-training.md section 7). Docker and k8s
+// saw into exactly one class per rollout (docs/trainer-contracts.md §7). Docker and k8s
 // rollouts are judged by this function alone, so a failed sandbox never reaches a trainer as a
 // wrong answer, and an unknown reward is null, never 0.
 import type { AttemptFacts } from './backend.js';

@@ -1,19 +1,15 @@
 // Runs a planned batch to its end: one capture per batch, a global concurrency cap over every
 // task x group, one attempt at a time per rollout, each attempt a fresh capture session carrying the
-// batch's metadata and pinned sampling, facts from the backend classified by classify.ts, and every
-// change written to the rollout's state file before anything else happens. The same function
+// batch's metadata and pinned sampling, run by attempt.ts (the lifecycle `harness-lab serve` shares),
+// and every change written to the rollout's state file before anything else happens. The same function
 // submits and resumes: a rollout left `running` by a dead lab is re-queued (its attempt kept as
 // 'interrupted', never trainable) and the batch's leftover sandboxes are removed first.
-import { join, resolve } from 'node:path';
-import type { AttemptFacts } from './backend.js';
-import { backendModule, type BackendModule } from './backends/index.js';
-import { classify } from './classify.js';
+import { resolve } from 'node:path';
+import { MAX_MODEL_CALLS_PER_ROLLOUT, runAttempt } from './attempt.js';
+import type { BackendModule } from './backend.js';
+import { backendModule } from './backends/index.js';
 import { acquireLock, cancelRequested, clearCancel } from './lock.js';
-import { attemptSessionId } from './plan.js';
-import { batchPaths, readManifest, readRolloutStates, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutState } from './state.js';
-
-/** Upper bound on model calls per attempt: a runaway loop ends with the proxy's budget stop. */
-export const MAX_MODEL_CALLS_PER_ROLLOUT = 100;
+import { readManifest, readRolloutStates, writeRolloutState, type RolloutState } from './state.js';
 
 export interface BatchRunOptions {
   dir: string;
@@ -39,23 +35,6 @@ export interface BatchRunSummary {
   requeued: string[];
   /** Sandboxes of this batch a dead lab left, removed at start. */
   removed: string[];
-}
-
-export const attemptDir = (batchDir: string, rolloutId: string, attempt: number) => join(batchPaths(batchDir).runs, rolloutId, String(attempt));
-
-export function sessionMetadata(manifest: BatchManifest, s: RolloutState, attempt: number): Record<string, unknown> {
-  return {
-    batch_id: manifest.batch_id,
-    group_id: s.group_id,
-    rollout_id: s.rollout_id,
-    member: s.member,
-    attempt,
-    task: s.task,
-    harness: s.harness,
-    backend: manifest.backend,
-    batch_sampling: manifest.sampling,
-    policy_version: manifest.policy_version,
-  };
 }
 
 function counts(states: Iterable<RolloutState>) {
@@ -125,60 +104,46 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
       };
 
       const runOne = async (s: RolloutState) => {
-        const n = s.attempts.length;
-        const sessionId = attemptSessionId(manifest.batch_id, s.rollout_id, n);
-        const outDir = attemptDir(dir, s.rollout_id, n);
-        await capture.createSession({ sessionId, metadata: sessionMetadata(manifest, s, n), sampling: manifest.sampling, maxModelCalls: MAX_MODEL_CALLS_PER_ROLLOUT });
-        const startedAt = Date.now();
-        s.attempts.push({ attempt: n, session_id: sessionId, started_at: new Date(startedAt).toISOString(), ended_at: null, out_dir: join('runs', s.rollout_id, String(n)), outcome: 'running', trainable: false });
-        Object.assign(s, { state: 'running', session_id: sessionId, started_at: new Date(startedAt).toISOString(), ended_at: null, error: null, backend_ref: null });
-        save(s);
-        log(`start ${s.rollout_id}${n ? ` (attempt ${n})` : ''}: ${line()}`);
         const ctrl = new AbortController();
         running.set(s.rollout_id, ctrl);
-        // Stopped while this attempt was being set up: the backend sees the abort at once and the attempt is recorded as stopped.
-        if (stopped) ctrl.abort();
-        let facts: AttemptFacts;
+        let end;
         try {
-          facts = await backend.run({
+          end = await runAttempt({
             batchDir: dir,
             manifest,
+            backend,
+            capture,
             rollout: s,
-            attempt: n,
-            sessionId,
-            outDir,
+            sampling: manifest.sampling,
+            maxModelCalls: MAX_MODEL_CALLS_PER_ROLLOUT,
             signal: ctrl.signal,
-            log: (l) => log(`  ${s.rollout_id}: ${l}`),
-            setBackendRef: (ref) => {
-              s.backend_ref = ref;
-              save(s);
+            log,
+            save,
+            rerunOnInfra: true,
+            onStarted: () => {
+              log(`start ${s.rollout_id}${s.attempts.length > 1 ? ` (attempt ${s.attempts.length - 1})` : ''}: ${line()}`);
+              // Stopped while this attempt was being set up: the backend sees the abort at once and the attempt is recorded as stopped.
+              if (stopped) ctrl.abort();
             },
+            stopped: () =>
+              stopped === 'cancelled'
+                ? { requeue: true, outcome: 'cancelled', error: 'stopped by batch cancel; queued again for batch resume' }
+                : { requeue: true, outcome: 'interrupted', error: 'the lab was stopped; queued again for batch resume' },
           });
-        } catch (err) {
-          facts = { backendRef: null, agent: { exitCode: null, timedOut: false, ms: 0 }, verifier: null, reward: null, infraError: `the ${backend.kind} backend failed: ${err instanceof Error ? err.message : String(err)}`, cancelled: ctrl.signal.aborted };
         } finally {
           running.delete(s.rollout_id);
         }
-        const endedAt = new Date();
-        const attempt = s.attempts[n]!;
-        attempt.ended_at = endedAt.toISOString();
-        s.backend_ref = facts.backendRef ?? s.backend_ref;
-        if (facts.cancelled) {
-          attempt.outcome = stopped === 'cancelled' ? 'cancelled' : 'interrupted';
-          Object.assign(s, { state: 'queued', error: stopped === 'cancelled' ? 'stopped by batch cancel; queued again for batch resume' : 'the lab was stopped; queued again for batch resume' });
-          writeJsonAtomic(join(outDir, 'result.json'), { facts, capture: null, verdict: null });
-          save(s);
+        const v = end.verdict;
+        if (!v) return;
+        if (end.requeued) {
+          // Spoiled by the lab's own infrastructure (k8s: the capture proxy restarted under it): run it again.
+          queue.push(s);
+          log(`re-queued ${s.rollout_id}: ${v.error}; ${line()}`);
           return;
         }
-        const seen = await capture.sessionFacts(sessionId);
-        const v = classify(facts, seen, manifest.on_timeout);
-        writeJsonAtomic(join(outDir, 'result.json'), { facts, capture: seen, verdict: v });
-        attempt.outcome = 'finished';
-        attempt.trainable = v.trainable;
-        Object.assign(s, { state: v.state, class: v.class, reward: v.reward, rewards: v.rewards, trainable: v.trainable, error: v.error, ended_at: endedAt.toISOString(), duration_ms: endedAt.getTime() - startedAt, n_calls: seen.nCalls });
-        save(s);
         const reward = v.reward === null ? 'null' : String(Math.round(v.reward * 1000) / 1000);
-        log(`${v.state === 'done' ? 'done' : 'discarded'} ${s.rollout_id}: ${v.class} reward=${reward} ${((endedAt.getTime() - startedAt) / 1000).toFixed(1)}s${v.error && v.state === 'discarded' ? ` (${v.error})` : ''}; ${line()}`);
+        const secs = ((end.endedAt - end.startedAt) / 1000).toFixed(1);
+        log(`${v.state === 'done' ? 'done' : 'discarded'} ${s.rollout_id}: ${v.class} reward=${reward} ${secs}s${v.error && v.state === 'discarded' ? ` (${v.error})` : ''}; ${line()}`);
       };
 
       let failure: unknown;

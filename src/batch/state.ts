@@ -33,7 +33,7 @@ export const ROLLOUT_STATES = ['queued', 'running', 'done', 'discarded'] as cons
 export type RolloutStateName = (typeof ROLLOUT_STATES)[number];
 
 /**
- * Exactly one class per finished rollout (reference: cluster-and-training.md section 7).
+ * Exactly one class per finished rollout (docs/trainer-contracts.md §7).
  * completed: the verifier ran and gave a reward > 0. policy_failure: the harness ran, the verifier gave 0
  * (or the model's output broke the harness while tokens stayed aligned): trainable with reward 0.
  * infra_error: sandbox or harness crash, verifier never ran, no calls seen, misaligned capture: reward null.

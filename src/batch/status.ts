@@ -3,10 +3,10 @@
 // GRPO trainer cares about: no contrast (every trainable reward equal) and fewer than 2 trainable.
 // With `samples`, also what a finished rollout costs a trainer: samples and tokens against the merged length.
 import { existsSync, statSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { formatTotals, sampleAccount, sumAccounts, type SampleAccount, type SampleTotals } from '../capture/samples.js';
 import { CaptureSession } from '../capture/sessions.js';
-import { loadSessionFile, readSessionIndex } from '../capture/store.js';
+import { loadSessionFile, readSessionIndex, sessionFileOf } from '../capture/store.js';
 import { labPaths, labState } from './lock.js';
 import { batchPaths, readManifest, readRolloutStates, type BatchManifest, type RolloutState } from './state.js';
 
@@ -90,9 +90,9 @@ export function capturedCalls(sessionFile: string): number | null {
   }
 }
 
-/** Where a batch's rollout session is captured. */
+/** Where a batch's rollout session is captured (`<batch>/capture/sessions/<id>.jsonl`, the store's own path). */
 export function batchSessionFile(dir: string, sessionId: string): string {
-  return join(batchPaths(dir).capture, 'sessions', `${sessionId}.jsonl`);
+  return sessionFileOf(batchPaths(dir).capture, sessionId);
 }
 
 const accountCache = new Map<string, { size: number; mtimeMs: number; account: SampleAccount | null }>();

@@ -1,4 +1,4 @@
-// Grades an engine on first contact (capture-protocol §9.5): can it give us prompt ids, sampled ids
+// Grades an engine on first contact (docs/capture-protocol.md §9.5): can it give us prompt ids, sampled ids
 // and aligned logprobs (`tokens`), only logprobs, or only text? And are its logprobs the processed
 // ones (after temperature), which importance ratios need, or raw?
 import type { EngineClient } from './engine-client.js';

@@ -1,4 +1,4 @@
-// The rollout graph: every model call of a session, linked by exact prefix (protocol section 10).
+// The rollout graph: every model call of a session, linked by exact prefix (docs/capture-protocol.md §10).
 //
 //   node    one call (CallRecord; call_id is the node id)
 //   parent  the earlier call whose prompt+completion is the LONGEST exact prefix of this call's prompt

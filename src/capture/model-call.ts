@@ -1,4 +1,4 @@
-// One model call, in the order capture-protocol §5 prescribes: parse, side routes, session, dialect,
+// One model call, in the order docs/capture-protocol.md §5 prescribes: parse, side routes, session, dialect,
 // budget, convert, forward (non-streamed), record durably, then answer in the caller's dialect.
 import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';

@@ -12,11 +12,10 @@ import { resolveRenderMode, TokenInUnavailableError, type RenderMode, type Rende
 import type { TokenInEngine } from './render/token-engine.js';
 import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, loggableTarget, parseRequestTarget, readBody, sendJson } from './http-util.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
-import type { RolloutDocument } from './rollout.js';
 import { SessionExistsError, SessionKeyInUseError, SessionRegistry, type CreatedSession, type DormancyLimits, type ResidentLimits } from './session-registry.js';
-import { CreateSessionSchema, type CaptureSession, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
+import { CreateSessionSchema, type CaptureSession } from './sessions.js';
 import { StoreWriteError } from './store.js';
-import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger } from './types.js';
+import type { CaptureLevel, ProxyLogger } from './types.js';
 import { DEFAULT_MAX_OUTPUT_TOKENS } from './upstream.js';
 
 export type { ProxyLogger } from './types.js';
@@ -76,7 +75,7 @@ export class CaptureProxy {
   private probeReport: EngineProbeReport | undefined;
   private probing: Promise<EngineProbeReport> | undefined;
   private renderResolved: { report: RenderModeReport; engine: TokenInEngine | null } | undefined;
-  private renderResolving: Promise<{ report: RenderModeReport; engine: TokenInEngine | null }> | undefined;
+  private renderResolving: Promise<{ report: RenderModeReport; engine: TokenInEngine | null; transient: boolean }> | undefined;
   private readonly modelCall: Omit<ModelCallDeps, 'findSession'>;
   private server!: Server;
   private acceptor: AcceptorThread | undefined;
@@ -199,42 +198,6 @@ export class CaptureProxy {
     });
   }
 
-  // ---- sessions: new code uses `proxy.sessions`; these delegates keep older callers working ----
-
-  /** Fires after a call is durably recorded (answered or failed). */
-  get onDidRecordCall(): SessionRegistry['onDidRecordCall'] {
-    return this.sessions.onDidRecordCall;
-  }
-
-  /** Fires when a session is created or deleted. */
-  get onDidChangeSessions(): SessionRegistry['onDidChange'] {
-    return this.sessions.onDidChange;
-  }
-
-  createSession(request: CreateSessionRequest = {}): CreatedSession {
-    return this.sessions.create(request);
-  }
-
-  listSessions(): JsonObject[] {
-    return this.sessions.list();
-  }
-
-  getSession(id: string): CaptureSession | undefined {
-    return this.sessions.get(id);
-  }
-
-  getCalls(id: string): CallRecord[] {
-    return this.sessions.calls(id);
-  }
-
-  deleteSession(id: string): Promise<boolean> {
-    return this.sessions.delete(id);
-  }
-
-  rollout(id: string, opts?: RolloutReadOptions): RolloutDocument | undefined {
-    return this.sessions.rollout(id, opts);
-  }
-
   /** The engine's grade; probed once on first contact, again after a probe that could not reach it. */
   async ensureProbed(): Promise<CaptureLevel> {
     if (this.options.captureLevel) return this.options.captureLevel;
@@ -267,7 +230,7 @@ export class CaptureProxy {
         const r = resolved.report;
         if (r.mode === 'proxy') this.log.info(`render: the proxy renders (token in) with ${r.model_files} (${r.family}), engine route ${r.route}, max_model_len ${r.max_model_len ?? 'unknown'}`);
         else this.log[requested === 'proxy' ? 'error' : 'info'](`render: the engine renders (chat completions): ${r.problem}`);
-        if (this.probeReport?.reachable !== false) this.renderResolved = resolved;
+        if (!resolved.transient && this.probeReport?.reachable !== false) this.renderResolved = resolved;
         return resolved;
       })().finally(() => (this.renderResolving = undefined));
     }

@@ -29,7 +29,7 @@ export interface SessionSocketOptions {
   log?: (line: string) => void;
 }
 
-// Paths the four dialects post to (capture-protocol §6) and the two token-count side routes.
+// Paths the four dialects post to (docs/capture-protocol.md §6) and the two token-count side routes.
 const MODEL_POST_ROUTES: readonly RegExp[] = [
   /^(?:\/v1)?\/chat\/completions$/,
   /^(?:\/v1)?\/responses$/,

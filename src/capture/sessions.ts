@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { RolloutGraph } from './graph.js';
 import { buildRollout, type RolloutDocument, type RolloutOptions } from './rollout.js';
 import { SESSION_ID_PATTERN, type LoadedSession, type SessionTally } from './store.js';
-import type { CallRecord, CaptureLevel, JsonObject, SessionInfo } from './types.js';
+import type { CallRecord, CaptureLevel, JsonObject, PINNABLE_SAMPLING_KEYS, SessionInfo } from './types.js';
 
 /** What a reader of a rollout chooses; everything else comes from the session. */
 export type RolloutReadOptions = Pick<RolloutOptions, 'purpose' | 'includeDiscarded' | 'includeMessages' | 'includeTraces'>;
@@ -38,7 +38,7 @@ export const CreateSessionSchema = z
         presence_penalty: z.number().finite().optional(),
         repetition_penalty: z.number().finite().positive().optional(),
         seed: z.number().int().optional(),
-      })
+      } satisfies Record<(typeof PINNABLE_SAMPLING_KEYS)[number], z.ZodType>)
       .strict()
       .optional(),
     metadata: z

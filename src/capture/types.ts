@@ -198,6 +198,11 @@ export interface CallRecord extends TokenCapture {
   render?: RenderInfo;
 }
 
+/** The sampling keys a session may pin on every call it forwards (a batch's or a served rollout's training sampling). */
+export const PINNABLE_SAMPLING_KEYS = ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'seed'] as const;
+/** Sampling a session pins; the harness's own values are overridden (and recorded as requested). */
+export type PinnedSampling = Partial<Record<(typeof PINNABLE_SAMPLING_KEYS)[number], number>>;
+
 export interface SessionInfo {
   session_id: string;
   created_at: string;
@@ -208,7 +213,7 @@ export interface SessionInfo {
   /** The engine's capture level when the session was created (below `tokens`: evaluation only). */
   capture_level?: CaptureLevel;
   /** Sampling pinned on every call of this session (a batch's); the harness's own values are recorded as requested. */
-  sampling?: Partial<Record<'temperature' | 'top_p' | 'top_k' | 'min_p' | 'frequency_penalty' | 'presence_penalty' | 'repetition_penalty' | 'seed', number>>;
+  sampling?: PinnedSampling;
   /**
    * Set for a session created with its own secret key: the key's SHA-256 (hex). Such a session is
    * reached on the model routes by that key only, never by its id; the key itself is never stored.

@@ -1,15 +1,12 @@
-// What the proxy sends to the engine and how it reads the answer back (capture-protocol §9).
-import type { CaptureLevel, ChatMessage, ChatRequest, ChatResponse, JsonObject, LogprobEntry, TokenCapture } from './types.js';
+// What the proxy sends to the engine and how it reads the answer back (docs/capture-protocol.md §9).
+import { PINNABLE_SAMPLING_KEYS, type CaptureLevel, type ChatMessage, type ChatRequest, type ChatResponse, type JsonObject, type LogprobEntry, type PinnedSampling, type TokenCapture } from './types.js';
 
 export const DEFAULT_MAX_OUTPUT_TOKENS = 8192;
 
-const SAMPLING_KEYS = ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'seed', 'max_tokens', 'max_completion_tokens', 'stop'] as const;
+const SAMPLING_KEYS = [...PINNABLE_SAMPLING_KEYS, 'max_tokens', 'max_completion_tokens', 'stop'] as const;
 
 /** Knobs forced to no-ops at `tokens` level, so processed logprobs match a full-vocabulary recompute. */
 const NEUTRAL_SAMPLING: JsonObject = { top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1 };
-
-/** Sampling a session pins on every call it forwards (a batch's training sampling); the harness's values are overridden. */
-export type PinnedSampling = Partial<Record<'temperature' | 'top_p' | 'top_k' | 'min_p' | 'frequency_penalty' | 'presence_penalty' | 'repetition_penalty' | 'seed', number>>;
 
 export interface EngineRequestPlan {
   request: ChatRequest;
@@ -26,7 +23,7 @@ function pickSampling(source: JsonObject): JsonObject {
 /**
  * On a session with pinned sampling (a batch's or a served rollout's), request fields that change the
  * distribution the tokens are sampled from, so the recorded logprobs would not be the policy's:
- * refused with a 400 instead of silently trained on (trainers.md section 3).
+ * refused with a 400 instead of silently trained on (docs/trainer-contracts.md §3).
  */
 export function distributionChangingField(chat: ChatRequest): string | undefined {
   if (chat.logit_bias !== undefined && chat.logit_bias !== null && !(typeof chat.logit_bias === 'object' && Object.keys(chat.logit_bias).length === 0)) return 'logit_bias';

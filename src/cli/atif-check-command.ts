@@ -1,7 +1,7 @@
 // `harness-lab atif-check ROLLOUT TRAJECTORY`: the viewer's ATIF cross-check on the command line.
 // Exit 0 on a match, 1 on a mismatch, 2 on bad usage or unreadable input.
 import { AtifParseError } from '../harness/atif.js';
-import { RolloutFileError } from '../protocol/rollout-file.js';
+import { RolloutFileError } from '../capture/rollout-file.js';
 import { checkTrajectory, loadRollout } from '../report/rollout-loader.js';
 import { defineCommand, UsageError } from './args.js';
 

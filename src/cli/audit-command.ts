@@ -1,8 +1,8 @@
-// `harness-lab audit BATCH`: the GRPO audit (src/train/audit.ts), as text or JSON, with exit 1 when a
+// `harness-lab audit BATCH`: the GRPO audit (src/export/audit.ts), as text or JSON, with exit 1 when a
 // --fail-on threshold is exceeded so it can gate a training step.
 import { BatchFileError } from '../batch/state.js';
-import { auditBatch, DEFAULT_MAX_STALENESS, failures, FAIL_ON_KEYS, formatAudit, parseFailOn } from '../train/audit.js';
-import { ExportInputError } from '../train/source.js';
+import { auditBatch, DEFAULT_MAX_STALENESS, failures, FAIL_ON_KEYS, formatAudit, parseFailOn } from '../export/audit.js';
+import { ExportInputError } from '../export/source.js';
 import { defineCommand, UsageError } from './args.js';
 
 const USAGE = `usage: harness-lab audit BATCH [--json] [--max-staleness K] [--fail-on KEY=SHARE,...]

@@ -1,4 +1,5 @@
 // `harness-lab batch submit|status|watch|collect|cancel|resume`: flags in, src/batch/ does the work.
+import { join, resolve } from 'node:path';
 import { defineCommand, defineCommandGroup, UsageError, type CliCommand } from './args.js';
 import { harnessNames } from '../harness/registry.js';
 
@@ -176,10 +177,23 @@ const collect = defineCommand({
   flags: { out: { type: 'string', short: 'o' } },
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
-    const { collectBatch } = await import('../batch/collect.js');
-    const s = collectBatch(positionals[0]!, flags.out);
-    say(`wrote ${s.lines} trace(s) from ${s.rollouts} trainable rollout(s) in ${s.groupsKept.length} group(s) to ${s.file}`);
-    for (const [g, why] of Object.entries(s.groupsDropped)) say(`  left out ${g}: ${why}`);
+    // The export's one writer in its `collected` format: streamed, contract-checked, with FILE.manifest.json.
+    const { runExport } = await import('../export/export.js');
+    const { ExportContractError } = await import('../export/contract.js');
+    const { ExportInputError } = await import('../export/source.js');
+    const { BatchFileError } = await import('../batch/state.js');
+    const dir = resolve(positionals[0]!);
+    const file = resolve(flags.out ?? join(dir, 'collected.jsonl'));
+    let m;
+    try {
+      m = await runExport({ format: 'collected', source: { kind: 'batch', dir }, out: file });
+    } catch (err) {
+      if (!(err instanceof ExportContractError || err instanceof ExportInputError || err instanceof BatchFileError)) throw err;
+      process.stderr.write(`harness-lab batch collect: ${err.message}\n`);
+      return 1;
+    }
+    say(`wrote ${m.counts.rows} trace(s) from ${m.counts.rollouts_kept} trainable rollout(s) in ${m.counts.groups_kept} group(s) to ${file}`);
+    for (const g of m.dropped_groups) say(`  left out ${g.group_id}: ${g.detail}`);
     return 0;
   },
 });

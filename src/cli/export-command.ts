@@ -1,14 +1,14 @@
 // `harness-lab export`: trainer input from a batch, a session or a directory of rollouts. The logic is
-// src/train/export.ts; this file only reads flags and reports.
+// src/export/export.ts; this file only reads flags and reports.
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { BatchFileError } from '../batch/state.js';
-import { ExportContractError } from '../train/contract.js';
-import { EXPORT_FORMATS, ExportUsageError, manifestPath, runExport, type ExportFormat, type ExportSource } from '../train/export.js';
-import { ExportInputError } from '../train/source.js';
+import { ExportContractError } from '../export/contract.js';
+import { EXPORT_FORMATS, ExportUsageError, manifestPath, runExport, type ExportFormat, type ExportSource } from '../export/export.js';
+import { ExportInputError } from '../export/source.js';
 import { defineCommand, UsageError } from './args.js';
 
-const USAGE = `usage: harness-lab export [--format trainingtrace|trl|verl|paths] SOURCE --out FILE.jsonl
+const USAGE = `usage: harness-lab export [--format trainingtrace|trl|verl|paths|collected] SOURCE --out FILE.jsonl
 
 SOURCE is one of
   --batch DIR                  a batch directory (batch.json, rollouts/, capture/)
@@ -22,9 +22,11 @@ Formats (docs/exports.md):
   verl           AgentLoopOutput rows, one per segment, keyed {uid}_{session}_{index}; reward on the final
                  segment (needs --batch)
   paths          the lab's own TrainingTrace, one per root-to-leaf path (default; docs/training-trace.md)
+  collected      what \`batch collect\` writes: each trainable path inside its batch facts, from finished
+                 groups with 2+ trainable members (needs --batch)
 
 Options:
-  --min-group-size N   verl: drop groups with fewer exportable members (default 2)
+  --min-group-size N   verl, collected: drop groups with fewer exportable members (default 2)
   --drop-no-contrast   drop groups whose members all have the same reward
 
 Also writes FILE.manifest.json: batch, policy versions, sampling, counts kept and dropped per reason.

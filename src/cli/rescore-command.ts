@@ -1,9 +1,9 @@
 // `harness-lab rescore ROLLOUT --engine-url URL`: sampler-vs-trainer drift of one rollout
-// (src/train/rescore.ts), printed and written as ROLLOUT.rescore.json for the viewer.
+// (src/export/rescore.ts), printed and written as ROLLOUT.rescore.json for the viewer.
 import { writeFileSync } from 'node:fs';
 import { rescorePathFor } from '../report/rescore-attach.js';
-import { DEFAULT_DRIFT_THRESHOLD, formatRescore, RescoreError, rescoreRollout } from '../train/rescore.js';
-import { ExportInputError, readRollout } from '../train/source.js';
+import { DEFAULT_DRIFT_THRESHOLD, formatRescore, RescoreError, rescoreRollout } from '../export/rescore.js';
+import { ExportInputError, readRollout } from '../export/source.js';
 import { defineCommand, UsageError } from './args.js';
 
 const USAGE = `usage: harness-lab rescore ROLLOUT --engine-url URL [-o OUT] [--model NAME] [--threshold R] [--json]

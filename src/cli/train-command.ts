@@ -1,4 +1,4 @@
-// `harness-lab train submit|status|logs|cancel|list`: training runs on the user's cluster (src/cluster/trainer-jobs.ts).
+// `harness-lab train submit|status|logs|cancel|list`: training runs on the user's cluster (src/training/trainer-jobs.ts).
 import { defineCommand, defineCommandGroup, UsageError, type CliCommand } from './args.js';
 
 const USAGE = `usage: harness-lab train submit --trainer trl|verl --config FILE [--name RUN]
@@ -31,7 +31,7 @@ async function cluster(flags: { context?: string | undefined; namespace?: string
 /** Cluster and config errors are the user's to fix: one line, exit 1. */
 async function guarded(name: string, fn: () => Promise<number>): Promise<number> {
   const { ClusterError } = await import('../cluster/kube.js');
-  const { TrainConfigError } = await import('../cluster/trainer-jobs.js');
+  const { TrainConfigError } = await import('../training/trainer-jobs.js');
   try {
     return await fn();
   } catch (err) {
@@ -49,7 +49,7 @@ const submit = defineCommand({
   usage: USAGE,
   flags: { trainer: { type: 'string', required: true }, config: { type: 'string', required: true }, name: { type: 'string' }, operator: { type: 'string', default: 'auto' }, ...target, 'dry-run': { type: 'boolean' }, output: { type: 'string', short: 'o' } },
   run: async ({ flags }) => {
-    const tj = await import('../cluster/trainer-jobs.js');
+    const tj = await import('../training/trainer-jobs.js');
     if (!(tj.TRAINERS as readonly string[]).includes(flags.trainer)) throw new UsageError(`--trainer must be one of ${tj.TRAINERS.join(', ')}, got '${flags.trainer}'`);
     if (!(tj.OPERATORS as readonly string[]).includes(flags.operator)) throw new UsageError(`--operator must be one of ${tj.OPERATORS.join(', ')}, got '${flags.operator}'`);
     if (flags.output && !flags['dry-run']) throw new UsageError('-o is for --dry-run');
@@ -85,7 +85,7 @@ const status = defineCommand({
   positionals: ['RUN'],
   run: async ({ flags, positionals }) =>
     guarded('train status', async () => {
-      const tj = await import('../cluster/trainer-jobs.js');
+      const tj = await import('../training/trainer-jobs.js');
       const c = await cluster(flags);
       const name = positionals[0]!;
       const { kind, trainer } = await tj.findRun(c, name);
@@ -115,7 +115,7 @@ const logs = defineCommand({
   positionals: ['RUN'],
   run: async ({ flags, positionals }) =>
     guarded('train logs', async () => {
-      const tj = await import('../cluster/trainer-jobs.js');
+      const tj = await import('../training/trainer-jobs.js');
       const c = await cluster(flags);
       const name = positionals[0]!;
       const { kind } = await tj.findRun(c, name);
@@ -139,7 +139,7 @@ const cancel = defineCommand({
   positionals: ['RUN'],
   run: async ({ flags, positionals }) =>
     guarded('train cancel', async () => {
-      const tj = await import('../cluster/trainer-jobs.js');
+      const tj = await import('../training/trainer-jobs.js');
       const c = await cluster(flags);
       const name = positionals[0]!;
       const { kind } = await tj.findRun(c, name);
@@ -156,7 +156,7 @@ const list = defineCommand({
   flags: { json: { type: 'boolean' }, ...target },
   run: async ({ flags }) =>
     guarded('train list', async () => {
-      const tj = await import('../cluster/trainer-jobs.js');
+      const tj = await import('../training/trainer-jobs.js');
       const runs = await tj.listRuns(await cluster(flags));
       if (flags.json) say(JSON.stringify(runs, null, 2));
       else for (const r of runs) say(`${r.name}  ${r.trainer}  ${r.kind}  ${r.phase}  ${r.created ?? ''}`);

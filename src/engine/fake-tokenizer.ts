@@ -33,24 +33,6 @@ export function fakeEncode(text: string): number[] {
   return ids;
 }
 
-export function fakeDecode(ids: number[]): string {
-  const out: string[] = [];
-  let bytes: number[] = [];
-  const flush = () => {
-    if (bytes.length) out.push(Buffer.from(bytes).toString('utf8'));
-    bytes = [];
-  };
-  for (const id of ids) {
-    const special = SPECIAL_TEXT[id];
-    if (special !== undefined) {
-      flush();
-      out.push(special);
-    } else bytes.push(id & 0xff);
-  }
-  flush();
-  return out.join('');
-}
-
 export function tokenBytes(id: number): number[] {
   const special = SPECIAL_TEXT[id];
   return special !== undefined ? [...Buffer.from(special, 'utf8')] : [id & 0xff];

@@ -12,7 +12,7 @@ export interface PromptConversation {
 }
 
 const TURN = /<\|im_start\|>(\w+)\n([\s\S]*?)(?:<\|im_end\|>|$)/g;
-const TOOLS_BLOCK = /\n?# Tools\n[\s\S]*?<tools>\n([\s\S]*?)\n<\/tools>[\s\S]*$/;
+const TOOLS_BLOCK = /# Tools\n[\s\S]*?<tools>\n([\s\S]*?)\n<\/tools>[\s\S]*$/;
 const TOOL_RESPONSE = /<tool_response>\n([\s\S]*?)\n<\/tool_response>/g;
 
 /** null when the text is not in ChatML form (no `<|im_start|>` turn). */

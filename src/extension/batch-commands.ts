@@ -4,7 +4,7 @@
 import { dirname, join } from 'node:path';
 import * as vscode from 'vscode';
 import { batchStatus } from '../batch/status.js';
-import { harnessNames } from '../harness/registry.js';
+import { harnessHint, harnessNames } from '../harness/registry.js';
 import type { BatchesTreeNode, BatchRolloutNode } from './batches-model.js';
 import { planAndWriteBatch, startBatchLab } from './batch-submit.js';
 import { readKubeContexts } from './kube-contexts.js';
@@ -20,8 +20,6 @@ export interface BatchCommandContext {
   model(): string;
   refreshBatches(): void;
 }
-
-const HARNESS_HINTS: Record<string, string> = { react: 'reference ReAct harness, the known-good baseline' };
 
 async function workspaceTasks(): Promise<{ label: string; description: string; folder: string }[]> {
   const uris = await vscode.workspace.findFiles('**/task.toml', '{**/node_modules/**,**/.git/**}', 1000);
@@ -52,7 +50,7 @@ async function askBatch(ctx: BatchCommandContext, arg: unknown) {
     if (!picked?.length) return undefined;
     tasks = picked.map((p) => p.folder);
   }
-  const harnessPick = await vscode.window.showQuickPick(harnessNames().map((name) => ({ label: name, description: HARNESS_HINTS[name] ?? '' })), { title: `${title} (2/4): harnesses`, placeHolder: 'Harnesses; every group keeps all its members on one harness', canPickMany: true });
+  const harnessPick = await vscode.window.showQuickPick(harnessNames().map((name) => ({ label: name, description: harnessHint(name) })), { title: `${title} (2/4): harnesses`, placeHolder: 'Harnesses; every group keeps all its members on one harness', canPickMany: true });
   if (!harnessPick?.length) return undefined;
   const size = await vscode.window.showInputBox({
     title: `${title} (3/4): group size`,

@@ -6,7 +6,7 @@
 import { basename } from 'node:path';
 import * as vscode from 'vscode';
 import { batchStatus } from '../batch/status.js';
-import { auditBatch, type AuditReport } from '../train/audit.js';
+import { auditBatch, type AuditReport } from '../export/audit.js';
 import { auditMarkdown, auditProblems, auditWarning, batchDirOf, batchReadError, groupPickItems, groupTargetOf, isErrorNode } from './batch-review-model.js';
 import { BatchesTreeModel, type BatchNode } from './batches-model.js';
 import type { GroupViewPanels } from './group-view-panel.js';

@@ -1,13 +1,13 @@
 // What the Batches view's review actions show, as plain data: Audit Batch's Markdown document and
-// the problems it raises (src/train/audit.ts, the same audit as `harness-lab audit BATCH`), the
+// the problems it raises (src/export/audit.ts, the same audit as `harness-lab audit BATCH`), the
 // batch and group a command acts on, the quick-pick rows, and audit errors in the user's terms.
 // Nothing here imports vscode.
-import { basename, join } from 'node:path';
+import { basename } from 'node:path';
 import { BatchFileError, batchPaths } from '../batch/state.js';
-import type { BatchStatus, GroupStatus } from '../batch/status.js';
-import type { AuditMember, AuditReport, GroupAudit } from '../train/audit.js';
-import type { BehaviourAggregate } from '../train/behaviour.js';
-import { ExportInputError } from '../train/source.js';
+import { batchSessionFile, type BatchStatus, type GroupStatus } from '../batch/status.js';
+import type { AuditMember, AuditReport, GroupAudit } from '../export/audit.js';
+import type { BehaviourAggregate } from '../export/behaviour.js';
+import { ExportInputError } from '../export/source.js';
 import type { BatchErrorNode, BatchesTreeNode } from './batches-model.js';
 
 /** The batch directory a command argument names: a Batches tree node (any kind), a path, or a Uri. */
@@ -52,7 +52,7 @@ export function groupPickItems(st: BatchStatus): { label: string; description: s
 
 /** The captured session of a group member, when it has one (`<batch>/capture/sessions/<id>.jsonl`). */
 export function memberSessionFile(dir: string, sessionId: string | null): string | null {
-  return sessionId ? join(batchPaths(dir).capture, 'sessions', `${sessionId}.jsonl`) : null;
+  return sessionId ? batchSessionFile(dir, sessionId) : null;
 }
 
 /** Why a batch cannot be audited or shown, naming the batch and the file: the audit's own errors reworded. */

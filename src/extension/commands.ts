@@ -21,7 +21,7 @@ import type { Logger } from './logger.js';
 import { NotConfiguredError, SET_ENGINE_URL } from './not-configured.js';
 import { NotRunningError, type ProxyController } from './proxy-controller.js';
 import type { ReadonlyDocuments } from './readonly-docs.js';
-import type { RescoreReport } from '../train/rescore.js';
+import type { RescoreReport } from '../export/rescore.js';
 import { viewerTargetOf, type RolloutViewerPanels } from './rollout-viewer-panel.js';
 import type { CallNode, SessionNode } from './sessions-model.js';
 import { SETTINGS_SECTION, readSettings, settingKey, type HarnessLabSettings } from './settings.js';

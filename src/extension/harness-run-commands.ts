@@ -8,7 +8,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import * as vscode from 'vscode';
 import type { CaptureProxy } from '../capture/proxy.js';
-import { harnessNames } from '../harness/registry.js';
+import { harnessHint, harnessNames } from '../harness/registry.js';
 import { openLab, type Lab, type LabOptions } from '../sandbox/lab.js';
 import { ROLLOUT_DOCUMENT_FILE, rolloutLine, runRollout, type RolloutResult } from '../sandbox/rollout-runner.js';
 import { contractRows, defaultValidationTask, formatValidationTable, type ValidationTable } from '../sandbox/validate.js';
@@ -28,22 +28,12 @@ export interface HarnessRunContext {
   runsDirSetting(): string;
 }
 
-const HARNESS_HINTS: Record<string, string> = {
-  react: 'reference ReAct harness (Chat Completions + bash), the known-good baseline',
-  codex: 'OpenAI Responses',
-  'claude-code': 'Anthropic Messages',
-  opencode: 'Chat Completions',
-  'gemini-cli': 'Gemini',
-  'qwen-code': 'Chat Completions',
-  pi: 'Chat Completions',
-};
-
 /** The harness named in the argument (`{ folder, harness }` from a script or test), else a quick pick. */
 async function pickHarness(title: string, arg?: unknown): Promise<string | undefined> {
   const named = (arg as { harness?: unknown } | undefined)?.harness;
   if (typeof named === 'string' && harnessNames().includes(named)) return named;
   const picked = await vscode.window.showQuickPick(
-    harnessNames().map((name) => ({ label: name, description: HARNESS_HINTS[name] ?? '' })),
+    harnessNames().map((name) => ({ label: name, description: harnessHint(name) })),
     { title, placeHolder: 'Harness to run in a Docker sandbox' },
   );
   return picked?.label;

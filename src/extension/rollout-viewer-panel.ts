@@ -16,7 +16,7 @@ import { idsWithoutText, toWire, viewerDataFromRollout, type TurnDetails, type V
 import { parseWebviewMessage } from '../protocol/webview-schema.js';
 import { applyRescore, rescorePathFor } from '../report/rescore-attach.js';
 import { checkTrajectory, findTrajectory, type LoadedRollout } from '../report/rollout-loader.js';
-import { rescoreRollout, type RescoreReport } from '../train/rescore.js';
+import { rescoreRollout, type RescoreReport } from '../export/rescore.js';
 import { Disposable, toDisposable } from './lifecycle.js';
 
 export const ROLLOUT_VIEW_TYPE = 'harnessLab.rolloutViewer';

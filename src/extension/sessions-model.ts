@@ -86,7 +86,7 @@ export interface CallNode {
 
 export type SessionsTreeNode = SessionNode | CallNode | InFlightNode;
 
-/** What this call's record can be used for (capture-protocol 9.5): ids + aligned logprobs = tokens. */
+/** What this call's record can be used for (docs/capture-protocol.md §9.5): ids + aligned logprobs = tokens. */
 export function callCaptureLevel(rec: Pick<CallRecord, 'prompt_token_ids' | 'completion_token_ids' | 'logprobs'>): CaptureLevel {
   const ids = rec.prompt_token_ids !== null && rec.completion_token_ids !== null;
   if (ids && rec.logprobs !== null && rec.logprobs.length === rec.completion_token_ids?.length) return 'tokens';

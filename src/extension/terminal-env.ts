@@ -1,5 +1,5 @@
 // Environment that points every supported harness at one capture session. Variable names follow
-// what each harness actually reads (shared/reference/harness-offline.md):
+// what each harness actually reads (docs/harnesses.md):
 //   OpenAI SDKs, Qwen Code, pi:  OPENAI_BASE_URL (+/v1), OPENAI_API_KEY, OPENAI_MODEL
 //   Claude Code / Anthropic SDK: ANTHROPIC_BASE_URL (no /v1), ANTHROPIC_API_KEY (sent as x-api-key)
 //   Gemini CLI / Google GenAI:   GOOGLE_GEMINI_BASE_URL (no path), GEMINI_API_KEY

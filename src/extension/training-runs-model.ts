@@ -1,6 +1,6 @@
-// The Training Runs tree without vscode: runs (from src/cluster/trainer-jobs listRuns) become nodes
+// The Training Runs tree without vscode: runs (from src/training/trainer-jobs listRuns) become nodes
 // with trainer, phase and age; a cluster that cannot be listed becomes one node saying why.
-import type { RunPhase, RunSummary } from '../cluster/trainer-jobs.js';
+import type { RunPhase, RunSummary } from '../training/trainer-jobs.js';
 
 export interface TrainingRunNode {
   kind: 'run';

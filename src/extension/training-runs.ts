@@ -5,7 +5,7 @@ import { Writable } from 'node:stream';
 import * as vscode from 'vscode';
 import { loadCluster, type Cluster } from '../cluster/kube.js';
 import { missingKubeconfig } from '../cluster/kubeconfig-files.js';
-import { cancelRun, listRuns, loadTrainConfig, RunWatch, streamRunLogs, submitRun, TERMINAL, TRAINERS, type RunKind, type RunPhase, type Trainer } from '../cluster/trainer-jobs.js';
+import { cancelRun, listRuns, loadTrainConfig, RunWatch, streamRunLogs, submitRun, TERMINAL, TRAINERS, type RunKind, type RunPhase, type Trainer } from '../training/trainer-jobs.js';
 import { readKubeContexts } from './kube-contexts.js';
 import { Disposable, toDisposable } from './lifecycle.js';
 import type { Logger } from './logger.js';

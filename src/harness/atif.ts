@@ -7,9 +7,6 @@ import { z } from 'zod';
 const Extra = z.record(z.string(), z.unknown());
 const Int0 = z.int().nonnegative();
 
-export const ATIF_VERSIONS = ['ATIF-v1.0', 'ATIF-v1.1', 'ATIF-v1.2', 'ATIF-v1.3', 'ATIF-v1.4', 'ATIF-v1.5', 'ATIF-v1.6', 'ATIF-v1.7'] as const;
-export const ATIF_LATEST = 'ATIF-v1.7';
-
 const TextPart = z.strictObject({ type: z.literal('text'), text: z.string() });
 const ImagePart = z.strictObject({
   type: z.literal('image'),

@@ -8,7 +8,7 @@ import type { AtifTrajectory } from './atif.js';
 import { parseAtif } from './atif.js';
 import { claudeToAtif, codexSessionsToAtif, continueSessionsToAtif, copilotEventsToAtif, geminiSessionsToAtif, opencodeEventsToAtif, piSessionsToAtif, qwenChatsToAtif } from './native-atif.js';
 import { harnessCacheRoot, runtimeNodeFolder } from './run-local.js';
-import { HARNESSES, isHarnessName, wireHarness, type HarnessName, type WiredFile } from './wiring.js';
+import { DIALECT_LABELS, HARNESSES, isHarnessName, wireHarness, type HarnessName, type WiredFile } from './wiring.js';
 
 export type HarnessInstall =
   /** Installed by scripts/harness-install.sh into the host cache; mounted read-only into the sandbox. */
@@ -16,7 +16,7 @@ export type HarnessInstall =
   /** Our own script, bundled to one file and mounted next to node. */
   | { kind: 'bundled-script'; file: string };
 
-/** What a harness looks like from the model's side, for the README's landscape table. */
+/** What a harness looks like from the model's side, for the landscape table of docs/harnesses.md. */
 export interface HarnessLandscape {
   /** Whether it acts through tool calls (every harness here does; kept for harnesses that parse text). */
   toolCalls: boolean;
@@ -291,13 +291,6 @@ export function launchPlan(entry: HarnessEntry, ctx: LaunchContext): LaunchPlan 
   return { script, env: { TERM: 'dumb', NO_COLOR: '1', CI: '1', NO_PROXY: '127.0.0.1,localhost,::1', ...wired.env, ...extra }, files: wired.files };
 }
 
-const DIALECT_LABELS: Record<DialectName, string> = {
-  openai_chat: 'Chat Completions',
-  openai_responses: 'Responses',
-  anthropic_messages: 'Anthropic Messages',
-  google_gemini: 'Gemini',
-};
-
 /** The dialects a harness can speak: its sandbox wiring first, then other wiring-table variants of its package. */
 export function harnessDialects(entry: HarnessEntry): DialectName[] {
   const own = [entry.dialect];
@@ -307,7 +300,14 @@ export function harnessDialects(entry: HarnessEntry): DialectName[] {
   return own;
 }
 
-/** The README's harness landscape table, generated from the registry. */
+/** One line for a harness picker: the dialects it speaks (the reference harness says it is the baseline). */
+export function harnessHint(name: string): string {
+  if (name === 'react') return 'reference ReAct harness (Chat Completions + bash), the known-good baseline';
+  const entry = HARNESS_REGISTRY.get(name);
+  return entry ? harnessDialects(entry).map((d) => DIALECT_LABELS[d]).join(', ') : '';
+}
+
+/** The harness landscape table of docs/harnesses.md, generated from the registry. */
 export function landscapeMarkdownTable(): string {
   const code = (names: string[]) => (names.length ? names.map((n) => `\`${n}\``).join(', ') : 'none (edits through the shell)');
   const rows = ENTRIES.map((e) => {

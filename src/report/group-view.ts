@@ -1,14 +1,16 @@
 // The group view's data from a batch directory: one GRPO group's members side by side, the batch's
-// reward histograms, where members first diverge, behaviour metrics (src/train/behaviour.ts).
+// reward histograms, where members first diverge, behaviour metrics (src/export/behaviour.ts).
 import { existsSync } from 'node:fs';
 import { batchPaths, readManifest, readRolloutStates, type RolloutState } from '../batch/state.js';
 import { sampleAccount, sumAccounts, type SampleAccount } from '../capture/samples.js';
 import type { CallRecord } from '../capture/types.js';
 import { bytesToText } from '../protocol/viewer-data.js';
 import { GROUP_VIEW_VERSION, rewardHistogram, type GroupDivergence, type GroupMemberView, type GroupViewData, type StripToken } from '../protocol/group-data.js';
-import { rolloutTrajectory } from '../train/audit.js';
-import { aggregateBehaviour, mainPath, rolloutBehaviour, type RolloutBehaviour } from '../train/behaviour.js';
-import { excludedReason, readRollout, sessionFile, type StoredRollout } from '../train/source.js';
+import { rolloutTrajectory } from '../export/audit.js';
+import { aggregateBehaviour, mainPath, rolloutBehaviour, type RolloutBehaviour } from '../export/behaviour.js';
+import type { StoredRollout } from '../capture/rollout-file.js';
+import { sessionFileOf } from '../capture/store.js';
+import { excludedReason, readRollout } from '../export/source.js';
 
 export class GroupViewError extends Error {
   constructor(message: string) {
@@ -65,7 +67,7 @@ interface Loaded {
 
 function load(dir: string, s: RolloutState): Loaded {
   if (!s.session_id) return { state: s, rollout: null, problem: 'no capture session', behaviour: null };
-  const file = sessionFile(batchPaths(dir).capture, s.session_id);
+  const file = sessionFileOf(batchPaths(dir).capture, s.session_id);
   if (!existsSync(file)) return { state: s, rollout: null, problem: `no capture file ${file}`, behaviour: null };
   try {
     const rollout = readRollout(file);

@@ -1,5 +1,5 @@
 // A shared report must not hand out a credential: the session id is the harness's API key for that
-// session (capture-protocol §3.1), so every occurrence of it in the report's data is replaced by a
+// session (docs/capture-protocol.md §3.1), so every occurrence of it in the report's data is replaced by a
 // stable alias that still tells sessions apart but cannot be presented to a proxy.
 import { createHash } from 'node:crypto';
 

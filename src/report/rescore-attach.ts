@@ -3,7 +3,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { basename } from 'node:path';
 import type { ViewerData } from '../protocol/viewer-data.js';
-import { RescoreReportSchema, type RescoreReport } from '../train/rescore.js';
+import { RescoreReportSchema, type RescoreReport } from '../export/rescore.js';
 
 export function rescorePathFor(rolloutPath: string): string {
   return `${rolloutPath.replace(/(\.rollout\.json|\.jsonl|\.json)$/, '')}.rescore.json`;

@@ -33,6 +33,15 @@ function gone(labels: Record<string, string> | undefined): boolean {
   return host === hostname() && Number.isInteger(pid) && !processAlive(pid);
 }
 
+/**
+ * A task's image tag: its name as a Docker-safe slug and the hash of its build context over its base
+ * images' ids (a rebuilt base image gives new task images too). The one rule, for docker and k8s.
+ */
+export function taskImageTag(taskName: string, contextDir: string, baseImageIds: readonly string[]): string {
+  const slug = taskName.toLowerCase().replace(/[^a-z0-9_.-]+/g, '-').replace(/^[-.]+/, '') || 'task';
+  return `harness-lab/task-${slug}:${contextHash(contextDir, baseImageIds)}`;
+}
+
 /** Content hash of the build context: the image tag changes exactly when the environment does. */
 export function contextHash(dir: string, baseImageIds: readonly string[] = []): string {
   const h = createHash('sha256');
@@ -160,9 +169,7 @@ export class DockerRuntime implements SandboxRuntime {
       }
       baseIds.push(info.Id);
     }
-    const slug = task.name.toLowerCase().replace(/[^a-z0-9_.-]+/g, '-').replace(/^[-.]+/, '') || 'task';
-    // A rebuilt base image gives new task images too.
-    const tag = `harness-lab/task-${slug}:${contextHash(env.contextDir, baseIds)}`;
+    const tag = taskImageTag(task.name, env.contextDir, baseIds);
     if (await imageExists(this.docker, tag)) return tag;
     log?.(`building ${tag} from ${env.contextDir}`);
     const stream = await this.docker.buildImage(tarDirectory(env.contextDir), {

@@ -1,4 +1,4 @@
-// OpenEnv's Harbor rollout protocol as `harness-lab serve` speaks it (trainers.md section 3): the
+// OpenEnv's Harbor rollout protocol as `harness-lab serve` speaks it (docs/trainer-contracts.md §3): the
 // task API bodies, the WebSocket frames, the JSON-RPC methods on /mcp, the `run_rollout` arguments
 // and the HarborRolloutResult it answers with. Every body a trainer sends is parsed here, at the
 // boundary; nothing in this protocol is versioned, so unknown fields are accepted and ignored
@@ -130,11 +130,6 @@ export function zodMessage(err: z.ZodError): string {
 
 export function errorFrame(code: ErrorCode, message: string, extra: Record<string, unknown> = {}) {
   return { type: 'error', data: { message, code, ...extra } };
-}
-
-/** The observation frame carrying a tool's result the way OpenEnv's MCP environment wraps it. */
-export function observationFrame(toolName: string, result: unknown, error: { error_type: string; message: string } | null) {
-  return { type: 'observation', data: observationData(toolName, result, error) };
 }
 
 export function observationData(toolName: string, result: unknown, error: { error_type: string; message: string } | null) {

@@ -1,7 +1,7 @@
 // One served rollout, end to end, on the batch backends: the same backend module (sandbox, capture
-// proxy, engine), the same session metadata and pinned sampling, and classify.ts turning facts into
-// a class, as a batch attempt; then the captured session is read back from the capture's data dir
-// and answered as a HarborRolloutResult. A rollout that fails is a value (ok false, reward null),
+// proxy, engine) and the same attempt lifecycle (src/batch/attempt.ts: session metadata, pinned
+// sampling, classify.ts turning facts into a class) as a batch attempt; then the captured session
+// is read back from the capture's data dir and answered as a HarborRolloutResult. A rollout that fails is a value (ok false, reward null),
 // never an exception: the trainer on the other side must be able to score the rest of its group.
 //
 // Layout (one batch-shaped directory per engine the trainer names, so exports and the viewer read a
@@ -13,20 +13,19 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import type { BatchBackend, BatchCapture } from '../batch/backend.js';
-import { backendModule, type BackendModule } from '../batch/backends/index.js';
-import { classify, type Verdict } from '../batch/classify.js';
-import { attemptSessionId } from '../batch/plan.js';
-import { MAX_MODEL_CALLS_PER_ROLLOUT, attemptDir, sessionMetadata } from '../batch/runner.js';
+import type { BackendModule, BatchBackend, BatchCapture } from '../batch/backend.js';
+import { backendModule } from '../batch/backends/index.js';
+import { MAX_MODEL_CALLS_PER_ROLLOUT, runAttempt } from '../batch/attempt.js';
+import type { Verdict } from '../batch/classify.js';
 import { BatchManifestSchema, batchPaths, queuedRolloutState, readRolloutState, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutState } from '../batch/state.js';
-import { buildRollout, type RolloutDocument } from '../capture/rollout.js';
-import { loadSessionFile } from '../capture/store.js';
+import { batchSessionFile } from '../batch/status.js';
+import type { RolloutDocument } from '../capture/rollout.js';
+import { readRolloutFile, RolloutFileError } from '../capture/rollout-file.js';
+import { PINNABLE_SAMPLING_KEYS, type PinnedSampling } from '../capture/types.js';
 import { harnessEntry, harnessNames } from '../harness/registry.js';
 import type { ServedSplit } from './datasets.js';
 import type { HarborRolloutResult, HarborTurn, RunRolloutArgs } from './protocol.js';
 
-const PINNABLE = ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'seed'] as const;
-type Pinned = Partial<Record<(typeof PINNABLE)[number], number>>;
 const DEFAULT_AGENT_TIMEOUT_SEC = 600;
 const LOG_TAIL_CHARS = 4000;
 
@@ -303,8 +302,8 @@ export class RolloutService {
       return fail((err as Error).message, 'ValueError');
     }
     const rawSampling = args.purpose === 'eval' && args.eval_sampling ? args.eval_sampling : args.sampling;
-    const pinned: Pinned = {};
-    for (const k of PINNABLE) {
+    const pinned: PinnedSampling = {};
+    for (const k of PINNABLE_SAMPLING_KEYS) {
       const v = rawSampling?.[k];
       if (typeof v === 'number' && Number.isFinite(v)) pinned[k] = v;
     }
@@ -328,42 +327,30 @@ export class RolloutService {
       const rolloutId = `${slugPart(split.name)}.${args.task_index}.${Date.now().toString(36)}${(this.seq++).toString(36)}${randomBytes(2).toString('hex')}`;
       const now = new Date().toISOString();
       const s = queuedRolloutState({ rollout_id: rolloutId, group_id: 'served', member: 0, task: servedTaskName(split.name, args.task_index), harness: args.harness, policy_version: manifest.policy_version, queued_at: now });
-      const sessionId = attemptSessionId(manifest.batch_id, rolloutId, 0);
-      const outDir = attemptDir(eng.dir, rolloutId, 0);
-      const metadata = { ...sessionMetadata(manifest, s, 0), served: { split: split.name, task_index: args.task_index, purpose: args.purpose ?? 'train', reward_key: args.reward_key ?? null } };
-      await eng.capture.createSession({ sessionId, metadata, sampling: pinned, maxModelCalls: args.agent_step_limit ?? MAX_MODEL_CALLS_PER_ROLLOUT });
-      s.attempts.push({ attempt: 0, session_id: sessionId, started_at: now, ended_at: null, out_dir: join('runs', rolloutId, '0'), outcome: 'running', trainable: false });
-      Object.assign(s, { state: 'running', session_id: sessionId, started_at: now });
-      writeRolloutState(eng.dir, s);
-      this.opts.log(`start ${rolloutId} (${split.name}[${args.task_index}] ${task.name}, ${args.harness})`);
-      let facts;
-      try {
-        facts = await eng.backend.run({ batchDir: eng.dir, manifest, rollout: s, attempt: 0, sessionId, outDir, signal: ctrl.signal, log: (l) => this.opts.log(`  ${rolloutId}: ${l}`), setBackendRef: (ref) => writeRolloutState(eng.dir, { ...s, backend_ref: ref }) });
-      } catch (err) {
-        facts = { backendRef: null, agent: { exitCode: null, timedOut: false, ms: 0 }, verifier: null, reward: null, infraError: `the ${eng.backend.kind} backend failed: ${err instanceof Error ? err.message : String(err)}`, cancelled: ctrl.signal.aborted };
-      }
-      const ended = new Date();
-      const attempt = s.attempts[0]!;
-      attempt.ended_at = ended.toISOString();
-      s.backend_ref = facts.backendRef;
-      let verdict: Verdict;
-      const seen = await eng.capture.sessionFacts(sessionId);
-      // A server has no batch end: what the attempt left (a k8s Job and its pod) goes once its facts are read.
-      if (facts.backendRef && eng.backend.removeAttempt) await eng.backend.removeAttempt(facts.backendRef).catch((err: unknown) => this.opts.log(`  ${rolloutId}: ${err instanceof Error ? err.message : String(err)}`));
-      if (facts.cancelled) {
-        attempt.outcome = 'cancelled';
-        verdict = { state: 'discarded', class: 'infra_error', reward: null, rewards: {}, trainable: false, error: this.closed ? 'the rollout server shut down mid-rollout' : 'the trainer closed the session mid-rollout' };
-      } else {
-        verdict = classify(facts, seen, 'keep');
-        attempt.outcome = 'finished';
-        attempt.trainable = verdict.trainable;
-      }
-      writeJsonAtomic(join(outDir, 'result.json'), { facts, capture: seen, verdict });
-      Object.assign(s, { state: verdict.state, class: verdict.class, reward: verdict.reward, rewards: verdict.rewards, trainable: verdict.trainable, error: verdict.error, ended_at: ended.toISOString(), duration_ms: ended.getTime() - Date.parse(now), n_calls: seen.nCalls });
-      writeRolloutState(eng.dir, s);
+      const extraMetadata = { served: { split: split.name, task_index: args.task_index, purpose: args.purpose ?? 'train', reward_key: args.reward_key ?? null } };
+      const end = await runAttempt({
+        batchDir: eng.dir,
+        manifest,
+        backend: eng.backend,
+        capture: eng.capture,
+        rollout: s,
+        sampling: pinned,
+        maxModelCalls: args.agent_step_limit ?? MAX_MODEL_CALLS_PER_ROLLOUT,
+        extraMetadata,
+        signal: ctrl.signal,
+        log: this.opts.log,
+        save: (r) => writeRolloutState(eng.dir, r),
+        onStarted: () => this.opts.log(`start ${rolloutId} (${split.name}[${args.task_index}] ${task.name}, ${args.harness})`),
+        stopped: () => ({ requeue: false, error: this.closed ? 'the rollout server shut down mid-rollout' : 'the trainer closed the session mid-rollout' }),
+        removeOnceRead: true,
+      });
+      const { sessionId, outDir, facts } = end;
+      // A server's stopped attempt is discarded, never re-queued: it always has a verdict and the capture's facts.
+      const verdict = end.verdict!;
+      const seen = end.seen!;
       this.opts.log(`${verdict.state} ${rolloutId}: ${verdict.class} reward=${verdict.reward ?? 'null'}`);
       if (facts.setupFailure && !facts.cancelled) throw new EnvironmentFactoryError(this.factoryName, `the ${eng.backend.kind} backend could not create the sandbox of ${split.name}[${args.task_index}] (${task.name}, rollout ${rolloutId}): ${facts.setupFailure}`);
-      const doc = readCapturedSession(eng.dir, sessionId);
+      const doc = readCapturedSession(eng.dir, sessionId, this.opts.log);
       return resultOf({ base, args, verdict, doc, findings: seen.findings, outDir, sessionId, rolloutId, started, facts, timeoutSec, queueS });
     } catch (err) {
       if (err instanceof EnvironmentFactoryError) throw err;
@@ -406,10 +393,16 @@ function slugPart(text: string): string {
   return text.replace(/[^A-Za-z0-9_-]+/g, '-').slice(0, 40) || 'split';
 }
 
-function readCapturedSession(dir: string, sessionId: string): RolloutDocument | null {
-  const loaded = loadSessionFile(join(batchPaths(dir).capture, 'sessions', `${sessionId}.jsonl`));
-  if (!loaded) return null;
-  return buildRollout(loaded.info, loaded.calls, { budgetStopCount: loaded.budgetStops, captureLevel: loaded.info.capture_level ?? 'tokens', includeMessages: true });
+function readCapturedSession(dir: string, sessionId: string, log: (line: string) => void): RolloutDocument | null {
+  const file = batchSessionFile(dir, sessionId);
+  if (!existsSync(file)) return null;
+  try {
+    return readRolloutFile(file, { includeMessages: true }).doc;
+  } catch (err) {
+    if (!(err instanceof RolloutFileError)) throw err;
+    log(`  ${sessionId}: ${err.message}`);
+    return null;
+  }
 }
 
 function blankResult(args: RunRolloutArgs, dataset: string, task: { id: string; name: string } | null): HarborRolloutResult {

@@ -1,14 +1,16 @@
-// `harness-lab serve`'s HTTP + WebSocket server, speaking OpenEnv's Harbor protocol (trainers.md
-// section 3) so TRL's HarborSessionFactory talks to it unchanged: the task API under /harbor_env,
+// `harness-lab serve`'s HTTP + WebSocket server, speaking OpenEnv's Harbor protocol
+// (docs/trainer-contracts.md §3) so TRL's HarborSessionFactory talks to it unchanged: the task API under /harbor_env,
 // `/ws` sessions whose `step` frame calls the one tool `run_rollout`, and the JSON-RPC session
 // methods on POST /mcp. Capacity is checked when a session opens (nothing queues), as OpenEnv does.
 // /health answers from memory, never waiting on a rollout. The `ws` library answers the client's
 // pings by itself, so a trainer sees a slow rollout as alive and a dead server as a dropped socket.
-import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer, type WebSocket } from 'ws';
 import type { z } from 'zod';
+import { secretsEqual } from '../capture/auth.js';
+import { BodyTooLargeError, readBody as readBoundedBody, sendJson } from '../capture/http-util.js';
 import { taskRef, type ServedSplit } from './datasets.js';
 import {
   CallToolAction,
@@ -130,7 +132,7 @@ export class ServeServer {
   private authorized(req: IncomingMessage): boolean {
     const key = this.opts.adminKey;
     if (!key) return true;
-    return presentedKeys(req).some((given) => sameKey(given, key));
+    return presentedKeys(req).some((given) => secretsEqual(given, key));
   }
 
   private openSession(explicit: boolean): Session | { capacity: true } {
@@ -434,31 +436,21 @@ function presentedKeys(req: IncomingMessage): string[] {
   return keys;
 }
 
-function sameKey(given: string, key: string): boolean {
-  const a = Buffer.from(given);
-  const b = Buffer.from(key);
-  return a.length === b.length && timingSafeEqual(a, b);
-}
-
-function json(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
-  res.end(text);
-}
+/** The JSON answers of this server (the proxy's sendJson: nothing is written to a response already sent). */
+const json = sendJson;
 
 function rpcError(id: unknown, code: number, message: string, data: Record<string, unknown>) {
   return { jsonrpc: '2.0', id, error: { code, message, data } };
 }
 
+/** The whole body as text, through the proxy's bounded reader; past MAX_BODY_BYTES it is a 413. */
 async function readBody(req: IncomingMessage): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const c of req) {
-    size += (c as Buffer).length;
-    if (size > MAX_BODY_BYTES) throw new HttpError(413, `body over ${MAX_BODY_BYTES} bytes`);
-    chunks.push(c as Buffer);
+  try {
+    return (await readBoundedBody(req, MAX_BODY_BYTES)).toString('utf8');
+  } catch (err) {
+    if (err instanceof BodyTooLargeError) throw new HttpError(413, `body over ${MAX_BODY_BYTES} bytes`);
+    throw err;
   }
-  return Buffer.concat(chunks).toString('utf8');
 }
 
 async function parseBody<T>(req: IncomingMessage, schema: z.ZodType<T>): Promise<T> {

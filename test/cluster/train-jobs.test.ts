@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { before, describe, it } from 'node:test';
 import { checkReachable, clusterError, loadCluster, type Cluster } from '../../src/cluster/kube.js';
-import { cancelRun, parseTrainConfig, RunWatch, runManifest, serves, streamRunLogs, submitRun, TERMINAL, validateRunManifest, type RunKind } from '../../src/cluster/trainer-jobs.js';
+import { cancelRun, parseTrainConfig, RunWatch, runManifest, serves, streamRunLogs, submitRun, TERMINAL, validateRunManifest, type RunKind } from '../../src/training/trainer-jobs.js';
 
 const env = process.env;
 const kubeconfig = env.KUBECONFIG?.split(':')[0];

@@ -256,7 +256,7 @@ describe('real harness CLIs in the extension\'s captured-terminal environment', 
       const files = harnessConfigFiles(target).map((f) => ({ path: join(configDir, f.path), content: f.content }));
       const wired = { name, dialect: HARNESSES[name].dialect, argv: argv(INSTRUCTION), env: capturedTerminalEnv(target), files };
       const result = await runHarnessLocal(wired, { home, cwd: workdir, timeoutMs: HARNESS_TIMEOUT_MS });
-      const calls = lab.proxy.getCalls(session_id);
+      const calls = lab.proxy.sessions.calls(session_id);
       const why = diagnose(result, calls);
       assert.equal(result.exitCode, 0, why);
       assert.ok(calls.length >= 2 && calls.every((c) => !c.error && c.prompt_token_ids?.length), why);

@@ -25,10 +25,10 @@ test('a report made after the engine stopped shows prompt tokens as text (the GG
   const expected: Record<number, string> = {};
   const rolloutFile = join(dir, 'offline.rollout.json');
   try {
-    const session = proxy.createSession();
+    const session = proxy.sessions.create();
     const res = await fetch(`${proxy.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${session.session_id}` }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'Say hello to the world' }], max_tokens: 4 }) });
     assert.equal(res.status, 200, await res.clone().text());
-    const doc = proxy.rollout(session.session_id)!;
+    const doc = proxy.sessions.rollout(session.session_id)!;
     promptIds = doc.calls[0]!.prompt_token_ids!;
     const live = (await post(engine.url, '/detokenize', { tokens: [] })).status;
     assert.equal(live, 200);

@@ -1,5 +1,7 @@
 // The bench's perf recording against a real process: a node child that does nothing but JSON work
-// is found spending its CPU in JSON, on its main thread.
+// is found spending its CPU in JSON, on its main thread. Only what does not depend on the machine's
+// load is asserted: how much of the time lands in the kernel (scheduling, page faults) grows with
+// the load, so shares are compared among the process's own user-space work, never against a number.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -22,7 +24,9 @@ test('recordPerf: a busy JSON loop is charged to json on the main thread', async
     await new Promise((r) => setTimeout(r, 1500));
     const b = await recording.stop();
     assert.ok(b.samples_pct > 99, `percentages add up (${b.samples_pct})`);
-    assert.ok((b.main.json ?? 0) > 50, `JSON.parse dominates the main thread: ${JSON.stringify(b.main)}`);
+    const user = Object.entries(b.main).filter(([k]) => k !== 'kernel');
+    const [largest] = user.sort((x, y) => y[1] - x[1])[0] ?? ['none'];
+    assert.equal(largest, 'json', `JSON.parse is the main thread's largest user-space category: ${JSON.stringify(b.main)}`);
     assert.ok(b.top.some((t) => /JsonParser/.test(t.symbol)), JSON.stringify(b.top));
   } finally {
     child.kill('SIGKILL');

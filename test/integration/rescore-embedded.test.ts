@@ -10,7 +10,7 @@ import { after, before, test } from 'node:test';
 import { CaptureProxy } from '../../src/capture/proxy.js';
 import type { ChatMessage } from '../../src/capture/types.js';
 import type { EmbeddedEngine } from '../../src/engine/embedded-engine.js';
-import type { RescoreReport } from '../../src/train/rescore.js';
+import type { RescoreReport } from '../../src/export/rescore.js';
 import { post, startTestEngine } from './engine-fixture.js';
 import { createSession } from './helpers.js';
 

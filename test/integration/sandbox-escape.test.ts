@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type Docker from 'dockerode';
 import { dockerBackendModule } from '../../src/batch/backends/docker.js';
-import type { BackendModule } from '../../src/batch/backends/index.js';
+import type { BackendModule } from '../../src/batch/backend.js';
 import { attemptSessionId, planBatch, writeBatch } from '../../src/batch/plan.js';
 import { runBatch } from '../../src/batch/runner.js';
 import { readRolloutStates } from '../../src/batch/state.js';

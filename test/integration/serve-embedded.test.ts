@@ -4,7 +4,7 @@
 // engine saw. A client sends exactly OpenEnv's frames (/ws, step call_tool run_rollout, close) for a
 // GRPO group of 4 rollouts of hello-file with the reference react harness, in parallel; one member's
 // sandbox is killed from outside. All four come back as values; the three good ones carry turns that
-// pass trainers.md 1.2's TrainingTrace validity rules with the engine's own Qwen3 token ids and
+// pass docs/trainer-contracts.md §1.2's TrainingTrace validity rules with the engine's own Qwen3 token ids and
 // finite logprobs <= 0; the engine received the trainer's pinned sampling on every call, never the
 // harness's.
 /* eslint-disable @typescript-eslint/no-explicit-any -- wire JSON from the server under test, checked field by field as a Python client reads it */
@@ -53,7 +53,7 @@ function startEngineProcess(policyFile: string): Promise<EngineProcess> {
   });
 }
 
-/** trainers.md 1.2 (what a trainer's worker treats as fatal), plus what only a real Qwen3 engine gives. */
+/** docs/trainer-contracts.md §1.2 (what a trainer's worker treats as fatal), plus what only a real Qwen3 engine gives. */
 function assertValidTurns(result: any): any[] {
   const kept = result.turns.filter((t: any) => t.role === 'agent' && !t.discarded && t.completion_token_ids.length > 0);
   assert.ok(kept.length >= 2, `hello-file takes a tool call and an answer: ${kept.length} trainable turn(s)`);
@@ -172,7 +172,9 @@ describe('harness-lab serve with the Docker backend and the embedded engine, dri
     }
     // What the embedded engine itself received: the pinned sampling on every harness call.
     // (The proxy's probe of the engine at first contact carries no task and is not counted.)
-    const seen = front.bodies.filter((b) => JSON.stringify(b.messages).includes('hello.txt'));
+    // In token-in mode (the default where the engine takes ids) a harness call is a token-id prompt;
+    // the proxy's probes are a few tokens.
+    const seen = front.bodies.filter((b) => (Array.isArray(b.prompt) ? b.prompt.length > 100 && b.prompt_logprobs == null : JSON.stringify(b.messages).includes('hello.txt')));
     assert.ok(seen.length >= 2 * (GROUP - 1), `the engine saw ${seen.length} harness calls`);
     for (const b of seen) for (const [k, v] of Object.entries(PINNED)) assert.equal(b[k], v, `engine saw ${k}=${b[k]}`);
     assert.deepEqual(await servedContainers(docker, stateDir), [], 'no sandbox is left');
@@ -182,13 +184,15 @@ describe('harness-lab serve with the Docker backend and the embedded engine, dri
     // to float noise, the same logprobs as the served turn with that prompt.
     const keptTurns = good.flatMap((r) => r.turns.filter((t: any) => t.role === 'agent' && !t.discarded && t.completion_token_ids.length > 0));
     for (const body of [seen[0], seen.at(-1)]) {
-      const res = await fetch(`${engine.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: false }) });
+      const tokenIn = Array.isArray(body.prompt);
+      const res = await fetch(`${engine.url}/v1/${tokenIn ? 'completions' : 'chat/completions'}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: false }) });
       assert.equal(res.status, 200);
       const answer = (await res.json()) as any;
-      const turn = keptTurns.find((t: any) => JSON.stringify(t.prompt_token_ids) === JSON.stringify(answer.prompt_token_ids));
+      const promptIds = tokenIn ? answer.choices[0].prompt_token_ids : answer.prompt_token_ids;
+      const turn = keptTurns.find((t: any) => JSON.stringify(t.prompt_token_ids) === JSON.stringify(promptIds));
       assert.ok(turn, 'a served turn has the prompt the engine tokenized');
       assert.deepEqual(answer.choices[0].token_ids, turn.completion_token_ids);
-      const lps = answer.choices[0].logprobs.content.map((c: any) => c.logprob as number);
+      const lps: number[] = tokenIn ? answer.choices[0].logprobs.token_logprobs : answer.choices[0].logprobs.content.map((c: any) => c.logprob as number);
       assert.equal(lps.length, turn.per_token_logps.length);
       lps.forEach((lp: number, i: number) => assert.ok(Math.abs(lp - turn.per_token_logps[i]) < 1e-3, `token ${i}: engine ${lp}, served ${turn.per_token_logps[i]}`));
     }

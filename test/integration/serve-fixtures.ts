@@ -150,11 +150,13 @@ export async function recordingFront(engineUrl: string): Promise<{ url: string; 
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       const body = Buffer.concat(chunks);
-      if (req.url?.endsWith('/chat/completions') && body.length) bodies.push(JSON.parse(body.toString('utf8')));
+      // Chat completions, and token-id completions (the proxy renders in token-in mode); not rescoring.
+      const recorded = (req.url?.endsWith('/chat/completions') || req.url?.endsWith('/v1/completions')) && body.length > 0;
+      if (recorded) bodies.push(JSON.parse(body.toString('utf8')));
       void fetch(`${engineUrl.replace(/\/+$/, '')}${req.url}`, { method: req.method, headers: { 'content-type': 'application/json' }, ...(body.length ? { body } : {}) }).then(
         async (up) => {
           const text = Buffer.from(await up.arrayBuffer());
-          if (req.url?.endsWith('/chat/completions') && up.ok && (up.headers.get('content-type') ?? '').includes('json')) answers.push(JSON.parse(text.toString('utf8')));
+          if (recorded && up.ok && (up.headers.get('content-type') ?? '').includes('json')) answers.push(JSON.parse(text.toString('utf8')));
           res.writeHead(up.status, { 'content-type': up.headers.get('content-type') ?? 'application/json' });
           res.end(text);
         },

@@ -25,7 +25,7 @@ import { postJson, asTrainingTurn, recordingFront, servedContainers, rolloutResu
 const PINNED = { temperature: 0.7, top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1 };
 const ASKED = { temperature: 0.2, top_p: 0.5 };
 
-/** trainers.md 1.2: what a trainer's worker treats as fatal if violated. */
+/** docs/trainer-contracts.md §1.2: what a trainer's worker treats as fatal if violated. */
 function assertValidTurns(result: any): void {
   const kept = result.turns.filter((t: any) => t.role === 'agent' && !t.discarded && t.completion_token_ids.length > 0);
   assert.ok(kept.length >= 1, 'a completed rollout has trainable turns');

@@ -9,7 +9,7 @@ import { Renderer } from '../../src/capture/render/renderer.js';
 import type { CallRecord } from '../../src/capture/types.js';
 import { startFakeEngine, type FakeEngine } from '../../src/engine/fake-engine.js';
 import { ensureTinyModel } from '../../src/engine/tiny-model.js';
-import { callContractProblem, checkCalls, ExportContractError } from '../../src/train/contract.js';
+import { callContractProblem, checkCalls, ExportContractError } from '../../src/export/contract.js';
 import { createSession } from './helpers.js';
 
 const DATA_DIR = process.env.HARNESS_LAB_DATA_DIR ?? join(tmpdir(), 'harness-lab-test-data');

@@ -15,8 +15,8 @@ import { formatRunLine, proofHarnesses, proofRun, ProofRig, type ProofPolicy, ty
 import { dockerReady, realHarnesses } from './sandbox-fixtures.js';
 
 const PER_RUN_MS = 600_000;
-/** The raw-args policy's harnesses: the reference one and one per dialect family the issue measured. */
-const RAW_ARGS_HARNESSES = ['react', 'gemini-cli', 'claude-code', 'codex'];
+/** The raw-args policy's harnesses: the reference one and one per dialect (Anthropic, Responses, chat). */
+const RAW_ARGS_HARNESSES = ['react', 'claude-code', 'codex', 'opencode'];
 
 const harnesses = (): string[] => (process.env.HARNESS_LAB_SANDBOX_HARNESSES ? [...new Set(['react', ...realHarnesses()])] : proofHarnesses());
 

@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { loadSessionFile } from '../../src/capture/store.js';
 import type { BatchStatus } from '../../src/batch/status.js';
-import { parseFailOn, type AuditReport } from '../../src/train/audit.js';
-import { sortVersions, versionOrdinal } from '../../src/train/policy-version.js';
+import { parseFailOn, type AuditReport } from '../../src/export/audit.js';
+import { sortVersions, versionOrdinal } from '../../src/export/policy-version.js';
 import { buildTrainingBatch, copyBatch, STALE_POLICY, type TrainingBatch } from './train-fixture.js';
 
 const ROOT = join(__dirname, '..', '..');

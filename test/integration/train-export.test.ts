@@ -10,8 +10,8 @@ import { after, before, test } from 'node:test';
 import { TrainingTraceSchema, TrainingTurnSchema } from '../../src/capture/rollout.js';
 import { loadSessionFile } from '../../src/capture/store.js';
 import type { CallRecord } from '../../src/capture/types.js';
-import type { ExportManifest } from '../../src/train/export.js';
-import type { TrainingTraceLine, TrlRow, VerlRow } from '../../src/train/rows.js';
+import type { ExportManifest } from '../../src/export/export.js';
+import type { TrainingTraceLine, TrlRow, VerlRow } from '../../src/export/rows.js';
 import { buildTrainingBatch, copyBatch, FIXTURE_POLICY, STALE_POLICY, TEMPERATURE, type TrainingBatch } from './train-fixture.js';
 
 const ROOT = join(__dirname, '..', '..');
@@ -261,8 +261,8 @@ test('without --format the export writes the lab\'s per-path TrainingTrace, as b
 });
 
 test('--rollouts reads rollout documents (*.rollout.json) too; a session id with "_" gets a hashed veRL key part', async () => {
-  const { readRollout } = await import('../../src/train/source.js');
-  const { verlSessionKey } = await import('../../src/train/rows.js');
+  const { readRollout } = await import('../../src/export/source.js');
+  const { verlSessionKey } = await import('../../src/export/rows.js');
   const docs = join(tmp, 'docs');
   const { mkdirSync } = await import('node:fs');
   mkdirSync(docs);
@@ -296,4 +296,32 @@ test('a kept timeout without a reward: trainingtrace writes null (not 0), trl dr
   assert.deepEqual(m.dropped_rollouts.filter((d) => d.rollout_id === 'r4').map((d) => d.reason), ['no_reward']);
   assert.deepEqual(m.dropped_groups.map((g) => g.group_id).sort(), ['g-broken', 'g-flat']);
   assert.ok(lines<TrlRow>(trl.file).every((x) => typeof x.reward === 'number'));
+});
+
+test('batch collect is the export writer in its collected format: finished groups of 2+ trainable members, batch facts around each trainable path, checked', () => {
+  const out = join(tmp, 'collected.jsonl');
+  const r = run(['batch', 'collect', batch.dir, '--out', out]);
+  assert.equal(r.code, 0, r.err);
+  // g-broken keeps r6 and r7 (r8 is discarded): two trainable members are enough; g-flat has no contrast but is kept.
+  assert.match(r.out, /from 8 trainable rollout\(s\) in 3 group\(s\)/);
+  const rows = lines<{ batch_id: string; group_id: string; rollout_id: string; reward: number; sampling: Record<string, number>; trace: unknown }>(out);
+  const paths = lines<{ session_id: string; trainable: boolean }>(exportBatch('paths').file).filter((t) => t.trainable);
+  assert.equal(rows.length, paths.length, 'one line per trainable path of the kept rollouts');
+  assert.match(r.out, new RegExp(`wrote ${rows.length} trace\\(s\\)`));
+  for (const row of rows) {
+    assert.equal(row.batch_id, manifestOf(out).batch!.batch_id);
+    assert.equal(row.sampling.temperature, TEMPERATURE);
+    assert.ok(['g-mixed', 'g-flat', 'g-broken'].includes(row.group_id));
+    assert.notEqual(row.rollout_id, 'r8');
+    const trace = TrainingTraceSchema.parse(row.trace);
+    assert.equal(trace.trainable, true);
+  }
+  assert.equal(manifestOf(out).format, 'collected');
+
+  const { dir, file, callId } = corrupt('collect-nan', 'r1', 1, (c) => ((c.logprobs as (number | null)[])[2] = null));
+  const bad = run(['batch', 'collect', dir, '--out', join(tmp, 'bad.jsonl')]);
+  assert.equal(bad.code, 1, bad.out);
+  assert.ok(bad.err.includes(file) && bad.err.includes(`call ${callId}`), bad.err);
+  assert.match(bad.err, /NaN or non-finite logprob at completion position 2/);
+  assert.ok(!existsSync(join(tmp, 'bad.jsonl')), 'nothing half-written is left');
 });

@@ -9,7 +9,7 @@ import { cpSync, mkdirSync } from 'node:fs';
 import { CaptureProxy } from '../../src/capture/proxy.js';
 import { startFakeEngine, type FakeScript } from '../../src/engine/fake-engine.js';
 import { batchPaths, trainingSampling, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutClass, type RolloutState } from '../../src/batch/state.js';
-import { POLICY_VERSION_HEADER } from '../../src/train/policy-version.js';
+import { POLICY_VERSION_HEADER } from '../../src/export/policy-version.js';
 import type { ChatMessage } from '../../src/capture/types.js';
 import { bashTool, createSession } from './helpers.js';
 

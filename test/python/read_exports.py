@@ -45,7 +45,7 @@ def read_manifest(path):
 
 
 def check_trainingtrace(rows, manifest):
-    """TRL's TrainingTrace validity rules (trainers.md 1.2), with the reward beside the trace."""
+    """TRL's TrainingTrace validity rules (docs/trainer-contracts.md §1.2), with the reward beside the trace."""
     rewards = {"null": 0, "zero": 0, "positive": 0}
     n_turns = 0
     for i, row in enumerate(rows):

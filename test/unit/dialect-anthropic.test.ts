@@ -8,7 +8,7 @@ import { ctxFor, eventTypes, exampleResponse, textResponse } from './dialect-fix
 const anthropic = new AnthropicMessagesDialect();
 const PATH = '/v1/messages?beta=true';
 
-// The §7.2 request as claude-code sends it, plus its non-standard fields (harness-offline.md).
+// The §7.2 request as claude-code sends it, plus its non-standard fields (docs/harnesses.md).
 const claudeRequest: JsonObject = {
   model: 'Qwen3.5-4B',
   max_tokens: 32000,

@@ -8,7 +8,7 @@ const responses = new OpenAIResponsesDialect();
 const PATH = '/v1/responses';
 const convert = (body: JsonObject) => responses.toChat(body, ctxFor(PATH, body));
 
-// The §7.3 request as codex sends it, with codex's extra fields (harness-offline.md).
+// The §7.3 request as codex sends it, with codex's extra fields (docs/harnesses.md).
 const codexRequest: JsonObject = {
   model: 'Qwen3.5-4B',
   instructions: 'You are Codex...',

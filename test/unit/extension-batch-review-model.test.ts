@@ -13,7 +13,7 @@ import { batchPaths, readRolloutStates, writeRolloutState } from '../../src/batc
 import { batchStatus } from '../../src/batch/status.js';
 import { CaptureStore } from '../../src/capture/store.js';
 import type { CallRecord } from '../../src/capture/types.js';
-import { auditBatch } from '../../src/train/audit.js';
+import { auditBatch } from '../../src/export/audit.js';
 import { auditMarkdown, auditProblems, auditWarning, batchDirOf, batchReadError, groupPickItems, groupTargetOf, md, memberSessionFile } from '../../src/extension/batch-review-model.js';
 import { BatchesTreeModel, type BatchNode, type GroupNode, type BatchRolloutNode } from '../../src/extension/batches-model.js';
 import { buildGroupView } from '../../src/report/group-view.js';

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { RunSummary } from '../../src/cluster/trainer-jobs.js';
+import type { RunSummary } from '../../src/training/trainer-jobs.js';
 import { age, errorNode, runNodes, statusText } from '../../src/extension/training-runs-model.js';
 
 const now = Date.parse('2026-12-01T12:00:00Z');

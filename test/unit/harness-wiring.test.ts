@@ -1,5 +1,5 @@
 // The harness wiring table: every entry carries the proxy URL and the session key somewhere the
-// harness reads them, stays inside the given HOME/workdir, and the README shows the same table.
+// harness reads them, stays inside the given HOME/workdir, and docs/harnesses.md shows the same table.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -100,10 +100,10 @@ describe('harness wiring table', () => {
     assert.equal(HARNESSES.openclaw.runtimeNode, '24.22.3');
   });
 
-  test('the README table is the table in code', () => {
-    const readme = readFileSync(join(__dirname, '..', '..', 'README.md'), 'utf8');
+  test('the table in docs/harnesses.md is the table in code', () => {
+    const readme = readFileSync(join(__dirname, '..', '..', 'docs', 'harnesses.md'), 'utf8');
     const block = /<!-- harness-wiring:begin -->\n([\s\S]*?)\n<!-- harness-wiring:end -->/.exec(readme)?.[1];
-    assert.ok(block, 'README has the harness-wiring block');
-    assert.equal(block, wiringMarkdownTable(), 'regenerate it with wiringMarkdownTable() (see README)');
+    assert.ok(block, 'docs/harnesses.md has the harness-wiring block');
+    assert.equal(block, wiringMarkdownTable(), 'regenerate it with wiringMarkdownTable() (see docs/harnesses.md)');
   });
 });

@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { buildRollout, traceToJsonl } from '../../src/capture/rollout.js';
 import { AttachTrajectoryRequest, DetailsRequest, OpenGroupMemberCommand, ReadyQueue, dispatchWebviewMessage, isCompletion, isHostMessage, type CompletionMessage, type WebviewHandlers } from '../../src/protocol/messages.js';
 import { parseWebviewMessage } from '../../src/protocol/webview-schema.js';
-import { RolloutFileError, parseRolloutDocument, viewerDataFromFile } from '../../src/protocol/rollout-file.js';
+import { RolloutFileError, parseRolloutDocument } from '../../src/capture/rollout-file.js';
+import { rolloutFromText } from '../../src/report/rollout-loader.js';
 import { bytesToText, fromWire, idsWithoutText, toWire, viewerDataFromRollout } from '../../src/protocol/viewer-data.js';
 import { call, chain, session } from './rollout-fixtures.js';
 
@@ -90,10 +91,10 @@ test('viewer data keeps the capture: token ids, aligned logprobs, mask, flags fo
 test('rollout files and trace JSONL parse into the same turns; bad files get a clear error', () => {
   const records = [...chain(3), call({ id: 'r', index: 3, prompt: chain(3)[1]!.prompt_token_ids, sampled: [7, 8] })];
   const doc = buildRollout(session, records, { budgetStopCount: 0, captureLevel: 'tokens', includeDiscarded: true });
-  const fromDoc = viewerDataFromFile(JSON.stringify(doc), '/x/s.rollout.json').data;
+  const fromDoc = rolloutFromText(JSON.stringify(doc), '/x/s.rollout.json').data;
   assert.equal(fromDoc.turns.length, 4);
   assert.equal(fromDoc.key, '/x/s.rollout.json');
-  const fromTrace = viewerDataFromFile(traceToJsonl(doc.traces), '/x/s.jsonl').data;
+  const fromTrace = rolloutFromText(traceToJsonl(doc.traces), '/x/s.jsonl').data;
   assert.equal(fromTrace.source, 'trace');
   assert.deepEqual(
     fromTrace.turns.map((t) => [t.node_id, t.parent_id, t.prompt_ids.length, t.sampled_ids.length, t.trained]),
@@ -101,8 +102,8 @@ test('rollout files and trace JSONL parse into the same turns; bad files get a c
   );
   assert.deepEqual(fromTrace.graph.roots, fromDoc.graph.roots);
   assert.throws(() => parseRolloutDocument('{}', 'a.rollout.json'), (e: unknown) => e instanceof RolloutFileError && /a\.rollout\.json is not a Harness Lab rollout document: session_id/.test(e.message));
-  assert.throws(() => viewerDataFromFile('{"x":1}\n', 'a.jsonl'), /a\.jsonl:1: not a TrainingTrace line/);
-  assert.throws(() => viewerDataFromFile('nope', 'a.rollout.json'), /not JSON/);
+  assert.throws(() => rolloutFromText('{"x":1}\n', 'a.jsonl'), /a\.jsonl:1: not a TrainingTrace line/);
+  assert.throws(() => rolloutFromText('nope', 'a.rollout.json'), /not JSON/);
 });
 
 test('the wire form sends shared history once and expands to the same turns', () => {

@@ -243,9 +243,9 @@ test('landscape: pi lists every dialect of its package; every harness names a sh
   for (const e of HARNESS_REGISTRY.values()) assert.ok(e.landscape.shellTool, e.name);
 });
 
-test('the README landscape table is the table in code', () => {
-  const readme = readFileSync(join(__dirname, '..', '..', 'README.md'), 'utf8');
+test('the landscape table in docs/harnesses.md is the table in code', () => {
+  const readme = readFileSync(join(__dirname, '..', '..', 'docs', 'harnesses.md'), 'utf8');
   const block = /<!-- harness-landscape:begin -->\n([\s\S]*?)\n<!-- harness-landscape:end -->/.exec(readme)?.[1];
-  assert.ok(block, 'README has the harness-landscape block');
-  assert.equal(block, landscapeMarkdownTable(), 'regenerate it with landscapeMarkdownTable() (see README)');
+  assert.ok(block, 'docs/harnesses.md has the harness-landscape block');
+  assert.equal(block, landscapeMarkdownTable(), 'regenerate it with landscapeMarkdownTable() (see docs/harnesses.md)');
 });

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { CallRecord, ChatMessage, ChatTool } from '../../src/capture/types.js';
-import { aggregateBehaviour, rolloutBehaviour, toolResultOutcome } from '../../src/train/behaviour.js';
+import { aggregateBehaviour, rolloutBehaviour, toolResultOutcome } from '../../src/export/behaviour.js';
 import type { AtifTrajectory } from '../../src/harness/atif.js';
 import { call } from './rollout-fixtures.js';
 

@@ -4,7 +4,7 @@
 // Plain DOM and SVG; text always goes through textContent.
 import type { GroupDivergence, GroupMemberView, GroupViewData, RewardHistogram, StripToken } from '../../src/protocol/group-data.js';
 import type { SampleAccount, SampleTotals } from '../../src/capture/samples.js';
-import type { BehaviourAggregate } from '../../src/train/behaviour.js';
+import type { BehaviourAggregate } from '../../src/export/behaviour.js';
 import { logprobBucket } from './model.js';
 import { h } from './panels.js';
 

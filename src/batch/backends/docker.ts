@@ -12,9 +12,8 @@ import { TaskRoutedPolicy, startPolicyEngine, type PolicyEngine } from '../../sa
 import { ensureReactScript } from '../../sandbox/react-script.js';
 import { runRollout, type RolloutResult } from '../../sandbox/rollout-runner.js';
 import { loadTask, type HarborTask } from '../../tasks/task.js';
-import type { AttemptFacts, BatchBackend, BatchCapture, RolloutAttempt } from '../backend.js';
+import type { AttemptFacts, BackendContext, BackendModule, BatchBackend, BatchCapture, OpenedBackend, RolloutAttempt } from '../backend.js';
 import { batchPaths, type BatchManifest } from '../state.js';
-import type { BackendContext, BackendModule, OpenedBackend } from './index.js';
 
 /** AttemptFacts from the sandbox's own record: facts only; classify.ts decides what they mean. */
 export function factsFromResult(r: RolloutResult): AttemptFacts {

@@ -1,4 +1,4 @@
-// Anthropic Messages (capture-protocol §7.2, stream §8.3).
+// Anthropic Messages (docs/capture-protocol.md §7.2, stream §8.3).
 import {
   DialectError,
   type ChatContentPart,

@@ -3,7 +3,6 @@ import { createHash, randomBytes } from 'node:crypto';
 import {
   DialectError,
   type ChatChoice,
-  type ChatContentPart,
   type ChatMessage,
   type ChatRequest,
   type ChatResponse,
@@ -24,12 +23,6 @@ export function bodyModel(body: JsonObject): string | undefined {
 /** Whether a client asked for a stream, as OpenAI and Anthropic bodies say it. */
 export function bodyStream(body: JsonObject): boolean {
   return body.stream === true;
-}
-
-export function optionalString(value: unknown, what: string): string | undefined {
-  if (value === undefined || value === null) return undefined;
-  if (typeof value !== 'string') throw new DialectError(`${what} must be a string`);
-  return value;
 }
 
 export function requireArray(value: unknown, what: string): unknown[] {
@@ -67,11 +60,6 @@ export function contentText(content: unknown, separator = '\n'): string {
     .map((part) => (typeof part === 'string' ? part : isObject(part) && typeof part.text === 'string' ? part.text : null))
     .filter((t): t is string => t !== null)
     .join(separator);
-}
-
-export function imageParts(content: unknown): ChatContentPart[] {
-  if (!Array.isArray(content)) return [];
-  return content.filter((p): p is ChatContentPart => isObject(p) && p.type === 'image_url');
 }
 
 export function dataUrl(mediaType: string, base64: string): string {
@@ -188,11 +176,6 @@ export function parseArguments(args: unknown): unknown {
   } catch {
     return undefined;
   }
-}
-
-export function stringifyArguments(value: unknown): string {
-  if (typeof value === 'string') return value;
-  return JSON.stringify(value ?? {});
 }
 
 export function randomHex(length: number): string {

@@ -1,4 +1,4 @@
-// Google Gemini generateContent / streamGenerateContent (capture-protocol §7.4, stream §8.3).
+// Google Gemini generateContent / streamGenerateContent (docs/capture-protocol.md §7.4, stream §8.3).
 import {
   DialectError,
   type ChatContentPart,

@@ -1,4 +1,4 @@
-// Dialect registry and detection (capture-protocol §6). The token-count routes are matched before this.
+// Dialect registry and detection (docs/capture-protocol.md §6). The token-count routes are matched before this.
 import type { Dialect, DialectName, JsonObject } from '../types.js';
 import { AnthropicMessagesDialect } from './anthropic-messages.js';
 import { GoogleGeminiDialect } from './google-gemini.js';

@@ -1,4 +1,4 @@
-// OpenAI Chat Completions (capture-protocol §7.1): the internal form, so conversion is mostly a copy.
+// OpenAI Chat Completions (docs/capture-protocol.md §7.1): the internal form, so conversion is mostly a copy.
 import {
   DialectError,
   type ChatChoice,

@@ -1,4 +1,4 @@
-// OpenAI Responses (capture-protocol §7.3, stream §8.3 with the strict-client fields OpenAI sends).
+// OpenAI Responses (docs/capture-protocol.md §7.3, stream §8.3 with the strict-client fields OpenAI sends).
 import {
   DialectError,
   type ChatContentPart,

@@ -1,4 +1,4 @@
-// Synthetic reasoning signatures (capture-protocol §7.5). The engine has no signatures; these only
+// Synthetic reasoning signatures (docs/capture-protocol.md §7.5). The engine has no signatures; these only
 // have to survive a round trip through the harness and let the proxy recover or check the text.
 import { createHash } from 'node:crypto';
 

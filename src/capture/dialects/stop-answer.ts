@@ -1,4 +1,4 @@
-// The synthetic stop answer (capture-protocol §8.6): a normal answer in the caller's dialect, used for the
+// The synthetic stop answer (docs/capture-protocol.md §8.6): a normal answer in the caller's dialect, used for the
 // model-call budget and context overflows, never recorded. Its text must be non-empty: opencode retried
 // an empty assistant message forever.
 import type { ChatResponse, Dialect, DialectContext, SseEvent } from '../types.js';

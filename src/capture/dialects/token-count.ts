@@ -1,4 +1,4 @@
-// Token-count side routes (capture-protocol §8.5): answered before session routing and never recorded,
+// Token-count side routes (docs/capture-protocol.md §8.5): answered before session routing and never recorded,
 // so they cannot become bogus roots. The estimate is ~4 characters per token unless a counter is given;
 // no tokenizer is loaded here on purpose.
 import { isObject } from './common.js';

@@ -9,7 +9,7 @@
 import { z } from 'zod';
 import { normaliseEngineUrl } from '../capture/engine-client.js';
 import type { CallRecord } from '../capture/types.js';
-import type { StoredRollout } from './source.js';
+import type { StoredRollout } from '../capture/rollout-file.js';
 
 export const RESCORE_VERSION = 1;
 /** PPO's clip range: a token is past the threshold when |ratio - 1| > 0.2. */
@@ -139,11 +139,6 @@ export async function rescoreRollout(rollout: RescoreSource, opts: { engineUrl: 
       max_abs_log_ratio: logs.length ? Math.max(...logs) : null,
     },
   };
-}
-
-/** Per call_id, the ratios, for the viewer's drift colouring. */
-export function ratiosByCall(report: Pick<RescoreReport, 'calls'>): Record<string, number[]> {
-  return Object.fromEntries(report.calls.map((c) => [c.call_id, c.ratio]));
 }
 
 export const RescoreReportSchema = z.looseObject({

@@ -4,11 +4,12 @@ import type { TrainingSequence, TrainingTurn } from '../capture/rollout.js';
 import type { CallRecord } from '../capture/types.js';
 import { checkAligned, checkCalls, ExportContractError } from './contract.js';
 import { callPolicyVersion, sessionPolicyVersion, sortVersions } from './policy-version.js';
-import type { RolloutUnit, StoredRollout } from './source.js';
+import type { StoredRollout } from '../capture/rollout-file.js';
+import type { RolloutUnit } from './source.js';
 
 export const TRL_TRACE_SCHEMA_VERSION = 1;
 
-/** TRL's TrainingTrace (trainers.md 1.2): exactly these two keys; reward and identity stay outside. */
+/** TRL's TrainingTrace (docs/trainer-contracts.md §1.2): exactly these two keys; reward and identity stay outside. */
 export interface TrlTrainingTrace {
   schema_version: typeof TRL_TRACE_SCHEMA_VERSION;
   turns: TrainingTurn[];

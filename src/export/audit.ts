@@ -11,8 +11,10 @@ import type { CallRecord } from '../capture/types.js';
 import { ExportContractError } from './contract.js';
 import { assertTrainingCapture } from './rows.js';
 import { callPolicyVersion, sessionPolicyVersion, sortVersions, versionOrdinal } from './policy-version.js';
+import type { StoredRollout } from '../capture/rollout-file.js';
 import { formatTotals, sampleAccount, sumAccounts, type SampleAccount, type SampleTotals } from '../capture/samples.js';
-import { excludedReason, readRollout, sessionFile, type StoredRollout } from './source.js';
+import { sessionFileOf } from '../capture/store.js';
+import { excludedReason, readRollout } from './source.js';
 
 /** TRL's async GRPO default (`max_staleness=4`). */
 export const DEFAULT_MAX_STALENESS = 4;
@@ -183,7 +185,7 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
       let tools: number | null = null;
       let behaviour: AuditMember['behaviour'] = null;
       let samples: SampleAccount | null = null;
-      const r = s.session_id ? sessionOf(sessionFile(capture, s.session_id), why === null) : null;
+      const r = s.session_id ? sessionOf(sessionFileOf(capture, s.session_id), why === null) : null;
       if (r) {
         nCalls = r.calls.length;
         tools = toolCallsOf(r.calls);

@@ -1,16 +1,13 @@
 // Where exports and the audit read rollouts from: a batch directory (src/batch/state.ts), one session
 // of a data dir, or a directory of captured sessions / rollout documents.
 //
-// `readRollout` is the ONE place src/train/ turns a stored session into a rollout document. It reads
-// one session at a time (the store's own reader), so memory follows the largest session, not the batch.
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+// Rollouts are read through src/capture/rollout-file.ts (readRolloutFile, the one reader), one session
+// at a time, so memory follows the largest session, not the batch.
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { buildRollout, type RolloutDocument } from '../capture/rollout.js';
-import { CaptureSession } from '../capture/sessions.js';
-import { loadSessionFile } from '../capture/store.js';
-import type { CallRecord, SessionInfo } from '../capture/types.js';
+import { readRolloutFile, RolloutFileError, type StoredRollout } from '../capture/rollout-file.js';
+import { sessionFileOf } from '../capture/store.js';
 import { batchPaths, readManifest, readRolloutStates, type BatchManifest, type RolloutClass, type RolloutState } from '../batch/state.js';
-import { parseRolloutDocument } from '../protocol/rollout-file.js';
 
 export class ExportInputError extends Error {
   constructor(
@@ -22,40 +19,15 @@ export class ExportInputError extends Error {
   }
 }
 
-export interface StoredRollout {
-  file: string;
-  info: SessionInfo;
-  /** Every stored call in arrival order (doc.calls). */
-  calls: readonly CallRecord[];
-  doc: RolloutDocument;
-}
-
-/** A session file as the capture store writes it (`<data-dir>/sessions/<id>.jsonl`), or a rollout document (`*.rollout.json`). */
+/** A session file as the capture store writes it (`<data-dir>/sessions/<id>.jsonl`) or a rollout document, errors in an export's terms. */
 export function readRollout(file: string): StoredRollout {
   if (!existsSync(file)) throw new ExportInputError(file, 'no such file');
-  if (file.endsWith('.json')) {
-    const parsed = parseRolloutDocument(readFileSync(file, 'utf8'), basename(file));
-    const first = parsed.calls[0];
-    const info: SessionInfo = {
-      session_id: parsed.session_id,
-      created_at: first?.started_at ?? '',
-      model: first?.model ?? '',
-      engine_url: first?.engine_url ?? '',
-      max_model_calls: 0,
-      metadata: parsed.metadata,
-      capture_level: parsed.capture_level,
-    };
-    const doc = buildRollout(info, parsed.calls, { budgetStopCount: parsed.budget_stop_count, captureLevel: parsed.capture_level });
-    return { file, info, calls: doc.calls, doc };
+  try {
+    return readRolloutFile(file);
+  } catch (err) {
+    if (err instanceof RolloutFileError) throw new ExportInputError(file, err.detail);
+    throw err;
   }
-  const loaded = loadSessionFile(file);
-  if (!loaded) throw new ExportInputError(file, 'no session header line; the file is not a Harness Lab capture');
-  const doc = CaptureSession.fromStore(loaded).rollout();
-  return { file, info: loaded.info, calls: doc.calls, doc };
-}
-
-export function sessionFile(dataDir: string, sessionId: string): string {
-  return join(dataDir, 'sessions', `${sessionId}.jsonl`);
 }
 
 /** One rollout an export may read; batch facts are null for sources without a batch. */
@@ -132,7 +104,7 @@ export function planBatch(dir: string): ExportPlan & { states: RolloutState[] } 
         class: s.class,
         policy_version: s.policy_version ?? manifest.policy_version,
         session_id: s.session_id!,
-        file: sessionFile(capture, s.session_id!),
+        file: sessionFileOf(capture, s.session_id!),
       });
     }
     return group;
@@ -145,7 +117,7 @@ function unitForFile(file: string, sessionId: string): RolloutUnit {
 }
 
 export function planSession(dataDir: string, sessionId: string): ExportPlan {
-  const file = sessionFile(dataDir, sessionId);
+  const file = sessionFileOf(dataDir, sessionId);
   if (!existsSync(file)) throw new ExportInputError(file, `no session '${sessionId}' in ${dataDir}`);
   return { kind: 'session', dir: dataDir, manifest: null, groups: [{ group_id: null, task: null, harness: null, expected: null, units: [unitForFile(file, sessionId)], dropped: [] }] };
 }

@@ -5,12 +5,14 @@ import { writeJsonAtomic } from '../batch/state.js';
 import { assertTrainable } from '../capture/rollout.js';
 import { JsonlWriter } from './jsonl-writer.js';
 import { sortVersions } from './policy-version.js';
-import { rolloutFacts, trainingTraceLine, trlRow, verlRows, type AuxiliaryPath, type Built, type RolloutFacts } from './rows.js';
+import { assertTrainingCapture, rolloutFacts, trainingTraceLine, trlRow, verlRows, type AuxiliaryPath, type Built, type RolloutFacts } from './rows.js';
 import { ExportContractError } from './contract.js';
-import { planBatch, planRollouts, planSession, readRollout, type DroppedRollout, type ExportPlan, type RolloutUnit, type StoredRollout } from './source.js';
+import { planBatch, planRollouts, planSession, readRollout, type DroppedRollout, type ExportPlan, type RolloutUnit, type UnitGroup } from './source.js';
+import type { StoredRollout } from '../capture/rollout-file.js';
+import type { TrainingTrace } from '../capture/trace.js';
+import type { BatchManifest } from '../batch/state.js';
 
-export const EXPORT_FORMATS = ['trainingtrace', 'trl', 'verl', 'paths'] as const;
-export type ExportFormat = (typeof EXPORT_FORMATS)[number];
+export type ExportFormat = 'trainingtrace' | 'trl' | 'verl' | 'paths' | 'collected';
 export const EXPORT_MANIFEST_SCHEMA_VERSION = 1;
 
 export type ExportSource = { kind: 'batch'; dir: string } | { kind: 'session'; dataDir: string; sessionId: string } | { kind: 'rollouts'; dir: string };
@@ -68,31 +70,134 @@ function sourcePlan(source: ExportSource): ExportPlan {
 }
 
 type AnyRow = { trainable_tokens: number; value: unknown };
+const ones = (mask: readonly number[]) => mask.reduce((a, b) => a + b, 0);
 
-/** The format's rows for one rollout. `paths` is the lab's own per-path TrainingTrace (docs/training-trace.md). */
-function buildRows(format: ExportFormat, r: StoredRollout, unit: RolloutUnit, facts: RolloutFacts): Built<AnyRow> {
-  const ones = (mask: readonly number[]) => mask.reduce((a, b) => a + b, 0);
-  if (format === 'paths') {
-    try {
-      assertTrainable(r.doc);
-    } catch (err) {
-      throw new ExportContractError(r.file, r.info.session_id, null, (err as Error).message);
-    }
-    return { ok: true, rows: r.doc.traces.map((t) => ({ trainable_tokens: t.trainable ? t.n_trainable : 0, value: t })), auxiliary: [], calls: [...r.calls] };
+/** Why a whole group stays out, or null; `kept` are the members whose rows were built. */
+type GroupRule = (kept: readonly { unit: RolloutUnit }[], group: UnitGroup, opts: ExportOptions) => { reason: string; detail: string } | null;
+
+/** One export format: what it needs, how a rollout becomes rows, and when a group is kept. */
+interface FormatSpec {
+  /** Its rows carry a batch's reward and GRPO group, so only a batch can be exported in it. */
+  needsBatch: boolean;
+  /** The key trainers group rows by, and whether the group's size is the row count per group. */
+  groupKey: 'group_id' | 'uid';
+  rowsPerGroupIsSize: boolean;
+  rows(r: StoredRollout, unit: RolloutUnit, facts: RolloutFacts, manifest: BatchManifest | null): Built<AnyRow>;
+  /** Group rules applied in order; a format with any is written a group at a time. */
+  groupRules: GroupRule[];
+}
+
+const noContrast: GroupRule = (kept, _g, opts) =>
+  opts.dropNoContrast && kept.length > 0 && kept.every((k) => k.unit.reward !== null && k.unit.reward === kept[0]!.unit.reward)
+    ? { reason: 'no_contrast', detail: `every member has reward ${kept[0]!.unit.reward}: zero advantage for all` }
+    : null;
+const fewerThan =
+  (what: string): GroupRule =>
+  (kept, _g, opts) => {
+    const min = opts.minGroupSize ?? 2;
+    return kept.length < min ? { reason: 'too_few_members', detail: `${kept.length} ${what} member(s), fewer than ${min}: no group baseline` } : null;
+  };
+
+/** `paths`: the lab's own per-path TrainingTrace (docs/training-trace.md), every path of the rollout. */
+function pathRows(r: StoredRollout): AnyRow[] {
+  try {
+    assertTrainable(r.doc);
+  } catch (err) {
+    throw new ExportContractError(r.file, r.info.session_id, null, (err as Error).message);
   }
-  if (format === 'trainingtrace') {
-    const b = trainingTraceLine(r, unit, facts);
-    if (!b.ok) return b;
-    return { ...b, rows: b.rows.map((l) => ({ trainable_tokens: l.trace.turns.reduce((a, t) => a + ones(t.loss_mask), 0), value: l })) };
-  }
-  if (format === 'trl') {
-    const b = trlRow(r, unit, facts);
-    if (!b.ok) return b;
-    return { ...b, rows: b.rows.map((row) => ({ trainable_tokens: ones(row.env_mask), value: row })) };
-  }
-  const b = verlRows(r, unit, facts);
-  if (!b.ok) return b;
-  return { ...b, rows: b.rows.map((row) => ({ trainable_tokens: ones(row.response_mask), value: row })) };
+  return r.doc.traces.map((t) => ({ trainable_tokens: t.trainable ? t.n_trainable : 0, value: t }));
+}
+
+/** The formats `harness-lab export --format` and `batch collect` write, and the one writer below reads. */
+export const EXPORT_FORMAT_SPECS: Record<ExportFormat, FormatSpec> = {
+  paths: {
+    needsBatch: false,
+    groupKey: 'group_id',
+    rowsPerGroupIsSize: false,
+    rows: (r) => ({ ok: true, rows: pathRows(r), auxiliary: [], calls: [...r.calls] }),
+    groupRules: [noContrast],
+  },
+  trainingtrace: {
+    needsBatch: false,
+    groupKey: 'group_id',
+    rowsPerGroupIsSize: false,
+    rows: (r, unit, facts) => {
+      const b = trainingTraceLine(r, unit, facts);
+      if (!b.ok) return b;
+      return { ...b, rows: b.rows.map((l) => ({ trainable_tokens: l.trace.turns.reduce((a, t) => a + ones(t.loss_mask), 0), value: l })) };
+    },
+    groupRules: [noContrast],
+  },
+  trl: {
+    needsBatch: true,
+    groupKey: 'group_id',
+    rowsPerGroupIsSize: true,
+    rows: (r, unit, facts) => {
+      const b = trlRow(r, unit, facts);
+      if (!b.ok) return b;
+      return { ...b, rows: b.rows.map((row) => ({ trainable_tokens: ones(row.env_mask), value: row })) };
+    },
+    groupRules: [
+      (kept, g) =>
+        kept.length !== g.expected
+          ? { reason: 'incomplete_group', detail: `${kept.length} of ${g.expected} members exportable; TRL views rewards as (-1, num_generations), so a group must have exactly ${g.expected} rows` }
+          : null,
+      noContrast,
+    ],
+  },
+  verl: {
+    needsBatch: true,
+    groupKey: 'uid',
+    rowsPerGroupIsSize: false,
+    rows: (r, unit, facts) => {
+      const b = verlRows(r, unit, facts);
+      if (!b.ok) return b;
+      return { ...b, rows: b.rows.map((row) => ({ trainable_tokens: ones(row.response_mask), value: row })) };
+    },
+    groupRules: [fewerThan('exportable'), noContrast],
+  },
+  // `batch collect`: every trainable path as a TrainingTrace inside the rollout's batch facts, from
+  // finished groups with at least two trainable members (never padded).
+  collected: {
+    needsBatch: true,
+    groupKey: 'group_id',
+    rowsPerGroupIsSize: false,
+    rows: (r, unit, _facts, manifest) => {
+      assertTrainingCapture(r);
+      const rows = r.doc.traces.filter((t) => t.trainable).map((t) => ({ trainable_tokens: t.n_trainable, value: collectedLine(manifest!, unit, t) }));
+      return { ok: true, rows, auxiliary: [], calls: [...r.calls] };
+    },
+    groupRules: [
+      (_kept, g) => {
+        const pending = g.dropped.filter((d) => d.reason === 'unfinished').length;
+        return pending ? { reason: 'unfinished', detail: `${pending} member(s) not finished` } : null;
+      },
+      fewerThan('trainable'),
+      noContrast,
+    ],
+  },
+};
+
+export const EXPORT_FORMATS = Object.keys(EXPORT_FORMAT_SPECS) as ExportFormat[];
+
+/** A `collected` line: the rollout's batch facts around an unchanged TrainingTrace (strict readers reject extra trace fields). */
+export interface CollectedLine {
+  batch_id: string;
+  group_id: string | null;
+  rollout_id: string;
+  member: number | null;
+  task: string | null;
+  harness: string | null;
+  class: string | null;
+  reward: number | null;
+  policy_version: string | null;
+  sampling: BatchManifest['sampling'];
+  trace: TrainingTrace;
+}
+
+function collectedLine(manifest: BatchManifest, u: RolloutUnit, trace: TrainingTrace): CollectedLine {
+  const { rollout_id, group_id, member, task, harness, class: cls, reward, policy_version } = u;
+  return { batch_id: manifest.batch_id, group_id, rollout_id, member, task, harness, class: cls, reward, policy_version, sampling: manifest.sampling, trace };
 }
 
 const bump = (m: Record<string, number>, k: string, n = 1) => {
@@ -101,14 +206,15 @@ const bump = (m: Record<string, number>, k: string, n = 1) => {
 
 export async function runExport(opts: ExportOptions): Promise<ExportManifest> {
   const { format, source, out } = opts;
-  if ((format === 'trl' || format === 'verl') && source.kind !== 'batch') {
+  const spec = EXPORT_FORMAT_SPECS[format];
+  if (spec.needsBatch && source.kind !== 'batch') {
     throw new ExportUsageError(`--format ${format} needs --batch DIR: its rows carry the verifier's reward and the GRPO group, which only a batch has (use --format trainingtrace for a session or a directory of rollouts)`);
   }
   const plan = sourcePlan(source);
   const manifest = plan.manifest;
-  const minGroup = opts.minGroupSize ?? 2;
   // Formats whose rows depend on the whole group see it before writing it (one group's rows in memory).
-  const grouped = format === 'trl' || format === 'verl' || (opts.dropNoContrast === true && plan.kind === 'batch');
+  const rules = spec.groupRules.filter((rule) => rule !== noContrast || opts.dropNoContrast === true);
+  const grouped = plan.kind === 'batch' && rules.length > 0;
 
   const m: ExportManifest = {
     schema_version: EXPORT_MANIFEST_SCHEMA_VERSION,
@@ -121,7 +227,7 @@ export async function runExport(opts: ExportOptions): Promise<ExportManifest> {
       : null,
     sampling: { pinned: manifest ? { ...manifest.sampling } : null, observed: [] },
     policy_versions: { present: [], newest: null, calls_by_version: {} },
-    grouping: manifest ? { key: format === 'verl' ? 'uid' : 'group_id', rows_per_group: format === 'trl' ? manifest.group_size : null, consecutive: true } : null,
+    grouping: manifest ? { key: spec.groupKey, rows_per_group: spec.rowsPerGroupIsSize ? manifest.group_size : null, consecutive: true } : null,
     counts: { rows: 0, rollouts_kept: 0, rollouts_dropped: {}, groups_kept: 0, groups_dropped: {}, calls: 0, trainable_tokens: 0, bytes: 0 },
     dropped_rollouts: [],
     dropped_groups: [],
@@ -155,7 +261,7 @@ export async function runExport(opts: ExportOptions): Promise<ExportManifest> {
         // One session in memory at a time: read, convert, hand the rows on, let it go.
         const r = readRollout(unit.file);
         const facts = rolloutFacts(r, unit, manifest?.policy_version ?? null);
-        const built = buildRows(format, r, unit, facts);
+        const built = spec.rows(r, unit, facts, manifest);
         if (!built.ok) {
           dropRollout({ rollout_id: unit.rollout_id, group_id: unit.group_id, session_id: r.info.session_id, reason: built.reason, detail: built.detail });
           continue;
@@ -176,13 +282,7 @@ export async function runExport(opts: ExportOptions): Promise<ExportManifest> {
       }
       const gid = group.group_id!;
       let drop: { reason: string; detail: string } | null = null;
-      if (format === 'trl' && kept.length !== group.expected) {
-        drop = { reason: 'incomplete_group', detail: `${kept.length} of ${group.expected} members exportable; TRL views rewards as (-1, num_generations), so a group must have exactly ${group.expected} rows` };
-      } else if (format === 'verl' && kept.length < minGroup) {
-        drop = { reason: 'too_few_members', detail: `${kept.length} exportable member(s), fewer than ${minGroup}: no group baseline` };
-      } else if (opts.dropNoContrast && kept.length > 0 && kept.every((k) => k.unit.reward !== null && k.unit.reward === kept[0]!.unit.reward)) {
-        drop = { reason: 'no_contrast', detail: `every member has reward ${kept[0]!.unit.reward}: zero advantage for all` };
-      }
+      for (const rule of rules) if ((drop = rule(kept, group, opts))) break;
       if (drop) {
         m.dropped_groups.push({ group_id: gid, ...drop, members: kept.length });
         bump(m.counts.groups_dropped, drop.reason);
