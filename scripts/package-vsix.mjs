@@ -66,7 +66,8 @@ for (const f of ['dist/extension.js', 'dist/cli.js', 'dist/react-harness.js', 'd
 const stage = join(ROOT, 'out', `vsix-${target}`);
 rmSync(stage, { recursive: true, force: true });
 mkdirSync(stage, { recursive: true });
-for (const f of ['dist', 'media', 'examples', 'README.md', 'LICENSE', '.vscodeignore']) {
+// docs/: the reference pages messages and menus name (docs/exports.md, docs/training-runs.md, ...) ship too.
+for (const f of ['dist', 'media', 'examples', 'docs', 'README.md', 'LICENSE', '.vscodeignore']) {
   if (existsSync(join(ROOT, f))) cpSync(join(ROOT, f), join(stage, f), { recursive: true, filter: (src) => !src.endsWith('.map') });
 }
 const modules = closure(RUNTIME_PACKAGES);

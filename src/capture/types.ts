@@ -1,6 +1,6 @@
 // Shared shapes of the capture pipeline. The internal form of every model call is an OpenAI
 // chat-completions request and response; dialects convert into and out of it.
-import type { RenderInfo } from './render/bridge.js';
+import type { RenderInfo } from './render/render-info.js';
 
 export type { RenderInfo };
 

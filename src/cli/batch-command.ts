@@ -8,13 +8,16 @@ const USAGE = `usage: harness-lab batch submit --tasks DIR|GLOB --harness NAME[,
                               [--on-timeout discard|keep] [--engine-url URL] [--model M]
                               [--temperature T] [--policy-version V] [--out DIR]
                               [--engine-api-key K]
+                              [--max-starting N] [--start-timeout S] [--breaker-after K]
                               [--context CTX] [--namespace NS] [--registry REG] [--queue NAME]
-                              [--dry-run -o json|yaml]
+                              [--dry-run -o json|yaml] [--keep]
        harness-lab batch status BATCH [--json] [--rollouts]
        harness-lab batch watch BATCH [--rollouts]
        harness-lab batch collect BATCH [--out FILE.jsonl]
        harness-lab batch cancel BATCH
-       harness-lab batch resume BATCH
+       harness-lab batch resume BATCH [--keep]
+       harness-lab batch teardown BATCH
+       harness-lab batch delete BATCH [--force]
 
 A batch is, for every task and every harness, a group of G rollouts of that task under that harness,
 all captured through one proxy with the same sampling (temperature T; top_p 1, top_k -1, min_p 0,
@@ -34,6 +37,14 @@ its manifest and every rollout's state live there, so a batch survives its lab b
   --engine-api-key K credential for --engine-url (or HARNESS_LAB_ENGINE_API_KEY); held by the
                      proxy only, never written to the batch: give it again to batch resume
   --policy-version V stamped on every rollout (trainers drop samples of stale weights)
+  --max-starting N   sandboxes starting at once, apart from --parallel (default 4; 0: no cap)
+  --start-timeout S  wall budget of one sandbox start-up; past it the rollout is an infra
+                     failure, not an agent timeout (default 300)
+  --breaker-after K  after K infra failures in a row no sandbox starts until the backend answers
+                     its probe again; the rollouts of that streak run again (default 10; 0: off)
+  --keep             keep what a finished batch leaves on its backend (a k8s batch's proxy
+                     Deployment, Service, Secret, ConfigMaps and Jobs); by default the lab removes
+                     it when the batch ends; \`batch teardown\` removes it later
 
 Every rollout ends in one class: completed, policy_failure (reward 0, trainable), infra_error
 (discarded, reward null) or timeout. \`batch status\` flags groups with no contrast (all rewards
@@ -71,9 +82,13 @@ const submit = defineCommand({
     namespace: { type: 'string' },
     registry: { type: 'string' },
     queue: { type: 'string' },
+    'max-starting': { type: 'integer' },
+    'start-timeout': { type: 'string' },
+    'breaker-after': { type: 'integer' },
     'dry-run': { type: 'boolean' },
     output: { type: 'string', short: 'o' },
     verbose: { type: 'boolean', short: 'v' },
+    keep: { type: 'boolean' },
   },
   // A shell-expanded GLOB arrives as one --tasks value followed by the other matches.
   positionals: ['TASK_DIR...'],
@@ -107,6 +122,9 @@ const submit = defineCommand({
         policyVersion: flags['policy-version'],
         outDir: flags.out,
         k8s: backend === 'k8s' ? { context: flags.context, namespace: flags.namespace, registry: flags.registry, queueName: flags.queue } : undefined,
+        maxStarting: flags['max-starting'],
+        startTimeoutSec: numberFlag(flags['start-timeout'], 'start-timeout'),
+        breakerAfter: flags['breaker-after'],
       });
     } catch (err) {
       if (err instanceof BatchPlanError) throw new UsageError(err.message);
@@ -123,17 +141,25 @@ const submit = defineCommand({
     const m = plan.manifest;
     say(`batch ${m.batch_id}: ${m.tasks.length} task(s) x ${m.harnesses.length} harness(es) x ${m.group_size} = ${plan.states.length} rollouts in ${m.groups.length} groups, ${m.parallel} at a time, on ${m.backend}`);
     say(`batch directory: ${plan.dir}`);
-    return runAndReport(plan.dir, flags.verbose, engineKey(flags['engine-api-key']));
+    return runAndReport(plan.dir, flags.verbose, engineKey(flags['engine-api-key']), flags.keep);
   },
 });
 
 /** The engine credential: the flag, else HARNESS_LAB_ENGINE_API_KEY; never stored in the batch. */
 const engineKey = (flag: string | undefined) => flag ?? (process.env.HARNESS_LAB_ENGINE_API_KEY || undefined);
 
-async function runAndReport(dir: string, verbose: boolean, engineApiKey: string | undefined): Promise<number> {
+async function runAndReport(dir: string, verbose: boolean, engineApiKey: string | undefined, keep: boolean): Promise<number> {
   const { runBatch } = await import('../batch/runner.js');
   const { batchStatus, formatStatus } = await import('../batch/status.js');
   const summary = await runBatch({ dir, handleSignals: true, engineApiKey, log: (l) => (verbose || !l.startsWith('  ') ? say(l) : undefined) });
+  const { tearDownAfterRun, teardownBatch } = await import('../batch/teardown.js');
+  if (tearDownAfterRun(summary, keep)) {
+    // The results are in the directory already: a backend that cannot be reached now is reported, not fatal.
+    await teardownBatch(dir, { log: say }).then(
+      (t) => say(`tore down what batch ${t.batchId} left on ${t.backend}${t.removed.length ? ` (${t.removed.length} Job(s) or container(s))` : ''}; --keep keeps it`),
+      (err: unknown) => say(`could not tear down batch ${dir}: ${(err as Error).message}; \`harness-lab batch teardown ${dir}\` tries again`),
+    );
+  } else if (keep && summary.stopped === null && summary.queued === 0) say(`kept what the batch left on its backend (--keep); \`harness-lab batch teardown ${dir}\` removes it`);
   process.stdout.write(`\n${formatStatus(batchStatus(dir, { samples: true }))}`);
   if (summary.stopped === 'interrupted') return 130;
   if (summary.stopped === 'cancelled') {
@@ -146,12 +172,15 @@ async function runAndReport(dir: string, verbose: boolean, engineApiKey: string 
 const status = defineCommand({
   name: 'batch status',
   summary: "print a batch's groups and rollouts",
-  usage: 'usage: harness-lab batch status BATCH [--json] [--rollouts]',
-  flags: { json: { type: 'boolean' }, rollouts: { type: 'boolean' } },
+  usage: `usage: harness-lab batch status BATCH [--json] [--rollouts] [--stall-after S]
+
+  --stall-after S  flag running rollouts with no model call and no sandbox output for S seconds
+                   (default 300; 0: never)`,
+  flags: { json: { type: 'boolean' }, rollouts: { type: 'boolean' }, 'stall-after': { type: 'integer' } },
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
     const { batchStatus, formatStatus } = await import('../batch/status.js');
-    const st = batchStatus(positionals[0]!, { samples: true });
+    const st = batchStatus(positionals[0]!, { stallAfterS: flags['stall-after'], samples: true });
     process.stdout.write(flags.json ? `${JSON.stringify(st, null, 2)}\n` : formatStatus(st, { rollouts: flags.rollouts }));
     return 0;
   },
@@ -160,12 +189,12 @@ const status = defineCommand({
 const watch = defineCommand({
   name: 'batch watch',
   summary: 'follow a running batch until it ends',
-  usage: 'usage: harness-lab batch watch BATCH [--rollouts]',
-  flags: { rollouts: { type: 'boolean' } },
+  usage: 'usage: harness-lab batch watch BATCH [--rollouts] [--stall-after S]',
+  flags: { rollouts: { type: 'boolean' }, 'stall-after': { type: 'integer' } },
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
     const { watchBatch } = await import('../batch/control.js');
-    const st = await watchBatch(positionals[0]!, (t) => process.stdout.write(t), { rollouts: flags.rollouts });
+    const st = await watchBatch(positionals[0]!, (t) => process.stdout.write(t), { rollouts: flags.rollouts, stallAfterS: flags['stall-after'] });
     return st.lab === 'finished' ? 0 : 1;
   },
 });
@@ -220,11 +249,40 @@ const cancel = defineCommand({
 const resume = defineCommand({
   name: 'batch resume',
   summary: 'finish a batch whose lab was stopped or killed',
-  usage: 'usage: harness-lab batch resume BATCH [-v] [--engine-api-key K]',
-  flags: { verbose: { type: 'boolean', short: 'v' }, 'engine-api-key': { type: 'string' } },
+  usage: 'usage: harness-lab batch resume BATCH [-v] [--engine-api-key K] [--keep]',
+  flags: { verbose: { type: 'boolean', short: 'v' }, 'engine-api-key': { type: 'string' }, keep: { type: 'boolean' } },
   positionals: ['BATCH'],
-  run: async ({ flags, positionals }) => runAndReport(positionals[0]!, flags.verbose, engineKey(flags['engine-api-key'])),
+  run: async ({ flags, positionals }) => runAndReport(positionals[0]!, flags.verbose, engineKey(flags['engine-api-key']), flags.keep),
+});
+
+const teardown = defineCommand({
+  name: 'batch teardown',
+  summary: 'remove what a batch left on its backend (a k8s batch\'s proxy, Secret, ConfigMaps, Jobs)',
+  usage: 'usage: harness-lab batch teardown BATCH\n\nRemoves the Jobs (or containers), proxy Deployment, Service, Secret, NetworkPolicy and ConfigMaps of\na batch no lab is running. Its results stay in BATCH; an unfinished batch can still be resumed.',
+  flags: {},
+  positionals: ['BATCH'],
+  run: async ({ positionals }) => {
+    const { teardownBatch } = await import('../batch/teardown.js');
+    const t = await teardownBatch(positionals[0]!, { log: say });
+    say(`tore down batch ${t.batchId} on ${t.backend}: ${t.removed.length} Job(s) or container(s) removed${t.backend === 'k8s' ? ', with its proxy, Secret, Service, NetworkPolicy and ConfigMaps' : ''}`);
+    return 0;
+  },
+});
+
+const del = defineCommand({
+  name: 'batch delete',
+  summary: 'tear a batch down and remove its directory',
+  usage: 'usage: harness-lab batch delete BATCH [--force]\n\n--force removes the directory even when its backend cannot be reached (what it left there stays).',
+  flags: { force: { type: 'boolean' } },
+  positionals: ['BATCH'],
+  run: async ({ flags, positionals }) => {
+    const { deleteBatch } = await import('../batch/teardown.js');
+    const dir = positionals[0]!;
+    const t = await deleteBatch(dir, { log: say, force: flags.force });
+    say(`deleted batch ${t?.batchId ?? dir}${t ? ` (${t.removed.length} Job(s) or container(s) removed)` : ''}`);
+    return 0;
+  },
 });
 
 /** `batch` dispatches to its subcommands, each a defined command of its own (`harness-lab batch submit: ...` errors). */
-export const batchCommand: CliCommand = defineCommandGroup({ name: 'batch', summary: 'rollout batches (GRPO groups): submit, status, watch, collect, cancel, resume', usage: USAGE, subcommands: { submit, status, watch, collect, cancel, resume } });
+export const batchCommand: CliCommand = defineCommandGroup({ name: 'batch', summary: 'rollout batches (GRPO groups): submit, status, resume, cancel, teardown, ...', usage: USAGE, subcommands: { submit, status, watch, collect, cancel, resume, teardown, delete: del } });

@@ -11,6 +11,7 @@ export const COMMANDS: Readonly<Record<string, () => Promise<CliCommand>>> = {
   demo: async () => (await import('./demo-command.js')).demoCommand,
   engine: async () => (await import('./engine-command.js')).engineCommand,
   export: async () => (await import('./export-command.js')).exportCommand,
+  harness: async () => (await import('./harness-command.js')).harnessCommand,
   images: async () => (await import('./images-command.js')).imagesCommand,
   proxy: async () => (await import('./proxy-command.js')).proxyCommand,
   report: async () => (await import('./report-command.js')).reportCommand,

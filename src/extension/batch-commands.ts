@@ -5,10 +5,15 @@ import { dirname, join } from 'node:path';
 import * as vscode from 'vscode';
 import { batchStatus } from '../batch/status.js';
 import { harnessHint, harnessNames } from '../harness/registry.js';
-import type { BatchesTreeNode, BatchRolloutNode } from './batches-model.js';
-import { planAndWriteBatch, startBatchLab } from './batch-submit.js';
+import { batchDirs, readBatchNode, type BatchesTreeNode, type BatchNode, type BatchRolloutNode } from './batches-model.js';
+import { planAndWriteBatch, planOnly, startBatchLab, type SubmitRequest } from './batch-submit.js';
+import { contextNamespace, engineChoices, failureReason, labOutcome, listEngineModels, noEngineMessage, resolveBatchModel, type EngineChoice } from './batch-wizard.js';
+import { runBundledCli } from './bundled-cli.js';
+import { BATCH_EXPORT_FORMATS, defaultExportFile, exportArgs, exportSummary, readExportManifest, type BatchExportFormat } from './export-batch-model.js';
 import { readKubeContexts } from './kube-contexts.js';
 import type { Logger } from './logger.js';
+import { NotConfiguredError } from './not-configured.js';
+import type { HarnessLabSettings } from './settings.js';
 import { sortTasks, taskNode } from './tasks-model.js';
 
 export interface BatchCommandContext {
@@ -16,8 +21,9 @@ export interface BatchCommandContext {
   log: Logger;
   /** The folder new batches go to (the Batches view reads it); undefined without a workspace. */
   batchesFolder(): string | undefined;
-  engineUrl(): string;
-  model(): string;
+  /** Every batches folder the Batches view reads (one per workspace folder). */
+  batchFolders(): string[];
+  settings(): Pick<HarnessLabSettings, 'engineUrl' | 'model' | 'clusterEngineUrl' | 'clusterRegistry' | 'keepClusterObjects'>;
   refreshBatches(): void;
 }
 
@@ -68,30 +74,83 @@ async function askBatch(ctx: BatchCommandContext, arg: unknown) {
   );
   if (!backendPick) return undefined;
   const backend = backendPick.label as 'docker' | 'k8s';
-  let kubeContext: string | undefined;
+  let kube: { context: string; namespace: string } | undefined;
   if (backend === 'k8s') {
-    const kube = await readKubeContexts();
+    const found = await readKubeContexts();
+    const ordered = [...found.contexts.filter((c) => c.name === found.current), ...found.contexts.filter((c) => c.name !== found.current)];
     const picked = await vscode.window.showQuickPick(
-      kube.contexts.map((c) => ({ label: c.name, description: [c.cluster, c.namespace ? `namespace ${c.namespace}` : '', c.name === kube.current ? 'current' : ''].filter(Boolean).join(' · ') })),
-      { title: `${title}: kube context`, placeHolder: `Contexts in ${kube.files.join(', ')}` },
+      ordered.map((c) => ({ label: c.name, description: [c.cluster, `namespace ${c.namespace ?? 'default'}`, c.name === found.current ? 'current' : ''].filter(Boolean).join(' · ') })),
+      { title: `${title}: kube context`, placeHolder: `Contexts in ${found.files.join(', ')}; the batch goes to the context's namespace` },
     );
     if (!picked) return undefined;
-    kubeContext = picked.label;
+    kube = { context: picked.label, namespace: contextNamespace(found.contexts, picked.label) };
   }
-  let engineUrl: string | null = null;
-  const configured = ctx.engineUrl();
-  if (configured) {
-    const picked = await vscode.window.showQuickPick(
-      [
-        { label: configured, description: 'harnessLab.engineUrl', url: configured },
-        { label: 'Embedded engine', description: "answers with each task's policy.json", url: null },
-      ],
-      { title: `${title}: engine` },
-    );
+  const settings = ctx.settings();
+  const { choices, refused } = engineChoices(backend, settings);
+  for (const r of refused) ctx.log.info(`Submit Rollout Batch: not offering ${r.label} for a ${backend} batch: ${r.why}`);
+  if (!choices.length) throw new NotConfiguredError(noEngineMessage(backend, refused), { title: 'Open Settings', command: 'workbench.action.openSettings', args: [backend === 'k8s' ? 'harnessLab.clusterEngineUrl' : 'harnessLab.engineURL'] });
+  let engine = choices[0]!;
+  if (choices.length > 1 || refused.length) {
+    const items: (vscode.QuickPickItem & { choice: EngineChoice | undefined })[] = [
+      ...choices.map((c) => ({ label: c.label, description: c.description, choice: c as EngineChoice | undefined })),
+      ...(refused.length ? [{ label: 'Not offered', kind: vscode.QuickPickItemKind.Separator, choice: undefined }] : []),
+      ...refused.map((r) => ({ label: `$(circle-slash) ${r.label}`, description: r.why, choice: undefined })),
+    ];
+    const picked = await vscode.window.showQuickPick(items, { title: `${title}: engine`, placeHolder: backend === 'k8s' ? 'The engine the in-cluster proxy calls (pods cannot reach this machine)' : 'The engine the batch calls' });
     if (!picked) return undefined;
-    engineUrl = picked.url;
+    if (!picked.choice) throw new Error(`${picked.label.replace('$(circle-slash) ', '')} cannot serve a ${backend} batch: ${picked.description ?? ''}`);
+    engine = picked.choice;
   }
-  return { tasks, harnesses: harnessPick.map((h) => h.label), groupSize: Number(size), backend, kubeContext, engineUrl };
+  return { tasks, harnesses: harnessPick.map((h) => h.label), groupSize: Number(size), backend, kube, engine };
+}
+
+type Asked = NonNullable<Awaited<ReturnType<typeof askBatch>>>;
+
+/**
+ * Everything checked before anything is written or created: the plan (tasks, harnesses), the
+ * engine (reachable, its model), and for k8s the cluster (reachable, permissions in the namespace)
+ * and Docker (the task images are built here). Returns the model, or undefined when the user backed out.
+ */
+async function checkBatch(ctx: BatchCommandContext, ask: Asked, folder: string, token: vscode.CancellationToken, progress: (m: string) => void): Promise<{ model: string | undefined; request: SubmitRequest } | undefined> {
+  const settings = ctx.settings();
+  const abort = new AbortController();
+  const sub = token.onCancellationRequested(() => abort.abort());
+  try {
+    const request: SubmitRequest = { tasks: ask.tasks, harnesses: ask.harnesses, groupSize: ask.groupSize, backend: ask.backend, folder, engineUrl: ask.engine.url, ...(ask.kube ? { kubeContext: ask.kube.context, namespace: ask.kube.namespace } : {}), ...(settings.clusterRegistry && ask.backend === 'k8s' ? { registry: settings.clusterRegistry } : {}) };
+    progress('tasks and harnesses');
+    planOnly(request);
+    let model: string | undefined;
+    if (ask.engine.url) {
+      const url = ask.engine.url;
+      if (ask.engine.checkUrl) {
+        progress(`engine ${ask.engine.checkUrl}`);
+        const served = await listEngineModels(ask.engine.checkUrl, { signal: abort.signal });
+        model = await resolveBatchModel(settings.model, served, ask.engine.checkUrl, async (models) => (await vscode.window.showQuickPick(models, { title: 'Submit Rollout Batch: model', placeHolder: `The engine serves ${models.length} models; the batch asks for one` })) ?? undefined);
+        if (!model) return undefined;
+      } else {
+        // Cluster-internal only (a Service name): nothing on this machine reaches it to list its models.
+        model =
+          settings.model ||
+          (await vscode.window.showInputBox({ title: 'Submit Rollout Batch: model', prompt: `${url} resolves only inside the cluster, so its models cannot be listed from here: the model name it serves`, validateInput: (v) => (v.trim() ? undefined : 'The model name the engine serves') }))?.trim();
+        if (!model) return undefined;
+      }
+      ctx.log.info(`Submit Rollout Batch: engine ${url}, model ${model}`);
+    }
+    if (ask.backend === 'k8s' && ask.kube) {
+      progress(`cluster ${ask.kube.context}, namespace ${ask.kube.namespace}`);
+      const { k8sBackendModule } = await import('../batch/backends/k8s.js');
+      await k8sBackendModule.preflight!({ context: ask.kube.context, namespace: ask.kube.namespace, registry: settings.clusterRegistry || null, queue_name: null });
+      progress('Docker (task images are built here)');
+      const { connectDocker } = await import('../sandbox/docker-client.js');
+      await (await connectDocker()).ping().catch((err: unknown) => {
+        throw new Error(`Docker is not reachable on this machine (${(err as Error).message}); a k8s batch builds its task images here${settings.clusterRegistry ? ` and pushes them to ${settings.clusterRegistry}` : ''}`);
+      });
+      if (!settings.clusterRegistry) ctx.log.info('Submit Rollout Batch: no harnessLab.clusterRegistry: the cluster must already have the task images and the proxy image (kind load, the test double)');
+    }
+    return { model, request: { ...request, ...(model ? { model } : {}) } };
+  } finally {
+    sub.dispose();
+  }
 }
 
 const cliPath = (ctx: BatchCommandContext) => join(ctx.context.extensionUri.fsPath, 'dist', 'cli.js');
@@ -102,19 +161,34 @@ export async function submitRolloutBatch(ctx: BatchCommandContext, arg: unknown)
   if (!folder) throw new Error('Open a folder first: batches are written to its batches folder (harnessLab.batchesFolder).');
   const ask = await askBatch(ctx, arg);
   if (!ask) return undefined;
-  const plan = await planAndWriteBatch({ ...ask, folder, model: ctx.engineUrl() && ask.engineUrl ? ctx.model() || undefined : undefined });
+  const checked = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: 'Harness Lab: checking the batch', cancellable: true }, (progress, token) =>
+    checkBatch(ctx, ask, folder, token, (m) => progress.report({ message: m })),
+  );
+  if (!checked) return undefined;
+  const plan = await planAndWriteBatch(checked.request);
   const m = plan.manifest;
   const dir = plan.dir;
   ctx.log.info(`batch ${m.batch_id}: ${m.tasks.length} task(s) x ${m.harnesses.length} harness(es) x ${m.group_size} = ${plan.states.length} rollouts on ${m.backend}, ${m.parallel} at a time; ${dir}`);
   ctx.refreshBatches();
+  return runLab(ctx, dir, m.batch_id);
+}
+
+/**
+ * Runs the batch's lab (`batch resume DIR`, the same runner `batch submit` uses) with progress and
+ * Cancel, then says how it ended: finished, cancelled (only when someone asked), or failed with its
+ * reason and Show Log. Returns the batch directory.
+ */
+async function runLab(ctx: BatchCommandContext, dir: string, batchId: string): Promise<string> {
   const cliJs = cliPath(ctx);
-  return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: batch ${m.batch_id}`, cancellable: true }, async (progress, token) => {
-    const lab = startBatchLab({ cliJs, dir, cwd: vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? folder, onLine: (l) => ctx.log.info(`[batch ${m.batch_id}] ${l}`) });
+  const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? dirname(dir);
+  return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: batch ${batchId}`, cancellable: true }, async (progress, token) => {
+    const keep = ctx.settings().keepClusterObjects;
+    const lab = startBatchLab({ cliJs, dir, cwd, keep, onLine: (l) => ctx.log.info(`[batch ${batchId}] ${l}`) });
     let cancelling: Promise<unknown> | undefined;
     const sub = token.onCancellationRequested(() => {
       progress.report({ message: 'cancelling: stopping its sandboxes' });
       // The runner's cancel path (`batch cancel`): cancel.json, then it waits for the lab to stop its rollouts and exit.
-      cancelling = startBatchLab({ cliJs, dir, cwd: folder, sub: 'cancel', onLine: (l) => ctx.log.info(`[batch ${m.batch_id}] ${l}`) }).exited;
+      cancelling = startBatchLab({ cliJs, dir, cwd, sub: 'cancel', onLine: (l) => ctx.log.info(`[batch ${batchId}] ${l}`) }).exited;
     });
     let last = 0;
     let exitCode: number | null | undefined;
@@ -137,13 +211,97 @@ export async function submitRolloutBatch(ctx: BatchCommandContext, arg: unknown)
       sub.dispose();
       ctx.refreshBatches();
     }
-    const st = batchStatus(dir);
-    const summary = `${st.counts.done} done, ${st.counts.discarded} discarded of ${st.counts.total}`;
-    if (exitCode === 0) void vscode.window.showInformationMessage(`Harness Lab: batch ${m.batch_id} finished: ${summary}.`);
-    else if (token.isCancellationRequested || exitCode === 1) void vscode.window.showWarningMessage(`Harness Lab: batch ${m.batch_id} cancelled (${summary}); \`harness-lab batch resume ${dir}\` continues it.`);
-    else throw new Error(`the lab of batch ${m.batch_id} exited with ${exitCode ?? 'an error'}: ${lab.output().trim().split('\n').slice(-3).join(' ')}`);
+    const cancelAsked = token.isCancellationRequested || safeLab(dir) === 'cancelled';
+    void reportLabEnd(ctx, batchId, dir, exitCode ?? null, cancelAsked, lab.output());
     return dir;
   });
+}
+
+function safeLab(dir: string): string | undefined {
+  try {
+    return batchStatus(dir).lab;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The toast at a lab's end. A failure names its reason and offers Show Log; never "cancelled" unless asked. */
+async function reportLabEnd(ctx: BatchCommandContext, batchId: string, dir: string, exitCode: number | null, cancelAsked: boolean, output: string): Promise<void> {
+  const outcome = labOutcome(exitCode, cancelAsked, output);
+  let summary = '';
+  try {
+    const st = batchStatus(dir);
+    summary = `${st.counts.done} done, ${st.counts.discarded} discarded of ${st.counts.total}`;
+  } catch (err) {
+    summary = `its state cannot be read: ${(err as Error).message}`;
+  }
+  if (outcome.kind === 'finished') {
+    void vscode.window.showInformationMessage(`Harness Lab: batch ${batchId} finished: ${summary}.`);
+    return;
+  }
+  const showLog = 'Show Log';
+  const resume = 'Resume Batch';
+  let choice: string | undefined;
+  if (outcome.kind === 'cancelled') choice = await vscode.window.showWarningMessage(`Harness Lab: batch ${batchId} cancelled (${summary}); Resume Batch (in the Batches view's menu) continues it.`, resume, showLog);
+  else {
+    ctx.log.error(`batch ${batchId} failed (lab exit ${exitCode ?? 'none'}): ${outcome.reason}\n${output.trim().split('\n').slice(-20).join('\n')}`);
+    choice = await vscode.window.showErrorMessage(`Harness Lab: batch ${batchId} failed: ${outcome.reason} (${summary}).`, showLog, resume);
+  }
+  if (choice === showLog) ctx.log.show();
+  else if (choice === resume) await vscode.commands.executeCommand('harnessLab.resumeBatch', { dir });
+}
+
+/** Resume Batch: runs an idle, interrupted, cancelled or failed batch's queued rollouts to the end. */
+export async function resumeBatchCommand(ctx: BatchCommandContext, arg: unknown): Promise<string | undefined> {
+  const dir = (arg as { dir?: unknown } | undefined)?.dir;
+  const target = typeof dir === 'string' ? dir : await pickBatch(ctx, 'Batch to resume', (lab) => lab !== 'running' && lab !== 'finished');
+  if (!target) return undefined;
+  const st = batchStatus(target);
+  if (st.lab === 'running') throw new Error(`batch ${st.batch_id} is already running (lab pid ${st.lab_pid}).`);
+  if (st.lab === 'finished') throw new Error(`batch ${st.batch_id} has finished: every rollout is done or discarded; nothing to resume.`);
+  ctx.log.info(`resuming batch ${st.batch_id}: ${st.counts.queued + st.counts.running} rollout(s) to run; ${target}`);
+  return runLab(ctx, target, st.batch_id);
+}
+
+/** A batch of the workspace's batches folders, picked (newest first); `keep` filters by lab state. */
+export async function pickBatch(ctx: Pick<BatchCommandContext, 'batchFolders'>, title: string, keep: (lab: string) => boolean = () => true): Promise<string | undefined> {
+  const nodes = ctx.batchFolders().flatMap((f) => batchDirs(f)).map(readBatchNode).filter((n): n is BatchNode => n.kind === 'batch' && keep(n.status.lab));
+  if (!nodes.length) throw new Error(`No batch to choose from in ${ctx.batchFolders().join(', ') || 'this workspace (open a folder)'}.`);
+  nodes.sort((a, b) => b.status.created_at.localeCompare(a.status.created_at));
+  const picked = await vscode.window.showQuickPick(nodes.map((n) => ({ label: n.label, description: n.description, dir: n.dir })), { title });
+  return picked?.dir;
+}
+
+/** Tear Down Batch: removes what a batch left on its backend (a k8s batch's proxy, Secret, ConfigMaps, Jobs). */
+export async function teardownBatchCommand(ctx: BatchCommandContext, arg: unknown): Promise<string | undefined> {
+  const dir = (arg as { dir?: unknown } | undefined)?.dir;
+  const target = typeof dir === 'string' ? dir : await pickBatch(ctx, 'Batch to tear down', (lab) => lab !== 'running');
+  if (!target) return undefined;
+  const lines: string[] = [];
+  const lab = startBatchLab({ cliJs: cliPath(ctx), dir: target, cwd: dirname(target), sub: 'teardown', onLine: (l) => (lines.push(l), ctx.log.info(`[teardown] ${l}`)) });
+  const code = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: tearing down ${target}` }, () => lab.exited);
+  ctx.refreshBatches();
+  if (code !== 0) throw new Error(`tearing down ${target} failed: ${failureReason(lab.output(), code)}`);
+  const said = lines.filter((l) => l.startsWith('tore down')).pop() ?? `tore down ${target}`;
+  void vscode.window.showInformationMessage(`Harness Lab: ${said}.`);
+  return said;
+}
+
+/** Delete Batch: tears it down, then removes its directory (asked first). */
+export async function deleteBatchCommand(ctx: BatchCommandContext, arg: unknown, confirm = true): Promise<boolean> {
+  const dir = (arg as { dir?: unknown } | undefined)?.dir;
+  const target = typeof dir === 'string' ? dir : await pickBatch(ctx, 'Batch to delete', (lab) => lab !== 'running');
+  if (!target) return false;
+  if (confirm) {
+    const ok = await vscode.window.showWarningMessage(`Delete batch ${target}? Its cluster objects or containers are removed, then the directory with every captured session.`, { modal: true }, 'Delete');
+    if (ok !== 'Delete') return false;
+  }
+  const lab = startBatchLab({ cliJs: cliPath(ctx), dir: target, cwd: dirname(target), sub: 'delete', onLine: (l) => ctx.log.info(`[delete] ${l}`) });
+  const code = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: deleting ${target}` }, () => lab.exited);
+  ctx.refreshBatches();
+  if (code !== 0) throw new Error(`deleting ${target} failed: ${failureReason(lab.output(), code)}`);
+  void vscode.window.showInformationMessage(`Harness Lab: deleted batch ${target}.`);
+  return true;
 }
 
 /** Cancel Batch on a running batch of the view (started here or from the CLI). */
@@ -167,4 +325,46 @@ export async function openBatchRollout(arg: unknown): Promise<string | undefined
   if (!node.sessionFile) throw new Error(`Rollout ${node.rollout.id} has not started yet: it has no captured session.`);
   await vscode.commands.executeCommand('vscode.openWith', vscode.Uri.file(node.sessionFile), 'harnessLab.rolloutLines');
   return node.sessionFile;
+}
+
+/** Export Batch…: format, a save dialog, the bundled CLI's `export --batch`, then the kept and dropped counts. */
+export async function exportBatchCommand(ctx: BatchCommandContext, arg: unknown, preset?: { format?: BatchExportFormat; out?: string }): Promise<string | undefined> {
+  const dir = (arg as { dir?: unknown } | undefined)?.dir;
+  const target = typeof dir === 'string' ? dir : await pickBatch(ctx, 'Batch to export');
+  if (!target) return undefined;
+  const st = batchStatus(target);
+  const fmt =
+    preset?.format ??
+    (
+      await vscode.window.showQuickPick(
+        BATCH_EXPORT_FORMATS.map((f) => ({ label: f.label, detail: f.detail, format: f.format })),
+        { title: `Export Batch ${st.batch_id}: format`, placeHolder: 'Trainer input; discarded rollouts never enter an export (docs/exports.md)' },
+      )
+    )?.format;
+  if (!fmt) return undefined;
+  const label = BATCH_EXPORT_FORMATS.find((f) => f.format === fmt)!.label;
+  const out =
+    preset?.out ??
+    (
+      await vscode.window.showSaveDialog({
+        title: `Export Batch ${st.batch_id} as ${label}`,
+        defaultUri: vscode.Uri.file(defaultExportFile(target, st.batch_id, fmt)),
+        filters: { 'JSON Lines': ['jsonl'] },
+        saveLabel: 'Export',
+      })
+    )?.fsPath;
+  if (!out) return undefined;
+  const run = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: exporting batch ${st.batch_id} as ${label}`, cancellable: true }, (_p, token) => {
+    const abort = new AbortController();
+    token.onCancellationRequested(() => abort.abort());
+    return runBundledCli(cliPath(ctx), exportArgs(target, fmt, out), { cwd: dirname(target), signal: abort.signal, onLine: (l) => ctx.log.info(`[export] ${l}`) });
+  });
+  if (run.code !== 0) throw new Error(`exporting batch ${st.batch_id} as ${label} failed: ${failureReason(run.output, run.code)}`);
+  const summary = exportSummary(readExportManifest(`${out}.manifest.json`), label);
+  ctx.log.info(`exported batch ${st.batch_id} to ${out}: ${summary}`);
+  void vscode.window.showInformationMessage(`Harness Lab: exported ${out}: ${summary}.`, 'Open File', 'Open Manifest').then(async (choice) => {
+    if (choice === 'Open File') await vscode.window.showTextDocument(vscode.Uri.file(out));
+    else if (choice === 'Open Manifest') await vscode.window.showTextDocument(vscode.Uri.file(`${out}.manifest.json`));
+  });
+  return out;
 }

@@ -21,21 +21,34 @@ export interface SubmitRequest {
   engineUrl: string | null;
   model?: string;
   kubeContext?: string;
+  /** The kube context's namespace (the batch's Jobs and proxy go there). */
+  namespace?: string;
+  /** Where a k8s batch pushes its images (harnessLab.clusterRegistry). */
+  registry?: string;
 }
 
-/** Plans and writes the batch; throws (BatchPlanError, TaskError, ...) before writing anything when the request is wrong. */
-export async function planAndWriteBatch(req: SubmitRequest): Promise<BatchPlan> {
-  const request: BatchRequest = {
+/** The plan alone, nothing written: a broken task, an unknown harness or a bad group size throws here, naming it. */
+export function planOnly(req: SubmitRequest): BatchPlan {
+  const plan = planBatch(batchRequest(req));
+  plan.dir = join(req.folder, plan.manifest.batch_id);
+  return plan;
+}
+
+function batchRequest(req: SubmitRequest): BatchRequest {
+  return {
     tasks: req.tasks,
     harnesses: req.harnesses,
     groupSize: req.groupSize,
     backend: req.backend,
     ...(req.engineUrl ? { engineUrl: req.engineUrl } : {}),
     ...(req.model ? { model: req.model } : {}),
-    ...(req.backend === 'k8s' ? { k8s: { context: req.kubeContext } } : {}),
+    ...(req.backend === 'k8s' ? { k8s: { context: req.kubeContext, namespace: req.namespace, registry: req.registry } } : {}),
   };
-  const plan = planBatch(request);
-  plan.dir = join(req.folder, plan.manifest.batch_id);
+}
+
+/** Plans and writes the batch; throws (BatchPlanError, TaskError, ...) before writing anything when the request is wrong. */
+export async function planAndWriteBatch(req: SubmitRequest): Promise<BatchPlan> {
+  const plan = planOnly(req);
   // The backends (Docker, Kubernetes and its client library) load in the lab, never in the extension host.
   writeBatch(plan);
   return plan;
@@ -50,17 +63,20 @@ export interface BatchLab {
 }
 
 /** The node that runs the bundled CLI: the extension host's own (Electron's, as plain node, on desktop). */
-export function labCommand(cliJs: string, dir: string, sub: 'resume' | 'cancel' = 'resume', execPath = process.execPath): { command: string; args: string[]; env: NodeJS.ProcessEnv } {
-  return { command: execPath, args: [cliJs, 'batch', sub, dir], env: { ELECTRON_RUN_AS_NODE: '1' } };
+export function labCommand(cliJs: string, dir: string, sub: LabSub = 'resume', execPath = process.execPath, keep = false): { command: string; args: string[]; env: NodeJS.ProcessEnv } {
+  return { command: execPath, args: [cliJs, 'batch', sub, dir, ...(keep && sub === 'resume' ? ['--keep'] : [])], env: { ELECTRON_RUN_AS_NODE: '1' } };
 }
 
+export type LabSub = 'resume' | 'cancel' | 'teardown' | 'delete';
+
 /**
- * `batch resume DIR` (runs a planned batch to its end) or `batch cancel DIR` (the runner's cancel
- * path: asks the running lab to stop and waits for it, or cleans up after a dead one), as a child.
+ * `batch resume DIR` (runs a planned batch to its end; `--keep` keeps its cluster objects), `batch
+ * cancel DIR` (the runner's cancel path: asks the running lab to stop and waits for it, or cleans up
+ * after a dead one), `batch teardown DIR` or `batch delete DIR`, as a child.
  */
-export function startBatchLab(opts: { cliJs: string; dir: string; cwd: string; sub?: 'resume' | 'cancel'; onLine?: (line: string) => void; env?: NodeJS.ProcessEnv }): BatchLab {
+export function startBatchLab(opts: { cliJs: string; dir: string; cwd: string; sub?: LabSub; keep?: boolean; onLine?: (line: string) => void; env?: NodeJS.ProcessEnv }): BatchLab {
   if (!existsSync(opts.cliJs)) throw new Error(`the bundled CLI ${opts.cliJs} is missing (run \`npm run build\`, or reinstall the extension)`);
-  const { command, args, env } = labCommand(opts.cliJs, opts.dir, opts.sub);
+  const { command, args, env } = labCommand(opts.cliJs, opts.dir, opts.sub, process.execPath, opts.keep);
   const child = spawn(command, args, { cwd: opts.cwd, env: { ...process.env, ...opts.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   const partial = { stdout: '', stderr: '' };

@@ -17,8 +17,11 @@ export interface BatchNode {
   label: string;
   description: string;
   tooltip: string;
-  /** `harnessLab.batch.running` while a lab runs it (cancel is offered), else `harnessLab.batch`. */
-  contextValue: 'harnessLab.batch' | 'harnessLab.batch.running';
+  /**
+   * `harnessLab.batch.running` while a lab runs it (cancel is offered); `harnessLab.batch.unfinished`
+   * when rollouts are left and no lab runs it (resume is offered); `harnessLab.batch` when finished.
+   */
+  contextValue: BatchContextValue;
   status: BatchStatus;
 }
 
@@ -61,6 +64,13 @@ export interface BatchErrorNode {
   contextValue: 'harnessLab.batchError';
 }
 
+export type BatchContextValue = 'harnessLab.batch' | 'harnessLab.batch.running' | 'harnessLab.batch.unfinished';
+
+/** The batch row's menu: Cancel while running, Resume when rollouts are left, Tear Down / Delete when no lab runs it. */
+export function batchContextValue(lab: BatchStatus['lab']): BatchContextValue {
+  return lab === 'running' ? 'harnessLab.batch.running' : lab === 'finished' ? 'harnessLab.batch' : 'harnessLab.batch.unfinished';
+}
+
 export type BatchesTreeNode = BatchNode | GroupNode | BatchRolloutNode | BatchErrorNode;
 
 /** The folder the view reads: the setting, relative to the workspace folder unless absolute. */
@@ -101,9 +111,10 @@ export function batchNode(st: BatchStatus): BatchNode {
       `Backend ${st.backend}, group size ${st.group_size}, parallel ${st.parallel}, temperature ${st.sampling.temperature}${st.policy_version ? `, policy ${st.policy_version}` : ''}`,
       `${c.done} done, ${c.discarded} discarded, ${c.running} running, ${c.queued} queued of ${c.total}`,
       ...(classes ? [`Classes: ${classes}`] : []),
-      ...(st.lab === 'interrupted' ? [`The lab that ran it is gone: harness-lab batch resume ${st.dir}`] : []),
+      ...(st.lab === 'interrupted' ? ['The lab that ran it is gone: Resume Batch (this row\'s menu) continues it'] : []),
+      ...(st.lab === 'idle' || st.lab === 'cancelled' ? ['Rollouts are left: Resume Batch (this row\'s menu) runs them'] : []),
     ].join('\n'),
-    contextValue: st.lab === 'running' ? 'harnessLab.batch.running' : 'harnessLab.batch',
+    contextValue: batchContextValue(st.lab),
     status: st,
   };
 }

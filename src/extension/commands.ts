@@ -13,10 +13,11 @@ import { probeEngine } from '../capture/engine-probe.js';
 import type { CaptureProxy } from '../capture/proxy.js';
 import type { SessionInfo } from '../capture/types.js';
 import { auditBatchCommand, openGroupViewCommand } from './batch-review-commands.js';
-import { cancelBatchCommand, openBatchRollout, submitRolloutBatch, type BatchCommandContext } from './batch-commands.js';
+import { cancelBatchCommand, deleteBatchCommand, exportBatchCommand, openBatchRollout, resumeBatchCommand, submitRolloutBatch, teardownBatchCommand, type BatchCommandContext } from './batch-commands.js';
 import type { EngineNode } from './engines-view.js';
 import type { GroupViewPanels } from './group-view-panel.js';
 import { runTaskWithHarness, validateHarnessWiring } from './harness-run-commands.js';
+import { installHarnessCommand, openLabTerminal } from './lab-tools-commands.js';
 import type { Logger } from './logger.js';
 import { NotConfiguredError, SET_ENGINE_URL } from './not-configured.js';
 import { NotRunningError, type ProxyController } from './proxy-controller.js';
@@ -466,11 +467,19 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.refreshTrainingRuns': { run: async (host) => host.trainingRuns.refresh() },
     'harnessLab.showTrainingRunLogs': { run: (host, arg) => host.trainingRuns.showLogs((arg as TrainingRunNode | undefined)?.name, (arg as TrainingRunNode | undefined)?.runKind) },
     'harnessLab.cancelTrainingRun': { run: (host, arg) => host.trainingRuns.cancel(arg as TrainingRunNode | undefined) },
+    // ux-cluster (#28): the batch lifecycle, exports, the Harness Lab terminal, harness installs, training curves.
+    'harnessLab.resumeBatch': { run: (host, arg) => resumeBatchCommand(batchContext(host), arg) },
+    'harnessLab.teardownBatch': { run: (host, arg) => teardownBatchCommand(batchContext(host), arg) },
+    'harnessLab.deleteBatch': { run: (host, arg) => deleteBatchCommand(batchContext(host), arg) },
+    'harnessLab.openLabTerminal': { run: async (host) => (await openLabTerminal(host)).commands },
+    'harnessLab.installHarness': { run: (host, arg) => installHarnessCommand(host, arg) },
+    'harnessLab.showTrainingCurves': { run: (host, arg, selected) => host.trainingRuns.showCurves(arg as TrainingRunNode | undefined, selected as TrainingRunNode[] | undefined) },
+    'harnessLab.exportBatch': { run: (host, arg, preset) => exportBatchCommand(batchContext(host), arg, preset as { format?: 'trl' | 'verl' | 'trainingtrace'; out?: string } | undefined) },
   };
 }
 
 function batchContext(host: CommandHost): BatchCommandContext {
-  return { ...host, engineUrl: () => currentSettings().engineUrl, model: () => currentSettings().model };
+  return { ...host, settings: () => currentSettings() };
 }
 
 function harnessRunContext(host: CommandHost) {
@@ -503,10 +512,12 @@ async function report(host: CommandHost, name: string, err: unknown): Promise<vo
   const message = err instanceof Error ? err.message : String(err);
   host.log.error(`${name} failed: ${describeError(err)}`);
   const showLog = 'Show Log';
-  const fix = err instanceof NotConfiguredError ? err.fix : undefined;
+  // A harness CLI that is not installed: the fix is Install Harness… (the .vsix installs it itself).
+  const missingHarness = /harness-lab harness install (\S+)`/.exec(message)?.[1];
+  const fix = err instanceof NotConfiguredError ? err.fix : missingHarness ? { title: 'Install Harness…', command: 'harnessLab.installHarness', args: [missingHarness] } : undefined;
   const choice = await vscode.window.showErrorMessage(fix ? message : `Harness Lab: ${message}`, ...(fix ? [fix.title] : []), showLog);
   if (choice === showLog) host.log.show();
-  else if (fix && choice === fix.title) await vscode.commands.executeCommand(fix.command);
+  else if (fix && choice === fix.title) await vscode.commands.executeCommand(fix.command, ...(fix.args ?? []));
 }
 
 export function registerCommands(host: CommandHost): vscode.Disposable[] {

@@ -89,7 +89,7 @@ class HarnessLab extends Disposable {
       }),
     );
 
-    const trainingRuns = this._register(new TrainingRuns(log));
+    const trainingRuns = this._register(new TrainingRuns(log, () => batches.folders()));
     const docs = this._register(new ReadonlyDocuments());
     const liveTexts = this._register(new LiveTokenTexts(() => (safeSettings() ? controller.resolveDataDir(safeSettings()!) : undefined), log));
     this._register(controller.onDidChangeData((rec) => rec && controller.running && liveTexts.noteCall(rec)));

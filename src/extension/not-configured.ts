@@ -7,6 +7,8 @@ export interface SetupFix {
   title: string;
   /** The command the button runs. */
   command: string;
+  /** Its arguments (e.g. the settings query of workbench.action.openSettings). */
+  args?: unknown[];
 }
 
 export const SET_ENGINE_URL: SetupFix = { title: 'Set Engine URL', command: 'harnessLab.setEngineUrl' };

@@ -20,6 +20,11 @@ export const SettingsSchema = z.object({
   maxModelCalls: z.number().int().min(0).default(0),
   /** Where the Batches view looks for batch directories (and Submit Rollout Batch writes them), relative to the workspace folder. */
   batchesFolder: z.string().trim().default('harness-lab-batches'),
+  // Cluster batches (ux-cluster): the engine as the cluster reaches it, the registry images go to,
+  // and whether a finished batch's cluster objects are kept.
+  clusterEngineUrl: httpUrl.default(''),
+  clusterRegistry: z.string().trim().default(''),
+  keepClusterObjects: z.boolean().default(false),
 });
 
 export type HarnessLabSettings = z.infer<typeof SettingsSchema>;

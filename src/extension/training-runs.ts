@@ -1,15 +1,34 @@
 // Training runs in the editor: the Training Runs tree (listRuns from src/cluster, the same code the
-// CLI runs), Start Training Run... (trainer, config file, kube context), each started run followed by
-// one RunWatch (status bar item while any is active), its log streamed into an output channel.
+// CLI runs, plus the pods' waiting reasons), ages that tick while the view is visible, Start Training
+// Run... (trainer, a config the schema accepts, kube context; the object kind and GPUs said at
+// submit), each started run followed by one RunWatch (status bar item while any is active), its log
+// streamed into an output channel (or why there is none yet), and its curves in a webview.
 import { Writable } from 'node:stream';
 import * as vscode from 'vscode';
 import { loadCluster, type Cluster } from '../cluster/kube.js';
 import { missingKubeconfig } from '../cluster/kubeconfig-files.js';
-import { cancelRun, listRuns, loadTrainConfig, RunWatch, streamRunLogs, submitRun, TERMINAL, TRAINERS, type RunKind, type RunPhase, type Trainer } from '../training/trainer-jobs.js';
+import { cancelRun, listRunRecords, listRuns, loadTrainConfig, RunWatch, streamRunLogs, submitRun, TERMINAL, TRAINERS, type RunKind, type RunPhase, type RunSummary, type TrainConfig, type Trainer } from '../training/trainer-jobs.js';
+import { listRunPods, podWaiting, readRunLog, shownPhase, type PodWaiting } from '../training/trainer-pods.js';
+import { parseMetrics } from '../training/metrics.js';
+import { findLocalExports } from './export-batch-model.js';
 import { readKubeContexts } from './kube-contexts.js';
 import { Disposable, toDisposable } from './lifecycle.js';
 import type { Logger } from './logger.js';
-import { errorNode, runNodes, statusText, type TrainingRunNode, type TrainingRunsNode } from './training-runs-model.js';
+import { TrainingCurvesPanel } from './training-curves-panel.js';
+import type { ShownRun } from './training-curves-page.js';
+import { configSummary, describeData, errorNode, noLogsYet, runNodes, statusText, trainingConfigs, type TrainingRunNode, type TrainingRunsNode } from './training-runs-model.js';
+
+/** How often ages re-render while the view is visible, and how old the cluster's list may get before it is read again. */
+const TICK_MS = 5_000;
+const LIST_MAX_AGE_MS = 15_000;
+
+interface Listed {
+  at: number;
+  runs: RunSummary[];
+  where: { context: string; namespace: string };
+  waiting: Map<string, PodWaiting | null>;
+  data: Map<string, string>;
+}
 
 interface Followed {
   name: string;
@@ -28,10 +47,15 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
   private readonly logStreams = new Map<string, AbortController>();
   /** The kube context the view lists (the last one a run was started in; else the kubeconfig's current). */
   private context: string | undefined;
+  private listed: Listed | undefined;
+  private readonly curves = this._register(new TrainingCurvesPanel());
 
-  constructor(private readonly log: Logger) {
+  constructor(
+    private readonly log: Logger,
+    private readonly batchFolders: () => string[] = () => [],
+  ) {
     super();
-    this.treeView = this._register(vscode.window.createTreeView('harnessLab.trainingRuns', { treeDataProvider: this }));
+    this.treeView = this._register(vscode.window.createTreeView('harnessLab.trainingRuns', { treeDataProvider: this, canSelectMany: true }));
     this.status = this._register(vscode.window.createStatusBarItem('harnessLab.trainingRun', vscode.StatusBarAlignment.Left, 49));
     this.status.name = 'Harness Lab Training Run';
     this.status.command = 'harnessLab.showTrainingRunLogs';
@@ -42,9 +66,18 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
         for (const a of this.logStreams.values()) a.abort();
       }),
     );
+    // Ages tick (and the list is read again now and then) while the view shows an unfinished run.
+    const tick = setInterval(() => {
+      if (!this.treeView.visible || !this.listed?.runs.some((r) => !TERMINAL.has(r.phase))) return;
+      if (Date.now() - this.listed.at > LIST_MAX_AGE_MS) this.listed = undefined;
+      this.changeEmitter.fire(undefined);
+    }, TICK_MS);
+    this._register(toDisposable(() => clearInterval(tick)));
   }
 
+  /** Reads the cluster again. */
   refresh(): void {
+    this.listed = undefined;
     this.changeEmitter.fire(undefined);
   }
 
@@ -59,8 +92,17 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
       // No kubeconfig (or one without contexts) is a machine without a cluster yet, not an error: the
       // empty view shows its welcome text, which says where the kubeconfig is read and how to start.
       if (missingKubeconfig()) return [];
-      cluster = this.cluster();
-      return runNodes(await listRuns(cluster), Date.now(), { context: cluster.context, namespace: cluster.namespace });
+      if (!this.listed) {
+        cluster = this.cluster();
+        const runs = await listRuns(cluster);
+        // The pods say why a run waits; a cluster that will not list them leaves the phases as they are.
+        const pods = await listRunPods(cluster).catch((err: unknown) => (this.log.warn(`training runs: ${(err as Error).message}`), new Map()));
+        const waiting = new Map(runs.map((r) => [r.name, podWaiting(pods.get(r.name) ?? [])] as const));
+        this.listed = { at: Date.now(), runs, where: { context: cluster.context, namespace: cluster.namespace }, waiting, data: this.dataSources() };
+      }
+      const l = this.listed;
+      this.updateStatus();
+      return runNodes(l.runs, Date.now(), l.where, l.waiting, l.data);
     } catch (err) {
       return [errorNode((err as Error).message)];
     }
@@ -85,13 +127,13 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
       { title: 'Start Training Run (1/3): trainer', placeHolder: 'Which trainer runs on the cluster' },
     );
     if (!trainer) return undefined;
-    const files = await vscode.workspace.findFiles('**/*.{yaml,yml,json}', '{**/node_modules/**,**/.git/**,**/dist/**}', 500);
-    if (!files.length) throw new Error('No trainer config (.yaml, .yml or .json) in the workspace; see docs/training-runs.md for the fields.');
+    const files = await vscode.workspace.findFiles('**/*.{yaml,yml,json}', '{**/node_modules/**,**/.git/**,**/dist/**,**/harness-lab-batches/**}', 500);
     const rel = (u: vscode.Uri) => vscode.workspace.asRelativePath(u);
-    const sorted = files.sort((a, b) => Number(!/train/i.test(rel(a))) - Number(!/train/i.test(rel(b))) || rel(a).localeCompare(rel(b)));
+    const configs = trainingConfigs(files.map((u) => ({ uri: u, path: u.fsPath, rel: rel(u) })));
+    if (!configs.length) throw new Error(`No trainer config in the workspace (${files.length} YAML/JSON file(s) checked; a config has image, command and data: docs/training-runs.md, shipped with the extension).`);
     const config = await vscode.window.showQuickPick(
-      sorted.map((u) => ({ label: rel(u), uri: u })),
-      { title: 'Start Training Run (2/3): trainer config', placeHolder: 'The config: image, command, GPUs, data source' },
+      configs.map((c) => ({ label: c.rel, description: configSummary(c.config), uri: c.uri })),
+      { title: 'Start Training Run (2/3): trainer config', placeHolder: `Trainer configs (${configs.length} of ${files.length} YAML/JSON files match the config schema)` },
     );
     if (!config) return undefined;
     const { contexts, current } = await readKubeContexts();
@@ -107,8 +149,10 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
       submitRun(cluster, { trainer: trainer.label as Trainer, config: parsed, configFile: config.uri.fsPath, operator: 'auto' }),
     );
     this.context = context.label;
-    this.log.info(`created ${record.kind} ${record.namespace}/${record.name} in ${record.context} (${why})`);
-    void vscode.window.showInformationMessage(`Training run ${record.name} created as ${record.kind} in ${record.namespace} (${record.context}).`);
+    this.log.info(`created ${record.kind} ${record.namespace}/${record.name} in ${record.context} (${why}); ${configSummary(parsed)}`);
+    const fallback = record.kind === 'Job' ? ' (a plain batch/v1 Job: no trainer operator)' : '';
+    void vscode.window.showInformationMessage(`Training run ${record.name} created as ${record.kind}${fallback} in ${record.namespace} (${record.context}): ${configSummary(parsed)}; ${why}.`);
+    this.refresh();
     await this.follow(cluster, record.kind, record.name);
     void this.showLogs(record.name, record.kind);
     return record.name;
@@ -135,7 +179,8 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
   }
 
   private updateStatus(): void {
-    const text = statusText([...this.followed.values()]);
+    // A followed run whose pods wait is Pending (with its reason in the tree), whatever its object says.
+    const text = statusText([...this.followed.values()].map((f) => ({ name: f.name, phase: shownPhase(f.phase, '', this.listed?.waiting.get(f.name) ?? null).phase })));
     if (!text) return this.status.hide();
     this.status.text = text;
     this.status.tooltip = 'Harness Lab training runs being followed; click for the log';
@@ -158,14 +203,87 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
       },
     });
     this.output.appendLine(`[harness-lab] logs of ${target.kind} ${target.name}:`);
+    const cluster = this.cluster();
+    // Why there is no log yet (an image that cannot be pulled, a pod that cannot be scheduled), said
+    // while the stream waits for a started pod, each time the reason changes.
+    let said = '';
+    const sayWhy = async () => {
+      const waiting = await this.waitingOf(cluster, target.name);
+      const line = waiting ? `${noLogsYet(target.name, waiting)}; the log follows once its container starts` : '';
+      if (line && line !== said && !abort.signal.aborted) this.output.appendLine(`[harness-lab] ${line}`);
+      if (line) said = line;
+    };
+    await sayWhy();
+    const poll = setInterval(() => void sayWhy(), 3000);
+    const gotPod = new Writable({
+      write: (chunk: Buffer, enc, done) => {
+        clearInterval(poll);
+        sink.write(chunk, enc as BufferEncoding, done);
+      },
+    });
     try {
-      const { pod } = await streamRunLogs(this.cluster(), target.kind, target.name, sink, { follow: true, signal: abort.signal });
+      const { pod } = await streamRunLogs(cluster, target.kind, target.name, gotPod, { follow: true, signal: abort.signal });
       this.output.appendLine(`[harness-lab] end of the log of pod ${pod}`);
     } catch (err) {
-      this.output.appendLine(`[harness-lab] ${(err as Error).message}`);
+      const again = /has no started pod/.test((err as Error).message) ? await this.waitingOf(cluster, target.name) : null;
+      this.output.appendLine(`[harness-lab] ${again !== null || /has no started pod/.test((err as Error).message) ? noLogsYet(target.name, again) : (err as Error).message}`);
     } finally {
+      clearInterval(poll);
       this.logStreams.delete(target.name);
     }
+  }
+
+  private async waitingOf(cluster: Cluster, name: string): Promise<PodWaiting | null> {
+    return listRunPods(cluster).then(
+      (pods) => podWaiting(pods.get(name) ?? []),
+      () => null,
+    );
+  }
+
+  /** What each run with a local record trains on (its config's data source), matched to local exports. */
+  private dataSources(): Map<string, string> {
+    const exports = findLocalExports(this.batchFolders());
+    const out = new Map<string, string>();
+    for (const r of listRunRecords()) {
+      const config = safeConfig(r.config);
+      if (config) out.set(r.name, describeData(config.data, exports).text);
+    }
+    return out;
+  }
+
+  /**
+   * Show Training Curves: the chosen runs' scalars from their logs, overlaid in one webview. Without a
+   * run from the view, the runs to show are picked (several at once).
+   */
+  async showCurves(node?: TrainingRunNode, selected?: readonly TrainingRunNode[]): Promise<ShownRun[]> {
+    const cluster = this.cluster();
+    let runs: { name: string; kind: RunKind }[] = (selected?.length ? selected : node ? [node] : []).map((n) => ({ name: n.name, kind: n.runKind }));
+    if (!runs.length) {
+      const all = await listRuns(cluster);
+      if (!all.length) throw new Error(`No training runs in ${cluster.namespace} (${cluster.context}) to draw.`);
+      const picked = await vscode.window.showQuickPick(all.map((r) => ({ label: r.name, description: `${r.trainer} · ${r.phase}`, run: r })), { title: 'Show Training Curves', placeHolder: 'Runs to overlay', canPickMany: true });
+      if (!picked?.length) return [];
+      runs = picked.map((p) => ({ name: p.run.name, kind: p.run.kind }));
+    }
+    const exports = findLocalExports(this.batchFolders());
+    const records = new Map(listRunRecords().map((r) => [r.name, r] as const));
+    const shown = await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: 'Harness Lab: reading training logs' }, () =>
+      Promise.all(
+        runs.map(async (r): Promise<ShownRun> => {
+          const log = await readRunLog(cluster, r.kind, r.name).catch((err: unknown) => ({ pod: null, text: '', error: (err as Error).message }));
+          const metrics = parseMetrics(log.text);
+          const config = records.get(r.name) ? safeConfig(records.get(r.name)!.config) : undefined;
+          const data = config ? describeData(config.data, exports) : null;
+          let note: string | null = null;
+          if ('error' in log) note = `its log could not be read: ${log.error}`;
+          else if (!log.pod) note = noLogsYet(r.name, await this.waitingOf(cluster, r.name));
+          else if (!metrics.lines) note = `no metric lines in the log of pod ${log.pod} yet (formats: docs/training-runs.md)`;
+          return { name: r.name, metrics, data: data?.text ?? null, dataFile: data?.match?.manifest ?? null, note };
+        }),
+      ),
+    );
+    this.curves.show(shown);
+    return shown;
   }
 
   async cancel(node: TrainingRunNode | undefined): Promise<boolean> {
@@ -177,5 +295,13 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
     this.logStreams.get(node.name)?.abort();
     this.refresh();
     return true;
+  }
+}
+
+function safeConfig(file: string): TrainConfig | undefined {
+  try {
+    return loadTrainConfig(file);
+  } catch {
+    return undefined;
   }
 }

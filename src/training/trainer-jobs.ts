@@ -3,7 +3,7 @@
 // Job; it is validated before anything is sent, created with the run's label, followed through one
 // list+watch, its pod's log streamed, and cancelled by deleting what was created (Background).
 // CRD field names: docs/trainer-contracts.md §4.1 (RayJob), §4.2 (TrainJob), §4.5.
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough, type Writable } from 'node:stream';
@@ -395,6 +395,24 @@ export function readRunRecord(name: string, dir = runsDir()): RunRecord | undefi
   return r.data;
 }
 
+/** Every readable run record (the editor matches runs to the data they train on); unreadable ones are skipped. */
+export function listRunRecords(dir = runsDir()): RunRecord[] {
+  let names: string[];
+  try {
+    names = readdirSync(dir).filter((f) => f.endsWith('.json'));
+  } catch {
+    return [];
+  }
+  return names.flatMap((f) => {
+    try {
+      const r = readRunRecord(f.slice(0, -5), dir);
+      return r ? [r] : [];
+    } catch {
+      return [];
+    }
+  });
+}
+
 export function removeRunRecord(name: string, dir = runsDir()): void {
   rmSync(join(dir, `${name}.json`), { force: true });
 }
@@ -550,7 +568,7 @@ export async function listRuns(cluster: Cluster): Promise<RunSummary[]> {
 }
 
 /** Pods of the run: ours by label; KubeRay's and JobSet's own labels for the operator-made pods. */
-function podSelectors(kind: RunKind, name: string): string[] {
+export function podSelectors(kind: RunKind, name: string): string[] {
   const own = runSelector(name);
   if (kind === 'RayJob') return [own, `ray.io/originated-from-cr-name=${name}`];
   if (kind === 'TrainJob') return [own, `jobset.sigs.k8s.io/jobset-name=${name}`];

@@ -10,6 +10,11 @@
 // row shows the call captured so far and the rollout viewer opened from its context menu shows it,
 // both mirrored live from the cluster's proxy; then both rollouts finish with class and reward, the
 // open viewer follows to the last call, and the finished batch's other rollout opens in the viewer.
+// With the defaults a new user has: harnessLab.model empty (the wizard fills it from the engine's
+// /v1/models) and harnessLab.engineURL on loopback (refused for the cluster, with the reason; the
+// engine as the pods reach it is harnessLab.clusterEngineUrl, a Service name in the double). The
+// finished batch leaves nothing in the namespace; Export Batch… writes TRL rows; the Harness Lab
+// terminal runs `harness-lab --help`.
 // Screenshots: test-artifacts/e2e/k8s-batches-*.png.
 import * as assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -25,7 +30,7 @@ import { buildProxyImage, engineFor, testCluster, type EngineInNamespace } from 
 import { dockerReady } from '../integration/sandbox-fixtures.js';
 import type { KubeDouble } from '../k8s-double/index.js';
 import { missingPrerequisite, pickFromContextMenu, runCommand } from './code-server.js';
-import { ARTIFACTS, ROOT, openRolloutRow, openWorkbench, showBatchesView, submitBatch, viewerFrame, type Workbench } from './workbench.js';
+import { ARTIFACTS, ROOT, atStep, openRolloutRow, openWorkbench, pick, showBatchesView, submitBatch, viewerFrame, type Workbench } from './workbench.js';
 
 const NS = 'default';
 const PROXY_IMAGE = `harness-lab/k8s-proxy-e2e:${process.pid}`;
@@ -87,17 +92,28 @@ test('Submit Rollout Batch with backend k8s on the API server double: live calls
   writeFileSync(join(task, 'task.toml'), readFileSync(join(task, 'task.toml'), 'utf8').replace('name = "harness-lab/hello-file"', 'name = "e2e/stepper"'));
   writeFileSync(join(task, 'instruction.md'), 'STEP_BY_STEP: create a file named `hello.txt` holding `Hello, world!`.\n');
 
-  const engineUrl = `${engine.url}/v1`;
+  const hostEngineUrl = `${engine.url}/v1`;
+  // The engine as the namespace's pods reach it: a Service name (the double maps it to the relayed port).
+  await fetch(`${cluster.url}/api/v1/namespaces/${NS}/services`, { method: 'POST', headers: { authorization: `Bearer ${cluster.api.token}`, 'content-type': 'application/json' }, body: JSON.stringify({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'hl-engine', namespace: NS }, spec: { ports: [{ port: engine.port }] } }) }).then((r) => assert.equal(r.status, 201, `creating the engine Service: ${r.status}`));
+  const engineUrl = `http://hl-engine.${NS}.svc:${engine.port}/v1`;
   workbench = await openWorkbench({
     stateDir,
     workspace,
     env: { KUBECONFIG: cluster.kubeconfig, HARNESS_LAB_K8S_PROXY_IMAGE: PROXY_IMAGE, HARNESS_LAB_K8S_HARNESS_FROM: 'hostPath' },
-    userSettings: { 'harnessLab.engineUrl': engineUrl, 'harnessLab.model': engine.engine.model },
+    // The Model setting stays at its default (empty).
+    userSettings: { 'harnessLab.engineURL': hostEngineUrl, 'harnessLab.clusterEngineUrl': engineUrl },
   });
   const { page } = workbench;
   try {
     const view = await showBatchesView(page);
-    await submitBatch(page, { task: 'tasks/stepper', harness: 'react', groupSize: 2, backend: 'k8s', kubeContext: 'double', engine: engineUrl });
+    // The loopback URL and the embedded engine are shown as not offered, with the reason.
+    const notOffered = async (p: Page) => {
+      await shot(p, '00-engine-pick');
+      const rows = await p.locator('.quick-input-list .monaco-list-row').allInnerTexts();
+      assert.ok(rows.some((r) => r.includes('Embedded engine') && r.includes("a cluster's pods cannot call it")), rows.join(' | '));
+      assert.ok(rows.some((r) => r.includes(hostEngineUrl) && r.includes('loopback')), rows.join(' | '));
+    };
+    await submitBatch(page, { task: 'tasks/stepper', harness: 'react', groupSize: 2, backend: 'k8s', kubeContext: 'double', engine: engineUrl, shotBeforeEngine: notOffered });
     const toast = page.locator('.notification-toast', { hasText: /Harness Lab: batch b\d{8}-\d{6}-[0-9a-f]{4}/ });
     await toast.waitFor({ timeout: 60_000 });
     const batchRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: /^\s*b\d{8}-\d{6}-[0-9a-f]{4}/ }).first();
@@ -139,6 +155,18 @@ test('Submit Rollout Batch with backend k8s on the API server double: live calls
     await page.locator('.notification-toast', { hasText: /finished: 2 done, 0 discarded of 2/ }).waitFor({ timeout: 60_000 });
     releasing = false;
     await release;
+    // Torn down at its end: nothing of the batch is left in the namespace.
+    const left = async () => {
+      const kinds = ['/apis/batch/v1/namespaces/default/jobs', '/apis/apps/v1/namespaces/default/deployments', '/api/v1/namespaces/default/services', '/api/v1/namespaces/default/secrets', '/api/v1/namespaces/default/configmaps', '/api/v1/namespaces/default/pods'];
+      const out: string[] = [];
+      for (const k of kinds) {
+        const r = await fetch(`${cluster!.url}${k}?labelSelector=${encodeURIComponent(`harness-lab/batch=${m.batch_id}`)}`, { headers: { authorization: `Bearer ${cluster!.api.token}` } });
+        for (const o of ((await r.json()) as { items: { kind?: string; metadata: { name: string } }[] }).items) out.push(`${k.split('/').pop()}/${o.metadata.name}`);
+      }
+      return out;
+    };
+    for (let i = 0; i < 60 && (await left()).length; i++) await new Promise((r) => setTimeout(r, 1000));
+    assert.deepEqual(await left(), [], 'the finished batch left nothing in the namespace');
     const states = readRolloutStates(dir);
     assert.deepEqual(states.map((s) => [s.rollout_id, s.class, s.reward]), [['stepper.react.0', 'completed', 1], ['stepper.react.1', 'completed', 1]]);
     assert.ok(states[0]!.n_calls >= 2, `calls: ${states[0]!.n_calls}`);
@@ -157,6 +185,40 @@ test('Submit Rollout Batch with backend k8s on the API server double: live calls
     assert.equal(await frame.locator('.graph-row').count(), states[1]!.n_calls, 'the viewer shows every call of the rollout');
     assert.ok(Number(await frame.locator('[data-testid="counts"]').getAttribute('data-sampled')) > 0, 'sampled tokens captured');
     await shot(page, '05-rollout-viewer');
+
+    // Export Batch…: the batch, the format, the save dialog (its default path beside the batch); TRL rows and the counts.
+    await runCommand(page, 'View: Close All Editors');
+    await runCommand(page, 'Harness Lab: Export Batch…');
+    await atStep(page, 'Batch to export');
+    await pick(page, m.batch_id);
+    await atStep(page, 'format');
+    await pick(page, 'TRL');
+    const out = join(batches, `${m.batch_id}.trl.jsonl`);
+    await page.locator('.quick-input-widget input.input:visible').waitFor({ timeout: 20_000 });
+    await page.keyboard.press('Enter');
+    await page.locator('.notification-toast', { hasText: /exported .*: 2 TRL row\(s\) from 2 rollout\(s\)/ }).waitFor({ timeout: 60_000 });
+    const rows = readFileSync(out, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { reward: number; completion_ids: number[] });
+    assert.deepEqual(rows.map((r) => r.reward), [1, 1]);
+    assert.ok(rows.every((r) => r.completion_ids.length > 0));
+    await shot(page, '06-exported');
+
+    // The Harness Lab terminal: the bundled CLI on PATH.
+    await runCommand(page, 'Harness Lab: Open Harness Lab Terminal');
+    await page.locator('.terminal-wrapper.active, .xterm').first().waitFor({ timeout: 30_000 });
+    const helpFile = join(stateDir, 'help.txt');
+    await new Promise((r) => setTimeout(r, 1500));
+    await page.keyboard.type(`harness-lab --help > ${helpFile} 2>&1; echo done\n`, { delay: 5 });
+    for (let i = 0; i < 40 && !(existsSync(helpFile) && readFileSync(helpFile, 'utf8').includes('commands:')); i++) await new Promise((r) => setTimeout(r, 500));
+    assert.match(readFileSync(helpFile, 'utf8'), /^usage: harness-lab <command>/);
+    await shot(page, '07-lab-terminal');
+
+    // Delete Batch from the view's menu: asked first, then the directory is gone (its cluster objects were already).
+    await pickFromContextMenu(page, batchRow, 'Delete Batch');
+    await page.locator('.monaco-dialog-box .monaco-button', { hasText: /^Delete$/ }).click({ timeout: 20_000 });
+    await page.locator('.notification-toast', { hasText: /deleted batch/ }).waitFor({ timeout: 60_000 });
+    assert.ok(!existsSync(dir), 'Delete Batch removed the batch directory');
+    await view.locator('.monaco-list-row', { hasText: m.batch_id }).waitFor({ state: 'detached', timeout: 30_000 });
+    await shot(page, '08-deleted');
   } catch (err) {
     await shot(page, '99-failure').catch(() => undefined);
     throw err;

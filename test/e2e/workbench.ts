@@ -114,7 +114,7 @@ export async function atStep(page: Page, step: string): Promise<void> {
 }
 
 /** "Harness Lab: Submit Rollout Batch..." from the palette, through its quick picks as a user answers them. */
-export async function submitBatch(page: Page, o: { task: string; harness: string; groupSize: number; backend: 'docker' | 'k8s'; kubeContext?: string; engine?: string }): Promise<void> {
+export async function submitBatch(page: Page, o: { task: string; harness: string; groupSize: number; backend: 'docker' | 'k8s'; kubeContext?: string; engine?: string; shotBeforeEngine?: (page: Page) => Promise<unknown> }): Promise<void> {
   await runCommand(page, 'Harness Lab: Submit Rollout Batch...');
   await atStep(page, '(1/4)');
   await pick(page, o.task, { check: true }); // tasks (multi-select), by folder
@@ -132,6 +132,7 @@ export async function submitBatch(page: Page, o: { task: string; harness: string
   }
   if (o.engine) {
     await atStep(page, 'engine');
+    await o.shotBeforeEngine?.(page);
     await pick(page, o.engine);
   }
 }

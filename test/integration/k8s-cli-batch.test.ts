@@ -1,10 +1,11 @@
 // `harness-lab batch submit --backend k8s` from the CLI, end to end on the API server double: a
 // local proxy image (base-node + the CLI bundle, built with dockerode from a tar context) runs the
 // in-cluster proxy, the reference harness `react` runs one task with group size 2 as real
-// containers, `batch status --json` shows both rollouts classified with rewards, and `batch cancel`
-// of the finished batch leaves no Job, pod or container.
+// containers, `batch status --json` shows both rollouts classified with rewards; the lab tears the
+// finished batch down (no Job, Deployment, Service, Secret, ConfigMap, pod or container is left) and
+// `batch delete` removes its directory.
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -43,7 +44,7 @@ describe('batch submit --backend k8s from the CLI on the double', { timeout: 900
     await docker?.getImage(PROXY_IMAGE).remove({ force: true }).catch(() => undefined);
   });
 
-  it('submit runs the group; status --json classifies both rollouts with rewards; cancel leaves nothing', async () => {
+  it('submit runs the group; status --json classifies both rollouts with rewards; the finished batch is torn down; delete removes it', async () => {
     const task = taskCopy('hello-file', {});
     const r = await cli(['batch', 'submit', '--tasks', task, '--harness', 'react', '--group-size', '2', '--backend', 'k8s', '--context', 'double', '--namespace', NS, '--engine-url', `${engine.url}/v1`, '--model', engine.engine.model, '--timeout', '120', '--out', out], { env: env() });
     assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
@@ -81,12 +82,21 @@ describe('batch submit --backend k8s from the CLI on the double', { timeout: 900
     const c = await cli(['batch', 'cancel', out], { env: env() });
     assert.equal(c.code, 0, c.stderr);
     assert.match(c.stdout + c.stderr, /has finished/);
+    assert.match(r.stdout, /tore down what batch \S+ left on k8s/, 'the lab tore the finished batch down');
     assert.equal((await batchApi.listNamespacedJob({ namespace: NS })).items.length, 0, 'no Job left');
     const kc = new k8s.KubeConfig();
     kc.loadFromFile(cluster.kubeconfig);
     assert.equal((await kc.makeApiClient(k8s.AppsV1Api).listNamespacedDeployment({ namespace: NS })).items.length, 0, 'the finished batch\'s proxy Deployment was removed');
+    assert.equal((await core.listNamespacedService({ namespace: NS, labelSelector: 'harness-lab/batch' })).items.length, 0, 'its Service');
+    assert.equal((await core.listNamespacedSecret({ namespace: NS, labelSelector: 'harness-lab/batch' })).items.length, 0, 'its Secret');
     assert.equal((await core.listNamespacedConfigMap({ namespace: NS, labelSelector: 'harness-lab/batch' })).items.length, 0);
+    const t = await cli(['batch', 'teardown', out], { env: env() });
+    assert.equal(t.code, 0, t.stderr);
+    assert.match(t.stdout, /tore down batch \S+ on k8s: 0 Job\(s\) or container\(s\) removed/);
     await waitFor('no pods', async () => ((await core.listNamespacedPod({ namespace: NS })).items.length === 0 ? true : undefined), 60_000);
     await waitFor('no containers', async () => ((await cluster.node.containers()).some((x) => x.Labels['io.kubernetes.pod.namespace'] === NS) ? undefined : true), 60_000);
+    const d = await cli(['batch', 'delete', out], { env: env() });
+    assert.equal(d.code, 0, d.stderr);
+    assert.ok(!existsSync(out), 'batch delete removed the directory');
   });
 });

@@ -131,6 +131,8 @@ describe('the cluster path against an attacker, on the API server double', { tim
     const facts = await backend.run(a);
     assert.equal(facts.infraError, null, JSON.stringify(facts));
     assert.deepEqual(facts.reward, { value: 1, scores: {} });
+    // The agent ran without the capabilities the entry script kept (setpriv in the task image).
+    assert.match(readFileSync(join(a.outDir, 'pod.log'), 'utf8'), /"tests_requests_refused":0,"agent_isolated":true/);
     const key = backend.capture.keyOf(a.sessionId);
     assert.notEqual(key, a.sessionId, 'a minted key');
     const name = jobName(BATCH, 'g1-r0', 0);

@@ -77,12 +77,12 @@ test('activation: after startup (status bar item, opt-in auto-start), for restor
   assert.match(pkg.scripts.package, /scripts\/package-vsix\.mjs --target linux-x64/);
 });
 
-test('the .vsix allow-list ships only bundles, the CLI and reference harness, examples, media, README, LICENSE and package.json', () => {
+test('the .vsix allow-list ships only bundles, the CLI and reference harness, examples, media, docs, README, LICENSE and package.json', () => {
   const vsce = join(root, 'node_modules', '.bin', 'vsce');
   const files = execFileSync(vsce, ['ls', '--no-dependencies'], { cwd: root, encoding: 'utf8' }).trim().split('\n').filter(Boolean);
-  const allowed = [/^package\.json$/, /^README\.md$/, /^LICENSE$/, /^dist\/(extension|cli|react-harness)\.js$/, /^examples\/[^/]+(\/[^/]+)*$/, /^dist\/webview\/[^/]+(\/[^/]+)*$/, /^media\/[^/]+(\/[^/]+)*$/];
+  const allowed = [/^package\.json$/, /^README\.md$/, /^LICENSE$/, /^dist\/(extension|cli|react-harness)\.js$/, /^examples\/[^/]+(\/[^/]+)*$/, /^dist\/webview\/[^/]+(\/[^/]+)*$/, /^media\/[^/]+(\/[^/]+)*$/, /^docs\/[^/]+\.md$/];
   for (const f of files) assert.ok(allowed.some((re) => re.test(f)), `${f} would be packaged`);
-  for (const f of ['package.json', 'README.md', 'LICENSE', 'media/harness-lab.svg']) assert.ok(files.includes(f), `${f} missing from the package`);
+  for (const f of ['package.json', 'README.md', 'LICENSE', 'media/harness-lab.svg', 'docs/exports.md', 'docs/training-runs.md']) assert.ok(files.includes(f), `${f} missing from the package (messages and menus name it)`);
   assert.ok(existsSync(join(root, 'dist', 'extension.js')), 'dist/extension.js is missing: run `npm run build`');
   for (const f of ['dist/extension.js', 'dist/cli.js', 'dist/react-harness.js', 'examples/tasks/hello-file/task.toml']) assert.ok(files.includes(f), `${f} is not packaged (the commands load it; Submit Rollout Batch runs dist/cli.js)`);
   assert.ok(!files.some((f) => f.endsWith('.map')), 'no source maps in the package');
