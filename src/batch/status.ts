@@ -1,9 +1,12 @@
 // What a batch looks like now, read from its directory alone (no lab needed): per group the members
 // done and discarded, the trainable rewards, their mean and standard deviation, and the two flags a
 // GRPO trainer cares about: no contrast (every trainable reward equal) and fewer than 2 trainable.
+// With `samples`, also what a finished rollout costs a trainer: samples and tokens against the merged length.
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { readSessionIndex, sessionFileOf } from '../capture/store.js';
+import { formatTotals, sampleAccount, sumAccounts, type SampleAccount, type SampleTotals } from '../capture/samples.js';
+import { CaptureSession } from '../capture/sessions.js';
+import { loadSessionFile, readSessionIndex, sessionFileOf } from '../capture/store.js';
 import type { InfraCause } from './infra-cause.js';
 import { labPaths, labState } from './lock.js';
 import { batchPaths, readManifest, readRolloutStates, type BatchManifest, type RolloutState } from './state.js';
@@ -24,6 +27,8 @@ export interface RolloutStatus {
   /** Calls captured so far by a running rollout's session (null when not running, or no call is stored yet). */
   calls: number | null;
   error: string | null;
+  /** A done rollout's samples and tokens to the trainer (asked for with `samples`; null otherwise or without token ids). */
+  samples: SampleAccount | null;
   /** A running rollout with no model call and no sandbox output for the stall time, and where it stands. */
   stalled: Stall | null;
 }
@@ -92,6 +97,8 @@ export interface GroupStatus {
   no_contrast: boolean;
   too_few_trainable: boolean;
   rollouts: RolloutStatus[];
+  /** Over the trainable members with an account; null when samples were not asked for. */
+  samples: SampleTotals | null;
 }
 
 export interface BatchStatus {
@@ -111,6 +118,8 @@ export interface BatchStatus {
   /** Attempts that reached a verdict, those that failed in the sandbox backend, their share, and their causes by class. */
   infra: InfraAccount;
   groups: GroupStatus[];
+  /** Over every group's trainable members; null when samples were not asked for. */
+  samples: SampleTotals | null;
 }
 
 export interface InfraAccount {
@@ -170,17 +179,50 @@ export function batchSessionFile(dir: string, sessionId: string): string {
   return sessionFileOf(batchPaths(dir).capture, sessionId);
 }
 
-/** `countCalls` gives a running member's calls so far (by session id); without it they are null. */
+const accountCache = new Map<string, { size: number; mtimeMs: number; account: SampleAccount | null }>();
+
+/**
+ * A finished session's sample account, remembered by file size and time so a re-read of a large batch
+ * builds each rollout once; null when the file is missing, unreadable or has no token ids.
+ */
+export function sessionSampleAccount(file: string): SampleAccount | null {
+  let st;
+  try {
+    st = statSync(file);
+  } catch {
+    return null;
+  }
+  const hit = accountCache.get(file);
+  if (hit && hit.size === st.size && hit.mtimeMs === st.mtimeMs) return hit.account;
+  let account: SampleAccount | null = null;
+  try {
+    const loaded = loadSessionFile(file);
+    account = loaded ? sampleAccount(CaptureSession.fromStore(loaded).rollout()) : null;
+  } catch {
+    account = null;
+  }
+  accountCache.set(file, { size: st.size, mtimeMs: st.mtimeMs, account });
+  return account;
+}
+
+/**
+ * `countCalls` gives a running member's calls so far (by session id); without it they are null.
+ * `accountOf` gives a done member's sample account (by session id); without it samples are not reported.
+ */
 export function groupStatus(
   group: BatchManifest['groups'][number],
   members: RolloutState[],
   countCalls?: (sessionId: string) => number | null,
   stallOf?: (s: RolloutState) => Stall | null,
+  accountOf?: (sessionId: string) => SampleAccount | null,
 ): GroupStatus {
   const trainable = members.filter((m) => m.trainable && m.reward !== null);
   const rewards = trainable.map((m) => m.reward!);
   const { mean, std } = meanStd(rewards);
   const finished = members.every((m) => m.state === 'done' || m.state === 'discarded');
+  const accounts = new Map<string, SampleAccount | null>();
+  if (accountOf) for (const m of members) if (m.state === 'done' && m.session_id) accounts.set(m.rollout_id, accountOf(m.session_id));
+  const counted = trainable.map((m) => accounts.get(m.rollout_id)).filter((a): a is SampleAccount => Boolean(a));
   return {
     group_id: group.group_id,
     task: group.task,
@@ -209,12 +251,15 @@ export function groupStatus(
       session_id: m.session_id,
       calls: m.state === 'running' && m.session_id && countCalls ? countCalls(m.session_id) : null,
       error: m.error,
+      samples: accounts.get(m.rollout_id) ?? null,
       stalled: stallOf?.(m) ?? null,
     })),
+    samples: accountOf ? sumAccounts(counted) : null,
   };
 }
 
-export function batchStatus(dirArg: string, opts: { stallAfterS?: number; now?: number } = {}): BatchStatus {
+/** `samples` reads every done rollout's session (once per file, see sessionSampleAccount) for its sample account. */
+export function batchStatus(dirArg: string, opts: { stallAfterS?: number; now?: number; samples?: boolean } = {}): BatchStatus {
   const dir = resolve(dirArg);
   const manifest = readManifest(dir);
   const states = readRolloutStates(dir, manifest);
@@ -248,14 +293,20 @@ export function batchStatus(dirArg: string, opts: { stallAfterS?: number; now?: 
         g.rollout_ids.map((id) => byId.get(id)!),
         (sessionId) => capturedCalls(batchSessionFile(dir, sessionId)),
         (m) => rolloutStall(dir, m, opts.stallAfterS ?? DEFAULT_STALL_AFTER_S, opts.now),
+        opts.samples ? (sessionId) => sessionSampleAccount(batchSessionFile(dir, sessionId)) : undefined,
       ),
     ),
+    samples: null,
   };
   for (const g of st.groups)
     for (const r of g.rollouts) {
       st.counts.running_calls += r.calls ?? 0;
       if (r.stalled) st.counts.stalled++;
     }
+  if (opts.samples) {
+    const trainable = st.groups.flatMap((g) => g.rollouts.filter((r) => r.trainable && r.reward !== null && r.samples).map((r) => r.samples!));
+    st.samples = sumAccounts(trainable);
+  }
   return st;
 }
 
@@ -274,15 +325,20 @@ export function formatStatus(st: BatchStatus, opts: { rollouts?: boolean } = {})
     for (const r of g.rollouts)
       if (r.stalled) lines.push(`  STALLED ${r.id}: no model call and no sandbox output for ${r.stalled.idle_s} s (${r.stalled.where})`);
   if (st.lab === 'interrupted') lines.push(`  the lab that ran it is gone: continue with \`harness-lab batch resume ${st.dir}\``);
+  if (st.samples) lines.push(`  samples (trainable rollouts): ${formatTotals(st.samples)}`);
   const width = Math.max(5, ...st.groups.map((g) => g.group_id.length));
-  lines.push('', `  ${'group'.padEnd(width)}  done  disc  pend  rewards (trainable)        mean    std    flags`);
+  const sampleHead = st.samples ? '  smp/r  tokens/merged' : '';
+  lines.push('', `  ${'group'.padEnd(width)}  done  disc  pend  rewards (trainable)        mean    std  ${sampleHead}  flags`);
   for (const g of st.groups) {
     const flags = [g.no_contrast ? 'NO CONTRAST' : '', g.too_few_trainable ? 'FEWER THAN 2 TRAINABLE' : ''].filter(Boolean).join(', ');
     const rewards = g.rewards.map((r) => String(Math.round(r * 100) / 100)).join(' ') || '-';
-    lines.push(`  ${g.group_id.padEnd(width)}  ${String(g.done).padStart(4)}  ${String(g.discarded).padStart(4)}  ${String(g.pending).padStart(4)}  ${rewards.padEnd(25)}  ${fmt(g.mean).padStart(6)}  ${fmt(g.std).padStart(6)}  ${flags}`);
+    const sampleCols = g.samples ? `  ${(g.samples.samples_per_rollout === null ? '-' : g.samples.samples_per_rollout.toFixed(2)).padStart(5)}  ${(g.samples.token_ratio === null ? '-' : `${g.samples.token_ratio.toFixed(2)}x`).padStart(13)}` : '';
+    lines.push(`  ${g.group_id.padEnd(width)}  ${String(g.done).padStart(4)}  ${String(g.discarded).padStart(4)}  ${String(g.pending).padStart(4)}  ${rewards.padEnd(25)}  ${fmt(g.mean).padStart(6)}  ${fmt(g.std).padStart(6)}${sampleCols}  ${flags}`);
     if (opts.rollouts)
-      for (const r of g.rollouts)
-        lines.push(`      ${r.id}  ${r.state}${r.class ? ` ${r.class}` : ''}${r.calls !== null ? ` calls=${r.calls}` : ''} reward=${r.reward ?? 'null'}${r.duration_ms !== null ? ` ${(r.duration_ms / 1000).toFixed(1)}s` : ''}${r.attempts > 1 ? ` attempts=${r.attempts}` : ''}${r.error && r.state !== 'done' ? `  (${r.error})` : ''}`);
+      for (const r of g.rollouts) {
+        const smp = r.samples ? ` samples=${r.samples.samples} tokens=${r.samples.tokens_to_trainer}/${r.samples.merged_tokens}` : '';
+        lines.push(`      ${r.id}  ${r.state}${r.class ? ` ${r.class}` : ''}${r.calls !== null ? ` calls=${r.calls}` : ''} reward=${r.reward ?? 'null'}${smp}${r.duration_ms !== null ? ` ${(r.duration_ms / 1000).toFixed(1)}s` : ''}${r.attempts > 1 ? ` attempts=${r.attempts}` : ''}${r.error && r.state !== 'done' ? `  (${r.error})` : ''}`);
+      }
   }
   return `${lines.join('\n')}\n`;
 }

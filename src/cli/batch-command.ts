@@ -166,7 +166,7 @@ async function runAndReport(dir: string, verbose: boolean, engineApiKey: string 
       (err: unknown) => say(`could not tear down batch ${dir}: ${(err as Error).message}; \`harness-lab batch teardown ${dir}\` tries again`),
     );
   } else if (keep && summary.stopped === null && summary.queued === 0) say(`kept what the batch left on its backend (--keep); \`harness-lab batch teardown ${dir}\` removes it`);
-  process.stdout.write(`\n${formatStatus(batchStatus(dir))}`);
+  process.stdout.write(`\n${formatStatus(batchStatus(dir, { samples: true }))}`);
   if (summary.stopped === 'interrupted') return 130;
   if (summary.stopped === 'cancelled') {
     say(`cancelled; \`harness-lab batch resume ${dir}\` continues it`);
@@ -186,7 +186,7 @@ const status = defineCommand({
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
     const { batchStatus, formatStatus } = await import('../batch/status.js');
-    const st = batchStatus(positionals[0]!, { stallAfterS: flags['stall-after'] });
+    const st = batchStatus(positionals[0]!, { stallAfterS: flags['stall-after'], samples: true });
     process.stdout.write(flags.json ? `${JSON.stringify(st, null, 2)}\n` : formatStatus(st, { rollouts: flags.rollouts }));
     return 0;
   },

@@ -1,9 +1,11 @@
 // Turns generated assistant text into a chat message the way vLLM's qwen3 reasoning parser and hermes
-// tool parser do, and back: the scripted policy writes tool calls in exactly the form the Qwen3
-// template re-renders, so the next prompt extends this completion token for token.
+// tool parser do, and back: the scripted policy writes tool calls in the form the Qwen3 template
+// re-renders (so a re-render extends this completion token for token) unless a call says `sampled_as`,
+// which writes them as a real model may (other spacing, key order) to prove the token-in bridge.
 import { randomBytes } from 'node:crypto';
 import { pythonJsonDumps } from '../capture/render/python-json.js';
 import type { ChatToolCall } from '../capture/types.js';
+import type { SampledAs, ScriptedToolCall } from './policy.js';
 
 export { pythonJsonDumps };
 
@@ -13,20 +15,40 @@ export interface AssistantOutput {
   toolCalls: ChatToolCall[];
 }
 
-/** One Hermes tool call as the Qwen3 template renders it in an assistant turn. */
-export function renderToolCall(name: string, args: Record<string, unknown>): string {
-  return `<tool_call>\n{"name": ${JSON.stringify(name)}, "arguments": ${pythonJsonDumps(args)}}\n</tool_call>`;
+/**
+ * JSON written another way than the template does: `compact` is JSON.stringify's, `pretty` indents by
+ * two, `python` is json.dumps'; `reversed` turns the key order of every object around.
+ */
+export function sampledJson(value: unknown, style: SampledAs): string {
+  const ordered = style.key_order === 'reversed' ? reverseKeys(value) : value;
+  if (style.spacing === 'python') return pythonJsonDumps(ordered);
+  return JSON.stringify(ordered, null, style.spacing === 'pretty' ? 2 : undefined);
+}
+
+function reverseKeys(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(reverseKeys);
+  if (value === null || typeof value !== 'object') return value;
+  return Object.fromEntries(Object.entries(value as Record<string, unknown>).reverse().map(([k, v]) => [k, reverseKeys(v)]));
+}
+
+/**
+ * One Hermes tool call as the Qwen3 template renders it in an assistant turn, or, with `sampledAs`,
+ * as a model might sample it instead (the hermes parser accepts both; the re-render does not match).
+ */
+export function renderToolCall(name: string, args: Record<string, unknown>, sampledAs?: SampledAs): string {
+  const body = sampledAs ? sampledJson({ name, arguments: args }, sampledAs) : `{"name": ${JSON.stringify(name)}, "arguments": ${pythonJsonDumps(args)}}`;
+  return `<tool_call>\n${body}\n</tool_call>`;
 }
 
 /** Assistant text (reasoning, content, tool calls) laid out as the Qwen3 template renders it. */
-export function renderAssistantText(opts: { reasoning?: string | undefined; content?: string | undefined; toolCalls?: { name: string; arguments: Record<string, unknown> }[] }): string {
+export function renderAssistantText(opts: { reasoning?: string | undefined; content?: string | undefined; toolCalls?: ScriptedToolCall[] }): string {
   let text = '';
   if (opts.reasoning !== undefined) text += `<think>\n${opts.reasoning.replace(/^\n+|\n+$/g, '')}\n</think>\n\n`;
   const content = opts.content ?? '';
   text += content;
   (opts.toolCalls ?? []).forEach((call, i) => {
     if (i > 0 || content) text += '\n';
-    text += renderToolCall(call.name, call.arguments);
+    text += renderToolCall(call.name, call.arguments, call.sampledAs);
   });
   return text;
 }

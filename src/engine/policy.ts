@@ -14,6 +14,15 @@ const regexSource = z.string().superRefine((s, ctx) => {
   }
 });
 
+const sampledAsSchema = z
+  .object({
+    /** `python` is the template's (`", "`, `": "`), `compact` has no spaces, `pretty` indents by two. */
+    spacing: z.enum(['python', 'compact', 'pretty']).default('python'),
+    /** Key order of the call object and its arguments: as given (the template's: name first) or reversed. */
+    key_order: z.enum(['given', 'reversed']).default('given'),
+  })
+  .strict();
+
 const callSchema = z
   .object({
     /** Regular expression (case-insensitive) matched against the offered tool names; first match wins. */
@@ -22,6 +31,16 @@ const callSchema = z
     arguments: z.record(z.string(), z.unknown()).optional(),
     /** A single string put into the tool's first required string parameter (e.g. `command`, `cmd`). */
     input: z.string().optional(),
+    /**
+     * Further arguments added only for the keys the offered tool declares (e.g. `description` for the
+     * shell tools that have one), so one policy serves every harness and a call can carry several keys.
+     */
+    also: z.record(z.string(), z.unknown()).optional(),
+    /**
+     * How the call's JSON is written in the sampled text, when not the way the Qwen3 template re-renders
+     * it: a real model samples its own spacing and key order, which the harness then sends back parsed.
+     */
+    sampled_as: sampledAsSchema.optional(),
   })
   .strict()
   .refine((c) => (c.arguments === undefined) !== (c.input === undefined), { message: 'give exactly one of "arguments" or "input"' });
@@ -84,10 +103,17 @@ export type PolicyFile = z.infer<typeof policySchema>;
 type Action = z.infer<typeof actionSchema>;
 type Call = z.infer<typeof callSchema>;
 
+export type SampledAs = z.infer<typeof sampledAsSchema>;
+
+/** One scripted tool call; `sampledAs` set when its JSON is written otherwise than the template does. */
+export interface ScriptedToolCall {
+  name: string;
+  arguments: Record<string, unknown>;
+  sampledAs?: SampledAs;
+}
+
 /** What the policy decided for one turn: text to force, or let the model sample. */
-export type PolicyDecision =
-  | { kind: 'sample' }
-  | { kind: 'script'; reasoning?: string; content?: string; toolCalls: { name: string; arguments: Record<string, unknown> }[] };
+export type PolicyDecision = { kind: 'sample' } | { kind: 'script'; reasoning?: string; content?: string; toolCalls: ScriptedToolCall[] };
 
 export class ScriptedPolicy {
   constructor(
@@ -158,11 +184,11 @@ function resolveAction(action: Action, tools: ChatTool[], random: () => number):
   if (action === 'sample') return { kind: 'sample' };
   if ('choose' in action) return resolveAction(drawChoice(action, random()), tools, random);
   const calls = action.call === undefined ? [] : Array.isArray(action.call) ? action.call : [action.call];
-  const toolCalls: { name: string; arguments: Record<string, unknown> }[] = [];
+  const toolCalls: ScriptedToolCall[] = [];
   for (const call of calls) {
     const tool = tools.find((t) => new RegExp(call.tool, 'i').test(t.function.name));
     if (!tool) return null;
-    toolCalls.push({ name: tool.function.name, arguments: callArguments(call, tool) });
+    toolCalls.push({ name: tool.function.name, arguments: callArguments(call, tool), ...(call.sampled_as ? { sampledAs: call.sampled_as } : {}) });
   }
   return { kind: 'script', reasoning: action.think, content: action.say, toolCalls };
 }
@@ -180,13 +206,18 @@ function drawChoice(action: z.infer<typeof chooseSchema>, u: number): Action {
 }
 
 function callArguments(call: Call, tool: ChatTool): Record<string, unknown> {
-  if (call.arguments) return call.arguments;
   const params = (tool.function.parameters ?? {}) as { properties?: Record<string, { type?: unknown }>; required?: unknown };
   const props = params.properties ?? {};
-  const required = Array.isArray(params.required) ? (params.required as string[]) : [];
-  const isString = (k: string) => props[k]?.type === 'string' || props[k]?.type === undefined;
-  const key = required.find((k) => k in props && isString(k)) ?? Object.keys(props).find(isString) ?? 'command';
-  return { [key]: call.input };
+  let args: Record<string, unknown>;
+  if (call.arguments) args = { ...call.arguments };
+  else {
+    const required = Array.isArray(params.required) ? (params.required as string[]) : [];
+    const isString = (k: string) => props[k]?.type === 'string' || props[k]?.type === undefined;
+    const key = required.find((k) => k in props && isString(k)) ?? Object.keys(props).find(isString) ?? 'command';
+    args = { [key]: call.input };
+  }
+  for (const [k, v] of Object.entries(call.also ?? {})) if (k in props && !(k in args)) args[k] = v;
+  return args;
 }
 
 function messageText(m: ChatMessage | undefined): string {

@@ -12,6 +12,7 @@ import { ExportContractError } from './contract.js';
 import { assertTrainingCapture } from './rows.js';
 import { callPolicyVersion, sessionPolicyVersion, sortVersions, versionOrdinal } from './policy-version.js';
 import type { StoredRollout } from '../capture/rollout-file.js';
+import { formatTotals, sampleAccount, sumAccounts, type SampleAccount, type SampleTotals } from '../capture/samples.js';
 import { sessionFileOf } from '../capture/store.js';
 import { excludedReason, readRollout } from './source.js';
 
@@ -32,6 +33,8 @@ export interface AuditMember {
   tool_calls: number | null;
   /** Behaviour metrics (docs/behaviour-metrics.md), without the per-call facts; null when the capture is unreadable. */
   behaviour: Omit<RolloutBehaviour, 'facts'> | null;
+  /** Samples and tokens to the trainer (samples.ts); null when the capture is unreadable or has no token ids. */
+  samples: SampleAccount | null;
 }
 
 export interface GroupAudit {
@@ -111,6 +114,11 @@ export interface AuditReport {
   behaviour: { batch: BehaviourAggregate; harnesses: Record<string, BehaviourAggregate> };
   /** The capture contract of the kept rollouts (the first broken call of each): an export stops on any of these. */
   contract: { checked_rollouts: number; failures: ContractFailure[] };
+  /**
+   * Samples per rollout and tokens to the trainer against the merged length, over the kept rollouts with
+   * token ids, for the batch and per harness; unparsed tool calls counted per harness.
+   */
+  samples: { batch: SampleTotals; harnesses: Record<string, SampleTotals> };
 }
 
 export const FAIL_ON_KEYS = ['no-contrast-share', 'no-signal-share', 'discarded-share', 'stale-share'] as const;
@@ -162,6 +170,7 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
   const harnesses: AuditReport['harnesses'] = {};
   const harnessRewards: Record<string, number[]> = {};
   const behaviours: Record<string, RolloutBehaviour[]> = {};
+  const accounts: Record<string, SampleAccount[]> = {};
   const contractFailures: ContractFailure[] = [];
   let contractChecked = 0;
   let kept = 0;
@@ -175,6 +184,7 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
       let nCalls = s.n_calls;
       let tools: number | null = null;
       let behaviour: AuditMember['behaviour'] = null;
+      let samples: SampleAccount | null = null;
       const r = s.session_id ? sessionOf(sessionFileOf(capture, s.session_id), why === null) : null;
       if (r) {
         nCalls = r.calls.length;
@@ -184,6 +194,8 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
         (behaviours[s.harness] ??= []).push(full);
         const { facts: _facts, ...summary } = full;
         behaviour = summary;
+        samples = sampleAccount(r.doc);
+        if (why === null && samples) (accounts[s.harness] ??= []).push(samples);
         if (why === null) {
           contractChecked++;
           // The export's own check (rows.ts): the first broken agent call, which would stop an export.
@@ -208,7 +220,7 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
         discarded++;
         h.discarded++;
       } else unfinished++;
-      return { rollout_id: id, member: s.member, state: s.state, class: s.class, reward: s.reward, kept: why === null, excluded: why?.reason ?? null, session_id: s.session_id, n_calls: nCalls, tool_calls: tools, behaviour };
+      return { rollout_id: id, member: s.member, state: s.state, class: s.class, reward: s.reward, kept: why === null, excluded: why?.reason ?? null, session_id: s.session_id, n_calls: nCalls, tool_calls: tools, behaviour, samples };
     });
     const rewards = members.filter((m) => m.kept && m.reward !== null).map((m) => m.reward!);
     const keptN = members.filter((m) => m.kept).length;
@@ -273,6 +285,7 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
     tool_calls: { per_rollout: toolCalls, mean: mean(tc), min: tc.length ? Math.min(...tc) : null, max: tc.length ? Math.max(...tc) : null },
     behaviour: { batch: aggregateBehaviour(Object.values(behaviours).flat()), harnesses: Object.fromEntries(Object.entries(behaviours).map(([h, list]) => [h, aggregateBehaviour(list)])) },
     contract: { checked_rollouts: contractChecked, failures: contractFailures },
+    samples: { batch: sumAccounts(Object.values(accounts).flat()), harnesses: Object.fromEntries(Object.entries(accounts).map(([h, list]) => [h, sumAccounts(list)])) },
   };
 }
 
@@ -331,6 +344,8 @@ export function formatAudit(r: AuditReport): string {
   lines.push(`capture contract: ${broken.length ? `${broken.length} of ${r.contract.checked_rollouts} kept rollout(s) break it; an export stops on them` : `every kept rollout (${r.contract.checked_rollouts}) holds it`}`);
   for (const f of broken) lines.push(`  broken: rollout ${f.rollout_id} ${f.file}: session ${f.session_id}${f.call_id ? `, call ${f.call_id}` : ''}: ${f.problem}`);
   lines.push(`tool calls per rollout: mean ${fmt(r.tool_calls.mean, 2)}, min ${r.tool_calls.min ?? '-'}, max ${r.tool_calls.max ?? '-'}`);
+  lines.push(`samples (kept rollouts): ${formatTotals(r.samples.batch)}`);
+  for (const [h, t] of Object.entries(r.samples.harnesses)) lines.push(`  ${h}: ${formatTotals(t)}`);
   lines.push('');
   lines.push('behaviour (docs/behaviour-metrics.md)  rollouts  tool calls  failed  recovery  self-verify  coverage  first success');
   const row = (name: string, b: BehaviourAggregate) =>

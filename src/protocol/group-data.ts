@@ -1,6 +1,7 @@
 // What the group view shows (webview and `harness-lab report --batch DIR --group G`): the members of one
 // GRPO group side by side, reward histograms, where two members first diverge, behaviour metrics.
 // Built on the host from a batch directory (src/report/group-view.ts); pure data, no Node APIs.
+import type { SampleAccount, SampleTotals } from '../capture/samples.js';
 import type { BehaviourAggregate, RolloutBehaviour } from '../export/behaviour.js';
 
 export const GROUP_VIEW_VERSION = 1;
@@ -25,6 +26,8 @@ export interface GroupMemberView {
   prompt_tokens: number;
   sampled_tokens: number;
   behaviour: Omit<RolloutBehaviour, 'facts'> | null;
+  /** Samples the trainer gets from this member and their tokens against the merged length; null without token ids. */
+  samples: SampleAccount | null;
   /** The capture could not be read (the sandbox never reached the proxy, or a broken file). */
   capture_problem: string | null;
 }
@@ -87,6 +90,8 @@ export interface GroupViewData {
   /** The pair shown first: the earliest divergence between members with different rewards, else the first pair. */
   focus_pair: number | null;
   behaviour: { group: BehaviourAggregate; harness: BehaviourAggregate; batch: BehaviourAggregate };
+  /** Samples per rollout, tokens to the trainer against the merged length and unparsed tool calls, over kept members. */
+  samples: { group: SampleTotals; harness: SampleTotals; batch: SampleTotals };
 }
 
 /** Equal-width bins over [min(0, lo), max(1, hi)]; rewards 0 and 1 land in the first and last bins. */

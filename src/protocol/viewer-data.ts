@@ -3,7 +3,7 @@
 // flattened sequences would repeat every token id several times over.
 import type { AtifCheckResult } from '../harness/atif-check.js';
 import type { RolloutDocument, RolloutGraphJson, RolloutGraphNodeJson, RolloutStats } from '../capture/rollout.js';
-import type { CallRecord, JsonObject } from '../capture/types.js';
+import type { CallRecord, ChatMessage, JsonObject } from '../capture/types.js';
 
 export const VIEWER_DATA_VERSION = 1;
 
@@ -24,6 +24,29 @@ export interface ViewerRaw {
   engine_response: unknown;
   /** What the harness got back (non-streamed equivalent for streams). */
   response_body: unknown;
+}
+
+/**
+ * How a token-in call's prompt was made (the proxy rendered it; `CallRecord.render`): the anchor's
+ * exact tokens, then the bridge. Null for a chat-mode call (the engine rendered).
+ */
+export interface ViewerBridge {
+  kind: 'bridge' | 'full';
+  anchor_call_id: string | null;
+  /** Leading prompt tokens that are the anchor's prompt + sampled ids, unchanged. */
+  anchor_tokens: number;
+  /** [start, end) of the bridge in the prompt: turn-close glue, the new messages, the generation prompt. */
+  span: [number, number] | null;
+  synthesized_close: boolean;
+  /** Why the proxy rendered the whole conversation (a new root), when it did. */
+  new_root_reason: string | null;
+  /** Tokens a full render of the same messages would change against the bridge (null: not checked). */
+  drift_tokens: number | null;
+  /**
+   * Texts of the messages the bridge adds (tool results, user turns), in order: the viewer marks their
+   * tokens as tool tokens and the rest of the bridge as the template's glue.
+   */
+  message_texts: string[];
 }
 
 /** A graph node of the rollout document, plus what the viewer shows of its tokens. */
@@ -58,6 +81,8 @@ export interface ViewerTurn extends RolloutGraphNodeJson {
   request_messages: unknown[];
   response_message: unknown;
   raw: ViewerRaw | null;
+  /** Token-in calls only (absent for chat-mode calls and training traces). */
+  bridge?: ViewerBridge | null;
 }
 
 /** A run's outcome, for the viewer's header: task, reward, class and the verifier's last lines. */
@@ -116,6 +141,31 @@ export function turnFlags(call: Pick<CallRecord, 'completion_token_ids' | 'logpr
   for (const f of findings) if (f.startsWith('[FATAL]') || f.startsWith('[WARN]')) flags.push(f);
   if (n > 0 && !trained && flags.length === 0) flags.push(untrainedWhy ?? 'not trained: the turn is not on a trainable agent path');
   return flags;
+}
+
+function messageContentText(m: ChatMessage): string {
+  if (typeof m.content === 'string') return m.content;
+  if (Array.isArray(m.content)) return m.content.map((p) => (typeof p.text === 'string' ? p.text : '')).join('');
+  return '';
+}
+
+/** The bridge of a token-in call, with the texts of the messages it adds after its anchor's answer. */
+export function viewerBridge(c: CallRecord, byId: ReadonlyMap<string, CallRecord>): ViewerBridge | null {
+  const r = c.render;
+  if (!r) return null;
+  const anchor = r.anchor_call_id ? byId.get(r.anchor_call_id) : undefined;
+  const seen = anchor ? (anchor.engine_request?.messages.length ?? 0) + 1 : Infinity;
+  const added = r.kind === 'bridge' ? (c.engine_request?.messages ?? []).slice(seen) : [];
+  return {
+    kind: r.kind,
+    anchor_call_id: r.anchor_call_id,
+    anchor_tokens: r.anchor_tokens,
+    span: r.bridge_span,
+    synthesized_close: r.synthesized_close,
+    new_root_reason: r.new_root_reason,
+    drift_tokens: r.full_render?.drift_tokens ?? null,
+    message_texts: added.map(messageContentText).filter((t) => t.length > 0),
+  };
 }
 
 function rawOf(c: CallRecord): ViewerRaw {
@@ -177,6 +227,7 @@ export function viewerDataFromRollout(doc: Pick<RolloutDocument, 'session_id' | 
         request_messages: c.engine_request?.messages ?? [],
         response_message: c.engine_response?.choices?.[0]?.message ?? null,
         raw: rawOf(c),
+        bridge: viewerBridge(c, byId),
       };
     });
   return {

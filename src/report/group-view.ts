@@ -2,6 +2,7 @@
 // reward histograms, where members first diverge, behaviour metrics (src/export/behaviour.ts).
 import { existsSync } from 'node:fs';
 import { batchPaths, readManifest, readRolloutStates, type RolloutState } from '../batch/state.js';
+import { sampleAccount, sumAccounts, type SampleAccount } from '../capture/samples.js';
 import type { CallRecord } from '../capture/types.js';
 import { bytesToText } from '../protocol/viewer-data.js';
 import { GROUP_VIEW_VERSION, rewardHistogram, type ForkMember, type GroupDivergence, type GroupMemberView, type GroupViewData, type StripToken } from '../protocol/group-data.js';
@@ -90,10 +91,15 @@ export function buildGroupView(dir: string, groupId: string): GroupViewData {
 
   // Behaviour needs every capture of the batch; read one session at a time and keep only the summary.
   const behaviours: { harness: string; group: string; b: RolloutBehaviour }[] = [];
+  const accounts: { harness: string; group: string; a: SampleAccount }[] = [];
+  const accountOf = new Map<string, SampleAccount | null>();
   const members: Loaded[] = [];
   for (const s of states) {
     const l = load(dir, s);
     if (l.behaviour) behaviours.push({ harness: s.harness, group: s.group_id, b: l.behaviour });
+    const account = l.rollout ? sampleAccount(l.rollout.doc) : null;
+    accountOf.set(s.rollout_id, account);
+    if (account && excludedReason(s) === null) accounts.push({ harness: s.harness, group: s.group_id, a: account });
     if (s.group_id === groupId) members.push(l);
   }
 
@@ -120,6 +126,7 @@ export function buildGroupView(dir: string, groupId: string): GroupViewData {
       prompt_tokens: calls.reduce((a, c) => a + (c.prompt_token_ids?.length ?? 0), 0),
       sampled_tokens: calls.reduce((a, c) => a + (c.completion_token_ids?.length ?? 0), 0),
       behaviour: summary,
+      samples: accountOf.get(s.rollout_id) ?? null,
       capture_problem: problem,
     };
   });
@@ -166,6 +173,11 @@ export function buildGroupView(dir: string, groupId: string): GroupViewData {
       group: aggregateBehaviour(behaviours.filter((x) => x.group === groupId).map((x) => x.b)),
       harness: aggregateBehaviour(behaviours.filter((x) => x.harness === plan.harness).map((x) => x.b)),
       batch: aggregateBehaviour(behaviours.map((x) => x.b)),
+    },
+    samples: {
+      group: sumAccounts(accounts.filter((x) => x.group === groupId).map((x) => x.a)),
+      harness: sumAccounts(accounts.filter((x) => x.harness === plan.harness).map((x) => x.a)),
+      batch: sumAccounts(accounts.map((x) => x.a)),
     },
   };
 }

@@ -46,6 +46,12 @@ describe('group view in chromium', () => {
       ['d2', 'reward 0', 'policy failure'],
       ['d3', 'reward –', 'discarded: infra error'],
     ]);
+    // Samples to the trainer: one per member (their turns extend one another), the group's totals against the merged length.
+    const samples = await page.$$eval('[data-testid="member-samples"]', (els) => els.map((e) => e.textContent));
+    assert.equal(samples.length, 4);
+    for (const text of samples) assert.match(text!, /^1 sample, [\d,]+ tokens to the trainer \(1\.00x the merged [\d,]+\)$/);
+    assert.match((await page.textContent('[data-testid="samples-group"]'))!, /1\.00 samples\/rollout, [\d,]+ tokens to the trainer \(1\.00x the merged length\), 0 unparsed tool calls \(3 rollouts\)/);
+    assert.match((await page.textContent('[data-testid="samples-harness"]'))!, /^harness react-a/);
     const boxes = await page.$$eval('[data-testid="member-card"]', (els) => els.map((e) => e.getBoundingClientRect().top));
     assert.ok(boxes.every((t) => Math.abs(t - boxes[0]!) < 1), 'cards in one row');
     // Histograms: batch (4 at 0, 1 at 1), per harness, drawn as bars whose heights follow the counts.

@@ -60,6 +60,15 @@ test('group view data: members, classes, histograms, divergences, behaviour', ()
   assert.equal(g.behaviour.group.rollouts, 4);
   assert.equal(g.behaviour.group.self_verification, 1 / 4);
   assert.equal(g.behaviour.batch.rollouts, 6);
+  // Every member's turns extend one another: one sample each, the trainer gets exactly the merged length.
+  for (const m of g.members) {
+    assert.equal(m.samples!.samples, 1, m.rollout_id);
+    assert.equal(m.samples!.agent_turns, m.turns, m.rollout_id);
+    assert.equal(m.samples!.tokens_to_trainer, m.samples!.merged_tokens, m.rollout_id);
+  }
+  assert.deepEqual([g.samples.group.rollouts, g.samples.group.samples_per_rollout, g.samples.group.token_ratio, g.samples.group.unparsed_tool_calls], [3, 1, 1, 0]);
+  assert.equal(g.samples.harness.rollouts, 3, 'react-a: the kept d0 d1 d2');
+  assert.equal(g.samples.batch.rollouts, 5, 'kept rollouts of the batch: d0 d1 d2 s0 s1');
   const same = buildGroupView(dir, 'g-same');
   assert.equal(same.no_contrast, true);
   assert.match(same.teaches_nothing!, /teaches nothing/);

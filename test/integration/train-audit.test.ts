@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { loadSessionFile } from '../../src/capture/store.js';
+import type { BatchStatus } from '../../src/batch/status.js';
 import { parseFailOn, type AuditReport } from '../../src/export/audit.js';
 import { sortVersions, versionOrdinal } from '../../src/export/policy-version.js';
 import { buildTrainingBatch, copyBatch, STALE_POLICY, type TrainingBatch } from './train-fixture.js';
@@ -55,6 +56,19 @@ test('audit --json: groups, no contrast, shares, harnesses, the stale call, tool
   assert.equal(a.summary.stale_share, 1 / 18);
   assert.deepEqual(a.tool_calls.per_rollout, { r0: 2, r1: 1, r2: 1, r3: 1, r4: 1, r5: 1, r6: 1, r7: 1, r8: 1 });
   assert.equal(a.tool_calls.max, 2);
+  // Each fixture rollout's turns extend one another: one sample, the trainer gets the merged length;
+  // r0 also ran a subagent, its own conversation and so a second sample.
+  const kept = a.groups.flatMap((x) => x.members).filter((m) => m.kept);
+  for (const m of kept) {
+    assert.equal(m.samples?.samples, m.rollout_id === 'r0' ? 2 : 1, `${m.rollout_id}: samples`);
+    if (m.rollout_id !== 'r0') assert.equal(m.samples.tokens_to_trainer, m.samples.merged_tokens, `${m.rollout_id}: no token sent twice`);
+  }
+  assert.equal(a.samples.batch.rollouts, 8);
+  assert.equal(a.samples.batch.samples, 9);
+  assert.equal(a.samples.batch.single_sample_rollouts, 7);
+  assert.deepEqual(Object.keys(a.samples.harnesses).sort(), ['react-a', 'react-b']);
+  assert.equal(a.samples.harnesses['react-b']!.token_ratio, 1);
+  assert.equal(a.samples.batch.unparsed_tool_calls, 0);
 });
 
 test('audit text output names the no-contrast group and the stale call', () => {
@@ -62,6 +76,8 @@ test('audit text output names the no-contrast group and the stale call', () => {
   assert.equal(r.code, 0, r.err);
   assert.match(r.out, /g-flat\s+react-b\s+3\/3\s+\[0, 0, 0\]\s+0\.000\s+0\.000\s+NO CONTRAST/);
   assert.match(r.out, /excluded r8:discarded_infra_error/);
+  assert.match(r.out, /samples \(kept rollouts\): 1\.13 samples\/rollout \(7\/8 one sample\), [\d,]+ tokens to the trainer \(1\.\d\dx the merged [\d,]+\), 0 unparsed/);
+  assert.match(r.out, /\n {2}react-b: 1\.00 samples\/rollout \(3\/3 one sample\)/);
   assert.match(r.out, new RegExp(`stale: rollout r2 session ${batch.sessions.r2} call [0-9a-f]{12} \\(index 1\\) version step-1, 5 behind`));
 });
 
@@ -155,4 +171,24 @@ test('audit names a kept rollout whose capture breaks the export contract: file,
   const text = run(['audit', dir]).out;
   assert.ok(text.includes(`capture contract: 1 of 8 kept rollout(s) break it; an export stops on them`), text);
   assert.ok(text.includes(`broken: rollout r1 ${file}: session ${batch.sessions.r1}, call ${callId}: (index 0) missing logprobs`), text);
+});
+
+// `batch status` on the same fixture batch: the trainer's cost next to the rewards it already shows.
+test('batch status: samples per rollout and tokens to the trainer against the merged length, per group and rollout', () => {
+  const r = run(['batch', 'status', batch.dir, '--json']);
+  assert.equal(r.code, 0, r.err);
+  const st = JSON.parse(r.out) as BatchStatus;
+  assert.equal(st.samples!.rollouts, 8, 'the trainable rollouts');
+  assert.equal(st.samples!.samples, 9, 'r0 ran a subagent: its own conversation, a second sample');
+  const g = Object.fromEntries(st.groups.map((x) => [x.group_id, x]));
+  assert.deepEqual([g['g-flat']!.samples!.samples_per_rollout, g['g-flat']!.samples!.token_ratio], [1, 1]);
+  const r3 = g['g-flat']!.rollouts.find((x) => x.id === 'r3')!;
+  assert.ok(r3.samples!.tokens_to_trainer > 0 && r3.samples!.tokens_to_trainer === r3.samples!.merged_tokens);
+  assert.equal(g['g-broken']!.rollouts.find((x) => x.id === 'r8')!.samples, null, 'a discarded rollout has no account');
+  const text = run(['batch', 'status', batch.dir, '--rollouts']);
+  assert.equal(text.code, 0, text.err);
+  assert.match(text.out, /samples \(trainable rollouts\): 1\.13 samples\/rollout \(7\/8 one sample\)/);
+  assert.match(text.out, /smp\/r {2}tokens\/merged/);
+  assert.match(text.out, /g-flat +3 +0 +0 +0 0 0 +0\.000 +0\.000 +1\.00 +1\.00x +NO CONTRAST/);
+  assert.match(text.out, /r3 {2}done policy_failure reward=0 samples=1 tokens=(\d+)\/\1 /);
 });

@@ -40,3 +40,17 @@ test('reasoning splits at </think> and renders back the Qwen3 way', () => {
   assert.deepEqual(parseAssistantOutput(text, { parseToolCalls: true }), { content: 'Done.', reasoning: 'Plan it.', toolCalls: [] });
   assert.equal(parseAssistantOutput('no thinking', { parseToolCalls: false }).reasoning, null);
 });
+
+test('a call sampled its own way (compact, keys reversed) parses to the same call the template would write', () => {
+  const args = { command: 'cat numbers.txt', description: 'Print numbers.txt' };
+  const text = renderAssistantText({ toolCalls: [{ name: 'bash', arguments: args, sampledAs: { spacing: 'compact', key_order: 'reversed' } }] });
+  assert.equal(text, '<tool_call>\n{"arguments":{"description":"Print numbers.txt","command":"cat numbers.txt"},"name":"bash"}\n</tool_call>');
+  const templated = renderAssistantText({ toolCalls: [{ name: 'bash', arguments: { description: 'Print numbers.txt', command: 'cat numbers.txt' } }] });
+  assert.notEqual(text, templated, 'the sampled text is not what the template re-renders');
+  const out = parseAssistantOutput(text, { parseToolCalls: true });
+  assert.equal(out.toolCalls[0]!.function.name, 'bash');
+  assert.deepEqual(JSON.parse(out.toolCalls[0]!.function.arguments), { description: 'Print numbers.txt', command: 'cat numbers.txt' });
+  const pretty = renderAssistantText({ toolCalls: [{ name: 'bash', arguments: { command: 'ls' }, sampledAs: { spacing: 'pretty', key_order: 'given' } }] });
+  assert.equal(pretty, '<tool_call>\n{\n  "name": "bash",\n  "arguments": {\n    "command": "ls"\n  }\n}\n</tool_call>');
+  assert.equal(parseAssistantOutput(pretty, { parseToolCalls: true }).toolCalls[0]!.function.arguments, '{"command": "ls"}');
+});

@@ -47,3 +47,29 @@ test('every shipped policy parses', () => {
   assert.ok(names.includes('hello-world') && names.includes('two-tool-calls'));
   for (const name of names) ScriptedPolicy.load(name);
 });
+
+test('"also" adds only the keys the offered tool declares; "sampled_as" travels with the call', () => {
+  const p = ScriptedPolicy.parse(
+    { turns: [{ call: { tool: 'bash', input: 'ls', also: { timeout: 5, description: 'list' }, sampled_as: { spacing: 'compact', key_order: 'reversed' } } }] },
+    'inline',
+  );
+  const d = p.decide([user], [tool('bash')]);
+  assert.deepEqual(d, { kind: 'script', reasoning: undefined, content: undefined, toolCalls: [{ name: 'bash', arguments: { command: 'ls', timeout: 5 }, sampledAs: { spacing: 'compact', key_order: 'reversed' } }] });
+  assert.throws(() => ScriptedPolicy.parse({ turns: [{ call: { tool: 'bash', input: 'x', sampled_as: { spacing: 'tabs' } } }] }, 'p.json'), /invalid policy p\.json: turns\.0/);
+});
+
+test('the thinking policy reasons before every action of the sum-numbers loop; the raw-args one writes calls its own way', () => {
+  const thinking = ScriptedPolicy.load('sum-numbers-thinking');
+  const raw = ScriptedPolicy.load('sum-numbers-raw-args');
+  const task: ChatMessage = { role: 'user', content: 'Read `numbers.txt` ... write their sum to a new file `sum.txt` (just the number)' };
+  const result = (text: string): ChatMessage => ({ role: 'tool', tool_call_id: 'c', content: text });
+  const steps = [[task], [task, assistant, result('# numbers-v1\n5')], [task, assistant, result('WROTE_SUM')], [task, assistant, result('50')]];
+  for (const [i, messages] of steps.entries()) {
+    const t = thinking.decide(messages, [tool('bash')]);
+    assert.ok(t.kind === 'script' && t.reasoning && t.reasoning.length > 20, `turn ${i} reasons`);
+    assert.equal(t.toolCalls.length, i < 3 ? 1 : 0, `turn ${i}: a call on the three tool turns, the answer after`);
+    const r = raw.decide(messages, [tool('bash'), { type: 'function', function: { name: 'x', parameters: {} } }]);
+    assert.ok(r.kind === 'script');
+    if (i < 3) assert.deepEqual(r.toolCalls[0]!.sampledAs, { spacing: 'compact', key_order: 'reversed' });
+  }
+});

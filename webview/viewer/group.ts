@@ -3,6 +3,7 @@
 // the webview (LoadGroupNotification) and `harness-lab report --batch DIR --group G` (inline JSON).
 // Plain DOM and SVG; text always goes through textContent.
 import type { GroupDivergence, GroupMemberView, GroupViewData, RewardHistogram, StripToken } from '../../src/protocol/group-data.js';
+import type { SampleAccount, SampleTotals } from '../../src/capture/samples.js';
 import type { BehaviourAggregate } from '../../src/export/behaviour.js';
 import { logprobBucket } from './model.js';
 import { h } from './panels.js';
@@ -59,6 +60,32 @@ function openButton(m: GroupMemberView, host: GroupHost | null): HTMLElement | n
   return button;
 }
 
+const count = (n: number) => n.toLocaleString('en-US');
+
+/** "1 sample, 10,973 tokens to the trainer (1.00x the merged 10,973)". */
+export function memberSamplesText(a: SampleAccount | null): string {
+  if (!a) return '– (no token ids)';
+  const ratio = a.merged_tokens > 0 ? ` (${(a.tokens_to_trainer / a.merged_tokens).toFixed(2)}x the merged ${count(a.merged_tokens)})` : '';
+  return `${a.samples} sample${a.samples === 1 ? '' : 's'}, ${count(a.tokens_to_trainer)} tokens to the trainer${ratio}`;
+}
+
+/** "1.00 samples/rollout, 1.00x the merged length, 0 unparsed tool calls (4 rollouts)". */
+export function totalsText(t: SampleTotals): string {
+  if (t.rollouts === 0) return 'no kept rollout with token ids';
+  const ratio = t.token_ratio === null ? '–' : `${t.token_ratio.toFixed(2)}x`;
+  return `${t.samples_per_rollout!.toFixed(2)} samples/rollout, ${count(t.tokens_to_trainer)} tokens to the trainer (${ratio} the merged length), ${t.unparsed_tool_calls} unparsed tool call${t.unparsed_tool_calls === 1 ? '' : 's'} (${t.rollouts} rollout${t.rollouts === 1 ? '' : 's'})`;
+}
+
+function samplesSection(data: GroupViewData): HTMLElement {
+  const row = (name: string, t: SampleTotals, testid: string) => h('tr', { 'data-testid': testid }, h('th', {}, name), h('td', {}, totalsText(t)));
+  return h(
+    'section',
+    { class: 'group-samples', 'data-testid': 'samples' },
+    h('h2', {}, 'Samples to the trainer'),
+    h('table', {}, h('tbody', {}, row('group', data.samples.group, 'samples-group'), row(`harness ${data.harness}`, data.samples.harness, 'samples-harness'), row('batch', data.samples.batch, 'samples-batch'))),
+  );
+}
+
 function memberCard(m: GroupMemberView, host: GroupHost | null): HTMLElement {
   const b = m.behaviour;
   const cls = m.kept ? (m.class === 'completed' ? 'ok' : 'fail') : 'discarded';
@@ -75,9 +102,11 @@ function memberCard(m: GroupMemberView, host: GroupHost | null): HTMLElement {
       h('dt', {}, 'turns'),
       h('dd', {}, `${m.turns} (${m.calls} calls)`),
       h('dt', {}, 'tool calls'),
-      h('dd', {}, b ? `${m.tool_calls} (${b.failed_tool_calls} failed${b.unknown_tool_calls ? `, ${b.unknown_tool_calls} unseen` : ''})` : String(m.tool_calls)),
+      h('dd', {}, b ? `${m.tool_calls} (${b.failed_tool_calls} failed${b.unknown_tool_calls ? `, ${b.unknown_tool_calls} unseen` : ''}${m.samples?.unparsed_tool_calls ? `, ${m.samples.unparsed_tool_calls} did not parse` : ''})` : String(m.tool_calls)),
       h('dt', {}, 'tokens'),
       h('dd', {}, `${m.sampled_tokens} sampled, ${m.prompt_tokens} prompt`),
+      h('dt', {}, 'samples'),
+      h('dd', { 'data-testid': 'member-samples' }, memberSamplesText(m.samples)),
       h('dt', {}, 'self-verified'),
       h('dd', {}, b ? (b.verification ? `yes (${b.verification.kind}, turn ${b.verification.turn + 1})` : 'no') : '–'),
     ),
@@ -196,6 +225,6 @@ export function renderGroup(root: HTMLElement, data: GroupViewData, host: GroupH
     h('div', { class: 'hist-row' }, histogramChart('this group', data.histogram.group, 'histogram-group'), histogramChart('batch', data.histogram.batch, 'histogram-batch'), ...Object.entries(data.histogram.harnesses).map(([name, hist]) => histogramChart(`harness ${name}`, hist, `histogram-harness-${name}`))),
   );
   const cards = h('section', { class: 'group-members', 'data-testid': 'members' }, ...data.members.map((m) => memberCard(m, host)));
-  root.replaceChildren(h('div', { class: 'group-view', 'data-testid': 'group-view' }, head, cards, hists, divergenceSection(data), behaviourSection(data)));
+  root.replaceChildren(h('div', { class: 'group-view', 'data-testid': 'group-view' }, head, cards, hists, samplesSection(data), divergenceSection(data), behaviourSection(data)));
   performance.mark('hl-group-painted');
 }

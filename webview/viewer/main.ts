@@ -11,7 +11,7 @@ import type { GroupViewData } from '../../src/protocol/group-data.js';
 import { fromWire, idsWithoutText, type RunOutcomeView, type TurnDetails, type ViewerData, type ViewerTurn, type ViewerWire } from '../../src/protocol/viewer-data.js';
 import { GraphView } from './graph.js';
 import { renderGroup } from './group.js';
-import { Navigator, TokenTexts, addedByHarness, liveFocus, logprobBucket, plural, turnTokens, type TurnTokens } from './model.js';
+import { Navigator, TokenTexts, addedByHarness, bridgeKinds, liveFocus, logprobBucket, plural, samplesSummary, turnTokens, type TurnTokens } from './model.js';
 import { addedPanel, atifPanel, findingsPanel, gradeClass, h, rawPanel } from './panels.js';
 import { TokenStrip, type TokenDetail } from './strip.js';
 import { HostTransport, vsCodeApi, type VsCodeApi } from './transport.js';
@@ -127,6 +127,7 @@ class Viewer {
       { class: 'top' },
       h('h1', {}, data.title),
       h('span', { class: 'muted', 'data-testid': 'summary' }, `${plural(data.turns.length, 'call')} · ${plural(data.graph.roots.length, 'root')} · ${data.capture_level} · ${data.rollout_type}${stats ? ` · ${stats.n_trainable_tokens} trainable tokens` : ''}`),
+      h('span', { class: 'muted', 'data-testid': 'samples' }, samplesSummary(data)),
       this.verdict,
       this.textStatus,
       h('span', { class: 'spacer' }),
@@ -160,6 +161,8 @@ class Viewer {
       { class: 'legend', 'aria-hidden': 'true', 'data-testid': 'legend' },
       h('span', { class: 't c' }, 'context'),
       h('span', { class: 't a' }, 'added by harness'),
+      h('span', { class: 't br' }, 'bridge (template glue)'),
+      h('span', { class: 't tl' }, 'bridge (tool/user messages)'),
       this.logprobLegend,
       this.driftLegend,
       h('span', { class: 't s nolp' }, 'no logprob'),
@@ -238,13 +241,21 @@ class Viewer {
     this.graph.select(turn.node_id);
     this.showLegend(turn);
     const added = addedByHarness(this.data, turn, this.nav.byId);
-    this.tt = turnTokens(turn, added.relation === 'parent' ? added.kept : 0);
+    const bridge = bridgeKinds(turn, this.texts);
+    this.tt = turnTokens(turn, bridge ? bridge.start : added.relation === 'parent' ? added.kept : 0, bridge);
     const nTrain = turn.trained ? turn.sampled_ids.length : 0;
+    const b = turn.bridge;
+    const how = !b
+      ? null
+      : b.kind === 'bridge'
+        ? `token in: ${b.anchor_tokens} tokens of #${this.nav.byId.get(b.anchor_call_id ?? '')?.index ?? '?'} unchanged, then a bridge of ${bridge ? `${bridge.glue} glue + ${bridge.tool} message` : '?'} tokens${b.synthesized_close ? ' (turn close added)' : ''}${b.drift_tokens ? `; a full render would change ${b.drift_tokens}` : ''}`
+        : `token in: full render (${b.new_root_reason ?? 'first call'})`;
     this.head.replaceChildren(
       h('h2', {}, `Turn #${turn.index}`),
       h('span', { class: 'muted' }, `${turn.node_id} · ${turn.role}${turn.discarded ? ' · discarded retry' : ''} · finish ${turn.finish_reason ?? '—'} · ${turn.n_tools} tools`),
       h('span', { class: 'counts', 'data-testid': 'counts', 'data-prompt': String(turn.prompt_ids.length), 'data-sampled': String(turn.sampled_ids.length), 'data-trained': String(nTrain) }, `${turn.prompt_ids.length} prompt · ${turn.sampled_ids.length} sampled · ${nTrain} trained`),
       h('span', { class: 'muted' }, `position ${this.nav.indexOf(turn.node_id) + 1} of ${this.data.turns.length}`),
+      ...(how ? [h('span', { class: 'muted', 'data-testid': 'render-how' }, how)] : []),
     );
     this.flags.replaceChildren(...turn.flags.map((f) => h('div', { class: `flag ${gradeClass(f)}`, role: 'status' }, f)));
     if (turn.match) {

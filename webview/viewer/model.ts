@@ -11,8 +11,12 @@ export function logprobBucket(lp: number): number {
   return BUCKET_FLOORS.length;
 }
 
-/** Token kinds in the strip: inherited context, context the harness added, sampled. */
-export const Kind = { Inherited: 0, Added: 1, Sampled: 2 } as const;
+/**
+ * Token kinds in the strip: inherited context, context the harness added, sampled; for a token-in
+ * turn the added context is the proxy's bridge: the template's glue (turn close, role headers, the
+ * generation prompt) and the tokens of the messages it adds (tool results, user turns).
+ */
+export const Kind = { Inherited: 0, Added: 1, Sampled: 2, Bridge: 3, Tool: 4 } as const;
 export type Kind = (typeof Kind)[keyof typeof Kind];
 
 /** One turn's tokens laid end to end: prompt, then sampled. Arrays are shared, not copied. */
@@ -30,18 +34,66 @@ export interface TurnTokens {
   mask(i: number): 0 | 1;
 }
 
-export function turnTokens(turn: ViewerTurn, inherited: number): TurnTokens {
+export function turnTokens(turn: ViewerTurn, inherited: number, bridge: BridgeKinds | null = null): TurnTokens {
   const nPrompt = turn.prompt_ids.length;
+  const inBridge = (i: number) => bridge !== null && i >= bridge.start && i < bridge.start + bridge.kinds.length;
   return {
     turn,
     n: nPrompt + turn.sampled_ids.length,
     nPrompt,
     inherited,
     id: (i) => (i < nPrompt ? turn.prompt_ids[i]! : turn.sampled_ids[i - nPrompt]!),
-    kind: (i) => (i >= nPrompt ? Kind.Sampled : i < inherited ? Kind.Inherited : Kind.Added),
+    kind: (i) => (i >= nPrompt ? Kind.Sampled : inBridge(i) ? (bridge!.kinds[i - bridge!.start] as Kind) : i < inherited ? Kind.Inherited : Kind.Added),
     logprob: (i) => (i >= nPrompt && turn.logprobs ? turn.logprobs[i - nPrompt]! : null),
     mask: (i) => (i >= nPrompt && turn.trained ? 1 : 0),
   };
+}
+
+/** The bridge of a token-in turn, position by position from `start`: Kind.Bridge (glue) or Kind.Tool. */
+export interface BridgeKinds {
+  start: number;
+  kinds: Uint8Array;
+  /** Tokens of the added messages found in the bridge, and of the glue around them. */
+  tool: number;
+  glue: number;
+}
+
+/**
+ * Splits a bridged turn's bridge into the template's glue and the tokens of the messages it adds, by
+ * finding each message's text, in order, in the bridge's decoded text. Without every token's text the
+ * whole bridge counts as glue (never guessed). Null for a turn the proxy did not bridge.
+ */
+export function bridgeKinds(turn: ViewerTurn, texts: TokenTexts): BridgeKinds | null {
+  const b = turn.bridge;
+  if (!b || b.kind !== 'bridge' || !b.span) return null;
+  const [start, end] = b.span;
+  const kinds = new Uint8Array(Math.max(0, end - start)).fill(Kind.Bridge);
+  const pieces: string[] = [];
+  for (let i = start; i < end; i++) {
+    const t = texts.get(turn.prompt_ids[i]!);
+    if (t === undefined) return { start, kinds, tool: 0, glue: kinds.length };
+    pieces.push(t);
+  }
+  const offsets: number[] = [];
+  let text = '';
+  for (const p of pieces) {
+    offsets.push(text.length);
+    text += p;
+  }
+  let from = 0;
+  let k = 0;
+  for (const message of b.message_texts) {
+    const at = text.indexOf(message, from);
+    if (at < 0) continue;
+    const stop = at + message.length;
+    // Every token that overlaps the message's characters.
+    while (k < pieces.length && offsets[k]! + pieces[k]!.length <= at) k++;
+    for (let j = k; j < pieces.length && offsets[j]! < stop; j++) kinds[j] = Kind.Tool;
+    from = stop;
+  }
+  let tool = 0;
+  for (const x of kinds) if (x === Kind.Tool) tool++;
+  return { start, kinds, tool, glue: kinds.length - tool };
 }
 
 /** Text for every token id the data knows: the engine's prompt-token texts, then sampled tokens' bytes. */
@@ -226,7 +278,7 @@ export function driftClass(ratio: number | undefined, threshold: number): string
 /** Everything the per-turn strip needs, including the mask and colour bucket of each position. */
 export function positionClass(tt: TurnTokens, i: number): string {
   const k = tt.kind(i);
-  if (k !== Kind.Sampled) return k === Kind.Inherited ? 't c' : 't a';
+  if (k !== Kind.Sampled) return k === Kind.Inherited ? 't c' : k === Kind.Bridge ? 't br' : k === Kind.Tool ? 't tl' : 't a';
   const lp = tt.logprob(i);
   const drift = tt.turn.drift;
   if (drift) return `t s ${driftClass(drift.ratios[i - tt.nPrompt], drift.threshold)}${tt.mask(i) ? ' m1' : ''}`;
@@ -242,6 +294,17 @@ export function liveFocus(previous: { currentId: string; newestId: string | unde
   const newest = next.turns[next.turns.length - 1]?.node_id ?? null;
   if (previous.currentId === previous.newestId) return newest;
   return next.turns.some((t) => t.node_id === previous.currentId) ? previous.currentId : newest;
+}
+
+/**
+ * "1 training sample · token in (the proxy rendered)": the export's rows for this rollout (trainable
+ * agent paths), and who rendered its prompts.
+ */
+export function samplesSummary(data: ViewerData): string {
+  const n = data.stats?.n_trainable_sequences ?? null;
+  const tokenIn = data.turns.some((t) => t.bridge);
+  const how = tokenIn ? 'token in (the proxy rendered)' : data.source === 'rollout' ? 'chat (the engine rendered)' : null;
+  return [n === null ? null : plural(n, 'training sample'), how].filter(Boolean).join(' · ');
 }
 
 /** `1 root`, `2 roots`: counts read as English. */

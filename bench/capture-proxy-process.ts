@@ -1,0 +1,48 @@
+// A capture proxy in its own process for the token-in bench, started with the render options the
+// bench compares (the CLI's flags may not say them all): prints `proxy listening on URL` once
+// listening; exits when stdin closes or on SIGTERM/SIGINT.
+//   node --import tsx bench/capture-proxy-process.ts --engine-url URL --model NAME --data-dir DIR
+//     --render proxy|engine [--render-model GGUF] [--no-full-render-check]
+import { parseArgs } from 'node:util';
+import { CaptureProxy } from '../src/capture/proxy.js';
+
+const { values } = parseArgs({
+  options: {
+    'engine-url': { type: 'string' },
+    model: { type: 'string' },
+    'data-dir': { type: 'string' },
+    render: { type: 'string', default: 'engine' },
+    'render-model': { type: 'string' },
+    'no-full-render-check': { type: 'boolean', default: false },
+  },
+});
+const render = values.render;
+if (!values['engine-url'] || !values.model || !values['data-dir'] || (render !== 'proxy' && render !== 'engine')) {
+  process.stderr.write('usage: capture-proxy-process.ts --engine-url URL --model NAME --data-dir DIR --render proxy|engine [--render-model GGUF] [--no-full-render-check]\n');
+  process.exit(2);
+}
+
+async function main(): Promise<void> {
+  const proxy = await CaptureProxy.start({
+    engineUrl: values['engine-url']!,
+    model: values.model!,
+    dataDir: values['data-dir']!,
+    captureLevel: 'tokens',
+    render: render as 'proxy' | 'engine',
+    ...(values['render-model'] ? { renderModel: values['render-model'] } : {}),
+    checkFullRender: !values['no-full-render-check'],
+  });
+  // Resolved before the first measured call: loading the tokenizer is start-up, not a turn's cost.
+  if (render === 'proxy') await proxy.tokenInEngine();
+  process.stdout.write(`proxy listening on ${proxy.url}\n`);
+  const stop = () => void proxy.close().finally(() => process.exit(0));
+  process.stdin.on('end', stop);
+  process.stdin.resume();
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`capture-proxy-process: ${(err as Error).stack ?? String(err)}\n`);
+  process.exit(1);
+});
