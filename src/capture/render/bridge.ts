@@ -8,47 +8,10 @@
 // call is a full render (a new root in the graph) with the reason recorded. See docs/token-in.md.
 import { createHash } from 'node:crypto';
 import type { Renderer } from './renderer.js';
-import type { CallRecord, ChatContentPart, ChatMessage, ChatTool } from '../types.js';
+import type { CallRecord, ChatContentPart, ChatMessage, ChatTool, NewRootReason, RenderInfo } from '../types.js';
 
-/** Why a call could not continue an earlier turn (`null` on the first call of a session). */
-export type NewRootReason =
-  | 'retry'
-  | 'nothing_new'
-  | 'assistant_in_tail'
-  | 'assistant_rewritten'
-  | 'reasoning_edited'
-  | 'history_edited'
-  | 'system_prompt_changed'
-  | 'different_conversation'
-  | 'tools_changed'
-  | 'template_drops_reasoning'
-  | 'template_not_append_only'
-  | 'no_turn_close';
-
-/** What the record keeps about how its prompt was made (`CallRecord.render`). */
-export interface RenderInfo {
-  mode: 'proxy';
-  family: string;
-  /** `bridge`: anchor tokens + bridge; `full`: the whole conversation rendered (a new root). */
-  kind: 'bridge' | 'full';
-  anchor_call_id: string | null;
-  /** Leading prompt tokens taken unchanged from the anchor (its prompt ++ sampled ids); 0 for a full render. */
-  anchor_tokens: number;
-  /** [start, end) of the bridge in prompt_token_ids: turn-close glue, new messages, generation prompt. */
-  bridge_span: [number, number] | null;
-  /** Whether the anchor's completion had no stop token, so a turn close was added as context. */
-  synthesized_close: boolean;
-  new_root_reason: NewRootReason | null;
-  /** The bridged prompt against a full render of the same messages (null when not checked). */
-  full_render: { tokens: number; common_prefix: number; equal: boolean; drift_tokens: number } | null;
-  /** Filled after the answer: see ParsedAnswer. */
-  tool_call_parse?: 'none' | 'ok' | 'failed';
-  tool_call_statuses?: string[];
-  /** The engine route the tokens went to (`/v1/completions`, `/generate`). */
-  engine_route?: string;
-  /** SHA-256 over prompt ids, sampled ids and logprobs as recorded: the contract check recomputes it. */
-  tokens_digest?: string;
-}
+// The record's shapes live in ../types.ts (the capture's shared types import nothing from here).
+export type { NewRootReason, RenderInfo };
 
 export interface BridgePlan {
   promptIds: number[];
