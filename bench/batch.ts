@@ -1,5 +1,6 @@
 // bench/batch.ts: rollout batches on local Docker.
 //   node --import tsx bench/batch.ts [--quick] [--levels 1,2,4] [--group-size G] [--embedded]
+//                                    [--pacing-levels 4,16]
 // The same tasks (examples/tasks: hello-file and fix-script, the reference harness) run as one
 // `harness-lab batch submit` per --parallel level, and, side by side, as sequential
 // `harness-lab run -n G` per task. Per path: wall time, rollouts per minute, and the lab's own
@@ -7,7 +8,9 @@
 // and in the verifier, i.e. image lookup, container create/start/remove, config writes, tests copy,
 // capture bookkeeping, state writes. The scripted policies answer through the in-repo vLLM-shaped
 // engine (HARNESS_LAB_POLICY_ENGINE=fake) unless --embedded, so the numbers are the lab's, not the
-// CPU model's. Measures only (no targets): a shared machine's load dominates absolute numbers.
+// CPU model's. Then sandbox pacing (#30): a batch per --pacing-levels level with the start cap on
+// (--max-starting 4, the default) and off (--max-starting 0), side by side in one run, as rollouts
+// per minute. Measures only (no targets): a shared machine's load dominates absolute numbers.
 // Writes bench-results/batch.json.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
@@ -19,10 +22,11 @@ const REPO = join(__dirname, '..');
 const CLI = join(REPO, 'dist', 'cli.js');
 const TASKS = ['hello-file', 'fix-script'].map((t) => join(REPO, 'examples', 'tasks', t));
 
-const { values } = parseArgs({ options: { quick: { type: 'boolean' }, levels: { type: 'string' }, 'group-size': { type: 'string' }, embedded: { type: 'boolean' } } });
+const { values } = parseArgs({ options: { quick: { type: 'boolean' }, levels: { type: 'string' }, 'group-size': { type: 'string' }, embedded: { type: 'boolean' }, 'pacing-levels': { type: 'string' } } });
 const quick = values.quick || process.env.BENCH_QUICK === '1';
 const levels = (values.levels ?? (quick ? '1,2' : '1,2,4')).split(',').map(Number);
 const groupSize = Number(values['group-size'] ?? (quick ? 2 : 4));
+const pacingLevels = (values['pacing-levels'] ?? (quick ? '2' : '4,16')).split(',').map(Number);
 const env = { ...process.env, ...(values.embedded ? {} : { HARNESS_LAB_POLICY_ENGINE: 'fake' }) };
 
 function harnessLab(args: string[]): Promise<{ code: number | null; ms: number; out: string }> {
@@ -101,6 +105,16 @@ async function main(): Promise<void> {
     if (r.code !== 0) throw new Error(`harness-lab batch submit failed:\n${r.out}`);
     rows.push(summarise(`batch --parallel ${p}`, p, r.ms, rolloutRecords(join(dir, 'runs'))));
   }
+
+  // Pacing: the same batch with the start cap on and off, alternated per level so load drifts hit both.
+  for (const p of pacingLevels)
+    for (const cap of [4, 0]) {
+      const dir = join(mkdtempSync(join(tmpdir(), 'hl-bench-pacing-')), 'batch');
+      const size = Math.max(groupSize, Math.ceil(p / TASKS.length));
+      const r = await harnessLab(['batch', 'submit', '--tasks', ...TASKS, '--harness', 'react', '--group-size', String(size), '--parallel', String(p), '--max-starting', String(cap), '--out', dir]);
+      if (r.code !== 0) throw new Error(`harness-lab batch submit failed:\n${r.out}`);
+      rows.push(summarise(`--parallel ${p} start cap ${cap || 'off'}`, p, r.ms, rolloutRecords(join(dir, 'runs'))));
+    }
 
   const head = `${'path'.padEnd(28)} rollouts  ok  wall s  per min  rollout ms  agent ms  verifier ms  lab overhead ms  fixed ms`;
   const lines = rows.map(

@@ -5,6 +5,7 @@
 // attempt's result.json and the rollout's state. What differs is only how a stopped attempt ends:
 // a batch queues it again for `batch resume`, a server discards it (its trainer is gone).
 import { join } from 'node:path';
+import type { StartGate } from '../sandbox/start-gate.js';
 import type { AttemptFacts, BatchBackend, BatchCapture } from './backend.js';
 import { classify, type Verdict } from './classify.js';
 import { attemptSessionId } from './plan.js';
@@ -12,6 +13,8 @@ import { batchPaths, writeJsonAtomic, type BatchManifest, type RolloutState } fr
 
 /** Upper bound on model calls per attempt: a runaway loop ends with the proxy's budget stop. */
 export const MAX_MODEL_CALLS_PER_ROLLOUT = 100;
+/** Attempts a rollout gets when the lab's infrastructure (not the sandbox) spoils them (facts.rerun). */
+export const MAX_INFRA_ATTEMPTS = 3;
 
 /** `<batch>/runs/<rollout>/<attempt>`: the attempt's sandbox logs and result.json. */
 export const attemptDir = (batchDir: string, rolloutId: string, attempt: number) => join(batchPaths(batchDir).runs, rolloutId, String(attempt));
@@ -64,6 +67,14 @@ export interface AttemptSpec {
   stopped(): StoppedEnd;
   /** Remove what the attempt left (a k8s Job) once its facts are read: a server has no batch end. */
   removeOnceRead?: boolean;
+  /**
+   * An attempt the lab's own infrastructure spoiled (facts.rerun: the cluster's capture proxy
+   * restarted under it) is recorded as an infra error and the rollout left queued for another
+   * attempt (at most MAX_INFRA_ATTEMPTS); the caller runs it again (`requeued` in the outcome).
+   */
+  rerunOnInfra?: boolean;
+  /** Handed to the backend: the cap on sandboxes starting at once and the start-up budget. */
+  startGate?: StartGate;
 }
 
 export interface AttemptOutcome {
@@ -76,6 +87,8 @@ export interface AttemptOutcome {
   verdict: Verdict | null;
   startedAt: number;
   endedAt: number;
+  /** Queued again for another attempt (rerunOnInfra). */
+  requeued?: boolean;
 }
 
 /**
@@ -105,6 +118,7 @@ export async function runAttempt(a: AttemptSpec): Promise<AttemptOutcome> {
       sessionId,
       outDir,
       signal: a.signal,
+      startGate: a.startGate,
       log: (l) => a.log(`  ${s.rollout_id}: ${l}`),
       setBackendRef: (ref) => {
         s.backend_ref = ref;
@@ -132,15 +146,23 @@ export async function runAttempt(a: AttemptSpec): Promise<AttemptOutcome> {
   let verdict: Verdict;
   if (stopped) {
     attempt.outcome = 'cancelled';
-    verdict = { state: 'discarded', class: 'infra_error', reward: null, rewards: {}, trainable: false, error: stopped.error };
+    verdict = { state: 'discarded', class: 'infra_error', reward: null, rewards: {}, trainable: false, error: stopped.error, cause: 'stopped' };
   } else {
     verdict = classify(facts, seen, a.manifest.on_timeout);
     attempt.outcome = 'finished';
     attempt.trainable = verdict.trainable;
+    attempt.class = verdict.class;
+    attempt.infra_cause = verdict.class === 'infra_error' ? (verdict.cause ?? 'other') : null;
   }
   writeJsonAtomic(join(outDir, 'result.json'), { facts, capture: seen, verdict });
+  if (!stopped && facts.rerun && a.rerunOnInfra && s.attempts.length < MAX_INFRA_ATTEMPTS) {
+    Object.assign(s, { state: 'queued', class: null, reward: null, rewards: {}, trainable: false, infra_cause: null, ended_at: null, duration_ms: null, error: `${verdict.error ?? 'infrastructure failure'}; queued for attempt ${s.attempts.length}` });
+    a.save(s);
+    return { sessionId, outDir, facts, seen, verdict, startedAt, endedAt, requeued: true };
+  }
   const { state, class: cls, reward, rewards, trainable, error } = verdict;
-  Object.assign(s, { state, class: cls, reward, rewards, trainable, error, ended_at: attempt.ended_at, duration_ms: endedAt - startedAt, n_calls: seen.nCalls });
+  const infra_cause = cls === 'infra_error' ? (verdict.cause ?? 'other') : null;
+  Object.assign(s, { state, class: cls, reward, rewards, trainable, error, infra_cause, ended_at: attempt.ended_at, duration_ms: endedAt - startedAt, n_calls: seen.nCalls });
   a.save(s);
   return { sessionId, outDir, facts, seen, verdict, startedAt, endedAt };
 }

@@ -3,6 +3,7 @@
 // in facts (exit codes, deadline, OOM, eviction, the verifier's reward), never in classes: the one
 // place that turns facts into a class is classify.ts, so docker and k8s rollouts are judged alike.
 // The whole contract a backend module meets is in this file; ./backends/index.ts only loads one by kind.
+import type { StartGate } from '../sandbox/start-gate.js';
 import type { BatchPlan } from './plan.js';
 import type { BatchManifest, RolloutState } from './state.js';
 
@@ -21,6 +22,8 @@ export interface RolloutAttempt {
   log(line: string): void;
   /** Records the container id or Job name in the rollout's state as soon as the backend has it (optional for backends). */
   setBackendRef?(ref: string): void;
+  /** The cap on sandboxes starting at once and the start-up budget; a backend holds a slot from create until the agent runs. */
+  startGate?: StartGate;
 }
 
 /** What one attempt did, in facts. */
@@ -42,6 +45,11 @@ export interface AttemptFacts {
    * infraError. Optional: `harness-lab serve` answers it as the environment failing (FACTORY_ERROR).
    */
   setupFailure?: string | null;
+  /**
+   * The lab's own infrastructure spoiled the attempt (the cluster's capture proxy restarted under
+   * it): an infra error for this attempt, and the runner queues the rollout for another attempt.
+   */
+  rerun?: boolean;
 }
 
 export interface BatchBackend {

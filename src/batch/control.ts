@@ -63,10 +63,10 @@ export async function cancelBatch(dirArg: string, opts: { waitMs?: number; log?:
  * Re-renders the status whenever it changes until the batch is finished or no lab runs it any more;
  * resolves with the last status.
  */
-export async function watchBatch(dirArg: string, write: (text: string) => void, opts: { intervalMs?: number; rollouts?: boolean } = {}): Promise<BatchStatus> {
+export async function watchBatch(dirArg: string, write: (text: string) => void, opts: { intervalMs?: number; rollouts?: boolean; stallAfterS?: number } = {}): Promise<BatchStatus> {
   let last = '';
   for (;;) {
-    const st = batchStatus(dirArg);
+    const st = batchStatus(dirArg, { stallAfterS: opts.stallAfterS });
     const text = formatStatus(st, { rollouts: opts.rollouts });
     if (text !== last) write(`${last ? '\n' : ''}${new Date().toISOString()}\n${text}`);
     last = text;

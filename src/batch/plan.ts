@@ -8,7 +8,7 @@ import { availableParallelism, totalmem } from 'node:os';
 import { isAbsolute, join, resolve, sep } from 'node:path';
 import { assertInstalled, harnessEntry } from '../harness/registry.js';
 import { findTasks, loadTask, type HarborTask } from '../tasks/task.js';
-import { BATCH_SCHEMA_VERSION, BatchManifestSchema, batchPaths, queuedRolloutState, trainingSampling, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutState } from './state.js';
+import { BATCH_SCHEMA_VERSION, BatchManifestSchema, DEFAULT_PACING, batchPaths, queuedRolloutState, trainingSampling, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutState } from './state.js';
 
 export class BatchPlanError extends Error {}
 
@@ -28,6 +28,12 @@ export interface BatchRequest {
   /** The batch directory; default ./harness-lab-batches/<batch id>. */
   outDir?: string;
   k8s?: { context?: string; namespace?: string; registry?: string; queueName?: string };
+  /** Sandboxes starting at once (default 4; 0: no cap). */
+  maxStarting?: number;
+  /** Wall budget of one sandbox start-up, seconds (default 300). */
+  startTimeoutSec?: number;
+  /** Consecutive infra failures that pause new sandboxes (default 10; 0: off). */
+  breakerAfter?: number;
   /** Check that each harness is installed on this machine (default true; a k8s batch installs in its image). */
   checkInstalled?: boolean;
   now?: Date;
@@ -144,6 +150,9 @@ export function planBatch(req: BatchRequest): BatchPlan {
   if (!Number.isFinite(temperature) || temperature <= 0) throw new BatchPlanError(`--temperature must be a finite number above 0 (training sampling), got ${req.temperature}`);
   if (req.parallel !== undefined && (!Number.isInteger(req.parallel) || req.parallel < 1)) throw new BatchPlanError(`--parallel must be a positive integer, got ${req.parallel}`);
   if (req.timeoutSec !== undefined && !(req.timeoutSec > 0)) throw new BatchPlanError(`--timeout must be a positive number of seconds, got ${req.timeoutSec}`);
+  if (req.maxStarting !== undefined && (!Number.isInteger(req.maxStarting) || req.maxStarting < 0)) throw new BatchPlanError(`--max-starting must be a whole number (0: no cap), got ${req.maxStarting}`);
+  if (req.startTimeoutSec !== undefined && !(req.startTimeoutSec > 0)) throw new BatchPlanError(`--start-timeout must be a positive number of seconds, got ${req.startTimeoutSec}`);
+  if (req.breakerAfter !== undefined && (!Number.isInteger(req.breakerAfter) || req.breakerAfter < 0)) throw new BatchPlanError(`--breaker-after must be a whole number of failures (0: off), got ${req.breakerAfter}`);
   const backend = req.backend ?? 'docker';
 
   const harnesses = [...new Set(req.harnesses)].map((name) => {
@@ -198,6 +207,11 @@ export function planBatch(req: BatchRequest): BatchPlan {
       backend === 'k8s'
         ? { context: req.k8s?.context ?? null, namespace: req.k8s?.namespace ?? 'default', registry: req.k8s?.registry ?? null, queue_name: req.k8s?.queueName ?? null }
         : null,
+    pacing: {
+      max_starting: req.maxStarting ?? DEFAULT_PACING.max_starting,
+      start_timeout_sec: req.startTimeoutSec ?? DEFAULT_PACING.start_timeout_sec,
+      breaker_after: req.breakerAfter ?? DEFAULT_PACING.breaker_after,
+    },
   });
   return { dir, manifest, states, tasks };
 }

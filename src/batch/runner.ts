@@ -5,11 +5,16 @@
 // submits and resumes: a rollout left `running` by a dead lab is re-queued (its attempt kept as
 // 'interrupted', never trainable) and the batch's leftover sandboxes are removed first.
 import { resolve } from 'node:path';
+import { StartSemaphore } from '../sandbox/start-gate.js';
 import { MAX_MODEL_CALLS_PER_ROLLOUT, runAttempt } from './attempt.js';
 import type { BackendModule } from './backend.js';
 import { backendModule } from './backends/index.js';
+import { CircuitBreaker, type BreakerSnapshot } from './breaker.js';
 import { acquireLock, cancelRequested, clearCancel } from './lock.js';
-import { readManifest, readRolloutStates, writeRolloutState, type RolloutState } from './state.js';
+import { pacingOf, readManifest, readRolloutStates, writeRolloutState, type RolloutState } from './state.js';
+
+/** Attempts a rollout gets when its failures were part of a streak that opened the breaker. */
+export const MAX_ATTEMPTS_AFTER_OUTAGE = 3;
 
 export interface BatchRunOptions {
   dir: string;
@@ -21,6 +26,10 @@ export interface BatchRunOptions {
   cancelPollMs?: number;
   /** Credential for the batch's --engine-url (not stored in the batch: give it again on resume). */
   engineApiKey?: string;
+  /** How often an open breaker probes the backend (tests shorten it). */
+  breakerProbeMs?: number;
+  /** Told of every breaker change (the CLI's watch and tests). */
+  onBreaker?: (s: BreakerSnapshot) => void;
 }
 
 export interface BatchRunSummary {
@@ -35,6 +44,9 @@ export interface BatchRunSummary {
   requeued: string[];
   /** Sandboxes of this batch a dead lab left, removed at start. */
   removed: string[];
+  /** Times the breaker opened, and the rollouts run again because an outage had failed them. */
+  breakerTrips: number;
+  rerunAfterOutage: string[];
 }
 
 function counts(states: Iterable<RolloutState>) {
@@ -75,10 +87,12 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
 
       const queue = states.filter((s) => s.state === 'queued');
       const running = new Map<string, AbortController>();
+      const halt = new AbortController();
       let stopped: BatchRunSummary['stopped'] = null;
       const stop = (why: 'cancelled' | 'interrupted') => {
         if (stopped) return;
         stopped = why;
+        halt.abort();
         log(why === 'cancelled' ? 'cancel requested: stopping running rollouts' : 'stopping: running rollouts are stopped and re-queued');
         for (const c of running.values()) c.abort();
       };
@@ -97,10 +111,33 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
         });
       }
 
+      const pacing = pacingOf(manifest);
+      const startGate = new StartSemaphore(pacing.max_starting, pacing.start_timeout_sec === null ? undefined : pacing.start_timeout_sec * 1000);
+      const breaker = new CircuitBreaker({
+        threshold: pacing.breaker_after,
+        probe: () => (mod.preflight ? mod.preflight(manifest.k8s) : Promise.resolve()),
+        ...(opts.breakerProbeMs !== undefined ? { probeMs: opts.breakerProbeMs } : {}),
+        log,
+      });
+      cleanups.push(() => breaker.dispose());
+      if (opts.onBreaker) breaker.onDidChange(opts.onBreaker);
+      // The infra failures since the last attempt that reached its verdict: when they open the
+      // breaker, each runs again once the backend is back (their failed attempts stay, never trainable).
+      let streak: RolloutState[] = [];
+      const rerunAfterOutage: string[] = [];
+
       const total = states.length;
       const line = () => {
         const c = counts(byId.values());
         return `running ${c.running}/${manifest.parallel}, queued ${c.queued}, done ${c.done}, discarded ${c.discarded} of ${total}`;
+      };
+
+      const requeueAfterOutage = (s: RolloutState, why: string) => {
+        if (s.attempts.length >= MAX_ATTEMPTS_AFTER_OUTAGE) return;
+        Object.assign(s, { state: 'queued', class: null, reward: null, rewards: {}, trainable: false, infra_cause: null, error: `run again after a backend outage (${why})` });
+        save(s);
+        queue.push(s);
+        rerunAfterOutage.push(s.rollout_id);
       };
 
       const runOne = async (s: RolloutState) => {
@@ -117,8 +154,10 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
             sampling: manifest.sampling,
             maxModelCalls: MAX_MODEL_CALLS_PER_ROLLOUT,
             signal: ctrl.signal,
+            startGate,
             log,
             save,
+            rerunOnInfra: true,
             onStarted: () => {
               log(`start ${s.rollout_id}${s.attempts.length > 1 ? ` (attempt ${s.attempts.length - 1})` : ''}: ${line()}`);
               // Stopped while this attempt was being set up: the backend sees the abort at once and the attempt is recorded as stopped.
@@ -134,14 +173,50 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
         }
         const v = end.verdict;
         if (!v) return;
+        if (end.requeued) {
+          // Spoiled by the lab's own infrastructure (k8s: the capture proxy restarted under it): run it again.
+          queue.push(s);
+          log(`re-queued ${s.rollout_id}: ${v.error}; ${line()}`);
+          return;
+        }
         const reward = v.reward === null ? 'null' : String(Math.round(v.reward * 1000) / 1000);
         const secs = ((end.endedAt - end.startedAt) / 1000).toFixed(1);
         log(`${v.state === 'done' ? 'done' : 'discarded'} ${s.rollout_id}: ${v.class} reward=${reward} ${secs}s${v.error && v.state === 'discarded' ? ` (${v.error})` : ''}; ${line()}`);
+        if (v.class === 'infra_error') {
+          streak.push(s);
+          const tripped = breaker.recordFailure(v.cause ?? 'other', v.error ?? 'infra failure');
+          // The streak that opened it, and any attempt still in flight that failed while it was open, is the outage's.
+          if (tripped || breaker.snapshot().state !== 'closed') {
+            const why = `${v.cause ?? 'other'}: ${v.error}`;
+            for (const r of streak) requeueAfterOutage(r, why);
+            streak = [];
+          }
+        } else {
+          streak = [];
+          breaker.recordSuccess();
+        }
       };
 
       let failure: unknown;
+      // Workers wait for work while others run: a rollout re-queued after an outage is picked up by any.
+      let wake: () => void = () => {};
+      let changed = new Promise<void>((r) => (wake = r));
+      const pulse = () => {
+        wake();
+        changed = new Promise<void>((r) => (wake = r));
+      };
       const worker = async () => {
-        for (let s = queue.shift(); s && !stopped; s = queue.shift()) {
+        while (!stopped) {
+          const s = queue.shift();
+          if (!s) {
+            if (running.size === 0) break;
+            await changed;
+            continue;
+          }
+          if (!(await breaker.admit(halt.signal))) {
+            queue.unshift(s);
+            break;
+          }
           try {
             await runOne(s);
           } catch (err) {
@@ -149,15 +224,18 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
             // stop the others cleanly, leave what is left queued for `batch resume`, and say why.
             failure ??= err;
             stop('interrupted');
+          } finally {
+            pulse();
           }
         }
+        pulse();
       };
       log(`batch ${manifest.batch_id}: ${queue.length} of ${total} rollout(s) to run, ${manifest.parallel} at a time`);
       await Promise.all(Array.from({ length: Math.max(1, Math.min(manifest.parallel, queue.length)) }, worker));
       if (failure) throw failure;
       if (!stopped && cancelRequested(dir)) stopped = 'cancelled';
       const c = counts(byId.values());
-      return { batchId: manifest.batch_id, total, done: c.done, discarded: c.discarded, queued: c.queued + c.running, stopped, requeued, removed };
+      return { batchId: manifest.batch_id, total, done: c.done, discarded: c.discarded, queued: c.queued + c.running, stopped, requeued, removed, breakerTrips: breaker.snapshot().trips, rerunAfterOutage };
     } finally {
       await backend.close().catch((err: unknown) => log(`closing the backend: ${String(err)}`));
       await capture.close().catch((err: unknown) => log(`closing the capture: ${String(err)}`));

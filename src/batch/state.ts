@@ -11,6 +11,7 @@
 import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { z } from 'zod';
+import { INFRA_CAUSES } from './infra-cause.js';
 
 export const BATCH_SCHEMA_VERSION = 1;
 
@@ -63,6 +64,18 @@ export const K8sTargetSchema = z
   })
   .strict();
 
+export const PacingSchema = z
+  .object({
+    /** Sandboxes starting at once (created until the agent is launched), apart from `parallel`; 0: no cap. */
+    max_starting: z.number().int().nonnegative(),
+    /** Wall budget of one sandbox start-up; past it the attempt is an infra failure (startup_timeout). */
+    start_timeout_sec: z.number().positive().nullable(),
+    /** Consecutive infra failures that pause new sandboxes until the backend answers its probe; 0: off. */
+    breaker_after: z.number().int().nonnegative(),
+  })
+  .strict();
+export type Pacing = z.infer<typeof PacingSchema>;
+
 export const BatchManifestSchema = z
   .object({
     schema_version: z.literal(BATCH_SCHEMA_VERSION),
@@ -82,9 +95,18 @@ export const BatchManifestSchema = z
     engine_url: z.string().nullable(),
     model: z.string().nullable(),
     k8s: K8sTargetSchema.nullable(),
+    /** Failure containment and start-up pacing (runner.ts); absent in batches written before it: the defaults. */
+    pacing: PacingSchema.optional(),
   })
   .strict();
 export type BatchManifest = z.infer<typeof BatchManifestSchema>;
+
+/** What a manifest without `pacing` runs with. */
+export const DEFAULT_PACING: Pacing = { max_starting: 4, start_timeout_sec: 300, breaker_after: 10 };
+
+export function pacingOf(m: Pick<BatchManifest, 'pacing'>): Pacing {
+  return m.pacing ?? DEFAULT_PACING;
+}
 
 /** One try at a rollout; a lab killed mid-rollout leaves an attempt ended 'interrupted', kept for debugging. */
 export const AttemptSchema = z
@@ -98,6 +120,9 @@ export const AttemptSchema = z
     outcome: z.enum(['running', 'finished', 'interrupted', 'cancelled']),
     /** Only the finished attempt of a done rollout is ever trainable. */
     trainable: z.boolean(),
+    /** A finished attempt's class and, for infra_error, its cause (absent in batches written before them). */
+    class: z.enum(ROLLOUT_CLASSES).nullable().optional(),
+    infra_cause: z.enum(INFRA_CAUSES).nullable().optional(),
   })
   .strict();
 export type Attempt = z.infer<typeof AttemptSchema>;
@@ -128,6 +153,8 @@ export const RolloutStateSchema = z
     /** Backend handle (container id, Job name) so resume and cancel can find what is left. */
     backend_ref: z.string().nullable(),
     n_calls: z.number().int().nonnegative(),
+    /** For infra_error: what failed, as a class (infra-cause.ts); absent in batches written before it. */
+    infra_cause: z.enum(INFRA_CAUSES).nullable().optional(),
   })
   .strict()
   .superRefine((s, ctx) => {

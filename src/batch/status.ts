@@ -1,9 +1,10 @@
 // What a batch looks like now, read from its directory alone (no lab needed): per group the members
 // done and discarded, the trainable rewards, their mean and standard deviation, and the two flags a
 // GRPO trainer cares about: no contrast (every trainable reward equal) and fewer than 2 trainable.
-import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { readSessionIndex, sessionFileOf } from '../capture/store.js';
+import type { InfraCause } from './infra-cause.js';
 import { labPaths, labState } from './lock.js';
 import { batchPaths, readManifest, readRolloutStates, type BatchManifest, type RolloutState } from './state.js';
 
@@ -23,6 +24,56 @@ export interface RolloutStatus {
   /** Calls captured so far by a running rollout's session (null when not running, or no call is stored yet). */
   calls: number | null;
   error: string | null;
+  /** A running rollout with no model call and no sandbox output for the stall time, and where it stands. */
+  stalled: Stall | null;
+}
+
+export interface Stall {
+  idle_s: number;
+  /** The phase it stalled in, from what the attempt left on disk. */
+  where: 'starting sandbox' | 'agent running' | 'verifier';
+}
+
+/** A running rollout with no model call and no sandbox output for this long is flagged (batch status, watch, the view). */
+export const DEFAULT_STALL_AFTER_S = 300;
+
+function newestMtime(path: string, depth = 3): number {
+  let newest = 0;
+  try {
+    const st = statSync(path);
+    newest = st.mtimeMs;
+    if (st.isDirectory() && depth > 0) for (const name of readdirSync(path)) newest = Math.max(newest, newestMtime(join(path, name), depth - 1));
+  } catch {
+    // not there (yet)
+  }
+  return newest;
+}
+
+/**
+ * Where a running rollout stalled, if it did: the last sign of life is the newest of its session
+ * file (each model call appends to it, locally or by a cluster batch's mirror), anything its sandbox
+ * wrote under the attempt's directory (harness and verifier logs) and the attempt's start.
+ */
+export function rolloutStall(dir: string, s: RolloutState, stallAfterS: number, now = Date.now()): Stall | null {
+  if (s.state !== 'running' || stallAfterS <= 0) return null;
+  const attempt = s.attempts[s.attempts.length - 1];
+  if (!attempt) return null;
+  const outDir = join(dir, attempt.out_dir);
+  const last = Math.max(Date.parse(attempt.started_at) || 0, newestMtime(batchSessionFile(dir, attempt.session_id), 0), newestMtime(outDir));
+  const idle = (now - last) / 1000;
+  if (idle < stallAfterS) return null;
+  // The verifier's directory is made with the sandbox; files in it mean the verifier ran.
+  const verifierStarted = readdirSafe(join(outDir, 'verifier')).length > 0;
+  const where: Stall['where'] = s.backend_ref === null ? 'starting sandbox' : verifierStarted ? 'verifier' : 'agent running';
+  return { idle_s: Math.round(idle), where };
+}
+
+function readdirSafe(path: string): string[] {
+  try {
+    return readdirSync(path);
+  } catch {
+    return [];
+  }
 }
 
 export interface GroupStatus {
@@ -55,9 +106,42 @@ export interface BatchStatus {
   group_size: number;
   sampling: BatchManifest['sampling'];
   policy_version: string | null;
-  counts: { total: number; queued: number; running: number; done: number; discarded: number; /** Calls the running rollouts captured so far. */ running_calls: number };
+  counts: { total: number; queued: number; running: number; done: number; discarded: number; /** Calls the running rollouts captured so far. */ running_calls: number; /** Running rollouts flagged stalled. */ stalled: number };
   classes: Record<string, number>;
+  /** Attempts that reached a verdict, those that failed in the sandbox backend, their share, and their causes by class. */
+  infra: InfraAccount;
   groups: GroupStatus[];
+}
+
+export interface InfraAccount {
+  attempts: number;
+  failed_attempts: number;
+  /** failed_attempts / attempts; null before any attempt ended. */
+  rate: number | null;
+  causes: Partial<Record<InfraCause, number>>;
+}
+
+/**
+ * Infra failures over every attempt that reached a verdict (a rollout run again after an outage
+ * counts each of its failed attempts): what a run of days reports as its infra-failed rate.
+ */
+export function infraAccount(states: readonly RolloutState[]): InfraAccount {
+  const acc: InfraAccount = { attempts: 0, failed_attempts: 0, rate: null, causes: {} };
+  for (const s of states) {
+    s.attempts.forEach((a, i) => {
+      if (a.outcome !== 'finished') return;
+      const last = i === s.attempts.length - 1;
+      // Attempts written before attempt classes: the rollout's class is its last attempt's.
+      const cls = a.class ?? (last ? s.class : null);
+      const cause = a.infra_cause ?? (last ? s.infra_cause : null) ?? 'other';
+      acc.attempts++;
+      if (cls !== 'infra_error') return;
+      acc.failed_attempts++;
+      acc.causes[cause] = (acc.causes[cause] ?? 0) + 1;
+    });
+  }
+  acc.rate = acc.attempts ? acc.failed_attempts / acc.attempts : null;
+  return acc;
 }
 
 export function meanStd(values: readonly number[]): { mean: number | null; std: number | null } {
@@ -87,7 +171,12 @@ export function batchSessionFile(dir: string, sessionId: string): string {
 }
 
 /** `countCalls` gives a running member's calls so far (by session id); without it they are null. */
-export function groupStatus(group: BatchManifest['groups'][number], members: RolloutState[], countCalls?: (sessionId: string) => number | null): GroupStatus {
+export function groupStatus(
+  group: BatchManifest['groups'][number],
+  members: RolloutState[],
+  countCalls?: (sessionId: string) => number | null,
+  stallOf?: (s: RolloutState) => Stall | null,
+): GroupStatus {
   const trainable = members.filter((m) => m.trainable && m.reward !== null);
   const rewards = trainable.map((m) => m.reward!);
   const { mean, std } = meanStd(rewards);
@@ -120,16 +209,17 @@ export function groupStatus(group: BatchManifest['groups'][number], members: Rol
       session_id: m.session_id,
       calls: m.state === 'running' && m.session_id && countCalls ? countCalls(m.session_id) : null,
       error: m.error,
+      stalled: stallOf?.(m) ?? null,
     })),
   };
 }
 
-export function batchStatus(dirArg: string): BatchStatus {
+export function batchStatus(dirArg: string, opts: { stallAfterS?: number; now?: number } = {}): BatchStatus {
   const dir = resolve(dirArg);
   const manifest = readManifest(dir);
   const states = readRolloutStates(dir, manifest);
   const byId = new Map(states.map((s) => [s.rollout_id, s]));
-  const c = { total: states.length, queued: 0, running: 0, done: 0, discarded: 0, running_calls: 0 };
+  const c = { total: states.length, queued: 0, running: 0, done: 0, discarded: 0, running_calls: 0, stalled: 0 };
   const classes: Record<string, number> = {};
   for (const s of states) {
     c[s.state]++;
@@ -151,9 +241,21 @@ export function batchStatus(dirArg: string): BatchStatus {
     policy_version: manifest.policy_version,
     counts: c,
     classes,
-    groups: manifest.groups.map((g) => groupStatus(g, g.rollout_ids.map((id) => byId.get(id)!), (sessionId) => capturedCalls(batchSessionFile(dir, sessionId)))),
+    infra: infraAccount(states),
+    groups: manifest.groups.map((g) =>
+      groupStatus(
+        g,
+        g.rollout_ids.map((id) => byId.get(id)!),
+        (sessionId) => capturedCalls(batchSessionFile(dir, sessionId)),
+        (m) => rolloutStall(dir, m, opts.stallAfterS ?? DEFAULT_STALL_AFTER_S, opts.now),
+      ),
+    ),
   };
-  for (const g of st.groups) for (const r of g.rollouts) st.counts.running_calls += r.calls ?? 0;
+  for (const g of st.groups)
+    for (const r of g.rollouts) {
+      st.counts.running_calls += r.calls ?? 0;
+      if (r.stalled) st.counts.stalled++;
+    }
   return st;
 }
 
@@ -166,6 +268,11 @@ export function formatStatus(st: BatchStatus, opts: { rollouts?: boolean } = {})
     `batch ${st.batch_id} (${st.backend}, group size ${st.group_size}, parallel ${st.parallel}, temperature ${st.sampling.temperature}${st.policy_version ? `, policy ${st.policy_version}` : ''}): ${st.lab}${st.lab === 'running' ? ` (pid ${st.lab_pid})` : ''}`,
     `  ${c.done} done, ${c.discarded} discarded, ${c.running} running${c.running ? ` (${c.running_calls} call${c.running_calls === 1 ? '' : 's'} so far)` : ''}, ${c.queued} queued of ${c.total}${Object.keys(st.classes).length ? `; ${Object.entries(st.classes).map(([k, v]) => `${k} ${v}`).join(', ')}` : ''}`,
   ];
+  if (st.infra.failed_attempts)
+    lines.push(`  infra-failed ${st.infra.failed_attempts} of ${st.infra.attempts} attempt(s) (${Math.round((st.infra.rate ?? 0) * 1000) / 10}%): ${Object.entries(st.infra.causes).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+  for (const g of st.groups)
+    for (const r of g.rollouts)
+      if (r.stalled) lines.push(`  STALLED ${r.id}: no model call and no sandbox output for ${r.stalled.idle_s} s (${r.stalled.where})`);
   if (st.lab === 'interrupted') lines.push(`  the lab that ran it is gone: continue with \`harness-lab batch resume ${st.dir}\``);
   const width = Math.max(5, ...st.groups.map((g) => g.group_id.length));
   lines.push('', `  ${'group'.padEnd(width)}  done  disc  pend  rewards (trainable)        mean    std    flags`);

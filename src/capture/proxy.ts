@@ -11,6 +11,7 @@ import { probeEngine, type EngineProbeReport } from './engine-probe.js';
 import { resolveRenderMode, TokenInUnavailableError, type RenderMode, type RenderModeReport } from './render/mode.js';
 import type { TokenInEngine } from './render/token-engine.js';
 import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, loggableTarget, parseRequestTarget, readBody, sendJson } from './http-util.js';
+import { METRICS_CONTENT_TYPE, ProxyMetrics } from './metrics.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
 import { SessionExistsError, SessionKeyInUseError, SessionRegistry, type CreatedSession, type DormancyLimits, type ResidentLimits } from './session-registry.js';
 import { CreateSessionSchema, type CaptureSession } from './sessions.js';
@@ -69,13 +70,15 @@ export class CaptureProxy {
   readonly instance = randomBytes(8).toString('hex');
   /** Every session of this proxy: create, get, list, delete, rollout, and their events. */
   readonly sessions: SessionRegistry;
+  /** `GET /metrics`: counters fed by the registry's events (metrics.ts). */
+  private readonly metrics: ProxyMetrics;
   private readonly engine: EngineClient;
   private readonly log: ProxyLogger;
   private captureLevel: CaptureLevel;
   private probeReport: EngineProbeReport | undefined;
   private probing: Promise<EngineProbeReport> | undefined;
   private renderResolved: { report: RenderModeReport; engine: TokenInEngine | null } | undefined;
-  private renderResolving: Promise<{ report: RenderModeReport; engine: TokenInEngine | null }> | undefined;
+  private renderResolving: Promise<{ report: RenderModeReport; engine: TokenInEngine | null; transient: boolean }> | undefined;
   private readonly modelCall: Omit<ModelCallDeps, 'findSession'>;
   private server!: Server;
   private acceptor: AcceptorThread | undefined;
@@ -94,6 +97,7 @@ export class CaptureProxy {
       resident: options.resident,
       dormancy: options.dormancy,
     });
+    this.metrics = new ProxyMetrics(this.sessions);
     this.modelCall = {
       sessions: this.sessions,
       engine: { client: this.engine, grade: () => this.ensureProbed(), tokenIn: () => this.tokenInEngine() },
@@ -230,7 +234,7 @@ export class CaptureProxy {
         const r = resolved.report;
         if (r.mode === 'proxy') this.log.info(`render: the proxy renders (token in) with ${r.model_files} (${r.family}), engine route ${r.route}, max_model_len ${r.max_model_len ?? 'unknown'}`);
         else this.log[requested === 'proxy' ? 'error' : 'info'](`render: the engine renders (chat completions): ${r.problem}`);
-        if (this.probeReport?.reachable !== false) this.renderResolved = resolved;
+        if (!resolved.transient && this.probeReport?.reachable !== false) this.renderResolved = resolved;
         return resolved;
       })().finally(() => (this.renderResolving = undefined));
     }
@@ -283,6 +287,11 @@ export class CaptureProxy {
     if (path === '/health' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, this.health());
     if (path === '/' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, { status: 'ok', service: 'harness-lab capture proxy' });
     if (path === '/v1/models' && method === 'GET') return this.models(res);
+    if (path === '/metrics' && method === 'GET') {
+      if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key', type: 'invalid_request_error' } });
+      res.writeHead(200, { 'content-type': METRICS_CONTENT_TYPE, 'cache-control': 'no-store' });
+      return void res.end(this.metrics.render());
+    }
     if (path === '/engines' && method === 'GET') {
       if (!this.isAdmin(req, url)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key', type: 'invalid_request_error' } });
       await this.ensureProbed();
@@ -381,6 +390,7 @@ export class CaptureProxy {
     if (this.acceptor) await this.acceptor.close();
     else await new Promise<void>((resolve) => this.server.close(() => resolve()));
     await this.engine.close();
+    this.metrics.dispose();
     await this.sessions.close();
   }
 }

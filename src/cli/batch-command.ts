@@ -8,6 +8,7 @@ const USAGE = `usage: harness-lab batch submit --tasks DIR|GLOB --harness NAME[,
                               [--on-timeout discard|keep] [--engine-url URL] [--model M]
                               [--temperature T] [--policy-version V] [--out DIR]
                               [--engine-api-key K]
+                              [--max-starting N] [--start-timeout S] [--breaker-after K]
                               [--context CTX] [--namespace NS] [--registry REG] [--queue NAME]
                               [--dry-run -o json|yaml]
        harness-lab batch status BATCH [--json] [--rollouts]
@@ -34,6 +35,11 @@ its manifest and every rollout's state live there, so a batch survives its lab b
   --engine-api-key K credential for --engine-url (or HARNESS_LAB_ENGINE_API_KEY); held by the
                      proxy only, never written to the batch: give it again to batch resume
   --policy-version V stamped on every rollout (trainers drop samples of stale weights)
+  --max-starting N   sandboxes starting at once, apart from --parallel (default 4; 0: no cap)
+  --start-timeout S  wall budget of one sandbox start-up; past it the rollout is an infra
+                     failure, not an agent timeout (default 300)
+  --breaker-after K  after K infra failures in a row no sandbox starts until the backend answers
+                     its probe again; the rollouts of that streak run again (default 10; 0: off)
 
 Every rollout ends in one class: completed, policy_failure (reward 0, trainable), infra_error
 (discarded, reward null) or timeout. \`batch status\` flags groups with no contrast (all rewards
@@ -71,6 +77,9 @@ const submit = defineCommand({
     namespace: { type: 'string' },
     registry: { type: 'string' },
     queue: { type: 'string' },
+    'max-starting': { type: 'integer' },
+    'start-timeout': { type: 'string' },
+    'breaker-after': { type: 'integer' },
     'dry-run': { type: 'boolean' },
     output: { type: 'string', short: 'o' },
     verbose: { type: 'boolean', short: 'v' },
@@ -107,6 +116,9 @@ const submit = defineCommand({
         policyVersion: flags['policy-version'],
         outDir: flags.out,
         k8s: backend === 'k8s' ? { context: flags.context, namespace: flags.namespace, registry: flags.registry, queueName: flags.queue } : undefined,
+        maxStarting: flags['max-starting'],
+        startTimeoutSec: numberFlag(flags['start-timeout'], 'start-timeout'),
+        breakerAfter: flags['breaker-after'],
       });
     } catch (err) {
       if (err instanceof BatchPlanError) throw new UsageError(err.message);
@@ -146,12 +158,15 @@ async function runAndReport(dir: string, verbose: boolean, engineApiKey: string 
 const status = defineCommand({
   name: 'batch status',
   summary: "print a batch's groups and rollouts",
-  usage: 'usage: harness-lab batch status BATCH [--json] [--rollouts]',
-  flags: { json: { type: 'boolean' }, rollouts: { type: 'boolean' } },
+  usage: `usage: harness-lab batch status BATCH [--json] [--rollouts] [--stall-after S]
+
+  --stall-after S  flag running rollouts with no model call and no sandbox output for S seconds
+                   (default 300; 0: never)`,
+  flags: { json: { type: 'boolean' }, rollouts: { type: 'boolean' }, 'stall-after': { type: 'integer' } },
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
     const { batchStatus, formatStatus } = await import('../batch/status.js');
-    const st = batchStatus(positionals[0]!);
+    const st = batchStatus(positionals[0]!, { stallAfterS: flags['stall-after'] });
     process.stdout.write(flags.json ? `${JSON.stringify(st, null, 2)}\n` : formatStatus(st, { rollouts: flags.rollouts }));
     return 0;
   },
@@ -160,12 +175,12 @@ const status = defineCommand({
 const watch = defineCommand({
   name: 'batch watch',
   summary: 'follow a running batch until it ends',
-  usage: 'usage: harness-lab batch watch BATCH [--rollouts]',
-  flags: { rollouts: { type: 'boolean' } },
+  usage: 'usage: harness-lab batch watch BATCH [--rollouts] [--stall-after S]',
+  flags: { rollouts: { type: 'boolean' }, 'stall-after': { type: 'integer' } },
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
     const { watchBatch } = await import('../batch/control.js');
-    const st = await watchBatch(positionals[0]!, (t) => process.stdout.write(t), { rollouts: flags.rollouts });
+    const st = await watchBatch(positionals[0]!, (t) => process.stdout.write(t), { rollouts: flags.rollouts, stallAfterS: flags['stall-after'] });
     return st.lab === 'finished' ? 0 : 1;
   },
 });

@@ -15,6 +15,7 @@ export const serveCommand = defineCommand({
   usage: `usage: harness-lab serve --dataset NAME=DIR [--dataset NAME=DIR ...] [--host H] [--port P]
                           [--admin-key K] [--max-concurrent N] [--backend docker|k8s]
                           [--parallel N] [--session-idle S] [--state-dir DIR]
+                          [--breaker-after K] [--max-starting N] [--start-timeout S]
                           [--context CTX] [--namespace NS] [--registry REG] [--queue NAME]
 
 A rollout server speaking OpenEnv's Harbor wire protocol: GET /harbor_env/splits, POST
@@ -40,6 +41,10 @@ policy.json).
                       waits for a slot with its socket open (pings answered)
   --backend B         docker (default) or k8s (--context, --namespace (default: default),
                       --registry, --queue: the cluster target, as for batch submit)
+  --breaker-after K   after K infra failures in a row no sandbox starts (trainers get FACTORY_ERROR)
+                      until the backend answers its probe again (default 10; 0: off)
+  --max-starting N    sandboxes starting at once, apart from --parallel (default 4; 0: no cap)
+  --start-timeout S   wall budget of one sandbox start-up, an infra failure past it (default 300)
   --state-dir DIR     rollout states, captured sessions, sandbox logs (default ./harness-lab-serve);
                       a server restarted on the same DIR marks rollouts it was running as
                       interrupted (their captures are kept) and removes their sandboxes`,
@@ -57,6 +62,9 @@ policy.json).
     queue: { type: 'string' },
     backend: { type: 'string', default: 'docker' },
     'state-dir': { type: 'string', default: 'harness-lab-serve' },
+    'breaker-after': { type: 'integer' },
+    'max-starting': { type: 'integer' },
+    'start-timeout': { type: 'integer' },
   },
   run: async ({ flags }) => {
     if (!flags.dataset.length) throw new UsageError('--dataset NAME=DIR is required (at least one split)', { showUsage: true });
@@ -88,7 +96,9 @@ policy.json).
     const allTasks = [...splits.values()].flatMap((s) => s.tasks);
     const parallel = flags.parallel ?? (allTasks.length ? defaultParallel(allTasks) : 1);
     if (parallel < 1) throw new UsageError('--parallel must be at least 1');
+    if (flags['start-timeout'] !== undefined && flags['start-timeout'] < 1) throw new UsageError('--start-timeout must be at least 1 second');
     const rollouts = new RolloutService({ stateDir: resolve(flags['state-dir']), backend: flags.backend, splits, log, parallel,
+      breakerAfter: flags['breaker-after'], maxStarting: flags['max-starting'], startTimeoutSec: flags['start-timeout'],
       ...(flags.backend === 'k8s' ? { k8s: { context: flags.context ?? null, namespace: flags.namespace ?? 'default', registry: flags.registry ?? null, queue_name: flags.queue ?? null } } : {}),
     });
     const recovered = await rollouts.recover();

@@ -156,10 +156,27 @@ export async function assertPermissions(cluster: Cluster, perms: Permission[]): 
     throw new ClusterError(`kube context "${cluster.context}": you may not ${denied.join(', ')} in namespace "${cluster.namespace}" (SelfSubjectAccessReview denied it); ask the cluster admin for these permissions, or pick another --namespace`, 403, 'Forbidden');
 }
 
+/**
+ * The object as client-node's serializer expects it. The serializer writes only the attributes its
+ * model classes name, and it names a field that is a reserved word in TypeScript with an underscore:
+ * a NetworkPolicy ingress rule's `from` must be handed over as `_from`, or it is silently dropped and
+ * the rule admits every source.
+ */
+export function forClientSerializer(obj: k8s.KubernetesObject): k8s.KubernetesObject {
+  if (obj.kind !== 'NetworkPolicy') return obj;
+  const o = structuredClone(obj) as k8s.KubernetesObject & { spec?: { ingress?: Record<string, unknown>[] } };
+  for (const rule of o.spec?.ingress ?? []) {
+    if (!('from' in rule)) continue;
+    rule._from = rule.from;
+    delete rule.from;
+  }
+  return o;
+}
+
 /** Creates an object; an existing one of the same name is fine (a resumed batch re-applies). */
 export async function createOrKeep(cluster: Cluster, obj: k8s.KubernetesObject): Promise<'created' | 'exists'> {
   try {
-    await cluster.objects.create(obj);
+    await cluster.objects.create(forClientSerializer(obj));
     return 'created';
   } catch (err) {
     if (apiStatus(err)?.code === 409) return 'exists';

@@ -1,7 +1,10 @@
 // Every manifest a cluster batch applies, built as plain objects and validated with
 // kubernetes-models (the OpenAPI schemas) before anything is sent: one batch/v1 Job per rollout
-// attempt, a ConfigMap with each task's tests/, and the in-cluster capture proxy (Secret with the
-// admin key, Deployment, Service, and a NetworkPolicy so rollout pods reach only the proxy).
+// attempt (with a tests sidecar: the agent never sees tests/) and its Secret (the session key), a
+// ConfigMap with each task's tests/, and the in-cluster capture proxy (Secret with the admin key,
+// a PersistentVolumeClaim for its store, Deployment, Service, a NetworkPolicy so rollout pods reach
+// only the proxy and one so only rollout pods reach it). Rollout pods meet Pod Security "baseline",
+// the proxy "restricted".
 import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
@@ -72,11 +75,14 @@ export interface RolloutJobInput {
   rolloutId: string;
   attempt: number;
   sessionId: string;
-  /** The key the harness presents, when it is not the session id (minted per attempt). */
-  sessionKey?: string;
   task: HarborTask;
   harness: string;
   image: string;
+  /**
+   * The harness's bash script, environment and config files (registry.launchPlan) for in-pod paths,
+   * made with SESSION_KEY_PLACEHOLDER as the session key: the pod puts the real key (from the
+   * attempt's Secret, env HL_SESSION_KEY) in their place, so no key is in the Job's spec.
+   */
   launch: RolloutLaunch;
   /** The agent's wall clock (the batch's --timeout). */
   timeoutSec: number;
@@ -94,7 +100,16 @@ export interface RolloutJobInput {
   verifierEnv: Record<string, string>;
 }
 
-export const POD_PATHS = { home: '/tmp/harness-home', logs: '/logs', tests: '/tests', testsSource: '/opt/harness-lab/task-tests', binDir: '/opt/harness-lab/bin', harnesses: '/opt/harness-lab/harnesses' } as const;
+/** Stands for the session key in everything the lab sends to the cluster; the pod replaces it. */
+export const SESSION_KEY_PLACEHOLDER = 'HLSESSIONKEYPLACEHOLDER0';
+/** The env var (from the attempt's Secret) that carries the session key into the rollout container. */
+export const SESSION_KEY_ENV = 'HL_SESSION_KEY';
+/** The key inside an attempt's Secret. */
+export const SESSION_KEY_FIELD = 'session-key';
+
+export const POD_PATHS = { home: '/tmp/harness-home', logs: '/logs', tests: '/tests', testsSource: '/opt/harness-lab/task-tests', handoff: '/opt/harness-lab/handoff', binDir: '/opt/harness-lab/bin', harnesses: '/opt/harness-lab/harnesses' } as const;
+/** The tests sidecar's user: not root, not the agent, so nothing of the agent's can act as it. */
+export const TESTS_SIDECAR_UID = 65532;
 
 export function podWorkdir(task: HarborTask): string {
   return task.environment.workdir ?? '/app';
@@ -111,43 +126,105 @@ export function jobDeadlineSec(input: Pick<RolloutJobInput, 'timeoutSec' | 'task
   return Math.ceil(input.timeoutSec + input.task.verifierTimeoutSec + (input.startupSlackSec ?? 60));
 }
 
+/** The attempt's Secret (the session key the harness presents), named after its Job. */
+export const attemptSecretName = (job: string): string => `${job}-key`;
+
 const b64 = (s: string | Buffer) => Buffer.from(s).toString('base64');
 
 /**
- * The pod's entry script: harness files, the harness (bounded by its own timeout), then tests/ copied in
- * and the verifier with a clean environment (no session key), then one result line on stdout that the
- * lab reads back through the pods/log API.
+ * The tests sidecar (a native sidecar: an init container with restartPolicy Always, so it starts
+ * before the rollout container and is stopped when it ends). It alone mounts the tests. At start it
+ * writes a one-time token into the shared handoff volume; the entry script takes it (and removes it)
+ * before the agent starts, so the agent never sees it. The tests are copied into the handoff only
+ * when the token comes back, which the entry script does after the agent and every process it left
+ * were killed. A wrong token is counted (the agent tried) and never answered; a restarted sidecar
+ * never issues a second token.
+ */
+export function testsSidecarScript(): string {
+  const h = POD_PATHS.handoff;
+  return [
+    'set -u',
+    'umask 022',
+    `H=${h}`,
+    // Restarted (kubelet restarts a native sidecar): the token is gone with the old process; never issue another.
+    'if [ -e "$H/.issued" ]; then exec sleep infinity; fi',
+    'tok=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d " \\n")',
+    ': > "$H/.issued"',
+    'printf "%s" "$tok" > "$H/.token.tmp" && mv -f "$H/.token.tmp" "$H/token"',
+    'while [ -e "$H/token" ]; do sleep 0.1; done',
+    'tries=0',
+    'while :; do',
+    '  if [ -s "$H/release" ]; then',
+    '    r=$(cat "$H/release"); rm -f "$H/release"',
+    '    if [ "$r" = "$tok" ]; then',
+    `      rm -rf "$H/tests" && mkdir "$H/tests" && cp -rL ${POD_PATHS.testsSource}/. "$H/tests/" && chmod -R a+rX "$H/tests" || exit 1`,
+    '      printf "%s" "$tries" > "$H/.delivered.tmp" && mv -f "$H/.delivered.tmp" "$H/delivered"',
+    '      exec sleep infinity',
+    '    fi',
+    '    tries=$((tries + 1))',
+    '  fi',
+    '  sleep 0.2',
+    'done',
+  ].join('\n');
+}
+
+/**
+ * The pod's entry script: the session key from the attempt's Secret put into the harness's
+ * environment and files, the tests token taken from the sidecar, the harness (bounded by its own
+ * timeout for --on-timeout keep; its processes without capabilities the script keeps, so they can
+ * neither read this script's memory nor its environment), every leftover process killed, the tests
+ * fetched from the sidecar with the token, the verifier with a clean environment (no session key),
+ * then one result line on stdout that the lab reads back through the pods/log API.
  */
 export function entryScript(input: RolloutJobInput): string {
   const workdir = podWorkdir(input.task);
   const agentLog = `${POD_PATHS.logs}/agent/${input.launch.nativeLog}`;
   const verifierLog = `${POD_PATHS.logs}/verifier/test-stdout.txt`;
+  const h = POD_PATHS.handoff;
   const agentEnv = Object.entries(input.launch.env).map(([k, v]) => `${k}=${v}`);
   const asUser = (user: string | undefined, cmd: string) => (user ? `runuser -u ${shellQuote(user)} -- ${cmd}` : cmd);
   const verifierEnv = ['PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', `HOME=${POD_PATHS.home}`, ...Object.entries({ ...input.taskEnv, ...input.verifierEnv }).map(([k, v]) => `${k}=${v}`)];
+  const agentCmd = `${input.agentTimeoutInPod ? `timeout -k 30 ${input.timeoutSec} ` : ''}$drop ${asUser(input.task.agentUser, `env PATH=${POD_PATHS.binDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=${POD_PATHS.home} ${agentEnv.map(shellQuote).join(' ')} bash -c ${shellQuote(input.launch.script)}`)}`;
   const lines = [
     'set -u',
     'ms() { echo $(( $(date +%s%N) / 1000000 )); }',
+    `k="\${${SESSION_KEY_ENV}:-}"`,
+    `case "$k" in ''|*[!A-Za-z0-9_-]*) echo 'the session key (Secret env ${SESSION_KEY_ENV}) is missing or malformed' >&2; exit ${INFRA_EXIT_CODE} ;; esac`,
     `mkdir -p ${shellQuote(workdir)} ${POD_PATHS.home} ${POD_PATHS.logs}/agent ${POD_PATHS.logs}/verifier ${POD_PATHS.logs}/artifacts || exit ${INFRA_EXIT_CODE}`,
     `chmod 1777 ${POD_PATHS.home} ${POD_PATHS.logs}/agent ${POD_PATHS.logs}/verifier ${POD_PATHS.logs}/artifacts`,
-    ...input.launch.files.map((f) => `mkdir -p ${shellQuote(f.path.replace(/\/[^/]*$/, '') || '/')} && printf '%s' '${b64(f.content)}' | base64 -d > ${shellQuote(f.path)} || exit ${INFRA_EXIT_CODE}`),
+    ...input.launch.files.map((f) => `mkdir -p ${shellQuote(f.path.replace(/\/[^/]*$/, '') || '/')} && printf '%s' '${b64(f.content)}' | base64 -d | sed "s|${SESSION_KEY_PLACEHOLDER}|$k|g" > ${shellQuote(f.path)} || exit ${INFRA_EXIT_CODE}`),
     ...(input.task.agentUser && input.launch.files.length ? [`chown -R ${shellQuote(input.task.agentUser)} ${POD_PATHS.home}`] : []),
+    // The tests token: taken (and removed) before the agent exists, held only in this shell's memory.
+    `for _ in $(seq 600); do [ -s ${h}/token ] && break; sleep 0.1; done`,
+    `tests_token=$(cat ${h}/token 2>/dev/null); rm -f ${h}/token`,
+    `[ -n "$tests_token" ] || { echo 'the tests sidecar issued no token' >&2; exit ${INFRA_EXIT_CODE}; }`,
+    // The agent's processes lose capabilities this script keeps (kill, setpcap): the kernel then refuses
+    // them ptrace and /proc/<pid>/{mem,environ} of this script even as root.
+    "drop=''; if command -v setpriv >/dev/null 2>&1 && setpriv --bounding-set -kill,-setpcap true 2>/dev/null; then drop='setpriv --bounding-set -kill,-setpcap --'; isolated=true; else isolated=false; fi",
+    `agent_cmd=${shellQuote(agentCmd)}`,
+    `agent_cmd="\${agent_cmd//${SESSION_KEY_PLACEHOLDER}/"$k"}"`,
     `echo ${shellQuote(`${PHASE_MARKER}agent`)}`,
     't0=$(ms)',
-    `cd ${shellQuote(workdir)} && ${input.agentTimeoutInPod ? `timeout -k 30 ${input.timeoutSec} ` : ''}${asUser(input.task.agentUser, `env PATH=${POD_PATHS.binDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=${POD_PATHS.home} ${agentEnv.map(shellQuote).join(' ')} bash -c ${shellQuote(input.launch.script)}`)} 2>&1 | tee ${shellQuote(agentLog)}`,
+    `cd ${shellQuote(workdir)} && eval "$agent_cmd" 2>&1 | tee ${shellQuote(agentLog)}`,
     'agent_exit=${PIPESTATUS[0]}',
     'agent_ms=$(( $(ms) - t0 ))',
+    // The agent phase ends here: nothing it started survives to see the tests arrive.
+    'kill -9 -1 2>/dev/null; sleep 0.3; kill -9 -1 2>/dev/null',
     `echo ${shellQuote(`${PHASE_MARKER}verifier`)}`,
-    `mkdir -p ${POD_PATHS.tests} && cp -r ${POD_PATHS.testsSource}/. ${POD_PATHS.tests}/ || exit ${INFRA_EXIT_CODE}`,
+    `rm -rf ${h}/tests ${h}/delivered`,
+    `printf '%s' "$tests_token" > ${h}/release; unset tests_token`,
+    `for _ in $(seq 300); do [ -e ${h}/delivered ] && break; sleep 0.1; done`,
+    `tries=$(cat ${h}/delivered 2>/dev/null || echo -1)`,
+    `case "$tries" in ''|*[!0-9-]*) tries=-1 ;; esac`,
+    `mkdir -p ${POD_PATHS.tests} && cp -r ${h}/tests/. ${POD_PATHS.tests}/ 2>/dev/null || tries=-1`,
     'probe=$(env -i ' + verifierEnv.map(shellQuote).join(' ') + ' env)',
-    `case "$probe" in *${shellQuote(input.sessionKey ?? input.sessionId)}*) key_absent=false ;; *) key_absent=true ;; esac`,
+    'case "$probe" in *"$k"*) key_absent=false ;; *) key_absent=true ;; esac',
     't1=$(ms)',
-    `cd ${shellQuote(workdir)} && timeout -k 10 ${input.task.verifierTimeoutSec} ${asUser(input.task.verifierUser, `env -i ${verifierEnv.map(shellQuote).join(' ')} bash ${POD_PATHS.tests}/test.sh`)} 2>&1 | tee ${shellQuote(verifierLog)}`,
-    'verifier_exit=${PIPESTATUS[0]}',
+    `if [ "$tries" -ge 0 ]; then cd ${shellQuote(workdir)} && timeout -k 10 ${input.task.verifierTimeoutSec} ${asUser(input.task.verifierUser, `env -i ${verifierEnv.map(shellQuote).join(' ')} bash ${POD_PATHS.tests}/test.sh`)} 2>&1 | tee ${shellQuote(verifierLog)}; verifier_exit=\${PIPESTATUS[0]}; else verifier_exit=-1; fi`,
     'verifier_ms=$(( $(ms) - t1 ))',
     `rj=$(base64 -w0 ${POD_PATHS.logs}/verifier/reward.json 2>/dev/null || true)`,
     `rt=$(base64 -w0 ${POD_PATHS.logs}/verifier/reward.txt 2>/dev/null || true)`,
-    `printf '\\n${RESULT_MARKER}{"agent_exit":%s,"agent_ms":%s,"verifier_exit":%s,"verifier_ms":%s,"session_key_absent":%s,"reward_json":"%s","reward_txt":"%s"}\\n' "$agent_exit" "$agent_ms" "$verifier_exit" "$verifier_ms" "$key_absent" "$rj" "$rt"`,
+    `printf '\\n${RESULT_MARKER}{"agent_exit":%s,"agent_ms":%s,"verifier_exit":%s,"verifier_ms":%s,"session_key_absent":%s,"tests_requests_refused":%s,"agent_isolated":%s,"reward_json":"%s","reward_txt":"%s"}\\n' "$agent_exit" "$agent_ms" "$verifier_exit" "$verifier_ms" "$key_absent" "$tries" "$isolated" "$rj" "$rt"`,
     'exit 0',
   ];
   return lines.join('\n');
@@ -157,9 +234,14 @@ export const PodResultSchema = z
   .object({
     agent_exit: z.number().int(),
     agent_ms: z.number(),
+    /** -1: the verifier did not run (the tests never arrived). */
     verifier_exit: z.number().int(),
     verifier_ms: z.number(),
     session_key_absent: z.boolean(),
+    /** Wrong tokens the tests sidecar refused during the agent's turn; -1: the tests never arrived. */
+    tests_requests_refused: z.number().int(),
+    /** The agent ran without the capabilities the entry script keeps (setpriv was there). */
+    agent_isolated: z.boolean(),
     reward_json: z.string(),
     reward_txt: z.string(),
   })
@@ -191,10 +273,42 @@ export function rolloutLabels(i: Pick<RolloutJobInput, 'batchId' | 'groupId' | '
   };
 }
 
+/**
+ * Pod Security "baseline" for the rollout container: no privilege escalation (no_new_privs), the
+ * runtime's seccomp profile, and only the capabilities the entry script needs (chown/setuid/setgid for
+ * the task's agent and verifier users, kill for the agent's leftovers, setpcap to drop capabilities
+ * from the agent); NET_RAW, MKNOD and SETFCAP are gone. It runs as the image's user (tasks are root
+ * images), which "restricted" would refuse.
+ */
+export const ROLLOUT_SECURITY_CONTEXT = {
+  allowPrivilegeEscalation: false,
+  privileged: false,
+  seccompProfile: { type: 'RuntimeDefault' },
+  capabilities: { drop: ['ALL'], add: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID', 'KILL', 'SETGID', 'SETUID', 'SETPCAP', 'NET_BIND_SERVICE', 'SYS_CHROOT', 'AUDIT_WRITE'] },
+} as const;
+
+/** Pod Security "restricted": a non-root user, no capabilities at all, no escalation, RuntimeDefault seccomp. */
+export const restrictedSecurityContext = (uid: number) => ({
+  runAsNonRoot: true,
+  runAsUser: uid,
+  runAsGroup: uid,
+  allowPrivilegeEscalation: false,
+  privileged: false,
+  readOnlyRootFilesystem: true,
+  seccompProfile: { type: 'RuntimeDefault' },
+  capabilities: { drop: ['ALL'] },
+});
+
+const SIDECAR_RESOURCES = { requests: { cpu: '50m', memory: '32Mi' }, limits: { cpu: '50m', memory: '32Mi' } };
+
 export function rolloutJob(input: RolloutJobInput): KubernetesObject & Record<string, unknown> {
   const labels = rolloutLabels(input);
-  const volumes: Record<string, unknown>[] = [{ name: 'task-tests', configMap: { name: testsConfigMapName(input.batchId, input.task.name), items: undefined } }];
-  const mounts: Record<string, unknown>[] = [{ name: 'task-tests', mountPath: POD_PATHS.testsSource, readOnly: true }];
+  const name = jobName(input.batchId, input.rolloutId, input.attempt);
+  const volumes: Record<string, unknown>[] = [
+    { name: 'task-tests', configMap: { name: testsConfigMapName(input.batchId, input.task.name) } },
+    { name: 'tests-handoff', emptyDir: { sizeLimit: '64Mi' } },
+  ];
+  const mounts: Record<string, unknown>[] = [{ name: 'tests-handoff', mountPath: POD_PATHS.handoff }];
   const h = input.harnessFrom;
   if (h.kind === 'hostPath') {
     volumes.push({ name: 'node-binary', hostPath: { path: h.nodeBinary, type: 'File' } }, { name: 'harness-cache', hostPath: { path: h.harnessCache, type: 'DirectoryOrCreate' } });
@@ -204,12 +318,11 @@ export function rolloutJob(input: RolloutJobInput): KubernetesObject & Record<st
       mounts.push({ name: 'react-harness', mountPath: `${POD_PATHS.binDir}/react-harness.js`, readOnly: true });
     }
   }
-  for (const v of volumes) if (v.configMap) delete (v.configMap as Record<string, unknown>).items;
   return {
     apiVersion: 'batch/v1',
     kind: 'Job',
     metadata: {
-      name: jobName(input.batchId, input.rolloutId, input.attempt),
+      name,
       namespace: input.namespace,
       labels: { ...labels, ...(input.queueName ? { [LABELS.queue]: input.queueName } : {}) },
       annotations: { 'harness-lab/task-name': input.task.fullName, 'harness-lab/session': input.sessionId, 'harness-lab/rollout-id': input.rolloutId },
@@ -234,13 +347,32 @@ export function rolloutJob(input: RolloutJobInput): KubernetesObject & Record<st
           automountServiceAccountToken: false,
           enableServiceLinks: false,
           terminationGracePeriodSeconds: 10,
+          securityContext: { seccompProfile: { type: 'RuntimeDefault' } },
+          initContainers: [
+            {
+              name: 'tests',
+              image: input.image,
+              restartPolicy: 'Always',
+              command: ['bash', '-c', testsSidecarScript()],
+              resources: SIDECAR_RESOURCES,
+              securityContext: restrictedSecurityContext(TESTS_SIDECAR_UID),
+              volumeMounts: [
+                { name: 'task-tests', mountPath: POD_PATHS.testsSource, readOnly: true },
+                { name: 'tests-handoff', mountPath: POD_PATHS.handoff },
+              ],
+            },
+          ],
           containers: [
             {
               name: 'rollout',
               image: input.image,
               command: ['bash', '-c', entryScript(input)],
-              env: Object.entries(input.taskEnv).map(([name, value]) => ({ name, value })),
+              env: [
+                ...Object.entries(input.taskEnv).map(([n, value]) => ({ name: n, value })),
+                { name: SESSION_KEY_ENV, valueFrom: { secretKeyRef: { name: attemptSecretName(name), key: SESSION_KEY_FIELD } } },
+              ],
               resources: taskResources(input.task),
+              securityContext: ROLLOUT_SECURITY_CONTEXT,
               volumeMounts: mounts,
               terminationMessagePolicy: 'FallbackToLogsOnError',
             },
@@ -249,6 +381,22 @@ export function rolloutJob(input: RolloutJobInput): KubernetesObject & Record<st
         },
       },
     },
+  };
+}
+
+/**
+ * An attempt's Secret: the session key its harness presents. Created before the Job, then owned by
+ * it (ownerReferences, set once the Job has a uid), so the garbage collector removes it with the Job;
+ * the lab deletes it itself as soon as the attempt ends.
+ */
+export function attemptSecret(job: KubernetesObject, key: string): KubernetesObject & Record<string, unknown> {
+  return {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: { name: attemptSecretName(job.metadata!.name!), namespace: job.metadata!.namespace!, labels: { ...job.metadata!.labels } },
+    type: 'Opaque',
+    immutable: true,
+    stringData: { [SESSION_KEY_FIELD]: key },
   };
 }
 
@@ -305,7 +453,16 @@ export interface ProxyInput {
   volumes?: { name: string; hostPath: string; mountPath: string }[];
   cpu?: string;
   memory?: string;
+  /** The capture store's claim (default 1Gi, the cluster's default StorageClass). */
+  storage?: string;
+  storageClassName?: string;
 }
+
+/** The proxy's user: the restricted profile wants a non-root one, and the image needs none of its own. */
+export const PROXY_UID = 65532;
+export const PROXY_DATA_DIR = '/var/lib/harness-lab/capture';
+/** The proxy's capture store survives a pod restart on this claim (ReadWriteOnce: hence Recreate, never two pods). */
+export const proxyClaimName = (batchId: string): string => `${proxyName(batchId)}-capture`;
 
 export function proxyManifests(input: ProxyInput): (KubernetesObject & Record<string, unknown>)[] {
   const name = proxyName(input.batchId);
@@ -316,33 +473,44 @@ export function proxyManifests(input: ProxyInput): (KubernetesObject & Record<st
   return [
     { apiVersion: 'v1', kind: 'Secret', metadata: { name, namespace: input.namespace, labels }, type: 'Opaque', stringData: { 'admin-key': input.adminKey, ...(input.engineApiKey ? { 'engine-api-key': input.engineApiKey } : {}) } },
     {
+      apiVersion: 'v1',
+      kind: 'PersistentVolumeClaim',
+      metadata: { name: proxyClaimName(input.batchId), namespace: input.namespace, labels },
+      spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: input.storage ?? '1Gi' } }, ...(input.storageClassName ? { storageClassName: input.storageClassName } : {}) },
+    },
+    {
       apiVersion: 'apps/v1',
       kind: 'Deployment',
       metadata: { name, namespace: input.namespace, labels },
       spec: {
         replicas: 1,
+        // One writer on the claim at a time: the old pod is gone before the new one starts.
+        strategy: { type: 'Recreate' },
         selector: { matchLabels: podLabels },
         template: {
           metadata: { labels: podLabels },
           spec: {
             automountServiceAccountToken: false,
             enableServiceLinks: false,
+            securityContext: { runAsNonRoot: true, runAsUser: PROXY_UID, runAsGroup: PROXY_UID, fsGroup: PROXY_UID, seccompProfile: { type: 'RuntimeDefault' } },
             containers: [
               {
                 name: 'proxy',
                 image: input.image,
-                command: [...(input.command ?? ['harness-lab']), 'proxy', '--engine-url', input.engineUrl, '--model', input.model, '--host', '0.0.0.0', '--port', String(PROXY_PORT), '--data-dir', '/var/lib/harness-lab/capture', ...(input.maxModelCalls ? ['--max-model-calls', String(input.maxModelCalls)] : [])],
+                command: [...(input.command ?? ['harness-lab']), 'proxy', '--engine-url', input.engineUrl, '--model', input.model, '--host', '0.0.0.0', '--port', String(PROXY_PORT), '--data-dir', PROXY_DATA_DIR, ...(input.maxModelCalls ? ['--max-model-calls', String(input.maxModelCalls)] : [])],
                 env: [
+                  { name: 'HOME', value: '/tmp' },
                   { name: 'HARNESS_LAB_ADMIN_KEY', valueFrom: { secretKeyRef: { name, key: 'admin-key' } } },
                   ...(input.engineApiKey ? [{ name: 'HARNESS_LAB_ENGINE_API_KEY', valueFrom: { secretKeyRef: { name, key: 'engine-api-key' } } }] : []),
                 ],
                 ports: [{ name: 'http', containerPort: PROXY_PORT, protocol: 'TCP' }],
                 readinessProbe: { httpGet: { path: '/health', port: PROXY_PORT }, periodSeconds: 5 },
                 resources: { requests: res, limits: res },
-                volumeMounts: [{ name: 'capture', mountPath: '/var/lib/harness-lab/capture' }, ...(input.volumes ?? []).map((v) => ({ name: v.name, mountPath: v.mountPath, readOnly: true }))],
+                securityContext: restrictedSecurityContext(PROXY_UID),
+                volumeMounts: [{ name: 'capture', mountPath: PROXY_DATA_DIR }, { name: 'tmp', mountPath: '/tmp' }, ...(input.volumes ?? []).map((v) => ({ name: v.name, mountPath: v.mountPath, readOnly: true }))],
               },
             ],
-            volumes: [{ name: 'capture', emptyDir: {} }, ...(input.volumes ?? []).map((v) => ({ name: v.name, hostPath: { path: v.hostPath } }))],
+            volumes: [{ name: 'capture', persistentVolumeClaim: { claimName: proxyClaimName(input.batchId) } }, { name: 'tmp', emptyDir: { sizeLimit: '256Mi' } }, ...(input.volumes ?? []).map((v) => ({ name: v.name, hostPath: { path: v.hostPath } }))],
           },
         },
       },
@@ -365,6 +533,18 @@ export function proxyManifests(input: ProxyInput): (KubernetesObject & Record<st
           { to: [{ podSelector: { matchLabels: podLabels } }], ports: [{ protocol: 'TCP', port: PROXY_PORT }] },
           { to: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' } }, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } }], ports: [{ protocol: 'UDP', port: 53 }, { protocol: 'TCP', port: 53 }] },
         ],
+      },
+    },
+    {
+      // Only this batch's rollout pods reach the proxy (the lab's port-forward enters the pod's own
+      // network namespace through the kubelet, which no NetworkPolicy filters).
+      apiVersion: 'networking.k8s.io/v1',
+      kind: 'NetworkPolicy',
+      metadata: { name: dnsLabel(`hl-proxy-ingress-${input.batchId}`, 60), namespace: input.namespace, labels },
+      spec: {
+        podSelector: { matchLabels: podLabels },
+        policyTypes: ['Ingress'],
+        ingress: [{ from: [{ podSelector: { matchLabels: { [LABELS.batch]: batch, [LABELS.role]: 'rollout' } } }], ports: [{ protocol: 'TCP', port: PROXY_PORT }] }],
       },
     },
   ];

@@ -1,4 +1,4 @@
-// One list + watch per batch and kind (Jobs and their pods), never a poll per Job: list with the
+// One list + watch per batch and kind (Jobs, their pods, Events about Jobs), never a poll per Job: list with the
 // batch's label selector, watch from the list's resourceVersion with bookmarks, resume from the last
 // seen resourceVersion when the stream ends, and re-list when the server says 410 Gone.
 import * as k8s from '@kubernetes/client-node';
@@ -17,6 +17,8 @@ export interface WatchStats {
 /** What a watch lists and watches: one kind's collection path and its list call. */
 export interface WatchKind<T> {
   path: (ns: string) => string;
+  /** Which selector the watch's selector is (Events carry no labels: they are selected by field). */
+  selectorParam?: 'labelSelector' | 'fieldSelector';
   list: (cluster: Cluster, ns: string, selector: string) => Promise<{ items: T[]; metadata?: { resourceVersion?: string } }>;
 }
 
@@ -27,6 +29,13 @@ export const JOBS: WatchKind<k8s.V1Job> = {
 export const PODS: WatchKind<k8s.V1Pod> = {
   path: (ns) => `/api/v1/namespaces/${ns}/pods`,
   list: (c, ns, labelSelector) => c.core.listNamespacedPod({ namespace: ns, labelSelector }),
+};
+
+/** The namespace's Events about Jobs (the Job controller's FailedCreate says why a Job has no pod). */
+export const JOB_EVENTS: WatchKind<k8s.CoreV1Event> = {
+  path: (ns) => `/api/v1/namespaces/${ns}/events`,
+  selectorParam: 'fieldSelector',
+  list: (c, ns, fieldSelector) => c.core.listNamespacedEvent({ namespace: ns, fieldSelector }),
 };
 
 /** A cache of one kind's objects under one selector, kept current by a single watch. */
@@ -98,7 +107,7 @@ export class ObjectWatch<T extends k8s.KubernetesObject> {
     this.stats.watches++;
     this.controller = await this.watch.watch(
       this.kind.path(this.cluster.namespace),
-      { labelSelector: this.selector, allowWatchBookmarks: true, resourceVersion: this.resourceVersion },
+      { [this.kind.selectorParam ?? 'labelSelector']: this.selector, allowWatchBookmarks: true, resourceVersion: this.resourceVersion },
       (type: string, obj: T & { code?: number }) => {
         if (type === 'ERROR') {
           if (obj.code === 410) {
@@ -148,23 +157,26 @@ export class ObjectWatch<T extends k8s.KubernetesObject> {
   }
 }
 
-/** The batch's Jobs and pods, each through one watch. */
+/** The batch's Jobs and pods, each through one watch, and the namespace's Events about Jobs. */
 export class BatchWatch {
   readonly jobs: ObjectWatch<k8s.V1Job>;
   readonly pods: ObjectWatch<k8s.V1Pod>;
+  readonly jobEvents: ObjectWatch<k8s.CoreV1Event>;
 
   constructor(cluster: Cluster, selector: string) {
     this.jobs = new ObjectWatch(cluster, JOBS, selector);
     this.pods = new ObjectWatch(cluster, PODS, selector);
+    this.jobEvents = new ObjectWatch(cluster, JOB_EVENTS, 'involvedObject.kind=Job');
   }
 
   async start(): Promise<void> {
-    await Promise.all([this.jobs.start(), this.pods.start()]);
+    await Promise.all([this.jobs.start(), this.pods.start(), this.jobEvents.start()]);
   }
 
   stop(): void {
     this.jobs.stop();
     this.pods.stop();
+    this.jobEvents.stop();
   }
 
   podsOfJob(jobName: string): k8s.V1Pod[] {

@@ -3,11 +3,13 @@
 // GET /v1/models, GET /health. Loopback by default.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { EventLoopLag, LabelledCounter, METRICS_CONTENT_TYPE, MetricsText } from '../capture/metrics.js';
 import type { ChatChoice, ChatResponse } from '../capture/types.js';
 import { chatRequestSchema, completionRequestSchema, describeIssues, detokenizeRequestSchema, EngineRequestError, tokenCompletionRequestSchema, tokenizeRequestSchema } from './chat-request.js';
 import type { GeneratedToken, LlamaEngine } from './llama-engine.js';
 
 const MAX_BODY = 32 * 1024 * 1024;
+const KNOWN_ROUTES = new Set(['/health', '/v1/models', '/tokenize', '/detokenize', '/v1/chat/completions', '/v1/completions']);
 
 export interface EngineServerOptions {
   host?: string;
@@ -17,11 +19,29 @@ export interface EngineServerOptions {
 export class EngineServer {
   private readonly server: Server;
   private readonly created = Math.floor(Date.now() / 1000);
+  /** `GET /metrics`: requests by route and status, requests in flight, event-loop lag. */
+  private readonly requests = new LabelledCounter();
+  private inFlight = 0;
+  private readonly lag = new EventLoopLag();
 
   constructor(readonly engine: LlamaEngine) {
     this.server = createServer((req, res) => {
+      const route = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '') || '/';
+      this.inFlight++;
+      res.once('close', () => {
+        this.inFlight--;
+        if (route !== '/metrics') this.requests.add({ route: KNOWN_ROUTES.has(route) ? route : 'other', status: res.statusCode });
+      });
       this.route(req, res).catch((err: unknown) => this.fail(res, err));
     });
+  }
+
+  private metrics(): string {
+    const out = new MetricsText();
+    out.metric('harness_lab_engine_requests_total', 'counter', 'Requests answered, by route and HTTP status', this.requests.samples());
+    out.metric('harness_lab_engine_requests_in_flight', 'gauge', 'Requests being answered (the model runs one at a time)', Math.max(0, this.inFlight - 1));
+    this.lag.write(out, 'harness_lab_engine');
+    return out.toString();
   }
 
   /** Starts listening; resolves with the base URL (`http://HOST:PORT`). */
@@ -44,6 +64,7 @@ export class EngineServer {
   }
 
   close(): Promise<void> {
+    this.lag.dispose();
     this.server.closeAllConnections();
     return new Promise((resolve) => this.server.close(() => resolve()));
   }
@@ -53,6 +74,13 @@ export class EngineServer {
     const method = req.method ?? 'GET';
     const routes: Record<string, [string, () => Promise<void> | void]> = {
       '/health': ['GET', () => json(res, 200, { status: 'ok', model: this.engine.modelName })],
+      '/metrics': [
+        'GET',
+        () => {
+          res.writeHead(200, { 'content-type': METRICS_CONTENT_TYPE, 'cache-control': 'no-store' });
+          res.end(this.metrics());
+        },
+      ],
       '/v1/models': ['GET', () => json(res, 200, this.models())],
       '/tokenize': ['POST', async () => json(res, 200, this.engine.tokenize(parse(tokenizeRequestSchema, await readJson(req))))],
       '/detokenize': ['POST', async () => json(res, 200, this.engine.detokenize(parse(detokenizeRequestSchema, await readJson(req))))],

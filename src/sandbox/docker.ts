@@ -136,6 +136,9 @@ export function containerSpec(spec: SandboxSpec, workdir: string, network: { iso
   };
 }
 
+/** Task image builds under way in this process, by tag: concurrent rollouts of a task wait for one. */
+const buildsInFlight = new Map<string, Promise<string>>();
+
 export class DockerRuntime implements SandboxRuntime {
   readonly kind = 'docker' as const;
   readonly needsSessionSocket = true;
@@ -171,6 +174,16 @@ export class DockerRuntime implements SandboxRuntime {
     }
     const tag = taskImageTag(task.name, env.contextDir, baseIds);
     if (await imageExists(this.docker, tag)) return tag;
+    // Rollouts of one task that start together share one build (a group of G would build G times).
+    const building = buildsInFlight.get(tag);
+    if (building) return building;
+    const build = this.buildTaskImage(task, tag, file, log).finally(() => buildsInFlight.delete(tag));
+    buildsInFlight.set(tag, build);
+    return build;
+  }
+
+  private async buildTaskImage(task: HarborTask, tag: string, file: string, log?: (line: string) => void): Promise<string> {
+    const env = task.environment;
     log?.(`building ${tag} from ${env.contextDir}`);
     const stream = await this.docker.buildImage(tarDirectory(env.contextDir), {
       t: tag,

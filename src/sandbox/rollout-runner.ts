@@ -3,6 +3,7 @@
 // then the verifier (tests/ copied in only now, the session socket already closed, neither the
 // session key nor the admin key in its environment), then the reward, the rollout document and the
 // ATIF cross-check, all written under the out dir.
+import { withinStartBudget, type StartGate } from './start-gate.js';
 import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CaptureProxy } from '../capture/proxy.js';
@@ -86,6 +87,8 @@ export interface RolloutOptions {
   timeoutMode?: 'stop' | 'verify';
   /** Called with the sandbox id as soon as it exists (a batch records it before the agent starts). */
   onSandbox?: (id: string) => void;
+  /** The batch's cap on sandboxes starting at once and the start-up budget (start-gate.ts). */
+  startGate?: StartGate;
 }
 
 export type RolloutStage = 'building image' | 'starting sandbox' | 'agent running' | 'verifier' | 'collecting';
@@ -153,6 +156,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
   };
   let sandbox: Sandbox | undefined;
   let socket: SessionSocket | undefined;
+  let releaseStart: (() => void) | undefined;
   const onAbort = () => {
     result.cancelled = true;
     void sandbox?.remove();
@@ -167,8 +171,12 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     opts.onStage?.('building image');
     const image = await runtime.prepareImage(task, opts.log);
     opts.onStage?.('starting sandbox');
+    // A start slot (the batch's cap on sandboxes starting at once) is held until the agent is launched.
+    releaseStart = opts.startGate ? await opts.startGate.acquire(opts.signal) : undefined;
     if (runtime.needsSessionSocket) socket = await SessionSocket.open(proxy, sessionId, { log: opts.log });
-    sandbox = await runtime.create({ task, harness: entry.name, sessionId, image, hostLogsDir: outDir, mounts: mountsFor(entry, opts.reactScript), env: taskEnv, model: { proxyUrl: proxy.url, socketDir: socket?.dir }, labels: opts.labels });
+    const create = runtime.create({ task, harness: entry.name, sessionId, image, hostLogsDir: outDir, mounts: mountsFor(entry, opts.reactScript), env: taskEnv, model: { proxyUrl: proxy.url, socketDir: socket?.dir }, labels: opts.labels });
+    // Made after its budget ran out: nobody runs it, so it goes at once.
+    sandbox = await withinStartBudget(create, opts.startGate?.budgetMs, (late) => void late.remove());
     result.isolation = sandbox.isolation;
     if (sandbox.isolation === 'none') opts.log?.(`the ${runtime.kind} sandbox does not isolate: the harness can reach the host's loopback services (the proxy's admin routes need the lab's admin key)`);
     result.sandbox_id = sandbox.id;
@@ -189,6 +197,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     for (const f of plan.files) await sandbox.writeFile(f.path, f.content);
     if (task.agentUser && plan.files.length) await sandbox.exec(`chown -R ${task.agentUser} ${p.home}`);
     const timeoutSec = opts.timeoutSec ?? task.agentTimeoutSec ?? 600;
+    releaseStart?.();
     opts.onStage?.('agent running');
     const agent = await sandbox.exec(plan.script, { env: plan.env, user: task.agentUser, timeoutMs: timeoutSec * 1000, logFile: result.agent.log, onTimeout: verifyAfterTimeout ? 'kill-command' : 'kill-sandbox' });
     result.agent = { ...result.agent, exit_code: agent.exitCode, timed_out: agent.timedOut, ms: agent.ms };
@@ -230,6 +239,7 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     }
     if (result.cancelled) result.error = 'cancelled';
   } finally {
+    releaseStart?.();
     opts.signal?.removeEventListener('abort', onAbort);
     await sandbox?.remove();
     await socket?.close();

@@ -16,13 +16,17 @@ import { join } from 'node:path';
 import type { BackendModule, BatchBackend, BatchCapture } from '../batch/backend.js';
 import { backendModule } from '../batch/backends/index.js';
 import { MAX_MODEL_CALLS_PER_ROLLOUT, runAttempt } from '../batch/attempt.js';
+import { BreakerOpenError, CircuitBreaker } from '../batch/breaker.js';
 import type { Verdict } from '../batch/classify.js';
-import { BatchManifestSchema, batchPaths, queuedRolloutState, readRolloutState, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutState } from '../batch/state.js';
+import type { InfraCause } from '../batch/infra-cause.js';
+import { BatchManifestSchema, DEFAULT_PACING, batchPaths, queuedRolloutState, readRolloutState, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutClass, type RolloutState } from '../batch/state.js';
 import { batchSessionFile } from '../batch/status.js';
+import type { MetricsText } from '../capture/metrics.js';
 import type { RolloutDocument } from '../capture/rollout.js';
 import { readRolloutFile, RolloutFileError } from '../capture/rollout-file.js';
 import { PINNABLE_SAMPLING_KEYS, type PinnedSampling } from '../capture/types.js';
 import { harnessEntry, harnessNames } from '../harness/registry.js';
+import { StartSemaphore } from '../sandbox/start-gate.js';
 import type { ServedSplit } from './datasets.js';
 import type { HarborRolloutResult, HarborTurn, RunRolloutArgs } from './protocol.js';
 
@@ -47,6 +51,14 @@ export interface RolloutServiceOptions {
   parallel?: number;
   /** Tests pass a double; default by `backend`. */
   module?: BackendModule;
+  /** Consecutive infra failures that pause new sandboxes (default 10; 0: off); trainers get FACTORY_ERROR meanwhile. */
+  breakerAfter?: number;
+  /** How often an open breaker probes the backend (tests shorten it). */
+  breakerProbeMs?: number;
+  /** Sandboxes starting at once, apart from `parallel` (default 4; 0: no cap). */
+  maxStarting?: number;
+  /** Wall budget of one sandbox start-up, seconds (default 300). */
+  startTimeoutSec?: number;
 }
 
 /**
@@ -82,8 +94,35 @@ export class RolloutService {
   private reaper: NodeJS.Timeout | undefined;
   private preflightOk = 0;
   private preflightRunning: Promise<void> | undefined;
+  /** Pauses new sandboxes after a streak of infra failures; the backend's preflight is its probe. */
+  readonly breaker: CircuitBreaker;
+  readonly startGate: StartSemaphore;
+  /** Every rollout's class and, for infra errors, cause, since this server started (/metrics). */
+  readonly outcomes = { classes: {} as Partial<Record<RolloutClass, number>>, causes: {} as Partial<Record<InfraCause, number>> };
 
-  constructor(private readonly opts: RolloutServiceOptions) {}
+  constructor(private readonly opts: RolloutServiceOptions) {
+    this.breaker = new CircuitBreaker({
+      threshold: opts.breakerAfter ?? DEFAULT_PACING.breaker_after,
+      ...(opts.breakerProbeMs !== undefined ? { probeMs: opts.breakerProbeMs } : {}),
+      probe: async () => {
+        const mod = await this.module();
+        await mod.preflight?.(this.opts.backend === 'k8s' ? this.k8sTarget() : null);
+      },
+      log: opts.log,
+    });
+    const budget = opts.startTimeoutSec ?? DEFAULT_PACING.start_timeout_sec;
+    this.startGate = new StartSemaphore(opts.maxStarting ?? DEFAULT_PACING.max_starting, budget === null ? undefined : budget * 1000);
+  }
+
+  /** The breaker's refusal as what OpenEnv's server answers when it cannot make an environment. */
+  private admitOrFactoryError(): void {
+    try {
+      this.breaker.admitOrThrow();
+    } catch (err) {
+      if (err instanceof BreakerOpenError) throw new EnvironmentFactoryError(this.factoryName, err.message);
+      throw err;
+    }
+  }
 
   /** What OpenEnv's FACTORY_ERROR names as the factory: this server's backend. */
   get factoryName(): string {
@@ -96,6 +135,8 @@ export class RolloutService {
    * success is kept for a few seconds, so a group's connects share one check.
    */
   async preflight(): Promise<void> {
+    const b = this.breaker.snapshot();
+    if (b.state === 'open') throw new EnvironmentFactoryError(this.factoryName, new BreakerOpenError(b).message);
     if (Date.now() - this.preflightOk < PREFLIGHT_OK_MS) return;
     this.preflightRunning ??= (async () => {
       try {
@@ -314,6 +355,8 @@ export class RolloutService {
     let release: (() => void) | undefined;
     try {
       release = await this.slot(ctrl.signal);
+      // Past a streak of infra failures no sandbox starts: the trainer is told at once, as for a backend that is down.
+      this.admitOrFactoryError();
       this.running.add(ctrl);
       const queueS = (Date.now() - started) / 1000;
       let eng: OpenEngine;
@@ -343,12 +386,14 @@ export class RolloutService {
         onStarted: () => this.opts.log(`start ${rolloutId} (${split.name}[${args.task_index}] ${task.name}, ${args.harness})`),
         stopped: () => ({ requeue: false, error: this.closed ? 'the rollout server shut down mid-rollout' : 'the trainer closed the session mid-rollout' }),
         removeOnceRead: true,
+        startGate: this.startGate,
       });
       const { sessionId, outDir, facts } = end;
       // A server's stopped attempt is discarded, never re-queued: it always has a verdict and the capture's facts.
       const verdict = end.verdict!;
       const seen = end.seen!;
       this.opts.log(`${verdict.state} ${rolloutId}: ${verdict.class} reward=${verdict.reward ?? 'null'}`);
+      this.count(verdict);
       if (facts.setupFailure && !facts.cancelled) throw new EnvironmentFactoryError(this.factoryName, `the ${eng.backend.kind} backend could not create the sandbox of ${split.name}[${args.task_index}] (${task.name}, rollout ${rolloutId}): ${facts.setupFailure}`);
       const doc = readCapturedSession(eng.dir, sessionId, this.opts.log);
       return resultOf({ base, args, verdict, doc, findings: seen.findings, outDir, sessionId, rolloutId, started, facts, timeoutSec, queueS });
@@ -362,6 +407,31 @@ export class RolloutService {
     }
   }
 
+  /** This service's part of serve's `/metrics`: sandboxes by state, outcomes by class and cause, the breaker. */
+  writeMetrics(out: MetricsText): void {
+    out.metric('harness_lab_serve_sandboxes', 'gauge', 'Rollouts by sandbox state: waiting for a slot (--parallel), waiting to start (--max-starting), starting, running', [
+      [{ state: 'waiting_slot' }, this.queuedCount],
+      [{ state: 'waiting_start' }, this.startGate.waiting],
+      [{ state: 'starting' }, this.startGate.starting],
+      [{ state: 'running' }, this.runningCount],
+    ]);
+    out.metric('harness_lab_serve_rollouts_total', 'counter', 'Rollouts that reached a verdict, by class', Object.entries(this.outcomes.classes).map(([k, v]) => [{ class: k }, v]));
+    out.metric('harness_lab_serve_infra_failures_total', 'counter', 'Rollouts discarded as infra_error, by cause', Object.entries(this.outcomes.causes).map(([k, v]) => [{ cause: k }, v]));
+    const b = this.breaker.snapshot();
+    out.metric('harness_lab_serve_breaker_state', 'gauge', 'The sandbox circuit breaker: 1 for its current state', (['closed', 'half-open', 'open'] as const).map((st) => [{ state: st }, b.state === st ? 1 : 0]));
+    out.metric('harness_lab_serve_breaker_trips_total', 'counter', 'Times the breaker opened after a streak of infra failures', b.trips);
+    out.metric('harness_lab_serve_infra_failure_streak', 'gauge', 'Infra failures in a row right now', b.streak);
+  }
+
+  private count(v: Verdict): void {
+    this.outcomes.classes[v.class] = (this.outcomes.classes[v.class] ?? 0) + 1;
+    if (v.class !== 'infra_error') return this.breaker.recordSuccess();
+    const cause = v.cause ?? 'other';
+    this.outcomes.causes[cause] = (this.outcomes.causes[cause] ?? 0) + 1;
+    // A rollout the trainer stopped says nothing about the backend.
+    if (cause !== 'stopped') this.breaker.recordFailure(cause, v.error ?? 'infra failure');
+  }
+
   /**
    * Stops running rollouts (their sandboxes are removed), closes every backend, then removes what
    * only a running server needs (the k8s capture proxy: every session was mirrored when its rollout
@@ -370,6 +440,7 @@ export class RolloutService {
   async close(): Promise<void> {
     this.closed = true;
     clearInterval(this.reaper);
+    this.breaker.dispose();
     for (const c of this.running) c.abort();
     // Aborted rollouts record their end and mirror their session before their backend goes (bounded:
     // one still opening its engine's backend does not see the abort).

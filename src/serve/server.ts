@@ -11,6 +11,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import type { z } from 'zod';
 import { secretsEqual } from '../capture/auth.js';
 import { BodyTooLargeError, readBody as readBoundedBody, sendJson } from '../capture/http-util.js';
+import { EventLoopLag, METRICS_CONTENT_TYPE, MetricsText } from '../capture/metrics.js';
 import { taskRef, type ServedSplit } from './datasets.js';
 import {
   CallToolAction,
@@ -87,6 +88,8 @@ const TOOL_DESCRIPTION = {
 
 export class ServeServer {
   private readonly sessions = new Map<string, Session>();
+  /** The event-loop delay reported on `/metrics`. */
+  private readonly lag = new EventLoopLag();
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: 64 * 2 ** 20 });
   private readonly sweep: NodeJS.Timeout;
 
@@ -178,6 +181,17 @@ export class ServeServer {
     try {
       if (req.method === 'GET' && path === '/health') return json(res, 200, { status: 'healthy', ...this.capacityData(), running_rollouts: this.opts.rollouts.runningCount, queued_rollouts: this.opts.rollouts.queuedCount });
       if (!this.authorized(req)) return json(res, 401, { detail: 'this rollout server wants its admin key: Authorization: Bearer KEY, or the key in the server URL as http://trainer:KEY@host:port (what an unchanged TRL client sends)' });
+      if (req.method === 'GET' && path === '/metrics') {
+        const out = new MetricsText();
+        out.metric('harness_lab_serve_sessions', 'gauge', 'OpenEnv sessions open, and the cap (--max-concurrent)', [
+          [{ state: 'active' }, this.sessions.size],
+          [{ state: 'max' }, this.opts.maxConcurrent],
+        ]);
+        this.opts.rollouts.writeMetrics(out);
+        this.lag.write(out, 'harness_lab_serve');
+        res.writeHead(200, { 'content-type': METRICS_CONTENT_TYPE, 'cache-control': 'no-store' });
+        return void res.end(out.toString());
+      }
       if (req.method === 'GET' && path === '/harbor_env/splits') return json(res, 200, [...this.opts.splits.values()].map((s) => ({ name: s.name, num_tasks: s.tasks.length, ...(s.error ? { error: s.error } : {}) })));
       if (req.method === 'POST' && path === '/harbor_env/num_tasks') {
         const body = await parseBody(req, SplitBody);
@@ -408,6 +422,7 @@ export class ServeServer {
     for (const s of [...this.sessions.values()]) this.closeSession(s);
     for (const ws of this.wss.clients) ws.terminate();
     this.wss.close();
+    this.lag.dispose();
     await new Promise<void>((resolve) => this.http.close(() => resolve()));
   }
 }

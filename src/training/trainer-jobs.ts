@@ -15,6 +15,8 @@ import { LABELS, labelValue, validateManifests } from '../cluster/manifests.js';
 import { ObjectWatch, PODS, type WatchKind } from '../cluster/watch.js';
 
 export const RUN_LABEL = 'harness-lab/run';
+/** Variable names that hold credentials (HARNESS_LAB_ADMIN_KEY, OPENAI_API_KEY, HF_TOKEN, WANDB_API_KEY, ...). */
+const CREDENTIAL_NAME = /(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$/i;
 export const TRAINER_LABEL = 'harness-lab/trainer';
 export const TRAINERS = ['trl', 'verl'] as const;
 export type Trainer = (typeof TRAINERS)[number];
@@ -53,7 +55,16 @@ export const TrainConfigSchema = z
     image: z.string().min(1),
     command: z.array(z.string()).min(1),
     args: z.array(z.string()).default([]),
-    env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name'), z.string()).default({}),
+    env: z
+      .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name'), z.string())
+      .default({})
+      .superRefine((env, ctx) => {
+        // A credential in `env` would sit in the run's object (and in everything that reads it): Secrets only.
+        for (const name of Object.keys(env))
+          if (CREDENTIAL_NAME.test(name)) ctx.addIssue({ code: 'custom', path: [name], message: `looks like a credential: put it in a Kubernetes Secret and name it under secretEnv (${name}: {secret: <name>, key: <key>})` });
+      }),
+    /** Environment variables from Secrets (secretKeyRef): the only way a key reaches the trainer. */
+    secretEnv: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name'), z.object({ secret: z.string().regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, 'a Secret name'), key: z.string().regex(/^[-._a-zA-Z0-9]+$/, 'a key of the Secret') }).strict()).default({}),
     numNodes: z.number().int().min(1).default(1),
     gpusPerNode: z.number().int().min(0).default(0),
     resources: z.object({ requests: ResourceList.optional(), limits: ResourceList.optional() }).strict().default({}),
@@ -123,9 +134,11 @@ export interface RunObject extends k8s.KubernetesObject {
   spec: Record<string, unknown>;
 }
 
+type EnvVar = { name: string; value: string } | { name: string; valueFrom: { secretKeyRef: { name: string; key: string } } };
+
 interface Built {
   labels: Record<string, string>;
-  env: { name: string; value: string }[];
+  env: EnvVar[];
   volumes: Record<string, unknown>[];
   mounts: Record<string, unknown>[];
   resources: { requests?: Record<string, string>; limits?: Record<string, string> };
@@ -133,7 +146,10 @@ interface Built {
 
 function common(config: TrainConfig, trainer: Trainer, name: string): Built {
   const labels = { [LABELS.managedBy]: 'harness-lab', [RUN_LABEL]: labelValue(name), [TRAINER_LABEL]: trainer };
-  const env = Object.entries(config.env).map(([k, v]) => ({ name: k, value: v }));
+  const env: EnvVar[] = [
+    ...Object.entries(config.env).map(([k, v]) => ({ name: k, value: v })),
+    ...Object.entries(config.secretEnv).map(([k, ref]) => ({ name: k, valueFrom: { secretKeyRef: { name: ref.secret, key: ref.key } } })),
+  ];
   const volumes: Record<string, unknown>[] = [];
   const mounts: Record<string, unknown>[] = [];
   const d = config.data;
@@ -275,7 +291,7 @@ export const TrainJobSchema = z
             image: z.string().min(1),
             command: z.array(z.string()).min(1),
             args: z.array(z.string()).optional(),
-            env: z.array(z.object({ name: z.string(), value: z.string() }).strict()).optional(),
+            env: z.array(z.union([z.object({ name: z.string(), value: z.string() }).strict(), z.object({ name: z.string(), valueFrom: z.object({ secretKeyRef: z.object({ name: z.string(), key: z.string() }).strict() }).strict() }).strict()])).optional(),
             numNodes: z.number().int().min(1),
             numProcPerNode: z.union([z.number().int().min(1), z.literal('auto')]).optional(),
             resourcesPerNode: z.object({ requests: z.record(z.string(), z.string()).optional(), limits: z.record(z.string(), z.string()).optional() }).strict().optional(),

@@ -17,7 +17,7 @@ import { after, before, describe, it } from 'node:test';
 import type * as k8s from '@kubernetes/client-node';
 import { K8S_PERMISSIONS, K8sBackend, k8sDryRunManifests, teardownBatch } from '../../src/batch/backends/k8s.js';
 import { BATCH_SCHEMA_VERSION, trainingSampling, type BatchManifest } from '../../src/batch/state.js';
-import { assertPermissions, checkReachable, clusterError, loadCluster, type Cluster } from '../../src/cluster/kube.js';
+import { assertPermissions, checkReachable, clusterError, forClientSerializer, loadCluster, type Cluster } from '../../src/cluster/kube.js';
 import { LABELS } from '../../src/cluster/manifests.js';
 import { BatchWatch } from '../../src/cluster/watch.js';
 
@@ -70,7 +70,7 @@ describe('real cluster', { skip: notRun ?? false, timeout: 900_000 }, () => {
     const objs = await k8sDryRunManifests({ manifest: manifest(cluster.namespace), taskImage: () => env.K8S_IT_TASK_IMAGE ?? 'harness-lab/task-hello-file:dry-run', proxy: { image: env.K8S_IT_PROXY_IMAGE ?? 'harness-lab/proxy:dry-run' } });
     for (const o of objs) {
       try {
-        await cluster.objects.create(o, undefined, 'All');
+        await cluster.objects.create(forClientSerializer(o), undefined, 'All');
       } catch (err) {
         throw clusterError(cluster, `server-side dry run of ${o.kind} ${o.metadata?.name}`, err);
       }

@@ -42,6 +42,18 @@ test('batch submit refuses bad input before creating the batch directory', { tim
     assert.equal(r.code, 1);
     assert.match(r.stderr, /the Kubernetes backend \(src\/batch\/backends\/k8s\.ts\) is not part of this build; use --backend docker/);
   }
+  r = await cli([...base, '--group-size', '2', '--max-starting=-1']);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /--max-starting must be a non-negative integer, got '-1'/);
+  r = await cli([...base, '--group-size', '2', '--breaker-after=-3']);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /--breaker-after must be a non-negative integer, got '-3'/);
+  r = await cli([...base, '--group-size', '2', '--start-timeout', '0']);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /--start-timeout must be a positive number of seconds, got 0/);
+  r = await cli(['batch', 'status', root, '--stall-after=-1']);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /--stall-after must be a non-negative integer, got '-1'/);
   r = await cli([...base, '--group-size', '2', '--dry-run']);
   assert.equal(r.code, 2);
   assert.match(r.stderr, /--dry-run .* needs --backend k8s/);

@@ -83,7 +83,7 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     assert.deepEqual(np.spec.podSelector, { matchLabels: { 'harness-lab/batch': 'b-main', 'harness-lab/role': 'rollout' } });
     assert.equal(np.spec.egress[0]!.ports[0]!.port, 8100);
     const dep = received('deployments')[0] as unknown as { spec: { template: { spec: { containers: { env: unknown[] }[] } } } };
-    assert.deepEqual(dep.spec.template.spec.containers[0]!.env, [{ name: 'HARNESS_LAB_ADMIN_KEY', valueFrom: { secretKeyRef: { name: 'hl-proxy-b-main', key: 'admin-key' } } }]);
+    assert.deepEqual(dep.spec.template.spec.containers[0]!.env, [{ name: 'HOME', value: '/tmp' }, { name: 'HARNESS_LAB_ADMIN_KEY', valueFrom: { secretKeyRef: { name: 'hl-proxy-b-main', key: 'admin-key' } } }]);
     // The port-forward went through the WebSocket subresource and reached the proxy's /health.
     assert.ok(cluster.api.received.some((r) => /\/pods\/hl-proxy-b-main-[a-z0-9]+\/portforward$/.test(r.path) && r.query.ports === '8100'));
     const health = (await (await fetch(`${batchA.backend.proxyUrl}/health`)).json()) as { status: string; admin_key: boolean; upstream: string };
@@ -123,7 +123,7 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
       assert.equal(posted.metadata?.labels?.[k], v, k);
       assert.equal(spec.template.metadata?.labels?.[k], v, `template ${k}`);
     }
-    // The pod ran as a real Docker container, on no network but its namespace's loopback.
+    // The pod ran as a real Docker container, on no network but its own loopback.
     const pod = (await core.listNamespacedPod({ namespace: NS, labelSelector: `job-name=${name}` })).items[0]!;
     const id = pod.status!.containerStatuses![0]!.containerID!.replace('docker://', '');
     const info = await (await dockerReady()).getContainer(id).inspect();
@@ -161,7 +161,7 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     const mirrored = () => (existsSync(file) ? (loadSessionFile(file)?.calls ?? []) : []);
     const docker = await dockerReady();
     const release = async (flag: string) => {
-      const [c] = await docker.listContainers({ filters: JSON.stringify({ label: ['k8s.label/harness-lab/rollout=g3-r0'], status: ['running'] }) });
+      const [c] = await docker.listContainers({ filters: JSON.stringify({ label: ['k8s.label/harness-lab/rollout=g3-r0', 'io.kubernetes.container.name=rollout'], status: ['running'] }) });
       assert.ok(c, 'the rollout container runs');
       const exec = await docker.getContainer(c.Id).exec({ Cmd: ['touch', flag], User: '0' });
       await exec.start({ hijack: false, stdin: false });
@@ -243,7 +243,6 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
   });
 
   it('a deadline-exceeded rollout is an agent timeout, seen through a watch that re-listed after 410 Gone', async () => {
-    // Its own namespace: the double gives each namespace one loopback, where two proxies would share port 8100.
     const ns2 = 'rollouts-deadline';
     await core.createNamespace({ body: { metadata: { name: ns2 } } });
     await cluster.node.exposeHostPort(ns2, engine.port);
@@ -356,6 +355,7 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     assert.equal((await core.listNamespacedSecret({ namespace: NS, labelSelector: sel })).items.length, 0);
     assert.equal((await core.listNamespacedConfigMap({ namespace: NS, labelSelector: sel })).items.length, 0);
     assert.equal((await apps.net.listNamespacedNetworkPolicy({ namespace: NS, labelSelector: sel })).items.length, 0);
+    assert.equal((await core.listNamespacedPersistentVolumeClaim({ namespace: NS, labelSelector: sel })).items.length, 0);
     await waitFor('no pods of the batch', async () => ((await core.listNamespacedPod({ namespace: NS, labelSelector: sel })).items.length === 0 ? true : undefined), 30_000);
     await waitFor('no pod containers of the namespace', async () => ((await cluster.node.containers()).some((c) => c.Labels['io.kubernetes.pod.namespace'] === NS) ? undefined : true), 30_000);
   });
@@ -364,7 +364,7 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     const before = cluster.api.received.length;
     const m = manifestFor({ batchId: 'b-dry', namespace: NS, tasks: [tasks.hello], harness: 'react', engineUrl: `${engine.url}/v1`, model: 'm', timeoutSec: 60, queueName: 'team-a' });
     const objs = await k8sDryRunManifests({ manifest: m, taskImage: () => 'harness-lab/task-hello-file:x', proxy: { image: 'reg.example/harness-lab:1' } });
-    assert.deepEqual(objs.map((o) => o.kind), ['Secret', 'Deployment', 'Service', 'NetworkPolicy', 'ConfigMap', 'Job', 'Job']);
+    assert.deepEqual(objs.map((o) => o.kind), ['Secret', 'PersistentVolumeClaim', 'Deployment', 'Service', 'NetworkPolicy', 'NetworkPolicy', 'ConfigMap', 'Job', 'Job']);
     const job = objs.at(-1) as k8s.V1Job;
     assert.equal(job.metadata?.labels?.['kueue.x-k8s.io/queue-name'], 'team-a');
     assert.equal(job.spec?.suspend, true, 'queued Jobs start suspended for Kueue to admit');

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
 import type Docker from 'dockerode';
 import type { KubeDouble } from '../k8s-double/index.js';
-import { buildProxyImage, clusterWithNamespace, engineFor, taskCopy, type EngineInNamespace } from './k8s-fixtures.js';
+import { MINTED_KEY, assertNoKeysInFiles, assertNoKeysSent, buildProxyImage, clusterWithNamespace, engineFor, proxyAdminKeys, taskCopy, type EngineInNamespace } from './k8s-fixtures.js';
 import { cli, dockerReady, waitFor } from './sandbox-fixtures.js';
 
 const NS = 'cli-batch';
@@ -25,7 +25,8 @@ describe('batch submit --backend k8s from the CLI on the double', { timeout: 900
   let core: k8s.CoreV1Api;
   let batchApi: k8s.BatchV1Api;
   const out = join(mkdtempSync(join(tmpdir(), 'hl-k8s-cli-')), 'batch');
-  const env = () => ({ KUBECONFIG: cluster.kubeconfig, HARNESS_LAB_K8S_PROXY_IMAGE: PROXY_IMAGE, HARNESS_LAB_K8S_HARNESS_FROM: 'hostPath' });
+  const ENGINE_KEY = 'engine-secret-k8s-7c2d9e4b1a';
+  const env = () => ({ KUBECONFIG: cluster.kubeconfig, HARNESS_LAB_K8S_PROXY_IMAGE: PROXY_IMAGE, HARNESS_LAB_K8S_HARNESS_FROM: 'hostPath', HARNESS_LAB_ENGINE_API_KEY: ENGINE_KEY });
 
   before(async () => {
     docker = await dockerReady();
@@ -66,6 +67,16 @@ describe('batch submit --backend k8s from the CLI on the double', { timeout: 900
       assert.ok((ro.duration_ms ?? 0) > 0);
     }
     assert.deepEqual(g.rewards, [1, 1]);
+
+    // No key in any object the lab sent to the cluster (Secrets' data aside) or any file it wrote.
+    const admin = proxyAdminKeys(cluster);
+    assert.equal(admin.length, 1, 'the proxy Secret carried the admin key');
+    const keyed = cluster.api.requests('POST', new RegExp(`/namespaces/${NS}/secrets$`)).map((x) => x.body as { metadata: { name: string }; stringData: Record<string, string> });
+    assert.equal(keyed.filter((x) => MINTED_KEY.test(x.stringData['session-key'] ?? '')).length, 2, 'one attempt Secret per rollout held its minted key');
+    assert.equal(keyed.find((x) => x.stringData['engine-api-key'])?.stringData['engine-api-key'], ENGINE_KEY, 'the engine key went in the proxy Secret');
+    assert.ok(assertNoKeysSent(cluster, [MINTED_KEY, admin[0]!, ENGINE_KEY]) > 10);
+    assert.ok(assertNoKeysInFiles(out, [MINTED_KEY, admin[0]!, ENGINE_KEY]) > 5);
+    for (const text of [r.stdout, r.stderr, st.stdout]) for (const k of [MINTED_KEY, admin[0]!, ENGINE_KEY]) assert.ok(!(typeof k === 'string' ? text.includes(k) : k.test(text)), 'no key in the CLI output');
 
     const c = await cli(['batch', 'cancel', out], { env: env() });
     assert.equal(c.code, 0, c.stderr);

@@ -20,7 +20,7 @@ describe('batch submit --backend k8s --dry-run', { timeout: 180_000 }, () => {
     assert.equal(r.code, 0, r.stderr);
     const list = JSON.parse(r.stdout) as { kind: string; items: { kind: string; metadata: { name: string; namespace: string } }[] };
     assert.equal(list.kind, 'List');
-    assert.deepEqual(list.items.map((i) => i.kind), ['Secret', 'Deployment', 'Service', 'NetworkPolicy', 'ConfigMap', 'Job', 'Job']);
+    assert.deepEqual(list.items.map((i) => i.kind), ['Secret', 'PersistentVolumeClaim', 'Deployment', 'Service', 'NetworkPolicy', 'NetworkPolicy', 'ConfigMap', 'Job', 'Job']);
     assert.ok(list.items.every((i) => i.metadata.namespace === 'rl'));
     const job = list.items.at(-1) as unknown as V1Job;
     assert.equal(job.spec?.backoffLimit, 0);
@@ -37,6 +37,6 @@ describe('batch submit --backend k8s --dry-run', { timeout: 180_000 }, () => {
     const r = await cli([...ARGS, '-o', 'yaml', '--out', join(mkdtempSync(join(tmpdir(), 'hl-dry-')), 'batch')], { env: { KUBECONFIG: '/nonexistent/kubeconfig' } });
     assert.equal(r.code, 0, r.stderr);
     const docs = loadAllYaml(r.stdout) as { kind: string }[];
-    assert.deepEqual(docs.map((d) => d.kind), ['Secret', 'Deployment', 'Service', 'NetworkPolicy', 'ConfigMap', 'Job', 'Job']);
+    assert.deepEqual(docs.map((d) => d.kind), ['Secret', 'PersistentVolumeClaim', 'Deployment', 'Service', 'NetworkPolicy', 'NetworkPolicy', 'ConfigMap', 'Job', 'Job']);
   });
 });

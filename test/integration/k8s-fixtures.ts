@@ -1,7 +1,7 @@
 // Shared setup for the cluster tests: the API server double with a Docker-backed node, a kubeconfig
 // for the real client, a batch manifest for example tasks, the CLI bundle the in-cluster proxy runs,
 // and a policy engine on the host that the namespace reaches through a Unix socket relay.
-import { copyFileSync, cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, cpSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { harnessCacheRoot } from '../../src/harness/run-local.js';
@@ -25,6 +25,8 @@ let bundle: Promise<string> | undefined;
 export function cliBundleDir(): Promise<string> {
   bundle ??= (async () => {
     const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-cli-'));
+    // The in-cluster proxy runs as a non-root user (Pod Security "restricted"): it must read this mount.
+    chmodSync(dir, 0o755);
     const specifier = 'esbuild';
     const esbuild = (await import(specifier)) as typeof import('esbuild');
     await esbuild.build({ bundle: true, platform: 'node', format: 'cjs', target: 'node20', logLevel: 'warning', external: ['vscode', 'cpu-features', '*.node', 'node-llama-cpp', '@node-llama-cpp/*'], entryPoints: [join(REPO, 'src', 'cli', 'main.ts')], outfile: join(dir, 'cli.js') });
@@ -151,4 +153,45 @@ export async function backendOptions(cluster: KubeDouble, m: BatchManifest, batc
     proxyReadyTimeoutSec: 60,
     ...extra,
   };
+}
+
+/** A minted session key (mintSessionKey): never in a cluster object but its attempt's Secret, never in a file. */
+export const MINTED_KEY = /hlk-[A-Za-z0-9_-]{32}/;
+
+/** The admin key the lab put in a batch's proxy Secret, as the double received it. */
+export function proxyAdminKeys(cluster: KubeDouble): string[] {
+  return cluster.api
+    .requests('POST', /\/secrets$/)
+    .map((r) => (r.body as { stringData?: Record<string, string> } | undefined)?.stringData?.['admin-key'])
+    .filter((k): k is string => Boolean(k));
+}
+
+/**
+ * Every request body the double received, Secrets aside (the one place keys belong), holds none of
+ * the keys; returns how many bodies were checked. Secrets hold them only under stringData/data.
+ */
+export function assertNoKeysSent(cluster: KubeDouble, keys: (string | RegExp)[]): number {
+  let checked = 0;
+  for (const r of cluster.api.received) {
+    if (r.body === undefined) continue;
+    const kind = (r.body as { kind?: string }).kind;
+    const text = JSON.stringify(kind === 'Secret' ? { ...(r.body as object), stringData: undefined, data: undefined } : r.body);
+    for (const k of keys) {
+      const hit = typeof k === 'string' ? text.includes(k) : k.test(text);
+      if (hit) throw new Error(`${r.method} ${r.path} (${kind ?? 'no kind'}) carries a key (${typeof k === 'string' ? `${k.slice(0, 6)}...` : k}) outside a Secret's data`);
+    }
+    checked++;
+  }
+  return checked;
+}
+
+/** No file under dir holds any of the keys; returns how many files were read. */
+export function assertNoKeysInFiles(dir: string, keys: (string | RegExp)[]): number {
+  const files = (d: string): string[] => readdirSync(d).flatMap((n) => (statSync(join(d, n)).isDirectory() ? files(join(d, n)) : [join(d, n)]));
+  const all = files(dir);
+  for (const f of all) {
+    const text = readFileSync(f, 'latin1');
+    for (const k of keys) if (typeof k === 'string' ? text.includes(k) : k.test(text)) throw new Error(`${f} holds a key (${typeof k === 'string' ? `${k.slice(0, 6)}...` : k})`);
+  }
+  return all.length;
 }

@@ -95,4 +95,24 @@ describe('FACTORY_ERROR with a live backend', { concurrency: false }, () => {
     assert.deepEqual(left.filter((c) => mine.includes(c.Labels[LABEL.batch] ?? '')).map((c) => c.Id), []);
     await stop(serve);
   });
+
+  test('the breaker: after K sandboxes in a row fail, sessions get FACTORY_ERROR naming the pause and its cause, and /metrics says so', { timeout: 300_000 }, async () => {
+    const broken = taskCopy('hello-file', {});
+    writeFileSync(join(broken, 'environment', 'Dockerfile'), 'FROM harness-lab/base:bookworm\nRUN echo "broken on purpose" && exit 3\n');
+    serve = await startServe(['--dataset', `train=${broken}`, '--state-dir', tempDir('hl-serve-breaker-'), '--breaker-after', '2']);
+    const r = await wsSession(serve.url, [stepFrame(args()), stepFrame(args())]);
+    for (const f of r.frames) {
+      assert.equal(f.data.code, 'FACTORY_ERROR', JSON.stringify(f).slice(0, 600));
+      assert.match(f.data.message, /docker build failed/);
+    }
+    // The streak opened the breaker: a trainer's next session is refused at create, naming why.
+    const next = await wsSession(serve.url, [stepFrame(args())]);
+    assert.equal(next.frames[0].data.code, 'FACTORY_ERROR');
+    assert.match(next.frames[0].data.message, /sandboxes are paused: 2 rollouts in a row failed in the sandbox backend \(image_build: .*docker build failed/);
+    const metrics = await (await fetch(`${serve.url}/metrics`)).text();
+    assert.match(metrics, /^harness_lab_serve_breaker_state\{state="open"\} 1$/m);
+    assert.match(metrics, /^harness_lab_serve_infra_failures_total\{cause="image_build"\} 2$/m);
+    assert.match(metrics, /^harness_lab_serve_breaker_trips_total 1$/m);
+    await stop(serve);
+  });
 });

@@ -18,7 +18,7 @@ import type Docker from 'dockerode';
 import { TrainingTurnSchema } from '../../src/capture/trace.js';
 import { startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
 import type { KubeDouble } from '../k8s-double/index.js';
-import { buildProxyImage, clusterWithNamespace, taskCopy } from './k8s-fixtures.js';
+import { MINTED_KEY, assertNoKeysInFiles, assertNoKeysSent, buildProxyImage, clusterWithNamespace, proxyAdminKeys, taskCopy } from './k8s-fixtures.js';
 import { dockerReady, waitFor } from './sandbox-fixtures.js';
 import { asTrainingTurn, recordingFront, rolloutResult, startServe, stepFrame, tempDir, wsSession, type ServeProcess, runRolloutArgs } from './serve-fixtures.js';
 
@@ -103,6 +103,12 @@ describe('harness-lab serve --backend k8s on the API server double, driven by Op
     const seen = front.bodies.filter((b) => JSON.stringify(b.messages ?? '').includes('hello.txt'));
     assert.ok(seen.length >= 2 * GROUP, `the engine saw ${seen.length} harness calls`);
     for (const b of seen) for (const [k, v] of Object.entries(PINNED)) assert.equal(b[k], v, `engine saw ${k}=${b[k]}`);
+
+    // No key in any object serve sent to the cluster (Secrets' data aside) or any file in its state dir.
+    const admin = proxyAdminKeys(cluster);
+    assert.equal(admin.length, 1);
+    assert.ok(assertNoKeysSent(cluster, [MINTED_KEY, admin[0]!]) > 10);
+    assert.ok(assertNoKeysInFiles(stateDir, [MINTED_KEY, admin[0]!]) > 0);
 
     // A finished rollout leaves nothing running in the cluster (the server keeps only its proxy).
     const rolloutPods = async () => (await core.listNamespacedPod({ namespace: NS, labelSelector: 'harness-lab/role!=proxy' })).items.map((p) => p.metadata!.name!);

@@ -160,14 +160,23 @@ describe('train submit/status/logs/cancel against the API server double', { time
     });
 
     it('TRL becomes a TrainJob with runtimeRef and the export volume; a Failed condition is status exit 1', async () => {
-      const file = config('trl.yaml', `name: trl-grpo\nimage: trl:latest\ncommand: [accelerate, launch]\nargs: [-m, trl.scripts.grpo]\nnumNodes: 2\ngpusPerNode: 4\nruntimeRef: {name: torch-distributed}\ndata:\n  source: export\n  file: batch-01/trl.jsonl\n  volume: {pvc: {claimName: rollouts}}\n`);
+      // A key in plain env is refused, naming the file and the field; secretEnv takes it from a Secret.
+      const leaky = config('trl-leaky.yaml', 'name: trl-leaky\nimage: trl:latest\ncommand: [accelerate, launch]\nenv: {HF_TOKEN: hf_0123456789abcdef}\ndata: {source: rollout-server, url: "http://serve:8200"}\n');
+      const refused = await spawnCli(['train', 'submit', '--trainer', 'trl', '--config', leaky, '--namespace', NS], env);
+      assert.equal(refused.code, 1);
+      assert.match(refused.stderr, /trl-leaky\.yaml: env\.HF_TOKEN: looks like a credential: put it in a Kubernetes Secret and name it under secretEnv/);
+      assert.ok(!cluster.api.received.some((r) => JSON.stringify(r.body ?? '').includes('hf_0123456789abcdef')), 'nothing was sent');
+      const file = config('trl.yaml', `name: trl-grpo\nimage: trl:latest\ncommand: [accelerate, launch]\nargs: [-m, trl.scripts.grpo]\nnumNodes: 2\ngpusPerNode: 4\nruntimeRef: {name: torch-distributed}\nsecretEnv: {HF_TOKEN: {secret: hf-credentials, key: token}}\ndata:\n  source: export\n  file: batch-01/trl.jsonl\n  volume: {pvc: {claimName: rollouts}}\n`);
       const sub = await spawnCli(['train', 'submit', '--trainer', 'trl', '--config', file, '--namespace', NS], env);
       assert.equal(sub.code, 0, sub.stderr);
       const tj = (await custom.getNamespacedCustomObject({ group: 'trainer.kubeflow.org', version: 'v1alpha1', namespace: NS, plural: 'trainjobs', name: 'trl-grpo' })) as { metadata: { labels: Record<string, string> }; spec: { runtimeRef: unknown; trainer: { numNodes: number; resourcesPerNode: unknown; env: unknown }; podTemplateOverrides: { spec: { volumes: unknown[] } }[] } };
       assert.deepEqual(tj.spec.runtimeRef, { name: 'torch-distributed', kind: 'ClusterTrainingRuntime', apiGroup: 'trainer.kubeflow.org' });
       assert.equal(tj.spec.trainer.numNodes, 2);
       assert.deepEqual(tj.spec.trainer.resourcesPerNode, { limits: { 'nvidia.com/gpu': '4' } });
-      assert.deepEqual(tj.spec.trainer.env, [{ name: 'HARNESS_LAB_EXPORT', value: '/data/batch-01/trl.jsonl' }]);
+      assert.deepEqual(tj.spec.trainer.env, [
+        { name: 'HF_TOKEN', valueFrom: { secretKeyRef: { name: 'hf-credentials', key: 'token' } } },
+        { name: 'HARNESS_LAB_EXPORT', value: '/data/batch-01/trl.jsonl' },
+      ]);
       assert.deepEqual(tj.spec.podTemplateOverrides[0]!.spec.volumes, [{ name: 'export', persistentVolumeClaim: { claimName: 'rollouts', readOnly: true } }]);
       assert.equal(tj.metadata.labels[RUN_LABEL], 'trl-grpo');
 

@@ -10,6 +10,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { ApiError, apiVersionOf, badRequest, clone, labelProblems, matchesLabels, parseFieldSelector, parseLabelSelector, qualifiedName, type KObject, type ResourceDef, type StatusCause } from './objects.js';
+import { enforcedLevel, podSecurityDenial } from './pod-security.js';
 import { ObjectStore, type PropagationPolicy, type StoreEvent } from './store.js';
 
 export interface Denial {
@@ -79,6 +80,33 @@ export class KubeApiDouble {
     for (const c of this.wss.clients) c.terminate();
     for (const s of this.sockets) s.destroy();
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  }
+
+  /**
+   * An Event about an object, as the controllers and the kubelet record them (one object per
+   * occurrence; the real ones also aggregate repeats into `count`).
+   */
+  recordEvent(involved: { kind: string; apiVersion: string; metadata: { name?: string; namespace?: string; uid?: string } }, type: 'Normal' | 'Warning', reason: string, message: string, component: string): void {
+    const ns = involved.metadata.namespace ?? 'default';
+    const at = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+    try {
+      this.store.create(this.store.resource('', 'events')!, ns, {
+        apiVersion: 'v1',
+        kind: 'Event',
+        metadata: { generateName: `${involved.metadata.name}.` },
+        involvedObject: { kind: involved.kind, apiVersion: involved.apiVersion, name: involved.metadata.name, namespace: ns, uid: involved.metadata.uid },
+        type,
+        reason,
+        message,
+        source: { component },
+        reportingComponent: component,
+        firstTimestamp: at,
+        lastTimestamp: at,
+        count: 1,
+      });
+    } catch {
+      /* the namespace is going away */
+    }
   }
 
   /** Makes `verb resource` in `namespace` answer 403 Forbidden (and SelfSubjectAccessReview say so). */
@@ -394,7 +422,8 @@ export class KubeApiDouble {
     if (!m) return reject(new ApiError(404, 'NotFound', 'the server could not find the requested resource'));
     const [, ns, pod] = m as unknown as [string, string, string];
     const pods = this.store.resource('', 'pods')!;
-    if (!this.allowed('create', '', 'pods/portforward', ns)) return reject(this.forbidden('create', pods, 'portforward', pod, ns));
+    // A WebSocket upgrade is a GET: the API server authorizes it as `get` on pods/portforward (SPDY's POST was `create`).
+    if (!this.allowed('get', '', 'pods/portforward', ns)) return reject(this.forbidden('get', pods, 'portforward', pod, ns));
     if (!this.store.tryGet(pods, ns, pod)) return reject(new ApiError(404, 'NotFound', `pods "${pod}" not found`, { name: pod, kind: 'pods' }));
     const port = Number(url.searchParams.get('ports'));
     if (!Number.isInteger(port) || port <= 0 || port > 65535) return reject(badRequest(`invalid port: ${url.searchParams.get('ports')}`));
@@ -563,6 +592,16 @@ function podSpecCauses(spec: PodSpecLike | undefined, field: string): StatusCaus
 }
 
 function installBuiltInRules(store: ObjectStore): void {
+  // Pod Security admission for namespaces labelled pod-security.kubernetes.io/enforce (pods only:
+  // Jobs and Deployments are admitted, and their controllers' pod creates are refused).
+  store.admitters.set('/pods', (o) => {
+    const ns = store.tryGet(store.resource('', 'namespaces')!, undefined, o.metadata.namespace!);
+    const denial = podSecurityDenial(o.metadata.name!, o.spec as never, enforcedLevel(ns?.metadata.labels));
+    if (denial) throw new ApiError(403, 'Forbidden', denial, { name: o.metadata.name!, kind: 'pods' });
+  });
+  store.defaulters.set('/persistentvolumeclaims', (o) => {
+    o.status = { phase: 'Bound', accessModes: (o.spec as { accessModes?: string[] } | undefined)?.accessModes ?? ['ReadWriteOnce'], capacity: (o.spec as { resources?: { requests?: Record<string, string> } } | undefined)?.resources?.requests ?? {} };
+  });
   store.validators.set('/pods', (o) => podSpecCauses(o.spec as PodSpecLike, 'spec'));
   store.defaulters.set('/pods', (o) => {
     const spec = (o.spec ??= {}) as PodSpecLike & Record<string, unknown>;

@@ -4,12 +4,17 @@
 // volumes) and reports pod and Job status back through the store, as the real components do
 // through the API server.
 //
-// Networking: pods never get a bridge. Every namespace has one network namespace of its own (a
-// `--network none` pause container: loopback only) that all its pods join, so a Service name is an
-// /etc/hosts entry for 127.0.0.1 (service port = target port). A test can expose a host loopback
-// port inside a namespace (an engine running on the host) through a Unix socket relay.
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, connect, type Server } from 'node:net';
+// Networking (network.ts): pods never get a bridge. Every pod has a network namespace of its own (a
+// `--network none` pause container: loopback only); Services are virtual IPs served by a relay that
+// enforces the NetworkPolicies. A test can expose a host loopback port inside a namespace (an engine
+// running on the host); egress policies decide which pods reach it.
+//
+// Also as the real components do it: securityContext (user, capabilities, no_new_privs, seccomp,
+// read-only root, runAsNonRoot), native sidecars (init containers with restartPolicy Always), a
+// scheduler that leaves a pod Pending/Unschedulable when its requests do not fit the node's
+// capacity, Events (Scheduled, Pulled, Created, Started, Killing, FailedScheduling, FailedCreate),
+// and PersistentVolumeClaims whose data outlives the pods that mount them.
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { Duplex, PassThrough, type Readable } from 'node:stream';
@@ -18,11 +23,10 @@ import type { KubeApiDouble } from './api-server.js';
 import { ApiError, clone, parseQuantity, type KObject, type OwnerReference, type ResourceDef } from './objects.js';
 import type { StoreEvent } from './store.js';
 import { processAlive } from '../../src/sandbox/runtime.js';
+import { PodNetwork } from './network.js';
 
-const RELAY_IMAGE = 'harness-lab/base-node:bookworm';
 /** The test process owning a node's containers: a later node removes those whose process is gone. */
 const OWNER = `${hostname()}/${process.pid}`;
-const PAUSE_IMAGE = 'harness-lab/base:bookworm';
 
 interface EnvVar {
   name: string;
@@ -35,9 +39,22 @@ interface VolumeMount {
   readOnly?: boolean;
   subPath?: string;
 }
+interface SecurityContext {
+  runAsUser?: number;
+  runAsGroup?: number;
+  runAsNonRoot?: boolean;
+  fsGroup?: number;
+  privileged?: boolean;
+  allowPrivilegeEscalation?: boolean;
+  readOnlyRootFilesystem?: boolean;
+  seccompProfile?: { type?: string };
+  capabilities?: { add?: string[]; drop?: string[] };
+}
 interface ContainerSpec {
   name: string;
   image: string;
+  restartPolicy?: string;
+  securityContext?: SecurityContext;
   command?: string[];
   args?: string[];
   env?: EnvVar[];
@@ -52,9 +69,12 @@ interface Volume {
   emptyDir?: Record<string, unknown>;
   secret?: { secretName: string; items?: { key: string; path: string }[] };
   configMap?: { name: string; items?: { key: string; path: string }[] };
+  persistentVolumeClaim?: { claimName: string; readOnly?: boolean };
 }
 interface PodSpec {
   containers: ContainerSpec[];
+  initContainers?: ContainerSpec[];
+  securityContext?: SecurityContext;
   restartPolicy?: string;
   volumes?: Volume[];
   activeDeadlineSeconds?: number;
@@ -89,19 +109,27 @@ interface RunningPod {
   dirs: string[];
   stopped: boolean;
   evicted: boolean;
+  /** The regular containers ended: native sidecars are being stopped, not restarted. */
+  mainDone: boolean;
 }
 
 export interface KubeletOptions {
   /** Simulated scheduling + image pull time before a pod's containers start (default 0). */
   startDelayMs?: number;
+  /** The node's allocatable CPU (cores) and memory (a quantity); pods whose requests do not fit stay Unschedulable. Default: unbounded. */
+  capacity?: { cpu?: number; memory?: string };
 }
 
 const now = () => new Date().toISOString().replace(/\.\d+Z$/, 'Z');
 
 export class SimulatedNode {
   private readonly pods = new Map<string, RunningPod>();
-  private readonly pauses = new Map<string, Promise<Docker.Container>>();
-  private readonly relays: { server: Server; dir: string }[] = [];
+  /** Pods the scheduler has not placed yet (their requests do not fit now). */
+  private readonly unscheduled = new Map<string, KObject>();
+  /** Requests of the pods placed on this node and not finished. */
+  private readonly placed = new Map<string, { cpu: number; memory: number }>();
+  private readonly claimDirs = new Map<string, string>();
+  readonly network: PodNetwork;
   private readonly jobTimers = new Map<string, NodeJS.Timeout[]>();
   private readonly jobLedger = new Map<string, { failedCounted: number; ignored: number; failJob: string | null; succeeded: number; seen: Set<string> }>();
   private unsubscribe: (() => void) | undefined;
@@ -116,6 +144,7 @@ export class SimulatedNode {
     private readonly opts: KubeletOptions = {},
   ) {
     this.dockerLabel = `harness-lab.k8s-double=${id}`;
+    this.network = new PodNetwork(api, docker, { 'harness-lab.k8s-double': id });
   }
 
   private res(group: string, plural: string): ResourceDef {
@@ -154,10 +183,8 @@ export class SimulatedNode {
     this.unsubscribe?.();
     (this.eventsStream as unknown as { destroy?: () => void } | undefined)?.destroy?.();
     for (const timers of this.jobTimers.values()) timers.forEach(clearTimeout);
-    for (const r of this.relays) {
-      r.server.close();
-      rmSync(r.dir, { recursive: true, force: true });
-    }
+    await this.network.close();
+    for (const d of this.claimDirs.values()) rmSync(d, { recursive: true, force: true });
     const all = await this.docker.listContainers({ all: true, filters: JSON.stringify({ label: [this.dockerLabel] }) });
     await Promise.all(all.map((c) => this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {})));
     for (const p of this.pods.values()) for (const d of p.dirs) rmSync(d, { recursive: true, force: true });
@@ -174,8 +201,14 @@ export class SimulatedNode {
     const ns = e.object.metadata.namespace!;
     const name = e.object.metadata.name!;
     if (k === '/pods') {
-      if (e.type === 'ADDED') void this.runPod(e.object).catch((err) => this.podError(ns, name, err));
-      if (e.type === 'DELETED') void this.stopPod(e.object.metadata.uid!, true);
+      // Not inside the store's dispatch of ADDED: a status written now would reach watchers before the ADDED.
+      if (e.type === 'ADDED') setImmediate(() => this.schedule(e.object));
+      if (e.type === 'DELETED') {
+        this.unscheduled.delete(e.object.metadata.uid!);
+        void this.stopPod(e.object.metadata.uid!, true).finally(() => this.release(e.object.metadata.uid!));
+      }
+      const phase = (e.object.status as { phase?: string } | undefined)?.phase;
+      if (e.type === 'MODIFIED' && (phase === 'Succeeded' || phase === 'Failed')) this.release(e.object.metadata.uid!);
       for (const ref of e.object.metadata.ownerReferences ?? []) {
         if (ref.kind === 'Job') setImmediate(() => this.syncJob(ns, ref.name));
         if (ref.kind === 'Deployment') setImmediate(() => this.syncDeployment(ns, ref.name));
@@ -186,7 +219,7 @@ export class SimulatedNode {
         this.jobTimers.delete(e.object.metadata.uid!);
       } else setImmediate(() => this.syncJob(ns, name));
     } else if (k === 'apps/deployments' && e.type !== 'DELETED') setImmediate(() => this.syncDeployment(ns, name));
-    else if (k === '/services') setImmediate(() => void this.writeHosts(ns).catch(() => {}));
+    else if (k === '/services') setImmediate(() => void this.network.refreshNamespace(ns).catch(() => {}));
   }
 
   // ---- controllers ----
@@ -195,13 +228,20 @@ export class SimulatedNode {
     return this.api.store.list(this.res('', 'pods'), ns).filter((p) => (p.metadata.ownerReferences ?? []).some((r) => r.uid === uid));
   }
 
+  /** As the Job and ReplicaSet controllers do: a refused create (Pod Security admission, ...) is a FailedCreate Event on the owner. */
   private createOwnedPod(owner: KObject, template: { metadata?: { labels?: Record<string, string>; annotations?: Record<string, string> }; spec?: unknown }, ref: OwnerReference): void {
-    this.api.store.create(this.res('', 'pods'), owner.metadata.namespace, {
-      apiVersion: 'v1',
-      kind: 'Pod',
-      metadata: { generateName: `${owner.metadata.name}-`, labels: clone(template.metadata?.labels ?? {}), annotations: clone(template.metadata?.annotations ?? {}), ownerReferences: [ref] },
-      spec: { ...clone(template.spec as object), nodeName: `double-${this.id}` },
-    });
+    try {
+      const pod = this.api.store.create(this.res('', 'pods'), owner.metadata.namespace, {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { generateName: `${owner.metadata.name}-`, labels: clone(template.metadata?.labels ?? {}), annotations: clone(template.metadata?.annotations ?? {}), ownerReferences: [ref] },
+        spec: clone(template.spec as object),
+      });
+      this.api.recordEvent(owner as never, 'Normal', 'SuccessfulCreate', `Created pod: ${pod.metadata.name}`, ref.kind === 'Job' ? 'job-controller' : 'replicaset-controller');
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+      this.api.recordEvent(owner as never, 'Warning', 'FailedCreate', `Error creating: ${err.message}`, ref.kind === 'Job' ? 'job-controller' : 'replicaset-controller');
+    }
   }
 
   private syncDeployment(ns: string, name: string): void {
@@ -369,58 +409,9 @@ export class SimulatedNode {
     }, 'status');
   }
 
-  private pause(ns: string): Promise<Docker.Container> {
-    let p = this.pauses.get(ns);
-    if (!p) {
-      p = (async () => {
-        const c = await this.docker.createContainer({
-          Image: PAUSE_IMAGE,
-          Cmd: ['sleep', 'infinity'],
-          Labels: { 'harness-lab.k8s-double': this.id, 'harness-lab.k8s-double.owner': OWNER, 'harness-lab.k8s-double.role': 'netns', 'harness-lab.k8s-double.namespace': ns },
-          HostConfig: { NetworkMode: 'none', Init: true },
-        });
-        await c.start();
-        return c;
-      })();
-      this.pauses.set(ns, p);
-      void p.then(() => this.writeHosts(ns)).catch(() => {});
-    }
-    return p;
-  }
-
-  /** Service names resolve to the namespace's loopback, as cluster DNS + kube-proxy would to a ClusterIP. */
-  private async writeHosts(ns: string): Promise<void> {
-    if (!this.pauses.has(ns)) return;
-    const pause = await this.pause(ns);
-    const names = this.api.store.list(this.res('', 'services'), ns).map((s) => s.metadata.name!);
-    const lines = ['127.0.0.1\tlocalhost', '::1\tlocalhost ip6-localhost ip6-loopback', ...names.map((n) => `127.0.0.1\t${n} ${n}.${ns} ${n}.${ns}.svc ${n}.${ns}.svc.cluster.local`)];
-    const b64 = Buffer.from(`${lines.join('\n')}\n`).toString('base64');
-    const exec = await pause.exec({ Cmd: ['bash', '-c', `printf '%s' '${b64}' | base64 -d > /etc/hosts`], AttachStdout: true, AttachStderr: true });
-    const s = await exec.start({ hijack: true, stdin: false });
-    await new Promise((r) => (s.on('end', r), s.on('close', r)));
-  }
-
-  /** Makes the host's 127.0.0.1:port reachable as 127.0.0.1:port inside a namespace (Unix socket relay, no bridge). */
+  /** Makes the host's 127.0.0.1:port reachable as 127.0.0.1:port inside a namespace's pods (those egress policy lets out). */
   async exposeHostPort(ns: string, port: number): Promise<void> {
-    const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-relay-'));
-    const sock = join(dir, 'relay.sock');
-    const server = createServer((c) => {
-      const up = connect(port, '127.0.0.1');
-      c.pipe(up).pipe(c);
-      up.on('error', () => c.destroy());
-      c.on('error', () => up.destroy());
-    });
-    await new Promise<void>((r) => server.listen(sock, r));
-    this.relays.push({ server, dir });
-    const pause = await this.pause(ns);
-    const script = `const net=require('net');net.createServer(c=>{const u=net.connect('/relay/relay.sock');c.pipe(u).pipe(c);u.on('error',()=>c.destroy());c.on('error',()=>u.destroy())}).listen(${port},'127.0.0.1')`;
-    const c = await this.docker.createContainer({
-      Image: RELAY_IMAGE,
-      Cmd: ['node', '-e', script],
-      Labels: { 'harness-lab.k8s-double': this.id, 'harness-lab.k8s-double.owner': OWNER, 'harness-lab.k8s-double.role': 'relay' },
-      HostConfig: { NetworkMode: `container:${pause.id}`, Binds: [`${dir}:/relay`] },
-    });
-    await c.start();
+    await this.network.exposeHostPort(ns, port);
   }
 
   private async env(ns: string, pod: KObject, c: ContainerSpec): Promise<string[]> {
@@ -453,21 +444,41 @@ export class SimulatedNode {
 
   private volumeDirs(ns: string, pod: KObject, spec: PodSpec, run: RunningPod): Map<string, string> {
     const out = new Map<string, string>();
+    const fsGroup = spec.securityContext?.fsGroup;
     for (const v of spec.volumes ?? []) {
       if (v.hostPath) {
         out.set(v.name, v.hostPath.path);
         continue;
       }
+      if (v.persistentVolumeClaim) {
+        // The claim's data lives as long as the claim, not the pod (a restarted proxy finds its store).
+        const claim = this.api.store.tryGet(this.res('', 'persistentvolumeclaims'), ns, v.persistentVolumeClaim.claimName);
+        if (!claim) throw new CreateConfigError(`persistentvolumeclaim "${v.persistentVolumeClaim.claimName}" not found`);
+        let dir = this.claimDirs.get(claim.metadata.uid!);
+        if (!dir) {
+          dir = mkdtempSync(join(tmpdir(), `hl-k8s-pvc-${v.persistentVolumeClaim.claimName}-`));
+          chmodSync(dir, 0o755);
+          this.claimDirs.set(claim.metadata.uid!, dir);
+        }
+        if (fsGroup !== undefined) {
+          chownSync(dir, 0, fsGroup);
+          chmodSync(dir, 0o2775);
+        }
+        out.set(v.name, dir);
+        continue;
+      }
       const dir = mkdtempSync(join(tmpdir(), `hl-k8s-vol-${v.name}-`));
       run.dirs.push(dir);
       out.set(v.name, dir);
+      // emptyDir is world-writable as the kubelet makes it; projected data is world-readable.
+      chmodSync(dir, v.emptyDir ? 0o777 : 0o755);
       const files = (data: Record<string, string> | undefined, binary: boolean, items: { key: string; path: string }[] | undefined, what: string) => {
         if (!data) throw new CreateConfigError(`${what} not found`);
         const entries = items ? items.map((i) => [i.path, data[i.key]] as const) : Object.entries(data);
         for (const [path, value] of entries) {
           if (value === undefined) throw new CreateConfigError(`${what}: missing key for ${path}`);
           const file = join(dir, path);
-          mkdirSync(dirname(file), { recursive: true });
+          mkdirSync(dirname(file), { recursive: true, mode: 0o755 });
           writeFileSync(file, binary ? Buffer.from(value, 'base64') : value, { mode: 0o644 });
         }
       };
@@ -485,46 +496,138 @@ export class SimulatedNode {
     return out;
   }
 
+  // ---- scheduler ----
+
+  private requestsOf(spec: PodSpec): { cpu: number; memory: number } {
+    const all = [...(spec.initContainers ?? []).filter((c) => c.restartPolicy === 'Always'), ...spec.containers];
+    return all.reduce((t, c) => ({ cpu: t.cpu + (parseQuantity(c.resources?.requests?.cpu ?? c.resources?.limits?.cpu) ?? 0), memory: t.memory + (parseQuantity(c.resources?.requests?.memory ?? c.resources?.limits?.memory) ?? 0) }), { cpu: 0, memory: 0 });
+  }
+
+  /** Places a pod when its requests fit what is left of the node; otherwise PodScheduled=False (Unschedulable) and a FailedScheduling Event. */
+  private schedule(pod: KObject): void {
+    if (this.closed || !this.api.store.tryGet(this.res('', 'pods'), pod.metadata.namespace, pod.metadata.name!)) return;
+    const uid = pod.metadata.uid!;
+    const ns = pod.metadata.namespace!;
+    const name = pod.metadata.name!;
+    const want = this.requestsOf(pod.spec as PodSpec);
+    const cap = { cpu: this.opts.capacity?.cpu ?? Infinity, memory: parseQuantity(this.opts.capacity?.memory) ?? Infinity };
+    const used = [...this.placed.values()].reduce((t, r) => ({ cpu: t.cpu + r.cpu, memory: t.memory + r.memory }), { cpu: 0, memory: 0 });
+    const short = [want.cpu > cap.cpu - used.cpu ? 'cpu' : '', want.memory > cap.memory - used.memory ? 'memory' : ''].filter(Boolean);
+    if (short.length) {
+      const first = !this.unscheduled.has(uid);
+      this.unscheduled.set(uid, pod);
+      const message = `0/1 nodes are available: ${short.map((r) => `1 Insufficient ${r}`).join(', ')}. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.`;
+      this.setPodStatus(ns, name, (s) => {
+        s.conditions = [{ type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message, lastTransitionTime: now() }];
+      });
+      if (first) this.api.recordEvent(pod as never, 'Warning', 'FailedScheduling', message, 'default-scheduler');
+      return;
+    }
+    this.unscheduled.delete(uid);
+    this.placed.set(uid, want);
+    this.api.store.mutate(this.res('', 'pods'), ns, name, (o) => {
+      (o.spec as Record<string, unknown>).nodeName = `double-${this.id}`;
+    });
+    this.api.recordEvent(pod as never, 'Normal', 'Scheduled', `Successfully assigned ${ns}/${name} to double-${this.id}`, 'default-scheduler');
+    void this.runPod(this.api.store.tryGet(this.res('', 'pods'), ns, name) ?? pod).catch((err) => this.podError(ns, name, err));
+  }
+
+  /** A pod finished or went away: its requests are free, and pods waiting for room are tried again. */
+  private release(uid: string): void {
+    if (!this.placed.delete(uid)) return;
+    for (const p of [...this.unscheduled.values()]) {
+      const cur = this.api.store.tryGet(this.res('', 'pods'), p.metadata.namespace, p.metadata.name!);
+      if (!cur) this.unscheduled.delete(p.metadata.uid!);
+      else this.schedule(cur);
+    }
+  }
+
+  // ---- kubelet ----
+
+  /** The Docker options a container's securityContext (over the pod's) becomes. */
+  private async securityOptions(ns: string, podName: string, spec: PodSpec, c: ContainerSpec): Promise<Partial<Docker.ContainerCreateOptions> & { HostConfig: Docker.HostConfig }> {
+    const pod = spec.securityContext ?? {};
+    const sc = c.securityContext ?? {};
+    const user = sc.runAsUser ?? pod.runAsUser;
+    const group = sc.runAsGroup ?? pod.runAsGroup;
+    if ((sc.runAsNonRoot ?? pod.runAsNonRoot) === true) {
+      if (user === 0) throw new CreateConfigError(`container's runAsUser breaks non-root policy (pod: "${podName}_${ns}", container: ${c.name})`);
+      if (user === undefined) {
+        const imageUser = (await this.docker.getImage(c.image).inspect()).Config.User ?? '';
+        if (imageUser === '' || imageUser === 'root' || imageUser.startsWith('0')) throw new CreateConfigError(`container has runAsNonRoot and image will run as root (pod: "${podName}_${ns}", container: ${c.name})`);
+      }
+    }
+    const securityOpt: string[] = [];
+    if (sc.allowPrivilegeEscalation === false) securityOpt.push('no-new-privileges');
+    const seccomp = sc.seccompProfile?.type ?? pod.seccompProfile?.type;
+    if (seccomp === 'Unconfined') securityOpt.push('seccomp=unconfined');
+    return {
+      ...(user !== undefined ? { User: `${user}${group !== undefined ? `:${group}` : ''}` } : {}),
+      HostConfig: {
+        ...(sc.capabilities?.drop?.length ? { CapDrop: sc.capabilities.drop } : {}),
+        ...(sc.capabilities?.add?.length ? { CapAdd: sc.capabilities.add } : {}),
+        ...(securityOpt.length ? { SecurityOpt: securityOpt } : {}),
+        ...(sc.readOnlyRootFilesystem ? { ReadonlyRootfs: true } : {}),
+        ...(sc.privileged ? { Privileged: true } : {}),
+        ...(pod.fsGroup !== undefined ? { GroupAdd: [String(pod.fsGroup)] } : {}),
+      },
+    };
+  }
+
   private async runPod(pod: KObject): Promise<void> {
     const ns = pod.metadata.namespace!;
     const name = pod.metadata.name!;
     const uid = pod.metadata.uid!;
     const spec = pod.spec as PodSpec;
-    const run: RunningPod = { uid, ns, name, containers: new Map(), dirs: [], stopped: false, evicted: false };
+    const run: RunningPod = { uid, ns, name, containers: new Map(), dirs: [], stopped: false, evicted: false, mainDone: false };
     this.pods.set(uid, run);
+    const sidecars = (spec.initContainers ?? []).filter((c) => c.restartPolicy === 'Always');
+    const inits = (spec.initContainers ?? []).filter((c) => c.restartPolicy !== 'Always');
+    if (inits.length) throw new Error('the test double runs native sidecars (restartPolicy: Always) only, not run-to-completion init containers');
+    const all = [...sidecars, ...spec.containers];
+    const waitingStatus = (c: ContainerSpec) => ({ name: c.name, image: c.image, imageID: '', ready: false, started: false, restartCount: 0, state: { waiting: { reason: 'ContainerCreating' } }, lastState: {} });
     this.setPodStatus(ns, name, (s) => {
       s.conditions = [{ type: 'PodScheduled', status: 'True', lastTransitionTime: now() }];
       s.hostIP = '127.0.0.1';
-      s.containerStatuses = spec.containers.map((c) => ({ name: c.name, image: c.image, imageID: '', ready: false, started: false, restartCount: 0, state: { waiting: { reason: 'ContainerCreating' } }, lastState: {} }));
+      s.containerStatuses = spec.containers.map(waitingStatus);
+      if (sidecars.length) s.initContainerStatuses = sidecars.map(waitingStatus);
     });
     if (this.opts.startDelayMs) await new Promise((r) => setTimeout(r, this.opts.startDelayMs));
     if (run.stopped) return;
-    for (const c of spec.containers) {
+    for (const c of all) {
       const exists = await this.docker.getImage(c.image).inspect().then(() => true, () => false);
       if (!exists) {
-        this.setPodStatus(ns, name, (s) => {
-          s.containerStatuses = (s.containerStatuses ?? []).map((cs) => (cs.name === c.name ? { ...cs, state: { waiting: { reason: 'ErrImagePull', message: `rpc error: code = NotFound desc = failed to pull and unpack image "${c.image}": not found (the test double's node uses local Docker images only)` } } } : cs));
+        const waiting = (w: Record<string, unknown>) => (cs: ContainerStatus) => (cs.name === c.name ? { ...cs, state: { waiting: w } } : cs);
+        const set = (w: Record<string, unknown>) => this.setPodStatus(ns, name, (s) => {
+          s.containerStatuses = (s.containerStatuses ?? []).map(waiting(w));
+          if (s.initContainerStatuses) s.initContainerStatuses = (s.initContainerStatuses as ContainerStatus[]).map(waiting(w));
         });
-        setTimeout(() => this.setPodStatus(ns, name, (s) => {
-          s.containerStatuses = (s.containerStatuses ?? []).map((cs) => (cs.name === c.name ? { ...cs, state: { waiting: { reason: 'ImagePullBackOff', message: `Back-off pulling image "${c.image}"` } } } : cs));
-        }), 500).unref();
+        set({ reason: 'ErrImagePull', message: `rpc error: code = NotFound desc = failed to pull and unpack image "${c.image}": not found (the test double's node uses local Docker images only)` });
+        this.api.recordEvent(pod as never, 'Warning', 'Failed', `Failed to pull image "${c.image}": not found`, 'kubelet');
+        setTimeout(() => set({ reason: 'ImagePullBackOff', message: `Back-off pulling image "${c.image}"` }), 500).unref();
         return;
       }
+      this.api.recordEvent(pod as never, 'Normal', 'Pulled', `Container image "${c.image}" already present on machine`, 'kubelet');
     }
-    const pause = await this.pause(ns);
     let volumes: Map<string, string>;
-    const envs: string[][] = [];
+    const envs = new Map<string, string[]>();
+    const security = new Map<string, Awaited<ReturnType<SimulatedNode['securityOptions']>>>();
     try {
       volumes = this.volumeDirs(ns, pod, spec, run);
-      for (const c of spec.containers) envs.push(await this.env(ns, pod, c));
+      for (const c of all) {
+        envs.set(c.name, await this.env(ns, pod, c));
+        security.set(c.name, await this.securityOptions(ns, name, spec, c));
+      }
     } catch (err) {
       if (!(err instanceof CreateConfigError)) throw err;
       this.setPodStatus(ns, name, (s) => {
         s.containerStatuses = (s.containerStatuses ?? []).map((cs) => ({ ...cs, state: { waiting: { reason: 'CreateContainerConfigError', message: err.message } } }));
       });
+      this.api.recordEvent(pod as never, 'Warning', 'Failed', `Error: ${err.message}`, 'kubelet');
       return;
     }
-    for (const [i, c] of spec.containers.entries()) {
+    const pause = await this.network.create(pod, OWNER);
+    for (const c of all) {
       const limits = c.resources?.limits ?? {};
       const memory = parseQuantity(limits.memory);
       const cpu = parseQuantity(limits.cpu);
@@ -535,12 +638,14 @@ export class SimulatedNode {
       });
       const labels: Record<string, string> = { 'harness-lab.k8s-double': this.id, 'harness-lab.k8s-double.owner': OWNER, 'harness-lab.k8s-double.role': 'pod', 'io.kubernetes.pod.name': name, 'io.kubernetes.pod.namespace': ns, 'io.kubernetes.pod.uid': uid, 'io.kubernetes.container.name': c.name };
       for (const [k, v] of Object.entries(pod.metadata.labels ?? {})) labels[`k8s.label/${k}`] = v;
+      const sec = security.get(c.name)!;
       const container = await this.docker.createContainer({
         Image: c.image,
         ...(c.command ? { Entrypoint: c.command } : {}),
         ...(c.args ? { Cmd: c.args } : c.command ? { Cmd: [] } : {}),
-        Env: envs[i],
+        Env: envs.get(c.name),
         ...(c.workingDir ? { WorkingDir: c.workingDir } : {}),
+        ...(sec.User ? { User: sec.User } : {}),
         Labels: labels,
         HostConfig: {
           NetworkMode: `container:${pause.id}`,
@@ -548,16 +653,22 @@ export class SimulatedNode {
           Init: true,
           ...(memory ? { Memory: Math.round(memory), MemorySwap: Math.round(memory) } : {}),
           ...(cpu ? { NanoCpus: Math.round(cpu * 1e9) } : {}),
+          ...sec.HostConfig,
         },
       });
       run.containers.set(c.name, container);
+      this.api.recordEvent(pod as never, 'Normal', 'Created', `Created container ${c.name}`, 'kubelet');
     }
     // Deleted while its containers were being created: nothing of it may keep running.
     const removeAll = () => Promise.all([...run.containers.values()].map((c) => c.remove({ force: true }).catch(() => {})));
     if (run.stopped) return void (await removeAll());
-    await Promise.all([...run.containers.values()].map((c) => c.start()));
+    // Native sidecars first (in order), then the regular containers.
+    for (const c of sidecars) await run.containers.get(c.name)!.start();
+    await Promise.all(spec.containers.map((c) => run.containers.get(c.name)!.start()));
+    for (const c of all) this.api.recordEvent(pod as never, 'Normal', 'Started', `Started container ${c.name}`, 'kubelet');
     if (run.stopped && !run.evicted) return void (await removeAll());
     const started = now();
+    const runningStatus = (c: ContainerSpec) => ({ name: c.name, image: c.image, imageID: c.image, containerID: `docker://${run.containers.get(c.name)!.id}`, ready: true, started: true, restartCount: 0, state: { running: { startedAt: started } }, lastState: {} });
     this.setPodStatus(ns, name, (s) => {
       s.phase = 'Running';
       s.podIP = '127.0.0.1';
@@ -569,9 +680,18 @@ export class SimulatedNode {
         { type: 'ContainersReady', status: 'True', lastTransitionTime: started },
         { type: 'Ready', status: 'True', lastTransitionTime: started },
       ];
-      s.containerStatuses = spec.containers.map((c) => ({ name: c.name, image: c.image, imageID: c.image, containerID: `docker://${run.containers.get(c.name)!.id}`, ready: true, started: true, restartCount: 0, state: { running: { startedAt: started } }, lastState: {} }));
+      s.containerStatuses = spec.containers.map(runningStatus);
+      if (sidecars.length) s.initContainerStatuses = sidecars.map(runningStatus);
     });
-    await Promise.all(spec.containers.map((c) => this.superviseContainer(run, c, spec.restartPolicy ?? 'Always')));
+    const sidecarsDone = Promise.all(sidecars.map((c) => this.superviseContainer(run, c, 'Always', true)));
+    await Promise.all(spec.containers.map((c) => this.superviseContainer(run, c, spec.restartPolicy ?? 'Always', false)));
+    // The regular containers ended: the kubelet stops the sidecars (they do not decide the phase).
+    run.mainDone = true;
+    for (const c of sidecars) {
+      this.api.recordEvent(pod as never, 'Normal', 'Killing', `Stopping container ${c.name}`, 'kubelet');
+      await run.containers.get(c.name)!.kill().catch(() => {});
+    }
+    await sidecarsDone;
     if (run.stopped && !run.evicted) return;
     const statuses = (this.api.store.tryGet(this.res('', 'pods'), ns, name)?.status as { containerStatuses?: ContainerStatus[] } | undefined)?.containerStatuses ?? [];
     const allOk = statuses.every((cs) => (cs.state.terminated as { exitCode?: number } | undefined)?.exitCode === 0);
@@ -582,26 +702,27 @@ export class SimulatedNode {
     if (run.evicted) setImmediate(() => this.deletePod(ns, name));
   }
 
-  private async superviseContainer(run: RunningPod, c: ContainerSpec, restartPolicy: string): Promise<void> {
+  private async superviseContainer(run: RunningPod, c: ContainerSpec, restartPolicy: string, sidecar: boolean): Promise<void> {
     const container = run.containers.get(c.name)!;
+    const field = sidecar ? 'initContainerStatuses' : 'containerStatuses';
     for (let restarts = 0; ; restarts++) {
       await container.wait().catch(() => undefined);
       const info = await container.inspect().catch(() => undefined);
       if (!info || (run.stopped && !run.evicted)) return;
       const exitCode = info.State.OOMKilled ? 137 : info.State.ExitCode;
       const terminated = { exitCode, reason: info.State.OOMKilled ? 'OOMKilled' : exitCode === 0 ? 'Completed' : 'Error', startedAt: info.State.StartedAt.replace(/\.\d+Z$/, 'Z'), finishedAt: info.State.FinishedAt.replace(/\.\d+Z$/, 'Z'), containerID: `docker://${info.Id}` };
-      const again = !run.stopped && (restartPolicy === 'Always' || (restartPolicy === 'OnFailure' && exitCode !== 0));
+      const again = !run.stopped && !(sidecar && run.mainDone) && (restartPolicy === 'Always' || (restartPolicy === 'OnFailure' && exitCode !== 0));
       this.setPodStatus(run.ns, run.name, (s) => {
-        s.containerStatuses = (s.containerStatuses ?? []).map((cs) =>
+        s[field] = ((s[field] ?? []) as ContainerStatus[]).map((cs) =>
           cs.name !== c.name ? cs : again ? { ...cs, ready: false, restartCount: restarts + 1, state: { waiting: { reason: 'CrashLoopBackOff' } }, lastState: { terminated } } : { ...cs, ready: false, started: false, state: { terminated } },
         );
       });
       if (!again) return;
       await new Promise((r) => setTimeout(r, Math.min(10_000, 200 * 2 ** restarts)));
-      if (run.stopped) return;
+      if (run.stopped || (sidecar && run.mainDone)) return;
       await container.start().catch(() => {});
       this.setPodStatus(run.ns, run.name, (s) => {
-        s.containerStatuses = (s.containerStatuses ?? []).map((cs) => (cs.name === c.name ? { ...cs, ready: true, started: true, state: { running: { startedAt: now() } } } : cs));
+        s[field] = ((s[field] ?? []) as ContainerStatus[]).map((cs) => (cs.name === c.name ? { ...cs, ready: true, started: true, state: { running: { startedAt: now() } } } : cs));
       });
     }
   }
@@ -616,6 +737,7 @@ export class SimulatedNode {
     }
     this.pods.delete(uid);
     await Promise.all([...run.containers.values()].map((c) => c.remove({ force: true }).catch(() => {})));
+    await this.network.remove(uid);
     for (const d of run.dirs) rmSync(d, { recursive: true, force: true });
   }
 

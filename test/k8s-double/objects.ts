@@ -192,7 +192,7 @@ export function parseFieldSelector(text: string | undefined): (obj: KObject) => 
     const m = /^([^!=]+)(!=|==|=)(.*)$/.exec(p.trim());
     if (!m) throw badRequest(`invalid selector: '${text}'; can't understand '${p}'`);
     const [, field, op, value] = m as unknown as [string, string, string, string];
-    if (!['metadata.name', 'metadata.namespace', 'status.phase', 'spec.nodeName'].includes(field)) throw badRequest(`field label not supported: ${field}`);
+    if (!['metadata.name', 'metadata.namespace', 'status.phase', 'spec.nodeName', 'involvedObject.kind', 'involvedObject.name', 'involvedObject.uid', 'reason', 'type'].includes(field)) throw badRequest(`field label not supported: ${field}`);
     return { field, neg: op === '!=', value };
   });
   return (obj) =>

@@ -28,6 +28,7 @@ const BUILT_IN: Omit<ResourceDef, 'builtIn'>[] = [
   { group: '', version: 'v1', plural: 'secrets', singular: 'secret', kind: 'Secret', namespaced: true, hasStatus: false, nameRule: 'subdomain' },
   { group: '', version: 'v1', plural: 'configmaps', singular: 'configmap', kind: 'ConfigMap', namespaced: true, hasStatus: false, nameRule: 'subdomain' },
   { group: '', version: 'v1', plural: 'events', singular: 'event', kind: 'Event', namespaced: true, hasStatus: false, nameRule: 'subdomain' },
+  { group: '', version: 'v1', plural: 'persistentvolumeclaims', singular: 'persistentvolumeclaim', kind: 'PersistentVolumeClaim', namespaced: true, hasStatus: true, nameRule: 'subdomain' },
   { group: '', version: 'v1', plural: 'serviceaccounts', singular: 'serviceaccount', kind: 'ServiceAccount', namespaced: true, hasStatus: false, nameRule: 'subdomain' },
   { group: 'batch', version: 'v1', plural: 'jobs', singular: 'job', kind: 'Job', namespaced: true, hasStatus: true, nameRule: 'label' },
   { group: 'apps', version: 'v1', plural: 'deployments', singular: 'deployment', kind: 'Deployment', namespaced: true, hasStatus: true, nameRule: 'subdomain' },
@@ -45,6 +46,8 @@ export class ObjectStore {
   private readonly listeners = new Set<(e: StoreEvent) => void>();
   readonly validators = new Map<string, Validator>();
   readonly defaulters = new Map<string, Defaulter>();
+  /** Admission plugins by resource: throw an ApiError to refuse a create. */
+  readonly admitters = new Map<string, (obj: KObject, res: ResourceDef) => void>();
 
   constructor() {
     for (const r of BUILT_IN) this.register({ ...r, builtIn: true });
@@ -166,6 +169,8 @@ export class ObjectStore {
     delete obj.metadata.deletionTimestamp;
     this.defaulters.get(resourceKey(res.group, res.plural))?.(obj, res);
     this.validate(res, obj);
+    // Admission after validation, as the API server orders them (Pod Security: 403 Forbidden).
+    this.admitters.get(resourceKey(res.group, res.plural))?.(obj, res);
     return this.commit('ADDED', res, obj);
   }
 

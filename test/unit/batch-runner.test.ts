@@ -259,3 +259,24 @@ test('a failing capture stops the batch cleanly: others stop, nothing is left ru
   assert.deepEqual(states.filter((s) => s.attempts.length).map((s) => s.attempts[0]!.outcome), ['interrupted', 'interrupted']);
   assert.equal(existsSync(labPaths(dir).lock), false);
 });
+
+test("an attempt the lab's own infrastructure spoiled (rerun) is an infra error and the rollout runs again, at most three times", async () => {
+  const dir = newBatch(2, 2);
+  const backend = new DoubleBackend((id, attempt) =>
+    id === 'hello-file.react.0' && attempt === 0 ? { infraError: 'the capture proxy restarted (proxy pod(s) p#0 then none)', rerun: true } : id === 'fix-script.codex.1' ? { infraError: 'the capture proxy restarted', rerun: true } : {},
+  );
+  const summary = await runBatch({ dir, module: moduleOf(backend), log: () => {} });
+  assert.equal(summary.total, 8);
+  const byId = new Map(readRolloutStates(dir).map((s) => [s.rollout_id, s]));
+  const once = byId.get('hello-file.react.0')!;
+  assert.deepEqual(once.attempts.map((a) => [a.attempt, a.outcome, a.trainable]), [[0, 'finished', false], [1, 'finished', true]]);
+  assert.equal(once.class, 'completed', 'the second attempt decided it');
+  const result0 = JSON.parse(readFileSync(join(dir, 'runs', 'hello-file.react.0', '0', 'result.json'), 'utf8')) as { verdict: { class: string; error: string } };
+  assert.equal(result0.verdict.class, 'infra_error');
+  assert.match(result0.verdict.error, /the capture proxy restarted/);
+  const always = byId.get('fix-script.codex.1')!;
+  assert.equal(always.attempts.length, 3, 'bounded');
+  assert.equal(always.state, 'discarded');
+  assert.equal(always.class, 'infra_error');
+  assert.equal(backend.ran.length, 8 + 1 + 2);
+});

@@ -105,6 +105,7 @@ class DockerBatchBackend implements BatchBackend {
       timeoutSec: a.manifest.timeout_sec,
       timeoutMode: a.manifest.on_timeout === 'keep' ? 'verify' : 'stop',
       onSandbox: (id) => a.setBackendRef?.(id),
+      startGate: a.startGate,
       reactScript: this.reactScript,
       log: a.log,
     });
@@ -146,6 +147,10 @@ async function open(ctx: BackendContext): Promise<OpenedBackend> {
     const proxy = await CaptureProxy.start({ engineUrl, model, dataDir: batchPaths(ctx.batchDir).capture, captureLevel: manifest.engine_url ? undefined : 'tokens', ...(apiKey ? { engineApiKey: apiKey } : {}) });
     const capture = new InProcessCapture(proxy, engine);
     ctx.log(`capture proxy ${proxy.url} (data ${batchPaths(ctx.batchDir).capture})`);
+    // Every task image once, before any group starts: rollouts then only create containers (a task
+    // whose image fails is left to its rollouts, which fail as infra errors and feed the breaker).
+    for (const task of tasks.values())
+      await runtime.prepareImage(task, ctx.log).catch((err: unknown) => ctx.log(`task ${task.name}: its image is not ready: ${err instanceof Error ? err.message : String(err)}`));
     const needsReact = manifest.harnesses.some((h) => harnessEntry(h).install.kind === 'bundled-script');
     const reactScript = needsReact ? await ensureReactScript() : undefined;
     return { backend: new DockerBatchBackend(runtime, capture, tasks, model.split('/').pop()!, reactScript), capture };

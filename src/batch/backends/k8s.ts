@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type * as k8s from '@kubernetes/client-node';
+import { PatchStrategy } from '@kubernetes/client-node';
 import type Docker from 'dockerode';
 import { z } from 'zod';
 import { ClusterError, apiStatus, assertPermissions, checkReachable, clusterError, createOrKeep, loadCluster, type Cluster, type ClusterTarget, type Permission } from '../../cluster/kube.js';
@@ -16,6 +17,10 @@ import {
   formatManifests,
   PHASE_MARKER,
   POD_PATHS,
+  SESSION_KEY_PLACEHOLDER,
+  attemptSecret,
+  attemptSecretName,
+  proxyClaimName,
   PROXY_PORT,
   inClusterProxyUrl,
   jobDeadlineSec,
@@ -61,6 +66,8 @@ export interface K8sBackendOptions {
   ttlSecondsAfterFinished?: number;
   /** Extra time past the Job's deadline before the lab's own watchdog deletes the Job (default 30 s). */
   watchdogGraceSec?: number;
+  /** How long a rollout pod may stay Unschedulable before the attempt is an infra error (default 60 s). */
+  unschedulableGraceSec?: number;
   /** How long to wait for the proxy pod to become ready (default 180 s). */
   proxyReadyTimeoutSec?: number;
   adminKey?: string;
@@ -79,9 +86,17 @@ export const K8S_PERMISSIONS: Permission[] = [
   { verb: 'list', group: '', resource: 'pods' },
   { verb: 'watch', group: '', resource: 'pods' },
   { verb: 'get', group: '', resource: 'pods', subresource: 'log' },
-  { verb: 'create', group: '', resource: 'pods', subresource: 'portforward' },
+  // client-node port-forwards over a WebSocket: a GET, which the API server authorizes as `get`.
+  { verb: 'get', group: '', resource: 'pods', subresource: 'portforward' },
+  { verb: 'list', group: '', resource: 'events' },
+  { verb: 'watch', group: '', resource: 'events' },
   { verb: 'create', group: '', resource: 'configmaps' },
   { verb: 'create', group: '', resource: 'secrets' },
+  { verb: 'patch', group: '', resource: 'secrets' },
+  { verb: 'delete', group: '', resource: 'secrets' },
+  { verb: 'deletecollection', group: '', resource: 'secrets' },
+  { verb: 'create', group: '', resource: 'persistentvolumeclaims' },
+  { verb: 'delete', group: '', resource: 'persistentvolumeclaims' },
   { verb: 'create', group: '', resource: 'services' },
   { verb: 'create', group: 'apps', resource: 'deployments' },
   { verb: 'create', group: 'networking.k8s.io', resource: 'networkpolicies' },
@@ -119,7 +134,7 @@ function prepareTasks(manifest: BatchManifest, namespace: string): Prepared {
   return { tasks, configMaps };
 }
 
-function buildJob(opts: Pick<K8sBackendOptions, 'taskImage' | 'harnessFrom' | 'startupSlackSec' | 'ttlSecondsAfterFinished'>, manifest: BatchManifest, namespace: string, prepared: Prepared, r: { rolloutId: string; groupId: string; task: string; harness: string; attempt: number; sessionId: string; sessionKey?: string }) {
+function buildJob(opts: Pick<K8sBackendOptions, 'taskImage' | 'harnessFrom' | 'startupSlackSec' | 'ttlSecondsAfterFinished'>, manifest: BatchManifest, namespace: string, prepared: Prepared, r: { rolloutId: string; groupId: string; task: string; harness: string; attempt: number; sessionId: string }) {
   const task = prepared.tasks.get(r.task);
   if (!task) throw new ClusterError(`rollout ${r.rolloutId}: task ${r.task} is not in batch ${manifest.batch_id}`);
   const entry = harnessEntry(r.harness);
@@ -133,7 +148,8 @@ function buildJob(opts: Pick<K8sBackendOptions, 'taskImage' | 'harnessFrom' | 's
     workdir: podWorkdir(task),
     logsDir: POD_PATHS.logs,
     proxyUrl: inClusterProxyUrl(namespace, manifest.batch_id),
-    sessionKey: r.sessionKey ?? r.sessionId,
+    // The key itself travels in the attempt's Secret; the pod puts it in place of this.
+    sessionKey: SESSION_KEY_PLACEHOLDER,
     model: model.split('/').pop()!,
     instruction: task.instruction.trim(),
   });
@@ -145,7 +161,6 @@ function buildJob(opts: Pick<K8sBackendOptions, 'taskImage' | 'harnessFrom' | 's
     rolloutId: r.rolloutId,
     attempt: r.attempt,
     sessionId: r.sessionId,
-    sessionKey: r.sessionKey,
     task,
     harness: entry.name,
     image: clusterImage(opts.taskImage(task), manifest.k8s?.registry ?? null),
@@ -185,6 +200,8 @@ export async function k8sDryRunManifests(opts: Omit<K8sBackendOptions, 'batchDir
 
 type Outcome =
   | { kind: 'job'; job: k8s.V1Job; condition: k8s.V1JobCondition }
+  | { kind: 'refused'; reason: string; message: string }
+  | { kind: 'proxy'; detail: string }
   | { kind: 'oom'; pod: k8s.V1Pod; container: string }
   | { kind: 'evicted'; pod: k8s.V1Pod; reason: string }
   | { kind: 'stuck'; pod: k8s.V1Pod; reason: string; message: string }
@@ -196,6 +213,8 @@ const STUCK_REASONS = new Set(['ErrImagePull', 'ImagePullBackOff', 'InvalidImage
 
 function podOutcome(pod: k8s.V1Pod): Outcome | undefined {
   const conds = pod.status?.conditions ?? [];
+  const unscheduled = conds.find((c) => c.type === 'PodScheduled' && c.status === 'False' && c.reason === 'Unschedulable');
+  if (unscheduled) return { kind: 'stuck', pod, reason: 'Unschedulable', message: unscheduled.message ?? '' };
   const disruption = conds.find((c) => c.type === 'DisruptionTarget' && c.status === 'True');
   for (const cs of pod.status?.containerStatuses ?? []) {
     if (cs.state?.terminated?.reason === 'OOMKilled') return { kind: 'oom', pod, container: cs.name };
@@ -327,7 +346,7 @@ export class K8sBackend implements BatchBackend {
     const facts: AttemptFacts = { backendRef: null, agent: { exitCode: null, timedOut: false, ms: 0 }, verifier: null, reward: null, infraError: null, cancelled: false };
     let built: ReturnType<typeof buildJob>;
     try {
-      built = buildJob(this.opts, attempt.manifest, ns, this.prepared, { rolloutId: rollout.rollout_id, groupId: rollout.group_id, task: rollout.task, harness: rollout.harness, attempt: attempt.attempt, sessionId: attempt.sessionId, sessionKey: this.capture.keyOf(attempt.sessionId) });
+      built = buildJob(this.opts, attempt.manifest, ns, this.prepared, { rolloutId: rollout.rollout_id, groupId: rollout.group_id, task: rollout.task, harness: rollout.harness, attempt: attempt.attempt, sessionId: attempt.sessionId });
       await validateManifests([built.job]);
     } catch (err) {
       facts.infraError = facts.setupFailure = (err as Error).message;
@@ -338,18 +357,32 @@ export class K8sBackend implements BatchBackend {
     mkdirSync(attempt.outDir, { recursive: true });
     writeFileSync(join(attempt.outDir, 'job.json'), `${JSON.stringify(built.job, null, 2)}\n`);
     // Listen before creating, so no event of this Job can be missed.
-    const outcome = this.outcomeOf(name, jobDeadlineSec({ timeoutSec: attempt.manifest.timeout_sec, task: built.task, ...(this.opts.startupSlackSec !== undefined ? { startupSlackSec: this.opts.startupSlackSec } : {}) }), attempt.signal);
+    const proxyAtStart = this.proxyGeneration();
+    const outcome = this.outcomeOf(name, jobDeadlineSec({ timeoutSec: attempt.manifest.timeout_sec, task: built.task, ...(this.opts.startupSlackSec !== undefined ? { startupSlackSec: this.opts.startupSlackSec } : {}) }), attempt.signal, proxyAtStart);
+    const secretName = attemptSecretName(name);
     try {
+      // The key first (the pod needs it to start), then the Job, then the Secret owned by the Job.
+      await createOrKeep(this.cluster, attemptSecret(built.job, this.capture.keyOf(attempt.sessionId)));
       const r = await createOrKeep(this.cluster, built.job);
       attempt.log(`Job ${ns}/${name} ${r}`);
+      await this.ownSecret(name, secretName);
       // Not queued: admitted now, so the watchdog runs even if the watch never reports this Job.
       outcome.arm(built.job as k8s.V1Job);
     } catch (err) {
       outcome.cancel();
+      await this.deleteSecret(secretName, attempt.log);
       facts.infraError = facts.setupFailure = (err as Error).message;
       return facts;
     }
     const o = await outcome.promise;
+    // The key is needed no longer: gone now, not only when the Job's TTL removes it.
+    await this.deleteSecret(secretName, attempt.log);
+    // A proxy that restarted under the attempt may have lost or refused some of its calls: run it again.
+    const restarted = o.kind === 'proxy' ? o.detail : o.kind === 'cancelled' ? undefined : this.proxyRestartedSince(proxyAtStart);
+    if (restarted) {
+      await this.cluster.batch.deleteNamespacedJob({ namespace: ns, name, propagationPolicy: 'Background' }).catch(() => {});
+      return { ...facts, agent: { ...facts.agent, ms: Date.now() - t0 }, infraError: `the capture proxy restarted while this attempt ran (${restarted}); the rollout runs again`, rerun: true };
+    }
     const elapsed = Date.now() - t0;
     const pod = this.watch.podsOfJob(name).sort((a, b) => String(b.metadata?.creationTimestamp ?? '').localeCompare(String(a.metadata?.creationTimestamp ?? '')))[0];
     const podName = pod?.metadata?.name;
@@ -367,6 +400,8 @@ export class K8sBackend implements BatchBackend {
         return { ...facts, agent: { exitCode: null, timedOut: true, ms: elapsed } };
       case 'deleted':
         return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: `Job ${ns}/${name} was deleted from outside the lab before it finished` };
+      case 'proxy':
+        return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: `the capture proxy restarted (${o.detail})`, rerun: true };
       case 'oom': {
         const limit = o.pod.spec?.containers.find((c) => c.name === o.container)?.resources?.limits?.memory;
         await deleteJob();
@@ -378,6 +413,11 @@ export class K8sBackend implements BatchBackend {
       case 'stuck': {
         await deleteJob();
         const why = `pod ${ns}/${o.pod.metadata?.name} cannot start: ${o.reason}${o.message ? ` (${o.message})` : ''}`;
+        return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: why, setupFailure: why };
+      }
+      case 'refused': {
+        await deleteJob();
+        const why = `Job ${ns}/${name} could not create its pod: ${o.reason}: ${o.message}`;
         return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: why, setupFailure: why };
       }
       case 'job': {
@@ -400,6 +440,10 @@ export class K8sBackend implements BatchBackend {
         }
         if (!result) return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: `pod ${ns}/${podName} of Job ${name} ended without its result line (see ${join(attempt.outDir, 'pod.log')})` };
         const reward = rewardOf(result.reward_json, result.reward_txt);
+        if (result.tests_requests_refused !== 0) {
+          const why = result.tests_requests_refused < 0 ? `the tests sidecar of pod ${ns}/${podName} never handed over tests/ (the verifier did not run)` : `something in the agent's turn asked the tests sidecar of pod ${ns}/${podName} for tests/ ${result.tests_requests_refused} time(s) and was refused; the rollout is not trusted`;
+          return { ...facts, agent: { exitCode: result.agent_exit, timedOut: false, ms: result.agent_ms }, infraError: why };
+        }
         return {
           ...facts,
           agent: { exitCode: result.agent_exit === 124 ? null : result.agent_exit, timedOut: result.agent_exit === 124, ms: result.agent_ms },
@@ -420,7 +464,7 @@ export class K8sBackend implements BatchBackend {
   }
 
   /** Resolves with the first decisive thing the batch's watches say about one Job. */
-  private outcomeOf(name: string, deadlineSec: number, signal: AbortSignal): { promise: Promise<Outcome>; cancel(): void; arm(job: k8s.V1Job): void } {
+  private outcomeOf(name: string, deadlineSec: number, signal: AbortSignal, proxyAtStart: string): { promise: Promise<Outcome>; cancel(): void; arm(job: k8s.V1Job): void } {
     const offs: (() => void)[] = [];
     let watchdog: NodeJS.Timeout | undefined;
     let settle!: (o: Outcome) => void;
@@ -451,16 +495,64 @@ export class K8sBackend implements BatchBackend {
       const condition = finishedCondition(job);
       if (condition) settle({ kind: 'job', job, condition });
     };
+    let unschedulable: NodeJS.Timeout | undefined;
+    offs.push(() => clearTimeout(unschedulable));
     const onPod = (type: string, pod: k8s.V1Pod) => {
+      if (pod.metadata?.labels?.[LABELS.role] === 'proxy') {
+        const restarted = this.proxyRestartedSince(proxyAtStart);
+        if (restarted) settle({ kind: 'proxy', detail: restarted });
+        return;
+      }
       const owner = pod.metadata?.labels?.['batch.kubernetes.io/job-name'] ?? pod.metadata?.labels?.['job-name'];
       if (owner !== name || type === 'DELETED') return;
       const o = podOutcome(pod);
-      if (o) settle(o);
+      if (!o) return void (clearTimeout(unschedulable), (unschedulable = undefined));
+      if (o.kind !== 'stuck' || o.reason !== 'Unschedulable') return settle(o);
+      // A cluster autoscaler may still add a node: unschedulable for the grace period is an infra error.
+      unschedulable ??= setTimeout(() => settle(o), (this.opts.unschedulableGraceSec ?? 60) * 1000);
     };
-    offs.push(this.watch.jobs.on(onJob), this.watch.pods.on(onPod));
+    // The Job controller could not make the pod (Pod Security admission, a quota): only an Event says so.
+    const onEvent = (type: string, ev: k8s.CoreV1Event) => {
+      if (type === 'DELETED' || ev.involvedObject?.name !== name || ev.reason !== 'FailedCreate') return;
+      settle({ kind: 'refused', reason: ev.reason, message: ev.message ?? '' });
+    };
+    offs.push(this.watch.jobs.on(onJob), this.watch.pods.on(onPod), this.watch.jobEvents.on(onEvent));
     const existing = this.watch.jobs.objects.get(name);
     if (existing) onJob('MODIFIED', existing);
+    for (const ev of this.watch.jobEvents.objects.values()) onEvent('ADDED', ev);
     return { promise, cancel: () => settle({ kind: 'cancelled' }), arm: armWatchdog };
+  }
+
+  /** Makes the Job the owner of its attempt's Secret, so the garbage collector removes both together. */
+  private async ownSecret(job: string, secret: string): Promise<void> {
+    const ns = this.cluster.namespace;
+    const created = await this.cluster.batch.readNamespacedJob({ namespace: ns, name: job }).catch((err: unknown) => {
+      throw clusterError(this.cluster, `reading Job ${ns}/${job}`, err);
+    });
+    const ownerReferences = [{ apiVersion: 'batch/v1', kind: 'Job', name: job, uid: created.metadata!.uid!, blockOwnerDeletion: false }];
+    await this.cluster.objects.patch({ apiVersion: 'v1', kind: 'Secret', metadata: { name: secret, namespace: ns, ownerReferences } }, undefined, undefined, undefined, undefined, PatchStrategy.MergePatch).catch((err: unknown) => {
+      throw clusterError(this.cluster, `making Job ${ns}/${job} the owner of Secret ${ns}/${secret}`, err);
+    });
+  }
+
+  private async deleteSecret(secret: string, log: (line: string) => void): Promise<void> {
+    const ns = this.cluster.namespace;
+    await this.cluster.core.deleteNamespacedSecret({ namespace: ns, name: secret }).catch((err: unknown) => {
+      if (apiStatus(err)?.code !== 404) log(clusterError(this.cluster, `deleting Secret ${ns}/${secret}`, err).message);
+    });
+  }
+
+  /** The proxy's pod and its container restarts, as the pods watch last saw them. */
+  private proxyGeneration(): string {
+    const pods = [...this.watch.pods.objects.values()].filter((p) => p.metadata?.labels?.[LABELS.role] === 'proxy' && !p.metadata?.deletionTimestamp);
+    return pods.map((p) => `${p.metadata?.name}#${(p.status?.containerStatuses ?? []).reduce((n, c) => n + (c.restartCount ?? 0), 0)}`).sort().join(',');
+  }
+
+  /** Why the proxy is not the one an attempt started with (replaced pod, restarted container), or undefined. */
+  private proxyRestartedSince(before: string): string | undefined {
+    const now = this.proxyGeneration();
+    if (now === before || !before) return undefined;
+    return `proxy pod(s) ${before} then ${now || 'none'}`;
   }
 
   /** Deletes every Job (and, through Background propagation, its pods) of the batch; one deletecollection. */
@@ -520,6 +612,9 @@ export async function teardownBatch(cluster: Cluster, batchId: string): Promise<
   await cluster.apps.deleteNamespacedDeployment({ namespace: ns, name, propagationPolicy: 'Background' }).catch(quiet(`deleting Deployment ${ns}/${name}`));
   await cluster.core.deleteNamespacedService({ namespace: ns, name }).catch(quiet(`deleting Service ${ns}/${name}`));
   await cluster.core.deleteNamespacedSecret({ namespace: ns, name }).catch(quiet(`deleting Secret ${ns}/${name}`));
+  // Attempts' Secrets left by a lab that stopped mid-attempt (the Job's garbage collection takes the rest).
+  await cluster.core.deleteCollectionNamespacedSecret({ namespace: ns, labelSelector: `${selector},${LABELS.role}=rollout` }).catch(quiet(`deleting attempt Secrets of ${batchId}`));
+  await cluster.core.deleteNamespacedPersistentVolumeClaim({ namespace: ns, name: proxyClaimName(batchId) }).catch(quiet(`deleting PersistentVolumeClaim ${ns}/${proxyClaimName(batchId)}`));
   await cluster.networking.deleteCollectionNamespacedNetworkPolicy({ namespace: ns, labelSelector: selector }).catch(quiet(`deleting NetworkPolicies of ${batchId}`));
   await cluster.core.deleteCollectionNamespacedConfigMap({ namespace: ns, labelSelector: selector }).catch(quiet(`deleting ConfigMaps of ${batchId}`));
 }
@@ -644,8 +739,20 @@ export class K8sCapture implements BatchCapture {
   async sessionFacts(sessionId: string): Promise<{ nCalls: number; trainable: boolean; findings: string[] }> {
     const doc = RolloutDocSchema.parse(await this.call('GET', `/sessions/${encodeURIComponent(sessionId)}/rollout`));
     // The last sync: whatever the polling had not fetched yet; ids already mirrored are skipped.
-    await this.mirror.sync(sessionId).catch((err: unknown) => this.log(`mirroring session ${sessionId} into the batch directory: ${err instanceof Error ? err.message : String(err)}`));
+    let mirrored = -1;
+    let failure = '';
+    try {
+      mirrored = await this.mirror.sync(sessionId);
+    } catch (err) {
+      failure = err instanceof Error ? err.message : String(err);
+      this.log(`mirroring session ${sessionId} into the batch directory: ${failure}`);
+    }
     await this.mirror.unfollow(sessionId);
+    // What trains is what the batch directory holds: a copy short of the proxy's calls is never trainable.
+    if (failure || mirrored < doc.calls.length) {
+      const short = `[FATAL mirror] ${failure ? `the final mirror failed (${failure})` : `${mirrored} of the proxy's ${doc.calls.length} call(s)`} in ${this.mirror.fileOf(sessionId)}`;
+      return { nCalls: doc.calls.length, trainable: false, findings: [short, ...doc.validation] };
+    }
     return { nCalls: doc.calls.length, trainable: doc.trainable, findings: doc.validation };
   }
 

@@ -8,10 +8,12 @@
 // call is a full render (a new root in the graph) with the reason recorded. See docs/token-in.md.
 import { createHash } from 'node:crypto';
 import type { Renderer } from './renderer.js';
-import type { CallRecord, ChatContentPart, ChatMessage, ChatTool, NewRootReason, RenderInfo } from '../types.js';
+import type { CallRecord, ChatContentPart, ChatMessage, ChatTool } from '../types.js';
 
-// The record's shapes live in ../types.ts (the capture's shared types import nothing from here).
-export type { NewRootReason, RenderInfo };
+/** Why a call could not continue an earlier turn (`null` on the first call of a session). */
+// The record's shapes live apart from the bridge, so the capture's types can name them without a circle.
+import type { NewRootReason, RenderInfo } from './render-info.js';
+export type { NewRootReason, RenderInfo } from './render-info.js';
 
 export interface BridgePlan {
   promptIds: number[];

@@ -59,6 +59,19 @@ export function findModelFiles(name: string, env: NodeJS.ProcessEnv = process.en
   return found[0] ?? null;
 }
 
+/** Renderers by path, loaded once per process (a vocabulary build takes a while; proxies of one process share it). */
+const renderers = new Map<string, Promise<Renderer>>();
+
+function loadRenderer(path: string): Promise<Renderer> {
+  let r = renderers.get(path);
+  if (!r) {
+    r = Renderer.load(path);
+    renderers.set(path, r);
+    r.catch(() => renderers.delete(path));
+  }
+  return r;
+}
+
 export interface ResolveOptions {
   requested: RenderMode;
   model: string;
@@ -68,10 +81,11 @@ export interface ResolveOptions {
 }
 
 /** Decides the proxy's render mode against a live engine; never throws (the report says what failed). */
-export async function resolveRenderMode(client: EngineClient, opts: ResolveOptions): Promise<{ report: RenderModeReport; engine: TokenInEngine | null }> {
+export async function resolveRenderMode(client: EngineClient, opts: ResolveOptions): Promise<{ report: RenderModeReport; engine: TokenInEngine | null; transient: boolean }> {
   const report: RenderModeReport = { requested: opts.requested, mode: 'engine', model_files: null, family: null, route: null, max_model_len: null, problem: null };
-  if (opts.requested === 'engine') return { report, engine: null };
+  if (opts.requested === 'engine') return { report, engine: null, transient: false };
   let path = opts.modelFiles ?? null;
+  let unreachable = false;
   if (!path) {
     // vLLM (and the embedded engine) name the served model's path in /v1/models `root`.
     let root: string | null = null;
@@ -83,35 +97,36 @@ export async function resolveRenderMode(client: EngineClient, opts: ResolveOptio
         if (typeof entry?.root === 'string') root = entry.root;
       }
     } catch {
-      // unreachable: the model name is all there is
+      // unreachable for now: the model name is all there is, and the answer is not final
+      unreachable = true;
     }
     path = (root ? findModelFiles(root) : null) ?? findModelFiles(opts.model);
   }
   if (!path) {
     report.problem = `no tokenizer.json + tokenizer_config.json (or GGUF) for ${opts.model} on this machine; give --render-model DIR_OR_GGUF`;
-    return { report, engine: null };
+    return { report, engine: null, transient: unreachable };
   }
   let renderer: Renderer;
   try {
-    renderer = await Renderer.load(path);
+    renderer = await loadRenderer(path);
   } catch (err) {
     report.problem = `could not load the tokenizer and chat template from ${path}: ${(err as Error).message}`;
-    return { report, engine: null };
+    return { report, engine: null, transient: false };
   }
   report.model_files = path;
   report.family = renderer.family.name;
   if (!renderer.family.supported) {
     report.problem = new UnsupportedFamilyError(renderer.family, opts.model).message;
-    return { report, engine: null };
+    return { report, engine: null, transient: false };
   }
   const probeIds = renderer.encode(renderer.renderText([{ role: 'user', content: 'Reply with the single word: ok' }]));
   const probe = await probeTokenIn(client, opts.model, probeIds);
   report.max_model_len = probe.maxModelLen;
   if (!probe.route) {
     report.problem = `the engine does not take token-id prompts: ${probe.problem ?? 'unknown'}`;
-    return { report, engine: null };
+    return { report, engine: null, transient: probe.unreachable === true };
   }
   report.route = probe.route;
   report.mode = 'proxy';
-  return { report, engine: new TokenInEngine(client, renderer, { route: probe.route, maxModelLen: probe.maxModelLen, checkFullRender: opts.checkFullRender }) };
+  return { report, engine: new TokenInEngine(client, renderer, { route: probe.route, maxModelLen: probe.maxModelLen, checkFullRender: opts.checkFullRender }), transient: false };
 }

@@ -207,6 +207,8 @@ export interface TokenInProbe {
   maxModelLen: number | null;
   /** Why the engine cannot take token ids (null when it can). */
   problem: string | null;
+  /** The engine could not be reached: ask again later rather than settle on chat mode. */
+  unreachable?: boolean;
 }
 
 /**
@@ -224,7 +226,7 @@ export async function probeTokenIn(client: EngineClient, model: string, probeIds
       if (entry && isId(entry.max_model_len)) maxModelLen = entry.max_model_len;
     }
   } catch (err) {
-    return { route: null, maxModelLen, problem: `the engine did not list its models: ${(err as Error).message}` };
+    return { route: null, maxModelLen, problem: `the engine did not list its models: ${(err as Error).message}`, unreachable: true };
   }
   let route: TokenRoute = '/v1/completions';
   try {
@@ -244,7 +246,7 @@ export async function probeTokenIn(client: EngineClient, model: string, probeIds
     if (sampled.ids.length === 0) return { route: null, maxModelLen, problem: `${route} returned no sampled ids` };
     if (!sampled.logprobs) return { route: null, maxModelLen, problem: `${route} returned no logprobs for the sampled ids` };
   } catch (err) {
-    return { route: null, maxModelLen, problem: `${route} with a token-id prompt failed: ${(err as Error).message}` };
+    return { route: null, maxModelLen, problem: `${route} with a token-id prompt failed: ${(err as Error).message}`, unreachable: !(err instanceof TokenInEngineError) };
   }
   return { route, maxModelLen, problem: null };
 }
