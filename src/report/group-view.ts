@@ -222,6 +222,7 @@ export function buildForkGroupView(original: ForkMember, forks: readonly ForkMem
       prompt_tokens: calls.reduce((a, c) => a + (c.prompt_token_ids?.length ?? 0), 0),
       sampled_tokens: calls.reduce((a, c) => a + (c.completion_token_ids?.length ?? 0), 0),
       behaviour: summary,
+      samples: rollout ? sampleAccount(rollout.doc) : null,
       capture_problem: problem,
     };
   });
@@ -257,5 +258,9 @@ export function buildForkGroupView(original: ForkMember, forks: readonly ForkMem
     divergences,
     focus_pair: divergences.length ? 0 : null,
     behaviour: { group: aggregateBehaviour(behaviours), harness: aggregateBehaviour(behaviours), batch: aggregateBehaviour(behaviours) },
+    samples: (() => {
+      const totals = sumAccounts(views.flatMap((v) => (v.samples ? [v.samples] : [])));
+      return { group: totals, harness: totals, batch: totals };
+    })(),
   };
 }
