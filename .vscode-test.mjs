@@ -8,7 +8,11 @@ import { defineConfig } from '@vscode/test-cli';
 await build({
   entryPoints: ['test/e2e/host/desktop-suite.ts'],
   outfile: 'out/e2e/desktop/desktop-suite.test.js',
-  bundle: true, platform: 'node', format: 'cjs', target: 'node20', logLevel: 'warning',
+  bundle: true,
+  platform: 'node',
+  format: 'cjs',
+  target: 'node20',
+  logLevel: 'warning',
   external: ['vscode', 'cpu-features', '*.node', 'node-llama-cpp', '@node-llama-cpp/*'],
 });
 // The extension exactly as `npm run build` bundles it.

@@ -38,14 +38,40 @@ async function watchBuild(options) {
 }
 const watch = process.argv.includes('--watch');
 const production = process.argv.includes('--production');
-const common = { bundle: true, platform: 'node', format: 'cjs', target: 'node20', sourcemap: !production, sourcesContent: false, minify: production, logLevel: 'warning', external: ['vscode', 'cpu-features', '*.node', 'node-llama-cpp', '@node-llama-cpp/*'] };
+const common = {
+  bundle: true,
+  platform: 'node',
+  format: 'cjs',
+  target: 'node20',
+  sourcemap: !production,
+  sourcesContent: false,
+  minify: production,
+  logLevel: 'warning',
+  external: ['vscode', 'cpu-features', '*.node', 'node-llama-cpp', '@node-llama-cpp/*'],
+};
 const bundles = [
   { ...common, entryPoints: ['src/cli/main.ts'], outfile: 'dist/cli.js', banner: { js: '#!/usr/bin/env node' } },
   { ...common, entryPoints: ['src/extension/extension.ts'], outfile: 'dist/extension.js' },
   // Rollout viewer webview (also inlined into `harness-lab report` files): a browser bundle and its CSS.
-  { bundle: true, platform: 'browser', format: 'iife', target: 'chrome114', sourcemap: false, minify: production, logLevel: 'warning', entryPoints: ['webview/viewer/main.ts'], outfile: 'dist/webview/viewer.js' },
+  {
+    bundle: true,
+    platform: 'browser',
+    format: 'iife',
+    target: 'chrome114',
+    sourcemap: false,
+    minify: production,
+    logLevel: 'warning',
+    entryPoints: ['webview/viewer/main.ts'],
+    outfile: 'dist/webview/viewer.js',
+  },
   { bundle: true, minify: production, logLevel: 'warning', entryPoints: ['webview/viewer/viewer.css'], outfile: 'dist/webview/viewer.css' },
-  { bundle: true, minify: production, logLevel: 'warning', entryPoints: ['webview/viewer/report-theme.css'], outfile: 'dist/webview/report-theme.css' },
+  {
+    bundle: true,
+    minify: production,
+    logLevel: 'warning',
+    entryPoints: ['webview/viewer/report-theme.css'],
+    outfile: 'dist/webview/report-theme.css',
+  },
   { ...common, entryPoints: ['src/harness/react-harness.ts'], outfile: 'dist/react-harness.js' },
 ];
 if (watch) {

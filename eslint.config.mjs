@@ -22,7 +22,12 @@ export default tseslint.config(
         'error',
         {
           paths: [{ name: 'vscode', message: 'Only src/extension/ may import vscode.' }],
-          patterns: [{ group: ['./main', './main.js', '**/cli/main', '**/cli/main.js'], message: 'main.ts runs the CLI on load; import the command contract from ./args.js.' }],
+          patterns: [
+            {
+              group: ['./main', './main.js', '**/cli/main', '**/cli/main.js'],
+              message: 'main.ts runs the CLI on load; import the command contract from ./args.js.',
+            },
+          ],
         },
       ],
     },

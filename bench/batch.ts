@@ -22,7 +22,15 @@ const REPO = join(__dirname, '..');
 const CLI = join(REPO, 'dist', 'cli.js');
 const TASKS = ['hello-file', 'fix-script'].map((t) => join(REPO, 'examples', 'tasks', t));
 
-const { values } = parseArgs({ options: { quick: { type: 'boolean' }, levels: { type: 'string' }, 'group-size': { type: 'string' }, embedded: { type: 'boolean' }, 'pacing-levels': { type: 'string' } } });
+const { values } = parseArgs({
+  options: {
+    quick: { type: 'boolean' },
+    levels: { type: 'string' },
+    'group-size': { type: 'string' },
+    embedded: { type: 'boolean' },
+    'pacing-levels': { type: 'string' },
+  },
+});
 const quick = values.quick || process.env.BENCH_QUICK === '1';
 const levels = (values.levels ?? (quick ? '1,2' : '1,2,4')).split(',').map(Number);
 const groupSize = Number(values['group-size'] ?? (quick ? 2 : 4));
@@ -87,7 +95,9 @@ function summarise(path: string, parallel: number, wallMs: number, records: Roll
 async function main(): Promise<void> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing; run \`npm run build\` (npm run bench does)`);
   const load = loadavg()[0]!;
-  process.stderr.write(`batch bench: ${TASKS.length} tasks x react x ${groupSize}, levels ${levels.join(', ')}; load ${load.toFixed(1)}${values.embedded ? '; embedded engine' : '; fake engine'}\n`);
+  process.stderr.write(
+    `batch bench: ${TASKS.length} tasks x react x ${groupSize}, levels ${levels.join(', ')}; load ${load.toFixed(1)}${values.embedded ? '; embedded engine' : '; fake engine'}\n`,
+  );
   const rows: ReturnType<typeof summarise>[] = [];
 
   const seqOut = mkdtempSync(join(tmpdir(), 'hl-bench-run-'));
@@ -101,7 +111,20 @@ async function main(): Promise<void> {
 
   for (const p of levels) {
     const dir = join(mkdtempSync(join(tmpdir(), 'hl-bench-batch-')), 'batch');
-    const r = await harnessLab(['batch', 'submit', '--tasks', ...TASKS, '--harness', 'react', '--group-size', String(groupSize), '--parallel', String(p), '--out', dir]);
+    const r = await harnessLab([
+      'batch',
+      'submit',
+      '--tasks',
+      ...TASKS,
+      '--harness',
+      'react',
+      '--group-size',
+      String(groupSize),
+      '--parallel',
+      String(p),
+      '--out',
+      dir,
+    ]);
     if (r.code !== 0) throw new Error(`harness-lab batch submit failed:\n${r.out}`);
     rows.push(summarise(`batch --parallel ${p}`, p, r.ms, rolloutRecords(join(dir, 'runs'))));
   }
@@ -111,7 +134,22 @@ async function main(): Promise<void> {
     for (const cap of [4, 0]) {
       const dir = join(mkdtempSync(join(tmpdir(), 'hl-bench-pacing-')), 'batch');
       const size = Math.max(groupSize, Math.ceil(p / TASKS.length));
-      const r = await harnessLab(['batch', 'submit', '--tasks', ...TASKS, '--harness', 'react', '--group-size', String(size), '--parallel', String(p), '--max-starting', String(cap), '--out', dir]);
+      const r = await harnessLab([
+        'batch',
+        'submit',
+        '--tasks',
+        ...TASKS,
+        '--harness',
+        'react',
+        '--group-size',
+        String(size),
+        '--parallel',
+        String(p),
+        '--max-starting',
+        String(cap),
+        '--out',
+        dir,
+      ]);
       if (r.code !== 0) throw new Error(`harness-lab batch submit failed:\n${r.out}`);
       rows.push(summarise(`--parallel ${p} start cap ${cap || 'off'}`, p, r.ms, rolloutRecords(join(dir, 'runs'))));
     }
@@ -123,7 +161,10 @@ async function main(): Promise<void> {
   );
   process.stdout.write(`${head}\n${lines.join('\n')}\n`);
   mkdirSync(join(REPO, 'bench-results'), { recursive: true });
-  writeFileSync(join(REPO, 'bench-results', 'batch.json'), `${JSON.stringify({ at: new Date().toISOString(), host: { load_1m_start: load, load_1m_end: loadavg()[0] }, group_size: groupSize, engine: values.embedded ? 'embedded' : 'fake', rows }, null, 2)}\n`);
+  writeFileSync(
+    join(REPO, 'bench-results', 'batch.json'),
+    `${JSON.stringify({ at: new Date().toISOString(), host: { load_1m_start: load, load_1m_end: loadavg()[0] }, group_size: groupSize, engine: values.embedded ? 'embedded' : 'fake', rows }, null, 2)}\n`,
+  );
   const bad = rows.filter((r) => r.ok !== r.rollouts);
   if (bad.length) {
     process.stderr.write(`batch bench: rollouts without reward 1 in ${bad.map((r) => r.path).join(', ')}\n`);

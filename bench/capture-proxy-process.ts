@@ -18,7 +18,9 @@ const { values } = parseArgs({
 });
 const render = values.render;
 if (!values['engine-url'] || !values.model || !values['data-dir'] || (render !== 'proxy' && render !== 'engine')) {
-  process.stderr.write('usage: capture-proxy-process.ts --engine-url URL --model NAME --data-dir DIR --render proxy|engine [--render-model GGUF] [--no-full-render-check]\n');
+  process.stderr.write(
+    'usage: capture-proxy-process.ts --engine-url URL --model NAME --data-dir DIR --render proxy|engine [--render-model GGUF] [--no-full-render-check]\n',
+  );
   process.exit(2);
 }
 

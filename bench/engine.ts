@@ -17,7 +17,15 @@ const TARGETS = { maxBuildMs: 60_000, maxLoadMs: 20_000, minPromptTokS: 300, min
 const { values } = parseArgs({ options: { quick: { type: 'boolean' }, seed: { type: 'string' } } });
 const quick = values.quick || process.env.BENCH_QUICK === '1';
 const seed = Number(values.seed ?? 0);
-const CAPTURE = { logprobs: true, top_logprobs: 0, return_token_ids: true, return_tokens_as_token_ids: true, top_p: 1, top_k: -1, min_p: 0 };
+const CAPTURE = {
+  logprobs: true,
+  top_logprobs: 0,
+  return_token_ids: true,
+  return_tokens_as_token_ids: true,
+  top_p: 1,
+  top_k: -1,
+  min_p: 0,
+};
 
 let peakRss = 0;
 const sampleRss = () => {
@@ -27,7 +35,25 @@ const rssTimer = setInterval(sampleRss, 50);
 
 /** A long, varied user message (~n tokens of English). */
 function longText(words: number, salt: number): string {
-  const vocab = ['the', 'engine', 'reads', 'every', 'token', 'of', 'a', 'prompt', 'and', 'scores', 'it', 'with', 'care', 'while', 'agents', 'call', 'tools'];
+  const vocab = [
+    'the',
+    'engine',
+    'reads',
+    'every',
+    'token',
+    'of',
+    'a',
+    'prompt',
+    'and',
+    'scores',
+    'it',
+    'with',
+    'care',
+    'while',
+    'agents',
+    'call',
+    'tools',
+  ];
   return Array.from({ length: words }, (_, i) => vocab[(i * 7 + salt) % vocab.length]).join(' ');
 }
 
@@ -45,7 +71,11 @@ async function main(): Promise<void> {
     let promptMs = 0;
     let promptCpu = 0;
     for (let i = 0; i < promptRuns; i++) {
-      const req = { messages: [{ role: 'user', content: `${i} ${longText(quick ? 800 : 2000, i)}` }], max_tokens: 1, ...CAPTURE } as EngineChatRequest;
+      const req = {
+        messages: [{ role: 'user', content: `${i} ${longText(quick ? 800 : 2000, i)}` }],
+        max_tokens: 1,
+        ...CAPTURE,
+      } as EngineChatRequest;
       const t = performance.now();
       const c = process.cpuUsage();
       const res = await lab.engine.complete(req);
@@ -60,7 +90,13 @@ async function main(): Promise<void> {
     let genMs = 0;
     let genCpu = 0;
     for (let i = 0; i < genRuns; i++) {
-      const req = { messages: [{ role: 'user', content: 'Say something.' }], seed: i, temperature: 1, max_tokens: 64, ...CAPTURE } as EngineChatRequest;
+      const req = {
+        messages: [{ role: 'user', content: 'Say something.' }],
+        seed: i,
+        temperature: 1,
+        max_tokens: 64,
+        ...CAPTURE,
+      } as EngineChatRequest;
       const t = performance.now();
       const c = process.cpuUsage();
       const res = await lab.engine.complete(req);
@@ -73,15 +109,32 @@ async function main(): Promise<void> {
     const forcedEngine = new LlamaEngine({
       runtime: lab.runtime,
       modelName: lab.engine.modelName,
-      policy: ScriptedPolicy.parse({ turns: [{ say: 'I will count the lines first.', call: { tool: 'bash', input: 'wc -l notes.txt && head -n 20 notes.txt | sort | uniq -c' } }] }, 'bench'),
+      policy: ScriptedPolicy.parse(
+        {
+          turns: [
+            {
+              say: 'I will count the lines first.',
+              call: { tool: 'bash', input: 'wc -l notes.txt && head -n 20 notes.txt | sort | uniq -c' },
+            },
+          ],
+        },
+        'bench',
+      ),
     });
-    const tool = { type: 'function' as const, function: { name: 'bash', parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } } };
+    const tool = {
+      type: 'function' as const,
+      function: { name: 'bash', parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } },
+    };
     const forcedRuns = quick ? 3 : 8;
     let forcedTokens = 0;
     let forcedMs = 0;
     let forcedCpu = 0;
     for (let i = 0; i < forcedRuns; i++) {
-      const req = { messages: [{ role: 'user', content: `Task ${i}: how many lines are in notes.txt?` }], tools: [tool], ...CAPTURE } as EngineChatRequest;
+      const req = {
+        messages: [{ role: 'user', content: `Task ${i}: how many lines are in notes.txt?` }],
+        tools: [tool],
+        ...CAPTURE,
+      } as EngineChatRequest;
       const t = performance.now();
       const c = process.cpuUsage();
       const res = await forcedEngine.complete(req);
@@ -99,9 +152,26 @@ async function main(): Promise<void> {
       build_ms: Math.round(buildMs),
       load_ms: Math.round(loadMs),
       // cpu_ms_per_token counts this process's CPU time (all threads): comparable across loaded and idle machines.
-      prompt: { tokens: promptTokens, ms: Math.round(promptMs), tokens_per_s: round(promptTokens / (promptMs / 1000)), cpu_ms_per_token: round(promptCpu / promptTokens) },
-      generation: { tokens: genTokens, requests: genRuns, ms: Math.round(genMs), tokens_per_s: round(genTokens / (genMs / 1000)), cpu_ms_per_token: round(genCpu / genTokens) },
-      teacher_forced: { tokens: forcedTokens, requests: forcedRuns, ms: Math.round(forcedMs), tokens_per_s: round(forcedTokens / (forcedMs / 1000)), cpu_ms_per_token: round(forcedCpu / forcedTokens) },
+      prompt: {
+        tokens: promptTokens,
+        ms: Math.round(promptMs),
+        tokens_per_s: round(promptTokens / (promptMs / 1000)),
+        cpu_ms_per_token: round(promptCpu / promptTokens),
+      },
+      generation: {
+        tokens: genTokens,
+        requests: genRuns,
+        ms: Math.round(genMs),
+        tokens_per_s: round(genTokens / (genMs / 1000)),
+        cpu_ms_per_token: round(genCpu / genTokens),
+      },
+      teacher_forced: {
+        tokens: forcedTokens,
+        requests: forcedRuns,
+        ms: Math.round(forcedMs),
+        tokens_per_s: round(forcedTokens / (forcedMs / 1000)),
+        cpu_ms_per_token: round(forcedCpu / forcedTokens),
+      },
       load_average_1m: round(loadavg()[0]!),
       rss_mb: { after_load: mb(rssAfterLoad), peak: mb(peakRss) },
       targets: TARGETS,
@@ -109,13 +179,19 @@ async function main(): Promise<void> {
     const failures: string[] = [];
     if (report.build_ms > TARGETS.maxBuildMs) failures.push(`model build ${report.build_ms} ms > ${TARGETS.maxBuildMs}`);
     if (report.load_ms > TARGETS.maxLoadMs) failures.push(`load ${report.load_ms} ms > ${TARGETS.maxLoadMs}`);
-    if (report.prompt.tokens_per_s < TARGETS.minPromptTokS) failures.push(`prompt ${report.prompt.tokens_per_s} tok/s < ${TARGETS.minPromptTokS}`);
-    if (report.generation.tokens_per_s < TARGETS.minGenTokS) failures.push(`generation ${report.generation.tokens_per_s} tok/s < ${TARGETS.minGenTokS}`);
-    if (report.teacher_forced.tokens_per_s < TARGETS.minForcedTokS) failures.push(`teacher forcing ${report.teacher_forced.tokens_per_s} tok/s < ${TARGETS.minForcedTokS}`);
+    if (report.prompt.tokens_per_s < TARGETS.minPromptTokS)
+      failures.push(`prompt ${report.prompt.tokens_per_s} tok/s < ${TARGETS.minPromptTokS}`);
+    if (report.generation.tokens_per_s < TARGETS.minGenTokS)
+      failures.push(`generation ${report.generation.tokens_per_s} tok/s < ${TARGETS.minGenTokS}`);
+    if (report.teacher_forced.tokens_per_s < TARGETS.minForcedTokS)
+      failures.push(`teacher forcing ${report.teacher_forced.tokens_per_s} tok/s < ${TARGETS.minForcedTokS}`);
     if (report.rss_mb.peak > TARGETS.maxRssMb) failures.push(`peak RSS ${report.rss_mb.peak} MB > ${TARGETS.maxRssMb}`);
 
     mkdirSync('bench-results', { recursive: true });
-    writeFileSync(join('bench-results', 'engine.json'), `${JSON.stringify({ ...report, pass: failures.length === 0, failures }, null, 2)}\n`);
+    writeFileSync(
+      join('bench-results', 'engine.json'),
+      `${JSON.stringify({ ...report, pass: failures.length === 0, failures }, null, 2)}\n`,
+    );
     process.stdout.write(
       [
         `engine bench (${report.model}${quick ? ', quick' : ''})`,

@@ -54,24 +54,63 @@ async function generate(dir: string): Promise<{ sessions: number; calls: number;
     const sid = `s${String(s).padStart(6, '0')}`;
     const gi = Math.floor(s / GROUP);
     const rid = `r${String(s).padStart(6, '0')}`;
-    if (s % GROUP === 0) groups.push({ group_id: `g${String(gi).padStart(5, '0')}`, task: `task-${gi}`, harness: 'bench', rollout_ids: [] });
+    if (s % GROUP === 0)
+      groups.push({ group_id: `g${String(gi).padStart(5, '0')}`, task: `task-${gi}`, harness: 'bench', rollout_ids: [] });
     groups.at(-1)!.rollout_ids.push(rid);
-    const writes = [store.append(sid, { type: 'session', ...g.session, session_id: sid, metadata: { policy_version: 'step-3', group_id: groups.at(-1)!.group_id, rollout_id: rid } })];
+    const writes = [
+      store.append(sid, {
+        type: 'session',
+        ...g.session,
+        session_id: sid,
+        metadata: { policy_version: 'step-3', group_id: groups.at(-1)!.group_id, rollout_id: rid },
+      }),
+    ];
     for (const r of g.records) writes.push(store.append(sid, { type: 'call', ...r, session_id: sid }));
     await Promise.all(writes);
     calls += g.records.length;
     writeRolloutState(dir, {
-      rollout_id: rid, group_id: groups.at(-1)!.group_id, member: s % GROUP, task: `task-${gi}`, harness: 'bench', state: 'done',
-      class: s % 2 ? 'completed' : 'policy_failure', reward: s % 2 ? 1 : 0, rewards: {}, trainable: true, session_id: sid,
-      attempts: [{ attempt: 0, session_id: sid, started_at: now, ended_at: now, out_dir: `runs/${rid}/0`, outcome: 'finished', trainable: true }],
-      policy_version: 'step-3', queued_at: now, started_at: now, ended_at: now, duration_ms: 1, error: null, backend_ref: null, n_calls: g.records.length,
+      rollout_id: rid,
+      group_id: groups.at(-1)!.group_id,
+      member: s % GROUP,
+      task: `task-${gi}`,
+      harness: 'bench',
+      state: 'done',
+      class: s % 2 ? 'completed' : 'policy_failure',
+      reward: s % 2 ? 1 : 0,
+      rewards: {},
+      trainable: true,
+      session_id: sid,
+      attempts: [
+        { attempt: 0, session_id: sid, started_at: now, ended_at: now, out_dir: `runs/${rid}/0`, outcome: 'finished', trainable: true },
+      ],
+      policy_version: 'step-3',
+      queued_at: now,
+      started_at: now,
+      ended_at: now,
+      duration_ms: 1,
+      error: null,
+      backend_ref: null,
+      n_calls: g.records.length,
     });
   }
   await store.close();
   const manifest: BatchManifest = {
-    schema_version: 1, batch_id: 'bench-export', created_at: now, backend: 'docker', harnesses: ['bench'], group_size: GROUP,
-    tasks: groups.map((g) => ({ name: g.task, dir: g.task })), groups, sampling: trainingSampling(1), policy_version: 'step-3',
-    timeout_sec: 600, on_timeout: 'discard', parallel: 1, engine_url: null, model: null, k8s: null,
+    schema_version: 1,
+    batch_id: 'bench-export',
+    created_at: now,
+    backend: 'docker',
+    harnesses: ['bench'],
+    group_size: GROUP,
+    tasks: groups.map((g) => ({ name: g.task, dir: g.task })),
+    groups,
+    sampling: trainingSampling(1),
+    policy_version: 'step-3',
+    timeout_sec: 600,
+    on_timeout: 'discard',
+    parallel: 1,
+    engine_url: null,
+    model: null,
+    k8s: null,
   };
   writeJsonAtomic(paths.manifest, manifest);
   return { sessions: nSessions, calls, bytes: dirBytes(join(paths.capture, 'sessions')) };
@@ -126,25 +165,44 @@ async function main(): Promise<void> {
     process.stderr.write(`generating ${CALLS} calls (${PER_SESSION} per session) into ${dir} through CaptureStore.append ...\n`);
     const t0 = performance.now();
     const gen = await generate(dir);
-    process.stderr.write(`  ${gen.sessions} sessions, ${gen.calls} calls, ${(gen.bytes / 1e6).toFixed(0)} MB in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
+    process.stderr.write(
+      `  ${gen.sessions} sessions, ${gen.calls} calls, ${(gen.bytes / 1e6).toFixed(0)} MB in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`,
+    );
     const results: Measure[] = [];
     for (const mode of ['raw-bytes', 'raw-parse', 'trainingtrace', 'trl', 'verl']) {
       const out = join(root, `${mode}.jsonl`);
-      const r = spawnSync(process.execPath, ['--import', 'tsx', __filename, '--child', mode, dir, out], { encoding: 'utf8', maxBuffer: 1 << 20 });
+      const r = spawnSync(process.execPath, ['--import', 'tsx', __filename, '--child', mode, dir, out], {
+        encoding: 'utf8',
+        maxBuffer: 1 << 20,
+      });
       if (r.status !== 0) throw new Error(`${mode} failed (exit ${r.status}): ${r.stderr}`);
       const m = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as Measure;
       results.push(m);
       rmSync(out, { force: true });
-      process.stderr.write(`  ${mode.padEnd(14)} ${String(m.wall_ms).padStart(7)} ms  ${String(m.input_mb_s).padStart(7)} MB/s in  ${String(m.output_mb).padStart(7)} MB out  peak RSS ${m.peak_rss_mib} MiB\n`);
+      process.stderr.write(
+        `  ${mode.padEnd(14)} ${String(m.wall_ms).padStart(7)} ms  ${String(m.input_mb_s).padStart(7)} MB/s in  ${String(m.output_mb).padStart(7)} MB out  peak RSS ${m.peak_rss_mib} MiB\n`,
+      );
     }
     const exports = results.filter((r) => !r.mode.startsWith('raw'));
     const pass = exports.every((r) => r.peak_rss_mib <= RSS_TARGET_MIB);
-    const report = { bench: 'export', quick, calls: gen.calls, sessions: gen.sessions, batch_mb: +(gen.bytes / 1e6).toFixed(1), target: { peak_rss_mib: RSS_TARGET_MIB }, results, pass, load_1m: (await import('node:os')).loadavg()[0] };
+    const report = {
+      bench: 'export',
+      quick,
+      calls: gen.calls,
+      sessions: gen.sessions,
+      batch_mb: +(gen.bytes / 1e6).toFixed(1),
+      target: { peak_rss_mib: RSS_TARGET_MIB },
+      results,
+      pass,
+      load_1m: (await import('node:os')).loadavg()[0],
+    };
     const outIdx = args.indexOf('--out');
     const outFile = outIdx >= 0 ? args[outIdx + 1]! : join('bench-results', 'export.json');
     mkdirSync(dirname(outFile), { recursive: true });
     writeFileSync(outFile, `${JSON.stringify(report, null, 2)}\n`);
-    process.stderr.write(`${pass ? 'PASS' : 'FAIL'}: every export peaked at or under ${RSS_TARGET_MIB} MiB RSS on a ${(gen.bytes / 1e6).toFixed(0)} MB batch\n`);
+    process.stderr.write(
+      `${pass ? 'PASS' : 'FAIL'}: every export peaked at or under ${RSS_TARGET_MIB} MiB RSS on a ${(gen.bytes / 1e6).toFixed(0)} MB batch\n`,
+    );
     if (!pass) process.exitCode = 1;
   } finally {
     if (!args.includes('--keep')) rmSync(root, { recursive: true, force: true });

@@ -22,10 +22,10 @@ const ENGINE_BACKLOG = 2048;
 const listen = Server.prototype.listen as (this: Server, ...args: unknown[]) => Server;
 (Server.prototype as unknown as { listen: (...args: unknown[]) => Server }).listen = function (this: Server, ...args: unknown[]) {
   const [port, host, callback] = args;
-  if (typeof port === 'number' && typeof host === 'string' && typeof callback === 'function') return listen.call(this, { port, host, backlog: ENGINE_BACKLOG }, callback);
+  if (typeof port === 'number' && typeof host === 'string' && typeof callback === 'function')
+    return listen.call(this, { port, host, backlog: ENGINE_BACKLOG }, callback);
   return listen.apply(this, args);
 };
-
 
 async function main(): Promise<void> {
   // Only this process's Math.random: the fake engine draws its think time from it.

@@ -60,11 +60,28 @@ export interface ChatMessage {
 
 export const BASH_TOOL = {
   type: 'function',
-  function: { name: 'bash', description: 'Run a shell command in the task container and return its output.', parameters: { type: 'object', properties: { command: { type: 'string', description: 'The command line' } }, required: ['command'] } },
+  function: {
+    name: 'bash',
+    description: 'Run a shell command in the task container and return its output.',
+    parameters: { type: 'object', properties: { command: { type: 'string', description: 'The command line' } }, required: ['command'] },
+  },
 };
 
 /** The fields the proxy adds at capture level `tokens` (src/capture/upstream.ts buildEngineRequest). */
-export const CAPTURE_FIELDS = { stream: false, max_tokens: 8192, logprobs: true, top_logprobs: 0, top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1, return_token_ids: true, return_tokens_as_token_ids: true };
+export const CAPTURE_FIELDS = {
+  stream: false,
+  max_tokens: 8192,
+  logprobs: true,
+  top_logprobs: 0,
+  top_p: 1,
+  top_k: -1,
+  min_p: 0,
+  frequency_penalty: 0,
+  presence_penalty: 0,
+  repetition_penalty: 1,
+  return_token_ids: true,
+  return_tokens_as_token_ids: true,
+};
 
 export function filler(label: string, bytes: number): string {
   const sentence = `${label}: the agent reads files, runs commands and edits code until the tests pass. `;
@@ -106,9 +123,19 @@ export function assembleStream(text: string): ChatMessage | undefined {
   const calls: NonNullable<ChatMessage['tool_calls']> = [];
   let sawChunk = false;
   for (const frame of text.split('\n\n')) {
-    const data = frame.split('\n').find((l) => l.startsWith('data: '))?.slice(6);
+    const data = frame
+      .split('\n')
+      .find((l) => l.startsWith('data: '))
+      ?.slice(6);
     if (!data || data === '[DONE]') continue;
-    const chunk = JSON.parse(data) as { choices?: { delta?: { content?: string | null; tool_calls?: { index: number; id?: string; function?: { name?: string; arguments?: string } }[] } }[] };
+    const chunk = JSON.parse(data) as {
+      choices?: {
+        delta?: {
+          content?: string | null;
+          tool_calls?: { index: number; id?: string; function?: { name?: string; arguments?: string } }[];
+        };
+      }[];
+    };
     const delta = chunk.choices?.[0]?.delta;
     if (!delta) continue;
     sawChunk = true;
@@ -206,7 +233,14 @@ export interface LoadOptions {
 }
 
 export async function runLoad(o: LoadOptions): Promise<LoadResult> {
-  const agent = new Agent({ connections: o.sessions + 8, pipelining: 1, headersTimeout: o.timeoutMs, bodyTimeout: o.timeoutMs, keepAliveTimeout: 60_000, connectTimeout: o.timeoutMs });
+  const agent = new Agent({
+    connections: o.sessions + 8,
+    pipelining: 1,
+    headersTimeout: o.timeoutMs,
+    bodyTimeout: o.timeoutMs,
+    keepAliveTimeout: 60_000,
+    connectTimeout: o.timeoutMs,
+  });
   const errors: Record<string, number> = {};
   const latencies: number[] = [];
   const later: number[] = [];
@@ -220,7 +254,12 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
       while (next < o.sessions) {
         const i = next++;
         try {
-          const res = await request(`${o.url}/sessions`, { method: 'POST', dispatcher: agent, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ metadata: { bench: 'proxy-load', session: i } }) });
+          const res = await request(`${o.url}/sessions`, {
+            method: 'POST',
+            dispatcher: agent,
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ metadata: { bench: 'proxy-load', session: i } }),
+          });
           const body = (await res.body.json()) as { session_id?: string };
           if (res.statusCode !== 201 || !body.session_id) countInto(errors, `create_session_http_${res.statusCode}`);
           else keys[i] = body.session_id;
@@ -234,7 +273,10 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
   await o.gate?.();
 
   const call = async (session: number, messages: ChatMessage[], stream: boolean, turn: number): Promise<ChatMessage | undefined> => {
-    const body = o.mode === 'proxy' ? { model: 'bench/agent-model', messages, tools: [BASH_TOOL], temperature: 0.7, stream } : { model: o.model, messages, tools: [BASH_TOOL], temperature: 0.7, ...CAPTURE_FIELDS };
+    const body =
+      o.mode === 'proxy'
+        ? { model: 'bench/agent-model', messages, tools: [BASH_TOOL], temperature: 0.7, stream }
+        : { model: o.model, messages, tools: [BASH_TOOL], temperature: 0.7, ...CAPTURE_FIELDS };
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (o.mode === 'proxy') headers.authorization = `Bearer ${keys[session]}`;
     const payload = JSON.stringify(body);
@@ -280,7 +322,11 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
     for (let turn = 0; turn < o.turns; turn++) {
       const answer = await call(session, messages, stream, turn);
       if (!answer) return; // a failed call ends the session, as it would end a harness run
-      messages.push({ role: 'assistant', content: answer.content ?? null, ...(answer.tool_calls?.length ? { tool_calls: answer.tool_calls } : {}) });
+      messages.push({
+        role: 'assistant',
+        content: answer.content ?? null,
+        ...(answer.tool_calls?.length ? { tool_calls: answer.tool_calls } : {}),
+      });
       const toolCall = answer.tool_calls?.[0];
       if (toolCall) messages.push({ role: 'tool', tool_call_id: toolCall.id, content: filler(`Output of ${toolCall.function.name}`, 600) });
       else messages.push({ role: 'user', content: `Good. Now continue with step ${turn + 2}: run the full test suite and report.` });
@@ -324,7 +370,12 @@ export function mergeLoadResults(runs: LoadResult[]): LoadResult {
     const healthErrors: Record<string, number> = {};
     for (const r of runs) for (const [kind, n] of Object.entries(r.health!.errors)) countInto(healthErrors, kind, n);
     const healthSamples = runs.flatMap((r) => r.health!.samples_ms ?? []);
-    health = { url: first.health!.url, polls: runs.reduce((n, r) => n + r.health!.polls, 0), errors: healthErrors, latency: summarize(healthSamples) };
+    health = {
+      url: first.health!.url,
+      polls: runs.reduce((n, r) => n + r.health!.polls, 0),
+      errors: healthErrors,
+      latency: summarize(healthSamples),
+    };
   }
   return {
     mode: first.mode,
@@ -382,7 +433,10 @@ async function main(): Promise<void> {
     },
   });
   const mode = values.mode as LoadMode;
-  if (!['direct', 'pipe', 'passthrough', 'proxy'].includes(mode) || !values.url) throw new Error('usage: load-generator.ts --mode direct|pipe|passthrough|proxy --url URL [--sessions N] [--turns T] [--health-url URL]');
+  if (!['direct', 'pipe', 'passthrough', 'proxy'].includes(mode) || !values.url)
+    throw new Error(
+      'usage: load-generator.ts --mode direct|pipe|passthrough|proxy --url URL [--sessions N] [--turns T] [--health-url URL]',
+    );
   const result = await runLoad({
     mode,
     url: values.url.replace(/\/+$/, ''),

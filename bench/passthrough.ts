@@ -10,13 +10,21 @@ import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 
-const { values } = parseArgs({ options: { 'engine-url': { type: 'string' }, port: { type: 'string', default: '0' }, parse: { type: 'boolean', default: false } } });
+const { values } = parseArgs({
+  options: { 'engine-url': { type: 'string' }, port: { type: 'string', default: '0' }, parse: { type: 'boolean', default: false } },
+});
 if (!values['engine-url']) {
   process.stderr.write('usage: passthrough.ts --engine-url URL [--port N] [--parse]\n');
   process.exit(2);
 }
 const parse = values.parse === true;
-const engine = new Pool(new URL(values['engine-url']).origin, { connections: null, pipelining: 1, headersTimeout: 900_000, bodyTimeout: 900_000, keepAliveTimeout: 30_000 });
+const engine = new Pool(new URL(values['engine-url']).origin, {
+  connections: null,
+  pipelining: 1,
+  headersTimeout: 900_000,
+  bodyTimeout: 900_000,
+  keepAliveTimeout: 30_000,
+});
 
 function readBody(req: IncomingMessage): Promise<Buffer> {
   return new Promise((resolve, reject) => {
@@ -65,7 +73,8 @@ async function forward(req: IncomingMessage, res: ServerResponse): Promise<void>
 
 const server = createServer((req, res) => {
   forward(req, res).catch((err: unknown) => {
-    if (!res.headersSent) res.writeHead(502, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: String(err) } }));
+    if (!res.headersSent)
+      res.writeHead(502, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: String(err) } }));
     else res.destroy();
   });
 });

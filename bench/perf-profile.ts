@@ -10,7 +10,10 @@ import { readFileSync } from 'node:fs';
 /** What a sample's symbol is spent on; the first pattern that matches names it (see categoryOf). */
 export const PERF_CATEGORIES: readonly (readonly [string, RegExp])[] = [
   ['kernel', /^\[k\]/],
-  ['gc', /Scaveng|Marking|MarkCompact|Sweeper|Heap::|GCTracer|Evacuat|RememberedSet|SlotSet|IteratePointers|SizeFromMap|ArrayBufferSweeper|MemoryAllocator|FreeList/],
+  [
+    'gc',
+    /Scaveng|Marking|MarkCompact|Sweeper|Heap::|GCTracer|Evacuat|RememberedSet|SlotSet|IteratePointers|SizeFromMap|ArrayBufferSweeper|MemoryAllocator|FreeList/,
+  ],
   ['compiler', /compiler::|Turbofan|Maglev|baseline::|Compiler|Pipeline|Zone::/],
   ['json', /Json/],
   ['malloc', /malloc|_int_free|cfree|unlink_chunk|memmove|memcpy|memset/],
@@ -55,8 +58,16 @@ export function perfBreakdown(reportText: string, pid: number): PerfBreakdown {
     add(Number(m[2]) === pid ? main : others, category, pct);
     bySymbol.set(symbol, (bySymbol.get(symbol) ?? 0) + pct);
   }
-  const round = (r: Record<string, number>) => Object.fromEntries(Object.entries(r).sort((a, b) => b[1] - a[1]).map(([k, v]) => [k, Math.round(v * 10) / 10]));
-  const top = [...bySymbol].sort((a, b) => b[1] - a[1]).slice(0, 10).map(([symbol, pct]) => ({ symbol, pct: Math.round(pct * 100) / 100 }));
+  const round = (r: Record<string, number>) =>
+    Object.fromEntries(
+      Object.entries(r)
+        .sort((a, b) => b[1] - a[1])
+        .map(([k, v]) => [k, Math.round(v * 10) / 10]),
+    );
+  const top = [...bySymbol]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 10)
+    .map(([symbol, pct]) => ({ symbol, pct: Math.round(pct * 100) / 100 }));
   return { samples_pct: Math.round(sum * 10) / 10, total: round(total), main: round(main), other_threads: round(others), top };
 }
 
@@ -88,7 +99,8 @@ export function perfUnavailable(): string | undefined {
   if (probe.error || probe.status !== 0) return 'perf is not installed (apt-get install linux-perf)';
   try {
     const paranoid = Number(readFileSync('/proc/sys/kernel/perf_event_paranoid', 'utf8').trim());
-    if (paranoid > 1 && process.getuid?.() !== 0) return `kernel.perf_event_paranoid is ${paranoid}; set it to 1 or below (sysctl kernel.perf_event_paranoid=1)`;
+    if (paranoid > 1 && process.getuid?.() !== 0)
+      return `kernel.perf_event_paranoid is ${paranoid}; set it to 1 or below (sysctl kernel.perf_event_paranoid=1)`;
   } catch {
     return 'this is not Linux (no /proc/sys/kernel/perf_event_paranoid)';
   }
@@ -102,7 +114,9 @@ export interface PerfRecording {
 
 /** Records `pid` (all its threads) into `file` until stop(). */
 export function recordPerf(pid: number, file: string): PerfRecording {
-  const child: ChildProcess = spawn('perf', ['record', '-e', 'cpu-clock', '-F', '999', '-p', String(pid), '-o', file], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const child: ChildProcess = spawn('perf', ['record', '-e', 'cpu-clock', '-F', '999', '-p', String(pid), '-o', file], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   let stderr = '';
   child.stderr!.on('data', (c: Buffer) => (stderr = (stderr + c.toString('utf8')).slice(-4000)));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
@@ -111,7 +125,11 @@ export function recordPerf(pid: number, file: string): PerfRecording {
       child.kill('SIGINT');
       const code = await exited;
       if (code !== 0 && code !== null) throw new Error(`perf record exited with ${code}: ${stderr.trim()}`);
-      const report = spawnSync('perf', ['report', '-i', file, '--no-children', '--sort', 'pid,sym', '-g', 'none', '-q', '--percent-limit', '0'], { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024 });
+      const report = spawnSync(
+        'perf',
+        ['report', '-i', file, '--no-children', '--sort', 'pid,sym', '-g', 'none', '-q', '--percent-limit', '0'],
+        { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024 },
+      );
       if (report.status !== 0) throw new Error(`perf report failed: ${report.stderr.trim()}`);
       return perfBreakdown(report.stdout, pid);
     },

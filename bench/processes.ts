@@ -37,7 +37,12 @@ export interface Started {
  * Spawns `node <args>` and resolves once a stdout line satisfies `ready`. stdin stays an open pipe:
  * the bench children exit when it closes, so they cannot outlive a crashed orchestrator.
  */
-export function startNode(name: string, args: string[], ready: (line: string) => boolean, options: { env?: NodeJS.ProcessEnv; timeoutMs?: number; logFile?: string } = {}): Promise<Started> {
+export function startNode(
+  name: string,
+  args: string[],
+  ready: (line: string) => boolean,
+  options: { env?: NodeJS.ProcessEnv; timeoutMs?: number; logFile?: string } = {},
+): Promise<Started> {
   const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'], env: options.env ?? process.env });
   if (childPriority !== undefined && child.pid !== undefined) setPriority(child.pid, childPriority);
   let stderr = '';
@@ -52,7 +57,10 @@ export function startNode(name: string, args: string[], ready: (line: string) =>
     child.once('exit', () => log.end());
   }
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => fail(new Error(`${name} did not report ready within ${options.timeoutMs ?? 30_000} ms`)), options.timeoutMs ?? 30_000);
+    const timer = setTimeout(
+      () => fail(new Error(`${name} did not report ready within ${options.timeoutMs ?? 30_000} ms`)),
+      options.timeoutMs ?? 30_000,
+    );
     const lines = createInterface({ input: child.stdout! });
     const fail = (err: Error) => {
       clearTimeout(timer);

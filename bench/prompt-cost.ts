@@ -28,11 +28,28 @@ const TURNS_PER_SESSION = 4;
 const TOOL_OUTPUT_BYTES = 120;
 
 /** The fields the proxy adds at capture level `tokens` (as bench/load-generator.ts sends on its direct path). */
-const CAPTURE_FIELDS = { stream: false, max_tokens: 8192, logprobs: true, top_logprobs: 0, top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1, return_token_ids: true, return_tokens_as_token_ids: true };
+const CAPTURE_FIELDS = {
+  stream: false,
+  max_tokens: 8192,
+  logprobs: true,
+  top_logprobs: 0,
+  top_p: 1,
+  top_k: -1,
+  min_p: 0,
+  frequency_penalty: 0,
+  presence_penalty: 0,
+  repetition_penalty: 1,
+  return_token_ids: true,
+  return_tokens_as_token_ids: true,
+};
 
 const BASH_TOOL = {
   type: 'function',
-  function: { name: 'bash', description: 'Run a shell command in the task container and return its output.', parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } },
+  function: {
+    name: 'bash',
+    description: 'Run a shell command in the task container and return its output.',
+    parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
+  },
 };
 
 interface Message {
@@ -66,7 +83,11 @@ function filler(label: string, bytes: number): string {
 }
 
 async function post(url: string, body: unknown, key?: string): Promise<{ status: number; text: string }> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) }, body: JSON.stringify(body) });
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+    body: JSON.stringify(body),
+  });
   return { status: res.status, text: await res.text() };
 }
 
@@ -110,10 +131,17 @@ function threadTotals(pid: number): Map<string, number> {
   return new Map([...threadCpuMs(pid)].map(([name, t]) => [name, t.user + t.sys]));
 }
 
-async function measureSize(proxy: Hop, passthrough: Hop, model: string, dataDir: string, run: SizeRun, log: (m: string) => void): Promise<PromptCostRow> {
+async function measureSize(
+  proxy: Hop,
+  passthrough: Hop,
+  model: string,
+  dataDir: string,
+  run: SizeRun,
+  log: (m: string) => void,
+): Promise<PromptCostRow> {
   const proxyUrl = proxy.url;
   // The fake engine's tokenizer is bytewise (bytes = tokens); the tool schema and chat template take ~400, the turns ~100 each.
-  const system = filler('System prompt', Math.max(100, run.tokens - 400 - (TURNS_PER_SESSION / 2) * (TOOL_OUTPUT_BYTES + 160) / 2));
+  const system = filler('System prompt', Math.max(100, run.tokens - 400 - ((TURNS_PER_SESSION / 2) * (TOOL_OUTPUT_BYTES + 160)) / 2));
   const engineTexts: string[] = [];
   let promptTokens = 0;
   let measured = 0;
@@ -152,7 +180,11 @@ async function measureSize(proxy: Hop, passthrough: Hop, model: string, dataDir:
       engineTexts.push(direct.text);
       promptTokens += (JSON.parse(direct.text) as { usage: { prompt_tokens: number } }).usage.prompt_tokens;
       measured++;
-      messages.push({ role: 'assistant', content: message.content ?? null, ...(message.tool_calls?.length ? { tool_calls: message.tool_calls } : {}) });
+      messages.push({
+        role: 'assistant',
+        content: message.content ?? null,
+        ...(message.tool_calls?.length ? { tool_calls: message.tool_calls } : {}),
+      });
       const toolCall = message.tool_calls?.[0];
       if (toolCall) messages.push({ role: 'tool', tool_call_id: toolCall.id, content: filler('Output', TOOL_OUTPUT_BYTES) });
       else messages.push({ role: 'user', content: `Now run the tests again (${t}).` });
@@ -161,7 +193,8 @@ async function measureSize(proxy: Hop, passthrough: Hop, model: string, dataDir:
   await new Promise((r) => setTimeout(r, 200));
   const cpu = (cpuMs(proxy.process.pid) ?? cpuBefore) - cpuBefore;
   const byThread: Record<string, number> = {};
-  for (const [name, ms] of threadTotals(proxy.process.pid)) byThread[name] = Math.round(((ms - (threadsBefore.get(name) ?? 0)) / measured) * 1000) / 1000;
+  for (const [name, ms] of threadTotals(proxy.process.pid))
+    byThread[name] = Math.round(((ms - (threadsBefore.get(name) ?? 0)) / measured) * 1000) / 1000;
   const stored = sessionBytes(dataDir) - bytesBefore;
   const floor = parseStringifyFloor(engineTexts);
   const perCall = cpu / measured;
@@ -195,21 +228,35 @@ export interface PromptCostOptions {
   log: (m: string) => void;
 }
 
-export async function runPromptCost(o: PromptCostOptions): Promise<{ rows: PromptCostRow[]; pass: boolean; host: { cpus: number; load_1m_start: number; load_1m_end: number } }> {
+export async function runPromptCost(
+  o: PromptCostOptions,
+): Promise<{ rows: PromptCostRow[]; pass: boolean; host: { cpus: number; load_1m_start: number; load_1m_end: number } }> {
   const loadStart = loadavg()[0]!;
   const entry = existsSync(o.cli) ? [o.cli] : ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts')];
-  const engine = await startNode('fake engine', ['--import', 'tsx', join(ROOT, 'bench', 'fake-engine-process.ts'), '--think-ms', '0'], (l) => l.startsWith('{'));
+  const engine = await startNode(
+    'fake engine',
+    ['--import', 'tsx', join(ROOT, 'bench', 'fake-engine-process.ts'), '--think-ms', '0'],
+    (l) => l.startsWith('{'),
+  );
   const { url: engineUrl, model } = JSON.parse(engine.line) as { url: string; model: string };
   const rows: PromptCostRow[] = [];
-  const pt = await startNode('pass-through', ['--import', 'tsx', join(ROOT, 'bench', 'passthrough.ts'), '--engine-url', engineUrl], (l) => l.startsWith('{'));
+  const pt = await startNode('pass-through', ['--import', 'tsx', join(ROOT, 'bench', 'passthrough.ts'), '--engine-url', engineUrl], (l) =>
+    l.startsWith('{'),
+  );
   const passthrough = { url: (JSON.parse(pt.line) as { url: string }).url, process: pt };
   try {
     for (const [i, tokens] of o.sizes.entries()) {
       const dataDir = mkdtempSync(join(tmpdir(), 'hl-bench-prompt-cost-'));
       const profileDir = join(ROOT, 'bench-results', 'profiles');
       if (o.profile) mkdirSync(profileDir, { recursive: true });
-      const prof = o.profile ? ['--cpu-prof', '--cpu-prof-interval', '100', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `prompt-cost-${tokens}.cpuprofile`] : [];
-      const proxy = await startNode('proxy', [...prof, ...entry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir], (l) => l.startsWith('proxy listening on '));
+      const prof = o.profile
+        ? ['--cpu-prof', '--cpu-prof-interval', '100', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `prompt-cost-${tokens}.cpuprofile`]
+        : [];
+      const proxy = await startNode(
+        'proxy',
+        [...prof, ...entry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir],
+        (l) => l.startsWith('proxy listening on '),
+      );
       const proxyUrl = proxy.line.slice('proxy listening on '.length).trim();
       try {
         // Warm-up: as many calls at this size as are measured, not measured. Four calls left V8
@@ -228,20 +275,38 @@ export async function runPromptCost(o: PromptCostOptions): Promise<{ rows: Promp
     await stopChild(pt.child);
     await stopChild(engine.child);
   }
-  const result = { rows, pass: rows.every((r) => r.pass), host: { cpus: cpus().length, load_1m_start: Math.round(loadStart * 100) / 100, load_1m_end: Math.round(loadavg()[0]! * 100) / 100 } };
+  const result = {
+    rows,
+    pass: rows.every((r) => r.pass),
+    host: { cpus: cpus().length, load_1m_start: Math.round(loadStart * 100) / 100, load_1m_end: Math.round(loadavg()[0]! * 100) / 100 },
+  };
   mkdirSync(dirname(o.out), { recursive: true });
-  writeFileSync(o.out, `${JSON.stringify({ bench: 'prompt-cost', started_at: new Date().toISOString(), target: PROMPT_COST_TARGET, ...result }, null, 2)}\n`);
+  writeFileSync(
+    o.out,
+    `${JSON.stringify({ bench: 'prompt-cost', started_at: new Date().toISOString(), target: PROMPT_COST_TARGET, ...result }, null, 2)}\n`,
+  );
   return result;
 }
 
 function intList(text: string, name: string): number[] {
   const list = text.split(',').map((s) => Number(s.trim()));
-  if (list.length === 0 || list.some((n) => !Number.isInteger(n) || n <= 0)) throw new Error(`--${name} must be a comma-separated list of positive integers, got '${text}'`);
+  if (list.length === 0 || list.some((n) => !Number.isInteger(n) || n <= 0))
+    throw new Error(`--${name} must be a comma-separated list of positive integers, got '${text}'`);
   return list;
 }
 
 export function parsePromptCostArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): PromptCostOptions {
-  const { values } = parseArgs({ args: argv, options: { quick: { type: 'boolean', default: false }, sizes: { type: 'string' }, calls: { type: 'string' }, profile: { type: 'boolean', default: false }, out: { type: 'string' }, cli: { type: 'string' } } });
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      quick: { type: 'boolean', default: false },
+      sizes: { type: 'string' },
+      calls: { type: 'string' },
+      profile: { type: 'boolean', default: false },
+      out: { type: 'string' },
+      cli: { type: 'string' },
+    },
+  });
   const quick = values.quick || env.BENCH_QUICK === '1';
   return {
     sizes: intList(values.sizes ?? '1000,8000,32000', 'sizes'),
@@ -255,9 +320,36 @@ export function parsePromptCostArgs(argv: string[], env: NodeJS.ProcessEnv = pro
 }
 
 export function formatPromptCost(rows: PromptCostRow[]): string {
-  const head = ['prompt tokens', 'calls', 'proxy CPU ms/call', 'of it main thread', 'pass-through CPU ms/call', 'parse+stringify floor ms', 'ratio', 'answer KB', 'stored KB/call', 'CPU ms/session created', 'verdict'];
+  const head = [
+    'prompt tokens',
+    'calls',
+    'proxy CPU ms/call',
+    'of it main thread',
+    'pass-through CPU ms/call',
+    'parse+stringify floor ms',
+    'ratio',
+    'answer KB',
+    'stored KB/call',
+    'CPU ms/session created',
+    'verdict',
+  ];
   const lines = [head.join('  ')];
-  for (const r of rows) lines.push([r.prompt_tokens_mean, r.calls, r.proxy_cpu_ms_per_call.toFixed(2), (r.proxy_cpu_ms_per_call_by_thread.main ?? 0).toFixed(2), r.passthrough_cpu_ms_per_call.toFixed(2), r.floor_ms_per_call.toFixed(3), `${r.ratio.toFixed(2)}x`, (r.engine_answer_bytes_mean / 1024).toFixed(1), (r.stored_bytes_per_call / 1024).toFixed(1), r.registration_cpu_ms_per_session.toFixed(2), r.pass ? 'ok' : 'FAIL'].join('  '));
+  for (const r of rows)
+    lines.push(
+      [
+        r.prompt_tokens_mean,
+        r.calls,
+        r.proxy_cpu_ms_per_call.toFixed(2),
+        (r.proxy_cpu_ms_per_call_by_thread.main ?? 0).toFixed(2),
+        r.passthrough_cpu_ms_per_call.toFixed(2),
+        r.floor_ms_per_call.toFixed(3),
+        `${r.ratio.toFixed(2)}x`,
+        (r.engine_answer_bytes_mean / 1024).toFixed(1),
+        (r.stored_bytes_per_call / 1024).toFixed(1),
+        r.registration_cpu_ms_per_session.toFixed(2),
+        r.pass ? 'ok' : 'FAIL',
+      ].join('  '),
+    );
   return lines.join('\n');
 }
 
@@ -265,7 +357,9 @@ if (process.argv[1]?.endsWith('prompt-cost.ts')) {
   (async () => {
     const options = parsePromptCostArgs(process.argv.slice(2));
     const result = await runPromptCost(options);
-    process.stdout.write(`\nprompt cost (${result.host.cpus} cores, load ${result.host.load_1m_start} at start)\n${formatPromptCost(result.rows)}\n${result.pass ? 'PASS' : 'FAIL'}: proxy CPU per call <= ${PROMPT_COST_TARGET.maxFloorRatio}x JSON parse+stringify of the engine answer\nJSON: ${options.out}\n`);
+    process.stdout.write(
+      `\nprompt cost (${result.host.cpus} cores, load ${result.host.load_1m_start} at start)\n${formatPromptCost(result.rows)}\n${result.pass ? 'PASS' : 'FAIL'}: proxy CPU per call <= ${PROMPT_COST_TARGET.maxFloorRatio}x JSON parse+stringify of the engine answer\nJSON: ${options.out}\n`,
+    );
     process.exitCode = result.pass ? 0 : 1;
   })().catch((err: unknown) => {
     process.stderr.write(`prompt-cost: ${err instanceof Error ? err.message : String(err)}\n`);

@@ -28,7 +28,14 @@ export const WARMUP_SESSIONS = 1000;
  * proxy's CPU time per call over the pass-through's (judged at the same level); errors must be zero
  * at every level, up to `errorFreeSessions` in a full run.
  */
-export const TARGETS = { sessions: 1000, maxAddedRatio: 1.5, maxAddedP99Ratio: 2, maxCpuRatio: 1.5, maxHealthP99Ms: 100, errorFreeSessions: 2000 } as const;
+export const TARGETS = {
+  sessions: 1000,
+  maxAddedRatio: 1.5,
+  maxAddedP99Ratio: 2,
+  maxCpuRatio: 1.5,
+  maxHealthP99Ms: 100,
+  errorFreeSessions: 2000,
+} as const;
 
 export interface ProxyLoadOptions {
   levels: number[];
@@ -86,7 +93,12 @@ export interface LevelReport {
   /** The floor: the pass-through that parses the request and the answer (passthrough.ts --parse). */
   passthrough: LoadResult & { process: ProcessStats; perf_rounds?: PerfBreakdown[] };
   /** `process` covers the calls; `registration` the sessions' POST /sessions before them. */
-  proxy: LoadResult & { process: ProcessStats; stored_calls: number; registration: { cpu_ms: number; cpu_ms_per_session: number }; perf_rounds?: PerfBreakdown[] };
+  proxy: LoadResult & {
+    process: ProcessStats;
+    stored_calls: number;
+    registration: { cpu_ms: number; cpu_ms_per_session: number };
+    perf_rounds?: PerfBreakdown[];
+  };
   added: AddedLatency;
   /** The same over calls after each session's first (connections already open). */
   added_later_turns: AddedLatency;
@@ -135,7 +147,12 @@ function jsonLine(line: string): boolean {
 
 async function runLoadGenerator(args: string[], gate?: () => void): Promise<LoadResult> {
   const overflowsBefore = listenOverflows();
-  const gen = await startNode('load generator', tsx('load-generator.ts', [...args, ...(gate ? ['--gate'] : [])]), gate ? (l) => l.startsWith('{"registered"') : jsonLine, { timeoutMs: 15 * 60_000 });
+  const gen = await startNode(
+    'load generator',
+    tsx('load-generator.ts', [...args, ...(gate ? ['--gate'] : [])]),
+    gate ? (l) => l.startsWith('{"registered"') : jsonLine,
+    { timeoutMs: 15 * 60_000 },
+  );
   if (gate) {
     gate();
     gen.child.stdin!.write('go\n');
@@ -163,7 +180,10 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
   const limit = nofileLimit();
   const top = Math.max(...o.levels);
   // Each side of a connection is a descriptor: the proxy holds one per client plus one per engine socket.
-  if (limit !== null && limit < top * 2 + 256) throw new Error(`ulimit -n is ${limit}; ${top} sessions need at least ${top * 2 + 256} open files per process. Raise it (ulimit -n 20000) and run again.`);
+  if (limit !== null && limit < top * 2 + 256)
+    throw new Error(
+      `ulimit -n is ${limit}; ${top} sessions need at least ${top * 2 + 256} open files per process. Raise it (ulimit -n 20000) and run again.`,
+    );
   const cliPath = join(ROOT, 'dist', 'cli.js');
   if (!o.proxyFromSource && !existsSync(cliPath)) throw new Error(`${cliPath} is missing; run npm run build (or pass --proxy-from-source)`);
 
@@ -188,14 +208,35 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
     const { url: engineUrl, model } = JSON.parse(engine.line) as { url: string; model: string };
     o.log(`engine ${engineUrl} (think ${o.thinkMs} ms); levels ${o.levels.join(', ')}, ${o.turns} turns per session`);
 
-    const common = ['--turns', String(o.turns), '--model', model, '--ramp-ms', String(o.rampMs), '--system-bytes', String(o.systemBytes), '--stream-share', String(o.streamShare)];
+    const common = [
+      '--turns',
+      String(o.turns),
+      '--model',
+      model,
+      '--ramp-ms',
+      String(o.rampMs),
+      '--system-bytes',
+      String(o.systemBytes),
+      '--stream-share',
+      String(o.streamShare),
+    ];
     // Every path is warmed up before it is measured, the proxy and the pass-throughs each in a fresh
     // process per run (the engine once, it is the same for every path): a few dozen
     // calls left the proxy's code half optimized (V8 still compiling ~14% of its CPU during the
     // measured load at 1,000 sessions), which is start-up cost, not the cost per call of a proxy
     // that runs for days. A full run warms with the level's sessions (up to WARMUP_SESSIONS) x 3 turns.
     const warmup = (mode: string, url: string, sessions: number) =>
-      runLoadGenerator(['--mode', mode, '--url', url, '--sessions', String(o.quick ? Math.min(32, sessions) : Math.min(WARMUP_SESSIONS, sessions)), ...common, '--turns', o.quick ? '1' : '3']);
+      runLoadGenerator([
+        '--mode',
+        mode,
+        '--url',
+        url,
+        '--sessions',
+        String(o.quick ? Math.min(32, sessions) : Math.min(WARMUP_SESSIONS, sessions)),
+        ...common,
+        '--turns',
+        o.quick ? '1' : '3',
+      ]);
     const seed = (n: number) => engine.child.stdin!.write(`seed ${n}\n`);
 
     await warmup('direct', engineUrl, top);
@@ -209,10 +250,22 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
      * was compared with (V8 goes on optimizing functions for thousands of calls: TurboFan was 7% of
      * a proxy's CPU after its 3,000-call warm-up), so the ratio charged the proxy for being younger.
      */
-    const hopRun = async (path: 'pipe' | 'passthrough', sessions: number, round: number, args: (mode: string, url: string) => string[]): Promise<{ result: LoadResult; stats: WatchStats; perf?: PerfBreakdown }> => {
+    const hopRun = async (
+      path: 'pipe' | 'passthrough',
+      sessions: number,
+      round: number,
+      args: (mode: string, url: string) => string[],
+    ): Promise<{ result: LoadResult; stats: WatchStats; perf?: PerfBreakdown }> => {
       // With --perf the floor is recorded like the proxy, so their costs can be put side by side.
       const profiled = o.perf && path === 'passthrough';
-      const started = await startNode(path, [...(profiled ? ['--perf-basic-prof'] : []), ...tsx('passthrough.ts', ['--engine-url', engineUrl, ...(path === 'passthrough' ? ['--parse'] : [])])], jsonLine);
+      const started = await startNode(
+        path,
+        [
+          ...(profiled ? ['--perf-basic-prof'] : []),
+          ...tsx('passthrough.ts', ['--engine-url', engineUrl, ...(path === 'passthrough' ? ['--parse'] : [])]),
+        ],
+        jsonLine,
+      );
       children.push(started);
       const url = (JSON.parse(started.line) as { url: string }).url;
       try {
@@ -233,15 +286,28 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
     const entry = o.proxyFromSource ? ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts')] : [cliPath];
 
     /** One proxy run: a fresh proxy process and data dir, a warm-up, then the measured load. */
-    const proxyRun = async (sessions: number, round: number, args: (mode: string, url: string) => string[]): Promise<{ result: LoadResult; stats: WatchStats; registration: WatchStats; stored: number; perf?: PerfBreakdown }> => {
+    const proxyRun = async (
+      sessions: number,
+      round: number,
+      args: (mode: string, url: string) => string[],
+    ): Promise<{ result: LoadResult; stats: WatchStats; registration: WatchStats; stored: number; perf?: PerfBreakdown }> => {
       const dataDir = mkdtempSync(join(tmpdir(), 'hl-bench-proxy-'));
-      const nodeArgs = [...o.proxyNodeArgs, ...(o.profile ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `proxy-${sessions}-r${round}.cpuprofile`] : []), ...(o.perf ? ['--perf-basic-prof'] : [])];
+      const nodeArgs = [
+        ...o.proxyNodeArgs,
+        ...(o.profile ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `proxy-${sessions}-r${round}.cpuprofile`] : []),
+        ...(o.perf ? ['--perf-basic-prof'] : []),
+      ];
       let logFile: string | undefined;
       if (nodeArgs.length) {
         mkdirSync(join(ROOT, 'bench-results', 'logs'), { recursive: true });
         logFile = join(ROOT, 'bench-results', 'logs', `proxy-${sessions}-r${round}.log`);
       }
-      const proxy = await startNode('proxy', [...nodeArgs, ...entry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir], (l) => l.startsWith('proxy listening on '), { logFile });
+      const proxy = await startNode(
+        'proxy',
+        [...nodeArgs, ...entry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir],
+        (l) => l.startsWith('proxy listening on '),
+        { logFile },
+      );
       children.push(proxy);
       const proxyUrl = proxy.line.slice('proxy listening on '.length).trim();
       try {
@@ -262,7 +328,8 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
         });
         const stats = watch!.stop();
         const perf = await recording?.stop();
-        if (totalCount(result.errors) > 0 && proxy.stderr().includes('[error]')) o.log(`proxy stderr (tail):\n${proxy.stderr().slice(-2000)}`);
+        if (totalCount(result.errors) > 0 && proxy.stderr().includes('[error]'))
+          o.log(`proxy stderr (tail):\n${proxy.stderr().slice(-2000)}`);
         return { result, stats, registration: registered!, stored: storedCalls(dataDir) - warmCalls, ...(perf ? { perf } : {}) };
       } finally {
         await stopChild(proxy.child);
@@ -277,7 +344,17 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
 
     const levels: LevelReport[] = [];
     for (const sessions of o.levels) {
-      const loadArgs = (mode: string, url: string) => ['--mode', mode, '--url', url, '--sessions', String(sessions), ...common, '--health-url', `${url}/health`];
+      const loadArgs = (mode: string, url: string) => [
+        '--mode',
+        mode,
+        '--url',
+        url,
+        '--sessions',
+        String(sessions),
+        ...common,
+        '--health-url',
+        `${url}/health`,
+      ];
       const runs: Record<'direct' | 'pipe' | 'passthrough' | 'proxy', LoadResult[]> = { direct: [], pipe: [], passthrough: [], proxy: [] };
       const hopStats: Record<'pipe' | 'passthrough', WatchStats[]> = { pipe: [], passthrough: [] };
       const pxStats: WatchStats[] = [];
@@ -287,7 +364,8 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
       const floorPerfRounds: PerfBreakdown[] = [];
       for (let round = 0; round < o.rounds; round++) {
         // Alternate the order (ABC, CBA, ...) so a drift in background load hits every path alike.
-        const order = round % 2 === 0 ? (['direct', 'pipe', 'passthrough', 'proxy'] as const) : (['proxy', 'passthrough', 'pipe', 'direct'] as const);
+        const order =
+          round % 2 === 0 ? (['direct', 'pipe', 'passthrough', 'proxy'] as const) : (['proxy', 'passthrough', 'pipe', 'direct'] as const);
         for (const path of order) {
           o.log(`[${sessions}${o.rounds > 1 ? ` round ${round + 1}/${o.rounds}` : ''}] ${path} ...`);
           if (path === 'direct') {
@@ -312,8 +390,16 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
         sessions,
         mergeLoadResults(runs.direct),
         withProcess(mergeLoadResults(runs.pipe), hopStats.pipe),
-        { ...withProcess(mergeLoadResults(runs.passthrough), hopStats.passthrough), ...(floorPerfRounds.length ? { perf_rounds: floorPerfRounds } : {}) },
-        { ...withProcess(mergeLoadResults(runs.proxy), pxStats), stored_calls: stored, registration: registrationStats(registrations, sessions), ...(perfRounds.length ? { perf_rounds: perfRounds } : {}) },
+        {
+          ...withProcess(mergeLoadResults(runs.passthrough), hopStats.passthrough),
+          ...(floorPerfRounds.length ? { perf_rounds: floorPerfRounds } : {}),
+        },
+        {
+          ...withProcess(mergeLoadResults(runs.proxy), pxStats),
+          stored_calls: stored,
+          registration: registrationStats(registrations, sessions),
+          ...(perfRounds.length ? { perf_rounds: perfRounds } : {}),
+        },
         o.quick ? null : latencyLevel(o.levels),
       );
       levels.push(level);
@@ -324,8 +410,29 @@ export async function runProxyLoad(o: ProxyLoadOptions): Promise<ProxyLoadReport
     const report: ProxyLoadReport = {
       bench: 'proxy-load',
       started_at,
-      host: { cpus: cpus().length, node: process.version, platform: `${process.platform}-${process.arch}`, nofile_limit: limit, load_1m_start: round2(loadStart), load_1m_end: round2(loadavg()[0]!) },
-      config: { levels: o.levels, turns: o.turns, rounds: o.rounds, thinkMs: o.thinkMs, rampMs: o.rampMs, systemBytes: o.systemBytes, streamShare: o.streamShare, quick: o.quick, profile: o.profile, perf: o.perf, proxyFromSource: o.proxyFromSource, proxyNodeArgs: o.proxyNodeArgs, nice: o.nice },
+      host: {
+        cpus: cpus().length,
+        node: process.version,
+        platform: `${process.platform}-${process.arch}`,
+        nofile_limit: limit,
+        load_1m_start: round2(loadStart),
+        load_1m_end: round2(loadavg()[0]!),
+      },
+      config: {
+        levels: o.levels,
+        turns: o.turns,
+        rounds: o.rounds,
+        thinkMs: o.thinkMs,
+        rampMs: o.rampMs,
+        systemBytes: o.systemBytes,
+        streamShare: o.streamShare,
+        quick: o.quick,
+        profile: o.profile,
+        perf: o.perf,
+        proxyFromSource: o.proxyFromSource,
+        proxyNodeArgs: o.proxyNodeArgs,
+        nice: o.nice,
+      },
       targets: { ...TARGETS, latency_evaluated_at: o.quick ? null : latencyLevel(o.levels) },
       levels,
       pass: failures.length === 0,
@@ -351,7 +458,10 @@ function latencyLevel(levels: number[]): number {
 /** What registering the proxy's sessions cost (POST /sessions, measured before the calls start). */
 function registrationStats(rounds: WatchStats[], sessions: number): { cpu_ms: number; cpu_ms_per_session: number } {
   const cpu = rounds.reduce((sum, s) => sum + s.cpuMs, 0);
-  return { cpu_ms: Math.round(cpu / rounds.length), cpu_ms_per_session: Math.round((cpu / Math.max(1, sessions * rounds.length)) * 1000) / 1000 };
+  return {
+    cpu_ms: Math.round(cpu / rounds.length),
+    cpu_ms_per_session: Math.round((cpu / Math.max(1, sessions * rounds.length)) * 1000) / 1000,
+  };
 }
 
 /** Over several rounds: the highest peak, the lowest start, CPU per round on average, CPU per answered call. */
@@ -385,7 +495,14 @@ function addedLatency(direct: LatencySummary, pipe: LatencySummary, pt: LatencyS
   const round = (v: number) => Math.round(v * 10) / 10;
   // A floor at or below zero (noise at low load) would make the ratio meaningless; clamp it to 1 ms.
   const ratio = (proxy: number, floor: number) => Math.round((proxy / Math.max(1, floor)) * 100) / 100;
-  const a = { pipe_p50_ms: round(pipe.p50 - direct.p50), pipe_p99_ms: round(pipe.p99 - direct.p99), passthrough_p50_ms: round(pt.p50 - direct.p50), proxy_p50_ms: round(px.p50 - direct.p50), passthrough_p99_ms: round(pt.p99 - direct.p99), proxy_p99_ms: round(px.p99 - direct.p99) };
+  const a = {
+    pipe_p50_ms: round(pipe.p50 - direct.p50),
+    pipe_p99_ms: round(pipe.p99 - direct.p99),
+    passthrough_p50_ms: round(pt.p50 - direct.p50),
+    proxy_p50_ms: round(px.p50 - direct.p50),
+    passthrough_p99_ms: round(pt.p99 - direct.p99),
+    proxy_p99_ms: round(px.p99 - direct.p99),
+  };
   return { ...a, ratio_p50: ratio(a.proxy_p50_ms, a.passthrough_p50_ms), ratio_p99: ratio(a.proxy_p99_ms, a.passthrough_p99_ms) };
 }
 
@@ -394,14 +511,26 @@ function addedLatency(direct: LatencySummary, pipe: LatencySummary, pt: LatencyS
  * the limit. The added-latency ratio is judged only at `latencyLevel` (the top level of a full run):
  * at low load both paths add a few ms and their ratio is noise.
  */
-function evaluate(sessions: number, direct: LoadResult, pipe: LevelReport['pipe'], pt: LevelReport['passthrough'], px: LevelReport['proxy'], latencyLevel: number | null): LevelReport {
+function evaluate(
+  sessions: number,
+  direct: LoadResult,
+  pipe: LevelReport['pipe'],
+  pt: LevelReport['passthrough'],
+  px: LevelReport['proxy'],
+  latencyLevel: number | null,
+): LevelReport {
   const added = addedLatency(direct.latency, pipe.latency, pt.latency, px.latency);
   const cpuRatioTo = (floor: ProcessStats) => Math.round((px.process.cpu_ms_per_call / Math.max(0.001, floor.cpu_ms_per_call)) * 100) / 100;
   const cpuRatio = cpuRatioTo(pt.process);
   const cpuRatioPipe = cpuRatioTo(pipe.process);
   const addedLater = addedLatency(direct.later_turns, pipe.later_turns, pt.later_turns, px.later_turns);
   const failures: string[] = [];
-  for (const [name, r] of [['direct', direct], ['pipe', pipe], ['pass-through', pt], ['proxy', px]] as const) {
+  for (const [name, r] of [
+    ['direct', direct],
+    ['pipe', pipe],
+    ['pass-through', pt],
+    ['proxy', px],
+  ] as const) {
     const n = totalCount(r.errors);
     if (n > 0) failures.push(`${name}: ${n} error(s) ${JSON.stringify(r.errors)}`);
     const expected = r.sessions * r.turns * (r.runs ?? 1);
@@ -413,16 +542,23 @@ function evaluate(sessions: number, direct: LoadResult, pipe: LevelReport['pipe'
   else {
     const healthErrors = totalCount(health.errors);
     if (healthErrors > 0) failures.push(`/health: ${healthErrors} failed poll(s) ${JSON.stringify(health.errors)}`);
-    if (!(health.latency.p99 < TARGETS.maxHealthP99Ms)) failures.push(`/health p99 ${fmtMs(health.latency.p99)} ms >= ${TARGETS.maxHealthP99Ms} ms`);
+    if (!(health.latency.p99 < TARGETS.maxHealthP99Ms))
+      failures.push(`/health p99 ${fmtMs(health.latency.p99)} ms >= ${TARGETS.maxHealthP99Ms} ms`);
   }
   if (latencyLevel !== null && sessions === latencyLevel && !(added.ratio_p50 <= TARGETS.maxAddedRatio)) {
-    failures.push(`proxy added p50 ${fmtMs(added.proxy_p50_ms)} ms = ${fmtRatio(added.ratio_p50)} the pass-through's ${fmtMs(added.passthrough_p50_ms)} ms (target <= ${TARGETS.maxAddedRatio}x)`);
+    failures.push(
+      `proxy added p50 ${fmtMs(added.proxy_p50_ms)} ms = ${fmtRatio(added.ratio_p50)} the pass-through's ${fmtMs(added.passthrough_p50_ms)} ms (target <= ${TARGETS.maxAddedRatio}x)`,
+    );
   }
   if (latencyLevel !== null && sessions === latencyLevel && !(added.ratio_p99 <= TARGETS.maxAddedP99Ratio)) {
-    failures.push(`proxy added p99 ${fmtMs(added.proxy_p99_ms)} ms = ${fmtRatio(added.ratio_p99)} the pass-through's ${fmtMs(added.passthrough_p99_ms)} ms (target <= ${TARGETS.maxAddedP99Ratio}x)`);
+    failures.push(
+      `proxy added p99 ${fmtMs(added.proxy_p99_ms)} ms = ${fmtRatio(added.ratio_p99)} the pass-through's ${fmtMs(added.passthrough_p99_ms)} ms (target <= ${TARGETS.maxAddedP99Ratio}x)`,
+    );
   }
   if (latencyLevel !== null && sessions === latencyLevel && !(cpuRatio <= TARGETS.maxCpuRatio)) {
-    failures.push(`proxy CPU ${px.process.cpu_ms_per_call} ms per call = ${fmtRatio(cpuRatio)} the pass-through's ${pt.process.cpu_ms_per_call} ms (target <= ${TARGETS.maxCpuRatio}x)`);
+    failures.push(
+      `proxy CPU ${px.process.cpu_ms_per_call} ms per call = ${fmtRatio(cpuRatio)} the pass-through's ${pt.process.cpu_ms_per_call} ms (target <= ${TARGETS.maxCpuRatio}x)`,
+    );
   }
   return {
     sessions,
@@ -435,7 +571,12 @@ function evaluate(sessions: number, direct: LoadResult, pipe: LevelReport['pipe'
     cpu_ratio: cpuRatio,
     cpu_ratio_pipe: cpuRatioPipe,
     ...(pt.perf_rounds?.length && px.perf_rounds?.length
-      ? { perf_ms_per_call: { passthrough: msPerCallByCategory(pt.perf_rounds, pt.process.cpu_ms_per_call), proxy: msPerCallByCategory(px.perf_rounds, px.process.cpu_ms_per_call) } }
+      ? {
+          perf_ms_per_call: {
+            passthrough: msPerCallByCategory(pt.perf_rounds, pt.process.cpu_ms_per_call),
+            proxy: msPerCallByCategory(px.perf_rounds, px.process.cpu_ms_per_call),
+          },
+        }
       : {}),
     health_p50_ms: health?.latency.p50 ?? Number.NaN,
     health_p99_ms: health?.latency.p99 ?? Number.NaN,
@@ -448,7 +589,25 @@ function evaluate(sessions: number, direct: LoadResult, pipe: LevelReport['pipe'
 export function formatReport(report: ProxyLoadReport): string {
   const errs = (r: LoadResult) => String(totalCount(r.errors));
   const rows = [
-    ['sessions', 'errors d/pi/pt/px', 'direct p50/p99', 'pass-thru p50/p99', 'proxy p50/p99', 'added p50 pi/pt/px', 'ratio p50', 'added p99 pi/pt/px', 'ratio p99', 'ratio later p50/p99', 'CPU ms/call pi/pt/px', 'ratio CPU pt (pi)', 'CPU ms/session created', '/health p50/p99', 'proxy RSS', 'SYN drops d/pi/pt/px', 'verdict'],
+    [
+      'sessions',
+      'errors d/pi/pt/px',
+      'direct p50/p99',
+      'pass-thru p50/p99',
+      'proxy p50/p99',
+      'added p50 pi/pt/px',
+      'ratio p50',
+      'added p99 pi/pt/px',
+      'ratio p99',
+      'ratio later p50/p99',
+      'CPU ms/call pi/pt/px',
+      'ratio CPU pt (pi)',
+      'CPU ms/session created',
+      '/health p50/p99',
+      'proxy RSS',
+      'SYN drops d/pi/pt/px',
+      'verdict',
+    ],
     ...report.levels.map((l) => [
       String(l.sessions),
       `${errs(l.direct)}/${errs(l.pipe)}/${errs(l.passthrough)}/${errs(l.proxy)}`,
@@ -469,10 +628,19 @@ export function formatReport(report: ProxyLoadReport): string {
       l.pass ? 'ok' : 'FAIL',
     ]),
   ];
-  const lines = [formatTable(rows), '(all latencies in ms; pi = the byte pipe, pt = the pass-through that parses (the floor);\n added = path minus direct; ratio = proxy added / pass-through added;\n ratio later = the same over the 2nd and later calls of each session, on open connections;\n SYN drops = connections the kernel dropped on full listen queues during the runs, system-wide)'];
-  const shares = (r: Record<string, number>) => Object.entries(r).map(([k, v]) => `${k} ${v.toFixed(1)}%`).join(', ');
+  const lines = [
+    formatTable(rows),
+    '(all latencies in ms; pi = the byte pipe, pt = the pass-through that parses (the floor);\n added = path minus direct; ratio = proxy added / pass-through added;\n ratio later = the same over the 2nd and later calls of each session, on open connections;\n SYN drops = connections the kernel dropped on full listen queues during the runs, system-wide)',
+  ];
+  const shares = (r: Record<string, number>) =>
+    Object.entries(r)
+      .map(([k, v]) => `${k} ${v.toFixed(1)}%`)
+      .join(', ');
   for (const l of report.levels) {
-    for (const [i, p] of (l.proxy.perf_rounds ?? []).entries()) lines.push(`${l.sessions} sessions, round ${i + 1}, proxy CPU by perf: main thread ${shares(p.main)}; other threads ${shares(p.other_threads)}`);
+    for (const [i, p] of (l.proxy.perf_rounds ?? []).entries())
+      lines.push(
+        `${l.sessions} sessions, round ${i + 1}, proxy CPU by perf: main thread ${shares(p.main)}; other threads ${shares(p.other_threads)}`,
+      );
     if (l.perf_ms_per_call) {
       const { passthrough: pt, proxy: px } = l.perf_ms_per_call;
       const cells = Object.keys(px)
@@ -483,25 +651,37 @@ export function formatReport(report: ProxyLoadReport): string {
   }
   for (const l of report.levels) {
     const kinds = { ...l.direct.errors, ...l.pipe.errors, ...l.passthrough.errors, ...l.proxy.errors };
-    if (Object.keys(kinds).length) lines.push(`${l.sessions}: errors direct ${JSON.stringify(l.direct.errors)} pipe ${JSON.stringify(l.pipe.errors)} pass-through ${JSON.stringify(l.passthrough.errors)} proxy ${JSON.stringify(l.proxy.errors)}`);
+    if (Object.keys(kinds).length)
+      lines.push(
+        `${l.sessions}: errors direct ${JSON.stringify(l.direct.errors)} pipe ${JSON.stringify(l.pipe.errors)} pass-through ${JSON.stringify(l.passthrough.errors)} proxy ${JSON.stringify(l.proxy.errors)}`,
+      );
   }
-  const where = report.targets.latency_evaluated_at === null ? 'latency ratio not judged in quick mode' : `latency ratio judged at ${report.targets.latency_evaluated_at} sessions`;
+  const where =
+    report.targets.latency_evaluated_at === null
+      ? 'latency ratio not judged in quick mode'
+      : `latency ratio judged at ${report.targets.latency_evaluated_at} sessions`;
   lines.push(
     report.pass
       ? `PASS: zero errors, /health p99 < ${TARGETS.maxHealthP99Ms} ms, proxy added p50 <= ${TARGETS.maxAddedRatio}x and p99 <= ${TARGETS.maxAddedP99Ratio}x the pass-through's, CPU per call <= ${TARGETS.maxCpuRatio}x (${where})`
       : `FAIL (${where}):\n  ${report.failures.join('\n  ')}`,
   );
   // The start value is other jobs only; the end value includes this bench's own processes.
-  if (report.host.load_1m_start > report.host.cpus) lines.push(`warning: load average ${report.host.load_1m_start.toFixed(1)} on ${report.host.cpus} cores before the run: other jobs competed for the CPU, so latencies (and their ratios) are inflated and noisy`);
-  if (report.targets.latency_evaluated_at !== null && report.targets.latency_evaluated_at < TARGETS.sessions) lines.push(`note: the target is ${TARGETS.sessions} sessions; this run stopped at ${report.targets.latency_evaluated_at}`);
+  if (report.host.load_1m_start > report.host.cpus)
+    lines.push(
+      `warning: load average ${report.host.load_1m_start.toFixed(1)} on ${report.host.cpus} cores before the run: other jobs competed for the CPU, so latencies (and their ratios) are inflated and noisy`,
+    );
+  if (report.targets.latency_evaluated_at !== null && report.targets.latency_evaluated_at < TARGETS.sessions)
+    lines.push(`note: the target is ${TARGETS.sessions} sessions; this run stopped at ${report.targets.latency_evaluated_at}`);
   const top = Math.max(...report.config.levels);
-  if (!report.config.quick && top < TARGETS.errorFreeSessions) lines.push(`note: errors are judged up to ${TARGETS.errorFreeSessions} sessions; this run stopped at ${top}`);
+  if (!report.config.quick && top < TARGETS.errorFreeSessions)
+    lines.push(`note: errors are judged up to ${TARGETS.errorFreeSessions} sessions; this run stopped at ${top}`);
   return lines.join('\n');
 }
 
 function intList(text: string, name: string): number[] {
   const list = text.split(',').map((s) => Number(s.trim()));
-  if (list.length === 0 || list.some((n) => !Number.isInteger(n) || n <= 0)) throw new Error(`--${name} must be a comma-separated list of positive integers, got '${text}'`);
+  if (list.length === 0 || list.some((n) => !Number.isInteger(n) || n <= 0))
+    throw new Error(`--${name} must be a comma-separated list of positive integers, got '${text}'`);
   return list;
 }
 
@@ -565,7 +745,9 @@ if (process.argv[1]?.endsWith('proxy-load.ts')) {
   (async () => {
     const options = parseProxyLoadArgs(process.argv.slice(2));
     const report = await runProxyLoad(options);
-    process.stdout.write(`\nproxy load (${report.host.cpus} cores, ${report.config.turns} turns/session, engine think ${report.config.thinkMs} ms)\n${formatReport(report)}\nJSON: ${options.out}\n`);
+    process.stdout.write(
+      `\nproxy load (${report.host.cpus} cores, ${report.config.turns} turns/session, engine think ${report.config.thinkMs} ms)\n${formatReport(report)}\nJSON: ${options.out}\n`,
+    );
     process.exitCode = report.pass ? 0 : 1;
   })().catch((err: unknown) => {
     process.stderr.write(`proxy-load: ${err instanceof Error ? err.message : String(err)}\n`);

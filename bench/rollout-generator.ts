@@ -6,7 +6,10 @@ import type { CallRecord, ChatMessage } from '../src/capture/types.js';
 import type { SessionInfo } from '../src/capture/types.js';
 import { seededRandom } from '../src/engine/prng.js';
 
-const WORDS = ' the| a| file| run| test|.|,|\n| def| return| import| os| print|(|)|:| =| if| for| in| x| y| 0| 1| ok| error| path| read| write| bash| ls| cat| grep| echo| true| false|{|}|"| and| not'.split('|');
+const WORDS =
+  ' the| a| file| run| test|.|,|\n| def| return| import| os| print|(|)|:| =| if| for| in| x| y| 0| 1| ok| error| path| read| write| bash| ls| cat| grep| echo| true| false|{|}|"| and| not'.split(
+    '|',
+  );
 export const SPECIAL = { imStart: 100000, imEnd: 100001 } as const;
 
 /** Text of a generated token id (what a tokenizer's /detokenize would answer). */
@@ -15,7 +18,6 @@ export function tokenText(id: number): string {
   if (id === SPECIAL.imEnd) return '<|im_end|>';
   return WORDS[id % WORDS.length]!;
 }
-
 
 export interface GeneratorOptions {
   seed?: number;
@@ -54,7 +56,11 @@ export function generateRollout(opts: GeneratorOptions): GeneratedRollout {
   const used = new Set<number>();
   let index = 0;
 
-  const record = (prompt: number[], sampled: number[], o: { nTools?: number; logprobs?: number[] | null; system?: string; tag: string }): CallRecord => {
+  const record = (
+    prompt: number[],
+    sampled: number[],
+    o: { nTools?: number; logprobs?: number[] | null; system?: string; tag: string },
+  ): CallRecord => {
     for (const id of prompt) used.add(id);
     for (const id of sampled) used.add(id);
     const logprobs = o.logprobs !== undefined ? o.logprobs : sampled.map(() => -Math.pow(rnd(), 3) * 6);
@@ -79,7 +85,13 @@ export function generateRollout(opts: GeneratorOptions): GeneratedRollout {
       request: { headers: { 'content-type': 'application/json' }, body: { model: 'm', messages } },
       engine_url: 'http://127.0.0.1:1',
       engine_request: { model: 'm', messages, ...(o.nTools ? { tools: [{ type: 'function', function: { name: 'bash' } }] } : {}) },
-      engine_response: { id: `chatcmpl-${id}`, object: 'chat.completion', created: 0, model: 'm', choices: [{ index: 0, message: reply, finish_reason: 'stop' }] },
+      engine_response: {
+        id: `chatcmpl-${id}`,
+        object: 'chat.completion',
+        created: 0,
+        model: 'm',
+        choices: [{ index: 0, message: reply, finish_reason: 'stop' }],
+      },
       response_body: { id: `chatcmpl-${id}`, choices: [{ index: 0, message: reply, finish_reason: 'stop' }] },
       model: 'm',
       finish_reason: 'stop',
@@ -92,7 +104,13 @@ export function generateRollout(opts: GeneratorOptions): GeneratedRollout {
       prompt_token_ids: prompt,
       completion_token_ids: sampled,
       logprobs,
-      top_logprobs: logprobs && logprobs.length === sampled.length ? sampled.map((s, k) => [{ token_id: s, token: tokenText(s), logprob: logprobs[k]! }, { token_id: (s + 1) % vocabSize, token: tokenText((s + 1) % vocabSize), logprob: logprobs[k]! - 1.5 }]) : null,
+      top_logprobs:
+        logprobs && logprobs.length === sampled.length
+          ? sampled.map((s, k) => [
+              { token_id: s, token: tokenText(s), logprob: logprobs[k]! },
+              { token_id: (s + 1) % vocabSize, token: tokenText((s + 1) % vocabSize), logprob: logprobs[k]! - 1.5 },
+            ])
+          : null,
       token_bytes: sampled.map((s) => [...enc.encode(tokenText(s))]),
     };
   };
@@ -107,7 +125,8 @@ export function generateRollout(opts: GeneratorOptions): GeneratedRollout {
       prompt = [...firstPrompt, ...words(around(opts.glue ?? 30) * 2)];
     }
     if (opts.retry && k === retryAt) records.push(record(prompt, [...words(around(opts.sampled ?? 40)), SPECIAL.imEnd], { tag: 'r' }));
-    if (opts.title && k === 1) records.push(record([SPECIAL.imStart, ...words(40), SPECIAL.imEnd], words(6), { nTools: 0, system: 'Write a title.', tag: 't' }));
+    if (opts.title && k === 1)
+      records.push(record([SPECIAL.imStart, ...words(40), SPECIAL.imEnd], words(6), { nTools: 0, system: 'Write a title.', tag: 't' }));
     if (opts.subagent && k === Math.floor(opts.calls / 2)) {
       let sp = [SPECIAL.imStart, ...words(60), SPECIAL.imEnd];
       for (let s = 0; s < 2; s++) {
@@ -125,7 +144,15 @@ export function generateRollout(opts: GeneratorOptions): GeneratedRollout {
   }
   const vocab: Record<string, string> = {};
   for (const id of used) vocab[id] = tokenText(id);
-  const session: SessionInfo = { session_id: 'bench', created_at: '2026-01-01T00:00:00.000Z', model: 'm', engine_url: 'http://127.0.0.1:1', max_model_calls: 0, metadata: { harness: 'generator' }, capture_level: 'tokens' };
+  const session: SessionInfo = {
+    session_id: 'bench',
+    created_at: '2026-01-01T00:00:00.000Z',
+    model: 'm',
+    engine_url: 'http://127.0.0.1:1',
+    max_model_calls: 0,
+    metadata: { harness: 'generator' },
+    capture_level: 'tokens',
+  };
   return { session, records, vocab };
 }
 

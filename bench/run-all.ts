@@ -14,7 +14,9 @@ const args = process.argv.slice(2);
 const quick = args.includes('--quick');
 const unknownFlags = args.filter((a) => a.startsWith('-') && a !== '--quick');
 if (unknownFlags.length) {
-  process.stderr.write(`run-all: unknown flag(s) ${unknownFlags.join(' ')}; only --quick applies to every entry. Entries: ${ENTRIES.join(', ')}\n`);
+  process.stderr.write(
+    `run-all: unknown flag(s) ${unknownFlags.join(' ')}; only --quick applies to every entry. Entries: ${ENTRIES.join(', ')}\n`,
+  );
   process.exit(2);
 }
 const picked = args.filter((a) => !a.startsWith('-'));
@@ -37,6 +39,8 @@ for (const name of picked.length ? picked : ENTRIES) {
   if (result.status !== 0) failed.push(`${name} (exit ${result.status ?? result.signal})`);
 }
 if (failed.length) {
-  process.stderr.write(`\nbench: ${failed.length} entr${failed.length === 1 ? 'y' : 'ies'} failed or missed a target: ${failed.join(', ')}\n`);
+  process.stderr.write(
+    `\nbench: ${failed.length} entr${failed.length === 1 ? 'y' : 'ies'} failed or missed a target: ${failed.join(', ')}\n`,
+  );
   process.exit(1);
 }

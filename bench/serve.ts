@@ -22,7 +22,9 @@ const REPO = join(__dirname, '..');
 const CLI = join(REPO, 'dist', 'cli.js');
 const TASKS_DIR = join(REPO, 'examples', 'tasks');
 
-const { values } = parseArgs({ options: { quick: { type: 'boolean' }, requests: { type: 'string' }, parallel: { type: 'string' }, 'fake-engine': { type: 'boolean' } } });
+const { values } = parseArgs({
+  options: { quick: { type: 'boolean' }, requests: { type: 'string' }, parallel: { type: 'string' }, 'fake-engine': { type: 'boolean' } },
+});
 const embedded = !values['fake-engine'];
 const quick = values.quick || process.env.BENCH_QUICK === '1';
 const requests = Number(values.requests ?? (quick ? 8 : 64));
@@ -58,9 +60,30 @@ function rollout(url: string, taskIndex: number): Promise<{ result: Served; ms: 
   const t0 = performance.now();
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(`${url.replace(/^http/, 'ws')}/ws`);
-    ws.on('open', () => ws.send(JSON.stringify({ type: 'step', data: { type: 'call_tool', tool_name: 'run_rollout', arguments: { split: 'ex', task_index: taskIndex, harness: 'react', reward_key: 'reward', agent_timeout_sec: 300, sampling: { temperature: 1, top_p: 1, top_k: -1, min_p: 0 } } } })));
+    ws.on('open', () =>
+      ws.send(
+        JSON.stringify({
+          type: 'step',
+          data: {
+            type: 'call_tool',
+            tool_name: 'run_rollout',
+            arguments: {
+              split: 'ex',
+              task_index: taskIndex,
+              harness: 'react',
+              reward_key: 'reward',
+              agent_timeout_sec: 300,
+              sampling: { temperature: 1, top_p: 1, top_k: -1, min_p: 0 },
+            },
+          },
+        }),
+      ),
+    );
     ws.on('message', (d) => {
-      const f = JSON.parse(d.toString()) as { type: string; data: { observation?: { result: { content: { text: string }[] } }; message?: string } };
+      const f = JSON.parse(d.toString()) as {
+        type: string;
+        data: { observation?: { result: { content: { text: string }[] } }; message?: string };
+      };
       const ms = performance.now() - t0;
       ws.send(JSON.stringify({ type: 'close' }));
       if (f.type !== 'observation') return reject(new Error(`error frame: ${JSON.stringify(f.data)}`));
@@ -73,9 +96,28 @@ function rollout(url: string, taskIndex: number): Promise<{ result: Served; ms: 
 async function main(): Promise<void> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing; run \`npm run build\` (npm run bench does)`);
   const load = loadavg()[0]!;
-  process.stderr.write(`serve bench: ${requests} concurrent rollout requests, ${parallel} sandboxes at once; load ${load.toFixed(1)}${embedded ? '; embedded engine' : '; fake engine'}\n`);
+  process.stderr.write(
+    `serve bench: ${requests} concurrent rollout requests, ${parallel} sandboxes at once; load ${load.toFixed(1)}${embedded ? '; embedded engine' : '; fake engine'}\n`,
+  );
   const stateDir = mkdtempSync(join(tmpdir(), 'hl-bench-serve-'));
-  const child = spawn(process.execPath, [CLI, 'serve', '--dataset', `ex=${TASKS_DIR}`, '--port', '0', '--max-concurrent', String(requests), '--parallel', String(parallel), '--state-dir', stateDir], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(
+    process.execPath,
+    [
+      CLI,
+      'serve',
+      '--dataset',
+      `ex=${TASKS_DIR}`,
+      '--port',
+      '0',
+      '--max-concurrent',
+      String(requests),
+      '--parallel',
+      String(parallel),
+      '--state-dir',
+      stateDir,
+    ],
+    { env, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   let log = '';
   child.stderr.on('data', (b: Buffer) => (log += b.toString()));
   const url = await new Promise<string>((resolve, reject) => {
@@ -124,7 +166,26 @@ async function main(): Promise<void> {
   const batchDir = join(mkdtempSync(join(tmpdir(), 'hl-bench-serve-batch-')), 'batch');
   const tb = performance.now();
   const batch = await new Promise<number | null>((resolve) => {
-    const b = spawn(process.execPath, [CLI, 'batch', 'submit', '--tasks', join(TASKS_DIR, 'hello-file'), join(TASKS_DIR, 'fix-script'), '--harness', 'react', '--group-size', String(Math.max(2, requests / 2)), '--parallel', String(parallel), '--out', batchDir], { env, stdio: 'ignore' });
+    const b = spawn(
+      process.execPath,
+      [
+        CLI,
+        'batch',
+        'submit',
+        '--tasks',
+        join(TASKS_DIR, 'hello-file'),
+        join(TASKS_DIR, 'fix-script'),
+        '--harness',
+        'react',
+        '--group-size',
+        String(Math.max(2, requests / 2)),
+        '--parallel',
+        String(parallel),
+        '--out',
+        batchDir,
+      ],
+      { env, stdio: 'ignore' },
+    );
     b.on('close', resolve);
   });
   const batchWallMs = performance.now() - tb;
@@ -140,11 +201,20 @@ async function main(): Promise<void> {
     health_ms: { n: h.count, p50: Math.round(h.p50 * 10) / 10, p99: Math.round(h.p99 * 10) / 10, max: Math.round(h.max * 10) / 10 },
     server_overhead_ms_per_rollout: mean(serverOverhead),
     sandbox_overhead_ms_per_rollout: mean(sandboxOverhead),
-    batch: { exit: batch, rollouts: batchOverhead.length, wall_s: Math.round(batchWallMs / 100) / 10, rollouts_per_min: Math.round((batchOverhead.length / (batchWallMs / 60_000)) * 10) / 10, sandbox_overhead_ms_per_rollout: mean(batchOverhead) },
+    batch: {
+      exit: batch,
+      rollouts: batchOverhead.length,
+      wall_s: Math.round(batchWallMs / 100) / 10,
+      rollouts_per_min: Math.round((batchOverhead.length / (batchWallMs / 60_000)) * 10) / 10,
+      sandbox_overhead_ms_per_rollout: mean(batchOverhead),
+    },
   };
   process.stdout.write(`${JSON.stringify(row, null, 2)}\n`);
   mkdirSync(join(REPO, 'bench-results'), { recursive: true });
-  writeFileSync(join(REPO, 'bench-results', 'serve.json'), `${JSON.stringify({ at: new Date().toISOString(), host: { load_1m_start: load, load_1m_end: loadavg()[0] }, engine: embedded ? 'embedded' : 'fake', row }, null, 2)}\n`);
+  writeFileSync(
+    join(REPO, 'bench-results', 'serve.json'),
+    `${JSON.stringify({ at: new Date().toISOString(), host: { load_1m_start: load, load_1m_end: loadavg()[0] }, engine: embedded ? 'embedded' : 'fake', row }, null, 2)}\n`,
+  );
   if (row.ok !== requests) {
     process.stderr.write(`serve bench: ${requests - row.ok} rollout(s) without reward 1\n${log.slice(-3000)}\n`);
     process.exit(1);

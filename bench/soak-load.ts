@@ -14,7 +14,18 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { Agent, request } from 'undici';
 import { Prng } from '../src/engine/prng.js';
-import { BASH_TOOL, CAPTURE_FIELDS, assembleStream, errorKind, extractMessage, filler, startHealthPoller, type ChatMessage, type HealthResult, type LoadMode } from './load-generator.js';
+import {
+  BASH_TOOL,
+  CAPTURE_FIELDS,
+  assembleStream,
+  errorKind,
+  extractMessage,
+  filler,
+  startHealthPoller,
+  type ChatMessage,
+  type HealthResult,
+  type LoadMode,
+} from './load-generator.js';
 import { countInto, summarize, type LatencySummary } from './stats.js';
 
 export type SoakDialect = 'chat' | 'anthropic';
@@ -97,7 +108,11 @@ interface AnthropicMessage {
   content: string | AnthropicBlock[] | { type: 'tool_result'; tool_use_id: string; content: string }[];
 }
 
-const ANTHROPIC_TOOL = { name: BASH_TOOL.function.name, description: BASH_TOOL.function.description, input_schema: BASH_TOOL.function.parameters };
+const ANTHROPIC_TOOL = {
+  name: BASH_TOOL.function.name,
+  description: BASH_TOOL.function.description,
+  input_schema: BASH_TOOL.function.parameters,
+};
 
 /** Anthropic's JSON answer: the content blocks, or undefined if it is not an assistant message. */
 function anthropicBlocks(text: string): AnthropicBlock[] | undefined {
@@ -111,9 +126,17 @@ export function assembleAnthropicStream(text: string): AnthropicBlock[] | undefi
   const partialJson: string[] = [];
   let stopped = false;
   for (const frame of text.split('\n\n')) {
-    const data = frame.split('\n').find((l) => l.startsWith('data: '))?.slice(6);
+    const data = frame
+      .split('\n')
+      .find((l) => l.startsWith('data: '))
+      ?.slice(6);
     if (!data) continue;
-    const event = JSON.parse(data) as { type: string; index?: number; content_block?: AnthropicBlock; delta?: { type: string; text?: string; partial_json?: string; thinking?: string; signature?: string } };
+    const event = JSON.parse(data) as {
+      type: string;
+      index?: number;
+      content_block?: AnthropicBlock;
+      delta?: { type: string; text?: string; partial_json?: string; thinking?: string; signature?: string };
+    };
     if (event.type === 'error') return undefined;
     if (event.type === 'message_stop') stopped = true;
     if (event.type === 'content_block_start' && event.content_block && event.index !== undefined) {
@@ -139,7 +162,14 @@ export function assembleAnthropicStream(text: string): AnthropicBlock[] | undefi
 
 export async function runSoakLoad(o: SoakLoadOptions): Promise<SoakLoadResult> {
   if (o.mode !== 'proxy' && o.dialects.some((d) => d !== 'chat')) throw new Error(`${o.mode} mode speaks the engine's dialect only (chat)`);
-  const agent = new Agent({ connections: o.sessions + 8, pipelining: 1, headersTimeout: o.timeoutMs, bodyTimeout: o.timeoutMs, keepAliveTimeout: 60_000, connectTimeout: o.timeoutMs });
+  const agent = new Agent({
+    connections: o.sessions + 8,
+    pipelining: 1,
+    headersTimeout: o.timeoutMs,
+    bodyTimeout: o.timeoutMs,
+    keepAliveTimeout: 60_000,
+    connectTimeout: o.timeoutMs,
+  });
   const system = filler('System prompt', o.systemBytes);
   const toolOutput = filler('Output of bash', 600);
   // Whole buckets only: calls that end in a last partial bucket (or after the deadline) count in the last whole one.
@@ -163,10 +193,20 @@ export async function runSoakLoad(o: SoakLoadOptions): Promise<SoakLoadResult> {
     countInto(errors, kind);
     countInto(bucketErrors[bucketOf(performance.now())]!, kind);
   };
-  const jsonHeaders = (key?: string): Record<string, string> => ({ 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) });
+  const jsonHeaders = (key?: string): Record<string, string> => ({
+    'content-type': 'application/json',
+    ...(key ? { authorization: `Bearer ${key}` } : {}),
+  });
 
   /** One HTTP exchange; the body text, or undefined after counting the failure. */
-  const exchange = async (path: string, method: 'GET' | 'POST', body: string | undefined, key: string | undefined, okStatus: number, prefix = ''): Promise<string | undefined> => {
+  const exchange = async (
+    path: string,
+    method: 'GET' | 'POST',
+    body: string | undefined,
+    key: string | undefined,
+    okStatus: number,
+    prefix = '',
+  ): Promise<string | undefined> => {
     try {
       const res = await request(`${o.url}${path}`, { method, dispatcher: agent, headers: jsonHeaders(key), body });
       const text = await res.body.text();
@@ -194,7 +234,13 @@ export async function runSoakLoad(o: SoakLoadOptions): Promise<SoakLoadResult> {
     if (at > now) await new Promise((r) => setTimeout(r, at - now));
   };
 
-  const timed = async (path: string, payload: string, key: string | undefined, kind: string, read: (text: string) => boolean): Promise<boolean> => {
+  const timed = async (
+    path: string,
+    payload: string,
+    key: string | undefined,
+    kind: string,
+    read: (text: string) => boolean,
+  ): Promise<boolean> => {
     const start = performance.now();
     const text = await exchange(path, 'POST', payload, key, 200);
     if (text === undefined) return false;
@@ -230,11 +276,20 @@ export async function runSoakLoad(o: SoakLoadOptions): Promise<SoakLoadResult> {
       // Paced: wait for this call's slot first; a slot past the deadline means the call is not made.
       await pace();
       if (performance.now() >= deadline) return turn;
-      const body = o.mode === 'proxy' ? { model: 'bench/agent-model', messages, tools: [BASH_TOOL], temperature: 0.7, stream } : { model: o.model, messages, tools: [BASH_TOOL], temperature: 0.7, ...CAPTURE_FIELDS };
+      const body =
+        o.mode === 'proxy'
+          ? { model: 'bench/agent-model', messages, tools: [BASH_TOOL], temperature: 0.7, stream }
+          : { model: o.model, messages, tools: [BASH_TOOL], temperature: 0.7, ...CAPTURE_FIELDS };
       let answer: ChatMessage | undefined;
-      const ok = await timed('/v1/chat/completions', JSON.stringify(body), key, kind, (text) => Boolean((answer = stream ? assembleStream(text) : extractMessage(text))));
+      const ok = await timed('/v1/chat/completions', JSON.stringify(body), key, kind, (text) =>
+        Boolean((answer = stream ? assembleStream(text) : extractMessage(text))),
+      );
       if (!ok || !answer) return -1;
-      messages.push({ role: 'assistant', content: answer.content ?? null, ...(answer.tool_calls?.length ? { tool_calls: answer.tool_calls } : {}) });
+      messages.push({
+        role: 'assistant',
+        content: answer.content ?? null,
+        ...(answer.tool_calls?.length ? { tool_calls: answer.tool_calls } : {}),
+      });
       const toolCall = answer.tool_calls?.[0];
       if (toolCall) messages.push({ role: 'tool', tool_call_id: toolCall.id, content: toolOutput });
       else messages.push({ role: 'user', content: `Good. Now continue with step ${turn + 2}: run the full test suite and report.` });
@@ -244,14 +299,18 @@ export async function runSoakLoad(o: SoakLoadOptions): Promise<SoakLoadResult> {
 
   /** One Anthropic Messages conversation (proxy mode only); returns the calls answered. */
   const anthropicSession = async (n: number, turns: number, stream: boolean, key: string | undefined): Promise<number> => {
-    const messages: AnthropicMessage[] = [{ role: 'user', content: `Task ${n}: make the failing test in tests/test_parser.py pass. Use the bash tool.` }];
+    const messages: AnthropicMessage[] = [
+      { role: 'user', content: `Task ${n}: make the failing test in tests/test_parser.py pass. Use the bash tool.` },
+    ];
     const kind = `anthropic_${stream ? 'stream' : 'json'}`;
     for (let turn = 0; turn < turns; turn++) {
       await pace();
       if (performance.now() >= deadline) return turn;
       const body = { model: 'bench/agent-model', max_tokens: 1024, system, messages, tools: [ANTHROPIC_TOOL], temperature: 0.7, stream };
       let blocks: AnthropicBlock[] | undefined;
-      const ok = await timed('/v1/messages', JSON.stringify(body), key, kind, (text) => Boolean((blocks = stream ? assembleAnthropicStream(text) : anthropicBlocks(text))));
+      const ok = await timed('/v1/messages', JSON.stringify(body), key, kind, (text) =>
+        Boolean((blocks = stream ? assembleAnthropicStream(text) : anthropicBlocks(text))),
+      );
       if (!ok || !blocks) return -1;
       messages.push({ role: 'assistant', content: blocks });
       const toolUse = blocks.find((b) => b.type === 'tool_use');
@@ -274,7 +333,14 @@ export async function runSoakLoad(o: SoakLoadOptions): Promise<SoakLoadResult> {
       let key: string | undefined;
       let id: string | undefined;
       if (o.mode === 'proxy') {
-        const text = await exchange('/sessions', 'POST', JSON.stringify({ metadata: { bench: 'soak', session: n, dialect, stream } }), undefined, 201, 'create_session_');
+        const text = await exchange(
+          '/sessions',
+          'POST',
+          JSON.stringify({ metadata: { bench: 'soak', session: n, dialect, stream } }),
+          undefined,
+          201,
+          'create_session_',
+        );
         id = text === undefined ? undefined : (JSON.parse(text) as { session_id?: string }).session_id;
         if (!id) {
           if (text !== undefined) fail('create_session_no_id');
@@ -306,7 +372,13 @@ export async function runSoakLoad(o: SoakLoadOptions): Promise<SoakLoadResult> {
   loop.disable();
   const healthResult = health ? await health.stop() : null;
   await agent.close();
-  const buckets: SoakBucket[] = bucketLatencies.map((latencies, i) => ({ t_start_s: Math.round((i * o.bucketMs) / 100) / 10, calls_ok: latencies.length, errors: bucketErrors[i]!, latency: summarize(latencies), sessions_started: bucketStarts[i] ?? 0 }));
+  const buckets: SoakBucket[] = bucketLatencies.map((latencies, i) => ({
+    t_start_s: Math.round((i * o.bucketMs) / 100) / 10,
+    calls_ok: latencies.length,
+    errors: bucketErrors[i]!,
+    latency: summarize(latencies),
+    sessions_started: bucketStarts[i] ?? 0,
+  }));
   if (healthResult) delete healthResult.samples_ms;
   return {
     mode: o.mode,
@@ -345,14 +417,16 @@ function nonNegativeNumber(text: string, name: string): number {
 export function parseTurnRange(text: string): [number, number] {
   const parts = text.split(',').map((p) => Number(p.trim()));
   const [min, max] = parts.length === 1 ? [parts[0]!, parts[0]!] : [parts[0]!, parts[1]!];
-  if (parts.length > 2 || !Number.isInteger(min) || !Number.isInteger(max) || min < 1 || max < min) throw new Error(`--turns must be "N" or "min,max" with 1 <= min <= max, got '${text}'`);
+  if (parts.length > 2 || !Number.isInteger(min) || !Number.isInteger(max) || min < 1 || max < min)
+    throw new Error(`--turns must be "N" or "min,max" with 1 <= min <= max, got '${text}'`);
   return [min, max];
 }
 
 export function parseDialects(text: string): SoakDialect[] {
   const list = text.split(',').map((d) => d.trim());
   const bad = list.filter((d) => !SOAK_DIALECTS.includes(d as SoakDialect));
-  if (list.length === 0 || bad.length) throw new Error(`--dialects must be a comma-separated list of ${SOAK_DIALECTS.join(', ')}, got '${text}'`);
+  if (list.length === 0 || bad.length)
+    throw new Error(`--dialects must be a comma-separated list of ${SOAK_DIALECTS.join(', ')}, got '${text}'`);
   return list as SoakDialect[];
 }
 
@@ -380,7 +454,10 @@ async function main(): Promise<void> {
     },
   });
   const mode = values.mode as LoadMode;
-  if (!['direct', 'passthrough', 'proxy'].includes(mode) || !values.url) throw new Error('usage: soak-load.ts --mode direct|passthrough|proxy --url URL [--sessions N] [--duration-ms MS] [--turns min,max] [--dialects chat,anthropic]');
+  if (!['direct', 'passthrough', 'proxy'].includes(mode) || !values.url)
+    throw new Error(
+      'usage: soak-load.ts --mode direct|passthrough|proxy --url URL [--sessions N] [--duration-ms MS] [--turns min,max] [--dialects chat,anthropic]',
+    );
   const result = await runSoakLoad({
     mode,
     url: values.url.replace(/\/+$/, ''),

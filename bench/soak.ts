@@ -141,8 +141,21 @@ export interface SoakReport {
     /** [seconds since the soak started, RSS MiB, sessions the proxy knows (from /health) or null] */
     samples: [number, number, number | null][];
   };
-  cpu: { proxy_ms_per_call: number; passthrough_ms_per_call: number | null; ratio_to_passthrough: number | null; engine_ms_per_call_soak: number; client_loop_delay_p99_ms: number };
-  health: { polls: number; errors: Record<string, number>; p50_ms: number; p99_ms: number; max_ms: number; passthrough_p99_ms: number | null };
+  cpu: {
+    proxy_ms_per_call: number;
+    passthrough_ms_per_call: number | null;
+    ratio_to_passthrough: number | null;
+    engine_ms_per_call_soak: number;
+    client_loop_delay_p99_ms: number;
+  };
+  health: {
+    polls: number;
+    errors: Record<string, number>;
+    p50_ms: number;
+    p99_ms: number;
+    max_ms: number;
+    passthrough_p99_ms: number | null;
+  };
   heap_snapshots: string[];
   pass: boolean;
   failures: string[];
@@ -196,10 +209,14 @@ async function runClient(args: string[], timeoutMs: number): Promise<{ result: S
 
 export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   const limit = nofileLimit();
-  if (limit !== null && limit < o.sessions * 2 + 256) throw new Error(`ulimit -n is ${limit}; ${o.sessions} sessions need at least ${o.sessions * 2 + 256} open files per process. Raise it (ulimit -n 20000) and run again.`);
+  if (limit !== null && limit < o.sessions * 2 + 256)
+    throw new Error(
+      `ulimit -n is ${limit}; ${o.sessions} sessions need at least ${o.sessions * 2 + 256} open files per process. Raise it (ulimit -n 20000) and run again.`,
+    );
   const cliPath = join(ROOT, 'dist', 'cli.js');
   const entry = o.proxyFromSource ? ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts')] : [cliPath];
-  if (!o.proxyFromSource && !statSync(cliPath, { throwIfNoEntry: false })) throw new Error(`${cliPath} is missing; run npm run build (or pass --proxy-from-source)`);
+  if (!o.proxyFromSource && !statSync(cliPath, { throwIfNoEntry: false }))
+    throw new Error(`${cliPath} is missing; run npm run build (or pass --proxy-from-source)`);
   if (o.nice !== undefined) setBenchPriority(o.nice);
 
   const started_at = new Date().toISOString();
@@ -218,28 +235,82 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     children.push(engine);
     const { url: engineUrl, model } = JSON.parse(engine.line) as { url: string; model: string };
     // Issue 16's floor: the pass-through that parses the request and the answer (see passthrough.ts).
-    const passthrough = await startNode('pass-through', tsx('passthrough.ts', ['--engine-url', engineUrl, '--parse']), (l) => l.startsWith('{'));
+    const passthrough = await startNode('pass-through', tsx('passthrough.ts', ['--engine-url', engineUrl, '--parse']), (l) =>
+      l.startsWith('{'),
+    );
     children.push(passthrough);
     const passthroughUrl = (JSON.parse(passthrough.line) as { url: string }).url;
-    o.log(`soak: ${o.sessions} sessions for ${o.minutes} min through the proxy, ${o.turns.join('-')} turns per session, dialects ${o.dialects.join(', ')}, engine think 0 ms; baseline phases of ${o.baselineS} s after, paced at the proxy's steady call rate`);
+    o.log(
+      `soak: ${o.sessions} sessions for ${o.minutes} min through the proxy, ${o.turns.join('-')} turns per session, dialects ${o.dialects.join(', ')}, engine think 0 ms; baseline phases of ${o.baselineS} s after, paced at the proxy's steady call rate`,
+    );
 
-    const common = ['--sessions', String(o.sessions), '--turns', o.turns.join(','), '--model', model, '--ramp-ms', String(o.rampMs), '--system-bytes', String(o.systemBytes), '--seed', '1'];
+    const common = [
+      '--sessions',
+      String(o.sessions),
+      '--turns',
+      o.turns.join(','),
+      '--model',
+      model,
+      '--ramp-ms',
+      String(o.rampMs),
+      '--system-bytes',
+      String(o.systemBytes),
+      '--seed',
+      '1',
+    ];
     const phases: (PhaseReport & { samples: number[] })[] = [];
     const baselinePhase = async (path: 'direct' | 'passthrough', rate: number) => {
       o.log(`soak: ${path} baseline (after, paced at ${round1(rate)} calls/s) ...`);
       const url = path === 'direct' ? engineUrl : passthroughUrl;
       const watch = path === 'passthrough' ? watchProcess(passthrough.pid, 1000) : undefined;
       const phaseMs = Math.round(o.baselineS * 1000);
-      const { result } = await runClient(['--mode', path, '--url', url, ...common, '--duration-ms', String(phaseMs), '--bucket-ms', String(phaseMs), '--dialects', 'chat', '--keep-samples', '--warmup-ms', String(Math.round(phaseMs * BASELINE_WARMUP_SHARE)), '--rate', String(rate), ...(path === 'passthrough' ? ['--health-url', `${url}/health`] : [])], phaseMs + 10 * 60_000);
+      const { result } = await runClient(
+        [
+          '--mode',
+          path,
+          '--url',
+          url,
+          ...common,
+          '--duration-ms',
+          String(phaseMs),
+          '--bucket-ms',
+          String(phaseMs),
+          '--dialects',
+          'chat',
+          '--keep-samples',
+          '--warmup-ms',
+          String(Math.round(phaseMs * BASELINE_WARMUP_SHARE)),
+          '--rate',
+          String(rate),
+          ...(path === 'passthrough' ? ['--health-url', `${url}/health`] : []),
+        ],
+        phaseMs + 10 * 60_000,
+      );
       const cpu = watch?.stop().cpuMs;
-      phases.push({ path, when: 'after', rate_per_s: round1(rate), calls_ok: result.calls_ok, errors: result.errors, latency: result.after_warmup, latency_with_warmup: result.latency, cpu_ms_per_call: cpu === undefined || !result.calls_ok ? null : round2(cpu / result.calls_ok), health: result.health ? { p50: result.health.latency.p50, p99: result.health.latency.p99, polls: result.health.polls } : null, samples: result.samples_ms ?? [] });
+      phases.push({
+        path,
+        when: 'after',
+        rate_per_s: round1(rate),
+        calls_ok: result.calls_ok,
+        errors: result.errors,
+        latency: result.after_warmup,
+        latency_with_warmup: result.latency,
+        cpu_ms_per_call: cpu === undefined || !result.calls_ok ? null : round2(cpu / result.calls_ok),
+        health: result.health ? { p50: result.health.latency.p50, p99: result.health.latency.p99, polls: result.health.polls } : null,
+        samples: result.samples_ms ?? [],
+      });
     };
 
     // ---- the soak ----
     const heapDir = join(ROOT, 'bench-results', 'heap');
     if (o.heapSnapshots) mkdirSync(heapDir, { recursive: true });
     const proxyNodeArgs = o.heapSnapshots ? ['--heapsnapshot-signal=SIGUSR2', `--diagnostic-dir=${heapDir}`] : [];
-    const proxy = await startNode('proxy', [...proxyNodeArgs, ...entry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir], (l) => l.startsWith('proxy listening on '), { timeoutMs: 60_000 });
+    const proxy = await startNode(
+      'proxy',
+      [...proxyNodeArgs, ...entry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir],
+      (l) => l.startsWith('proxy listening on '),
+      { timeoutMs: 60_000 },
+    );
     children.push(proxy);
     const proxyUrl = proxy.line.slice('proxy listening on '.length).trim();
     o.log(`soak: proxy ${proxyUrl} (pid ${proxy.pid}, data dir ${dataDir}) ...`);
@@ -253,7 +324,9 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       let known: number | null = null;
       if (healthTick++ % 10 === 0) {
         try {
-          known = ((await (await fetch(`${proxyUrl}/health`, { signal: AbortSignal.timeout(5_000) })).json()) as { sessions?: number }).sessions ?? null;
+          known =
+            ((await (await fetch(`${proxyUrl}/health`, { signal: AbortSignal.timeout(5_000) })).json()) as { sessions?: number })
+              .sessions ?? null;
         } catch {
           known = null; // the client's poller counts /health failures
         }
@@ -278,7 +351,30 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     }
     let soak: SoakLoadResult;
     try {
-      soak = (await runClient(['--mode', 'proxy', '--url', proxyUrl, ...common, '--duration-ms', String(durationMs), '--bucket-ms', String(bucketMs), '--dialects', o.dialects.join(','), '--stream-share', String(o.streamShare), '--warmup-ms', String(Math.round(o.warmupS * 1000)), '--health-url', `${proxyUrl}/health`], durationMs + 10 * 60_000)).result;
+      soak = (
+        await runClient(
+          [
+            '--mode',
+            'proxy',
+            '--url',
+            proxyUrl,
+            ...common,
+            '--duration-ms',
+            String(durationMs),
+            '--bucket-ms',
+            String(bucketMs),
+            '--dialects',
+            o.dialects.join(','),
+            '--stream-share',
+            String(o.streamShare),
+            '--warmup-ms',
+            String(Math.round(o.warmupS * 1000)),
+            '--health-url',
+            `${proxyUrl}/health`,
+          ],
+          durationMs + 10 * 60_000,
+        )
+      ).result;
     } finally {
       clearInterval(sampler);
       for (const t of snapshotTimers) clearTimeout(t);
@@ -292,7 +388,8 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     const diskMb = dirMb(dataDir);
     // The data dir goes in the finally block, after the baselines: removing a few GB of session
     // files keeps the disk busy for minutes, which the after-phases would pay for.
-    if (o.heapSnapshots) for (const name of readdirSync(heapDir).filter((n) => n.endsWith('.heapsnapshot'))) snapshots.push(join(heapDir, name));
+    if (o.heapSnapshots)
+      for (const name of readdirSync(heapDir).filter((n) => n.endsWith('.heapsnapshot'))) snapshots.push(join(heapDir, name));
 
     // The rate the proxy sustained once warm: what the baselines are paced at.
     const steadyRate = soak.after_warmup.count / Math.max(1, (durationMs - o.warmupS * 1000) / 1000);
@@ -311,7 +408,11 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     const fitPoints = inSoak.filter((s) => s.t >= fitFrom).map((s) => [s.t / 60, s.rss / MIB] as [number, number]);
     const fit = leastSquares(fitPoints);
     const judged = fitTo - fitFrom >= MIN_JUDGED_FIT_S;
-    const nearest = (t: number) => inSoak.reduce<(typeof inSoak)[number] | undefined>((best, s) => (!best || Math.abs(s.t - t) < Math.abs(best.t - t) ? s : best), undefined);
+    const nearest = (t: number) =>
+      inSoak.reduce<(typeof inSoak)[number] | undefined>(
+        (best, s) => (!best || Math.abs(s.t - t) < Math.abs(best.t - t) ? s : best),
+        undefined,
+      );
 
     const minutes: SoakMinute[] = soak.buckets.map((b, i) => {
       const from = nearest(b.t_start_s);
@@ -347,12 +448,16 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     const failures: string[] = [];
     const soakErrors = totalCount(soak.errors);
     if (soakErrors > 0) failures.push(`proxy soak: ${soakErrors} error(s) ${JSON.stringify(soak.errors)}`);
-    for (const p of phases) if (totalCount(p.errors) > 0) failures.push(`${p.path} baseline (${p.when}): ${totalCount(p.errors)} error(s) ${JSON.stringify(p.errors)}`);
-    if (soak.health && totalCount(soak.health.errors) > 0) failures.push(`/health: ${totalCount(soak.health.errors)} failed poll(s) ${JSON.stringify(soak.health.errors)}`);
+    for (const p of phases)
+      if (totalCount(p.errors) > 0)
+        failures.push(`${p.path} baseline (${p.when}): ${totalCount(p.errors)} error(s) ${JSON.stringify(p.errors)}`);
+    if (soak.health && totalCount(soak.health.errors) > 0)
+      failures.push(`/health: ${totalCount(soak.health.errors)} failed poll(s) ${JSON.stringify(soak.health.errors)}`);
     if (errorLines.length) failures.push(`the proxy logged ${errorLines.length} error line(s), e.g. ${errorLines[0]!.slice(0, 300)}`);
     if (soakErrors === 0 && stored !== soak.calls_ok) failures.push(`the store holds ${stored} calls, ${soak.calls_ok} were answered`);
     if (soak.calls_ok === 0) failures.push('no call was answered');
-    if (judged && !(fit.slope <= o.maxSlopeMibPerMin)) failures.push(`RSS grew ${round2(fit.slope)} MiB/min after the warm-up (threshold ${o.maxSlopeMibPerMin} MiB/min)`);
+    if (judged && !(fit.slope <= o.maxSlopeMibPerMin))
+      failures.push(`RSS grew ${round2(fit.slope)} MiB/min after the warm-up (threshold ${o.maxSlopeMibPerMin} MiB/min)`);
     if (judged && fitPoints.length < 10) failures.push(`only ${fitPoints.length} RSS samples after the warm-up`);
 
     const rssMib = inSoak.map((s) => s.rss / MIB);
@@ -365,8 +470,33 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     const report: SoakReport = {
       bench: 'soak',
       started_at,
-      host: { cpus: cpus().length, node: process.version, platform: `${process.platform}-${process.arch}`, load_1m_start: round2(loadStart), load_1m_end: round2(loadavg()[0]!), load_1m_mean_soak: inSoak.length ? round2(inSoak.reduce((a, s) => a + s.load, 0) / inSoak.length) : null },
-      config: { minutes: o.minutes, sessions: o.sessions, baselineS: o.baselineS, bucketS: o.bucketS, bucket_s: o.bucketS, warmupS: o.warmupS, turns: o.turns, dialects: o.dialects, streamShare: o.streamShare, rampMs: o.rampMs, systemBytes: o.systemBytes, maxSlopeMibPerMin: o.maxSlopeMibPerMin, rssIntervalMs: o.rssIntervalMs, quick: o.quick, proxyFromSource: o.proxyFromSource, heapSnapshots: o.heapSnapshots, ...(o.nice !== undefined ? { nice: o.nice } : {}) },
+      host: {
+        cpus: cpus().length,
+        node: process.version,
+        platform: `${process.platform}-${process.arch}`,
+        load_1m_start: round2(loadStart),
+        load_1m_end: round2(loadavg()[0]!),
+        load_1m_mean_soak: inSoak.length ? round2(inSoak.reduce((a, s) => a + s.load, 0) / inSoak.length) : null,
+      },
+      config: {
+        minutes: o.minutes,
+        sessions: o.sessions,
+        baselineS: o.baselineS,
+        bucketS: o.bucketS,
+        bucket_s: o.bucketS,
+        warmupS: o.warmupS,
+        turns: o.turns,
+        dialects: o.dialects,
+        streamShare: o.streamShare,
+        rampMs: o.rampMs,
+        systemBytes: o.systemBytes,
+        maxSlopeMibPerMin: o.maxSlopeMibPerMin,
+        rssIntervalMs: o.rssIntervalMs,
+        quick: o.quick,
+        proxyFromSource: o.proxyFromSource,
+        heapSnapshots: o.heapSnapshots,
+        ...(o.nice !== undefined ? { nice: o.nice } : {}),
+      },
       totals: {
         calls: soak.calls_ok,
         calls_by_kind: soak.calls_by_kind,
@@ -389,7 +519,12 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
         floor_added_p50_ms: round1(pt.p50 - direct.p50),
         floor_added_p99_ms: round1(pt.p99 - direct.p99),
       },
-      added: { p50_ms: round1(soak.latency.p50 - direct.p50), p99_ms: round1(soak.latency.p99 - direct.p99), after_warmup_p50_ms: round1(soak.after_warmup.p50 - direct.p50), after_warmup_p99_ms: round1(soak.after_warmup.p99 - direct.p99) },
+      added: {
+        p50_ms: round1(soak.latency.p50 - direct.p50),
+        p99_ms: round1(soak.latency.p99 - direct.p99),
+        after_warmup_p50_ms: round1(soak.after_warmup.p50 - direct.p50),
+        after_warmup_p99_ms: round1(soak.after_warmup.p99 - direct.p99),
+      },
       minutes,
       rss: {
         warmup_s: o.warmupS,
@@ -408,8 +543,21 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
         peak_mib: round1(Math.max(...rssMib)),
         samples: inSoak.map((s) => [round1(s.t), round1(s.rss / MIB), s.known]),
       },
-      cpu: { proxy_ms_per_call: proxyCpuPerCall, passthrough_ms_per_call: ptCpu, ratio_to_passthrough: ptCpu ? round2(proxyCpuPerCall / ptCpu) : null, engine_ms_per_call_soak: soak.calls_ok ? round2(engineCpu / soak.calls_ok) : Number.NaN, client_loop_delay_p99_ms: soak.client_loop_delay_p99_ms },
-      health: { polls: soak.health?.polls ?? 0, errors: soak.health?.errors ?? {}, p50_ms: soak.health?.latency.p50 ?? Number.NaN, p99_ms: soak.health?.latency.p99 ?? Number.NaN, max_ms: soak.health?.latency.max ?? Number.NaN, passthrough_p99_ms: phases.find((p) => p.health)?.health?.p99 ?? null },
+      cpu: {
+        proxy_ms_per_call: proxyCpuPerCall,
+        passthrough_ms_per_call: ptCpu,
+        ratio_to_passthrough: ptCpu ? round2(proxyCpuPerCall / ptCpu) : null,
+        engine_ms_per_call_soak: soak.calls_ok ? round2(engineCpu / soak.calls_ok) : Number.NaN,
+        client_loop_delay_p99_ms: soak.client_loop_delay_p99_ms,
+      },
+      health: {
+        polls: soak.health?.polls ?? 0,
+        errors: soak.health?.errors ?? {},
+        p50_ms: soak.health?.latency.p50 ?? Number.NaN,
+        p99_ms: soak.health?.latency.p99 ?? Number.NaN,
+        max_ms: soak.health?.latency.max ?? Number.NaN,
+        passthrough_p99_ms: phases.find((p) => p.health)?.health?.p99 ?? null,
+      },
       heap_snapshots: snapshots,
       pass: failures.length === 0,
       failures,
@@ -447,23 +595,33 @@ export function formatSoakReport(r: SoakReport): string {
   const b = r.baseline;
   const lines = [
     formatTable(rows),
-    '(latencies in ms; added = the proxy minus the direct path paced at its steady call rate; RSS at the bucket\'s end)',
-    `calls ${t.calls} (${Object.entries(t.calls_by_kind).map(([k, n]) => `${k} ${n}`).join(', ')}); sessions started ${t.sessions_started}, completed ${t.sessions_completed}, verified against GET /sessions/<id> ${t.sessions_verified}; stored calls ${t.stored_calls} (${t.disk_mb} MB on disk)`,
+    "(latencies in ms; added = the proxy minus the direct path paced at its steady call rate; RSS at the bucket's end)",
+    `calls ${t.calls} (${Object.entries(t.calls_by_kind)
+      .map(([k, n]) => `${k} ${n}`)
+      .join(
+        ', ',
+      )}); sessions started ${t.sessions_started}, completed ${t.sessions_completed}, verified against GET /sessions/<id> ${t.sessions_verified}; stored calls ${t.stored_calls} (${t.disk_mb} MB on disk)`,
     `errors ${t.errors_total}${t.errors_total ? ` ${JSON.stringify(t.errors)}` : ''}; proxy log: ${t.proxy_log_errors} error line(s), ${t.proxy_log_warnings} warning line(s)`,
     `baseline: direct p50/p99 ${fmtMs(b.direct.p50)}/${fmtMs(b.direct.p99)} ms, pass-through ${fmtMs(b.passthrough.p50)}/${fmtMs(b.passthrough.p99)} ms (floor added ${fmtMs(b.floor_added_p50_ms)}/${fmtMs(b.floor_added_p99_ms)} ms); proxy over the soak ${fmtMs(r.latency.p50)}/${fmtMs(r.latency.p99)} ms, added ${fmtMs(r.added.p50_ms)}/${fmtMs(r.added.p99_ms)} ms`,
     `RSS: start ${r.rss.start_mib} MiB, ${r.rss.at_warmup_mib} MiB after the warm-up (${r.rss.warmup_s} s), end ${r.rss.end_mib} MiB, peak ${r.rss.peak_mib} MiB; slope after warm-up ${r.rss.slope_mib_per_min} MiB/min (least squares over ${r.rss.samples.filter((s) => s[0] >= r.rss.fit_from_s).length} samples, r² ${r.rss.fit_r2}; threshold ${r.rss.max_slope_mib_per_min} MiB/min, ${r.rss.judged ? 'judged' : `not judged: the fit window is under ${MIN_JUDGED_FIT_S} s`}); that is ${r.rss.growth_bytes_per_session} bytes per new session, ${r.rss.growth_bytes_per_call} per call; the proxy knew ${r.rss.sessions_known_end ?? '-'} sessions at the end`,
     `CPU per call: proxy ${r.cpu.proxy_ms_per_call} ms, pass-through ${r.cpu.passthrough_ms_per_call ?? '-'} ms (ratio ${r.cpu.ratio_to_passthrough ?? '-'}), engine ${r.cpu.engine_ms_per_call_soak} ms; client loop delay p99 ${r.cpu.client_loop_delay_p99_ms} ms`,
     `/health (proxy, fresh connection every 50 ms): ${r.health.polls} polls, p50 ${fmtMs(r.health.p50_ms)} ms, p99 ${fmtMs(r.health.p99_ms)} ms, max ${fmtMs(r.health.max_ms)} ms; pass-through p99 ${fmtMs(r.health.passthrough_p99_ms)} ms`,
     `load average: ${r.host.load_1m_start} before, ${r.host.load_1m_mean_soak ?? '-'} mean during the soak, ${r.host.load_1m_end} after (${r.host.cpus} cores)`,
-    r.pass ? `PASS: zero errors, every answered call stored, ${r.rss.judged ? 'RSS slope within the threshold' : 'RSS slope not judged (short run)'}` : `FAIL:\n  ${r.failures.join('\n  ')}`,
+    r.pass
+      ? `PASS: zero errors, every answered call stored, ${r.rss.judged ? 'RSS slope within the threshold' : 'RSS slope not judged (short run)'}`
+      : `FAIL:\n  ${r.failures.join('\n  ')}`,
   ];
-  if (r.host.load_1m_start > r.host.cpus) lines.push(`warning: load average ${r.host.load_1m_start.toFixed(1)} on ${r.host.cpus} cores before the run: other jobs competed for the CPU, so latencies are inflated`);
+  if (r.host.load_1m_start > r.host.cpus)
+    lines.push(
+      `warning: load average ${r.host.load_1m_start.toFixed(1)} on ${r.host.cpus} cores before the run: other jobs competed for the CPU, so latencies are inflated`,
+    );
   return lines.join('\n');
 }
 
 function positiveNumber(text: string, name: string, allowZero = false): number {
   const n = Number(text);
-  if (!Number.isFinite(n) || n < 0 || (!allowZero && n === 0)) throw new Error(`--${name} must be a ${allowZero ? 'non-negative' : 'positive'} number, got '${text}'`);
+  if (!Number.isFinite(n) || n < 0 || (!allowZero && n === 0))
+    throw new Error(`--${name} must be a ${allowZero ? 'non-negative' : 'positive'} number, got '${text}'`);
   return n;
 }
 
@@ -501,7 +659,8 @@ export function parseSoakArgs(argv: string[], env: NodeJS.ProcessEnv = process.e
   let nice: number | undefined;
   if (values.nice !== undefined) {
     nice = Number(values.nice);
-    if (!Number.isInteger(nice) || nice < -20 || nice > 19) throw new Error(`--nice must be an integer from -20 to 19, got '${values.nice}'`);
+    if (!Number.isInteger(nice) || nice < -20 || nice > 19)
+      throw new Error(`--nice must be an integer from -20 to 19, got '${values.nice}'`);
   }
   return {
     minutes,
@@ -529,7 +688,9 @@ if (process.argv[1]?.endsWith('soak.ts')) {
   (async () => {
     const options = parseSoakArgs(process.argv.slice(2));
     const report = await runSoak(options);
-    process.stderr.write(`\nsoak (${report.config.sessions} sessions, ${report.config.minutes} min, ${report.host.cpus} cores)\n${formatSoakReport(report)}\nJSON: ${options.out}\n`);
+    process.stderr.write(
+      `\nsoak (${report.config.sessions} sessions, ${report.config.minutes} min, ${report.host.cpus} cores)\n${formatSoakReport(report)}\nJSON: ${options.out}\n`,
+    );
     process.exitCode = report.pass ? 0 : 1;
   })().catch((err: unknown) => {
     process.stderr.write(`soak: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);

@@ -34,7 +34,8 @@ const { values } = parseArgs({
 const quick = values.quick!;
 const shapes = (values.runs ?? (quick ? '50x40,200x50' : '500x40,1000x50')).split(',').map((s) => {
   const [sessions, calls] = s.split('x').map(Number);
-  if (!Number.isInteger(sessions) || !Number.isInteger(calls) || sessions! < 1 || calls! < 1) throw new Error(`--runs wants SESSIONSxCALLS, got '${s}'`);
+  if (!Number.isInteger(sessions) || !Number.isInteger(calls) || sessions! < 1 || calls! < 1)
+    throw new Error(`--runs wants SESSIONSxCALLS, got '${s}'`);
   return { sessions: sessions!, calls: calls! };
 });
 const concurrency = Number(values.concurrency);
@@ -48,7 +49,11 @@ interface Answer {
 }
 
 async function post(url: string, body: unknown, key?: string): Promise<unknown> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) }, body: JSON.stringify(body) });
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+    body: JSON.stringify(body),
+  });
   const text = await res.text();
   if (res.status !== 200 && res.status !== 201) throw new Error(`${url}: ${res.status} ${text.slice(0, 300)}`);
   return JSON.parse(text);
@@ -84,16 +89,30 @@ function dirBytes(dir: string): { bytes: number; files: number } {
   return { bytes, files };
 }
 
-async function startProxy(engineUrl: string, model: string, dataDir: string, profileName?: string): Promise<{ proxy: Started; url: string }> {
+async function startProxy(
+  engineUrl: string,
+  model: string,
+  dataDir: string,
+  profileName?: string,
+): Promise<{ proxy: Started; url: string }> {
   const profileDir = join(ROOT, 'bench-results', 'profiles');
   if (profileName) mkdirSync(profileDir, { recursive: true });
   const profile = profileName ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `${profileName}.cpuprofile`] : [];
-  const proxy = await startNode('proxy', [...profile, ...proxyEntry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir], (l) => l.startsWith('proxy listening on '), { timeoutMs: 10 * 60_000 });
+  const proxy = await startNode(
+    'proxy',
+    [...profile, ...proxyEntry, 'proxy', '--engine-url', engineUrl, '--model', model, '--data-dir', dataDir],
+    (l) => l.startsWith('proxy listening on '),
+    { timeoutMs: 10 * 60_000 },
+  );
   return { proxy, url: proxy.line.slice('proxy listening on '.length).trim() };
 }
 
 /** Spawn to first answered call (a new session's first turn) on `dataDir`, and the RSS then. */
-async function restart(engineUrl: string, model: string, dataDir: string): Promise<{ first_answer_ms: number; listening_ms: number; rss_mib: number; sessions_listed: number }> {
+async function restart(
+  engineUrl: string,
+  model: string,
+  dataDir: string,
+): Promise<{ first_answer_ms: number; listening_ms: number; rss_mib: number; sessions_listed: number }> {
   const t0 = performance.now();
   const { proxy, url } = await startProxy(engineUrl, model, dataDir);
   const listening = performance.now() - t0;
@@ -102,14 +121,23 @@ async function restart(engineUrl: string, model: string, dataDir: string): Promi
     const first = performance.now() - t0;
     const rss = rssBytes(proxy.pid) ?? 0;
     const listed = ((await (await fetch(`${url}/sessions`)).json()) as { sessions: unknown[] }).sessions.length;
-    return { first_answer_ms: Math.round(first), listening_ms: Math.round(listening), rss_mib: +(rss / 2 ** 20).toFixed(1), sessions_listed: listed };
+    return {
+      first_answer_ms: Math.round(first),
+      listening_ms: Math.round(listening),
+      rss_mib: +(rss / 2 ** 20).toFixed(1),
+      sessions_listed: listed,
+    };
   } finally {
     await stopChild(proxy.child);
   }
 }
 
 async function main(): Promise<void> {
-  const engine = await startNode('fake engine', ['--import', 'tsx', join(ROOT, 'bench', 'fake-engine-process.ts'), '--think-ms', '0'], (l) => l.startsWith('{'));
+  const engine = await startNode(
+    'fake engine',
+    ['--import', 'tsx', join(ROOT, 'bench', 'fake-engine-process.ts'), '--think-ms', '0'],
+    (l) => l.startsWith('{'),
+  );
   const { url: engineUrl, model } = JSON.parse(engine.line) as { url: string; model: string };
   const results = [];
   try {
@@ -118,7 +146,12 @@ async function main(): Promise<void> {
       const emptyDir = mkdtempSync(join(tmpdir(), 'hl-bench-store-empty-'));
       try {
         log(`store [${values.label}]: ${shape.sessions} sessions x ${shape.calls} calls, ${concurrency} active`);
-        const { proxy, url } = await startProxy(engineUrl, model, dataDir, values.profile ? `store-${values.label}-${shape.sessions}x${shape.calls}` : undefined);
+        const { proxy, url } = await startProxy(
+          engineUrl,
+          model,
+          dataDir,
+          values.profile ? `store-${values.label}-${shape.sessions}x${shape.calls}` : undefined,
+        );
         const t0 = performance.now();
         const watch = watchProcess(proxy.pid, 200);
         let next = 0;
@@ -158,7 +191,8 @@ async function main(): Promise<void> {
           restart_empty: empty,
         };
         log(`  ${JSON.stringify(result)}`);
-        if (restarted.sessions_listed !== shape.sessions + 1) throw new Error(`the restarted proxy lists ${restarted.sessions_listed} sessions, expected ${shape.sessions + 1}`);
+        if (restarted.sessions_listed !== shape.sessions + 1)
+          throw new Error(`the restarted proxy lists ${restarted.sessions_listed} sessions, expected ${shape.sessions + 1}`);
         results.push(result);
       } finally {
         rmSync(dataDir, { recursive: true, force: true });
@@ -168,7 +202,16 @@ async function main(): Promise<void> {
   } finally {
     await stopChild(engine.child);
   }
-  const report = { bench: 'store', label: values.label, at: new Date().toISOString(), quick, concurrency, proxy: proxyEntry.join(' '), load_1m: loadavg()[0], results };
+  const report = {
+    bench: 'store',
+    label: values.label,
+    at: new Date().toISOString(),
+    quick,
+    concurrency,
+    proxy: proxyEntry.join(' '),
+    load_1m: loadavg()[0],
+    results,
+  };
   mkdirSync(join(ROOT, 'bench-results'), { recursive: true });
   writeFileSync(join(ROOT, 'bench-results', `store-${values.label}.json`), `${JSON.stringify(report, null, 2)}\n`);
   process.stdout.write(`${JSON.stringify(report)}\n`);

@@ -52,7 +52,10 @@ async function main(): Promise<void> {
     void (async () => {
       const url = req.url ?? '/';
       if (req.method === 'GET' && url.startsWith('/v1/models')) {
-        return send(res, 200, { object: 'list', data: [{ id: TINY_MODEL_NAME, object: 'model', root: tiny.path, max_model_len: MAX_MODEL_LEN }] });
+        return send(res, 200, {
+          object: 'list',
+          data: [{ id: TINY_MODEL_NAME, object: 'model', root: tiny.path, max_model_len: MAX_MODEL_LEN }],
+        });
       }
       if (req.method === 'GET' && url === '/health') return send(res, 200, { status: 'ok' });
       if (req.method !== 'POST') return send(res, 404, { error: { message: `no route ${req.method} ${url}` } });
@@ -73,7 +76,12 @@ async function main(): Promise<void> {
               stop_reason: null,
               prompt_token_ids: prompt,
               token_ids: answerIds,
-              logprobs: { tokens: answerIds.map((t) => `token_id:${t}`), token_logprobs: logprobs, top_logprobs: answerIds.map((t, i) => ({ [`token_id:${t}`]: logprobs[i]! })), text_offset: answerIds.map(() => 0) },
+              logprobs: {
+                tokens: answerIds.map((t) => `token_id:${t}`),
+                token_logprobs: logprobs,
+                top_logprobs: answerIds.map((t, i) => ({ [`token_id:${t}`]: logprobs[i]! })),
+                text_offset: answerIds.map(() => 0),
+              },
             },
           ],
           usage: { prompt_tokens: prompt.length, completion_tokens: answerIds.length, total_tokens: prompt.length + answerIds.length },
@@ -81,7 +89,12 @@ async function main(): Promise<void> {
       }
       if (url === '/v1/chat/completions') {
         const promptIds = chatPromptIds(body.messages as ChatMessage[], body.tools as ChatTool[] | undefined);
-        const message = { role: 'assistant', content: null, reasoning: null, tool_calls: [{ id: `chatcmpl-tool-${n}`, type: 'function', function: { name: 'bash', arguments: '{"command": "ls -la"}' } }] };
+        const message = {
+          role: 'assistant',
+          content: null,
+          reasoning: null,
+          tool_calls: [{ id: `chatcmpl-tool-${n}`, type: 'function', function: { name: 'bash', arguments: '{"command": "ls -la"}' } }],
+        };
         return send(res, 200, {
           id,
           object: 'chat.completion',
@@ -95,10 +108,21 @@ async function main(): Promise<void> {
               finish_reason: 'tool_calls',
               stop_reason: null,
               token_ids: answerIds,
-              logprobs: { content: answerIds.map((t, i) => ({ token: `token_id:${t}`, logprob: logprobs[i]!, bytes: null, top_logprobs: [{ token: `token_id:${t}`, logprob: logprobs[i]!, bytes: null }] })) },
+              logprobs: {
+                content: answerIds.map((t, i) => ({
+                  token: `token_id:${t}`,
+                  logprob: logprobs[i]!,
+                  bytes: null,
+                  top_logprobs: [{ token: `token_id:${t}`, logprob: logprobs[i]!, bytes: null }],
+                })),
+              },
             },
           ],
-          usage: { prompt_tokens: promptIds.length, completion_tokens: answerIds.length, total_tokens: promptIds.length + answerIds.length },
+          usage: {
+            prompt_tokens: promptIds.length,
+            completion_tokens: answerIds.length,
+            total_tokens: promptIds.length + answerIds.length,
+          },
         });
       }
       return send(res, 404, { error: { message: `no route POST ${url}` } });
@@ -109,7 +133,9 @@ async function main(): Promise<void> {
   server.keepAliveTimeout = 600_000;
   server.headersTimeout = 601_000;
   server.listen(0, '127.0.0.1', () => {
-    process.stdout.write(`${JSON.stringify({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, model: TINY_MODEL_NAME, gguf: tiny.path, pid: process.pid })}\n`);
+    process.stdout.write(
+      `${JSON.stringify({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, model: TINY_MODEL_NAME, gguf: tiny.path, pid: process.pid })}\n`,
+    );
   });
   const stop = () => server.close(() => process.exit(0));
   process.stdin.on('end', stop);

@@ -27,11 +27,22 @@ const TOOL_OUTPUT = 'total 24\ndrwxr-xr-x 2 agent agent 4096 Dec  2 12:00 .\n-rw
 
 const BASH_TOOL = {
   type: 'function',
-  function: { name: 'bash', description: 'Run a shell command in the task container and return its output.', parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } },
+  function: {
+    name: 'bash',
+    description: 'Run a shell command in the task container and return its output.',
+    parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
+  },
 };
 
 /** The fields a proxy at capture level `tokens` adds to a chat request (so the pass-through carries the same answer). */
-const CAPTURE_FIELDS = { stream: false, max_tokens: 4096, logprobs: true, top_logprobs: 0, return_token_ids: true, return_tokens_as_token_ids: true };
+const CAPTURE_FIELDS = {
+  stream: false,
+  max_tokens: 4096,
+  logprobs: true,
+  top_logprobs: 0,
+  return_token_ids: true,
+  return_tokens_as_token_ids: true,
+};
 
 export type Hop = 'token-in' | 'token-in+check' | 'chat' | 'pass-through';
 export const HOPS: readonly Hop[] = ['token-in', 'token-in+check', 'chat', 'pass-through'];
@@ -53,7 +64,11 @@ interface Message {
 }
 
 async function post(url: string, body: unknown, key?: string): Promise<{ status: number; text: string }> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) }, body: JSON.stringify(body) });
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+    body: JSON.stringify(body),
+  });
   return { status: res.status, text: await res.text() };
 }
 
@@ -74,7 +89,10 @@ async function toolLoop(url: string, model: string, system: string, turns: numbe
     const body = { model, messages, tools: [BASH_TOOL], ...(hop === 'pass-through' ? CAPTURE_FIELDS : {}) };
     const answer = await post(`${url}/v1/chat/completions`, body, key);
     if (answer.status !== 200) throw new Error(`${hop} answered ${answer.status}: ${answer.text.slice(0, 300)}`);
-    const parsed = JSON.parse(answer.text) as { choices: { message: Message & { tool_calls?: { id: string }[] } }[]; usage: { prompt_tokens: number } };
+    const parsed = JSON.parse(answer.text) as {
+      choices: { message: Message & { tool_calls?: { id: string }[] } }[];
+      usage: { prompt_tokens: number };
+    };
     promptTokens += parsed.usage.prompt_tokens;
     const message = parsed.choices[0]!.message;
     const call = message.tool_calls?.[0];
@@ -85,14 +103,36 @@ async function toolLoop(url: string, model: string, system: string, turns: numbe
   return promptTokens / turns;
 }
 
-async function startHop(hop: Hop, engine: { url: string; model: string; gguf: string }, dataDir: string, profileDir: string | null): Promise<{ url: string; process: Started; proxy: boolean }> {
+async function startHop(
+  hop: Hop,
+  engine: { url: string; model: string; gguf: string },
+  dataDir: string,
+  profileDir: string | null,
+): Promise<{ url: string; process: Started; proxy: boolean }> {
   if (hop === 'pass-through') {
-    const p = await startNode('pass-through', ['--import', 'tsx', join(ROOT, 'bench', 'passthrough.ts'), '--engine-url', engine.url], (l) => l.startsWith('{'));
+    const p = await startNode('pass-through', ['--import', 'tsx', join(ROOT, 'bench', 'passthrough.ts'), '--engine-url', engine.url], (l) =>
+      l.startsWith('{'),
+    );
     return { url: (JSON.parse(p.line) as { url: string }).url, process: p, proxy: false };
   }
   const render = hop === 'chat' ? 'engine' : 'proxy';
   const prof = profileDir ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `token-in-cost-${hop}.cpuprofile`] : [];
-  const args = [...prof, '--import', 'tsx', join(ROOT, 'bench', 'capture-proxy-process.ts'), '--engine-url', engine.url, '--model', engine.model, '--data-dir', dataDir, '--render', render, '--render-model', engine.gguf];
+  const args = [
+    ...prof,
+    '--import',
+    'tsx',
+    join(ROOT, 'bench', 'capture-proxy-process.ts'),
+    '--engine-url',
+    engine.url,
+    '--model',
+    engine.model,
+    '--data-dir',
+    dataDir,
+    '--render',
+    render,
+    '--render-model',
+    engine.gguf,
+  ];
   if (hop === 'token-in') args.push('--no-full-render-check');
   const p = await startNode(`proxy (${hop})`, args, (l) => l.startsWith('proxy listening on '), { timeoutMs: 120_000 });
   return { url: p.line.slice('proxy listening on '.length).trim(), process: p, proxy: true };
@@ -119,7 +159,12 @@ export interface TokenInCostResult {
 
 export async function runTokenInCost(o: TokenInCostOptions): Promise<TokenInCostResult> {
   const loadStart = loadavg()[0]!;
-  const engineProc = await startNode('token engine', ['--import', 'tsx', join(ROOT, 'bench', 'token-engine-process.ts')], (l) => l.startsWith('{'), { timeoutMs: 180_000 });
+  const engineProc = await startNode(
+    'token engine',
+    ['--import', 'tsx', join(ROOT, 'bench', 'token-engine-process.ts')],
+    (l) => l.startsWith('{'),
+    { timeoutMs: 180_000 },
+  );
   const engine = JSON.parse(engineProc.line) as { url: string; model: string; gguf: string };
   const rows: TokenInCostRow[] = [];
   try {
@@ -129,7 +174,14 @@ export async function runTokenInCost(o: TokenInCostOptions): Promise<TokenInCost
       try {
         for (const size of o.sizes) {
           const system = systemPrompt(size);
-          const session = async () => (h.proxy ? (JSON.parse((await post(`${h.url}/sessions`, { metadata: { bench: 'token-in-cost', hop, size } })).text) as { session_id: string }).session_id : undefined);
+          const session = async () =>
+            h.proxy
+              ? (
+                  JSON.parse((await post(`${h.url}/sessions`, { metadata: { bench: 'token-in-cost', hop, size } })).text) as {
+                    session_id: string;
+                  }
+                ).session_id
+              : undefined;
           // Warm-up: a whole loop at this size on its own session (V8 compiles, caches fill), not measured.
           await toolLoop(h.url, engine.model, system, o.turns, hop, await session());
           const key = await session();
@@ -138,7 +190,13 @@ export async function runTokenInCost(o: TokenInCostOptions): Promise<TokenInCost
           const promptMean = await toolLoop(h.url, engine.model, system, o.turns, hop, key);
           await new Promise((r) => setTimeout(r, 100));
           const cpu = (cpuMs(h.process.pid) ?? before) - before;
-          const row: TokenInCostRow = { hop, context_tokens_target: size, turns: o.turns, prompt_tokens_mean: Math.round(promptMean), cpu_ms_per_turn: Math.round((cpu / o.turns) * 1000) / 1000 };
+          const row: TokenInCostRow = {
+            hop,
+            context_tokens_target: size,
+            turns: o.turns,
+            prompt_tokens_mean: Math.round(promptMean),
+            cpu_ms_per_turn: Math.round((cpu / o.turns) * 1000) / 1000,
+          };
           rows.push(row);
           o.log(`token-in-cost ${JSON.stringify(row)}`);
         }
@@ -159,20 +217,39 @@ export async function runTokenInCost(o: TokenInCostOptions): Promise<TokenInCost
     if (lo && hi && lo.cpu_ms_per_turn > 0) ratios[hop] = Math.round((hi.cpu_ms_per_turn / lo.cpu_ms_per_turn) * 100) / 100;
   }
   const pass = ratios['token-in'] === undefined || ratios['token-in'] <= TOKEN_IN_COST_TARGET.maxRatio128kTo8k;
-  const result = { rows, ratios, pass, host: { cpus: cpus().length, load_1m_start: Math.round(loadStart * 100) / 100, load_1m_end: Math.round(loadavg()[0]! * 100) / 100 } };
+  const result = {
+    rows,
+    ratios,
+    pass,
+    host: { cpus: cpus().length, load_1m_start: Math.round(loadStart * 100) / 100, load_1m_end: Math.round(loadavg()[0]! * 100) / 100 },
+  };
   mkdirSync(dirname(o.out), { recursive: true });
-  writeFileSync(o.out, `${JSON.stringify({ bench: 'token-in-cost', started_at: new Date().toISOString(), target: TOKEN_IN_COST_TARGET, ...result }, null, 2)}\n`);
+  writeFileSync(
+    o.out,
+    `${JSON.stringify({ bench: 'token-in-cost', started_at: new Date().toISOString(), target: TOKEN_IN_COST_TARGET, ...result }, null, 2)}\n`,
+  );
   return result;
 }
 
 function intList(text: string, name: string): number[] {
   const list = text.split(',').map((s) => Number(s.trim()));
-  if (list.length === 0 || list.some((n) => !Number.isInteger(n) || n <= 0)) throw new Error(`--${name} must be a comma-separated list of positive integers, got '${text}'`);
+  if (list.length === 0 || list.some((n) => !Number.isInteger(n) || n <= 0))
+    throw new Error(`--${name} must be a comma-separated list of positive integers, got '${text}'`);
   return list;
 }
 
 export function parseTokenInCostArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): TokenInCostOptions {
-  const { values } = parseArgs({ args: argv, options: { quick: { type: 'boolean', default: false }, sizes: { type: 'string' }, turns: { type: 'string' }, hops: { type: 'string' }, profile: { type: 'string' }, out: { type: 'string' } } });
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      quick: { type: 'boolean', default: false },
+      sizes: { type: 'string' },
+      turns: { type: 'string' },
+      hops: { type: 'string' },
+      profile: { type: 'string' },
+      out: { type: 'string' },
+    },
+  });
   const quick = values.quick || env.BENCH_QUICK === '1';
   const hops = (values.hops ?? HOPS.join(',')).split(',').map((h) => h.trim()) as Hop[];
   for (const h of hops) if (!HOPS.includes(h)) throw new Error(`--hops: unknown '${h}' (${HOPS.join(', ')})`);
@@ -191,7 +268,9 @@ export function formatTokenInCost(result: Pick<TokenInCostResult, 'rows' | 'rati
   const hops = [...new Set(result.rows.map((r) => r.hop))];
   const lines = [['CPU ms per turn', ...sizes.map((s) => `${Math.round(s / 1000)}k context`), 'largest/smallest'].join('  ')];
   for (const hop of hops) {
-    const cells = sizes.map((s) => result.rows.find((r) => r.hop === hop && r.context_tokens_target === s)?.cpu_ms_per_turn.toFixed(2) ?? '-');
+    const cells = sizes.map(
+      (s) => result.rows.find((r) => r.hop === hop && r.context_tokens_target === s)?.cpu_ms_per_turn.toFixed(2) ?? '-',
+    );
     lines.push([hop.padEnd(15), ...cells.map((c) => c.padStart(11)), `${result.ratios[hop]?.toFixed(2) ?? '-'}x`.padStart(16)].join('  '));
   }
   const prompts = sizes.map((s) => result.rows.find((r) => r.context_tokens_target === s)?.prompt_tokens_mean ?? 0);

@@ -30,7 +30,10 @@ function writeGroupBatch(dir: string, members: number, calls: number): void {
     // Seeds 11 and 12 share nothing; a shared seed for the first half would be identical rollouts.
     const g = generateRollout({ seed: 11 + m, calls, firstPrompt: 1000, sampled: 30, glue: 40, retry: true, subagent: true, title: true });
     const sessionId = `bench${String(m).padStart(4, '0')}`;
-    const lines = [JSON.stringify({ type: 'session', ...g.session, session_id: sessionId }), ...g.records.map((r) => JSON.stringify({ type: 'call', ...r, session_id: sessionId }))];
+    const lines = [
+      JSON.stringify({ type: 'session', ...g.session, session_id: sessionId }),
+      ...g.records.map((r) => JSON.stringify({ type: 'call', ...r, session_id: sessionId })),
+    ];
     writeFileSync(join(batchPaths(dir).capture, 'sessions', `${sessionId}.jsonl`), `${lines.join('\n')}\n`);
     const id = `r${m}`;
     ids.push(id);
@@ -47,7 +50,9 @@ function writeGroupBatch(dir: string, members: number, calls: number): void {
       rewards: { reward },
       trainable: true,
       session_id: sessionId,
-      attempts: [{ attempt: 0, session_id: sessionId, started_at: at, ended_at: at, out_dir: `runs/${id}/0`, outcome: 'finished', trainable: true }],
+      attempts: [
+        { attempt: 0, session_id: sessionId, started_at: at, ended_at: at, out_dir: `runs/${id}/0`, outcome: 'finished', trainable: true },
+      ],
       policy_version: null,
       queued_at: at,
       started_at: at,
@@ -88,7 +93,11 @@ const GROUP_PAINT_PROBE = `
     requestAnimationFrame(check);
   });`;
 
-export async function benchGroupView(browser: Browser, dir: string, opts: { members: number; calls: number; webviewPage: string }): Promise<GroupSample> {
+export async function benchGroupView(
+  browser: Browser,
+  dir: string,
+  opts: { members: number; calls: number; webviewPage: string },
+): Promise<GroupSample> {
   const batch = join(dir, 'group-batch');
   writeGroupBatch(batch, opts.members, opts.calls);
   const t = performance.now();
@@ -96,7 +105,15 @@ export async function benchGroupView(browser: Browser, dir: string, opts: { memb
   const buildMs = performance.now() - t;
   const report = join(dir, 'group.html');
   writeFileSync(report, buildGroupReportHtml(data, loadViewerAssets()));
-  const out: GroupSample = { members: opts.members, calls_per_member: opts.calls, build_ms: buildMs, report_mib: statSync(report).size / 2 ** 20, firstPaintMs: { report: 0, webview: 0 }, domNodes: { report: 0, webview: 0 }, heapMiB: { report: 0, webview: 0 } };
+  const out: GroupSample = {
+    members: opts.members,
+    calls_per_member: opts.calls,
+    build_ms: buildMs,
+    report_mib: statSync(report).size / 2 ** 20,
+    firstPaintMs: { report: 0, webview: 0 },
+    domNodes: { report: 0, webview: 0 },
+    heapMiB: { report: 0, webview: 0 },
+  };
   for (const mode of ['report', 'webview'] as const) {
     const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
     await page.addInitScript(GROUP_PAINT_PROBE);

@@ -30,7 +30,19 @@ const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 function calibrate(): { opts: GeneratorOptions; positions: number } {
   let best: { opts: GeneratorOptions; positions: number } | null = null;
   for (let glue = 1; glue <= 200; glue++) {
-    const opts: GeneratorOptions = { seed: 7, calls: CALLS, firstPrompt: 1000, sampled: 6, glue, retry: true, subagent: true, compaction: true, title: true, misaligned: true, missing: true };
+    const opts: GeneratorOptions = {
+      seed: 7,
+      calls: CALLS,
+      firstPrompt: 1000,
+      sampled: 6,
+      glue,
+      retry: true,
+      subagent: true,
+      compaction: true,
+      title: true,
+      misaligned: true,
+      missing: true,
+    };
     const positions = tokenPositions(generateRollout(opts).records);
     if (!best || Math.abs(positions - TOKENS) < Math.abs(best.positions - TOKENS)) best = { opts, positions };
     if (positions > TOKENS) break;
@@ -165,7 +177,12 @@ async function main(): Promise<number> {
   const t = performance.now();
   const { opts, positions } = calibrate();
   const g = generateRollout(opts);
-  const doc = buildRollout(g.session, g.records, { budgetStopCount: 0, captureLevel: 'tokens', includeDiscarded: true, includeTraces: false });
+  const doc = buildRollout(g.session, g.records, {
+    budgetStopCount: 0,
+    captureLevel: 'tokens',
+    includeDiscarded: true,
+    includeTraces: false,
+  });
   const data: ViewerData = viewerDataFromRollout(doc, { key: 'bench', title: 'Benchmark rollout', tokenTexts: g.vocab });
   const longestTurn = Math.max(...data.turns.map((x) => x.prompt_ids.length + x.sampled_ids.length));
   const dir = mkdtempSync(join(tmpdir(), 'hl-bench-viewer-'));
@@ -188,24 +205,28 @@ async function main(): Promise<number> {
     for (const mode of ['report', 'webview'] as const) {
       const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
       await page.addInitScript(PAINT_PROBE);
-      results[mode] = await measure(page, async () => {
-        if (mode === 'report') {
-          await page.goto(`file://${report}`, { waitUntil: 'commit' });
-          return; // performance.now() counts from navigation start
-        }
-        await page.goto(`file://${page0}`);
-        await page.waitForSelector('#app');
-        // Put the wire form into the page first, then time the load message alone, as the host posts it.
-        const { wire, details } = toWire(data);
-        await page.evaluate(([w, d]) => Object.assign(window, { __w: w, __details: d }), [wire, details] as const);
-        // Posted a moment later, so that the busy-time counter is read before it.
-        await page.evaluate(() => {
-          setTimeout(() => {
-            (window as unknown as { __t0: number }).__t0 = performance.now();
-            window.postMessage({ type: 'load', wire: (window as unknown as { __w: unknown }).__w }, '*');
-          }, 300);
-        });
-      }, mode === 'report');
+      results[mode] = await measure(
+        page,
+        async () => {
+          if (mode === 'report') {
+            await page.goto(`file://${report}`, { waitUntil: 'commit' });
+            return; // performance.now() counts from navigation start
+          }
+          await page.goto(`file://${page0}`);
+          await page.waitForSelector('#app');
+          // Put the wire form into the page first, then time the load message alone, as the host posts it.
+          const { wire, details } = toWire(data);
+          await page.evaluate(([w, d]) => Object.assign(window, { __w: w, __details: d }), [wire, details] as const);
+          // Posted a moment later, so that the busy-time counter is read before it.
+          await page.evaluate(() => {
+            setTimeout(() => {
+              (window as unknown as { __t0: number }).__t0 = performance.now();
+              window.postMessage({ type: 'load', wire: (window as unknown as { __w: unknown }).__w }, '*');
+            }, 300);
+          });
+        },
+        mode === 'report',
+      );
       await page.close();
     }
     // The group view: 8 rollouts of CALLS calls side by side.
@@ -225,8 +246,17 @@ async function main(): Promise<number> {
   }));
   console.table(rows);
   if (group) {
-    process.stdout.write(`group view: ${group.members} rollouts x ${group.calls_per_member} calls, data built in ${group.build_ms.toFixed(0)} ms, report ${group.report_mib.toFixed(1)} MiB\n`);
-    console.table((['report', 'webview'] as const).map((mode) => ({ mode, 'first paint ms': group!.firstPaintMs[mode].toFixed(0), 'DOM nodes': group!.domNodes[mode], 'JS heap MiB': group!.heapMiB[mode].toFixed(1) })));
+    process.stdout.write(
+      `group view: ${group.members} rollouts x ${group.calls_per_member} calls, data built in ${group.build_ms.toFixed(0)} ms, report ${group.report_mib.toFixed(1)} MiB\n`,
+    );
+    console.table(
+      (['report', 'webview'] as const).map((mode) => ({
+        mode,
+        'first paint ms': group!.firstPaintMs[mode].toFixed(0),
+        'DOM nodes': group!.domNodes[mode],
+        'JS heap MiB': group!.heapMiB[mode].toFixed(1),
+      })),
+    );
   }
   const failures: string[] = [];
   for (const [mode, r] of Object.entries(results)) {
@@ -234,9 +264,18 @@ async function main(): Promise<number> {
     if (r.frameP95 >= 50) failures.push(`${mode}: p95 scroll frame ${r.frameP95.toFixed(1)} ms >= 50 ms`);
     if (r.maxSpans > 5000) failures.push(`${mode}: ${r.maxSpans} token spans in the DOM (not virtualised)`);
   }
-  if (group) for (const mode of ['report', 'webview'] as const) if (group.firstPaintMs[mode] >= 1000) failures.push(`group view ${mode}: first paint ${group.firstPaintMs[mode].toFixed(0)} ms >= 1000 ms`);
-  process.stdout.write(failures.length ? `TARGETS MISSED:\n  ${failures.join('\n  ')}\n` : 'targets met: first paint < 1 s, p95 scroll frame < 50 ms, token spans bounded\n');
-  process.stdout.write(`${JSON.stringify({ bench: 'viewer', calls: data.turns.length, token_positions: positions, longest_turn: longestTurn, results, group })}\n`);
+  if (group)
+    for (const mode of ['report', 'webview'] as const)
+      if (group.firstPaintMs[mode] >= 1000)
+        failures.push(`group view ${mode}: first paint ${group.firstPaintMs[mode].toFixed(0)} ms >= 1000 ms`);
+  process.stdout.write(
+    failures.length
+      ? `TARGETS MISSED:\n  ${failures.join('\n  ')}\n`
+      : 'targets met: first paint < 1 s, p95 scroll frame < 50 ms, token spans bounded\n',
+  );
+  process.stdout.write(
+    `${JSON.stringify({ bench: 'viewer', calls: data.turns.length, token_positions: positions, longest_turn: longestTurn, results, group })}\n`,
+  );
   return failures.length ? 1 : 0;
 }
 

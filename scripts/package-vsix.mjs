@@ -71,14 +71,28 @@ for (const f of ['dist', 'media', 'examples', 'docs', 'README.md', 'LICENSE', '.
   if (existsSync(join(ROOT, f))) cpSync(join(ROOT, f), join(stage, f), { recursive: true, filter: (src) => !src.endsWith('.map') });
 }
 const modules = closure(RUNTIME_PACKAGES);
-for (const rel of modules) cpSync(join(ROOT, rel), join(stage, rel), { recursive: true, dereference: true, filter: (src) => !src.startsWith(join(ROOT, rel, 'node_modules')) });
+for (const rel of modules)
+  cpSync(join(ROOT, rel), join(stage, rel), {
+    recursive: true,
+    dereference: true,
+    filter: (src) => !src.startsWith(join(ROOT, rel, 'node_modules')),
+  });
 const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
 // The manifest as published: only what ships unbundled is a dependency (vsce lists it with npm).
-pkg.dependencies = Object.fromEntries(RUNTIME_PACKAGES.map((n) => [n, pkg.dependencies?.[n] ?? JSON.parse(readFileSync(join(stage, 'node_modules', n, 'package.json'), 'utf8')).version]));
+pkg.dependencies = Object.fromEntries(
+  RUNTIME_PACKAGES.map((n) => [
+    n,
+    pkg.dependencies?.[n] ?? JSON.parse(readFileSync(join(stage, 'node_modules', n, 'package.json'), 'utf8')).version,
+  ]),
+);
 delete pkg.devDependencies;
 delete pkg.scripts;
 writeFileSync(join(stage, 'package.json'), `${JSON.stringify(pkg, null, 2)}\n`);
 
 const vsce = join(ROOT, 'node_modules', '@vscode', 'vsce', 'vsce');
-run(process.execPath, [vsce, 'package', '--target', target, '--no-rewrite-relative-links', '--allow-missing-repository', '--skip-license', '-o', out], stage);
+run(
+  process.execPath,
+  [vsce, 'package', '--target', target, '--no-rewrite-relative-links', '--allow-missing-repository', '--skip-license', '-o', out],
+  stage,
+);
 console.log(`packaged ${out} (${modules.length} runtime packages: ${RUNTIME_PACKAGES.join(', ')} and their dependencies)`);

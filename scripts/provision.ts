@@ -76,7 +76,9 @@ export interface Prerequisite {
 }
 
 /** A prerequisite met by Debian packages: each package with how to tell it is already there. */
-function aptPrerequisite(p: Pick<Prerequisite, 'id' | 'why' | 'folders'> & { packages(m: Machine): [string, () => boolean | Promise<boolean>][] }): Prerequisite {
+function aptPrerequisite(
+  p: Pick<Prerequisite, 'id' | 'why' | 'folders'> & { packages(m: Machine): [string, () => boolean | Promise<boolean>][] },
+): Prerequisite {
   const aptMissing = async (m: Machine) => {
     const missing: string[] = [];
     for (const [pkg, present] of p.packages(m)) if (!(await present())) missing.push(pkg);
@@ -102,7 +104,9 @@ export const PREREQUISITES: readonly Prerequisite[] = [
     id: 'debootstrap',
     why: 'the offline sandbox base image is a Debian minbase built with debootstrap (no image registry)',
     folders: SANDBOX_TESTS,
-    packages: (m) => [['debootstrap', async () => m.has('debootstrap') || m.rootfsCached() || ((await m.docker()).ok && (await m.imagesReady()))]],
+    packages: (m) => [
+      ['debootstrap', async () => m.has('debootstrap') || m.rootfsCached() || ((await m.docker()).ok && (await m.imagesReady()))],
+    ],
   }),
   aptPrerequisite({
     id: 'linux-perf',
@@ -141,8 +145,10 @@ export const PREREQUISITES: readonly Prerequisite[] = [
       const state = await m.docker();
       const reason = state.ok ? '' : state.reason;
       if (m.env.DOCKER_HOST) return `DOCKER_HOST=${m.env.DOCKER_HOST} does not answer (${reason}); start that daemon or unset DOCKER_HOST`;
-      if (/EACCES|permission denied/i.test(reason)) return `${dockerEndpoint(m.env)} refuses this user (${reason}); add the user to the docker group (\`usermod -aG docker $USER\`, then log in again) or run as root`;
-      if (!m.root && m.dockerdPids().length === 0) return 'starting dockerd needs root; run as root `dockerd > /var/log/dockerd.log 2>&1 &` (or `systemctl start docker`)';
+      if (/EACCES|permission denied/i.test(reason))
+        return `${dockerEndpoint(m.env)} refuses this user (${reason}); add the user to the docker group (\`usermod -aG docker $USER\`, then log in again) or run as root`;
+      if (!m.root && m.dockerdPids().length === 0)
+        return 'starting dockerd needs root; run as root `dockerd > /var/log/dockerd.log 2>&1 &` (or `systemctl start docker`)';
       return undefined;
     },
     action: 'start dockerd in the background (or wait for the one already starting)',
@@ -154,7 +160,10 @@ export const PREREQUISITES: readonly Prerequisite[] = [
     folders: SANDBOX_TESTS,
     after: ['dockerd', 'debootstrap'],
     present: async (m) => (await m.docker()).ok && (await m.imagesReady()),
-    blocker: async (m) => (!m.root && !m.rootfsCached() ? `the first build runs debootstrap, which needs root; run \`node --import tsx src/cli/main.ts images\` as root once (later builds reuse ${imageCacheDir(m.env)})` : undefined),
+    blocker: async (m) =>
+      !m.root && !m.rootfsCached()
+        ? `the first build runs debootstrap, which needs root; run \`node --import tsx src/cli/main.ts images\` as root once (later builds reuse ${imageCacheDir(m.env)})`
+        : undefined,
     action: '`harness-lab images` (debootstrap once, about a minute; later builds take seconds)',
     install: (m) => runOrThrow(m, process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'images', '--verbose']),
   },
@@ -172,7 +181,8 @@ export const PREREQUISITES: readonly Prerequisite[] = [
     folders: ['e2e'],
     after: ['code-server build tools'],
     present: async (m) => m.codeServerReady(),
-    blocker: async (m) => (m.nodeMajor !== 20 ? `code-server ${CODE_SERVER_VERSION} needs Node 20 (this is Node ${m.nodeMajor})` : undefined),
+    blocker: async (m) =>
+      m.nodeMajor !== 20 ? `code-server ${CODE_SERVER_VERSION} needs Node 20 (this is Node ${m.nodeMajor})` : undefined,
     action: '`bash scripts/code-server-install.sh` (npm install, about 2-3 minutes)',
     install: (m) => runOrThrow(m, 'bash', ['scripts/code-server-install.sh']),
   },
@@ -198,7 +208,10 @@ export async function ensureDockerd(m: Machine, opts: { timeoutMs?: number; poll
   if ((await m.docker()).ok) return;
   let running = m.dockerdPids();
   let started: { pid: number; log: string } | undefined;
-  if (running.length) m.say(`dockerd is already running (pid ${running.join(', ')}) but does not answer yet; waiting for it instead of starting a second one`);
+  if (running.length)
+    m.say(
+      `dockerd is already running (pid ${running.join(', ')}) but does not answer yet; waiting for it instead of starting a second one`,
+    );
   else {
     started = m.startDockerd();
     m.say(`started dockerd (pid ${started.pid}, log ${started.log}); it keeps running after the tests`);
@@ -218,7 +231,9 @@ export async function ensureDockerd(m: Machine, opts: { timeoutMs?: number; poll
     await m.sleep(pollMs);
   }
   const who = started ? `the dockerd started here (pid ${started.pid})` : `the running dockerd (pid ${running.join(', ')})`;
-  throw new Error(`${who} did not answer within ${Math.round(timeoutMs / 1000)} s (${last.reason})${started ? `; the end of ${started.log}:\n${m.tail(started.log)}` : ''}`);
+  throw new Error(
+    `${who} did not answer within ${Math.round(timeoutMs / 1000)} s (${last.reason})${started ? `; the end of ${started.log}:\n${m.tail(started.log)}` : ''}`,
+  );
 }
 
 export type StepState = 'present' | 'install' | 'missing';
@@ -248,7 +263,12 @@ async function evaluate(m: Machine, p: Prerequisite, earlier: PlanStep[]): Promi
   if (blockedBy.length) return { prerequisite: p, state: 'missing', detail: `needs ${blockedBy.join(' and ')} first` };
   if (p.aptMissing) {
     const pkgs = await p.aptMissing(m);
-    if (!m.root) return { prerequisite: p, state: 'missing', detail: `installing Debian packages needs root; run as root \`apt-get install -y ${pkgs.join(' ')}\`` };
+    if (!m.root)
+      return {
+        prerequisite: p,
+        state: 'missing',
+        detail: `installing Debian packages needs root; run as root \`apt-get install -y ${pkgs.join(' ')}\``,
+      };
     return { prerequisite: p, state: 'install', detail: `apt-get install ${pkgs.join(' ')}` };
   }
   const blocker = await p.blocker?.(m);
@@ -283,7 +303,9 @@ export async function provision(m: Machine, folders: readonly Folder[]): Promise
       m.say(`${p.id}: ${step.detail} — ${p.why}`);
       try {
         await p.install!(m);
-        step = (await p.present(m)) ? { prerequisite: p, state: 'present', detail: '' } : { prerequisite: p, state: 'missing', detail: `still missing after ${p.action ?? 'installing'}` };
+        step = (await p.present(m))
+          ? { prerequisite: p, state: 'present', detail: '' }
+          : { prerequisite: p, state: 'missing', detail: `still missing after ${p.action ?? 'installing'}` };
       } catch (err) {
         step = { prerequisite: p, state: 'missing', detail: err instanceof Error ? err.message : String(err) };
       }
@@ -293,21 +315,30 @@ export async function provision(m: Machine, folders: readonly Folder[]): Promise
     done.push(step);
   }
   const missing = done.filter((s) => s.state === 'missing');
-  for (const s of missing) m.say(`MISSING ${s.prerequisite.id}: ${s.detail}\n  needed because ${s.prerequisite.why}; those tests will fail until it is there`);
+  for (const s of missing)
+    m.say(`MISSING ${s.prerequisite.id}: ${s.detail}\n  needed because ${s.prerequisite.why}; those tests will fail until it is there`);
   if (!missing.length) m.say('every prerequisite is present now');
   return missing;
 }
 
 export function formatPlan(steps: PlanStep[]): string {
   const width = Math.max(...steps.map((s) => s.prerequisite.id.length));
-  return steps.map((s) => `${s.prerequisite.id.padEnd(width)}  ${s.state === 'present' ? 'present' : s.state === 'install' ? `would install: ${s.detail}` : `MISSING: ${s.detail}`}`).join('\n');
+  return steps
+    .map(
+      (s) =>
+        `${s.prerequisite.id.padEnd(width)}  ${s.state === 'present' ? 'present' : s.state === 'install' ? `would install: ${s.detail}` : `MISSING: ${s.detail}`}`,
+    )
+    .join('\n');
 }
 
 /** The daemon's answer to a ping, with the raw reason when there is none (connectDocker words it for users). */
 async function pingDocker(): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   try {
-    await Promise.race([new Docker().ping(), new Promise((_r, reject) => (timer = setTimeout(() => reject(new Error('no answer within 5 s')), 5000)))]);
+    await Promise.race([
+      new Docker().ping(),
+      new Promise((_r, reject) => (timer = setTimeout(() => reject(new Error('no answer within 5 s')), 5000))),
+    ]);
   } finally {
     clearTimeout(timer);
   }
@@ -381,7 +412,11 @@ export function realMachine(say: (line: string) => void): Machine {
     codeServerReady: () => existsSync(codeServerBin()) && existsSync(join(codeServerDir(), '.install-complete')),
     run: (command, args) =>
       new Promise((resolve) => {
-        const child = spawn(command, args, { cwd: REPO, stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive', npm_config_update_notifier: 'false' } });
+        const child = spawn(command, args, {
+          cwd: REPO,
+          stdio: 'inherit',
+          env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive', npm_config_update_notifier: 'false' },
+        });
         child.on('error', (err) => {
           say(`${command}: ${err.message}`);
           resolve(127);

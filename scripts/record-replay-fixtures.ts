@@ -18,45 +18,57 @@ import { fixtureFromSource, loadReplaySource } from '../src/replay/source.js';
 const ROOT = resolve(__dirname, '..');
 const FIXTURE_DIR = join(ROOT, 'test', 'fixtures', 'replay');
 
-const { values, positionals } = parseArgs({ options: { task: { type: 'string', default: 'examples/tasks/hello-file' }, 'from-runs': { type: 'string' }, out: { type: 'string', default: '/tmp/harness-lab-replay-fixtures' } }, allowPositionals: true });
+const { values, positionals } = parseArgs({
+  options: {
+    task: { type: 'string', default: 'examples/tasks/hello-file' },
+    'from-runs': { type: 'string' },
+    out: { type: 'string', default: '/tmp/harness-lab-replay-fixtures' },
+  },
+  allowPositionals: true,
+});
 const harnesses = positionals.length ? positionals : harnessNames();
 const taskDir = resolve(ROOT, values.task);
 const taskRel = relative(ROOT, taskDir);
 mkdirSync(FIXTURE_DIR, { recursive: true });
 
 async function main(): Promise<number> {
-let failed = 0;
-for (const harness of harnesses) {
-  let runDir: string;
-  if (values['from-runs']) {
-    // DIR/<harness>/<n>: the last run of each harness (the layout of `harness-lab run --out`'s task folder).
-    const base = join(resolve(values['from-runs']), harness);
-    const runs = readdirSync(base).filter((n) => /^\d+$/.test(n)).map(Number);
-    runDir = join(base, String(Math.max(...runs)));
-  } else {
-    const lab = await openLab({ taskDir, harness, sandbox: 'docker', outDir: resolve(values.out) });
-    try {
-      const result = await runRollout({ ...lab.rolloutOptions });
-      console.log(rolloutLine(result));
-      if (result.status !== 'ok') {
-        failed++;
-        continue;
+  let failed = 0;
+  for (const harness of harnesses) {
+    let runDir: string;
+    if (values['from-runs']) {
+      // DIR/<harness>/<n>: the last run of each harness (the layout of `harness-lab run --out`'s task folder).
+      const base = join(resolve(values['from-runs']), harness);
+      const runs = readdirSync(base)
+        .filter((n) => /^\d+$/.test(n))
+        .map(Number);
+      runDir = join(base, String(Math.max(...runs)));
+    } else {
+      const lab = await openLab({ taskDir, harness, sandbox: 'docker', outDir: resolve(values.out) });
+      try {
+        const result = await runRollout({ ...lab.rolloutOptions });
+        console.log(rolloutLine(result));
+        if (result.status !== 'ok') {
+          failed++;
+          continue;
+        }
+        runDir = result.out_dir;
+      } finally {
+        await lab.close();
       }
-      runDir = result.out_dir;
-    } finally {
-      await lab.close();
     }
+    const source = loadReplaySource(join(runDir, ROLLOUT_DOCUMENT_FILE));
+    const file = join(FIXTURE_DIR, `${harness}.replay.json.gz`);
+    const bytes = fixtureFromSource(source, taskRel);
+    writeFileSync(file, bytes);
+    console.log(`${harness}: ${source.calls.length} call(s), reward ${source.reward} -> ${relative(ROOT, file)} (${bytes.length} bytes)`);
   }
-  const source = loadReplaySource(join(runDir, ROLLOUT_DOCUMENT_FILE));
-  const file = join(FIXTURE_DIR, `${harness}.replay.json.gz`);
-  const bytes = fixtureFromSource(source, taskRel);
-  writeFileSync(file, bytes);
-  console.log(`${harness}: ${source.calls.length} call(s), reward ${source.reward} -> ${relative(ROOT, file)} (${bytes.length} bytes)`);
-}
-return failed ? 1 : 0;
+  return failed ? 1 : 0;
 }
 
-main().then((code) => process.exit(code), (err: unknown) => {
-  console.error(err);
-  process.exit(1);
-});
+main().then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);

@@ -9,7 +9,11 @@ const folders = process.argv.slice(2).length ? process.argv.slice(2) : ['unit', 
 const files = [];
 const walk = (dir) => {
   let entries = [];
-  try { entries = readdirSync(dir); } catch { return; }
+  try {
+    entries = readdirSync(dir);
+  } catch {
+    return;
+  }
   for (const name of entries.sort()) {
     const path = join(dir, name);
     if (statSync(path).isDirectory()) walk(path);
@@ -35,6 +39,13 @@ if (process.env.HARNESS_LAB_PROVISION === '0') {
 const concurrency = process.env.TEST_CONCURRENCY ?? '2';
 // A hung test fails after 15 minutes instead of stalling the run (tests with their own timeout keep it).
 const timeout = process.env.TEST_TIMEOUT_MS ?? '900000';
-const result = spawnSync(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, `--test-timeout=${timeout}`, ...files], { stdio: 'inherit' });
-if (provisioned !== 0) console.error('\n[provision] some prerequisites were missing (see the [provision] lines at the start): this run fails even where their tests passed');
+const result = spawnSync(
+  process.execPath,
+  ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, `--test-timeout=${timeout}`, ...files],
+  { stdio: 'inherit' },
+);
+if (provisioned !== 0)
+  console.error(
+    '\n[provision] some prerequisites were missing (see the [provision] lines at the start): this run fails even where their tests passed',
+  );
 process.exit(result.status || provisioned || (result.status === null ? 1 : 0));

@@ -71,10 +71,13 @@ export class PromptRecorder {
             // not JSON: the engine will say so
           }
         }
-        const out = httpRequest({ host: to.hostname, port: to.port, path: req.url, method: req.method, headers: { ...req.headers, host: to.host } }, (up) => {
-          res.writeHead(up.statusCode ?? 502, up.headers);
-          up.pipe(res);
-        });
+        const out = httpRequest(
+          { host: to.hostname, port: to.port, path: req.url, method: req.method, headers: { ...req.headers, host: to.host } },
+          (up) => {
+            res.writeHead(up.statusCode ?? 502, up.headers);
+            up.pipe(res);
+          },
+        );
         out.on('error', (err) => {
           if (!res.headersSent) res.writeHead(502, { 'content-type': 'application/json' });
           res.end(JSON.stringify({ error: { message: `relay: ${err.message}` } }));
@@ -165,16 +168,36 @@ export function turnProofs(calls: readonly CallRecord[], agentIds: ReadonlySet<s
 }
 
 /** One harness on the proof task through `proxy` (already rendering in `mode`). */
-export async function proofRun(opts: { harness: string; policy: ProofPolicy; mode: ProofMode; proxy: CaptureProxy; model: string; recorder: PromptRecorder | null; outDir: string }): Promise<ProofRun> {
+export async function proofRun(opts: {
+  harness: string;
+  policy: ProofPolicy;
+  mode: ProofMode;
+  proxy: CaptureProxy;
+  model: string;
+  recorder: PromptRecorder | null;
+  outDir: string;
+}): Promise<ProofRun> {
   const started = Date.now();
   const base = { harness: opts.harness, policy: opts.policy, mode: opts.mode };
   try {
     const before = opts.recorder?.prompts.length ?? 0;
-    const table = await validateHarness({ harness: opts.harness, taskDir: PROOF_TASK, sandbox: 'docker', proxy: opts.proxy, model: opts.model, outDir: opts.outDir, handleSignals: false });
+    const table = await validateHarness({
+      harness: opts.harness,
+      taskDir: PROOF_TASK,
+      sandbox: 'docker',
+      proxy: opts.proxy,
+      model: opts.model,
+      outDir: opts.outDir,
+      handleSignals: false,
+    });
     const doc = table.rollout.rollout;
     const agentIds = new Set((doc?.graph.nodes ?? []).filter((n) => n.role === 'agent' && !n.discarded).map((n) => n.node_id));
     const received = opts.recorder ? opts.recorder.prompts.slice(before) : null;
-    const fatal = [...(doc?.validation ?? []), ...(doc?.calls ?? []).flatMap((c) => c.findings), ...(doc?.sequences ?? []).flatMap((s) => s.validation)].filter((f) => f.startsWith('[FATAL]'));
+    const fatal = [
+      ...(doc?.validation ?? []),
+      ...(doc?.calls ?? []).flatMap((c) => c.findings),
+      ...(doc?.sequences ?? []).flatMap((s) => s.validation),
+    ].filter((f) => f.startsWith('[FATAL]'));
     return {
       ...base,
       reward: table.rollout.reward,
@@ -182,11 +205,27 @@ export async function proofRun(opts: { harness: string; policy: ProofPolicy; mod
       samples: doc ? sampleAccount(doc) : null,
       turns: doc ? turnProofs(doc.calls, agentIds, opts.mode === 'proxy' ? received : null) : [],
       fatal: [...new Set(fatal)],
-      error: table.rollout.error ?? (table.ok ? null : table.rows.filter((r) => !r.ok).map((r) => `${r.check}: ${r.detail}`).join('; ')),
+      error:
+        table.rollout.error ??
+        (table.ok
+          ? null
+          : table.rows
+              .filter((r) => !r.ok)
+              .map((r) => `${r.check}: ${r.detail}`)
+              .join('; ')),
       seconds: (Date.now() - started) / 1000,
     };
   } catch (err) {
-    return { ...base, reward: null, contract_ok: false, samples: null, turns: [], fatal: [], error: (err as Error).message, seconds: (Date.now() - started) / 1000 };
+    return {
+      ...base,
+      reward: null,
+      contract_ok: false,
+      samples: null,
+      turns: [],
+      fatal: [],
+      error: (err as Error).message,
+      seconds: (Date.now() - started) / 1000,
+    };
   }
 }
 
@@ -253,7 +292,15 @@ export async function runProofMatrix(opts: {
         const rig = rigs.get(policy)!;
         for (const mode of opts.modes) {
           if (opts.done?.has(runKey({ harness, policy, mode }))) continue;
-          const run = await proofRun({ harness, policy, mode, proxy: rig.proxies[mode], model: rig.engine.engine.modelName, recorder: rig.recorder, outDir: mkdtempSync(join(tmpdir(), 'hl-tito-out-')) });
+          const run = await proofRun({
+            harness,
+            policy,
+            mode,
+            proxy: rig.proxies[mode],
+            model: rig.engine.engine.modelName,
+            recorder: rig.recorder,
+            outDir: mkdtempSync(join(tmpdir(), 'hl-tito-out-')),
+          });
           runs.push(run);
           opts.onRun?.(run);
           opts.log?.(formatRunLine(run));
@@ -270,7 +317,9 @@ export const runKey = (r: Pick<ProofRun, 'harness' | 'policy' | 'mode'>) => `${r
 
 export function formatRunLine(r: ProofRun): string {
   const s = r.samples;
-  const turns = r.turns.map((t) => (t.kind === 'bridge' ? `b${t.drift_tokens ?? '?'}` : t.kind === 'full' ? `F(${t.new_root_reason ?? 'first'})` : 'c')).join(' ');
+  const turns = r.turns
+    .map((t) => (t.kind === 'bridge' ? `b${t.drift_tokens ?? '?'}` : t.kind === 'full' ? `F(${t.new_root_reason ?? 'first'})` : 'c'))
+    .join(' ');
   return `${r.policy} ${r.mode} ${r.harness}: reward ${r.reward ?? '-'}, ${s ? `${s.samples} sample(s), ${s.tokens_to_trainer}/${s.merged_tokens} tokens` : 'no account'}, turns [${turns}]${r.error ? `, ERROR ${r.error}` : ''} (${r.seconds.toFixed(0)} s)`;
 }
 
@@ -291,11 +340,23 @@ export function formatProofTable(runs: readonly ProofRun[]): string {
   const cell = (r: ProofRun | undefined) => {
     if (!r) return ['–', '–', '–'];
     if (!r.samples) return [`error: ${(r.error ?? 'no capture').slice(0, 60)}`, '–', '–'];
-    return [r.reward !== null ? String(r.reward) : r.error ? `none (${r.error.split(';')[0]!.slice(0, 50)})` : '–', String(r.samples.samples), `${n(r.samples.tokens_to_trainer)} (${(r.samples.tokens_to_trainer / r.samples.merged_tokens).toFixed(2)}x)`];
+    return [
+      r.reward !== null ? String(r.reward) : r.error ? `none (${r.error.split(';')[0]!.slice(0, 50)})` : '–',
+      String(r.samples.samples),
+      `${n(r.samples.tokens_to_trainer)} (${(r.samples.tokens_to_trainer / r.samples.merged_tokens).toFixed(2)}x)`,
+    ];
   };
   const signed = (x: number | null) => (x === null ? '?' : x > 0 ? `+${x}` : String(x));
   const drift = (r: ProofRun | undefined) =>
-    r ? r.turns.map((t) => (t.kind === 'bridge' ? `${t.drift_tokens ?? '?'} (${signed(t.length_delta)})` : `new root (${t.new_root_reason ?? 'first call'})`)).join(', ') : '–';
+    r
+      ? r.turns
+          .map((t) =>
+            t.kind === 'bridge'
+              ? `${t.drift_tokens ?? '?'} (${signed(t.length_delta)})`
+              : `new root (${t.new_root_reason ?? 'first call'})`,
+          )
+          .join(', ')
+      : '–';
   const checks = (r: ProofRun | undefined) => {
     if (!r || r.turns.length === 0) return '–';
     const bridged = r.turns.filter((t) => t.kind === 'bridge');
@@ -310,30 +371,65 @@ export function formatProofTable(runs: readonly ProofRun[]): string {
   for (const row of rows.values()) {
     const [pr, ps, pt] = cell(row.proxy);
     const [cr, cs, ct] = cell(row.engine);
-    lines.push(`| ${row.policy} | ${row.harness} | ${pr} | ${ps} | ${pt} | ${cr} | ${cs} | ${ct} | ${drift(row.proxy)} | ${checks(row.proxy)} |`);
+    lines.push(
+      `| ${row.policy} | ${row.harness} | ${pr} | ${ps} | ${pt} | ${cr} | ${cs} | ${ct} | ${drift(row.proxy)} | ${checks(row.proxy)} |`,
+    );
   }
   return `${lines.join('\n')}\n`;
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { harnesses: { type: 'string' }, policies: { type: 'string' }, modes: { type: 'string' }, out: { type: 'string' }, json: { type: 'string' }, jsonl: { type: 'string' }, table: { type: 'string' } } });
+  const { values } = parseArgs({
+    options: {
+      harnesses: { type: 'string' },
+      policies: { type: 'string' },
+      modes: { type: 'string' },
+      out: { type: 'string' },
+      json: { type: 'string' },
+      jsonl: { type: 'string' },
+      table: { type: 'string' },
+    },
+  });
   if (values.table) {
-    const runs = readFileSync(values.table, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as ProofRun);
+    const runs = readFileSync(values.table, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as ProofRun);
     process.stdout.write(formatProofTable(runs));
     return;
   }
-  const list = (v: string | undefined) => (v ? v.split(',').map((x) => x.trim()).filter(Boolean) : null);
+  const list = (v: string | undefined) =>
+    v
+      ? v
+          .split(',')
+          .map((x) => x.trim())
+          .filter(Boolean)
+      : null;
   const harnesses = list(values.harnesses) ?? proofHarnesses();
   const policies = (list(values.policies) ?? Object.keys(PROOF_POLICIES)) as ProofPolicy[];
-  for (const p of policies) if (!(p in PROOF_POLICIES)) throw new Error(`--policies: unknown '${p}' (${Object.keys(PROOF_POLICIES).join(', ')})`);
+  for (const p of policies)
+    if (!(p in PROOF_POLICIES)) throw new Error(`--policies: unknown '${p}' (${Object.keys(PROOF_POLICIES).join(', ')})`);
   const modes = (list(values.modes) ?? ['proxy', 'engine']) as ProofMode[];
   for (const m of modes) if (m !== 'proxy' && m !== 'engine') throw new Error(`--modes: unknown '${m}' (proxy, engine)`);
   // --jsonl: each run appended as it ends, so a long matrix stopped half way keeps what it measured;
   // runs already in the file (without an error) are not made again.
   const jsonl = values.jsonl;
-  const earlier = jsonl && existsSync(jsonl) ? readFileSync(jsonl, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as ProofRun) : [];
+  const earlier =
+    jsonl && existsSync(jsonl)
+      ? readFileSync(jsonl, 'utf8')
+          .split('\n')
+          .filter(Boolean)
+          .map((l) => JSON.parse(l) as ProofRun)
+      : [];
   const done = new Set(earlier.filter((r) => r.error === null).map(runKey));
-  const fresh = await runProofMatrix({ harnesses, policies, modes, done, log: (l) => process.stderr.write(`${l}\n`), onRun: jsonl ? (r) => appendFileSync(jsonl, `${JSON.stringify(r)}\n`) : undefined });
+  const fresh = await runProofMatrix({
+    harnesses,
+    policies,
+    modes,
+    done,
+    log: (l) => process.stderr.write(`${l}\n`),
+    onRun: jsonl ? (r) => appendFileSync(jsonl, `${JSON.stringify(r)}\n`) : undefined,
+  });
   const runs = [...earlier.filter((r) => done.has(runKey(r))), ...fresh];
   const table = formatProofTable(runs);
   process.stdout.write(table);

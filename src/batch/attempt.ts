@@ -17,7 +17,8 @@ export const MAX_MODEL_CALLS_PER_ROLLOUT = 100;
 export const MAX_INFRA_ATTEMPTS = 3;
 
 /** `<batch>/runs/<rollout>/<attempt>`: the attempt's sandbox logs and result.json. */
-export const attemptDir = (batchDir: string, rolloutId: string, attempt: number) => join(batchPaths(batchDir).runs, rolloutId, String(attempt));
+export const attemptDir = (batchDir: string, rolloutId: string, attempt: number) =>
+  join(batchPaths(batchDir).runs, rolloutId, String(attempt));
 
 /** What every attempt's capture session carries, so exports and views can group and filter sessions. */
 export function sessionMetadata(manifest: BatchManifest, s: RolloutState, attempt: number): Record<string, unknown> {
@@ -38,7 +39,14 @@ export function sessionMetadata(manifest: BatchManifest, s: RolloutState, attemp
 /** The facts of an attempt whose backend threw instead of answering: an infra error, never the policy's. */
 export function infraFacts(kind: BatchBackend['kind'], err: unknown, cancelled: boolean): AttemptFacts {
   const why = err instanceof Error ? err.message : String(err);
-  return { backendRef: null, agent: { exitCode: null, timedOut: false, ms: 0 }, verifier: null, reward: null, infraError: `the ${kind} backend failed: ${why}`, cancelled };
+  return {
+    backendRef: null,
+    agent: { exitCode: null, timedOut: false, ms: 0 },
+    verifier: null,
+    reward: null,
+    infraError: `the ${kind} backend failed: ${why}`,
+    cancelled,
+  };
 }
 
 /** How a stopped attempt (its signal aborted) ends. */
@@ -104,7 +112,15 @@ export async function runAttempt(a: AttemptSpec): Promise<AttemptOutcome> {
   await a.capture.createSession({ sessionId, metadata, sampling: a.sampling, maxModelCalls: a.maxModelCalls });
   const startedAt = Date.now();
   const started = new Date(startedAt).toISOString();
-  s.attempts.push({ attempt: n, session_id: sessionId, started_at: started, ended_at: null, out_dir: join('runs', s.rollout_id, String(n)), outcome: 'running', trainable: false });
+  s.attempts.push({
+    attempt: n,
+    session_id: sessionId,
+    started_at: started,
+    ended_at: null,
+    out_dir: join('runs', s.rollout_id, String(n)),
+    outcome: 'running',
+    trainable: false,
+  });
   Object.assign(s, { state: 'running', session_id: sessionId, started_at: started, ended_at: null, error: null, backend_ref: null });
   a.save(s);
   a.onStarted?.();
@@ -142,11 +158,21 @@ export async function runAttempt(a: AttemptSpec): Promise<AttemptOutcome> {
   }
   const seen = await a.capture.sessionFacts(sessionId);
   if (a.removeOnceRead && facts.backendRef && a.backend.removeAttempt)
-    await a.backend.removeAttempt(facts.backendRef).catch((err: unknown) => a.log(`  ${s.rollout_id}: ${err instanceof Error ? err.message : String(err)}`));
+    await a.backend
+      .removeAttempt(facts.backendRef)
+      .catch((err: unknown) => a.log(`  ${s.rollout_id}: ${err instanceof Error ? err.message : String(err)}`));
   let verdict: Verdict;
   if (stopped) {
     attempt.outcome = 'cancelled';
-    verdict = { state: 'discarded', class: 'infra_error', reward: null, rewards: {}, trainable: false, error: stopped.error, cause: 'stopped' };
+    verdict = {
+      state: 'discarded',
+      class: 'infra_error',
+      reward: null,
+      rewards: {},
+      trainable: false,
+      error: stopped.error,
+      cause: 'stopped',
+    };
   } else {
     verdict = classify(facts, seen, a.manifest.on_timeout);
     attempt.outcome = 'finished';
@@ -156,13 +182,34 @@ export async function runAttempt(a: AttemptSpec): Promise<AttemptOutcome> {
   }
   writeJsonAtomic(join(outDir, 'result.json'), { facts, capture: seen, verdict });
   if (!stopped && facts.rerun && a.rerunOnInfra && s.attempts.length < MAX_INFRA_ATTEMPTS) {
-    Object.assign(s, { state: 'queued', class: null, reward: null, rewards: {}, trainable: false, infra_cause: null, ended_at: null, duration_ms: null, error: `${verdict.error ?? 'infrastructure failure'}; queued for attempt ${s.attempts.length}` });
+    Object.assign(s, {
+      state: 'queued',
+      class: null,
+      reward: null,
+      rewards: {},
+      trainable: false,
+      infra_cause: null,
+      ended_at: null,
+      duration_ms: null,
+      error: `${verdict.error ?? 'infrastructure failure'}; queued for attempt ${s.attempts.length}`,
+    });
     a.save(s);
     return { sessionId, outDir, facts, seen, verdict, startedAt, endedAt, requeued: true };
   }
   const { state, class: cls, reward, rewards, trainable, error } = verdict;
   const infra_cause = cls === 'infra_error' ? (verdict.cause ?? 'other') : null;
-  Object.assign(s, { state, class: cls, reward, rewards, trainable, error, infra_cause, ended_at: attempt.ended_at, duration_ms: endedAt - startedAt, n_calls: seen.nCalls });
+  Object.assign(s, {
+    state,
+    class: cls,
+    reward,
+    rewards,
+    trainable,
+    error,
+    infra_cause,
+    ended_at: attempt.ended_at,
+    duration_ms: endedAt - startedAt,
+    n_calls: seen.nCalls,
+  });
   a.save(s);
   return { sessionId, outDir, facts, seen, verdict, startedAt, endedAt };
 }

@@ -74,7 +74,12 @@ export interface BatchBackend {
  */
 export interface BatchCapture {
   /** Creates the attempt's session; metadata carries batch, group, rollout, task, harness, sampling and policy version. */
-  createSession(req: { sessionId: string; metadata: Record<string, unknown>; sampling: Record<string, number>; maxModelCalls: number }): Promise<void>;
+  createSession(req: {
+    sessionId: string;
+    metadata: Record<string, unknown>;
+    sampling: Record<string, number>;
+    maxModelCalls: number;
+  }): Promise<void>;
   /** What the capture saw: calls answered, and whether the tokens are trainable (aligned ids, logprobs and mask). */
   sessionFacts(sessionId: string): Promise<{ nCalls: number; trainable: boolean; findings: string[] }>;
   close(): Promise<void>;

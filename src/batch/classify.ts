@@ -51,7 +51,11 @@ export function classify(facts: AttemptFacts, capture: CaptureFacts, onTimeout: 
   if (facts.infraError) return discard('infra_error', facts.infraError, infraCause(facts.infraError, Boolean(facts.setupFailure)));
   const { agent, verifier, reward } = facts;
   if (agent.timedOut) {
-    if (onTimeout === 'discard') return discard('timeout', `the agent did not finish within its deadline (${Math.round(agent.ms / 1000)} s); discarded (--on-timeout discard)`);
+    if (onTimeout === 'discard')
+      return discard(
+        'timeout',
+        `the agent did not finish within its deadline (${Math.round(agent.ms / 1000)} s); discarded (--on-timeout discard)`,
+      );
     const unusable =
       verifier === null
         ? 'the verifier did not run after the timeout'
@@ -65,16 +69,37 @@ export function classify(facts: AttemptFacts, capture: CaptureFacts, onTimeout: 
                 ? `the capture is not trainable (${fatalFinding(capture) ?? 'misaligned tokens'})`
                 : null;
     if (unusable) return discard('timeout', `the agent timed out and ${unusable}; discarded`);
-    return { state: 'done', class: 'timeout', reward: reward!.value, rewards: reward!.scores, trainable: true, error: 'the agent timed out; tokens and the verifier reward kept (--on-timeout keep)' };
+    return {
+      state: 'done',
+      class: 'timeout',
+      reward: reward!.value,
+      rewards: reward!.scores,
+      trainable: true,
+      error: 'the agent timed out; tokens and the verifier reward kept (--on-timeout keep)',
+    };
   }
   // An unknown exit status (null) is not evidence of a crash: a sandbox that went away is the backend's infraError.
-  if (agent.exitCode !== null && agent.exitCode >= SIGNAL_EXIT) return discard('infra_error', `the harness was killed by signal ${agent.exitCode - SIGNAL_EXIT} (exit ${agent.exitCode})`, 'harness_crash');
+  if (agent.exitCode !== null && agent.exitCode >= SIGNAL_EXIT)
+    return discard(
+      'infra_error',
+      `the harness was killed by signal ${agent.exitCode - SIGNAL_EXIT} (exit ${agent.exitCode})`,
+      'harness_crash',
+    );
   if (verifier === null) return discard('infra_error', 'the verifier never ran', 'verifier');
   if (verifier.timedOut) return discard('infra_error', 'the verifier did not finish within its deadline', 'verifier');
   if (reward === null) return discard('infra_error', `the verifier wrote no reward (exit ${verifier.exitCode ?? 'unknown'})`, 'verifier');
   if (capture.nCalls === 0) return discard('infra_error', 'the proxy saw no model calls from the harness', 'no_model_calls');
-  if (!capture.trainable) return discard('infra_error', `the capture is not trainable: ${fatalFinding(capture) ?? 'token ids, logprobs or mask misaligned'}`, 'capture');
-  if (reward.value > 0) return { state: 'done', class: 'completed', reward: reward.value, rewards: reward.scores, trainable: true, error: null };
-  const why = agent.exitCode !== 0 && agent.exitCode !== null ? `the harness exited ${agent.exitCode} and the verifier gave ${reward.value}` : `the verifier gave ${reward.value}`;
+  if (!capture.trainable)
+    return discard(
+      'infra_error',
+      `the capture is not trainable: ${fatalFinding(capture) ?? 'token ids, logprobs or mask misaligned'}`,
+      'capture',
+    );
+  if (reward.value > 0)
+    return { state: 'done', class: 'completed', reward: reward.value, rewards: reward.scores, trainable: true, error: null };
+  const why =
+    agent.exitCode !== 0 && agent.exitCode !== null
+      ? `the harness exited ${agent.exitCode} and the verifier gave ${reward.value}`
+      : `the verifier gave ${reward.value}`;
   return { state: 'done', class: 'policy_failure', reward: reward.value, rewards: reward.scores, trainable: true, error: why };
 }

@@ -27,10 +27,16 @@ export async function cancelBatch(dirArg: string, opts: { waitMs?: number; log?:
   if (held.state !== 'running' && readRolloutStates(dir, manifest).every((s) => s.state === 'done' || s.state === 'discarded')) {
     // Finished: nothing to stop, but what it left behind (a cluster batch's finished Jobs and proxy) goes.
     // Its results are safe in the directory, so a backend that cannot be reached is reported, not fatal.
-    const removed = await (await backendModule(manifest.backend)).cleanup(manifest, opts.log ?? (() => {}), { finished: true }).catch((err: unknown) => {
-      opts.log?.(`could not remove what finished batch ${manifest.batch_id} left on its ${manifest.backend} backend: ${(err as Error).message}`);
-      return [] as string[];
-    });
+    const removed = await (
+      await backendModule(manifest.backend)
+    )
+      .cleanup(manifest, opts.log ?? (() => {}), { finished: true })
+      .catch((err: unknown) => {
+        opts.log?.(
+          `could not remove what finished batch ${manifest.batch_id} left on its ${manifest.backend} backend: ${(err as Error).message}`,
+        );
+        return [] as string[];
+      });
     return { stoppedLab: null, removed, requeued: [], finished: true };
   }
   requestCancel(dir);
@@ -40,7 +46,10 @@ export async function cancelBatch(dirArg: string, opts: { waitMs?: number; log?:
     opts.log?.(`asked lab pid ${stoppedLab} to stop the batch; waiting for its rollouts to stop`);
     const end = Date.now() + (opts.waitMs ?? 120_000);
     while (labState(dir).state === 'running') {
-      if (Date.now() > end) throw new Error(`lab pid ${stoppedLab} did not stop within ${Math.round((opts.waitMs ?? 120_000) / 1000)} s; it will stop at its next check of ${labPaths(dir).cancel}`);
+      if (Date.now() > end)
+        throw new Error(
+          `lab pid ${stoppedLab} did not stop within ${Math.round((opts.waitMs ?? 120_000) / 1000)} s; it will stop at its next check of ${labPaths(dir).cancel}`,
+        );
       await sleep(250);
     }
   }
@@ -50,7 +59,8 @@ export async function cancelBatch(dirArg: string, opts: { waitMs?: number; log?:
   for (const s of readRolloutStates(dir, manifest)) {
     if (s.state !== 'running') continue;
     const last = s.attempts[s.attempts.length - 1];
-    if (last && last.outcome === 'running') Object.assign(last, { outcome: 'cancelled', ended_at: new Date().toISOString(), trainable: false });
+    if (last && last.outcome === 'running')
+      Object.assign(last, { outcome: 'cancelled', ended_at: new Date().toISOString(), trainable: false });
     Object.assign(s, { state: 'queued', error: 'stopped by batch cancel; queued again for batch resume' });
     writeRolloutState(dir, s);
     requeued.push(s.rollout_id);
@@ -63,7 +73,11 @@ export async function cancelBatch(dirArg: string, opts: { waitMs?: number; log?:
  * Re-renders the status whenever it changes until the batch is finished or no lab runs it any more;
  * resolves with the last status.
  */
-export async function watchBatch(dirArg: string, write: (text: string) => void, opts: { intervalMs?: number; rollouts?: boolean; stallAfterS?: number } = {}): Promise<BatchStatus> {
+export async function watchBatch(
+  dirArg: string,
+  write: (text: string) => void,
+  opts: { intervalMs?: number; rollouts?: boolean; stallAfterS?: number } = {},
+): Promise<BatchStatus> {
   let last = '';
   for (;;) {
     const st = batchStatus(dirArg, { stallAfterS: opts.stallAfterS });

@@ -26,7 +26,8 @@ export type InfraCause = (typeof INFRA_CAUSES)[number];
  */
 export function infraCause(error: string, setupFailure = false): InfraCause {
   const e = error.toLowerCase();
-  if (/cannot connect to the docker daemon|docker daemon|docker\.sock|econnrefused|is the docker daemon running/.test(e)) return 'backend_down';
+  if (/cannot connect to the docker daemon|docker daemon|docker\.sock|econnrefused|is the docker daemon running/.test(e))
+    return 'backend_down';
   if (/cluster .*unreachable|api server .*(unreachable|not answer)|getaddrinfo|etimedout|socket hang up/.test(e)) return 'backend_down';
   if (/exceeded quota|resourcequota|quota exceeded|insufficient (cpu|memory)|unschedulable/.test(e)) return 'quota';
   if (/forbidden|violates podsecurity|admission|\b403\b|denied|refused the/.test(e)) return 'api_refused';
@@ -40,4 +41,3 @@ export function infraCause(error: string, setupFailure = false): InfraCause {
   if (/capture/.test(e)) return 'capture';
   return 'other';
 }
-

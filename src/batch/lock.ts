@@ -48,7 +48,10 @@ export function acquireLock(dir: string, command: string): { release(): void; pr
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || tries > 2) throw err;
       const held = labState(dir);
-      if (held.state === 'running') throw new BatchBusyError(`${dir} is being run by pid ${held.lock!.pid} on ${held.lock!.host} (since ${held.lock!.started_at}); watch it with \`harness-lab batch watch ${dir}\` or stop it with \`harness-lab batch cancel ${dir}\``);
+      if (held.state === 'running')
+        throw new BatchBusyError(
+          `${dir} is being run by pid ${held.lock!.pid} on ${held.lock!.host} (since ${held.lock!.started_at}); watch it with \`harness-lab batch watch ${dir}\` or stop it with \`harness-lab batch cancel ${dir}\``,
+        );
       previous = held.lock;
       rmSync(file, { force: true });
     }

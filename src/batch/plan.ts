@@ -8,7 +8,18 @@ import { availableParallelism, totalmem } from 'node:os';
 import { isAbsolute, join, resolve, sep } from 'node:path';
 import { assertInstalled, harnessEntry } from '../harness/registry.js';
 import { findTasks, loadTask, type HarborTask } from '../tasks/task.js';
-import { BATCH_SCHEMA_VERSION, BatchManifestSchema, DEFAULT_PACING, batchPaths, queuedRolloutState, trainingSampling, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutState } from './state.js';
+import {
+  BATCH_SCHEMA_VERSION,
+  BatchManifestSchema,
+  DEFAULT_PACING,
+  batchPaths,
+  queuedRolloutState,
+  trainingSampling,
+  writeJsonAtomic,
+  writeRolloutState,
+  type BatchManifest,
+  type RolloutState,
+} from './state.js';
 
 export class BatchPlanError extends Error {}
 
@@ -58,7 +69,10 @@ function segmentRegex(segment: string): RegExp {
       const end = segment.indexOf(']', i + 1);
       if (end < 0) re += '\\[';
       else {
-        const body = segment.slice(i + 1, end).replace(/^!/, '^').replace(/\\/g, '\\\\');
+        const body = segment
+          .slice(i + 1, end)
+          .replace(/^!/, '^')
+          .replace(/\\/g, '\\\\');
         re += `[${body}]`;
         i = end;
       }
@@ -73,7 +87,10 @@ export function expandGlob(pattern: string, cwd = process.cwd()): string[] {
   const parts = abs.split(sep).filter(Boolean);
   const out = new Set<string>();
   const isDir = (p: string) => existsSync(p) && statSync(p).isDirectory();
-  const children = (d: string) => readdirSync(d, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => e.name);
+  const children = (d: string) =>
+    readdirSync(d, { withFileTypes: true })
+      .filter((e) => e.isDirectory())
+      .map((e) => e.name);
   const walk = (dir: string, i: number) => {
     if (i === parts.length) return void out.add(dir);
     const part = parts[i]!;
@@ -137,22 +154,33 @@ export function attemptSessionId(batchId: string, rolloutId: string, attempt: nu
  * As many rollouts at once as the cores and memory hold for the largest task's caps ([environment]
  * cpus and memory_mb; 1 CPU and 2 GiB when unset), leaving a quarter of memory to the host.
  */
-export function defaultParallel(tasks: readonly Pick<HarborTask, 'environment'>[], cores = availableParallelism(), memMb = totalmem() / 2 ** 20): number {
+export function defaultParallel(
+  tasks: readonly Pick<HarborTask, 'environment'>[],
+  cores = availableParallelism(),
+  memMb = totalmem() / 2 ** 20,
+): number {
   const cpus = Math.max(...tasks.map((t) => t.environment.cpus ?? 1));
   const mem = Math.max(...tasks.map((t) => t.environment.memoryMb ?? 2048));
   return Math.max(1, Math.min(Math.floor(cores / cpus), Math.floor((memMb * 0.75) / mem)));
 }
 
 export function planBatch(req: BatchRequest): BatchPlan {
-  if (!Number.isInteger(req.groupSize) || req.groupSize < 2) throw new BatchPlanError(`--group-size must be an integer of at least 2 (a group of one has no baseline), got ${req.groupSize}`);
+  if (!Number.isInteger(req.groupSize) || req.groupSize < 2)
+    throw new BatchPlanError(`--group-size must be an integer of at least 2 (a group of one has no baseline), got ${req.groupSize}`);
   if (!req.harnesses.length) throw new BatchPlanError('--harness names at least one harness');
   const temperature = req.temperature ?? 1;
-  if (!Number.isFinite(temperature) || temperature <= 0) throw new BatchPlanError(`--temperature must be a finite number above 0 (training sampling), got ${req.temperature}`);
-  if (req.parallel !== undefined && (!Number.isInteger(req.parallel) || req.parallel < 1)) throw new BatchPlanError(`--parallel must be a positive integer, got ${req.parallel}`);
-  if (req.timeoutSec !== undefined && !(req.timeoutSec > 0)) throw new BatchPlanError(`--timeout must be a positive number of seconds, got ${req.timeoutSec}`);
-  if (req.maxStarting !== undefined && (!Number.isInteger(req.maxStarting) || req.maxStarting < 0)) throw new BatchPlanError(`--max-starting must be a whole number (0: no cap), got ${req.maxStarting}`);
-  if (req.startTimeoutSec !== undefined && !(req.startTimeoutSec > 0)) throw new BatchPlanError(`--start-timeout must be a positive number of seconds, got ${req.startTimeoutSec}`);
-  if (req.breakerAfter !== undefined && (!Number.isInteger(req.breakerAfter) || req.breakerAfter < 0)) throw new BatchPlanError(`--breaker-after must be a whole number of failures (0: off), got ${req.breakerAfter}`);
+  if (!Number.isFinite(temperature) || temperature <= 0)
+    throw new BatchPlanError(`--temperature must be a finite number above 0 (training sampling), got ${req.temperature}`);
+  if (req.parallel !== undefined && (!Number.isInteger(req.parallel) || req.parallel < 1))
+    throw new BatchPlanError(`--parallel must be a positive integer, got ${req.parallel}`);
+  if (req.timeoutSec !== undefined && !(req.timeoutSec > 0))
+    throw new BatchPlanError(`--timeout must be a positive number of seconds, got ${req.timeoutSec}`);
+  if (req.maxStarting !== undefined && (!Number.isInteger(req.maxStarting) || req.maxStarting < 0))
+    throw new BatchPlanError(`--max-starting must be a whole number (0: no cap), got ${req.maxStarting}`);
+  if (req.startTimeoutSec !== undefined && !(req.startTimeoutSec > 0))
+    throw new BatchPlanError(`--start-timeout must be a positive number of seconds, got ${req.startTimeoutSec}`);
+  if (req.breakerAfter !== undefined && (!Number.isInteger(req.breakerAfter) || req.breakerAfter < 0))
+    throw new BatchPlanError(`--breaker-after must be a whole number of failures (0: off), got ${req.breakerAfter}`);
   const backend = req.backend ?? 'docker';
 
   const harnesses = [...new Set(req.harnesses)].map((name) => {
@@ -163,7 +191,10 @@ export function planBatch(req: BatchRequest): BatchPlan {
   const tasks = resolveTaskDirs(req.tasks).map((dir) => loadTask(dir)); // a broken task throws TaskError(file, field)
   if (!req.engineUrl) {
     const missing = tasks.find((t) => !t.policyFile);
-    if (missing) throw new BatchPlanError(`task ${missing.name} (${missing.dir}) has no policy.json for the embedded engine; pass --engine-url URL of an inference engine`);
+    if (missing)
+      throw new BatchPlanError(
+        `task ${missing.name} (${missing.dir}) has no policy.json for the embedded engine; pass --engine-url URL of an inference engine`,
+      );
   }
 
   const now = req.now ?? new Date();
@@ -185,7 +216,19 @@ export function planBatch(req: BatchRequest): BatchPlan {
       const groupId = `${taskSlugs.get(task)}.${harness}`;
       const ids = Array.from({ length: req.groupSize }, (_, m) => `${groupId}.${m}`);
       groups.push({ group_id: groupId, task: task.name, harness, rollout_ids: ids });
-      ids.forEach((id, member) => states.push(queuedRolloutState({ rollout_id: id, group_id: groupId, member, task: task.name, harness, policy_version: req.policyVersion ?? null, queued_at: queuedAt })));
+      ids.forEach((id, member) =>
+        states.push(
+          queuedRolloutState({
+            rollout_id: id,
+            group_id: groupId,
+            member,
+            task: task.name,
+            harness,
+            policy_version: req.policyVersion ?? null,
+            queued_at: queuedAt,
+          }),
+        ),
+      );
     }
   const manifest = BatchManifestSchema.parse({
     schema_version: BATCH_SCHEMA_VERSION,
@@ -205,7 +248,12 @@ export function planBatch(req: BatchRequest): BatchPlan {
     model: req.model ?? null,
     k8s:
       backend === 'k8s'
-        ? { context: req.k8s?.context ?? null, namespace: req.k8s?.namespace ?? 'default', registry: req.k8s?.registry ?? null, queue_name: req.k8s?.queueName ?? null }
+        ? {
+            context: req.k8s?.context ?? null,
+            namespace: req.k8s?.namespace ?? 'default',
+            registry: req.k8s?.registry ?? null,
+            queue_name: req.k8s?.queueName ?? null,
+          }
         : null,
     pacing: {
       max_starting: req.maxStarting ?? DEFAULT_PACING.max_starting,
@@ -219,8 +267,12 @@ export function planBatch(req: BatchRequest): BatchPlan {
 /** Writes the plan: every rollout queued, then the manifest last (a directory without batch.json is no batch). */
 export function writeBatch(plan: BatchPlan): void {
   const paths = batchPaths(plan.dir);
-  if (existsSync(paths.manifest)) throw new BatchPlanError(`${plan.dir} already holds a batch (batch.json); continue it with \`harness-lab batch resume ${plan.dir}\` or pick another --out`);
-  if (existsSync(plan.dir) && readdirSync(plan.dir).length) throw new BatchPlanError(`--out ${plan.dir} exists and is not empty; pick a new directory for the batch`);
+  if (existsSync(paths.manifest))
+    throw new BatchPlanError(
+      `${plan.dir} already holds a batch (batch.json); continue it with \`harness-lab batch resume ${plan.dir}\` or pick another --out`,
+    );
+  if (existsSync(plan.dir) && readdirSync(plan.dir).length)
+    throw new BatchPlanError(`--out ${plan.dir} exists and is not empty; pick a new directory for the batch`);
   for (const s of plan.states) writeRolloutState(plan.dir, s);
   writeJsonAtomic(paths.manifest, plan.manifest);
 }

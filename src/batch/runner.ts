@@ -72,8 +72,12 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
     for (const s of states) {
       if (s.state !== 'running') continue;
       const last = s.attempts[s.attempts.length - 1];
-      if (last && last.outcome === 'running') Object.assign(last, { outcome: 'interrupted', ended_at: new Date().toISOString(), trainable: false });
-      Object.assign(s, { state: 'queued', error: 'the lab stopped mid-rollout (killed or crashed); re-queued, the partial session is kept for debugging' });
+      if (last && last.outcome === 'running')
+        Object.assign(last, { outcome: 'interrupted', ended_at: new Date().toISOString(), trainable: false });
+      Object.assign(s, {
+        state: 'queued',
+        error: 'the lab stopped mid-rollout (killed or crashed); re-queued, the partial session is kept for debugging',
+      });
       save(s);
       requeued.push(s.rollout_id);
     }
@@ -112,7 +116,10 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
       }
 
       const pacing = pacingOf(manifest);
-      const startGate = new StartSemaphore(pacing.max_starting, pacing.start_timeout_sec === null ? undefined : pacing.start_timeout_sec * 1000);
+      const startGate = new StartSemaphore(
+        pacing.max_starting,
+        pacing.start_timeout_sec === null ? undefined : pacing.start_timeout_sec * 1000,
+      );
       const breaker = new CircuitBreaker({
         threshold: pacing.breaker_after,
         probe: () => (mod.preflight ? mod.preflight(manifest.k8s) : Promise.resolve()),
@@ -134,7 +141,15 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
 
       const requeueAfterOutage = (s: RolloutState, why: string) => {
         if (s.attempts.length >= MAX_ATTEMPTS_AFTER_OUTAGE) return;
-        Object.assign(s, { state: 'queued', class: null, reward: null, rewards: {}, trainable: false, infra_cause: null, error: `run again after a backend outage (${why})` });
+        Object.assign(s, {
+          state: 'queued',
+          class: null,
+          reward: null,
+          rewards: {},
+          trainable: false,
+          infra_cause: null,
+          error: `run again after a backend outage (${why})`,
+        });
         save(s);
         queue.push(s);
         rerunAfterOutage.push(s.rollout_id);
@@ -181,7 +196,9 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
         }
         const reward = v.reward === null ? 'null' : String(Math.round(v.reward * 1000) / 1000);
         const secs = ((end.endedAt - end.startedAt) / 1000).toFixed(1);
-        log(`${v.state === 'done' ? 'done' : 'discarded'} ${s.rollout_id}: ${v.class} reward=${reward} ${secs}s${v.error && v.state === 'discarded' ? ` (${v.error})` : ''}; ${line()}`);
+        log(
+          `${v.state === 'done' ? 'done' : 'discarded'} ${s.rollout_id}: ${v.class} reward=${reward} ${secs}s${v.error && v.state === 'discarded' ? ` (${v.error})` : ''}; ${line()}`,
+        );
         if (v.class === 'infra_error') {
           streak.push(s);
           const tripped = breaker.recordFailure(v.cause ?? 'other', v.error ?? 'infra failure');
@@ -235,7 +252,18 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
       if (failure) throw failure;
       if (!stopped && cancelRequested(dir)) stopped = 'cancelled';
       const c = counts(byId.values());
-      return { batchId: manifest.batch_id, total, done: c.done, discarded: c.discarded, queued: c.queued + c.running, stopped, requeued, removed, breakerTrips: breaker.snapshot().trips, rerunAfterOutage };
+      return {
+        batchId: manifest.batch_id,
+        total,
+        done: c.done,
+        discarded: c.discarded,
+        queued: c.queued + c.running,
+        stopped,
+        requeued,
+        removed,
+        breakerTrips: breaker.snapshot().trips,
+        rerunAfterOutage,
+      };
     } finally {
       await backend.close().catch((err: unknown) => log(`closing the backend: ${String(err)}`));
       await capture.close().catch((err: unknown) => log(`closing the capture: ${String(err)}`));

@@ -22,7 +22,12 @@ export const BATCH_SCHEMA_VERSION = 1;
 const ID_RULE = 'must be an id: letters, digits, _ . - (at most 128), starting with a letter or digit; ids name files';
 export const LabIdSchema = z.string().regex(SESSION_ID_PATTERN, ID_RULE);
 /** A path inside the batch directory made of ids (`runs/<rollout>/<attempt>`): no `..`, no absolute path. */
-const BatchRelativePathSchema = z.string().refine((p) => p.split('/').every((part) => SESSION_ID_PATTERN.test(part)), 'must be a path inside the batch directory (runs/<rollout>/<attempt>), made of ids');
+const BatchRelativePathSchema = z
+  .string()
+  .refine(
+    (p) => p.split('/').every((part) => SESSION_ID_PATTERN.test(part)),
+    'must be a path inside the batch directory (runs/<rollout>/<attempt>), made of ids',
+  );
 
 /** Sampling fixed per batch and pinned on every call: only temperature is free (TRL's training_sampling). */
 export const BatchSamplingSchema = z
@@ -169,13 +174,17 @@ export const RolloutStateSchema = z
   .superRefine((s, ctx) => {
     const finished = s.state === 'done' || s.state === 'discarded';
     if (finished !== (s.class !== null)) ctx.addIssue({ code: 'custom', message: `state ${s.state} with class ${s.class}` });
-    if (s.state === 'discarded' && (s.trainable || s.reward !== null)) ctx.addIssue({ code: 'custom', message: 'a discarded rollout has reward null and is not trainable' });
-    if (s.class === 'infra_error' && s.state !== 'discarded') ctx.addIssue({ code: 'custom', message: 'infra_error rollouts are discarded' });
+    if (s.state === 'discarded' && (s.trainable || s.reward !== null))
+      ctx.addIssue({ code: 'custom', message: 'a discarded rollout has reward null and is not trainable' });
+    if (s.class === 'infra_error' && s.state !== 'discarded')
+      ctx.addIssue({ code: 'custom', message: 'infra_error rollouts are discarded' });
   });
 export type RolloutState = z.infer<typeof RolloutStateSchema>;
 
 /** A rollout that has not run yet: queued, no attempt, no outcome (a planned batch member, a served request). */
-export function queuedRolloutState(r: Pick<RolloutState, 'rollout_id' | 'group_id' | 'member' | 'task' | 'harness' | 'policy_version' | 'queued_at'>): RolloutState {
+export function queuedRolloutState(
+  r: Pick<RolloutState, 'rollout_id' | 'group_id' | 'member' | 'task' | 'harness' | 'policy_version' | 'queued_at'>,
+): RolloutState {
   return {
     rollout_id: r.rollout_id,
     group_id: r.group_id,
@@ -236,7 +245,10 @@ function readJson<T>(file: string, schema: z.ZodType<T>): T {
   try {
     raw = JSON.parse(readFileSync(file, 'utf8'));
   } catch (err) {
-    throw new BatchFileError(file, (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'not found (is this a batch directory?)' : `not JSON: ${(err as Error).message}`);
+    throw new BatchFileError(
+      file,
+      (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'not found (is this a batch directory?)' : `not JSON: ${(err as Error).message}`,
+    );
   }
   const parsed = schema.safeParse(raw);
   if (!parsed.success) {
@@ -262,7 +274,11 @@ export function writeRolloutState(dir: string, state: RolloutState): void {
 
 /** Every rollout's state, in the manifest's group order (leftover tmp files from a kill are ignored). */
 export function readRolloutStates(dir: string, manifest = readManifest(dir)): RolloutState[] {
-  const present = new Set(readdirSync(batchPaths(dir).rollouts).filter((n) => n.endsWith('.json')).map((n) => n.slice(0, -5)));
+  const present = new Set(
+    readdirSync(batchPaths(dir).rollouts)
+      .filter((n) => n.endsWith('.json'))
+      .map((n) => n.slice(0, -5)),
+  );
   const out: RolloutState[] = [];
   for (const g of manifest.groups)
     for (const id of g.rollout_ids) {

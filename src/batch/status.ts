@@ -47,7 +47,8 @@ function newestMtime(path: string, depth = 3): number {
   try {
     const st = statSync(path);
     newest = st.mtimeMs;
-    if (st.isDirectory() && depth > 0) for (const name of readdirSync(path)) newest = Math.max(newest, newestMtime(join(path, name), depth - 1));
+    if (st.isDirectory() && depth > 0)
+      for (const name of readdirSync(path)) newest = Math.max(newest, newestMtime(join(path, name), depth - 1));
   } catch {
     // not there (yet)
   }
@@ -64,7 +65,11 @@ export function rolloutStall(dir: string, s: RolloutState, stallAfterS: number, 
   const attempt = s.attempts[s.attempts.length - 1];
   if (!attempt) return null;
   const outDir = join(dir, attempt.out_dir);
-  const last = Math.max(Date.parse(attempt.started_at) || 0, newestMtime(batchSessionFile(dir, attempt.session_id), 0), newestMtime(outDir));
+  const last = Math.max(
+    Date.parse(attempt.started_at) || 0,
+    newestMtime(batchSessionFile(dir, attempt.session_id), 0),
+    newestMtime(outDir),
+  );
   const idle = (now - last) / 1000;
   if (idle < stallAfterS) return null;
   // The verifier's directory is made with the sandbox; files in it mean the verifier ran.
@@ -113,7 +118,15 @@ export interface BatchStatus {
   group_size: number;
   sampling: BatchManifest['sampling'];
   policy_version: string | null;
-  counts: { total: number; queued: number; running: number; done: number; discarded: number; /** Calls the running rollouts captured so far. */ running_calls: number; /** Running rollouts flagged stalled. */ stalled: number };
+  counts: {
+    total: number;
+    queued: number;
+    running: number;
+    done: number;
+    discarded: number;
+    /** Calls the running rollouts captured so far. */ running_calls: number;
+    /** Running rollouts flagged stalled. */ stalled: number;
+  };
   classes: Record<string, number>;
   /** Attempts that reached a verdict, those that failed in the sandbox backend, their share, and their causes by class. */
   infra: InfraAccount;
@@ -272,7 +285,15 @@ export function batchStatus(dirArg: string, opts: { stallAfterS?: number; now?: 
   }
   const held = labState(dir);
   const lab: BatchStatus['lab'] =
-    held.state !== 'idle' ? held.state : c.queued + c.running === 0 ? 'finished' : existsSync(labPaths(dir).cancel) ? 'cancelled' : c.running ? 'interrupted' : 'idle';
+    held.state !== 'idle'
+      ? held.state
+      : c.queued + c.running === 0
+        ? 'finished'
+        : existsSync(labPaths(dir).cancel)
+          ? 'cancelled'
+          : c.running
+            ? 'interrupted'
+            : 'idle';
   const st: BatchStatus = {
     batch_id: manifest.batch_id,
     dir,
@@ -304,7 +325,9 @@ export function batchStatus(dirArg: string, opts: { stallAfterS?: number; now?: 
       if (r.stalled) st.counts.stalled++;
     }
   if (opts.samples) {
-    const trainable = st.groups.flatMap((g) => g.rollouts.filter((r) => r.trainable && r.reward !== null && r.samples).map((r) => r.samples!));
+    const trainable = st.groups.flatMap((g) =>
+      g.rollouts.filter((r) => r.trainable && r.reward !== null && r.samples).map((r) => r.samples!),
+    );
     st.samples = sumAccounts(trainable);
   }
   return st;
@@ -317,10 +340,22 @@ export function formatStatus(st: BatchStatus, opts: { rollouts?: boolean } = {})
   const c = st.counts;
   const lines = [
     `batch ${st.batch_id} (${st.backend}, group size ${st.group_size}, parallel ${st.parallel}, temperature ${st.sampling.temperature}${st.policy_version ? `, policy ${st.policy_version}` : ''}): ${st.lab}${st.lab === 'running' ? ` (pid ${st.lab_pid})` : ''}`,
-    `  ${c.done} done, ${c.discarded} discarded, ${c.running} running${c.running ? ` (${c.running_calls} call${c.running_calls === 1 ? '' : 's'} so far)` : ''}, ${c.queued} queued of ${c.total}${Object.keys(st.classes).length ? `; ${Object.entries(st.classes).map(([k, v]) => `${k} ${v}`).join(', ')}` : ''}`,
+    `  ${c.done} done, ${c.discarded} discarded, ${c.running} running${c.running ? ` (${c.running_calls} call${c.running_calls === 1 ? '' : 's'} so far)` : ''}, ${c.queued} queued of ${c.total}${
+      Object.keys(st.classes).length
+        ? `; ${Object.entries(st.classes)
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', ')}`
+        : ''
+    }`,
   ];
   if (st.infra.failed_attempts)
-    lines.push(`  infra-failed ${st.infra.failed_attempts} of ${st.infra.attempts} attempt(s) (${Math.round((st.infra.rate ?? 0) * 1000) / 10}%): ${Object.entries(st.infra.causes).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+    lines.push(
+      `  infra-failed ${st.infra.failed_attempts} of ${st.infra.attempts} attempt(s) (${Math.round((st.infra.rate ?? 0) * 1000) / 10}%): ${Object.entries(
+        st.infra.causes,
+      )
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}`,
+    );
   for (const g of st.groups)
     for (const r of g.rollouts)
       if (r.stalled) lines.push(`  STALLED ${r.id}: no model call and no sandbox output for ${r.stalled.idle_s} s (${r.stalled.where})`);
@@ -332,12 +367,18 @@ export function formatStatus(st: BatchStatus, opts: { rollouts?: boolean } = {})
   for (const g of st.groups) {
     const flags = [g.no_contrast ? 'NO CONTRAST' : '', g.too_few_trainable ? 'FEWER THAN 2 TRAINABLE' : ''].filter(Boolean).join(', ');
     const rewards = g.rewards.map((r) => String(Math.round(r * 100) / 100)).join(' ') || '-';
-    const sampleCols = g.samples ? `  ${(g.samples.samples_per_rollout === null ? '-' : g.samples.samples_per_rollout.toFixed(2)).padStart(5)}  ${(g.samples.token_ratio === null ? '-' : `${g.samples.token_ratio.toFixed(2)}x`).padStart(13)}` : '';
-    lines.push(`  ${g.group_id.padEnd(width)}  ${String(g.done).padStart(4)}  ${String(g.discarded).padStart(4)}  ${String(g.pending).padStart(4)}  ${rewards.padEnd(25)}  ${fmt(g.mean).padStart(6)}  ${fmt(g.std).padStart(6)}${sampleCols}  ${flags}`);
+    const sampleCols = g.samples
+      ? `  ${(g.samples.samples_per_rollout === null ? '-' : g.samples.samples_per_rollout.toFixed(2)).padStart(5)}  ${(g.samples.token_ratio === null ? '-' : `${g.samples.token_ratio.toFixed(2)}x`).padStart(13)}`
+      : '';
+    lines.push(
+      `  ${g.group_id.padEnd(width)}  ${String(g.done).padStart(4)}  ${String(g.discarded).padStart(4)}  ${String(g.pending).padStart(4)}  ${rewards.padEnd(25)}  ${fmt(g.mean).padStart(6)}  ${fmt(g.std).padStart(6)}${sampleCols}  ${flags}`,
+    );
     if (opts.rollouts)
       for (const r of g.rollouts) {
         const smp = r.samples ? ` samples=${r.samples.samples} tokens=${r.samples.tokens_to_trainer}/${r.samples.merged_tokens}` : '';
-        lines.push(`      ${r.id}  ${r.state}${r.class ? ` ${r.class}` : ''}${r.calls !== null ? ` calls=${r.calls}` : ''} reward=${r.reward ?? 'null'}${smp}${r.duration_ms !== null ? ` ${(r.duration_ms / 1000).toFixed(1)}s` : ''}${r.attempts > 1 ? ` attempts=${r.attempts}` : ''}${r.error && r.state !== 'done' ? `  (${r.error})` : ''}`);
+        lines.push(
+          `      ${r.id}  ${r.state}${r.class ? ` ${r.class}` : ''}${r.calls !== null ? ` calls=${r.calls}` : ''} reward=${r.reward ?? 'null'}${smp}${r.duration_ms !== null ? ` ${(r.duration_ms / 1000).toFixed(1)}s` : ''}${r.attempts > 1 ? ` attempts=${r.attempts}` : ''}${r.error && r.state !== 'done' ? `  (${r.error})` : ''}`,
+        );
       }
   }
   return `${lines.join('\n')}\n`;

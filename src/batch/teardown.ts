@@ -29,7 +29,8 @@ export function tearDownAfterRun(summary: { stopped: string | null; queued: numb
 
 function assertNotRunning(dir: string, doing: string): void {
   const held = labState(dir);
-  if (held.state === 'running') throw new BatchRunningError(`${dir} is being run by lab pid ${held.lock!.pid}; cancel it before you ${doing}`);
+  if (held.state === 'running')
+    throw new BatchRunningError(`${dir} is being run by lab pid ${held.lock!.pid}; cancel it before you ${doing}`);
 }
 
 /**
@@ -37,7 +38,10 @@ function assertNotRunning(dir: string, doing: string): void {
  * Secret, Service, NetworkPolicy and ConfigMaps. Its sessions are mirrored into the batch directory as
  * calls happen, so nothing captured is lost; `batch resume` of an unfinished batch makes a new proxy.
  */
-export async function teardownBatch(dirArg: string, opts: { log?: (line: string) => void; module?: BackendModule } = {}): Promise<TeardownSummary> {
+export async function teardownBatch(
+  dirArg: string,
+  opts: { log?: (line: string) => void; module?: BackendModule } = {},
+): Promise<TeardownSummary> {
   const dir = resolve(dirArg);
   const manifest = readManifest(dir);
   assertNotRunning(dir, 'tear it down');
@@ -51,14 +55,21 @@ export async function teardownBatch(dirArg: string, opts: { log?: (line: string)
  * Tears the batch down, then removes its directory. A backend that cannot be reached stops the delete
  * (the directory is what says which cluster objects are the batch's) unless `force`.
  */
-export async function deleteBatch(dirArg: string, opts: { log?: (line: string) => void; module?: BackendModule; force?: boolean } = {}): Promise<TeardownSummary | null> {
+export async function deleteBatch(
+  dirArg: string,
+  opts: { log?: (line: string) => void; module?: BackendModule; force?: boolean } = {},
+): Promise<TeardownSummary | null> {
   const dir = resolve(dirArg);
   assertNotRunning(dir, 'delete it');
   let summary: TeardownSummary | null = null;
   try {
     summary = await teardownBatch(dir, opts);
   } catch (err) {
-    if (!opts.force) throw new Error(`could not remove what batch ${dir} left on its backend, so its directory is kept (it names those objects): ${(err as Error).message}; --force deletes the directory anyway`, { cause: err });
+    if (!opts.force)
+      throw new Error(
+        `could not remove what batch ${dir} left on its backend, so its directory is kept (it names those objects): ${(err as Error).message}; --force deletes the directory anyway`,
+        { cause: err },
+      );
     opts.log?.(`could not tear down ${dir}: ${(err as Error).message}; deleting its directory anyway (--force)`);
   }
   rmSync(dir, { recursive: true, force: true });

@@ -299,11 +299,25 @@ export class AcceptorThread {
       options.onExit?.(failure || `exit code ${code}`);
     });
     // Refresh well inside the stall limit, so only a main thread that really stopped trips it.
-    this.refresher = setInterval(() => this.publishHealth(), Math.min(HEALTH_REFRESH_MS, (options.healthStallMs ?? HEALTH_STALL_MS) / 4)).unref();
+    this.refresher = setInterval(
+      () => this.publishHealth(),
+      Math.min(HEALTH_REFRESH_MS, (options.healthStallMs ?? HEALTH_STALL_MS) / 4),
+    ).unref();
   }
 
   static start(options: AcceptorOptions): Promise<AcceptorThread> {
-    const worker = new Worker(ACCEPTOR_SOURCE, { eval: true, workerData: { host: options.host, port: options.port, backlog: options.backlog, hostNames: [...options.hostNames], stallMs: options.healthStallMs ?? HEALTH_STALL_MS, admitPerTurn: ADMIT_PER_TURN, health: options.health() } });
+    const worker = new Worker(ACCEPTOR_SOURCE, {
+      eval: true,
+      workerData: {
+        host: options.host,
+        port: options.port,
+        backlog: options.backlog,
+        hostNames: [...options.hostNames],
+        stallMs: options.healthStallMs ?? HEALTH_STALL_MS,
+        admitPerTurn: ADMIT_PER_TURN,
+        health: options.health(),
+      },
+    });
     return new Promise((resolve, reject) => {
       const onMessage = (m: FromAcceptor) => {
         if (m.t === 'listening') {

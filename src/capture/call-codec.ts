@@ -202,8 +202,20 @@ function sharedElements(base: ListBase | null, list: readonly unknown[]): number
 }
 
 /** A list's reference to its best base, and what the encoder remembers of the list. */
-function encodeList(bases: readonly Base[], list: readonly unknown[], of: (b: Base) => ListBase | null): { ref?: SuffixRef; remembered: ListBase } {
-  const best = list.length > 0 ? pick(bases, (b) => sharedElements(of(b), list), (b) => Math.min(list.length, of(b)?.items.length ?? 0), MIN_SHARED_MESSAGES) : undefined;
+function encodeList(
+  bases: readonly Base[],
+  list: readonly unknown[],
+  of: (b: Base) => ListBase | null,
+): { ref?: SuffixRef; remembered: ListBase } {
+  const best =
+    list.length > 0
+      ? pick(
+          bases,
+          (b) => sharedElements(of(b), list),
+          (b) => Math.min(list.length, of(b)?.items.length ?? 0),
+          MIN_SHARED_MESSAGES,
+        )
+      : undefined;
   if (!best) return { remembered: { items: list, hash: hashItems(list) } };
   const parent = of(best.base)!;
   // The usual case keeps the parent's whole list: its state goes on with the suffix. A call that
@@ -217,7 +229,12 @@ function encodeList(bases: readonly Base[], list: readonly unknown[], of: (b: Ba
  * what `b` can share: a base that cannot beat the best so far is not compared at all, so the usual
  * case (the newest call is the parent, shared in full) compares the list once, not once per base.
  */
-function pick(bases: readonly Base[], shared: (b: Base) => number, most: (b: Base) => number, min: number): { base: Base; keep: number } | undefined {
+function pick(
+  bases: readonly Base[],
+  shared: (b: Base) => number,
+  most: (b: Base) => number,
+  min: number,
+): { base: Base; keep: number } | undefined {
   let best: { base: Base; keep: number } | undefined;
   for (let i = bases.length - 1; i >= 0; i--) {
     if (best && most(bases[i]!) <= best.keep) continue;
@@ -247,13 +264,26 @@ export class SessionEncoder {
     const body = record.request?.body as Record<string, unknown> | undefined;
     const bodyKey = bodyHistoryKey(body);
     const engine = Array.isArray(engineList) ? encodeList(this.bases, engineList, (b) => b.engineMessages) : undefined;
-    const bodyList = bodyKey ? encodeList(this.bases, body![bodyKey] as unknown[], (b) => (b.bodyKey === bodyKey ? b.bodyMessages : null)) : undefined;
-    const base: Base = { callId: record.call_id, ends: idsOf(ids ?? null, record.completion_token_ids ?? null), engineMessages: engine?.remembered ?? null, bodyKey, bodyMessages: bodyList?.remembered ?? null };
+    const bodyList = bodyKey
+      ? encodeList(this.bases, body![bodyKey] as unknown[], (b) => (b.bodyKey === bodyKey ? b.bodyMessages : null))
+      : undefined;
+    const base: Base = {
+      callId: record.call_id,
+      ends: idsOf(ids ?? null, record.completion_token_ids ?? null),
+      engineMessages: engine?.remembered ?? null,
+      bodyKey,
+      bodyMessages: bodyList?.remembered ?? null,
+    };
 
     const enc: CallEncoding = {};
     let out: Record<string, unknown> = record as unknown as Record<string, unknown>;
     if (Array.isArray(ids) && ids.length > 0) {
-      const best = pick(this.bases, (b) => sharedTokens(b, ids), (b) => Math.min(ids.length, b.ends.length), MIN_SHARED_TOKENS);
+      const best = pick(
+        this.bases,
+        (b) => sharedTokens(b, ids),
+        (b) => Math.min(ids.length, b.ends.length),
+        MIN_SHARED_TOKENS,
+      );
       if (best) {
         // The new base holds these ids already: hashing its copy reads a typed array, not a JS one.
         enc.p = { from: best.base.callId, keep: best.keep, h: tokenHash(base.ends.subarray(0, ids.length)) };
@@ -266,7 +296,10 @@ export class SessionEncoder {
     }
     if (bodyKey && bodyList?.ref) {
       enc.bm = { key: bodyKey, ...bodyList.ref };
-      out = { ...out, request: { ...record.request, body: { ...body, [bodyKey]: (body![bodyKey] as unknown[]).slice(bodyList.ref.keep) } } };
+      out = {
+        ...out,
+        request: { ...record.request, body: { ...body, [bodyKey]: (body![bodyKey] as unknown[]).slice(bodyList.ref.keep) } },
+      };
     }
     const hasEnc = enc.p !== undefined || enc.em !== undefined || enc.bm !== undefined;
     const line = hasEnc ? { type: 'call', v: CALL_LINE_VERSION, enc, ...out } : { type: 'call', v: CALL_LINE_VERSION, ...out };
@@ -303,10 +336,14 @@ export class SessionDecoder {
       const p = from.prompt ?? [];
       const c = from.completion ?? [];
       const keep = enc.p.keep;
-      if (keep > p.length + c.length) throw new CallDecodeError(`call ${record.call_id}: keeps ${keep} prompt ids of call ${enc.p.from}, which has ${p.length + c.length}`);
+      if (keep > p.length + c.length)
+        throw new CallDecodeError(
+          `call ${record.call_id}: keeps ${keep} prompt ids of call ${enc.p.from}, which has ${p.length + c.length}`,
+        );
       const kept = keep <= p.length ? p.slice(0, keep) : p.concat(c.slice(0, keep - p.length));
       const ids = kept.concat(record.prompt_token_ids ?? []);
-      if ((v === 2 ? tokenHashV2(ids) : tokenHash(ids)) !== enc.p.h) throw new CallDecodeError(`call ${record.call_id}: rebuilt prompt ids do not match their hash`);
+      if ((v === 2 ? tokenHashV2(ids) : tokenHash(ids)) !== enc.p.h)
+        throw new CallDecodeError(`call ${record.call_id}: rebuilt prompt ids do not match their hash`);
       record.prompt_token_ids = ids;
     }
     if (enc?.em) {
@@ -339,7 +376,8 @@ export class SessionDecoder {
 }
 
 function rebuild(base: readonly unknown[], suffix: readonly unknown[], ref: SuffixRef, callId: string, what: string): unknown[] {
-  if (ref.keep > base.length) throw new CallDecodeError(`call ${callId}: keeps ${ref.keep} ${what} of call ${ref.from}, which has ${base.length}`);
+  if (ref.keep > base.length)
+    throw new CallDecodeError(`call ${callId}: keeps ${ref.keep} ${what} of call ${ref.from}, which has ${base.length}`);
   const list = base.slice(0, ref.keep).concat(suffix);
   if (listHash(list.map(encodeElement)) !== ref.h) throw new CallDecodeError(`call ${callId}: rebuilt ${what} do not match their hash`);
   return list;

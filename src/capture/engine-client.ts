@@ -4,7 +4,10 @@ import { Pool, errors as undiciErrors } from 'undici';
 import type { ChatRequest } from './types.js';
 
 export class EngineUnreachableError extends Error {
-  constructor(readonly engineUrl: string, cause: unknown) {
+  constructor(
+    readonly engineUrl: string,
+    cause: unknown,
+  ) {
     super(`inference engine at ${engineUrl} is unreachable: ${cause instanceof Error ? cause.message : String(cause)}`);
     this.name = 'EngineUnreachableError';
   }
@@ -113,25 +116,38 @@ export interface ServedModelHints {
  * The engine's only served model (GET /v1/models): the model name to use when none is configured.
  * Gives up after 10 s; an abort through `signal` is passed on as is.
  */
-export async function servedModel(engineUrl: string, hints: ServedModelHints, opts: { signal?: AbortSignal; apiKey?: string } = {}): Promise<string> {
+export async function servedModel(
+  engineUrl: string,
+  hints: ServedModelHints,
+  opts: { signal?: AbortSignal; apiKey?: string } = {},
+): Promise<string> {
   const { signal, apiKey } = opts;
   const client = new EngineClient(engineUrl, { connections: 1, ...(apiKey ? { apiKey } : {}) });
   const url = `${client.baseUrl}/v1/models`;
   let ids: string[];
   try {
-    const reply = await client.get('/v1/models', signal ? AbortSignal.any([signal, AbortSignal.timeout(10_000)]) : AbortSignal.timeout(10_000));
+    const reply = await client.get(
+      '/v1/models',
+      signal ? AbortSignal.any([signal, AbortSignal.timeout(10_000)]) : AbortSignal.timeout(10_000),
+    );
     if (reply.status !== 200) throw new Error(`HTTP ${reply.status}`);
     const data = (reply.body as { data?: unknown } | null)?.data ?? [];
     if (!Array.isArray(data)) throw new Error('no list of models in the answer');
     ids = data.map((m: { id?: unknown } | null) => m?.id).filter((id): id is string => typeof id === 'string');
   } catch (err) {
     if (signal?.aborted) throw err;
-    throw new Error(`the engine at ${engineUrl} did not list its models (${url}: ${err instanceof Error ? err.message : String(err)}); check ${hints.checkUrl}, or ${hints.nameModel}`);
+    throw new Error(
+      `the engine at ${engineUrl} did not list its models (${url}: ${err instanceof Error ? err.message : String(err)}); check ${hints.checkUrl}, or ${hints.nameModel}`,
+    );
   } finally {
     await client.close();
   }
   if (ids.length === 1) return ids[0]!;
-  throw new Error(ids.length ? `the engine at ${engineUrl} serves ${ids.join(', ')}; ${hints.nameModel} to choose one` : `the engine at ${engineUrl} lists no models; ${hints.nameModel}`);
+  throw new Error(
+    ids.length
+      ? `the engine at ${engineUrl} serves ${ids.join(', ')}; ${hints.nameModel} to choose one`
+      : `the engine at ${engineUrl} lists no models; ${hints.nameModel}`,
+  );
 }
 
 /** The message an engine error carries, whatever its shape (vLLM, OpenAI, plain text). */
@@ -141,7 +157,8 @@ export function engineErrorMessage(body: unknown): string {
     const o = body as Record<string, unknown>;
     const err = o.error;
     if (typeof err === 'string') return err;
-    if (err && typeof err === 'object' && typeof (err as Record<string, unknown>).message === 'string') return (err as { message: string }).message;
+    if (err && typeof err === 'object' && typeof (err as Record<string, unknown>).message === 'string')
+      return (err as { message: string }).message;
     if (typeof o.message === 'string') return o.message;
     if (typeof o.detail === 'string') return o.detail;
   }

@@ -26,7 +26,15 @@ export interface EngineProbeReport {
   findings: string[];
 }
 
-const CAPTURE_PROBE = { messages: [{ role: 'user', content: 'Reply with the single word: ok' }], max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 0, return_token_ids: true, return_tokens_as_token_ids: true };
+const CAPTURE_PROBE = {
+  messages: [{ role: 'user', content: 'Reply with the single word: ok' }],
+  max_tokens: 8,
+  temperature: 0,
+  logprobs: true,
+  top_logprobs: 0,
+  return_token_ids: true,
+  return_tokens_as_token_ids: true,
+};
 
 /** Top-1 minus top-2 logprob at the first sampled position, or undefined if not reported. */
 function firstGap(body: unknown): { gap: number; second: number } | undefined {
@@ -37,13 +45,23 @@ function firstGap(body: unknown): { gap: number; second: number } | undefined {
 }
 
 async function logprobsMode(engine: ChatEngine, model: string): Promise<{ mode: LogprobsMode; note?: string }> {
-  const ask = (temperature: number) => engine.chatCompletion({ model, messages: [{ role: 'user', content: 'Reply with exactly: hello' }], max_tokens: 1, temperature, logprobs: true, top_logprobs: 5, return_tokens_as_token_ids: true });
+  const ask = (temperature: number) =>
+    engine.chatCompletion({
+      model,
+      messages: [{ role: 'user', content: 'Reply with exactly: hello' }],
+      max_tokens: 1,
+      temperature,
+      logprobs: true,
+      top_logprobs: 5,
+      return_tokens_as_token_ids: true,
+    });
   const [one, two] = [await ask(1), await ask(2)];
   if (one.status !== 200 || two.status !== 200) return { mode: 'unknown', note: 'top_logprobs request refused' };
   const g1 = firstGap(one.body);
   const g2 = firstGap(two.body);
   if (!g1 || !g2) return { mode: 'unknown', note: 'no top_logprobs returned' };
-  if (Math.abs(g1.second) > 100 || Math.abs(g2.second) > 100) return { mode: 'unknown', note: 'sentinel logprob at the probe position (forced token)' };
+  if (Math.abs(g1.second) > 100 || Math.abs(g2.second) > 100)
+    return { mode: 'unknown', note: 'sentinel logprob at the probe position (forced token)' };
   if (g1.gap < 0.5) return { mode: 'unknown', note: `distribution too flat to tell (gap ${g1.gap.toFixed(3)} at T=1)` };
   const ratio = g2.gap / g1.gap;
   if (Math.abs(ratio - 0.5) < 0.15) return { mode: 'processed' };
@@ -55,7 +73,16 @@ async function toolSupport(engine: ChatEngine, model: string): Promise<ToolSuppo
   const reply = await engine.chatCompletion({
     model,
     messages: [{ role: 'user', content: 'Use the bash tool to list the files in /tmp.' }],
-    tools: [{ type: 'function', function: { name: 'bash', description: 'Run a shell command', parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } } }],
+    tools: [
+      {
+        type: 'function',
+        function: {
+          name: 'bash',
+          description: 'Run a shell command',
+          parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
+        },
+      },
+    ],
     tool_choice: 'auto',
     max_tokens: 512,
     temperature: 1,
@@ -88,7 +115,8 @@ export async function probeEngine(engine: ChatEngine, model: string): Promise<En
     const data = (models.body as { data?: { id?: unknown }[] })?.data;
     if (models.status === 200 && Array.isArray(data)) {
       report.served_models = data.map((m) => String(m.id));
-      if (report.served_models.length && !report.served_models.includes(model)) report.findings.push(`[FATAL] model_not_served: ${model} is not among ${report.served_models.join(', ')}`);
+      if (report.served_models.length && !report.served_models.includes(model))
+        report.findings.push(`[FATAL] model_not_served: ${model} is not among ${report.served_models.join(', ')}`);
     }
     const probe = await engine.chatCompletion({ model, ...CAPTURE_PROBE });
     if (probe.status !== 200) {
@@ -111,13 +139,16 @@ export async function probeEngine(engine: ChatEngine, model: string): Promise<En
       report.logprobs_mode = mode.mode;
       if (mode.note) report.findings.push(`[INFO] logprobs_mode: ${mode.note}`);
       if (mode.mode === 'raw') {
-        report.findings.push('[FATAL] raw_logprobs: the engine reports logprobs before temperature (vLLM default raw_logprobs); start it with --logprobs-mode processed_logprobs');
+        report.findings.push(
+          '[FATAL] raw_logprobs: the engine reports logprobs before temperature (vLLM default raw_logprobs); start it with --logprobs-mode processed_logprobs',
+        );
         report.capture_level = 'logprobs';
       }
     }
     report.tool_support = await toolSupport(engine, model);
     if (report.tool_support === 'rejected') report.findings.push('[FATAL] no_tool_calling: the engine rejects tool definitions');
-    else if (report.tool_support === 'no-tool-call') report.findings.push('[WARN] no_tool_call: the engine answered a tool request without calling the tool');
+    else if (report.tool_support === 'no-tool-call')
+      report.findings.push('[WARN] no_tool_call: the engine answered a tool request without calling the tool');
   } catch (err) {
     report.findings.push(`[FATAL] unreachable: ${err instanceof Error ? err.message : String(err)}`);
   }

@@ -44,9 +44,16 @@ export function checkTurn(turn: TurnInput, level: CaptureLevel): string[] {
   const sampled = turn.completion_token_ids ?? [];
   if (level !== 'tokens') {
     const msg = turn.response_message;
-    const text = typeof msg?.content === 'string' ? msg.content : Array.isArray(msg?.content) ? msg.content.map((p) => p.text ?? '').join('') : '';
+    const text =
+      typeof msg?.content === 'string' ? msg.content : Array.isArray(msg?.content) ? msg.content.map((p) => p.text ?? '').join('') : '';
     if (!text.trim() && !(msg?.tool_calls && msg.tool_calls.length > 0)) {
-      out.push(finding('WARN', 'empty_completion', `${tag}: no text and no tool call (finish=${turn.finish_reason}); check for a content filter or a length cap`));
+      out.push(
+        finding(
+          'WARN',
+          'empty_completion',
+          `${tag}: no text and no tool call (finish=${turn.finish_reason}); check for a content filter or a length cap`,
+        ),
+      );
     }
     if (turn.finish_reason === 'length') out.push(finding('INFO', 'truncated_turn', `${tag}: stopped on the output-token cap`));
     return out;
@@ -59,17 +66,29 @@ export function checkTurn(turn: TurnInput, level: CaptureLevel): string[] {
     else if (lps.some((lp) => (lp as number) > 0)) out.push(finding('FATAL', 'positive_logprob', `${tag}: logprobs must not be positive`));
   }
   if (prompt.length === 0) {
-    out.push(finding('FATAL', 'no_prompt_ids', `${tag}: the engine returned no prompt_token_ids (serve vLLM with --return-tokens-as-token-ids)`));
+    out.push(
+      finding('FATAL', 'no_prompt_ids', `${tag}: the engine returned no prompt_token_ids (serve vLLM with --return-tokens-as-token-ids)`),
+    );
   }
   if (sampled.length === 0) out.push(finding('WARN', 'no_sampled_ids', `${tag}: no completion token ids (finish=${turn.finish_reason})`));
   if (!lps && sampled.length > 0) {
-    out.push(finding('FATAL', 'no_logprobs', `${tag}: ${sampled.length} sampled tokens without behaviour logprobs; the turn can only be context`));
+    out.push(
+      finding('FATAL', 'no_logprobs', `${tag}: ${sampled.length} sampled tokens without behaviour logprobs; the turn can only be context`),
+    );
   }
   if (lps && lps.length !== sampled.length) {
-    out.push(finding('FATAL', 'logprob_misalign', `${tag}: ${lps.length} logprobs vs ${sampled.length} sampled ids; the turn can only be context`));
+    out.push(
+      finding('FATAL', 'logprob_misalign', `${tag}: ${lps.length} logprobs vs ${sampled.length} sampled ids; the turn can only be context`),
+    );
   }
   if (turn.finish_reason === 'length') {
-    out.push(finding('WARN', 'truncated_turn', `${tag}: stopped on the output-token cap (${sampled.length} tokens); its ending is an artefact of the cap`));
+    out.push(
+      finding(
+        'WARN',
+        'truncated_turn',
+        `${tag}: stopped on the output-token cap (${sampled.length} tokens); its ending is an artefact of the cap`,
+      ),
+    );
   }
   return out;
 }
@@ -130,23 +149,53 @@ export function checkRollout(shape: RolloutShape, opts: { captureLevel: CaptureL
   const out: string[] = [];
   const { n_turns, n_roots } = shape;
   if (n_turns === 0) {
-    out.push(finding('FATAL', 'no_turns', 'the proxy saw no model calls: the agent never reached it (wrong base URL, unresolved model, or rejected auth)'));
+    out.push(
+      finding(
+        'FATAL',
+        'no_turns',
+        'the proxy saw no model calls: the agent never reached it (wrong base URL, unresolved model, or rejected auth)',
+      ),
+    );
     return out;
   }
   if (n_roots === n_turns && n_turns > 1) {
     if (opts.captureLevel === 'tokens') {
-      out.push(finding('WARN', 'per_turn_capture_only', `every turn is its own root (${n_turns}): the harness re-renders its prompt instead of appending, so rows are single-turn`));
+      out.push(
+        finding(
+          'WARN',
+          'per_turn_capture_only',
+          `every turn is its own root (${n_turns}): the harness re-renders its prompt instead of appending, so rows are single-turn`,
+        ),
+      );
     } else {
-      out.push(finding('INFO', 'per_turn_trace_only', `every turn is its own root (${n_turns}): message lists do not extend each other exactly`));
+      out.push(
+        finding('INFO', 'per_turn_trace_only', `every turn is its own root (${n_turns}): message lists do not extend each other exactly`),
+      );
     }
   } else if (n_roots > 1) {
-    out.push(finding('WARN', 'multiple_roots', `${n_roots} roots across ${n_turns} turns (subagents, auxiliary calls, or a rewritten history)`));
+    out.push(
+      finding('WARN', 'multiple_roots', `${n_roots} roots across ${n_turns} turns (subagents, auxiliary calls, or a rewritten history)`),
+    );
   }
   if (n_turns === 1 && opts.budgetStopCount <= 0) {
-    out.push(finding('FATAL', 'degenerate_rollout', 'exactly 1 model call for the whole task: the agent stopped after its first response; read the agent log for the cause'));
+    out.push(
+      finding(
+        'FATAL',
+        'degenerate_rollout',
+        'exactly 1 model call for the whole task: the agent stopped after its first response; read the agent log for the cause',
+      ),
+    );
   }
-  if (opts.budgetStopCount > 0) out.push(finding('INFO', 'budget_stop', `${opts.budgetStopCount} call(s) were answered with the budget stop and not recorded`));
-  if (shape.n_discarded) out.push(finding('WARN', 'discarded_turns', `${shape.n_discarded} sampled turn(s) led nowhere (retries or resamples); they are excluded from training`));
+  if (opts.budgetStopCount > 0)
+    out.push(finding('INFO', 'budget_stop', `${opts.budgetStopCount} call(s) were answered with the budget stop and not recorded`));
+  if (shape.n_discarded)
+    out.push(
+      finding(
+        'WARN',
+        'discarded_turns',
+        `${shape.n_discarded} sampled turn(s) led nowhere (retries or resamples); they are excluded from training`,
+      ),
+    );
   if (shape.n_forks) out.push(finding('INFO', 'forks', `${shape.n_forks} fork point(s) in the graph`));
   return out;
 }

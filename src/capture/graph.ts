@@ -197,13 +197,7 @@ export class RolloutGraph {
    * the region between N's end and the next ends, i.e. the nodes actually re-parented (and N's exact
    * duplicates' children), never the session's other calls.
    */
-  private link(
-    trie: PrefixTrie<Member>,
-    node: GraphNode,
-    seq: Seq,
-    linkSelf: boolean,
-    memberOf: (n: GraphNode) => Member | null,
-  ): Member {
+  private link(trie: PrefixTrie<Member>, node: GraphNode, seq: Seq, linkSelf: boolean, memberOf: (n: GraphNode) => Member | null): Member {
     const promptLen = seq.head.length;
     let best: Member | null = null;
     const promptAt = trie.descend(
@@ -254,8 +248,8 @@ export class RolloutGraph {
     if (node.parent !== null && !canParentLater) return;
     if (node.parent === null) {
       let best: GraphNode | null = null;
-      for (const p of this.reasoningParents) if (p !== node)
-        if (continuesAcrossReasoning(node, p) && (best === null || p.prompt_ids.length > best.prompt_ids.length)) best = p;
+      for (const p of this.reasoningParents)
+        if (p !== node) if (continuesAcrossReasoning(node, p) && (best === null || p.prompt_ids.length > best.prompt_ids.length)) best = p;
       if (best) linkContinuation(node, best);
     }
     if (!canParentLater) return;

@@ -78,11 +78,16 @@ export class EventLoopLag implements IDisposable {
   write(out: MetricsText, prefix: string): void {
     const h = this.histogram;
     const s = (ns: number) => (Number.isFinite(ns) ? ns / 1e9 : 0);
-    out.metric(`${prefix}_event_loop_lag_seconds`, 'gauge', 'Event-loop delay of the process since it started (node perf_hooks), by quantile', [
-      [{ quantile: '0.5' }, s(h.percentile(50))],
-      [{ quantile: '0.99' }, s(h.percentile(99))],
-      [{ quantile: '1' }, s(h.max)],
-    ]);
+    out.metric(
+      `${prefix}_event_loop_lag_seconds`,
+      'gauge',
+      'Event-loop delay of the process since it started (node perf_hooks), by quantile',
+      [
+        [{ quantile: '0.5' }, s(h.percentile(50))],
+        [{ quantile: '0.99' }, s(h.percentile(99))],
+        [{ quantile: '1' }, s(h.max)],
+      ],
+    );
   }
 
   dispose(): void {
@@ -123,17 +128,32 @@ export class ProxyMetrics implements IDisposable {
   render(): string {
     const out = new MetricsText();
     out.metric('harness_lab_proxy_calls_total', 'counter', 'Model calls recorded, by dialect, stream and outcome', this.calls.samples());
-    out.metric('harness_lab_proxy_call_errors_total', 'counter', 'Model calls answered with an error, by kind (client, engine, internal) and HTTP status', this.errors.samples());
-    out.metric('harness_lab_proxy_tokens_total', 'counter', 'Tokens of recorded calls: prompt ids the engine saw and sampled ids', this.tokens.samples());
+    out.metric(
+      'harness_lab_proxy_call_errors_total',
+      'counter',
+      'Model calls answered with an error, by kind (client, engine, internal) and HTTP status',
+      this.errors.samples(),
+    );
+    out.metric(
+      'harness_lab_proxy_tokens_total',
+      'counter',
+      'Tokens of recorded calls: prompt ids the engine saw and sampled ids',
+      this.tokens.samples(),
+    );
     out.metric('harness_lab_proxy_call_latency_seconds', 'summary', 'Wall time of recorded calls, request to answer', []);
     out.sample('harness_lab_proxy_call_latency_seconds_sum', {}, this.latencySum);
     out.sample('harness_lab_proxy_call_latency_seconds_count', {}, this.latencyCount);
     out.metric('harness_lab_proxy_calls_in_flight', 'gauge', 'Model calls started and not yet answered', this.inFlight);
     const held = this.sessions.knownCount;
-    out.metric('harness_lab_proxy_sessions', 'gauge', 'Capture sessions by state: held in memory, or dormant (on disk, found again by key)', [
-      [{ state: 'held' }, held],
-      [{ state: 'dormant' }, Math.max(0, this.sessions.size - held)],
-    ]);
+    out.metric(
+      'harness_lab_proxy_sessions',
+      'gauge',
+      'Capture sessions by state: held in memory, or dormant (on disk, found again by key)',
+      [
+        [{ state: 'held' }, held],
+        [{ state: 'dormant' }, Math.max(0, this.sessions.size - held)],
+      ],
+    );
     this.lag.write(out, 'harness_lab_proxy');
     return out.toString();
   }

@@ -17,8 +17,25 @@ import type { SessionRegistry } from './session-registry.js';
 import type { CaptureSession } from './sessions.js';
 import { SseKeepalive, writeSse } from './sse.js';
 import { StoreWriteError } from './store.js';
-import { EngineResponseError, buildEngineRequest, distributionChangingField, isContextOverflow, normaliseEngineResponse, storedEngineResponse } from './upstream.js';
-import { DialectError, type CallError, type CallRecord, type CaptureLevel, type ChatRequest, type ChatResponse, type Dialect, type DialectContext, type JsonObject } from './types.js';
+import {
+  EngineResponseError,
+  buildEngineRequest,
+  distributionChangingField,
+  isContextOverflow,
+  normaliseEngineResponse,
+  storedEngineResponse,
+} from './upstream.js';
+import {
+  DialectError,
+  type CallError,
+  type CallRecord,
+  type CaptureLevel,
+  type ChatRequest,
+  type ChatResponse,
+  type Dialect,
+  type DialectContext,
+  type JsonObject,
+} from './types.js';
 
 export interface ModelCallLimits {
   bodyLimit: number;
@@ -79,7 +96,8 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   } catch {
     return replyError(res, headerDialect, 400, 'body must be JSON');
   }
-  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return replyError(res, headerDialect, 400, 'body must be a JSON object');
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
+    return replyError(res, headerDialect, 400, 'body must be a JSON object');
   const body = parsed as JsonObject;
 
   const counted = answerTokenCount(url.pathname, body);
@@ -90,15 +108,26 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   const session = key ? deps.findSession(key) : undefined;
   if (!session) {
     const why = key ? 'unknown API key' : 'no API key';
-    return replyError(res, dialect, 401, `${why}; register a session via POST /sessions and use its api_key (or, for a session created without one, its session_id) as the API key (Authorization: Bearer <key>, x-api-key or x-goog-api-key)`);
+    return replyError(
+      res,
+      dialect,
+      401,
+      `${why}; register a session via POST /sessions and use its api_key (or, for a session created without one, its session_id) as the API key (Authorization: Bearer <key>, x-api-key or x-goog-api-key)`,
+    );
   }
   // A keyed session's key is a credential: nothing recorded may carry it, wherever the harness echoed it.
   const secret = session.info.key_sha256 ? key : undefined;
   const bodyHasSecret = secret !== undefined && raw.includes(secret);
-  const recorded = <T>(value: T, inBody: boolean): T => (secret !== undefined && (!inBody || bodyHasSecret) ? scrubSecret(value, secret) : value);
+  const recorded = <T>(value: T, inBody: boolean): T =>
+    secret !== undefined && (!inBody || bodyHasSecret) ? scrubSecret(value, secret) : value;
   session.touch();
   const stream = dialect.wantsStream(body, path);
-  const ctx: DialectContext = { path, clientModel: dialect.clientModel(body, url.pathname) ?? session.info.model, request: body, servedModel: session.info.model };
+  const ctx: DialectContext = {
+    path,
+    clientModel: dialect.clientModel(body, url.pathname) ?? session.info.model,
+    request: body,
+    servedModel: session.info.model,
+  };
 
   // Gemini harnesses may replay history without the call ids the proxy answered with.
   const ids = dialect.name === 'google_gemini' ? restoreGeminiCallIds(body, session.calls) : undefined;
@@ -109,10 +138,17 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     if (err instanceof DialectError) return replyError(res, dialect, err.status, err.message);
     return replyError(res, dialect, 400, `could not read the request: ${err instanceof Error ? err.message : String(err)}`);
   }
-  if (chat.n !== undefined && chat.n !== null && chat.n !== 1) return replyError(res, dialect, 400, 'capture supports exactly one completion per request (n=1)');
+  if (chat.n !== undefined && chat.n !== null && chat.n !== 1)
+    return replyError(res, dialect, 400, 'capture supports exactly one completion per request (n=1)');
   if (session.info.sampling) {
     const field = distributionChangingField(chat);
-    if (field) return replyError(res, dialect, 400, `${field} is not allowed on a training session with pinned sampling: it changes the distribution the tokens are sampled from, so their logprobs would not be the policy's`);
+    if (field)
+      return replyError(
+        res,
+        dialect,
+        400,
+        `${field} is not allowed on a training session with pinned sampling: it changes the distribution the tokens are sampled from, so their logprobs would not be the policy's`,
+      );
   }
 
   let level: CaptureLevel;
@@ -133,7 +169,12 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   }
 
   const engine = deps.engine.client;
-  const plan = buildEngineRequest(chat, { model: session.info.model, captureLevel: level, maxOutputTokens: deps.limits.maxOutputTokens, pinnedSampling: session.info.sampling });
+  const plan = buildEngineRequest(chat, {
+    model: session.info.model,
+    captureLevel: level,
+    maxOutputTokens: deps.limits.maxOutputTokens,
+    pinnedSampling: session.info.sampling,
+  });
   const started = new Date();
   const index = session.takeIndex();
   const abort = new AbortController();
@@ -141,9 +182,27 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     if (!res.writableFinished) abort.abort();
   };
   res.on('close', onClose);
-  const keepalive = stream ? new SseKeepalive(res, deps.limits.keepaliveGraceMs, deps.limits.keepaliveIntervalMs, dialect.sseComments !== false) : undefined;
+  const keepalive = stream
+    ? new SseKeepalive(res, deps.limits.keepaliveGraceMs, deps.limits.keepaliveIntervalMs, dialect.sseComments !== false)
+    : undefined;
 
-  const base: Omit<CallRecord, 'ended_at' | 'latency_ms' | 'engine_response' | 'response_body' | 'model' | 'finish_reason' | 'usage' | 'findings' | 'error' | 'prompt_token_ids' | 'completion_token_ids' | 'logprobs' | 'top_logprobs' | 'token_bytes'> = {
+  const base: Omit<
+    CallRecord,
+    | 'ended_at'
+    | 'latency_ms'
+    | 'engine_response'
+    | 'response_body'
+    | 'model'
+    | 'finish_reason'
+    | 'usage'
+    | 'findings'
+    | 'error'
+    | 'prompt_token_ids'
+    | 'completion_token_ids'
+    | 'logprobs'
+    | 'top_logprobs'
+    | 'token_bytes'
+  > = {
     call_id: randomBytes(6).toString('hex'),
     session_id: session.id,
     index,
@@ -211,7 +270,10 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     } catch (err) {
       if (abort.signal.aborted) {
         keepalive?.stop();
-        await store(finish({ error: { status: 499, message: 'client closed the connection before the engine answered', kind: 'client' } }), true);
+        await store(
+          finish({ error: { status: 499, message: 'client closed the connection before the engine answered', kind: 'client' } }),
+          true,
+        );
         return;
       }
       const message = err instanceof EngineUnreachableError ? err.message : `inference engine at ${engine.baseUrl} failed: ${String(err)}`;
@@ -225,13 +287,17 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
         return;
       }
       const passThrough = [400, 413, 422].includes(engineReply.status) ? engineReply.status : 502;
-      return await fail({ status: passThrough, message: `engine answered ${engineReply.status}: ${engineErrorMessage(engineReply.body)}`, kind: 'engine' }, engineReply.body);
+      return await fail(
+        { status: passThrough, message: `engine answered ${engineReply.status}: ${engineErrorMessage(engineReply.body)}`, kind: 'engine' },
+        engineReply.body,
+      );
     }
     let answer;
     try {
       answer = normaliseEngineResponse(engineReply.body, { clientLogprobs: chat.logprobs === true });
     } catch (err) {
-      if (err instanceof EngineResponseError) return await fail({ status: 502, message: `engine at ${engine.baseUrl}: ${err.message}`, kind: 'engine' }, engineReply.body);
+      if (err instanceof EngineResponseError)
+        return await fail({ status: 502, message: `engine at ${engine.baseUrl}: ${err.message}`, kind: 'engine' }, engineReply.body);
       throw err;
     }
     const clientAnswer = answer.response;
@@ -244,9 +310,17 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
       model: typeof clientAnswer.model === 'string' ? clientAnswer.model : null,
       finish_reason: choice.finish_reason,
       usage: clientAnswer.usage ?? null,
-      findings: [...(ids?.finding ? [ids.finding] : []), ...renderFindings, ...(level === 'tokens' ? answer.findings : answer.findings.filter((f) => !f.startsWith('[FATAL] no_')))],
+      findings: [
+        ...(ids?.finding ? [ids.finding] : []),
+        ...renderFindings,
+        ...(level === 'tokens' ? answer.findings : answer.findings.filter((f) => !f.startsWith('[FATAL] no_'))),
+      ],
     });
-    if (record.render) record.render = { ...record.render, tokens_digest: tokensDigest(record.prompt_token_ids, record.completion_token_ids, record.logprobs) };
+    if (record.render)
+      record.render = {
+        ...record.render,
+        tokens_digest: tokensDigest(record.prompt_token_ids, record.completion_token_ids, record.logprobs),
+      };
     // Durable before the harness sees the answer: a crash after this loses nothing answered, and an
     // answer that could not be stored is not given (507 disk full, 503 otherwise, in the dialect).
     try {

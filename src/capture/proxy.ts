@@ -11,11 +11,26 @@ import { EngineClient, type ChatEngine } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
 import { resolveRenderMode, TokenInUnavailableError, type RenderMode, type RenderModeReport } from './render/mode.js';
 import type { TokenInEngine } from './render/token-engine.js';
-import { BodyTooLargeError, DEFAULT_BODY_LIMIT, decodePathSegment, loggableTarget, parseRequestTarget, readBody, sendJson } from './http-util.js';
+import {
+  BodyTooLargeError,
+  DEFAULT_BODY_LIMIT,
+  decodePathSegment,
+  loggableTarget,
+  parseRequestTarget,
+  readBody,
+  sendJson,
+} from './http-util.js';
 import { METRICS_CONTENT_TYPE, ProxyMetrics } from './metrics.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
 import { RequestGuard, type Refusal } from './request-guard.js';
-import { SessionExistsError, SessionKeyInUseError, SessionRegistry, type CreatedSession, type DormancyLimits, type ResidentLimits } from './session-registry.js';
+import {
+  SessionExistsError,
+  SessionKeyInUseError,
+  SessionRegistry,
+  type CreatedSession,
+  type DormancyLimits,
+  type ResidentLimits,
+} from './session-registry.js';
 import { CreateSessionSchema, type CaptureSession } from './sessions.js';
 import { StoreWriteError } from './store.js';
 import type { CaptureLevel, ProxyLogger } from './types.js';
@@ -130,7 +145,9 @@ export class CaptureProxy {
   static async start(options: ProxyOptions): Promise<CaptureProxy> {
     const host = options.host ?? '127.0.0.1';
     if (!isLoopbackHost(host) && !options.adminKey) {
-      throw new ProxyConfigError(`refusing to bind ${host} without an admin key: anyone who can reach it could read captured token data and relay calls to the engine. Pass --admin-key (or set HARNESS_LAB_ADMIN_KEY), or bind 127.0.0.1.`);
+      throw new ProxyConfigError(
+        `refusing to bind ${host} without an admin key: anyone who can reach it could read captured token data and relay calls to the engine. Pass --admin-key (or set HARNESS_LAB_ADMIN_KEY), or bind 127.0.0.1.`,
+      );
     }
     const proxy = new CaptureProxy(options);
     await proxy.listen(host, options.port ?? 0);
@@ -156,7 +173,9 @@ export class CaptureProxy {
     this.guard = new RequestGuard({ listenHost: host, allowedHosts: this.options.allowedHosts });
     this.server = createServer((req, res) => {
       this.route(req, res).catch((err: unknown) => {
-        this.log.error(`request ${req.method} ${loggableTarget(req.url)} failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+        this.log.error(
+          `request ${req.method} ${loggableTarget(req.url)} failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`,
+        );
         if (!res.headersSent) sendJson(res, 500, { error: { message: 'internal error in the capture proxy', type: 'server_error' } });
         else res.destroy();
       });
@@ -215,7 +234,8 @@ export class CaptureProxy {
             if (this.closing) void acceptor.close();
             else this.acceptor = acceptor;
           },
-          (err: unknown) => this.log.error(`could not listen again on ${host}:${this.address.port}: ${err instanceof Error ? err.message : String(err)}`),
+          (err: unknown) =>
+            this.log.error(`could not listen again on ${host}:${this.address.port}: ${err instanceof Error ? err.message : String(err)}`),
         );
       },
     });
@@ -255,7 +275,8 @@ export class CaptureProxy {
       this.captureLevel = report.capture_level;
       this.probing = undefined;
       const level = `${report.capture_level}${report.capture_level === 'tokens' ? ` (logprobs ${report.logprobs_mode})` : ''}`;
-      if (report.reachable) this.log.info(`engine ${report.engine_url} graded ${level}${report.findings.length ? `: ${report.findings.join('; ')}` : ''}`);
+      if (report.reachable)
+        this.log.info(`engine ${report.engine_url} graded ${level}${report.findings.length ? `: ${report.findings.join('; ')}` : ''}`);
       else this.log.warn(`engine ${report.engine_url} is unreachable; will probe again on the next call`);
       return report;
     });
@@ -275,9 +296,17 @@ export class CaptureProxy {
     if (!this.renderResolved) {
       this.renderResolving ??= (async () => {
         await this.ensureProbed();
-        const resolved = await resolveRenderMode(engine, { requested, model: this.options.model, modelFiles: this.options.renderModel, checkFullRender: this.options.checkFullRender });
+        const resolved = await resolveRenderMode(engine, {
+          requested,
+          model: this.options.model,
+          modelFiles: this.options.renderModel,
+          checkFullRender: this.options.checkFullRender,
+        });
         const r = resolved.report;
-        if (r.mode === 'proxy') this.log.info(`render: the proxy renders (token in) with ${r.model_files} (${r.family}), engine route ${r.route}, max_model_len ${r.max_model_len ?? 'unknown'}`);
+        if (r.mode === 'proxy')
+          this.log.info(
+            `render: the proxy renders (token in) with ${r.model_files} (${r.family}), engine route ${r.route}, max_model_len ${r.max_model_len ?? 'unknown'}`,
+          );
         else this.log[requested === 'proxy' ? 'error' : 'info'](`render: the engine renders (chat completions): ${r.problem}`);
         if (!resolved.transient && this.probeReport?.reachable !== false) this.renderResolved = resolved;
         return resolved;
@@ -285,7 +314,8 @@ export class CaptureProxy {
     }
     const resolved = this.renderResolved ?? (await this.renderResolving!);
     if (resolved.engine) return resolved.engine;
-    if (requested === 'proxy') throw new TokenInUnavailableError(`the capture proxy was started with --render proxy but cannot render: ${resolved.report.problem}`);
+    if (requested === 'proxy')
+      throw new TokenInUnavailableError(`the capture proxy was started with --render proxy but cannot render: ${resolved.report.problem}`);
     return null;
   }
 
@@ -332,29 +362,50 @@ export class CaptureProxy {
     const refusal = this.guard.check(req);
     if (refusal) return this.refuse(req, res, url, path, refusal);
     if (path === '/health' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, this.health());
-    if (path === '/' && (method === 'GET' || method === 'HEAD')) return sendJson(res, 200, { status: 'ok', service: 'harness-lab capture proxy' });
+    if (path === '/' && (method === 'GET' || method === 'HEAD'))
+      return sendJson(res, 200, { status: 'ok', service: 'harness-lab capture proxy' });
     if (path === '/v1/models' && method === 'GET') return this.models(res);
     if (path === '/metrics' && method === 'GET') {
-      if (!this.isAdmin(req)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key', type: 'invalid_request_error' } });
+      if (!this.isAdmin(req))
+        return sendJson(res, 401, { error: { message: 'this route requires the capture admin key', type: 'invalid_request_error' } });
       res.writeHead(200, { 'content-type': METRICS_CONTENT_TYPE, 'cache-control': 'no-store' });
       return void res.end(this.metrics.render());
     }
     if (path === '/engines' && method === 'GET') {
-      if (!this.isAdmin(req)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key', type: 'invalid_request_error' } });
+      if (!this.isAdmin(req))
+        return sendJson(res, 401, { error: { message: 'this route requires the capture admin key', type: 'invalid_request_error' } });
       await this.ensureProbed();
       return sendJson(res, 200, { engines: this.probeReport ? [this.probeReport] : [] });
     }
     if (path === '/sessions' || path.startsWith('/sessions/')) {
-      if (!this.isAdmin(req)) return sendJson(res, 401, { error: { message: 'this route requires the capture admin key (Authorization: Bearer <key> or x-admin-key)', type: 'invalid_request_error' } });
+      if (!this.isAdmin(req))
+        return sendJson(res, 401, {
+          error: {
+            message: 'this route requires the capture admin key (Authorization: Bearer <key> or x-admin-key)',
+            type: 'invalid_request_error',
+          },
+        });
       return this.sessionRoute(req, res, method, path, url);
     }
-    if (method === 'POST') return handleModelCall(req, res, url, this.modelCallDeps((key) => this.sessions.findByKey(key)));
+    if (method === 'POST')
+      return handleModelCall(
+        req,
+        res,
+        url,
+        this.modelCallDeps((key) => this.sessions.findByKey(key)),
+      );
     sendJson(res, 404, { error: { message: `no route ${method} ${url.pathname}`, type: 'invalid_request_error' } });
   }
 
   /** A refused request (foreign Host or Origin, a body that is not JSON), answered in the caller's dialect. */
   private refuse(req: IncomingMessage, res: ServerResponse, url: URL, path: string, refusal: Refusal): void {
-    const control = path === '/' || path === '/health' || path === '/metrics' || path === '/engines' || path === '/sessions' || path.startsWith('/sessions/');
+    const control =
+      path === '/' ||
+      path === '/health' ||
+      path === '/metrics' ||
+      path === '/engines' ||
+      path === '/sessions' ||
+      path.startsWith('/sessions/');
     this.log.warn(`refused ${req.method} ${loggableTarget(req.url)}: ${refusal.message}`);
     if (control) return sendJson(res, refusal.status, { error: { message: refusal.message, type: 'invalid_request_error' } });
     const dialect = detectDialect(url.pathname, req.headers, undefined);
@@ -387,7 +438,8 @@ export class CaptureProxy {
       if (method === 'POST') return this.createSessionRoute(req, res);
     }
     const id = decodePathSegment(parts[1] ?? '');
-    if (id === undefined) return sendJson(res, 404, { error: { message: `unknown session ${parts[1]}: malformed percent escape`, type: 'not_found_error' } });
+    if (id === undefined)
+      return sendJson(res, 404, { error: { message: `unknown session ${parts[1]}: malformed percent escape`, type: 'not_found_error' } });
     const session = this.sessions.get(id);
     if (parts.length === 2 && method === 'DELETE') return sendJson(res, 200, { deleted: await this.sessions.delete(id) });
     if (!session) return sendJson(res, 404, { error: { message: `unknown session ${id}`, type: 'not_found_error' } });
@@ -398,7 +450,10 @@ export class CaptureProxy {
       // (a cluster batch's mirror) fetches only what it has not seen; `total` says how many there are.
       const from = pageParam(url, 'from', 0);
       const limit = pageParam(url, 'limit', Number.MAX_SAFE_INTEGER);
-      if (from === undefined || limit === undefined) return sendJson(res, 400, { error: { message: 'from and limit must be whole numbers (limit 1 or more)', type: 'invalid_request_error' } });
+      if (from === undefined || limit === undefined)
+        return sendJson(res, 400, {
+          error: { message: 'from and limit must be whole numbers (limit 1 or more)', type: 'invalid_request_error' },
+        });
       const all = session.calls;
       return sendJson(res, 200, { session_id: id, from, total: all.length, calls: all.slice(from, from + limit) });
     }
@@ -424,20 +479,32 @@ export class CaptureProxy {
     const parsed = CreateSessionSchema.safeParse(body);
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
-      return sendJson(res, 400, { error: { message: `${issue?.path.join('.') || 'body'}: ${issue?.message ?? 'invalid'}`, type: 'invalid_request_error' } });
+      return sendJson(res, 400, {
+        error: { message: `${issue?.path.join('.') || 'body'}: ${issue?.message ?? 'invalid'}`, type: 'invalid_request_error' },
+      });
     }
     await this.ensureProbed();
     let info: CreatedSession;
     try {
       info = await this.sessions.createStored(parsed.data);
     } catch (err) {
-      if (err instanceof SessionExistsError || err instanceof SessionKeyInUseError) return sendJson(res, 409, { error: { message: err.message, type: 'invalid_request_error' } });
+      if (err instanceof SessionExistsError || err instanceof SessionKeyInUseError)
+        return sendJson(res, 409, { error: { message: err.message, type: 'invalid_request_error' } });
       // Not stored, so not created: a restart would not know it.
       const status = err instanceof StoreWriteError ? err.status : 503;
       return sendJson(res, status, { error: { message: err instanceof Error ? err.message : String(err), type: 'server_error' } });
     }
     // The key goes out once, here, and only when it was minted (a given key is the caller's already).
-    sendJson(res, 201, { session_id: info.session_id, ...(parsed.data.mint_key && info.api_key ? { api_key: info.api_key } : {}), base_url: `${this.url}/v1`, model: info.model, max_model_calls: info.max_model_calls, capture_level: info.capture_level ?? 'unknown', rollout_type: info.capture_level === 'tokens' ? 'train' : 'eval', engine_reachable: this.probeReport?.reachable ?? null });
+    sendJson(res, 201, {
+      session_id: info.session_id,
+      ...(parsed.data.mint_key && info.api_key ? { api_key: info.api_key } : {}),
+      base_url: `${this.url}/v1`,
+      model: info.model,
+      max_model_calls: info.max_model_calls,
+      capture_level: info.capture_level ?? 'unknown',
+      rollout_type: info.capture_level === 'tokens' ? 'train' : 'eval',
+      engine_reachable: this.probeReport?.reachable ?? null,
+    });
   }
 
   async close(): Promise<void> {

@@ -87,7 +87,8 @@ export class RequestGuard {
     const now = Date.now();
     if (!this.interfaces || now - this.interfaces.at > INTERFACES_TTL_MS) {
       const addresses = new Set<string>();
-      for (const list of Object.values(networkInterfaces())) for (const a of list ?? []) addresses.add(normalizeHostName(a.address.replace(/%.*$/, '')));
+      for (const list of Object.values(networkInterfaces()))
+        for (const a of list ?? []) addresses.add(normalizeHostName(a.address.replace(/%.*$/, '')));
       this.interfaces = { at: now, addresses };
     }
     return this.interfaces.addresses;
@@ -99,13 +100,20 @@ export class RequestGuard {
     if (host !== undefined) {
       const name = hostHeaderName(host);
       if (name === undefined || !this.isAllowedHostName(name)) {
-        return { status: 403, message: `refused: this server does not answer to Host '${host.slice(0, 200)}' (it serves ${this.hostNames.join(', ')}; start it with --allowed-host NAME to add a name)` };
+        return {
+          status: 403,
+          message: `refused: this server does not answer to Host '${host.slice(0, 200)}' (it serves ${this.hostNames.join(', ')}; start it with --allowed-host NAME to add a name)`,
+        };
       }
     }
     const origin = req.headers.origin;
     if (origin !== undefined) {
       const own = host !== undefined && origin.toLowerCase() === `http://${host.trim().toLowerCase()}`;
-      if (!own) return { status: 403, message: `refused: requests from web pages (Origin ${origin.slice(0, 200)}) may not use this server; only local tools may` };
+      if (!own)
+        return {
+          status: 403,
+          message: `refused: requests from web pages (Origin ${origin.slice(0, 200)}) may not use this server; only local tools may`,
+        };
     }
     return undefined;
   }
@@ -120,7 +128,10 @@ export class RequestGuard {
     if (type === undefined && (length === '0' || length === undefined) && req.headers['transfer-encoding'] === undefined) return undefined;
     const media = (type ?? '').split(';')[0]!.trim().toLowerCase();
     if (media === 'application/json') return undefined;
-    return { status: 415, message: `refused: a ${method} body must be application/json, not ${type === undefined ? 'a body without a content type' : `'${type.slice(0, 100)}'`}` };
+    return {
+      status: 415,
+      message: `refused: a ${method} body must be application/json, not ${type === undefined ? 'a body without a content type' : `'${type.slice(0, 100)}'`}`,
+    };
   }
 
   /** Both checks, in order. */

@@ -54,7 +54,12 @@ export const RolloutFileSchema = z.looseObject({
   rollout_type: z.enum(['train', 'eval']),
   budget_stop_count: z.int().nonnegative(),
   calls: z.array(CallRecordSchema),
-  graph: z.looseObject({ nodes: z.array(GraphNodeSchema), roots: z.array(Str), leaves: z.array(Str), forks: z.array(z.looseObject({ parent_id: Str, children: z.array(Str) })) }),
+  graph: z.looseObject({
+    nodes: z.array(GraphNodeSchema),
+    roots: z.array(Str),
+    leaves: z.array(Str),
+    forks: z.array(z.looseObject({ parent_id: Str, children: z.array(Str) })),
+  }),
   turns: z.array(
     z.looseObject({
       node_id: Str,
@@ -71,7 +76,14 @@ export const RolloutFileSchema = z.looseObject({
     }),
   ),
   stats: z.looseObject({ n_calls: z.int(), n_discarded: z.int() }),
-  sequences: z.array(z.looseObject({ role: z.enum(['agent', 'auxiliary', 'discarded']), node_ids: z.array(Str), trainable: z.boolean(), prompt_len: z.int() })),
+  sequences: z.array(
+    z.looseObject({
+      role: z.enum(['agent', 'auxiliary', 'discarded']),
+      node_ids: z.array(Str),
+      trainable: z.boolean(),
+      prompt_len: z.int(),
+    }),
+  ),
   validation: z.array(Str),
 });
 
@@ -109,7 +121,8 @@ export function parseRolloutDocument(text: string, source: string): RolloutDocum
   }
   const turnIds = new Set(res.data.turns.map((t) => t.node_id));
   const callIds = new Set(res.data.calls.map((c) => c.call_id));
-  for (const id of turnIds) if (!callIds.has(id)) throw new RolloutFileError(`${source}: turn ${id} has no call record`, `turn ${id} has no call record`);
+  for (const id of turnIds)
+    if (!callIds.has(id)) throw new RolloutFileError(`${source}: turn ${id} has no call record`, `turn ${id} has no call record`);
   return res.data as unknown as RolloutDocument;
 }
 
@@ -163,7 +176,7 @@ function firstLineOf(file: string): string {
   try {
     const chunk = Buffer.alloc(64 * 1024);
     let text = '';
-    for (let pos = 0; ; ) {
+    for (let pos = 0; ;) {
       const n = readSync(fd, chunk, 0, chunk.length, pos);
       if (n === 0) return text;
       pos += n;
@@ -194,7 +207,15 @@ export function rolloutOfSession(loaded: LoadedSession, opts: RolloutReadOptions
 /** The session header a rollout document stands for (a document does not keep the header's engine and budget). */
 function sessionInfoOfDocument(doc: RolloutDocument): SessionInfo {
   const first = doc.calls[0];
-  return { session_id: doc.session_id, created_at: first?.started_at ?? '', model: first?.model ?? '', engine_url: first?.engine_url ?? '', max_model_calls: 0, metadata: doc.metadata, capture_level: doc.capture_level };
+  return {
+    session_id: doc.session_id,
+    created_at: first?.started_at ?? '',
+    model: first?.model ?? '',
+    engine_url: first?.engine_url ?? '',
+    max_model_calls: 0,
+    metadata: doc.metadata,
+    capture_level: doc.capture_level,
+  };
 }
 
 /**
@@ -215,7 +236,11 @@ export function readRolloutFile(file: string, opts: RolloutReadOptions & { check
   if (kind === 'document') {
     const parsed = parseRolloutDocument(readFileSync(file, 'utf8'), name);
     const info = sessionInfoOfDocument(parsed);
-    const doc = buildRollout(info, parsed.calls, { ...read, budgetStopCount: parsed.budget_stop_count, captureLevel: parsed.capture_level });
+    const doc = buildRollout(info, parsed.calls, {
+      ...read,
+      budgetStopCount: parsed.budget_stop_count,
+      captureLevel: parsed.capture_level,
+    });
     return { file, kind, info, calls: doc.calls, doc };
   }
   const loaded = loadSessionFile(file);

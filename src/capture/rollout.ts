@@ -107,7 +107,8 @@ const ROLE_RANK: Record<PathRole, number> = { agent: 2, auxiliary: 1, discarded:
 
 export function buildRollout(session: SessionInfo, records: readonly CallRecord[], opts: RolloutOptions): RolloutDocument {
   const calls = [...records].sort((a, b) => a.index - b.index || (a.call_id < b.call_id ? -1 : a.call_id > b.call_id ? 1 : 0));
-  const graph = opts.graph?.captureLevel === opts.captureLevel ? opts.graph : RolloutGraph.fromRecords(calls, { captureLevel: opts.captureLevel });
+  const graph =
+    opts.graph?.captureLevel === opts.captureLevel ? opts.graph : RolloutGraph.fromRecords(calls, { captureLevel: opts.captureLevel });
   const purpose = opts.purpose ?? sessionPurpose(session);
   const trainableCapture = opts.captureLevel === 'tokens' && purpose !== 'eval';
 
@@ -144,7 +145,8 @@ export function buildRollout(session: SessionInfo, records: readonly CallRecord[
     // trace carries the rollout's findings so the reason travels with the line.
     const row: TrainingSequence = { ...seq, trainable: seq.trainable && rolloutOk };
     rows.push(row);
-    if (trainableCapture && opts.includeTraces !== false) traces.push(toTrainingTrace(session.session_id, { ...row, validation: [...row.validation, ...validation] }, paths[i]!, turnCache));
+    if (trainableCapture && opts.includeTraces !== false)
+      traces.push(toTrainingTrace(session.session_id, { ...row, validation: [...row.validation, ...validation] }, paths[i]!, turnCache));
   });
 
   const counted = new Set<string>();

@@ -153,13 +153,21 @@ export function buildSequences(graph: RolloutGraph, opts: SequenceOptions): { pa
     if (opts.trainableCapture) {
       if (!flats[i]) {
         const bare = path.find((n) => n.domain !== 'tokens')!;
-        validation.push(finding('FATAL', 'no_prompt_ids', `turn ${bare.index} (${bare.node_id}) has no prompt token ids, so this path has no exact token sequence`));
+        validation.push(
+          finding(
+            'FATAL',
+            'no_prompt_ids',
+            `turn ${bare.index} (${bare.node_id}) has no prompt token ids, so this path has no exact token sequence`,
+          ),
+        );
       } else {
         validation.push(...checkSequence(flat));
         const shared = repeated[i]!;
         if (shared.length > 0) {
           const which = shared.map((n) => `turn ${n.index} (${n.sampled_ids.length} tokens)`).join(', ');
-          validation.push(finding('INFO', 'repeated_target', `${which}: shared with a later agent path that trains them; context here (mask 0)`));
+          validation.push(
+            finding('INFO', 'repeated_target', `${which}: shared with a later agent path that trains them; context here (mask 0)`),
+          );
         }
         const contextOnly = path.filter((n) => n.sampled_ids.length > 0 && n.sampled_logprobs === null);
         if (contextOnly.length > 0) {

@@ -18,8 +18,25 @@ import { existsSync } from 'node:fs';
 import { Emitter } from './events.js';
 import { readKeyIndex, removeKeyIndex, writeKeyIndex } from './key-index.js';
 import type { RolloutDocument } from './rollout.js';
-import { CaptureSession, SESSION_ID_PATTERN, mintSessionId, mintSessionKey, sessionKeyHash, type CreateSessionRequest, type RolloutReadOptions } from './sessions.js';
-import { CaptureStore, StoreWriteError, emptyTally, loadSessionFile, readSessionIndex, readStoredIndex, sessionFileOf, type SessionIndexEntry } from './store.js';
+import {
+  CaptureSession,
+  SESSION_ID_PATTERN,
+  mintSessionId,
+  mintSessionKey,
+  sessionKeyHash,
+  type CreateSessionRequest,
+  type RolloutReadOptions,
+} from './sessions.js';
+import {
+  CaptureStore,
+  StoreWriteError,
+  emptyTally,
+  loadSessionFile,
+  readSessionIndex,
+  readStoredIndex,
+  sessionFileOf,
+  type SessionIndexEntry,
+} from './store.js';
 import type { CallRecord, CaptureLevel, JsonObject, ProxyLogger, SessionInfo } from './types.js';
 
 /** What a new session gets unless its request says otherwise. */
@@ -141,8 +158,18 @@ export class SessionRegistry {
 
   /** A registry that records; with a data dir it first restores what the store holds. */
   static open(options: SessionRegistryOptions): SessionRegistry {
-    const store = options.dataDir ? new CaptureStore(options.dataDir, (message) => (options.logger ?? silentLogger).warn(message)) : undefined;
-    const registry = new SessionRegistry(options.defaults, store, undefined, options.engineLevel, options.logger ?? silentLogger, options.resident, options.dormancy);
+    const store = options.dataDir
+      ? new CaptureStore(options.dataDir, (message) => (options.logger ?? silentLogger).warn(message))
+      : undefined;
+    const registry = new SessionRegistry(
+      options.defaults,
+      store,
+      undefined,
+      options.engineLevel,
+      options.logger ?? silentLogger,
+      options.resident,
+      options.dormancy,
+    );
     if (store) {
       for (const entry of store.readIndex((message) => registry.log.warn(message))) registry.adopt(entry).markRestored();
       if (registry.sessions.size) registry.log.info(`restored ${registry.sessions.size} session(s) from ${store.dataDir}`);
@@ -179,7 +206,10 @@ export class SessionRegistry {
         if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
         loaded = undefined; // its header is still being written
       }
-      if (loaded?.skipped) warn(`${file}: skipped ${loaded.skipped} unreadable line(s) (line ${loaded.skippedLines.join(', ')}), a torn write from a crash or a full disk`);
+      if (loaded?.skipped)
+        warn(
+          `${file}: skipped ${loaded.skipped} unreadable line(s) (line ${loaded.skippedLines.join(', ')}), a torn write from a crash or a full disk`,
+        );
       this.residents.delete(session.id);
       this.residents.set(session.id, session);
       queueMicrotask(() => this.evict());
@@ -215,7 +245,9 @@ export class SessionRegistry {
         try {
           writeKeyIndex(store.dataDir, s.info.key_sha256, id);
         } catch (err) {
-          this.log.warn(`session ${id} stays in memory: its key index entry could not be written (${err instanceof Error ? err.message : String(err)})`);
+          this.log.warn(
+            `session ${id} stays in memory: its key index entry could not be written (${err instanceof Error ? err.message : String(err)})`,
+          );
           continue;
         }
         this.byKeyHash.delete(s.info.key_sha256);
@@ -250,7 +282,12 @@ export class SessionRegistry {
   private readAll(): void {
     if (this.readOnlyDir === undefined || this.allRead) return;
     this.allRead = true;
-    for (const entry of readStoredIndex(this.readOnlyDir, (message) => this.log.warn(message), (id) => this.sessions.has(id))) if (!this.sessions.has(entry.info.session_id)) this.adopt(entry);
+    for (const entry of readStoredIndex(
+      this.readOnlyDir,
+      (message) => this.log.warn(message),
+      (id) => this.sessions.has(id),
+    ))
+      if (!this.sessions.has(entry.info.session_id)) this.adopt(entry);
   }
 
   private writable(action: string): void {
@@ -301,7 +338,11 @@ export class SessionRegistry {
     if (this.sessions.has(id) || (this.dormant > 0 && this.store && existsSync(this.store.fileOf(id)))) throw new SessionExistsError(id);
     const apiKey = request.api_key ?? (request.mint_key ? mintSessionKey() : undefined);
     const keySha256 = apiKey === undefined ? undefined : sessionKeyHash(apiKey);
-    if (keySha256 !== undefined && (this.byKeyHash.has(keySha256) || (this.dormant > 0 && this.store && readKeyIndex(this.store.dataDir, keySha256) !== undefined))) throw new SessionKeyInUseError();
+    if (
+      keySha256 !== undefined &&
+      (this.byKeyHash.has(keySha256) || (this.dormant > 0 && this.store && readKeyIndex(this.store.dataDir, keySha256) !== undefined))
+    )
+      throw new SessionKeyInUseError();
     const engine = this.engineLevel();
     const info: SessionInfo = {
       session_id: id,
@@ -364,7 +405,11 @@ export class SessionRegistry {
     const held = [...this.sessions.values()].map((s) => s.summary());
     if (this.dormant === 0 || !this.store) return held;
     // Dormant sessions are listed from their files' first and last lines, and stay dormant.
-    const dormant = readStoredIndex(this.store.dataDir, (message) => this.log.warn(message), (id) => this.sessions.has(id))
+    const dormant = readStoredIndex(
+      this.store.dataDir,
+      (message) => this.log.warn(message),
+      (id) => this.sessions.has(id),
+    )
       .filter((e) => !this.sessions.has(e.info.session_id))
       .map((e) => CaptureSession.stored(e.info, e.tally, () => []).summary());
     return [...held, ...dormant];
@@ -415,7 +460,9 @@ export class SessionRegistry {
   /** Counts a call answered with the budget stop; not training data, so a failed write is only logged. */
   async recordBudgetStop(session: CaptureSession): Promise<void> {
     session.countBudgetStop();
-    await this.store?.append(session.id, { type: 'budget_stop', at: new Date().toISOString() }).catch((err: unknown) => this.log.error(`session ${session.id}: could not store a budget stop: ${String(err)}`));
+    await this.store
+      ?.append(session.id, { type: 'budget_stop', at: new Date().toISOString() })
+      .catch((err: unknown) => this.log.error(`session ${session.id}: could not store a budget stop: ${String(err)}`));
   }
 
   /**

@@ -65,7 +65,8 @@ export class SessionSocket implements IDisposable {
     const dir = options.dir ?? mkdtempSync(join(tmpdir(), `hl-sock-${process.pid}-`));
     const path = join(dir, 'model.sock');
     // sun_path holds 107 bytes; a longer path fails at bind with an unhelpful EINVAL.
-    if (Buffer.byteLength(path) > 107) throw new Error(`the session socket path ${path} is longer than a Unix socket allows (107 bytes); use a shorter directory`);
+    if (Buffer.byteLength(path) > 107)
+      throw new Error(`the session socket path ${path} is longer than a Unix socket allows (107 bytes); use a shorter directory`);
     // The session's own key (for a session without one, its id); every other session's key or id is refused.
     const own = (key: string) => {
       const found = host.sessions.findByKey(key);
@@ -73,7 +74,9 @@ export class SessionSocket implements IDisposable {
     };
     const server = createServer((req, res) => {
       route(host, own, req, res).catch((err: unknown) => {
-        options.log?.(`session socket ${sessionId}: ${req.method} ${loggableTarget(req.url)} failed: ${err instanceof Error ? err.message : String(err)}`);
+        options.log?.(
+          `session socket ${sessionId}: ${req.method} ${loggableTarget(req.url)} failed: ${err instanceof Error ? err.message : String(err)}`,
+        );
         if (!res.headersSent) sendJson(res, 500, { error: { message: 'internal error in the capture proxy', type: 'server_error' } });
         else res.destroy();
       });
@@ -136,15 +139,29 @@ export function removeStaleSessionSocketDirs(alive: (pid: number) => boolean, ro
   return removed;
 }
 
-async function route(host: SessionModelHost, own: (key: string) => CaptureSession | undefined, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function route(
+  host: SessionModelHost,
+  own: (key: string) => CaptureSession | undefined,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://session.invalid');
   const method = req.method ?? 'GET';
   const kind = isSessionSocketRoute(method, url.pathname);
   if (kind === 'root') return sendJson(res, 200, { status: 'ok' });
-  if (!kind) return sendJson(res, 404, { error: { message: `no route ${method} ${url.pathname}: this endpoint serves only model calls for its own session`, type: 'invalid_request_error' } });
+  if (!kind)
+    return sendJson(res, 404, {
+      error: {
+        message: `no route ${method} ${url.pathname}: this endpoint serves only model calls for its own session`,
+        type: 'invalid_request_error',
+      },
+    });
   const key = presentedKey(req, url);
   if (key === undefined || !own(key)) {
-    const why = key === undefined ? 'no API key; this endpoint needs its session key' : 'unknown API key; this endpoint accepts only its own session key';
+    const why =
+      key === undefined
+        ? 'no API key; this endpoint needs its session key'
+        : 'unknown API key; this endpoint accepts only its own session key';
     return sendJson(res, 401, detectDialect(url.pathname, req.headers, undefined).errorBody(401, why));
   }
   if (kind === 'models') return host.models(res);

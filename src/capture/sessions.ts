@@ -23,7 +23,12 @@ export const CreateSessionSchema = z
     session_id: z.string().regex(SESSION_ID_PATTERN, 'session_id must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$').optional(),
     model: z.string().min(1).optional(),
     /** The session's own secret key (then its id is an identifier only, never a credential). */
-    api_key: z.string().min(16, 'api_key must be at least 16 characters').max(512).regex(/^[A-Za-z0-9._~+/=-]+$/, 'api_key may hold only letters, digits and ._~+/=-').optional(),
+    api_key: z
+      .string()
+      .min(16, 'api_key must be at least 16 characters')
+      .max(512)
+      .regex(/^[A-Za-z0-9._~+/=-]+$/, 'api_key may hold only letters, digits and ._~+/=-')
+      .optional(),
     /** Mint a secret key for the session; the creator's answer carries it once. */
     mint_key: z.boolean().optional(),
     max_model_calls: z.number().int().nonnegative().optional(),
@@ -43,7 +48,9 @@ export const CreateSessionSchema = z
       .optional(),
     metadata: z
       .record(z.string(), z.unknown())
-      .refine((m) => !RESERVED_METADATA_KEYS.some((k) => k in m), { message: `metadata must not use the reserved keys ${RESERVED_METADATA_KEYS.join(', ')}` })
+      .refine((m) => !RESERVED_METADATA_KEYS.some((k) => k in m), {
+        message: `metadata must not use the reserved keys ${RESERVED_METADATA_KEYS.join(', ')}`,
+      })
       .optional(),
   })
   .loose()
@@ -167,7 +174,8 @@ export class CaptureSession {
 
   /** The session's rollout graph, kept up to date call by call (rebuilt if the capture level changed). */
   graph(level: CaptureLevel): RolloutGraph {
-    if (!this.liveGraph || this.liveGraph.captureLevel !== level) this.liveGraph = RolloutGraph.fromRecords(this.calls, { captureLevel: level });
+    if (!this.liveGraph || this.liveGraph.captureLevel !== level)
+      this.liveGraph = RolloutGraph.fromRecords(this.calls, { captureLevel: level });
     return this.liveGraph;
   }
 
@@ -191,7 +199,9 @@ export class CaptureSession {
     try {
       this.graph(level).add(record);
     } catch (err) {
-      this.sessionFindings.push(`[FATAL] capture_ingest_failed: call ${record.call_id}: ${err instanceof Error ? err.message : String(err)}`);
+      this.sessionFindings.push(
+        `[FATAL] capture_ingest_failed: call ${record.call_id}: ${err instanceof Error ? err.message : String(err)}`,
+      );
       this.liveGraph = undefined;
     }
   }
@@ -216,7 +226,13 @@ export class CaptureSession {
    * calls not in memory, no call in flight, no finding that lives only in memory, idle long enough.
    */
   canGoDormant(idleMs: number, now = Date.now()): boolean {
-    return this.loader !== undefined && this.resident === undefined && this.inFlight === 0 && this.sessionFindings.length === 0 && (this.restoredIdle || now - this.lastActivity >= idleMs);
+    return (
+      this.loader !== undefined &&
+      this.resident === undefined &&
+      this.inFlight === 0 &&
+      this.sessionFindings.length === 0 &&
+      (this.restoredIdle || now - this.lastActivity >= idleMs)
+    );
   }
 
   /** Whether the capture level is still to be fixed at `engineLevel`: not fixed yet, or no call recorded and the engine graded again. */
@@ -260,7 +276,13 @@ export class CaptureSession {
    */
   rollout(opts: RolloutReadOptions = {}, fallbackLevel: CaptureLevel = 'tokens'): RolloutDocument {
     const captureLevel = this.info.capture_level ?? fallbackLevel;
-    return buildRollout(this.info, this.calls, { ...opts, budgetStopCount: this.budgetStops, captureLevel, sessionFindings: this.sessionFindings, graph: this.graph(captureLevel) });
+    return buildRollout(this.info, this.calls, {
+      ...opts,
+      budgetStopCount: this.budgetStops,
+      captureLevel,
+      sessionFindings: this.sessionFindings,
+      graph: this.graph(captureLevel),
+    });
   }
 
   /** What the session's resident calls cost in memory, roughly (token arrays dominate). */

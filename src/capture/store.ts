@@ -18,7 +18,26 @@
 // A crash (or a full disk) can leave a torn last line. Loading skips it with a warning naming the
 // file, and the first append to a file whose last byte is not a newline starts with one, so the torn
 // bytes never swallow the next, whole record.
-import { closeSync, constants, open as openCb, write as writeCb, existsSync, statSync, truncateSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, unlinkSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  open as openCb,
+  write as writeCb,
+  existsSync,
+  statSync,
+  truncateSync,
+  fdatasyncSync,
+  fstatSync,
+  fsyncSync,
+  ftruncateSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
@@ -28,10 +47,7 @@ import type { CallRecord, CaptureLevel, SessionInfo } from './types.js';
 /** What a session id may be; the store names files after ids, so nothing else ever names a file. */
 export const SESSION_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
-export type StoreLine =
-  | ({ type: 'session' } & SessionInfo)
-  | ({ type: 'call' } & CallRecord)
-  | { type: 'budget_stop'; at: string };
+export type StoreLine = ({ type: 'session' } & SessionInfo) | ({ type: 'call' } & CallRecord) | { type: 'budget_stop'; at: string };
 
 /**
  * A session's running counts, as the `sum` line after every write records them: what a restart
@@ -110,8 +126,11 @@ export class StoreWriteError extends Error {
     cause: unknown,
   ) {
     const code = (cause as NodeJS.ErrnoException | undefined)?.code;
-    const why = code === 'ENOSPC' || code === 'EDQUOT' ? 'the disk is full' : code === 'EROFS' ? 'the file system is read-only' : 'the write failed';
-    super(`the capture store could not record this call (${why}: ${cause instanceof Error ? cause.message : String(cause)}); nothing was stored`);
+    const why =
+      code === 'ENOSPC' || code === 'EDQUOT' ? 'the disk is full' : code === 'EROFS' ? 'the file system is read-only' : 'the write failed';
+    super(
+      `the capture store could not record this call (${why}: ${cause instanceof Error ? cause.message : String(cause)}); nothing was stored`,
+    );
     this.name = 'StoreWriteError';
     this.status = code === 'ENOSPC' || code === 'EDQUOT' ? 507 : 503;
     this.code = code;
@@ -131,7 +150,8 @@ interface PendingWrite {
 /** Session files are plain appends: their durability comes from the journal (and a checkpoint's fdatasync). */
 const SESSION_APPEND_FLAGS = constants.O_RDWR | constants.O_CREAT | constants.O_APPEND;
 /** O_DSYNC is missing on Windows; there the journal is written, then fdatasynced. */
-const JOURNAL_FLAGS = constants.O_DSYNC === undefined ? undefined : constants.O_WRONLY | constants.O_CREAT | constants.O_APPEND | constants.O_DSYNC;
+const JOURNAL_FLAGS =
+  constants.O_DSYNC === undefined ? undefined : constants.O_WRONLY | constants.O_CREAT | constants.O_APPEND | constants.O_DSYNC;
 /** Open files kept at most (least recently used closed first); enough for 1,000 live sessions. */
 const MAX_OPEN_FILES = 1024;
 /** A session file idle this long is closed. */
@@ -198,7 +218,17 @@ interface Lane {
 }
 
 function newLane(): Lane {
-  return { pending: [], commitScheduled: false, committing: undefined, journal: undefined, journalTail: Promise.resolve(), dirty: new Set(), retired: [], checkpointing: undefined, fileWrites: Promise.resolve() };
+  return {
+    pending: [],
+    commitScheduled: false,
+    committing: undefined,
+    journal: undefined,
+    journalTail: Promise.resolve(),
+    dirty: new Set(),
+    retired: [],
+    checkpointing: undefined,
+    fileWrites: Promise.resolve(),
+  };
 }
 
 export class CaptureStore {
@@ -345,7 +375,14 @@ export class CaptureStore {
       (placement) => void (placed = placement),
       (err: unknown) => err ?? new Error('journal write failed'),
     );
-    const fileWrites = Promise.all(written.map((g) => writeAllAsync(g.file.fd, g.data).then(() => undefined, (err: unknown) => err ?? new Error('write failed'))));
+    const fileWrites = Promise.all(
+      written.map((g) =>
+        writeAllAsync(g.file.fd, g.data).then(
+          () => undefined,
+          (err: unknown) => err ?? new Error('write failed'),
+        ),
+      ),
+    );
     lane.fileWrites = fileWrites.then(() => {});
     const fileErrors = await fileWrites;
     let journalError = await journaled;
@@ -353,7 +390,13 @@ export class CaptureStore {
     // A file write that failed (a full disk) is withdrawn from the journal before its caller hears,
     // so a replay never brings back a record whose caller was told it was not stored.
     if (journalError === undefined && failed.length) {
-      journalError = await this.writeJournal(lane, failed.map((g) => journalCancelFrame(g.sessionId, g.offset))).then(() => undefined, (err: unknown) => err ?? new Error('journal write failed'));
+      journalError = await this.writeJournal(
+        lane,
+        failed.map((g) => journalCancelFrame(g.sessionId, g.offset)),
+      ).then(
+        () => undefined,
+        (err: unknown) => err ?? new Error('journal write failed'),
+      );
       // The double fault: the commit's frames are durable and their withdrawal is not, so a replay
       // would bring back calls whose callers are about to hear 507/503. Every group of the commit is
       // refused: their files are cut back, then the frames leave the journal before anyone is answered.
@@ -419,7 +462,11 @@ export class CaptureStore {
     };
     const result = lane.journalTail.then(run, run);
     lane.journalTail = result.catch(() => {});
-    return result.catch((err: unknown) => this.warn(`${this.journalDir}: ${err instanceof Error ? err.message : String(err)}; a restart may replay calls that were answered 507/503`));
+    return result.catch((err: unknown) =>
+      this.warn(
+        `${this.journalDir}: ${err instanceof Error ? err.message : String(err)}; a restart may replay calls that were answered 507/503`,
+      ),
+    );
   }
 
   /** Appends frames to the journal and resolves once they are on disk (with where they went); a failed write is cut back. */
@@ -429,7 +476,7 @@ export class CaptureStore {
       const data = frames.length === 1 ? frames[0]! : Buffer.concat(frames);
       const before = journal.size;
       try {
-        for (let offset = 0; offset < data.length; ) offset += (await journal.handle.write(data, offset, data.length - offset)).bytesWritten;
+        for (let offset = 0; offset < data.length;) offset += (await journal.handle.write(data, offset, data.length - offset)).bytesWritten;
         if (JOURNAL_FLAGS === undefined) await journal.handle.datasync();
       } catch (err) {
         // Cut back a partial frame; if that fails, the next write starts a new journal file (a
@@ -528,7 +575,9 @@ export class CaptureStore {
 
   private async openFileNow(sessionId: string): Promise<void> {
     const path = this.fileOf(sessionId);
-    const fd = await new Promise<number>((resolve, reject) => openCb(path, SESSION_APPEND_FLAGS, 0o666, (err, fd) => (err ? reject(err) : resolve(fd))));
+    const fd = await new Promise<number>((resolve, reject) =>
+      openCb(path, SESSION_APPEND_FLAGS, 0o666, (err, fd) => (err ? reject(err) : resolve(fd))),
+    );
     if (this.files.has(sessionId)) closeSync(fd);
     else this.admitFile(sessionId, fd);
   }
@@ -542,7 +591,8 @@ export class CaptureStore {
       closeSync(fd);
       throw err;
     }
-    if (!this.tallies.has(sessionId)) this.tallies.set(sessionId, state.size === 0 ? emptyTally() : (readSessionIndex(path)?.tally ?? emptyTally()));
+    if (!this.tallies.has(sessionId))
+      this.tallies.set(sessionId, state.size === 0 ? emptyTally() : (readSessionIndex(path)?.tally ?? emptyTally()));
     const file: OpenFile = { fd, size: state.size, lastUsed: Date.now(), needsNewline: state.torn };
     this.files.set(sessionId, file);
     for (const id of this.files.keys()) {
@@ -590,7 +640,8 @@ export class CaptureStore {
     const lane = this.laneOf(sessionId);
     lane.dirty.delete(sessionId);
     // The deletion is journaled before the file goes, so a replay after a crash does not bring it back.
-    if (lane.journal || listJournals(this.journalDir).length) await this.writeJournal(lane, [Buffer.from(`${JSON.stringify({ d: sessionId })}\n`)]);
+    if (lane.journal || listJournals(this.journalDir).length)
+      await this.writeJournal(lane, [Buffer.from(`${JSON.stringify({ d: sessionId })}\n`)]);
     await unlink(this.fileOf(sessionId)).catch((err: NodeJS.ErrnoException) => {
       if (err.code !== 'ENOENT') throw err;
     });
@@ -599,7 +650,8 @@ export class CaptureStore {
   /** Waits for queued appends, syncs and closes every open file and retires the journal. Appends after this reopen their file. */
   async close(): Promise<void> {
     for (const lane of this.lanes) {
-      while (lane.pending.length || lane.committing || lane.commitScheduled) await (lane.committing ?? new Promise((r) => setTimeout(r, 5)));
+      while (lane.pending.length || lane.committing || lane.commitScheduled)
+        await (lane.committing ?? new Promise((r) => setTimeout(r, 5)));
       await lane.journalTail;
       while (lane.checkpointing) await lane.checkpointing;
       if (lane.journal) lane.retired.push(lane.journal);
@@ -728,7 +780,7 @@ type JournalFrame = { s: string; o: number; data: Buffer } | { d: string } | { x
 export function readJournalFrames(path: string): JournalFrame[] {
   const buf = readFileSync(path);
   const frames: JournalFrame[] = [];
-  for (let pos = 0; pos < buf.length; ) {
+  for (let pos = 0; pos < buf.length;) {
     const nl = buf.indexOf(0x0a, pos);
     if (nl < 0) break;
     let head: { s?: unknown; o?: unknown; n?: unknown; c?: unknown; d?: unknown; x?: unknown };
@@ -838,7 +890,7 @@ function replayFrame(path: string, offset: number, data: Buffer, warn: (message:
       return false;
     }
     ftruncateSync(fd, offset);
-    for (let done = 0; done < data.length; ) done += writeSync(fd, data, done, data.length - done, offset + done);
+    for (let done = 0; done < data.length;) done += writeSync(fd, data, done, data.length - done, offset + done);
     return true;
   } finally {
     closeSync(fd);
@@ -871,7 +923,10 @@ export function loadStoredSessions(dataDir: string, warn: (message: string) => v
       warn(`${path}: no readable session header line; the file was not restored`);
       continue;
     }
-    if (loaded.skipped) warn(`${path}: skipped ${loaded.skipped} unreadable line(s) (line ${loaded.skippedLines.join(', ')}), a torn write from a crash or a full disk`);
+    if (loaded.skipped)
+      warn(
+        `${path}: skipped ${loaded.skipped} unreadable line(s) (line ${loaded.skippedLines.join(', ')}), a torn write from a crash or a full disk`,
+      );
     sessions.push(loaded);
   }
   return sessions;
@@ -950,7 +1005,7 @@ export function readSessionIndex(path: string, warn?: (message: string) => void)
     if (size === 0) return undefined;
     // Header: the first line, however long.
     let head = '';
-    for (let pos = 0; pos < size; ) {
+    for (let pos = 0; pos < size;) {
       const chunk = Buffer.alloc(Math.min(INDEX_CHUNK, size - pos));
       const got = readSync(fd, chunk, 0, chunk.length, pos);
       if (got <= 0) break;
@@ -1008,7 +1063,11 @@ function statSize(path: string): number {
 }
 
 /** The index of every session stored under a data dir (none without a sessions directory). */
-export function readStoredIndex(dataDir: string, warn: (message: string) => void = () => {}, skip?: (sessionId: string) => boolean): SessionIndexEntry[] {
+export function readStoredIndex(
+  dataDir: string,
+  warn: (message: string) => void = () => {},
+  skip?: (sessionId: string) => boolean,
+): SessionIndexEntry[] {
   const dir = sessionsDirOf(dataDir);
   if (!existsSync(dir)) return [];
   const entries: SessionIndexEntry[] = [];

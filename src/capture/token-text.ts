@@ -86,10 +86,15 @@ export async function fetchTokenTexts(engineUrl: string, ids: readonly number[],
       if (cache.kind === 'llama.cpp' && todo.length > 1) {
         // One detokenize of everything, then pieces for every id the retokenisation reproduces.
         const text = await detok(todo);
-        const reply = await client.post('/tokenize', { content: text, with_pieces: true, add_special: false, parse_special: true }, opts.signal);
+        const reply = await client.post(
+          '/tokenize',
+          { content: text, with_pieces: true, add_special: false, parse_special: true },
+          opts.signal,
+        );
         const pieces = LlamaPieces.safeParse(reply.body);
         if (reply.status === 200 && pieces.success) {
-          for (const t of pieces.data.tokens) if (typeof t === 'object' && !cache.texts.has(t.id)) cache.texts.set(t.id, pieceText(t.piece));
+          for (const t of pieces.data.tokens)
+            if (typeof t === 'object' && !cache.texts.has(t.id)) cache.texts.set(t.id, pieceText(t.piece));
         }
         todo = todo.filter((id) => !cache.texts.has(id));
       }
@@ -104,7 +109,10 @@ export async function fetchTokenTexts(engineUrl: string, ids: readonly number[],
       await Promise.all(Array.from({ length: Math.min(opts.concurrency ?? 8, todo.length) }, worker));
     } catch (err) {
       if (opts.signal?.aborted) throw err;
-      problem = (cache.kind as EngineKind | null) === 'none' ? `the engine at ${key} has no /detokenize route; prompt tokens are shown as ids` : `token texts from ${key} are incomplete: ${err instanceof Error ? err.message : String(err)}`;
+      problem =
+        (cache.kind as EngineKind | null) === 'none'
+          ? `the engine at ${key} has no /detokenize route; prompt tokens are shown as ids`
+          : `token texts from ${key} are incomplete: ${err instanceof Error ? err.message : String(err)}`;
     } finally {
       await client.close();
     }

@@ -38,7 +38,8 @@ export const TrainingTurnSchema = z
     const p = t.prompt_token_ids.length;
     const c = t.completion_token_ids.length;
     if (t.metadata.node_id !== t.node_id) ctx.addIssue({ code: 'custom', message: 'metadata.node_id must equal node_id' });
-    if (t.per_token_logps.length !== c) ctx.addIssue({ code: 'custom', message: `per_token_logps has ${t.per_token_logps.length} entries for ${c} completion tokens` });
+    if (t.per_token_logps.length !== c)
+      ctx.addIssue({ code: 'custom', message: `per_token_logps has ${t.per_token_logps.length} entries for ${c} completion tokens` });
     if (t.loss_mask.length !== p + c) {
       ctx.addIssue({ code: 'custom', message: `loss_mask has ${t.loss_mask.length} entries for ${p} prompt + ${c} completion tokens` });
       return;
@@ -124,9 +125,20 @@ export function trainingTurn(node: GraphNode): TrainingTurn {
     completion_token_ids: node.sampled_ids as number[],
     per_token_logps: usable ? (lps as number[]) : node.sampled_ids.map(() => 0),
     loss_mask: mask,
-    request: { messages: node.request_messages as TrainingTurn['request']['messages'], tools: (node.request_tools as TrainingTurn['request']['tools']) ?? null },
+    request: {
+      messages: node.request_messages as TrainingTurn['request']['messages'],
+      tools: (node.request_tools as TrainingTurn['request']['tools']) ?? null,
+    },
     response: {
-      choices: [{ message: (node.response_message ?? { role: 'assistant', content: null }) as TrainingTurn['response']['choices'][number]['message'], finish_reason: r.finish_reason }],
+      choices: [
+        {
+          message: (node.response_message ?? {
+            role: 'assistant',
+            content: null,
+          }) as TrainingTurn['response']['choices'][number]['message'],
+          finish_reason: r.finish_reason,
+        },
+      ],
     },
     metadata: {
       node_id: node.node_id,

@@ -199,7 +199,16 @@ export interface CallRecord extends TokenCapture {
 }
 
 /** The sampling keys a session may pin on every call it forwards (a batch's or a served rollout's training sampling). */
-export const PINNABLE_SAMPLING_KEYS = ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'seed'] as const;
+export const PINNABLE_SAMPLING_KEYS = [
+  'temperature',
+  'top_p',
+  'top_k',
+  'min_p',
+  'frequency_penalty',
+  'presence_penalty',
+  'repetition_penalty',
+  'seed',
+] as const;
 /** Sampling a session pins; the harness's own values are overridden (and recorded as requested). */
 export type PinnedSampling = Partial<Record<(typeof PINNABLE_SAMPLING_KEYS)[number], number>>;
 

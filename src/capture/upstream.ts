@@ -1,5 +1,15 @@
 // What the proxy sends to the engine and how it reads the answer back (docs/capture-protocol.md §9).
-import { PINNABLE_SAMPLING_KEYS, type CaptureLevel, type ChatMessage, type ChatRequest, type ChatResponse, type JsonObject, type LogprobEntry, type PinnedSampling, type TokenCapture } from './types.js';
+import {
+  PINNABLE_SAMPLING_KEYS,
+  type CaptureLevel,
+  type ChatMessage,
+  type ChatRequest,
+  type ChatResponse,
+  type JsonObject,
+  type LogprobEntry,
+  type PinnedSampling,
+  type TokenCapture,
+} from './types.js';
 
 export const DEFAULT_MAX_OUTPUT_TOKENS = 8192;
 
@@ -26,7 +36,12 @@ function pickSampling(source: JsonObject): JsonObject {
  * refused with a 400 instead of silently trained on (docs/trainer-contracts.md §3).
  */
 export function distributionChangingField(chat: ChatRequest): string | undefined {
-  if (chat.logit_bias !== undefined && chat.logit_bias !== null && !(typeof chat.logit_bias === 'object' && Object.keys(chat.logit_bias).length === 0)) return 'logit_bias';
+  if (
+    chat.logit_bias !== undefined &&
+    chat.logit_bias !== null &&
+    !(typeof chat.logit_bias === 'object' && Object.keys(chat.logit_bias).length === 0)
+  )
+    return 'logit_bias';
   const format = chat.response_format as { type?: unknown } | undefined;
   if (chat.json_schema !== undefined || chat.guided_json !== undefined || (format && format.type === 'json_schema')) return 'json_schema';
   if (chat.tool_choice === 'required') return 'tool_choice=required';
@@ -40,7 +55,10 @@ export function distributionChangingField(chat: ChatRequest): string | undefined
  * top-level keys change and `messages` is a new array, so a shallow copy is enough (a deep clone of
  * the whole history on every call showed in profiles).
  */
-export function buildEngineRequest(chat: ChatRequest, options: { model: string; captureLevel: CaptureLevel; maxOutputTokens?: number; pinnedSampling?: PinnedSampling }): EngineRequestPlan {
+export function buildEngineRequest(
+  chat: ChatRequest,
+  options: { model: string; captureLevel: CaptureLevel; maxOutputTokens?: number; pinnedSampling?: PinnedSampling },
+): EngineRequestPlan {
   const request: ChatRequest = { ...chat };
   const requestedSampling = pickSampling(request);
   request.model = options.model;
@@ -54,7 +72,8 @@ export function buildEngineRequest(chat: ChatRequest, options: { model: string; 
     delete request.tool_choice;
     delete request.parallel_tool_calls;
   }
-  if (request.max_tokens === undefined && typeof request.max_completion_tokens === 'number') request.max_tokens = request.max_completion_tokens;
+  if (request.max_tokens === undefined && typeof request.max_completion_tokens === 'number')
+    request.max_tokens = request.max_completion_tokens;
   delete request.max_completion_tokens;
   const cap = options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS;
   request.max_tokens = typeof request.max_tokens === 'number' && request.max_tokens > 0 ? Math.min(request.max_tokens, cap) : cap;
@@ -96,8 +115,13 @@ function engineShapeError(body: unknown): string | undefined {
   for (const [i, choice] of body.choices.entries()) {
     if (!isObject(choice)) return `choices.${i}: expected an object`;
     if (!isObject(choice.message)) return `choices.${i}.message: expected an object`;
-    for (const key of ['token_ids', 'prompt_token_ids'] as const) if (choice[key] != null && !Array.isArray(choice[key])) return `choices.${i}.${key}: expected an array`;
-    if (choice.logprobs != null && (!isObject(choice.logprobs) || (choice.logprobs.content != null && !Array.isArray(choice.logprobs.content)))) return `choices.${i}.logprobs: expected {content: [...]}`;
+    for (const key of ['token_ids', 'prompt_token_ids'] as const)
+      if (choice[key] != null && !Array.isArray(choice[key])) return `choices.${i}.${key}: expected an array`;
+    if (
+      choice.logprobs != null &&
+      (!isObject(choice.logprobs) || (choice.logprobs.content != null && !Array.isArray(choice.logprobs.content)))
+    )
+      return `choices.${i}.logprobs: expected {content: [...]}`;
   }
   if (body.prompt_token_ids != null && !Array.isArray(body.prompt_token_ids)) return 'prompt_token_ids: expected an array';
   if (body.usage != null && !isObject(body.usage)) return 'usage: expected an object';
@@ -114,7 +138,12 @@ function clientCopy(body: ChatResponse, withLogprobs: boolean): ChatResponse {
     ...body,
     usage: body.usage ? { ...body.usage } : body.usage,
     choices: body.choices.map((c) => {
-      if (withLogprobs) return { ...c, message: { ...c.message }, logprobs: c.logprobs ? { ...c.logprobs, content: c.logprobs.content?.map((e) => ({ ...e })) } : c.logprobs };
+      if (withLogprobs)
+        return {
+          ...c,
+          message: { ...c.message },
+          logprobs: c.logprobs ? { ...c.logprobs, content: c.logprobs.content?.map((e) => ({ ...e })) } : c.logprobs,
+        };
       const { logprobs: _dropped, ...rest } = c;
       return { ...rest, message: { ...c.message } };
     }),
@@ -218,18 +247,25 @@ export function normaliseEngineResponse(body: unknown, options: { clientLogprobs
           if (id !== null && id !== sampledIds[i]) mismatch = i;
         }
         if (mismatch >= 0) {
-          findings.push(`[FATAL] logprob_misalign: logprob entry ${mismatch} is for ${entries[mismatch]!.token}, sampled id is ${sampledIds[mismatch]}`);
+          findings.push(
+            `[FATAL] logprob_misalign: logprob entry ${mismatch} is for ${entries[mismatch]!.token}, sampled id is ${sampledIds[mismatch]}`,
+          );
           logprobs = null;
         } else if (clientLogprobs) {
           const copies = (choice.logprobs?.content ?? []) as LogprobEntry[];
           for (let i = 0; i < copies.length; i++) copies[i]!.token_id = sampledIds[i]!;
         }
       }
-      if (!entries[0]?.token?.startsWith(TOKEN_ID_PREFIX)) findings.push('[WARN] token_strings: logprob entries carry text, not token_id:N (engine started without --return-tokens-as-token-ids)');
+      if (!entries[0]?.token?.startsWith(TOKEN_ID_PREFIX))
+        findings.push(
+          '[WARN] token_strings: logprob entries carry text, not token_id:N (engine started without --return-tokens-as-token-ids)',
+        );
     }
   }
-  if (sampledIds && sampledIds.length > 0 && logprobs === null && !findings.some((f) => f.startsWith('[FATAL]'))) findings.push('[FATAL] no_logprobs: sampled tokens came back without logprobs');
-  if (promptIds === null && sampledIds !== null) findings.push('[FATAL] no_prompt_ids: the engine returned sampled ids but no prompt_token_ids');
+  if (sampledIds && sampledIds.length > 0 && logprobs === null && !findings.some((f) => f.startsWith('[FATAL]')))
+    findings.push('[FATAL] no_logprobs: sampled tokens came back without logprobs');
+  if (promptIds === null && sampledIds !== null)
+    findings.push('[FATAL] no_prompt_ids: the engine returned sampled ids but no prompt_token_ids');
   if (choice.finish_reason === 'length') findings.push('[WARN] truncated_turn: finish reason is length');
 
   // The client-facing copy: no token data, vLLM's `reasoning` renamed, null usage details zeroed.
@@ -243,11 +279,21 @@ export function normaliseEngineResponse(body: unknown, options: { clientLogprobs
   delete choice.prompt_token_ids;
   if (raw.usage) {
     raw.usage.prompt_tokens_details ??= { cached_tokens: 0, audio_tokens: 0 };
-    raw.usage.completion_tokens_details ??= { reasoning_tokens: 0, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 };
+    raw.usage.completion_tokens_details ??= {
+      reasoning_tokens: 0,
+      audio_tokens: 0,
+      accepted_prediction_tokens: 0,
+      rejected_prediction_tokens: 0,
+    };
   } else {
     const promptTokens = promptIds?.length ?? 0;
     const completionTokens = sampledIds?.length ?? 0;
-    raw.usage = { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens, prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 } };
+    raw.usage = {
+      prompt_tokens: promptTokens,
+      completion_tokens: completionTokens,
+      total_tokens: promptTokens + completionTokens,
+      prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 },
+    };
   }
   raw.id ??= `chatcmpl-${Date.now().toString(16)}`;
   raw.object = 'chat.completion';
@@ -267,7 +313,8 @@ export function isContextOverflow(status: number, body: unknown): boolean {
 }
 
 /** Where a stored engine answer's token data went; see `storedEngineResponse`. */
-export const TOKEN_DATA_NOTE = 'token data moved to the record: prompt_token_ids, completion_token_ids, logprobs, top_logprobs, token_bytes';
+export const TOKEN_DATA_NOTE =
+  'token data moved to the record: prompt_token_ids, completion_token_ids, logprobs, top_logprobs, token_bytes';
 
 /**
  * The engine answer as stored in a call record: everything the engine sent except the token arrays,
@@ -279,6 +326,9 @@ export function storedEngineResponse(body: ChatResponse): ChatResponse {
   return {
     ...rest,
     _token_data: TOKEN_DATA_NOTE,
-    choices: body.choices.map(({ token_ids: _ids, prompt_token_ids: _p, logprobs, ...choice }) => ({ ...choice, logprobs: logprobs ? { content_length: logprobs.content?.length ?? 0 } : logprobs })),
+    choices: body.choices.map(({ token_ids: _ids, prompt_token_ids: _p, logprobs, ...choice }) => ({
+      ...choice,
+      logprobs: logprobs ? { content_length: logprobs.content?.length ?? 0 } : logprobs,
+    })),
   } as ChatResponse;
 }

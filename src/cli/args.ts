@@ -113,7 +113,12 @@ export function defineCommand<const F extends Record<string, FlagSpec>>(spec: Co
  * missing or unknown subcommand is a usage error (exit 2) naming the ones there are, the rest goes to
  * the subcommand, itself a defined command with its own flags and errors.
  */
-export function defineCommandGroup(spec: { name: string; summary: string; usage: string; subcommands: Record<string, CliCommand> }): CliCommand {
+export function defineCommandGroup(spec: {
+  name: string;
+  summary: string;
+  usage: string;
+  subcommands: Record<string, CliCommand>;
+}): CliCommand {
   const run = async ([sub, ...rest]: string[]): Promise<number> => {
     if (sub === '-h' || sub === '--help') {
       process.stdout.write(`${spec.usage.trimEnd()}\n`);
@@ -121,7 +126,12 @@ export function defineCommandGroup(spec: { name: string; summary: string; usage:
     }
     const command = sub === undefined ? undefined : spec.subcommands[sub];
     if (!command) {
-      const why = sub === undefined ? 'a subcommand is required' : sub.startsWith('-') ? `Unknown option '${sub}'` : `unknown ${spec.name} subcommand '${sub}'; one of ${Object.keys(spec.subcommands).join(', ')}`;
+      const why =
+        sub === undefined
+          ? 'a subcommand is required'
+          : sub.startsWith('-')
+            ? `Unknown option '${sub}'`
+            : `unknown ${spec.name} subcommand '${sub}'; one of ${Object.keys(spec.subcommands).join(', ')}`;
       process.stderr.write(`harness-lab ${spec.name}: ${why}\n\n${spec.usage.trimEnd()}\n`);
       return 2;
     }
@@ -136,10 +146,19 @@ function reportUsageError(spec: CommandSpec<Record<string, FlagSpec>>, err: unkn
   return 2;
 }
 
-function parseCommandLine<F extends Record<string, FlagSpec>>(spec: CommandSpec<F>, argv: string[]): 'help' | { flags: FlagValues<F>; positionals: string[] } {
-  const options: Record<string, { type: 'string' | 'boolean'; short?: string; multiple?: boolean }> = { help: { type: 'boolean', short: 'h' } };
+function parseCommandLine<F extends Record<string, FlagSpec>>(
+  spec: CommandSpec<F>,
+  argv: string[],
+): 'help' | { flags: FlagValues<F>; positionals: string[] } {
+  const options: Record<string, { type: 'string' | 'boolean'; short?: string; multiple?: boolean }> = {
+    help: { type: 'boolean', short: 'h' },
+  };
   for (const [name, flag] of Object.entries(spec.flags)) {
-    options[name] = { type: flag.type === 'boolean' ? 'boolean' : 'string', ...(flag.short ? { short: flag.short } : {}), ...(flag.type === 'string' && flag.multiple ? { multiple: true } : {}) };
+    options[name] = {
+      type: flag.type === 'boolean' ? 'boolean' : 'string',
+      ...(flag.short ? { short: flag.short } : {}),
+      ...(flag.type === 'string' && flag.multiple ? { multiple: true } : {}),
+    };
   }
   let values: Record<string, string | boolean | (string | boolean)[] | undefined>;
   let positionals: string[];
@@ -166,7 +185,8 @@ function parseCommandLine<F extends Record<string, FlagSpec>>(spec: CommandSpec<
 
 function parseInteger(value: string, name: string): number {
   const n = Number(value);
-  if (value.trim() === '' || !Number.isInteger(n) || n < 0) throw new UsageError(`${flagName(name)} must be a non-negative integer, got '${value}'`);
+  if (value.trim() === '' || !Number.isInteger(n) || n < 0)
+    throw new UsageError(`${flagName(name)} must be a non-negative integer, got '${value}'`);
   return n;
 }
 
@@ -180,7 +200,9 @@ function checkPositionals(names: readonly string[], given: string[]): void {
   const unbounded = names.some((n) => n.endsWith('...'));
   if (given.length >= required && (unbounded || given.length <= names.length)) return;
   const expected = names.length === 0 ? 'no arguments' : names.join(' ');
-  throw new UsageError(`expected ${expected}, got ${given.length} argument(s)${given.length ? `: ${given.join(' ')}` : ''}`, { showUsage: true });
+  throw new UsageError(`expected ${expected}, got ${given.length} argument(s)${given.length ? `: ${given.join(' ')}` : ''}`, {
+    showUsage: true,
+  });
 }
 
 /** A non-negative integer flag read by hand (for values that are not a declared `integer` flag). */

@@ -30,7 +30,10 @@ export const atifCheckCommand = defineCommand({
       const w = (n: number | null) => (n === null ? '—' : String(n));
       const lines = [
         'call  sampled  step  step_tokens  status',
-        ...result.rows.map((r) => `${(r.call_index === null ? '—' : `#${r.call_index}`).padEnd(5)} ${w(r.n_sampled).padStart(7)}  ${w(r.step_id).padStart(4)}  ${w(r.step_completion_tokens).padStart(11)}  ${r.status}${r.discarded ? ' (retry)' : ''}`),
+        ...result.rows.map(
+          (r) =>
+            `${(r.call_index === null ? '—' : `#${r.call_index}`).padEnd(5)} ${w(r.n_sampled).padStart(7)}  ${w(r.step_id).padStart(4)}  ${w(r.step_completion_tokens).padStart(11)}  ${r.status}${r.discarded ? ' (retry)' : ''}`,
+        ),
         '',
         ...result.findings,
         '',

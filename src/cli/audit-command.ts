@@ -20,7 +20,11 @@ export const auditCommand = defineCommand({
   name: 'audit',
   summary: 'GRPO audit of a batch: contrast, signal, staleness; --fail-on gates training',
   usage: USAGE,
-  flags: { json: { type: 'boolean' }, 'max-staleness': { type: 'integer', default: DEFAULT_MAX_STALENESS }, 'fail-on': { type: 'string', default: '' } },
+  flags: {
+    json: { type: 'boolean' },
+    'max-staleness': { type: 'integer', default: DEFAULT_MAX_STALENESS },
+    'fail-on': { type: 'string', default: '' },
+  },
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
     let failOn;
@@ -41,7 +45,11 @@ export const auditCommand = defineCommand({
     }
     const failed = failures(report, failOn);
     if (flags.json) process.stdout.write(`${JSON.stringify({ ...report, fail_on: failOn, failed }, null, 2)}\n`);
-    else process.stdout.write(formatAudit(report) + (failed.length ? `FAIL: ${failed.join('; ')}\n` : Object.keys(failOn).length ? 'PASS: every --fail-on threshold holds\n' : ''));
+    else
+      process.stdout.write(
+        formatAudit(report) +
+          (failed.length ? `FAIL: ${failed.join('; ')}\n` : Object.keys(failOn).length ? 'PASS: every --fail-on threshold holds\n' : ''),
+      );
     if (failed.length) {
       if (flags.json) process.stderr.write(`harness-lab audit: FAIL: ${failed.join('; ')}\n`);
       return 1;

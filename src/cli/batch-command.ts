@@ -101,7 +101,10 @@ const submit = defineCommand({
     allowTemplateVariables(flags['allow-env']);
     const tasks = [...flags.tasks, ...positionals];
     if (!tasks.length) throw new UsageError('--tasks is required', { showUsage: true });
-    const harnesses = flags.harness.flatMap((h) => h.split(',')).map((h) => h.trim()).filter(Boolean);
+    const harnesses = flags.harness
+      .flatMap((h) => h.split(','))
+      .map((h) => h.trim())
+      .filter(Boolean);
     if (!harnesses.length) throw new UsageError('--harness is required', { showUsage: true });
     const backend = flags.backend;
     if (backend !== 'docker' && backend !== 'k8s') throw new UsageError(`--backend must be docker or k8s, got '${backend}'`);
@@ -109,7 +112,8 @@ const submit = defineCommand({
     if (onTimeout !== 'discard' && onTimeout !== 'keep') throw new UsageError(`--on-timeout must be discard or keep, got '${onTimeout}'`);
     const format = flags.output;
     if (format !== undefined && format !== 'json' && format !== 'yaml') throw new UsageError(`-o must be json or yaml, got '${format}'`);
-    if (flags['dry-run'] && backend !== 'k8s') throw new UsageError('--dry-run prints the Kubernetes objects a batch would create; it needs --backend k8s');
+    if (flags['dry-run'] && backend !== 'k8s')
+      throw new UsageError('--dry-run prints the Kubernetes objects a batch would create; it needs --backend k8s');
 
     const { planBatch, writeBatch, BatchPlanError } = await import('../batch/plan.js');
     let plan;
@@ -127,7 +131,10 @@ const submit = defineCommand({
         temperature: numberFlag(flags.temperature, 'temperature'),
         policyVersion: flags['policy-version'],
         outDir: flags.out,
-        k8s: backend === 'k8s' ? { context: flags.context, namespace: flags.namespace, registry: flags.registry, queueName: flags.queue } : undefined,
+        k8s:
+          backend === 'k8s'
+            ? { context: flags.context, namespace: flags.namespace, registry: flags.registry, queueName: flags.queue }
+            : undefined,
         maxStarting: flags['max-starting'],
         startTimeoutSec: numberFlag(flags['start-timeout'], 'start-timeout'),
         breakerAfter: flags['breaker-after'],
@@ -145,7 +152,9 @@ const submit = defineCommand({
     }
     writeBatch(plan);
     const m = plan.manifest;
-    say(`batch ${m.batch_id}: ${m.tasks.length} task(s) x ${m.harnesses.length} harness(es) x ${m.group_size} = ${plan.states.length} rollouts in ${m.groups.length} groups, ${m.parallel} at a time, on ${m.backend}`);
+    say(
+      `batch ${m.batch_id}: ${m.tasks.length} task(s) x ${m.harnesses.length} harness(es) x ${m.group_size} = ${plan.states.length} rollouts in ${m.groups.length} groups, ${m.parallel} at a time, on ${m.backend}`,
+    );
     say(`batch directory: ${plan.dir}`);
     return runAndReport(plan.dir, flags.verbose, engineKey(flags['engine-api-key']), flags.keep);
   },
@@ -157,15 +166,25 @@ const engineKey = (flag: string | undefined) => flag ?? (process.env.HARNESS_LAB
 async function runAndReport(dir: string, verbose: boolean, engineApiKey: string | undefined, keep: boolean): Promise<number> {
   const { runBatch } = await import('../batch/runner.js');
   const { batchStatus, formatStatus } = await import('../batch/status.js');
-  const summary = await runBatch({ dir, handleSignals: true, engineApiKey, log: (l) => (verbose || !l.startsWith('  ') ? say(l) : undefined) });
+  const summary = await runBatch({
+    dir,
+    handleSignals: true,
+    engineApiKey,
+    log: (l) => (verbose || !l.startsWith('  ') ? say(l) : undefined),
+  });
   const { tearDownAfterRun, teardownBatch } = await import('../batch/teardown.js');
   if (tearDownAfterRun(summary, keep)) {
     // The results are in the directory already: a backend that cannot be reached now is reported, not fatal.
     await teardownBatch(dir, { log: say }).then(
-      (t) => say(`tore down what batch ${t.batchId} left on ${t.backend}${t.removed.length ? ` (${t.removed.length} Job(s) or container(s))` : ''}; --keep keeps it`),
-      (err: unknown) => say(`could not tear down batch ${dir}: ${(err as Error).message}; \`harness-lab batch teardown ${dir}\` tries again`),
+      (t) =>
+        say(
+          `tore down what batch ${t.batchId} left on ${t.backend}${t.removed.length ? ` (${t.removed.length} Job(s) or container(s))` : ''}; --keep keeps it`,
+        ),
+      (err: unknown) =>
+        say(`could not tear down batch ${dir}: ${(err as Error).message}; \`harness-lab batch teardown ${dir}\` tries again`),
     );
-  } else if (keep && summary.stopped === null && summary.queued === 0) say(`kept what the batch left on its backend (--keep); \`harness-lab batch teardown ${dir}\` removes it`);
+  } else if (keep && summary.stopped === null && summary.queued === 0)
+    say(`kept what the batch left on its backend (--keep); \`harness-lab batch teardown ${dir}\` removes it`);
   process.stdout.write(`\n${formatStatus(batchStatus(dir, { samples: true }))}`);
   if (summary.stopped === 'interrupted') return 130;
   if (summary.stopped === 'cancelled') {
@@ -200,7 +219,10 @@ const watch = defineCommand({
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
     const { watchBatch } = await import('../batch/control.js');
-    const st = await watchBatch(positionals[0]!, (t) => process.stdout.write(t), { rollouts: flags.rollouts, stallAfterS: flags['stall-after'] });
+    const st = await watchBatch(positionals[0]!, (t) => process.stdout.write(t), {
+      rollouts: flags.rollouts,
+      stallAfterS: flags['stall-after'],
+    });
     return st.lab === 'finished' ? 0 : 1;
   },
 });
@@ -227,7 +249,9 @@ const collect = defineCommand({
       process.stderr.write(`harness-lab batch collect: ${err.message}\n`);
       return 1;
     }
-    say(`wrote ${m.counts.rows} trace(s) from ${m.counts.rollouts_kept} trainable rollout(s) in ${m.counts.groups_kept} group(s) to ${file}`);
+    say(
+      `wrote ${m.counts.rows} trace(s) from ${m.counts.rollouts_kept} trainable rollout(s) in ${m.counts.groups_kept} group(s) to ${file}`,
+    );
     for (const g of m.dropped_groups) say(`  left out ${g.group_id}: ${g.detail}`);
     return 0;
   },
@@ -244,10 +268,14 @@ const cancel = defineCommand({
     const dir = positionals[0]!;
     const s = await cancelBatch(dir, { log: say });
     if (s.finished) {
-      say(`batch ${dir} has finished; nothing to cancel${s.removed.length ? `; removed ${s.removed.length} leftover sandbox(es) or Job(s)` : ''}`);
+      say(
+        `batch ${dir} has finished; nothing to cancel${s.removed.length ? `; removed ${s.removed.length} leftover sandbox(es) or Job(s)` : ''}`,
+      );
       return 0;
     }
-    say(`cancelled${s.stoppedLab ? ` (lab pid ${s.stoppedLab} stopped)` : ''}; removed ${s.removed.length} sandbox(es)${s.requeued.length ? `; ${s.requeued.length} rollout(s) queued again` : ''}. \`harness-lab batch resume ${dir}\` continues the batch.`);
+    say(
+      `cancelled${s.stoppedLab ? ` (lab pid ${s.stoppedLab} stopped)` : ''}; removed ${s.removed.length} sandbox(es)${s.requeued.length ? `; ${s.requeued.length} rollout(s) queued again` : ''}. \`harness-lab batch resume ${dir}\` continues the batch.`,
+    );
     return 0;
   },
 });
@@ -263,14 +291,17 @@ const resume = defineCommand({
 
 const teardown = defineCommand({
   name: 'batch teardown',
-  summary: 'remove what a batch left on its backend (a k8s batch\'s proxy, Secret, ConfigMaps, Jobs)',
-  usage: 'usage: harness-lab batch teardown BATCH\n\nRemoves the Jobs (or containers), proxy Deployment, Service, Secret, NetworkPolicy and ConfigMaps of\na batch no lab is running. Its results stay in BATCH; an unfinished batch can still be resumed.',
+  summary: "remove what a batch left on its backend (a k8s batch's proxy, Secret, ConfigMaps, Jobs)",
+  usage:
+    'usage: harness-lab batch teardown BATCH\n\nRemoves the Jobs (or containers), proxy Deployment, Service, Secret, NetworkPolicy and ConfigMaps of\na batch no lab is running. Its results stay in BATCH; an unfinished batch can still be resumed.',
   flags: {},
   positionals: ['BATCH'],
   run: async ({ positionals }) => {
     const { teardownBatch } = await import('../batch/teardown.js');
     const t = await teardownBatch(positionals[0]!, { log: say });
-    say(`tore down batch ${t.batchId} on ${t.backend}: ${t.removed.length} Job(s) or container(s) removed${t.backend === 'k8s' ? ', with its proxy, Secret, Service, NetworkPolicy and ConfigMaps' : ''}`);
+    say(
+      `tore down batch ${t.batchId} on ${t.backend}: ${t.removed.length} Job(s) or container(s) removed${t.backend === 'k8s' ? ', with its proxy, Secret, Service, NetworkPolicy and ConfigMaps' : ''}`,
+    );
     return 0;
   },
 });
@@ -278,7 +309,8 @@ const teardown = defineCommand({
 const del = defineCommand({
   name: 'batch delete',
   summary: 'tear a batch down and remove its directory',
-  usage: 'usage: harness-lab batch delete BATCH [--force]\n\n--force removes the directory even when its backend cannot be reached (what it left there stays).',
+  usage:
+    'usage: harness-lab batch delete BATCH [--force]\n\n--force removes the directory even when its backend cannot be reached (what it left there stays).',
   flags: { force: { type: 'boolean' } },
   positionals: ['BATCH'],
   run: async ({ flags, positionals }) => {
@@ -291,4 +323,9 @@ const del = defineCommand({
 });
 
 /** `batch` dispatches to its subcommands, each a defined command of its own (`harness-lab batch submit: ...` errors). */
-export const batchCommand: CliCommand = defineCommandGroup({ name: 'batch', summary: 'rollout batches (GRPO groups): submit, status, resume, cancel, teardown, ...', usage: USAGE, subcommands: { submit, status, watch, collect, cancel, resume, teardown, delete: del } });
+export const batchCommand: CliCommand = defineCommandGroup({
+  name: 'batch',
+  summary: 'rollout batches (GRPO groups): submit, status, resume, cancel, teardown, ...',
+  usage: USAGE,
+  subcommands: { submit, status, watch, collect, cancel, resume, teardown, delete: del },
+});

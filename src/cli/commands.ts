@@ -27,7 +27,11 @@ export const COMMANDS: Readonly<Record<string, () => Promise<CliCommand>>> = {
 
 /** The top-level usage: every command beside its one-line summary (this loads every command module). */
 export async function topLevelUsage(): Promise<string> {
-  const commands = await Promise.all(Object.keys(COMMANDS).sort().map((name) => COMMANDS[name]!()));
+  const commands = await Promise.all(
+    Object.keys(COMMANDS)
+      .sort()
+      .map((name) => COMMANDS[name]!()),
+  );
   const width = Math.max(...commands.map((c) => c.name.length));
   const lines = commands.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`);
   return `usage: harness-lab <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nRun 'harness-lab <command> --help' for a command's options.\n`;

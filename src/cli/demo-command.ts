@@ -31,7 +31,10 @@ const DEMO_POLICY = ScriptedPolicy.parse(
 );
 
 interface ChatAnswer {
-  choices: { message: { content: string | null; tool_calls?: { id: string; function: { name: string; arguments: string } }[] }; finish_reason: string }[];
+  choices: {
+    message: { content: string | null; tool_calls?: { id: string; function: { name: string; arguments: string } }[] };
+    finish_reason: string;
+  }[];
 }
 
 export const demoCommand = defineCommand({
@@ -45,7 +48,9 @@ export const demoCommand = defineCommand({
     say('engine: starting the embedded CPU engine (tiny Qwen3; the first run builds and caches the model)...');
     const engine = await startEmbeddedEngine({ policy: DEMO_POLICY });
     const model = ((await (await fetch(`${engine.url}/v1/models`)).json()) as { data: { id: string }[] }).data[0]!.id;
-    say(`engine: ${model} at ${engine.url} (built in ${Math.round(engine.timings.buildMs)} ms, loaded in ${Math.round(engine.timings.loadMs)} ms)`);
+    say(
+      `engine: ${model} at ${engine.url} (built in ${Math.round(engine.timings.buildMs)} ms, loaded in ${Math.round(engine.timings.loadMs)} ms)`,
+    );
     const proxy = await CaptureProxy.start({ engineUrl: engine.url, model, dataDir });
     const level = await proxy.ensureProbed();
     say(`proxy listening on ${proxy.url}; engine graded '${level}' (logprobs ${proxy.engineReport?.logprobs_mode ?? 'unknown'})`);
@@ -56,7 +61,16 @@ export const demoCommand = defineCommand({
         { role: 'system', content: 'You are a careful agent. Use the bash tool to act.' },
         { role: 'user', content: 'Create hello.txt containing "hello from the sandbox" and show it.' },
       ];
-      const tools = [{ type: 'function', function: { name: 'bash', description: 'Run a shell command', parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } } }];
+      const tools = [
+        {
+          type: 'function',
+          function: {
+            name: 'bash',
+            description: 'Run a shell command',
+            parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
+          },
+        },
+      ];
       for (let turn = 0; turn < 4; turn++) {
         const res = await fetch(`${proxy.url}/v1/chat/completions`, {
           method: 'POST',
@@ -80,13 +94,17 @@ export const demoCommand = defineCommand({
       const doc = proxy.sessions.rollout(session.session_id)!;
       say('\ncaptured calls:');
       for (const call of doc.calls) {
-        say(`  #${call.index} ${call.call_id} ${call.dialect} prompt=${call.prompt_token_ids?.length ?? 0} completion=${call.completion_token_ids?.length ?? 0} tokens, logprobs=${call.logprobs ? 'aligned' : 'missing'}, finish=${call.finish_reason}, ${call.latency_ms} ms`);
+        say(
+          `  #${call.index} ${call.call_id} ${call.dialect} prompt=${call.prompt_token_ids?.length ?? 0} completion=${call.completion_token_ids?.length ?? 0} tokens, logprobs=${call.logprobs ? 'aligned' : 'missing'}, finish=${call.finish_reason}, ${call.latency_ms} ms`,
+        );
       }
       say(`graph: ${doc.graph.nodes.length} node(s), ${doc.graph.roots.length} root(s), ${doc.graph.leaves.length} leaf/leaves`);
       const traces = trainingTraces(doc);
       for (const trace of traces) {
         const trained = trace.loss_mask.filter((m) => m === 1).length;
-        say(`trace ${trace.trace_id}: ${trace.input_ids.length} tokens, ${trained} trained (mask 1), turns ${JSON.stringify(trace.turn_lengths)}, trainable=${trace.trainable}`);
+        say(
+          `trace ${trace.trace_id}: ${trace.input_ids.length} tokens, ${trained} trained (mask 1), turns ${JSON.stringify(trace.turn_lengths)}, trainable=${trace.trainable}`,
+        );
       }
       const out = join(dataDir, `${session.session_id}.traces.jsonl`);
       writeFileSync(out, traceToJsonl(traces));

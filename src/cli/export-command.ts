@@ -53,15 +53,21 @@ export const exportCommand = defineCommand({
   run: async ({ flags }) => {
     const format = flags.format as ExportFormat;
     if (flags.format === 'replay') return exportReplay(flags);
-    if (!EXPORT_FORMATS.includes(format)) throw new UsageError(`--format must be one of ${EXPORT_FORMATS.join(', ')}, got '${flags.format}'`);
+    if (!EXPORT_FORMATS.includes(format))
+      throw new UsageError(`--format must be one of ${EXPORT_FORMATS.join(', ')}, got '${flags.format}'`);
     const given = [flags.batch && '--batch', flags.session && '--session', flags.rollouts && '--rollouts'].filter(Boolean);
     if (given.length === 0 && flags['data-dir']) throw new UsageError('--session is required', { showUsage: true });
-    if (given.length !== 1) throw new UsageError(`give exactly one source (--batch, --session or --rollouts), got ${given.length ? given.join(' and ') : 'none'}`, { showUsage: true });
+    if (given.length !== 1)
+      throw new UsageError(
+        `give exactly one source (--batch, --session or --rollouts), got ${given.length ? given.join(' and ') : 'none'}`,
+        { showUsage: true },
+      );
     let source: ExportSource;
     if (flags.batch) source = { kind: 'batch', dir: flags.batch };
     else if (flags.rollouts) source = { kind: 'rollouts', dir: flags.rollouts };
     else {
-      if (!flags['data-dir']) throw new UsageError('--session needs --data-dir DIR (the proxy data dir holding sessions/)', { showUsage: true });
+      if (!flags['data-dir'])
+        throw new UsageError('--session needs --data-dir DIR (the proxy data dir holding sessions/)', { showUsage: true });
       source = { kind: 'session', dataDir: flags['data-dir'], sessionId: flags.session! };
     }
     const out = flags.out;
@@ -90,20 +96,36 @@ export const exportCommand = defineCommand({
 });
 
 /** `--format replay`: the load file of src/replay/load.ts from the same sources (kept rollouts only for a batch). */
-async function exportReplay(flags: { batch?: string; session?: string; 'data-dir'?: string; rollouts?: string; out?: string }): Promise<number> {
+async function exportReplay(flags: {
+  batch?: string;
+  session?: string;
+  'data-dir'?: string;
+  rollouts?: string;
+  out?: string;
+}): Promise<number> {
   const { planBatch, planRollouts, planSession, readRollout } = await import('../export/source.js');
   const { writeLoadFile } = await import('../replay/load.js');
   const given = [flags.batch && '--batch', flags.session && '--session', flags.rollouts && '--rollouts'].filter(Boolean);
-  if (given.length !== 1) throw new UsageError(`give exactly one source (--batch, --session or --rollouts), got ${given.length ? given.join(' and ') : 'none'}`, { showUsage: true });
-  if (flags.session && !flags['data-dir']) throw new UsageError('--session needs --data-dir DIR (the proxy data dir holding sessions/)', { showUsage: true });
+  if (given.length !== 1)
+    throw new UsageError(`give exactly one source (--batch, --session or --rollouts), got ${given.length ? given.join(' and ') : 'none'}`, {
+      showUsage: true,
+    });
+  if (flags.session && !flags['data-dir'])
+    throw new UsageError('--session needs --data-dir DIR (the proxy data dir holding sessions/)', { showUsage: true });
   const out = flags.out;
   if (!out) throw new UsageError('--out is required', { showUsage: true });
   try {
-    const plan = flags.batch ? planBatch(flags.batch) : flags.rollouts ? planRollouts(flags.rollouts) : planSession(flags['data-dir']!, flags.session!);
+    const plan = flags.batch
+      ? planBatch(flags.batch)
+      : flags.rollouts
+        ? planRollouts(flags.rollouts)
+        : planSession(flags['data-dir']!, flags.session!);
     const units = plan.groups.flatMap((g) => g.units);
     const rollouts = units.map((u) => ({ rollout_id: u.rollout_id, file: u.file, calls: readRollout(u.file).calls }));
     const { requests, span_ms } = writeLoadFile(out, rollouts);
-    process.stdout.write(`wrote ${requests} request(s) from ${rollouts.length} rollout(s) spanning ${(span_ms / 1000).toFixed(1)} s to ${out}\n`);
+    process.stdout.write(
+      `wrote ${requests} request(s) from ${rollouts.length} rollout(s) spanning ${(span_ms / 1000).toFixed(1)} s to ${out}\n`,
+    );
     return 0;
   } catch (err) {
     if (err instanceof ExportInputError || err instanceof BatchFileError) {

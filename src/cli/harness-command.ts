@@ -49,4 +49,9 @@ const list = defineCommand({
   },
 });
 
-export const harnessCommand: CliCommand = defineCommandGroup({ name: 'harness', summary: 'install and list the pinned harness CLIs', usage: 'usage: harness-lab harness install NAME... | --all\n       harness-lab harness list [--json]', subcommands: { install, list } });
+export const harnessCommand: CliCommand = defineCommandGroup({
+  name: 'harness',
+  summary: 'install and list the pinned harness CLIs',
+  usage: 'usage: harness-lab harness install NAME... | --all\n       harness-lab harness list [--json]',
+  subcommands: { install, list },
+});

@@ -19,13 +19,22 @@ export const imagesCommand = defineCommand({
   name: 'images',
   summary: 'build the offline sandbox base images (or --prune the lab images)',
   usage: USAGE,
-  flags: { mirror: { type: 'string' }, force: { type: 'boolean' }, verbose: { type: 'boolean', short: 'v' }, prune: { type: 'boolean' }, all: { type: 'boolean' } },
+  flags: {
+    mirror: { type: 'string' },
+    force: { type: 'boolean' },
+    verbose: { type: 'boolean', short: 'v' },
+    prune: { type: 'boolean' },
+    all: { type: 'boolean' },
+  },
   run: async ({ flags }) => {
     const docker = await connectDocker();
     if (flags.prune) {
       const images = await labImages(docker, flags.all);
       for (const img of images) {
-        await docker.getImage(img.id).remove({ force: true }).catch((err: unknown) => process.stderr.write(`could not remove ${img.tags.join(',') || img.id}: ${String(err)}\n`));
+        await docker
+          .getImage(img.id)
+          .remove({ force: true })
+          .catch((err: unknown) => process.stderr.write(`could not remove ${img.tags.join(',') || img.id}: ${String(err)}\n`));
         process.stdout.write(`removed ${img.tags.join(', ') || img.id}\n`);
       }
       if (!images.length) process.stdout.write('no lab images to remove\n');

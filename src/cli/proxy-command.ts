@@ -74,7 +74,9 @@ export const proxyCommand = defineCommand({
       throw err;
     }
     process.stdout.write(`proxy listening on ${proxy.url}\n`);
-    process.stderr.write(`[info] forwarding to ${proxy.engineUrl} as model ${flags.model}; create a session with POST ${proxy.url}/sessions\n`);
+    process.stderr.write(
+      `[info] forwarding to ${proxy.engineUrl} as model ${flags.model}; create a session with POST ${proxy.url}/sessions\n`,
+    );
     await new Promise<void>((resolve) => {
       const stop = () => resolve();
       process.once('SIGINT', stop);

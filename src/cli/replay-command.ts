@@ -59,8 +59,13 @@ export const replayCommand = defineCommand({
     const sandbox = flags.sandbox;
     if (sandbox !== 'docker' && sandbox !== 'local') throw new UsageError(`--sandbox must be docker or local, got '${sandbox}'`);
     const forking = flags.from !== undefined;
-    if (forking !== (flags['engine-url'] !== undefined)) throw new UsageError('a fork needs both --from N and --engine-url URL (a plain replay takes neither)');
-    if (!forking && (flags.model !== undefined || flags.seed !== undefined || flags.temperature !== undefined || flags['max-tokens'] !== undefined)) throw new UsageError('--model, --seed, --temperature and --max-tokens set a fork\'s live calls; add --from N --engine-url URL');
+    if (forking !== (flags['engine-url'] !== undefined))
+      throw new UsageError('a fork needs both --from N and --engine-url URL (a plain replay takes neither)');
+    if (
+      !forking &&
+      (flags.model !== undefined || flags.seed !== undefined || flags.temperature !== undefined || flags['max-tokens'] !== undefined)
+    )
+      throw new UsageError("--model, --seed, --temperature and --max-tokens set a fork's live calls; add --from N --engine-url URL");
     const sampling: PinnedSampling = {};
     if (flags.seed !== undefined) sampling.seed = flags.seed;
     if (flags.temperature !== undefined) {

@@ -35,7 +35,13 @@ export const replayLoadCommand = defineCommand({
     if (!Number.isFinite(speed) || speed <= 0) throw new UsageError(`--speed needs a number above 0, got '${flags.speed}'`);
     try {
       const { span_ms, requests } = readLoadFile(positionals[0]!);
-      const report = await reissue(requests, span_ms, { engineUrl: flags['engine-url'], speed, model: flags.model, apiKey: flags['engine-api-key'] ?? (process.env.HARNESS_LAB_ENGINE_API_KEY || undefined), sameWork: !flags['any-length'] });
+      const report = await reissue(requests, span_ms, {
+        engineUrl: flags['engine-url'],
+        speed,
+        model: flags.model,
+        apiKey: flags['engine-api-key'] ?? (process.env.HARNESS_LAB_ENGINE_API_KEY || undefined),
+        sameWork: !flags['any-length'],
+      });
       if (flags.out) writeFileSync(flags.out, `${JSON.stringify(report, null, 2)}\n`);
       process.stdout.write(`${formatLoadReport(report)}\n`);
       return report.failed ? 1 : 0;

@@ -36,11 +36,22 @@ export const reportCommand = defineCommand({
   name: 'report',
   summary: 'write a self-contained HTML rollout viewer for sharing',
   usage: USAGE,
-  flags: { out: { type: 'string', short: 'o', required: true }, trajectory: { type: 'string' }, 'no-trajectory': { type: 'boolean' }, engine: { type: 'string' }, model: { type: 'string' }, batch: { type: 'string' }, group: { type: 'string' }, forks: { type: 'boolean' }, 'forks-dir': { type: 'string', multiple: true } },
+  flags: {
+    out: { type: 'string', short: 'o', required: true },
+    trajectory: { type: 'string' },
+    'no-trajectory': { type: 'boolean' },
+    engine: { type: 'string' },
+    model: { type: 'string' },
+    batch: { type: 'string' },
+    group: { type: 'string' },
+    forks: { type: 'boolean' },
+    'forks-dir': { type: 'string', multiple: true },
+  },
   positionals: ['ROLLOUT?'],
   run: async ({ flags, positionals }) => {
     if (flags.batch !== undefined || flags.group !== undefined) {
-      if (flags.batch === undefined || flags.group === undefined) throw new UsageError('--batch and --group go together', { showUsage: true });
+      if (flags.batch === undefined || flags.group === undefined)
+        throw new UsageError('--batch and --group go together', { showUsage: true });
       if (positionals.length) throw new UsageError('give either ROLLOUT or --batch DIR --group G', { showUsage: true });
       let group;
       try {
@@ -67,7 +78,9 @@ export const reportCommand = defineCommand({
       const { buildForkGroupView } = await import('../report/group-view.js');
       const { original, forks } = forkMembers(positionals[0]!, flags['forks-dir']);
       if (!forks.length) {
-        process.stderr.write(`harness-lab report: no fork of ${original.rolloutFile} found (run \`harness-lab replay ROLLOUT --from N --engine-url URL\`, or pass --forks-dir)\n`);
+        process.stderr.write(
+          `harness-lab report: no fork of ${original.rolloutFile} found (run \`harness-lab replay ROLLOUT --from N --engine-url URL\`, or pass --forks-dir)\n`,
+        );
         return 1;
       }
       const view = buildForkGroupView(original, forks);
@@ -95,10 +108,15 @@ export const reportCommand = defineCommand({
       if (r.source) process.stdout.write(`prompt-token texts from ${r.source.path} (${Object.keys(r.texts).length} ids)\n`);
       if (r.problem) process.stderr.write(`harness-lab report: ${r.problem}\n`);
     }
-    const html = buildReportHtml(rollout.data.session_id ? withoutSessionKey(rollout.data, rollout.data.session_id) : rollout.data, loadViewerAssets());
+    const html = buildReportHtml(
+      rollout.data.session_id ? withoutSessionKey(rollout.data, rollout.data.session_id) : rollout.data,
+      loadViewerAssets(),
+    );
     writeFileSync(flags.out, html);
     const tokens = rollout.data.turns.reduce((a, t) => a + t.prompt_ids.length + t.sampled_ids.length, 0);
-    process.stdout.write(`wrote ${flags.out} (${(html.length / 1024).toFixed(0)} KiB): ${rollout.data.turns.length} call(s), ${tokens} token positions\n`);
+    process.stdout.write(
+      `wrote ${flags.out} (${(html.length / 1024).toFixed(0)} KiB): ${rollout.data.turns.length} call(s), ${tokens} token positions\n`,
+    );
     return 0;
   },
 });

@@ -25,11 +25,18 @@ export const rescoreCommand = defineCommand({
   name: 'rescore',
   summary: 'sampler-vs-trainer drift: rescore sampled tokens with current weights',
   usage: USAGE,
-  flags: { 'engine-url': { type: 'string', required: true }, out: { type: 'string', short: 'o' }, model: { type: 'string' }, threshold: { type: 'string' }, json: { type: 'boolean' } },
+  flags: {
+    'engine-url': { type: 'string', required: true },
+    out: { type: 'string', short: 'o' },
+    model: { type: 'string' },
+    threshold: { type: 'string' },
+    json: { type: 'boolean' },
+  },
   positionals: ['ROLLOUT'],
   run: async ({ flags, positionals }) => {
     const threshold = flags.threshold === undefined ? DEFAULT_DRIFT_THRESHOLD : Number(flags.threshold);
-    if (!Number.isFinite(threshold) || threshold <= 0) throw new UsageError(`--threshold needs a positive number, e.g. 0.2 (got '${flags.threshold}')`);
+    if (!Number.isFinite(threshold) || threshold <= 0)
+      throw new UsageError(`--threshold needs a positive number, e.g. 0.2 (got '${flags.threshold}')`);
     const file = positionals[0]!;
     try {
       const report = await rescoreRollout(readRollout(file), { engineUrl: flags['engine-url'], model: flags.model ?? null, threshold });

@@ -78,10 +78,12 @@ policy.json).
   run: async ({ flags }) => {
     allowTemplateVariables(flags['allow-env']);
     if (!flags.dataset.length) throw new UsageError('--dataset NAME=DIR is required (at least one split)', { showUsage: true });
-    if (flags.backend !== 'docker' && flags.backend !== 'k8s') throw new UsageError(`--backend must be docker or k8s, got '${flags.backend}'`);
+    if (flags.backend !== 'docker' && flags.backend !== 'k8s')
+      throw new UsageError(`--backend must be docker or k8s, got '${flags.backend}'`);
     if (flags['max-concurrent'] < 1) throw new UsageError('--max-concurrent must be at least 1');
     const adminKey = flags['admin-key'] ?? process.env.HARNESS_LAB_ADMIN_KEY;
-    if (!isLoopbackHost(flags.host) && !adminKey) throw new UsageError(`--host ${flags.host} is beyond loopback: give --admin-key K (or HARNESS_LAB_ADMIN_KEY)`);
+    if (!isLoopbackHost(flags.host) && !adminKey)
+      throw new UsageError(`--host ${flags.host} is beyond loopback: give --admin-key K (or HARNESS_LAB_ADMIN_KEY)`);
     const splits = new Map<string, ServedSplit>();
     for (const spec of flags.dataset) {
       let parsed;
@@ -106,17 +108,49 @@ policy.json).
     const allTasks = [...splits.values()].flatMap((s) => s.tasks);
     const parallel = flags.parallel ?? (allTasks.length ? defaultParallel(allTasks) : 1);
     if (parallel < 1) throw new UsageError('--parallel must be at least 1');
-    if (flags['start-timeout'] !== undefined && flags['start-timeout'] < 1) throw new UsageError('--start-timeout must be at least 1 second');
-    const rollouts = new RolloutService({ stateDir: resolve(flags['state-dir']), backend: flags.backend, splits, log, parallel,
-      breakerAfter: flags['breaker-after'], maxStarting: flags['max-starting'], startTimeoutSec: flags['start-timeout'],
-      ...(flags.backend === 'k8s' ? { k8s: { context: flags.context ?? null, namespace: flags.namespace ?? 'default', registry: flags.registry ?? null, queue_name: flags.queue ?? null } } : {}),
+    if (flags['start-timeout'] !== undefined && flags['start-timeout'] < 1)
+      throw new UsageError('--start-timeout must be at least 1 second');
+    const rollouts = new RolloutService({
+      stateDir: resolve(flags['state-dir']),
+      backend: flags.backend,
+      splits,
+      log,
+      parallel,
+      breakerAfter: flags['breaker-after'],
+      maxStarting: flags['max-starting'],
+      startTimeoutSec: flags['start-timeout'],
+      ...(flags.backend === 'k8s'
+        ? {
+            k8s: {
+              context: flags.context ?? null,
+              namespace: flags.namespace ?? 'default',
+              registry: flags.registry ?? null,
+              queue_name: flags.queue ?? null,
+            },
+          }
+        : {}),
     });
     const recovered = await rollouts.recover();
-    if (recovered.interrupted.length) log(`marked ${recovered.interrupted.length} rollout(s) a previous server was running as interrupted: ${recovered.interrupted.join(', ')}`);
+    if (recovered.interrupted.length)
+      log(
+        `marked ${recovered.interrupted.length} rollout(s) a previous server was running as interrupted: ${recovered.interrupted.join(', ')}`,
+      );
     if (recovered.removed.length) log(`removed ${recovered.removed.length} sandbox(es) a previous server left`);
     rollouts.startReaper();
-    const server = await ServeServer.start({ host: flags.host, port: flags.port, allowedHosts: flags['allowed-host'], splits, rollouts, maxConcurrent: flags['max-concurrent'], sessionIdleMs: Math.max(1, flags['session-idle']) * 1000, ...(adminKey ? { adminKey } : {}), log });
-    process.stdout.write(`harness-lab serve: ${server.url} (${[...splits.values()].map((s) => `${s.name}: ${s.tasks.length} task(s)`).join(', ')}; max ${flags['max-concurrent']} sessions, ${parallel} sandboxes at once; ${flags.backend} backend)\n`);
+    const server = await ServeServer.start({
+      host: flags.host,
+      port: flags.port,
+      allowedHosts: flags['allowed-host'],
+      splits,
+      rollouts,
+      maxConcurrent: flags['max-concurrent'],
+      sessionIdleMs: Math.max(1, flags['session-idle']) * 1000,
+      ...(adminKey ? { adminKey } : {}),
+      log,
+    });
+    process.stdout.write(
+      `harness-lab serve: ${server.url} (${[...splits.values()].map((s) => `${s.name}: ${s.tasks.length} task(s)`).join(', ')}; max ${flags['max-concurrent']} sessions, ${parallel} sandboxes at once; ${flags.backend} backend)\n`,
+    );
     await new Promise<void>((done) => {
       const stop = () => done();
       process.once('SIGINT', stop);

@@ -25,7 +25,11 @@ const target = { context: { type: 'string' }, namespace: { type: 'string' }, kub
 
 async function cluster(flags: { context?: string | undefined; namespace?: string | undefined; kubeconfig?: string | undefined }) {
   const { loadCluster } = await import('../cluster/kube.js');
-  return loadCluster({ ...(flags.kubeconfig ? { kubeconfig: flags.kubeconfig } : {}), context: flags.context ?? null, namespace: flags.namespace ?? null });
+  return loadCluster({
+    ...(flags.kubeconfig ? { kubeconfig: flags.kubeconfig } : {}),
+    context: flags.context ?? null,
+    namespace: flags.namespace ?? null,
+  });
 }
 
 /** Cluster and config errors are the user's to fix: one line, exit 1. */
@@ -47,29 +51,53 @@ const submit = defineCommand({
   name: 'train submit',
   summary: 'start a training run (RayJob, TrainJob or Job) from a trainer config',
   usage: USAGE,
-  flags: { trainer: { type: 'string', required: true }, config: { type: 'string', required: true }, name: { type: 'string' }, operator: { type: 'string', default: 'auto' }, ...target, 'dry-run': { type: 'boolean' }, output: { type: 'string', short: 'o' } },
+  flags: {
+    trainer: { type: 'string', required: true },
+    config: { type: 'string', required: true },
+    name: { type: 'string' },
+    operator: { type: 'string', default: 'auto' },
+    ...target,
+    'dry-run': { type: 'boolean' },
+    output: { type: 'string', short: 'o' },
+  },
   run: async ({ flags }) => {
     const tj = await import('../training/trainer-jobs.js');
-    if (!(tj.TRAINERS as readonly string[]).includes(flags.trainer)) throw new UsageError(`--trainer must be one of ${tj.TRAINERS.join(', ')}, got '${flags.trainer}'`);
-    if (!(tj.OPERATORS as readonly string[]).includes(flags.operator)) throw new UsageError(`--operator must be one of ${tj.OPERATORS.join(', ')}, got '${flags.operator}'`);
+    if (!(tj.TRAINERS as readonly string[]).includes(flags.trainer))
+      throw new UsageError(`--trainer must be one of ${tj.TRAINERS.join(', ')}, got '${flags.trainer}'`);
+    if (!(tj.OPERATORS as readonly string[]).includes(flags.operator))
+      throw new UsageError(`--operator must be one of ${tj.OPERATORS.join(', ')}, got '${flags.operator}'`);
     if (flags.output && !flags['dry-run']) throw new UsageError('-o is for --dry-run');
-    if (flags['dry-run'] && flags.output !== undefined && !['json', 'yaml'].includes(flags.output)) throw new UsageError(`-o must be json or yaml, got '${flags.output}'`);
+    if (flags['dry-run'] && flags.output !== undefined && !['json', 'yaml'].includes(flags.output))
+      throw new UsageError(`-o must be json or yaml, got '${flags.output}'`);
     const trainer = flags.trainer as (typeof tj.TRAINERS)[number];
     const operator = flags.operator as (typeof tj.OPERATORS)[number];
     return guarded('train submit', async () => {
       const config = tj.loadTrainConfig(flags.config);
-      if (flags.name !== undefined && !/^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/.test(flags.name)) throw new UsageError(`--name must be an RFC 1035 label (lowercase, digits, -, a letter first, <= 63), got '${flags.name}'`);
+      if (flags.name !== undefined && !/^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/.test(flags.name))
+        throw new UsageError(`--name must be an RFC 1035 label (lowercase, digits, -, a letter first, <= 63), got '${flags.name}'`);
       if (flags['dry-run']) {
         // No cluster is contacted: auto means the trainer's operator.
         const kind = tj.kindFor(trainer, operator === 'auto' ? tj.operatorOf(trainer) : operator);
-        const obj = tj.runManifest({ trainer, kind, config, name: flags.name ?? config.name ?? tj.defaultRunName(trainer), namespace: flags.namespace ?? 'default' });
+        const obj = tj.runManifest({
+          trainer,
+          kind,
+          config,
+          name: flags.name ?? config.name ?? tj.defaultRunName(trainer),
+          namespace: flags.namespace ?? 'default',
+        });
         await tj.validateRunManifest(obj);
         const { formatManifests } = await import('../cluster/manifests.js');
         process.stdout.write(flags.output === 'yaml' ? formatManifests([obj], 'yaml') : `${JSON.stringify(obj, null, 2)}\n`);
         return 0;
       }
       const c = await cluster(flags);
-      const { record, why } = await tj.submitRun(c, { trainer, config, configFile: flags.config, operator, ...(flags.name ? { name: flags.name } : {}) });
+      const { record, why } = await tj.submitRun(c, {
+        trainer,
+        config,
+        configFile: flags.config,
+        operator,
+        ...(flags.name ? { name: flags.name } : {}),
+      });
       say(`created ${record.kind} ${record.namespace}/${record.name} in kube context "${record.context}" (${why})`);
       say(`follow it: harness-lab train status ${record.name} --watch; harness-lab train logs ${record.name}`);
       return 0;
@@ -97,12 +125,25 @@ const status = defineCommand({
         });
         w.start((p) => {
           final = p;
-          if (flags.watch && !flags.json) say(`${new Date().toISOString()}  ${kind} ${name}: ${p.phase}${p.detail ? ` (${p.detail})` : ''}`);
+          if (flags.watch && !flags.json)
+            say(`${new Date().toISOString()}  ${kind} ${name}: ${p.phase}${p.detail ? ` (${p.detail})` : ''}`);
           if (!flags.watch || p.deleted || tj.TERMINAL.has(p.phase)) resolve();
         }).catch(reject);
       }).finally(() => w.stop());
-      if (flags.json) say(JSON.stringify({ name, kind, trainer: trainer ?? null, namespace: c.namespace, context: c.context, phase: final.phase, detail: final.detail }));
-      else if (!flags.watch) say(`${kind} ${c.namespace}/${name} (${trainer ?? '?'}): ${final.phase}${final.detail ? ` (${final.detail})` : ''}`);
+      if (flags.json)
+        say(
+          JSON.stringify({
+            name,
+            kind,
+            trainer: trainer ?? null,
+            namespace: c.namespace,
+            context: c.context,
+            phase: final.phase,
+            detail: final.detail,
+          }),
+        );
+      else if (!flags.watch)
+        say(`${kind} ${c.namespace}/${name} (${trainer ?? '?'}): ${final.phase}${final.detail ? ` (${final.detail})` : ''}`);
       return final.phase === 'Failed' ? 1 : final.phase === 'Unknown' ? 1 : 0;
     }),
 });
@@ -144,7 +185,11 @@ const cancel = defineCommand({
       const name = positionals[0]!;
       const { kind } = await tj.findRun(c, name);
       const r = await tj.cancelRun(c, kind, name);
-      say(r === 'deleted' ? `deleted ${kind} ${c.namespace}/${name} (its pods follow, propagationPolicy Background)` : `${kind} ${c.namespace}/${name} was already gone`);
+      say(
+        r === 'deleted'
+          ? `deleted ${kind} ${c.namespace}/${name} (its pods follow, propagationPolicy Background)`
+          : `${kind} ${c.namespace}/${name} was already gone`,
+      );
       return 0;
     }),
 });
@@ -164,4 +209,9 @@ const list = defineCommand({
     }),
 });
 
-export const trainCommand: CliCommand = defineCommandGroup({ name: 'train', summary: 'training runs on Kubernetes (TRL, veRL): submit, status, logs, cancel, list', usage: USAGE, subcommands: { submit, status, logs, cancel, list } });
+export const trainCommand: CliCommand = defineCommandGroup({
+  name: 'train',
+  summary: 'training runs on Kubernetes (TRL, veRL): submit, status, logs, cancel, list',
+  usage: USAGE,
+  subcommands: { submit, status, logs, cancel, list },
+});

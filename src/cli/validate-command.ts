@@ -42,7 +42,10 @@ export const validateCommand = defineCommand({
       timeoutSec: flags.timeout || undefined,
       log: flags.verbose ? (l) => process.stderr.write(`  ${l}\n`) : undefined,
     });
-    if (flags.json) process.stdout.write(`${JSON.stringify({ harness: table.harness, task: table.task, sandbox: table.sandbox, ok: table.ok, rows: table.rows, out_dir: table.rollout.out_dir }, null, 2)}\n`);
+    if (flags.json)
+      process.stdout.write(
+        `${JSON.stringify({ harness: table.harness, task: table.task, sandbox: table.sandbox, ok: table.ok, rows: table.rows, out_dir: table.rollout.out_dir }, null, 2)}\n`,
+      );
     else process.stdout.write(`${formatValidationTable(table)}\n`);
     return table.ok ? 0 : 1;
   },

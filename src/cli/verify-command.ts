@@ -41,8 +41,10 @@ export const verifyCommand = defineCommand({
   positionals: ['ROLLOUT'],
   run: async ({ flags, positionals }) => {
     const tolerance = flags.tolerance === undefined ? DEFAULT_VERIFY_TOLERANCE : Number(flags.tolerance);
-    if (!Number.isFinite(tolerance) || tolerance < 0) throw new UsageError(`--tolerance needs a number of nats, e.g. 0.001 (got '${flags.tolerance}')`);
-    if (flags['model-file'] !== undefined && !existsSync(flags['model-file'])) throw new UsageError(`--model-file: no such file '${flags['model-file']}'`);
+    if (!Number.isFinite(tolerance) || tolerance < 0)
+      throw new UsageError(`--tolerance needs a number of nats, e.g. 0.001 (got '${flags.tolerance}')`);
+    if (flags['model-file'] !== undefined && !existsSync(flags['model-file']))
+      throw new UsageError(`--model-file: no such file '${flags['model-file']}'`);
     let close: (() => Promise<void>) | undefined;
     try {
       const source = loadReplaySource(positionals[0]!);
@@ -51,14 +53,24 @@ export const verifyCommand = defineCommand({
         const { startEmbeddedEngine } = await import('../engine/embedded-engine.js');
         const { TINY_MODEL_NAME } = await import('../engine/tiny-model.js');
         if (!flags['model-file'] && source.model !== TINY_MODEL_NAME) {
-          throw new VerifyError(`the rollout was captured on ${source.model ?? 'an unknown model'}, not the embedded tiny model; pass --engine-url URL of that engine, or --model-file FILE.gguf`);
+          throw new VerifyError(
+            `the rollout was captured on ${source.model ?? 'an unknown model'}, not the embedded tiny model; pass --engine-url URL of that engine, or --model-file FILE.gguf`,
+          );
         }
         process.stderr.write(`starting the embedded engine (${flags['model-file'] ?? `${TINY_MODEL_NAME}, seed ${flags.seed}`})\n`);
-        const engine = await startEmbeddedEngine({ seed: flags.seed, ...(flags['model-file'] ? { modelPath: flags['model-file'], modelName: source.model ?? undefined } : {}) });
+        const engine = await startEmbeddedEngine({
+          seed: flags.seed,
+          ...(flags['model-file'] ? { modelPath: flags['model-file'], modelName: source.model ?? undefined } : {}),
+        });
         close = () => engine.close();
         engineUrl = engine.url;
       }
-      const report = await verifyRollout(source, { engineUrl, model: flags.model ?? null, tolerance, apiKey: flags['engine-api-key'] ?? (process.env.HARNESS_LAB_ENGINE_API_KEY || undefined) });
+      const report = await verifyRollout(source, {
+        engineUrl,
+        model: flags.model ?? null,
+        tolerance,
+        apiKey: flags['engine-api-key'] ?? (process.env.HARNESS_LAB_ENGINE_API_KEY || undefined),
+      });
       const out = flags.out ?? `${source.path.replace(/\.rollout\.json$|\.json$/, '')}.verify.json`;
       writeFileSync(out, `${JSON.stringify(report, null, 2)}\n`);
       process.stdout.write(flags.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatVerify(report)}wrote ${out}\n`);

@@ -37,7 +37,9 @@ export interface Cluster {
   objects: k8s.KubernetesObjectApi;
 }
 
-const StatusSchema = z.object({ kind: z.literal('Status'), message: z.string().optional(), reason: z.string().optional(), code: z.number().optional() }).loose();
+const StatusSchema = z
+  .object({ kind: z.literal('Status'), message: z.string().optional(), reason: z.string().optional(), code: z.number().optional() })
+  .loose();
 
 /** The API server's Status message out of a client-node error (its body is the JSON Status as a string). */
 export function apiStatus(err: unknown): { code: number; reason: string; message: string } | undefined {
@@ -53,10 +55,23 @@ export function apiStatus(err: unknown): { code: number; reason: string; message
     }
   }
   const s = StatusSchema.safeParse(body);
-  return s.success ? { code, reason: s.data.reason ?? '', message: s.data.message ?? `HTTP ${code}` } : { code, reason: '', message: `HTTP ${code}` };
+  return s.success
+    ? { code, reason: s.data.reason ?? '', message: s.data.message ?? `HTTP ${code}` }
+    : { code, reason: '', message: `HTTP ${code}` };
 }
 
-const NETWORK_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'ETIMEDOUT', 'ECONNRESET', 'EAI_AGAIN', 'ENETUNREACH', 'CERT_HAS_EXPIRED', 'DEPTH_ZERO_SELF_SIGNED_CERT', 'UNABLE_TO_VERIFY_LEAF_SIGNATURE']);
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EHOSTUNREACH',
+  'ETIMEDOUT',
+  'ECONNRESET',
+  'EAI_AGAIN',
+  'ENETUNREACH',
+  'CERT_HAS_EXPIRED',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+]);
 
 function networkCause(err: unknown): string | undefined {
   for (let e: unknown = err, i = 0; e && i < 5; e = (e as { cause?: unknown }).cause, i++) {
@@ -72,11 +87,23 @@ export function clusterError(cluster: Pick<Cluster, 'context' | 'server'>, doing
   if (err instanceof ClusterError) return err;
   const status = apiStatus(err);
   if (status) {
-    const hint = status.code === 403 ? ' (ask the cluster admin for this permission, or pick another --namespace)' : status.code === 401 ? ` (the credentials of kube context "${cluster.context}" were rejected; refresh them, e.g. log in again)` : '';
-    return new ClusterError(`${doing}: the API server at ${cluster.server} answered ${status.code}${status.reason ? ` ${status.reason}` : ''}: ${status.message}${hint}`, status.code, status.reason);
+    const hint =
+      status.code === 403
+        ? ' (ask the cluster admin for this permission, or pick another --namespace)'
+        : status.code === 401
+          ? ` (the credentials of kube context "${cluster.context}" were rejected; refresh them, e.g. log in again)`
+          : '';
+    return new ClusterError(
+      `${doing}: the API server at ${cluster.server} answered ${status.code}${status.reason ? ` ${status.reason}` : ''}: ${status.message}${hint}`,
+      status.code,
+      status.reason,
+    );
   }
   const net = networkCause(err);
-  if (net) return new ClusterError(`kube context "${cluster.context}" is unreachable: the API server ${cluster.server} did not answer (${net}) while ${doing}; check it with \`kubectl --context ${cluster.context} cluster-info\``);
+  if (net)
+    return new ClusterError(
+      `kube context "${cluster.context}" is unreachable: the API server ${cluster.server} did not answer (${net}) while ${doing}; check it with \`kubectl --context ${cluster.context} cluster-info\``,
+    );
   return new ClusterError(`${doing}: ${(err as Error)?.message ?? String(err)}`);
 }
 
@@ -96,11 +123,15 @@ export function loadCluster(target: ClusterTarget = {}): Cluster {
   }
   const names = kc.getContexts().map((c) => c.name);
   if (target.context) {
-    if (!names.includes(target.context)) throw new ClusterError(`kube context "${target.context}" is not in the kubeconfig ${source}; its contexts: ${names.join(', ') || '(none)'}`);
+    if (!names.includes(target.context))
+      throw new ClusterError(
+        `kube context "${target.context}" is not in the kubeconfig ${source}; its contexts: ${names.join(', ') || '(none)'}`,
+      );
     kc.setCurrentContext(target.context);
   }
   const context = kc.getCurrentContext();
-  if (!context || !names.includes(context)) throw new ClusterError(`the kubeconfig ${source} has no current context; pass --context (one of: ${names.join(', ') || 'none'})`);
+  if (!context || !names.includes(context))
+    throw new ClusterError(`the kubeconfig ${source} has no current context; pass --context (one of: ${names.join(', ') || 'none'})`);
   const cluster = kc.getCurrentCluster();
   if (!cluster) throw new ClusterError(`kube context "${context}" names no cluster in ${source}`);
   const namespace = target.namespace || kc.getContextObject(context)?.namespace || 'default';
@@ -142,7 +173,19 @@ export async function assertPermissions(cluster: Cluster, perms: Permission[]): 
     let review: k8s.V1SelfSubjectAccessReview;
     try {
       review = await cluster.authz.createSelfSubjectAccessReview({
-        body: { apiVersion: 'authorization.k8s.io/v1', kind: 'SelfSubjectAccessReview', spec: { resourceAttributes: { namespace: cluster.namespace, verb: p.verb, group: p.group, resource: p.resource, ...(p.subresource ? { subresource: p.subresource } : {}) } } },
+        body: {
+          apiVersion: 'authorization.k8s.io/v1',
+          kind: 'SelfSubjectAccessReview',
+          spec: {
+            resourceAttributes: {
+              namespace: cluster.namespace,
+              verb: p.verb,
+              group: p.group,
+              resource: p.resource,
+              ...(p.subresource ? { subresource: p.subresource } : {}),
+            },
+          },
+        },
       });
     } catch (err) {
       throw clusterError(cluster, `checking whether you may ${p.verb} ${p.resource} in namespace ${cluster.namespace}`, err);
@@ -153,7 +196,11 @@ export async function assertPermissions(cluster: Cluster, perms: Permission[]): 
     }
   }
   if (denied.length)
-    throw new ClusterError(`kube context "${cluster.context}": you may not ${denied.join(', ')} in namespace "${cluster.namespace}" (SelfSubjectAccessReview denied it); ask the cluster admin for these permissions, or pick another --namespace`, 403, 'Forbidden');
+    throw new ClusterError(
+      `kube context "${cluster.context}": you may not ${denied.join(', ')} in namespace "${cluster.namespace}" (SelfSubjectAccessReview denied it); ask the cluster admin for these permissions, or pick another --namespace`,
+      403,
+      'Forbidden',
+    );
 }
 
 /**

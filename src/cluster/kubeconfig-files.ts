@@ -13,7 +13,9 @@ export function kubeconfigFiles(env: NodeJS.ProcessEnv = process.env, home = hom
 
 /** Inside a pod the service account is a kubeconfig of its own. */
 export function inCluster(env: NodeJS.ProcessEnv = process.env): boolean {
-  return Boolean(env.KUBERNETES_SERVICE_HOST && env.KUBERNETES_SERVICE_PORT) && existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token');
+  return (
+    Boolean(env.KUBERNETES_SERVICE_HOST && env.KUBERNETES_SERVICE_PORT) && existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token')
+  );
 }
 
 /** Undefined when a kubeconfig exists; else the sentence that says where it was looked for. */

@@ -43,12 +43,16 @@ export function labelValue(s: string): string {
 
 /** A DNS-1123 label (Job, Service names): lowercase, <= 63. */
 export function dnsLabel(s: string, max = 63): string {
-  let v = s.toLowerCase().replace(/[^a-z0-9-]+/g, '-').replace(/^-+|-+$/g, '');
+  let v = s
+    .toLowerCase()
+    .replace(/[^a-z0-9-]+/g, '-')
+    .replace(/^-+|-+$/g, '');
   if (v.length > max) v = `${v.slice(0, max - 9).replace(/-+$/, '')}-${createHash('sha256').update(s).digest('hex').slice(0, 8)}`;
   return v || 'x';
 }
 
-export const jobName = (batchId: string, rolloutId: string, attempt: number): string => dnsLabel(`hl-${batchId.slice(0, 12)}-${rolloutId}-a${attempt}`);
+export const jobName = (batchId: string, rolloutId: string, attempt: number): string =>
+  dnsLabel(`hl-${batchId.slice(0, 12)}-${rolloutId}-a${attempt}`);
 export const proxyName = (batchId: string): string => dnsLabel(`hl-proxy-${batchId}`, 50);
 export const testsConfigMapName = (batchId: string, task: string): string => dnsLabel(`hl-tests-${batchId.slice(0, 12)}-${task}`);
 export const rolloutSelector = (batchId: string): string => `${LABELS.batch}=${labelValue(batchId)}`;
@@ -107,7 +111,15 @@ export const SESSION_KEY_ENV = 'HL_SESSION_KEY';
 /** The key inside an attempt's Secret. */
 export const SESSION_KEY_FIELD = 'session-key';
 
-export const POD_PATHS = { home: '/tmp/harness-home', logs: '/logs', tests: '/tests', testsSource: '/opt/harness-lab/task-tests', handoff: '/opt/harness-lab/handoff', binDir: '/opt/harness-lab/bin', harnesses: '/opt/harness-lab/harnesses' } as const;
+export const POD_PATHS = {
+  home: '/tmp/harness-home',
+  logs: '/logs',
+  tests: '/tests',
+  testsSource: '/opt/harness-lab/task-tests',
+  handoff: '/opt/harness-lab/handoff',
+  binDir: '/opt/harness-lab/bin',
+  harnesses: '/opt/harness-lab/harnesses',
+} as const;
 /** The tests sidecar's user: not root, not the agent, so nothing of the agent's can act as it. */
 export const TESTS_SIDECAR_UID = 65532;
 
@@ -183,7 +195,11 @@ export function entryScript(input: RolloutJobInput): string {
   const h = POD_PATHS.handoff;
   const agentEnv = Object.entries(input.launch.env).map(([k, v]) => `${k}=${v}`);
   const asUser = (user: string | undefined, cmd: string) => (user ? `runuser -u ${shellQuote(user)} -- ${cmd}` : cmd);
-  const verifierEnv = ['PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', `HOME=${POD_PATHS.home}`, ...Object.entries({ ...input.taskEnv, ...input.verifierEnv }).map(([k, v]) => `${k}=${v}`)];
+  const verifierEnv = [
+    'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+    `HOME=${POD_PATHS.home}`,
+    ...Object.entries({ ...input.taskEnv, ...input.verifierEnv }).map(([k, v]) => `${k}=${v}`),
+  ];
   const agentCmd = `${input.agentTimeoutInPod ? `timeout -k 30 ${input.timeoutSec} ` : ''}$drop ${asUser(input.task.agentUser, `env PATH=${POD_PATHS.binDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=${POD_PATHS.home} ${agentEnv.map(shellQuote).join(' ')} bash -c ${shellQuote(input.launch.script)}`)}`;
   const lines = [
     'set -u',
@@ -192,7 +208,10 @@ export function entryScript(input: RolloutJobInput): string {
     `case "$k" in ''|*[!A-Za-z0-9_-]*) echo 'the session key (Secret env ${SESSION_KEY_ENV}) is missing or malformed' >&2; exit ${INFRA_EXIT_CODE} ;; esac`,
     `mkdir -p ${shellQuote(workdir)} ${POD_PATHS.home} ${POD_PATHS.logs}/agent ${POD_PATHS.logs}/verifier ${POD_PATHS.logs}/artifacts || exit ${INFRA_EXIT_CODE}`,
     `chmod 1777 ${POD_PATHS.home} ${POD_PATHS.logs}/agent ${POD_PATHS.logs}/verifier ${POD_PATHS.logs}/artifacts`,
-    ...input.launch.files.map((f) => `mkdir -p ${shellQuote(f.path.replace(/\/[^/]*$/, '') || '/')} && printf '%s' '${b64(f.content)}' | base64 -d | sed "s|${SESSION_KEY_PLACEHOLDER}|$k|g" > ${shellQuote(f.path)} || exit ${INFRA_EXIT_CODE}`),
+    ...input.launch.files.map(
+      (f) =>
+        `mkdir -p ${shellQuote(f.path.replace(/\/[^/]*$/, '') || '/')} && printf '%s' '${b64(f.content)}' | base64 -d | sed "s|${SESSION_KEY_PLACEHOLDER}|$k|g" > ${shellQuote(f.path)} || exit ${INFRA_EXIT_CODE}`,
+    ),
     ...(input.task.agentUser && input.launch.files.length ? [`chown -R ${shellQuote(input.task.agentUser)} ${POD_PATHS.home}`] : []),
     // The tests token: taken (and removed) before the agent exists, held only in this shell's memory.
     `for _ in $(seq 600); do [ -s ${h}/token ] && break; sleep 0.1; done`,
@@ -260,7 +279,9 @@ export function parsePodResult(log: string): PodResult | undefined {
   }
 }
 
-export function rolloutLabels(i: Pick<RolloutJobInput, 'batchId' | 'groupId' | 'rolloutId' | 'task' | 'harness' | 'attempt'>): Record<string, string> {
+export function rolloutLabels(
+  i: Pick<RolloutJobInput, 'batchId' | 'groupId' | 'rolloutId' | 'task' | 'harness' | 'attempt'>,
+): Record<string, string> {
   return {
     [LABELS.managedBy]: 'harness-lab',
     [LABELS.batch]: labelValue(i.batchId),
@@ -284,7 +305,22 @@ export const ROLLOUT_SECURITY_CONTEXT = {
   allowPrivilegeEscalation: false,
   privileged: false,
   seccompProfile: { type: 'RuntimeDefault' },
-  capabilities: { drop: ['ALL'], add: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID', 'KILL', 'SETGID', 'SETUID', 'SETPCAP', 'NET_BIND_SERVICE', 'SYS_CHROOT', 'AUDIT_WRITE'] },
+  capabilities: {
+    drop: ['ALL'],
+    add: [
+      'CHOWN',
+      'DAC_OVERRIDE',
+      'FOWNER',
+      'FSETID',
+      'KILL',
+      'SETGID',
+      'SETUID',
+      'SETPCAP',
+      'NET_BIND_SERVICE',
+      'SYS_CHROOT',
+      'AUDIT_WRITE',
+    ],
+  },
 } as const;
 
 /** Pod Security "restricted": a non-root user, no capabilities at all, no escalation, RuntimeDefault seccomp. */
@@ -311,8 +347,14 @@ export function rolloutJob(input: RolloutJobInput): KubernetesObject & Record<st
   const mounts: Record<string, unknown>[] = [{ name: 'tests-handoff', mountPath: POD_PATHS.handoff }];
   const h = input.harnessFrom;
   if (h.kind === 'hostPath') {
-    volumes.push({ name: 'node-binary', hostPath: { path: h.nodeBinary, type: 'File' } }, { name: 'harness-cache', hostPath: { path: h.harnessCache, type: 'DirectoryOrCreate' } });
-    mounts.push({ name: 'node-binary', mountPath: `${POD_PATHS.binDir}/node`, readOnly: true }, { name: 'harness-cache', mountPath: POD_PATHS.harnesses, readOnly: true });
+    volumes.push(
+      { name: 'node-binary', hostPath: { path: h.nodeBinary, type: 'File' } },
+      { name: 'harness-cache', hostPath: { path: h.harnessCache, type: 'DirectoryOrCreate' } },
+    );
+    mounts.push(
+      { name: 'node-binary', mountPath: `${POD_PATHS.binDir}/node`, readOnly: true },
+      { name: 'harness-cache', mountPath: POD_PATHS.harnesses, readOnly: true },
+    );
     if (h.reactScript) {
       volumes.push({ name: 'react-harness', hostPath: { path: h.reactScript, type: 'File' } });
       mounts.push({ name: 'react-harness', mountPath: `${POD_PATHS.binDir}/react-harness.js`, readOnly: true });
@@ -325,7 +367,11 @@ export function rolloutJob(input: RolloutJobInput): KubernetesObject & Record<st
       name,
       namespace: input.namespace,
       labels: { ...labels, ...(input.queueName ? { [LABELS.queue]: input.queueName } : {}) },
-      annotations: { 'harness-lab/task-name': input.task.fullName, 'harness-lab/session': input.sessionId, 'harness-lab/rollout-id': input.rolloutId },
+      annotations: {
+        'harness-lab/task-name': input.task.fullName,
+        'harness-lab/session': input.sessionId,
+        'harness-lab/rollout-id': input.rolloutId,
+      },
     },
     spec: {
       backoffLimit: 0,
@@ -419,18 +465,29 @@ export function testsConfigMap(namespace: string, batchId: string, task: HarborT
     binaryData[`f${i}`] = data.toString('base64');
     return { key: `f${i}`, path: relative(task.testsDir, f) };
   });
-  if (size > CONFIGMAP_LIMIT) throw new ClusterError(`${task.name}/tests: ${Math.round(size / 1024)} KiB is too large for a ConfigMap (limit about 1 MiB); bake tests/ into the task image for cluster batches`);
+  if (size > CONFIGMAP_LIMIT)
+    throw new ClusterError(
+      `${task.name}/tests: ${Math.round(size / 1024)} KiB is too large for a ConfigMap (limit about 1 MiB); bake tests/ into the task image for cluster batches`,
+    );
   return {
     apiVersion: 'v1',
     kind: 'ConfigMap',
-    metadata: { name: testsConfigMapName(batchId, task.name), namespace, labels: { [LABELS.managedBy]: 'harness-lab', [LABELS.batch]: labelValue(batchId), [LABELS.task]: labelValue(task.name) }, annotations: { 'harness-lab/items': JSON.stringify(items) } },
+    metadata: {
+      name: testsConfigMapName(batchId, task.name),
+      namespace,
+      labels: { [LABELS.managedBy]: 'harness-lab', [LABELS.batch]: labelValue(batchId), [LABELS.task]: labelValue(task.name) },
+      annotations: { 'harness-lab/items': JSON.stringify(items) },
+    },
     binaryData,
   };
 }
 
 /** The ConfigMap's items, for the Job's volume (set after the ConfigMap is built). */
 export function withTestItems(job: Record<string, unknown>, configMap: Record<string, unknown>): void {
-  const items = JSON.parse(((configMap.metadata as { annotations: Record<string, string> }).annotations)['harness-lab/items']!) as { key: string; path: string }[];
+  const items = JSON.parse((configMap.metadata as { annotations: Record<string, string> }).annotations['harness-lab/items']!) as {
+    key: string;
+    path: string;
+  }[];
   const spec = (job.spec as { template: { spec: { volumes: { name: string; configMap?: Record<string, unknown> }[] } } }).template.spec;
   const v = spec.volumes.find((x) => x.name === 'task-tests')!;
   v.configMap = { ...v.configMap, items, defaultMode: 0o755 };
@@ -460,7 +517,10 @@ export interface ProxyInput {
 
 /** The Service's names rollout pods reach the proxy by: the proxy refuses any other Host (request-guard.ts). */
 function serviceHostFlags(name: string, namespace: string): string[] {
-  return [name, `${name}.${namespace}`, `${name}.${namespace}.svc`, `${name}.${namespace}.svc.cluster.local`].flatMap((host) => ['--allowed-host', host]);
+  return [name, `${name}.${namespace}`, `${name}.${namespace}.svc`, `${name}.${namespace}.svc.cluster.local`].flatMap((host) => [
+    '--allowed-host',
+    host,
+  ]);
 }
 /** The proxy's user: the restricted profile wants a non-root one, and the image needs none of its own. */
 export const PROXY_UID = 65532;
@@ -475,12 +535,22 @@ export function proxyManifests(input: ProxyInput): (KubernetesObject & Record<st
   const labels = { ...podLabels, [LABELS.managedBy]: 'harness-lab' };
   const res = { cpu: input.cpu ?? '1', memory: input.memory ?? '1Gi' };
   return [
-    { apiVersion: 'v1', kind: 'Secret', metadata: { name, namespace: input.namespace, labels }, type: 'Opaque', stringData: { 'admin-key': input.adminKey, ...(input.engineApiKey ? { 'engine-api-key': input.engineApiKey } : {}) } },
+    {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name, namespace: input.namespace, labels },
+      type: 'Opaque',
+      stringData: { 'admin-key': input.adminKey, ...(input.engineApiKey ? { 'engine-api-key': input.engineApiKey } : {}) },
+    },
     {
       apiVersion: 'v1',
       kind: 'PersistentVolumeClaim',
       metadata: { name: proxyClaimName(input.batchId), namespace: input.namespace, labels },
-      spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: input.storage ?? '1Gi' } }, ...(input.storageClassName ? { storageClassName: input.storageClassName } : {}) },
+      spec: {
+        accessModes: ['ReadWriteOnce'],
+        resources: { requests: { storage: input.storage ?? '1Gi' } },
+        ...(input.storageClassName ? { storageClassName: input.storageClassName } : {}),
+      },
     },
     {
       apiVersion: 'apps/v1',
@@ -496,25 +566,56 @@ export function proxyManifests(input: ProxyInput): (KubernetesObject & Record<st
           spec: {
             automountServiceAccountToken: false,
             enableServiceLinks: false,
-            securityContext: { runAsNonRoot: true, runAsUser: PROXY_UID, runAsGroup: PROXY_UID, fsGroup: PROXY_UID, seccompProfile: { type: 'RuntimeDefault' } },
+            securityContext: {
+              runAsNonRoot: true,
+              runAsUser: PROXY_UID,
+              runAsGroup: PROXY_UID,
+              fsGroup: PROXY_UID,
+              seccompProfile: { type: 'RuntimeDefault' },
+            },
             containers: [
               {
                 name: 'proxy',
                 image: input.image,
-                command: [...(input.command ?? ['harness-lab']), 'proxy', '--engine-url', input.engineUrl, '--model', input.model, '--host', '0.0.0.0', '--port', String(PROXY_PORT), ...serviceHostFlags(name, input.namespace), '--data-dir', PROXY_DATA_DIR, ...(input.maxModelCalls ? ['--max-model-calls', String(input.maxModelCalls)] : [])],
+                command: [
+                  ...(input.command ?? ['harness-lab']),
+                  'proxy',
+                  '--engine-url',
+                  input.engineUrl,
+                  '--model',
+                  input.model,
+                  '--host',
+                  '0.0.0.0',
+                  '--port',
+                  String(PROXY_PORT),
+                  ...serviceHostFlags(name, input.namespace),
+                  '--data-dir',
+                  PROXY_DATA_DIR,
+                  ...(input.maxModelCalls ? ['--max-model-calls', String(input.maxModelCalls)] : []),
+                ],
                 env: [
                   { name: 'HOME', value: '/tmp' },
                   { name: 'HARNESS_LAB_ADMIN_KEY', valueFrom: { secretKeyRef: { name, key: 'admin-key' } } },
-                  ...(input.engineApiKey ? [{ name: 'HARNESS_LAB_ENGINE_API_KEY', valueFrom: { secretKeyRef: { name, key: 'engine-api-key' } } }] : []),
+                  ...(input.engineApiKey
+                    ? [{ name: 'HARNESS_LAB_ENGINE_API_KEY', valueFrom: { secretKeyRef: { name, key: 'engine-api-key' } } }]
+                    : []),
                 ],
                 ports: [{ name: 'http', containerPort: PROXY_PORT, protocol: 'TCP' }],
                 readinessProbe: { httpGet: { path: '/health', port: PROXY_PORT }, periodSeconds: 5 },
                 resources: { requests: res, limits: res },
                 securityContext: restrictedSecurityContext(PROXY_UID),
-                volumeMounts: [{ name: 'capture', mountPath: PROXY_DATA_DIR }, { name: 'tmp', mountPath: '/tmp' }, ...(input.volumes ?? []).map((v) => ({ name: v.name, mountPath: v.mountPath, readOnly: true }))],
+                volumeMounts: [
+                  { name: 'capture', mountPath: PROXY_DATA_DIR },
+                  { name: 'tmp', mountPath: '/tmp' },
+                  ...(input.volumes ?? []).map((v) => ({ name: v.name, mountPath: v.mountPath, readOnly: true })),
+                ],
               },
             ],
-            volumes: [{ name: 'capture', persistentVolumeClaim: { claimName: proxyClaimName(input.batchId) } }, { name: 'tmp', emptyDir: { sizeLimit: '256Mi' } }, ...(input.volumes ?? []).map((v) => ({ name: v.name, hostPath: { path: v.hostPath } }))],
+            volumes: [
+              { name: 'capture', persistentVolumeClaim: { claimName: proxyClaimName(input.batchId) } },
+              { name: 'tmp', emptyDir: { sizeLimit: '256Mi' } },
+              ...(input.volumes ?? []).map((v) => ({ name: v.name, hostPath: { path: v.hostPath } })),
+            ],
           },
         },
       },
@@ -535,7 +636,18 @@ export function proxyManifests(input: ProxyInput): (KubernetesObject & Record<st
         ingress: [],
         egress: [
           { to: [{ podSelector: { matchLabels: podLabels } }], ports: [{ protocol: 'TCP', port: PROXY_PORT }] },
-          { to: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' } }, podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } } }], ports: [{ protocol: 'UDP', port: 53 }, { protocol: 'TCP', port: 53 }] },
+          {
+            to: [
+              {
+                namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' } },
+                podSelector: { matchLabels: { 'k8s-app': 'kube-dns' } },
+              },
+            ],
+            ports: [
+              { protocol: 'UDP', port: 53 },
+              { protocol: 'TCP', port: 53 },
+            ],
+          },
         ],
       },
     },
@@ -548,14 +660,20 @@ export function proxyManifests(input: ProxyInput): (KubernetesObject & Record<st
       spec: {
         podSelector: { matchLabels: podLabels },
         policyTypes: ['Ingress'],
-        ingress: [{ from: [{ podSelector: { matchLabels: { [LABELS.batch]: batch, [LABELS.role]: 'rollout' } } }], ports: [{ protocol: 'TCP', port: PROXY_PORT }] }],
+        ingress: [
+          {
+            from: [{ podSelector: { matchLabels: { [LABELS.batch]: batch, [LABELS.role]: 'rollout' } } }],
+            ports: [{ protocol: 'TCP', port: PROXY_PORT }],
+          },
+        ],
       },
     },
   ];
 }
 
 /** The proxy's URL as rollout pods see it (cluster DNS). */
-export const inClusterProxyUrl = (namespace: string, batchId: string): string => `http://${proxyName(batchId)}.${namespace}.svc:${PROXY_PORT}`;
+export const inClusterProxyUrl = (namespace: string, batchId: string): string =>
+  `http://${proxyName(batchId)}.${namespace}.svc:${PROXY_PORT}`;
 
 type ModelClass = new (data: never) => { validate(): void };
 

@@ -12,7 +12,12 @@ export interface PortForwardHandle {
   close(): Promise<void>;
 }
 
-export async function forwardPort(cluster: Cluster, pod: string, remotePort: number, log?: (line: string) => void): Promise<PortForwardHandle> {
+export async function forwardPort(
+  cluster: Cluster,
+  pod: string,
+  remotePort: number,
+  log?: (line: string) => void,
+): Promise<PortForwardHandle> {
   const forward = new k8s.PortForward(cluster.kc, true);
   const sockets = new Set<Socket>();
   const server: Server = createServer((socket) => {

@@ -19,7 +19,17 @@ export interface RegistryAuth {
 }
 
 const DockerConfigSchema = z.object({
-  auths: z.record(z.string(), z.object({ auth: z.string().optional(), identitytoken: z.string().optional(), username: z.string().optional(), password: z.string().optional() })).optional(),
+  auths: z
+    .record(
+      z.string(),
+      z.object({
+        auth: z.string().optional(),
+        identitytoken: z.string().optional(),
+        username: z.string().optional(),
+        password: z.string().optional(),
+      }),
+    )
+    .optional(),
   credsStore: z.string().optional(),
   credHelpers: z.record(z.string(), z.string()).optional(),
 });
@@ -34,19 +44,26 @@ export function registryHost(registry: string): string {
 }
 
 /** The auth for a registry from the Docker config, if it has an `auths` entry for that host. */
-export function registryAuth(registry: string, env: NodeJS.ProcessEnv = process.env, log?: (line: string) => void): RegistryAuth | undefined {
+export function registryAuth(
+  registry: string,
+  env: NodeJS.ProcessEnv = process.env,
+  log?: (line: string) => void,
+): RegistryAuth | undefined {
   const file = dockerConfigFile(env);
   if (!existsSync(file)) return undefined;
   let parsed: z.infer<typeof DockerConfigSchema>;
   try {
     parsed = DockerConfigSchema.parse(JSON.parse(readFileSync(file, 'utf8')));
   } catch (err) {
-    throw new ClusterError(`${file}: not a Docker config file (${err instanceof z.ZodError ? err.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') : (err as Error).message})`);
+    throw new ClusterError(
+      `${file}: not a Docker config file (${err instanceof z.ZodError ? err.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') : (err as Error).message})`,
+    );
   }
   const host = registryHost(registry);
   const entry = Object.entries(parsed.auths ?? {}).find(([k]) => registryHost(k) === host)?.[1];
   if (!entry) {
-    if (parsed.credHelpers?.[host] || parsed.credsStore) log?.(`${file}: credentials for ${host} are in a credential helper, which the lab does not run; pushing without auth`);
+    if (parsed.credHelpers?.[host] || parsed.credsStore)
+      log?.(`${file}: credentials for ${host} are in a credential helper, which the lab does not run; pushing without auth`);
     return undefined;
   }
   if (entry.identitytoken) return { identitytoken: entry.identitytoken, serveraddress: host };
@@ -73,7 +90,12 @@ export function registryTag(localTag: string, registry: string): { repo: string;
  * Tags each local image as `REG/<name>:<tag>` and pushes it, following the daemon's progress; the
  * first failure names the image and the registry. Returns local tag -> pushed reference.
  */
-export async function pushImages(docker: Docker, localTags: string[], registry: string, opts: { env?: NodeJS.ProcessEnv; log?: (line: string) => void } = {}): Promise<Map<string, string>> {
+export async function pushImages(
+  docker: Docker,
+  localTags: string[],
+  registry: string,
+  opts: { env?: NodeJS.ProcessEnv; log?: (line: string) => void } = {},
+): Promise<Map<string, string>> {
   const auth = registryAuth(registry, opts.env, opts.log);
   const out = new Map<string, string>();
   for (const local of [...new Set(localTags)]) {

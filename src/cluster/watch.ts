@@ -180,6 +180,8 @@ export class BatchWatch {
   }
 
   podsOfJob(jobName: string): k8s.V1Pod[] {
-    return [...this.pods.objects.values()].filter((p) => p.metadata?.labels?.['batch.kubernetes.io/job-name'] === jobName || p.metadata?.labels?.['job-name'] === jobName);
+    return [...this.pods.objects.values()].filter(
+      (p) => p.metadata?.labels?.['batch.kubernetes.io/job-name'] === jobName || p.metadata?.labels?.['job-name'] === jobName,
+    );
   }
 }

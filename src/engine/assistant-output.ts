@@ -28,7 +28,11 @@ export function sampledJson(value: unknown, style: SampledAs): string {
 function reverseKeys(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(reverseKeys);
   if (value === null || typeof value !== 'object') return value;
-  return Object.fromEntries(Object.entries(value as Record<string, unknown>).reverse().map(([k, v]) => [k, reverseKeys(v)]));
+  return Object.fromEntries(
+    Object.entries(value as Record<string, unknown>)
+      .reverse()
+      .map(([k, v]) => [k, reverseKeys(v)]),
+  );
 }
 
 /**
@@ -36,12 +40,18 @@ function reverseKeys(value: unknown): unknown {
  * as a model might sample it instead (the hermes parser accepts both; the re-render does not match).
  */
 export function renderToolCall(name: string, args: Record<string, unknown>, sampledAs?: SampledAs): string {
-  const body = sampledAs ? sampledJson({ name, arguments: args }, sampledAs) : `{"name": ${JSON.stringify(name)}, "arguments": ${pythonJsonDumps(args)}}`;
+  const body = sampledAs
+    ? sampledJson({ name, arguments: args }, sampledAs)
+    : `{"name": ${JSON.stringify(name)}, "arguments": ${pythonJsonDumps(args)}}`;
   return `<tool_call>\n${body}\n</tool_call>`;
 }
 
 /** Assistant text (reasoning, content, tool calls) laid out as the Qwen3 template renders it. */
-export function renderAssistantText(opts: { reasoning?: string | undefined; content?: string | undefined; toolCalls?: ScriptedToolCall[] }): string {
+export function renderAssistantText(opts: {
+  reasoning?: string | undefined;
+  content?: string | undefined;
+  toolCalls?: ScriptedToolCall[];
+}): string {
   let text = '';
   if (opts.reasoning !== undefined) text += `<think>\n${opts.reasoning.replace(/^\n+|\n+$/g, '')}\n</think>\n\n`;
   const content = opts.content ?? '';
@@ -60,7 +70,10 @@ export function parseAssistantOutput(text: string, opts: { parseToolCalls: boole
   let rest = text;
   const end = text.indexOf('</think>');
   if (end >= 0) {
-    reasoning = text.slice(0, end).replace(/^<think>/, '').replace(/^\n+|\n+$/g, '');
+    reasoning = text
+      .slice(0, end)
+      .replace(/^<think>/, '')
+      .replace(/^\n+|\n+$/g, '');
     rest = text.slice(end + '</think>'.length).replace(/^\n+/, '');
   }
   const toolCalls: ChatToolCall[] = [];

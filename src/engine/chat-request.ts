@@ -27,7 +27,9 @@ const message = z
 const tool = z
   .object({
     type: z.literal('function'),
-    function: z.object({ name: z.string().min(1), description: z.string().optional(), parameters: z.record(z.string(), z.unknown()).optional() }).passthrough(),
+    function: z
+      .object({ name: z.string().min(1), description: z.string().optional(), parameters: z.record(z.string(), z.unknown()).optional() })
+      .passthrough(),
   })
   .passthrough();
 
@@ -48,7 +50,10 @@ export const chatRequestSchema = z
     top_k: z.number().int().min(-1).optional().nullable(),
     min_p: z.number().min(0).max(1).optional().nullable(),
     seed: z.number().int().optional().nullable(),
-    stop: z.union([z.string(), z.array(z.string())]).optional().nullable(),
+    stop: z
+      .union([z.string(), z.array(z.string())])
+      .optional()
+      .nullable(),
     n: z.number().int().optional().nullable(),
     logprobs: z.boolean().optional().nullable(),
     top_logprobs: z.number().int().min(0).max(20).optional().nullable(),
@@ -135,7 +140,9 @@ export const tokenCompletionRequestSchema = z
 
 export type TokenCompletionRequest = z.infer<typeof tokenCompletionRequestSchema>;
 /** vLLM's `POST /detokenize` body. */
-export const detokenizeRequestSchema = z.object({ model: z.string().optional(), tokens: z.array(z.int().min(0)).max(1_000_000) }).passthrough();
+export const detokenizeRequestSchema = z
+  .object({ model: z.string().optional(), tokens: z.array(z.int().min(0)).max(1_000_000) })
+  .passthrough();
 
 export type DetokenizeRequest = z.infer<typeof detokenizeRequestSchema>;
 

@@ -51,14 +51,22 @@ export async function startEmbeddedEngine(opts: EmbeddedEngineOptions = {}): Pro
     buildMs = tiny.buildMs;
   }
   const loadStart = performance.now();
-  const runtime = await LlamaRuntime.load({ modelPath, ...(opts.contextSize ? { contextSize: opts.contextSize } : {}), ...(opts.threads ? { threads: opts.threads } : {}) });
+  const runtime = await LlamaRuntime.load({
+    modelPath,
+    ...(opts.contextSize ? { contextSize: opts.contextSize } : {}),
+    ...(opts.threads ? { threads: opts.threads } : {}),
+  });
   const loadMs = performance.now() - loadStart;
   const modelName = opts.modelName ?? (opts.modelPath ? basename(opts.modelPath).replace(/\.gguf$/i, '') : TINY_MODEL_NAME);
   const engine = new LlamaEngine({ runtime, modelName, policy, seed, logprobsMode: opts.logprobsMode ?? 'processed' });
   const server = new EngineServer(engine);
   let url: string;
   try {
-    url = await server.listen({ ...(opts.host ? { host: opts.host } : {}), ...(opts.allowedHosts ? { allowedHosts: opts.allowedHosts } : {}), ...(opts.port !== undefined ? { port: opts.port } : {}) });
+    url = await server.listen({
+      ...(opts.host ? { host: opts.host } : {}),
+      ...(opts.allowedHosts ? { allowedHosts: opts.allowedHosts } : {}),
+      ...(opts.port !== undefined ? { port: opts.port } : {}),
+    });
   } catch (err) {
     await runtime.dispose();
     throw err;

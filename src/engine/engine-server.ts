@@ -6,7 +6,15 @@ import type { AddressInfo } from 'node:net';
 import { RequestGuard } from '../capture/request-guard.js';
 import { EventLoopLag, LabelledCounter, METRICS_CONTENT_TYPE, MetricsText } from '../capture/metrics.js';
 import type { ChatChoice, ChatResponse } from '../capture/types.js';
-import { chatRequestSchema, completionRequestSchema, describeIssues, detokenizeRequestSchema, EngineRequestError, tokenCompletionRequestSchema, tokenizeRequestSchema } from './chat-request.js';
+import {
+  chatRequestSchema,
+  completionRequestSchema,
+  describeIssues,
+  detokenizeRequestSchema,
+  EngineRequestError,
+  tokenCompletionRequestSchema,
+  tokenizeRequestSchema,
+} from './chat-request.js';
 import type { GeneratedToken, LlamaEngine } from './llama-engine.js';
 
 const MAX_BODY = 32 * 1024 * 1024;
@@ -43,7 +51,12 @@ export class EngineServer {
   private metrics(): string {
     const out = new MetricsText();
     out.metric('harness_lab_engine_requests_total', 'counter', 'Requests answered, by route and HTTP status', this.requests.samples());
-    out.metric('harness_lab_engine_requests_in_flight', 'gauge', 'Requests being answered (the model runs one at a time)', Math.max(0, this.inFlight - 1));
+    out.metric(
+      'harness_lab_engine_requests_in_flight',
+      'gauge',
+      'Requests being answered (the model runs one at a time)',
+      Math.max(0, this.inFlight - 1),
+    );
     this.lag.write(out, 'harness_lab_engine');
     return out.toString();
   }
@@ -154,7 +167,14 @@ export class EngineServer {
     const wantLogprobs = body.logprobs === true || (body.top_logprobs !== undefined && body.top_logprobs !== null);
     const asIds = body.return_tokens_as_token_ids === true;
     const chunk = (choice: Partial<ChatChoice> & { delta: unknown }, extra: Record<string, unknown> = {}) =>
-      sse(res, { id, object: 'chat.completion.chunk', created, model: this.engine.modelName, choices: [{ index: 0, logprobs: null, finish_reason: null, ...choice }], ...extra });
+      sse(res, {
+        id,
+        object: 'chat.completion.chunk',
+        created,
+        model: this.engine.modelName,
+        choices: [{ index: 0, logprobs: null, finish_reason: null, ...choice }],
+        ...extra,
+      });
     let progressive = false;
     let emitted = '';
     const ids: number[] = [];
@@ -181,7 +201,11 @@ export class EngineServer {
               emitted = text;
             }
           }
-          chunk({ delta, ...(wantLogprobs ? { logprobs: { content: [this.engine.logprobEntry(t, asIds)] } } : {}), ...(wantIds ? { token_ids: [t.id] } : {}) });
+          chunk({
+            delta,
+            ...(wantLogprobs ? { logprobs: { content: [this.engine.logprobEntry(t, asIds)] } } : {}),
+            ...(wantIds ? { token_ids: [t.id] } : {}),
+          });
         },
       });
     } catch (err) {
@@ -203,7 +227,8 @@ export class EngineServer {
       if (message.tool_calls?.length) delta.tool_calls = message.tool_calls.map((c, index) => ({ index, ...c }));
     }
     chunk({ delta, finish_reason: choice.finish_reason });
-    if (body.stream_options?.include_usage) sse(res, { id, object: 'chat.completion.chunk', created, model: this.engine.modelName, choices: [], usage: final.usage });
+    if (body.stream_options?.include_usage)
+      sse(res, { id, object: 'chat.completion.chunk', created, model: this.engine.modelName, choices: [], usage: final.usage });
     res.end('data: [DONE]\n\n');
   }
 
@@ -220,7 +245,16 @@ export class EngineServer {
 
 function errorBody(err: unknown): { status: number; body: unknown } {
   const status = err instanceof EngineRequestError ? err.status : 500;
-  const type = status === 404 ? 'NotFoundError' : status === 403 ? 'PermissionDeniedError' : status === 415 ? 'UnsupportedMediaTypeError' : status < 500 ? 'BadRequestError' : 'InternalServerError';
+  const type =
+    status === 404
+      ? 'NotFoundError'
+      : status === 403
+        ? 'PermissionDeniedError'
+        : status === 415
+          ? 'UnsupportedMediaTypeError'
+          : status < 500
+            ? 'BadRequestError'
+            : 'InternalServerError';
   const message = err instanceof Error ? err.message : String(err);
   return { status, body: { error: { message, type, param: err instanceof EngineRequestError ? err.param : null, code: status } } };
 }
@@ -250,7 +284,10 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
   }
 }
 
-function parse<T>(schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: import('zod').ZodError } }, value: unknown): T {
+function parse<T>(
+  schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: import('zod').ZodError } },
+  value: unknown,
+): T {
   const r = schema.safeParse(value);
   if (!r.success) throw new EngineRequestError(describeIssues(r.error), 400);
   return r.data;

@@ -108,13 +108,22 @@ export function buildFakeCompletion(request: ChatRequest, options: FakeEngineOpt
     type: 'function',
     function: { name: call.name, arguments: typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments) },
   }));
-  const message: ChatMessage = { role: 'assistant', content: answer.content ?? (toolCalls.length ? null : ''), reasoning: answer.reasoning ?? null };
+  const message: ChatMessage = {
+    role: 'assistant',
+    content: answer.content ?? (toolCalls.length ? null : ''),
+    reasoning: answer.reasoning ?? null,
+  };
   if (toolCalls.length) message.tool_calls = toolCalls;
   const finish = answer.finish_reason ?? (toolCalls.length ? 'tool_calls' : 'stop');
   const promptIds = fakeEncode(renderChatPrompt(request.messages, request.tools));
   const sampledIds = [...fakeEncode(renderAssistantBody(message)), FAKE_SPECIALS.imEnd];
   const id = `chatcmpl-${randomBytes(8).toString('hex')}`;
-  const usage = { prompt_tokens: promptIds.length, completion_tokens: sampledIds.length, total_tokens: promptIds.length + sampledIds.length, prompt_tokens_details: null };
+  const usage = {
+    prompt_tokens: promptIds.length,
+    completion_tokens: sampledIds.length,
+    total_tokens: promptIds.length + sampledIds.length,
+    prompt_tokens_details: null,
+  };
   const choice: JsonObject = { index: 0, message, finish_reason: finish, stop_reason: null };
   const body: JsonObject = { id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model, choices: [choice], usage };
   if (options.tokenFields === false) return body;
@@ -135,7 +144,12 @@ export function buildFakeCompletion(request: ChatRequest, options: FakeEngineOpt
           const altLogprob = k === 0 ? logprob : logprob - (1 + k) * gapScale;
           return { token: asIds ? `token_id:${altId}` : String.fromCharCode(altId & 0xff), logprob: altLogprob, bytes: tokenBytes(altId) };
         });
-        return { token: asIds ? `token_id:${tokenId}` : Buffer.from(tokenBytes(tokenId)).toString('utf8'), logprob, bytes: tokenBytes(tokenId), top_logprobs: alternatives };
+        return {
+          token: asIds ? `token_id:${tokenId}` : Buffer.from(tokenBytes(tokenId)).toString('utf8'),
+          logprob,
+          bytes: tokenBytes(tokenId),
+          top_logprobs: alternatives,
+        };
       }),
     };
   }
@@ -143,7 +157,12 @@ export function buildFakeCompletion(request: ChatRequest, options: FakeEngineOpt
 }
 
 /** A token-id prompt answered from the script, through the renderer: sampled ids, pseudo logprobs, finish. */
-function tokenAnswer(prompt: number[], maxTokens: number, renderer: Renderer, options: FakeEngineOptions): { ids: number[]; logprobs: number[]; finish: 'stop' | 'length'; text: string } {
+function tokenAnswer(
+  prompt: number[],
+  maxTokens: number,
+  renderer: Renderer,
+  options: FakeEngineOptions,
+): { ids: number[]; logprobs: number[]; finish: 'stop' | 'length'; text: string } {
   const conversation = parseChatMlPrompt(renderer.decode(prompt));
   if (!conversation) throw new Error('the token prompt is not in ChatML form');
   const request: ChatRequest = { messages: conversation.messages, ...(conversation.tools ? { tools: conversation.tools } : {}) };
@@ -151,26 +170,49 @@ function tokenAnswer(prompt: number[], maxTokens: number, renderer: Renderer, op
   const text = renderAssistantText({
     ...(answer.reasoning !== undefined ? { reasoning: answer.reasoning } : {}),
     ...(answer.content ? { content: answer.content } : {}),
-    toolCalls: (answer.tool_calls ?? []).map((c) => ({ name: c.name, arguments: (typeof c.arguments === 'string' ? JSON.parse(c.arguments) : c.arguments) as Record<string, unknown> })),
+    toolCalls: (answer.tool_calls ?? []).map((c) => ({
+      name: c.name,
+      arguments: (typeof c.arguments === 'string' ? JSON.parse(c.arguments) : c.arguments) as Record<string, unknown>,
+    })),
   });
   const full = [...renderer.encode(text), renderer.stopIds.includes(FAKE_SPECIALS.imEnd) ? FAKE_SPECIALS.imEnd : renderer.stopIds[0]!];
   const ids = full.slice(0, maxTokens);
-  return { ids, logprobs: ids.map((id, i) => pseudoLogprob(prompt.length, i, id)), finish: ids.length === full.length ? 'stop' : 'length', text };
+  return {
+    ids,
+    logprobs: ids.map((id, i) => pseudoLogprob(prompt.length, i, id)),
+    finish: ids.length === full.length ? 'stop' : 'length',
+    text,
+  };
 }
 
-const tokenPromptSchema = z.looseObject({ prompt: z.array(z.number().int().nonnegative()).min(1), max_tokens: z.number().int().nonnegative().optional() });
-const generateSchema = z.looseObject({ input_ids: z.array(z.number().int().nonnegative()).min(1), sampling_params: z.looseObject({ max_new_tokens: z.number().int().nonnegative().optional() }).optional() });
+const tokenPromptSchema = z.looseObject({
+  prompt: z.array(z.number().int().nonnegative()).min(1),
+  max_tokens: z.number().int().nonnegative().optional(),
+});
+const generateSchema = z.looseObject({
+  input_ids: z.array(z.number().int().nonnegative()).min(1),
+  sampling_params: z.looseObject({ max_new_tokens: z.number().int().nonnegative().optional() }).optional(),
+});
 
-async function handleTokenRoute(req: IncomingMessage, res: ServerResponse, options: FakeEngineOptions, model: string, tokenRequests: JsonObject[]): Promise<void> {
+async function handleTokenRoute(
+  req: IncomingMessage,
+  res: ServerResponse,
+  options: FakeEngineOptions,
+  model: string,
+  tokenRequests: JsonObject[],
+): Promise<void> {
   const renderer = options.renderer!;
   const limit = options.maxModelLen ?? 32768;
   const raw = JSON.parse(await readBody(req)) as JsonObject;
   tokenRequests.push(raw);
   const sglang = options.flavour === 'sglang';
   const parsed = sglang ? generateSchema.safeParse(raw) : tokenPromptSchema.safeParse(raw);
-  if (!parsed.success) return sendJson(res, 400, { object: 'error', message: parsed.error.issues[0]!.message, type: 'BadRequestError', code: 400 });
+  if (!parsed.success)
+    return sendJson(res, 400, { object: 'error', message: parsed.error.issues[0]!.message, type: 'BadRequestError', code: 400 });
   const prompt = sglang ? (raw.input_ids as number[]) : (raw.prompt as number[]);
-  const maxTokens = sglang ? ((raw.sampling_params as { max_new_tokens?: number } | undefined)?.max_new_tokens ?? 128) : ((raw.max_tokens as number | undefined) ?? 16);
+  const maxTokens = sglang
+    ? ((raw.sampling_params as { max_new_tokens?: number } | undefined)?.max_new_tokens ?? 128)
+    : ((raw.max_tokens as number | undefined) ?? 16);
   if (prompt.length + maxTokens > limit) {
     const message = `This model's maximum context length is ${limit} tokens. However, you requested ${prompt.length + maxTokens} tokens.`;
     return sendJson(res, 400, { object: 'error', message, type: 'BadRequestError', code: 400 });
@@ -199,21 +241,47 @@ async function handleTokenRoute(req: IncomingMessage, res: ServerResponse, optio
     text: answer.text,
     finish_reason: answer.finish,
     stop_reason: null,
-    logprobs: typeof raw.logprobs === 'number' ? { tokens: answer.ids.map(token), token_logprobs: answer.logprobs, top_logprobs: answer.ids.map((id, i) => ({ [token(id)]: answer.logprobs[i] })), text_offset: answer.ids.map(() => 0) } : null,
+    logprobs:
+      typeof raw.logprobs === 'number'
+        ? {
+            tokens: answer.ids.map(token),
+            token_logprobs: answer.logprobs,
+            top_logprobs: answer.ids.map((id, i) => ({ [token(id)]: answer.logprobs[i] })),
+            text_offset: answer.ids.map(() => 0),
+          }
+        : null,
   };
   if (withIds) {
     choice.token_ids = answer.ids;
     choice.prompt_token_ids = prompt;
   }
-  return sendJson(res, 200, { id: `cmpl-${randomBytes(6).toString('hex')}`, object: 'text_completion', created: Math.floor(Date.now() / 1000), model, choices: [choice], usage: { prompt_tokens: prompt.length, completion_tokens: answer.ids.length, total_tokens: prompt.length + answer.ids.length } });
+  return sendJson(res, 200, {
+    id: `cmpl-${randomBytes(6).toString('hex')}`,
+    object: 'text_completion',
+    created: Math.floor(Date.now() / 1000),
+    model,
+    choices: [choice],
+    usage: { prompt_tokens: prompt.length, completion_tokens: answer.ids.length, total_tokens: prompt.length + answer.ids.length },
+  });
 }
 
-async function handle(req: IncomingMessage, res: ServerResponse, options: FakeEngineOptions, model: string, requests: ChatRequest[], responses: JsonObject[], tokenRequests: JsonObject[]): Promise<void> {
+async function handle(
+  req: IncomingMessage,
+  res: ServerResponse,
+  options: FakeEngineOptions,
+  model: string,
+  requests: ChatRequest[],
+  responses: JsonObject[],
+  tokenRequests: JsonObject[],
+): Promise<void> {
   const url = req.url ?? '/';
   if (req.method === 'GET' && url === '/health') return sendJson(res, 200, { status: 'ok' });
   if (req.method === 'GET' && url.startsWith('/v1/models')) {
     const root = options.renderer ? { root: options.renderer.source } : {};
-    return sendJson(res, 200, { object: 'list', data: [{ id: model, object: 'model', owned_by: 'harness-lab-fake', max_model_len: options.maxModelLen ?? 32768, ...root }] });
+    return sendJson(res, 200, {
+      object: 'list',
+      data: [{ id: model, object: 'model', owned_by: 'harness-lab-fake', max_model_len: options.maxModelLen ?? 32768, ...root }],
+    });
   }
   if (options.renderer && options.flavour === 'sglang' && req.method === 'GET' && url === '/get_model_info') {
     return sendJson(res, 200, { model_path: options.renderer.source, tokenizer_path: options.renderer.source, is_generation: true });
@@ -240,12 +308,18 @@ async function handle(req: IncomingMessage, res: ServerResponse, options: FakeEn
       return sendJson(res, 400, { object: 'error', message: '`tools` must not be an empty array', type: 'BadRequestError', code: 400 });
     }
     if (request.stream_options !== undefined && request.stream !== true) {
-      return sendJson(res, 400, { object: 'error', message: 'Stream options can only be defined when `stream=True`.', type: 'BadRequestError', code: 400 });
+      return sendJson(res, 400, {
+        object: 'error',
+        message: 'Stream options can only be defined when `stream=True`.',
+        type: 'BadRequestError',
+        code: 400,
+      });
     }
     const failure = options.fail?.(request);
     const delay = thinkDelay(options.thinkMs);
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
-    if (failure) return sendJson(res, failure.status, { object: 'error', message: failure.message, type: 'BadRequestError', code: failure.status });
+    if (failure)
+      return sendJson(res, failure.status, { object: 'error', message: failure.message, type: 'BadRequestError', code: failure.status });
     const completion = buildFakeCompletion(request, options, model);
     responses.push(completion);
     if (request.stream === true) return streamCompletion(res, completion);
@@ -260,7 +334,9 @@ const ChatRequestSchema = z.looseObject({
     z.looseObject({
       role: z.enum(['system', 'user', 'assistant', 'tool', 'developer']),
       content: z.union([z.string(), z.array(ContentPartSchema), z.null()]).optional(),
-      tool_calls: z.array(z.looseObject({ id: z.string().optional(), function: z.looseObject({ name: z.string(), arguments: z.string() }) })).nullish(),
+      tool_calls: z
+        .array(z.looseObject({ id: z.string().optional(), function: z.looseObject({ name: z.string(), arguments: z.string() }) }))
+        .nullish(),
     }),
   ),
   tools: z.array(z.looseObject({ type: z.literal('function'), function: z.looseObject({ name: z.string() }) })).optional(),
@@ -279,9 +355,14 @@ function streamCompletion(res: ServerResponse, completion: JsonObject): void {
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
   const choice = (completion.choices as JsonObject[])[0] as JsonObject;
   const chunk = {
-    id: completion.id, object: 'chat.completion.chunk', created: completion.created, model: completion.model,
+    id: completion.id,
+    object: 'chat.completion.chunk',
+    created: completion.created,
+    model: completion.model,
     prompt_token_ids: completion.prompt_token_ids,
-    choices: [{ index: 0, delta: choice.message, logprobs: choice.logprobs, token_ids: choice.token_ids, finish_reason: choice.finish_reason }],
+    choices: [
+      { index: 0, delta: choice.message, logprobs: choice.logprobs, token_ids: choice.token_ids, finish_reason: choice.finish_reason },
+    ],
     usage: completion.usage,
   };
   res.write(`data: ${JSON.stringify(chunk)}\n\n`);

@@ -79,7 +79,8 @@ export function renderChatPrompt(messages: ChatMessage[], tools: unknown[] | und
   }
   for (const message of rest) {
     if (message.role === 'assistant') out += `<|im_start|>assistant\n${renderAssistantBody(message)}<|im_end|>\n`;
-    else if (message.role === 'tool') out += `<|im_start|>user\n<tool_response>\n${contentText(message.content)}\n</tool_response><|im_end|>\n`;
+    else if (message.role === 'tool')
+      out += `<|im_start|>user\n<tool_response>\n${contentText(message.content)}\n</tool_response><|im_end|>\n`;
     else out += `<|im_start|>${message.role}\n${contentText(message.content)}<|im_end|>\n`;
   }
   return `${out}<|im_start|>assistant\n`;

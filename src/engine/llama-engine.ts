@@ -5,7 +5,14 @@ import { randomBytes } from 'node:crypto';
 import type { ChatMessage, ChatResponse, ChatTool, LogprobEntry } from '../capture/types.js';
 import { parseAssistantOutput, renderAssistantText } from './assistant-output.js';
 import { ChatTemplate } from './chat-template.js';
-import { EngineRequestError, type CompletionRequest, type EngineChatRequest, type DetokenizeRequest, type TokenCompletionRequest, type TokenizeRequest } from './chat-request.js';
+import {
+  EngineRequestError,
+  type CompletionRequest,
+  type EngineChatRequest,
+  type DetokenizeRequest,
+  type TokenCompletionRequest,
+  type TokenizeRequest,
+} from './chat-request.js';
 import { ContextOverflowError, type LlamaRuntime } from './llama-runtime.js';
 import type { PolicyDecision, ScriptedPolicy } from './policy.js';
 import { parseChatMlPrompt } from './prompt-messages.js';
@@ -103,7 +110,12 @@ export class LlamaEngine {
     }
   }
 
-  renderPrompt(messages: ChatMessage[], tools: ChatTool[] | undefined, kwargs: Record<string, unknown> | undefined, addGenerationPrompt = true): string {
+  renderPrompt(
+    messages: ChatMessage[],
+    tools: ChatTool[] | undefined,
+    kwargs: Record<string, unknown> | undefined,
+    addGenerationPrompt = true,
+  ): string {
     if (!this.template) throw new EngineRequestError(`the model ${this.runtime.modelPath} has no chat template (tokenizer.chat_template)`);
     try {
       const { bos, eos } = this.runtime.specialTokenTexts;
@@ -149,12 +161,15 @@ export class LlamaEngine {
       events.onStart?.({ promptIds: plan.promptIds, parseToolCalls: plan.parseToolCalls, stop: plan.stop });
       try {
         const generated =
-          decision.kind === 'script'
-            ? await this.force(plan, renderAssistantText(decision), events)
-            : await this.sample(plan, rng, events);
+          decision.kind === 'script' ? await this.force(plan, renderAssistantText(decision), events) : await this.sample(plan, rng, events);
         return this.answer(req, plan, generated);
       } catch (err) {
-        if (err instanceof ContextOverflowError) throw new EngineRequestError(`This model's maximum context length is ${this.runtime.contextSize} tokens: ${err.message}`, 400, 'messages');
+        if (err instanceof ContextOverflowError)
+          throw new EngineRequestError(
+            `This model's maximum context length is ${this.runtime.contextSize} tokens: ${err.message}`,
+            400,
+            'messages',
+          );
         throw err;
       }
     });
@@ -175,7 +190,11 @@ export class LlamaEngine {
     const promptText = this.runtime.detokenize(promptIds, true);
     const limit = this.runtime.contextSize;
     if (promptIds.length >= limit) {
-      throw new EngineRequestError(`This model's maximum context length is ${limit} tokens. However, your request has ${promptIds.length} input tokens.`, 400, 'prompt');
+      throw new EngineRequestError(
+        `This model's maximum context length is ${limit} tokens. However, your request has ${promptIds.length} input tokens.`,
+        400,
+        'prompt',
+      );
     }
     // vLLM's default for completions is 16 tokens.
     const asked = req.max_tokens ?? 16;
@@ -192,7 +211,8 @@ export class LlamaEngine {
       promptText,
       sampling: { temperature: req.temperature ?? 1, topP: req.top_p ?? 1, topK: topK > 0 ? topK : 0, minP: req.min_p ?? 0 },
       maxTokens: asked,
-      stop: req.stop === undefined || req.stop === null ? [] : (Array.isArray(req.stop) ? req.stop : [req.stop]).filter((s) => s.length > 0),
+      stop:
+        req.stop === undefined || req.stop === null ? [] : (Array.isArray(req.stop) ? req.stop : [req.stop]).filter((s) => s.length > 0),
       wantLogprobs: req.logprobs !== undefined && req.logprobs !== null,
       topLogprobs: req.logprobs ?? 0,
       mode: req.logprobs_mode ?? this.logprobsMode,
@@ -208,9 +228,11 @@ export class LlamaEngine {
       const rng = req.seed !== undefined && req.seed !== null ? new Prng(req.seed) : new Prng(this.engineRng.nextUint32());
       let generated: Generated;
       try {
-        generated = decision.kind === 'script' ? await this.force(plan, renderAssistantText(decision), {}) : await this.sample(plan, rng, {});
+        generated =
+          decision.kind === 'script' ? await this.force(plan, renderAssistantText(decision), {}) : await this.sample(plan, rng, {});
       } catch (err) {
-        if (err instanceof ContextOverflowError) throw new EngineRequestError(`This model's maximum context length is ${limit} tokens: ${err.message}`, 400, 'prompt');
+        if (err instanceof ContextOverflowError)
+          throw new EngineRequestError(`This model's maximum context length is ${limit} tokens: ${err.message}`, 400, 'prompt');
         throw err;
       }
       return this.completionAnswer(req, plan, generated);
@@ -296,7 +318,8 @@ export class LlamaEngine {
         'max_tokens',
       );
     }
-    const stop = req.stop === undefined || req.stop === null ? [] : (Array.isArray(req.stop) ? req.stop : [req.stop]).filter((s) => s.length > 0);
+    const stop =
+      req.stop === undefined || req.stop === null ? [] : (Array.isArray(req.stop) ? req.stop : [req.stop]).filter((s) => s.length > 0);
     const topK = req.top_k ?? -1;
     return {
       promptIds,
@@ -369,10 +392,19 @@ export class LlamaEngine {
   scorePrompt(req: CompletionRequest): Promise<(Record<string, { logprob: number | null; rank: number; decoded_token: string }> | null)[]> {
     this.checkModel(req.model);
     const ids = req.prompt;
-    if (ids.length > this.runtime.contextSize) throw new EngineRequestError(`This model's maximum context length is ${this.runtime.contextSize} tokens. However, your request has ${ids.length} input tokens.`, 400, 'prompt');
+    if (ids.length > this.runtime.contextSize)
+      throw new EngineRequestError(
+        `This model's maximum context length is ${this.runtime.contextSize} tokens. However, your request has ${ids.length} input tokens.`,
+        400,
+        'prompt',
+      );
     const start = Math.min(Math.max(1, req.prompt_logprobs_start ?? 1), ids.length - 1);
     const topK = req.top_k ?? -1;
-    const plan = { sampling: { temperature: req.temperature ?? 1, topP: req.top_p ?? 1, topK: topK > 0 ? topK : 0, minP: req.min_p ?? 0 }, topLogprobs: req.prompt_logprobs, mode: req.logprobs_mode ?? this.logprobsMode };
+    const plan = {
+      sampling: { temperature: req.temperature ?? 1, topP: req.top_p ?? 1, topK: topK > 0 ? topK : 0, minP: req.min_p ?? 0 },
+      topLogprobs: req.prompt_logprobs,
+      mode: req.logprobs_mode ?? this.logprobsMode,
+    };
     return this.exclusive(async () => {
       const dists = await this.runtime.distributions(ids.slice(0, -1), start);
       const out: (Record<string, { logprob: number | null; rank: number; decoded_token: string }> | null)[] = new Array(start).fill(null);
@@ -380,7 +412,10 @@ export class LlamaEngine {
         const id = ids[start + k]!;
         const t = this.reported(plan, d, id);
         const entry: Record<string, { logprob: number | null; rank: number; decoded_token: string }> = {};
-        t.top.forEach((a, r) => (entry[String(a.id)] = { logprob: finiteLogprob(a.logprob), rank: r + 1, decoded_token: this.runtime.tokenText(a.id, true) }));
+        t.top.forEach(
+          (a, r) =>
+            (entry[String(a.id)] = { logprob: finiteLogprob(a.logprob), rank: r + 1, decoded_token: this.runtime.tokenText(a.id, true) }),
+        );
         entry[String(id)] = { logprob: finiteLogprob(t.logprob), rank: d.rank(id) + 1, decoded_token: this.runtime.tokenText(id, true) };
         out.push(entry);
       });

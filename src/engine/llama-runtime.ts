@@ -37,7 +37,9 @@ const DISTRIBUTIONS_PER_BATCH = 8;
 /** One process-wide llama.cpp instance: CPU only, prebuilt binary only, never a download or build. */
 export function getCpuLlama(): Promise<Llama> {
   llamaPromise ??= import('node-llama-cpp')
-    .then(({ getLlama, LlamaLogLevel }) => getLlama({ gpu: false, build: 'never', usePrebuiltBinaries: true, progressLogs: false, logLevel: LlamaLogLevel.error }))
+    .then(({ getLlama, LlamaLogLevel }) =>
+      getLlama({ gpu: false, build: 'never', usePrebuiltBinaries: true, progressLogs: false, logLevel: LlamaLogLevel.error }),
+    )
     .catch((err: unknown) => {
       llamaPromise = null;
       throw new Error(
@@ -200,9 +202,11 @@ export class LlamaRuntime {
     let at = keep;
     while (at < context.length) {
       const end = at < from - 1 ? from - 1 : Math.min(context.length, at + DISTRIBUTIONS_PER_BATCH);
-      const input = context.slice(at, Math.max(end, at + 1)).map(
-        (token, i): ControlledEvaluateInputItem => (at + i >= from - 1 ? [token as Token, { generateNext: { probabilities: true } }] : (token as Token)),
-      );
+      const input = context
+        .slice(at, Math.max(end, at + 1))
+        .map((token, i): ControlledEvaluateInputItem =>
+          at + i >= from - 1 ? [token as Token, { generateNext: { probabilities: true } }] : (token as Token),
+        );
       const results = await this.sequence.controlledEvaluate(input);
       for (let i = 0; i < input.length; i++) {
         if (at + i < from - 1) continue;

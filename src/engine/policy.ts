@@ -135,7 +135,9 @@ export class ScriptedPolicy {
   static load(fileOrName: string): ScriptedPolicy {
     const path = existsSync(fileOrName) ? resolve(fileOrName) : shippedPolicyPath(fileOrName);
     if (!path) {
-      throw new Error(`policy '${fileOrName}' is neither a file nor a shipped policy (${listShippedPolicies().join(', ') || 'none found'})`);
+      throw new Error(
+        `policy '${fileOrName}' is neither a file nor a shipped policy (${listShippedPolicies().join(', ') || 'none found'})`,
+      );
     }
     let json: unknown;
     try {
@@ -148,7 +150,11 @@ export class ScriptedPolicy {
 
   /** Whether some action draws between moves (`choose`): a group's rollouts can then differ. */
   get samples(): boolean {
-    const actions = [...(this.spec.turns ?? []), ...(this.spec.rules ?? []).map((r) => r.then), ...(this.spec.fallback ? [this.spec.fallback] : [])];
+    const actions = [
+      ...(this.spec.turns ?? []),
+      ...(this.spec.rules ?? []).map((r) => r.then),
+      ...(this.spec.fallback ? [this.spec.fallback] : []),
+    ];
     return actions.some((a) => typeof a === 'object' && 'choose' in a);
   }
 
@@ -188,7 +194,11 @@ function resolveAction(action: Action, tools: ChatTool[], random: () => number):
   for (const call of calls) {
     const tool = tools.find((t) => new RegExp(call.tool, 'i').test(t.function.name));
     if (!tool) return null;
-    toolCalls.push({ name: tool.function.name, arguments: callArguments(call, tool), ...(call.sampled_as ? { sampledAs: call.sampled_as } : {}) });
+    toolCalls.push({
+      name: tool.function.name,
+      arguments: callArguments(call, tool),
+      ...(call.sampled_as ? { sampledAs: call.sampled_as } : {}),
+    });
   }
   return { kind: 'script', reasoning: action.think, content: action.say, toolCalls };
 }

@@ -114,7 +114,8 @@ async function readQwenVocab(vocabBytes: Buffer) {
     await writeFile(file, vocabBytes);
     const { readGgufFileInfo } = await import('node-llama-cpp');
     const parsed = vocabSchema.safeParse(await readGgufFileInfo(file, { readTensorInfo: false }));
-    if (!parsed.success) throw new Error(`${VOCAB_PATH} in the llama.cpp bundle is not a byte-level BPE vocabulary: ${parsed.error.message}`);
+    if (!parsed.success)
+      throw new Error(`${VOCAB_PATH} in the llama.cpp bundle is not a byte-level BPE vocabulary: ${parsed.error.message}`);
     const ggml = parsed.data.metadata.tokenizer.ggml;
     const tokens = [...ggml.tokens];
     const types = [...ggml.token_type];
@@ -250,7 +251,12 @@ function buildWeights(seed: number, nVocab: number, chain: number[]): GgufTensor
       { name: `${p}attn_q.weight`, dims: [nEmbd, nHead * headDim], type: GgmlType.F32, data: projection(nHead * headDim, nEmbd, 0.3) },
       { name: `${p}attn_k.weight`, dims: [nEmbd, nHeadKv * headDim], type: GgmlType.F32, data: projection(nHeadKv * headDim, nEmbd, 0.3) },
       { name: `${p}attn_v.weight`, dims: [nEmbd, nHeadKv * headDim], type: GgmlType.F32, data: projection(nHeadKv * headDim, nEmbd, 0.3) },
-      { name: `${p}attn_output.weight`, dims: [nHead * headDim, nEmbd], type: GgmlType.F32, data: projection(nEmbd, nHead * headDim, 0.02, NOISE0) },
+      {
+        name: `${p}attn_output.weight`,
+        dims: [nHead * headDim, nEmbd],
+        type: GgmlType.F32,
+        data: projection(nEmbd, nHead * headDim, 0.02, NOISE0),
+      },
       { name: `${p}attn_q_norm.weight`, dims: [headDim], type: GgmlType.F32, data: ones(headDim) },
       { name: `${p}attn_k_norm.weight`, dims: [headDim], type: GgmlType.F32, data: ones(headDim) },
       { name: `${p}ffn_norm.weight`, dims: [nEmbd], type: GgmlType.F32, data: ones(nEmbd) },

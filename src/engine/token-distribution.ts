@@ -125,7 +125,8 @@ export class ProcessedDistribution {
   /** The `n` most likely tokens; past the truncation they carry -Infinity, as vLLM's processed top-n does. */
   top(n: number): TokenLogprob[] {
     const out: TokenLogprob[] = [];
-    for (let i = 0; i < Math.min(n, this.base.size); i++) out.push({ id: this.base.ids[i]!, logprob: i < this.kept ? this.scaled[i]! - this.lse : -Infinity });
+    for (let i = 0; i < Math.min(n, this.base.size); i++)
+      out.push({ id: this.base.ids[i]!, logprob: i < this.kept ? this.scaled[i]! - this.lse : -Infinity });
     return out;
   }
 

@@ -126,11 +126,16 @@ export type FailOnKey = (typeof FAIL_ON_KEYS)[number];
 
 export function parseFailOn(text: string): Partial<Record<FailOnKey, number>> {
   const out: Partial<Record<FailOnKey, number>> = {};
-  for (const part of text.split(',').map((p) => p.trim()).filter(Boolean)) {
+  for (const part of text
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean)) {
     const [key, value] = part.split('=', 2) as [string, string | undefined];
-    if (!(FAIL_ON_KEYS as readonly string[]).includes(key)) throw new Error(`--fail-on: unknown key '${key}'; keys: ${FAIL_ON_KEYS.join(', ')}`);
+    if (!(FAIL_ON_KEYS as readonly string[]).includes(key))
+      throw new Error(`--fail-on: unknown key '${key}'; keys: ${FAIL_ON_KEYS.join(', ')}`);
     const n = Number(value);
-    if (value === undefined || value.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1) throw new Error(`--fail-on: ${key} needs a share between 0 and 1, e.g. ${key}=0.25 (got '${value ?? ''}')`);
+    if (value === undefined || value.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1)
+      throw new Error(`--fail-on: ${key} needs a share between 0 and 1, e.g. ${key}=0.25 (got '${value ?? ''}')`);
     out[key as FailOnKey] = n;
   }
   return out;
@@ -144,7 +149,9 @@ export function failures(report: AuditReport, failOn: Partial<Record<FailOnKey, 
     'discarded-share': report.summary.discarded_share,
     'stale-share': report.summary.stale_share,
   };
-  return (Object.entries(failOn) as [FailOnKey, number][]).filter(([k, t]) => value[k] > t).map(([k, t]) => `${k} ${value[k].toFixed(3)} > ${t}`);
+  return (Object.entries(failOn) as [FailOnKey, number][])
+    .filter(([k, t]) => value[k] > t)
+    .map(([k, t]) => `${k} ${value[k].toFixed(3)} > ${t}`);
 }
 
 function toolCallsOf(calls: readonly CallRecord[]): number {
@@ -204,10 +211,24 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
           } catch (err) {
             if (!(err instanceof ExportContractError)) throw err;
             const index = err.callId === null ? null : (r.calls.find((c) => c.call_id === err.callId)?.index ?? null);
-            contractFailures.push({ rollout_id: id, group_id: g.group_id, session_id: err.sessionId, file: err.file, call_id: err.callId, index, problem: err.problem });
+            contractFailures.push({
+              rollout_id: id,
+              group_id: g.group_id,
+              session_id: err.sessionId,
+              file: err.file,
+              call_id: err.callId,
+              index,
+              problem: err.problem,
+            });
           }
           const session = sessionPolicyVersion(r.info.metadata);
-          for (const call of r.calls) perCall.push({ rollout_id: id, session_id: s.session_id!, call, version: callPolicyVersion(call, { session, rollout: s.policy_version, batch: manifest.policy_version }).version });
+          for (const call of r.calls)
+            perCall.push({
+              rollout_id: id,
+              session_id: s.session_id!,
+              call,
+              version: callPolicyVersion(call, { session, rollout: s.policy_version, batch: manifest.policy_version }).version,
+            });
         }
       }
       const h = (harnesses[s.harness] ??= { rollouts: 0, kept: 0, discarded: 0, mean_reward: null });
@@ -220,7 +241,20 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
         discarded++;
         h.discarded++;
       } else unfinished++;
-      return { rollout_id: id, member: s.member, state: s.state, class: s.class, reward: s.reward, kept: why === null, excluded: why?.reason ?? null, session_id: s.session_id, n_calls: nCalls, tool_calls: tools, behaviour, samples };
+      return {
+        rollout_id: id,
+        member: s.member,
+        state: s.state,
+        class: s.class,
+        reward: s.reward,
+        kept: why === null,
+        excluded: why?.reason ?? null,
+        session_id: s.session_id,
+        n_calls: nCalls,
+        tool_calls: tools,
+        behaviour,
+        samples,
+      };
     });
     const rewards = members.filter((m) => m.kept && m.reward !== null).map((m) => m.reward!);
     const keptN = members.filter((m) => m.kept).length;
@@ -248,7 +282,10 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
 
   const versions: Record<string, number> = {};
   for (const c of perCall) versions[c.version ?? 'unknown'] = (versions[c.version ?? 'unknown'] ?? 0) + 1;
-  const ordered = sortVersions([...Object.keys(versions).filter((v) => v !== 'unknown'), ...(manifest.policy_version ? [manifest.policy_version] : [])]);
+  const ordered = sortVersions([
+    ...Object.keys(versions).filter((v) => v !== 'unknown'),
+    ...(manifest.policy_version ? [manifest.policy_version] : []),
+  ]);
   const newest = [...ordered].reverse().find((v) => versionOrdinal(v) !== null) ?? null;
   const newestN = newest === null ? null : versionOrdinal(newest)!;
   const stale: StaleCall[] = [];
@@ -259,7 +296,15 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
       unversioned++;
       continue;
     }
-    if (newestN - n > maxStaleness) stale.push({ rollout_id: c.rollout_id, session_id: c.session_id, call_id: c.call.call_id, index: c.call.index, version: c.version!, behind: newestN - n });
+    if (newestN - n > maxStaleness)
+      stale.push({
+        rollout_id: c.rollout_id,
+        session_id: c.session_id,
+        call_id: c.call.call_id,
+        index: c.call.index,
+        version: c.version!,
+        behind: newestN - n,
+      });
   }
   const tc = Object.values(toolCalls);
   return {
@@ -281,11 +326,30 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
       stale_share: perCall.length ? stale.length / perCall.length : 0,
     },
     harnesses,
-    policy: { newest, max_staleness: maxStaleness, versions, calls: perCall.length, stale_calls: stale.length, unversioned_calls: unversioned, stale },
-    tool_calls: { per_rollout: toolCalls, mean: mean(tc), min: tc.length ? Math.min(...tc) : null, max: tc.length ? Math.max(...tc) : null },
-    behaviour: { batch: aggregateBehaviour(Object.values(behaviours).flat()), harnesses: Object.fromEntries(Object.entries(behaviours).map(([h, list]) => [h, aggregateBehaviour(list)])) },
+    policy: {
+      newest,
+      max_staleness: maxStaleness,
+      versions,
+      calls: perCall.length,
+      stale_calls: stale.length,
+      unversioned_calls: unversioned,
+      stale,
+    },
+    tool_calls: {
+      per_rollout: toolCalls,
+      mean: mean(tc),
+      min: tc.length ? Math.min(...tc) : null,
+      max: tc.length ? Math.max(...tc) : null,
+    },
+    behaviour: {
+      batch: aggregateBehaviour(Object.values(behaviours).flat()),
+      harnesses: Object.fromEntries(Object.entries(behaviours).map(([h, list]) => [h, aggregateBehaviour(list)])),
+    },
     contract: { checked_rollouts: contractChecked, failures: contractFailures },
-    samples: { batch: sumAccounts(Object.values(accounts).flat()), harnesses: Object.fromEntries(Object.entries(accounts).map(([h, list]) => [h, sumAccounts(list)])) },
+    samples: {
+      batch: sumAccounts(Object.values(accounts).flat()),
+      harnesses: Object.fromEntries(Object.entries(accounts).map(([h, list]) => [h, sumAccounts(list)])),
+    },
   };
 }
 
@@ -323,7 +387,9 @@ const fmt = (x: number | null, d = 3) => (x === null ? '-' : x.toFixed(d));
 
 export function formatAudit(r: AuditReport): string {
   const lines: string[] = [];
-  lines.push(`batch ${r.batch_id}: ${r.summary.rollouts} rollouts in ${r.summary.groups} groups of ${r.group_size}; kept ${r.summary.kept}, discarded ${r.summary.discarded}, unfinished ${r.summary.unfinished}`);
+  lines.push(
+    `batch ${r.batch_id}: ${r.summary.rollouts} rollouts in ${r.summary.groups} groups of ${r.group_size}; kept ${r.summary.kept}, discarded ${r.summary.discarded}, unfinished ${r.summary.unfinished}`,
+  );
   lines.push('');
   lines.push('group                 harness          kept/n  rewards                  mean    std     note');
   for (const g of r.groups) {
@@ -334,15 +400,33 @@ export function formatAudit(r: AuditReport): string {
     );
   }
   lines.push('');
-  lines.push(`no contrast: ${r.summary.groups_no_contrast.length} group(s)${r.summary.groups_no_contrast.length ? ` (${r.summary.groups_no_contrast.join(', ')})` : ''}; too small: ${r.summary.groups_too_small.length}`);
-  lines.push(`shares: no-contrast ${fmt(r.summary.no_contrast_share)}, no-signal ${fmt(r.summary.no_signal_share)}, discarded ${fmt(r.summary.discarded_share)}, stale ${fmt(r.summary.stale_share)}`);
-  lines.push(`harnesses: ${Object.entries(r.harnesses).map(([h, x]) => `${h} ${x.kept}/${x.rollouts} kept, mean reward ${fmt(x.mean_reward)}`).join('; ')}`);
-  lines.push(`policy versions: newest ${r.policy.newest ?? 'unknown'}, calls by version ${JSON.stringify(r.policy.versions)}; ${r.policy.stale_calls}/${r.policy.calls} call(s) more than ${r.policy.max_staleness} behind, ${r.policy.unversioned_calls} without an ordered version`);
-  for (const s of r.policy.stale.slice(0, 20)) lines.push(`  stale: rollout ${s.rollout_id} session ${s.session_id} call ${s.call_id} (index ${s.index}) version ${s.version}, ${s.behind} behind`);
+  lines.push(
+    `no contrast: ${r.summary.groups_no_contrast.length} group(s)${r.summary.groups_no_contrast.length ? ` (${r.summary.groups_no_contrast.join(', ')})` : ''}; too small: ${r.summary.groups_too_small.length}`,
+  );
+  lines.push(
+    `shares: no-contrast ${fmt(r.summary.no_contrast_share)}, no-signal ${fmt(r.summary.no_signal_share)}, discarded ${fmt(r.summary.discarded_share)}, stale ${fmt(r.summary.stale_share)}`,
+  );
+  lines.push(
+    `harnesses: ${Object.entries(r.harnesses)
+      .map(([h, x]) => `${h} ${x.kept}/${x.rollouts} kept, mean reward ${fmt(x.mean_reward)}`)
+      .join('; ')}`,
+  );
+  lines.push(
+    `policy versions: newest ${r.policy.newest ?? 'unknown'}, calls by version ${JSON.stringify(r.policy.versions)}; ${r.policy.stale_calls}/${r.policy.calls} call(s) more than ${r.policy.max_staleness} behind, ${r.policy.unversioned_calls} without an ordered version`,
+  );
+  for (const s of r.policy.stale.slice(0, 20))
+    lines.push(
+      `  stale: rollout ${s.rollout_id} session ${s.session_id} call ${s.call_id} (index ${s.index}) version ${s.version}, ${s.behind} behind`,
+    );
   if (r.policy.stale.length > 20) lines.push(`  ... ${r.policy.stale.length - 20} more (--json lists all)`);
   const broken = r.contract.failures;
-  lines.push(`capture contract: ${broken.length ? `${broken.length} of ${r.contract.checked_rollouts} kept rollout(s) break it; an export stops on them` : `every kept rollout (${r.contract.checked_rollouts}) holds it`}`);
-  for (const f of broken) lines.push(`  broken: rollout ${f.rollout_id} ${f.file}: session ${f.session_id}${f.call_id ? `, call ${f.call_id}` : ''}: ${f.problem}`);
+  lines.push(
+    `capture contract: ${broken.length ? `${broken.length} of ${r.contract.checked_rollouts} kept rollout(s) break it; an export stops on them` : `every kept rollout (${r.contract.checked_rollouts}) holds it`}`,
+  );
+  for (const f of broken)
+    lines.push(
+      `  broken: rollout ${f.rollout_id} ${f.file}: session ${f.session_id}${f.call_id ? `, call ${f.call_id}` : ''}: ${f.problem}`,
+    );
   lines.push(`tool calls per rollout: mean ${fmt(r.tool_calls.mean, 2)}, min ${r.tool_calls.min ?? '-'}, max ${r.tool_calls.max ?? '-'}`);
   lines.push(`samples (kept rollouts): ${formatTotals(r.samples.batch)}`);
   for (const [h, t] of Object.entries(r.samples.harnesses)) lines.push(`  ${h}: ${formatTotals(t)}`);

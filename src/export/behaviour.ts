@@ -55,7 +55,8 @@ export interface RolloutBehaviour {
 /** Rule F1: the Anthropic dialect turns a tool_result with is_error into this prefix. */
 const TOOL_ERROR_PREFIX = /^\s*\[Tool Error\]/;
 /** Rule F2: an exit status written by the harness or the tool ("[exit code 1]", "exit status: 2", "exit_code": 1). */
-const EXIT_STATUS = /\bexit(?:ed)?(?:[ _-]?with)?[ _-]?(?:code|status)["']?\s*[:=]?\s*(-?\d+|none|null)\b|\breturn ?code["']?\s*[:=]\s*(-?\d+)/gi;
+const EXIT_STATUS =
+  /\bexit(?:ed)?(?:[ _-]?with)?[ _-]?(?:code|status)["']?\s*[:=]?\s*(-?\d+|none|null)\b|\breturn ?code["']?\s*[:=]\s*(-?\d+)/gi;
 /** Rule F3: error markers at the start of a line, or the shell's and the OS's own failure texts. */
 const ERROR_MARKERS = [
   /^\s*(?:error|fatal|panic)\b[:!\s]/im,
@@ -72,24 +73,31 @@ export function toolResultOutcome(text: string): { outcome: Exclude<ToolOutcome,
   if (TOOL_ERROR_PREFIX.test(text)) return { outcome: 'failed', why: 'F1 tool error flag' };
   let last: string | null = null;
   for (const m of text.matchAll(EXIT_STATUS)) last = (m[1] ?? m[2] ?? '').toLowerCase();
-  if (last !== null) return last === '0' ? { outcome: 'ok', why: 'F2 exit status 0' } : { outcome: 'failed', why: `F2 exit status ${last}` };
+  if (last !== null)
+    return last === '0' ? { outcome: 'ok', why: 'F2 exit status 0' } : { outcome: 'failed', why: `F2 exit status ${last}` };
   for (const re of ERROR_MARKERS) if (re.test(text)) return { outcome: 'failed', why: `F3 error marker ${re.source}` };
   return { outcome: 'ok', why: 'F4 no failure marker' };
 }
 
 function messageText(content: ChatMessage['content'] | unknown): string {
   if (typeof content === 'string') return content;
-  if (Array.isArray(content)) return content.map((p) => (p && typeof p === 'object' && typeof (p as { text?: unknown }).text === 'string' ? (p as { text: string }).text : '')).join('');
+  if (Array.isArray(content))
+    return content
+      .map((p) => (p && typeof p === 'object' && typeof (p as { text?: unknown }).text === 'string' ? (p as { text: string }).text : ''))
+      .join('');
   return '';
 }
 
-const SHELL_TOOL = /^(bash|shell|sh|exec|execute|exec_command|shell_command|run|run_command|run_shell_command|terminal|command|local_shell|container\.exec)$/i;
+const SHELL_TOOL =
+  /^(bash|shell|sh|exec|execute|exec_command|shell_command|run|run_command|run_shell_command|terminal|command|local_shell|container\.exec)$/i;
 const WRITE_TOOL = /write|edit|create|patch|apply|replace|insert|str_replace|delete|move|rename/i;
 const READ_TOOL = /^(read|read_file|readfile|view|open|cat|open_file|read_many_files)$/i;
 /** A shell command that changes files (redirection into a file, in-place edits, file operations). */
-const WRITE_COMMAND = /(^|[^0-9&])>>?\s*[^&\s|]|\bsed\s+(-[a-zA-Z]*i|--in-place)|\btee\b|\b(mv|cp|rm|touch|mkdir|patch|truncate|chmod|install)\s|\bgit\s+(apply|checkout|restore|commit)\b|\bpython3?\s+-c\b.*\bopen\([^)]*['"]w/;
+const WRITE_COMMAND =
+  /(^|[^0-9&])>>?\s*[^&\s|]|\bsed\s+(-[a-zA-Z]*i|--in-place)|\btee\b|\b(mv|cp|rm|touch|mkdir|patch|truncate|chmod|install)\s|\bgit\s+(apply|checkout|restore|commit)\b|\bpython3?\s+-c\b.*\bopen\([^)]*['"]w/;
 /** A shell command that runs tests or the program's own check. */
-const TEST_COMMAND = /\b(pytest|py\.test|unittest|tox|nox|jest|vitest|mocha|go\s+test|cargo\s+test|npm\s+(run\s+)?test|yarn\s+test|pnpm\s+test|make\s+(test|check)|ctest|rspec|phpunit|bats|node\s+--test|tsx\s+--test|mvn\s+test|gradle\s+test)\b|(^|[;&|]\s*|\s)(\.\/)?(tests?|run_tests?|check)(\.sh)?(\s|$)/;
+const TEST_COMMAND =
+  /\b(pytest|py\.test|unittest|tox|nox|jest|vitest|mocha|go\s+test|cargo\s+test|npm\s+(run\s+)?test|yarn\s+test|pnpm\s+test|make\s+(test|check)|ctest|rspec|phpunit|bats|node\s+--test|tsx\s+--test|mvn\s+test|gradle\s+test)\b|(^|[;&|]\s*|\s)(\.\/)?(tests?|run_tests?|check)(\.sh)?(\s|$)/;
 /** Interpreters: `bash sum.sh`, `python3 app.py`, ... run a file (a changed one, for rule V3 run). */
 const INTERPRETER = /^(bash|sh|zsh|python3?|node|tsx|ruby|perl|php|deno)$/;
 /** A shell command that reads a file back. */
@@ -132,7 +140,8 @@ function pathsOf(args: Record<string, unknown>, command: string | null): Set<str
     const v = args[k];
     if (typeof v === 'string' && v) out.add(v.replace(/^\.\//, ''));
   }
-  if (command) for (const w of command.split(/[\s;|&<>'"()]+/)) if (/[./]/.test(w) && !/^-/.test(w) && w.length > 1) out.add(w.replace(/^\.\//, ''));
+  if (command)
+    for (const w of command.split(/[\s;|&<>'"()]+/)) if (/[./]/.test(w) && !/^-/.test(w) && w.length > 1) out.add(w.replace(/^\.\//, ''));
   return out;
 }
 
@@ -140,7 +149,10 @@ function pathsOf(args: Record<string, unknown>, command: string | null): Set<str
  * The main agent path: the agent sequence with the most calls (the harness's own loop; subagents and
  * side calls are auxiliary). Without sequences, every answered call in arrival order.
  */
-export function mainPath(doc: { calls: readonly CallRecord[]; sequences?: readonly { role: string; node_ids: readonly string[] }[] }): CallRecord[] {
+export function mainPath(doc: {
+  calls: readonly CallRecord[];
+  sequences?: readonly { role: string; node_ids: readonly string[] }[];
+}): CallRecord[] {
   const byId = new Map(doc.calls.map((c) => [c.call_id, c]));
   const agents = (doc.sequences ?? []).filter((s) => s.role === 'agent');
   if (agents.length) {
@@ -156,16 +168,24 @@ export function mainPath(doc: { calls: readonly CallRecord[]; sequences?: readon
  */
 function toolResults(path: readonly CallRecord[], atif: AtifTrajectory | null | undefined): Map<string, string> {
   const out = new Map<string, string>();
-  for (const c of path) for (const m of c.engine_request?.messages ?? []) if (m.role === 'tool' && m.tool_call_id && !out.has(m.tool_call_id)) out.set(m.tool_call_id, messageText(m.content));
+  for (const c of path)
+    for (const m of c.engine_request?.messages ?? [])
+      if (m.role === 'tool' && m.tool_call_id && !out.has(m.tool_call_id)) out.set(m.tool_call_id, messageText(m.content));
   for (const step of atif?.steps ?? [])
     for (const r of step.observation?.results ?? []) {
       if (!r.source_call_id || out.has(r.source_call_id)) continue;
-      out.set(r.source_call_id, typeof r.content === 'string' ? r.content : (r.content ?? []).map((p) => (p.type === 'text' ? p.text : '')).join(''));
+      out.set(
+        r.source_call_id,
+        typeof r.content === 'string' ? r.content : (r.content ?? []).map((p) => (p.type === 'text' ? p.text : '')).join(''),
+      );
     }
   return out;
 }
 
-export function rolloutBehaviour(doc: { calls: readonly CallRecord[]; sequences?: readonly { role: string; node_ids: readonly string[] }[] }, atif?: AtifTrajectory | null): RolloutBehaviour {
+export function rolloutBehaviour(
+  doc: { calls: readonly CallRecord[]; sequences?: readonly { role: string; node_ids: readonly string[] }[] },
+  atif?: AtifTrajectory | null,
+): RolloutBehaviour {
   const path = mainPath(doc);
   const results = toolResults(path, atif);
   const facts: ToolCallFact[] = [];
@@ -180,8 +200,28 @@ export function rolloutBehaviour(doc: { calls: readonly CallRecord[]; sequences?
       const result = results.get(tc.id);
       const decided = result === undefined ? { outcome: 'unknown' as const, why: 'R3 no tool result seen' } : toolResultOutcome(result);
       const mutates = command !== null ? WRITE_COMMAND.test(command) : WRITE_TOOL.test(name) && !READ_TOOL.test(name);
-      const check: ToolCallFact['check'] = command !== null ? (TEST_COMMAND.test(command) ? 'test' : READ_COMMAND.test(command) && !mutates ? 'read_back' : null) : READ_TOOL.test(name) ? 'read_back' : null;
-      facts.push({ turn, call_id: c.call_id, tool_call_id: tc.id, name, arguments: argText, command, outcome: decided.outcome, why: decided.why, mutates, check });
+      const check: ToolCallFact['check'] =
+        command !== null
+          ? TEST_COMMAND.test(command)
+            ? 'test'
+            : READ_COMMAND.test(command) && !mutates
+              ? 'read_back'
+              : null
+          : READ_TOOL.test(name)
+            ? 'read_back'
+            : null;
+      facts.push({
+        turn,
+        call_id: c.call_id,
+        tool_call_id: tc.id,
+        name,
+        arguments: argText,
+        command,
+        outcome: decided.outcome,
+        why: decided.why,
+        mutates,
+        check,
+      });
     }
   });
 
@@ -195,12 +235,14 @@ export function rolloutBehaviour(doc: { calls: readonly CallRecord[]; sequences?
 
   // Self-verification (rules V1-V4): after the last change, before the final answer, the work is checked.
   const last = path[path.length - 1];
-  const finalAnswer = last !== undefined && (last.engine_response?.choices?.[0]?.message?.tool_calls?.length ?? 0) === 0 && last.engine_response !== null;
+  const finalAnswer =
+    last !== undefined && (last.engine_response?.choices?.[0]?.message?.tool_calls?.length ?? 0) === 0 && last.engine_response !== null;
   let verification: RolloutBehaviour['verification'] = null;
   if (finalAnswer) {
     const lastWrite = facts.map((f) => f.mutates).lastIndexOf(true);
     const written = new Set<string>();
-    for (const f of facts.slice(0, lastWrite + 1)) if (f.mutates) for (const p of pathsOf(parseArgs(f.arguments), f.command)) written.add(p);
+    for (const f of facts.slice(0, lastWrite + 1))
+      if (f.mutates) for (const p of pathsOf(parseArgs(f.arguments), f.command)) written.add(p);
     const change = facts[lastWrite];
     // V4: a compound command that checks after its own last change (`sed -i ... && bash sum.sh 2 3`).
     if (change?.command && change.outcome !== 'unknown') {
@@ -217,7 +259,12 @@ export function rolloutBehaviour(doc: { calls: readonly CallRecord[]; sequences?
     }
     for (const f of verification ? [] : facts.slice(lastWrite + 1)) {
       if (f.outcome === 'unknown') continue;
-      const kind = f.command !== null ? shellCheck(f.command, written) : f.check === 'read_back' && [...pathsOf(parseArgs(f.arguments), null)].some((p) => written.has(p)) ? 'read_back' : null;
+      const kind =
+        f.command !== null
+          ? shellCheck(f.command, written)
+          : f.check === 'read_back' && [...pathsOf(parseArgs(f.arguments), null)].some((p) => written.has(p))
+            ? 'read_back'
+            : null;
       if (kind) {
         verification = { turn: f.turn, name: f.name, kind };
         break;

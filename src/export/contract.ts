@@ -32,11 +32,13 @@ export function callContractProblem(call: CallRecord): string | null {
   if (completion.length === 0) return null;
   const lps = call.logprobs as unknown;
   if (!Array.isArray(lps)) return `${where} missing logprobs for ${completion.length} completion tokens`;
-  if (lps.length !== completion.length) return `${where} mask length mismatch: ${lps.length} logprobs for ${completion.length} completion tokens`;
+  if (lps.length !== completion.length)
+    return `${where} mask length mismatch: ${lps.length} logprobs for ${completion.length} completion tokens`;
   for (let i = 0; i < lps.length; i++) {
     const lp: unknown = lps[i];
     // NaN does not survive JSON: it is written as null.
-    if (typeof lp !== 'number' || !Number.isFinite(lp)) return `${where} NaN or non-finite logprob at completion position ${i} (${JSON.stringify(lp)})`;
+    if (typeof lp !== 'number' || !Number.isFinite(lp))
+      return `${where} NaN or non-finite logprob at completion position ${i} (${JSON.stringify(lp)})`;
     if (lp > 0) return `${where} positive logprob ${lp} at completion position ${i}`;
   }
   // Token-in records carry a digest of their tokens as the proxy recorded them: a stored record whose
@@ -57,12 +59,25 @@ export function checkCalls(file: string, sessionId: string, calls: Iterable<Call
 }
 
 /** A row's own alignment: ids, mask and logprobs of equal length, masks 0/1, masked logprobs 0. */
-export function checkAligned(file: string, sessionId: string, what: string, ids: readonly number[], mask: readonly number[], logprobs: readonly number[]): void {
+export function checkAligned(
+  file: string,
+  sessionId: string,
+  what: string,
+  ids: readonly number[],
+  mask: readonly number[],
+  logprobs: readonly number[],
+): void {
   if (ids.length !== mask.length || ids.length !== logprobs.length) {
-    throw new ExportContractError(file, sessionId, null, `${what}: mask length mismatch (${ids.length} ids, ${mask.length} mask, ${logprobs.length} logprobs)`);
+    throw new ExportContractError(
+      file,
+      sessionId,
+      null,
+      `${what}: mask length mismatch (${ids.length} ids, ${mask.length} mask, ${logprobs.length} logprobs)`,
+    );
   }
   for (let i = 0; i < mask.length; i++) {
     if (mask[i] !== 0 && mask[i] !== 1) throw new ExportContractError(file, sessionId, null, `${what}: mask value ${mask[i]} at ${i}`);
-    if (mask[i] === 0 && logprobs[i] !== 0) throw new ExportContractError(file, sessionId, null, `${what}: masked position ${i} carries logprob ${logprobs[i]}`);
+    if (mask[i] === 0 && logprobs[i] !== 0)
+      throw new ExportContractError(file, sessionId, null, `${what}: masked position ${i} carries logprob ${logprobs[i]}`);
   }
 }

@@ -5,9 +5,27 @@ import { writeJsonAtomic } from '../batch/state.js';
 import { assertTrainable } from '../capture/rollout.js';
 import { JsonlWriter } from './jsonl-writer.js';
 import { sortVersions } from './policy-version.js';
-import { assertTrainingCapture, rolloutFacts, trainingTraceLine, trlRow, verlRows, type AuxiliaryPath, type Built, type RolloutFacts } from './rows.js';
+import {
+  assertTrainingCapture,
+  rolloutFacts,
+  trainingTraceLine,
+  trlRow,
+  verlRows,
+  type AuxiliaryPath,
+  type Built,
+  type RolloutFacts,
+} from './rows.js';
 import { ExportContractError } from './contract.js';
-import { planBatch, planRollouts, planSession, readRollout, type DroppedRollout, type ExportPlan, type RolloutUnit, type UnitGroup } from './source.js';
+import {
+  planBatch,
+  planRollouts,
+  planSession,
+  readRollout,
+  type DroppedRollout,
+  type ExportPlan,
+  type RolloutUnit,
+  type UnitGroup,
+} from './source.js';
 import type { StoredRollout } from '../capture/rollout-file.js';
 import type { TrainingTrace } from '../capture/trace.js';
 import type { BatchManifest } from '../batch/state.js';
@@ -15,7 +33,8 @@ import type { BatchManifest } from '../batch/state.js';
 export type ExportFormat = 'trainingtrace' | 'trl' | 'verl' | 'paths' | 'collected';
 export const EXPORT_MANIFEST_SCHEMA_VERSION = 1;
 
-export type ExportSource = { kind: 'batch'; dir: string } | { kind: 'session'; dataDir: string; sessionId: string } | { kind: 'rollouts'; dir: string };
+export type ExportSource =
+  { kind: 'batch'; dir: string } | { kind: 'session'; dataDir: string; sessionId: string } | { kind: 'rollouts'; dir: string };
 
 export interface ExportOptions {
   format: ExportFormat;
@@ -40,7 +59,14 @@ export interface ExportManifest {
   file: string;
   created_at: string;
   source: { kind: ExportSource['kind']; path: string };
-  batch: { batch_id: string; group_size: number; harnesses: string[]; n_groups: number; n_rollouts: number; policy_version: string | null } | null;
+  batch: {
+    batch_id: string;
+    group_size: number;
+    harnesses: string[];
+    n_groups: number;
+    n_rollouts: number;
+    policy_version: string | null;
+  } | null;
   /** The batch's pinned sampling, else every distinct sampling the exported calls were sent with. */
   sampling: { pinned: Record<string, number> | null; observed: Record<string, unknown>[] };
   policy_versions: { present: string[]; newest: string | null; calls_by_version: Record<string, number> };
@@ -73,7 +99,11 @@ type AnyRow = { trainable_tokens: number; value: unknown };
 const ones = (mask: readonly number[]) => mask.reduce((a, b) => a + b, 0);
 
 /** Why a whole group stays out, or null; `kept` are the members whose rows were built. */
-type GroupRule = (kept: readonly { unit: RolloutUnit }[], group: UnitGroup, opts: ExportOptions) => { reason: string; detail: string } | null;
+type GroupRule = (
+  kept: readonly { unit: RolloutUnit }[],
+  group: UnitGroup,
+  opts: ExportOptions,
+) => { reason: string; detail: string } | null;
 
 /** One export format: what it needs, how a rollout becomes rows, and when a group is kept. */
 interface FormatSpec {
@@ -95,7 +125,9 @@ const fewerThan =
   (what: string): GroupRule =>
   (kept, _g, opts) => {
     const min = opts.minGroupSize ?? 2;
-    return kept.length < min ? { reason: 'too_few_members', detail: `${kept.length} ${what} member(s), fewer than ${min}: no group baseline` } : null;
+    return kept.length < min
+      ? { reason: 'too_few_members', detail: `${kept.length} ${what} member(s), fewer than ${min}: no group baseline` }
+      : null;
   };
 
 /** `paths`: the lab's own per-path TrainingTrace (docs/training-trace.md), every path of the rollout. */
@@ -140,7 +172,10 @@ export const EXPORT_FORMAT_SPECS: Record<ExportFormat, FormatSpec> = {
     groupRules: [
       (kept, g) =>
         kept.length !== g.expected
-          ? { reason: 'incomplete_group', detail: `${kept.length} of ${g.expected} members exportable; TRL views rewards as (-1, num_generations), so a group must have exactly ${g.expected} rows` }
+          ? {
+              reason: 'incomplete_group',
+              detail: `${kept.length} of ${g.expected} members exportable; TRL views rewards as (-1, num_generations), so a group must have exactly ${g.expected} rows`,
+            }
           : null,
       noContrast,
     ],
@@ -164,7 +199,9 @@ export const EXPORT_FORMAT_SPECS: Record<ExportFormat, FormatSpec> = {
     rowsPerGroupIsSize: false,
     rows: (r, unit, _facts, manifest) => {
       assertTrainingCapture(r);
-      const rows = r.doc.traces.filter((t) => t.trainable).map((t) => ({ trainable_tokens: t.n_trainable, value: collectedLine(manifest!, unit, t) }));
+      const rows = r.doc.traces
+        .filter((t) => t.trainable)
+        .map((t) => ({ trainable_tokens: t.n_trainable, value: collectedLine(manifest!, unit, t) }));
       return { ok: true, rows, auxiliary: [], calls: [...r.calls] };
     },
     groupRules: [
@@ -197,7 +234,19 @@ export interface CollectedLine {
 
 function collectedLine(manifest: BatchManifest, u: RolloutUnit, trace: TrainingTrace): CollectedLine {
   const { rollout_id, group_id, member, task, harness, class: cls, reward, policy_version } = u;
-  return { batch_id: manifest.batch_id, group_id, rollout_id, member, task, harness, class: cls, reward, policy_version, sampling: manifest.sampling, trace };
+  return {
+    batch_id: manifest.batch_id,
+    group_id,
+    rollout_id,
+    member,
+    task,
+    harness,
+    class: cls,
+    reward,
+    policy_version,
+    sampling: manifest.sampling,
+    trace,
+  };
 }
 
 const bump = (m: Record<string, number>, k: string, n = 1) => {
@@ -208,7 +257,9 @@ export async function runExport(opts: ExportOptions): Promise<ExportManifest> {
   const { format, source, out } = opts;
   const spec = EXPORT_FORMAT_SPECS[format];
   if (spec.needsBatch && source.kind !== 'batch') {
-    throw new ExportUsageError(`--format ${format} needs --batch DIR: its rows carry the verifier's reward and the GRPO group, which only a batch has (use --format trainingtrace for a session or a directory of rollouts)`);
+    throw new ExportUsageError(
+      `--format ${format} needs --batch DIR: its rows carry the verifier's reward and the GRPO group, which only a batch has (use --format trainingtrace for a session or a directory of rollouts)`,
+    );
   }
   const plan = sourcePlan(source);
   const manifest = plan.manifest;
@@ -223,12 +274,30 @@ export async function runExport(opts: ExportOptions): Promise<ExportManifest> {
     created_at: new Date().toISOString(),
     source: { kind: source.kind, path: source.kind === 'session' ? source.dataDir : source.dir },
     batch: manifest
-      ? { batch_id: manifest.batch_id, group_size: manifest.group_size, harnesses: manifest.harnesses, n_groups: manifest.groups.length, n_rollouts: manifest.groups.reduce((a, g) => a + g.rollout_ids.length, 0), policy_version: manifest.policy_version }
+      ? {
+          batch_id: manifest.batch_id,
+          group_size: manifest.group_size,
+          harnesses: manifest.harnesses,
+          n_groups: manifest.groups.length,
+          n_rollouts: manifest.groups.reduce((a, g) => a + g.rollout_ids.length, 0),
+          policy_version: manifest.policy_version,
+        }
       : null,
     sampling: { pinned: manifest ? { ...manifest.sampling } : null, observed: [] },
     policy_versions: { present: [], newest: null, calls_by_version: {} },
-    grouping: manifest ? { key: spec.groupKey, rows_per_group: spec.rowsPerGroupIsSize ? manifest.group_size : null, consecutive: true } : null,
-    counts: { rows: 0, rollouts_kept: 0, rollouts_dropped: {}, groups_kept: 0, groups_dropped: {}, calls: 0, trainable_tokens: 0, bytes: 0 },
+    grouping: manifest
+      ? { key: spec.groupKey, rows_per_group: spec.rowsPerGroupIsSize ? manifest.group_size : null, consecutive: true }
+      : null,
+    counts: {
+      rows: 0,
+      rollouts_kept: 0,
+      rollouts_dropped: {},
+      groups_kept: 0,
+      groups_dropped: {},
+      calls: 0,
+      trainable_tokens: 0,
+      bytes: 0,
+    },
     dropped_rollouts: [],
     dropped_groups: [],
     auxiliary_paths: [],
@@ -263,7 +332,13 @@ export async function runExport(opts: ExportOptions): Promise<ExportManifest> {
         const facts = rolloutFacts(r, unit, manifest?.policy_version ?? null);
         const built = spec.rows(r, unit, facts, manifest);
         if (!built.ok) {
-          dropRollout({ rollout_id: unit.rollout_id, group_id: unit.group_id, session_id: r.info.session_id, reason: built.reason, detail: built.detail });
+          dropRollout({
+            rollout_id: unit.rollout_id,
+            group_id: unit.group_id,
+            session_id: r.info.session_id,
+            reason: built.reason,
+            detail: built.detail,
+          });
           continue;
         }
         const k: Kept = {
@@ -286,7 +361,14 @@ export async function runExport(opts: ExportOptions): Promise<ExportManifest> {
       if (drop) {
         m.dropped_groups.push({ group_id: gid, ...drop, members: kept.length });
         bump(m.counts.groups_dropped, drop.reason);
-        for (const k of kept) dropRollout({ rollout_id: k.unit.rollout_id, group_id: gid, session_id: k.unit.session_id, reason: `group_${drop.reason}`, detail: null });
+        for (const k of kept)
+          dropRollout({
+            rollout_id: k.unit.rollout_id,
+            group_id: gid,
+            session_id: k.unit.session_id,
+            reason: `group_${drop.reason}`,
+            detail: null,
+          });
         continue;
       }
       for (const k of kept) await flush(k);

@@ -30,7 +30,10 @@ export class JsonlWriter {
     // Wait for the buffer to drain, or fail with the stream; drop both listeners either way.
     const done = new AbortController();
     try {
-      await Promise.race([once(this.stream, 'drain', { signal: done.signal }), once(this.stream, 'error', { signal: done.signal }).then(([e]) => Promise.reject(e as Error))]);
+      await Promise.race([
+        once(this.stream, 'drain', { signal: done.signal }),
+        once(this.stream, 'error', { signal: done.signal }).then(([e]) => Promise.reject(e as Error)),
+      ]);
     } finally {
       done.abort();
     }

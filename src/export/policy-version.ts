@@ -27,7 +27,10 @@ export function sessionPolicyVersion(metadata: JsonObject | undefined): string |
   return asVersion(metadata?.[POLICY_VERSION_METADATA_KEY]);
 }
 
-export function callPolicyVersion(call: Pick<CallRecord, 'request'>, fallbacks: { session?: string | null; rollout?: string | null; batch?: string | null }): CallPolicyVersion {
+export function callPolicyVersion(
+  call: Pick<CallRecord, 'request'>,
+  fallbacks: { session?: string | null; rollout?: string | null; batch?: string | null },
+): CallPolicyVersion {
   const header = asVersion(call.request?.headers?.[POLICY_VERSION_HEADER]);
   if (header !== null) return { version: header, source: 'header' };
   if (fallbacks.session) return { version: fallbacks.session, source: 'session' };

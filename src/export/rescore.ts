@@ -38,7 +38,14 @@ export interface RescoreReport {
   calls: RescoredCall[];
   /** Calls that were not rescored, with why. */
   skipped: { call_id: string; reason: string }[];
-  summary: { calls: number; tokens: number; mean_ratio: number | null; share_past: number | null; mean_abs_log_ratio: number | null; max_abs_log_ratio: number | null };
+  summary: {
+    calls: number;
+    tokens: number;
+    mean_ratio: number | null;
+    share_past: number | null;
+    mean_abs_log_ratio: number | null;
+    max_abs_log_ratio: number | null;
+  };
 }
 
 export class RescoreError extends Error {
@@ -73,11 +80,23 @@ function samplingOf(c: CallRecord): Record<string, number> {
 async function scoreCall(c: CallRecord, engineUrl: string, model: string | null): Promise<(number | null)[]> {
   const prompt = c.prompt_token_ids!;
   const sampled = c.completion_token_ids!;
-  const body = { ...(model ? { model } : {}), prompt: [...prompt, ...sampled], max_tokens: 1, prompt_logprobs: 0, prompt_logprobs_start: prompt.length, ...samplingOf(c) };
+  const body = {
+    ...(model ? { model } : {}),
+    prompt: [...prompt, ...sampled],
+    max_tokens: 1,
+    prompt_logprobs: 0,
+    prompt_logprobs_start: prompt.length,
+    ...samplingOf(c),
+  };
   const url = `${normaliseEngineUrl(engineUrl)}/v1/completions`;
   let res: Response;
   try {
-    res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(600_000) });
+    res = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(600_000),
+    });
   } catch (err) {
     throw new RescoreError(`${url}: ${(err as Error).message}`);
   }
@@ -90,11 +109,15 @@ async function scoreCall(c: CallRecord, engineUrl: string, model: string | null)
     throw new RescoreError(`${url}: not a completions answer with prompt_logprobs (${(err as Error).message.slice(0, 300)})`);
   }
   const lps = parsed.choices[0]!.prompt_logprobs ?? parsed.prompt_logprobs;
-  if (!lps || lps.length !== prompt.length + sampled.length) throw new RescoreError(`${url}: prompt_logprobs has ${lps?.length ?? 0} positions for ${prompt.length + sampled.length} tokens (call ${c.call_id})`);
+  if (!lps || lps.length !== prompt.length + sampled.length)
+    throw new RescoreError(
+      `${url}: prompt_logprobs has ${lps?.length ?? 0} positions for ${prompt.length + sampled.length} tokens (call ${c.call_id})`,
+    );
   return sampled.map((id, i) => {
     const entry = lps[prompt.length + i];
     const lp = entry?.[String(id)]?.logprob;
-    if (entry === null || entry === undefined || lp === undefined) throw new RescoreError(`${url}: no prompt logprob for token ${id} at position ${prompt.length + i} (call ${c.call_id})`);
+    if (entry === null || entry === undefined || lp === undefined)
+      throw new RescoreError(`${url}: no prompt logprob for token ${id} at position ${prompt.length + i} (call ${c.call_id})`);
     return lp;
   });
 }
@@ -102,7 +125,10 @@ async function scoreCall(c: CallRecord, engineUrl: string, model: string | null)
 /** A rollout to rescore: its calls, the session they belong to and where it was read from (for the report). */
 export type RescoreSource = Pick<StoredRollout, 'file' | 'calls'> & { info: Pick<StoredRollout['info'], 'session_id'> };
 
-export async function rescoreRollout(rollout: RescoreSource, opts: { engineUrl: string; model?: string | null; threshold?: number }): Promise<RescoreReport> {
+export async function rescoreRollout(
+  rollout: RescoreSource,
+  opts: { engineUrl: string; model?: string | null; threshold?: number },
+): Promise<RescoreReport> {
   const threshold = opts.threshold ?? DEFAULT_DRIFT_THRESHOLD;
   const model = opts.model ?? null;
   const calls: RescoredCall[] = [];
@@ -116,7 +142,15 @@ export async function rescoreRollout(rollout: RescoreSource, opts: { engineUrl: 
     const rescored = await scoreCall(c, opts.engineUrl, model);
     const behaviour = c.logprobs!;
     const ratio = rescored.map((lp, i) => (lp === null ? 0 : Math.exp(lp - behaviour[i]!)));
-    calls.push({ call_id: c.call_id, index: c.index, behaviour: [...behaviour], rescored, ratio, mean_ratio: ratio.reduce((a, b) => a + b, 0) / ratio.length, share_past: ratio.filter((r) => Math.abs(r - 1) > threshold).length / ratio.length });
+    calls.push({
+      call_id: c.call_id,
+      index: c.index,
+      behaviour: [...behaviour],
+      rescored,
+      ratio,
+      mean_ratio: ratio.reduce((a, b) => a + b, 0) / ratio.length,
+      share_past: ratio.filter((r) => Math.abs(r - 1) > threshold).length / ratio.length,
+    });
   }
   const all = calls.flatMap((c) => c.ratio);
   const logs = calls.flatMap((c) => c.rescored.map((lp, i) => (lp === null ? Infinity : Math.abs(lp - c.behaviour[i]!))));
@@ -150,9 +184,16 @@ export const RescoreReportSchema = z.looseObject({
 
 export function formatRescore(r: RescoreReport): string {
   const f = (x: number | null, d = 4) => (x === null ? '-' : x.toFixed(d));
-  const lines = [`rescored ${r.summary.tokens} sampled token(s) in ${r.summary.calls} call(s) of session ${r.session_id} against ${r.engine_url}${r.model ? ` (${r.model})` : ''}`];
-  for (const c of r.calls) lines.push(`  call ${c.call_id} (index ${c.index}): ${c.ratio.length} tokens, mean ratio ${f(c.mean_ratio)}, past ±${r.threshold}: ${(c.share_past * 100).toFixed(1)}%`);
+  const lines = [
+    `rescored ${r.summary.tokens} sampled token(s) in ${r.summary.calls} call(s) of session ${r.session_id} against ${r.engine_url}${r.model ? ` (${r.model})` : ''}`,
+  ];
+  for (const c of r.calls)
+    lines.push(
+      `  call ${c.call_id} (index ${c.index}): ${c.ratio.length} tokens, mean ratio ${f(c.mean_ratio)}, past ±${r.threshold}: ${(c.share_past * 100).toFixed(1)}%`,
+    );
   for (const s of r.skipped) lines.push(`  skipped ${s.call_id}: ${s.reason}`);
-  lines.push(`mean ratio ${f(r.summary.mean_ratio)}; share of tokens with |ratio - 1| > ${r.threshold}: ${r.summary.share_past === null ? '-' : `${(r.summary.share_past * 100).toFixed(1)}%`}; mean |log ratio| ${f(r.summary.mean_abs_log_ratio, 6)}, max ${f(r.summary.max_abs_log_ratio, 6)}`);
+  lines.push(
+    `mean ratio ${f(r.summary.mean_ratio)}; share of tokens with |ratio - 1| > ${r.threshold}: ${r.summary.share_past === null ? '-' : `${(r.summary.share_past * 100).toFixed(1)}%`}; mean |log ratio| ${f(r.summary.mean_abs_log_ratio, 6)}, max ${f(r.summary.max_abs_log_ratio, 6)}`,
+  );
   return `${lines.join('\n')}\n`;
 }

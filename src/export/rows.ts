@@ -91,7 +91,8 @@ export interface RolloutFacts {
 export function rolloutFacts(r: StoredRollout, unit: RolloutUnit, batchVersion: string | null): RolloutFacts {
   const session = sessionPolicyVersion(r.info.metadata);
   const versions = new Map<string, string | null>();
-  for (const c of r.calls) versions.set(c.call_id, callPolicyVersion(c, { session, rollout: unit.policy_version, batch: batchVersion }).version);
+  for (const c of r.calls)
+    versions.set(c.call_id, callPolicyVersion(c, { session, rollout: unit.policy_version, batch: batchVersion }).version);
   return { versions };
 }
 
@@ -107,7 +108,12 @@ function oldest(versions: (string | null)[]): string | null {
  */
 export function assertTrainingCapture(r: StoredRollout): void {
   if (r.doc.rollout_type === 'eval') {
-    throw new ExportContractError(r.file, r.info.session_id, null, `an evaluation capture (level ${r.doc.capture_level}${r.doc.capture_level === 'tokens' ? ', purpose eval' : ''}) has no training data; it cannot be exported`);
+    throw new ExportContractError(
+      r.file,
+      r.info.session_id,
+      null,
+      `an evaluation capture (level ${r.doc.capture_level}${r.doc.capture_level === 'tokens' ? ', purpose eval' : ''}) has no training data; it cannot be exported`,
+    );
   }
   const agentNodes = r.doc.graph.nodes.filter((n) => n.role === 'agent' && !n.discarded).map((n) => n.node_id);
   checkCalls(r.file, r.info.session_id, callsOf(r, agentNodes));
@@ -148,7 +154,8 @@ function auxiliary(r: StoredRollout, unit: RolloutUnit, seqs: TrainingSequence[]
   }));
 }
 
-export type Built<T> = { ok: true; rows: T[]; auxiliary: AuxiliaryPath[]; calls: CallRecord[] } | { ok: false; reason: string; detail: string };
+export type Built<T> =
+  { ok: true; rows: T[]; auxiliary: AuxiliaryPath[]; calls: CallRecord[] } | { ok: false; reason: string; detail: string };
 
 function noTrainablePath(r: StoredRollout): Built<never> {
   const fatal = [...r.doc.validation, ...r.doc.sequences.flatMap((s) => s.validation)].filter((f) => f.startsWith('[FATAL]'));
@@ -172,7 +179,10 @@ export function trainingTraceLine(r: StoredRollout, unit: RolloutUnit, facts: Ro
   const calls = callsOf(r, turns.keys());
   for (const t of ordered) {
     const p = t.prompt_token_ids.length;
-    checkAligned(r.file, r.info.session_id, `turn ${t.node_id}`, [...t.prompt_token_ids, ...t.completion_token_ids], t.loss_mask, [...new Array<number>(p).fill(0), ...t.per_token_logps]);
+    checkAligned(r.file, r.info.session_id, `turn ${t.node_id}`, [...t.prompt_token_ids, ...t.completion_token_ids], t.loss_mask, [
+      ...new Array<number>(p).fill(0),
+      ...t.per_token_logps,
+    ]);
   }
   const line: TrainingTraceLine = {
     rollout_id: unit.rollout_id,
@@ -185,7 +195,12 @@ export function trainingTraceLine(r: StoredRollout, unit: RolloutUnit, facts: Ro
     turn_policy_versions: ordered.map((t) => facts.versions.get(t.node_id) ?? null),
     trace: { schema_version: TRL_TRACE_SCHEMA_VERSION, turns: ordered },
   };
-  const aux = auxiliary(r, unit, r.doc.sequences.filter((s) => s.role !== 'agent'), (s) => `${s.role} path: its turns are not agent turns`);
+  const aux = auxiliary(
+    r,
+    unit,
+    r.doc.sequences.filter((s) => s.role !== 'agent'),
+    (s) => `${s.role} path: its turns are not agent turns`,
+  );
   return { ok: true, rows: [line], auxiliary: aux, calls };
 }
 
@@ -194,13 +209,27 @@ function numTurns(r: StoredRollout, seq: TrainingSequence): number {
   return (leaf?.engine_request?.messages?.length ?? 0) + 1;
 }
 
-function splitSequence(r: StoredRollout, seq: TrainingSequence): { prompt: number[]; completion: number[]; mask: number[]; logprobs: number[] } {
+function splitSequence(
+  r: StoredRollout,
+  seq: TrainingSequence,
+): { prompt: number[]; completion: number[]; mask: number[]; logprobs: number[] } {
   const id = traceId(r.info.session_id, seq);
   checkAligned(r.file, r.info.session_id, `path ${id}`, seq.input_ids, seq.loss_mask, seq.logprobs);
   const p = seq.prompt_len;
   if (p === 0) throw new ExportContractError(r.file, r.info.session_id, seq.root_id, `path ${id}: empty prompt ids`);
-  if (p >= seq.input_ids.length) throw new ExportContractError(r.file, r.info.session_id, seq.node_ids[seq.node_ids.length - 1]!, `path ${id}: no completion tokens after the prompt`);
-  return { prompt: seq.input_ids.slice(0, p), completion: seq.input_ids.slice(p), mask: seq.loss_mask.slice(p), logprobs: seq.logprobs.slice(p) };
+  if (p >= seq.input_ids.length)
+    throw new ExportContractError(
+      r.file,
+      r.info.session_id,
+      seq.node_ids[seq.node_ids.length - 1]!,
+      `path ${id}: no completion tokens after the prompt`,
+    );
+  return {
+    prompt: seq.input_ids.slice(0, p),
+    completion: seq.input_ids.slice(p),
+    mask: seq.loss_mask.slice(p),
+    logprobs: seq.logprobs.slice(p),
+  };
 }
 
 /** trl: the rollout's main agent path (the trainable agent path whose leaf came last) as one row. */
@@ -242,10 +271,14 @@ export function verlSessionKey(sessionId: string): string {
 /** verl: one segment per trainable agent path, keyed {uid}_{session}_{index}; the main path is the final segment. */
 export function verlRows(r: StoredRollout, unit: RolloutUnit, facts: RolloutFacts): Built<VerlRow> {
   assertTrainingCapture(r);
-  if (unit.reward === null) return { ok: false, reason: 'no_reward', detail: 'the rollout has no verifier reward; a veRL segment needs one' };
+  if (unit.reward === null)
+    return { ok: false, reason: 'no_reward', detail: 'the rollout has no verifier reward; a veRL segment needs one' };
   const { agent, others } = splitPaths(r);
   if (agent.length === 0 || !r.doc.trainable) return noTrainablePath(r);
-  const calls = callsOf(r, agent.flatMap((s) => s.node_ids));
+  const calls = callsOf(
+    r,
+    agent.flatMap((s) => s.node_ids),
+  );
   const uid = unit.group_id!;
   const session = verlSessionKey(r.info.session_id);
   const n = agent.length;

@@ -86,7 +86,14 @@ export function planBatch(dir: string): ExportPlan & { states: RolloutState[] } 
   const byId = new Map(states.map((s) => [s.rollout_id, s]));
   const capture = batchPaths(dir).capture;
   const groups: UnitGroup[] = manifest.groups.map((g) => {
-    const group: UnitGroup = { group_id: g.group_id, task: g.task, harness: g.harness, expected: g.rollout_ids.length, units: [], dropped: [] };
+    const group: UnitGroup = {
+      group_id: g.group_id,
+      task: g.task,
+      harness: g.harness,
+      expected: g.rollout_ids.length,
+      units: [],
+      dropped: [],
+    };
     for (const id of g.rollout_ids) {
       const s = byId.get(id)!;
       const why = excludedReason(s);
@@ -113,13 +120,29 @@ export function planBatch(dir: string): ExportPlan & { states: RolloutState[] } 
 }
 
 function unitForFile(file: string, sessionId: string): RolloutUnit {
-  return { rollout_id: sessionId, group_id: null, member: null, task: null, harness: null, reward: null, class: null, policy_version: null, session_id: sessionId, file };
+  return {
+    rollout_id: sessionId,
+    group_id: null,
+    member: null,
+    task: null,
+    harness: null,
+    reward: null,
+    class: null,
+    policy_version: null,
+    session_id: sessionId,
+    file,
+  };
 }
 
 export function planSession(dataDir: string, sessionId: string): ExportPlan {
   const file = sessionFileOf(dataDir, sessionId);
   if (!existsSync(file)) throw new ExportInputError(file, `no session '${sessionId}' in ${dataDir}`);
-  return { kind: 'session', dir: dataDir, manifest: null, groups: [{ group_id: null, task: null, harness: null, expected: null, units: [unitForFile(file, sessionId)], dropped: [] }] };
+  return {
+    kind: 'session',
+    dir: dataDir,
+    manifest: null,
+    groups: [{ group_id: null, task: null, harness: null, expected: null, units: [unitForFile(file, sessionId)], dropped: [] }],
+  };
 }
 
 /** Captured session files (`*.jsonl`, in DIR or DIR/sessions) and rollout documents (`*.rollout.json`). */
@@ -130,7 +153,13 @@ export function planRollouts(dir: string): ExportPlan {
     if (!existsSync(d) || !statSync(d).isDirectory()) continue;
     for (const name of readdirSync(d).sort()) if (name.endsWith('.jsonl') || name.endsWith('.rollout.json')) files.push(join(d, name));
   }
-  if (files.length === 0) throw new ExportInputError(dir, 'no captured sessions (*.jsonl) or rollout documents (*.rollout.json) here or under sessions/');
+  if (files.length === 0)
+    throw new ExportInputError(dir, 'no captured sessions (*.jsonl) or rollout documents (*.rollout.json) here or under sessions/');
   const units = files.map((f) => unitForFile(f, basename(f).replace(/\.(rollout\.json|jsonl)$/, '')));
-  return { kind: 'rollouts', dir, manifest: null, groups: [{ group_id: null, task: null, harness: null, expected: null, units, dropped: [] }] };
+  return {
+    kind: 'rollouts',
+    dir,
+    manifest: null,
+    groups: [{ group_id: null, task: null, harness: null, expected: null, units, dropped: [] }],
+  };
 }

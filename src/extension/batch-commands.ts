@@ -7,9 +7,25 @@ import { batchStatus } from '../batch/status.js';
 import { harnessHint, harnessNames } from '../harness/registry.js';
 import { batchDirs, readBatchNode, type BatchesTreeNode, type BatchNode, type BatchRolloutNode } from './batches-model.js';
 import { planAndWriteBatch, planOnly, startBatchLab, type SubmitRequest } from './batch-submit.js';
-import { contextNamespace, engineChoices, failureReason, labOutcome, listEngineModels, noEngineMessage, resolveBatchModel, type EngineChoice } from './batch-wizard.js';
+import {
+  contextNamespace,
+  engineChoices,
+  failureReason,
+  labOutcome,
+  listEngineModels,
+  noEngineMessage,
+  resolveBatchModel,
+  type EngineChoice,
+} from './batch-wizard.js';
 import { runBundledCli } from './bundled-cli.js';
-import { BATCH_EXPORT_FORMATS, defaultExportFile, exportArgs, exportSummary, readExportManifest, type BatchExportFormat } from './export-batch-model.js';
+import {
+  BATCH_EXPORT_FORMATS,
+  defaultExportFile,
+  exportArgs,
+  exportSummary,
+  readExportManifest,
+  type BatchExportFormat,
+} from './export-batch-model.js';
 import { readKubeContexts } from './kube-contexts.js';
 import type { Logger } from './logger.js';
 import { NotConfiguredError } from './not-configured.js';
@@ -52,11 +68,22 @@ async function askBatch(ctx: BatchCommandContext, arg: unknown) {
   else {
     const all = await workspaceTasks();
     if (!all.length) throw new Error('No Harbor tasks in this workspace (a task is a folder holding a task.toml).');
-    const picked = await vscode.window.showQuickPick(all.map((t) => ({ ...t, picked: all.length === 1 })), { title: `${title} (1/4): tasks`, placeHolder: 'Tasks to run; each gets a group of rollouts per harness', canPickMany: true, matchOnDescription: true });
+    const picked = await vscode.window.showQuickPick(
+      all.map((t) => ({ ...t, picked: all.length === 1 })),
+      {
+        title: `${title} (1/4): tasks`,
+        placeHolder: 'Tasks to run; each gets a group of rollouts per harness',
+        canPickMany: true,
+        matchOnDescription: true,
+      },
+    );
     if (!picked?.length) return undefined;
     tasks = picked.map((p) => p.folder);
   }
-  const harnessPick = await vscode.window.showQuickPick(harnessNames().map((name) => ({ label: name, description: harnessHint(name) })), { title: `${title} (2/4): harnesses`, placeHolder: 'Harnesses; every group keeps all its members on one harness', canPickMany: true });
+  const harnessPick = await vscode.window.showQuickPick(
+    harnessNames().map((name) => ({ label: name, description: harnessHint(name) })),
+    { title: `${title} (2/4): harnesses`, placeHolder: 'Harnesses; every group keeps all its members on one harness', canPickMany: true },
+  );
   if (!harnessPick?.length) return undefined;
   const size = await vscode.window.showInputBox({
     title: `${title} (3/4): group size`,
@@ -79,7 +106,12 @@ async function askBatch(ctx: BatchCommandContext, arg: unknown) {
     const found = await readKubeContexts();
     const ordered = [...found.contexts.filter((c) => c.name === found.current), ...found.contexts.filter((c) => c.name !== found.current)];
     const picked = await vscode.window.showQuickPick(
-      ordered.map((c) => ({ label: c.name, description: [c.cluster, `namespace ${c.namespace ?? 'default'}`, c.name === found.current ? 'current' : ''].filter(Boolean).join(' · ') })),
+      ordered.map((c) => ({
+        label: c.name,
+        description: [c.cluster, `namespace ${c.namespace ?? 'default'}`, c.name === found.current ? 'current' : '']
+          .filter(Boolean)
+          .join(' · '),
+      })),
       { title: `${title}: kube context`, placeHolder: `Contexts in ${found.files.join(', ')}; the batch goes to the context's namespace` },
     );
     if (!picked) return undefined;
@@ -88,7 +120,12 @@ async function askBatch(ctx: BatchCommandContext, arg: unknown) {
   const settings = ctx.settings();
   const { choices, refused } = engineChoices(backend, settings);
   for (const r of refused) ctx.log.info(`Submit Rollout Batch: not offering ${r.label} for a ${backend} batch: ${r.why}`);
-  if (!choices.length) throw new NotConfiguredError(noEngineMessage(backend, refused), { title: 'Open Settings', command: 'workbench.action.openSettings', args: [backend === 'k8s' ? 'harnessLab.clusterEngineUrl' : 'harnessLab.engineURL'] });
+  if (!choices.length)
+    throw new NotConfiguredError(noEngineMessage(backend, refused), {
+      title: 'Open Settings',
+      command: 'workbench.action.openSettings',
+      args: [backend === 'k8s' ? 'harnessLab.clusterEngineUrl' : 'harnessLab.engineURL'],
+    });
   let engine = choices[0]!;
   if (choices.length > 1 || refused.length) {
     const items: (vscode.QuickPickItem & { choice: EngineChoice | undefined })[] = [
@@ -96,9 +133,14 @@ async function askBatch(ctx: BatchCommandContext, arg: unknown) {
       ...(refused.length ? [{ label: 'Not offered', kind: vscode.QuickPickItemKind.Separator, choice: undefined }] : []),
       ...refused.map((r) => ({ label: `$(circle-slash) ${r.label}`, description: r.why, choice: undefined })),
     ];
-    const picked = await vscode.window.showQuickPick(items, { title: `${title}: engine`, placeHolder: backend === 'k8s' ? 'The engine the in-cluster proxy calls (pods cannot reach this machine)' : 'The engine the batch calls' });
+    const picked = await vscode.window.showQuickPick(items, {
+      title: `${title}: engine`,
+      placeHolder:
+        backend === 'k8s' ? 'The engine the in-cluster proxy calls (pods cannot reach this machine)' : 'The engine the batch calls',
+    });
     if (!picked) return undefined;
-    if (!picked.choice) throw new Error(`${picked.label.replace('$(circle-slash) ', '')} cannot serve a ${backend} batch: ${picked.description ?? ''}`);
+    if (!picked.choice)
+      throw new Error(`${picked.label.replace('$(circle-slash) ', '')} cannot serve a ${backend} batch: ${picked.description ?? ''}`);
     engine = picked.choice;
   }
   return { tasks, harnesses: harnessPick.map((h) => h.label), groupSize: Number(size), backend, kube, engine };
@@ -111,12 +153,27 @@ type Asked = NonNullable<Awaited<ReturnType<typeof askBatch>>>;
  * engine (reachable, its model), and for k8s the cluster (reachable, permissions in the namespace)
  * and Docker (the task images are built here). Returns the model, or undefined when the user backed out.
  */
-async function checkBatch(ctx: BatchCommandContext, ask: Asked, folder: string, token: vscode.CancellationToken, progress: (m: string) => void): Promise<{ model: string | undefined; request: SubmitRequest } | undefined> {
+async function checkBatch(
+  ctx: BatchCommandContext,
+  ask: Asked,
+  folder: string,
+  token: vscode.CancellationToken,
+  progress: (m: string) => void,
+): Promise<{ model: string | undefined; request: SubmitRequest } | undefined> {
   const settings = ctx.settings();
   const abort = new AbortController();
   const sub = token.onCancellationRequested(() => abort.abort());
   try {
-    const request: SubmitRequest = { tasks: ask.tasks, harnesses: ask.harnesses, groupSize: ask.groupSize, backend: ask.backend, folder, engineUrl: ask.engine.url, ...(ask.kube ? { kubeContext: ask.kube.context, namespace: ask.kube.namespace } : {}), ...(settings.clusterRegistry && ask.backend === 'k8s' ? { registry: settings.clusterRegistry } : {}) };
+    const request: SubmitRequest = {
+      tasks: ask.tasks,
+      harnesses: ask.harnesses,
+      groupSize: ask.groupSize,
+      backend: ask.backend,
+      folder,
+      engineUrl: ask.engine.url,
+      ...(ask.kube ? { kubeContext: ask.kube.context, namespace: ask.kube.namespace } : {}),
+      ...(settings.clusterRegistry && ask.backend === 'k8s' ? { registry: settings.clusterRegistry } : {}),
+    };
     progress('tasks and harnesses');
     planOnly(request);
     let model: string | undefined;
@@ -125,13 +182,28 @@ async function checkBatch(ctx: BatchCommandContext, ask: Asked, folder: string, 
       if (ask.engine.checkUrl) {
         progress(`engine ${ask.engine.checkUrl}`);
         const served = await listEngineModels(ask.engine.checkUrl, { signal: abort.signal });
-        model = await resolveBatchModel(settings.model, served, ask.engine.checkUrl, async (models) => (await vscode.window.showQuickPick(models, { title: 'Submit Rollout Batch: model', placeHolder: `The engine serves ${models.length} models; the batch asks for one` })) ?? undefined);
+        model = await resolveBatchModel(
+          settings.model,
+          served,
+          ask.engine.checkUrl,
+          async (models) =>
+            (await vscode.window.showQuickPick(models, {
+              title: 'Submit Rollout Batch: model',
+              placeHolder: `The engine serves ${models.length} models; the batch asks for one`,
+            })) ?? undefined,
+        );
         if (!model) return undefined;
       } else {
         // Cluster-internal only (a Service name): nothing on this machine reaches it to list its models.
         model =
           settings.model ||
-          (await vscode.window.showInputBox({ title: 'Submit Rollout Batch: model', prompt: `${url} resolves only inside the cluster, so its models cannot be listed from here: the model name it serves`, validateInput: (v) => (v.trim() ? undefined : 'The model name the engine serves') }))?.trim();
+          (
+            await vscode.window.showInputBox({
+              title: 'Submit Rollout Batch: model',
+              prompt: `${url} resolves only inside the cluster, so its models cannot be listed from here: the model name it serves`,
+              validateInput: (v) => (v.trim() ? undefined : 'The model name the engine serves'),
+            })
+          )?.trim();
         if (!model) return undefined;
       }
       ctx.log.info(`Submit Rollout Batch: engine ${url}, model ${model}`);
@@ -139,13 +211,23 @@ async function checkBatch(ctx: BatchCommandContext, ask: Asked, folder: string, 
     if (ask.backend === 'k8s' && ask.kube) {
       progress(`cluster ${ask.kube.context}, namespace ${ask.kube.namespace}`);
       const { k8sBackendModule } = await import('../batch/backends/k8s.js');
-      await k8sBackendModule.preflight!({ context: ask.kube.context, namespace: ask.kube.namespace, registry: settings.clusterRegistry || null, queue_name: null });
+      await k8sBackendModule.preflight!({
+        context: ask.kube.context,
+        namespace: ask.kube.namespace,
+        registry: settings.clusterRegistry || null,
+        queue_name: null,
+      });
       progress('Docker (task images are built here)');
       const { connectDocker } = await import('../sandbox/docker-client.js');
       await (await connectDocker()).ping().catch((err: unknown) => {
-        throw new Error(`Docker is not reachable on this machine (${(err as Error).message}); a k8s batch builds its task images here${settings.clusterRegistry ? ` and pushes them to ${settings.clusterRegistry}` : ''}`);
+        throw new Error(
+          `Docker is not reachable on this machine (${(err as Error).message}); a k8s batch builds its task images here${settings.clusterRegistry ? ` and pushes them to ${settings.clusterRegistry}` : ''}`,
+        );
       });
-      if (!settings.clusterRegistry) ctx.log.info('Submit Rollout Batch: no harnessLab.clusterRegistry: the cluster must already have the task images and the proxy image (kind load, the test double)');
+      if (!settings.clusterRegistry)
+        ctx.log.info(
+          'Submit Rollout Batch: no harnessLab.clusterRegistry: the cluster must already have the task images and the proxy image (kind load, the test double)',
+        );
     }
     return { model, request: { ...request, ...(model ? { model } : {}) } };
   } finally {
@@ -161,14 +243,17 @@ export async function submitRolloutBatch(ctx: BatchCommandContext, arg: unknown)
   if (!folder) throw new Error('Open a folder first: batches are written to its batches folder (harnessLab.batchesFolder).');
   const ask = await askBatch(ctx, arg);
   if (!ask) return undefined;
-  const checked = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: 'Harness Lab: checking the batch', cancellable: true }, (progress, token) =>
-    checkBatch(ctx, ask, folder, token, (m) => progress.report({ message: m })),
+  const checked = await vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title: 'Harness Lab: checking the batch', cancellable: true },
+    (progress, token) => checkBatch(ctx, ask, folder, token, (m) => progress.report({ message: m })),
   );
   if (!checked) return undefined;
   const plan = await planAndWriteBatch(checked.request);
   const m = plan.manifest;
   const dir = plan.dir;
-  ctx.log.info(`batch ${m.batch_id}: ${m.tasks.length} task(s) x ${m.harnesses.length} harness(es) x ${m.group_size} = ${plan.states.length} rollouts on ${m.backend}, ${m.parallel} at a time; ${dir}`);
+  ctx.log.info(
+    `batch ${m.batch_id}: ${m.tasks.length} task(s) x ${m.harnesses.length} harness(es) x ${m.group_size} = ${plan.states.length} rollouts on ${m.backend}, ${m.parallel} at a time; ${dir}`,
+  );
   ctx.refreshBatches();
   return runLab(ctx, dir, m.batch_id);
 }
@@ -181,40 +266,53 @@ export async function submitRolloutBatch(ctx: BatchCommandContext, arg: unknown)
 async function runLab(ctx: BatchCommandContext, dir: string, batchId: string): Promise<string> {
   const cliJs = cliPath(ctx);
   const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? dirname(dir);
-  return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: batch ${batchId}`, cancellable: true }, async (progress, token) => {
-    const keep = ctx.settings().keepClusterObjects;
-    const lab = startBatchLab({ cliJs, dir, cwd, keep, onLine: (l) => ctx.log.info(`[batch ${batchId}] ${l}`) });
-    let cancelling: Promise<unknown> | undefined;
-    const sub = token.onCancellationRequested(() => {
-      progress.report({ message: 'cancelling: stopping its sandboxes' });
-      // The runner's cancel path (`batch cancel`): cancel.json, then it waits for the lab to stop its rollouts and exit.
-      cancelling = startBatchLab({ cliJs, dir, cwd, sub: 'cancel', onLine: (l) => ctx.log.info(`[batch ${batchId}] ${l}`) }).exited;
-    });
-    let last = 0;
-    let exitCode: number | null | undefined;
-    void lab.exited.then((c) => (exitCode = c));
-    try {
-      while (exitCode === undefined) {
-        await new Promise((r) => setTimeout(r, 1000));
-        try {
-          const st = batchStatus(dir);
-          const finished = st.counts.done + st.counts.discarded;
-          if (!token.isCancellationRequested) progress.report({ message: `${finished}/${st.counts.total} finished, ${st.counts.running} running${Object.keys(st.classes).length ? ` · ${Object.entries(st.classes).map(([k, v]) => `${k} ${v}`).join(', ')}` : ''}`, increment: ((finished - last) / st.counts.total) * 100 });
-          last = finished;
-        } catch (err) {
-          ctx.log.warn(`batch ${dir}: ${String(err)}`);
+  return vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title: `Harness Lab: batch ${batchId}`, cancellable: true },
+    async (progress, token) => {
+      const keep = ctx.settings().keepClusterObjects;
+      const lab = startBatchLab({ cliJs, dir, cwd, keep, onLine: (l) => ctx.log.info(`[batch ${batchId}] ${l}`) });
+      let cancelling: Promise<unknown> | undefined;
+      const sub = token.onCancellationRequested(() => {
+        progress.report({ message: 'cancelling: stopping its sandboxes' });
+        // The runner's cancel path (`batch cancel`): cancel.json, then it waits for the lab to stop its rollouts and exit.
+        cancelling = startBatchLab({ cliJs, dir, cwd, sub: 'cancel', onLine: (l) => ctx.log.info(`[batch ${batchId}] ${l}`) }).exited;
+      });
+      let last = 0;
+      let exitCode: number | null | undefined;
+      void lab.exited.then((c) => (exitCode = c));
+      try {
+        while (exitCode === undefined) {
+          await new Promise((r) => setTimeout(r, 1000));
+          try {
+            const st = batchStatus(dir);
+            const finished = st.counts.done + st.counts.discarded;
+            if (!token.isCancellationRequested)
+              progress.report({
+                message: `${finished}/${st.counts.total} finished, ${st.counts.running} running${
+                  Object.keys(st.classes).length
+                    ? ` · ${Object.entries(st.classes)
+                        .map(([k, v]) => `${k} ${v}`)
+                        .join(', ')}`
+                    : ''
+                }`,
+                increment: ((finished - last) / st.counts.total) * 100,
+              });
+            last = finished;
+          } catch (err) {
+            ctx.log.warn(`batch ${dir}: ${String(err)}`);
+          }
+          ctx.refreshBatches();
         }
+        await cancelling;
+      } finally {
+        sub.dispose();
         ctx.refreshBatches();
       }
-      await cancelling;
-    } finally {
-      sub.dispose();
-      ctx.refreshBatches();
-    }
-    const cancelAsked = token.isCancellationRequested || safeLab(dir) === 'cancelled';
-    void reportLabEnd(ctx, batchId, dir, exitCode ?? null, cancelAsked, lab.output());
-    return dir;
-  });
+      const cancelAsked = token.isCancellationRequested || safeLab(dir) === 'cancelled';
+      void reportLabEnd(ctx, batchId, dir, exitCode ?? null, cancelAsked, lab.output());
+      return dir;
+    },
+  );
 }
 
 function safeLab(dir: string): string | undefined {
@@ -226,7 +324,14 @@ function safeLab(dir: string): string | undefined {
 }
 
 /** The toast at a lab's end. A failure names its reason and offers Show Log; never "cancelled" unless asked. */
-async function reportLabEnd(ctx: BatchCommandContext, batchId: string, dir: string, exitCode: number | null, cancelAsked: boolean, output: string): Promise<void> {
+async function reportLabEnd(
+  ctx: BatchCommandContext,
+  batchId: string,
+  dir: string,
+  exitCode: number | null,
+  cancelAsked: boolean,
+  output: string,
+): Promise<void> {
   const outcome = labOutcome(exitCode, cancelAsked, output);
   let summary = '';
   try {
@@ -242,9 +347,16 @@ async function reportLabEnd(ctx: BatchCommandContext, batchId: string, dir: stri
   const showLog = 'Show Log';
   const resume = 'Resume Batch';
   let choice: string | undefined;
-  if (outcome.kind === 'cancelled') choice = await vscode.window.showWarningMessage(`Harness Lab: batch ${batchId} cancelled (${summary}); Resume Batch (in the Batches view's menu) continues it.`, resume, showLog);
+  if (outcome.kind === 'cancelled')
+    choice = await vscode.window.showWarningMessage(
+      `Harness Lab: batch ${batchId} cancelled (${summary}); Resume Batch (in the Batches view's menu) continues it.`,
+      resume,
+      showLog,
+    );
   else {
-    ctx.log.error(`batch ${batchId} failed (lab exit ${exitCode ?? 'none'}): ${outcome.reason}\n${output.trim().split('\n').slice(-20).join('\n')}`);
+    ctx.log.error(
+      `batch ${batchId} failed (lab exit ${exitCode ?? 'none'}): ${outcome.reason}\n${output.trim().split('\n').slice(-20).join('\n')}`,
+    );
     choice = await vscode.window.showErrorMessage(`Harness Lab: batch ${batchId} failed: ${outcome.reason} (${summary}).`, showLog, resume);
   }
   if (choice === showLog) ctx.log.show();
@@ -264,11 +376,22 @@ export async function resumeBatchCommand(ctx: BatchCommandContext, arg: unknown)
 }
 
 /** A batch of the workspace's batches folders, picked (newest first); `keep` filters by lab state. */
-export async function pickBatch(ctx: Pick<BatchCommandContext, 'batchFolders'>, title: string, keep: (lab: string) => boolean = () => true): Promise<string | undefined> {
-  const nodes = ctx.batchFolders().flatMap((f) => batchDirs(f)).map(readBatchNode).filter((n): n is BatchNode => n.kind === 'batch' && keep(n.status.lab));
+export async function pickBatch(
+  ctx: Pick<BatchCommandContext, 'batchFolders'>,
+  title: string,
+  keep: (lab: string) => boolean = () => true,
+): Promise<string | undefined> {
+  const nodes = ctx
+    .batchFolders()
+    .flatMap((f) => batchDirs(f))
+    .map(readBatchNode)
+    .filter((n): n is BatchNode => n.kind === 'batch' && keep(n.status.lab));
   if (!nodes.length) throw new Error(`No batch to choose from in ${ctx.batchFolders().join(', ') || 'this workspace (open a folder)'}.`);
   nodes.sort((a, b) => b.status.created_at.localeCompare(a.status.created_at));
-  const picked = await vscode.window.showQuickPick(nodes.map((n) => ({ label: n.label, description: n.description, dir: n.dir })), { title });
+  const picked = await vscode.window.showQuickPick(
+    nodes.map((n) => ({ label: n.label, description: n.description, dir: n.dir })),
+    { title },
+  );
   return picked?.dir;
 }
 
@@ -278,8 +401,17 @@ export async function teardownBatchCommand(ctx: BatchCommandContext, arg: unknow
   const target = typeof dir === 'string' ? dir : await pickBatch(ctx, 'Batch to tear down', (lab) => lab !== 'running');
   if (!target) return undefined;
   const lines: string[] = [];
-  const lab = startBatchLab({ cliJs: cliPath(ctx), dir: target, cwd: dirname(target), sub: 'teardown', onLine: (l) => (lines.push(l), ctx.log.info(`[teardown] ${l}`)) });
-  const code = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: tearing down ${target}` }, () => lab.exited);
+  const lab = startBatchLab({
+    cliJs: cliPath(ctx),
+    dir: target,
+    cwd: dirname(target),
+    sub: 'teardown',
+    onLine: (l) => (lines.push(l), ctx.log.info(`[teardown] ${l}`)),
+  });
+  const code = await vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title: `Harness Lab: tearing down ${target}` },
+    () => lab.exited,
+  );
   ctx.refreshBatches();
   if (code !== 0) throw new Error(`tearing down ${target} failed: ${failureReason(lab.output(), code)}`);
   const said = lines.filter((l) => l.startsWith('tore down')).pop() ?? `tore down ${target}`;
@@ -293,11 +425,24 @@ export async function deleteBatchCommand(ctx: BatchCommandContext, arg: unknown,
   const target = typeof dir === 'string' ? dir : await pickBatch(ctx, 'Batch to delete', (lab) => lab !== 'running');
   if (!target) return false;
   if (confirm) {
-    const ok = await vscode.window.showWarningMessage(`Delete batch ${target}? Its cluster objects or containers are removed, then the directory with every captured session.`, { modal: true }, 'Delete');
+    const ok = await vscode.window.showWarningMessage(
+      `Delete batch ${target}? Its cluster objects or containers are removed, then the directory with every captured session.`,
+      { modal: true },
+      'Delete',
+    );
     if (ok !== 'Delete') return false;
   }
-  const lab = startBatchLab({ cliJs: cliPath(ctx), dir: target, cwd: dirname(target), sub: 'delete', onLine: (l) => ctx.log.info(`[delete] ${l}`) });
-  const code = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: deleting ${target}` }, () => lab.exited);
+  const lab = startBatchLab({
+    cliJs: cliPath(ctx),
+    dir: target,
+    cwd: dirname(target),
+    sub: 'delete',
+    onLine: (l) => ctx.log.info(`[delete] ${l}`),
+  });
+  const code = await vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title: `Harness Lab: deleting ${target}` },
+    () => lab.exited,
+  );
   ctx.refreshBatches();
   if (code !== 0) throw new Error(`deleting ${target} failed: ${failureReason(lab.output(), code)}`);
   void vscode.window.showInformationMessage(`Harness Lab: deleted batch ${target}.`);
@@ -308,14 +453,23 @@ export async function deleteBatchCommand(ctx: BatchCommandContext, arg: unknown,
 export async function cancelBatchCommand(ctx: BatchCommandContext, arg: unknown): Promise<void> {
   const dir = (arg as BatchesTreeNode | undefined)?.dir;
   if (!dir) throw new Error('Cancel Batch needs a batch from the Batches view.');
-  await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: cancelling ${dir}` }, async () => {
-    const lines: string[] = [];
-    const lab = startBatchLab({ cliJs: cliPath(ctx), dir, cwd: dirname(dir), sub: 'cancel', onLine: (l) => (lines.push(l), ctx.log.info(`[cancel] ${l}`)) });
-    const code = await lab.exited;
-    ctx.refreshBatches();
-    if (code !== 0) throw new Error(`batch cancel ${dir} failed: ${lab.output().trim().split('\n').slice(-2).join(' ')}`);
-    void vscode.window.showInformationMessage(`Harness Lab: ${lines[lines.length - 1] ?? 'batch cancelled'}`);
-  });
+  await vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title: `Harness Lab: cancelling ${dir}` },
+    async () => {
+      const lines: string[] = [];
+      const lab = startBatchLab({
+        cliJs: cliPath(ctx),
+        dir,
+        cwd: dirname(dir),
+        sub: 'cancel',
+        onLine: (l) => (lines.push(l), ctx.log.info(`[cancel] ${l}`)),
+      });
+      const code = await lab.exited;
+      ctx.refreshBatches();
+      if (code !== 0) throw new Error(`batch cancel ${dir} failed: ${lab.output().trim().split('\n').slice(-2).join(' ')}`);
+      void vscode.window.showInformationMessage(`Harness Lab: ${lines[lines.length - 1] ?? 'batch cancelled'}`);
+    },
+  );
 }
 
 /** A batch rollout's captured session (`<batch>/capture/sessions/<id>.jsonl`) in the rollout viewer. */
@@ -328,7 +482,11 @@ export async function openBatchRollout(arg: unknown): Promise<string | undefined
 }
 
 /** Export Batch…: format, a save dialog, the bundled CLI's `export --batch`, then the kept and dropped counts. */
-export async function exportBatchCommand(ctx: BatchCommandContext, arg: unknown, preset?: { format?: BatchExportFormat; out?: string }): Promise<string | undefined> {
+export async function exportBatchCommand(
+  ctx: BatchCommandContext,
+  arg: unknown,
+  preset?: { format?: BatchExportFormat; out?: string },
+): Promise<string | undefined> {
   const dir = (arg as { dir?: unknown } | undefined)?.dir;
   const target = typeof dir === 'string' ? dir : await pickBatch(ctx, 'Batch to export');
   if (!target) return undefined;
@@ -338,7 +496,10 @@ export async function exportBatchCommand(ctx: BatchCommandContext, arg: unknown,
     (
       await vscode.window.showQuickPick(
         BATCH_EXPORT_FORMATS.map((f) => ({ label: f.label, detail: f.detail, format: f.format })),
-        { title: `Export Batch ${st.batch_id}: format`, placeHolder: 'Trainer input; discarded rollouts never enter an export (docs/exports.md)' },
+        {
+          title: `Export Batch ${st.batch_id}: format`,
+          placeHolder: 'Trainer input; discarded rollouts never enter an export (docs/exports.md)',
+        },
       )
     )?.format;
   if (!fmt) return undefined;
@@ -354,17 +515,26 @@ export async function exportBatchCommand(ctx: BatchCommandContext, arg: unknown,
       })
     )?.fsPath;
   if (!out) return undefined;
-  const run = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: exporting batch ${st.batch_id} as ${label}`, cancellable: true }, (_p, token) => {
-    const abort = new AbortController();
-    token.onCancellationRequested(() => abort.abort());
-    return runBundledCli(cliPath(ctx), exportArgs(target, fmt, out), { cwd: dirname(target), signal: abort.signal, onLine: (l) => ctx.log.info(`[export] ${l}`) });
-  });
+  const run = await vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title: `Harness Lab: exporting batch ${st.batch_id} as ${label}`, cancellable: true },
+    (_p, token) => {
+      const abort = new AbortController();
+      token.onCancellationRequested(() => abort.abort());
+      return runBundledCli(cliPath(ctx), exportArgs(target, fmt, out), {
+        cwd: dirname(target),
+        signal: abort.signal,
+        onLine: (l) => ctx.log.info(`[export] ${l}`),
+      });
+    },
+  );
   if (run.code !== 0) throw new Error(`exporting batch ${st.batch_id} as ${label} failed: ${failureReason(run.output, run.code)}`);
   const summary = exportSummary(readExportManifest(`${out}.manifest.json`), label);
   ctx.log.info(`exported batch ${st.batch_id} to ${out}: ${summary}`);
-  void vscode.window.showInformationMessage(`Harness Lab: exported ${out}: ${summary}.`, 'Open File', 'Open Manifest').then(async (choice) => {
-    if (choice === 'Open File') await vscode.window.showTextDocument(vscode.Uri.file(out));
-    else if (choice === 'Open Manifest') await vscode.window.showTextDocument(vscode.Uri.file(`${out}.manifest.json`));
-  });
+  void vscode.window
+    .showInformationMessage(`Harness Lab: exported ${out}: ${summary}.`, 'Open File', 'Open Manifest')
+    .then(async (choice) => {
+      if (choice === 'Open File') await vscode.window.showTextDocument(vscode.Uri.file(out));
+      else if (choice === 'Open Manifest') await vscode.window.showTextDocument(vscode.Uri.file(`${out}.manifest.json`));
+    });
   return out;
 }

@@ -8,7 +8,17 @@ import { basename } from 'node:path';
 import * as vscode from 'vscode';
 import { batchStatus } from '../batch/status.js';
 import { auditBatch, type AuditReport } from '../export/audit.js';
-import { auditMarkdown, auditProblems, auditWarning, batchDirOf, batchReadError, groupPickItems, groupTargetOf, isErrorNode, deterministicPolicyNote } from './batch-review-model.js';
+import {
+  auditMarkdown,
+  auditProblems,
+  auditWarning,
+  batchDirOf,
+  batchReadError,
+  groupPickItems,
+  groupTargetOf,
+  isErrorNode,
+  deterministicPolicyNote,
+} from './batch-review-model.js';
 import { BatchesTreeModel, type BatchNode } from './batches-model.js';
 import type { GroupViewPanels } from './group-view-panel.js';
 import type { Logger } from './logger.js';
@@ -29,7 +39,10 @@ const SUBMIT_BATCH = { title: 'Submit Rollout Batch...', command: 'harnessLab.su
 
 /** The batch a command acts on: its argument (a Batches tree node, a path), else a quick pick of the view's batches. */
 async function pickBatch(ctx: BatchReviewContext, arg: unknown, action: string, title: string): Promise<string | undefined> {
-  if (isErrorNode(arg)) throw new Error(`Cannot ${action} batch '${basename(arg.dir)}': ${arg.file === arg.dir ? 'the directory' : basename(arg.file)} cannot be read (${arg.description}). File: ${arg.file}`);
+  if (isErrorNode(arg))
+    throw new Error(
+      `Cannot ${action} batch '${basename(arg.dir)}': ${arg.file === arg.dir ? 'the directory' : basename(arg.file)} cannot be read (${arg.description}). File: ${arg.file}`,
+    );
   const fromArg = batchDirOf(arg);
   if (fromArg) return fromArg;
   const folders = ctx.batchFolders();
@@ -59,15 +72,18 @@ async function showAudit(uri: vscode.Uri, log: Logger): Promise<void> {
 export async function auditBatchCommand(ctx: BatchReviewContext, arg: unknown): Promise<AuditReport | undefined> {
   const dir = await pickBatch(ctx, arg, 'audit', 'Harness Lab: Audit Batch');
   if (!dir) return undefined;
-  const report = await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: `Auditing batch ${basename(dir)}` }, async () => {
-    // Let the progress show before the synchronous read of every capture.
-    await new Promise((r) => setImmediate(r));
-    try {
-      return auditBatch(dir);
-    } catch (err) {
-      throw batchReadError('audit', dir, err);
-    }
-  });
+  const report = await vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Window, title: `Auditing batch ${basename(dir)}` },
+    async () => {
+      // Let the progress show before the synchronous read of every capture.
+      await new Promise((r) => setImmediate(r));
+      try {
+        return auditBatch(dir);
+      } catch (err) {
+        throw batchReadError('audit', dir, err);
+      }
+    },
+  );
   const policyNotes: Record<string, string> = {};
   for (const g of report.groups) {
     const note = g.no_contrast ? deterministicPolicyNote(dir, g.task) : undefined;
@@ -75,15 +91,22 @@ export async function auditBatchCommand(ctx: BatchReviewContext, arg: unknown): 
   }
   const docsFile = ctx.context ? vscode.Uri.joinPath(ctx.context.extensionUri, 'docs', 'behaviour-metrics.md') : undefined;
   const behaviourDocs = docsFile && existsSync(docsFile.fsPath) ? docsFile.toString() : undefined;
-  const uri = ctx.docs.set(`audit ${report.batch_id}.md`, auditMarkdown(report, { policyNotes, ...(behaviourDocs ? { behaviourDocs } : {}) }));
+  const uri = ctx.docs.set(
+    `audit ${report.batch_id}.md`,
+    auditMarkdown(report, { policyNotes, ...(behaviourDocs ? { behaviourDocs } : {}) }),
+  );
   await showAudit(uri, ctx.log);
   const problems = auditProblems(report);
   ctx.log.info(`audit of ${dir}: ${problems.length ? problems.map((p) => p.text).join(' | ') : 'no problems'}`);
   const show = 'Show Audit';
   if (problems.length) {
-    void vscode.window.showWarningMessage(`Harness Lab: ${auditWarning(report, problems)}`, show).then((c) => (c === show ? showAudit(uri, ctx.log) : undefined));
+    void vscode.window
+      .showWarningMessage(`Harness Lab: ${auditWarning(report, problems)}`, show)
+      .then((c) => (c === show ? showAudit(uri, ctx.log) : undefined));
   } else {
-    void vscode.window.showInformationMessage(`Harness Lab: audit of batch ${report.batch_id}: no problems (${report.summary.kept} kept rollouts in ${report.summary.groups} group(s), all with contrast).`);
+    void vscode.window.showInformationMessage(
+      `Harness Lab: audit of batch ${report.batch_id}: no problems (${report.summary.kept} kept rollouts in ${report.summary.groups} group(s), all with contrast).`,
+    );
   }
   return report;
 }
@@ -103,7 +126,15 @@ export async function openGroupViewCommand(ctx: BatchReviewContext, arg: unknown
     }
     const items = groupPickItems(st);
     if (!items.length) throw new Error(`Batch ${st.batch_id} has no groups.`);
-    const picked = items.length === 1 ? items[0] : await vscode.window.showQuickPick(items, { title: `Harness Lab: Open Group View (2/2): group of ${st.batch_id}`, placeHolder: 'Group to show side by side', matchOnDescription: true, matchOnDetail: true });
+    const picked =
+      items.length === 1
+        ? items[0]
+        : await vscode.window.showQuickPick(items, {
+            title: `Harness Lab: Open Group View (2/2): group of ${st.batch_id}`,
+            placeHolder: 'Group to show side by side',
+            matchOnDescription: true,
+            matchOnDetail: true,
+          });
     if (!picked) return undefined;
     groupId = picked.groupId;
   }

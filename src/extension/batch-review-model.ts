@@ -47,7 +47,13 @@ const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? o
 export function groupPickItems(st: BatchStatus): { label: string; description: string; detail: string; groupId: string }[] {
   return st.groups.map((g: GroupStatus) => ({
     label: g.group_id,
-    description: [`${g.done + g.discarded}/${g.size} finished`, `mean ${num(g.mean)}`, `std ${num(g.std)}`, ...(g.no_contrast ? ['NO CONTRAST'] : []), ...(g.too_few_trainable ? ['FEWER THAN 2 TRAINABLE'] : [])].join(' · '),
+    description: [
+      `${g.done + g.discarded}/${g.size} finished`,
+      `mean ${num(g.mean)}`,
+      `std ${num(g.std)}`,
+      ...(g.no_contrast ? ['NO CONTRAST'] : []),
+      ...(g.too_few_trainable ? ['FEWER THAN 2 TRAINABLE'] : []),
+    ].join(' · '),
     detail: `task ${g.task} · harness ${g.harness} · rewards [${g.rewards.map((r) => num(r)).join(', ')}]`,
     groupId: g.group_id,
   }));
@@ -64,10 +70,16 @@ export function batchReadError(action: string, dir: string, err: unknown): Error
   if (err instanceof BatchFileError) {
     const what = err.message.slice(err.file.length + 2);
     const file = err.file === batchPaths(dir).manifest ? 'its batch.json' : basename(err.file);
-    return new Error(`Cannot ${action} batch '${name}': ${file} is ${/^not found/.test(what) ? 'missing' : 'unreadable'} (${what}). File: ${err.file}`, { cause: err });
+    return new Error(
+      `Cannot ${action} batch '${name}': ${file} is ${/^not found/.test(what) ? 'missing' : 'unreadable'} (${what}). File: ${err.file}`,
+      { cause: err },
+    );
   }
   if (err instanceof ExportInputError) {
-    return new Error(`Cannot ${action} batch '${name}': a kept rollout's capture cannot be read (${err.message.slice(err.file.length + 2)}). File: ${err.file}`, { cause: err });
+    return new Error(
+      `Cannot ${action} batch '${name}': a kept rollout's capture cannot be read (${err.message.slice(err.file.length + 2)}). File: ${err.file}`,
+      { cause: err },
+    );
   }
   return new Error(`Cannot ${action} batch '${name}' (${dir}): ${err instanceof Error ? err.message : String(err)}`, { cause: err });
 }
@@ -90,18 +102,40 @@ export interface AuditProblem {
 export function auditProblems(r: AuditReport): AuditProblem[] {
   const out: AuditProblem[] = [];
   for (const f of r.contract.failures) {
-    out.push({ kind: 'contract', text: `Rollout ${f.rollout_id} (group ${f.group_id}) breaks the capture contract, so an export stops on it: ${f.file}, session ${f.session_id}${f.call_id ? `, call ${f.call_id}` : ''}: ${f.problem}` });
+    out.push({
+      kind: 'contract',
+      text: `Rollout ${f.rollout_id} (group ${f.group_id}) breaks the capture contract, so an export stops on it: ${f.file}, session ${f.session_id}${f.call_id ? `, call ${f.call_id}` : ''}: ${f.problem}`,
+    });
   }
   for (const g of r.groups) {
-    if (g.no_contrast) out.push({ kind: 'no_contrast', text: `Group ${g.group_id} has no contrast: every kept reward is ${num(g.rewards[0] ?? null)}, so all its advantages are 0 and it teaches nothing.` });
-    else if (g.too_small) out.push({ kind: 'too_small', text: `Group ${g.group_id} has ${g.kept} kept member(s) of ${g.expected}: no group baseline, so it teaches nothing.` });
+    if (g.no_contrast)
+      out.push({
+        kind: 'no_contrast',
+        text: `Group ${g.group_id} has no contrast: every kept reward is ${num(g.rewards[0] ?? null)}, so all its advantages are 0 and it teaches nothing.`,
+      });
+    else if (g.too_small)
+      out.push({
+        kind: 'too_small',
+        text: `Group ${g.group_id} has ${g.kept} kept member(s) of ${g.expected}: no group baseline, so it teaches nothing.`,
+      });
   }
   const discarded = r.groups.flatMap((g) => g.members.filter((m) => !m.kept && (m.state === 'done' || m.state === 'discarded')));
-  if (discarded.length) out.push({ kind: 'discarded', text: `${plural(discarded.length, 'rollout')} discarded (${share(r.summary.discarded_share)} of the batch): ${discarded.map((m) => `${m.rollout_id} (${m.excluded ?? 'excluded'})`).join(', ')}.` });
-  if (r.summary.unfinished) out.push({ kind: 'unfinished', text: `${plural(r.summary.unfinished, 'rollout')} not finished yet: the audit covers the finished ones only.` });
+  if (discarded.length)
+    out.push({
+      kind: 'discarded',
+      text: `${plural(discarded.length, 'rollout')} discarded (${share(r.summary.discarded_share)} of the batch): ${discarded.map((m) => `${m.rollout_id} (${m.excluded ?? 'excluded'})`).join(', ')}.`,
+    });
+  if (r.summary.unfinished)
+    out.push({
+      kind: 'unfinished',
+      text: `${plural(r.summary.unfinished, 'rollout')} not finished yet: the audit covers the finished ones only.`,
+    });
   if (r.policy.stale_calls) {
     const first = r.policy.stale[0]!;
-    out.push({ kind: 'stale', text: `${plural(r.policy.stale_calls, 'call')} sampled more than ${r.policy.max_staleness} policy versions behind the newest (${r.policy.newest}), e.g. rollout ${first.rollout_id}, session ${first.session_id}, call ${first.call_id} under ${first.version}.` });
+    out.push({
+      kind: 'stale',
+      text: `${plural(r.policy.stale_calls, 'call')} sampled more than ${r.policy.max_staleness} policy versions behind the newest (${r.policy.newest}), e.g. rollout ${first.rollout_id}, session ${first.session_id}, call ${first.call_id} under ${first.version}.`,
+    });
   }
   return out;
 }
@@ -109,7 +143,14 @@ export function auditProblems(r: AuditReport): AuditProblem[] {
 /** The notification's one line: the count and the first problem. */
 export function auditWarning(r: AuditReport, problems: readonly AuditProblem[]): string {
   const kinds = [...new Set(problems.map((p) => p.kind))];
-  const label: Record<AuditProblem['kind'], string> = { contract: 'capture contract broken', no_contrast: 'groups without contrast', too_small: 'groups too small', discarded: 'discarded rollouts', unfinished: 'unfinished rollouts', stale: 'stale calls' };
+  const label: Record<AuditProblem['kind'], string> = {
+    contract: 'capture contract broken',
+    no_contrast: 'groups without contrast',
+    too_small: 'groups too small',
+    discarded: 'discarded rollouts',
+    unfinished: 'unfinished rollouts',
+    stale: 'stale calls',
+  };
   return `Audit of batch ${r.batch_id}: ${kinds.map((k) => label[k]).join(', ')}. ${problems[0]!.text}${problems.length > 1 ? ` (+${problems.length - 1} more)` : ''}`;
 }
 
@@ -140,7 +181,10 @@ export function auditMarkdown(r: AuditReport, opts: AuditMarkdownOptions = {}): 
   const L: string[] = [];
   L.push(`# Audit of batch ${md(r.batch_id)}`, '');
   L.push(`${code(r.dir)}`, '');
-  L.push(`${plural(s.rollouts, 'rollout')} in ${plural(s.groups, 'group')} of ${r.group_size}: kept ${s.kept}, discarded ${s.discarded}, unfinished ${s.unfinished}. The same audit as ${code(`harness-lab audit ${r.dir}`)}.`, '');
+  L.push(
+    `${plural(s.rollouts, 'rollout')} in ${plural(s.groups, 'group')} of ${r.group_size}: kept ${s.kept}, discarded ${s.discarded}, unfinished ${s.unfinished}. The same audit as ${code(`harness-lab audit ${r.dir}`)}.`,
+    '',
+  );
 
   L.push('## Problems', '');
   if (problems.length) for (const p of problems) L.push(`- ${md(p.text)}`);
@@ -154,15 +198,24 @@ export function auditMarkdown(r: AuditReport, opts: AuditMarkdownOptions = {}): 
 
   L.push('## Groups', '');
   L.push('| group | task | harness | kept | rewards | mean | std | note |', '|---|---|---|---|---|---|---|---|');
-  for (const g of r.groups) L.push(`| ${md(g.group_id)} | ${md(g.task)} | ${md(g.harness)} | ${g.kept}/${g.expected} | [${g.rewards.map((x) => num(x)).join(', ')}] | ${num(g.mean)} | ${num(g.std)} | ${groupNote(g)} |`);
+  for (const g of r.groups)
+    L.push(
+      `| ${md(g.group_id)} | ${md(g.task)} | ${md(g.harness)} | ${g.kept}/${g.expected} | [${g.rewards.map((x) => num(x)).join(', ')}] | ${num(g.mean)} | ${num(g.std)} | ${groupNote(g)} |`,
+    );
   L.push('');
   for (const g of r.groups) {
     const note = groupNote(g);
     L.push(`### Group ${md(g.group_id)}${note ? ` — ${note}` : ''}`, '');
-    L.push(`Task ${code(g.task)}, harness ${code(g.harness)}; kept ${g.kept} of ${g.expected}, rewards [${g.rewards.map((x) => num(x)).join(', ')}], mean ${num(g.mean)}, std ${num(g.std)}.`, '');
+    L.push(
+      `Task ${code(g.task)}, harness ${code(g.harness)}; kept ${g.kept} of ${g.expected}, rewards [${g.rewards.map((x) => num(x)).join(', ')}], mean ${num(g.mean)}, std ${num(g.std)}.`,
+      '',
+    );
     const why = g.no_contrast ? opts.policyNotes?.[g.group_id] : undefined;
     if (why) L.push(`> **Why no contrast:** ${md(why)}`, '');
-    L.push('| # | rollout | class | reward | in baseline | calls | tool calls | failed | recovery | self-verified | coverage | first success | session |', '|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+    L.push(
+      '| # | rollout | class | reward | in baseline | calls | tool calls | failed | recovery | self-verified | coverage | first success | session |',
+      '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+    );
     for (const m of g.members) {
       const b = m.behaviour;
       L.push(
@@ -174,11 +227,15 @@ export function auditMarkdown(r: AuditReport, opts: AuditMarkdownOptions = {}): 
 
   L.push('## Harnesses', '');
   L.push('| harness | rollouts | kept | discarded | mean reward |', '|---|---|---|---|---|');
-  for (const [h, x] of Object.entries(r.harnesses)) L.push(`| ${md(h)} | ${x.rollouts} | ${x.kept} | ${x.discarded} | ${num(x.mean_reward)} |`);
+  for (const [h, x] of Object.entries(r.harnesses))
+    L.push(`| ${md(h)} | ${x.rollouts} | ${x.kept} | ${x.discarded} | ${num(x.mean_reward)} |`);
   L.push('');
 
   L.push('## Policy versions and staleness', '');
-  L.push(`Newest version ${r.policy.newest ? code(r.policy.newest) : 'unknown'}; a call is stale when it was sampled more than ${r.policy.max_staleness} versions behind it. ${r.policy.stale_calls} of ${r.policy.calls} call(s) of the kept rollouts are stale; ${r.policy.unversioned_calls} carry no ordered version.`, '');
+  L.push(
+    `Newest version ${r.policy.newest ? code(r.policy.newest) : 'unknown'}; a call is stale when it was sampled more than ${r.policy.max_staleness} versions behind it. ${r.policy.stale_calls} of ${r.policy.calls} call(s) of the kept rollouts are stale; ${r.policy.unversioned_calls} carry no ordered version.`,
+    '',
+  );
   const versions = Object.entries(r.policy.versions);
   if (versions.length) {
     L.push('| version | calls |', '|---|---|');
@@ -187,20 +244,32 @@ export function auditMarkdown(r: AuditReport, opts: AuditMarkdownOptions = {}): 
   }
   if (r.policy.stale.length) {
     L.push('| rollout | session | call | index | version | behind |', '|---|---|---|---|---|---|');
-    for (const c of r.policy.stale) L.push(`| ${md(c.rollout_id)} | ${code(c.session_id)} | ${code(c.call_id)} | ${c.index} | ${md(c.version)} | ${c.behind} |`);
+    for (const c of r.policy.stale)
+      L.push(`| ${md(c.rollout_id)} | ${code(c.session_id)} | ${code(c.call_id)} | ${c.index} | ${md(c.version)} | ${c.behind} |`);
     L.push('');
   }
 
   L.push('## Capture contract', '');
   if (r.contract.failures.length) {
-    L.push(`${plural(r.contract.failures.length, 'kept rollout')} of ${r.contract.checked_rollouts} break the contract an export relies on (token ids, logprobs, mask lengths); ${code('harness-lab export')} stops on the first:`, '');
+    L.push(
+      `${plural(r.contract.failures.length, 'kept rollout')} of ${r.contract.checked_rollouts} break the contract an export relies on (token ids, logprobs, mask lengths); ${code('harness-lab export')} stops on the first:`,
+      '',
+    );
     L.push('| rollout | group | file | session | call | problem |', '|---|---|---|---|---|---|');
-    for (const f of r.contract.failures) L.push(`| ${md(f.rollout_id)} | ${md(f.group_id)} | ${code(f.file)} | ${code(f.session_id)} | ${f.call_id ? code(f.call_id) : '–'} | ${md(f.problem)} |`);
+    for (const f of r.contract.failures)
+      L.push(
+        `| ${md(f.rollout_id)} | ${md(f.group_id)} | ${code(f.file)} | ${code(f.session_id)} | ${f.call_id ? code(f.call_id) : '–'} | ${md(f.problem)} |`,
+      );
   } else L.push(`Every kept rollout (${r.contract.checked_rollouts}) holds it: prompt ids present, one finite logprob per sampled token.`);
   L.push('');
 
   L.push('## Behaviour', '');
-  L.push(opts.behaviourDocs ? `Rules in [behaviour-metrics.md](${opts.behaviourDocs}).` : 'Rules in docs/behaviour-metrics.md of the Harness Lab repository.', '');
+  L.push(
+    opts.behaviourDocs
+      ? `Rules in [behaviour-metrics.md](${opts.behaviourDocs}).`
+      : 'Rules in docs/behaviour-metrics.md of the Harness Lab repository.',
+    '',
+  );
   L.push('| | rollouts | tool calls | failed | recovery | self-verify | coverage | first success |', '|---|---|---|---|---|---|---|---|');
   for (const [h, b] of Object.entries(r.behaviour.harnesses)) L.push(behaviourRow(`harness ${h}`, b));
   L.push(behaviourRow('batch', r.behaviour.batch));

@@ -63,8 +63,18 @@ export interface BatchLab {
 }
 
 /** The node that runs the bundled CLI: the extension host's own (Electron's, as plain node, on desktop). */
-export function labCommand(cliJs: string, dir: string, sub: LabSub = 'resume', execPath = process.execPath, keep = false): { command: string; args: string[]; env: NodeJS.ProcessEnv } {
-  return { command: execPath, args: [cliJs, 'batch', sub, dir, ...(keep && sub === 'resume' ? ['--keep'] : [])], env: { ELECTRON_RUN_AS_NODE: '1' } };
+export function labCommand(
+  cliJs: string,
+  dir: string,
+  sub: LabSub = 'resume',
+  execPath = process.execPath,
+  keep = false,
+): { command: string; args: string[]; env: NodeJS.ProcessEnv } {
+  return {
+    command: execPath,
+    args: [cliJs, 'batch', sub, dir, ...(keep && sub === 'resume' ? ['--keep'] : [])],
+    env: { ELECTRON_RUN_AS_NODE: '1' },
+  };
 }
 
 export type LabSub = 'resume' | 'cancel' | 'teardown' | 'delete';
@@ -74,8 +84,17 @@ export type LabSub = 'resume' | 'cancel' | 'teardown' | 'delete';
  * cancel DIR` (the runner's cancel path: asks the running lab to stop and waits for it, or cleans up
  * after a dead one), `batch teardown DIR` or `batch delete DIR`, as a child.
  */
-export function startBatchLab(opts: { cliJs: string; dir: string; cwd: string; sub?: LabSub; keep?: boolean; onLine?: (line: string) => void; env?: NodeJS.ProcessEnv }): BatchLab {
-  if (!existsSync(opts.cliJs)) throw new Error(`the bundled CLI ${opts.cliJs} is missing (run \`npm run build\`, or reinstall the extension)`);
+export function startBatchLab(opts: {
+  cliJs: string;
+  dir: string;
+  cwd: string;
+  sub?: LabSub;
+  keep?: boolean;
+  onLine?: (line: string) => void;
+  env?: NodeJS.ProcessEnv;
+}): BatchLab {
+  if (!existsSync(opts.cliJs))
+    throw new Error(`the bundled CLI ${opts.cliJs} is missing (run \`npm run build\`, or reinstall the extension)`);
   const { command, args, env } = labCommand(opts.cliJs, opts.dir, opts.sub, process.execPath, opts.keep);
   const child = spawn(command, args, { cwd: opts.cwd, env: { ...process.env, ...opts.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';

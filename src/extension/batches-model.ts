@@ -97,7 +97,9 @@ export function formatReward(reward: number | null): string {
 export function batchNode(st: BatchStatus): BatchNode {
   const c = st.counts;
   const finished = c.done + c.discarded;
-  const classes = Object.entries(st.classes).map(([k, v]) => `${k} ${v}`).join(', ');
+  const classes = Object.entries(st.classes)
+    .map(([k, v]) => `${k} ${v}`)
+    .join(', ');
   const lab = st.lab === 'running' ? `running (pid ${st.lab_pid})` : st.lab;
   return {
     kind: 'batch',
@@ -111,8 +113,8 @@ export function batchNode(st: BatchStatus): BatchNode {
       `Backend ${st.backend}, group size ${st.group_size}, parallel ${st.parallel}, temperature ${st.sampling.temperature}${st.policy_version ? `, policy ${st.policy_version}` : ''}`,
       `${c.done} done, ${c.discarded} discarded, ${c.running} running, ${c.queued} queued of ${c.total}`,
       ...(classes ? [`Classes: ${classes}`] : []),
-      ...(st.lab === 'interrupted' ? ['The lab that ran it is gone: Resume Batch (this row\'s menu) continues it'] : []),
-      ...(st.lab === 'idle' || st.lab === 'cancelled' ? ['Rollouts are left: Resume Batch (this row\'s menu) runs them'] : []),
+      ...(st.lab === 'interrupted' ? ["The lab that ran it is gone: Resume Batch (this row's menu) continues it"] : []),
+      ...(st.lab === 'idle' || st.lab === 'cancelled' ? ["Rollouts are left: Resume Batch (this row's menu) runs them"] : []),
     ].join('\n'),
     contextValue: batchContextValue(st.lab),
     status: st,
@@ -204,7 +206,9 @@ export class BatchesTreeModel {
   roots(): (BatchNode | BatchErrorNode)[] {
     const nodes = this.folders().flatMap((root) => batchDirs(root).map(readBatchNode));
     const created = (n: BatchNode | BatchErrorNode) => (n.kind === 'batch' ? n.status.created_at : '');
-    return nodes.sort((a, b) => (a.kind !== b.kind ? (a.kind === 'error' ? 1 : -1) : created(b).localeCompare(created(a)) || a.dir.localeCompare(b.dir)));
+    return nodes.sort((a, b) =>
+      a.kind !== b.kind ? (a.kind === 'error' ? 1 : -1) : created(b).localeCompare(created(a)) || a.dir.localeCompare(b.dir),
+    );
   }
 
   children(node?: BatchesTreeNode): BatchesTreeNode[] {
@@ -220,7 +224,14 @@ export type BatchesTreeChange = { kind: 'none' } | { kind: 'rows'; nodes: Batche
 
 /** Everything a row shows: its texts, its menu and what picks its icon and click. */
 function rowKey(n: BatchesTreeNode): string {
-  const looks = n.kind === 'batch' ? [n.status.lab] : n.kind === 'group' ? [n.noContrast, n.group.too_few_trainable] : n.kind === 'rollout' ? [n.rollout.class, n.rollout.state, n.sessionFile] : [n.file];
+  const looks =
+    n.kind === 'batch'
+      ? [n.status.lab]
+      : n.kind === 'group'
+        ? [n.noContrast, n.group.too_few_trainable]
+        : n.kind === 'rollout'
+          ? [n.rollout.class, n.rollout.state, n.sessionFile]
+          : [n.file];
   return JSON.stringify([n.label, n.description, n.tooltip, n.contextValue, ...looks]);
 }
 

@@ -50,7 +50,12 @@ export class BatchesView extends Disposable implements vscode.TreeDataProvider<B
       // State files, and the session files calls are appended to (`<batch>/capture/sessions/*.jsonl`).
       for (const glob of ['**/*.json', '*/capture/sessions/*.jsonl']) {
         const watcher = vscode.workspace.createFileSystemWatcher(new vscode.RelativePattern(base, `${prefix}${glob}`));
-        this.watchers.push(watcher, watcher.onDidCreate(() => this.refreshSoon()), watcher.onDidChange(() => this.refreshSoon()), watcher.onDidDelete(() => this.refreshSoon()));
+        this.watchers.push(
+          watcher,
+          watcher.onDidCreate(() => this.refreshSoon()),
+          watcher.onDidChange(() => this.refreshSoon()),
+          watcher.onDidDelete(() => this.refreshSoon()),
+        );
       }
     }
     this.refresh();
@@ -79,14 +84,19 @@ export class BatchesView extends Disposable implements vscode.TreeDataProvider<B
   }
 
   getTreeItem(node: BatchesTreeNode): vscode.TreeItem {
-    const collapsible = node.kind === 'batch' || node.kind === 'group' ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None;
+    const collapsible =
+      node.kind === 'batch' || node.kind === 'group' ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None;
     const item = new vscode.TreeItem(node.label, collapsible);
     item.id = node.id;
     item.description = node.description;
     item.tooltip = node.tooltip;
     item.contextValue = node.contextValue;
-    if (node.kind === 'batch') item.iconPath = new vscode.ThemeIcon(node.status.lab === 'running' ? 'sync~spin' : node.status.lab === 'finished' ? 'layers' : 'debug-pause');
-    if (node.kind === 'group') item.iconPath = new vscode.ThemeIcon(node.noContrast || node.group.too_few_trainable ? 'warning' : 'symbol-array');
+    if (node.kind === 'batch')
+      item.iconPath = new vscode.ThemeIcon(
+        node.status.lab === 'running' ? 'sync~spin' : node.status.lab === 'finished' ? 'layers' : 'debug-pause',
+      );
+    if (node.kind === 'group')
+      item.iconPath = new vscode.ThemeIcon(node.noContrast || node.group.too_few_trainable ? 'warning' : 'symbol-array');
     if (node.kind === 'rollout') {
       const r = node.rollout;
       const icon = { completed: 'pass', policy_failure: 'circle-slash', infra_error: 'error', timeout: 'watch' } as const;
@@ -96,7 +106,10 @@ export class BatchesView extends Disposable implements vscode.TreeDataProvider<B
     if (node.kind === 'error') {
       item.iconPath = new vscode.ThemeIcon('error', new vscode.ThemeColor('errorForeground'));
       item.resourceUri = vscode.Uri.file(node.file);
-      item.command = node.file !== node.dir ? { command: 'vscode.open', title: 'Open the broken file', arguments: [vscode.Uri.file(node.file)] } : undefined;
+      item.command =
+        node.file !== node.dir
+          ? { command: 'vscode.open', title: 'Open the broken file', arguments: [vscode.Uri.file(node.file)] }
+          : undefined;
     }
     return item;
   }

@@ -9,9 +9,19 @@ export interface CliRun {
   output: string;
 }
 
-export function runBundledCli(cliJs: string, args: string[], opts: { cwd: string; onLine?: (line: string) => void; signal?: AbortSignal; execPath?: string }): Promise<CliRun> {
-  if (!existsSync(cliJs)) return Promise.reject(new Error(`the bundled CLI ${cliJs} is missing (run \`npm run build\`, or reinstall the extension)`));
-  const child = spawn(opts.execPath ?? process.execPath, [cliJs, ...args], { cwd: opts.cwd, env: { ...process.env, ELECTRON_RUN_AS_NODE: '1' }, stdio: ['ignore', 'pipe', 'pipe'], ...(opts.signal ? { signal: opts.signal } : {}) });
+export function runBundledCli(
+  cliJs: string,
+  args: string[],
+  opts: { cwd: string; onLine?: (line: string) => void; signal?: AbortSignal; execPath?: string },
+): Promise<CliRun> {
+  if (!existsSync(cliJs))
+    return Promise.reject(new Error(`the bundled CLI ${cliJs} is missing (run \`npm run build\`, or reinstall the extension)`));
+  const child = spawn(opts.execPath ?? process.execPath, [cliJs, ...args], {
+    cwd: opts.cwd,
+    env: { ...process.env, ELECTRON_RUN_AS_NODE: '1' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    ...(opts.signal ? { signal: opts.signal } : {}),
+  });
   let out = '';
   let partial = '';
   const take = (b: Buffer) => {

@@ -13,7 +13,16 @@ import { probeEngine } from '../capture/engine-probe.js';
 import type { CaptureProxy } from '../capture/proxy.js';
 import type { SessionInfo } from '../capture/types.js';
 import { auditBatchCommand, openGroupViewCommand } from './batch-review-commands.js';
-import { cancelBatchCommand, deleteBatchCommand, exportBatchCommand, openBatchRollout, resumeBatchCommand, submitRolloutBatch, teardownBatchCommand, type BatchCommandContext } from './batch-commands.js';
+import {
+  cancelBatchCommand,
+  deleteBatchCommand,
+  exportBatchCommand,
+  openBatchRollout,
+  resumeBatchCommand,
+  submitRolloutBatch,
+  teardownBatchCommand,
+  type BatchCommandContext,
+} from './batch-commands.js';
 import type { EngineNode } from './engines-view.js';
 import type { GroupViewPanels } from './group-view-panel.js';
 import { runTaskWithHarness, validateHarnessWiring } from './harness-run-commands.js';
@@ -83,7 +92,11 @@ async function resolveModel(settings: HarnessLabSettings, token?: vscode.Cancell
   const abort = new AbortController();
   const sub = token?.onCancellationRequested(() => abort.abort());
   try {
-    return await servedModel(settings.engineUrl, { checkUrl: 'the setting harnessLab.engineUrl', nameModel: 'set harnessLab.model' }, { signal: abort.signal });
+    return await servedModel(
+      settings.engineUrl,
+      { checkUrl: 'the setting harnessLab.engineUrl', nameModel: 'set harnessLab.model' },
+      { signal: abort.signal },
+    );
   } finally {
     sub?.dispose();
   }
@@ -94,20 +107,24 @@ async function startProxy(host: CommandHost): Promise<CaptureProxy> {
   const running = host.controller.running;
   if (running) return running;
   const settings = currentSettings();
-  if (!settings.engineUrl) throw new NotConfiguredError('Harness Lab needs an inference engine URL before the proxy can start.', SET_ENGINE_URL);
-  return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: 'Harness Lab: starting capture proxy', cancellable: true }, async (_progress, token) => {
-    const model = await resolveModel(settings, token);
-    if (token.isCancellationRequested) throw new vscode.CancellationError();
-    const adminKey = await host.context.secrets.get(ADMIN_KEY_SECRET);
-    host.log.addSecret(adminKey);
-    const proxy = await host.controller.start({ ...settings, model }, adminKey);
-    host.log.addSecret(host.controller.adminKey);
-    if (token.isCancellationRequested) {
-      await host.controller.stop();
-      throw new vscode.CancellationError();
-    }
-    return proxy;
-  });
+  if (!settings.engineUrl)
+    throw new NotConfiguredError('Harness Lab needs an inference engine URL before the proxy can start.', SET_ENGINE_URL);
+  return vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title: 'Harness Lab: starting capture proxy', cancellable: true },
+    async (_progress, token) => {
+      const model = await resolveModel(settings, token);
+      if (token.isCancellationRequested) throw new vscode.CancellationError();
+      const adminKey = await host.context.secrets.get(ADMIN_KEY_SECRET);
+      host.log.addSecret(adminKey);
+      const proxy = await host.controller.start({ ...settings, model }, adminKey);
+      host.log.addSecret(host.controller.adminKey);
+      if (token.isCancellationRequested) {
+        await host.controller.stop();
+        throw new vscode.CancellationError();
+      }
+      return proxy;
+    },
+  );
 }
 
 function sessionIdOf(arg: unknown): string | undefined {
@@ -159,7 +176,11 @@ async function newSession(host: CommandHost): Promise<string | undefined> {
     { label: '$(copy) All dialects', description: 'every variable below', text: all },
     ...snippets.map((s) => ({ label: s.dialect, description: s.label, detail: s.text.split('\n').join('  ·  '), text: s.text })),
   ];
-  const picked = await vscode.window.showQuickPick(items, { title: `Session ${info.session_id}: copy the environment for a harness`, placeHolder: 'Pick a dialect to copy its env snippet (Escape: no session)', matchOnDescription: true });
+  const picked = await vscode.window.showQuickPick(items, {
+    title: `Session ${info.session_id}: copy the environment for a harness`,
+    placeHolder: 'Pick a dialect to copy its env snippet (Escape: no session)',
+    matchOnDescription: true,
+  });
   if (!picked) {
     // Escape: the user did not take the session, so none is left behind (its key was never shown).
     await host.controller.deleteSession(info.session_id);
@@ -169,8 +190,14 @@ async function newSession(host: CommandHost): Promise<string | undefined> {
     return undefined;
   }
   const copied = await copyToClipboard(host, picked.text);
-  await host.docs.show(`env ${info.session_id}.sh`, `# Harness Lab capture session ${info.session_id}\n# proxy ${proxy.url}\n# The API key below is this session's secret: it is shown once, and stored only as a hash.\n\n${all}\n`, 'shellscript');
-  void vscode.window.showInformationMessage(`Session ${info.session_id} created${copied ? `; ${picked.label.replace(/^\$\(copy\) /, '')} env snippet copied to the clipboard` : ''}.`);
+  await host.docs.show(
+    `env ${info.session_id}.sh`,
+    `# Harness Lab capture session ${info.session_id}\n# proxy ${proxy.url}\n# The API key below is this session's secret: it is shown once, and stored only as a hash.\n\n${all}\n`,
+    'shellscript',
+  );
+  void vscode.window.showInformationMessage(
+    `Session ${info.session_id} created${copied ? `; ${picked.label.replace(/^\$\(copy\) /, '')} env snippet copied to the clipboard` : ''}.`,
+  );
   return info.session_id;
 }
 
@@ -218,7 +245,8 @@ async function setEngineUrl(host: CommandHost): Promise<void> {
   const configured = readSettings((key) => config.get(key)).engineUrl;
   const value = await vscode.window.showInputBox({
     title: 'Harness Lab: inference engine URL',
-    prompt: 'OpenAI-compatible base URL of an engine that returns token ids (vLLM, SGLang, or the bundled CPU engine: "Harness Lab: Start Embedded Engine")',
+    prompt:
+      'OpenAI-compatible base URL of an engine that returns token ids (vLLM, SGLang, or the bundled CPU engine: "Harness Lab: Start Embedded Engine")',
     value: configured || 'http://127.0.0.1:8000/v1',
     validateInput: (v) => (/^https?:\/\/[^\s/]+/.test(v.trim()) ? undefined : 'Enter an http:// or https:// URL'),
   });
@@ -230,7 +258,10 @@ async function setEngineUrl(host: CommandHost): Promise<void> {
   const owned = host.engineSlot.current;
   if (owned) {
     const stop = 'Stop Embedded Engine';
-    const c = await vscode.window.showInformationMessage(`Harness Lab: the embedded engine on ${owned.url} stays in use until you stop it; then ${value.trim()} is used.`, stop);
+    const c = await vscode.window.showInformationMessage(
+      `Harness Lab: the embedded engine on ${owned.url} stays in use until you stop it; then ${value.trim()} is used.`,
+      stop,
+    );
     if (c === stop) await vscode.commands.executeCommand('harnessLab.stopEmbeddedEngine');
   }
 }
@@ -257,31 +288,37 @@ async function probe(host: CommandHost, arg: unknown): Promise<void> {
   const settings = currentSettings();
   const url = arg && typeof arg === 'object' && typeof (arg as EngineNode).url === 'string' ? (arg as EngineNode).url : settings.engineUrl;
   if (!url) throw new NotConfiguredError('No engine URL configured.', SET_ENGINE_URL);
-  await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: probing ${url}`, cancellable: true }, async (_p, token) => {
-    const client = new EngineClient(url, { connections: 2 });
-    let onCancel: vscode.Disposable | undefined;
-    const cancelled = new Promise<undefined>((resolve) => (onCancel = token.onCancellationRequested(() => resolve(undefined))));
-    try {
-      const model = await resolveModel({ ...settings, engineUrl: url }, token);
-      const report = await Promise.race([probeEngine(client, model), cancelled]);
-      if (!report) return;
-      host.controller.noteEngine(url, {
-        reachability: report.reachable ? 'reachable' : 'unreachable',
-        captureLevel: report.reachable ? report.capture_level : null,
-        detail: report.findings.length ? report.findings.join('\n') : 'no findings',
-        checkedAt: report.probed_at,
-      });
-      host.log.info(`probe ${url}: reachable=${report.reachable} capture_level=${report.capture_level} findings=${report.findings.join(' | ') || 'none'}`);
-      const msg = report.reachable ? `Engine ${url}: capture level ${report.capture_level}${report.ok ? ' (trainable)' : ''}.` : `Engine ${url} is unreachable.`;
-      if (report.reachable && report.ok) {
-        if (!(arg as { quiet?: unknown } | undefined)?.quiet) void vscode.window.showInformationMessage(msg);
+  await vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title: `Harness Lab: probing ${url}`, cancellable: true },
+    async (_p, token) => {
+      const client = new EngineClient(url, { connections: 2 });
+      let onCancel: vscode.Disposable | undefined;
+      const cancelled = new Promise<undefined>((resolve) => (onCancel = token.onCancellationRequested(() => resolve(undefined))));
+      try {
+        const model = await resolveModel({ ...settings, engineUrl: url }, token);
+        const report = await Promise.race([probeEngine(client, model), cancelled]);
+        if (!report) return;
+        host.controller.noteEngine(url, {
+          reachability: report.reachable ? 'reachable' : 'unreachable',
+          captureLevel: report.reachable ? report.capture_level : null,
+          detail: report.findings.length ? report.findings.join('\n') : 'no findings',
+          checkedAt: report.probed_at,
+        });
+        host.log.info(
+          `probe ${url}: reachable=${report.reachable} capture_level=${report.capture_level} findings=${report.findings.join(' | ') || 'none'}`,
+        );
+        const msg = report.reachable
+          ? `Engine ${url}: capture level ${report.capture_level}${report.ok ? ' (trainable)' : ''}.`
+          : `Engine ${url} is unreachable.`;
+        if (report.reachable && report.ok) {
+          if (!(arg as { quiet?: unknown } | undefined)?.quiet) void vscode.window.showInformationMessage(msg);
+        } else void vscode.window.showWarningMessage(msg, 'Show Log').then((c) => c && host.log.show());
+      } finally {
+        onCancel?.dispose();
+        void client.close();
       }
-      else void vscode.window.showWarningMessage(msg, 'Show Log').then((c) => c && host.log.show());
-    } finally {
-      onCancel?.dispose();
-      void client.close();
-    }
-  });
+    },
+  );
 }
 
 async function exportSession(host: CommandHost, arg: unknown): Promise<vscode.Uri | undefined> {
@@ -294,14 +331,23 @@ async function exportSession(host: CommandHost, arg: unknown): Promise<vscode.Ur
     ...(folder ? { defaultUri: vscode.Uri.joinPath(folder, `${sessionId}.jsonl`) } : {}),
   });
   if (!uri) return undefined;
-  return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: exporting ${sessionId}`, cancellable: true }, async (_p, token) => {
-    const out = host.controller.exportTraces(sessionId);
-    if (token.isCancellationRequested) return undefined;
-    await vscode.workspace.fs.writeFile(uri, new TextEncoder().encode(out.jsonl));
-    host.log.info(`exported ${out.traces} trace(s) of session ${sessionId} to ${uri.fsPath}`);
-    void vscode.window.showInformationMessage(`Exported ${out.traces} trace(s) (${out.trainable} trainable) from ${out.calls} call(s) to ${uri.fsPath}.`, 'Open', 'Reveal').then((c) => revealOrOpen(c, uri));
-    return uri;
-  });
+  return vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title: `Harness Lab: exporting ${sessionId}`, cancellable: true },
+    async (_p, token) => {
+      const out = host.controller.exportTraces(sessionId);
+      if (token.isCancellationRequested) return undefined;
+      await vscode.workspace.fs.writeFile(uri, new TextEncoder().encode(out.jsonl));
+      host.log.info(`exported ${out.traces} trace(s) of session ${sessionId} to ${uri.fsPath}`);
+      void vscode.window
+        .showInformationMessage(
+          `Exported ${out.traces} trace(s) (${out.trainable} trainable) from ${out.calls} call(s) to ${uri.fsPath}.`,
+          'Open',
+          'Reveal',
+        )
+        .then((c) => revealOrOpen(c, uri));
+      return uri;
+    },
+  );
 }
 
 /** The "Open" / "Reveal" buttons of a message about a written file. */
@@ -318,13 +364,23 @@ interface PolicyPick extends vscode.QuickPickItem {
 async function pickPolicy(host: CommandHost, arg: unknown): Promise<PolicyPick | undefined> {
   const named = (arg as { policy?: unknown } | undefined)?.policy;
   if (typeof named === 'string') return { label: named, policy: named };
-  const fromTasks = vscode.workspace.workspaceFolders?.length ? await vscode.workspace.findFiles('**/policy.json', '{**/node_modules/**,**/.git/**}', 50) : [];
+  const fromTasks = vscode.workspace.workspaceFolders?.length
+    ? await vscode.workspace.findFiles('**/policy.json', '{**/node_modules/**,**/.git/**}', 50)
+    : [];
   const items: PolicyPick[] = [
-    ...fromTasks.map((u) => ({ label: `$(checklist) ${vscode.workspace.asRelativePath(u)}`, description: 'task policy: scripted turns that solve this task', policy: u.fsPath })),
+    ...fromTasks.map((u) => ({
+      label: `$(checklist) ${vscode.workspace.asRelativePath(u)}`,
+      description: 'task policy: scripted turns that solve this task',
+      policy: u.fsPath,
+    })),
     ...listShippedPolicies().map((name) => ({ label: `$(file-code) ${name}`, description: 'shipped policy', policy: name })),
     { label: '$(circle-slash) No policy', description: 'the tiny model samples freely (random text)', policy: undefined },
   ];
-  return vscode.window.showQuickPick(items, { title: 'Harness Lab: Start Embedded Engine', placeHolder: 'Policy that decides what the CPU engine says (it scores exactly those tokens)', matchOnDescription: true });
+  return vscode.window.showQuickPick(items, {
+    title: 'Harness Lab: Start Embedded Engine',
+    placeHolder: 'Policy that decides what the CPU engine says (it scores exactly those tokens)',
+    matchOnDescription: true,
+  });
 }
 
 /** `harness-lab engine` (the bundled CLI) under a progress notification; `port` first when given (a restart after a reload). */
@@ -332,7 +388,14 @@ async function spawnEngine(host: CommandHost, policy: string | undefined, port: 
   const cli = bundledCli(host.context.extensionUri.fsPath);
   const title = 'Harness Lab: starting the embedded CPU engine (the first start builds its tiny model)';
   return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title, cancellable: true }, async (_p, token) => {
-    const start = (p: number | undefined) => EngineProcess.start({ cliPath: cli, policy, log: host.log, dataDir: host.context.globalStorageUri.fsPath, ...(p ? { port: p } : {}) });
+    const start = (p: number | undefined) =>
+      EngineProcess.start({
+        cliPath: cli,
+        policy,
+        log: host.log,
+        dataDir: host.context.globalStorageUri.fsPath,
+        ...(p ? { port: p } : {}),
+      });
     // After a reload the engine of the window before may still be letting go of the port: try it a few times.
     const again = async (p: number): Promise<EngineProcess> => {
       for (let attempt = 1; ; attempt++) {
@@ -340,7 +403,9 @@ async function spawnEngine(host: CommandHost, policy: string | undefined, port: 
           return await start(p);
         } catch (err) {
           if (attempt >= 3 || token.isCancellationRequested) {
-            host.log.warn(`the embedded engine could not listen on its former port ${p} (${err instanceof Error ? err.message.split('\n')[0] : String(err)}); using another`);
+            host.log.warn(
+              `the embedded engine could not listen on its former port ${p} (${err instanceof Error ? err.message.split('\n')[0] : String(err)}); using another`,
+            );
             return start(undefined);
           }
           await new Promise((r) => setTimeout(r, 1000));
@@ -348,7 +413,13 @@ async function spawnEngine(host: CommandHost, policy: string | undefined, port: 
       }
     };
     const starting = port ? again(port) : start(undefined);
-    const sub = token.onCancellationRequested(() => void starting.then((e) => e.dispose(), () => undefined));
+    const sub = token.onCancellationRequested(
+      () =>
+        void starting.then(
+          (e) => e.dispose(),
+          () => undefined,
+        ),
+    );
     try {
       const e = await starting;
       if (token.isCancellationRequested) throw new vscode.CancellationError();
@@ -366,7 +437,12 @@ async function spawnEngine(host: CommandHost, policy: string | undefined, port: 
  */
 async function startEmbeddedEngine(host: CommandHost, arg: unknown): Promise<string | undefined> {
   const restore = (arg as { restore?: unknown } | undefined)?.restore === true;
-  const picked = restore ? { label: String((arg as { policy?: unknown }).policy ?? 'no policy'), policy: ((arg as { policy?: unknown }).policy as string | null) ?? undefined } : await pickPolicy(host, arg);
+  const picked = restore
+    ? {
+        label: String((arg as { policy?: unknown }).policy ?? 'no policy'),
+        policy: ((arg as { policy?: unknown }).policy as string | null) ?? undefined,
+      }
+    : await pickPolicy(host, arg);
   if (!picked) return undefined;
   const port = restore ? (arg as { port?: unknown }).port : undefined;
   const engine = await spawnEngine(host, picked.policy, typeof port === 'number' ? port : undefined);
@@ -381,7 +457,9 @@ async function startEmbeddedEngine(host: CommandHost, arg: unknown): Promise<str
   const what = `embedded engine on ${engine.url}${picked.policy ? ` following ${label}` : ''}`;
   host.log.info(`${restore ? 'restarted the' : 'started the'} ${what}${previous ? ` (replacing ${previous.url})` : ''}`);
   const start = 'Start Proxy';
-  const message = restore ? `Harness Lab: restarted the ${what} (it ran before the window reloaded).` : `Harness Lab: ${what}${previous && host.controller.running ? '; the proxy switched to it' : ''}.`;
+  const message = restore
+    ? `Harness Lab: restarted the ${what} (it ran before the window reloaded).`
+    : `Harness Lab: ${what}${previous && host.controller.running ? '; the proxy switched to it' : ''}.`;
   void vscode.window.showInformationMessage(message, ...(host.controller.running ? [] : [start])).then(async (c) => {
     if (c === start) await vscode.commands.executeCommand('harnessLab.startProxy');
   });
@@ -404,7 +482,9 @@ async function stopEmbeddedEngine(host: CommandHost): Promise<boolean> {
   }
   host.refreshEngines();
   host.log.info(`stopped the embedded engine on ${engine.url}`);
-  void vscode.window.showInformationMessage(`Harness Lab: stopped the embedded engine on ${engine.url}.${host.controller.running ? (configured ? ` The proxy forwards to ${configured} (Engine URL setting).` : ' The proxy has no engine now: start one, or set an Engine URL.') : ''}`);
+  void vscode.window.showInformationMessage(
+    `Harness Lab: stopped the embedded engine on ${engine.url}.${host.controller.running ? (configured ? ` The proxy forwards to ${configured} (Engine URL setting).` : ' The proxy has no engine now: start one, or set an Engine URL.') : ''}`,
+  );
   return true;
 }
 
@@ -429,7 +509,12 @@ function staleTerminals(host: CommandHost, oldUrl: string, newUrl: string): void
   if (!stale.length) return;
   host.log.warn(`${stale.length} captured terminal(s) point at ${oldUrl}; the proxy is now on ${newUrl}`);
   const open = 'Open Captured Terminal';
-  void vscode.window.showWarningMessage(`Harness Lab: the proxy could not get its port back (now ${newUrl}); ${stale.length} open captured terminal(s) still point at ${oldUrl} and are stale. Open a new one.`, open).then((c) => c === open && vscode.commands.executeCommand('harnessLab.openCapturedTerminal'));
+  void vscode.window
+    .showWarningMessage(
+      `Harness Lab: the proxy could not get its port back (now ${newUrl}); ${stale.length} open captured terminal(s) still point at ${oldUrl} and are stale. Open a new one.`,
+      open,
+    )
+    .then((c) => c === open && vscode.commands.executeCommand('harnessLab.openCapturedTerminal'));
 }
 
 async function deleteSession(host: CommandHost, arg: unknown): Promise<boolean> {
@@ -451,7 +536,10 @@ async function statusMenu(host: CommandHost): Promise<void> {
 
 /** Opens a session's rollout in the viewer, at a call when given one from the Sessions tree. */
 async function openRolloutViewer(host: CommandHost, arg: unknown): Promise<string | undefined> {
-  const target = viewerTargetOf(arg) ?? { sessionId: await pickSession(host, undefined, 'Session to open in the rollout viewer'), focus: null };
+  const target = viewerTargetOf(arg) ?? {
+    sessionId: await pickSession(host, undefined, 'Session to open in the rollout viewer'),
+    focus: null,
+  };
   if (!target.sessionId) return undefined;
   host.viewer.open(target.sessionId, target.focus);
   return target.sessionId;
@@ -470,23 +558,32 @@ function replayHost(host: CommandHost): ReplayCommandHost {
 /** Rescore the rollout in the viewer in front against an engine's weights: drift colours in place. */
 async function rescoreShownRollout(host: CommandHost): Promise<RescoreReport | undefined> {
   const viewer = host.viewer.activeConnection();
-  if (!viewer) throw new Error('Rescore works on the rollout viewer in front: open a session (Sessions view) or a rollout file in the viewer first.');
+  if (!viewer)
+    throw new Error('Rescore works on the rollout viewer in front: open a session (Sessions view) or a rollout file in the viewer first.');
   const settings = currentSettings();
   const engineUrl = await vscode.window.showInputBox({
     title: 'Rescore Rollout: engine with the weights to compare',
-    prompt: "The sampled tokens are teacher-forced through this engine (vLLM's prompt_logprobs, or the embedded engine); each is coloured by exp(rescored - captured logprob).",
+    prompt:
+      "The sampled tokens are teacher-forced through this engine (vLLM's prompt_logprobs, or the embedded engine); each is coloured by exp(rescored - captured logprob).",
     value: settings.engineUrl || 'http://127.0.0.1:8000',
     ignoreFocusOut: true,
     validateInput: (v) => (/^https?:\/\/\S+$/.test(v.trim()) ? undefined : 'an http(s) URL, e.g. http://127.0.0.1:8000'),
   });
   if (!engineUrl) return undefined;
-  const r = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: rescoring against ${engineUrl.trim()}` }, () => viewer.rescore(engineUrl.trim(), settings.model || null));
+  const r = await vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title: `Harness Lab: rescoring against ${engineUrl.trim()}` },
+    () => viewer.rescore(engineUrl.trim(), settings.model || null),
+  );
   const s = r.report.summary;
   const mean = s.mean_ratio === null ? '-' : s.mean_ratio.toFixed(4);
   const past = s.share_past === null ? '-' : `${(s.share_past * 100).toFixed(1)}%`;
   const skipped = r.report.skipped.length ? `; ${r.report.skipped.length} call(s) skipped (${r.report.skipped[0]!.reason})` : '';
-  host.log.info(`rescore of ${r.report.session_id} against ${r.report.engine_url}: mean ratio ${mean}, ${past} of ${s.tokens} tokens past ±${r.report.threshold}${skipped}${r.saved ? `; report ${r.saved}` : ''}`);
-  void vscode.window.showInformationMessage(`Drift: mean ratio ${mean}; ${past} of ${s.tokens} sampled tokens past ±${r.report.threshold} in ${r.covered} call(s)${skipped}.${r.saved ? ` Report saved as ${r.saved}.` : ''}`);
+  host.log.info(
+    `rescore of ${r.report.session_id} against ${r.report.engine_url}: mean ratio ${mean}, ${past} of ${s.tokens} tokens past ±${r.report.threshold}${skipped}${r.saved ? `; report ${r.saved}` : ''}`,
+  );
+  void vscode.window.showInformationMessage(
+    `Drift: mean ratio ${mean}; ${past} of ${s.tokens} sampled tokens past ±${r.report.threshold} in ${r.covered} call(s)${skipped}.${r.saved ? ` Report saved as ${r.saved}.` : ''}`,
+  );
   return r.report;
 }
 
@@ -540,12 +637,16 @@ export function createCommands(): Record<string, CommandSpec> {
         const keyed = host.controller.listSessions().find((s) => s.session_id === sessionId)?.keyed === true;
         const key = mintedKeys.get(sessionId) ?? (keyed ? undefined : sessionId);
         if (key === undefined) {
-          void vscode.window.showWarningMessage(`Session ${sessionId} has a secret key that was shown once when it was created; it is not stored, so it cannot be copied now. Create a new session for a new key.`);
+          void vscode.window.showWarningMessage(
+            `Session ${sessionId} has a secret key that was shown once when it was created; it is not stored, so it cannot be copied now. Create a new session for a new key.`,
+          );
           return undefined;
         }
         const copied = await copyToClipboard(host, key);
         // The key itself is never put in a notification (they can be logged and screenshotted).
-        void vscode.window.showInformationMessage(`${copied ? `Copied the key of session ${sessionId}` : `Could not copy the key of session ${sessionId}`} (use it as the harness's API key).`);
+        void vscode.window.showInformationMessage(
+          `${copied ? `Copied the key of session ${sessionId}` : `Could not copy the key of session ${sessionId}`} (use it as the harness's API key).`,
+        );
         return key;
       },
     },
@@ -554,7 +655,11 @@ export function createCommands(): Record<string, CommandSpec> {
         const sessionId = await pickSession(host, arg, 'Session to open');
         if (!sessionId) return;
         const row = host.controller.listSessions().find((s) => s.session_id === sessionId);
-        await host.docs.show(`session ${sessionId}.json`, `${JSON.stringify({ ...row, calls: host.controller.getCalls(sessionId) }, null, 2)}\n`, 'json');
+        await host.docs.show(
+          `session ${sessionId}.json`,
+          `${JSON.stringify({ ...row, calls: host.controller.getCalls(sessionId) }, null, 2)}\n`,
+          'json',
+        );
       },
     },
     'harnessLab.openCall': {
@@ -584,7 +689,10 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.openGroupView': { run: (host, arg) => openGroupViewCommand(host, arg) },
     'harnessLab.startTrainingRun': { run: (host) => host.trainingRuns.start() },
     'harnessLab.refreshTrainingRuns': { run: async (host) => host.trainingRuns.refresh() },
-    'harnessLab.showTrainingRunLogs': { run: (host, arg) => host.trainingRuns.showLogs((arg as TrainingRunNode | undefined)?.name, (arg as TrainingRunNode | undefined)?.runKind) },
+    'harnessLab.showTrainingRunLogs': {
+      run: (host, arg) =>
+        host.trainingRuns.showLogs((arg as TrainingRunNode | undefined)?.name, (arg as TrainingRunNode | undefined)?.runKind),
+    },
     'harnessLab.cancelTrainingRun': { run: (host, arg) => host.trainingRuns.cancel(arg as TrainingRunNode | undefined) },
     // ux-cluster (#28): the batch lifecycle, exports, the Harness Lab terminal, harness installs, training curves.
     'harnessLab.resumeBatch': { run: (host, arg) => resumeBatchCommand(batchContext(host), arg) },
@@ -592,8 +700,14 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.deleteBatch': { run: (host, arg) => deleteBatchCommand(batchContext(host), arg) },
     'harnessLab.openLabTerminal': { run: async (host) => (await openLabTerminal(host)).commands },
     'harnessLab.installHarness': { run: (host, arg) => installHarnessCommand(host, arg) },
-    'harnessLab.showTrainingCurves': { run: (host, arg, selected) => host.trainingRuns.showCurves(arg as TrainingRunNode | undefined, selected as TrainingRunNode[] | undefined) },
-    'harnessLab.exportBatch': { run: (host, arg, preset) => exportBatchCommand(batchContext(host), arg, preset as { format?: 'trl' | 'verl' | 'trainingtrace'; out?: string } | undefined) },
+    'harnessLab.showTrainingCurves': {
+      run: (host, arg, selected) =>
+        host.trainingRuns.showCurves(arg as TrainingRunNode | undefined, selected as TrainingRunNode[] | undefined),
+    },
+    'harnessLab.exportBatch': {
+      run: (host, arg, preset) =>
+        exportBatchCommand(batchContext(host), arg, preset as { format?: 'trl' | 'verl' | 'trainingtrace'; out?: string } | undefined),
+    },
     // ---- ux-session (#28): proxy and embedded engine lifecycle ----
     'harnessLab.startEmbeddedEngine': { run: (host, arg) => startEmbeddedEngine(host, arg) },
     'harnessLab.stopEmbeddedEngine': { run: (host) => stopEmbeddedEngine(host) },
@@ -642,7 +756,12 @@ async function report(host: CommandHost, name: string, err: unknown): Promise<vo
   const showLog = 'Show Log';
   // A harness CLI that is not installed: the fix is Install Harness… (the .vsix installs it itself).
   const missingHarness = /harness-lab harness install (\S+)`/.exec(message)?.[1];
-  const fix = err instanceof NotConfiguredError ? err.fix : missingHarness ? { title: 'Install Harness…', command: 'harnessLab.installHarness', args: [missingHarness] } : undefined;
+  const fix =
+    err instanceof NotConfiguredError
+      ? err.fix
+      : missingHarness
+        ? { title: 'Install Harness…', command: 'harnessLab.installHarness', args: [missingHarness] }
+        : undefined;
   const choice = await vscode.window.showErrorMessage(fix ? message : `Harness Lab: ${message}`, ...(fix ? [fix.title] : []), showLog);
   if (choice === showLog) host.log.show();
   else if (fix && choice === fix.title) await vscode.commands.executeCommand(fix.command, ...(fix.args ?? []));
@@ -651,16 +770,19 @@ async function report(host: CommandHost, name: string, err: unknown): Promise<vo
 export function registerCommands(host: CommandHost): vscode.Disposable[] {
   ownedEngine = () => host.engineSlot.url;
   const terminalsClosed = vscode.window.onDidCloseTerminal((t) => capturedTerminals.delete(t));
-  return [terminalsClosed, ...Object.entries(createCommands()).map(([name, spec]) =>
-    vscode.commands.registerCommand(name, async (...args: unknown[]) => {
-      try {
-        const blocked = spec.enabled?.(host);
-        if (blocked) throw blocked;
-        return await spec.run(host, ...args);
-      } catch (err) {
-        await report(host, name, err);
-        return undefined;
-      }
-    }),
-  )];
+  return [
+    terminalsClosed,
+    ...Object.entries(createCommands()).map(([name, spec]) =>
+      vscode.commands.registerCommand(name, async (...args: unknown[]) => {
+        try {
+          const blocked = spec.enabled?.(host);
+          if (blocked) throw blocked;
+          return await spec.run(host, ...args);
+        } catch (err) {
+          await report(host, name, err);
+          return undefined;
+        }
+      }),
+    ),
+  ];
 }

@@ -24,7 +24,10 @@ export interface EngineProcessOptions {
 
 export function bundledCli(extensionPath: string): string {
   const cli = join(extensionPath, 'dist', 'cli.js');
-  if (!existsSync(cli)) throw new Error(`the Harness Lab CLI ${cli} is missing from this installation; reinstall the extension (or run npm run build in a checkout)`);
+  if (!existsSync(cli))
+    throw new Error(
+      `the Harness Lab CLI ${cli} is missing from this installation; reinstall the extension (or run npm run build in a checkout)`,
+    );
   return cli;
 }
 
@@ -47,14 +50,23 @@ export class EngineProcess extends Disposable {
   }
 
   /** Resolves when the engine's process is gone. */
-  readonly whenExited = (): Promise<void> => (this.exited ? Promise.resolve() : new Promise((resolve) => this.child.once('exit', () => resolve())));
+  readonly whenExited = (): Promise<void> =>
+    this.exited ? Promise.resolve() : new Promise((resolve) => this.child.once('exit', () => resolve()));
 
   private kill(): void {
     if (!this.exited) this.child.kill('SIGTERM');
   }
 
   static start(opts: EngineProcessOptions): Promise<EngineProcess> {
-    const args = [opts.cliPath, 'engine', '--host', '127.0.0.1', '--port', String(opts.port ?? 0), ...(opts.policy ? ['--policy', opts.policy] : [])];
+    const args = [
+      opts.cliPath,
+      'engine',
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(opts.port ?? 0),
+      ...(opts.policy ? ['--policy', opts.policy] : []),
+    ];
     // In desktop VS Code process.execPath is Electron; ELECTRON_RUN_AS_NODE makes it plain Node.
     const child = spawn(process.execPath, args, {
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -71,7 +83,10 @@ export class EngineProcess extends Disposable {
         if (child.exitCode === null) child.kill('SIGTERM');
         reject(new Error(`${message}${stderr.trim() ? `\n${stderr.trim()}` : ''}`));
       };
-      const timer = setTimeout(() => fail(`harness-lab engine did not start within ${Math.round((opts.startTimeoutMs ?? 180_000) / 1000)} s`), opts.startTimeoutMs ?? 180_000);
+      const timer = setTimeout(
+        () => fail(`harness-lab engine did not start within ${Math.round((opts.startTimeoutMs ?? 180_000) / 1000)} s`),
+        opts.startTimeoutMs ?? 180_000,
+      );
       child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
         stderr += chunk;
         for (const line of chunk.split('\n')) if (line.trim()) opts.log.info(`engine: ${line.trim()}`);

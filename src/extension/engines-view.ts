@@ -35,9 +35,23 @@ export class EnginesView extends Disposable implements vscode.TreeDataProvider<E
     const item = new vscode.TreeItem(node.url, vscode.TreeItemCollapsibleState.None);
     item.id = `engine:${node.url}`;
     const owned = this.ownedEngine();
-    const embedded = owned?.url === node.url ? `embedded engine of this window${owned.policy ? `, policy ${owned.policy}` : ', no policy'}` : undefined;
-    item.description = [...(embedded ? ['embedded'] : []), node.reachability, node.captureLevel ? `capture: ${node.captureLevel}` : 'capture: not probed'].join(' · ');
-    item.tooltip = [node.url, ...(embedded ? [`${embedded} (Stop Embedded Engine ends it)`] : []), `Reachability: ${node.reachability}`, `Capture level: ${node.captureLevel ?? 'not probed'}`, node.detail, node.checkedAt ? `Checked ${node.checkedAt}` : ''].filter(Boolean).join('\n');
+    const embedded =
+      owned?.url === node.url ? `embedded engine of this window${owned.policy ? `, policy ${owned.policy}` : ', no policy'}` : undefined;
+    item.description = [
+      ...(embedded ? ['embedded'] : []),
+      node.reachability,
+      node.captureLevel ? `capture: ${node.captureLevel}` : 'capture: not probed',
+    ].join(' · ');
+    item.tooltip = [
+      node.url,
+      ...(embedded ? [`${embedded} (Stop Embedded Engine ends it)`] : []),
+      `Reachability: ${node.reachability}`,
+      `Capture level: ${node.captureLevel ?? 'not probed'}`,
+      node.detail,
+      node.checkedAt ? `Checked ${node.checkedAt}` : '',
+    ]
+      .filter(Boolean)
+      .join('\n');
     item.contextValue = 'harnessLab.engine';
     item.iconPath =
       node.reachability === 'unreachable'

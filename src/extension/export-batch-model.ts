@@ -7,8 +7,16 @@ import { z } from 'zod';
 import { batchDirs } from './batches-model.js';
 
 export const BATCH_EXPORT_FORMATS = [
-  { format: 'trl', label: 'TRL', detail: 'GRPOTrainer rollout_func rows: prompt_ids, completion_ids, logprobs, env_mask, reward; G consecutive rows per group' },
-  { format: 'verl', label: 'veRL', detail: 'AgentLoopOutput rows (prompt_ids, response_ids, response_mask, response_logprobs, reward_score), uid per group' },
+  {
+    format: 'trl',
+    label: 'TRL',
+    detail: 'GRPOTrainer rollout_func rows: prompt_ids, completion_ids, logprobs, env_mask, reward; G consecutive rows per group',
+  },
+  {
+    format: 'verl',
+    label: 'veRL',
+    detail: 'AgentLoopOutput rows (prompt_ids, response_ids, response_mask, response_logprobs, reward_score), uid per group',
+  },
   { format: 'trainingtrace', label: 'TrainingTrace', detail: 'one line per rollout: ids, group, reward and the TRL TrainingTrace' },
 ] as const;
 export type BatchExportFormat = (typeof BATCH_EXPORT_FORMATS)[number]['format'];
@@ -28,7 +36,17 @@ export const ExportManifestSummarySchema = z
   .object({
     format: z.string(),
     file: z.string(),
-    counts: z.object({ rows: z.number(), rollouts_kept: z.number(), rollouts_dropped: Counts, groups_kept: z.number(), groups_dropped: Counts, trainable_tokens: z.number(), bytes: z.number() }).loose(),
+    counts: z
+      .object({
+        rows: z.number(),
+        rollouts_kept: z.number(),
+        rollouts_dropped: Counts,
+        groups_kept: z.number(),
+        groups_dropped: Counts,
+        trainable_tokens: z.number(),
+        bytes: z.number(),
+      })
+      .loose(),
   })
   .loose();
 export type ExportManifestSummary = z.infer<typeof ExportManifestSummarySchema>;
@@ -41,11 +59,16 @@ export function readExportManifest(file: string): ExportManifestSummary {
     throw new Error(`the export's manifest ${file} cannot be read: ${(err as Error).message}`);
   }
   const parsed = ExportManifestSummarySchema.safeParse(raw);
-  if (!parsed.success) throw new Error(`${file} is not an export manifest: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  if (!parsed.success)
+    throw new Error(`${file} is not an export manifest: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
   return parsed.data;
 }
 
-const list = (m: Record<string, number>) => Object.entries(m).filter(([, n]) => n > 0).map(([k, n]) => `${n} ${k}`).join(', ');
+const list = (m: Record<string, number>) =>
+  Object.entries(m)
+    .filter(([, n]) => n > 0)
+    .map(([k, n]) => `${n} ${k}`)
+    .join(', ');
 
 /** One sentence: rows written, rollouts and groups kept, what was dropped and why. */
 export function exportSummary(m: ExportManifestSummary, label: string): string {
@@ -68,7 +91,14 @@ export interface LocalExport {
   rows: number;
 }
 
-const LocalManifestSchema = z.object({ format: z.string(), file: z.string(), batch: z.object({ batch_id: z.string() }).loose().nullable().optional(), counts: z.object({ rows: z.number() }).loose() }).loose();
+const LocalManifestSchema = z
+  .object({
+    format: z.string(),
+    file: z.string(),
+    batch: z.object({ batch_id: z.string() }).loose().nullable().optional(),
+    counts: z.object({ rows: z.number() }).loose(),
+  })
+  .loose();
 
 /** Export manifests (`*.jsonl.manifest.json`) in the folders and their batch folders, for linking a training run to what it reads. */
 export function findLocalExports(folders: string[]): LocalExport[] {

@@ -50,17 +50,32 @@ class HarnessLab extends Disposable {
       }),
     ));
     this._register(controller.onDidChangeEngines(() => void context.globalState.update(ENGINES_KEY, controller.probedEngines())));
-    this._register(controller.onDidChangeState((st) => st.kind === 'running' && void context.workspaceState.update(PROXY_PORT_KEY, st.port)));
+    this._register(
+      controller.onDidChangeState((st) => st.kind === 'running' && void context.workspaceState.update(PROXY_PORT_KEY, st.port)),
+    );
     // The embedded engine this workspace owns: remembered in workspace state, never in User settings.
-    const engineSlot = this._register(new EngineSlot({ get: () => context.workspaceState.get(OWNED_ENGINE_KEY), set: (v) => void context.workspaceState.update(OWNED_ENGINE_KEY, v) }));
-    this._register(engineSlot.onDidExit(({ url, pid }) => {
-      log.warn(`the embedded engine on ${url} (pid ${pid ?? '?'}) exited; its port is dead`);
-      controller.noteEngine(url, { reachability: 'unreachable', detail: 'the embedded engine process exited' });
-    }));
+    const engineSlot = this._register(
+      new EngineSlot({
+        get: () => context.workspaceState.get(OWNED_ENGINE_KEY),
+        set: (v) => void context.workspaceState.update(OWNED_ENGINE_KEY, v),
+      }),
+    );
+    this._register(
+      engineSlot.onDidExit(({ url, pid }) => {
+        log.warn(`the embedded engine on ${url} (pid ${pid ?? '?'}) exited; its port is dead`);
+        controller.noteEngine(url, { reachability: 'unreachable', detail: 'the embedded engine process exited' });
+      }),
+    );
     const engineUrl = () => safeSettings()?.engineUrl ?? '';
     const sessions = this._register(new SessionsView(controller));
     const tasks = this._register(new TasksView(log));
-    const engines = this._register(new EnginesView(controller, () => [engineUrl()].filter(Boolean), () => engineSlot.current));
+    const engines = this._register(
+      new EnginesView(
+        controller,
+        () => [engineUrl()].filter(Boolean),
+        () => engineSlot.current,
+      ),
+    );
     const batches = this._register(new BatchesView(() => safeSettings()?.batchesFolder ?? ''));
     const statusBar = this._register(new ProxyStatusBar(controller, engineUrl));
 
@@ -88,32 +103,73 @@ class HarnessLab extends Disposable {
         engines.refresh();
         showStored();
         // A new engine URL is graded right away (the proxy grades its own at start).
-        if ((e.affectsConfiguration(`${SETTINGS_SECTION}.engineURL`) || e.affectsConfiguration(`${SETTINGS_SECTION}.engineUrl`)) && engineUrl() && !controller.running) void vscode.commands.executeCommand('harnessLab.probeEngine', { kind: 'engine', url: engineUrl(), quiet: true });
-        if (controller.running && ['engineURL', 'engineUrl', 'model', 'proxyHost', 'proxyPort', 'dataDir'].some((k) => e.affectsConfiguration(`${SETTINGS_SECTION}.${k}`))) {
-          void vscode.window.showInformationMessage('Harness Lab settings changed; restart the proxy to apply them.', 'Restart Proxy').then(async (c) => {
-            if (!c) return;
-            await controller.stop();
-            await vscode.commands.executeCommand('harnessLab.startProxy');
-          });
+        if (
+          (e.affectsConfiguration(`${SETTINGS_SECTION}.engineURL`) || e.affectsConfiguration(`${SETTINGS_SECTION}.engineUrl`)) &&
+          engineUrl() &&
+          !controller.running
+        )
+          void vscode.commands.executeCommand('harnessLab.probeEngine', { kind: 'engine', url: engineUrl(), quiet: true });
+        if (
+          controller.running &&
+          ['engineURL', 'engineUrl', 'model', 'proxyHost', 'proxyPort', 'dataDir'].some((k) =>
+            e.affectsConfiguration(`${SETTINGS_SECTION}.${k}`),
+          )
+        ) {
+          void vscode.window
+            .showInformationMessage('Harness Lab settings changed; restart the proxy to apply them.', 'Restart Proxy')
+            .then(async (c) => {
+              if (!c) return;
+              await controller.stop();
+              await vscode.commands.executeCommand('harnessLab.startProxy');
+            });
         }
       }),
     );
 
     const trainingRuns = this._register(new TrainingRuns(log, () => batches.folders()));
     const docs = this._register(new ReadonlyDocuments());
-    const liveTexts = this._register(new LiveTokenTexts(() => (safeSettings() ? controller.resolveDataDir(safeSettings()!) : undefined), log));
+    const liveTexts = this._register(
+      new LiveTokenTexts(() => (safeSettings() ? controller.resolveDataDir(safeSettings()!) : undefined), log),
+    );
     this._register(controller.onDidChangeData((rec) => rec && controller.running && liveTexts.noteCall(rec)));
-    const viewer = registerRolloutViewer({ extensionUri: context.extensionUri, listSessions: () => controller.listSessions(), rollout: (id, opts) => controller.rollout(id, opts), model: () => safeSettings()?.model ?? '', onDidChangeData: (listener) => controller.onDidChangeData(listener), log: (m) => log.warn(m), dataDirs: () => [context.globalStorageUri.fsPath], storedTokenTexts: (id) => liveTexts.read(id) });
+    const viewer = registerRolloutViewer({
+      extensionUri: context.extensionUri,
+      listSessions: () => controller.listSessions(),
+      rollout: (id, opts) => controller.rollout(id, opts),
+      model: () => safeSettings()?.model ?? '',
+      onDidChangeData: (listener) => controller.onDidChangeData(listener),
+      log: (m) => log.warn(m),
+      dataDirs: () => [context.globalStorageUri.fsPath],
+      storedTokenTexts: (id) => liveTexts.read(id),
+    });
     for (const d of viewer.disposables) this._register(d);
     const groupViews = this._register(
       new GroupViewPanels({
         extensionUri: context.extensionUri,
         log: (m) => log.warn(m),
         // Beside the group, so the members stay in view.
-        openSession: (file) => vscode.commands.executeCommand('vscode.openWith', vscode.Uri.file(file), 'harnessLab.rolloutLines', vscode.ViewColumn.Beside),
+        openSession: (file) =>
+          vscode.commands.executeCommand('vscode.openWith', vscode.Uri.file(file), 'harnessLab.rolloutLines', vscode.ViewColumn.Beside),
       }),
     );
-    for (const d of registerCommands({ context, controller, log, docs, viewer: viewer.panels, engineSlot, tokenTexts: liveTexts, refreshSessions: () => sessions.refresh(), refreshTasks: () => tasks.refresh(), refreshEngines: () => engines.refresh(), refreshBatches: () => batches.refresh(), batchesFolder: () => batches.submitFolder(), batchFolders: () => batches.folders(), groupViews, trainingRuns })) this._register(d);
+    for (const d of registerCommands({
+      context,
+      controller,
+      log,
+      docs,
+      viewer: viewer.panels,
+      engineSlot,
+      tokenTexts: liveTexts,
+      refreshSessions: () => sessions.refresh(),
+      refreshTasks: () => tasks.refresh(),
+      refreshEngines: () => engines.refresh(),
+      refreshBatches: () => batches.refresh(),
+      batchesFolder: () => batches.submitFolder(),
+      batchFolders: () => batches.folders(),
+      groupViews,
+      trainingRuns,
+    }))
+      this._register(d);
 
     const owned = engineSlot.remembered();
     const autoStart = () => {
@@ -122,7 +178,14 @@ class HarnessLab extends Disposable {
       if (settings?.autoStart && settings.engineUrl) void vscode.commands.executeCommand('harnessLab.startProxy');
     };
     // The engine this workspace ran before the reload comes back (on its port when it is free).
-    if (owned) setTimeout(() => void Promise.resolve(vscode.commands.executeCommand('harnessLab.startEmbeddedEngine', { restore: true, policy: owned.policy, port: owned.port })).then(autoStart), 0);
+    if (owned)
+      setTimeout(
+        () =>
+          void Promise.resolve(
+            vscode.commands.executeCommand('harnessLab.startEmbeddedEngine', { restore: true, policy: owned.policy, port: owned.port }),
+          ).then(autoStart),
+        0,
+      );
     else setTimeout(autoStart, 0);
     this._register(toDisposable(() => log.info('Harness Lab deactivated')));
     log.info(`Harness Lab activated (${context.extension.packageJSON.version as string})`);
@@ -148,7 +211,13 @@ function rememberedPort(value: unknown): number | undefined {
 }
 
 const RememberedEngines = z.array(
-  z.object({ url: z.string(), reachability: z.enum(['unknown', 'reachable', 'unreachable']), captureLevel: z.enum(['tokens', 'logprobs', 'text']).nullable(), detail: z.string(), checkedAt: z.string().nullable() }),
+  z.object({
+    url: z.string(),
+    reachability: z.enum(['unknown', 'reachable', 'unreachable']),
+    captureLevel: z.enum(['tokens', 'logprobs', 'text']).nullable(),
+    detail: z.string(),
+    checkedAt: z.string().nullable(),
+  }),
 );
 
 /** globalState is outside input like any other: a malformed value is dropped, never trusted. */

@@ -10,7 +10,15 @@ import { existsSync } from 'node:fs';
 import * as vscode from 'vscode';
 import { z } from 'zod';
 import type { GroupViewData } from '../protocol/group-data.js';
-import { ErrorNotification, LoadGroupNotification, ReadyQueue, dispatchWebviewMessage, notify, type HostMessage, type WebviewHandlers } from '../protocol/messages.js';
+import {
+  ErrorNotification,
+  LoadGroupNotification,
+  ReadyQueue,
+  dispatchWebviewMessage,
+  notify,
+  type HostMessage,
+  type WebviewHandlers,
+} from '../protocol/messages.js';
 import { parseWebviewMessage } from '../protocol/webview-schema.js';
 import { buildForkGroupView, buildGroupView } from '../report/group-view.js';
 import { forkMembers } from '../replay/forks.js';
@@ -112,13 +120,21 @@ class GroupViewConnection extends Disposable {
         // A fork view's members are rollout files (the original and each fork's run folder).
         const { original, forks } = forkMembers(this.dir);
         const file = [original, ...forks].find((m) => m.label === rollout_id)?.rolloutFile;
-        if (file && existsSync(file)) await vscode.commands.executeCommand('vscode.openWith', vscode.Uri.file(file), 'harnessLab.rolloutFile', vscode.ViewColumn.Beside);
+        if (file && existsSync(file))
+          await vscode.commands.executeCommand(
+            'vscode.openWith',
+            vscode.Uri.file(file),
+            'harnessLab.rolloutFile',
+            vscode.ViewColumn.Beside,
+          );
         else void vscode.window.showWarningMessage(`Harness Lab: ${rollout_id} has no rollout file to open.`);
         return;
       }
       const file = memberSessionFile(this.dir, member.session_id);
       if (!file || !existsSync(file)) {
-        void vscode.window.showWarningMessage(`Harness Lab: rollout ${rollout_id} has no captured session to open${file ? ` (${file} is missing)` : ' (it never reached the proxy)'}.`);
+        void vscode.window.showWarningMessage(
+          `Harness Lab: rollout ${rollout_id} has no captured session to open${file ? ` (${file} is missing)` : ' (it never reached the proxy)'}.`,
+        );
         return;
       }
       await this.host.openSession(file);
@@ -127,7 +143,9 @@ class GroupViewConnection extends Disposable {
 }
 
 /** What a group view's webview keeps as its state (webview/viewer/main.ts), checked when a reload restores it. */
-const RestoredGroupViewState = z.looseObject({ groupView: z.strictObject({ dir: z.string().min(1).max(4096), group_id: z.string().min(1).max(500) }) });
+const RestoredGroupViewState = z.looseObject({
+  groupView: z.strictObject({ dir: z.string().min(1).max(4096), group_id: z.string().min(1).max(500) }),
+});
 
 /** Group view panels, one per batch group; revealed again when opened twice, restored after a reload. */
 export class GroupViewPanels extends Disposable {

@@ -95,38 +95,46 @@ interface RolloutRun {
  * One rollout under a cancellable progress notification with stage messages. Cancel removes the
  * run's sandbox (the agent's exec ends with it) and the rollout ends as errored.
  */
-async function rolloutWithProgress(ctx: HarnessRunContext, title: string, labOptions: LabOptions, extra: { timeoutSec?: number } = {}): Promise<RolloutRun> {
-  return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title, cancellable: true }, async (progress, token) => {
-    let cancelled = false;
-    let lab: Lab | undefined;
-    // The rollout runner stops and removes the sandbox when this aborts (and says cancelled).
-    const abort = new AbortController();
-    const sub = token.onCancellationRequested(() => {
-      cancelled = true;
-      ctx.log.info(`${title}: cancelled; removing the sandbox`);
-      progress.report({ message: 'cancelling: removing the sandbox' });
-      abort.abort();
-    });
-    try {
-      progress.report({ message: 'opening the lab' });
-      lab = await openLab(labOptions);
-      if (cancelled) return { result: undefined, cancelled };
-      const r = await runRollout({
-        ...lab.rolloutOptions,
-        ...(extra.timeoutSec ? { timeoutSec: extra.timeoutSec } : {}),
-        signal: abort.signal,
-        onStage: (stage) => {
-          ctx.log.info(`${title}: ${stage}`);
-          if (!cancelled) progress.report({ message: stage });
-        },
+async function rolloutWithProgress(
+  ctx: HarnessRunContext,
+  title: string,
+  labOptions: LabOptions,
+  extra: { timeoutSec?: number } = {},
+): Promise<RolloutRun> {
+  return vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title, cancellable: true },
+    async (progress, token) => {
+      let cancelled = false;
+      let lab: Lab | undefined;
+      // The rollout runner stops and removes the sandbox when this aborts (and says cancelled).
+      const abort = new AbortController();
+      const sub = token.onCancellationRequested(() => {
+        cancelled = true;
+        ctx.log.info(`${title}: cancelled; removing the sandbox`);
+        progress.report({ message: 'cancelling: removing the sandbox' });
+        abort.abort();
       });
-      cancelled ||= r.cancelled;
-      return { result: r, cancelled };
-    } finally {
-      sub.dispose();
-      await lab?.close();
-    }
-  });
+      try {
+        progress.report({ message: 'opening the lab' });
+        lab = await openLab(labOptions);
+        if (cancelled) return { result: undefined, cancelled };
+        const r = await runRollout({
+          ...lab.rolloutOptions,
+          ...(extra.timeoutSec ? { timeoutSec: extra.timeoutSec } : {}),
+          signal: abort.signal,
+          onStage: (stage) => {
+            ctx.log.info(`${title}: ${stage}`);
+            if (!cancelled) progress.report({ message: stage });
+          },
+        });
+        cancelled ||= r.cancelled;
+        return { result: r, cancelled };
+      } finally {
+        sub.dispose();
+        await lab?.close();
+      }
+    },
+  );
 }
 
 export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown): Promise<ValidationTable | undefined> {
@@ -139,21 +147,40 @@ export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown
   // Through the extension's proxy when there is an engine for it, so the session shows in Sessions;
   // without one the lab starts the task's policy engine and its own proxy (the session is in the run folder).
   const shared = ctx.hasEngine?.() ? await ctx.ensureProxy() : undefined;
-  const run = await rolloutWithProgress(ctx, `Harness Lab: validating ${harness} on ${name}`, { taskDir, harness, sandbox: 'docker', outDir: out, handleSignals: false, log: (l) => ctx.log.debug(l), ...(shared ? { proxy: shared.proxy, model: shared.model } : {}) }).catch((err: unknown) => {
+  const run = await rolloutWithProgress(ctx, `Harness Lab: validating ${harness} on ${name}`, {
+    taskDir,
+    harness,
+    sandbox: 'docker',
+    outDir: out,
+    handleSignals: false,
+    log: (l) => ctx.log.debug(l),
+    ...(shared ? { proxy: shared.proxy, model: shared.model } : {}),
+  }).catch((err: unknown) => {
     throw withContext(`could not validate ${harness} on ${name}`, err);
   });
   if (!run.result) return undefined;
   const r = run.result;
   ctx.refreshSessions?.();
   const rows = contractRows(r);
-  const table: ValidationTable = { harness: r.harness, task: r.task, sandbox: r.sandbox, ok: rows.every((row) => row.ok), rows, rollout: r };
+  const table: ValidationTable = {
+    harness: r.harness,
+    task: r.task,
+    sandbox: r.sandbox,
+    ok: rows.every((row) => row.ok),
+    rows,
+    rollout: r,
+  };
   ctx.log.info(formatValidationTable(table));
   const report = join(r.out_dir, 'validation.md');
   writeFileSync(report, validationMarkdown(table, run.cancelled));
   // The result after the progress has ended: a readable table in the Markdown preview.
   await vscode.commands.executeCommand('markdown.showPreview', vscode.Uri.file(report));
   const failed = rows.filter((row) => !row.ok).length;
-  const msg = run.cancelled ? `Harness Lab: validation of ${harness} was cancelled; the sandbox was removed.` : table.ok ? `Harness Lab: ${harness} passes the capture contract on ${name}.` : `Harness Lab: ${harness} fails ${failed} check(s) of the capture contract on ${name}.`;
+  const msg = run.cancelled
+    ? `Harness Lab: validation of ${harness} was cancelled; the sandbox was removed.`
+    : table.ok
+      ? `Harness Lab: ${harness} passes the capture contract on ${name}.`
+      : `Harness Lab: ${harness} fails ${failed} check(s) of the capture contract on ${name}.`;
   void resultMessage(ctx, table.ok && !run.cancelled ? 'info' : 'warning', msg, r);
   return table;
 }
@@ -168,7 +195,16 @@ export async function runTaskWithHarness(ctx: HarnessRunContext, arg: unknown): 
   const name = taskLabel(arg, taskDir);
   const out = outDir(ctx);
   mkdirSync(out, { recursive: true });
-  const run = await rolloutWithProgress(ctx, `Harness Lab: ${harness} on ${name}`, { taskDir, harness, sandbox: 'docker', proxy, model, outDir: out, handleSignals: false, log: (l) => ctx.log.debug(l) }).catch((err: unknown) => {
+  const run = await rolloutWithProgress(ctx, `Harness Lab: ${harness} on ${name}`, {
+    taskDir,
+    harness,
+    sandbox: 'docker',
+    proxy,
+    model,
+    outDir: out,
+    handleSignals: false,
+    log: (l) => ctx.log.debug(l),
+  }).catch((err: unknown) => {
     throw withContext(`could not run ${harness} on ${name}`, err);
   });
   const r = run.result;
@@ -178,7 +214,9 @@ export async function runTaskWithHarness(ctx: HarnessRunContext, arg: unknown): 
   const outcome = outcomeOf({ ...r, cancelled: run.cancelled }, r.out_dir);
   const reason = outcomeReason(outcome);
   const hint = policyMismatch(ctx.enginePolicy?.(), taskDir);
-  ctx.log.info(`${line}\n  rollout: ${r.out_dir}\n  session: ${r.session_id}${r.error ? `\n  error: ${r.error}` : ''}${outcome.verifier.length ? `\n  verifier: ${outcome.verifier.join('\n            ')}` : ''}${hint ? `\n  note: ${hint}` : ''}`);
+  ctx.log.info(
+    `${line}\n  rollout: ${r.out_dir}\n  session: ${r.session_id}${r.error ? `\n  error: ${r.error}` : ''}${outcome.verifier.length ? `\n  verifier: ${outcome.verifier.join('\n            ')}` : ''}${hint ? `\n  note: ${hint}` : ''}`,
+  );
   // Only a reward above 0 is a success; a reward of 0 is a warning with the verifier's reason.
   const message = `Harness Lab: ${harness} on ${outcomeLine(outcome)}${reason ? ` — ${reason}` : ''}${hint ? `. Note: ${hint}.` : ''}`;
   void resultMessage(ctx, outcomeSeverity(outcome), message, r);
@@ -186,18 +224,32 @@ export async function runTaskWithHarness(ctx: HarnessRunContext, arg: unknown): 
 }
 
 /** A run's result: Open in Viewer, Reveal (the run's folder) and Show Log. */
-async function resultMessage(ctx: HarnessRunContext, severity: 'info' | 'warning' | 'error', message: string, r: RolloutResult): Promise<void> {
+async function resultMessage(
+  ctx: HarnessRunContext,
+  severity: 'info' | 'warning' | 'error',
+  message: string,
+  r: RolloutResult,
+): Promise<void> {
   const open = 'Open in Viewer';
   const reveal = 'Reveal';
   const showLog = 'Show Log';
-  const show = severity === 'info' ? vscode.window.showInformationMessage : severity === 'warning' ? vscode.window.showWarningMessage : vscode.window.showErrorMessage;
+  const show =
+    severity === 'info'
+      ? vscode.window.showInformationMessage
+      : severity === 'warning'
+        ? vscode.window.showWarningMessage
+        : vscode.window.showErrorMessage;
   const choice = await show(message, ...(r.rollout ? [open] : []), reveal, showLog);
   if (choice === open) {
     try {
       ctx.openViewer(r.session_id);
     } catch {
       // The proxy that recorded it may be gone; the rollout document next to the run opens the same view.
-      await vscode.commands.executeCommand('vscode.openWith', vscode.Uri.file(join(r.out_dir, ROLLOUT_DOCUMENT_FILE)), 'harnessLab.rolloutFile');
+      await vscode.commands.executeCommand(
+        'vscode.openWith',
+        vscode.Uri.file(join(r.out_dir, ROLLOUT_DOCUMENT_FILE)),
+        'harnessLab.rolloutFile',
+      );
     }
   } else if (choice === reveal) {
     const uri = vscode.Uri.file(join(r.out_dir, 'rollout.json'));

@@ -18,7 +18,10 @@ export class NoKubeconfigError extends Error {}
 export async function readKubeContexts(env: NodeJS.ProcessEnv = process.env, home = homedir()): Promise<KubeContexts> {
   const files = kubeconfigFiles(env, home);
   const present = files.filter((f) => existsSync(f));
-  if (!present.length) throw new NoKubeconfigError(`No kubeconfig found (looked at ${files.join(', ')}); set KUBECONFIG or create ~/.kube/config to submit a k8s batch.`);
+  if (!present.length)
+    throw new NoKubeconfigError(
+      `No kubeconfig found (looked at ${files.join(', ')}); set KUBECONFIG or create ~/.kube/config to submit a k8s batch.`,
+    );
   // The config module alone: the package's index pulls in every generated API client (~15 MB bundled).
   const { KubeConfig } = await import('@kubernetes/client-node/dist/config.js');
   // kubectl's merge: the first file that names a context (or sets current-context) wins; the
@@ -32,7 +35,8 @@ export async function readKubeContexts(env: NodeJS.ProcessEnv = process.env, hom
     } catch (err) {
       throw new Error(`Cannot read the kubeconfig ${file}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
     }
-    for (const c of kc.getContexts()) if (!seen.has(c.name)) seen.set(c.name, { name: c.name, cluster: c.cluster, namespace: c.namespace ?? null });
+    for (const c of kc.getContexts())
+      if (!seen.has(c.name)) seen.set(c.name, { name: c.name, cluster: c.cluster, namespace: c.namespace ?? null });
     current ??= kc.getCurrentContext() || null;
   }
   const contexts = [...seen.values()];

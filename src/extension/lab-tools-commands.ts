@@ -40,19 +40,37 @@ export async function installHarnessCommand(ctx: LabToolsContext, arg?: unknown)
   if (!name) {
     const items = HARNESS_NAMES.map((n) => {
       const plan = harnessInstallPlan(n);
-      return { label: n, description: plan.steps.length ? `not installed: ${plan.steps.map((s) => s.spec).join(' + ')}` : '$(check) installed', picked: false };
+      return {
+        label: n,
+        description: plan.steps.length ? `not installed: ${plan.steps.map((s) => s.spec).join(' + ')}` : '$(check) installed',
+        picked: false,
+      };
     });
-    name = (await vscode.window.showQuickPick(items, { title: 'Install Harness', placeHolder: 'A pinned harness CLI from npm, into the harness cache (needs npm on PATH)' }))?.label;
+    name = (
+      await vscode.window.showQuickPick(items, {
+        title: 'Install Harness',
+        placeHolder: 'A pinned harness CLI from npm, into the harness cache (needs npm on PATH)',
+      })
+    )?.label;
   }
   if (!name) return undefined;
   const harness = name;
   mkdirSync(ctx.context.globalStorageUri.fsPath, { recursive: true });
-  const run = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: installing ${harness}`, cancellable: true }, (progress, token) => {
-    const abort = new AbortController();
-    token.onCancellationRequested(() => abort.abort());
-    return runBundledCli(cliJs(ctx), ['harness', 'install', harness], { cwd: ctx.context.globalStorageUri.fsPath, signal: abort.signal, onLine: (l) => (ctx.log.info(`[install ${harness}] ${l}`), progress.report({ message: l.slice(0, 120) })) });
-  });
+  const run = await vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title: `Harness Lab: installing ${harness}`, cancellable: true },
+    (progress, token) => {
+      const abort = new AbortController();
+      token.onCancellationRequested(() => abort.abort());
+      return runBundledCli(cliJs(ctx), ['harness', 'install', harness], {
+        cwd: ctx.context.globalStorageUri.fsPath,
+        signal: abort.signal,
+        onLine: (l) => (ctx.log.info(`[install ${harness}] ${l}`), progress.report({ message: l.slice(0, 120) })),
+      });
+    },
+  );
   if (run.code !== 0) throw new Error(`installing ${harness} failed: ${failureReason(run.output, run.code)}`);
-  void vscode.window.showInformationMessage(`Harness Lab: ${harness} is installed (${harnessInstallPlan(harness).bin}).`, 'Open Harness Lab Terminal').then((c) => (c ? vscode.commands.executeCommand('harnessLab.openLabTerminal') : undefined));
+  void vscode.window
+    .showInformationMessage(`Harness Lab: ${harness} is installed (${harnessInstallPlan(harness).bin}).`, 'Open Harness Lab Terminal')
+    .then((c) => (c ? vscode.commands.executeCommand('harnessLab.openLabTerminal') : undefined));
   return harnessInstallPlan(harness).bin;
 }

@@ -102,7 +102,8 @@ export class LiveTokenTexts extends Disposable {
         writeFileSync(tmp, JSON.stringify({ engine_url: p.engineUrl, model: p.model, texts: { ...known, ...r.texts } }));
         renameSync(tmp, file);
       } catch (err) {
-        if (!this.abort.signal.aborted) this.log.warn(`prompt-token texts for session ${sessionId} not kept: ${err instanceof Error ? err.message : String(err)}`);
+        if (!this.abort.signal.aborted)
+          this.log.warn(`prompt-token texts for session ${sessionId} not kept: ${err instanceof Error ? err.message : String(err)}`);
       }
     }
   }

@@ -17,7 +17,8 @@ import { InFlightCalls, type InFlightCall, type SessionRow, type SessionSource }
 import type { HarnessLabSettings } from './settings.js';
 
 /** The part of a SessionRegistry the extension uses: the running proxy's, or the data dir's read-only. */
-export type SessionsLike = Pick<SessionRegistry, 'create' | 'list' | 'calls' | 'delete' | 'rollout' | 'onDidRecordCall' | 'onDidChange'> & Partial<Pick<SessionRegistry, 'onDidChangeCallActivity'>>;
+export type SessionsLike = Pick<SessionRegistry, 'create' | 'list' | 'calls' | 'delete' | 'rollout' | 'onDidRecordCall' | 'onDidChange'> &
+  Partial<Pick<SessionRegistry, 'onDidChangeCallActivity'>>;
 
 /** The part of CaptureProxy the extension uses. */
 export interface ProxyLike {
@@ -33,10 +34,7 @@ export interface ProxyLike {
 }
 
 export type ProxyState =
-  | { kind: 'stopped' }
-  | { kind: 'starting' }
-  | { kind: 'running'; url: string; port: number }
-  | { kind: 'failed'; message: string };
+  { kind: 'stopped' } | { kind: 'starting' } | { kind: 'running'; url: string; port: number } | { kind: 'failed'; message: string };
 
 export type EngineReachability = 'unknown' | 'reachable' | 'unreachable';
 
@@ -112,7 +110,8 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
   constructor(private readonly deps: ProxyControllerDeps<P>) {
     super();
     for (const e of deps.rememberedEngines ?? []) {
-      if (e.captureLevel) this.engines.set(e.url, { ...e, reachability: 'unknown', detail: `probed ${e.checkedAt ?? 'earlier'}: ${e.detail}` });
+      if (e.captureLevel)
+        this.engines.set(e.url, { ...e, reachability: 'unknown', detail: `probed ${e.checkedAt ?? 'earlier'}: ${e.detail}` });
     }
     this.lastPort = deps.rememberedPort;
     this._register(toDisposable(() => void this.stop()));
@@ -189,7 +188,9 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
     const bind = again
       ? this.deps.startProxy(options(again)).catch((err: unknown) => {
           if (!isPortTaken(err)) throw err;
-          this.deps.logger.warn(`port ${again} (the proxy's last) is taken now; listening on another, so captured terminals opened before must be opened again`);
+          this.deps.logger.warn(
+            `port ${again} (the proxy's last) is taken now; listening on another, so captured terminals opened before must be opened again`,
+          );
           return this.deps.startProxy(options(0));
         })
       : this.deps.startProxy(options(settings.proxyPort));
@@ -206,7 +207,9 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
           this.proxySubs = [
             proxy.sessions.onDidRecordCall((rec) => this.onCall(settings.engineUrl, rec)),
             proxy.sessions.onDidChange(() => this.dataEmitter.fire(undefined)),
-            ...(proxy.sessions.onDidChangeCallActivity ? [proxy.sessions.onDidChangeCallActivity((a) => this.inFlightCalls.note(a) && this.dataEmitter.fire(undefined))] : []),
+            ...(proxy.sessions.onDidChangeCallActivity
+              ? [proxy.sessions.onDidChangeCallActivity((a) => this.inFlightCalls.note(a) && this.dataEmitter.fire(undefined))]
+              : []),
           ];
           this.setState({ kind: 'running', url: proxy.url, port: proxy.port });
           this.dataEmitter.fire(undefined);
@@ -367,17 +370,32 @@ export class ProxyController<P extends ProxyLike = ProxyLike> extends Disposable
   /** The session's TrainingTrace JSONL (one line per root-to-leaf path), from the live proxy or the store. */
   exportTraces(sessionId: string): { jsonl: string; traces: number; trainable: number; calls: number } {
     const doc = this.rollout(sessionId);
-    return { jsonl: traceToJsonl(doc.traces), traces: doc.traces.length, trainable: doc.traces.filter((t) => t.trainable).length, calls: doc.calls.length };
+    return {
+      jsonl: traceToJsonl(doc.traces),
+      traces: doc.traces.length,
+      trainable: doc.traces.filter((t) => t.trainable).length,
+      calls: doc.calls.length,
+    };
   }
 
   // ---- engines ----
 
   engineStatuses(configured: string[]): EngineStatus[] {
-    return configured.filter(Boolean).map((url) => this.engines.get(url) ?? { url, reachability: 'unknown', captureLevel: null, detail: 'not probed yet', checkedAt: null });
+    return configured
+      .filter(Boolean)
+      .map(
+        (url) => this.engines.get(url) ?? { url, reachability: 'unknown', captureLevel: null, detail: 'not probed yet', checkedAt: null },
+      );
   }
 
   noteEngine(url: string, patch: Partial<Omit<EngineStatus, 'url'>>): void {
-    const prev = this.engines.get(url) ?? { url, reachability: 'unknown' as const, captureLevel: null, detail: 'not probed yet', checkedAt: null };
+    const prev = this.engines.get(url) ?? {
+      url,
+      reachability: 'unknown' as const,
+      captureLevel: null,
+      detail: 'not probed yet',
+      checkedAt: null,
+    };
     const next = { ...prev, ...patch, url };
     this.engines.set(url, next);
     this.enginesEmitter.fire();
@@ -400,7 +418,8 @@ function isPortTaken(err: unknown): boolean {
 
 function describeStartError(err: unknown, settings: HarnessLabSettings): string {
   const code = (err as { code?: unknown } | null)?.code;
-  if (code === 'EADDRINUSE') return `Port ${settings.proxyPort} on ${settings.proxyHost} is already in use. Set harnessLab.proxyPort to 0 (any free port) or another port.`;
+  if (code === 'EADDRINUSE')
+    return `Port ${settings.proxyPort} on ${settings.proxyHost} is already in use. Set harnessLab.proxyPort to 0 (any free port) or another port.`;
   if (code === 'EADDRNOTAVAIL') return `Cannot bind ${settings.proxyHost}: no such local address. Check harnessLab.proxyHost.`;
   if (code === 'EACCES') return `Not allowed to bind ${settings.proxyHost}:${settings.proxyPort}. Use a port above 1024 or 0.`;
   if (err instanceof ProxyConfigError && /admin key/i.test(err.message)) {

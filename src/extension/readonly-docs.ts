@@ -16,7 +16,10 @@ export class ReadonlyDocuments extends Disposable implements vscode.TextDocument
   }
 
   provideTextDocumentContent(uri: vscode.Uri): string {
-    return this.contents.get(uri.path) ?? '// This Harness Lab document is no longer available (window reloaded); open it again from the Sessions view.\n';
+    return (
+      this.contents.get(uri.path) ??
+      '// This Harness Lab document is no longer available (window reloaded); open it again from the Sessions view.\n'
+    );
   }
 
   /** Holds `content` under a readable name (an open document of that name shows the new content); returns its URI. */

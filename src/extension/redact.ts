@@ -1,6 +1,7 @@
 // Scrubs secrets out of anything that goes to the log: session keys act as API keys, and the admin
 // key and engine credentials must never appear in an output channel.
-const HEADER_SECRET = /\b(authorization|x-api-key|x-goog-api-key|api-key|proxy-authorization)(["']?\s*[:=]\s*["']?)(bearer\s+)?[^\s"',}]+/gi;
+const HEADER_SECRET =
+  /\b(authorization|x-api-key|x-goog-api-key|api-key|proxy-authorization)(["']?\s*[:=]\s*["']?)(bearer\s+)?[^\s"',}]+/gi;
 const BEARER = /\b(bearer\s+)[A-Za-z0-9._~+/=-]{6,}/gi;
 const KEY_VAR = /\b([A-Z0-9_]*(?:API_KEY|AUTH_TOKEN|ADMIN_KEY|SECRET)[A-Z0-9_]*)(=|:\s*)("?)[^\s"]+/g;
 const SK_TOKEN = /\bsk-[A-Za-z0-9_-]{8,}/g;

@@ -24,7 +24,10 @@ export interface ReplayCommandHost {
 export function viewerReplaySource(viewer: ViewerConnection): ReplaySource {
   const shown = viewer.shown;
   if (!shown) throw new Error('the viewer shows no rollout yet');
-  if (!shown.doc) throw new Error('this viewer shows TrainingTrace lines, which keep no engine requests to replay; open the captured session or its rollout file');
+  if (!shown.doc)
+    throw new Error(
+      'this viewer shows TrainingTrace lines, which keep no engine requests to replay; open the captured session or its rollout file',
+    );
   if (shown.path && /\.(rollout\.json|json|json\.gz)$/.test(shown.path)) return loadReplaySource(shown.path);
   const dir = join(tmpdir(), 'harness-lab-replay', shown.doc.session_id);
   mkdirSync(dir, { recursive: true });
@@ -36,23 +39,34 @@ export function viewerReplaySource(viewer: ViewerConnection): ReplaySource {
 function viewerOf(host: ReplayCommandHost, arg: unknown): ViewerConnection {
   const given = arg && typeof arg === 'object' && 'viewer' in arg ? (arg as { viewer: unknown }).viewer : arg;
   const viewer = given && typeof given === 'object' && 'shown' in given ? (given as ViewerConnection) : host.activeViewer();
-  if (!viewer) throw new Error('Replay works on the rollout viewer in front: open a captured rollout (a run folder\'s session.rollout.json, or a session) in the viewer first.');
+  if (!viewer)
+    throw new Error(
+      "Replay works on the rollout viewer in front: open a captured rollout (a run folder's session.rollout.json, or a session) in the viewer first.",
+    );
   return viewer;
 }
 
-async function withReplayProgress(title: string, run: (signal: AbortSignal, say: (message: string) => void) => Promise<ReplayReport>): Promise<ReplayReport | undefined> {
-  return vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title, cancellable: true }, async (progress, token) => {
-    const abort = new AbortController();
-    token.onCancellationRequested(() => abort.abort());
-    const report = await run(abort.signal, (message) => progress.report({ message }));
-    return abort.signal.aborted ? undefined : report;
-  });
+async function withReplayProgress(
+  title: string,
+  run: (signal: AbortSignal, say: (message: string) => void) => Promise<ReplayReport>,
+): Promise<ReplayReport | undefined> {
+  return vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title, cancellable: true },
+    async (progress, token) => {
+      const abort = new AbortController();
+      token.onCancellationRequested(() => abort.abort());
+      const report = await run(abort.signal, (message) => progress.report({ message }));
+      return abort.signal.aborted ? undefined : report;
+    },
+  );
 }
 
 function summary(r: ReplayReport): string {
   const c = r.counts;
   const calls = `${c.exact} exact, ${c.tolerated} tolerated, ${c.none} no match${r.kind === 'fork' ? `, ${c.live} live` : ''}`;
-  const halt = r.halt ? ` Halted at call ${r.halt.position}: ${r.halt.difference ? `field ${r.halt.difference.path}` : r.halt.message}.` : '';
+  const halt = r.halt
+    ? ` Halted at call ${r.halt.position}: ${r.halt.difference ? `field ${r.halt.difference.path}` : r.halt.message}.`
+    : '';
   return `${calls}; reward ${r.reward ?? 'null'} (original ${r.original.reward ?? 'null'}).${halt}`;
 }
 
@@ -60,7 +74,16 @@ function summary(r: ReplayReport): string {
 export async function replayShownRollout(host: ReplayCommandHost, arg: unknown): Promise<ReplayReport | undefined> {
   const source = viewerReplaySource(viewerOf(host, arg));
   const report = await withReplayProgress(`Harness Lab: replaying ${source.session_id}`, (signal, say) =>
-    runReplay({ source, sandbox: 'docker', outDir: defaultReplayOut(source.path, source.runDir), signal, handleSignals: false, onStage: say, onCall: (c) => say(`call ${c.position}: ${c.level}`), log: host.log }),
+    runReplay({
+      source,
+      sandbox: 'docker',
+      outDir: defaultReplayOut(source.path, source.runDir),
+      signal,
+      handleSignals: false,
+      onStage: say,
+      onCall: (c) => say(`call ${c.position}: ${c.level}`),
+      log: host.log,
+    }),
   );
   if (!report) {
     host.log(`replay of ${source.session_id}: cancelled`);
@@ -68,7 +91,12 @@ export async function replayShownRollout(host: ReplayCommandHost, arg: unknown):
   }
   host.log(formatReplayReport(report));
   if (report.halt?.difference) host.log(formatDifference(report.halt.difference));
-  await vscode.commands.executeCommand('vscode.openWith', vscode.Uri.file(report.rollout_file), 'harnessLab.rolloutFile', vscode.ViewColumn.Beside);
+  await vscode.commands.executeCommand(
+    'vscode.openWith',
+    vscode.Uri.file(report.rollout_file),
+    'harnessLab.rolloutFile',
+    vscode.ViewColumn.Beside,
+  );
   const text = `Replay of ${source.session_id}: ${summary(report)}`;
   if (report.ok) void vscode.window.showInformationMessage(text);
   else void vscode.window.showWarningMessage(text);
@@ -85,7 +113,8 @@ export async function forkShownRollout(host: ReplayCommandHost, arg: unknown): P
   if (picked === undefined) return undefined;
   const engineUrl = await vscode.window.showInputBox({
     title: `Fork from call ${picked}: the live engine`,
-    prompt: 'Calls before this one are answered from the record; this call and the rest by this engine (another checkpoint, or other sampling).',
+    prompt:
+      'Calls before this one are answered from the record; this call and the rest by this engine (another checkpoint, or other sampling).',
     value: host.engineUrl() || 'http://127.0.0.1:8000',
     ignoreFocusOut: true,
     validateInput: (v) => (/^https?:\/\/\S+$/.test(v.trim()) ? undefined : 'an http(s) URL, e.g. http://127.0.0.1:8000'),
@@ -93,14 +122,28 @@ export async function forkShownRollout(host: ReplayCommandHost, arg: unknown): P
   if (!engineUrl) return undefined;
   const seedText = await vscode.window.showInputBox({
     title: `Fork from call ${picked}: sampling seed (optional)`,
-    prompt: 'A seed pinned on the fork\'s live calls; empty to keep the engine\'s own.',
+    prompt: "A seed pinned on the fork's live calls; empty to keep the engine's own.",
     ignoreFocusOut: true,
     validateInput: (v) => (v.trim() === '' || /^\d+$/.test(v.trim()) ? undefined : 'a whole number, or empty'),
   });
   if (seedText === undefined) return undefined;
-  const fork: ForkOptions = { fromTurn: picked, engineUrl: engineUrl.trim(), ...(seedText.trim() ? { sampling: { seed: Number(seedText.trim()) } } : {}) };
+  const fork: ForkOptions = {
+    fromTurn: picked,
+    engineUrl: engineUrl.trim(),
+    ...(seedText.trim() ? { sampling: { seed: Number(seedText.trim()) } } : {}),
+  };
   const report = await withReplayProgress(`Harness Lab: forking ${source.session_id} at call ${picked}`, (signal, say) =>
-    runReplay({ source, sandbox: 'docker', outDir: defaultReplayOut(source.path, source.runDir), fork, signal, handleSignals: false, onStage: say, onCall: (c) => say(`call ${c.position}: ${c.level}`), log: host.log }),
+    runReplay({
+      source,
+      sandbox: 'docker',
+      outDir: defaultReplayOut(source.path, source.runDir),
+      fork,
+      signal,
+      handleSignals: false,
+      onStage: say,
+      onCall: (c) => say(`call ${c.position}: ${c.level}`),
+      log: host.log,
+    }),
   );
   if (!report) {
     host.log(`fork of ${source.session_id}: cancelled`);
@@ -115,7 +158,12 @@ export async function forkShownRollout(host: ReplayCommandHost, arg: unknown): P
 }
 
 async function pickTurn(source: ReplaySource): Promise<number | undefined> {
-  const items = source.calls.map((c, i) => ({ label: `call ${i}`, description: `${c.dialect} ${c.path}`, detail: c.finish_reason ? `finish ${c.finish_reason}` : undefined, i }));
+  const items = source.calls.map((c, i) => ({
+    label: `call ${i}`,
+    description: `${c.dialect} ${c.path}`,
+    detail: c.finish_reason ? `finish ${c.finish_reason}` : undefined,
+    i,
+  }));
   const picked = await vscode.window.showQuickPick(items, { title: 'Fork from which call? (the calls before it come from the record)' });
   return picked?.i;
 }

@@ -27,7 +27,12 @@ export class RolloutEditorProvider extends Disposable implements vscode.CustomRe
   ) {
     super();
     for (const viewType of ROLLOUT_EDITOR_TYPES) {
-      this._register(vscode.window.registerCustomEditorProvider(viewType, this, { supportsMultipleEditorsPerDocument: true, webviewOptions: { retainContextWhenHidden: false } }));
+      this._register(
+        vscode.window.registerCustomEditorProvider(viewType, this, {
+          supportsMultipleEditorsPerDocument: true,
+          webviewOptions: { retainContextWhenHidden: false },
+        }),
+      );
     }
   }
 
@@ -54,7 +59,9 @@ export class RolloutEditorProvider extends Disposable implements vscode.CustomRe
         try {
           rollout.data.atif = await checkTrajectory(rollout, trajectory);
         } catch (err) {
-          this.host.log?.(`rollout viewer: ${basename(trajectory)} next to ${basename(path)} could not be checked: ${err instanceof Error ? err.message : String(err)}`);
+          this.host.log?.(
+            `rollout viewer: ${basename(trajectory)} next to ${basename(path)} could not be checked: ${err instanceof Error ? err.message : String(err)}`,
+          );
         }
       }
       conn.show(rollout);

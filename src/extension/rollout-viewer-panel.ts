@@ -11,7 +11,17 @@ import { fetchTokenTexts } from '../capture/token-text.js';
 import type { CallRecord } from '../capture/types.js';
 import { modelNamesOf, offlineTokenTexts } from '../report/offline-token-texts.js';
 import type { AtifCheckResult } from '../harness/atif-check.js';
-import { ErrorNotification, FocusTurnNotification, LoadNotification, ReadyQueue, TokenTextsNotification, dispatchWebviewMessage, notify, type HostMessage, type WebviewHandlers } from '../protocol/messages.js';
+import {
+  ErrorNotification,
+  FocusTurnNotification,
+  LoadNotification,
+  ReadyQueue,
+  TokenTextsNotification,
+  dispatchWebviewMessage,
+  notify,
+  type HostMessage,
+  type WebviewHandlers,
+} from '../protocol/messages.js';
 import { sessionOutcome } from './run-outcome.js';
 import { idsWithoutText, toWire, viewerDataFromRollout, type TurnDetails, type ViewerData } from '../protocol/viewer-data.js';
 import { parseWebviewMessage } from '../protocol/webview-schema.js';
@@ -61,7 +71,10 @@ export function viewerHtml(webview: vscode.Webview, extensionUri: vscode.Uri): s
 }
 
 export function webviewOptions(extensionUri: vscode.Uri): vscode.WebviewOptions {
-  return { enableScripts: true, localResourceRoots: [vscode.Uri.joinPath(extensionUri, 'dist', 'webview'), vscode.Uri.joinPath(extensionUri, 'media')] };
+  return {
+    enableScripts: true,
+    localResourceRoots: [vscode.Uri.joinPath(extensionUri, 'dist', 'webview'), vscode.Uri.joinPath(extensionUri, 'media')],
+  };
 }
 
 /** One webview showing one rollout: handshake, inbound validation, token texts, ATIF attach. */
@@ -125,8 +138,14 @@ export class ViewerConnection extends Disposable {
   async rescore(engineUrl: string, model: string | null): Promise<{ report: RescoreReport; covered: number; saved: string | null }> {
     const rollout = this.rollout;
     if (!rollout) throw new Error('this viewer shows no rollout yet');
-    if (!rollout.doc) throw new Error('this viewer shows TrainingTrace lines, which keep no behaviour logprobs per call to rescore; open the captured session or its rollout file');
-    const report = await rescoreRollout({ file: rollout.path || `session ${rollout.doc.session_id}`, info: { session_id: rollout.doc.session_id }, calls: rollout.doc.calls }, { engineUrl, model });
+    if (!rollout.doc)
+      throw new Error(
+        'this viewer shows TrainingTrace lines, which keep no behaviour logprobs per call to rescore; open the captured session or its rollout file',
+      );
+    const report = await rescoreRollout(
+      { file: rollout.path || `session ${rollout.doc.session_id}`, info: { session_id: rollout.doc.session_id }, calls: rollout.doc.calls },
+      { engineUrl, model },
+    );
     if (this.rollout !== rollout) return { report, covered: 0, saved: null };
     this.rescored = report;
     const covered = applyRescore(rollout.data, report);
@@ -238,7 +257,9 @@ export class ViewerConnection extends Disposable {
     // The engine is gone (or never named them): the model's tokenizer on this machine.
     const rest = idsWithoutText(data);
     if (rest.length === 0 || this.abort.signal.aborted) return;
-    const r = await offlineTokenTexts([...(model ? [model] : []), ...modelNamesOf(data, this.rollout?.doc ?? null)], rest, { dataDirs: this.host.dataDirs?.() ?? [] });
+    const r = await offlineTokenTexts([...(model ? [model] : []), ...modelNamesOf(data, this.rollout?.doc ?? null)], rest, {
+      dataDirs: this.host.dataDirs?.() ?? [],
+    });
     if (this.abort.signal.aborted) return;
     deliver(r.texts);
     if (r.problem) {
@@ -268,7 +289,8 @@ export class RolloutViewerPanels extends Disposable {
 
   constructor(private readonly host: RolloutViewerHost) {
     super();
-    if (host.onDidChangeData) this._register(host.onDidChangeData((record) => this.scheduleRefresh(record ? [record.session_id] : [...this.panels.keys()])));
+    if (host.onDidChangeData)
+      this._register(host.onDidChangeData((record) => this.scheduleRefresh(record ? [record.session_id] : [...this.panels.keys()])));
     this._register(toDisposable(() => [...this.refreshes.values()].forEach(clearTimeout)));
     this._register(
       vscode.window.registerWebviewPanelSerializer(ROLLOUT_VIEW_TYPE, {
@@ -289,7 +311,12 @@ export class RolloutViewerPanels extends Disposable {
       if (focus) existing.conn.focusTurn(focus);
       return existing.panel;
     }
-    const panel = vscode.window.createWebviewPanel(ROLLOUT_VIEW_TYPE, `Rollout ${sessionId}`, vscode.ViewColumn.Active, webviewOptions(this.host.extensionUri));
+    const panel = vscode.window.createWebviewPanel(
+      ROLLOUT_VIEW_TYPE,
+      `Rollout ${sessionId}`,
+      vscode.ViewColumn.Active,
+      webviewOptions(this.host.extensionUri),
+    );
     this.adopt(panel, sessionId, focus);
     return panel;
   }
@@ -355,7 +382,8 @@ export function viewerTargetOf(arg: unknown): { sessionId: string; focus: string
   if (typeof arg === 'string' && arg) return { sessionId: arg, focus: null };
   if (arg && typeof arg === 'object') {
     const o = arg as { kind?: unknown; sessionId?: unknown; callId?: unknown };
-    if (typeof o.sessionId === 'string') return { sessionId: o.sessionId, focus: o.kind === 'call' && typeof o.callId === 'string' ? o.callId : null };
+    if (typeof o.sessionId === 'string')
+      return { sessionId: o.sessionId, focus: o.kind === 'call' && typeof o.callId === 'string' ? o.callId : null };
   }
   return null;
 }

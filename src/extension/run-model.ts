@@ -17,7 +17,9 @@ export function validationMarkdown(t: ValidationTable, cancelled = false): strin
   return [
     `# ${t.harness}: capture contract on task ${t.task} (${t.sandbox})`,
     '',
-    cancelled ? '**Cancelled**: the sandbox was removed before the rollout finished.' : `**${t.ok ? 'PASS' : 'FAIL'}**: ${t.rows.filter((r) => r.ok).length} of ${t.rows.length} checks pass.`,
+    cancelled
+      ? '**Cancelled**: the sandbox was removed before the rollout finished.'
+      : `**${t.ok ? 'PASS' : 'FAIL'}**: ${t.rows.filter((r) => r.ok).length} of ${t.rows.length} checks pass.`,
     '',
     '| Check | Result | Detail |',
     '| --- | --- | --- |',
@@ -27,4 +29,3 @@ export function validationMarkdown(t: ValidationTable, cancelled = false): strin
     '',
   ].join('\n');
 }
-

@@ -50,7 +50,12 @@ export function verifierTail(outDir: string, lines = VERIFIER_TAIL_LINES): strin
   try {
     // The end of a large log is all that is shown: read only its last 16 KiB.
     const text = readTail(file, 16 * 1024);
-    return text.split(/\r?\n/).map((l) => l.trimEnd()).filter((l) => l.trim()).slice(-lines).map((l) => (l.length > 300 ? `${l.slice(0, 300)}…` : l));
+    return text
+      .split(/\r?\n/)
+      .map((l) => l.trimEnd())
+      .filter((l) => l.trim())
+      .slice(-lines)
+      .map((l) => (l.length > 300 ? `${l.slice(0, 300)}…` : l));
   } catch {
     return [];
   }
@@ -64,7 +69,15 @@ function readTail(file: string, bytes: number): string {
 
 /** The outcome of a run from its facts (Run with Harness has them in memory) and its folder. */
 export function outcomeOf(r: RunFacts & { task: string; harness: string }, outDir: string): RunOutcomeView {
-  return { task: r.task, harness: r.harness, class: classOf(r), reward: r.reward, error: r.error ?? null, verifier: verifierTail(outDir), out_dir: outDir };
+  return {
+    task: r.task,
+    harness: r.harness,
+    class: classOf(r),
+    reward: r.reward,
+    error: r.error ?? null,
+    verifier: verifierTail(outDir),
+    out_dir: outDir,
+  };
 }
 
 /** The outcome a run folder records, or undefined when it has none yet (still running) or it cannot be read. */
@@ -155,7 +168,15 @@ export function batchMemberOutcome(sessionFile: string, metadata: Record<string,
     if (!st.class) return undefined;
     const attempt = st.attempts[st.attempts.length - 1];
     const outDir = attempt ? join(batchDir, attempt.out_dir) : batchDir;
-    return { task: st.task, harness: st.harness, class: st.class, reward: st.reward, error: st.error, verifier: attempt ? verifierTail(outDir) : [], out_dir: outDir };
+    return {
+      task: st.task,
+      harness: st.harness,
+      class: st.class,
+      reward: st.reward,
+      error: st.error,
+      verifier: attempt ? verifierTail(outDir) : [],
+      out_dir: outDir,
+    };
   } catch {
     return undefined;
   }

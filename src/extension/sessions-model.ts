@@ -122,7 +122,9 @@ export function callNode(rec: CallRecord): CallNode {
   const statusText = rec.error ? `${rec.error.status} ${rec.error.kind}` : (rec.finish_reason ?? 'ok');
   const tokens = `${prompt ?? '?'}→${completion ?? '?'} tok`;
   // A failed call has no tokens and no capture level worth showing: status and latency only.
-  const description = (rec.error ? [statusText, formatLatency(rec.latency_ms)] : [statusText, tokens, formatLatency(rec.latency_ms), level]).join(' · ');
+  const description = (
+    rec.error ? [statusText, formatLatency(rec.latency_ms)] : [statusText, tokens, formatLatency(rec.latency_ms), level]
+  ).join(' · ');
   const tooltip = [
     `Call ${rec.call_id} (#${rec.index}) in session ${rec.session_id}`,
     `Dialect: ${rec.dialect}${rec.stream ? ' (streamed)' : ''}  ${rec.path}`,
@@ -162,14 +164,27 @@ export function inFlightNode(call: InFlightCall): InFlightNode {
   };
 }
 
-const OUTCOME_WORDS: Record<RunOutcomeView['class'], string> = { completed: 'solved', policy_failure: 'not solved', infra_error: 'failed', timeout: 'timed out', cancelled: 'cancelled' };
+const OUTCOME_WORDS: Record<RunOutcomeView['class'], string> = {
+  completed: 'solved',
+  policy_failure: 'not solved',
+  infra_error: 'failed',
+  timeout: 'timed out',
+  cancelled: 'cancelled',
+};
 
-export function sessionNode(row: SessionRow, calls?: readonly CallRecord[], inFlight: readonly InFlightCall[] = [], outcome?: RunOutcomeView): SessionNode {
+export function sessionNode(
+  row: SessionRow,
+  calls?: readonly CallRecord[],
+  inFlight: readonly InFlightCall[] = [],
+  outcome?: RunOutcomeView,
+): SessionNode {
   const n = calls?.length ?? row.n_calls;
   const errors = calls?.filter((c) => c.error).length ?? 0;
   const label = typeof row.metadata?.label === 'string' && row.metadata.label ? row.metadata.label : row.session_id;
   const origin = sessionOrigin(row.metadata);
-  const reward = outcome ? `${outcome.reward === null ? 'no reward' : `reward ${outcome.reward.toFixed(2)}`} · ${OUTCOME_WORDS[outcome.class]}` : undefined;
+  const reward = outcome
+    ? `${outcome.reward === null ? 'no reward' : `reward ${outcome.reward.toFixed(2)}`} · ${OUTCOME_WORDS[outcome.class]}`
+    : undefined;
   const parts = [...(reward ? [reward] : []), ...(origin ? [origin] : []), `${n} call${n === 1 ? '' : 's'}`];
   if (inFlight.length) parts.push(`${inFlight.length} in flight`);
   if (errors) parts.push(`${errors} failed`);
@@ -183,7 +198,13 @@ export function sessionNode(row: SessionRow, calls?: readonly CallRecord[], inFl
     tooltip: [
       `Session ${row.session_id}`,
       ...(origin ? [`From ${origin}`] : []),
-      ...(outcome ? [`Outcome: ${reward} (${outcome.class}) on task ${outcome.task}`, ...(outcome.error ? [`Error: ${outcome.error.split('\n')[0]}`] : []), ...(outcome.verifier.length ? ['Verifier (last lines):', ...outcome.verifier.map((l) => `  ${l}`)] : [])] : []),
+      ...(outcome
+        ? [
+            `Outcome: ${reward} (${outcome.class}) on task ${outcome.task}`,
+            ...(outcome.error ? [`Error: ${outcome.error.split('\n')[0]}`] : []),
+            ...(outcome.verifier.length ? ['Verifier (last lines):', ...outcome.verifier.map((l) => `  ${l}`)] : []),
+          ]
+        : []),
       `Created ${row.created_at}`,
       ...(row.model ? [`Model ${row.model}`] : []),
       `${n} calls, ${errors} failed${inFlight.length ? `, ${inFlight.length} in flight` : ''}`,

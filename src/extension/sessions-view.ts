@@ -16,7 +16,10 @@ export class SessionsView extends Disposable implements vscode.TreeDataProvider<
   constructor(private readonly controller: ProxyController) {
     super();
     const outcomes = new OutcomeCache();
-    this.model = new SessionsTreeModel(() => controller, (metadata) => outcomes.of(metadata));
+    this.model = new SessionsTreeModel(
+      () => controller,
+      (metadata) => outcomes.of(metadata),
+    );
     this.treeView = this._register(vscode.window.createTreeView('harnessLab.sessions', { treeDataProvider: this, showCollapseAll: true }));
     // Coalesce bursts of calls (a harness can make several per second) into one repaint.
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -48,7 +51,10 @@ export class SessionsView extends Disposable implements vscode.TreeDataProvider<
   }
 
   getTreeItem(node: SessionsTreeNode): vscode.TreeItem {
-    const item = new vscode.TreeItem(node.label, node.kind === 'session' ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None);
+    const item = new vscode.TreeItem(
+      node.label,
+      node.kind === 'session' ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None,
+    );
     item.id = node.id;
     item.description = node.description;
     item.tooltip = node.tooltip;
@@ -69,7 +75,10 @@ export class SessionsView extends Disposable implements vscode.TreeDataProvider<
       item.iconPath =
         node.status === 'error'
           ? new vscode.ThemeIcon('error', new vscode.ThemeColor('list.errorForeground'))
-          : new vscode.ThemeIcon(LEVEL_ICON[node.captureLevel], new vscode.ThemeColor(node.captureLevel === 'tokens' ? 'testing.iconPassed' : 'list.warningForeground'));
+          : new vscode.ThemeIcon(
+              LEVEL_ICON[node.captureLevel],
+              new vscode.ThemeColor(node.captureLevel === 'tokens' ? 'testing.iconPassed' : 'list.warningForeground'),
+            );
       // Enter (or a click) opens the viewer at this call; Open Call (context menu) shows its raw JSON.
       item.command = { command: 'harnessLab.openRolloutViewer', title: 'Open in Rollout Viewer', arguments: [node] };
     }

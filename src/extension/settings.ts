@@ -46,7 +46,8 @@ export function settingKey(schemaKey: string): string {
 export function readSettings(get: (key: string) => unknown): HarnessLabSettings {
   const raw: Record<string, unknown> = {};
   for (const key of Object.keys(SettingsSchema.shape)) {
-    const value = (SETTING_KEYS[key] ?? [key]).map((k) => get(k)).find((v) => v !== undefined && v !== null && v !== '') ?? get(settingKey(key));
+    const value =
+      (SETTING_KEYS[key] ?? [key]).map((k) => get(k)).find((v) => v !== undefined && v !== null && v !== '') ?? get(settingKey(key));
     if (value !== undefined && value !== null) raw[key] = value;
   }
   const parsed = SettingsSchema.safeParse(raw);

@@ -23,7 +23,12 @@ export class ProxyStatusBar extends Disposable {
 
   update(): void {
     const url = this.engineUrl();
-    const view = statusView(this.controller.state, url, this.controller.engineReachability(url), this.controller.engineStatuses([url])[0]?.captureLevel ?? null);
+    const view = statusView(
+      this.controller.state,
+      url,
+      this.controller.engineReachability(url),
+      this.controller.engineStatuses([url])[0]?.captureLevel ?? null,
+    );
     this.item.text = view.text;
     this.item.tooltip = view.tooltip;
     this.item.backgroundColor = view.background ? new vscode.ThemeColor(view.background) : undefined;

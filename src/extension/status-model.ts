@@ -10,19 +10,32 @@ export interface StatusView {
 }
 
 /** `captureLevel`: the engine's grade (the proxy grades it at start; Probe Engine again). */
-export function statusView(state: ProxyState, engineUrl: string, engine: EngineReachability, captureLevel: CaptureLevel | null = null): StatusView {
+export function statusView(
+  state: ProxyState,
+  engineUrl: string,
+  engine: EngineReachability,
+  captureLevel: CaptureLevel | null = null,
+): StatusView {
   switch (state.kind) {
     case 'stopped':
       return { text: '$(debug-disconnect) Harness Lab: off', tooltip: 'Capture proxy stopped. Click for actions.', background: undefined };
     case 'starting':
       return { text: '$(loading~spin) Harness Lab: starting', tooltip: 'Capture proxy starting…', background: undefined };
     case 'failed':
-      return { text: '$(error) Harness Lab: failed', tooltip: `Capture proxy failed: ${state.message}`, background: 'statusBarItem.errorBackground' };
+      return {
+        text: '$(error) Harness Lab: failed',
+        tooltip: `Capture proxy failed: ${state.message}`,
+        background: 'statusBarItem.errorBackground',
+      };
     case 'running': {
       const unreachable = engine === 'unreachable';
       return {
         text: `${unreachable ? '$(warning)' : '$(radio-tower)'} Harness Lab :${state.port}`,
-        tooltip: [`Capture proxy on ${state.url}`, `Engine ${engineUrl || '(none)'}: ${engine}${captureLevel ? `, capture level ${captureLevel}` : ', not graded yet'}`, 'Click for actions.'].join('\n'),
+        tooltip: [
+          `Capture proxy on ${state.url}`,
+          `Engine ${engineUrl || '(none)'}: ${engine}${captureLevel ? `, capture level ${captureLevel}` : ', not graded yet'}`,
+          'Click for actions.',
+        ].join('\n'),
         background: unreachable ? 'statusBarItem.warningBackground' : undefined,
       };
     }

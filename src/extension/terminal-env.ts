@@ -55,13 +55,19 @@ function base(url: string): string {
 
 /** Hosts that must bypass any corporate HTTP proxy so harness traffic reaches the local capture proxy. */
 export function withLoopbackNoProxy(current: string | undefined): string {
-  const entries = (current ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  const entries = (current ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   for (const host of ['127.0.0.1', 'localhost', '::1']) if (!entries.includes(host)) entries.push(host);
   return entries.join(',');
 }
 
 /** Variables for an integrated terminal whose harnesses all talk to the capture session. */
-export function capturedTerminalEnv(target: CaptureTarget, inherited: { NO_PROXY?: string; no_proxy?: string } = {}): Record<string, string> {
+export function capturedTerminalEnv(
+  target: CaptureTarget,
+  inherited: { NO_PROXY?: string; no_proxy?: string } = {},
+): Record<string, string> {
   const url = base(target.proxyUrl);
   const key = target.sessionKey;
   const noProxy = withLoopbackNoProxy(inherited.NO_PROXY ?? inherited.no_proxy);
@@ -86,7 +92,14 @@ export function capturedTerminalEnv(target: CaptureTarget, inherited: { NO_PROXY
     env.OPENAI_MODEL = target.model;
     // Claude Code picks other models for aliases and sub-agents; name the same one everywhere (as the
     // harness wiring table in src/harness/wiring.ts does).
-    for (const name of ['ANTHROPIC_MODEL', 'ANTHROPIC_DEFAULT_SONNET_MODEL', 'ANTHROPIC_DEFAULT_OPUS_MODEL', 'ANTHROPIC_DEFAULT_HAIKU_MODEL', 'CLAUDE_CODE_SUBAGENT_MODEL']) env[name] = target.model;
+    for (const name of [
+      'ANTHROPIC_MODEL',
+      'ANTHROPIC_DEFAULT_SONNET_MODEL',
+      'ANTHROPIC_DEFAULT_OPUS_MODEL',
+      'ANTHROPIC_DEFAULT_HAIKU_MODEL',
+      'CLAUDE_CODE_SUBAGENT_MODEL',
+    ])
+      env[name] = target.model;
   }
   if (target.codexHome) env.CODEX_HOME = target.codexHome;
   // GitHub Copilot CLI in BYOK mode: no GitHub login, no network besides the provider.
@@ -96,7 +109,10 @@ export function capturedTerminalEnv(target: CaptureTarget, inherited: { NO_PROXY
   env.COPILOT_OFFLINE = 'true';
   if (target.model) env.COPILOT_MODEL = target.model;
   // Kilo Code takes its whole config from the environment (`kilo run --model harnesslab/<model>`).
-  env.KILO_CONFIG_CONTENT = JSON.stringify({ ...opencodeConfig({ proxyUrl: url, sessionKey: key, model: modelLeaf(target.model) }), $schema: 'https://kilo.ai/config.json' });
+  env.KILO_CONFIG_CONTENT = JSON.stringify({
+    ...opencodeConfig({ proxyUrl: url, sessionKey: key, model: modelLeaf(target.model) }),
+    $schema: 'https://kilo.ai/config.json',
+  });
   env.KILO_DISABLE_MODELS_FETCH = '1';
   env.KILO_TELEMETRY_LEVEL = 'off';
   if (target.configDir) {
@@ -141,19 +157,43 @@ export interface EnvSnippet {
 /** One copy-paste snippet per dialect, for harnesses started outside VS Code. */
 export function envSnippets(target: CaptureTarget): EnvSnippet[] {
   const env = capturedTerminalEnv(target);
-  const exp = (names: string[]) => names.filter((n) => env[n] !== undefined).map((n) => `export ${n}=${shellQuote(env[n] as string)}`).join('\n');
+  const exp = (names: string[]) =>
+    names
+      .filter((n) => env[n] !== undefined)
+      .map((n) => `export ${n}=${shellQuote(env[n] as string)}`)
+      .join('\n');
   const url = base(target.proxyUrl);
   return [
-    { dialect: 'openai_chat', label: 'OpenAI Chat Completions (Qwen Code, opencode, OpenAI SDKs)', text: exp(['OPENAI_BASE_URL', 'OPENAI_API_KEY', 'OPENAI_MODEL']) },
-    { dialect: 'openai_responses', label: 'OpenAI Responses (OpenAI SDKs, pi)', text: exp(['OPENAI_BASE_URL', 'OPENAI_API_KEY', 'OPENAI_MODEL']) },
-    { dialect: 'anthropic_messages', label: 'Anthropic Messages (Claude Code)', text: exp(['ANTHROPIC_BASE_URL', 'ANTHROPIC_API_KEY', 'ANTHROPIC_MODEL', 'CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC']) },
+    {
+      dialect: 'openai_chat',
+      label: 'OpenAI Chat Completions (Qwen Code, opencode, OpenAI SDKs)',
+      text: exp(['OPENAI_BASE_URL', 'OPENAI_API_KEY', 'OPENAI_MODEL']),
+    },
+    {
+      dialect: 'openai_responses',
+      label: 'OpenAI Responses (OpenAI SDKs, pi)',
+      text: exp(['OPENAI_BASE_URL', 'OPENAI_API_KEY', 'OPENAI_MODEL']),
+    },
+    {
+      dialect: 'anthropic_messages',
+      label: 'Anthropic Messages (Claude Code)',
+      text: exp(['ANTHROPIC_BASE_URL', 'ANTHROPIC_API_KEY', 'ANTHROPIC_MODEL', 'CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC']),
+    },
     {
       dialect: 'google_gemini',
       label: 'Google Gemini (Gemini CLI; also set security.auth.selectedType="gemini-api-key")',
       text: exp(['GOOGLE_GEMINI_BASE_URL', 'GEMINI_API_KEY']),
     },
-    { dialect: 'openai_chat', label: 'GitHub Copilot CLI (BYOK, offline)', text: exp(['COPILOT_PROVIDER_BASE_URL', 'COPILOT_PROVIDER_TYPE', 'COPILOT_PROVIDER_API_KEY', 'COPILOT_OFFLINE', 'COPILOT_MODEL']) },
-    { dialect: 'openai_chat', label: `Kilo Code (then: kilo run --model ${TERMINAL_PROVIDER}/${modelLeaf(target.model)})`, text: exp(['KILO_CONFIG_CONTENT', 'KILO_DISABLE_MODELS_FETCH', 'KILO_TELEMETRY_LEVEL']) },
+    {
+      dialect: 'openai_chat',
+      label: 'GitHub Copilot CLI (BYOK, offline)',
+      text: exp(['COPILOT_PROVIDER_BASE_URL', 'COPILOT_PROVIDER_TYPE', 'COPILOT_PROVIDER_API_KEY', 'COPILOT_OFFLINE', 'COPILOT_MODEL']),
+    },
+    {
+      dialect: 'openai_chat',
+      label: `Kilo Code (then: kilo run --model ${TERMINAL_PROVIDER}/${modelLeaf(target.model)})`,
+      text: exp(['KILO_CONFIG_CONTENT', 'KILO_DISABLE_MODELS_FETCH', 'KILO_TELEMETRY_LEVEL']),
+    },
     {
       dialect: 'codex',
       label: 'Codex (custom provider; OPENAI_BASE_URL is ignored by Codex)',

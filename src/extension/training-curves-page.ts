@@ -19,7 +19,9 @@ const esc = (s: string) => s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&
 export function curvesPage(runs: ShownRun[], nonce: string, updated: string): string {
   const rows = runs
     .map((r) => {
-      const open = r.dataFile ? ` <a href="command:vscode.open?${encodeURIComponent(JSON.stringify([pathToFileURL(r.dataFile).toString()]))}">open its manifest</a>` : '';
+      const open = r.dataFile
+        ? ` <a href="command:vscode.open?${encodeURIComponent(JSON.stringify([pathToFileURL(r.dataFile).toString()]))}">open its manifest</a>`
+        : '';
       return `<li data-run="${esc(r.name)}"><b>${esc(r.name)}</b>: ${r.data ? `trains on ${esc(r.data)}${open}` : 'data source unknown (no local record of its config)'}${r.note ? ` · <span class="note-line">${esc(r.note)}</span>` : ''}</li>`;
     })
     .join('');
@@ -32,4 +34,3 @@ ul.runs{padding-left:18px;margin:4px 0 12px}.note-line{color:var(--vscode-editor
 <body><h2>Training curves</h2><p class="updated">Parsed from each run's log (docs/training-runs.md, "Curves"): ${esc(updated)}</p>
 <ul class="runs">${rows}</ul>${curvesHtml(runs)}</body></html>`;
 }
-

@@ -11,7 +11,11 @@ export class TrainingCurvesPanel extends Disposable {
 
   show(runs: ShownRun[]): vscode.WebviewPanel {
     if (!this.panel) {
-      this.panel = vscode.window.createWebviewPanel('harnessLab.trainingCurves', 'Training Curves', vscode.ViewColumn.Active, { enableScripts: false, enableCommandUris: ['vscode.open'], localResourceRoots: [] });
+      this.panel = vscode.window.createWebviewPanel('harnessLab.trainingCurves', 'Training Curves', vscode.ViewColumn.Active, {
+        enableScripts: false,
+        enableCommandUris: ['vscode.open'],
+        localResourceRoots: [],
+      });
       this.panel.onDidDispose(() => (this.panel = undefined));
       this._register({ dispose: () => this.panel?.dispose() });
     }

@@ -44,28 +44,53 @@ export function age(created: string | undefined, now: number): string {
   return `${Math.floor(s / 86_400)}d`;
 }
 
-const ICONS: Record<RunPhase, string> = { Pending: 'clock', Running: 'sync~spin', Succeeded: 'pass', Failed: 'error', Stopped: 'circle-slash', Suspended: 'debug-pause', Unknown: 'question' };
+const ICONS: Record<RunPhase, string> = {
+  Pending: 'clock',
+  Running: 'sync~spin',
+  Succeeded: 'pass',
+  Failed: 'error',
+  Stopped: 'circle-slash',
+  Suspended: 'debug-pause',
+  Unknown: 'question',
+};
 const FINISHED: ReadonlySet<RunPhase> = new Set(['Succeeded', 'Failed', 'Stopped']);
 
-export function runNodes(runs: RunSummary[], now: number, where: { context: string; namespace: string }, waiting: ReadonlyMap<string, PodWaiting | null> = new Map(), dataSources: ReadonlyMap<string, string> = new Map()): TrainingRunsNode[] {
-  if (!runs.length) return [{ kind: 'message', id: 'none', label: `No training runs in ${where.namespace} (${where.context})`, tooltip: 'Start one with "Harness Lab: Start Training Run..." or `harness-lab train submit` (in the Harness Lab terminal).', icon: 'info' }];
+export function runNodes(
+  runs: RunSummary[],
+  now: number,
+  where: { context: string; namespace: string },
+  waiting: ReadonlyMap<string, PodWaiting | null> = new Map(),
+  dataSources: ReadonlyMap<string, string> = new Map(),
+): TrainingRunsNode[] {
+  if (!runs.length)
+    return [
+      {
+        kind: 'message',
+        id: 'none',
+        label: `No training runs in ${where.namespace} (${where.context})`,
+        tooltip: 'Start one with "Harness Lab: Start Training Run..." or `harness-lab train submit` (in the Harness Lab terminal).',
+        icon: 'info',
+      },
+    ];
   return runs.map((r) => {
     const w = waiting.get(r.name) ?? null;
     const shown = shownPhase(r.phase, r.detail, w);
     const data = dataSources.get(r.name);
     return {
-    kind: 'run',
-    id: `${r.namespace}/${r.kind}/${r.name}`,
-    name: r.name,
-    label: r.name,
-    description: [r.trainer, w && shown.phase === 'Pending' ? `Pending: ${w.reason}` : shown.phase, age(r.created, now)].filter(Boolean).join(' · '),
-    tooltip: `${r.kind} ${r.namespace}/${r.name}\ntrainer: ${r.trainer}\nphase: ${shown.phase}${shown.detail ? ` (${shown.detail})` : ''}${r.created ? `\ncreated: ${r.created}` : ''}${data ? `\ndata: ${data}` : ''}`,
-    icon: w?.stuck && shown.phase === 'Pending' ? 'warning' : ICONS[shown.phase],
-    phase: shown.phase,
-    waiting: w,
-    runKind: r.kind,
-    namespace: r.namespace,
-    contextValue: FINISHED.has(r.phase) ? 'harnessLab.trainingRun.finished' : 'harnessLab.trainingRun',
+      kind: 'run',
+      id: `${r.namespace}/${r.kind}/${r.name}`,
+      name: r.name,
+      label: r.name,
+      description: [r.trainer, w && shown.phase === 'Pending' ? `Pending: ${w.reason}` : shown.phase, age(r.created, now)]
+        .filter(Boolean)
+        .join(' · '),
+      tooltip: `${r.kind} ${r.namespace}/${r.name}\ntrainer: ${r.trainer}\nphase: ${shown.phase}${shown.detail ? ` (${shown.detail})` : ''}${r.created ? `\ncreated: ${r.created}` : ''}${data ? `\ndata: ${data}` : ''}`,
+      icon: w?.stuck && shown.phase === 'Pending' ? 'warning' : ICONS[shown.phase],
+      phase: shown.phase,
+      waiting: w,
+      runKind: r.kind,
+      namespace: r.namespace,
+      contextValue: FINISHED.has(r.phase) ? 'harnessLab.trainingRun.finished' : 'harnessLab.trainingRun',
     };
   });
 }

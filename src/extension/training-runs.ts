@@ -7,7 +7,22 @@ import { Writable } from 'node:stream';
 import * as vscode from 'vscode';
 import { loadCluster, type Cluster } from '../cluster/kube.js';
 import { missingKubeconfig } from '../cluster/kubeconfig-files.js';
-import { cancelRun, listRunRecords, listRuns, loadTrainConfig, RunWatch, streamRunLogs, submitRun, TERMINAL, TRAINERS, type RunKind, type RunPhase, type RunSummary, type TrainConfig, type Trainer } from '../training/trainer-jobs.js';
+import {
+  cancelRun,
+  listRunRecords,
+  listRuns,
+  loadTrainConfig,
+  RunWatch,
+  streamRunLogs,
+  submitRun,
+  TERMINAL,
+  TRAINERS,
+  type RunKind,
+  type RunPhase,
+  type RunSummary,
+  type TrainConfig,
+  type Trainer,
+} from '../training/trainer-jobs.js';
 import { listRunPods, podWaiting, readRunLog, shownPhase, type PodWaiting } from '../training/trainer-pods.js';
 import { parseMetrics } from '../training/metrics.js';
 import { findLocalExports } from './export-batch-model.js';
@@ -16,7 +31,17 @@ import { Disposable, toDisposable } from './lifecycle.js';
 import type { Logger } from './logger.js';
 import { TrainingCurvesPanel } from './training-curves-panel.js';
 import type { ShownRun } from './training-curves-page.js';
-import { configSummary, describeData, errorNode, noLogsYet, runNodes, statusText, trainingConfigs, type TrainingRunNode, type TrainingRunsNode } from './training-runs-model.js';
+import {
+  configSummary,
+  describeData,
+  errorNode,
+  noLogsYet,
+  runNodes,
+  statusText,
+  trainingConfigs,
+  type TrainingRunNode,
+  type TrainingRunsNode,
+} from './training-runs-model.js';
 
 /** How often ages re-render while the view is visible, and how old the cluster's list may get before it is read again. */
 const TICK_MS = 5_000;
@@ -55,7 +80,9 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
     private readonly batchFolders: () => string[] = () => [],
   ) {
     super();
-    this.treeView = this._register(vscode.window.createTreeView('harnessLab.trainingRuns', { treeDataProvider: this, canSelectMany: true }));
+    this.treeView = this._register(
+      vscode.window.createTreeView('harnessLab.trainingRuns', { treeDataProvider: this, canSelectMany: true }),
+    );
     this.status = this._register(vscode.window.createStatusBarItem('harnessLab.trainingRun', vscode.StatusBarAlignment.Left, 49));
     this.status.name = 'Harness Lab Training Run';
     this.status.command = 'harnessLab.showTrainingRunLogs';
@@ -96,9 +123,17 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
         cluster = this.cluster();
         const runs = await listRuns(cluster);
         // The pods say why a run waits; a cluster that will not list them leaves the phases as they are.
-        const pods = await listRunPods(cluster).catch((err: unknown) => (this.log.warn(`training runs: ${(err as Error).message}`), new Map()));
+        const pods = await listRunPods(cluster).catch(
+          (err: unknown) => (this.log.warn(`training runs: ${(err as Error).message}`), new Map()),
+        );
         const waiting = new Map(runs.map((r) => [r.name, podWaiting(pods.get(r.name) ?? [])] as const));
-        this.listed = { at: Date.now(), runs, where: { context: cluster.context, namespace: cluster.namespace }, waiting, data: this.dataSources() };
+        this.listed = {
+          at: Date.now(),
+          runs,
+          where: { context: cluster.context, namespace: cluster.namespace },
+          waiting,
+          data: this.dataSources(),
+        };
       }
       const l = this.listed;
       this.updateStatus();
@@ -127,13 +162,23 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
       { title: 'Start Training Run (1/3): trainer', placeHolder: 'Which trainer runs on the cluster' },
     );
     if (!trainer) return undefined;
-    const files = await vscode.workspace.findFiles('**/*.{yaml,yml,json}', '{**/node_modules/**,**/.git/**,**/dist/**,**/harness-lab-batches/**}', 500);
+    const files = await vscode.workspace.findFiles(
+      '**/*.{yaml,yml,json}',
+      '{**/node_modules/**,**/.git/**,**/dist/**,**/harness-lab-batches/**}',
+      500,
+    );
     const rel = (u: vscode.Uri) => vscode.workspace.asRelativePath(u);
     const configs = trainingConfigs(files.map((u) => ({ uri: u, path: u.fsPath, rel: rel(u) })));
-    if (!configs.length) throw new Error(`No trainer config in the workspace (${files.length} YAML/JSON file(s) checked; a config has image, command and data: docs/training-runs.md, shipped with the extension).`);
+    if (!configs.length)
+      throw new Error(
+        `No trainer config in the workspace (${files.length} YAML/JSON file(s) checked; a config has image, command and data: docs/training-runs.md, shipped with the extension).`,
+      );
     const config = await vscode.window.showQuickPick(
       configs.map((c) => ({ label: c.rel, description: configSummary(c.config), uri: c.uri })),
-      { title: 'Start Training Run (2/3): trainer config', placeHolder: `Trainer configs (${configs.length} of ${files.length} YAML/JSON files match the config schema)` },
+      {
+        title: 'Start Training Run (2/3): trainer config',
+        placeHolder: `Trainer configs (${configs.length} of ${files.length} YAML/JSON files match the config schema)`,
+      },
     );
     if (!config) return undefined;
     const { contexts, current } = await readKubeContexts();
@@ -145,13 +190,16 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
     if (!context) return undefined;
     const parsed = loadTrainConfig(config.uri.fsPath);
     const cluster = this.cluster(context.label);
-    const { record, why } = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Harness Lab: submitting ${trainer.label} run` }, () =>
-      submitRun(cluster, { trainer: trainer.label as Trainer, config: parsed, configFile: config.uri.fsPath, operator: 'auto' }),
+    const { record, why } = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: `Harness Lab: submitting ${trainer.label} run` },
+      () => submitRun(cluster, { trainer: trainer.label as Trainer, config: parsed, configFile: config.uri.fsPath, operator: 'auto' }),
     );
     this.context = context.label;
     this.log.info(`created ${record.kind} ${record.namespace}/${record.name} in ${record.context} (${why}); ${configSummary(parsed)}`);
     const fallback = record.kind === 'Job' ? ' (a plain batch/v1 Job: no trainer operator)' : '';
-    void vscode.window.showInformationMessage(`Training run ${record.name} created as ${record.kind}${fallback} in ${record.namespace} (${record.context}): ${configSummary(parsed)}; ${why}.`);
+    void vscode.window.showInformationMessage(
+      `Training run ${record.name} created as ${record.kind}${fallback} in ${record.namespace} (${record.context}): ${configSummary(parsed)}; ${why}.`,
+    );
     this.refresh();
     await this.follow(cluster, record.kind, record.name);
     void this.showLogs(record.name, record.kind);
@@ -180,7 +228,12 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
 
   private updateStatus(): void {
     // A followed run whose pods wait is Pending (with its reason in the tree), whatever its object says.
-    const text = statusText([...this.followed.values()].map((f) => ({ name: f.name, phase: shownPhase(f.phase, '', this.listed?.waiting.get(f.name) ?? null).phase })));
+    const text = statusText(
+      [...this.followed.values()].map((f) => ({
+        name: f.name,
+        phase: shownPhase(f.phase, '', this.listed?.waiting.get(f.name) ?? null).phase,
+      })),
+    );
     if (!text) return this.status.hide();
     this.status.text = text;
     this.status.tooltip = 'Harness Lab training runs being followed; click for the log';
@@ -188,10 +241,13 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
   }
 
   async showLogs(name?: string, kind?: RunKind): Promise<void> {
-    const target = name && kind ? { name, kind } : (() => {
-      const f = [...this.followed.values()][0];
-      return f ? { name: f.name, kind: f.kind } : undefined;
-    })();
+    const target =
+      name && kind
+        ? { name, kind }
+        : (() => {
+            const f = [...this.followed.values()][0];
+            return f ? { name: f.name, kind: f.kind } : undefined;
+          })();
     this.output.show(true);
     if (!target || this.logStreams.has(target.name)) return;
     const abort = new AbortController();
@@ -226,7 +282,9 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
       this.output.appendLine(`[harness-lab] end of the log of pod ${pod}`);
     } catch (err) {
       const again = /has no started pod/.test((err as Error).message) ? await this.waitingOf(cluster, target.name) : null;
-      this.output.appendLine(`[harness-lab] ${again !== null || /has no started pod/.test((err as Error).message) ? noLogsYet(target.name, again) : (err as Error).message}`);
+      this.output.appendLine(
+        `[harness-lab] ${again !== null || /has no started pod/.test((err as Error).message) ? noLogsYet(target.name, again) : (err as Error).message}`,
+      );
     } finally {
       clearInterval(poll);
       this.logStreams.delete(target.name);
@@ -257,30 +315,42 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
    */
   async showCurves(node?: TrainingRunNode, selected?: readonly TrainingRunNode[]): Promise<ShownRun[]> {
     const cluster = this.cluster();
-    let runs: { name: string; kind: RunKind }[] = (selected?.length ? selected : node ? [node] : []).map((n) => ({ name: n.name, kind: n.runKind }));
+    let runs: { name: string; kind: RunKind }[] = (selected?.length ? selected : node ? [node] : []).map((n) => ({
+      name: n.name,
+      kind: n.runKind,
+    }));
     if (!runs.length) {
       const all = await listRuns(cluster);
       if (!all.length) throw new Error(`No training runs in ${cluster.namespace} (${cluster.context}) to draw.`);
-      const picked = await vscode.window.showQuickPick(all.map((r) => ({ label: r.name, description: `${r.trainer} · ${r.phase}`, run: r })), { title: 'Show Training Curves', placeHolder: 'Runs to overlay', canPickMany: true });
+      const picked = await vscode.window.showQuickPick(
+        all.map((r) => ({ label: r.name, description: `${r.trainer} · ${r.phase}`, run: r })),
+        { title: 'Show Training Curves', placeHolder: 'Runs to overlay', canPickMany: true },
+      );
       if (!picked?.length) return [];
       runs = picked.map((p) => ({ name: p.run.name, kind: p.run.kind }));
     }
     const exports = findLocalExports(this.batchFolders());
     const records = new Map(listRunRecords().map((r) => [r.name, r] as const));
-    const shown = await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: 'Harness Lab: reading training logs' }, () =>
-      Promise.all(
-        runs.map(async (r): Promise<ShownRun> => {
-          const log = await readRunLog(cluster, r.kind, r.name).catch((err: unknown) => ({ pod: null, text: '', error: (err as Error).message }));
-          const metrics = parseMetrics(log.text);
-          const config = records.get(r.name) ? safeConfig(records.get(r.name)!.config) : undefined;
-          const data = config ? describeData(config.data, exports) : null;
-          let note: string | null = null;
-          if ('error' in log) note = `its log could not be read: ${log.error}`;
-          else if (!log.pod) note = noLogsYet(r.name, await this.waitingOf(cluster, r.name));
-          else if (!metrics.lines) note = `no metric lines in the log of pod ${log.pod} yet (formats: docs/training-runs.md)`;
-          return { name: r.name, metrics, data: data?.text ?? null, dataFile: data?.match?.manifest ?? null, note };
-        }),
-      ),
+    const shown = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Window, title: 'Harness Lab: reading training logs' },
+      () =>
+        Promise.all(
+          runs.map(async (r): Promise<ShownRun> => {
+            const log = await readRunLog(cluster, r.kind, r.name).catch((err: unknown) => ({
+              pod: null,
+              text: '',
+              error: (err as Error).message,
+            }));
+            const metrics = parseMetrics(log.text);
+            const config = records.get(r.name) ? safeConfig(records.get(r.name)!.config) : undefined;
+            const data = config ? describeData(config.data, exports) : null;
+            let note: string | null = null;
+            if ('error' in log) note = `its log could not be read: ${log.error}`;
+            else if (!log.pod) note = noLogsYet(r.name, await this.waitingOf(cluster, r.name));
+            else if (!metrics.lines) note = `no metric lines in the log of pod ${log.pod} yet (formats: docs/training-runs.md)`;
+            return { name: r.name, metrics, data: data?.text ?? null, dataFile: data?.match?.manifest ?? null, note };
+          }),
+        ),
     );
     this.curves.show(shown);
     return shown;
@@ -288,7 +358,11 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
 
   async cancel(node: TrainingRunNode | undefined): Promise<boolean> {
     if (!node) throw new Error('Cancel Training Run needs a run from the Training Runs view.');
-    const ok = await vscode.window.showWarningMessage(`Delete ${node.runKind} ${node.namespace}/${node.name} and its pods?`, { modal: true }, 'Delete');
+    const ok = await vscode.window.showWarningMessage(
+      `Delete ${node.runKind} ${node.namespace}/${node.name} and its pods?`,
+      { modal: true },
+      'Delete',
+    );
     if (ok !== 'Delete') return false;
     const r = await cancelRun(this.cluster(), node.runKind, node.name);
     this.log.info(`training run ${node.name}: ${r}`);

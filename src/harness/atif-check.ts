@@ -104,7 +104,8 @@ export function callToolIds(call: CallRecord | undefined): Set<string> {
     if (o.type === 'tool_use' && typeof o.id === 'string') ids.add(o.id); // Anthropic
     if (o.type === 'function_call' && typeof o.call_id === 'string') ids.add(o.call_id); // Responses
     if (o.type === 'function' && typeof o.id === 'string') ids.add(o.id); // Chat
-    if (o.functionCall && typeof (o.functionCall as Record<string, unknown>).id === 'string') ids.add((o.functionCall as { id: string }).id); // Gemini
+    if (o.functionCall && typeof (o.functionCall as Record<string, unknown>).id === 'string')
+      ids.add((o.functionCall as { id: string }).id); // Gemini
     for (const x of Object.values(o)) walk(x, depth + 1);
   };
   walk(call.response_body, 0);
@@ -126,7 +127,13 @@ function agentCalls(doc: CheckedRollout): Candidate[] {
   return doc.turns
     .filter((t) => rootRole.get(t.root_id) === 'agent')
     .sort((a, b) => a.index - b.index)
-    .map((t) => ({ index: t.index, call_id: t.node_id, n_sampled: t.n_sampled, discarded: t.discarded, toolIds: callToolIds(byId.get(t.node_id)) }));
+    .map((t) => ({
+      index: t.index,
+      call_id: t.node_id,
+      n_sampled: t.n_sampled,
+      discarded: t.discarded,
+      toolIds: callToolIds(byId.get(t.node_id)),
+    }));
 }
 
 interface Step {
@@ -143,7 +150,10 @@ function stepMatches({ step, count }: Step, call: Candidate): 'match' | 'matched
 }
 
 /** Leftmost in-order alignment of steps onto calls; null when some step has no matching call left. */
-function align(steps: readonly Step[], calls: readonly Candidate[]): { status: ('match' | 'matched_by_tool_ids' | null)[]; stepOf: number[] } | null {
+function align(
+  steps: readonly Step[],
+  calls: readonly Candidate[],
+): { status: ('match' | 'matched_by_tool_ids' | null)[]; stepOf: number[] } | null {
   const out = new Array<'match' | 'matched_by_tool_ids' | null>(calls.length).fill(null);
   const stepOf = new Array<number>(calls.length).fill(-1);
   let c = 0;
@@ -168,14 +178,19 @@ export function atifCheck(doc: CheckedRollout, traj: AtifTrajectory, opts: AtifC
     graph_discarded: doc.stats.n_discarded,
   };
   const firstAgentSeq = doc.sequences.find((s) => s.role === 'agent');
-  const step1 = { atif_prompt_tokens: steps.length > 0 ? (steps[0]!.metrics?.prompt_tokens ?? null) : null, captured_prompt_len: firstAgentSeq ? firstAgentSeq.prompt_len : null };
+  const step1 = {
+    atif_prompt_tokens: steps.length > 0 ? (steps[0]!.metrics?.prompt_tokens ?? null) : null,
+    captured_prompt_len: firstAgentSeq ? firstAgentSeq.prompt_len : null,
+  };
   const findings: string[] = [];
   const type = opts.rolloutType ?? doc.rollout_type;
 
   if (type === 'eval') {
     const nCalls = doc.turns.length;
-    if (nCalls < steps.length) findings.push(finding('WARN', 'atif_calls_missing', `${nCalls} captured call(s) for ${steps.length} ATIF agent step(s)`));
-    else if (nCalls > steps.length) findings.push(finding('INFO', 'atif_extra_calls', `${nCalls} captured call(s) for ${steps.length} ATIF agent step(s)`));
+    if (nCalls < steps.length)
+      findings.push(finding('WARN', 'atif_calls_missing', `${nCalls} captured call(s) for ${steps.length} ATIF agent step(s)`));
+    else if (nCalls > steps.length)
+      findings.push(finding('INFO', 'atif_extra_calls', `${nCalls} captured call(s) for ${steps.length} ATIF agent step(s)`));
     const rows: AtifCheckRow[] = [...doc.turns]
       .sort((a, b) => a.index - b.index)
       .map((t, i) => ({
@@ -188,7 +203,16 @@ export function atifCheck(doc: CheckedRollout, traj: AtifTrajectory, opts: AtifC
         status: i < steps.length ? 'match' : 'extra_call',
       }));
     for (let i = rows.length; i < steps.length; i++) rows.push(missingRow(steps[i]!));
-    return finish({ findings, rows, ours: doc.turns.map((t) => t.n_sampled), theirs, n_agent_steps: steps.length, step1, retries, n_subagents: nSub });
+    return finish({
+      findings,
+      rows,
+      ours: doc.turns.map((t) => t.n_sampled),
+      theirs,
+      n_agent_steps: steps.length,
+      step1,
+      retries,
+      n_subagents: nSub,
+    });
   }
 
   const calls = agentCalls(doc);
@@ -197,12 +221,24 @@ export function atifCheck(doc: CheckedRollout, traj: AtifTrajectory, opts: AtifC
   const noCounts = theirs.every((x) => x === null || x === 0);
   const keyed: Step[] = steps.map((step, i) => ({ step, count: noCounts ? null : theirs[i]! }));
   if (steps.length === 0 || (noCounts && !steps.some((s) => (s.tool_calls ?? []).length > 0))) {
-    findings.push(finding('WARN', 'atif_no_token_counts', steps.length === 0 ? 'the trajectory has no agent steps' : 'no agent step reports completion tokens; nothing to compare'));
+    findings.push(
+      finding(
+        'WARN',
+        'atif_no_token_counts',
+        steps.length === 0 ? 'the trajectory has no agent steps' : 'no agent step reports completion tokens; nothing to compare',
+      ),
+    );
     rows = calls.map((c) => callRow(c, null, 'extra_call'));
   } else {
     const aligned = align(keyed, calls);
     if (!aligned) {
-      findings.push(finding('FATAL', 'turn_mismatch', `ATIF completion tokens [${theirs.map((x) => x ?? '?').join(', ')}] do not align with captured [${ours.join(', ')}]`));
+      findings.push(
+        finding(
+          'FATAL',
+          'turn_mismatch',
+          `ATIF completion tokens [${theirs.map((x) => x ?? '?').join(', ')}] do not align with captured [${ours.join(', ')}]`,
+        ),
+      );
       rows = mismatchRows(keyed, calls);
     } else {
       const { status, stepOf } = aligned;
@@ -210,23 +246,60 @@ export function atifCheck(doc: CheckedRollout, traj: AtifTrajectory, opts: AtifC
       const skipped = calls.filter((_, i) => status[i] === null);
       const unknown = keyed.filter((k) => k.count === null).length;
       const partial = unknown > 0;
-      if (partial) findings.push(finding('WARN', 'atif_partial_usage', `${unknown} of ${steps.length} agent step(s) lack completion counts; matched by tool-call ids`));
-      if (skipped.length === 0 && !partial) findings.push(finding('INFO', 'turns_match', `${steps.length} agent step(s) match the captured calls token for token`));
+      if (partial)
+        findings.push(
+          finding(
+            'WARN',
+            'atif_partial_usage',
+            `${unknown} of ${steps.length} agent step(s) lack completion counts; matched by tool-call ids`,
+          ),
+        );
+      if (skipped.length === 0 && !partial)
+        findings.push(finding('INFO', 'turns_match', `${steps.length} agent step(s) match the captured calls token for token`));
       if (skipped.length > 0) {
         const coverage = (calls.length - skipped.length) / calls.length;
         const which = skipped.map((c) => `#${c.index}`).join(', ');
-        if (coverage >= 0.5) findings.push(finding('WARN', 'atif_aux_calls', `call(s) ${which} are not in the trajectory: auxiliary, masked to 0 for training`));
-        else findings.push(finding('FATAL', 'atif_coverage_too_low', `the trajectory covers ${calls.length - skipped.length} of ${calls.length} captured calls (${Math.round(coverage * 100)}%, below 50%)`));
+        if (coverage >= 0.5)
+          findings.push(
+            finding('WARN', 'atif_aux_calls', `call(s) ${which} are not in the trajectory: auxiliary, masked to 0 for training`),
+          );
+        else
+          findings.push(
+            finding(
+              'FATAL',
+              'atif_coverage_too_low',
+              `the trajectory covers ${calls.length - skipped.length} of ${calls.length} captured calls (${Math.round(coverage * 100)}%, below 50%)`,
+            ),
+          );
       }
     }
   }
   if (step1.atif_prompt_tokens !== null && step1.captured_prompt_len !== null && step1.atif_prompt_tokens !== step1.captured_prompt_len) {
-    findings.push(finding('WARN', 'prompt_len_mismatch', `ATIF step-1 prompt_tokens ${step1.atif_prompt_tokens}, captured prompt_len ${step1.captured_prompt_len}`));
+    findings.push(
+      finding(
+        'WARN',
+        'prompt_len_mismatch',
+        `ATIF step-1 prompt_tokens ${step1.atif_prompt_tokens}, captured prompt_len ${step1.captured_prompt_len}`,
+      ),
+    );
   }
   if (retries.atif_steps > 0) {
-    findings.push(finding('WARN', 'atif_retries', `${retries.atif_steps} step(s) aggregate ${retries.atif_extra_calls} extra call(s) (llm_call_count > 1); the graph has ${retries.graph_discarded} discarded call(s)`));
+    findings.push(
+      finding(
+        'WARN',
+        'atif_retries',
+        `${retries.atif_steps} step(s) aggregate ${retries.atif_extra_calls} extra call(s) (llm_call_count > 1); the graph has ${retries.graph_discarded} discarded call(s)`,
+      ),
+    );
   }
-  if (nSub > 0) findings.push(finding('FATAL', 'atif_subagents', `${nSub} subagent trajector${nSub === 1 ? 'y' : 'ies'}: the reward cannot be attributed across agents`));
+  if (nSub > 0)
+    findings.push(
+      finding(
+        'FATAL',
+        'atif_subagents',
+        `${nSub} subagent trajector${nSub === 1 ? 'y' : 'ies'}: the reward cannot be attributed across agents`,
+      ),
+    );
   return finish({ findings, rows, ours, theirs, n_agent_steps: steps.length, step1, retries, n_subagents: nSub });
 }
 
@@ -243,7 +316,15 @@ function callRow(c: Candidate, step: AtifStep | null, status: AtifCheckRow['stat
 }
 
 function missingRow(step: AtifStep): AtifCheckRow {
-  return { call_index: null, call_id: null, n_sampled: null, discarded: false, step_id: step.step_id, step_completion_tokens: step.metrics?.completion_tokens ?? null, status: 'missing_call' };
+  return {
+    call_index: null,
+    call_id: null,
+    n_sampled: null,
+    discarded: false,
+    step_id: step.step_id,
+    step_completion_tokens: step.metrics?.completion_tokens ?? null,
+    status: 'missing_call',
+  };
 }
 
 /** Side by side, position by position, so the first disagreement is visible. */

@@ -57,7 +57,11 @@ export const AtifMetricsSchema = z
   })
   .superRefine((m, ctx) => {
     if (m.logprobs && m.completion_token_ids && m.logprobs.length !== m.completion_token_ids.length) {
-      ctx.addIssue({ code: 'custom', path: ['logprobs'], message: `${m.logprobs.length} logprobs for ${m.completion_token_ids.length} completion_token_ids` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['logprobs'],
+        message: `${m.logprobs.length} logprobs for ${m.completion_token_ids.length} completion_token_ids`,
+      });
     }
   });
 
@@ -80,13 +84,18 @@ export const AtifStepSchema = z
   .superRefine((s, ctx) => {
     if (s.source !== 'agent') {
       for (const key of ['model_name', 'reasoning_effort', 'reasoning_content', 'tool_calls', 'metrics'] as const) {
-        if (s[key] !== undefined && s[key] !== null) ctx.addIssue({ code: 'custom', path: [key], message: `only agent steps may have ${key} (this step's source is "${s.source}")` });
+        if (s[key] !== undefined && s[key] !== null)
+          ctx.addIssue({ code: 'custom', path: [key], message: `only agent steps may have ${key} (this step's source is "${s.source}")` });
       }
     }
     const ids = new Set((s.tool_calls ?? []).map((t) => t.tool_call_id));
     s.observation?.results.forEach((r, i) => {
       if (r.source_call_id && !ids.has(r.source_call_id)) {
-        ctx.addIssue({ code: 'custom', path: ['observation', 'results', i, 'source_call_id'], message: `"${r.source_call_id}" is not a tool_call_id of this step` });
+        ctx.addIssue({
+          code: 'custom',
+          path: ['observation', 'results', i, 'source_call_id'],
+          message: `"${r.source_call_id}" is not a tool_call_id of this step`,
+        });
       }
     });
   });
@@ -142,7 +151,12 @@ const trajectoryShape = (embedded: boolean): z.ZodType<AtifTrajectory> =>
       // where its predecessor stopped, so only the increments are checked.
       t.steps.forEach((s, i) => {
         const want = i === 0 ? s.step_id : t.steps[i - 1]!.step_id + 1;
-        if (s.step_id !== want) ctx.addIssue({ code: 'custom', path: ['steps', i, 'step_id'], message: `step_id must run without gaps: expected ${want}, got ${s.step_id}` });
+        if (s.step_id !== want)
+          ctx.addIssue({
+            code: 'custom',
+            path: ['steps', i, 'step_id'],
+            message: `step_id must run without gaps: expected ${want}, got ${s.step_id}`,
+          });
       });
     });
 
@@ -193,7 +207,10 @@ export function atifMessageText(content: AtifStep['message'] | null | undefined)
  * Join a trajectory with its continuations (context-summarisation splits, `continued_trajectory_ref`)
  * into one step list, renumbered 1..N. `load` returns the referenced document, or null when absent.
  */
-export async function joinContinuations(first: AtifTrajectory, load: (ref: string) => Promise<AtifTrajectory | null>): Promise<AtifTrajectory> {
+export async function joinContinuations(
+  first: AtifTrajectory,
+  load: (ref: string) => Promise<AtifTrajectory | null>,
+): Promise<AtifTrajectory> {
   const steps: AtifStep[] = [...first.steps];
   const subagents = [...(first.subagent_trajectories ?? [])];
   const seen = new Set<string>();

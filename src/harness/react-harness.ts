@@ -10,7 +10,8 @@ import { dirname } from 'node:path';
 
 export const REACT_HARNESS_VERSION = '1.0.0';
 
-const SYSTEM = 'You are an agent working in a Linux sandbox. Use the bash tool to inspect and change files; when the task is done, answer with a short summary and no tool call.';
+const SYSTEM =
+  'You are an agent working in a Linux sandbox. Use the bash tool to inspect and change files; when the task is done, answer with a short summary and no tool call.';
 const TOOLS = [
   {
     type: 'function',
@@ -76,7 +77,12 @@ async function main(): Promise<number> {
       session_id: runId,
       agent: { name: 'react', version: REACT_HARNESS_VERSION, model_name: model, tool_definitions: TOOLS },
       steps,
-      final_metrics: { total_prompt_tokens: totals.prompt, total_completion_tokens: totals.completion, total_cached_tokens: totals.cached, total_steps: steps.length },
+      final_metrics: {
+        total_prompt_tokens: totals.prompt,
+        total_completion_tokens: totals.completion,
+        total_cached_tokens: totals.cached,
+        total_steps: steps.length,
+      },
     };
     writeFileSync(atifPath, `${JSON.stringify(trajectory, null, 2)}\n`);
   };
@@ -97,12 +103,24 @@ async function main(): Promise<number> {
     const msg = completion.choices[0]?.message;
     if (!msg) throw new Error('the model answered without a choice');
     const usage = completion.usage ?? {};
-    const metrics = { prompt_tokens: usage.prompt_tokens ?? 0, completion_tokens: usage.completion_tokens ?? 0, cached_tokens: usage.prompt_tokens_details?.cached_tokens ?? 0 };
+    const metrics = {
+      prompt_tokens: usage.prompt_tokens ?? 0,
+      completion_tokens: usage.completion_tokens ?? 0,
+      cached_tokens: usage.prompt_tokens_details?.cached_tokens ?? 0,
+    };
     totals.prompt += metrics.prompt_tokens;
     totals.completion += metrics.completion_tokens;
     totals.cached += metrics.cached_tokens;
     messages.push({ role: 'assistant', content: msg.content ?? null, ...(msg.tool_calls?.length ? { tool_calls: msg.tool_calls } : {}) });
-    const step: Record<string, unknown> = { step_id: steps.length + 1, timestamp: now(), source: 'agent', model_name: completion.model ?? model, message: msg.content ?? '', metrics, llm_call_count: 1 };
+    const step: Record<string, unknown> = {
+      step_id: steps.length + 1,
+      timestamp: now(),
+      source: 'agent',
+      model_name: completion.model ?? model,
+      message: msg.content ?? '',
+      metrics,
+      llm_call_count: 1,
+    };
     if (msg.reasoning_content) step.reasoning_content = msg.reasoning_content;
     steps.push(step);
     process.stdout.write(`[turn ${turn + 1}] ${msg.content ?? ''}\n`);
@@ -110,11 +128,20 @@ async function main(): Promise<number> {
       save();
       return 0;
     }
-    step.tool_calls = msg.tool_calls.map((c) => ({ tool_call_id: c.id, function_name: c.function.name, arguments: safeJson(c.function.arguments) }));
+    step.tool_calls = msg.tool_calls.map((c) => ({
+      tool_call_id: c.id,
+      function_name: c.function.name,
+      arguments: safeJson(c.function.arguments),
+    }));
     const results: { source_call_id: string; content: string }[] = [];
     for (const call of msg.tool_calls) {
       const args = safeJson(call.function.arguments);
-      const output = call.function.name !== 'bash' ? `unknown tool ${call.function.name}; the only tool is bash` : typeof args.command !== 'string' ? 'the bash tool needs a "command" string' : runBash(args.command);
+      const output =
+        call.function.name !== 'bash'
+          ? `unknown tool ${call.function.name}; the only tool is bash`
+          : typeof args.command !== 'string'
+            ? 'the bash tool needs a "command" string'
+            : runBash(args.command);
       process.stdout.write(`$ ${String(args.command ?? '')}\n${output}\n`);
       messages.push({ role: 'tool', tool_call_id: call.id, content: output });
       results.push({ source_call_id: call.id, content: output });

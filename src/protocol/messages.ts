@@ -109,17 +109,29 @@ export type ParamsOf<D> = D extends { readonly _params?: infer P } ? P : never;
 export type ResponseOf<D> = D extends IpcRequest<string, object, infer R> ? R : never;
 
 /** A descriptor's message on the wire. */
-export type MessageOf<D> = D extends IpcRequest<infer M, infer P> ? { type: M; seq: number } & P : D extends IpcCommand<infer M, infer P> | IpcNotification<infer M, infer P> ? { type: M } & P : never;
+export type MessageOf<D> =
+  D extends IpcRequest<infer M, infer P>
+    ? { type: M; seq: number } & P
+    : D extends IpcCommand<infer M, infer P> | IpcNotification<infer M, infer P>
+      ? { type: M } & P
+      : never;
 /** A request's reply on the wire. */
-export type CompletionOf<D> = D extends IpcRequest<infer M, object, infer R> ? { type: `${M}/completion`; seq: number; res: R } | { type: `${M}/completion`; seq: number; err: string } : never;
+export type CompletionOf<D> =
+  D extends IpcRequest<infer M, object, infer R>
+    ? { type: `${M}/completion`; seq: number; res: R } | { type: `${M}/completion`; seq: number; err: string }
+    : never;
 
 type WebviewDescriptor = (typeof WEBVIEW_MESSAGES)[keyof typeof WEBVIEW_MESSAGES];
 export type WebviewRequest = Extract<WebviewDescriptor, IpcRequest>;
 export type HostNotification = (typeof HOST_NOTIFICATIONS)[keyof typeof HOST_NOTIFICATIONS];
 
 /** Webview -> host (validated on the host by WebviewMessageSchema in webview-schema.ts). */
-export type WebviewMessage = { [K in keyof typeof WEBVIEW_MESSAGES]: MessageOf<(typeof WEBVIEW_MESSAGES)[K]> }[keyof typeof WEBVIEW_MESSAGES];
-export type NotificationMessage = { [K in keyof typeof HOST_NOTIFICATIONS]: MessageOf<(typeof HOST_NOTIFICATIONS)[K]> }[keyof typeof HOST_NOTIFICATIONS];
+export type WebviewMessage = {
+  [K in keyof typeof WEBVIEW_MESSAGES]: MessageOf<(typeof WEBVIEW_MESSAGES)[K]>;
+}[keyof typeof WEBVIEW_MESSAGES];
+export type NotificationMessage = {
+  [K in keyof typeof HOST_NOTIFICATIONS]: MessageOf<(typeof HOST_NOTIFICATIONS)[K]>;
+}[keyof typeof HOST_NOTIFICATIONS];
 export type CompletionMessage = { [K in WebviewRequest['method']]: CompletionOf<(typeof WEBVIEW_MESSAGES)[K]> }[WebviewRequest['method']];
 /** Host -> webview. */
 export type HostMessage = NotificationMessage | CompletionMessage;
@@ -130,7 +142,9 @@ export function notify<D extends HostNotification>(desc: D, params: ParamsOf<D>)
   return { ...params, type: desc.method } as MessageOf<D>;
 }
 
-const REQUEST_OF_COMPLETION = new Map<string, WebviewRequest>(Object.values(WEBVIEW_MESSAGES).flatMap((d) => (d.kind === 'request' ? [[d.completion, d] as const] : [])));
+const REQUEST_OF_COMPLETION = new Map<string, WebviewRequest>(
+  Object.values(WEBVIEW_MESSAGES).flatMap((d) => (d.kind === 'request' ? [[d.completion, d] as const] : [])),
+);
 const HOST_TYPES = new Set<string>([...Object.keys(HOST_NOTIFICATIONS), ...REQUEST_OF_COMPLETION.keys()]);
 
 /** Envelope check on the webview side (the payload is built by our own host). */
@@ -151,14 +165,20 @@ export function isMessage<D extends IpcDescriptor>(desc: D, msg: { type: string 
 
 /** A command's handler returns nothing; a request's handler returns (or throws instead of) its response. */
 export type WebviewHandlers = {
-  [K in keyof typeof WEBVIEW_MESSAGES]: (typeof WEBVIEW_MESSAGES)[K] extends IpcRequest<string, infer P, infer R> ? (params: P) => R | Promise<R> : (params: ParamsOf<(typeof WEBVIEW_MESSAGES)[K]>) => void | Promise<void>;
+  [K in keyof typeof WEBVIEW_MESSAGES]: (typeof WEBVIEW_MESSAGES)[K] extends IpcRequest<string, infer P, infer R>
+    ? (params: P) => R | Promise<R>
+    : (params: ParamsOf<(typeof WEBVIEW_MESSAGES)[K]>) => void | Promise<void>;
 };
 
 /**
  * Runs the handler of one (validated) webview message. A request is answered through `reply` with
  * its completion: `res` when the handler returns, `err` with the message when it throws.
  */
-export async function dispatchWebviewMessage(msg: WebviewMessage, handlers: WebviewHandlers, reply: (msg: CompletionMessage) => void): Promise<void> {
+export async function dispatchWebviewMessage(
+  msg: WebviewMessage,
+  handlers: WebviewHandlers,
+  reply: (msg: CompletionMessage) => void,
+): Promise<void> {
   const desc: WebviewDescriptor = WEBVIEW_MESSAGES[msg.type];
   const handler = handlers[msg.type] as (params: object) => unknown;
   if (desc.kind !== 'request') {

@@ -132,12 +132,20 @@ export function bytesToText(bytes: readonly number[]): string {
 }
 
 /** Reasons a turn's sampled tokens cannot be coloured or trained, in the user's terms. */
-export function turnFlags(call: Pick<CallRecord, 'completion_token_ids' | 'logprobs' | 'prompt_token_ids'>, findings: readonly string[], trained: boolean, untrainedWhy?: string): string[] {
+export function turnFlags(
+  call: Pick<CallRecord, 'completion_token_ids' | 'logprobs' | 'prompt_token_ids'>,
+  findings: readonly string[],
+  trained: boolean,
+  untrainedWhy?: string,
+): string[] {
   const flags: string[] = [];
   const n = call.completion_token_ids?.length ?? 0;
-  if (!call.prompt_token_ids || call.prompt_token_ids.length === 0) flags.push('no prompt token ids: the engine did not return them, so the context is shown from messages only');
-  if (n > 0 && call.logprobs === null) flags.push('missing logprobs: the engine returned none for this call, so its tokens stay context (mask 0)');
-  else if (n > 0 && call.logprobs && call.logprobs.length !== n) flags.push(`misaligned logprobs: ${call.logprobs.length} logprobs for ${n} sampled tokens, so its tokens stay context (mask 0)`);
+  if (!call.prompt_token_ids || call.prompt_token_ids.length === 0)
+    flags.push('no prompt token ids: the engine did not return them, so the context is shown from messages only');
+  if (n > 0 && call.logprobs === null)
+    flags.push('missing logprobs: the engine returned none for this call, so its tokens stay context (mask 0)');
+  else if (n > 0 && call.logprobs && call.logprobs.length !== n)
+    flags.push(`misaligned logprobs: ${call.logprobs.length} logprobs for ${n} sampled tokens, so its tokens stay context (mask 0)`);
   for (const f of findings) if (f.startsWith('[FATAL]') || f.startsWith('[WARN]')) flags.push(f);
   if (n > 0 && !trained && flags.length === 0) flags.push(untrainedWhy ?? 'not trained: the turn is not on a trainable agent path');
   return flags;
@@ -169,7 +177,14 @@ export function viewerBridge(c: CallRecord, byId: ReadonlyMap<string, CallRecord
 }
 
 function rawOf(c: CallRecord): ViewerRaw {
-  return { dialect: c.dialect, path: c.path, request: c.request.body, engine_request: c.engine_request, engine_response: c.engine_response, response_body: c.response_body };
+  return {
+    dialect: c.dialect,
+    path: c.path,
+    request: c.request.body,
+    engine_request: c.engine_request,
+    engine_response: c.engine_response,
+    response_body: c.response_body,
+  };
 }
 
 export interface BuildViewerOptions {
@@ -179,7 +194,13 @@ export interface BuildViewerOptions {
   atif?: AtifCheckResult | null;
 }
 
-export function viewerDataFromRollout(doc: Pick<RolloutDocument, 'session_id' | 'metadata' | 'capture_level' | 'rollout_type' | 'calls' | 'graph' | 'turns' | 'stats' | 'sequences' | 'validation'>, opts: BuildViewerOptions = {}): ViewerData {
+export function viewerDataFromRollout(
+  doc: Pick<
+    RolloutDocument,
+    'session_id' | 'metadata' | 'capture_level' | 'rollout_type' | 'calls' | 'graph' | 'turns' | 'stats' | 'sequences' | 'validation'
+  >,
+  opts: BuildViewerOptions = {},
+): ViewerData {
   const byId = new Map(doc.calls.map((c) => [c.call_id, c]));
   const graphNode = new Map(doc.graph.nodes.map((n) => [n.node_id, n]));
   const trainedNodes = new Set<string>();
@@ -204,8 +225,12 @@ export function viewerDataFromRollout(doc: Pick<RolloutDocument, 'session_id' | 
         sampled_ids: sampled,
         logprobs: aligned,
         trained,
-        top: c.top_logprobs && c.top_logprobs.length === sampled.length ? c.top_logprobs.map((alts) => alts.map((a) => ({ id: a.token_id, text: a.token, logprob: a.logprob }))) : null,
-        sampled_text: c.token_bytes && c.token_bytes.length === sampled.length ? c.token_bytes.map((b) => (b ? bytesToText(b) : null)) : null,
+        top:
+          c.top_logprobs && c.top_logprobs.length === sampled.length
+            ? c.top_logprobs.map((alts) => alts.map((a) => ({ id: a.token_id, text: a.token, logprob: a.logprob })))
+            : null,
+        sampled_text:
+          c.token_bytes && c.token_bytes.length === sampled.length ? c.token_bytes.map((b) => (b ? bytesToText(b) : null)) : null,
         flags: turnFlags(
           c,
           t.findings,
@@ -313,7 +338,10 @@ export function fromWire(wire: ViewerWire): ViewerData {
     if (prompt_ref !== null) {
       const ref = byId.get(prompt_ref);
       if (!ref) throw new Error(`turn ${w.node_id} refers to ${prompt_ref}, which is not an earlier turn`);
-      const end = ref.prompt_ids.length >= prompt_keep ? ref.prompt_ids.slice(0, prompt_keep) : ref.prompt_ids.concat(ref.sampled_ids.slice(0, prompt_keep - ref.prompt_ids.length));
+      const end =
+        ref.prompt_ids.length >= prompt_keep
+          ? ref.prompt_ids.slice(0, prompt_keep)
+          : ref.prompt_ids.concat(ref.sampled_ids.slice(0, prompt_keep - ref.prompt_ids.length));
       prompt_ids = end.concat(prompt_tail);
     }
     const t: ViewerTurn = { ...rest, prompt_ids, raw: null, request_messages: [], response_message: null };

@@ -22,11 +22,20 @@ function envelope(method: keyof Methods) {
 }
 
 const methods = Object.keys(WEBVIEW_MESSAGES) as (keyof Methods)[];
-export const WebviewMessageSchema = z.discriminatedUnion('type', methods.map(envelope) as [ReturnType<typeof envelope>, ...ReturnType<typeof envelope>[]]);
+export const WebviewMessageSchema = z.discriminatedUnion(
+  'type',
+  methods.map(envelope) as [ReturnType<typeof envelope>, ...ReturnType<typeof envelope>[]],
+);
 
 // Each schema parses to exactly its descriptor's parameter type (satisfies above checks one way; a
 // message without parameters has nothing to compare).
-type SameParams = { [K in keyof Methods]: [keyof ParamsOf<Methods[K]>] extends [never] ? true : [ParamsOf<Methods[K]>] extends [z.infer<(typeof PARAMS)[K]>] ? true : false }[keyof Methods];
+type SameParams = {
+  [K in keyof Methods]: [keyof ParamsOf<Methods[K]>] extends [never]
+    ? true
+    : [ParamsOf<Methods[K]>] extends [z.infer<(typeof PARAMS)[K]>]
+      ? true
+      : false;
+}[keyof Methods];
 const _sameParams: false extends SameParams ? false : true = true;
 void _sameParams;
 

@@ -7,7 +7,16 @@ import type { ViewerData } from '../protocol/viewer-data.js';
 
 const Diff = z.looseObject({ path: z.string(), rules: z.array(z.string()).optional() });
 const ReplayCallsSchema = z.looseObject({
-  calls: z.array(z.looseObject({ position: z.int().nonnegative(), level: z.enum(['exact', 'tolerated', 'none', 'live']), recorded_index: z.int().nullable(), tolerated: z.array(Diff), tool_outputs: z.array(Diff), first_difference: Diff.nullable() })),
+  calls: z.array(
+    z.looseObject({
+      position: z.int().nonnegative(),
+      level: z.enum(['exact', 'tolerated', 'none', 'live']),
+      recorded_index: z.int().nullable(),
+      tolerated: z.array(Diff),
+      tool_outputs: z.array(Diff),
+      first_difference: Diff.nullable(),
+    }),
+  ),
 });
 
 /** Puts each call's match on its turn; returns how many turns got one (0 when the rollout is not a replay's). */

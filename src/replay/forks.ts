@@ -67,7 +67,10 @@ export function defaultReplayOut(rolloutPath: string, runDir: string | null): st
  * The original as a member, and its forks found under `roots` (default: the task folder of the
  * original's run, i.e. `<out>/<task>/`, where `replay --out <out>` puts them), ordered by fork turn.
  */
-export function forkMembers(originalArg: string, roots?: readonly string[]): { original: ForkMember; forks: (ForkMember & { report: ReplayReportFile })[] } {
+export function forkMembers(
+  originalArg: string,
+  roots?: readonly string[],
+): { original: ForkMember; forks: (ForkMember & { report: ReplayReportFile })[] } {
   const source = loadReplaySource(originalArg);
   const searchRoots = roots?.length ? roots.map((r) => resolve(r)) : [defaultReplayRoot(source.path, source.runDir)];
   const dirs: string[] = [];

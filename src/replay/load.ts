@@ -23,7 +23,15 @@ export interface LoadRequest {
   request: Record<string, unknown>;
 }
 
-const HeaderSchema = z.object({ format: z.literal(LOAD_FORMAT), version: z.literal(1), n_requests: z.int().nonnegative(), span_ms: z.number().nonnegative(), sources: z.array(z.string()) }).passthrough();
+const HeaderSchema = z
+  .object({
+    format: z.literal(LOAD_FORMAT),
+    version: z.literal(1),
+    n_requests: z.int().nonnegative(),
+    span_ms: z.number().nonnegative(),
+    sources: z.array(z.string()),
+  })
+  .passthrough();
 const LineSchema = z.object({
   t_ms: z.number().nonnegative(),
   rollout_id: z.string(),
@@ -37,7 +45,10 @@ const LineSchema = z.object({
 export class LoadFileError extends Error {}
 
 /** The load file from captured calls (any number of rollouts), ordered by start time. */
-export function writeLoadFile(out: string, rollouts: { rollout_id: string; file: string; calls: readonly CallRecord[] }[]): { requests: number; span_ms: number } {
+export function writeLoadFile(
+  out: string,
+  rollouts: { rollout_id: string; file: string; calls: readonly CallRecord[] }[],
+): { requests: number; span_ms: number } {
   const all = rollouts.flatMap((r) => r.calls.filter((c) => c.engine_request).map((c) => ({ r, c, t: Date.parse(c.started_at) })));
   const valid = all.filter((x) => Number.isFinite(x.t)).sort((a, b) => a.t - b.t || a.c.index - b.c.index);
   const t0 = valid[0]?.t ?? 0;
@@ -51,7 +62,14 @@ export function writeLoadFile(out: string, rollouts: { rollout_id: string; file:
     request: c.engine_request as unknown as Record<string, unknown>,
   }));
   const span = lines.length ? lines[lines.length - 1]!.t_ms : 0;
-  const header = { format: LOAD_FORMAT, version: 1, created_at: new Date().toISOString(), n_requests: lines.length, span_ms: span, sources: rollouts.map((r) => r.file) };
+  const header = {
+    format: LOAD_FORMAT,
+    version: 1,
+    created_at: new Date().toISOString(),
+    n_requests: lines.length,
+    span_ms: span,
+    sources: rollouts.map((r) => r.file),
+  };
   writeFileSync(out, [header, ...lines].map((l) => JSON.stringify(l)).join('\n') + '\n');
   return { requests: lines.length, span_ms: span };
 }
@@ -146,9 +164,24 @@ export async function reissue(requests: readonly LoadRequest[], span: number, op
       body.ignore_eos = true;
     }
     const began = performance.now();
-    const result: LoadResult = { rollout_id: r.rollout_id, index: r.index, scheduled_ms: scheduled, started_ms: began - start, latency_ms: 0, status: 0, error: null, completion_tokens: null };
+    const result: LoadResult = {
+      rollout_id: r.rollout_id,
+      index: r.index,
+      scheduled_ms: scheduled,
+      started_ms: began - start,
+      latency_ms: 0,
+      status: 0,
+      error: null,
+      completion_tokens: null,
+    };
     try {
-      const res = await pool.request({ method: 'POST', path: `${prefix}/v1/chat/completions`, headers, body: JSON.stringify(body), signal: opts.signal });
+      const res = await pool.request({
+        method: 'POST',
+        path: `${prefix}/v1/chat/completions`,
+        headers,
+        body: JSON.stringify(body),
+        signal: opts.signal,
+      });
       const text = await res.body.text();
       result.status = res.statusCode;
       if (res.statusCode === 200) {
@@ -189,7 +222,10 @@ export async function reissue(requests: readonly LoadRequest[], span: number, op
 
 export function formatLoadReport(r: LoadReport): string {
   const ms = (x: number | null) => (x === null ? '-' : `${x.toFixed(0)} ms`);
-  const failures = r.results.filter((x) => x.status !== 200).slice(0, 3).map((x) => `  ${x.rollout_id}#${x.index}: ${x.status || 'no answer'} ${x.error ?? ''}`);
+  const failures = r.results
+    .filter((x) => x.status !== 200)
+    .slice(0, 3)
+    .map((x) => `  ${x.rollout_id}#${x.index}: ${x.status || 'no answer'} ${x.error ?? ''}`);
   return [
     `re-issued ${r.requests} request(s) against ${r.engine_url} at ${r.speed}x: ${r.ok} ok, ${r.failed} failed, in ${(r.wall_ms / 1000).toFixed(1)} s (recorded span ${(r.recorded_span_ms / 1000).toFixed(1)} s)`,
     `latency p50 ${ms(r.latency_ms.p50)}, p95 ${ms(r.latency_ms.p95)}, max ${ms(r.latency_ms.max)}; ${r.completion_tokens} sampled tokens${r.tokens_per_s === null ? '' : `, ${r.tokens_per_s.toFixed(1)} tokens/s`}; started at most ${ms(r.max_start_lag_ms)} late`,

@@ -143,7 +143,8 @@ export function matchCall(recorded: { request: ChatRequest }, replayed: { reques
   for (const d of diffs) {
     const rules = tolerates(d.recorded, d.replayed);
     if (rules) tolerated.push({ ...d, rules });
-    else if (toolMessageIndex(d.path, recorded.request.messages) && toolMessageIndex(d.path, replayed.request.messages)) toolOutputs.push(d);
+    else if (toolMessageIndex(d.path, recorded.request.messages) && toolMessageIndex(d.path, replayed.request.messages))
+      toolOutputs.push(d);
     else {
       firstDifference = d;
       break;

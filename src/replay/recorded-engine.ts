@@ -83,7 +83,15 @@ export class RecordedEngine implements ChatEngine {
   async chatCompletion(request: ChatRequest, signal?: AbortSignal): Promise<EngineReply> {
     const position = this.calls.length;
     if (this.fork && position >= this.fork.fromTurn) {
-      this.note({ position, recorded_index: null, recorded_call_id: null, level: 'live', tolerated: [], tool_outputs: [], first_difference: null });
+      this.note({
+        position,
+        recorded_index: null,
+        recorded_call_id: null,
+        level: 'live',
+        tolerated: [],
+        tool_outputs: [],
+        first_difference: null,
+      });
       return this.fork.engine.chatCompletion(request, signal);
     }
     if (this.halted) return this.refuse(`the replay halted at call ${this.halted.position}; no further answers`);
@@ -106,13 +114,29 @@ export class RecordedEngine implements ChatEngine {
         ? `replay: call ${position} matches no recorded call; against recorded call ${expected.index} the first difference is ${difference?.path ?? '(none)'}`
         : `replay: call ${position} has no recorded counterpart: the original made only ${this.source.calls.length} call(s)`;
       this.halted = { position, expected_index: expected?.index ?? null, difference, message };
-      this.note({ position, recorded_index: null, recorded_call_id: null, level: 'none', tolerated: [], tool_outputs: [], first_difference: difference });
+      this.note({
+        position,
+        recorded_index: null,
+        recorded_call_id: null,
+        level: 'none',
+        tolerated: [],
+        tool_outputs: [],
+        first_difference: difference,
+      });
       for (const l of this.haltListeners) l(this.halted);
       return this.refuse(message);
     }
     this.pending.splice(this.pending.indexOf(chosen.call), 1);
     const { call, match } = chosen;
-    this.note({ position, recorded_index: call.index, recorded_call_id: call.call_id, level: match.level, tolerated: match.tolerated, tool_outputs: match.toolOutputs, first_difference: null });
+    this.note({
+      position,
+      recorded_index: call.index,
+      recorded_call_id: call.call_id,
+      level: match.level,
+      tolerated: match.tolerated,
+      tool_outputs: match.toolOutputs,
+      first_difference: null,
+    });
     if (call.error && !call.engine_response) {
       const status = call.error.status >= 400 && call.error.status < 600 ? call.error.status : 502;
       return { status, body: { error: { message: `recorded: ${call.error.message}` } } };
@@ -132,7 +156,11 @@ export class RecordedEngine implements ChatEngine {
 
   async get(route: string, signal?: AbortSignal): Promise<EngineReply> {
     if (this.fork) return this.fork.engine.get(route, signal);
-    if (route === '/v1/models') return { status: 200, body: { object: 'list', data: [{ id: this.source.model ?? 'replay', object: 'model', owned_by: 'harness-lab-replay' }] } };
+    if (route === '/v1/models')
+      return {
+        status: 200,
+        body: { object: 'list', data: [{ id: this.source.model ?? 'replay', object: 'model', owned_by: 'harness-lab-replay' }] },
+      };
     return { status: 404, body: { error: { message: `a replay has no route ${route}` } } };
   }
 

@@ -83,7 +83,8 @@ export function resolveTaskDir(source: ReplaySource, given?: string): string {
   const name = typeof meta.task === 'string' ? meta.task.split('/').pop()! : undefined;
   if (name) {
     candidates.push(resolve('examples', 'tasks', name), resolve('tasks', name), resolve(name));
-    for (let dir = dirname(source.path), i = 0; i < 8; i++, dir = dirname(dir)) candidates.push(join(dir, 'examples', 'tasks', name), join(dir, 'tasks', name));
+    for (let dir = dirname(source.path), i = 0; i < 8; i++, dir = dirname(dir))
+      candidates.push(join(dir, 'examples', 'tasks', name), join(dir, 'tasks', name));
   }
   const found = candidates.find((c) => existsSync(join(c, 'task.toml')));
   if (found) return found;
@@ -102,12 +103,23 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   const taskDir = resolveTaskDir(source, opts.taskDir);
   const model = opts.fork?.model ?? source.model;
   if (!model) throw new ReplayError(`${source.path} holds no engine request, so there is nothing to replay`);
-  if (opts.fork && (!Number.isInteger(opts.fork.fromTurn) || opts.fork.fromTurn < 0)) throw new ReplayError(`--from must be a call number from 0, got ${opts.fork.fromTurn}`);
-  const live = opts.fork ? new EngineClient(opts.fork.engineUrl, opts.fork.engineApiKey ? { apiKey: opts.fork.engineApiKey } : {}) : undefined;
+  if (opts.fork && (!Number.isInteger(opts.fork.fromTurn) || opts.fork.fromTurn < 0))
+    throw new ReplayError(`--from must be a call number from 0, got ${opts.fork.fromTurn}`);
+  const live = opts.fork
+    ? new EngineClient(opts.fork.engineUrl, opts.fork.engineApiKey ? { apiKey: opts.fork.engineApiKey } : {})
+    : undefined;
   const engine = new RecordedEngine(source, opts.fork && live ? { fromTurn: opts.fork.fromTurn, engine: live } : undefined);
   if (opts.onCall) engine.onCall(opts.onCall);
   const adminKey = mintAdminKey();
-  const proxy = await CaptureProxy.start({ engineUrl: engine.baseUrl, engine, model, adminKey, captureLevel: source.capture_level, dataDir: join(opts.outDir, '.capture'), ...(opts.fork?.maxTokens ? { maxOutputTokens: opts.fork.maxTokens } : {}) });
+  const proxy = await CaptureProxy.start({
+    engineUrl: engine.baseUrl,
+    engine,
+    model,
+    adminKey,
+    captureLevel: source.capture_level,
+    dataDir: join(opts.outDir, '.capture'),
+    ...(opts.fork?.maxTokens ? { maxOutputTokens: opts.fork.maxTokens } : {}),
+  });
   const abort = new AbortController();
   const onOuterAbort = () => abort.abort();
   opts.signal?.addEventListener('abort', onOuterAbort, { once: true });
@@ -117,7 +129,16 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
     setTimeout(() => abort.abort(), 1500).unref();
   });
   try {
-    const lab = await openLab({ taskDir, harness, sandbox: opts.sandbox, outDir: opts.outDir, proxy, model, log: opts.log, handleSignals: opts.handleSignals });
+    const lab = await openLab({
+      taskDir,
+      harness,
+      sandbox: opts.sandbox,
+      outDir: opts.outDir,
+      proxy,
+      model,
+      log: opts.log,
+      handleSignals: opts.handleSignals,
+    });
     try {
       const kind = opts.fork ? 'fork' : 'replay';
       const outDir = nextRolloutDir(opts.outDir, lab.task.name, `${harness}-${kind}`);
@@ -132,7 +153,15 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
           sandbox: opts.sandbox,
           out_dir: outDir,
           replay_of: { session_id: source.session_id, rollout: source.path, ...(opts.fork ? { from_turn: opts.fork.fromTurn } : {}) },
-          ...(opts.fork ? { fork: { from_turn: opts.fork.fromTurn, engine_url: live!.baseUrl, ...(opts.fork.sampling ? { sampling: opts.fork.sampling } : {}) } } : {}),
+          ...(opts.fork
+            ? {
+                fork: {
+                  from_turn: opts.fork.fromTurn,
+                  engine_url: live!.baseUrl,
+                  ...(opts.fork.sampling ? { sampling: opts.fork.sampling } : {}),
+                },
+              }
+            : {}),
         },
       });
       const result = await runRollout({
@@ -157,15 +186,31 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   }
 }
 
-function buildReport(kind: 'replay' | 'fork', source: ReplaySource, result: RolloutResult, engine: RecordedEngine, fromTurn: number | null, harness: string): ReplayReport {
+function buildReport(
+  kind: 'replay' | 'fork',
+  source: ReplaySource,
+  result: RolloutResult,
+  engine: RecordedEngine,
+  fromTurn: number | null,
+  harness: string,
+): ReplayReport {
   const calls = engine.calls;
   const count = (level: ReplayedCall['level']) => calls.filter((c) => c.level === level).length;
-  const counts = { exact: count('exact'), tolerated: count('tolerated'), none: count('none'), live: count('live'), tool_outputs: calls.filter((c) => c.tool_outputs.length > 0).length };
+  const counts = {
+    exact: count('exact'),
+    tolerated: count('tolerated'),
+    none: count('none'),
+    live: count('live'),
+    tool_outputs: calls.filter((c) => c.tool_outputs.length > 0).length,
+  };
   const halt = engine.halt;
   // A fork only promises its recorded prefix; a replay promises the whole rollout again.
   const unasked = kind === 'fork' ? [] : engine.unasked;
   const sameReward = source.reward === null || result.reward === source.reward;
-  const ok = kind === 'fork' ? halt === null && calls.length >= (fromTurn ?? 0) : halt === null && unasked.length === 0 && sameReward && result.status === 'ok';
+  const ok =
+    kind === 'fork'
+      ? halt === null && calls.length >= (fromTurn ?? 0)
+      : halt === null && unasked.length === 0 && sameReward && result.status === 'ok';
   return {
     kind,
     original: { session_id: source.session_id, path: source.path, reward: source.reward, n_calls: source.calls.length },
@@ -202,16 +247,18 @@ export function formatReplayReport(r: ReplayReport): string {
     lines.push(...listDifferences('tool output changed:', c.tool_outputs));
   }
   if (r.halt) {
-    lines.push(`halted at call ${r.halt.position}: ${r.halt.expected_index === null ? 'no recorded call was left' : `first difference from recorded call ${r.halt.expected_index}`}`);
+    lines.push(
+      `halted at call ${r.halt.position}: ${r.halt.expected_index === null ? 'no recorded call was left' : `first difference from recorded call ${r.halt.expected_index}`}`,
+    );
     if (r.halt.difference) lines.push(formatDifference(r.halt.difference).replace(/^/gm, '  '));
   }
   if (r.unasked.length) lines.push(`recorded call(s) never asked for: ${r.unasked.join(', ')}`);
   const c = r.counts;
-  lines.push(`calls: ${c.exact} exact, ${c.tolerated} tolerated, ${c.none} no match${r.kind === 'fork' ? `, ${c.live} live` : ''}${c.tool_outputs ? `; ${c.tool_outputs} with changed tool output` : ''}`);
+  lines.push(
+    `calls: ${c.exact} exact, ${c.tolerated} tolerated, ${c.none} no match${r.kind === 'fork' ? `, ${c.live} live` : ''}${c.tool_outputs ? `; ${c.tool_outputs} with changed tool output` : ''}`,
+  );
   const reward = (v: number | null) => (v === null ? 'null' : v.toFixed(2));
   lines.push(`reward: ${reward(r.reward)} (original ${reward(r.original.reward)})${r.error ? `; ${r.error.split('\n')[0]}` : ''}`);
   lines.push(r.ok ? (r.kind === 'fork' ? 'fork: ok' : 'replay: ok') : `${r.kind}: FAILED`);
   return lines.join('\n');
 }
-
-

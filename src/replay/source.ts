@@ -33,8 +33,14 @@ const ReplayCallSchema = z.looseObject({
   prompt_token_ids: Ids,
   completion_token_ids: Ids,
   logprobs: z.array(z.number()).nullable().optional(),
-  top_logprobs: z.array(z.array(z.looseObject({ token_id: z.int().nullable(), token: z.string(), logprob: z.number() }))).nullable().optional(),
-  token_bytes: z.array(z.array(z.int().min(0).max(255)).nullable()).nullable().optional(),
+  top_logprobs: z
+    .array(z.array(z.looseObject({ token_id: z.int().nullable(), token: z.string(), logprob: z.number() })))
+    .nullable()
+    .optional(),
+  token_bytes: z
+    .array(z.array(z.int().min(0).max(255)).nullable())
+    .nullable()
+    .optional(),
 });
 
 const ReplayDocSchema = z.looseObject({
@@ -76,7 +82,10 @@ export function resolveRolloutPath(arg: string): string {
   if (!existsSync(path)) throw new ReplaySourceError(`no such rollout: ${path}`);
   if (statSync(path).isDirectory()) {
     const doc = join(path, 'session.rollout.json');
-    if (!existsSync(doc)) throw new ReplaySourceError(`${path} is a folder without session.rollout.json (give a run folder of \`harness-lab run\`, or a *.rollout.json file)`);
+    if (!existsSync(doc))
+      throw new ReplaySourceError(
+        `${path} is a folder without session.rollout.json (give a run folder of \`harness-lab run\`, or a *.rollout.json file)`,
+      );
     return doc;
   }
   return path;
@@ -100,7 +109,10 @@ export function loadReplaySource(arg: string): ReplaySource {
   const isFixture = typeof value === 'object' && value !== null && (value as { format?: unknown }).format === FIXTURE_FORMAT;
   const parsed = (isFixture ? FixtureSchema : ReplayDocSchema).safeParse(value);
   if (!parsed.success) {
-    const issues = parsed.error.issues.slice(0, 4).map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ');
+    const issues = parsed.error.issues
+      .slice(0, 4)
+      .map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`)
+      .join('; ');
     throw new ReplaySourceError(`${path} is not a rollout document or replay fixture: ${issues}`);
   }
   const doc = parsed.data;

@@ -45,7 +45,8 @@ export interface VerifiedCall {
   max_abs_diff: number | null;
   first_mismatch: TokenMismatch | null;
   n_mismatched: number;
-  greedy: { checked: true; reproduced: boolean; first_difference: number | null; generated: number } | { checked: false; reason: string } | null;
+  greedy:
+    { checked: true; reproduced: boolean; first_difference: number | null; generated: number } | { checked: false; reason: string } | null;
   ok: boolean;
 }
 
@@ -59,12 +60,23 @@ export interface VerifyReport {
   created_at: string;
   calls: VerifiedCall[];
   skipped: { call_id: string; index: number; reason: string }[];
-  summary: { calls: number; tokens: number; mismatched_tokens: number; refused_prompts: number; greedy_checked: number; greedy_failed: number; max_abs_diff: number | null };
+  summary: {
+    calls: number;
+    tokens: number;
+    mismatched_tokens: number;
+    refused_prompts: number;
+    greedy_checked: number;
+    greedy_failed: number;
+    max_abs_diff: number | null;
+  };
   ok: boolean;
 }
 
 const PromptLogprobsSchema = z.array(z.record(z.string(), z.looseObject({ logprob: z.number().nullable() })).nullable());
-const ScoreSchema = z.looseObject({ choices: z.array(z.looseObject({ prompt_logprobs: PromptLogprobsSchema.nullish() })).min(1), prompt_logprobs: PromptLogprobsSchema.nullish() });
+const ScoreSchema = z.looseObject({
+  choices: z.array(z.looseObject({ prompt_logprobs: PromptLogprobsSchema.nullish() })).min(1),
+  prompt_logprobs: PromptLogprobsSchema.nullish(),
+});
 const GenerateSchema = z.looseObject({
   choices: z
     .array(
@@ -119,8 +131,31 @@ async function verifyCall(c: ReplayCall, url: string, opts: VerifyOptions, toler
   const sampled = c.completion_token_ids!;
   const recorded = c.logprobs!;
   const model = opts.model ? { model: opts.model } : {};
-  const out: VerifiedCall = { call_id: c.call_id, index: c.index, n_prompt: prompt.length, n_sampled: sampled.length, prompt_accepted: false, refusal: null, max_abs_diff: null, first_mismatch: null, n_mismatched: 0, greedy: null, ok: false };
-  const scored = await post(url, { ...model, prompt: [...prompt, ...sampled], max_tokens: 1, prompt_logprobs: 0, prompt_logprobs_start: prompt.length, ...samplingOf(c) }, opts.apiKey);
+  const out: VerifiedCall = {
+    call_id: c.call_id,
+    index: c.index,
+    n_prompt: prompt.length,
+    n_sampled: sampled.length,
+    prompt_accepted: false,
+    refusal: null,
+    max_abs_diff: null,
+    first_mismatch: null,
+    n_mismatched: 0,
+    greedy: null,
+    ok: false,
+  };
+  const scored = await post(
+    url,
+    {
+      ...model,
+      prompt: [...prompt, ...sampled],
+      max_tokens: 1,
+      prompt_logprobs: 0,
+      prompt_logprobs_start: prompt.length,
+      ...samplingOf(c),
+    },
+    opts.apiKey,
+  );
   if (scored.status !== 200) {
     out.refusal = `HTTP ${scored.status}: ${scored.text.slice(0, 300)}`;
     return out;
@@ -133,7 +168,10 @@ async function verifyCall(c: ReplayCall, url: string, opts: VerifyOptions, toler
     throw new VerifyError(`${url}: not a completions answer with prompt_logprobs (${(err as Error).message.slice(0, 300)})`);
   }
   const lps = parsed.choices[0]!.prompt_logprobs ?? parsed.prompt_logprobs;
-  if (!lps || lps.length !== prompt.length + sampled.length) throw new VerifyError(`${url}: prompt_logprobs has ${lps?.length ?? 0} positions for ${prompt.length + sampled.length} tokens (call ${c.call_id})`);
+  if (!lps || lps.length !== prompt.length + sampled.length)
+    throw new VerifyError(
+      `${url}: prompt_logprobs has ${lps?.length ?? 0} positions for ${prompt.length + sampled.length} tokens (call ${c.call_id})`,
+    );
   let max = 0;
   sampled.forEach((id, i) => {
     const engine = lps[prompt.length + i]?.[String(id)]?.logprob ?? null;
@@ -153,13 +191,28 @@ async function verifyCall(c: ReplayCall, url: string, opts: VerifyOptions, toler
 /** Token-in generation at temperature 0 from the recorded prompt; the recorded ids must come back. */
 async function greedyCheck(c: ReplayCall, url: string, opts: VerifyOptions): Promise<VerifiedCall['greedy']> {
   const sampled = c.completion_token_ids!;
-  const body = { ...(opts.model ? { model: opts.model } : {}), prompt: c.prompt_token_ids, max_tokens: sampled.length, temperature: 0, logprobs: 0, return_token_ids: true, return_tokens_as_token_ids: true };
+  const body = {
+    ...(opts.model ? { model: opts.model } : {}),
+    prompt: c.prompt_token_ids,
+    max_tokens: sampled.length,
+    temperature: 0,
+    logprobs: 0,
+    return_token_ids: true,
+    return_tokens_as_token_ids: true,
+  };
   const reply = await post(url, body, opts.apiKey);
-  if (reply.status !== 200) return { checked: false, reason: `the engine does not generate from a token-id prompt (HTTP ${reply.status}: ${reply.text.slice(0, 200)})` };
+  if (reply.status !== 200)
+    return {
+      checked: false,
+      reason: `the engine does not generate from a token-id prompt (HTTP ${reply.status}: ${reply.text.slice(0, 200)})`,
+    };
   let ids: number[] | null = null;
   try {
     const choice = GenerateSchema.parse(JSON.parse(reply.text)).choices[0]!;
-    ids = choice.token_ids ?? choice.logprobs?.tokens?.map((t) => (/^token_id:\d+$/.test(t) ? Number(t.slice(9)) : NaN)).filter((n) => !Number.isNaN(n)) ?? null;
+    ids =
+      choice.token_ids ??
+      choice.logprobs?.tokens?.map((t) => (/^token_id:\d+$/.test(t) ? Number(t.slice(9)) : NaN)).filter((n) => !Number.isNaN(n)) ??
+      null;
   } catch {
     ids = null;
   }
@@ -169,7 +222,10 @@ async function greedyCheck(c: ReplayCall, url: string, opts: VerifyOptions): Pro
   return { checked: true, reproduced: first === null, first_difference: first, generated: ids.length };
 }
 
-export async function verifyRollout(source: Pick<ReplaySource, 'path' | 'session_id' | 'calls'>, opts: VerifyOptions): Promise<VerifyReport> {
+export async function verifyRollout(
+  source: Pick<ReplaySource, 'path' | 'session_id' | 'calls'>,
+  opts: VerifyOptions,
+): Promise<VerifyReport> {
   const tolerance = opts.tolerance ?? DEFAULT_VERIFY_TOLERANCE;
   const url = `${normaliseEngineUrl(opts.engineUrl)}/v1/completions`;
   const calls: VerifiedCall[] = [];
@@ -214,7 +270,9 @@ export async function verifyRollout(source: Pick<ReplaySource, 'path' | 'session
 const fmt = (x: number | null) => (x === null ? '-' : x === Infinity ? 'inf' : x.toExponential(2));
 
 export function formatVerify(r: VerifyReport): string {
-  const lines = [`verified ${r.summary.tokens} sampled token(s) in ${r.summary.calls} call(s) of session ${r.session_id} against ${r.engine_url}${r.model ? ` (${r.model})` : ''}, tolerance ${r.tolerance} nats`];
+  const lines = [
+    `verified ${r.summary.tokens} sampled token(s) in ${r.summary.calls} call(s) of session ${r.session_id} against ${r.engine_url}${r.model ? ` (${r.model})` : ''}, tolerance ${r.tolerance} nats`,
+  ];
   for (const c of r.calls) {
     let line = `  call ${c.call_id} (index ${c.index}): `;
     if (!c.prompt_accepted) line += `FAILED: the engine refused the recorded prompt (${c.n_prompt} ids): ${c.refusal}`;
@@ -222,13 +280,16 @@ export function formatVerify(r: VerifyReport): string {
       const m = c.first_mismatch;
       line += `FAILED: ${c.n_mismatched} of ${c.n_sampled} token(s) off; first at sampled position ${m.position} (token ${m.token_id}): recorded ${m.recorded.toFixed(6)}, engine ${m.engine === null ? 'none' : m.engine.toFixed(6)}`;
     } else line += `ok, ${c.n_sampled} tokens, max |diff| ${fmt(c.max_abs_diff)}`;
-    if (c.greedy?.checked) line += c.greedy.reproduced ? '; greedy: reproduced' : `; greedy: FAILED, differs at position ${c.greedy.first_difference}`;
+    if (c.greedy?.checked)
+      line += c.greedy.reproduced ? '; greedy: reproduced' : `; greedy: FAILED, differs at position ${c.greedy.first_difference}`;
     else if (c.greedy) line += `; greedy: not checked (${c.greedy.reason})`;
     lines.push(line);
   }
   for (const s of r.skipped) lines.push(`  skipped ${s.call_id} (index ${s.index}): ${s.reason}`);
   const s = r.summary;
-  lines.push(`${s.mismatched_tokens} token(s) outside tolerance, ${s.refused_prompts} prompt(s) refused, greedy ${s.greedy_checked - s.greedy_failed}/${s.greedy_checked} reproduced; max |diff| ${fmt(s.max_abs_diff)}`);
+  lines.push(
+    `${s.mismatched_tokens} token(s) outside tolerance, ${s.refused_prompts} prompt(s) refused, greedy ${s.greedy_checked - s.greedy_failed}/${s.greedy_checked} reproduced; max |diff| ${fmt(s.max_abs_diff)}`,
+  );
   lines.push(r.ok ? 'verify: ok' : r.calls.length ? 'verify: FAILED' : 'verify: FAILED (no call with token data to verify)');
   return `${lines.join('\n')}\n`;
 }

@@ -81,17 +81,23 @@ const M = { left: 58, right: 12, top: 26, bottom: 30 };
 export function panelSvg(runs: CurveRun[], panel: Panel): string {
   const box = extent(runs, panel);
   const title = `<text class="title" x="${M.left}" y="16">${esc(panel.title)}</text>`;
-  if (!box) return `<svg class="panel empty" data-metric="${panel.metric}" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="${esc(panel.title)}: no data">${title}<text class="note" x="${W / 2}" y="${H / 2}" text-anchor="middle">not logged</text></svg>`;
+  if (!box)
+    return `<svg class="panel empty" data-metric="${panel.metric}" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="${esc(panel.title)}: no data">${title}<text class="note" x="${W / 2}" y="${H / 2}" text-anchor="middle">not logged</text></svg>`;
   const sx = (x: number) => M.left + ((x - box.x0) / (box.x1 - box.x0)) * (W - M.left - M.right);
   const sy = (y: number) => H - M.bottom - ((y - box.y0) / (box.y1 - box.y0)) * (H - M.top - M.bottom);
   const parts: string[] = [title];
   for (let i = 0; i <= 4; i++) {
     const y = box.y0 + ((box.y1 - box.y0) * i) / 4;
-    parts.push(`<line class="grid" x1="${M.left}" x2="${W - M.right}" y1="${sy(y).toFixed(1)}" y2="${sy(y).toFixed(1)}"/>`, `<text class="tick" x="${M.left - 4}" y="${(sy(y) + 3).toFixed(1)}" text-anchor="end">${tickLabel(y)}</text>`);
+    parts.push(
+      `<line class="grid" x1="${M.left}" x2="${W - M.right}" y1="${sy(y).toFixed(1)}" y2="${sy(y).toFixed(1)}"/>`,
+      `<text class="tick" x="${M.left - 4}" y="${(sy(y) + 3).toFixed(1)}" text-anchor="end">${tickLabel(y)}</text>`,
+    );
   }
   for (let i = 0; i <= 4; i++) {
     const x = box.x0 + ((box.x1 - box.x0) * i) / 4;
-    parts.push(`<text class="tick" x="${sx(x).toFixed(1)}" y="${H - M.bottom + 14}" text-anchor="middle">${tickLabel(Math.round(x * 100) / 100)}</text>`);
+    parts.push(
+      `<text class="tick" x="${sx(x).toFixed(1)}" y="${H - M.bottom + 14}" text-anchor="middle">${tickLabel(Math.round(x * 100) / 100)}</text>`,
+    );
   }
   parts.push(`<text class="axis" x="${W - M.right}" y="${H - 4}" text-anchor="end">step</text>`);
   runs.forEach((r, i) => {
@@ -108,8 +114,11 @@ export function panelSvg(runs: CurveRun[], panel: Panel): string {
       }
     }
     const line = pts.map((p) => `${sx(p.step).toFixed(1)},${sy(p.value).toFixed(1)}`).join(' ');
-    parts.push(`<polyline class="curve" data-run="${esc(r.name)}" data-points="${pts.length}" stroke="${colour}" points="${line}"><title>${esc(r.name)}: ${pts.length} point(s), last ${tickLabel(pts[pts.length - 1]!.value)} at step ${pts[pts.length - 1]!.step}</title></polyline>`);
-    if (pts.length === 1) parts.push(`<circle cx="${sx(pts[0]!.step).toFixed(1)}" cy="${sy(pts[0]!.value).toFixed(1)}" r="3" fill="${colour}"/>`);
+    parts.push(
+      `<polyline class="curve" data-run="${esc(r.name)}" data-points="${pts.length}" stroke="${colour}" points="${line}"><title>${esc(r.name)}: ${pts.length} point(s), last ${tickLabel(pts[pts.length - 1]!.value)} at step ${pts[pts.length - 1]!.step}</title></polyline>`,
+    );
+    if (pts.length === 1)
+      parts.push(`<circle cx="${sx(pts[0]!.step).toFixed(1)}" cy="${sy(pts[0]!.value).toFixed(1)}" r="3" fill="${colour}"/>`);
   });
   return `<svg class="panel" data-metric="${panel.metric}" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="${esc(panel.title)}">${parts.join('')}</svg>`;
 }
@@ -117,7 +126,10 @@ export function panelSvg(runs: CurveRun[], panel: Panel): string {
 /** The legend and every panel. */
 export function curvesHtml(runs: CurveRun[]): string {
   const legend = runs
-    .map((r, i) => `<li data-run="${esc(r.name)}"><span class="swatch" style="background:${RUN_COLOURS[i % RUN_COLOURS.length]}"></span>${esc(r.name)} <span class="dim">${r.metrics.lines} metric line(s)${r.metrics.formats.length ? ` · ${r.metrics.formats.join(', ')}` : ''}</span></li>`)
+    .map(
+      (r, i) =>
+        `<li data-run="${esc(r.name)}"><span class="swatch" style="background:${RUN_COLOURS[i % RUN_COLOURS.length]}"></span>${esc(r.name)} <span class="dim">${r.metrics.lines} metric line(s)${r.metrics.formats.length ? ` · ${r.metrics.formats.join(', ')}` : ''}</span></li>`,
+    )
     .join('');
   return `<ul class="legend">${legend}</ul><div class="panels">${PANELS.map((p) => panelSvg(runs, p)).join('')}</div>`;
 }

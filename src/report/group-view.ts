@@ -5,7 +5,15 @@ import { batchPaths, readManifest, readRolloutStates, type RolloutState } from '
 import { sampleAccount, sumAccounts, type SampleAccount } from '../capture/samples.js';
 import type { CallRecord } from '../capture/types.js';
 import { bytesToText } from '../protocol/viewer-data.js';
-import { GROUP_VIEW_VERSION, rewardHistogram, type ForkMember, type GroupDivergence, type GroupMemberView, type GroupViewData, type StripToken } from '../protocol/group-data.js';
+import {
+  GROUP_VIEW_VERSION,
+  rewardHistogram,
+  type ForkMember,
+  type GroupDivergence,
+  type GroupMemberView,
+  type GroupViewData,
+  type StripToken,
+} from '../protocol/group-data.js';
 import { rolloutTrajectory } from '../export/audit.js';
 import { aggregateBehaviour, mainPath, rolloutBehaviour, type RolloutBehaviour } from '../export/behaviour.js';
 import type { StoredRollout } from '../capture/rollout-file.js';
@@ -41,8 +49,25 @@ function stripOf(c: CallRecord, from: number, to: number): StripToken[] {
 }
 
 /** The first call where two main paths part, and the aligned token strips there. */
-export function divergence(a: { id: string; reward: number | null; path: readonly CallRecord[] }, b: { id: string; reward: number | null; path: readonly CallRecord[] }): GroupDivergence {
-  const base: GroupDivergence = { a: a.id, b: b.id, call: null, a_call_id: null, b_call_id: null, prompt_index: null, token_index: null, prefix_of: null, window_start: 0, a_tokens: [], b_tokens: [], reward_a: a.reward, reward_b: b.reward };
+export function divergence(
+  a: { id: string; reward: number | null; path: readonly CallRecord[] },
+  b: { id: string; reward: number | null; path: readonly CallRecord[] },
+): GroupDivergence {
+  const base: GroupDivergence = {
+    a: a.id,
+    b: b.id,
+    call: null,
+    a_call_id: null,
+    b_call_id: null,
+    prompt_index: null,
+    token_index: null,
+    prefix_of: null,
+    window_start: 0,
+    a_tokens: [],
+    b_tokens: [],
+    reward_a: a.reward,
+    reward_b: b.reward,
+  };
   const n = Math.min(a.path.length, b.path.length);
   for (let k = 0; k < n; k++) {
     const ca = a.path[k]!;
@@ -52,7 +77,17 @@ export function divergence(a: { id: string; reward: number | null; path: readonl
     if (p === null && t === null) continue;
     const at = t ?? 0;
     const start = Math.max(0, at - BEFORE);
-    return { ...base, call: k, a_call_id: ca.call_id, b_call_id: cb.call_id, prompt_index: p, token_index: t, window_start: start, a_tokens: stripOf(ca, start, at + AFTER), b_tokens: stripOf(cb, start, at + AFTER) };
+    return {
+      ...base,
+      call: k,
+      a_call_id: ca.call_id,
+      b_call_id: cb.call_id,
+      prompt_index: p,
+      token_index: t,
+      window_start: start,
+      a_tokens: stripOf(ca, start, at + AFTER),
+      b_tokens: stripOf(cb, start, at + AFTER),
+    };
   }
   if (a.path.length !== b.path.length) return { ...base, call: n, prefix_of: a.path.length < b.path.length ? b.id : a.id };
   return base;
@@ -82,7 +117,10 @@ const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.l
 export function buildGroupView(dir: string, groupId: string): GroupViewData {
   const manifest = readManifest(dir);
   const plan = manifest.groups.find((g) => g.group_id === groupId);
-  if (!plan) throw new GroupViewError(`${batchPaths(dir).manifest}: no group '${groupId}'; groups: ${manifest.groups.map((g) => g.group_id).join(', ')}`);
+  if (!plan)
+    throw new GroupViewError(
+      `${batchPaths(dir).manifest}: no group '${groupId}'; groups: ${manifest.groups.map((g) => g.group_id).join(', ')}`,
+    );
   const states = readRolloutStates(dir, manifest);
   const keptReward = (s: RolloutState) => (excludedReason(s) === null && s.reward !== null ? s.reward : null);
   const batchRewards = states.flatMap((s) => (keptReward(s) === null ? [] : [keptReward(s)!]));
@@ -133,10 +171,16 @@ export function buildGroupView(dir: string, groupId: string): GroupViewData {
 
   const paths = members.map((m) => ({ id: m.state.rollout_id, reward: m.state.reward, path: m.rollout ? mainPath(m.rollout.doc) : [] }));
   const divergences: GroupDivergence[] = [];
-  for (let i = 0; i < paths.length; i++) for (let j = i + 1; j < paths.length; j++) if (paths[i]!.path.length && paths[j]!.path.length) divergences.push(divergence(paths[i]!, paths[j]!));
-  const contrasting = divergences.map((d, i) => ({ d, i })).filter(({ d }) => d.reward_a !== null && d.reward_b !== null && d.reward_a !== d.reward_b && d.call !== null);
-  const pick = (list: { d: GroupDivergence; i: number }[]) => list.sort((x, y) => x.d.call! - y.d.call! || (x.d.token_index ?? 0) - (y.d.token_index ?? 0))[0]?.i;
-  const focus = pick(contrasting) ?? pick(divergences.map((d, i) => ({ d, i })).filter(({ d }) => d.call !== null)) ?? (divergences.length ? 0 : null);
+  for (let i = 0; i < paths.length; i++)
+    for (let j = i + 1; j < paths.length; j++)
+      if (paths[i]!.path.length && paths[j]!.path.length) divergences.push(divergence(paths[i]!, paths[j]!));
+  const contrasting = divergences
+    .map((d, i) => ({ d, i }))
+    .filter(({ d }) => d.reward_a !== null && d.reward_b !== null && d.reward_a !== d.reward_b && d.call !== null);
+  const pick = (list: { d: GroupDivergence; i: number }[]) =>
+    list.sort((x, y) => x.d.call! - y.d.call! || (x.d.token_index ?? 0) - (y.d.token_index ?? 0))[0]?.i;
+  const focus =
+    pick(contrasting) ?? pick(divergences.map((d, i) => ({ d, i })).filter(({ d }) => d.call !== null)) ?? (divergences.length ? 0 : null);
 
   const rewards = views.filter((m) => m.kept && m.reward !== null).map((m) => m.reward!);
   const m = mean(rewards);
@@ -229,7 +273,9 @@ export function buildForkGroupView(original: ForkMember, forks: readonly ForkMem
   // Every fork against the original (the comparison a fork is for), then forks against each other.
   const paths = loaded.map((l) => ({ id: l.m.label, reward: l.m.reward, path: l.rollout ? mainPath(l.rollout.doc) : [] }));
   const divergences: GroupDivergence[] = [];
-  for (let i = 0; i < paths.length; i++) for (let j = i + 1; j < paths.length; j++) if (paths[i]!.path.length && paths[j]!.path.length) divergences.push(divergence(paths[i]!, paths[j]!));
+  for (let i = 0; i < paths.length; i++)
+    for (let j = i + 1; j < paths.length; j++)
+      if (paths[i]!.path.length && paths[j]!.path.length) divergences.push(divergence(paths[i]!, paths[j]!));
   const rewards = views.filter((v) => v.reward !== null).map((v) => v.reward!);
   const m = mean(rewards);
   const sd = m === null || rewards.length < 2 ? null : Math.sqrt(rewards.reduce((a, x) => a + (x - m) * (x - m), 0) / (rewards.length - 1));

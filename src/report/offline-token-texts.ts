@@ -86,7 +86,11 @@ async function tokenizerJsonTexts(path: string, ids: readonly number[]): Promise
 }
 
 /** Texts of `ids` from the first model name whose tokenizer is on this machine. */
-export async function offlineTokenTexts(models: readonly string[], ids: readonly number[], opts: FindTokenizerOptions = {}): Promise<TokenTextResult & { source: TokenizerSource | null }> {
+export async function offlineTokenTexts(
+  models: readonly string[],
+  ids: readonly number[],
+  opts: FindTokenizerOptions = {},
+): Promise<TokenTextResult & { source: TokenizerSource | null }> {
   const wanted = [...new Set(ids)].filter((id) => Number.isInteger(id) && id >= 0);
   const names = [...new Set(models.filter(Boolean))];
   const source = findTokenizer(names, opts);
@@ -111,15 +115,29 @@ export async function offlineTokenTexts(models: readonly string[], ids: readonly
       if (t === undefined) missing.push(id);
       else texts[id] = t;
     }
-    return { texts, missing, source, problem: missing.length ? `${missing.length} id(s) are outside the vocabulary of ${source.path}` : null };
+    return {
+      texts,
+      missing,
+      source,
+      problem: missing.length ? `${missing.length} id(s) are outside the vocabulary of ${source.path}` : null,
+    };
   } catch (err) {
-    return { texts: {}, missing: wanted, source, problem: `could not read the tokenizer ${source.path}: ${err instanceof Error ? err.message : String(err)}` };
+    return {
+      texts: {},
+      missing: wanted,
+      source,
+      problem: `could not read the tokenizer ${source.path}: ${err instanceof Error ? err.message : String(err)}`,
+    };
   }
 }
 
 /** Every model name a rollout names (the engine-side request's model first: that is the engine's own name). */
 export function modelNamesOf(data: ViewerData, doc: { calls: { model: string | null; engine_request: unknown }[] } | null): string[] {
-  const engineSide = (doc?.calls ?? []).map((c) => (c.engine_request as { model?: unknown } | null)?.model).filter((m): m is string => typeof m === 'string');
-  const recorded = [...(doc?.calls ?? []).map((c) => c.model), ...data.turns.map((t) => t.model)].filter((m): m is string => typeof m === 'string');
+  const engineSide = (doc?.calls ?? [])
+    .map((c) => (c.engine_request as { model?: unknown } | null)?.model)
+    .filter((m): m is string => typeof m === 'string');
+  const recorded = [...(doc?.calls ?? []).map((c) => c.model), ...data.turns.map((t) => t.model)].filter(
+    (m): m is string => typeof m === 'string',
+  );
   return [...new Set([...engineSide, ...recorded])];
 }

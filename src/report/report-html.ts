@@ -19,12 +19,19 @@ export function loadViewerAssets(): ViewerAssets {
   if (!dir) throw new Error(`the viewer bundle is missing (looked in ${dirs.join(', ')}); run \`npm run build\` first`);
   const themeDirs = [dir, join(__dirname, '..', '..', 'webview', 'viewer')];
   const theme = themeDirs.map((d) => join(d, 'report-theme.css')).find((f) => existsSync(f));
-  return { js: readFileSync(join(dir, 'viewer.js'), 'utf8'), css: readFileSync(join(dir, 'viewer.css'), 'utf8'), themeCss: theme ? readFileSync(theme, 'utf8') : '' };
+  return {
+    js: readFileSync(join(dir, 'viewer.js'), 'utf8'),
+    css: readFileSync(join(dir, 'viewer.css'), 'utf8'),
+    themeCss: theme ? readFileSync(theme, 'utf8') : '',
+  };
 }
 
 /** JSON that is safe inside a <script> element. */
 export function scriptJson(value: unknown): string {
-  return JSON.stringify(value).replace(/</g, '\\u003c').replace(/\u2028/g, '\\u2028').replace(/\u2029/g, '\\u2029');
+  return JSON.stringify(value)
+    .replace(/</g, '\\u003c')
+    .replace(/\u2028/g, '\\u2028')
+    .replace(/\u2029/g, '\\u2029');
 }
 
 export function escapeHtml(s: string): string {
@@ -43,7 +50,10 @@ export function buildReportHtml(data: ViewerData, assets: ViewerAssets): string 
   // One JSON block per turn's raw I/O: the browser only tokenises them; the viewer parses a block
   // when its turn is shown.
   const blocks = wire.turns.map((t, i) => `<script type="application/json" id="hl-d-${i}">${scriptJson(details[t.node_id])}</script>`);
-  return reportPage(assets, `${escapeHtml(data.title)} · Harness Lab`, [`<script type="application/json" id="hl-data">${scriptJson(wire)}</script>`, ...blocks]);
+  return reportPage(assets, `${escapeHtml(data.title)} · Harness Lab`, [
+    `<script type="application/json" id="hl-data">${scriptJson(wire)}</script>`,
+    ...blocks,
+  ]);
 }
 
 /**

@@ -21,14 +21,19 @@ export function attachRescore(data: ViewerData, file: string): string | null {
   } catch (err) {
     return `${basename(file)}: not JSON (${(err as Error).message})`;
   }
-  if (!parsed.success) return `${basename(file)}: not a rescore report (${parsed.error.issues[0]?.path.join('.')}: ${parsed.error.issues[0]?.message})`;
-  if (data.session_id && parsed.data.session_id !== data.session_id) return `${basename(file)} is for session ${parsed.data.session_id}, not ${data.session_id}`;
+  if (!parsed.success)
+    return `${basename(file)}: not a rescore report (${parsed.error.issues[0]?.path.join('.')}: ${parsed.error.issues[0]?.message})`;
+  if (data.session_id && parsed.data.session_id !== data.session_id)
+    return `${basename(file)} is for session ${parsed.data.session_id}, not ${data.session_id}`;
   applyRescore(data, parsed.data);
   return null;
 }
 
 /** Sets `drift` on every turn a rescore report covers (a turn whose sampled tokens it scored, all of them). */
-export function applyRescore(data: ViewerData, report: { threshold: number; calls: readonly Pick<RescoreReport['calls'][number], 'call_id' | 'ratio'>[] }): number {
+export function applyRescore(
+  data: ViewerData,
+  report: { threshold: number; calls: readonly Pick<RescoreReport['calls'][number], 'call_id' | 'ratio'>[] },
+): number {
   const byCall = new Map(report.calls.map((c) => [c.call_id, c.ratio]));
   let covered = 0;
   for (const t of data.turns) {

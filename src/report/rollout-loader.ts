@@ -65,7 +65,10 @@ export function viewerDataFromTraces(traces: readonly TrainingTrace[], opts: { k
         trained,
         top: null,
         sampled_text: null,
-        flags: hasLogprobs || t.completion_token_ids.length === 0 ? [] : ['masked in the trace (mask 0): no usable behaviour logprobs were captured for this turn'],
+        flags:
+          hasLogprobs || t.completion_token_ids.length === 0
+            ? []
+            : ['masked in the trace (mask 0): no usable behaviour logprobs were captured for this turn'],
         findings: [],
         finish_reason: t.response.choices[0]?.finish_reason ?? null,
         n_tools: t.metadata.n_tools,
@@ -84,7 +87,15 @@ export function viewerDataFromTraces(traces: readonly TrainingTrace[], opts: { k
     if (t.parent_id) turns.get(t.parent_id)?.children.push(t.node_id);
   }
   const graph: RolloutGraphJson = {
-    nodes: list.map((t) => ({ node_id: t.node_id, index: t.index, parent_id: t.parent_id, root_id: t.root_id, children: t.children, discarded: t.discarded, role: t.role })),
+    nodes: list.map((t) => ({
+      node_id: t.node_id,
+      index: t.index,
+      parent_id: t.parent_id,
+      root_id: t.root_id,
+      children: t.children,
+      discarded: t.discarded,
+      role: t.role,
+    })),
     roots: list.filter((t) => t.parent_id === null).map((t) => t.node_id),
     leaves: list.filter((t) => t.children.length === 0).map((t) => t.node_id),
     forks: list.filter((t) => t.children.length > 1).map((t) => ({ parent_id: t.node_id, children: t.children })),
@@ -121,7 +132,12 @@ export function loadRollout(path: string): LoadedRollout {
 export function findTrajectory(rolloutPath: string): string | null {
   const dir = dirname(resolve(rolloutPath));
   const stem = basename(rolloutPath).replace(/\.(rollout\.json|jsonl|json)$/i, '');
-  const candidates = [join(dir, `${stem}.trajectory.json`), join(dir, 'trajectory.json'), join(dir, 'agent', 'trajectory.json'), join(dir, '..', 'agent', 'trajectory.json')];
+  const candidates = [
+    join(dir, `${stem}.trajectory.json`),
+    join(dir, 'trajectory.json'),
+    join(dir, 'agent', 'trajectory.json'),
+    join(dir, '..', 'agent', 'trajectory.json'),
+  ];
   return candidates.find((c) => existsSync(c)) ?? null;
 }
 
@@ -138,6 +154,9 @@ export async function loadTrajectory(path: string): Promise<AtifTrajectory> {
 
 /** Run the cross-check of a loaded rollout against a trajectory file. */
 export async function checkTrajectory(rollout: LoadedRollout, trajectoryPath: string): Promise<AtifCheckResult> {
-  if (!rollout.doc) throw new RolloutFileError(`${basename(rollout.path)} holds TrainingTrace lines, which do not keep every captured call; cross-check the rollout document or the session file instead`);
+  if (!rollout.doc)
+    throw new RolloutFileError(
+      `${basename(rollout.path)} holds TrainingTrace lines, which do not keep every captured call; cross-check the rollout document or the session file instead`,
+    );
   return atifCheck(rollout.doc, await loadTrajectory(trajectoryPath));
 }

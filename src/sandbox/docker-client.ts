@@ -23,7 +23,10 @@ export function dockerEndpoint(env: NodeJS.ProcessEnv = process.env): string {
 export async function connectDocker(env: NodeJS.ProcessEnv = process.env): Promise<Docker> {
   const docker = new Docker();
   try {
-    await Promise.race([docker.ping(), new Promise((_r, reject) => setTimeout(() => reject(new Error('no answer within 5 s')), 5000).unref())]);
+    await Promise.race([
+      docker.ping(),
+      new Promise((_r, reject) => setTimeout(() => reject(new Error('no answer within 5 s')), 5000).unref()),
+    ]);
   } catch (err) {
     const why = err instanceof Error ? err.message : String(err);
     throw new DockerUnavailableError(

@@ -17,7 +17,19 @@ import { LABEL, connectDocker, followProgress, imageExists } from './docker-clie
 import { applyEgressFirewall, bridgeNameFor, firewalledBridges, removeEgressFirewall, resolveAllowedHosts } from './egress-firewall.js';
 import { BASE_IMAGE, tarDirectory } from './images.js';
 import { MODEL_RELAY_PORT, RELAY_READY_SCRIPT, SESSION_SOCKET_DIR_IN_SANDBOX, relayCommand } from './model-relay.js';
-import { OUTPUT_TAIL, SandboxError, processAlive, type ExecOptions, type ExecResult, type Isolation, type Sandbox, type SandboxPaths, type SandboxStatus, type SandboxRuntime, type SandboxSpec } from './runtime.js';
+import {
+  OUTPUT_TAIL,
+  SandboxError,
+  processAlive,
+  type ExecOptions,
+  type ExecResult,
+  type Isolation,
+  type Sandbox,
+  type SandboxPaths,
+  type SandboxStatus,
+  type SandboxRuntime,
+  type SandboxSpec,
+} from './runtime.js';
 
 const HOME = '/tmp/harness-home';
 const BIN_DIR = '/opt/harness-lab/bin';
@@ -39,7 +51,11 @@ function gone(labels: Record<string, string> | undefined): boolean {
  * images' ids (a rebuilt base image gives new task images too). The one rule, for docker and k8s.
  */
 export function taskImageTag(taskName: string, contextDir: string, baseImageIds: readonly string[]): string {
-  const slug = taskName.toLowerCase().replace(/[^a-z0-9_.-]+/g, '-').replace(/^[-.]+/, '') || 'task';
+  const slug =
+    taskName
+      .toLowerCase()
+      .replace(/[^a-z0-9_.-]+/g, '-')
+      .replace(/^[-.]+/, '') || 'task';
   return `harness-lab/task-${slug}:${contextHash(contextDir, baseImageIds)}`;
 }
 
@@ -52,7 +68,10 @@ export function contextHash(dir: string, baseImageIds: readonly string[] = []): 
       const p = join(d, name);
       const st = statSync(p);
       if (st.isDirectory()) walk(p);
-      else h.update(`${relative(dir, p)}\0${st.mode & 0o111 ? 'x' : '-'}\0`).update(readFileSync(p)).update('\0');
+      else
+        h.update(`${relative(dir, p)}\0${st.mode & 0o111 ? 'x' : '-'}\0`)
+          .update(readFileSync(p))
+          .update('\0');
     }
   };
   walk(dir);
@@ -113,12 +132,19 @@ export const DROPPED_CAPABILITIES = ['NET_RAW', 'MKNOD', 'SETFCAP', 'SETPCAP', '
  * egress network), the model relay as main process, /logs and session-socket bind mounts, read-only
  * extras. Raw sockets are dropped: nothing in the sandbox forges packets on the egress network.
  */
-export function containerSpec(spec: SandboxSpec, workdir: string, network: { isolation: Exclude<Isolation, 'none'>; name?: string }): Docker.ContainerCreateOptions {
+export function containerSpec(
+  spec: SandboxSpec,
+  workdir: string,
+  network: { isolation: Exclude<Isolation, 'none'>; name?: string },
+): Docker.ContainerCreateOptions {
   const env = spec.task.environment;
-  if (!spec.model.socketDir) throw new SandboxError('the Docker sandbox reaches the capture only through a session socket, and none was given');
+  if (!spec.model.socketDir)
+    throw new SandboxError('the Docker sandbox reaches the capture only through a session socket, and none was given');
   if (network.isolation === 'egress' && !network.name) throw new SandboxError('an egress sandbox needs its own network');
   const node = `${BIN_DIR}/node`;
-  const mounts = spec.mounts.some((m) => m.container === node) ? spec.mounts : [{ host: process.execPath, container: node, readOnly: true }, ...spec.mounts];
+  const mounts = spec.mounts.some((m) => m.container === node)
+    ? spec.mounts
+    : [{ host: process.execPath, container: node, readOnly: true }, ...spec.mounts];
   return {
     Image: spec.image,
     Entrypoint: [],
@@ -154,7 +180,9 @@ export function containerSpec(spec: SandboxSpec, workdir: string, network: { iso
       MemorySwap: (env.memoryMb ?? DEFAULT_LIMITS.memoryMb) * 1024 * 1024,
       PidsLimit: env.pidsLimit ?? DEFAULT_LIMITS.pids,
       // Egress is IPv4 through the lab's firewall; IPv6 (link-local to the host included) is off.
-      ...(network.isolation === 'egress' ? { Sysctls: { 'net.ipv6.conf.all.disable_ipv6': '1', 'net.ipv6.conf.default.disable_ipv6': '1' } } : {}),
+      ...(network.isolation === 'egress'
+        ? { Sysctls: { 'net.ipv6.conf.all.disable_ipv6': '1', 'net.ipv6.conf.default.disable_ipv6': '1' } }
+        : {}),
     },
   };
 }
@@ -181,7 +209,11 @@ export class DockerRuntime implements SandboxRuntime {
       const image = env.dockerImage ?? BASE_IMAGE;
       if (!(await imageExists(this.docker, image))) {
         const field = env.dockerImage ? 'environment.docker_image' : undefined;
-        throw new TaskError(env.dockerImage ? `${task.name}/task.toml` : file, field, `image ${image} is not available locally and no registry can be reached here; build the base images with \`harness-lab images\` and use ${BASE_IMAGE}`);
+        throw new TaskError(
+          env.dockerImage ? `${task.name}/task.toml` : file,
+          field,
+          `image ${image} is not available locally and no registry can be reached here; build the base images with \`harness-lab images\` and use ${BASE_IMAGE}`,
+        );
       }
       return image;
     }
@@ -189,9 +221,16 @@ export class DockerRuntime implements SandboxRuntime {
     const baseIds: string[] = [];
     for (const base of dockerfileBases(text)) {
       if (base.includes('$')) continue; // build-arg expansion: let the build report it
-      const info = await this.docker.getImage(base).inspect().catch(() => undefined);
+      const info = await this.docker
+        .getImage(base)
+        .inspect()
+        .catch(() => undefined);
       if (!info) {
-        throw new TaskError(file, 'FROM', `image ${base} is not available locally and cannot be pulled (no registry is reachable); start the task FROM ${BASE_IMAGE} (build it with \`harness-lab images\`)`);
+        throw new TaskError(
+          file,
+          'FROM',
+          `image ${base} is not available locally and cannot be pulled (no registry is reachable); start the task FROM ${BASE_IMAGE} (build it with \`harness-lab images\`)`,
+        );
       }
       baseIds.push(info.Id);
     }
@@ -224,7 +263,17 @@ export class DockerRuntime implements SandboxRuntime {
       await Promise.race([
         followProgress(this.docker, stream, log),
         new Promise((_r, reject) => {
-          timer = setTimeout(() => reject(new TaskError(`${task.name}/task.toml`, 'environment.build_timeout_sec', `the image build took longer than ${env.buildTimeoutSec} s`)), env.buildTimeoutSec * 1000);
+          timer = setTimeout(
+            () =>
+              reject(
+                new TaskError(
+                  `${task.name}/task.toml`,
+                  'environment.build_timeout_sec',
+                  `the image build took longer than ${env.buildTimeoutSec} s`,
+                ),
+              ),
+            env.buildTimeoutSec * 1000,
+          );
         }),
       ]);
     } catch (err) {
@@ -238,10 +287,22 @@ export class DockerRuntime implements SandboxRuntime {
 
   /** The build network and its firewall (made once, kept: builds of every lab on this host share it). */
   private async ensureBuildNetwork(allowedHosts: readonly string[]): Promise<void> {
-    const exists = await this.docker.getNetwork(BUILD_NETWORK).inspect().then(() => true, () => false);
+    const exists = await this.docker
+      .getNetwork(BUILD_NETWORK)
+      .inspect()
+      .then(
+        () => true,
+        () => false,
+      );
     if (!exists) {
       await this.docker
-        .createNetwork({ Name: BUILD_NETWORK, Driver: 'bridge', CheckDuplicate: true, Labels: { [LABEL.kind]: 'network' }, Options: { 'com.docker.network.bridge.name': bridgeNameFor('build'), 'com.docker.network.bridge.enable_icc': 'false' } })
+        .createNetwork({
+          Name: BUILD_NETWORK,
+          Driver: 'bridge',
+          CheckDuplicate: true,
+          Labels: { [LABEL.kind]: 'network' },
+          Options: { 'com.docker.network.bridge.name': bridgeNameFor('build'), 'com.docker.network.bridge.enable_icc': 'false' },
+        })
         .catch((err: Error) => {
           if (!/already exists/i.test(err.message)) throw err;
         });
@@ -259,7 +320,10 @@ export class DockerRuntime implements SandboxRuntime {
     const removeNetwork = async () => {
       if (!network) return;
       removeEgressFirewall(bridgeNameFor(network));
-      await this.docker.getNetwork(network).remove().catch(() => {});
+      await this.docker
+        .getNetwork(network)
+        .remove()
+        .catch(() => {});
       this.ownedNetworks.delete(network);
     };
     if (isolation === 'egress') {
@@ -290,7 +354,10 @@ export class DockerRuntime implements SandboxRuntime {
     try {
       await container.start();
       const ready = await sandbox.exec(RELAY_READY_SCRIPT, { user: '0', timeoutMs: 60_000 });
-      if (ready.exitCode !== 0) throw new Error(`the model relay did not come up on 127.0.0.1:${MODEL_RELAY_PORT} (it runs the host's node at ${BIN_DIR}/node, so the image needs glibc): ${await relayLog(container)}`);
+      if (ready.exitCode !== 0)
+        throw new Error(
+          `the model relay did not come up on 127.0.0.1:${MODEL_RELAY_PORT} (it runs the host's node at ${BIN_DIR}/node, so the image needs glibc): ${await relayLog(container)}`,
+        );
       // The agent may run as another user ([agent].user): it must be able to write its HOME and logs.
       await sandbox.exec(`mkdir -p ${workdir} ${HOME} && chmod 1777 ${HOME} /logs/agent /logs/verifier /logs/artifacts`, { user: '0' });
     } catch (err) {
@@ -314,14 +381,20 @@ export class DockerRuntime implements SandboxRuntime {
     const removed: string[] = [];
     for (const c of await this.labContainers()) {
       if (!gone(c.Labels)) continue;
-      await this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
+      await this.docker
+        .getContainer(c.Id)
+        .remove({ force: true })
+        .catch(() => {});
       removed.push(c.Id.slice(0, 12));
     }
     // Networks after their containers: Docker refuses to remove a network with endpoints.
     for (const n of await this.labNetworks()) {
       if (!gone(n.Labels)) continue;
       removeEgressFirewall(bridgeNameFor(n.Name));
-      await this.docker.getNetwork(n.Id).remove().catch(() => {});
+      await this.docker
+        .getNetwork(n.Id)
+        .remove()
+        .catch(() => {});
       removed.push(n.Name);
     }
     // Chains whose network is gone (a lab killed between removing the network and its chains).
@@ -336,15 +409,31 @@ export class DockerRuntime implements SandboxRuntime {
    * at any time, so a live server reaps its batches with this while its own rollouts keep running.
    */
   async removeStaleLabelled(label: string, value: string): Promise<string[]> {
-    const found = (await this.docker.listContainers({ all: true, filters: JSON.stringify({ label: [`${label}=${value}`] }) })).filter((c) => gone(c.Labels));
-    await Promise.all(found.map((c) => this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {})));
+    const found = (await this.docker.listContainers({ all: true, filters: JSON.stringify({ label: [`${label}=${value}`] }) })).filter((c) =>
+      gone(c.Labels),
+    );
+    await Promise.all(
+      found.map((c) =>
+        this.docker
+          .getContainer(c.Id)
+          .remove({ force: true })
+          .catch(() => {}),
+      ),
+    );
     return found.map((c) => c.Id.slice(0, 12));
   }
 
   /** Removes every lab container carrying `label=value` (a batch's, after its lab died); returns short ids. */
   async removeLabelled(label: string, value: string): Promise<string[]> {
     const found = await this.docker.listContainers({ all: true, filters: JSON.stringify({ label: [`${label}=${value}`] }) });
-    await Promise.all(found.map((c) => this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {})));
+    await Promise.all(
+      found.map((c) =>
+        this.docker
+          .getContainer(c.Id)
+          .remove({ force: true })
+          .catch(() => {}),
+      ),
+    );
     for (const c of found) this.owned.delete(c.Id);
     return found.map((c) => c.Id.slice(0, 12));
   }
@@ -353,12 +442,26 @@ export class DockerRuntime implements SandboxRuntime {
     const mine = owner();
     const ids = new Set(this.owned);
     for (const c of await this.labContainers().catch(() => [])) if (c.Labels[LABEL.owner] === mine) ids.add(c.Id);
-    await Promise.all([...ids].map((id) => this.docker.getContainer(id).remove({ force: true }).catch(() => {})));
+    await Promise.all(
+      [...ids].map((id) =>
+        this.docker
+          .getContainer(id)
+          .remove({ force: true })
+          .catch(() => {}),
+      ),
+    );
     this.owned.clear();
     const nets = new Set(this.ownedNetworks);
     for (const n of await this.labNetworks().catch(() => [])) if (n.Labels?.[LABEL.owner] === mine) nets.add(n.Name);
     for (const name of nets) removeEgressFirewall(bridgeNameFor(name));
-    await Promise.all([...nets].map((name) => this.docker.getNetwork(name).remove().catch(() => {})));
+    await Promise.all(
+      [...nets].map((name) =>
+        this.docker
+          .getNetwork(name)
+          .remove()
+          .catch(() => {}),
+      ),
+    );
     this.ownedNetworks.clear();
   }
 }
@@ -370,7 +473,8 @@ async function relayLog(container: Docker.Container): Promise<string> {
     const logs = (await container.logs({ stdout: true, stderr: true, tail: 20 })) as unknown as Buffer;
     // Without a TTY the log is multiplexed: an 8-byte header (stream, 0, 0, 0, size) per frame.
     const parts: Buffer[] = [];
-    for (let at = 0; at + 8 <= logs.length; at += 8 + logs.readUInt32BE(at + 4)) parts.push(logs.subarray(at + 8, at + 8 + logs.readUInt32BE(at + 4)));
+    for (let at = 0; at + 8 <= logs.length; at += 8 + logs.readUInt32BE(at + 4))
+      parts.push(logs.subarray(at + 8, at + 8 + logs.readUInt32BE(at + 4)));
     const text = Buffer.concat(parts).toString('utf8').trim();
     return `${state.Running ? 'running' : `exited with ${state.ExitCode}`}${text ? `; output: ${text.slice(-800)}` : ''}`;
   } catch (err) {
@@ -400,11 +504,17 @@ class DockerSandbox implements Sandbox {
   async exec(script: string, opts: ExecOptions = {}): Promise<ExecResult> {
     const t0 = Date.now();
     if (this.killed) throw new SandboxError('the sandbox was stopped');
-    const env = { PATH: `${this.paths.binDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`, HOME: this.paths.home, ...opts.env };
+    const env = {
+      PATH: `${this.paths.binDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
+      HOME: this.paths.home,
+      ...opts.env,
+    };
     // kill-command: the command leads its own process group, whose id it leaves in a file, so a
     // deadline can stop the harness and everything it started while the sandbox stays up.
     const groupFile = opts.onTimeout === 'kill-command' ? `/tmp/.harness-lab-exec-${randomBytes(4).toString('hex')}.pgid` : undefined;
-    const cmd = groupFile ? ['setsid', '-w', 'bash', '-c', `echo $$ > ${groupFile}; exec bash -c ${shellQuote(script)}`] : ['bash', '-c', script];
+    const cmd = groupFile
+      ? ['setsid', '-w', 'bash', '-c', `echo $$ > ${groupFile}; exec bash -c ${shellQuote(script)}`]
+      : ['bash', '-c', script];
     const exec = await this.container.exec({
       Cmd: cmd,
       Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
@@ -440,7 +550,9 @@ class DockerSandbox implements Sandbox {
           return;
         }
         const group = `-- -$(cat ${groupFile})`;
-        void this.exec(`kill -TERM ${group} 2>/dev/null; sleep 2; kill -KILL ${group} 2>/dev/null; true`, { timeoutMs: 15_000 }).catch(() => {});
+        void this.exec(`kill -TERM ${group} 2>/dev/null; sleep 2; kill -KILL ${group} 2>/dev/null; true`, { timeoutMs: 15_000 }).catch(
+          () => {},
+        );
         // A harness that left its process group still holds the stream open: then the sandbox goes.
         backstop = setTimeout(() => void this.kill(), 20_000);
       }, opts.timeoutMs);

@@ -18,7 +18,19 @@ import { isIP } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { SandboxError } from './runtime.js';
 
-export const BLOCKED_V4 = ['0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.0.0.0/24', '192.168.0.0/16', '198.18.0.0/15', '224.0.0.0/4', '240.0.0.0/4'];
+export const BLOCKED_V4 = [
+  '0.0.0.0/8',
+  '10.0.0.0/8',
+  '100.64.0.0/10',
+  '127.0.0.0/8',
+  '169.254.0.0/16',
+  '172.16.0.0/12',
+  '192.0.0.0/24',
+  '192.168.0.0/16',
+  '198.18.0.0/15',
+  '224.0.0.0/4',
+  '240.0.0.0/4',
+];
 export const BLOCKED_V6 = ['::1/128', '::ffff:0:0/96', '64:ff9b::/96', 'fc00::/7', 'fe80::/10', 'ff00::/8'];
 
 const PATH = `${process.env.PATH ?? ''}:/usr/sbin:/sbin:/usr/local/sbin`;
@@ -28,14 +40,24 @@ const BIN: Record<Family, string> = { 4: 'iptables', 6: 'ip6tables' };
 
 /** The bridge interface name the lab gives a network it makes (at most 15 characters). */
 export function bridgeNameFor(networkName: string): string {
-  return `hl-${networkName.replace(/^harness-lab-/, '').replace(/[^a-z0-9]/gi, '').slice(0, 12)}`;
+  return `hl-${networkName
+    .replace(/^harness-lab-/, '')
+    .replace(/[^a-z0-9]/gi, '')
+    .slice(0, 12)}`;
 }
 
 export const chainNames = (bridge: string) => ({ input: `HLAB-I-${bridge}`, forward: `HLAB-F-${bridge}` });
 
 function run(family: Family, args: string[]): { ok: true; out: string } | { ok: false; error: string } {
   try {
-    return { ok: true, out: execFileSync(BIN[family], ['-w', '5', ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PATH } }) };
+    return {
+      ok: true,
+      out: execFileSync(BIN[family], ['-w', '5', ...args], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { ...process.env, PATH },
+      }),
+    };
   } catch (err) {
     const e = err as { stderr?: string; message: string };
     return { ok: false, error: (e.stderr || e.message).trim() };
@@ -44,7 +66,10 @@ function run(family: Family, args: string[]): { ok: true; out: string } | { ok: 
 
 function must(family: Family, args: string[]): void {
   const r = run(family, args);
-  if (!r.ok) throw new SandboxError(`could not cut the sandbox off from this machine's addresses (${BIN[family]} ${args.join(' ')}: ${r.error}); an egress sandbox needs the lab to set firewall rules (run it as root or with CAP_NET_ADMIN), or give the task network_mode = "no-network"`);
+  if (!r.ok)
+    throw new SandboxError(
+      `could not cut the sandbox off from this machine's addresses (${BIN[family]} ${args.join(' ')}: ${r.error}); an egress sandbox needs the lab to set firewall rules (run it as root or with CAP_NET_ADMIN), or give the task network_mode = "no-network"`,
+    );
 }
 
 /** Addresses of the hosts a task names (names resolved now; a name that does not resolve is an error naming it). */
@@ -69,7 +94,8 @@ export async function resolveAllowedHosts(hosts: readonly string[]): Promise<str
 function attachedNetworks(family: Family): string[] {
   const out = new Set<string>();
   for (const list of Object.values(networkInterfaces()))
-    for (const a of list ?? []) if (!a.internal && a.cidr && (a.family === 'IPv4' ? 4 : 6) === family) out.add(a.cidr.replace(/%[^/]*/, ''));
+    for (const a of list ?? [])
+      if (!a.internal && a.cidr && (a.family === 'IPv4' ? 4 : 6) === family) out.add(a.cidr.replace(/%[^/]*/, ''));
   return [...out];
 }
 
@@ -87,7 +113,8 @@ function applyFamily(family: Family, bridge: string, allowed: string[]): void {
   }
   must(family, ['-A', input, '-m', 'conntrack', '--ctstate', 'ESTABLISHED,RELATED', '-j', 'RETURN']);
   must(family, ['-A', input, '-j', 'REJECT']);
-  for (const range of [...(family === 4 ? BLOCKED_V4 : BLOCKED_V6), ...attachedNetworks(family)]) must(family, ['-A', forward, '-d', range, '-j', 'REJECT']);
+  for (const range of [...(family === 4 ? BLOCKED_V4 : BLOCKED_V6), ...attachedNetworks(family)])
+    must(family, ['-A', forward, '-d', range, '-j', 'REJECT']);
   must(family, ['-I', forwardParent(family), '-i', bridge, '-j', forward]);
   must(family, ['-I', 'INPUT', '-i', bridge, '-j', input]);
 }
@@ -109,7 +136,11 @@ function removeFamily(family: Family, bridge: string): void {
 export function applyEgressFirewall(bridge: string, allowedAddresses: readonly string[] = []): void {
   removeFamily(4, bridge);
   try {
-    applyFamily(4, bridge, allowedAddresses.filter((a) => isIP(a) === 4));
+    applyFamily(
+      4,
+      bridge,
+      allowedAddresses.filter((a) => isIP(a) === 4),
+    );
   } catch (err) {
     removeFamily(4, bridge);
     throw err;
@@ -117,7 +148,11 @@ export function applyEgressFirewall(bridge: string, allowedAddresses: readonly s
   if (run(6, ['-S', 'INPUT']).ok) {
     removeFamily(6, bridge);
     try {
-      applyFamily(6, bridge, allowedAddresses.filter((a) => isIP(a) === 6));
+      applyFamily(
+        6,
+        bridge,
+        allowedAddresses.filter((a) => isIP(a) === 6),
+      );
     } catch {
       removeFamily(6, bridge);
     }

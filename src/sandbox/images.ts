@@ -79,9 +79,14 @@ async function rootfsTarball(opts: ImagesOptions): Promise<string> {
   const tarball = join(cache, `${SUITE}-minbase.tar`);
   if (cachedRootfs(cache) && !opts.force) return tarball;
   if (spawnSync('which', ['debootstrap']).status !== 0) {
-    throw new Error('debootstrap is not installed; install it with `apt-get install -y debootstrap` (the base image is built from Debian packages, no registry is needed)');
+    throw new Error(
+      'debootstrap is not installed; install it with `apt-get install -y debootstrap` (the base image is built from Debian packages, no registry is needed)',
+    );
   }
-  if (process.getuid?.() !== 0) throw new Error('building the base root filesystem needs root (debootstrap); run `harness-lab images` as root once, later runs reuse the cached tarball');
+  if (process.getuid?.() !== 0)
+    throw new Error(
+      'building the base root filesystem needs root (debootstrap); run `harness-lab images` as root once, later runs reuse the cached tarball',
+    );
   mkdirSync(cache, { recursive: true });
   const work = mkdtempSync(join(tmpdir(), 'harness-lab-rootfs-'));
   const rootfs = join(work, 'rootfs');
@@ -138,7 +143,13 @@ export async function ensureNodeImage(docker: Docker, opts: ImagesOptions = {}):
     copyFileSync(process.execPath, join(ctx, 'node'));
     writeFileSync(
       join(ctx, 'Dockerfile'),
-      [`FROM ${BASE_IMAGE}`, 'COPY node /usr/local/bin/node', `LABEL ${LABEL.kind}=base harness-lab.node=${version}`, 'RUN node --version', ''].join('\n'),
+      [
+        `FROM ${BASE_IMAGE}`,
+        'COPY node /usr/local/bin/node',
+        `LABEL ${LABEL.kind}=base harness-lab.node=${version}`,
+        'RUN node --version',
+        '',
+      ].join('\n'),
     );
     const stream = await docker.buildImage(tarDirectory(ctx), { t: NODE_IMAGE, rm: true, forcerm: true });
     await followProgress(docker, stream, opts.log);

@@ -70,7 +70,8 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
     let model = opts.model;
     let engineDescription = `engine at ${engineUrl}`;
     if (!engineUrl) {
-      if (!task.policyFile) throw new Error(`task ${task.name} has no policy.json for the embedded engine; pass --engine-url URL of an inference engine`);
+      if (!task.policyFile)
+        throw new Error(`task ${task.name} has no policy.json for the embedded engine; pass --engine-url URL of an inference engine`);
       const engine = await startPolicyEngine(task.policyFile);
       closers.push(() => engine.close());
       engineUrl = engine.url;
@@ -114,7 +115,17 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
       runtime,
       proxy,
       engineDescription,
-      rolloutOptions: { task, harness: entry.name, runtime, proxy, adminKey, model: model.split('/').pop()!, outDir: opts.outDir, log: opts.log, reactScript },
+      rolloutOptions: {
+        task,
+        harness: entry.name,
+        runtime,
+        proxy,
+        adminKey,
+        model: model.split('/').pop()!,
+        outDir: opts.outDir,
+        log: opts.log,
+        reactScript,
+      },
       close,
     };
   } catch (err) {

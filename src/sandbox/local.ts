@@ -9,7 +9,17 @@ import { appendFileSync, cpSync, existsSync, mkdirSync, readFileSync, rmSync, sy
 import { dirname, join, posix } from 'node:path';
 import type { HarborTask } from '../tasks/task.js';
 import { TaskError } from '../tasks/task.js';
-import { OUTPUT_TAIL, SandboxError, type ExecOptions, type ExecResult, type SandboxStatus, type Sandbox, type SandboxPaths, type SandboxRuntime, type SandboxSpec } from './runtime.js';
+import {
+  OUTPUT_TAIL,
+  SandboxError,
+  type ExecOptions,
+  type ExecResult,
+  type SandboxStatus,
+  type Sandbox,
+  type SandboxPaths,
+  type SandboxRuntime,
+  type SandboxSpec,
+} from './runtime.js';
 
 interface LocalImage {
   workdir: string;
@@ -22,7 +32,9 @@ export function emulateDockerfile(task: HarborTask): LocalImage {
   const out: LocalImage = { workdir: task.environment.workdir ?? '/app', env: {}, copies: [] };
   const file = task.environment.dockerfile;
   if (!file) return out;
-  const lines = readFileSync(file, 'utf8').replace(/\\\r?\n/g, ' ').split(/\r?\n/);
+  const lines = readFileSync(file, 'utf8')
+    .replace(/\\\r?\n/g, ' ')
+    .split(/\r?\n/);
   lines.forEach((raw, i) => {
     const line = raw.trim();
     if (!line || line.startsWith('#')) return;
@@ -50,7 +62,11 @@ export function emulateDockerfile(task: HarborTask): LocalImage {
         return;
       }
       default:
-        throw new TaskError(`${task.name}/environment/Dockerfile`, `line ${i + 1}`, `${instr} cannot run in the local sandbox (it only emulates FROM, WORKDIR, ENV and COPY); use --sandbox docker`);
+        throw new TaskError(
+          `${task.name}/environment/Dockerfile`,
+          `line ${i + 1}`,
+          `${instr} cannot run in the local sandbox (it only emulates FROM, WORKDIR, ENV and COPY); use --sandbox docker`,
+        );
     }
   });
   return out;
@@ -77,7 +93,15 @@ export class LocalRuntime implements SandboxRuntime {
       binDir: join(root, 'bin'),
       harnesses: join(root, 'harnesses'),
     };
-    for (const d of [paths.workdir, paths.home, paths.binDir, join(paths.logs, 'agent'), join(paths.logs, 'verifier'), join(paths.logs, 'artifacts')]) mkdirSync(d, { recursive: true });
+    for (const d of [
+      paths.workdir,
+      paths.home,
+      paths.binDir,
+      join(paths.logs, 'agent'),
+      join(paths.logs, 'verifier'),
+      join(paths.logs, 'artifacts'),
+    ])
+      mkdirSync(d, { recursive: true });
     for (const m of spec.mounts) {
       const target = this.mapMount(m.container, paths);
       if (target && !existsSync(target)) {
@@ -87,12 +111,23 @@ export class LocalRuntime implements SandboxRuntime {
     }
     for (const c of image.copies) {
       const rel = posix.relative(image.workdir, c.dest);
-      if (rel.startsWith('..')) throw new TaskError(`${spec.task.name}/environment/Dockerfile`, 'COPY', `destination ${c.dest} is outside the workdir ${image.workdir}; the local sandbox cannot place it`);
+      if (rel.startsWith('..'))
+        throw new TaskError(
+          `${spec.task.name}/environment/Dockerfile`,
+          'COPY',
+          `destination ${c.dest} is outside the workdir ${image.workdir}; the local sandbox cannot place it`,
+        );
       const target = join(paths.workdir, rel);
       mkdirSync(c.dest.endsWith('/') ? target : dirname(target), { recursive: true });
       cpSync(c.src, c.dest.endsWith('/') ? join(target, posix.basename(c.src)) : target, { recursive: true });
     }
-    const sandbox = new LocalSandbox(`local-${process.pid}-${Date.now().toString(36)}`, paths, spec.model.proxyUrl, { ...image.env, ...spec.env }, root);
+    const sandbox = new LocalSandbox(
+      `local-${process.pid}-${Date.now().toString(36)}`,
+      paths,
+      spec.model.proxyUrl,
+      { ...image.env, ...spec.env },
+      root,
+    );
     this.owned.add(sandbox);
     return sandbox;
   }
@@ -138,7 +173,12 @@ class LocalSandbox implements Sandbox {
       ...opts.env,
     };
     return new Promise((resolve) => {
-      const child = spawn('bash', ['-c', script], { cwd: opts.cwd ?? this.paths.workdir, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn('bash', ['-c', script], {
+        cwd: opts.cwd ?? this.paths.workdir,
+        env,
+        detached: true,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       if (child.pid) this.running.add(child.pid);
       let tail = '';
       const onData = (b: Buffer) => {
@@ -175,7 +215,8 @@ class LocalSandbox implements Sandbox {
   }
 
   async writeFile(path: string, content: string): Promise<void> {
-    if (!path.startsWith(this.root) && !path.startsWith(this.paths.logs)) throw new SandboxError(`${path} is outside the local sandbox ${this.root}`);
+    if (!path.startsWith(this.root) && !path.startsWith(this.paths.logs))
+      throw new SandboxError(`${path} is outside the local sandbox ${this.root}`);
     mkdirSync(dirname(path), { recursive: true });
     writeFileSync(path, content);
   }

@@ -31,7 +31,11 @@ export function batchPolicyFile(task: { dir: string; policyFile: string | undefi
 /** Every turn the policy does not script ends the episode politely rather than sampling noise. */
 const FALLBACK_TEXT = 'Done.';
 
-export function policyAnswer(policy: ScriptedPolicy, messages: Parameters<ScriptedPolicy['decide']>[0], tools: Parameters<ScriptedPolicy['decide']>[1]): FakeAnswer {
+export function policyAnswer(
+  policy: ScriptedPolicy,
+  messages: Parameters<ScriptedPolicy['decide']>[0],
+  tools: Parameters<ScriptedPolicy['decide']>[1],
+): FakeAnswer {
   const decision = policy.decide(messages, tools);
   if (decision.kind === 'sample') return { content: FALLBACK_TEXT };
   return {
@@ -63,22 +67,45 @@ export class TaskRoutedPolicy extends ScriptedPolicy {
     return this.routes.some((r) => r.policy.samples);
   }
 
-  override decide(messages: Parameters<ScriptedPolicy['decide']>[0], tools: Parameters<ScriptedPolicy['decide']>[1], random?: () => number): ReturnType<ScriptedPolicy['decide']> {
-    const text = messages.filter((m) => m.role === 'user' || m.role === 'system').map(messageText).join('\n');
+  override decide(
+    messages: Parameters<ScriptedPolicy['decide']>[0],
+    tools: Parameters<ScriptedPolicy['decide']>[1],
+    random?: () => number,
+  ): ReturnType<ScriptedPolicy['decide']> {
+    const text = messages
+      .filter((m) => m.role === 'user' || m.role === 'system')
+      .map(messageText)
+      .join('\n');
     const route = this.routes.find((r) => text.includes(r.needle));
     return route ? route.policy.decide(messages, tools, random) : { kind: 'script', content: FALLBACK_TEXT, toolCalls: [] };
   }
 }
 
-export async function startPolicyEngine(policyFile: string | ScriptedPolicy, kind = process.env.HARNESS_LAB_POLICY_ENGINE ?? 'embedded'): Promise<PolicyEngine> {
+export async function startPolicyEngine(
+  policyFile: string | ScriptedPolicy,
+  kind = process.env.HARNESS_LAB_POLICY_ENGINE ?? 'embedded',
+): Promise<PolicyEngine> {
   const policy = typeof policyFile === 'string' ? ScriptedPolicy.load(policyFile) : policyFile;
   if (kind === 'embedded') {
     const { startEmbeddedEngine } = await import('../engine/embedded-engine.js');
     const engine = await startEmbeddedEngine({ policy });
     const model = engine.engine.modelName;
-    return { url: engine.url, model, description: `embedded engine (${model}) with scripted policy ${policy.source} at ${engine.url}`, close: () => engine.close() };
+    return {
+      url: engine.url,
+      model,
+      description: `embedded engine (${model}) with scripted policy ${policy.source} at ${engine.url}`,
+      close: () => engine.close(),
+    };
   }
   if (kind !== 'fake') throw new Error(`HARNESS_LAB_POLICY_ENGINE must be embedded or fake, got '${kind}'`);
-  const engine = await startFakeEngine({ model: 'harness-lab/policy', script: (request) => policyAnswer(policy, request.messages, request.tools) });
-  return { url: engine.url, model: engine.model, description: `scripted policy ${policy.source} (vLLM-shaped in-repo engine at ${engine.url})`, close: () => engine.close() };
+  const engine = await startFakeEngine({
+    model: 'harness-lab/policy',
+    script: (request) => policyAnswer(policy, request.messages, request.tools),
+  });
+  return {
+    url: engine.url,
+    model: engine.model,
+    description: `scripted policy ${policy.source} (vLLM-shaped in-repo engine at ${engine.url})`,
+    close: () => engine.close(),
+  };
 }

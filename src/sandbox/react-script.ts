@@ -27,7 +27,15 @@ export async function ensureReactScript(): Promise<string> {
       // A computed specifier keeps the bundler from pulling esbuild (a dev tool) into dist/.
       const specifier = 'esbuild';
       const esbuild = (await import(specifier)) as typeof import('esbuild');
-      await esbuild.build({ entryPoints: [src], outfile: out, bundle: true, platform: 'node', format: 'cjs', target: 'node20', logLevel: 'error' });
+      await esbuild.build({
+        entryPoints: [src],
+        outfile: out,
+        bundle: true,
+        platform: 'node',
+        format: 'cjs',
+        target: 'node20',
+        logLevel: 'error',
+      });
       return out;
     } catch (err) {
       const bundled = join(__dirname, 'react-harness.js');

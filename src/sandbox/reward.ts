@@ -30,16 +30,20 @@ export function parseRewardJson(text: string): Reward {
   const entries = Object.entries(body as Record<string, unknown>);
   const scores: Record<string, number> = {};
   for (const [k, v] of entries) if (typeof v === 'number' || typeof v === 'boolean') scores[k] = Number(v);
-  if ('reward' in (body as object)) return { value: finite((body as Record<string, unknown>).reward, 'reward.json key "reward"'), source: 'reward.json', scores };
+  if ('reward' in (body as object))
+    return { value: finite((body as Record<string, unknown>).reward, 'reward.json key "reward"'), source: 'reward.json', scores };
   if (entries.length === 1) return { value: finite(entries[0]![1], `reward.json key "${entries[0]![0]}"`), source: 'reward.json', scores };
   if (entries.length === 0) throw new RewardError('reward.json has no scores');
-  throw new RewardError(`reward.json has ${entries.length} scores (${entries.map(([k]) => k).join(', ')}) and no "reward" key; refusing to combine them`);
+  throw new RewardError(
+    `reward.json has ${entries.length} scores (${entries.map(([k]) => k).join(', ')}) and no "reward" key; refusing to combine them`,
+  );
 }
 
 export function parseRewardTxt(text: string): Reward {
   const t = text.trim();
   if (!t) throw new RewardError('reward.txt is empty');
-  if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(t)) throw new RewardError(`reward.txt must hold one number, got ${JSON.stringify(t.slice(0, 40))}`);
+  if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(t))
+    throw new RewardError(`reward.txt must hold one number, got ${JSON.stringify(t.slice(0, 40))}`);
   return { value: Number(t), source: 'reward.txt', scores: {} };
 }
 

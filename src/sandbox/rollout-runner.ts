@@ -37,7 +37,14 @@ export interface RolloutResult {
   /** Errored rollouts are kept for debugging and never trained on. */
   trainable: boolean;
   agent: { exit_code: number | null; timed_out: boolean; ms: number; log: string };
-  verifier: { exit_code: number | null; timed_out: boolean; ms: number; env_keys: string[]; session_key_absent: boolean; admin_key_absent: boolean } | null;
+  verifier: {
+    exit_code: number | null;
+    timed_out: boolean;
+    ms: number;
+    env_keys: string[];
+    session_key_absent: boolean;
+    admin_key_absent: boolean;
+  } | null;
   atif: AtifCheckResult;
   atif_source: 'self' | 'converted' | 'none';
   ms: number;
@@ -100,7 +107,9 @@ export const ROLLOUT_DOCUMENT_FILE = 'session.rollout.json';
 export function nextRolloutDir(outDir: string, task: string, harness: string): string {
   const base = join(outDir, task, harness);
   mkdirSync(base, { recursive: true });
-  const used = readdirSync(base).filter((n) => /^\d+$/.test(n)).map(Number);
+  const used = readdirSync(base)
+    .filter((n) => /^\d+$/.test(n))
+    .map(Number);
   const n = used.length ? Math.max(...used) + 1 : 0;
   const dir = join(base, String(n));
   mkdirSync(dir);
@@ -128,7 +137,14 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
   } else outDir = nextRolloutDir(opts.outDir, task.name, entry.name);
   // A session of its own gets a minted key: the harness is wired with the key, and the id (in every
   // record, rollout.json and report) is an identifier that opens nothing.
-  const created = opts.sessionId === undefined ? proxy.sessions.create({ mint_key: true, max_model_calls: opts.maxModelCalls ?? 100, metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir } }) : undefined;
+  const created =
+    opts.sessionId === undefined
+      ? proxy.sessions.create({
+          mint_key: true,
+          max_model_calls: opts.maxModelCalls ?? 100,
+          metadata: { task: task.fullName, harness: entry.name, sandbox: runtime.kind, out_dir: outDir },
+        })
+      : undefined;
   const sessionId = opts.sessionId ?? created!.session_id;
   const sessionKey = created?.api_key ?? opts.sessionKey ?? sessionId;
   const result: RolloutResult = {
@@ -174,11 +190,24 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     // A start slot (the batch's cap on sandboxes starting at once) is held until the agent is launched.
     releaseStart = opts.startGate ? await opts.startGate.acquire(opts.signal) : undefined;
     if (runtime.needsSessionSocket) socket = await SessionSocket.open(proxy, sessionId, { log: opts.log });
-    const create = runtime.create({ task, harness: entry.name, sessionId, image, hostLogsDir: outDir, mounts: mountsFor(entry, opts.reactScript), env: taskEnv, model: { proxyUrl: proxy.url, socketDir: socket?.dir }, labels: opts.labels });
+    const create = runtime.create({
+      task,
+      harness: entry.name,
+      sessionId,
+      image,
+      hostLogsDir: outDir,
+      mounts: mountsFor(entry, opts.reactScript),
+      env: taskEnv,
+      model: { proxyUrl: proxy.url, socketDir: socket?.dir },
+      labels: opts.labels,
+    });
     // Made after its budget ran out: nobody runs it, so it goes at once.
     sandbox = await withinStartBudget(create, opts.startGate?.budgetMs, (late) => void late.remove());
     result.isolation = sandbox.isolation;
-    if (sandbox.isolation === 'none') opts.log?.(`the ${runtime.kind} sandbox does not isolate: the harness can reach the host's loopback services (the proxy's admin routes need the lab's admin key)`);
+    if (sandbox.isolation === 'none')
+      opts.log?.(
+        `the ${runtime.kind} sandbox does not isolate: the harness can reach the host's loopback services (the proxy's admin routes need the lab's admin key)`,
+      );
     result.sandbox_id = sandbox.id;
     opts.onSandbox?.(sandbox.id);
     if (result.cancelled) throw new RolloutError('cancelled');
@@ -199,10 +228,17 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     const timeoutSec = opts.timeoutSec ?? task.agentTimeoutSec ?? 600;
     releaseStart?.();
     opts.onStage?.('agent running');
-    const agent = await sandbox.exec(plan.script, { env: plan.env, user: task.agentUser, timeoutMs: timeoutSec * 1000, logFile: result.agent.log, onTimeout: verifyAfterTimeout ? 'kill-command' : 'kill-sandbox' });
+    const agent = await sandbox.exec(plan.script, {
+      env: plan.env,
+      user: task.agentUser,
+      timeoutMs: timeoutSec * 1000,
+      logFile: result.agent.log,
+      onTimeout: verifyAfterTimeout ? 'kill-command' : 'kill-sandbox',
+    });
     result.agent = { ...result.agent, exit_code: agent.exitCode, timed_out: agent.timedOut, ms: agent.ms };
     if (result.cancelled) throw new RolloutError('cancelled');
-    if (agent.timedOut && !verifyAfterTimeout) throw new RolloutError(`the agent did not finish within ${timeoutSec} s; the sandbox was stopped`);
+    if (agent.timedOut && !verifyAfterTimeout)
+      throw new RolloutError(`the agent did not finish within ${timeoutSec} s; the sandbox was stopped`);
     const lost = await lostReason(sandbox);
     if (lost) throw new SandboxLostError(lost);
     if (agent.timedOut) opts.log?.(`${entry.name} did not finish within ${timeoutSec} s; stopped it, running the verifier (keep)`);
@@ -218,8 +254,20 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     const sessionKeyAbsent = !envProbe.output.includes(sessionKey);
     const adminKeyAbsent = !opts.adminKey || !envProbe.output.includes(opts.adminKey);
     const verifierLog = join(outDir, 'verifier', 'test-stdout.txt');
-    const v = await sandbox.exec(`bash ${p.tests}/test.sh`, { env: verifierEnv, user: task.verifierUser, timeoutMs: task.verifierTimeoutSec * 1000, logFile: verifierLog });
-    result.verifier = { exit_code: v.exitCode, timed_out: v.timedOut, ms: v.ms, env_keys: Object.keys(verifierEnv), session_key_absent: sessionKeyAbsent, admin_key_absent: adminKeyAbsent };
+    const v = await sandbox.exec(`bash ${p.tests}/test.sh`, {
+      env: verifierEnv,
+      user: task.verifierUser,
+      timeoutMs: task.verifierTimeoutSec * 1000,
+      logFile: verifierLog,
+    });
+    result.verifier = {
+      exit_code: v.exitCode,
+      timed_out: v.timedOut,
+      ms: v.ms,
+      env_keys: Object.keys(verifierEnv),
+      session_key_absent: sessionKeyAbsent,
+      admin_key_absent: adminKeyAbsent,
+    };
     if (!sessionKeyAbsent) throw new RolloutError('the session key is visible in the verifier environment');
     if (!adminKeyAbsent) throw new RolloutError('the admin key is visible in the verifier environment');
     if (v.timedOut) throw new RolloutError(`the verifier did not finish within ${task.verifierTimeoutSec} s`);
@@ -227,7 +275,8 @@ export async function runRollout(opts: RolloutOptions): Promise<RolloutResult> {
     result.reward = reward.value;
     result.reward_source = reward.source;
     result.reward_scores = reward.scores;
-    if (agent.timedOut) throw new RolloutError(`the agent did not finish within ${timeoutSec} s; the harness was stopped and the verifier ran`);
+    if (agent.timedOut)
+      throw new RolloutError(`the agent did not finish within ${timeoutSec} s; the harness was stopped and the verifier ran`);
     result.status = 'ok';
   } catch (err) {
     result.error = err instanceof Error ? err.message : String(err);
@@ -283,7 +332,11 @@ async function lostReason(sandbox: Sandbox, settleMs = 0): Promise<string | null
 /** `[codex / docker] task hello-file: ok reward=1.00 turns=3 roots=1 tokens=1043 atif=match 12s` */
 export function rolloutLine(r: RolloutResult): string {
   const stats = r.rollout?.stats;
-  const tokens = (r.rollout?.calls ?? []).reduce((n, c) => n + (c.prompt_token_ids?.length ?? c.usage?.prompt_tokens ?? 0) + (c.completion_token_ids?.length ?? c.usage?.completion_tokens ?? 0), 0);
+  const tokens = (r.rollout?.calls ?? []).reduce(
+    (n, c) =>
+      n + (c.prompt_token_ids?.length ?? c.usage?.prompt_tokens ?? 0) + (c.completion_token_ids?.length ?? c.usage?.completion_tokens ?? 0),
+    0,
+  );
   const reward = r.reward === null ? 'null' : r.reward.toFixed(2);
   const tail = r.error ? ` (${r.error.split('\n')[0]})` : '';
   return `[${r.harness} / ${r.sandbox}] task ${r.task}: ${r.status} reward=${reward} turns=${stats?.n_turns ?? 0} roots=${stats?.n_roots ?? 0} tokens=${tokens} atif=${r.atif.verdict} ${Math.round(r.ms / 1000)}s${tail}`;

@@ -25,7 +25,12 @@ export class StartupBudgetError extends Error {
 /** A FIFO counting semaphore; `limit` 0 or less means no cap. */
 export class StartSemaphore implements StartGate {
   private active = 0;
-  private readonly queue: { resolve: (release: () => void) => void; reject: (err: Error) => void; signal?: AbortSignal; onAbort?: () => void }[] = [];
+  private readonly queue: {
+    resolve: (release: () => void) => void;
+    reject: (err: Error) => void;
+    signal?: AbortSignal;
+    onAbort?: () => void;
+  }[] = [];
 
   constructor(
     readonly limit: number,

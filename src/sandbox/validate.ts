@@ -49,21 +49,40 @@ export function contractRows(r: RolloutResult): ValidationRow[] {
   const rows: ValidationRow[] = [];
   const add = (check: string, ok: boolean, detail: string) => rows.push({ check, ok, detail });
 
-  add('rollout finished', r.status === 'ok' && r.agent.exit_code === 0, r.status === 'ok' ? `agent exit ${r.agent.exit_code}, ${Math.round(r.agent.ms / 1000)} s` : (r.error ?? 'errored'));
+  add(
+    'rollout finished',
+    r.status === 'ok' && r.agent.exit_code === 0,
+    r.status === 'ok' ? `agent exit ${r.agent.exit_code}, ${Math.round(r.agent.ms / 1000)} s` : (r.error ?? 'errored'),
+  );
 
   const atif = r.atif;
   const missing = atif.rows.filter((row) => row.status === 'missing_call').length;
   const aux = atif.rows.filter((row) => row.status === 'auxiliary').length + (answered.length - atif.ours.length);
   if (atif.verdict === 'none') {
-    add('every model call captured', false, `no native log to count against (${entry.atif === 'none' ? `${entry.name} has no ATIF conversion` : atif.summary}); proxy captured ${answered.length}`);
+    add(
+      'every model call captured',
+      false,
+      `no native log to count against (${entry.atif === 'none' ? `${entry.name} has no ATIF conversion` : atif.summary}); proxy captured ${answered.length}`,
+    );
   } else {
-    add('every model call captured', missing === 0 && atif.n_agent_steps <= answered.length && answered.length > 0, `harness log ${atif.n_agent_steps} call(s), proxy ${answered.length}${aux > 0 ? ` (${aux} auxiliary)` : ''}${missing ? `, ${missing} missing` : ''}`);
+    add(
+      'every model call captured',
+      missing === 0 && atif.n_agent_steps <= answered.length && answered.length > 0,
+      `harness log ${atif.n_agent_steps} call(s), proxy ${answered.length}${aux > 0 ? ` (${aux} auxiliary)` : ''}${missing ? `, ${missing} missing` : ''}`,
+    );
   }
 
   const dialects = [...new Set(calls.map((c) => c.dialect))];
-  add('dialect detected', calls.length > 0 && dialects.every((d) => d === entry.dialect), `${dialects.join(', ') || 'no calls'} (expected ${entry.dialect})`);
+  add(
+    'dialect detected',
+    calls.length > 0 && dialects.every((d) => d === entry.dialect),
+    `${dialects.join(', ') || 'no calls'} (expected ${entry.dialect})`,
+  );
 
-  const misaligned = answered.filter((c) => !c.prompt_token_ids?.length || !c.completion_token_ids?.length || !c.logprobs || c.logprobs.length !== c.completion_token_ids.length);
+  const misaligned = answered.filter(
+    (c) =>
+      !c.prompt_token_ids?.length || !c.completion_token_ids?.length || !c.logprobs || c.logprobs.length !== c.completion_token_ids.length,
+  );
   add(
     'token ids and logprobs aligned',
     doc?.capture_level === 'tokens' && answered.length > 0 && misaligned.length === 0,
@@ -77,14 +96,29 @@ export function contractRows(r: RolloutResult): ValidationRow[] {
   add(
     'graph well formed',
     Boolean(doc) && fatal.length === 0 && dangling.length === 0 && (s?.n_roots ?? 0) >= 1 && (s?.n_trainable_sequences ?? 0) >= 1,
-    fatal.length ? fatal.slice(0, 2).join('; ') : `${s?.n_turns ?? 0} turn(s), ${s?.n_roots ?? 0} root(s), ${s?.n_forks ?? 0} fork(s), ${s?.n_trainable_sequences ?? 0} trainable sequence(s)`,
+    fatal.length
+      ? fatal.slice(0, 2).join('; ')
+      : `${s?.n_turns ?? 0} turn(s), ${s?.n_roots ?? 0} root(s), ${s?.n_forks ?? 0} fork(s), ${s?.n_trainable_sequences ?? 0} trainable sequence(s)`,
   );
 
   add('ATIF cross-check', atif.verdict === 'match', `${atif.verdict} (${r.atif_source}): ${atif.summary}`);
   add('reward read', r.reward !== null, r.reward === null ? (r.error ?? 'no reward') : `${r.reward} from ${r.reward_source}`);
   const keysAbsent = r.verifier?.session_key_absent === true && r.verifier.admin_key_absent !== false;
-  const leaked = [r.verifier?.session_key_absent === false ? 'the session key' : '', r.verifier?.admin_key_absent === false ? 'the admin key' : ''].filter(Boolean).join(' and ');
-  add('capture keys absent from verifier', keysAbsent, r.verifier ? (keysAbsent ? `verifier env: ${r.verifier.env_keys.join(', ') || 'task env only'}` : `${leaked} in the verifier environment`) : 'the verifier did not run');
+  const leaked = [
+    r.verifier?.session_key_absent === false ? 'the session key' : '',
+    r.verifier?.admin_key_absent === false ? 'the admin key' : '',
+  ]
+    .filter(Boolean)
+    .join(' and ');
+  add(
+    'capture keys absent from verifier',
+    keysAbsent,
+    r.verifier
+      ? keysAbsent
+        ? `verifier env: ${r.verifier.env_keys.join(', ') || 'task env only'}`
+        : `${leaked} in the verifier environment`
+      : 'the verifier did not run',
+  );
   return rows;
 }
 
@@ -101,6 +135,10 @@ export async function validateHarness(opts: ValidateOptions): Promise<Validation
 
 export function formatValidationTable(t: ValidationTable): string {
   const w = Math.max(...t.rows.map((r) => r.check.length));
-  const lines = [`${t.harness} / ${t.sandbox} (isolation ${t.rollout.isolation ?? 'unknown'}), task ${t.task}: ${t.ok ? 'PASS' : 'FAIL'}`, ...t.rows.map((r) => `  ${r.check.padEnd(w)}  ${r.ok ? 'PASS' : 'FAIL'}  ${r.detail}`), `  rollout: ${t.rollout.out_dir}`];
+  const lines = [
+    `${t.harness} / ${t.sandbox} (isolation ${t.rollout.isolation ?? 'unknown'}), task ${t.task}: ${t.ok ? 'PASS' : 'FAIL'}`,
+    ...t.rows.map((r) => `  ${r.check.padEnd(w)}  ${r.ok ? 'PASS' : 'FAIL'}  ${r.detail}`),
+    `  rollout: ${t.rollout.out_dir}`,
+  ];
   return lines.join('\n');
 }

@@ -5,13 +5,25 @@
 // (OpenEnv's pydantic models do the same), while the fields we read are checked.
 import { z } from 'zod';
 
-export const ERROR_CODES = ['INVALID_JSON', 'UNKNOWN_TYPE', 'VALIDATION_ERROR', 'EXECUTION_ERROR', 'CAPACITY_REACHED', 'FACTORY_ERROR', 'SESSION_ERROR'] as const;
+export const ERROR_CODES = [
+  'INVALID_JSON',
+  'UNKNOWN_TYPE',
+  'VALIDATION_ERROR',
+  'EXECUTION_ERROR',
+  'CAPACITY_REACHED',
+  'FACTORY_ERROR',
+  'SESSION_ERROR',
+] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
 export const RUN_ROLLOUT_TOOL = 'run_rollout';
 
 export const SplitBody = z.looseObject({ split: z.string().min(1) });
-export const TaskRangeBody = z.looseObject({ split: z.string().min(1), start: z.int().nonnegative().default(0), stop: z.int().nonnegative().nullable().optional() });
+export const TaskRangeBody = z.looseObject({
+  split: z.string().min(1),
+  start: z.int().nonnegative().default(0),
+  stop: z.int().nonnegative().nullable().optional(),
+});
 export const TaskBody = z.looseObject({ split: z.string().min(1), index: z.int().nonnegative() });
 
 export interface TaskRef {
@@ -49,7 +61,11 @@ export const RunRolloutArgs = z.looseObject({
 });
 export type RunRolloutArgs = z.infer<typeof RunRolloutArgs>;
 
-export const CallToolAction = z.looseObject({ type: z.literal('call_tool'), tool_name: z.string().min(1), arguments: z.record(z.string(), z.unknown()).default({}) });
+export const CallToolAction = z.looseObject({
+  type: z.literal('call_tool'),
+  tool_name: z.string().min(1),
+  arguments: z.record(z.string(), z.unknown()).default({}),
+});
 
 export const WsFrame = z.looseObject({ type: z.string().min(1), data: z.unknown().optional() });
 
@@ -134,5 +150,14 @@ export function errorFrame(code: ErrorCode, message: string, extra: Record<strin
 
 export function observationData(toolName: string, result: unknown, error: { error_type: string; message: string } | null) {
   const text = typeof result === 'string' ? result : JSON.stringify(result);
-  return { observation: { tool_name: toolName, result: error ? null : { content: [{ type: 'text', text }], structured_content: null, is_error: false }, error }, reward: null, done: false, metadata: {} };
+  return {
+    observation: {
+      tool_name: toolName,
+      result: error ? null : { content: [{ type: 'text', text }], structured_content: null, is_error: false },
+      error,
+    },
+    reward: null,
+    done: false,
+    metadata: {},
+  };
 }

@@ -19,7 +19,18 @@ import { MAX_MODEL_CALLS_PER_ROLLOUT, runAttempt } from '../batch/attempt.js';
 import { BreakerOpenError, CircuitBreaker } from '../batch/breaker.js';
 import type { Verdict } from '../batch/classify.js';
 import type { InfraCause } from '../batch/infra-cause.js';
-import { BatchManifestSchema, DEFAULT_PACING, batchPaths, queuedRolloutState, readRolloutState, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutClass, type RolloutState } from '../batch/state.js';
+import {
+  BatchManifestSchema,
+  DEFAULT_PACING,
+  batchPaths,
+  queuedRolloutState,
+  readRolloutState,
+  writeJsonAtomic,
+  writeRolloutState,
+  type BatchManifest,
+  type RolloutClass,
+  type RolloutState,
+} from '../batch/state.js';
 import { batchSessionFile } from '../batch/status.js';
 import type { MetricsText } from '../capture/metrics.js';
 import type { RolloutDocument } from '../capture/rollout.js';
@@ -144,7 +155,10 @@ export class RolloutService {
         await mod.preflight?.(this.opts.backend === 'k8s' ? this.k8sTarget() : null);
         this.preflightOk = Date.now();
       } catch (err) {
-        throw new EnvironmentFactoryError(this.factoryName, `the ${this.opts.backend} backend cannot create sandboxes: ${err instanceof Error ? err.message : String(err)}`);
+        throw new EnvironmentFactoryError(
+          this.factoryName,
+          `the ${this.opts.backend} backend cannot create sandboxes: ${err instanceof Error ? err.message : String(err)}`,
+        );
       } finally {
         this.preflightRunning = undefined;
       }
@@ -235,7 +249,15 @@ export class RolloutService {
           const last = s.attempts[s.attempts.length - 1];
           const now = new Date().toISOString();
           if (last && last.outcome === 'running') Object.assign(last, { outcome: 'interrupted', ended_at: now, trainable: false });
-          Object.assign(s, { state: 'discarded', class: 'infra_error', reward: null, trainable: false, ended_at: now, error: 'the rollout server stopped mid-rollout (killed or restarted); the trainer was disconnected, the partial session is kept' });
+          Object.assign(s, {
+            state: 'discarded',
+            class: 'infra_error',
+            reward: null,
+            trainable: false,
+            ended_at: now,
+            error:
+              'the rollout server stopped mid-rollout (killed or restarted); the trainer was disconnected, the partial session is kept',
+          });
           writeRolloutState(dir, s);
           interrupted.push(s.rollout_id);
         }
@@ -318,7 +340,9 @@ export class RolloutService {
     };
     writeJsonAtomic(join(dir, 'serve.json'), BatchManifestSchema.parse(manifest));
     this.batches.set(manifest.batch_id, manifest);
-    const { backend, capture } = await (await this.module()).open({ batchDir: dir, manifest, log: this.opts.log, ...(apiKey ? { engineApiKey: apiKey } : {}) });
+    const { backend, capture } = await (
+      await this.module()
+    ).open({ batchDir: dir, manifest, log: this.opts.log, ...(apiKey ? { engineApiKey: apiKey } : {}) });
     const left = await backend.cleanupBatch(manifest.batch_id);
     if (left.length) this.opts.log(`removed ${left.length} sandbox(es) a previous server left: ${left.join(', ')}`);
     return { dir, manifest, backend, capture };
@@ -333,10 +357,17 @@ export class RolloutService {
     const split = this.opts.splits.get(args.split);
     const task = split?.tasks[args.task_index];
     const base = blankResult(args, split?.name ?? args.split, task ? { id: task.fullName, name: task.name } : null);
-    const fail = (error: string, type: string): HarborRolloutResult => ({ ...base, ok: false, error, exception_type: type, wall_s: (Date.now() - started) / 1000 });
+    const fail = (error: string, type: string): HarborRolloutResult => ({
+      ...base,
+      ok: false,
+      error,
+      exception_type: type,
+      wall_s: (Date.now() - started) / 1000,
+    });
     if (this.closed) return fail('the rollout server is shutting down', 'ServerShuttingDown');
     if (!split) return fail(`unknown split '${args.split}'; served splits: ${[...this.opts.splits.keys()].join(', ')}`, 'ValueError');
-    if (!task) return fail(`split '${split.name}' has ${split.tasks.length} task(s); task_index ${args.task_index} is out of range`, 'IndexError');
+    if (!task)
+      return fail(`split '${split.name}' has ${split.tasks.length} task(s); task_index ${args.task_index} is out of range`, 'IndexError');
     try {
       harnessEntry(args.harness);
     } catch (err) {
@@ -363,14 +394,31 @@ export class RolloutService {
       try {
         eng = await this.engine(args.llm_url ? args.llm_url : null, args.model ?? null, args.api_key ?? undefined);
       } catch (err) {
-        throw new EnvironmentFactoryError(this.factoryName, `the ${this.opts.backend} backend could not be opened for engine ${args.llm_url || '(embedded)'}: ${err instanceof Error ? err.message : String(err)}`);
+        throw new EnvironmentFactoryError(
+          this.factoryName,
+          `the ${this.opts.backend} backend could not be opened for engine ${args.llm_url || '(embedded)'}: ${err instanceof Error ? err.message : String(err)}`,
+        );
       }
       const timeoutSec = args.agent_timeout_sec ?? task.agentTimeoutSec ?? DEFAULT_AGENT_TIMEOUT_SEC;
-      const manifest: BatchManifest = { ...eng.manifest, timeout_sec: timeoutSec, policy_version: args.policy_version == null ? null : String(args.policy_version) };
+      const manifest: BatchManifest = {
+        ...eng.manifest,
+        timeout_sec: timeoutSec,
+        policy_version: args.policy_version == null ? null : String(args.policy_version),
+      };
       const rolloutId = `${slugPart(split.name)}.${args.task_index}.${Date.now().toString(36)}${(this.seq++).toString(36)}${randomBytes(2).toString('hex')}`;
       const now = new Date().toISOString();
-      const s = queuedRolloutState({ rollout_id: rolloutId, group_id: 'served', member: 0, task: servedTaskName(split.name, args.task_index), harness: args.harness, policy_version: manifest.policy_version, queued_at: now });
-      const extraMetadata = { served: { split: split.name, task_index: args.task_index, purpose: args.purpose ?? 'train', reward_key: args.reward_key ?? null } };
+      const s = queuedRolloutState({
+        rollout_id: rolloutId,
+        group_id: 'served',
+        member: 0,
+        task: servedTaskName(split.name, args.task_index),
+        harness: args.harness,
+        policy_version: manifest.policy_version,
+        queued_at: now,
+      });
+      const extraMetadata = {
+        served: { split: split.name, task_index: args.task_index, purpose: args.purpose ?? 'train', reward_key: args.reward_key ?? null },
+      };
       const end = await runAttempt({
         batchDir: eng.dir,
         manifest,
@@ -384,7 +432,10 @@ export class RolloutService {
         log: this.opts.log,
         save: (r) => writeRolloutState(eng.dir, r),
         onStarted: () => this.opts.log(`start ${rolloutId} (${split.name}[${args.task_index}] ${task.name}, ${args.harness})`),
-        stopped: () => ({ requeue: false, error: this.closed ? 'the rollout server shut down mid-rollout' : 'the trainer closed the session mid-rollout' }),
+        stopped: () => ({
+          requeue: false,
+          error: this.closed ? 'the rollout server shut down mid-rollout' : 'the trainer closed the session mid-rollout',
+        }),
         removeOnceRead: true,
         startGate: this.startGate,
       });
@@ -394,9 +445,26 @@ export class RolloutService {
       const seen = end.seen!;
       this.opts.log(`${verdict.state} ${rolloutId}: ${verdict.class} reward=${verdict.reward ?? 'null'}`);
       this.count(verdict);
-      if (facts.setupFailure && !facts.cancelled) throw new EnvironmentFactoryError(this.factoryName, `the ${eng.backend.kind} backend could not create the sandbox of ${split.name}[${args.task_index}] (${task.name}, rollout ${rolloutId}): ${facts.setupFailure}`);
+      if (facts.setupFailure && !facts.cancelled)
+        throw new EnvironmentFactoryError(
+          this.factoryName,
+          `the ${eng.backend.kind} backend could not create the sandbox of ${split.name}[${args.task_index}] (${task.name}, rollout ${rolloutId}): ${facts.setupFailure}`,
+        );
       const doc = readCapturedSession(eng.dir, sessionId, this.opts.log);
-      return resultOf({ base, args, verdict, doc, findings: seen.findings, outDir, sessionId, rolloutId, started, facts, timeoutSec, queueS });
+      return resultOf({
+        base,
+        args,
+        verdict,
+        doc,
+        findings: seen.findings,
+        outDir,
+        sessionId,
+        rolloutId,
+        started,
+        facts,
+        timeoutSec,
+        queueS,
+      });
     } catch (err) {
       if (err instanceof EnvironmentFactoryError) throw err;
       return fail(err instanceof Error ? err.message : String(err), err instanceof Error ? err.constructor.name : 'Error');
@@ -409,16 +477,36 @@ export class RolloutService {
 
   /** This service's part of serve's `/metrics`: sandboxes by state, outcomes by class and cause, the breaker. */
   writeMetrics(out: MetricsText): void {
-    out.metric('harness_lab_serve_sandboxes', 'gauge', 'Rollouts by sandbox state: waiting for a slot (--parallel), waiting to start (--max-starting), starting, running', [
-      [{ state: 'waiting_slot' }, this.queuedCount],
-      [{ state: 'waiting_start' }, this.startGate.waiting],
-      [{ state: 'starting' }, this.startGate.starting],
-      [{ state: 'running' }, this.runningCount],
-    ]);
-    out.metric('harness_lab_serve_rollouts_total', 'counter', 'Rollouts that reached a verdict, by class', Object.entries(this.outcomes.classes).map(([k, v]) => [{ class: k }, v]));
-    out.metric('harness_lab_serve_infra_failures_total', 'counter', 'Rollouts discarded as infra_error, by cause', Object.entries(this.outcomes.causes).map(([k, v]) => [{ cause: k }, v]));
+    out.metric(
+      'harness_lab_serve_sandboxes',
+      'gauge',
+      'Rollouts by sandbox state: waiting for a slot (--parallel), waiting to start (--max-starting), starting, running',
+      [
+        [{ state: 'waiting_slot' }, this.queuedCount],
+        [{ state: 'waiting_start' }, this.startGate.waiting],
+        [{ state: 'starting' }, this.startGate.starting],
+        [{ state: 'running' }, this.runningCount],
+      ],
+    );
+    out.metric(
+      'harness_lab_serve_rollouts_total',
+      'counter',
+      'Rollouts that reached a verdict, by class',
+      Object.entries(this.outcomes.classes).map(([k, v]) => [{ class: k }, v]),
+    );
+    out.metric(
+      'harness_lab_serve_infra_failures_total',
+      'counter',
+      'Rollouts discarded as infra_error, by cause',
+      Object.entries(this.outcomes.causes).map(([k, v]) => [{ cause: k }, v]),
+    );
     const b = this.breaker.snapshot();
-    out.metric('harness_lab_serve_breaker_state', 'gauge', 'The sandbox circuit breaker: 1 for its current state', (['closed', 'half-open', 'open'] as const).map((st) => [{ state: st }, b.state === st ? 1 : 0]));
+    out.metric(
+      'harness_lab_serve_breaker_state',
+      'gauge',
+      'The sandbox circuit breaker: 1 for its current state',
+      (['closed', 'half-open', 'open'] as const).map((st) => [{ state: st }, b.state === st ? 1 : 0]),
+    );
     out.metric('harness_lab_serve_breaker_trips_total', 'counter', 'Times the breaker opened after a streak of infra failures', b.trips);
     out.metric('harness_lab_serve_infra_failure_streak', 'gauge', 'Infra failures in a row right now', b.streak);
   }
@@ -444,14 +532,16 @@ export class RolloutService {
     for (const c of this.running) c.abort();
     // Aborted rollouts record their end and mirror their session before their backend goes (bounded:
     // one still opening its engine's backend does not see the abort).
-    for (const end = Date.now() + 30_000; this.running.size && Date.now() < end; ) await new Promise((r) => setTimeout(r, 50));
+    for (const end = Date.now() + 30_000; this.running.size && Date.now() < end;) await new Promise((r) => setTimeout(r, 50));
     const open = await Promise.allSettled(this.engines.values());
     const mod = await this.module();
     for (const o of open) {
       if (o.status !== 'fulfilled') continue;
       await o.value.backend.close().catch((err: unknown) => this.opts.log(`closing a backend: ${String(err)}`));
       await o.value.capture.close().catch((err: unknown) => this.opts.log(`closing a capture: ${String(err)}`));
-      await mod.cleanup(o.value.manifest, this.opts.log, { finished: true }).catch((err: unknown) => this.opts.log(`removing the sandboxes of ${o.value.manifest.batch_id}: ${String(err)}`));
+      await mod
+        .cleanup(o.value.manifest, this.opts.log, { finished: true })
+        .catch((err: unknown) => this.opts.log(`removing the sandboxes of ${o.value.manifest.batch_id}: ${String(err)}`));
     }
   }
 }
@@ -521,8 +611,7 @@ export function resolveRewardKey(wanted: string | null | undefined, rewards: Rec
   const keys = Object.keys(rewards);
   if (wanted) {
     if (wanted in rewards) return wanted;
-    for (const k of wanted.split(',').map((x) => x.trim()))
-      if (k && k in rewards) return k;
+    for (const k of wanted.split(',').map((x) => x.trim())) if (k && k in rewards) return k;
   }
   if (keys.length === 1) return keys[0]!;
   return 'reward' in rewards ? 'reward' : null;
@@ -601,12 +690,16 @@ function exceptionOf(cls: string): string {
 
 function harborTurns(doc: RolloutDocument): HarborTurn[] {
   const trained = new Map<string, { turn: RolloutDocument['traces'][number]['turns'][number]; role: string }>();
-  for (const t of doc.traces) for (const turn of t.turns) if (!trained.has(turn.node_id) || t.role === 'agent') trained.set(turn.node_id, { turn, role: t.role });
+  for (const t of doc.traces)
+    for (const turn of t.turns) if (!trained.has(turn.node_id) || t.role === 'agent') trained.set(turn.node_id, { turn, role: t.role });
   const calls = new Map(doc.calls.map((c) => [c.call_id, c]));
   return doc.turns.map((t) => {
     const tr = trained.get(t.node_id);
     const call = calls.get(t.node_id);
-    const msg = (t.response_message ?? null) as { content?: unknown; tool_calls?: { function?: { name?: string; arguments?: unknown } }[] } | null;
+    const msg = (t.response_message ?? null) as {
+      content?: unknown;
+      tool_calls?: { function?: { name?: string; arguments?: unknown } }[];
+    } | null;
     const completion = tr?.turn.completion_token_ids ?? call?.completion_token_ids ?? [];
     const role = tr?.role ?? (t.discarded ? 'discarded' : 'agent');
     return {
@@ -620,7 +713,8 @@ function harborTurns(doc: RolloutDocument): HarborTurn[] {
       node_id: t.node_id,
       n_tools: t.n_tools,
       discarded: t.discarded,
-      trainable: tr !== undefined && role === 'agent' && !t.discarded && completion.length > 0 && doc.trainable && doc.rollout_type === 'train',
+      trainable:
+        tr !== undefined && role === 'agent' && !t.discarded && completion.length > 0 && doc.trainable && doc.rollout_type === 'train',
       sampling_params: t.sampling_params,
       requested_sampling_params: t.requested_sampling_params,
       text: typeof msg?.content === 'string' ? msg.content : '',
@@ -651,7 +745,9 @@ function readJsonOrNull(file: string): unknown {
 /** The end of the harness's own log (whatever .log/.txt files the sandbox left under agent/). */
 function tail(agentDir: string): string {
   if (!existsSync(agentDir)) return '';
-  const files = readdirSync(agentDir).filter((n) => /\.(log|txt)$/.test(n)).sort();
+  const files = readdirSync(agentDir)
+    .filter((n) => /\.(log|txt)$/.test(n))
+    .sort();
   const text = files.map((n) => readFileSync(join(agentDir, n), 'utf8')).join('\n');
   return text.slice(-LOG_TAIL_CHARS);
 }

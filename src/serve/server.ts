@@ -84,7 +84,14 @@ const TOOL_DESCRIPTION = {
   description: 'Run one Harbor task in a sandbox with a real harness against the given engine; returns a HarborRolloutResult JSON.',
   inputSchema: {
     type: 'object',
-    properties: { split: { type: 'string' }, task_index: { type: 'integer' }, harness: { type: 'string' }, llm_url: { type: 'string' }, model: { type: 'string' }, sampling: { type: 'object' } },
+    properties: {
+      split: { type: 'string' },
+      task_index: { type: 'integer' },
+      harness: { type: 'string' },
+      llm_url: { type: 'string' },
+      model: { type: 'string' },
+      sampling: { type: 'object' },
+    },
     required: ['split', 'task_index', 'harness'],
   },
 };
@@ -104,14 +111,17 @@ export class ServeServer {
     this.guard = new RequestGuard({ listenHost: opts.host, allowedHosts: opts.allowedHosts });
     const idleMs = opts.sessionIdleMs ?? 600_000;
     // A trainer that created a session and went away must not hold a slot for the server's life.
-    this.sweep = setInterval(() => {
-      const now = Date.now();
-      for (const s of [...this.sessions.values()])
-        if (s.explicit && !s.socket && !s.busy && now - s.lastActive > idleMs) {
-          this.opts.log(`session ${s.id} idle for ${Math.round((now - s.lastActive) / 1000)} s: closed`);
-          this.closeSession(s);
-        }
-    }, Math.min(30_000, idleMs));
+    this.sweep = setInterval(
+      () => {
+        const now = Date.now();
+        for (const s of [...this.sessions.values()])
+          if (s.explicit && !s.socket && !s.busy && now - s.lastActive > idleMs) {
+            this.opts.log(`session ${s.id} idle for ${Math.round((now - s.lastActive) / 1000)} s: closed`);
+            this.closeSession(s);
+          }
+      },
+      Math.min(30_000, idleMs),
+    );
     this.sweep.unref();
   }
 
@@ -189,8 +199,18 @@ export class ServeServer {
         this.opts.log(`refused ${req.method} ${path}: ${refusal.message}`);
         return json(res, refusal.status, { detail: refusal.message });
       }
-      if (req.method === 'GET' && path === '/health') return json(res, 200, { status: 'healthy', ...this.capacityData(), running_rollouts: this.opts.rollouts.runningCount, queued_rollouts: this.opts.rollouts.queuedCount });
-      if (!this.authorized(req)) return json(res, 401, { detail: 'this rollout server wants its admin key: Authorization: Bearer KEY, or the key in the server URL as http://trainer:KEY@host:port (what an unchanged TRL client sends)' });
+      if (req.method === 'GET' && path === '/health')
+        return json(res, 200, {
+          status: 'healthy',
+          ...this.capacityData(),
+          running_rollouts: this.opts.rollouts.runningCount,
+          queued_rollouts: this.opts.rollouts.queuedCount,
+        });
+      if (!this.authorized(req))
+        return json(res, 401, {
+          detail:
+            'this rollout server wants its admin key: Authorization: Bearer KEY, or the key in the server URL as http://trainer:KEY@host:port (what an unchanged TRL client sends)',
+        });
       if (req.method === 'GET' && path === '/metrics') {
         const out = new MetricsText();
         out.metric('harness_lab_serve_sessions', 'gauge', 'OpenEnv sessions open, and the cap (--max-concurrent)', [
@@ -202,7 +222,12 @@ export class ServeServer {
         res.writeHead(200, { 'content-type': METRICS_CONTENT_TYPE, 'cache-control': 'no-store' });
         return void res.end(out.toString());
       }
-      if (req.method === 'GET' && path === '/harbor_env/splits') return json(res, 200, [...this.opts.splits.values()].map((s) => ({ name: s.name, num_tasks: s.tasks.length, ...(s.error ? { error: s.error } : {}) })));
+      if (req.method === 'GET' && path === '/harbor_env/splits')
+        return json(
+          res,
+          200,
+          [...this.opts.splits.values()].map((s) => ({ name: s.name, num_tasks: s.tasks.length, ...(s.error ? { error: s.error } : {}) })),
+        );
       if (req.method === 'POST' && path === '/harbor_env/num_tasks') {
         const body = await parseBody(req, SplitBody);
         return json(res, 200, { num_tasks: this.split(body.split).tasks.length });
@@ -218,7 +243,8 @@ export class ServeServer {
       if (req.method === 'POST' && path === '/harbor_env/task') {
         const body = await parseBody(req, TaskBody);
         const split = this.split(body.split);
-        if (body.index >= split.tasks.length) throw new HttpError(404, `split '${split.name}' has ${split.tasks.length} task(s); index ${body.index} is out of range`);
+        if (body.index >= split.tasks.length)
+          throw new HttpError(404, `split '${split.name}' has ${split.tasks.length} task(s); index ${body.index} is out of range`);
         return json(res, 200, { task: taskRef(split, body.index) });
       }
       if (req.method === 'POST' && path === '/mcp') return json(res, 200, await this.onJsonRpc(req));
@@ -247,14 +273,24 @@ export class ServeServer {
     const parsed = JsonRpcRequest.safeParse(raw);
     if (!parsed.success) return rpcError(null, -32600, `Invalid request: ${zodMessage(parsed.error)}`, { code: 'VALIDATION_ERROR' });
     const { id = null, method, params = {} } = parsed.data;
-    const sessionId = typeof params.session_id === 'string' ? params.session_id : typeof req.headers['x-openenv-session-id'] === 'string' ? req.headers['x-openenv-session-id'] : undefined;
+    const sessionId =
+      typeof params.session_id === 'string'
+        ? params.session_id
+        : typeof req.headers['x-openenv-session-id'] === 'string'
+          ? req.headers['x-openenv-session-id']
+          : undefined;
     const session = sessionId ? this.sessions.get(sessionId) : undefined;
     if (session) session.lastActive = Date.now();
-    if (sessionId && !session && method !== 'openenv/session/create') return rpcError(id, -32000, `no session ${sessionId} (closed, or from a server that restarted)`, { code: 'SESSION_ERROR' });
+    if (sessionId && !session && method !== 'openenv/session/create')
+      return rpcError(id, -32000, `no session ${sessionId} (closed, or from a server that restarted)`, { code: 'SESSION_ERROR' });
     switch (method) {
       case 'openenv/session/create': {
         const s = this.openSession(true);
-        if ('capacity' in s) return rpcError(id, -32000, `capacity reached: ${this.sessions.size} of ${this.opts.maxConcurrent} sessions in use`, { code: 'CAPACITY_REACHED', ...this.capacityData() });
+        if ('capacity' in s)
+          return rpcError(id, -32000, `capacity reached: ${this.sessions.size} of ${this.opts.maxConcurrent} sessions in use`, {
+            code: 'CAPACITY_REACHED',
+            ...this.capacityData(),
+          });
         const failed = await this.createEnvironment(s);
         if (failed) return rpcError(id, -32000, failed.message, { code: failed.code, ...failed.extra });
         return { jsonrpc: '2.0', id, result: { session_id: s.id } };
@@ -272,13 +308,18 @@ export class ServeServer {
         return { jsonrpc: '2.0', id, result: { tools: [TOOL_DESCRIPTION] } };
       case 'openenv/session/step':
       case 'tools/call': {
-        const action = method === 'tools/call' ? { type: 'call_tool', tool_name: params.name, arguments: params.arguments ?? {} } : params.action;
+        const action =
+          method === 'tools/call' ? { type: 'call_tool', tool_name: params.name, arguments: params.arguments ?? {} } : params.action;
         // A stateless tools/call (no session) holds a capacity slot only while it runs.
         let s = session;
         let temporary = false;
         if (!s) {
           const opened = this.openSession(false);
-          if ('capacity' in opened) return rpcError(id, -32000, `capacity reached: ${this.sessions.size} of ${this.opts.maxConcurrent} sessions in use`, { code: 'CAPACITY_REACHED', ...this.capacityData() });
+          if ('capacity' in opened)
+            return rpcError(id, -32000, `capacity reached: ${this.sessions.size} of ${this.opts.maxConcurrent} sessions in use`, {
+              code: 'CAPACITY_REACHED',
+              ...this.capacityData(),
+            });
           s = opened;
           temporary = true;
           const failed = await this.createEnvironment(s);
@@ -287,7 +328,8 @@ export class ServeServer {
         try {
           const out = await this.step(s, action);
           if ('error' in out) return rpcError(id, -32000, out.error.message, { code: out.error.code, ...out.error.extra });
-          if (method === 'tools/call') return { jsonrpc: '2.0', id, result: { content: [{ type: 'text', text: out.text }], isError: false } };
+          if (method === 'tools/call')
+            return { jsonrpc: '2.0', id, result: { content: [{ type: 'text', text: out.text }], isError: false } };
           return { jsonrpc: '2.0', id, result: observationData(RUN_ROLLOUT_TOOL, out.text, null) };
         } finally {
           if (temporary) this.sessions.delete(s.id);
@@ -303,11 +345,23 @@ export class ServeServer {
   /** Runs a step's action on a session; a rollout's own failure is a result (ok false), never an error. */
   private async step(s: Session, action: unknown): Promise<{ text: string } | { error: StepError }> {
     const a = CallToolAction.safeParse(action);
-    if (!a.success) return { error: { code: 'VALIDATION_ERROR', message: `step data must be {"type":"call_tool","tool_name":"${RUN_ROLLOUT_TOOL}","arguments":{...}}: ${zodMessage(a.error)}` } };
-    if (a.data.tool_name !== RUN_ROLLOUT_TOOL) return { error: { code: 'VALIDATION_ERROR', message: `unknown tool '${a.data.tool_name}'; this server has one tool, ${RUN_ROLLOUT_TOOL}` } };
+    if (!a.success)
+      return {
+        error: {
+          code: 'VALIDATION_ERROR',
+          message: `step data must be {"type":"call_tool","tool_name":"${RUN_ROLLOUT_TOOL}","arguments":{...}}: ${zodMessage(a.error)}`,
+        },
+      };
+    if (a.data.tool_name !== RUN_ROLLOUT_TOOL)
+      return {
+        error: { code: 'VALIDATION_ERROR', message: `unknown tool '${a.data.tool_name}'; this server has one tool, ${RUN_ROLLOUT_TOOL}` },
+      };
     const args = RunRolloutArgs.safeParse(a.data.arguments);
     if (!args.success) return { error: { code: 'VALIDATION_ERROR', message: `${RUN_ROLLOUT_TOOL} arguments: ${zodMessage(args.error)}` } };
-    if (s.busy) return { error: { code: 'SESSION_ERROR', message: 'this session is already running a rollout; open another session for another rollout' } };
+    if (s.busy)
+      return {
+        error: { code: 'SESSION_ERROR', message: 'this session is already running a rollout; open another session for another rollout' },
+      };
     const ctrl = new AbortController();
     s.busy = ctrl;
     s.steps++;
@@ -332,7 +386,9 @@ export class ServeServer {
     if (refusal) {
       this.opts.log(`refused upgrade ${url.pathname}: ${refusal.message}`);
       const body = JSON.stringify({ detail: refusal.message });
-      socket.end(`HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+      socket.end(
+        `HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      );
       return;
     }
     if (url.pathname !== '/ws') {
@@ -355,7 +411,12 @@ export class ServeServer {
     if (sessionId) {
       const s = this.sessions.get(sessionId);
       if (!s) {
-        send(errorFrame('SESSION_ERROR', `no session ${sessionId} (closed, or from a server that restarted); create one with openenv/session/create`));
+        send(
+          errorFrame(
+            'SESSION_ERROR',
+            `no session ${sessionId} (closed, or from a server that restarted); create one with openenv/session/create`,
+          ),
+        );
         ws.close(1008, 'unknown session');
         return;
       }
@@ -368,7 +429,13 @@ export class ServeServer {
     } else {
       const opened = this.openSession(false);
       if ('capacity' in opened) {
-        send(errorFrame('CAPACITY_REACHED', `capacity reached: ${this.sessions.size} of ${this.opts.maxConcurrent} sessions in use`, this.capacityData()));
+        send(
+          errorFrame(
+            'CAPACITY_REACHED',
+            `capacity reached: ${this.sessions.size} of ${this.opts.maxConcurrent} sessions in use`,
+            this.capacityData(),
+          ),
+        );
         ws.close(1013, 'capacity reached');
         return;
       }
@@ -425,7 +492,8 @@ export class ServeServer {
         return;
       case 'step': {
         const d = frame.data.data as { type?: unknown } | undefined;
-        if (d && d.type === 'list_tools') return send({ type: 'observation', data: { observation: { tools: [TOOL_DESCRIPTION] }, reward: null, done: false } });
+        if (d && d.type === 'list_tools')
+          return send({ type: 'observation', data: { observation: { tools: [TOOL_DESCRIPTION] }, reward: null, done: false } });
         const out = await this.step(session, d);
         if ('error' in out) return send(errorFrame(out.error.code, out.error.message, out.error.extra));
         return send({ type: 'observation', data: observationData(RUN_ROLLOUT_TOOL, out.text, null) });

@@ -69,7 +69,11 @@ const TaskTomlSchema = z
       .optional(),
     metadata: z.record(z.string(), z.unknown()).default({}),
     agent: z
-      .object({ timeout_sec: seconds.optional(), user: z.union([z.string(), z.number().int()]).optional(), network_mode: NetworkMode.optional() })
+      .object({
+        timeout_sec: seconds.optional(),
+        user: z.union([z.string(), z.number().int()]).optional(),
+        network_mode: NetworkMode.optional(),
+      })
       .loose()
       .default({}),
     verifier: z
@@ -158,14 +162,16 @@ export function loadTask(dirArg: string): HarborTask {
   let memoryMb = env.memory_mb;
   if (env.memory !== undefined) {
     const mb = sizeToMb(env.memory);
-    if (mb === undefined) throw new TaskError(rel('task.toml'), 'environment.memory', `cannot read size '${env.memory}' (expected e.g. "2G" or "512M")`);
+    if (mb === undefined)
+      throw new TaskError(rel('task.toml'), 'environment.memory', `cannot read size '${env.memory}' (expected e.g. "2G" or "512M")`);
     memoryMb ??= mb;
     legacy.push('environment.memory -> memory_mb');
   }
   let storageMb = env.storage_mb;
   if (env.storage !== undefined) {
     const mb = sizeToMb(env.storage);
-    if (mb === undefined) throw new TaskError(rel('task.toml'), 'environment.storage', `cannot read size '${env.storage}' (expected e.g. "10G")`);
+    if (mb === undefined)
+      throw new TaskError(rel('task.toml'), 'environment.storage', `cannot read size '${env.storage}' (expected e.g. "10G")`);
     storageMb ??= mb;
     legacy.push('environment.storage -> storage_mb');
   }
@@ -185,11 +191,16 @@ export function loadTask(dirArg: string): HarborTask {
   const dockerfilePath = join(envDir, 'Dockerfile');
   const dockerfile = existsSync(dockerfilePath) ? dockerfilePath : undefined;
   if (!dockerfile && !env.docker_image && existsSync(join(envDir, 'docker-compose.yaml'))) {
-    throw new TaskError(rel('environment/docker-compose.yaml'), undefined, 'compose environments are not supported; use environment/Dockerfile');
+    throw new TaskError(
+      rel('environment/docker-compose.yaml'),
+      undefined,
+      'compose environments are not supported; use environment/Dockerfile',
+    );
   }
 
   const testsDir = join(dir, 'tests');
-  if (!existsSync(join(testsDir, 'test.sh'))) throw new TaskError(rel('tests/test.sh'), undefined, 'missing: the verifier entry point is tests/test.sh');
+  if (!existsSync(join(testsDir, 'test.sh')))
+    throw new TaskError(rel('tests/test.sh'), undefined, 'missing: the verifier entry point is tests/test.sh');
   const solutionDir = existsSync(join(dir, 'solution')) ? join(dir, 'solution') : undefined;
   const policyFile = existsSync(join(dir, 'policy.json')) ? join(dir, 'policy.json') : undefined;
 
@@ -233,7 +244,12 @@ export const ALLOW_ENV_VARIABLE = 'HARNESS_LAB_ALLOW_ENV';
 
 /** The host variables templates may read: the names in HARNESS_LAB_ALLOW_ENV (what --allow-env adds to). */
 export function allowedTemplateVariables(from: NodeJS.ProcessEnv = process.env): Set<string> {
-  return new Set((from[ALLOW_ENV_VARIABLE] ?? '').split(',').map((n) => n.trim()).filter(Boolean));
+  return new Set(
+    (from[ALLOW_ENV_VARIABLE] ?? '')
+      .split(',')
+      .map((n) => n.trim())
+      .filter(Boolean),
+  );
 }
 
 /** Adds names to HARNESS_LAB_ALLOW_ENV of `env` (a command's --allow-env), so backends and child processes see them. */
@@ -248,17 +264,32 @@ export function allowTemplateVariables(names: readonly string[], env: NodeJS.Pro
  * user allowed are read (`--allow-env NAME`); one not allowed takes its default, or is refused. The
  * lab's own `HARNESS_LAB_*` variables (admin and engine keys) are refused even when allowed.
  */
-export function resolveEnvTemplate(table: Record<string, string>, from: NodeJS.ProcessEnv, file: string, section: string, allowed: ReadonlySet<string> = allowedTemplateVariables(from)): Record<string, string> {
+export function resolveEnvTemplate(
+  table: Record<string, string>,
+  from: NodeJS.ProcessEnv,
+  file: string,
+  section: string,
+  allowed: ReadonlySet<string> = allowedTemplateVariables(from),
+): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [key, value] of Object.entries(table)) {
     out[key] = value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (_m, name: string, fallback: string | undefined) => {
       if (/^HARNESS_LAB_/i.test(name)) {
-        throw new TaskError(file, `${section}.${key}`, `asks for host variable ${name}: the lab's own HARNESS_LAB_* variables (its keys) never go into a sandbox, even when allowed`);
+        throw new TaskError(
+          file,
+          `${section}.${key}`,
+          `asks for host variable ${name}: the lab's own HARNESS_LAB_* variables (its keys) never go into a sandbox, even when allowed`,
+        );
       }
       const v = allowed.has(name) ? from[name] : undefined;
       if (v !== undefined && v !== '') return v;
       if (fallback !== undefined) return fallback;
-      if (!allowed.has(name)) throw new TaskError(file, `${section}.${key}`, `asks for host variable ${name}, which is not allowed: pass --allow-env ${name} (or add it to ${ALLOW_ENV_VARIABLE}) to copy it into the sandbox`);
+      if (!allowed.has(name))
+        throw new TaskError(
+          file,
+          `${section}.${key}`,
+          `asks for host variable ${name}, which is not allowed: pass --allow-env ${name} (or add it to ${ALLOW_ENV_VARIABLE}) to copy it into the sandbox`,
+        );
       throw new TaskError(file, `${section}.${key}`, `needs host variable ${name}, which is not set`);
     });
   }
@@ -271,7 +302,8 @@ export function findTasks(root: string): string[] {
   const walk = (d: string, depth: number) => {
     if (existsSync(join(d, 'task.toml'))) return void out.push(d);
     if (depth > 3) return;
-    for (const e of readdirSync(d, { withFileTypes: true })) if (e.isDirectory() && !e.name.startsWith('.') && e.name !== 'node_modules') walk(join(d, e.name), depth + 1);
+    for (const e of readdirSync(d, { withFileTypes: true }))
+      if (e.isDirectory() && !e.name.startsWith('.') && e.name !== 'node_modules') walk(join(d, e.name), depth + 1);
   };
   walk(resolve(root), 0);
   return out.sort();

@@ -73,7 +73,10 @@ export function parseMetricLine(line: string): { step: number | undefined; value
   return undefined;
 }
 
-function fromRecord(obj: Record<string, unknown>, format: string): { step: number | undefined; values: Record<string, number>; format: string } | undefined {
+function fromRecord(
+  obj: Record<string, unknown>,
+  format: string,
+): { step: number | undefined; values: Record<string, number>; format: string } | undefined {
   const nums: Record<string, number> = {};
   for (const [k, v] of Object.entries(obj)) {
     const n = toNumber(v);

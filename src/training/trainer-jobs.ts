@@ -26,12 +26,26 @@ export type RunKind = 'RayJob' | 'TrainJob' | 'Job';
 
 /** An RFC 1035 label (TrainJob names must be one): lowercase letter first, [a-z0-9-], <= 63. */
 const RFC1035 = /^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/;
-const Quantity = z.union([z.string().regex(/^[+-]?\d+(\.\d+)?([KMGTPE]i?|[munkMGTPE]|e\d+)?$/, 'a Kubernetes quantity such as 8, 500m, 16Gi'), z.number().nonnegative()]).transform(String);
+const Quantity = z
+  .union([
+    z.string().regex(/^[+-]?\d+(\.\d+)?([KMGTPE]i?|[munkMGTPE]|e\d+)?$/, 'a Kubernetes quantity such as 8, 500m, 16Gi'),
+    z.number().nonnegative(),
+  ])
+  .transform(String);
 const ResourceList = z.record(z.string(), Quantity);
 
 const VolumeSource = z.union([
   z.object({ pvc: z.object({ claimName: z.string().min(1), readOnly: z.boolean().default(true) }).strict() }).strict(),
-  z.object({ hostPath: z.object({ path: z.string().startsWith('/', 'an absolute path on the node'), type: z.enum(['', 'Directory', 'DirectoryOrCreate', 'File']).default('Directory') }).strict() }).strict(),
+  z
+    .object({
+      hostPath: z
+        .object({
+          path: z.string().startsWith('/', 'an absolute path on the node'),
+          type: z.enum(['', 'Directory', 'DirectoryOrCreate', 'File']).default('Directory'),
+        })
+        .strict(),
+    })
+    .strict(),
 ]);
 
 /** Where the trainer gets its rollouts: the rollout server (`harness-lab serve`) or an export on a volume. */
@@ -41,7 +55,10 @@ const DataSource = z.discriminatedUnion('source', [
     .object({
       source: z.literal('export'),
       /** The export file, relative to the volume (e.g. `batch-01/trl.jsonl`). */
-      file: z.string().min(1).refine((f) => !f.startsWith('/') && !f.split('/').includes('..'), 'a path relative to the volume, without ..'),
+      file: z
+        .string()
+        .min(1)
+        .refine((f) => !f.startsWith('/') && !f.split('/').includes('..'), 'a path relative to the volume, without ..'),
       volume: VolumeSource,
       mountPath: z.string().startsWith('/').default('/data'),
     })
@@ -51,7 +68,10 @@ const DataSource = z.discriminatedUnion('source', [
 export const TrainConfigSchema = z
   .object({
     /** The run's name (an RFC 1035 label, <= 63); default: hl-<trainer>-<time>. */
-    name: z.string().regex(RFC1035, 'an RFC 1035 label: lowercase letters, digits and -, starting with a letter, at most 63 characters').optional(),
+    name: z
+      .string()
+      .regex(RFC1035, 'an RFC 1035 label: lowercase letters, digits and -, starting with a letter, at most 63 characters')
+      .optional(),
     image: z.string().min(1),
     command: z.array(z.string()).min(1),
     args: z.array(z.string()).default([]),
@@ -61,16 +81,34 @@ export const TrainConfigSchema = z
       .superRefine((env, ctx) => {
         // A credential in `env` would sit in the run's object (and in everything that reads it): Secrets only.
         for (const name of Object.keys(env))
-          if (CREDENTIAL_NAME.test(name)) ctx.addIssue({ code: 'custom', path: [name], message: `looks like a credential: put it in a Kubernetes Secret and name it under secretEnv (${name}: {secret: <name>, key: <key>})` });
+          if (CREDENTIAL_NAME.test(name))
+            ctx.addIssue({
+              code: 'custom',
+              path: [name],
+              message: `looks like a credential: put it in a Kubernetes Secret and name it under secretEnv (${name}: {secret: <name>, key: <key>})`,
+            });
       }),
     /** Environment variables from Secrets (secretKeyRef): the only way a key reaches the trainer. */
-    secretEnv: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name'), z.object({ secret: z.string().regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, 'a Secret name'), key: z.string().regex(/^[-._a-zA-Z0-9]+$/, 'a key of the Secret') }).strict()).default({}),
+    secretEnv: z
+      .record(
+        z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name'),
+        z
+          .object({
+            secret: z.string().regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, 'a Secret name'),
+            key: z.string().regex(/^[-._a-zA-Z0-9]+$/, 'a key of the Secret'),
+          })
+          .strict(),
+      )
+      .default({}),
     numNodes: z.number().int().min(1).default(1),
     gpusPerNode: z.number().int().min(0).default(0),
     resources: z.object({ requests: ResourceList.optional(), limits: ResourceList.optional() }).strict().default({}),
     data: DataSource,
     /** TrainJob: the ClusterTrainingRuntime (or TrainingRuntime) it runs on. */
-    runtimeRef: z.object({ name: z.string().min(1), kind: z.enum(['ClusterTrainingRuntime', 'TrainingRuntime']).default('ClusterTrainingRuntime') }).strict().default({ name: 'torch-distributed', kind: 'ClusterTrainingRuntime' }),
+    runtimeRef: z
+      .object({ name: z.string().min(1), kind: z.enum(['ClusterTrainingRuntime', 'TrainingRuntime']).default('ClusterTrainingRuntime') })
+      .strict()
+      .default({ name: 'torch-distributed', kind: 'ClusterTrainingRuntime' }),
     numProcPerNode: z.union([z.number().int().min(1), z.literal('auto')]).optional(),
     /** RayJob: the Ray version of the image and the dashboard options. */
     rayVersion: z.string().default('2.46.0'),
@@ -88,7 +126,13 @@ export class TrainConfigError extends Error {
   }
 }
 
-const fieldPath = (path: readonly PropertyKey[]) => (path.length ? path.map((p) => (typeof p === 'number' ? `[${p}]` : String(p))).join('.').replace(/\.\[/g, '[') : '(top level)');
+const fieldPath = (path: readonly PropertyKey[]) =>
+  path.length
+    ? path
+        .map((p) => (typeof p === 'number' ? `[${p}]` : String(p)))
+        .join('.')
+        .replace(/\.\[/g, '[')
+    : '(top level)';
 
 /** Reads a trainer config; every problem names the file and the field. */
 export function parseTrainConfig(text: string, file: string): TrainConfig {
@@ -99,7 +143,8 @@ export function parseTrainConfig(text: string, file: string): TrainConfig {
     throw new TrainConfigError(`${file}: not YAML or JSON: ${(err as Error).message.split('\n')[0]}`);
   }
   const parsed = TrainConfigSchema.safeParse(raw ?? {});
-  if (!parsed.success) throw new TrainConfigError(`${file}: ${parsed.error.issues.map((i) => `${fieldPath(i.path)}: ${i.message}`).join('; ')}`);
+  if (!parsed.success)
+    throw new TrainConfigError(`${file}: ${parsed.error.issues.map((i) => `${fieldPath(i.path)}: ${i.message}`).join('; ')}`);
   return parsed.data;
 }
 
@@ -114,7 +159,10 @@ export function loadTrainConfig(file: string): TrainConfig {
 }
 
 export function defaultRunName(trainer: Trainer, now = new Date()): string {
-  return `hl-${trainer}-${now.toISOString().replace(/[-:TZ.]/g, '').slice(0, 14)}`;
+  return `hl-${trainer}-${now
+    .toISOString()
+    .replace(/[-:TZ.]/g, '')
+    .slice(0, 14)}`;
 }
 
 export function kindFor(trainer: Trainer, operator: Exclude<Operator, 'auto'>): RunKind {
@@ -157,11 +205,19 @@ function common(config: TrainConfig, trainer: Trainer, name: string): Built {
   else {
     env.push({ name: 'HARNESS_LAB_EXPORT', value: `${d.mountPath.replace(/\/+$/, '')}/${d.file}` });
     const readOnly = 'pvc' in d.volume ? d.volume.pvc.readOnly : true;
-    volumes.push({ name: 'export', ...('pvc' in d.volume ? { persistentVolumeClaim: { claimName: d.volume.pvc.claimName, readOnly } } : { hostPath: { path: d.volume.hostPath.path, type: d.volume.hostPath.type } }) });
+    volumes.push({
+      name: 'export',
+      ...('pvc' in d.volume
+        ? { persistentVolumeClaim: { claimName: d.volume.pvc.claimName, readOnly } }
+        : { hostPath: { path: d.volume.hostPath.path, type: d.volume.hostPath.type } }),
+    });
     mounts.push({ name: 'export', mountPath: d.mountPath, readOnly });
   }
   const limits = { ...(config.resources.limits ?? {}), ...(config.gpusPerNode ? { 'nvidia.com/gpu': String(config.gpusPerNode) } : {}) };
-  const resources = { ...(config.resources.requests ? { requests: config.resources.requests } : {}), ...(Object.keys(limits).length ? { limits } : {}) };
+  const resources = {
+    ...(config.resources.requests ? { requests: config.resources.requests } : {}),
+    ...(Object.keys(limits).length ? { limits } : {}),
+  };
   return { labels, env, volumes, mounts, resources };
 }
 
@@ -181,7 +237,13 @@ export function runManifest(input: RunInput): RunObject {
   const metadata = { name, namespace, labels: metaLabels, annotations: { 'harness-lab/data-source': c.data.source } };
   const podMeta = { labels: b.labels };
   if (input.kind === 'RayJob') {
-    const container = (role: string, gpu: boolean) => ({ name: `ray-${role}`, image: c.image, env: b.env, volumeMounts: b.mounts, ...(gpu && Object.keys(b.resources).length ? { resources: b.resources } : {}) });
+    const container = (role: string, gpu: boolean) => ({
+      name: `ray-${role}`,
+      image: c.image,
+      env: b.env,
+      volumeMounts: b.mounts,
+      ...(gpu && Object.keys(b.resources).length ? { resources: b.resources } : {}),
+    });
     return {
       apiVersion: 'ray.io/v1',
       kind: 'RayJob',
@@ -196,9 +258,25 @@ export function runManifest(input: RunInput): RunObject {
         ...(c.queueName ? { suspend: true } : {}),
         rayClusterSpec: {
           rayVersion: c.rayVersion,
-          headGroupSpec: { rayStartParams: { 'dashboard-host': '0.0.0.0' }, template: { metadata: { labels: { ...b.labels, 'harness-lab/role': 'head' } }, spec: { containers: [container('head', false)], volumes: b.volumes } } },
+          headGroupSpec: {
+            rayStartParams: { 'dashboard-host': '0.0.0.0' },
+            template: {
+              metadata: { labels: { ...b.labels, 'harness-lab/role': 'head' } },
+              spec: { containers: [container('head', false)], volumes: b.volumes },
+            },
+          },
           workerGroupSpecs: [
-            { groupName: 'gpu', replicas: c.numNodes, minReplicas: c.numNodes, maxReplicas: c.numNodes, rayStartParams: {}, template: { metadata: { labels: { ...b.labels, 'harness-lab/role': 'worker' } }, spec: { containers: [container('worker', true)], volumes: b.volumes } } },
+            {
+              groupName: 'gpu',
+              replicas: c.numNodes,
+              minReplicas: c.numNodes,
+              maxReplicas: c.numNodes,
+              rayStartParams: {},
+              template: {
+                metadata: { labels: { ...b.labels, 'harness-lab/role': 'worker' } },
+                spec: { containers: [container('worker', true)], volumes: b.volumes },
+              },
+            },
           ],
         },
       },
@@ -223,11 +301,20 @@ export function runManifest(input: RunInput): RunObject {
         },
         ...(c.queueName ? { suspend: true } : {}),
         // The export volume on the runtime's trainer job ("node" in the torch runtimes).
-        ...(b.volumes.length ? { podTemplateOverrides: [{ targetJobs: [{ name: 'node' }], spec: { volumes: b.volumes, containers: [{ name: 'node', volumeMounts: b.mounts }] } }] } : {}),
+        ...(b.volumes.length
+          ? {
+              podTemplateOverrides: [
+                { targetJobs: [{ name: 'node' }], spec: { volumes: b.volumes, containers: [{ name: 'node', volumeMounts: b.mounts }] } },
+              ],
+            }
+          : {}),
       },
     };
   }
-  if (c.numNodes > 1) throw new TrainConfigError(`numNodes: ${c.numNodes} nodes need an operator (KubeRay for veRL, Kubeflow Trainer for TRL); a plain Job (--operator none) runs one node`);
+  if (c.numNodes > 1)
+    throw new TrainConfigError(
+      `numNodes: ${c.numNodes} nodes need an operator (KubeRay for veRL, Kubeflow Trainer for TRL); a plain Job (--operator none) runs one node`,
+    );
   return {
     apiVersion: 'batch/v1',
     kind: 'Job',
@@ -241,7 +328,17 @@ export function runManifest(input: RunInput): RunObject {
         metadata: podMeta,
         spec: {
           restartPolicy: 'Never',
-          containers: [{ name: 'trainer', image: c.image, command: c.command, ...(c.args.length ? { args: c.args } : {}), env: b.env, volumeMounts: b.mounts, ...(Object.keys(b.resources).length ? { resources: b.resources } : {}) }],
+          containers: [
+            {
+              name: 'trainer',
+              image: c.image,
+              command: c.command,
+              ...(c.args.length ? { args: c.args } : {}),
+              env: b.env,
+              volumeMounts: b.mounts,
+              ...(Object.keys(b.resources).length ? { resources: b.resources } : {}),
+            },
+          ],
           volumes: b.volumes,
         },
       },
@@ -251,12 +348,22 @@ export function runManifest(input: RunInput): RunObject {
 
 // The fields we set on the two CRDs, checked before submission (kubernetes-models has no class for them).
 const Meta = z.object({ name: z.string(), namespace: z.string().min(1), labels: z.record(z.string(), z.string()).optional() }).loose();
-const PodTemplate = z.object({ metadata: z.object({ labels: z.record(z.string(), z.string()) }).optional(), spec: z.object({ containers: z.array(z.object({ name: z.string().min(1), image: z.string().min(1) }).loose()).min(1) }).loose() }).strict();
+const PodTemplate = z
+  .object({
+    metadata: z.object({ labels: z.record(z.string(), z.string()) }).optional(),
+    spec: z.object({ containers: z.array(z.object({ name: z.string().min(1), image: z.string().min(1) }).loose()).min(1) }).loose(),
+  })
+  .strict();
 export const RayJobSchema = z
   .object({
     apiVersion: z.literal('ray.io/v1'),
     kind: z.literal('RayJob'),
-    metadata: Meta.extend({ name: z.string().regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/).max(63) }),
+    metadata: Meta.extend({
+      name: z
+        .string()
+        .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/)
+        .max(63),
+    }),
     spec: z
       .object({
         entrypoint: z.string().min(1),
@@ -270,7 +377,20 @@ export const RayJobSchema = z
           .object({
             rayVersion: z.string().min(1),
             headGroupSpec: z.object({ rayStartParams: z.record(z.string(), z.string()), template: PodTemplate }).strict(),
-            workerGroupSpecs: z.array(z.object({ groupName: z.string().min(1), replicas: z.number().int().min(0), minReplicas: z.number().int().min(0), maxReplicas: z.number().int().min(0), rayStartParams: z.record(z.string(), z.string()), template: PodTemplate }).strict()).min(1),
+            workerGroupSpecs: z
+              .array(
+                z
+                  .object({
+                    groupName: z.string().min(1),
+                    replicas: z.number().int().min(0),
+                    minReplicas: z.number().int().min(0),
+                    maxReplicas: z.number().int().min(0),
+                    rayStartParams: z.record(z.string(), z.string()),
+                    template: PodTemplate,
+                  })
+                  .strict(),
+              )
+              .min(1),
           })
           .strict(),
       })
@@ -284,21 +404,56 @@ export const TrainJobSchema = z
     metadata: Meta.extend({ name: z.string().regex(RFC1035, 'an RFC 1035 label of at most 63 characters') }),
     spec: z
       .object({
-        runtimeRef: z.object({ name: z.string().min(1), kind: z.enum(['ClusterTrainingRuntime', 'TrainingRuntime']), apiGroup: z.literal('trainer.kubeflow.org') }).strict(),
+        runtimeRef: z
+          .object({
+            name: z.string().min(1),
+            kind: z.enum(['ClusterTrainingRuntime', 'TrainingRuntime']),
+            apiGroup: z.literal('trainer.kubeflow.org'),
+          })
+          .strict(),
         labels: z.record(z.string(), z.string()).optional(),
         trainer: z
           .object({
             image: z.string().min(1),
             command: z.array(z.string()).min(1),
             args: z.array(z.string()).optional(),
-            env: z.array(z.union([z.object({ name: z.string(), value: z.string() }).strict(), z.object({ name: z.string(), valueFrom: z.object({ secretKeyRef: z.object({ name: z.string(), key: z.string() }).strict() }).strict() }).strict()])).optional(),
+            env: z
+              .array(
+                z.union([
+                  z.object({ name: z.string(), value: z.string() }).strict(),
+                  z
+                    .object({
+                      name: z.string(),
+                      valueFrom: z.object({ secretKeyRef: z.object({ name: z.string(), key: z.string() }).strict() }).strict(),
+                    })
+                    .strict(),
+                ]),
+              )
+              .optional(),
             numNodes: z.number().int().min(1),
             numProcPerNode: z.union([z.number().int().min(1), z.literal('auto')]).optional(),
-            resourcesPerNode: z.object({ requests: z.record(z.string(), z.string()).optional(), limits: z.record(z.string(), z.string()).optional() }).strict().optional(),
+            resourcesPerNode: z
+              .object({ requests: z.record(z.string(), z.string()).optional(), limits: z.record(z.string(), z.string()).optional() })
+              .strict()
+              .optional(),
           })
           .strict(),
         suspend: z.boolean().optional(),
-        podTemplateOverrides: z.array(z.object({ targetJobs: z.array(z.object({ name: z.string() }).strict()).min(1), spec: z.object({ volumes: z.array(z.unknown()), containers: z.array(z.object({ name: z.string(), volumeMounts: z.array(z.unknown()) }).strict()) }).strict() }).strict()).optional(),
+        podTemplateOverrides: z
+          .array(
+            z
+              .object({
+                targetJobs: z.array(z.object({ name: z.string() }).strict()).min(1),
+                spec: z
+                  .object({
+                    volumes: z.array(z.unknown()),
+                    containers: z.array(z.object({ name: z.string(), volumeMounts: z.array(z.unknown()) }).strict()),
+                  })
+                  .strict(),
+              })
+              .strict(),
+          )
+          .optional(),
       })
       .strict(),
   })
@@ -310,9 +465,15 @@ export async function validateRunManifest(obj: RunObject): Promise<void> {
   const schema = obj.kind === 'RayJob' ? RayJobSchema : obj.kind === 'TrainJob' ? TrainJobSchema : undefined;
   if (!schema) return validateManifests([obj]);
   const r = schema.safeParse(obj);
-  if (!r.success) throw new ClusterError(`${id} is not a valid manifest: ${r.error.issues.map((i) => `/${i.path.join('/')} ${i.message}`).join('; ')}`);
+  if (!r.success)
+    throw new ClusterError(`${id} is not a valid manifest: ${r.error.issues.map((i) => `/${i.path.join('/')} ${i.message}`).join('; ')}`);
   // The volumes inside the pod templates are core/v1 objects: check them with kubernetes-models too.
-  const volumes = (obj.kind === 'RayJob' ? ((obj.spec.rayClusterSpec as { headGroupSpec: { template: { spec: { volumes?: unknown[] } } } }).headGroupSpec.template.spec.volumes ?? []) : ((obj.spec.podTemplateOverrides as { spec: { volumes: unknown[] } }[] | undefined)?.[0]?.spec.volumes ?? [])) as Record<string, unknown>[];
+  const volumes = (
+    obj.kind === 'RayJob'
+      ? ((obj.spec.rayClusterSpec as { headGroupSpec: { template: { spec: { volumes?: unknown[] } } } }).headGroupSpec.template.spec
+          .volumes ?? [])
+      : ((obj.spec.podTemplateOverrides as { spec: { volumes: unknown[] } }[] | undefined)?.[0]?.spec.volumes ?? [])
+  ) as Record<string, unknown>[];
   if (volumes.length) {
     const { Pod } = await import('kubernetes-models/v1');
     try {
@@ -353,7 +514,10 @@ export async function resolveKind(cluster: Cluster, trainer: Trainer, operator: 
   if (operator !== 'auto') return { kind: kindFor(trainer, operator), why: `--operator ${operator}` };
   const kind = kindFor(trainer, operatorOf(trainer));
   if (await serves(cluster, kind)) return { kind, why: `the cluster serves ${RESOURCES[kind].plural}.${RESOURCES[kind].group}` };
-  return { kind: 'Job', why: `the cluster has no ${RESOURCES[kind].plural}.${RESOURCES[kind].group} CRD (no ${operatorOf(trainer) === 'kuberay' ? 'KubeRay' : 'Kubeflow Trainer'} operator), so a plain batch/v1 Job` };
+  return {
+    kind: 'Job',
+    why: `the cluster has no ${RESOURCES[kind].plural}.${RESOURCES[kind].group} CRD (no ${operatorOf(trainer) === 'kuberay' ? 'KubeRay' : 'Kubeflow Trainer'} operator), so a plain batch/v1 Job`,
+  };
 }
 
 // ---- the local record of runs ------------------------------------------------------------------
@@ -391,7 +555,10 @@ export function readRunRecord(name: string, dir = runsDir()): RunRecord | undefi
     return undefined;
   }
   const r = RunRecordSchema.safeParse(JSON.parse(text));
-  if (!r.success) throw new ClusterError(`${join(dir, `${name}.json`)}: not a run record: ${r.error.issues.map((i) => `${fieldPath(i.path)}: ${i.message}`).join('; ')}`);
+  if (!r.success)
+    throw new ClusterError(
+      `${join(dir, `${name}.json`)}: not a run record: ${r.error.issues.map((i) => `${fieldPath(i.path)}: ${i.message}`).join('; ')}`,
+    );
   return r.data;
 }
 
@@ -439,7 +606,18 @@ export async function submitRun(cluster: Cluster, opts: SubmitOptions): Promise<
   } catch (err) {
     throw clusterError(cluster, `creating ${kind} ${cluster.namespace}/${name}`, err);
   }
-  const record: RunRecord = { name, trainer: opts.trainer, kind, apiVersion: object.apiVersion, namespace: cluster.namespace, context: cluster.context, server: cluster.server, config: opts.configFile, created_at: new Date().toISOString(), ...(created.metadata?.uid ? { uid: created.metadata.uid } : {}) };
+  const record: RunRecord = {
+    name,
+    trainer: opts.trainer,
+    kind,
+    apiVersion: object.apiVersion,
+    namespace: cluster.namespace,
+    context: cluster.context,
+    server: cluster.server,
+    config: opts.configFile,
+    created_at: new Date().toISOString(),
+    ...(created.metadata?.uid ? { uid: created.metadata.uid } : {}),
+  };
   saveRunRecord(record, opts.recordsDir);
   return { record, object, why };
 }
@@ -464,7 +642,18 @@ export function runPhase(kind: RunKind, obj: WithStatus): { phase: RunPhase; det
     const job = String(s.jobStatus ?? '');
     const dep = String(s.jobDeploymentStatus ?? '');
     const detail = [dep && `deployment ${dep}`, job && `job ${job}`, typeof s.message === 'string' && s.message].filter(Boolean).join(', ');
-    const phase: RunPhase = job === 'SUCCEEDED' ? 'Succeeded' : job === 'FAILED' || dep === 'Failed' ? 'Failed' : job === 'STOPPED' ? 'Stopped' : dep === 'Suspended' ? 'Suspended' : job === 'RUNNING' || dep === 'Running' ? 'Running' : 'Pending';
+    const phase: RunPhase =
+      job === 'SUCCEEDED'
+        ? 'Succeeded'
+        : job === 'FAILED' || dep === 'Failed'
+          ? 'Failed'
+          : job === 'STOPPED'
+            ? 'Stopped'
+            : dep === 'Suspended'
+              ? 'Suspended'
+              : job === 'RUNNING' || dep === 'Running'
+                ? 'Running'
+                : 'Pending';
     return { phase, detail };
   }
   const c = cond('Failed') ?? cond('Complete') ?? cond('Suspended') ?? cond('Created');
@@ -472,16 +661,30 @@ export function runPhase(kind: RunKind, obj: WithStatus): { phase: RunPhase; det
   if (cond('Failed')) return { phase: 'Failed', detail };
   if (cond('Complete')) return { phase: 'Succeeded', detail };
   if (cond('Suspended')) return { phase: 'Suspended', detail };
-  if (kind === 'Job') return { phase: Number(s.active ?? 0) > 0 ? 'Running' : 'Pending', detail: detail || (Number(s.active ?? 0) > 0 ? `${String(s.active)} pod(s) active` : '') };
+  if (kind === 'Job')
+    return {
+      phase: Number(s.active ?? 0) > 0 ? 'Running' : 'Pending',
+      detail: detail || (Number(s.active ?? 0) > 0 ? `${String(s.active)} pod(s) active` : ''),
+    };
   return { phase: s.jobsStatus || cond('Created') ? 'Running' : 'Pending', detail };
 }
 
 function kindWatch(kind: RunKind): WatchKind<WithStatus> {
   const r = RESOURCES[kind];
-  if (kind === 'Job') return { path: (ns) => `/apis/batch/v1/namespaces/${ns}/jobs`, list: (c, ns, labelSelector) => c.batch.listNamespacedJob({ namespace: ns, labelSelector }) as Promise<{ items: WithStatus[] }> };
+  if (kind === 'Job')
+    return {
+      path: (ns) => `/apis/batch/v1/namespaces/${ns}/jobs`,
+      list: (c, ns, labelSelector) => c.batch.listNamespacedJob({ namespace: ns, labelSelector }) as Promise<{ items: WithStatus[] }>,
+    };
   return {
     path: (ns) => `/apis/${r.group}/${r.version}/namespaces/${ns}/${r.plural}`,
-    list: async (c, ns, labelSelector) => (await c.kc.makeApiClient(k8s.CustomObjectsApi).listNamespacedCustomObject({ group: r.group, version: r.version, namespace: ns, plural: r.plural, labelSelector })) as { items: WithStatus[]; metadata?: { resourceVersion?: string } },
+    list: async (c, ns, labelSelector) =>
+      (await c.kc
+        .makeApiClient(k8s.CustomObjectsApi)
+        .listNamespacedCustomObject({ group: r.group, version: r.version, namespace: ns, plural: r.plural, labelSelector })) as {
+        items: WithStatus[];
+        metadata?: { resourceVersion?: string };
+      },
   };
 }
 
@@ -524,18 +727,26 @@ export class RunWatch {
 }
 
 /** Finds a run: its local record, else by label among the three kinds in the namespace. */
-export async function findRun(cluster: Cluster, name: string, recordsDir?: string): Promise<{ kind: RunKind; trainer: Trainer | undefined; record?: RunRecord }> {
+export async function findRun(
+  cluster: Cluster,
+  name: string,
+  recordsDir?: string,
+): Promise<{ kind: RunKind; trainer: Trainer | undefined; record?: RunRecord }> {
   const record = readRunRecord(name, recordsDir);
   if (record) return { kind: record.kind, trainer: record.trainer, record };
   for (const kind of ['RayJob', 'TrainJob', 'Job'] as RunKind[]) {
     if (!(await serves(cluster, kind))) continue;
-    const list = await kindWatch(kind).list(cluster, cluster.namespace, runSelector(name)).catch((err: unknown) => {
-      throw clusterError(cluster, `listing ${RESOURCES[kind].plural} in ${cluster.namespace}`, err);
-    });
+    const list = await kindWatch(kind)
+      .list(cluster, cluster.namespace, runSelector(name))
+      .catch((err: unknown) => {
+        throw clusterError(cluster, `listing ${RESOURCES[kind].plural} in ${cluster.namespace}`, err);
+      });
     const hit = list.items.find((o) => o.metadata?.name === name);
     if (hit) return { kind, trainer: hit.metadata?.labels?.[TRAINER_LABEL] as Trainer | undefined };
   }
-  throw new ClusterError(`training run "${name}" is not in namespace "${cluster.namespace}" of kube context "${cluster.context}" (no RayJob, TrainJob or Job labelled ${runSelector(name)}, and no local record in ${recordsDir ?? runsDir()})`);
+  throw new ClusterError(
+    `training run "${name}" is not in namespace "${cluster.namespace}" of kube context "${cluster.context}" (no RayJob, TrainJob or Job labelled ${runSelector(name)}, and no local record in ${recordsDir ?? runsDir()})`,
+  );
 }
 
 export interface RunSummary {
@@ -561,7 +772,15 @@ export async function listRuns(cluster: Cluster): Promise<RunSummary[]> {
     }
     for (const o of list.items) {
       const p = runPhase(kind, o);
-      out.push({ name: o.metadata!.name!, trainer: o.metadata?.labels?.[TRAINER_LABEL] ?? '?', kind, phase: p.phase, detail: p.detail, created: o.metadata?.creationTimestamp ? new Date(o.metadata.creationTimestamp as unknown as string).toISOString() : undefined, namespace: cluster.namespace });
+      out.push({
+        name: o.metadata!.name!,
+        trainer: o.metadata?.labels?.[TRAINER_LABEL] ?? '?',
+        kind,
+        phase: p.phase,
+        detail: p.detail,
+        created: o.metadata?.creationTimestamp ? new Date(o.metadata.creationTimestamp as unknown as string).toISOString() : undefined,
+        namespace: cluster.namespace,
+      });
     }
   }
   return out.sort((a, b) => (b.created ?? '').localeCompare(a.created ?? ''));
@@ -584,14 +803,22 @@ const podRank = (p: k8s.V1Pod) => {
  * Streams the log of the run's main pod (the Job's pod, the Ray head, the TrainJob's first node) to
  * `out`, following until the container ends. Waits (watching pods, not polling) until one is running.
  */
-export async function streamRunLogs(cluster: Cluster, kind: RunKind, name: string, out: Writable, opts: { follow?: boolean; signal?: AbortSignal } = {}): Promise<{ pod: string }> {
+export async function streamRunLogs(
+  cluster: Cluster,
+  kind: RunKind,
+  name: string,
+  out: Writable,
+  opts: { follow?: boolean; signal?: AbortSignal } = {},
+): Promise<{ pod: string }> {
   const follow = opts.follow ?? true;
   let pod: k8s.V1Pod | undefined;
   for (const selector of podSelectors(kind, name)) {
     const pods = new ObjectWatch<k8s.V1Pod>(cluster, PODS, selector);
     const found = await new Promise<k8s.V1Pod | undefined>((resolve, reject) => {
       const pick = () => {
-        const started = [...pods.objects.values()].filter((p) => ['Running', 'Succeeded', 'Failed'].includes(p.status?.phase ?? '')).sort((a, b) => podRank(a) - podRank(b));
+        const started = [...pods.objects.values()]
+          .filter((p) => ['Running', 'Succeeded', 'Failed'].includes(p.status?.phase ?? ''))
+          .sort((a, b) => podRank(a) - podRank(b));
         if (started[0]) resolve(started[0]);
         else if (!follow && pods.stats.lists > 0) resolve(undefined);
       };
@@ -618,10 +845,14 @@ export async function streamRunLogs(cluster: Cluster, kind: RunKind, name: strin
     let ctl: AbortController | undefined;
     pass.on('end', () => resolve());
     pass.on('error', (err) => reject(clusterError(cluster, `streaming the log of pod ${cluster.namespace}/${podName}`, err)));
-    opts.signal?.addEventListener('abort', () => {
-      ctl?.abort();
-      resolve();
-    }, { once: true });
+    opts.signal?.addEventListener(
+      'abort',
+      () => {
+        ctl?.abort();
+        resolve();
+      },
+      { once: true },
+    );
     new k8s.Log(cluster.kc).log(cluster.namespace, podName, container, pass, { follow }).then(
       (c) => (ctl = c),
       (err: unknown) => reject(clusterError(cluster, `streaming the log of pod ${cluster.namespace}/${podName}`, err)),
@@ -636,7 +867,14 @@ export async function cancelRun(cluster: Cluster, kind: RunKind, name: string, r
   const r = RESOURCES[kind];
   const apiVersion = r.group === 'batch' ? 'batch/v1' : `${r.group}/${r.version}`;
   try {
-    await cluster.objects.delete({ apiVersion, kind, metadata: { name, namespace: cluster.namespace } }, undefined, undefined, undefined, undefined, 'Background');
+    await cluster.objects.delete(
+      { apiVersion, kind, metadata: { name, namespace: cluster.namespace } },
+      undefined,
+      undefined,
+      undefined,
+      undefined,
+      'Background',
+    );
   } catch (err) {
     if (apiStatus(err)?.code === 404) {
       removeRunRecord(name, recordsDir);

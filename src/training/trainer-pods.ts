@@ -16,7 +16,16 @@ export interface PodWaiting {
   stuck: boolean;
 }
 
-const STUCK = new Set(['ImagePullBackOff', 'ErrImagePull', 'InvalidImageName', 'ErrImageNeverPull', 'CreateContainerConfigError', 'CreateContainerError', 'CrashLoopBackOff', 'Unschedulable']);
+const STUCK = new Set([
+  'ImagePullBackOff',
+  'ErrImagePull',
+  'InvalidImageName',
+  'ErrImageNeverPull',
+  'CreateContainerConfigError',
+  'CreateContainerError',
+  'CrashLoopBackOff',
+  'Unschedulable',
+]);
 
 /**
  * Why the run's pods are not running yet, most telling first (a stuck reason before a transient one);
@@ -30,7 +39,8 @@ export function podWaiting(pods: k8s.V1Pod[]): PodWaiting | null {
     const statuses = [...(p.status?.initContainerStatuses ?? []), ...(p.status?.containerStatuses ?? [])];
     if (phase === 'Running' && statuses.some((c) => c.state?.running)) return null;
     if (phase === 'Succeeded' || phase === 'Failed') continue;
-    const waiting = statuses.find((c) => c.state?.waiting?.reason && STUCK.has(c.state.waiting.reason)) ?? statuses.find((c) => c.state?.waiting?.reason);
+    const waiting =
+      statuses.find((c) => c.state?.waiting?.reason && STUCK.has(c.state.waiting.reason)) ?? statuses.find((c) => c.state?.waiting?.reason);
     if (waiting?.state?.waiting?.reason) {
       const w = waiting.state.waiting;
       found.push({ pod: name, reason: w.reason!, message: w.message ?? '', stuck: STUCK.has(w.reason!) });
@@ -38,7 +48,12 @@ export function podWaiting(pods: k8s.V1Pod[]): PodWaiting | null {
     }
     const unscheduled = (p.status?.conditions ?? []).find((c) => c.type === 'PodScheduled' && c.status === 'False');
     if (unscheduled) {
-      found.push({ pod: name, reason: unscheduled.reason ?? 'Unschedulable', message: unscheduled.message ?? '', stuck: (unscheduled.reason ?? 'Unschedulable') === 'Unschedulable' });
+      found.push({
+        pod: name,
+        reason: unscheduled.reason ?? 'Unschedulable',
+        message: unscheduled.message ?? '',
+        stuck: (unscheduled.reason ?? 'Unschedulable') === 'Unschedulable',
+      });
       continue;
     }
     if (phase === 'Pending') found.push({ pod: name, reason: 'Pending', message: p.status?.message ?? '', stuck: false });
@@ -69,7 +84,12 @@ export async function listRunPods(cluster: Cluster): Promise<Map<string, k8s.V1P
 }
 
 /** The run's main pod's log as it is now (no follow); empty when no pod has started. */
-export async function readRunLog(cluster: Cluster, kind: RunKind, name: string, signal?: AbortSignal): Promise<{ pod: string | null; text: string }> {
+export async function readRunLog(
+  cluster: Cluster,
+  kind: RunKind,
+  name: string,
+  signal?: AbortSignal,
+): Promise<{ pod: string | null; text: string }> {
   const chunks: Buffer[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _enc, done) {

@@ -23,7 +23,11 @@ import { BatchWatch } from '../../src/cluster/watch.js';
 
 const env = process.env;
 const kubeconfig = env.KUBECONFIG?.split(':')[0];
-const notRun = !kubeconfig ? 'KUBECONFIG is not set, so there is no cluster to test against (set KUBECONFIG to a kubeconfig file and run `npm run test:cluster`)' : !existsSync(kubeconfig) ? `KUBECONFIG names ${kubeconfig}, which does not exist` : undefined;
+const notRun = !kubeconfig
+  ? 'KUBECONFIG is not set, so there is no cluster to test against (set KUBECONFIG to a kubeconfig file and run `npm run test:cluster`)'
+  : !existsSync(kubeconfig)
+    ? `KUBECONFIG names ${kubeconfig}, which does not exist`
+    : undefined;
 if (notRun) process.stderr.write(`\nreal-cluster suite NOT RUN: ${notRun}\n\n`);
 
 const EXAMPLE = join(__dirname, '..', '..', 'examples', 'tasks', 'hello-file');
@@ -46,7 +50,12 @@ function manifest(ns: string, over: Partial<BatchManifest> = {}): BatchManifest 
     parallel: 2,
     engine_url: env.K8S_IT_ENGINE_URL ?? 'http://engine.invalid/v1',
     model: env.K8S_IT_MODEL ?? 'model',
-    k8s: { context: env.K8S_IT_CONTEXT ?? null, namespace: ns, registry: env.K8S_IT_REGISTRY ?? null, queue_name: env.K8S_IT_QUEUE ?? null },
+    k8s: {
+      context: env.K8S_IT_CONTEXT ?? null,
+      namespace: ns,
+      registry: env.K8S_IT_REGISTRY ?? null,
+      queue_name: env.K8S_IT_QUEUE ?? null,
+    },
     ...over,
   };
 }
@@ -59,7 +68,14 @@ describe('real cluster', { skip: notRun ?? false, timeout: 900_000 }, () => {
     await checkReachable(cluster);
   });
   after(async () => {
-    if (cluster) await cluster.batch.deleteCollectionNamespacedJob({ namespace: cluster.namespace, labelSelector: `${LABELS.batch}=${runId}`, propagationPolicy: 'Background' }).catch(() => {});
+    if (cluster)
+      await cluster.batch
+        .deleteCollectionNamespacedJob({
+          namespace: cluster.namespace,
+          labelSelector: `${LABELS.batch}=${runId}`,
+          propagationPolicy: 'Background',
+        })
+        .catch(() => {});
   });
 
   it('may do what a cluster batch needs in the namespace (SelfSubjectAccessReview)', async () => {
@@ -67,7 +83,11 @@ describe('real cluster', { skip: notRun ?? false, timeout: 900_000 }, () => {
   });
 
   it('the real API server accepts every manifest of a batch (server-side dry run)', async () => {
-    const objs = await k8sDryRunManifests({ manifest: manifest(cluster.namespace), taskImage: () => env.K8S_IT_TASK_IMAGE ?? 'harness-lab/task-hello-file:dry-run', proxy: { image: env.K8S_IT_PROXY_IMAGE ?? 'harness-lab/proxy:dry-run' } });
+    const objs = await k8sDryRunManifests({
+      manifest: manifest(cluster.namespace),
+      taskImage: () => env.K8S_IT_TASK_IMAGE ?? 'harness-lab/task-hello-file:dry-run',
+      proxy: { image: env.K8S_IT_PROXY_IMAGE ?? 'harness-lab/proxy:dry-run' },
+    });
     for (const o of objs) {
       try {
         await cluster.objects.create(forClientSerializer(o), undefined, 'All');
@@ -86,7 +106,25 @@ describe('real cluster', { skip: notRun ?? false, timeout: 900_000 }, () => {
         apiVersion: 'batch/v1',
         kind: 'Job',
         metadata: { name, labels: { [LABELS.batch]: runId } },
-        spec: { backoffLimit: 0, activeDeadlineSeconds: 300, ttlSecondsAfterFinished: 600, template: { metadata: { labels: { [LABELS.batch]: runId } }, spec: { restartPolicy: 'Never', containers: [{ name: 'main', image: env.K8S_IT_IMAGE ?? 'busybox:1.36', command: ['sh', '-c', 'echo harness-lab-it'], resources: { requests: { cpu: '100m', memory: '64Mi' }, limits: { cpu: '100m', memory: '64Mi' } } }] } } },
+        spec: {
+          backoffLimit: 0,
+          activeDeadlineSeconds: 300,
+          ttlSecondsAfterFinished: 600,
+          template: {
+            metadata: { labels: { [LABELS.batch]: runId } },
+            spec: {
+              restartPolicy: 'Never',
+              containers: [
+                {
+                  name: 'main',
+                  image: env.K8S_IT_IMAGE ?? 'busybox:1.36',
+                  command: ['sh', '-c', 'echo harness-lab-it'],
+                  resources: { requests: { cpu: '100m', memory: '64Mi' }, limits: { cpu: '100m', memory: '64Mi' } },
+                },
+              ],
+            },
+          },
+        },
       };
       await cluster.batch.createNamespacedJob({ namespace: cluster.namespace, body: job });
       const done = await new Promise<k8s.V1Job>((resolve, reject) => {
@@ -99,7 +137,10 @@ describe('real cluster', { skip: notRun ?? false, timeout: 900_000 }, () => {
           }
         });
       });
-      assert.ok(done.status?.conditions?.some((c) => c.type === 'Complete'), JSON.stringify(done.status));
+      assert.ok(
+        done.status?.conditions?.some((c) => c.type === 'Complete'),
+        JSON.stringify(done.status),
+      );
       const pod = watch.podsOfJob(name)[0]!;
       assert.match(await cluster.core.readNamespacedPodLog({ namespace: cluster.namespace, name: pod.metadata!.name! }), /harness-lab-it/);
       await cluster.batch.deleteNamespacedJob({ namespace: cluster.namespace, name, propagationPolicy: 'Background' });
@@ -111,22 +152,64 @@ describe('real cluster', { skip: notRun ?? false, timeout: 900_000 }, () => {
     }
   });
 
-  const missing = ['K8S_IT_REGISTRY', 'K8S_IT_TASK_IMAGE', 'K8S_IT_PROXY_IMAGE', 'K8S_IT_ENGINE_URL', 'K8S_IT_MODEL'].filter((k) => !env[k]);
-  it('one real rollout: in-cluster proxy, port-forward, Job, reward through the pod log', { skip: missing.length ? `needs ${missing.join(', ')}` : false }, async () => {
-    const m = manifest(cluster.namespace);
-    const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-it-'));
-    const backend = await K8sBackend.open({ manifest: m, batchDir: dir, kubeconfig: kubeconfig!, taskImage: () => env.K8S_IT_TASK_IMAGE!.replace(`${env.K8S_IT_REGISTRY}/`, ''), proxy: { image: env.K8S_IT_PROXY_IMAGE! } });
-    try {
-      const sessionId = `${runId}-g0-r0-0`;
-      await backend.capture.createSession({ sessionId, metadata: { batch: runId }, sampling: m.sampling, maxModelCalls: 20 });
-      const facts = await backend.run({ batchDir: dir, manifest: m, rollout: { rollout_id: 'g0-r0', group_id: 'g0', member: 0, task: 'hello-file', harness: 'react', state: 'running', class: null, reward: null, rewards: {}, trainable: false, session_id: sessionId, attempts: [], policy_version: null, queued_at: '', started_at: null, ended_at: null, duration_ms: null, error: null, backend_ref: null, n_calls: 0 }, attempt: 0, sessionId, outDir: join(dir, 'runs', 'g0-r0', '0'), signal: new AbortController().signal, log: () => {} });
-      assert.equal(facts.infraError, null, JSON.stringify(facts));
-      assert.ok(facts.verifier, 'the verifier ran');
-      assert.ok((await backend.capture.sessionFacts(sessionId)).nCalls > 0);
-    } finally {
-      await backend.cleanupBatch(runId);
-      await teardownBatch(backend.cluster, runId);
-      await backend.close();
-    }
-  });
+  const missing = ['K8S_IT_REGISTRY', 'K8S_IT_TASK_IMAGE', 'K8S_IT_PROXY_IMAGE', 'K8S_IT_ENGINE_URL', 'K8S_IT_MODEL'].filter(
+    (k) => !env[k],
+  );
+  it(
+    'one real rollout: in-cluster proxy, port-forward, Job, reward through the pod log',
+    { skip: missing.length ? `needs ${missing.join(', ')}` : false },
+    async () => {
+      const m = manifest(cluster.namespace);
+      const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-it-'));
+      const backend = await K8sBackend.open({
+        manifest: m,
+        batchDir: dir,
+        kubeconfig: kubeconfig!,
+        taskImage: () => env.K8S_IT_TASK_IMAGE!.replace(`${env.K8S_IT_REGISTRY}/`, ''),
+        proxy: { image: env.K8S_IT_PROXY_IMAGE! },
+      });
+      try {
+        const sessionId = `${runId}-g0-r0-0`;
+        await backend.capture.createSession({ sessionId, metadata: { batch: runId }, sampling: m.sampling, maxModelCalls: 20 });
+        const facts = await backend.run({
+          batchDir: dir,
+          manifest: m,
+          rollout: {
+            rollout_id: 'g0-r0',
+            group_id: 'g0',
+            member: 0,
+            task: 'hello-file',
+            harness: 'react',
+            state: 'running',
+            class: null,
+            reward: null,
+            rewards: {},
+            trainable: false,
+            session_id: sessionId,
+            attempts: [],
+            policy_version: null,
+            queued_at: '',
+            started_at: null,
+            ended_at: null,
+            duration_ms: null,
+            error: null,
+            backend_ref: null,
+            n_calls: 0,
+          },
+          attempt: 0,
+          sessionId,
+          outDir: join(dir, 'runs', 'g0-r0', '0'),
+          signal: new AbortController().signal,
+          log: () => {},
+        });
+        assert.equal(facts.infraError, null, JSON.stringify(facts));
+        assert.ok(facts.verifier, 'the verifier ran');
+        assert.ok((await backend.capture.sessionFacts(sessionId)).nCalls > 0);
+      } finally {
+        await backend.cleanupBatch(runId);
+        await teardownBatch(backend.cluster, runId);
+        await backend.close();
+      }
+    },
+  );
 });

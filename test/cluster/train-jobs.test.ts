@@ -12,11 +12,26 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { before, describe, it } from 'node:test';
 import { checkReachable, clusterError, loadCluster, type Cluster } from '../../src/cluster/kube.js';
-import { cancelRun, parseTrainConfig, RunWatch, runManifest, serves, streamRunLogs, submitRun, TERMINAL, validateRunManifest, type RunKind } from '../../src/training/trainer-jobs.js';
+import {
+  cancelRun,
+  parseTrainConfig,
+  RunWatch,
+  runManifest,
+  serves,
+  streamRunLogs,
+  submitRun,
+  TERMINAL,
+  validateRunManifest,
+  type RunKind,
+} from '../../src/training/trainer-jobs.js';
 
 const env = process.env;
 const kubeconfig = env.KUBECONFIG?.split(':')[0];
-const notRun = !kubeconfig ? 'KUBECONFIG is not set, so there is no cluster to test against (set KUBECONFIG to a kubeconfig file and run `npm run test:cluster`)' : !existsSync(kubeconfig) ? `KUBECONFIG names ${kubeconfig}, which does not exist` : undefined;
+const notRun = !kubeconfig
+  ? 'KUBECONFIG is not set, so there is no cluster to test against (set KUBECONFIG to a kubeconfig file and run `npm run test:cluster`)'
+  : !existsSync(kubeconfig)
+    ? `KUBECONFIG names ${kubeconfig}, which does not exist`
+    : undefined;
 const runId = `hl-it-train-${Date.now().toString(36)}`;
 
 describe('training runs on a real cluster', { skip: notRun ?? false, timeout: 600_000 }, () => {
@@ -29,7 +44,10 @@ describe('training runs on a real cluster', { skip: notRun ?? false, timeout: 60
   });
 
   it('a plain Job run: submitted, watched to Succeeded, its log streamed, cancelled with its pods', async () => {
-    const config = parseTrainConfig(`name: ${runId}\nimage: ${env.K8S_IT_IMAGE ?? 'busybox:1.36'}\ncommand: [sh, -c, 'echo "trainer sees $HARNESS_LAB_ROLLOUT_SERVER_URL"']\nresources: {requests: {cpu: 100m, memory: 64Mi}, limits: {cpu: 100m, memory: 64Mi}}\nactiveDeadlineSeconds: 300\ndata: {source: rollout-server, url: "http://harness-lab-serve.invalid:8200"}\n`, 'inline');
+    const config = parseTrainConfig(
+      `name: ${runId}\nimage: ${env.K8S_IT_IMAGE ?? 'busybox:1.36'}\ncommand: [sh, -c, 'echo "trainer sees $HARNESS_LAB_ROLLOUT_SERVER_URL"']\nresources: {requests: {cpu: 100m, memory: 64Mi}, limits: {cpu: 100m, memory: 64Mi}}\nactiveDeadlineSeconds: 300\ndata: {source: rollout-server, url: "http://harness-lab-serve.invalid:8200"}\n`,
+      'inline',
+    );
     const { record } = await submitRun(cluster, { trainer: 'trl', config, configFile: 'inline', operator: 'none', recordsDir: records });
     try {
       const w = new RunWatch(cluster, record.kind, record.name);
@@ -44,17 +62,30 @@ describe('training runs on a real cluster', { skip: notRun ?? false, timeout: 60
       }).finally(() => w.stop());
       assert.equal(phase, 'Succeeded');
       let log = '';
-      await streamRunLogs(cluster, record.kind, record.name, new Writable({ write: (c: Buffer, _e, done) => ((log += c.toString()), done()) }), { follow: false });
+      await streamRunLogs(
+        cluster,
+        record.kind,
+        record.name,
+        new Writable({ write: (c: Buffer, _e, done) => ((log += c.toString()), done()) }),
+        { follow: false },
+      );
       assert.match(log, /trainer sees http:\/\/harness-lab-serve\.invalid:8200/);
     } finally {
       assert.equal(await cancelRun(cluster, record.kind, record.name, records), 'deleted');
     }
   });
 
-  for (const [kind, trainer] of [['RayJob', 'verl'], ['TrainJob', 'trl']] as [RunKind, 'verl' | 'trl'][]) {
+  for (const [kind, trainer] of [
+    ['RayJob', 'verl'],
+    ['TrainJob', 'trl'],
+  ] as [RunKind, 'verl' | 'trl'][]) {
     it(`the API server accepts the ${kind} (server-side dry run) where its CRD is installed`, async (t) => {
-      if (!(await serves(cluster, kind))) return t.skip(`the cluster serves no ${kind} CRD (install ${kind === 'RayJob' ? 'KubeRay' : 'Kubeflow Trainer'} to run this case)`);
-      const config = parseTrainConfig('image: example.invalid/trainer:1\ncommand: [python3, -m, train]\nnumNodes: 2\ngpusPerNode: 1\ndata: {source: rollout-server, url: "http://harness-lab-serve.invalid:8200"}\n', 'inline');
+      if (!(await serves(cluster, kind)))
+        return t.skip(`the cluster serves no ${kind} CRD (install ${kind === 'RayJob' ? 'KubeRay' : 'Kubeflow Trainer'} to run this case)`);
+      const config = parseTrainConfig(
+        'image: example.invalid/trainer:1\ncommand: [python3, -m, train]\nnumNodes: 2\ngpusPerNode: 1\ndata: {source: rollout-server, url: "http://harness-lab-serve.invalid:8200"}\n',
+        'inline',
+      );
       const obj = runManifest({ trainer, kind, config, name: `${runId}-${kind.toLowerCase()}`, namespace: cluster.namespace });
       await validateRunManifest(obj);
       try {

@@ -30,13 +30,33 @@ import { buildProxyImage, engineFor, testCluster, type EngineInNamespace } from 
 import { dockerReady } from '../integration/sandbox-fixtures.js';
 import type { KubeDouble } from '../k8s-double/index.js';
 import { missingPrerequisite, pickFromContextMenu, runCommand } from './code-server.js';
-import { ARTIFACTS, ROOT, atStep, openRolloutRow, openWorkbench, pick, showBatchesView, submitBatch, viewerFrame, type Workbench } from './workbench.js';
+import {
+  ARTIFACTS,
+  ROOT,
+  atStep,
+  openRolloutRow,
+  openWorkbench,
+  pick,
+  showBatchesView,
+  submitBatch,
+  viewerFrame,
+  type Workbench,
+} from './workbench.js';
 
 const NS = 'default';
 const PROXY_IMAGE = `harness-lab/k8s-proxy-e2e:${process.pid}`;
 const GATE = '/tmp/hl-e2e-go';
 // The first call asks for a tool that waits until the test creates GATE in the rollout's container.
-const POLICY = { name: 'gated-hello', rules: [{ when: { last_message: 'STEP_BY_STEP' }, then: { call: { tool: '^bash$', input: `until [ -f ${GATE} ]; do sleep 0.2; done; printf 'Hello, world!' > hello.txt` } } }], fallback: { say: 'Done.' } };
+const POLICY = {
+  name: 'gated-hello',
+  rules: [
+    {
+      when: { last_message: 'STEP_BY_STEP' },
+      then: { call: { tool: '^bash$', input: `until [ -f ${GATE} ]; do sleep 0.2; done; printf 'Hello, world!' > hello.txt` } },
+    },
+  ],
+  fallback: { say: 'Done.' },
+};
 
 let workbench: Workbench | undefined;
 let cluster: KubeDouble | undefined;
@@ -50,7 +70,10 @@ after(async () => {
   await workbench?.close();
   await engine?.engine.close();
   await cluster?.close();
-  await docker?.getImage(PROXY_IMAGE).remove({ force: true }).catch(() => undefined);
+  await docker
+    ?.getImage(PROXY_IMAGE)
+    .remove({ force: true })
+    .catch(() => undefined);
   if (stateDir && !process.env.HL_E2E_KEEP) rmSync(stateDir, { recursive: true, force: true });
 });
 
@@ -60,167 +83,239 @@ const shot = (page: Page, name: string) => page.screenshot({ path: join(ARTIFACT
 async function releaseRollouts(d: Docker, batchId: string): Promise<void> {
   releasing = true;
   while (releasing) {
-    const running = await d.listContainers({ filters: JSON.stringify({ label: [`k8s.label/harness-lab/batch=${batchId}`, 'k8s.label/harness-lab/role=rollout'], status: ['running'] }) });
+    const running = await d.listContainers({
+      filters: JSON.stringify({
+        label: [`k8s.label/harness-lab/batch=${batchId}`, 'k8s.label/harness-lab/role=rollout'],
+        status: ['running'],
+      }),
+    });
     for (const c of running) {
-      const exec = await d.getContainer(c.Id).exec({ Cmd: ['touch', GATE], User: '0' }).catch(() => undefined);
+      const exec = await d
+        .getContainer(c.Id)
+        .exec({ Cmd: ['touch', GATE], User: '0' })
+        .catch(() => undefined);
       await exec?.start({ hijack: false, stdin: false }).catch(() => undefined);
     }
     await new Promise((r) => setTimeout(r, 1000));
   }
 }
 
-test('Submit Rollout Batch with backend k8s on the API server double: live calls while running, classes and rewards, a rollout in the viewer', { timeout: 900_000 }, async () => {
-  const missing = missingPrerequisite();
-  if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
-  const built = spawnSync(process.execPath, ['esbuild.mjs'], { cwd: ROOT, encoding: 'utf8' });
-  assert.equal(built.status, 0, built.stderr);
-  mkdirSync(ARTIFACTS, { recursive: true });
-  for (const f of readdirSync(ARTIFACTS)) if (f.startsWith('k8s-batches-')) rmSync(join(ARTIFACTS, f));
+test(
+  'Submit Rollout Batch with backend k8s on the API server double: live calls while running, classes and rewards, a rollout in the viewer',
+  { timeout: 900_000 },
+  async () => {
+    const missing = missingPrerequisite();
+    if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
+    const built = spawnSync(process.execPath, ['esbuild.mjs'], { cwd: ROOT, encoding: 'utf8' });
+    assert.equal(built.status, 0, built.stderr);
+    mkdirSync(ARTIFACTS, { recursive: true });
+    for (const f of readdirSync(ARTIFACTS)) if (f.startsWith('k8s-batches-')) rmSync(join(ARTIFACTS, f));
 
-  docker = await dockerReady();
-  await buildProxyImage(docker, PROXY_IMAGE);
-  cluster = await testCluster();
-  stateDir = mkdtempSync(join(tmpdir(), 'hl-batches-k8s-e2e-'));
-  const policyFile = join(stateDir, 'policy.json');
-  writeFileSync(policyFile, JSON.stringify(POLICY));
-  engine = await engineFor(cluster, NS, policyFile);
+    docker = await dockerReady();
+    await buildProxyImage(docker, PROXY_IMAGE);
+    cluster = await testCluster();
+    stateDir = mkdtempSync(join(tmpdir(), 'hl-batches-k8s-e2e-'));
+    const policyFile = join(stateDir, 'policy.json');
+    writeFileSync(policyFile, JSON.stringify(POLICY));
+    engine = await engineFor(cluster, NS, policyFile);
 
-  const workspace = join(stateDir, 'workspace');
-  const batches = join(workspace, 'harness-lab-batches');
-  const task = join(workspace, 'tasks', 'stepper');
-  cpSync(join(ROOT, 'examples', 'tasks', 'hello-file'), task, { recursive: true });
-  writeFileSync(join(task, 'task.toml'), readFileSync(join(task, 'task.toml'), 'utf8').replace('name = "harness-lab/hello-file"', 'name = "e2e/stepper"'));
-  writeFileSync(join(task, 'instruction.md'), 'STEP_BY_STEP: create a file named `hello.txt` holding `Hello, world!`.\n');
+    const workspace = join(stateDir, 'workspace');
+    const batches = join(workspace, 'harness-lab-batches');
+    const task = join(workspace, 'tasks', 'stepper');
+    cpSync(join(ROOT, 'examples', 'tasks', 'hello-file'), task, { recursive: true });
+    writeFileSync(
+      join(task, 'task.toml'),
+      readFileSync(join(task, 'task.toml'), 'utf8').replace('name = "harness-lab/hello-file"', 'name = "e2e/stepper"'),
+    );
+    writeFileSync(join(task, 'instruction.md'), 'STEP_BY_STEP: create a file named `hello.txt` holding `Hello, world!`.\n');
 
-  const hostEngineUrl = `${engine.url}/v1`;
-  // The engine as the namespace's pods reach it: a Service name (the double maps it to the relayed port).
-  await fetch(`${cluster.url}/api/v1/namespaces/${NS}/services`, { method: 'POST', headers: { authorization: `Bearer ${cluster.api.token}`, 'content-type': 'application/json' }, body: JSON.stringify({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'hl-engine', namespace: NS }, spec: { ports: [{ port: engine.port }] } }) }).then((r) => assert.equal(r.status, 201, `creating the engine Service: ${r.status}`));
-  const engineUrl = `http://hl-engine.${NS}.svc:${engine.port}/v1`;
-  workbench = await openWorkbench({
-    stateDir,
-    workspace,
-    env: { KUBECONFIG: cluster.kubeconfig, HARNESS_LAB_K8S_PROXY_IMAGE: PROXY_IMAGE, HARNESS_LAB_K8S_HARNESS_FROM: 'hostPath' },
-    // The Model setting stays at its default (empty).
-    userSettings: { 'harnessLab.engineURL': hostEngineUrl, 'harnessLab.clusterEngineUrl': engineUrl },
-  });
-  const { page } = workbench;
-  try {
-    const view = await showBatchesView(page);
-    // The loopback URL and the embedded engine are shown as not offered, with the reason.
-    const notOffered = async (p: Page) => {
-      await shot(p, '00-engine-pick');
-      const rows = await p.locator('.quick-input-list .monaco-list-row').allInnerTexts();
-      assert.ok(rows.some((r) => r.includes('Embedded engine') && r.includes("a cluster's pods cannot call it")), rows.join(' | '));
-      assert.ok(rows.some((r) => r.includes(hostEngineUrl) && r.includes('loopback')), rows.join(' | '));
-    };
-    await submitBatch(page, { task: 'tasks/stepper', harness: 'react', groupSize: 2, backend: 'k8s', kubeContext: 'double', engine: engineUrl, shotBeforeEngine: notOffered });
-    const toast = page.locator('.notification-toast', { hasText: /Harness Lab: batch b\d{8}-\d{6}-[0-9a-f]{4}/ });
-    await toast.waitFor({ timeout: 60_000 });
-    const batchRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: /^\s*b\d{8}-\d{6}-[0-9a-f]{4}/ }).first();
-    await batchRow.filter({ hasText: /running \(pid \d+\) · 0\/2 finished · k8s/ }).waitFor({ timeout: 60_000 });
-    const [dirName] = readdirSync(batches);
-    const dir = join(batches, dirName!);
-    const m = readManifest(dir);
-    assert.deepEqual([m.backend, m.k8s?.context, m.k8s?.namespace, m.engine_url, m.model], ['k8s', 'double', NS, engineUrl, engine.engine.model]);
-    await shot(page, '01-submitted');
+    const hostEngineUrl = `${engine.url}/v1`;
+    // The engine as the namespace's pods reach it: a Service name (the double maps it to the relayed port).
+    await fetch(`${cluster.url}/api/v1/namespaces/${NS}/services`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${cluster.api.token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Service',
+        metadata: { name: 'hl-engine', namespace: NS },
+        spec: { ports: [{ port: engine.port }] },
+      }),
+    }).then((r) => assert.equal(r.status, 201, `creating the engine Service: ${r.status}`));
+    const engineUrl = `http://hl-engine.${NS}.svc:${engine.port}/v1`;
+    workbench = await openWorkbench({
+      stateDir,
+      workspace,
+      env: { KUBECONFIG: cluster.kubeconfig, HARNESS_LAB_K8S_PROXY_IMAGE: PROXY_IMAGE, HARNESS_LAB_K8S_HARNESS_FROM: 'hostPath' },
+      // The Model setting stays at its default (empty).
+      userSettings: { 'harnessLab.engineURL': hostEngineUrl, 'harnessLab.clusterEngineUrl': engineUrl },
+    });
+    const { page } = workbench;
+    try {
+      const view = await showBatchesView(page);
+      // The loopback URL and the embedded engine are shown as not offered, with the reason.
+      const notOffered = async (p: Page) => {
+        await shot(p, '00-engine-pick');
+        const rows = await p.locator('.quick-input-list .monaco-list-row').allInnerTexts();
+        assert.ok(
+          rows.some((r) => r.includes('Embedded engine') && r.includes("a cluster's pods cannot call it")),
+          rows.join(' | '),
+        );
+        assert.ok(
+          rows.some((r) => r.includes(hostEngineUrl) && r.includes('loopback')),
+          rows.join(' | '),
+        );
+      };
+      await submitBatch(page, {
+        task: 'tasks/stepper',
+        harness: 'react',
+        groupSize: 2,
+        backend: 'k8s',
+        kubeContext: 'double',
+        engine: engineUrl,
+        shotBeforeEngine: notOffered,
+      });
+      const toast = page.locator('.notification-toast', { hasText: /Harness Lab: batch b\d{8}-\d{6}-[0-9a-f]{4}/ });
+      await toast.waitFor({ timeout: 60_000 });
+      const batchRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: /^\s*b\d{8}-\d{6}-[0-9a-f]{4}/ }).first();
+      await batchRow.filter({ hasText: /running \(pid \d+\) · 0\/2 finished · k8s/ }).waitFor({ timeout: 60_000 });
+      const [dirName] = readdirSync(batches);
+      const dir = join(batches, dirName!);
+      const m = readManifest(dir);
+      assert.deepEqual(
+        [m.backend, m.k8s?.context, m.k8s?.namespace, m.engine_url, m.model],
+        ['k8s', 'double', NS, engineUrl, engine.engine.model],
+      );
+      await shot(page, '01-submitted');
 
-    // Live: the first member waits in its tool call; the call that asked for it is in <batch>/capture and in the view.
-    const r0 = view.locator('.monaco-list-row', { hasText: '#0 stepper.react.0' });
-    const r1 = view.locator('.monaco-list-row', { hasText: '#1 stepper.react.1' });
-    await r0.filter({ hasText: 'running · 1 call' }).waitFor({ timeout: 480_000 });
-    const running = readRolloutStates(dir)[0]!;
-    assert.equal(running.state, 'running', 'the attempt has not ended');
-    const sessionFile = join(dir, 'capture', 'sessions', `${running.session_id}.jsonl`);
-    assert.ok(existsSync(sessionFile));
-    assert.equal(loadSessionFile(sessionFile)!.calls.length, 1, 'the running rollout\'s call was mirrored from the cluster\'s proxy');
-    const jobs = cluster.api.requests('POST', new RegExp(`/apis/batch/v1/namespaces/${NS}/jobs$`));
-    assert.ok(jobs.length >= 1, 'the rollout runs as a Job the extension\'s lab created');
-    await shot(page, '02-running-live-call');
+      // Live: the first member waits in its tool call; the call that asked for it is in <batch>/capture and in the view.
+      const r0 = view.locator('.monaco-list-row', { hasText: '#0 stepper.react.0' });
+      const r1 = view.locator('.monaco-list-row', { hasText: '#1 stepper.react.1' });
+      await r0.filter({ hasText: 'running · 1 call' }).waitFor({ timeout: 480_000 });
+      const running = readRolloutStates(dir)[0]!;
+      assert.equal(running.state, 'running', 'the attempt has not ended');
+      const sessionFile = join(dir, 'capture', 'sessions', `${running.session_id}.jsonl`);
+      assert.ok(existsSync(sessionFile));
+      assert.equal(loadSessionFile(sessionFile)!.calls.length, 1, "the running rollout's call was mirrored from the cluster's proxy");
+      const jobs = cluster.api.requests('POST', new RegExp(`/apis/batch/v1/namespaces/${NS}/jobs$`));
+      assert.ok(jobs.length >= 1, "the rollout runs as a Job the extension's lab created");
+      await shot(page, '02-running-live-call');
 
-    // The running rollout in the viewer, from its context menu: the call so far.
-    await pickFromContextMenu(page, r0, 'Open in Rollout Viewer');
-    await page.locator('.tab', { hasText: `${running.session_id}.jsonl` }).waitFor({ timeout: 30_000 });
-    const frame = viewerFrame(page);
-    await frame.locator('[data-testid="counts"]').waitFor({ timeout: 60_000 });
-    assert.equal(await frame.locator('.graph-row').count(), 1, 'the viewer shows the running rollout\'s call');
-    await shot(page, '03-running-in-viewer');
+      // The running rollout in the viewer, from its context menu: the call so far.
+      await pickFromContextMenu(page, r0, 'Open in Rollout Viewer');
+      await page.locator('.tab', { hasText: `${running.session_id}.jsonl` }).waitFor({ timeout: 30_000 });
+      const frame = viewerFrame(page);
+      await frame.locator('[data-testid="counts"]').waitFor({ timeout: 60_000 });
+      assert.equal(await frame.locator('.graph-row').count(), 1, "the viewer shows the running rollout's call");
+      await shot(page, '03-running-in-viewer');
 
-    // Let the rollouts go: both finish with class and reward; the open viewer follows to the last call.
-    const release = releaseRollouts(docker, m.batch_id);
-    await r0.filter({ hasText: 'completed · reward 1' }).waitFor({ timeout: 300_000 });
-    await r1.filter({ hasText: 'completed · reward 1' }).waitFor({ timeout: 300_000 });
-    const group = view.locator('.monaco-list-row', { hasText: 'stepper.react' }).filter({ hasText: 'mean' }).first();
-    await group.filter({ hasText: '2/2 · mean 1 · std 0 · NO CONTRAST' }).waitFor({ timeout: 30_000 });
-    await batchRow.filter({ hasText: /finished · 2\/2 finished · k8s/ }).waitFor({ timeout: 120_000 });
-    await page.locator('.notification-toast', { hasText: /finished: 2 done, 0 discarded of 2/ }).waitFor({ timeout: 60_000 });
-    releasing = false;
-    await release;
-    // Torn down at its end: nothing of the batch is left in the namespace.
-    const left = async () => {
-      const kinds = ['/apis/batch/v1/namespaces/default/jobs', '/apis/apps/v1/namespaces/default/deployments', '/api/v1/namespaces/default/services', '/api/v1/namespaces/default/secrets', '/api/v1/namespaces/default/configmaps', '/api/v1/namespaces/default/pods'];
-      const out: string[] = [];
-      for (const k of kinds) {
-        const r = await fetch(`${cluster!.url}${k}?labelSelector=${encodeURIComponent(`harness-lab/batch=${m.batch_id}`)}`, { headers: { authorization: `Bearer ${cluster!.api.token}` } });
-        for (const o of ((await r.json()) as { items: { kind?: string; metadata: { name: string } }[] }).items) out.push(`${k.split('/').pop()}/${o.metadata.name}`);
-      }
-      return out;
-    };
-    for (let i = 0; i < 60 && (await left()).length; i++) await new Promise((r) => setTimeout(r, 1000));
-    assert.deepEqual(await left(), [], 'the finished batch left nothing in the namespace');
-    const states = readRolloutStates(dir);
-    assert.deepEqual(states.map((s) => [s.rollout_id, s.class, s.reward]), [['stepper.react.0', 'completed', 1], ['stepper.react.1', 'completed', 1]]);
-    assert.ok(states[0]!.n_calls >= 2, `calls: ${states[0]!.n_calls}`);
-    await frame.locator('.graph-row').nth(states[0]!.n_calls - 1).waitFor({ timeout: 30_000 });
-    assert.equal(await frame.locator('.graph-row').count(), states[0]!.n_calls, 'the open viewer followed the rollout to its last call');
-    const mirrored = loadSessionFile(sessionFile)!.calls.map((c) => c.call_id);
-    assert.equal(new Set(mirrored).size, states[0]!.n_calls, 'each call mirrored once');
-    assert.equal(mirrored.length, states[0]!.n_calls);
-    await shot(page, '04-finished');
+      // Let the rollouts go: both finish with class and reward; the open viewer follows to the last call.
+      const release = releaseRollouts(docker, m.batch_id);
+      await r0.filter({ hasText: 'completed · reward 1' }).waitFor({ timeout: 300_000 });
+      await r1.filter({ hasText: 'completed · reward 1' }).waitFor({ timeout: 300_000 });
+      const group = view.locator('.monaco-list-row', { hasText: 'stepper.react' }).filter({ hasText: 'mean' }).first();
+      await group.filter({ hasText: '2/2 · mean 1 · std 0 · NO CONTRAST' }).waitFor({ timeout: 30_000 });
+      await batchRow.filter({ hasText: /finished · 2\/2 finished · k8s/ }).waitFor({ timeout: 120_000 });
+      await page.locator('.notification-toast', { hasText: /finished: 2 done, 0 discarded of 2/ }).waitFor({ timeout: 60_000 });
+      releasing = false;
+      await release;
+      // Torn down at its end: nothing of the batch is left in the namespace.
+      const left = async () => {
+        const kinds = [
+          '/apis/batch/v1/namespaces/default/jobs',
+          '/apis/apps/v1/namespaces/default/deployments',
+          '/api/v1/namespaces/default/services',
+          '/api/v1/namespaces/default/secrets',
+          '/api/v1/namespaces/default/configmaps',
+          '/api/v1/namespaces/default/pods',
+        ];
+        const out: string[] = [];
+        for (const k of kinds) {
+          const r = await fetch(`${cluster!.url}${k}?labelSelector=${encodeURIComponent(`harness-lab/batch=${m.batch_id}`)}`, {
+            headers: { authorization: `Bearer ${cluster!.api.token}` },
+          });
+          for (const o of ((await r.json()) as { items: { kind?: string; metadata: { name: string } }[] }).items)
+            out.push(`${k.split('/').pop()}/${o.metadata.name}`);
+        }
+        return out;
+      };
+      for (let i = 0; i < 60 && (await left()).length; i++) await new Promise((r) => setTimeout(r, 1000));
+      assert.deepEqual(await left(), [], 'the finished batch left nothing in the namespace');
+      const states = readRolloutStates(dir);
+      assert.deepEqual(
+        states.map((s) => [s.rollout_id, s.class, s.reward]),
+        [
+          ['stepper.react.0', 'completed', 1],
+          ['stepper.react.1', 'completed', 1],
+        ],
+      );
+      assert.ok(states[0]!.n_calls >= 2, `calls: ${states[0]!.n_calls}`);
+      await frame
+        .locator('.graph-row')
+        .nth(states[0]!.n_calls - 1)
+        .waitFor({ timeout: 30_000 });
+      assert.equal(await frame.locator('.graph-row').count(), states[0]!.n_calls, 'the open viewer followed the rollout to its last call');
+      const mirrored = loadSessionFile(sessionFile)!.calls.map((c) => c.call_id);
+      assert.equal(new Set(mirrored).size, states[0]!.n_calls, 'each call mirrored once');
+      assert.equal(mirrored.length, states[0]!.n_calls);
+      await shot(page, '04-finished');
 
-    // The other rollout of the finished batch opens in the viewer too.
-    await runCommand(page, 'View: Close All Editors');
-    await openRolloutRow(page, r1, states[1]!.session_id!);
-    await frame.locator('[data-testid="counts"]').waitFor({ timeout: 60_000 });
-    await frame.locator('.graph-row').nth(states[1]!.n_calls - 1).waitFor({ timeout: 30_000 });
-    assert.equal(await frame.locator('.graph-row').count(), states[1]!.n_calls, 'the viewer shows every call of the rollout');
-    assert.ok(Number(await frame.locator('[data-testid="counts"]').getAttribute('data-sampled')) > 0, 'sampled tokens captured');
-    await shot(page, '05-rollout-viewer');
+      // The other rollout of the finished batch opens in the viewer too.
+      await runCommand(page, 'View: Close All Editors');
+      await openRolloutRow(page, r1, states[1]!.session_id!);
+      await frame.locator('[data-testid="counts"]').waitFor({ timeout: 60_000 });
+      await frame
+        .locator('.graph-row')
+        .nth(states[1]!.n_calls - 1)
+        .waitFor({ timeout: 30_000 });
+      assert.equal(await frame.locator('.graph-row').count(), states[1]!.n_calls, 'the viewer shows every call of the rollout');
+      assert.ok(Number(await frame.locator('[data-testid="counts"]').getAttribute('data-sampled')) > 0, 'sampled tokens captured');
+      await shot(page, '05-rollout-viewer');
 
-    // Export Batch…: the batch, the format, the save dialog (its default path beside the batch); TRL rows and the counts.
-    await runCommand(page, 'View: Close All Editors');
-    await runCommand(page, 'Harness Lab: Export Batch…');
-    await atStep(page, 'Batch to export');
-    await pick(page, m.batch_id);
-    await atStep(page, 'format');
-    await pick(page, 'TRL');
-    const out = join(batches, `${m.batch_id}.trl.jsonl`);
-    await page.locator('.quick-input-widget input.input:visible').waitFor({ timeout: 20_000 });
-    await page.keyboard.press('Enter');
-    await page.locator('.notification-toast', { hasText: /exported .*: 2 TRL row\(s\) from 2 rollout\(s\)/ }).waitFor({ timeout: 60_000 });
-    const rows = readFileSync(out, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { reward: number; completion_ids: number[] });
-    assert.deepEqual(rows.map((r) => r.reward), [1, 1]);
-    assert.ok(rows.every((r) => r.completion_ids.length > 0));
-    await shot(page, '06-exported');
+      // Export Batch…: the batch, the format, the save dialog (its default path beside the batch); TRL rows and the counts.
+      await runCommand(page, 'View: Close All Editors');
+      await runCommand(page, 'Harness Lab: Export Batch…');
+      await atStep(page, 'Batch to export');
+      await pick(page, m.batch_id);
+      await atStep(page, 'format');
+      await pick(page, 'TRL');
+      const out = join(batches, `${m.batch_id}.trl.jsonl`);
+      await page.locator('.quick-input-widget input.input:visible').waitFor({ timeout: 20_000 });
+      await page.keyboard.press('Enter');
+      await page
+        .locator('.notification-toast', { hasText: /exported .*: 2 TRL row\(s\) from 2 rollout\(s\)/ })
+        .waitFor({ timeout: 60_000 });
+      const rows = readFileSync(out, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { reward: number; completion_ids: number[] });
+      assert.deepEqual(
+        rows.map((r) => r.reward),
+        [1, 1],
+      );
+      assert.ok(rows.every((r) => r.completion_ids.length > 0));
+      await shot(page, '06-exported');
 
-    // The Harness Lab terminal: the bundled CLI on PATH.
-    await runCommand(page, 'Harness Lab: Open Harness Lab Terminal');
-    await page.locator('.terminal-wrapper.active, .xterm').first().waitFor({ timeout: 30_000 });
-    const helpFile = join(stateDir, 'help.txt');
-    await new Promise((r) => setTimeout(r, 1500));
-    await page.keyboard.type(`harness-lab --help > ${helpFile} 2>&1; echo done\n`, { delay: 5 });
-    for (let i = 0; i < 40 && !(existsSync(helpFile) && readFileSync(helpFile, 'utf8').includes('commands:')); i++) await new Promise((r) => setTimeout(r, 500));
-    assert.match(readFileSync(helpFile, 'utf8'), /^usage: harness-lab <command>/);
-    await shot(page, '07-lab-terminal');
+      // The Harness Lab terminal: the bundled CLI on PATH.
+      await runCommand(page, 'Harness Lab: Open Harness Lab Terminal');
+      await page.locator('.terminal-wrapper.active, .xterm').first().waitFor({ timeout: 30_000 });
+      const helpFile = join(stateDir, 'help.txt');
+      await new Promise((r) => setTimeout(r, 1500));
+      await page.keyboard.type(`harness-lab --help > ${helpFile} 2>&1; echo done\n`, { delay: 5 });
+      for (let i = 0; i < 40 && !(existsSync(helpFile) && readFileSync(helpFile, 'utf8').includes('commands:')); i++)
+        await new Promise((r) => setTimeout(r, 500));
+      assert.match(readFileSync(helpFile, 'utf8'), /^usage: harness-lab <command>/);
+      await shot(page, '07-lab-terminal');
 
-    // Delete Batch from the view's menu: asked first, then the directory is gone (its cluster objects were already).
-    await pickFromContextMenu(page, batchRow, 'Delete Batch');
-    await page.locator('.monaco-dialog-box .monaco-button', { hasText: /^Delete$/ }).click({ timeout: 20_000 });
-    await page.locator('.notification-toast', { hasText: /deleted batch/ }).waitFor({ timeout: 60_000 });
-    assert.ok(!existsSync(dir), 'Delete Batch removed the batch directory');
-    await view.locator('.monaco-list-row', { hasText: m.batch_id }).waitFor({ state: 'detached', timeout: 30_000 });
-    await shot(page, '08-deleted');
-  } catch (err) {
-    await shot(page, '99-failure').catch(() => undefined);
-    throw err;
-  }
-});
+      // Delete Batch from the view's menu: asked first, then the directory is gone (its cluster objects were already).
+      await pickFromContextMenu(page, batchRow, 'Delete Batch');
+      await page.locator('.monaco-dialog-box .monaco-button', { hasText: /^Delete$/ }).click({ timeout: 20_000 });
+      await page.locator('.notification-toast', { hasText: /deleted batch/ }).waitFor({ timeout: 60_000 });
+      assert.ok(!existsSync(dir), 'Delete Batch removed the batch directory');
+      await view.locator('.monaco-list-row', { hasText: m.batch_id }).waitFor({ state: 'detached', timeout: 30_000 });
+      await shot(page, '08-deleted');
+    } catch (err) {
+      await shot(page, '99-failure').catch(() => undefined);
+      throw err;
+    }
+  },
+);

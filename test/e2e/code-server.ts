@@ -11,7 +11,10 @@ export const CODE_SERVER_VERSION = '4.100.3';
 export const INSTALL_SCRIPT = 'scripts/code-server-install.sh';
 
 export function codeServerDir(): string {
-  return process.env.CODE_SERVER_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'harness-lab', `code-server-${CODE_SERVER_VERSION}`);
+  return (
+    process.env.CODE_SERVER_DIR ??
+    join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'harness-lab', `code-server-${CODE_SERVER_VERSION}`)
+  );
 }
 
 export function codeServerBin(): string {
@@ -27,7 +30,8 @@ export function missingPrerequisite(): string | undefined {
   if (!existsSync(codeServerBin()) || !existsSync(join(codeServerDir(), '.install-complete'))) {
     return `code-server ${CODE_SERVER_VERSION} is not installed in ${codeServerDir()}. Run \`bash ${INSTALL_SCRIPT}\` (as root; about 2 minutes), or set CODE_SERVER_DIR to an existing install.`;
   }
-  if (!existsSync(chromiumPath())) return `Chromium not found at ${chromiumPath()}. Run \`bash ${INSTALL_SCRIPT}\` (it apt-installs Debian's chromium) or set CHROMIUM_PATH.`;
+  if (!existsSync(chromiumPath()))
+    return `Chromium not found at ${chromiumPath()}. Run \`bash ${INSTALL_SCRIPT}\` (it apt-installs Debian's chromium) or set CHROMIUM_PATH.`;
   return undefined;
 }
 
@@ -68,10 +72,21 @@ export async function launchCodeServer(opts: LaunchOptions): Promise<CodeServer>
   const logFile = join(opts.stateDir, 'code-server.log');
   const out = openSync(logFile, 'a');
   const args = [
-    '--auth', 'none', '--bind-addr', `127.0.0.1:${port}`, '--disable-telemetry', '--disable-update-check',
-    '--disable-workspace-trust', '--disable-getting-started-override',
-    '--config', join(opts.stateDir, 'config.yaml'),
-    '--user-data-dir', userData, '--extensions-dir', extensions, opts.workspace,
+    '--auth',
+    'none',
+    '--bind-addr',
+    `127.0.0.1:${port}`,
+    '--disable-telemetry',
+    '--disable-update-check',
+    '--disable-workspace-trust',
+    '--disable-getting-started-override',
+    '--config',
+    join(opts.stateDir, 'config.yaml'),
+    '--user-data-dir',
+    userData,
+    '--extensions-dir',
+    extensions,
+    opts.workspace,
   ];
   const child: ChildProcess = spawn(codeServerBin(), args, {
     detached: true, // own process group: children die with it (reference 7.5)
@@ -150,7 +165,10 @@ export async function runCommand(page: import('playwright-core').Page, title: st
       await shown.waitFor({ timeout: 5_000 });
       break;
     } catch (err) {
-      if (attempt >= 3) throw new Error(`F1 did not open the command palette after ${attempt} tries (to run "${title}"): ${err instanceof Error ? err.message : String(err)}`);
+      if (attempt >= 3)
+        throw new Error(
+          `F1 did not open the command palette after ${attempt} tries (to run "${title}"): ${err instanceof Error ? err.message : String(err)}`,
+        );
     }
   }
   await typeAndAccept(page, `>${title}`, title);
@@ -161,14 +179,28 @@ export async function runCommand(page: import('playwright-core').Page, title: st
  * right after its context menu opened, and a tree that re-renders can close the menu: so wait before
  * clicking, and open the menu again (up to three times) while it is still showing.
  */
-export async function pickFromContextMenu(page: import('playwright-core').Page, row: import('playwright-core').Locator, label: string): Promise<void> {
+export async function pickFromContextMenu(
+  page: import('playwright-core').Page,
+  row: import('playwright-core').Locator,
+  label: string,
+): Promise<void> {
   const item = page.locator('.monaco-menu .action-label', { hasText: label });
   for (let attempt = 1; ; attempt++) {
     await row.click({ button: 'right' });
     await item.first().waitFor({ timeout: 10_000 });
     await new Promise((r) => setTimeout(r, 400));
-    await item.first().click({ timeout: 10_000 }).catch(() => undefined);
-    const closed = await page.locator('.monaco-menu').first().waitFor({ state: 'hidden', timeout: 3_000 }).then(() => true, () => false);
+    await item
+      .first()
+      .click({ timeout: 10_000 })
+      .catch(() => undefined);
+    const closed = await page
+      .locator('.monaco-menu')
+      .first()
+      .waitFor({ state: 'hidden', timeout: 3_000 })
+      .then(
+        () => true,
+        () => false,
+      );
     if (closed) return;
     if (attempt >= 3) throw new Error(`the context menu item "${label}" did not run after ${attempt} tries`);
     await page.keyboard.press('Escape');

@@ -19,7 +19,15 @@ import { build } from 'esbuild';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { TrainingTraceSchema } from '../../src/capture/trace.js';
 import { startFakeEngine, type FakeEngine } from '../../src/engine/fake-engine.js';
-import { chromiumPath, launchCodeServer, missingPrerequisite, pickFromContextMenu, runCommand, typeAndAccept, type CodeServer } from './code-server.js';
+import {
+  chromiumPath,
+  launchCodeServer,
+  missingPrerequisite,
+  pickFromContextMenu,
+  runCommand,
+  typeAndAccept,
+  type CodeServer,
+} from './code-server.js';
 import { findFiles, pane as viewPane, widenSidebar } from './workbench.js';
 
 const ROOT = resolve(__dirname, '..', '..');
@@ -76,7 +84,6 @@ console.log('ONE_CALL ' + res.status);
 `;
 }
 
-
 /** Resolves once some value in the workbench's IndexedDB storage holds every needle. */
 async function storedInBrowser(page: Page, needles: string[]): Promise<void> {
   await page.waitForFunction(
@@ -112,8 +119,6 @@ async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
 }
 
-
-
 before(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   // Screenshots of an earlier run (NN-name.png are this test's; other tests share the folder).
@@ -143,7 +148,16 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     const built = spawnSync(process.execPath, ['esbuild.mjs'], { cwd: ROOT, encoding: 'utf8' });
     assert.equal(built.status, 0, `node esbuild.mjs failed:\n${built.stderr}`);
   }
-  await build({ entryPoints: [join(ROOT, 'test/e2e/host/suite.ts')], outfile: HOST_BUNDLE, bundle: true, platform: 'node', format: 'cjs', target: 'node20', external: ['vscode', 'cpu-features', '*.node', 'node-llama-cpp', '@node-llama-cpp/*'], logLevel: 'warning' });
+  await build({
+    entryPoints: [join(ROOT, 'test/e2e/host/suite.ts')],
+    outfile: HOST_BUNDLE,
+    bundle: true,
+    platform: 'node',
+    format: 'cjs',
+    target: 'node20',
+    external: ['vscode', 'cpu-features', '*.node', 'node-llama-cpp', '@node-llama-cpp/*'],
+    logLevel: 'warning',
+  });
   mark('build');
 
   engine = await startFakeEngine({ model: 'fake/e2e-model' });
@@ -154,11 +168,20 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   mkdirSync(join(workspace, '.vscode'), { recursive: true });
   mkdirSync(control, { recursive: true });
   mkdirSync(join(workspace, 'tasks', 'hello-world'), { recursive: true });
-  writeFileSync(join(workspace, 'tasks', 'hello-world', 'task.toml'), 'version = "1.0"\n\n[metadata]\nname = "hello-world"\ndifficulty = "easy"\ncategory = "smoke"\n');
-  writeFileSync(join(workspace, '.vscode', 'settings.json'), JSON.stringify({ 'harnessLab.engineUrl': engine.url, 'harnessLab.model': engine.model, 'harnessLab.dataDir': dataDir }, null, 2));
+  writeFileSync(
+    join(workspace, 'tasks', 'hello-world', 'task.toml'),
+    'version = "1.0"\n\n[metadata]\nname = "hello-world"\ndifficulty = "easy"\ncategory = "smoke"\n',
+  );
+  writeFileSync(
+    join(workspace, '.vscode', 'settings.json'),
+    JSON.stringify({ 'harnessLab.engineUrl': engine.url, 'harnessLab.model': engine.model, 'harnessLab.dataDir': dataDir }, null, 2),
+  );
   writeFileSync(join(control, 'call.mjs'), harnessScript());
   writeFileSync(join(control, 'one-call.mjs'), oneCallScript());
-  writeFileSync(join(control, 'expected.json'), JSON.stringify({ dialects: DIALECTS, failedEngineCalls: 1, copiedSnippet: 'anthropic_messages', adminKey: ADMIN_KEY }));
+  writeFileSync(
+    join(control, 'expected.json'),
+    JSON.stringify({ dialects: DIALECTS, failedEngineCalls: 1, copiedSnippet: 'anthropic_messages', adminKey: ADMIN_KEY }),
+  );
 
   server = await launchCodeServer({
     stateDir,
@@ -180,7 +203,15 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   browser = await chromium.launch({
     executablePath: chromiumPath(),
     headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
   });
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   let finish!: (code: number) => void;
@@ -226,7 +257,9 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     const statusText = (await status.innerText()).trim();
     const port = Number(/:(\d+)/.exec(statusText)?.[1]);
     assert.ok(port > 0 && port < 65536, `status bar shows the proxy port: "${statusText}"`);
-    await viewPane(page, /^sessions/i).locator('.welcome-view-content a.monaco-button', { hasText: 'Open Captured Terminal' }).waitFor({ timeout: 10_000 });
+    await viewPane(page, /^sessions/i)
+      .locator('.welcome-view-content a.monaco-button', { hasText: 'Open Captured Terminal' })
+      .waitFor({ timeout: 10_000 });
     await shot(page, '02-proxy-started');
     mark('proxy started');
     const health = (await (await fetch(`http://127.0.0.1:${port}/health`)).json()) as { status: string };
@@ -242,7 +275,11 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     await xterm.waitFor({ state: 'visible', timeout: 30_000 });
     // The terminal's banner (TerminalOptions.message) names the session; then wait for the prompt.
     await page.locator('.xterm-rows', { hasText: 'are captured into session' }).first().waitFor({ timeout: 20_000 });
-    await page.locator('.xterm-rows', { hasText: /[#$] *$/m }).first().waitFor({ timeout: 20_000 }).catch(() => undefined);
+    await page
+      .locator('.xterm-rows', { hasText: /[#$] *$/m })
+      .first()
+      .waitFor({ timeout: 20_000 })
+      .catch(() => undefined);
     await xterm.click();
     await page.keyboard.type(`node .e2e/call.mjs\n`, { delay: 10 });
     const resultFile = join(control, 'terminal-result.json');
@@ -256,12 +293,16 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
 
     // Live update: the session and its three calls appear in the Sessions tree without a refresh.
     const pane = viewPane(page, /^sessions/i);
-    await pane.locator('.monaco-list-row', { hasText: result.session ?? '' }).first().waitFor({ timeout: 20_000 });
+    await pane
+      .locator('.monaco-list-row', { hasText: result.session ?? '' })
+      .first()
+      .waitFor({ timeout: 20_000 });
     for (const d of DIALECTS) await pane.locator('.monaco-list-row', { hasText: d }).first().waitFor({ timeout: 20_000 });
     const rows = await pane.locator('.monaco-list-row').allInnerTexts();
     const callRows = rows.filter((r) => DIALECTS.some((d) => r.includes(d)));
     assert.equal(callRows.length, 3, `three call rows in the Sessions tree: ${JSON.stringify(rows)}`);
-    for (const row of callRows) assert.match(row, /stop · \d+→\d+ tok · [\d.]+ m?s · tokens/, `call row shows status, tokens, latency, capture level: ${row}`);
+    for (const row of callRows)
+      assert.match(row, /stop · \d+→\d+ tok · [\d.]+ m?s · tokens/, `call row shows status, tokens, latency, capture level: ${row}`);
     await page.locator('.statusbar-item', { hasText: `Harness Lab :${port}` }).waitFor({ timeout: 5_000 });
     await shot(page, '04-sessions-tree');
     mark('tree checked');
@@ -306,7 +347,10 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     await page.locator('.quick-input-list .monaco-list-row', { hasText: 'anthropic_messages' }).waitFor({ timeout: 10_000 });
     await typeAndAccept(page, 'anthropic_messages', 'anthropic_messages');
     await page.locator('.editor-instance .view-lines', { hasText: 'GOOGLE_GEMINI_BASE_URL' }).waitFor({ timeout: 15_000 });
-    await pane.locator('.monaco-list-row', { hasText: /0 calls/ }).first().waitFor({ timeout: 10_000 });
+    await pane
+      .locator('.monaco-list-row', { hasText: /0 calls/ })
+      .first()
+      .waitFor({ timeout: 10_000 });
     await shot(page, '07-new-session');
     mark('new session');
 
@@ -321,15 +365,25 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
 
     // Context menu -> Export Session: the browser save dialog proposes <workspace>/<session>.jsonl.
     const exported = join(workspace, `${result.session}.jsonl`);
-    await pickFromContextMenu(page, pane.locator('.monaco-list-row', { hasText: result.session ?? '' }).first(), 'Export Session (TrainingTrace JSONL)');
+    await pickFromContextMenu(
+      page,
+      pane.locator('.monaco-list-row', { hasText: result.session ?? '' }).first(),
+      'Export Session (TrainingTrace JSONL)',
+    );
     await page.locator('.quick-input-widget input.input:visible').waitFor({ timeout: 15_000 });
     await page.keyboard.press('Enter');
     const deadline3 = Date.now() + 20_000;
     while (!existsSync(exported) && Date.now() < deadline3) await sleep(250);
     await shot(page, '08-exported');
     assert.ok(existsSync(exported), `Export Session wrote nothing at ${exported}`);
-    const traces = readFileSync(exported, 'utf8').trim().split('\n').map((line) => TrainingTraceSchema.parse(JSON.parse(line)));
-    assert.ok(traces.length >= 1 && traces.every((t) => t.session_id === result.session), 'exported TrainingTrace JSONL of the terminal session');
+    const traces = readFileSync(exported, 'utf8')
+      .trim()
+      .split('\n')
+      .map((line) => TrainingTraceSchema.parse(JSON.parse(line)));
+    assert.ok(
+      traces.length >= 1 && traces.every((t) => t.session_id === result.session),
+      'exported TrainingTrace JSONL of the terminal session',
+    );
     mark('exported');
 
     // (Delete Session confirms in a modal dialog, which the workbench refuses to show while extension
@@ -351,7 +405,10 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   // No secret in any file code-server or the extension wrote (logs, settings, state): the admin key
   // lives in SecretStorage only, and the log channel redacts.
   const logs = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log'));
-  assert.ok(logs.length > 0 && logs.some((f) => readFileSync(f, 'utf8').includes('proxy listening on')), `Harness Lab log channel file not found under ${stateDir}`);
+  assert.ok(
+    logs.length > 0 && logs.some((f) => readFileSync(f, 'utf8').includes('proxy listening on')),
+    `Harness Lab log channel file not found under ${stateDir}`,
+  );
   const leaks = findFiles(stateDir, (f) => !f.startsWith(control)).filter((f) => readFileSync(f).includes(ADMIN_KEY)); // .e2e/ is this test's own input
   assert.deepEqual(leaks, [], 'the admin key must not be written to disk in clear');
 
@@ -361,11 +418,19 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
   // flush delay, and a navigation before that loses it (a real reload flushes first): wait for it.
   try {
     await storedInBrowser(page, ['harnessLab.probedEngines', '"captureLevel":"tokens"']);
-    await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload.filter(([k]) => k !== 'extensionTestsPath')))}`);
+    await page.goto(
+      `${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload.filter(([k]) => k !== 'extensionTestsPath')))}`,
+    );
     await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
-    await viewPane(page, /^sessions/i).locator('.monaco-list-row', { hasText: `${result.session}` }).waitFor({ timeout: 30_000 });
-    await viewPane(page, /^sessions/i).locator('.monaco-list-row', { hasText: /4 calls · 1 failed/ }).waitFor({ timeout: 10_000 });
-    await viewPane(page, /^sessions/i).locator('.monaco-list-row', { hasText: '#2 google_gemini' }).waitFor({ timeout: 10_000 });
+    await viewPane(page, /^sessions/i)
+      .locator('.monaco-list-row', { hasText: `${result.session}` })
+      .waitFor({ timeout: 30_000 });
+    await viewPane(page, /^sessions/i)
+      .locator('.monaco-list-row', { hasText: /4 calls · 1 failed/ })
+      .waitFor({ timeout: 10_000 });
+    await viewPane(page, /^sessions/i)
+      .locator('.monaco-list-row', { hasText: '#2 google_gemini' })
+      .waitFor({ timeout: 10_000 });
     await page.locator('.statusbar-item', { hasText: 'Harness Lab: off' }).waitFor({ timeout: 10_000 });
     const enginesAfter = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /^engines/i }) });
     await enginesAfter.locator('.monaco-list-row', { hasText: 'unknown · capture: tokens' }).waitFor({ timeout: 10_000 });

@@ -40,7 +40,12 @@ fetch('http://127.0.0.1:${servePort}/mcp', { method: 'POST', mode: 'no-cors', bo
 
 before(async () => {
   assert.ok(existsSync(chromiumPath()), `Chromium not found at ${chromiumPath()}: apt-get install chromium, or set CHROMIUM_PATH`);
-  proxy = await CaptureProxy.start({ engineUrl: 'http://127.0.0.1:9', model: 'm', captureLevel: 'tokens', logger: { info() {}, warn: (m) => proxyLog.push(m), error: (m) => proxyLog.push(m) } });
+  proxy = await CaptureProxy.start({
+    engineUrl: 'http://127.0.0.1:9',
+    model: 'm',
+    captureLevel: 'tokens',
+    logger: { info() {}, warn: (m) => proxyLog.push(m), error: (m) => proxyLog.push(m) },
+  });
   proxy.sessions.create({ session_id: 'a-private-session', metadata: { prompt: 'the user prompt nobody else may read' } });
   serve = await startServe(['--dataset', `ex=${EXAMPLES}`, '--state-dir', tempDir('hl-serve-browser-')]);
   const servePort = Number(new URL(serve.url).port);
@@ -53,7 +58,13 @@ before(async () => {
     executablePath: chromiumPath(),
     headless: true,
     // attacker.example resolves to this machine, as a rebinding DNS server makes it for the page.
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run', '--host-resolver-rules=MAP attacker.example 127.0.0.1'],
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--no-first-run',
+      '--host-resolver-rules=MAP attacker.example 127.0.0.1',
+    ],
   });
 });
 
@@ -69,28 +80,45 @@ test('a page on another loopback origin: /ws, a /sessions read and text/plain PO
   const page = await browser.newPage();
   const pagePort = (pageServer.address() as AddressInfo).port;
   await page.goto(`http://localhost:${pagePort}/`);
-  await page.waitForFunction(() => {
-    const r = (window as unknown as { results: Record<string, string> }).results;
-    return r.ws && r.read_sessions && r.post_session && r.post_mcp;
-  }, undefined, { timeout: 30_000 });
+  await page.waitForFunction(
+    () => {
+      const r = (window as unknown as { results: Record<string, string> }).results;
+      return r.ws && r.read_sessions && r.post_session && r.post_mcp;
+    },
+    undefined,
+    { timeout: 30_000 },
+  );
   const results = await page.evaluate(() => (window as unknown as { results: Record<string, string> }).results);
   assert.equal(results.ws, 'refused', JSON.stringify(results));
   assert.equal(results.ws_frame, undefined, 'no frame came back over the socket');
   assert.match(results.read_sessions!, /^blocked/);
   // The server side: what reached it was refused, and nothing was made.
   assert.equal(proxy.sessions.get('made-by-a-web-page'), undefined, 'the page created no session');
-  assert.deepEqual(proxy.sessions.list().map((s) => s.session_id), ['a-private-session']);
-  assert.ok(proxyLog.some((l) => /refused GET \/sessions: refused: requests from web pages \(Origin http:\/\/localhost:\d+\)/.test(l)), proxyLog.join('\n'));
-  assert.ok(proxyLog.some((l) => /refused POST \/sessions/.test(l)), proxyLog.join('\n'));
+  assert.deepEqual(
+    proxy.sessions.list().map((s) => s.session_id),
+    ['a-private-session'],
+  );
+  assert.ok(
+    proxyLog.some((l) => /refused GET \/sessions: refused: requests from web pages \(Origin http:\/\/localhost:\d+\)/.test(l)),
+    proxyLog.join('\n'),
+  );
+  assert.ok(
+    proxyLog.some((l) => /refused POST \/sessions/.test(l)),
+    proxyLog.join('\n'),
+  );
   assert.match(serve.stderr(), /refused upgrade \/ws: refused: requests from web pages \(Origin http:\/\/localhost:\d+\)/);
   assert.match(serve.stderr(), /refused POST \/mcp/);
   await page.close();
 });
 
-test('DNS rebinding: under the attacker\'s name the proxy and serve answer only a refusal, with no data', { timeout: 60_000 }, async () => {
+test("DNS rebinding: under the attacker's name the proxy and serve answer only a refusal, with no data", { timeout: 60_000 }, async () => {
   const page = await browser.newPage();
   const servePort = Number(new URL(serve.url).port);
-  for (const url of [`http://attacker.example:${proxy.port}/sessions`, `http://attacker.example:${proxy.port}/health`, `http://attacker.example:${servePort}/harbor_env/splits`]) {
+  for (const url of [
+    `http://attacker.example:${proxy.port}/sessions`,
+    `http://attacker.example:${proxy.port}/health`,
+    `http://attacker.example:${servePort}/harbor_env/splits`,
+  ]) {
     const response = await page.goto(url);
     const text = await page.evaluate(() => document.body.innerText);
     assert.equal(response?.status(), 403, `${url}: ${text}`);

@@ -63,20 +63,37 @@ test('training runs you can watch: configs only, a stuck image explained, curves
   mkdirSync(join(workspace, 'training'), { recursive: true });
   mkdirSync(join(workspace, 'harness-lab-batches'), { recursive: true });
   mkdirSync(exports, { recursive: true });
-  writeFileSync(join(exports, 'b-e2e.trl.jsonl'), `${JSON.stringify({ prompt_ids: [1], completion_ids: [2], logprobs: [-0.1], env_mask: [1], reward: 1 })}\n`);
+  writeFileSync(
+    join(exports, 'b-e2e.trl.jsonl'),
+    `${JSON.stringify({ prompt_ids: [1], completion_ids: [2], logprobs: [-0.1], env_mask: [1], reward: 1 })}\n`,
+  );
   // A local export of the same name: the run is linked to it.
-  writeFileSync(join(workspace, 'harness-lab-batches', 'b-e2e.trl.jsonl.manifest.json'), JSON.stringify({ format: 'trl', file: 'b-e2e.trl.jsonl', batch: { batch_id: 'b-e2e' }, counts: { rows: 1 } }));
+  writeFileSync(
+    join(workspace, 'harness-lab-batches', 'b-e2e.trl.jsonl.manifest.json'),
+    JSON.stringify({ format: 'trl', file: 'b-e2e.trl.jsonl', batch: { batch_id: 'b-e2e' }, counts: { rows: 1 } }),
+  );
   // Noise the picker must leave out.
   writeFileSync(join(workspace, 'package.json'), '{"name":"ws","version":"1.0.0"}');
   writeFileSync(join(workspace, 'training', 'notes.yaml'), 'owner: someone\nimage: not-a-config\n');
   writeFileSync(join(workspace, 'ci.yml'), 'on: push\njobs: {}\n');
   const data = `data:\n  source: export\n  file: b-e2e.trl.jsonl\n  volume: {hostPath: {path: ${exports}}}\n`;
   // The trainer prints the lab's JSON metric lines, one per step, then ends.
-  const script = "for(let s=1;s<=5;s++)console.log(JSON.stringify({step:s,reward_mean:s/5,reward_std:0.3-s*0.04,loss:1/s,kl:0.01*s,learning_rate:1e-6}));";
-  writeFileSync(join(workspace, 'training', 'curves.yaml'), `name: trl-curves\nimage: harness-lab/base-node:bookworm\ncommand: [node, -e, ${JSON.stringify(script)}]\n${data}`);
-  writeFileSync(join(workspace, 'training', 'stuck.yaml'), `name: trl-stuck\nimage: harness-lab/no-such-image:e2e\ncommand: [python, train.py]\ngpusPerNode: 0\n${data}`);
+  const script =
+    'for(let s=1;s<=5;s++)console.log(JSON.stringify({step:s,reward_mean:s/5,reward_std:0.3-s*0.04,loss:1/s,kl:0.01*s,learning_rate:1e-6}));';
+  writeFileSync(
+    join(workspace, 'training', 'curves.yaml'),
+    `name: trl-curves\nimage: harness-lab/base-node:bookworm\ncommand: [node, -e, ${JSON.stringify(script)}]\n${data}`,
+  );
+  writeFileSync(
+    join(workspace, 'training', 'stuck.yaml'),
+    `name: trl-stuck\nimage: harness-lab/no-such-image:e2e\ncommand: [python, train.py]\ngpusPerNode: 0\n${data}`,
+  );
 
-  workbench = await openWorkbench({ stateDir, workspace, env: { KUBECONFIG: cluster.kubeconfig, HARNESS_LAB_DATA_DIR: join(stateDir, 'lab') } });
+  workbench = await openWorkbench({
+    stateDir,
+    workspace,
+    env: { KUBECONFIG: cluster.kubeconfig, HARNESS_LAB_DATA_DIR: join(stateDir, 'lab') },
+  });
   const { page } = workbench;
   await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
   const runs = pane(page, /training runs/i);
@@ -91,11 +108,27 @@ test('training runs you can watch: configs only, a stuck image explained, curves
   // 1. A run whose image cannot be pulled: Pending with the pod's reason; Show Logs says why there is no log.
   const listed = await startRun(page, 'training/stuck.yaml');
   assert.equal(listed, 2, 'the picker lists the two trainer configs, not notes.yaml, ci.yml or package.json');
-  await waitOrShoot(page, page.locator('.notification-toast', { hasText: /trl-stuck created as Job \(a plain batch\/v1 Job: no trainer operator\).*1 node\(s\), no GPU/ }), 'no-kind-toast', 60_000);
+  await waitOrShoot(
+    page,
+    page.locator('.notification-toast', {
+      hasText: /trl-stuck created as Job \(a plain batch\/v1 Job: no trainer operator\).*1 node\(s\), no GPU/,
+    }),
+    'no-kind-toast',
+    60_000,
+  );
   const stuck = runs.locator('.monaco-list-row', { hasText: 'trl-stuck' });
   await waitOrShoot(page, stuck.filter({ hasText: /trl · Pending: (ImagePullBackOff|ErrImagePull) · \d+s/ }), 'no-waiting-reason', 90_000);
   const ageBefore = (await stuck.innerText()).match(/· (\d+)s/)?.[1];
-  await waitOrShoot(page, page.locator('.monaco-editor .view-lines', { hasText: /has\sno\slog\syet:\spod\strl-stuck-\S+\sis\swaiting:\s(ImagePullBackOff|ErrImagePull)/ }).first(), 'no-log-reason', 60_000);
+  await waitOrShoot(
+    page,
+    page
+      .locator('.monaco-editor .view-lines', {
+        hasText: /has\sno\slog\syet:\spod\strl-stuck-\S+\sis\swaiting:\s(ImagePullBackOff|ErrImagePull)/,
+      })
+      .first(),
+    'no-log-reason',
+    60_000,
+  );
   await new Promise((r) => setTimeout(r, 6_000));
   const ageAfter = (await stuck.innerText()).match(/· (\d+)s/)?.[1];
   assert.ok(ageBefore && ageAfter && Number(ageAfter) > Number(ageBefore), `the age ticks: ${ageBefore} then ${ageAfter}`);
@@ -112,7 +145,11 @@ test('training runs you can watch: configs only, a stuck image explained, curves
   await waitOrShoot(page, reward, 'no-curve', 60_000);
   assert.equal(await reward.getAttribute('data-points'), '5');
   assert.equal(await frame.locator('svg.panel[data-metric="reward_mean"] polygon.band').count(), 1, 'the ± std band');
-  for (const m of ['loss', 'kl', 'learning_rate']) assert.equal(await frame.locator(`svg.panel[data-metric="${m}"] polyline.curve`).getAttribute('data-points'), '5', m);
-  assert.match(await frame.locator('ul.runs').innerText(), /trl-curves: trains on export b-e2e\.trl\.jsonl on hostPath .* \(trl export of batch b-e2e, 1 rows\)/);
+  for (const m of ['loss', 'kl', 'learning_rate'])
+    assert.equal(await frame.locator(`svg.panel[data-metric="${m}"] polyline.curve`).getAttribute('data-points'), '5', m);
+  assert.match(
+    await frame.locator('ul.runs').innerText(),
+    /trl-curves: trains on export b-e2e\.trl\.jsonl on hostPath .* \(trl export of batch b-e2e, 1 rows\)/,
+  );
   await shot(page, '02-curves');
 });

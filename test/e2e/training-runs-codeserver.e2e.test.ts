@@ -31,79 +31,118 @@ after(async () => {
   if (stateDir && !process.env.HL_E2E_KEEP) rmSync(stateDir, { recursive: true, force: true });
 });
 
-test('Start Training Run... against the API server double: the run in the Training Runs view, its log and status', { timeout: 400_000 }, async () => {
-  const missing = missingPrerequisite();
-  if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
-  const built = spawnSync(process.execPath, ['esbuild.mjs'], { cwd: ROOT, encoding: 'utf8' });
-  assert.equal(built.status, 0, built.stderr);
-  cluster = await testCluster();
+test(
+  'Start Training Run... against the API server double: the run in the Training Runs view, its log and status',
+  { timeout: 400_000 },
+  async () => {
+    const missing = missingPrerequisite();
+    if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
+    const built = spawnSync(process.execPath, ['esbuild.mjs'], { cwd: ROOT, encoding: 'utf8' });
+    assert.equal(built.status, 0, built.stderr);
+    cluster = await testCluster();
 
-  stateDir = mkdtempSync(join(tmpdir(), 'hl-train-e2e-'));
-  const workspace = join(stateDir, 'workspace');
-  const exports = join(stateDir, 'exports');
-  mkdirSync(join(workspace, 'training'), { recursive: true });
-  mkdirSync(exports, { recursive: true });
-  writeFileSync(join(exports, 'trl.jsonl'), [1, 0, 1].map((reward) => JSON.stringify({ prompt_ids: [1], completion_ids: [2], logprobs: [-0.1], env_mask: [1], reward })).join('\n') + '\n');
-  // Long enough to be seen Running in the status bar, then it ends by itself.
-  const script = "const rows=require('fs').readFileSync(process.env.HARNESS_LAB_EXPORT,'utf8').trim().split('\\n').length;console.log('trainer read '+rows+' rows');setTimeout(()=>console.log('step 1 done'),6000);";
-  writeFileSync(join(workspace, 'training', 'trl-e2e.yaml'), `name: trl-e2e\nimage: harness-lab/base-node:bookworm\ncommand: [node, -e, ${JSON.stringify(script)}]\ndata:\n  source: export\n  file: trl.jsonl\n  volume: {hostPath: {path: ${exports}}}\n`);
+    stateDir = mkdtempSync(join(tmpdir(), 'hl-train-e2e-'));
+    const workspace = join(stateDir, 'workspace');
+    const exports = join(stateDir, 'exports');
+    mkdirSync(join(workspace, 'training'), { recursive: true });
+    mkdirSync(exports, { recursive: true });
+    writeFileSync(
+      join(exports, 'trl.jsonl'),
+      [1, 0, 1]
+        .map((reward) => JSON.stringify({ prompt_ids: [1], completion_ids: [2], logprobs: [-0.1], env_mask: [1], reward }))
+        .join('\n') + '\n',
+    );
+    // Long enough to be seen Running in the status bar, then it ends by itself.
+    const script =
+      "const rows=require('fs').readFileSync(process.env.HARNESS_LAB_EXPORT,'utf8').trim().split('\\n').length;console.log('trainer read '+rows+' rows');setTimeout(()=>console.log('step 1 done'),6000);";
+    writeFileSync(
+      join(workspace, 'training', 'trl-e2e.yaml'),
+      `name: trl-e2e\nimage: harness-lab/base-node:bookworm\ncommand: [node, -e, ${JSON.stringify(script)}]\ndata:\n  source: export\n  file: trl.jsonl\n  volume: {hostPath: {path: ${exports}}}\n`,
+    );
 
-  server = await launchCodeServer({
-    stateDir,
-    workspace,
-    env: { KUBECONFIG: cluster.kubeconfig, HARNESS_LAB_DATA_DIR: join(stateDir, 'lab') },
-    userSettings: { 'workbench.startupEditor': 'none', 'workbench.tips.enabled': false, 'security.workspace.trust.enabled': false, 'extensions.autoCheckUpdates': false, 'telemetry.telemetryLevel': 'off', 'window.commandCenter': false },
-  });
-  browser = await chromium.launch({ executablePath: chromiumPath(), headless: true, args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update'] });
-  const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
-  const remote = (p: string) => `vscode-remote://127.0.0.1:${server!.port}${p}`;
-  const payload = [['extensionDevelopmentPath', remote(ROOT)], ['skipWelcome', 'true']];
-  await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
-  await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
-  mkdirSync(ARTIFACTS, { recursive: true });
+    server = await launchCodeServer({
+      stateDir,
+      workspace,
+      env: { KUBECONFIG: cluster.kubeconfig, HARNESS_LAB_DATA_DIR: join(stateDir, 'lab') },
+      userSettings: {
+        'workbench.startupEditor': 'none',
+        'workbench.tips.enabled': false,
+        'security.workspace.trust.enabled': false,
+        'extensions.autoCheckUpdates': false,
+        'telemetry.telemetryLevel': 'off',
+        'window.commandCenter': false,
+      },
+    });
+    browser = await chromium.launch({
+      executablePath: chromiumPath(),
+      headless: true,
+      args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update'],
+    });
+    const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    const remote = (p: string) => `vscode-remote://127.0.0.1:${server!.port}${p}`;
+    const payload = [
+      ['extensionDevelopmentPath', remote(ROOT)],
+      ['skipWelcome', 'true'],
+    ];
+    await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
+    await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
+    mkdirSync(ARTIFACTS, { recursive: true });
 
-  await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
-  const pane = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /training runs/i }) });
-  const header = pane.locator('.pane-header');
-  await header.waitFor({ timeout: 30_000 });
-  if ((await header.getAttribute('aria-expanded')) !== 'true') await header.click();
-  await pane.locator('.monaco-list-row', { hasText: 'No training runs in default (double)' }).waitFor({ timeout: 60_000 }).catch(async (err: unknown) => {
-    await page.screenshot({ path: join(ARTIFACTS, 'training-00-empty-missing.png') });
-    throw err;
-  });
-  await page.screenshot({ path: join(ARTIFACTS, 'training-01-empty.png') });
+    await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
+    const pane = page.locator('.pane', { has: page.locator('.pane-header', { hasText: /training runs/i }) });
+    const header = pane.locator('.pane-header');
+    await header.waitFor({ timeout: 30_000 });
+    if ((await header.getAttribute('aria-expanded')) !== 'true') await header.click();
+    await pane
+      .locator('.monaco-list-row', { hasText: 'No training runs in default (double)' })
+      .waitFor({ timeout: 60_000 })
+      .catch(async (err: unknown) => {
+        await page.screenshot({ path: join(ARTIFACTS, 'training-00-empty-missing.png') });
+        throw err;
+      });
+    await page.screenshot({ path: join(ARTIFACTS, 'training-01-empty.png') });
 
-  await runCommand(page, 'Harness Lab: Start Training Run...');
-  await atStep(page, '1/3');
-  await pick(page, 'trl');
-  await atStep(page, '2/3');
-  await pick(page, 'training/trl-e2e.yaml');
-  await atStep(page, '3/3');
-  await pick(page, 'double');
+    await runCommand(page, 'Harness Lab: Start Training Run...');
+    await atStep(page, '1/3');
+    await pick(page, 'trl');
+    await atStep(page, '2/3');
+    await pick(page, 'training/trl-e2e.yaml');
+    await atStep(page, '3/3');
+    await pick(page, 'double');
 
-  const status = page.locator('.statusbar-item', { hasText: /trl-e2e: Running/ });
-  await status.waitFor({ timeout: 90_000 }).catch(async (err: unknown) => {
-    await page.screenshot({ path: join(ARTIFACTS, 'training-02-no-status.png') });
-    throw err;
-  });
-  const row = pane.locator('.monaco-list-row', { hasText: 'trl-e2e' });
-  await row.waitFor({ timeout: 30_000 });
-  await page.locator('.monaco-editor .view-lines', { hasText: 'trainer read 3 rows' }).first().waitFor({ timeout: 60_000 }).catch(async (err: unknown) => {
-    await page.screenshot({ path: join(ARTIFACTS, 'training-02-no-log.png') });
-    throw err;
-  });
-  await page.screenshot({ path: join(ARTIFACTS, 'training-02-running.png') });
+    const status = page.locator('.statusbar-item', { hasText: /trl-e2e: Running/ });
+    await status.waitFor({ timeout: 90_000 }).catch(async (err: unknown) => {
+      await page.screenshot({ path: join(ARTIFACTS, 'training-02-no-status.png') });
+      throw err;
+    });
+    const row = pane.locator('.monaco-list-row', { hasText: 'trl-e2e' });
+    await row.waitFor({ timeout: 30_000 });
+    await page
+      .locator('.monaco-editor .view-lines', { hasText: 'trainer read 3 rows' })
+      .first()
+      .waitFor({ timeout: 60_000 })
+      .catch(async (err: unknown) => {
+        await page.screenshot({ path: join(ARTIFACTS, 'training-02-no-log.png') });
+        throw err;
+      });
+    await page.screenshot({ path: join(ARTIFACTS, 'training-02-running.png') });
 
-  // The Job ends by itself: the tree says Succeeded, the log has its last line, the status bar item goes.
-  await pane.locator('.monaco-list-row', { hasText: /trl-e2e.*trl · Succeeded/ }).waitFor({ timeout: 90_000 }).catch(async (err: unknown) => {
-    await page.screenshot({ path: join(ARTIFACTS, 'training-03-no-success.png') });
-    throw err;
-  });
-  await page.locator('.monaco-editor .view-lines', { hasText: 'step 1 done' }).first().waitFor({ timeout: 30_000 });
-  await status.waitFor({ state: 'detached', timeout: 30_000 });
-  await page.screenshot({ path: join(ARTIFACTS, 'training-03-succeeded.png') });
-  const job = await fetch(`${cluster.url}/apis/batch/v1/namespaces/default/jobs/trl-e2e`, { headers: { authorization: `Bearer ${cluster.api.token}` } });
-  assert.equal(job.status, 200);
-  const body = (await job.json()) as { metadata: { labels: Record<string, string> } };
-  assert.equal(body.metadata.labels['harness-lab/run'], 'trl-e2e');
-});
+    // The Job ends by itself: the tree says Succeeded, the log has its last line, the status bar item goes.
+    await pane
+      .locator('.monaco-list-row', { hasText: /trl-e2e.*trl · Succeeded/ })
+      .waitFor({ timeout: 90_000 })
+      .catch(async (err: unknown) => {
+        await page.screenshot({ path: join(ARTIFACTS, 'training-03-no-success.png') });
+        throw err;
+      });
+    await page.locator('.monaco-editor .view-lines', { hasText: 'step 1 done' }).first().waitFor({ timeout: 30_000 });
+    await status.waitFor({ state: 'detached', timeout: 30_000 });
+    await page.screenshot({ path: join(ARTIFACTS, 'training-03-succeeded.png') });
+    const job = await fetch(`${cluster.url}/apis/batch/v1/namespaces/default/jobs/trl-e2e`, {
+      headers: { authorization: `Bearer ${cluster.api.token}` },
+    });
+    assert.equal(job.status, 200);
+    const body = (await job.json()) as { metadata: { labels: Record<string, string> } };
+    assert.equal(body.metadata.labels['harness-lab/run'], 'trl-e2e');
+  },
+);

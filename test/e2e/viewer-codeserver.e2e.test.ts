@@ -49,7 +49,10 @@ test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { t
   const g = generateRollout({ seed: 3, calls: 4, firstPrompt: 40, sampled: 12, glue: 6, retry: true });
   const info = { ...g.session, session_id: SESSION };
   const records = g.records.map((r) => ({ ...r, session_id: SESSION }));
-  writeFileSync(join(dataDir, 'sessions', `${SESSION}.jsonl`), [JSON.stringify({ type: 'session', ...info }), ...records.map((r) => JSON.stringify({ type: 'call', ...r }))].join('\n') + '\n');
+  writeFileSync(
+    join(dataDir, 'sessions', `${SESSION}.jsonl`),
+    [JSON.stringify({ type: 'session', ...info }), ...records.map((r) => JSON.stringify({ type: 'call', ...r }))].join('\n') + '\n',
+  );
 
   // An engine for the live part (the stored session above needs none).
   engine = await startFakeEngine({ thinkMs: 0 });
@@ -57,12 +60,28 @@ test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { t
     stateDir,
     workspace,
     // harnessLab.dataDir is machine-scoped: user settings, not workspace settings.
-    userSettings: { 'harnessLab.dataDir': dataDir, 'harnessLab.engineUrl': engine.url, 'workbench.startupEditor': 'none', 'workbench.tips.enabled': false, 'security.workspace.trust.enabled': false, 'extensions.autoCheckUpdates': false, 'telemetry.telemetryLevel': 'off', 'window.commandCenter': false },
+    userSettings: {
+      'harnessLab.dataDir': dataDir,
+      'harnessLab.engineUrl': engine.url,
+      'workbench.startupEditor': 'none',
+      'workbench.tips.enabled': false,
+      'security.workspace.trust.enabled': false,
+      'extensions.autoCheckUpdates': false,
+      'telemetry.telemetryLevel': 'off',
+      'window.commandCenter': false,
+    },
   });
-  browser = await chromium.launch({ executablePath: chromiumPath(), headless: true, args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update'] });
+  browser = await chromium.launch({
+    executablePath: chromiumPath(),
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update'],
+  });
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   const remote = (p: string) => `vscode-remote://127.0.0.1:${server!.port}${p}`;
-  const payload = [['extensionDevelopmentPath', remote(ROOT)], ['skipWelcome', 'true']];
+  const payload = [
+    ['extensionDevelopmentPath', remote(ROOT)],
+    ['skipWelcome', 'true'],
+  ];
   await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
   await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
 
@@ -121,9 +140,22 @@ test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { t
   const port = /:(\d+)/.exec((await status.innerText()) ?? '')![1]!;
   const proxy = `http://127.0.0.1:${port}`;
   const LIVE = 'viewer-e2e-live';
-  assert.equal((await fetch(`${proxy}/sessions`, { method: 'POST', headers: { authorization: `Bearer ${adminKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ session_id: LIVE }) })).status, 201);
+  assert.equal(
+    (
+      await fetch(`${proxy}/sessions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${adminKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ session_id: LIVE }),
+      })
+    ).status,
+    201,
+  );
   const call = async (content: string) => {
-    const res = await fetch(`${proxy}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${LIVE}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] }) });
+    const res = await fetch(`${proxy}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${LIVE}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] }),
+    });
     assert.equal(res.status, 200, await res.text());
   };
   await call('first');
@@ -133,10 +165,14 @@ test('Open Rollout Viewer from the Sessions tree shows the captured tokens', { t
   await pickFromContextMenu(page, liveRow, 'Open Rollout Viewer');
   await page.locator('.tab', { hasText: `Rollout ${LIVE}` }).waitFor({ timeout: 20_000 });
   const live = viewerFrame(page);
-  await live.locator('.graph-row').nth(1).waitFor({ timeout: 150_000 }).catch(async (err: unknown) => {
-    await page.screenshot({ path: join(ARTIFACTS, 'viewer-03-live-missing.png') });
-    throw err;
-  });
+  await live
+    .locator('.graph-row')
+    .nth(1)
+    .waitFor({ timeout: 150_000 })
+    .catch(async (err: unknown) => {
+      await page.screenshot({ path: join(ARTIFACTS, 'viewer-03-live-missing.png') });
+      throw err;
+    });
   assert.equal(await live.locator('.graph-row').count(), 2);
   await call('third');
   await live.locator('.graph-row').nth(2).waitFor({ timeout: 30_000 });

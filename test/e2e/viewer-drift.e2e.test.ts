@@ -73,10 +73,16 @@ describe('drift colours in chromium', () => {
   test('same weights: every sampled token calm (dr0); another seed: tokens past the threshold (dr3), coloured differently', async () => {
     const plain = await sampledTokens('plain', null);
     assert.ok(plain.length > 5);
-    assert.ok(plain.every((t) => /\bb\d\b/.test(t.cls) && !/\bdr\d\b/.test(t.cls)), 'without a rescore: logprob buckets');
+    assert.ok(
+      plain.every((t) => /\bb\d\b/.test(t.cls) && !/\bdr\d\b/.test(t.cls)),
+      'without a rescore: logprob buckets',
+    );
     const calm = await sampledTokens('same', same);
     assert.equal(calm.length, plain.length);
-    assert.ok(calm.every((t) => /\bdr0\b/.test(t.cls)), calm.map((t) => t.cls).join(' | '));
+    assert.ok(
+      calm.every((t) => /\bdr0\b/.test(t.cls)),
+      calm.map((t) => t.cls).join(' | '),
+    );
     const drifted = await sampledTokens('other', other);
     const loud = drifted.filter((t) => /\bdr3\b/.test(t.cls));
     assert.ok(loud.length > 0, drifted.map((t) => t.cls).join(' | '));

@@ -20,10 +20,28 @@ const SHELL = '^(bash|exec_command|run_shell_command|shell)$';
 function wrongTask(root: string): string {
   const dir = join(root, 'wrong-answer');
   cpSync(join(EXAMPLES, 'hello-file'), dir, { recursive: true });
-  writeFileSync(join(dir, 'instruction.md'), 'Create a file named `answer.txt` in the current working directory whose content is exactly `42`.\n');
-  writeFileSync(join(dir, 'task.toml'), readFileSync(join(dir, 'task.toml'), 'utf8').replace('name = "harness-lab/hello-file"', 'name = "group-test/wrong-answer"'));
-  writeFileSync(join(dir, 'policy.json'), JSON.stringify({ name: 'wrong', rules: [{ when: { last_message: 'Create a file named `answer.txt`' }, then: { call: { tool: SHELL, input: "printf '41' > answer.txt" } } }], fallback: { say: 'I wrote answer.txt.' } }));
-  writeFileSync(join(dir, 'tests', 'test.sh'), '#!/bin/bash\nmkdir -p /logs/verifier\nif [ "$(cat /app/answer.txt 2>/dev/null)" = "42" ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n');
+  writeFileSync(
+    join(dir, 'instruction.md'),
+    'Create a file named `answer.txt` in the current working directory whose content is exactly `42`.\n',
+  );
+  writeFileSync(
+    join(dir, 'task.toml'),
+    readFileSync(join(dir, 'task.toml'), 'utf8').replace('name = "harness-lab/hello-file"', 'name = "group-test/wrong-answer"'),
+  );
+  writeFileSync(
+    join(dir, 'policy.json'),
+    JSON.stringify({
+      name: 'wrong',
+      rules: [
+        { when: { last_message: 'Create a file named `answer.txt`' }, then: { call: { tool: SHELL, input: "printf '41' > answer.txt" } } },
+      ],
+      fallback: { say: 'I wrote answer.txt.' },
+    }),
+  );
+  writeFileSync(
+    join(dir, 'tests', 'test.sh'),
+    '#!/bin/bash\nmkdir -p /logs/verifier\nif [ "$(cat /app/answer.txt 2>/dev/null)" = "42" ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n',
+  );
   return dir;
 }
 
@@ -41,7 +59,20 @@ describe('group view of a real Docker batch in chromium', () => {
     const tasks = join(root, 'tasks');
     cpSync(join(EXAMPLES, 'fix-script'), join(tasks, 'fix-script'), { recursive: true });
     wrongTask(tasks);
-    const r = await cli(['batch', 'submit', '--tasks', join(tasks, '*'), '--harness', 'react,codex', '--group-size', '2', '--parallel', '2', '--out', batch]);
+    const r = await cli([
+      'batch',
+      'submit',
+      '--tasks',
+      join(tasks, '*'),
+      '--harness',
+      'react,codex',
+      '--group-size',
+      '2',
+      '--parallel',
+      '2',
+      '--out',
+      batch,
+    ]);
     assert.equal(r.code, 0, r.stdout + r.stderr);
     browser = await pw.launch({ executablePath: chromium(), args: ['--no-sandbox'] });
     page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
@@ -54,7 +85,13 @@ describe('group view of a real Docker batch in chromium', () => {
 
   test('histogram of both rewards, the divergence point of codex members, no contrast flagged', async () => {
     const data = buildGroupView(batch, 'fix-script.codex');
-    assert.deepEqual(data.members.map((m) => [m.class, m.reward]), [['completed', 1], ['completed', 1]]);
+    assert.deepEqual(
+      data.members.map((m) => [m.class, m.reward]),
+      [
+        ['completed', 1],
+        ['completed', 1],
+      ],
+    );
     const d = data.divergences[0]!;
     assert.ok(d.call !== null, 'codex members part somewhere (its prompts carry per-run facts)');
     const out = join(root, 'codex.html');
@@ -64,9 +101,13 @@ describe('group view of a real Docker batch in chromium', () => {
     await page.goto(`file://${out}`);
     await page.waitForSelector('[data-testid="group-view"]');
     assert.equal(await page.$$eval('[data-testid="member-card"]', (e) => e.length), 2);
-    const counts = await page.$$eval('[data-testid="histogram-batch"] rect.hist-bar', (els) => els.map((e) => Number(e.getAttribute('data-count'))));
+    const counts = await page.$$eval('[data-testid="histogram-batch"] rect.hist-bar', (els) =>
+      els.map((e) => Number(e.getAttribute('data-count'))),
+    );
     assert.deepEqual([counts[0], counts[9]], [4, 4], 'wrong-answer x2 harnesses x2 at 0, fix-script at 1');
-    const harness = await page.$$eval('[data-testid="histogram-harness-codex"] rect.hist-bar', (els) => els.map((e) => Number(e.getAttribute('data-count'))));
+    const harness = await page.$$eval('[data-testid="histogram-harness-codex"] rect.hist-bar', (els) =>
+      els.map((e) => Number(e.getAttribute('data-count'))),
+    );
     assert.deepEqual([harness[0], harness[9]], [2, 2]);
     const text = (await page.textContent('[data-testid="divergence-text"]'))!;
     assert.match(text, new RegExp(`first diverge at call ${d.call! + 1}`));
@@ -75,7 +116,13 @@ describe('group view of a real Docker batch in chromium', () => {
     const behaviourRows = await page.$$eval('[data-testid="behaviour-table"] tbody tr', (e) => e.length);
     assert.equal(behaviourRows, 2 + 3, 'two members, then group, harness and batch');
     const react = buildGroupView(batch, 'wrong-answer.react');
-    assert.deepEqual(react.members.map((m) => [m.class, m.reward]), [['policy_failure', 0], ['policy_failure', 0]]);
+    assert.deepEqual(
+      react.members.map((m) => [m.class, m.reward]),
+      [
+        ['policy_failure', 0],
+        ['policy_failure', 0],
+      ],
+    );
     assert.equal(react.behaviour.batch.rollouts, 8);
     assert.deepEqual(errors, []);
   });

@@ -39,7 +39,13 @@ describe('group view in chromium', () => {
   async function checkDivGroup(): Promise<void> {
     await page.waitForSelector('[data-testid="group-view"]');
     // Members side by side with reward and class.
-    const cards = await page.$$eval('[data-testid="member-card"]', (els) => els.map((e) => [e.getAttribute('data-rollout'), e.querySelector('[data-testid="member-reward"]')!.textContent, e.querySelector('[data-testid="member-class"]')!.textContent]));
+    const cards = await page.$$eval('[data-testid="member-card"]', (els) =>
+      els.map((e) => [
+        e.getAttribute('data-rollout'),
+        e.querySelector('[data-testid="member-reward"]')!.textContent,
+        e.querySelector('[data-testid="member-class"]')!.textContent,
+      ]),
+    );
     assert.deepEqual(cards, [
       ['d0', 'reward 1', 'completed'],
       ['d1', 'reward 0', 'policy failure'],
@@ -50,12 +56,20 @@ describe('group view in chromium', () => {
     const samples = await page.$$eval('[data-testid="member-samples"]', (els) => els.map((e) => e.textContent));
     assert.equal(samples.length, 4);
     for (const text of samples) assert.match(text!, /^1 sample, [\d,]+ tokens to the trainer \(1\.00x the merged [\d,]+\)$/);
-    assert.match((await page.textContent('[data-testid="samples-group"]'))!, /1\.00 samples\/rollout, [\d,]+ tokens to the trainer \(1\.00x the merged length\), 0 unparsed tool calls \(3 rollouts\)/);
+    assert.match(
+      (await page.textContent('[data-testid="samples-group"]'))!,
+      /1\.00 samples\/rollout, [\d,]+ tokens to the trainer \(1\.00x the merged length\), 0 unparsed tool calls \(3 rollouts\)/,
+    );
     assert.match((await page.textContent('[data-testid="samples-harness"]'))!, /^harness react-a/);
     const boxes = await page.$$eval('[data-testid="member-card"]', (els) => els.map((e) => e.getBoundingClientRect().top));
-    assert.ok(boxes.every((t) => Math.abs(t - boxes[0]!) < 1), 'cards in one row');
+    assert.ok(
+      boxes.every((t) => Math.abs(t - boxes[0]!) < 1),
+      'cards in one row',
+    );
     // Histograms: batch (4 at 0, 1 at 1), per harness, drawn as bars whose heights follow the counts.
-    const batchBars = await page.$$eval('[data-testid="histogram-batch"] rect.hist-bar', (els) => els.map((e) => [Number(e.getAttribute('data-count')), Number(e.getAttribute('height'))] as [number, number]));
+    const batchBars = await page.$$eval('[data-testid="histogram-batch"] rect.hist-bar', (els) =>
+      els.map((e) => [Number(e.getAttribute('data-count')), Number(e.getAttribute('height'))] as [number, number]),
+    );
     assert.equal(batchBars.length, 10);
     assert.deepEqual([batchBars[0]![0], batchBars[9]![0]], [4, 1]);
     assert.ok(batchBars[0]![1] > batchBars[9]![1] && batchBars[9]![1] > 0 && batchBars[5]![1] === 0);
@@ -64,9 +78,14 @@ describe('group view in chromium', () => {
     // Divergence: d0 vs d2 at call 1, the differing sampled token outlined in both strips at the same column.
     assert.match((await page.textContent('[data-testid="divergence-text"]'))!, /^d0 and d2 first diverge at call 1, sampled token \d+/);
     const d = div.divergences[div.focus_pair!]!;
-    const marked = await page.$$eval('.div-strip td.div', (els) => els.map((e) => ({ pos: Number(e.getAttribute('data-pos')), left: e.getBoundingClientRect().left, text: e.textContent })));
+    const marked = await page.$$eval('.div-strip td.div', (els) =>
+      els.map((e) => ({ pos: Number(e.getAttribute('data-pos')), left: e.getBoundingClientRect().left, text: e.textContent })),
+    );
     assert.equal(marked.length, 2);
-    assert.deepEqual(marked.map((m) => m.pos), [d.token_index, d.token_index]);
+    assert.deepEqual(
+      marked.map((m) => m.pos),
+      [d.token_index, d.token_index],
+    );
     assert.equal(marked[0]!.left, marked[1]!.left, 'aligned at the divergence');
     assert.notEqual(marked[0]!.text, marked[1]!.text);
     const borders = await page.$$eval('.div-strip td.div', (els) => els.map((e) => getComputedStyle(e).borderTopColor));
@@ -77,7 +96,9 @@ describe('group view in chromium', () => {
     // Behaviour table and chart.
     const row = await page.$$eval('[data-testid="behaviour-table"] tr[data-rollout="d2"] td', (els) => els.map((e) => e.textContent));
     assert.deepEqual(row, ['2', '1', '1.00', 'no', '1.00', 'turn 2']);
-    const failedBars = await page.$$eval('[data-testid="behaviour-chart"] rect.bar-failed', (els) => els.map((e) => Number(e.getAttribute('data-n'))));
+    const failedBars = await page.$$eval('[data-testid="behaviour-chart"] rect.bar-failed', (els) =>
+      els.map((e) => Number(e.getAttribute('data-n'))),
+    );
     assert.deepEqual(failedBars, [0, 0, 1, 0]);
     assert.equal(await page.$('[data-testid="teaches-nothing"]'), null);
   }
@@ -107,7 +128,10 @@ describe('group view in chromium', () => {
     assert.equal(await openers.count(), div.members.filter((m) => m.session_id).length);
     await page.locator('[data-testid="member-card"][data-rollout="d1"] [data-testid="open-member"]').click();
     const posted = await page.evaluate(() => (window as unknown as { __posted: { type: string }[] }).__posted);
-    assert.deepEqual(posted.filter((m) => m.type === 'openGroupMember'), [{ type: 'openGroupMember', rollout_id: 'd1' }]);
+    assert.deepEqual(
+      posted.filter((m) => m.type === 'openGroupMember'),
+      [{ type: 'openGroupMember', rollout_id: 'd1' }],
+    );
     assert.deepEqual(errors, []);
   });
 });

@@ -20,10 +20,23 @@ export function fixtureData(opts: GeneratorOptions, withTexts = true): ViewerDat
   return fixture(opts, withTexts).data;
 }
 
-export function fixture(opts: GeneratorOptions, withTexts = true): { data: ViewerData; doc: RolloutDocument; records: CallRecord[]; vocab: Record<string, string> } {
+export function fixture(
+  opts: GeneratorOptions,
+  withTexts = true,
+): { data: ViewerData; doc: RolloutDocument; records: CallRecord[]; vocab: Record<string, string> } {
   const g = generateRollout(opts);
-  const doc = buildRollout(g.session, g.records, { budgetStopCount: 0, captureLevel: 'tokens', includeDiscarded: true, includeTraces: false });
-  return { data: viewerDataFromRollout(doc, { key: 'fixture', title: 'Fixture rollout', tokenTexts: withTexts ? g.vocab : {} }), doc, records: g.records, vocab: g.vocab };
+  const doc = buildRollout(g.session, g.records, {
+    budgetStopCount: 0,
+    captureLevel: 'tokens',
+    includeDiscarded: true,
+    includeTraces: false,
+  });
+  return {
+    data: viewerDataFromRollout(doc, { key: 'fixture', title: 'Fixture rollout', tokenTexts: withTexts ? g.vocab : {} }),
+    doc,
+    records: g.records,
+    vocab: g.vocab,
+  };
 }
 
 /**
@@ -83,7 +96,8 @@ export function bundleBuilt(): boolean {
 
 /** Why the browser tests of the viewer cannot run here, in terms of what to do about it; undefined when they can. */
 export function missingViewerPrerequisite(): string | undefined {
-  if (!existsSync(chromium())) return `no chromium at ${chromium()}: run \`npm test\` or \`bash scripts/code-server-install.sh\` as root (both apt-get install Debian's chromium), or set CHROMIUM_PATH`;
+  if (!existsSync(chromium()))
+    return `no chromium at ${chromium()}: run \`npm test\` or \`bash scripts/code-server-install.sh\` as root (both apt-get install Debian's chromium), or set CHROMIUM_PATH`;
   if (!bundleBuilt()) return `${join(DIST, 'viewer.js')} is missing: run \`npm run build\``;
   return undefined;
 }
@@ -91,8 +105,11 @@ export function missingViewerPrerequisite(): string | undefined {
 /** Post the data as the host does: the wire form, with the per-turn details ready to be requested. */
 export async function postLoad(page: import('playwright-core').Page, data: ViewerData, focus: string | null = null): Promise<void> {
   const { wire, details } = toWire(data);
-  await page.evaluate(([w, d, f]) => {
-    (window as unknown as { __details: unknown }).__details = d;
-    window.postMessage({ type: 'load', wire: w, focus: f }, '*');
-  }, [wire, details, focus] as const);
+  await page.evaluate(
+    ([w, d, f]) => {
+      (window as unknown as { __details: unknown }).__details = d;
+      window.postMessage({ type: 'load', wire: w, focus: f }, '*');
+    },
+    [wire, details, focus] as const,
+  );
 }

@@ -34,7 +34,14 @@ test('a replay shows a match badge per call; Replay and Fork here post their com
   const diff = (path: string, rules?: string[]) => ({ path, recorded: 'a', replayed: 'b', ...(rules ? { rules } : {}) });
   const calls = [
     { position: 0, level: 'exact', recorded_index: 0, tolerated: [], tool_outputs: [], first_difference: null },
-    { position: 1, level: 'tolerated', recorded_index: 1, tolerated: [diff('messages[0].content', ['date'])], tool_outputs: [diff('messages[3].content')], first_difference: null },
+    {
+      position: 1,
+      level: 'tolerated',
+      recorded_index: 1,
+      tolerated: [diff('messages[0].content', ['date'])],
+      tool_outputs: [diff('messages[3].content')],
+      first_difference: null,
+    },
     { position: 2, level: 'none', recorded_index: null, tolerated: [], tool_outputs: [], first_difference: diff('messages[0].content') },
   ];
   writeFileSync(join(run, 'replay.json'), JSON.stringify({ calls }));
@@ -42,14 +49,24 @@ test('a replay shows a match badge per call; Replay and Fork here post their com
   await page.goto(webviewPage(dir, 'vscode-light'));
   await postLoad(page, fx.data);
   await page.waitForSelector('.strip .t');
-  assert.deepEqual(await page.$$eval('.graph-row .badge', (els) => els.map((e) => e.textContent).filter((t) => ['exact', 'tolerated', 'no-match'].includes(t ?? ''))), ['exact', 'tolerated', 'no-match']);
+  assert.deepEqual(
+    await page.$$eval('.graph-row .badge', (els) =>
+      els.map((e) => e.textContent).filter((t) => ['exact', 'tolerated', 'no-match'].includes(t ?? '')),
+    ),
+    ['exact', 'tolerated', 'no-match'],
+  );
   const byIndex = [...fx.data.turns].sort((a, b) => a.index - b.index);
   await page.click(`.graph-row[data-node="${byIndex[1]!.node_id}"]`);
   await page.waitForFunction(() => document.querySelector('[data-testid="replay-match"]')?.textContent?.includes('tolerated match'));
-  assert.equal(await page.textContent('[data-testid="replay-match"]'), 'replay: tolerated match of recorded call #1 · tolerated messages[0].content (date) · tool output changed: messages[3].content');
+  assert.equal(
+    await page.textContent('[data-testid="replay-match"]'),
+    'replay: tolerated match of recorded call #1 · tolerated messages[0].content (date) · tool output changed: messages[3].content',
+  );
   await page.click('[data-testid="replay-rollout"]');
   await page.click('[data-testid="fork-from-turn"]');
-  const posted = await page.evaluate(() => (window as unknown as { __posted: { type: string }[] }).__posted.filter((m) => m.type === 'replayRollout' || m.type === 'forkFromTurn'));
+  const posted = await page.evaluate(() =>
+    (window as unknown as { __posted: { type: string }[] }).__posted.filter((m) => m.type === 'replayRollout' || m.type === 'forkFromTurn'),
+  );
   assert.deepEqual(posted, [{ type: 'replayRollout' }, { type: 'forkFromTurn', node_id: byIndex[1]!.node_id }]);
   assert.deepEqual(errors, []);
 });

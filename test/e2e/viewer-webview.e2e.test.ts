@@ -18,9 +18,26 @@ function requirePrerequisites(): void {
   if (missing) assert.fail(`the viewer browser tests cannot run: ${missing}`);
 }
 
-const FEATURES = { calls: 6, firstPrompt: 60, sampled: 20, glue: 10, retry: true, subagent: true, compaction: true, title: true, misaligned: true, missing: true } as const;
+const FEATURES = {
+  calls: 6,
+  firstPrompt: 60,
+  sampled: 20,
+  glue: 10,
+  retry: true,
+  subagent: true,
+  compaction: true,
+  title: true,
+  misaligned: true,
+  missing: true,
+} as const;
 
-async function load(page: Page, data: ViewerData, dir: string, theme: 'vscode-light' | 'vscode-dark' = 'vscode-light', state?: unknown): Promise<void> {
+async function load(
+  page: Page,
+  data: ViewerData,
+  dir: string,
+  theme: 'vscode-light' | 'vscode-dark' = 'vscode-light',
+  state?: unknown,
+): Promise<void> {
   await page.goto(webviewPage(dir, theme));
   if (state !== undefined) await page.evaluate((s) => ((window as unknown as { __state: unknown }).__state = s), state);
   await postLoad(page, data);
@@ -32,7 +49,12 @@ async function stripTokens(page: Page): Promise<{ i: number; cls: string; text: 
   return page.$$eval('.strip .t', (els) =>
     els.map((e) => {
       const cs = getComputedStyle(e);
-      return { i: Number((e as HTMLElement).dataset.i), cls: e.className, text: e.textContent ?? '', style: `${cs.backgroundColor}|${cs.boxShadow}|${cs.color}|${cs.opacity}` };
+      return {
+        i: Number((e as HTMLElement).dataset.i),
+        cls: e.className,
+        text: e.textContent ?? '',
+        style: `${cs.backgroundColor}|${cs.boxShadow}|${cs.color}|${cs.opacity}`,
+      };
     }),
   );
 }
@@ -98,12 +120,18 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
     for (let k = 0; k < byIndex.length; k++) {
       const r = byIndex[k]!;
       assert.equal(await currentNode(page), r.call_id);
-      const counts = await page.$eval('[data-testid="counts"]', (e) => ({ p: Number(e.getAttribute('data-prompt')), s: Number(e.getAttribute('data-sampled')) }));
+      const counts = await page.$eval('[data-testid="counts"]', (e) => ({
+        p: Number(e.getAttribute('data-prompt')),
+        s: Number(e.getAttribute('data-sampled')),
+      }));
       assert.deepEqual(counts, { p: r.prompt_token_ids!.length, s: r.completion_token_ids!.length }, `turn #${r.index}`);
       // The fixture's turns are short enough that every position is rendered: one span per token.
       const toks = await stripTokens(page);
       assert.equal(toks.length, r.prompt_token_ids!.length + r.completion_token_ids!.length);
-      assert.equal(toks.filter((t) => t.cls.includes(' s ')).length + toks.filter((t) => t.cls.endsWith(' s')).length, r.completion_token_ids!.length);
+      assert.equal(
+        toks.filter((t) => t.cls.includes(' s ')).length + toks.filter((t) => t.cls.endsWith(' s')).length,
+        r.completion_token_ids!.length,
+      );
       await page.keyboard.press('j');
     }
     assert.deepEqual(errors, []);
@@ -129,7 +157,11 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
       for (const t of toks.filter((x) => x.i < nPrompt)) assert.ok(!/\bb\d\b/.test(t.cls), 'context tokens are not coloured');
       const flags = await page.textContent('[data-testid="flags"]');
       if (r.logprobs === null) assert.match(flags!, /missing logprobs/);
-      else if (!aligned) assert.match(flags!, new RegExp(`misaligned logprobs: ${r.logprobs.length} logprobs for ${r.completion_token_ids!.length} sampled tokens`));
+      else if (!aligned)
+        assert.match(
+          flags!,
+          new RegExp(`misaligned logprobs: ${r.logprobs.length} logprobs for ${r.completion_token_ids!.length} sampled tokens`),
+        );
     }
     // Different buckets really look different.
     assert.ok(buckets.size >= 3, `saw buckets ${[...buckets.keys()]}`);
@@ -153,7 +185,8 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
       await page.keyboard.press('m');
       await page.waitForFunction(() => !document.body.classList.contains('mask-on'));
       const expected = turn.trained ? turn.sampled_ids.map((_, k) => turn.prompt_ids.length + k) : [];
-      for (const i of expected) assert.ok(before.has(i) && afterOn.some((t) => t.i === i), `turn #${turn.index}: sampled token ${i} is rendered in both snapshots`);
+      for (const i of expected)
+        assert.ok(before.has(i) && afterOn.some((t) => t.i === i), `turn #${turn.index}: sampled token ${i} is rendered in both snapshots`);
       const changed = afterOn.filter((t) => before.has(t.i) && t.style !== before.get(t.i)).map((t) => t.i);
       assert.deepEqual(changed, expected, `turn #${turn.index}`);
       if (turn.trained) checkedTrained++;
@@ -200,7 +233,11 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
     assert.match((await page.textContent(`.graph-row[data-node="${retry.node_id}"]`))!, /retry/);
     // Graph badges name the kinds of roots.
     const labels = await page.$$eval('.graph-row', (rows) => rows.map((r) => r.textContent ?? ''));
-    for (const kind of ['root', 'subagent', 'compaction', 'auxiliary']) assert.ok(labels.some((l) => l.includes(kind)), kind);
+    for (const kind of ['root', 'subagent', 'compaction', 'auxiliary'])
+      assert.ok(
+        labels.some((l) => l.includes(kind)),
+        kind,
+      );
     // Position is remembered per rollout in the webview state, and restored on the next load.
     const last = order[order.length - 1]!;
     await page.click(`.graph-row[data-node="${last}"]`);
@@ -231,7 +268,9 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
 
   test('what the harness added, and a prefix break on a compaction root', async () => {
     await load(page, fx.data, dir);
-    const child = fx.data.turns.find((t) => t.parent_id && !t.discarded && t.role === 'agent' && fx.data.turns.find((p) => p.node_id === t.parent_id)!.parent_id)!;
+    const child = fx.data.turns.find(
+      (t) => t.parent_id && !t.discarded && t.role === 'agent' && fx.data.turns.find((p) => p.node_id === t.parent_id)!.parent_id,
+    )!;
     const parent = fx.data.turns.find((t) => t.node_id === child.parent_id)!;
     await page.click(`.graph-row[data-node="${child.node_id}"]`);
     const added = (await page.textContent('[data-testid="added"]'))!;
@@ -241,7 +280,9 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
     assert.equal(await page.$$eval('.strip .t.a', (e) => e.length), child.prompt_ids.length - kept);
     // The compaction root keeps the 60-token system prompt and task, then replaces the history.
     const first = fx.data.turns[0]!;
-    const compaction = fx.data.turns.find((t) => t.parent_id === null && t !== first && commonPrefix(t.prompt_ids, first.prompt_ids) === 60)!;
+    const compaction = fx.data.turns.find(
+      (t) => t.parent_id === null && t !== first && commonPrefix(t.prompt_ids, first.prompt_ids) === 60,
+    )!;
     await page.click(`.graph-row[data-node="${compaction.node_id}"]`);
     assert.match((await page.textContent('.graph-row.sel'))!, /compaction/);
     assert.match((await page.textContent('[data-testid="prefix-break"]'))!, /^Prefix break at token 60: /);
@@ -266,16 +307,25 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
     // The four headers sit side by side inside the panel (none pushed off screen).
     const boxes = await page.$$eval('[data-testid="raw-tabs"] vscode-tab-header', (els) => els.map((e) => e.getBoundingClientRect().right));
     const panelRight = await page.$eval('[data-testid="raw-tabs"]', (e) => e.getBoundingClientRect().right);
-    assert.ok(boxes.every((r) => r <= panelRight + 1), `tab headers end within the panel: ${JSON.stringify(boxes)} vs ${panelRight}`);
+    assert.ok(
+      boxes.every((r) => r <= panelRight + 1),
+      `tab headers end within the panel: ${JSON.stringify(boxes)} vs ${panelRight}`,
+    );
     const panes = await page.$$eval('[data-testid="raw-tabs"] pre', (els) => els.map((e) => JSON.parse(e.textContent ?? 'null')));
     assert.deepEqual(panes, [turn.raw!.request, turn.raw!.engine_request, turn.raw!.engine_response, turn.raw!.response_body]);
     await page.click('vscode-tab-header:has-text("What the harness added")');
   });
 
   test('an ATIF mismatch is shown as one; the attach request round-trips with its seq', async () => {
-    const agentCounts = fx.data.turns.filter((t) => t.role === 'agent' || (t.discarded && t.root_id === fx.data.graph.roots[0])).map((t) => t.sampled_ids.length);
+    const agentCounts = fx.data.turns
+      .filter((t) => t.role === 'agent' || (t.discarded && t.root_id === fx.data.graph.roots[0]))
+      .map((t) => t.sampled_ids.length);
     const traj = (counts: number[]) =>
-      parseAtif({ schema_version: 'ATIF-v1.7', agent: { name: 'h', version: '1' }, steps: counts.map((c, i) => ({ step_id: i + 1, source: 'agent', message: '', metrics: { completion_tokens: c } })) });
+      parseAtif({
+        schema_version: 'ATIF-v1.7',
+        agent: { name: 'h', version: '1' },
+        steps: counts.map((c, i) => ({ step_id: i + 1, source: 'agent', message: '', metrics: { completion_tokens: c } })),
+      });
     const bad = atifCheck(fx.doc, traj(agentCounts.map((c) => c + 1)));
     assert.equal(bad.verdict, 'MISMATCH');
     // The host sends a check it already made (a trajectory.json next to the rollout) with the load.
@@ -289,10 +339,19 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
     const posted = await page.evaluate(() => (window as unknown as { __posted: { type: string; seq?: number }[] }).__posted);
     const req = posted.find((m) => m.type === 'attachTrajectory')!;
     assert.equal(typeof req.seq, 'number');
-    const good = atifCheck(fx.doc, traj(fx.doc.turns.filter((t) => fx.doc.graph.nodes.find((n) => n.node_id === t.root_id)!.role === 'agent').map((t) => t.n_sampled)));
-    await page.evaluate(([seq, r]) => window.postMessage({ type: 'attachTrajectory/completion', seq: seq! + 100, res: r }, '*'), [req.seq, good] as const);
+    const good = atifCheck(
+      fx.doc,
+      traj(fx.doc.turns.filter((t) => fx.doc.graph.nodes.find((n) => n.node_id === t.root_id)!.role === 'agent').map((t) => t.n_sampled)),
+    );
+    await page.evaluate(([seq, r]) => window.postMessage({ type: 'attachTrajectory/completion', seq: seq! + 100, res: r }, '*'), [
+      req.seq,
+      good,
+    ] as const);
     assert.equal(await page.textContent('[data-testid="verdict"]'), 'ATIF: MISMATCH', 'a reply with an unknown seq is ignored');
-    await page.evaluate(([seq, r]) => window.postMessage({ type: 'attachTrajectory/completion', seq, res: r }, '*'), [req.seq, good] as const);
+    await page.evaluate(([seq, r]) => window.postMessage({ type: 'attachTrajectory/completion', seq, res: r }, '*'), [
+      req.seq,
+      good,
+    ] as const);
     assert.equal(await page.textContent('[data-testid="verdict"]'), 'ATIF: match');
     await page.screenshot({ path: `${dir}/atif.png` });
   });
@@ -307,9 +366,14 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
     // Without texts, prompt ids show as ids, except those whose text is known from sampled bytes elsewhere.
     assert.ok(before.filter((t) => /^⟨\d+⟩$/.test(t)).length > first.prompt_ids.length / 2);
     await page.evaluate((texts) => window.postMessage({ type: 'tokenTexts', texts }, '*'), bare.vocab);
-    await page.waitForFunction(() => !Array.from(document.querySelectorAll('.strip .t:not(.s)')).some((e) => /^⟨\d+⟩$/.test(e.textContent ?? '')));
+    await page.waitForFunction(
+      () => !Array.from(document.querySelectorAll('.strip .t:not(.s)')).some((e) => /^⟨\d+⟩$/.test(e.textContent ?? '')),
+    );
     const after = await ctx();
-    assert.deepEqual(after, first.prompt_ids.map((id) => bare.vocab[id]!.replace(/\n/g, '↵')));
+    assert.deepEqual(
+      after,
+      first.prompt_ids.map((id) => bare.vocab[id]!.replace(/\n/g, '↵')),
+    );
   });
 
   test('a 60k-token turn renders only the rows in view, and scrolling reaches the end', async () => {
@@ -328,7 +392,16 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
 
   test('a live session refreshes: the reader on the newest call follows new calls, a reader further back stays', async () => {
     const g = generateRollout({ seed: 5, calls: 6, firstPrompt: 40, sampled: 10, glue: 5 });
-    const upTo = (n: number) => viewerDataFromRollout(buildRollout(g.session, g.records.slice(0, n), { budgetStopCount: 0, captureLevel: 'tokens', includeDiscarded: true, includeTraces: false }), { key: 'live-session', title: 'Live session', tokenTexts: g.vocab });
+    const upTo = (n: number) =>
+      viewerDataFromRollout(
+        buildRollout(g.session, g.records.slice(0, n), {
+          budgetStopCount: 0,
+          captureLevel: 'tokens',
+          includeDiscarded: true,
+          includeTraces: false,
+        }),
+        { key: 'live-session', title: 'Live session', tokenTexts: g.vocab },
+      );
     const ids = upTo(6).turns.map((t) => t.node_id);
     await load(page, upTo(3), dir);
     const rows = () => page.$$eval('.graph-row', (e) => e.length);
@@ -379,7 +452,11 @@ describe('rollout viewer HTML report', () => {
   });
 
   test('opens offline under its CSP with the same viewer: counts, colours, mask, ATIF verdict', async () => {
-    const wrong = parseAtif({ schema_version: 'ATIF-v1.7', agent: { name: 'h', version: '1' }, steps: [{ step_id: 1, source: 'agent', message: '', metrics: { completion_tokens: 999 } }] });
+    const wrong = parseAtif({
+      schema_version: 'ATIF-v1.7',
+      agent: { name: 'h', version: '1' },
+      steps: [{ step_id: 1, source: 'agent', message: '', metrics: { completion_tokens: 999 } }],
+    });
     const url = reportPage(dir, { ...fx.data, atif: atifCheck(fx.doc, wrong) });
     for (const colorScheme of ['light', 'dark'] as const) {
       const ctx = await browser.newContext({ colorScheme, viewport: { width: 1280, height: 900 }, offline: true });

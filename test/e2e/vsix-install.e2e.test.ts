@@ -34,14 +34,12 @@ async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `vsix-${name}.png`) });
 }
 
-
-
-
 test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docker, viewer, settings', { timeout: 900_000 }, async () => {
   const missing = missingPrerequisite();
   if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
   const docker = spawnSync('docker', ['image', 'inspect', 'harness-lab/base:bookworm'], { encoding: 'utf8' });
-  if (docker.status !== 0) assert.fail(`Docker with the image harness-lab/base:bookworm is needed (run \`harness-lab images\`): ${docker.stderr.trim()}`);
+  if (docker.status !== 0)
+    assert.fail(`Docker with the image harness-lab/base:bookworm is needed (run \`harness-lab images\`): ${docker.stderr.trim()}`);
   mkdirSync(ARTIFACTS, { recursive: true });
   for (const f of readdirSync(ARTIFACTS)) if (/^vsix-.*\.png$/.test(f)) rmSync(join(ARTIFACTS, f)); // an earlier run's
   stateDir = mkdtempSync(join(tmpdir(), 'hl-vsix-'));
@@ -55,15 +53,46 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
   // A task whose agent phase lasts long enough to cancel: its policy's shell call sleeps.
   const slow = join(workspace, 'tasks', 'slow-file');
   cpSync(join(ROOT, 'examples', 'tasks', 'hello-file'), slow, { recursive: true });
-  writeFileSync(join(slow, 'task.toml'), readFileSync(join(slow, 'task.toml'), 'utf8').replace('name = "harness-lab/hello-file"', 'name = "harness-lab/slow-file"').replace('timeout_sec = 300.0', 'timeout_sec = 900.0'));
-  writeFileSync(join(slow, 'policy.json'), readFileSync(join(slow, 'policy.json'), 'utf8').replace("printf 'Hello, world!' > hello.txt", "sleep 600; printf 'Hello, world!' > hello.txt"));
+  writeFileSync(
+    join(slow, 'task.toml'),
+    readFileSync(join(slow, 'task.toml'), 'utf8')
+      .replace('name = "harness-lab/hello-file"', 'name = "harness-lab/slow-file"')
+      .replace('timeout_sec = 300.0', 'timeout_sec = 900.0'),
+  );
+  writeFileSync(
+    join(slow, 'policy.json'),
+    readFileSync(join(slow, 'policy.json'), 'utf8').replace(
+      "printf 'Hello, world!' > hello.txt",
+      "sleep 600; printf 'Hello, world!' > hello.txt",
+    ),
+  );
   server = await launchCodeServer({
     stateDir,
     workspace,
     env: { KUBECONFIG: '' },
-    userSettings: { 'workbench.startupEditor': 'none', 'workbench.tips.enabled': false, 'security.workspace.trust.enabled': false, 'extensions.autoCheckUpdates': false, 'extensions.autoUpdate': false, 'telemetry.telemetryLevel': 'off', 'window.commandCenter': false },
+    userSettings: {
+      'workbench.startupEditor': 'none',
+      'workbench.tips.enabled': false,
+      'security.workspace.trust.enabled': false,
+      'extensions.autoCheckUpdates': false,
+      'extensions.autoUpdate': false,
+      'telemetry.telemetryLevel': 'off',
+      'window.commandCenter': false,
+    },
   });
-  browser = await chromium.launch({ executablePath: chromiumPath(), headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'] });
+  browser = await chromium.launch({
+    executablePath: chromiumPath(),
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
   const page = await browser.newPage({ viewport: { width: 1500, height: 950 } });
   try {
     await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}`);
@@ -75,7 +104,9 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     const startEngine = sessions.locator('.welcome-view-content a.monaco-button', { hasText: 'Start Embedded Engine' });
     await startEngine.waitFor({ timeout: 30_000 });
     // No kubeconfig on this machine: the Training Runs view shows its welcome, not an error row.
-    await pane(page, /^training runs/i).locator('.welcome-view-content', { hasText: 'kubeconfig' }).waitFor({ timeout: 30_000 });
+    await pane(page, /^training runs/i)
+      .locator('.welcome-view-content', { hasText: 'kubeconfig' })
+      .waitFor({ timeout: 30_000 });
     await shot(page, '01-welcome');
     await startEngine.click();
     const input = page.locator('.quick-input-widget input.input');
@@ -89,7 +120,9 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     // 4. Start Proxy from the message; the Engines view shows the proxy's own grade.
     await engineUp.locator('.monaco-button', { hasText: 'Start Proxy' }).click();
     await page.locator('.statusbar-item', { hasText: /Harness Lab :\d+/ }).waitFor({ timeout: 60_000 });
-    await pane(page, /^engines/i).locator('.monaco-list-row', { hasText: 'reachable · capture: tokens' }).waitFor({ timeout: 60_000 });
+    await pane(page, /^engines/i)
+      .locator('.monaco-list-row', { hasText: 'reachable · capture: tokens' })
+      .waitFor({ timeout: 60_000 });
     await shot(page, '03-proxy-graded');
 
     // 5. Tasks view: the inline Run button, the reference harness, a Docker sandbox.
@@ -108,7 +141,11 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     // The run's session streamed into the Sessions tree, saying where it came from.
     await sessions.locator('.monaco-list-row', { hasText: 'react on hello-file' }).first().waitFor({ timeout: 30_000 });
     await shot(page, '05-run-done');
-    assert.match(doneText, /hello-file: solved \(reward 1\.00, completed\)/, `the reference harness solves hello-file with its policy: ${doneText}`);
+    assert.match(
+      doneText,
+      /hello-file: solved \(reward 1\.00, completed\)/,
+      `the reference harness solves hello-file with its policy: ${doneText}`,
+    );
     assert.equal(await progress.count(), 0, 'the progress notification ended with the work');
     const runs = findFiles(join(workspace, '.harness-lab', 'runs'), (p) => p.endsWith('session.rollout.json'));
     assert.equal(runs.length, 1, 'the run is written under the workspace (harnessLab.runsDir), with a *.rollout.json the viewer opens');
@@ -136,7 +173,11 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     assert.equal(past, '0.0');
     assert.ok(Number(tokens) > 0);
     await viewer.locator('.strip .t.s.dr0').first().waitFor({ timeout: 30_000 });
-    assert.equal(await viewer.locator('.strip .t.s.dr0').count(), await viewer.locator('.strip .t.s').count(), 'every sampled token of the shown call is calm');
+    assert.equal(
+      await viewer.locator('.strip .t.s.dr0').count(),
+      await viewer.locator('.strip .t.s').count(),
+      'every sampled token of the shown call is calm',
+    );
     await shot(page, '06b-rescored');
 
     // 7. Validate on the slow task, cancelled while its agent runs: the sandbox container is removed.
@@ -147,7 +188,13 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     await typeAndAccept(page, 'react', 'react');
     const validating = toast(page, 'Harness Lab: validating react on slow-file');
     await validating.locator('text=agent running').waitFor({ timeout: 300_000 });
-    const sandboxes = () => spawnSync('docker', ['ps', '-aq', '--filter', 'label=harness-lab.task=slow-file', '--filter', 'label=harness-lab.kind=sandbox'], { encoding: 'utf8' }).stdout.trim().split('\n').filter(Boolean);
+    const sandboxes = () =>
+      spawnSync('docker', ['ps', '-aq', '--filter', 'label=harness-lab.task=slow-file', '--filter', 'label=harness-lab.kind=sandbox'], {
+        encoding: 'utf8',
+      })
+        .stdout.trim()
+        .split('\n')
+        .filter(Boolean);
     const running = sandboxes();
     assert.ok(running.length >= 1, 'the validation sandbox runs while the agent works');
     await shot(page, '07-validate-running');
@@ -164,7 +211,17 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     const search = page.locator('.settings-editor .suggest-input-container textarea, .settings-editor .search-container input').first();
     await search.waitFor({ timeout: 20_000 });
     // The settings editor renders only the rows in view, so each setting is searched by its id.
-    const wanted: [string, string][] = [['harnessLab.engineUrl', 'Engine URL'], ['harnessLab.model', 'Model'], ['harnessLab.proxyHost', 'Proxy Host'], ['harnessLab.proxyPort', 'Proxy Port'], ['harnessLab.dataDir', 'Data Dir'], ['harnessLab.runsDir', 'Runs Dir'], ['harnessLab.batchesFolder', 'Batches Folder'], ['harnessLab.maxModelCalls', 'Max Model Calls'], ['harnessLab.autoStart', 'Auto Start']];
+    const wanted: [string, string][] = [
+      ['harnessLab.engineUrl', 'Engine URL'],
+      ['harnessLab.model', 'Model'],
+      ['harnessLab.proxyHost', 'Proxy Host'],
+      ['harnessLab.proxyPort', 'Proxy Port'],
+      ['harnessLab.dataDir', 'Data Dir'],
+      ['harnessLab.runsDir', 'Runs Dir'],
+      ['harnessLab.batchesFolder', 'Batches Folder'],
+      ['harnessLab.maxModelCalls', 'Max Model Calls'],
+      ['harnessLab.autoStart', 'Auto Start'],
+    ];
     for (const [id, title] of wanted) {
       await search.fill(id);
       const row = page.locator('.settings-editor .setting-item-contents .setting-item-label', { hasText: title }).first();
@@ -177,9 +234,16 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     await shot(page, '99-failure').catch(() => undefined);
     const logs = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log'));
     const notifications = await notificationTexts(page);
-    throw new Error(`${err instanceof Error ? err.message : String(err)}\nNotifications:\n${notifications}\nHarness Lab log:\n${logs.map((f) => readFileSync(f, 'utf8')).join('\n').slice(-6000)}`);
+    throw new Error(
+      `${err instanceof Error ? err.message : String(err)}\nNotifications:\n${notifications}\nHarness Lab log:\n${logs
+        .map((f) => readFileSync(f, 'utf8'))
+        .join('\n')
+        .slice(-6000)}`,
+    );
   }
-  const log = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log')).map((f) => readFileSync(f, 'utf8')).join('\n');
+  const log = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log'))
+    .map((f) => readFileSync(f, 'utf8'))
+    .join('\n');
   assert.match(log, /embedded engine \(pid \d+\) listening on/);
   writeFileSync(join(ARTIFACTS, 'vsix-harness-lab.log'), log);
 });

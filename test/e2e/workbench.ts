@@ -9,7 +9,14 @@ import { chromiumPath, launchCodeServer, runCommand, typeAndAccept, type CodeSer
 export const ROOT = resolve(__dirname, '..', '..');
 export const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
 
-export const QUIET_SETTINGS = { 'workbench.startupEditor': 'none', 'workbench.tips.enabled': false, 'security.workspace.trust.enabled': false, 'extensions.autoCheckUpdates': false, 'telemetry.telemetryLevel': 'off', 'window.commandCenter': false };
+export const QUIET_SETTINGS = {
+  'workbench.startupEditor': 'none',
+  'workbench.tips.enabled': false,
+  'security.workspace.trust.enabled': false,
+  'extensions.autoCheckUpdates': false,
+  'telemetry.telemetryLevel': 'off',
+  'window.commandCenter': false,
+};
 
 export interface Workbench {
   server: CodeServer;
@@ -19,14 +26,31 @@ export interface Workbench {
 }
 
 /** code-server on `workspace` with the extension under development, and a headless Chromium page on it. */
-export async function openWorkbench(opts: { stateDir: string; workspace: string; env?: Record<string, string>; userSettings?: Record<string, unknown> }): Promise<Workbench> {
-  const server = await launchCodeServer({ stateDir: opts.stateDir, workspace: opts.workspace, userSettings: { ...QUIET_SETTINGS, ...opts.userSettings }, ...(opts.env ? { env: opts.env } : {}) });
+export async function openWorkbench(opts: {
+  stateDir: string;
+  workspace: string;
+  env?: Record<string, string>;
+  userSettings?: Record<string, unknown>;
+}): Promise<Workbench> {
+  const server = await launchCodeServer({
+    stateDir: opts.stateDir,
+    workspace: opts.workspace,
+    userSettings: { ...QUIET_SETTINGS, ...opts.userSettings },
+    ...(opts.env ? { env: opts.env } : {}),
+  });
   let browser: Browser | undefined;
   try {
-    browser = await chromium.launch({ executablePath: chromiumPath(), headless: true, args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update'] });
+    browser = await chromium.launch({
+      executablePath: chromiumPath(),
+      headless: true,
+      args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update'],
+    });
     const page = await browser.newPage({ viewport: { width: 1500, height: 1000 } });
     const remote = (p: string) => `vscode-remote://127.0.0.1:${server.port}${p}`;
-    const payload = [['extensionDevelopmentPath', remote(ROOT)], ['skipWelcome', 'true']];
+    const payload = [
+      ['extensionDevelopmentPath', remote(ROOT)],
+      ['skipWelcome', 'true'],
+    ];
     await page.goto(`${server.url}/?folder=${encodeURIComponent(opts.workspace)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
     await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
     const b = browser;
@@ -114,7 +138,18 @@ export async function atStep(page: Page, step: string): Promise<void> {
 }
 
 /** "Harness Lab: Submit Rollout Batch..." from the palette, through its quick picks as a user answers them. */
-export async function submitBatch(page: Page, o: { task: string; harness: string; groupSize: number; backend: 'docker' | 'k8s'; kubeContext?: string; engine?: string; shotBeforeEngine?: (page: Page) => Promise<unknown> }): Promise<void> {
+export async function submitBatch(
+  page: Page,
+  o: {
+    task: string;
+    harness: string;
+    groupSize: number;
+    backend: 'docker' | 'k8s';
+    kubeContext?: string;
+    engine?: string;
+    shotBeforeEngine?: (page: Page) => Promise<unknown>;
+  },
+): Promise<void> {
   await runCommand(page, 'Harness Lab: Submit Rollout Batch...');
   await atStep(page, '(1/4)');
   await pick(page, o.task, { check: true }); // tasks (multi-select), by folder

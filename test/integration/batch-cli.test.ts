@@ -28,7 +28,18 @@ test('batch submit refuses bad input before creating the batch directory', { tim
   r = await cli([...base, '--group-size', '1']);
   assert.equal(r.code, 2);
   assert.match(r.stderr, /--group-size must be an integer of at least 2/);
-  r = await cli(['batch', 'submit', '--tasks', join(EXAMPLES, 'hello-file'), '--harness', 'react,cursor-cli', '--group-size', '2', '--out', out]);
+  r = await cli([
+    'batch',
+    'submit',
+    '--tasks',
+    join(EXAMPLES, 'hello-file'),
+    '--harness',
+    'react,cursor-cli',
+    '--group-size',
+    '2',
+    '--out',
+    out,
+  ]);
   assert.equal(r.code, 1);
   assert.match(r.stderr, /unknown harness 'cursor-cli'; known harnesses: react, codex/);
   cpSync(join(EXAMPLES, 'fix-script'), join(root, 'tasks', 'broken'), { recursive: true });

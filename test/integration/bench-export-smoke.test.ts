@@ -13,12 +13,25 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 
 test('bench export: generates a batch through the store, measures raw reads and every format', () => {
   const out = join(dir, 'export.json');
-  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'bench', 'export.ts'), '--calls', '400', '--out', out], { cwd: ROOT, encoding: 'utf8', timeout: 300_000 });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'bench', 'export.ts'), '--calls', '400', '--out', out], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 300_000,
+  });
   assert.equal(r.status, 0, r.stderr);
-  const report = JSON.parse(readFileSync(out, 'utf8')) as { calls: number; sessions: number; batch_mb: number; results: { mode: string; rows: number; input_mb_s: number; peak_rss_mib: number; output_mb: number }[]; pass: boolean };
+  const report = JSON.parse(readFileSync(out, 'utf8')) as {
+    calls: number;
+    sessions: number;
+    batch_mb: number;
+    results: { mode: string; rows: number; input_mb_s: number; peak_rss_mib: number; output_mb: number }[];
+    pass: boolean;
+  };
   assert.equal(report.calls, 400);
   assert.equal(report.sessions, 20);
-  assert.deepEqual(report.results.map((x) => x.mode), ['raw-bytes', 'raw-parse', 'trainingtrace', 'trl', 'verl']);
+  assert.deepEqual(
+    report.results.map((x) => x.mode),
+    ['raw-bytes', 'raw-parse', 'trainingtrace', 'trl', 'verl'],
+  );
   const by = Object.fromEntries(report.results.map((x) => [x.mode, x]));
   assert.equal(by['raw-parse']!.rows, 420, '400 call lines and 20 session headers');
   assert.equal(by.trainingtrace!.rows, 20);

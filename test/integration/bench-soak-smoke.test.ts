@@ -18,7 +18,21 @@ const summaryKeys = ['count', 'max', 'mean', 'p50', 'p90', 'p99'];
 
 test('bench soak --quick with tiny numbers: rolling sessions in two dialects, zero errors, every call stored, the report carries every field', () => {
   const out = join(dir, 'soak.json');
-  const args = ['--import', 'tsx', join(ROOT, 'bench', 'soak.ts'), '--quick', '--sessions', '20', '--minutes', String(10 / 60), '--baseline-s', '2', '--proxy-from-source', '--out', out];
+  const args = [
+    '--import',
+    'tsx',
+    join(ROOT, 'bench', 'soak.ts'),
+    '--quick',
+    '--sessions',
+    '20',
+    '--minutes',
+    String(10 / 60),
+    '--baseline-s',
+    '2',
+    '--proxy-from-source',
+    '--out',
+    out,
+  ];
   const r = spawnSync(process.execPath, args, { cwd: ROOT, encoding: 'utf8', timeout: 300_000 });
   assert.ok(r.status === 0 || r.status === 1, `exit ${r.status}: ${r.stderr}`);
   const report = JSON.parse(readFileSync(out, 'utf8')) as SoakReport;
@@ -34,30 +48,54 @@ test('bench soak --quick with tiny numbers: rolling sessions in two dialects, ze
   assert.equal(report.totals.proxy_log_errors, 0);
   assert.ok(report.totals.calls > 0);
   assert.equal(report.totals.stored_calls, report.totals.calls, 'every answered call is in the durable store');
-  for (const kind of ['chat_json', 'chat_stream', 'anthropic_json', 'anthropic_stream']) assert.ok((report.totals.calls_by_kind[kind] ?? 0) > 0, `${kind} calls ran`);
-  assert.equal(Object.values(report.totals.calls_by_kind).reduce((a, b) => a + b, 0), report.totals.calls);
+  for (const kind of ['chat_json', 'chat_stream', 'anthropic_json', 'anthropic_stream'])
+    assert.ok((report.totals.calls_by_kind[kind] ?? 0) > 0, `${kind} calls ran`);
+  assert.equal(
+    Object.values(report.totals.calls_by_kind).reduce((a, b) => a + b, 0),
+    report.totals.calls,
+  );
   assert.ok(report.totals.sessions_started > 20, 'ended sessions were replaced by new ones');
   assert.ok(report.totals.sessions_completed > 0);
-  assert.equal(report.totals.sessions_verified, report.totals.sessions_completed, "every completed session's call count matched the proxy's");
+  assert.equal(
+    report.totals.sessions_verified,
+    report.totals.sessions_completed,
+    "every completed session's call count matched the proxy's",
+  );
 
   assert.ok(report.minutes.length >= 1);
-  assert.equal(report.minutes.reduce((n, m) => n + m.calls, 0), report.totals.calls, 'the buckets hold every call');
-  for (const m of report.minutes) for (const key of ['p50_ms', 'p99_ms', 'added_p50_ms', 'added_p99_ms', 'calls_per_s'] as const) assert.equal(typeof m[key], 'number', `bucket ${m.minute} ${key}`);
+  assert.equal(
+    report.minutes.reduce((n, m) => n + m.calls, 0),
+    report.totals.calls,
+    'the buckets hold every call',
+  );
+  for (const m of report.minutes)
+    for (const key of ['p50_ms', 'p99_ms', 'added_p50_ms', 'added_p99_ms', 'calls_per_s'] as const)
+      assert.equal(typeof m[key], 'number', `bucket ${m.minute} ${key}`);
   assert.deepEqual(Object.keys(report.latency).sort(), summaryKeys);
-  assert.deepEqual(report.baseline.phases.map((p) => `${p.path}-${p.when}`), ['passthrough-after', 'direct-after']);
+  assert.deepEqual(
+    report.baseline.phases.map((p) => `${p.path}-${p.when}`),
+    ['passthrough-after', 'direct-after'],
+  );
   for (const p of report.baseline.phases) {
     assert.deepEqual(p.errors, {}, `${p.path} ${p.when}`);
     assert.ok(p.calls_ok > 0, `${p.path} ${p.when} answered calls`);
     // Paced at the proxy's rate: a phase can never start more calls than rate x duration (+1, the first).
     assert.ok(p.rate_per_s > 0, `${p.path} was paced`);
-    assert.ok(p.calls_ok <= Math.ceil((p.rate_per_s + 0.05) * report.config.baselineS) + 1, `${p.path}: ${p.calls_ok} calls in ${report.config.baselineS} s at ${p.rate_per_s}/s`);
+    assert.ok(
+      p.calls_ok <= Math.ceil((p.rate_per_s + 0.05) * report.config.baselineS) + 1,
+      `${p.path}: ${p.calls_ok} calls in ${report.config.baselineS} s at ${p.rate_per_s}/s`,
+    );
   }
   assert.ok(report.baseline.direct.count > 0 && report.baseline.passthrough.count > 0);
   assert.match(report.baseline.method, /paced at the call rate the proxy sustained/);
-  for (const v of [report.added.p50_ms, report.added.p99_ms, report.added.after_warmup_p50_ms, report.added.after_warmup_p99_ms]) assert.equal(typeof v, 'number');
+  for (const v of [report.added.p50_ms, report.added.p99_ms, report.added.after_warmup_p50_ms, report.added.after_warmup_p99_ms])
+    assert.equal(typeof v, 'number');
 
   assert.ok(report.rss.samples.length >= 5, 'RSS was sampled over the run');
-  assert.ok(report.rss.samples.some((s) => typeof s[2] === 'number'), 'the sessions the proxy knows were read from /health');
+  assert.ok(
+    report.rss.samples.some((s) => typeof s[2] === 'number'),
+    'the sessions the proxy knows were read from /health',
+  );
   assert.ok(report.rss.peak_mib > 0);
   assert.ok(Number.isFinite(report.rss.slope_mib_per_min), 'a slope was fitted');
   assert.equal(report.rss.judged, false, 'a 10 s run does not judge the slope');
@@ -69,7 +107,7 @@ test('bench soak --quick with tiny numbers: rolling sessions in two dialects, ze
   assert.equal(typeof report.host.load_1m_start, 'number');
 });
 
-test('soak flags: defaults, quick mode and bad values in the caller\'s terms', () => {
+test("soak flags: defaults, quick mode and bad values in the caller's terms", () => {
   const full = parseSoakArgs([], {});
   assert.equal(full.minutes, 10);
   assert.equal(full.sessions, 1000);
@@ -86,7 +124,12 @@ test('soak flags: defaults, quick mode and bad values in the caller\'s terms', (
 });
 
 test('least-squares slope and the Anthropic stream assembler', () => {
-  const fit = leastSquares([[0, 1], [1, 3], [2, 5], [3, 7]]);
+  const fit = leastSquares([
+    [0, 1],
+    [1, 3],
+    [2, 5],
+    [3, 7],
+  ]);
   assert.equal(fit.slope, 2);
   assert.equal(fit.intercept, 1);
   assert.equal(fit.r2, 1);
@@ -107,5 +150,8 @@ test('least-squares slope and the Anthropic stream assembler', () => {
     { type: 'text', text: 'Run it.' },
     { type: 'tool_use', id: 'toolu_1', name: 'bash', input: { command: 'ls' } },
   ]);
-  assert.equal(assembleAnthropicStream(sse([events[0]!, { type: 'error', error: { type: 'api_error', message: 'x' } }, { type: 'message_stop' }])), undefined);
+  assert.equal(
+    assembleAnthropicStream(sse([events[0]!, { type: 'error', error: { type: 'api_error', message: 'x' } }, { type: 'message_stop' }])),
+    undefined,
+  );
 });

@@ -15,14 +15,21 @@ test('token-in-cost: every hop at every size, prompts near the sizes, the ratios
   const out = join(dir, 'token-in-cost.json');
   const options = parseTokenInCostArgs(['--sizes', '600,1500', '--turns', '3', '--out', out], {});
   const result = await runTokenInCost({ ...options, log: () => {} });
-  assert.deepEqual(result.rows.map((r) => [r.hop, r.context_tokens_target]), HOPS.flatMap((h) => [[h, 600], [h, 1500]]));
+  assert.deepEqual(
+    result.rows.map((r) => [r.hop, r.context_tokens_target]),
+    HOPS.flatMap((h) => [
+      [h, 600],
+      [h, 1500],
+    ]),
+  );
   for (const row of result.rows) {
     assert.equal(row.turns, 3);
     assert.ok(row.prompt_tokens_mean > row.context_tokens_target * 0.7, `${row.hop}: prompts near the size (${row.prompt_tokens_mean})`);
     assert.ok(Number.isFinite(row.cpu_ms_per_turn) && row.cpu_ms_per_turn >= 0, 'a finite, non-negative figure');
   }
   // The same loops reach the engine through every hop: token-in and chat prompts agree in size.
-  const prompt = (hop: string, size: number) => result.rows.find((r) => r.hop === hop && r.context_tokens_target === size)!.prompt_tokens_mean;
+  const prompt = (hop: string, size: number) =>
+    result.rows.find((r) => r.hop === hop && r.context_tokens_target === size)!.prompt_tokens_mean;
   assert.ok(Math.abs(prompt('token-in', 1500) - prompt('chat', 1500)) < 50, `${prompt('token-in', 1500)} vs ${prompt('chat', 1500)}`);
   assert.deepEqual(Object.keys(result.ratios).sort(), [...HOPS].sort());
   assert.deepEqual(JSON.parse(readFileSync(out, 'utf8')).rows, JSON.parse(JSON.stringify(result.rows)), 'the JSON file holds the rows');

@@ -17,11 +17,23 @@ after(() => lab.close());
 const user = (content: string) => [{ role: 'user', content }];
 
 test('distributions come straight from the addon (the fast path on the pinned node-llama-cpp)', () => {
-  assert.ok(lab.runtime.usesFlatProbabilities, 'node-llama-cpp internals changed: distributions fall back to its 152k-entry Maps (about 3x slower)');
+  assert.ok(
+    lab.runtime.usesFlatProbabilities,
+    'node-llama-cpp internals changed: distributions fall back to its 152k-entry Maps (about 3x slower)',
+  );
 });
 
 test('the capture probe gets prompt ids, sampled ids and aligned token_id:N logprobs', async () => {
-  const res = await chat(lab.url, { model: lab.engine.modelName, messages: user('Reply with the single word: ok'), max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 0, return_token_ids: true, return_tokens_as_token_ids: true });
+  const res = await chat(lab.url, {
+    model: lab.engine.modelName,
+    messages: user('Reply with the single word: ok'),
+    max_tokens: 8,
+    temperature: 0,
+    logprobs: true,
+    top_logprobs: 0,
+    return_token_ids: true,
+    return_tokens_as_token_ids: true,
+  });
   const choice = res.choices[0]!;
   assert.equal(res.object, 'chat.completion');
   assert.ok(res.prompt_token_ids!.length > 5 && res.prompt_token_ids![0] === 151644);
@@ -35,7 +47,12 @@ test('the capture probe gets prompt ids, sampled ids and aligned token_id:N logp
     assert.deepEqual(e.top_logprobs, [], 'top_logprobs: 0 still gives entries, with no alternatives');
     assert.ok(Array.isArray(e.bytes) && e.bytes.length > 0);
   });
-  assert.deepEqual(res.usage, { prompt_tokens: res.prompt_token_ids!.length, completion_tokens: 8, total_tokens: res.prompt_token_ids!.length + 8, prompt_tokens_details: null });
+  assert.deepEqual(res.usage, {
+    prompt_tokens: res.prompt_token_ids!.length,
+    completion_tokens: 8,
+    total_tokens: res.prompt_token_ids!.length + 8,
+    prompt_tokens_details: null,
+  });
   assert.equal(Buffer.from(content.flatMap((e) => e.bytes!)).toString('utf8'), choice.message.content);
 });
 
@@ -57,7 +74,8 @@ const gap = (res: ChatResponse) => {
   return top[0]!.logprob - top[1]!.logprob;
 };
 const modeProbe = async (extra: Record<string, unknown>) => {
-  const at = (temperature: number) => chat(lab.url, { messages: user('Reply with exactly: hello'), max_tokens: 1, logprobs: true, top_logprobs: 5, temperature, ...extra });
+  const at = (temperature: number) =>
+    chat(lab.url, { messages: user('Reply with exactly: hello'), max_tokens: 1, logprobs: true, top_logprobs: 5, temperature, ...extra });
   const g1 = gap(await at(1));
   const g2 = gap(await at(2));
   return { g1, ratio: g2 / g1 };
@@ -81,7 +99,10 @@ test('raw logprobs on request: ratio 1, and they differ from processed ones unde
   assert.ok(Math.abs(p - r) > 1e-3, `processed ${p} vs raw ${r}`);
   const neutral = await chat(lab.url, { ...req, temperature: 1 });
   const neutralRaw = await chat(lab.url, { ...req, temperature: 1, logprobs_mode: 'raw' });
-  assert.ok(Math.abs(neutral.choices[0]!.logprobs!.content![0]!.logprob! - neutralRaw.choices[0]!.logprobs!.content![0]!.logprob!) < 1e-5, 'at T=1 without truncation they agree');
+  assert.ok(
+    Math.abs(neutral.choices[0]!.logprobs!.content![0]!.logprob! - neutralRaw.choices[0]!.logprobs!.content![0]!.logprob!) < 1e-5,
+    'at T=1 without truncation they agree',
+  );
 });
 
 test('top_k truncation shows in processed logprobs: the kept tokens renormalise', async () => {
@@ -90,7 +111,7 @@ test('top_k truncation shows in processed logprobs: the kept tokens renormalise'
   const k2 = (await chat(lab.url, { ...req, top_k: 2 })).choices[0]!.logprobs!.content![0]!.top_logprobs!;
   const mass = Math.exp(full[0]!.logprob) + Math.exp(full[1]!.logprob);
   assert.ok(Math.abs(k2[0]!.logprob - (full[0]!.logprob - Math.log(mass))) < 1e-6);
-  assert.equal(k2[2]!.logprob, -9999, 'a truncated token reports vLLM\'s -9999 floor');
+  assert.equal(k2[2]!.logprob, -9999, "a truncated token reports vLLM's -9999 floor");
 });
 
 test('streaming: vLLM chunks with prompt ids first, token_ids deltas, usage, then [DONE]', async () => {
@@ -100,14 +121,21 @@ test('streaming: vLLM chunks with prompt ids first, token_ids deltas, usage, the
   assert.equal(r.status, 200);
   const frames = sseFrames(r.text);
   assert.equal(frames.at(-1), 'data: [DONE]');
-  const chunks = frames.slice(0, -1).map((f) => JSON.parse(f.replace(/^data: /, '')) as Record<string, unknown> & { choices: Record<string, unknown>[] });
+  const chunks = frames
+    .slice(0, -1)
+    .map((f) => JSON.parse(f.replace(/^data: /, '')) as Record<string, unknown> & { choices: Record<string, unknown>[] });
   assert.deepEqual(chunks[0]!.prompt_token_ids, whole.prompt_token_ids);
   assert.deepEqual(chunks[0]!.choices[0]!.delta, { role: 'assistant', content: '' });
   const ids = chunks.flatMap((c) => (c.choices[0]?.token_ids as number[] | undefined) ?? []);
   assert.deepEqual(ids, whole.choices[0]!.token_ids, 'same seed, same tokens, streamed or not');
-  const logprobs = chunks.flatMap((c) => ((c.choices[0]?.logprobs as { content: { logprob: number }[] } | null)?.content ?? []).map((e) => e.logprob));
-  assert.deepEqual(logprobs, whole.choices[0]!.logprobs!.content!.map((e) => e.logprob));
-  const text = chunks.map((c) => ((c.choices[0]?.delta as { content?: string } | undefined)?.content ?? '')).join('');
+  const logprobs = chunks.flatMap((c) =>
+    ((c.choices[0]?.logprobs as { content: { logprob: number }[] } | null)?.content ?? []).map((e) => e.logprob),
+  );
+  assert.deepEqual(
+    logprobs,
+    whole.choices[0]!.logprobs!.content!.map((e) => e.logprob),
+  );
+  const text = chunks.map((c) => (c.choices[0]?.delta as { content?: string } | undefined)?.content ?? '').join('');
   assert.equal(text, whole.choices[0]!.message.content);
   const finals = chunks.filter((c) => c.choices[0]?.finish_reason);
   assert.equal(finals.length, 1);
@@ -125,7 +153,10 @@ test('stop strings cut the text and finish with stop', async () => {
 
 test('/v1/models, /health and /tokenize', async () => {
   const models = (await (await fetch(`${lab.url}/v1/models`)).json()) as { data: { id: string; max_model_len: number }[] };
-  assert.deepEqual(models.data.map((m) => m.id), [lab.engine.modelName]);
+  assert.deepEqual(
+    models.data.map((m) => m.id),
+    [lab.engine.modelName],
+  );
   assert.equal(models.data[0]!.max_model_len, 32768);
   assert.equal((await fetch(`${lab.url}/health`)).status, 200);
   const tok = await post(lab.url, '/tokenize', { messages: user('hi') });
@@ -133,7 +164,7 @@ test('/v1/models, /health and /tokenize', async () => {
   assert.deepEqual((tok.body as { tokens: number[] }).tokens, res.prompt_token_ids);
 });
 
-test('POST /detokenize answers vLLM\'s {prompt}, special tokens written out, and the proxy\'s token-text reader uses it', async () => {
+test("POST /detokenize answers vLLM's {prompt}, special tokens written out, and the proxy's token-text reader uses it", async () => {
   const tok = (await post(lab.url, '/tokenize', { messages: user('hi there') })).body as { tokens: number[] };
   const detok = await post(lab.url, '/detokenize', { model: lab.engine.modelName, tokens: tok.tokens });
   assert.equal(detok.status, 200);

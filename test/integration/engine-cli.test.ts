@@ -10,7 +10,10 @@ const CLI = ['--import', 'tsx', 'src/cli/main.ts', 'engine'];
 const env = { ...process.env, HARNESS_LAB_DATA_DIR: TEST_DATA_DIR };
 
 test('prints "engine listening on URL" first, serves, and exits 0 on SIGTERM', async () => {
-  const child = spawn(process.execPath, [...CLI, '--port', '0', '--policy', 'two-tool-calls', '--seed', '0'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...CLI, '--port', '0', '--policy', 'two-tool-calls', '--seed', '0'], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let stderr = '';
   child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
   try {

@@ -18,7 +18,8 @@ before(async () => {
 after(() => lab.close());
 
 /** An engine on the same loaded model whose every turn is `text`, scored by teacher forcing. */
-const forcing = (turns: unknown[]) => new LlamaEngine({ runtime: lab.runtime, modelName: lab.engine.modelName, policy: ScriptedPolicy.parse({ turns }, 'test') });
+const forcing = (turns: unknown[]) =>
+  new LlamaEngine({ runtime: lab.runtime, modelName: lab.engine.modelName, policy: ScriptedPolicy.parse({ turns }, 'test') });
 const startsWith = (a: readonly number[], prefix: readonly number[]) => prefix.length <= a.length && prefix.every((t, i) => a[i] === t);
 
 for (const sampling of [
@@ -27,7 +28,13 @@ for (const sampling of [
 ]) {
   test(`sampled logprobs equal teacher-forced logprobs of the same tokens (${JSON.stringify(sampling)})`, async () => {
     for (const seed of [3]) {
-      const req = { messages: [{ role: 'user', content: `Describe a fox, take ${seed}.` }], seed, max_tokens: 48, ...CAPTURE_FIELDS, ...sampling };
+      const req = {
+        messages: [{ role: 'user', content: `Describe a fox, take ${seed}.` }],
+        seed,
+        max_tokens: 48,
+        ...CAPTURE_FIELDS,
+        ...sampling,
+      };
       const sampled = await chat(lab.url, req);
       const choice = sampled.choices[0]!;
       assert.equal(choice.finish_reason, 'stop');
@@ -38,7 +45,10 @@ for (const sampling of [
       const a = choice.logprobs!.content!.map((e) => e.logprob!);
       const b = f.logprobs!.content!.map((e) => e.logprob!);
       a.forEach((lp, i) => assert.ok(Math.abs(lp - b[i]!) < 1e-4, `position ${i}: sampled ${lp}, forced ${b[i]}`));
-      assert.deepEqual(f.logprobs!.content!.map((e) => e.token), choice.logprobs!.content!.map((e) => e.token));
+      assert.deepEqual(
+        f.logprobs!.content!.map((e) => e.token),
+        choice.logprobs!.content!.map((e) => e.token),
+      );
     }
   });
 }
@@ -68,10 +78,19 @@ test('a second user turn extends the first call: prompt ids ++ completion ids (w
 test('a scripted tool loop with reasoning: every call extends the previous one exactly', async () => {
   const engine = forcing([
     { think: 'I should look first.', call: { tool: 'bash', input: 'ls' } },
-    { say: 'Two files.', call: [{ tool: 'bash', input: 'wc -l a.txt' }, { tool: 'bash', arguments: { command: 'echo "q" > b.txt' } }] },
+    {
+      say: 'Two files.',
+      call: [
+        { tool: 'bash', input: 'wc -l a.txt' },
+        { tool: 'bash', arguments: { command: 'echo "q" > b.txt' } },
+      ],
+    },
     { say: 'a.txt has 3 lines.' },
   ]);
-  const messages: ChatMessage[] = [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'How many lines in a.txt?' }];
+  const messages: ChatMessage[] = [
+    { role: 'system', content: 'You are terse.' },
+    { role: 'user', content: 'How many lines in a.txt?' },
+  ];
   const responses: ChatResponse[] = [];
   for (let turn = 0; turn < 3; turn++) {
     const res = await engine.complete({ messages, tools: [bashTool], ...CAPTURE_FIELDS } as EngineChatRequest);
@@ -79,17 +98,29 @@ test('a scripted tool loop with reasoning: every call extends the previous one e
     const choice = res.choices[0]!;
     const msg = choice.message;
     // What a vLLM client sends back: content, tool_calls as returned, reasoning under `reasoning`.
-    messages.push({ role: 'assistant', content: msg.content ?? null, tool_calls: msg.tool_calls, ...(msg.reasoning ? { reasoning: msg.reasoning } : {}) });
-    for (const call of msg.tool_calls ?? []) messages.push({ role: 'tool', tool_call_id: call.id, content: `output of ${call.function.arguments}` });
+    messages.push({
+      role: 'assistant',
+      content: msg.content ?? null,
+      tool_calls: msg.tool_calls,
+      ...(msg.reasoning ? { reasoning: msg.reasoning } : {}),
+    });
+    for (const call of msg.tool_calls ?? [])
+      messages.push({ role: 'tool', tool_call_id: call.id, content: `output of ${call.function.arguments}` });
   }
   const [r1, r2, r3] = responses.map((r) => r.choices[0]!);
   assert.equal(r1!.finish_reason, 'tool_calls');
   assert.equal(r1!.message.reasoning, 'I should look first.');
   assert.equal(r1!.message.content, null);
-  assert.deepEqual(r1!.message.tool_calls!.map((c) => c.function.arguments), ['{"command": "ls"}']);
+  assert.deepEqual(
+    r1!.message.tool_calls!.map((c) => c.function.arguments),
+    ['{"command": "ls"}'],
+  );
   assert.equal(r2!.finish_reason, 'tool_calls');
   assert.equal(r2!.message.content, 'Two files.');
-  assert.deepEqual(r2!.message.tool_calls!.map((c) => c.function.arguments), ['{"command": "wc -l a.txt"}', '{"command": "echo \\"q\\" > b.txt"}']);
+  assert.deepEqual(
+    r2!.message.tool_calls!.map((c) => c.function.arguments),
+    ['{"command": "wc -l a.txt"}', '{"command": "echo \\"q\\" > b.txt"}'],
+  );
   assert.equal(r3!.finish_reason, 'stop');
   assert.equal(r3!.message.content, 'a.txt has 3 lines.');
   for (let i = 1; i < responses.length; i++) {
@@ -106,13 +137,22 @@ test('a scripted tool loop with reasoning: every call extends the previous one e
 
 test('tool_choice none leaves tool-call text as content', async () => {
   const engine = forcing([{ call: { tool: 'bash', input: 'ls' } }]);
-  const res = await engine.complete({ messages: [{ role: 'user', content: 'x' }], tools: [bashTool], tool_choice: 'none', ...CAPTURE_FIELDS } as EngineChatRequest);
+  const res = await engine.complete({
+    messages: [{ role: 'user', content: 'x' }],
+    tools: [bashTool],
+    tool_choice: 'none',
+    ...CAPTURE_FIELDS,
+  } as EngineChatRequest);
   assert.equal(res.choices[0]!.finish_reason, 'stop');
   assert.match(res.choices[0]!.message.content as string, /^<tool_call>\n\{"name": "bash"/);
 });
 
 test('max_tokens truncates a scripted turn with finish_reason length', async () => {
-  const res = await forcing([{ say: 'The quick brown fox jumps over the lazy dog.' }]).complete({ messages: [{ role: 'user', content: 'x' }], max_tokens: 3, ...CAPTURE_FIELDS } as EngineChatRequest);
+  const res = await forcing([{ say: 'The quick brown fox jumps over the lazy dog.' }]).complete({
+    messages: [{ role: 'user', content: 'x' }],
+    max_tokens: 3,
+    ...CAPTURE_FIELDS,
+  } as EngineChatRequest);
   assert.equal(res.choices[0]!.finish_reason, 'length');
   assert.deepEqual(res.choices[0]!.token_ids, [785, 3974, 13876]);
 });

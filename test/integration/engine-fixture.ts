@@ -12,7 +12,11 @@ export function startTestEngine(opts: EmbeddedEngineOptions = {}): Promise<Embed
 }
 
 export async function post(url: string, path: string, body: unknown): Promise<{ status: number; body: unknown; text: string }> {
-  const res = await fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  const res = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
   const text = await res.text();
   let parsed: unknown = text;
   try {
@@ -31,4 +35,12 @@ export async function chat(url: string, body: Record<string, unknown>): Promise<
 }
 
 /** What the proxy asks for at the tokens capture level. */
-export const CAPTURE_FIELDS = { logprobs: true, top_logprobs: 0, return_token_ids: true, return_tokens_as_token_ids: true, top_p: 1, top_k: -1, min_p: 0 };
+export const CAPTURE_FIELDS = {
+  logprobs: true,
+  top_logprobs: 0,
+  return_token_ids: true,
+  return_tokens_as_token_ids: true,
+  top_p: 1,
+  top_k: -1,
+  min_p: 0,
+};

@@ -28,7 +28,10 @@ test('tokenization equals Qwen3 for known strings', async () => {
 test('GGUF carries the Qwen3 architecture, added tokens and end of turn', async () => {
   const { readGgufFileInfo } = await import('node-llama-cpp');
   const info = await readGgufFileInfo(lab.modelPath);
-  const md = info.metadata as unknown as { general: { architecture: string }; tokenizer: { chat_template: string; ggml: { tokens: string[]; eos_token_id: number; pre: string } } };
+  const md = info.metadata as unknown as {
+    general: { architecture: string };
+    tokenizer: { chat_template: string; ggml: { tokens: string[]; eos_token_id: number; pre: string } };
+  };
   assert.equal(md.general.architecture, 'qwen3');
   assert.equal(md.tokenizer.ggml.eos_token_id, IM_END);
   assert.equal(md.tokenizer.ggml.pre, 'qwen2');
@@ -38,15 +41,32 @@ test('GGUF carries the Qwen3 architecture, added tokens and end of turn', async 
 });
 
 test('the chat prompt is the Qwen3 template rendered and tokenized', async () => {
-  const res = await chat(lab.url, { messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello, who are you?' }], max_tokens: 1, return_token_ids: true });
+  const res = await chat(lab.url, {
+    messages: [
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: 'Hello, who are you?' },
+    ],
+    max_tokens: 1,
+    return_token_ids: true,
+  });
   const expected = '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello, who are you?<|im_end|>\n<|im_start|>assistant\n';
   assert.deepEqual(res.prompt_token_ids, await tokenize(expected));
   assert.equal(res.model, TINY_MODEL_NAME);
 
-  const thinkOff = await chat(lab.url, { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 1, return_token_ids: true, chat_template_kwargs: { enable_thinking: false } });
-  assert.deepEqual(thinkOff.prompt_token_ids, await tokenize('<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n'));
+  const thinkOff = await chat(lab.url, {
+    messages: [{ role: 'user', content: 'Hi' }],
+    max_tokens: 1,
+    return_token_ids: true,
+    chat_template_kwargs: { enable_thinking: false },
+  });
+  assert.deepEqual(
+    thinkOff.prompt_token_ids,
+    await tokenize('<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n'),
+  );
 
-  const withTools = (await post(lab.url, '/tokenize', { messages: [{ role: 'user', content: 'Hi' }], tools: [bashTool] })).body as { tokens: number[] };
+  const withTools = (await post(lab.url, '/tokenize', { messages: [{ role: 'user', content: 'Hi' }], tools: [bashTool] })).body as {
+    tokens: number[];
+  };
   const toolsPrompt =
     '<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n' +
     '{"type": "function", "function": {"name": "bash", "description": "Run a shell command", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}' +
@@ -58,7 +78,15 @@ test('the chat prompt is the Qwen3 template rendered and tokenized', async () =>
 test('sampling is peaky and ends with <|im_end|> within a few dozen tokens', async () => {
   const lengths: number[] = [];
   for (let seed = 0; seed < 6; seed++) {
-    const res: ChatResponse = await chat(lab.url, { messages: [{ role: 'user', content: `Tell me something, take ${seed}.` }], seed, temperature: 1, max_tokens: 60, logprobs: true, top_logprobs: 2, return_token_ids: true });
+    const res: ChatResponse = await chat(lab.url, {
+      messages: [{ role: 'user', content: `Tell me something, take ${seed}.` }],
+      seed,
+      temperature: 1,
+      max_tokens: 60,
+      logprobs: true,
+      top_logprobs: 2,
+      return_token_ids: true,
+    });
     const choice = res.choices[0]!;
     assert.equal(choice.finish_reason, 'stop', `seed ${seed}: ${JSON.stringify(choice.message.content)}`);
     assert.equal(choice.token_ids!.at(-1), IM_END, 'token_ids include the final stop token');

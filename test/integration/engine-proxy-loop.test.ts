@@ -58,13 +58,19 @@ test('a scripted two-tool-call loop: three calls, aligned tokens, one linear cha
   }
   assert.deepEqual(finishes, ['tool_calls', 'tool_calls', 'stop']);
   const toolCalls = messages.flatMap((m) => (m.role === 'assistant' ? (m.tool_calls ?? []) : []));
-  assert.deepEqual(toolCalls.map((c) => (c.type === 'function' ? JSON.parse(c.function.arguments) : null)), [{ command: 'ls' }, { command: 'wc -l notes.txt' }]);
+  assert.deepEqual(
+    toolCalls.map((c) => (c.type === 'function' ? JSON.parse(c.function.arguments) : null)),
+    [{ command: 'ls' }, { command: 'wc -l notes.txt' }],
+  );
 
   const doc = (await (await fetch(`${proxy.url}/sessions/${session_id}/rollout`)).json()) as RolloutDocumentLike;
   assert.equal(doc.calls.length, 3);
   assert.equal(doc.capture_level, 'tokens');
   for (const call of doc.calls as CallRecord[]) {
-    assert.deepEqual(call.findings.filter((f) => f.startsWith('[FATAL]')), []);
+    assert.deepEqual(
+      call.findings.filter((f) => f.startsWith('[FATAL]')),
+      [],
+    );
     assert.ok(call.prompt_token_ids!.length > 0);
     assert.equal(call.completion_token_ids!.at(-1), IM_END);
     assert.equal(call.logprobs!.length, call.completion_token_ids!.length, 'one logprob per sampled token');
@@ -87,7 +93,10 @@ test('a scripted two-tool-call loop: three calls, aligned tokens, one linear cha
   assert.equal(trace.input_ids.length, trace.loss_mask.length);
   const last = calls.at(-1)!;
   assert.deepEqual(trace.input_ids, [...last.prompt_token_ids!, ...last.completion_token_ids!]);
-  assert.equal(trace.loss_mask.filter((m) => m === 1).length, calls.reduce((s, c) => s + c.completion_token_ids!.length, 0));
+  assert.equal(
+    trace.loss_mask.filter((m) => m === 1).length,
+    calls.reduce((s, c) => s + c.completion_token_ids!.length, 0),
+  );
 });
 
 test('streamed straight from the engine, a scripted tool call arrives as OpenAI tool-call deltas', async () => {
@@ -116,6 +125,9 @@ test('streamed straight from the engine, a scripted tool call arrives as OpenAI 
   }
   assert.equal(finish, 'tool_calls');
   assert.equal(content, 'Let me look at the files.');
-  assert.deepEqual([...calls.values()].map((c) => [c.name, c.args]), [['bash', '{"command": "ls"}']]);
+  assert.deepEqual(
+    [...calls.values()].map((c) => [c.name, c.args]),
+    [['bash', '{"command": "ls"}']],
+  );
   assert.match([...calls.values()][0]!.id!, /^chatcmpl-tool-/);
 });

@@ -21,10 +21,26 @@ test('Export Batch writes TRL rows through the bundled CLI and reports the kept 
   const run = await runBundledCli(CLI, exportArgs(dir, 'trl', out), { cwd: tmp, onLine: (l) => lines.push(l) });
   assert.equal(run.code, 0, run.output);
   assert.match(lines.join('\n'), /wrote \d+ trl row\(s\)/);
-  const rows = readFileSync(out, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { prompt_ids: number[]; completion_ids: number[]; logprobs: number[]; env_mask: number[]; reward: number; group_id: string });
+  const rows = readFileSync(out, 'utf8')
+    .trim()
+    .split('\n')
+    .map(
+      (l) =>
+        JSON.parse(l) as {
+          prompt_ids: number[];
+          completion_ids: number[];
+          logprobs: number[];
+          env_mask: number[];
+          reward: number;
+          group_id: string;
+        },
+    );
   assert.ok(rows.length > 0);
   for (const r of rows) {
-    assert.ok(r.prompt_ids.length > 0 && r.completion_ids.length === r.logprobs.length && r.env_mask.length === r.completion_ids.length, 'token-aligned TRL row');
+    assert.ok(
+      r.prompt_ids.length > 0 && r.completion_ids.length === r.logprobs.length && r.env_mask.length === r.completion_ids.length,
+      'token-aligned TRL row',
+    );
     assert.equal(typeof r.reward, 'number');
   }
   const m = readExportManifest(`${out}.manifest.json`);

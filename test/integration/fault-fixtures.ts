@@ -52,13 +52,21 @@ export async function startFaultyEngine(opts: { slowMs?: number; requireKey?: st
       res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
       res.end(text);
     };
-    if (opts.requireKey && req.headers.authorization !== `Bearer ${opts.requireKey}`) return send(401, { object: 'error', message: 'missing or wrong engine API key', code: 401 });
-    if (req.method === 'GET' && req.url?.startsWith('/v1/models')) return send(200, { object: 'list', data: [{ id: model, object: 'model' }] });
+    if (opts.requireKey && req.headers.authorization !== `Bearer ${opts.requireKey}`)
+      return send(401, { object: 'error', message: 'missing or wrong engine API key', code: 401 });
+    if (req.method === 'GET' && req.url?.startsWith('/v1/models'))
+      return send(200, { object: 'list', data: [{ id: model, object: 'model' }] });
     if (req.method !== 'POST' || req.url !== '/v1/chat/completions') return send(404, { object: 'error', message: 'no route' });
     const request = JSON.parse(await readBody(req)) as ChatRequest;
     const fault = faultOf(request);
     if (fault === '500') return send(500, { object: 'error', message: 'CUDA out of memory', type: 'InternalServerError', code: 500 });
-    if (fault === '400') return send(400, { object: 'error', message: 'This model does not support the requested feature', type: 'BadRequestError', code: 400 });
+    if (fault === '400')
+      return send(400, {
+        object: 'error',
+        message: 'This model does not support the requested feature',
+        type: 'BadRequestError',
+        code: 400,
+      });
     if (fault === 'slow') await new Promise((r) => setTimeout(r, slowMs));
     const text = JSON.stringify(buildFakeCompletion(request, {}, model));
     if (fault === 'truncated') {
@@ -121,7 +129,9 @@ export interface CallOptions {
 }
 
 /** How a call ended, as the harness saw it. */
-export type Outcome = { ok: true; text: string } | { ok: false; status: number | undefined; message: string; kind: 'api' | 'timeout' | 'aborted' | 'connection' };
+export type Outcome =
+  | { ok: true; text: string }
+  | { ok: false; status: number | undefined; message: string; kind: 'api' | 'timeout' | 'aborted' | 'connection' };
 
 export interface DialectClient {
   name: string;
@@ -131,15 +141,18 @@ export interface DialectClient {
 }
 
 function classify(err: unknown): Outcome {
-  if (err instanceof OpenAI.APIUserAbortError || err instanceof Anthropic.APIUserAbortError) return { ok: false, status: undefined, message: err.message, kind: 'aborted' };
-  if (err instanceof OpenAI.APIConnectionTimeoutError || err instanceof Anthropic.APIConnectionTimeoutError) return { ok: false, status: undefined, message: err.message, kind: 'timeout' };
+  if (err instanceof OpenAI.APIUserAbortError || err instanceof Anthropic.APIUserAbortError)
+    return { ok: false, status: undefined, message: err.message, kind: 'aborted' };
+  if (err instanceof OpenAI.APIConnectionTimeoutError || err instanceof Anthropic.APIConnectionTimeoutError)
+    return { ok: false, status: undefined, message: err.message, kind: 'timeout' };
   if (err instanceof OpenAI.APIError || err instanceof Anthropic.APIError) {
     if (err.status === undefined) return { ok: false, status: undefined, message: err.message, kind: 'connection' };
     return { ok: false, status: err.status, message: err.message, kind: 'api' };
   }
   if (err instanceof ApiError) return { ok: false, status: err.status, message: err.message, kind: 'api' };
   const e = err as Error;
-  if (e?.name === 'AbortError' || /abort/i.test(e?.message ?? '')) return { ok: false, status: undefined, message: e.message, kind: /timeout|timed out/i.test(e.message) ? 'timeout' : 'aborted' };
+  if (e?.name === 'AbortError' || /abort/i.test(e?.message ?? ''))
+    return { ok: false, status: undefined, message: e.message, kind: /timeout|timed out/i.test(e.message) ? 'timeout' : 'aborted' };
   return { ok: false, status: undefined, message: String(e?.message ?? err), kind: 'connection' };
 }
 
@@ -161,9 +174,15 @@ export const DIALECT_CLIENTS: DialectClient[] = [
     recorded: 'openai_chat',
     call: (proxyUrl, key, content, opts = {}) =>
       settle(async (signal, headersArrived) => {
-        const client = new OpenAI({ baseURL: `${proxyUrl}/v1`, apiKey: key, maxRetries: 0, ...(opts.timeoutMs ? { timeout: opts.timeoutMs } : {}) });
+        const client = new OpenAI({
+          baseURL: `${proxyUrl}/v1`,
+          apiKey: key,
+          maxRetries: 0,
+          ...(opts.timeoutMs ? { timeout: opts.timeoutMs } : {}),
+        });
         const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content }];
-        if (!opts.stream) return (await client.chat.completions.create({ model: 'm', messages }, { signal })).choices[0]?.message.content ?? '';
+        if (!opts.stream)
+          return (await client.chat.completions.create({ model: 'm', messages }, { signal })).choices[0]?.message.content ?? '';
         const stream = await client.chat.completions.create({ model: 'm', messages, stream: true }, { signal });
         headersArrived();
         let text = '';
@@ -176,7 +195,12 @@ export const DIALECT_CLIENTS: DialectClient[] = [
     recorded: 'openai_responses',
     call: (proxyUrl, key, content, opts = {}) =>
       settle(async (signal, headersArrived) => {
-        const client = new OpenAI({ baseURL: `${proxyUrl}/v1`, apiKey: key, maxRetries: 0, ...(opts.timeoutMs ? { timeout: opts.timeoutMs } : {}) });
+        const client = new OpenAI({
+          baseURL: `${proxyUrl}/v1`,
+          apiKey: key,
+          maxRetries: 0,
+          ...(opts.timeoutMs ? { timeout: opts.timeoutMs } : {}),
+        });
         if (!opts.stream) return (await client.responses.create({ model: 'gpt-codex', input: content }, { signal })).output_text;
         const stream = await client.responses.create({ model: 'gpt-codex', input: content, stream: true }, { signal });
         headersArrived();
@@ -190,7 +214,12 @@ export const DIALECT_CLIENTS: DialectClient[] = [
     recorded: 'anthropic_messages',
     call: (proxyUrl, key, content, opts = {}) =>
       settle(async (signal, headersArrived) => {
-        const client = new Anthropic({ baseURL: proxyUrl, apiKey: key, maxRetries: 0, ...(opts.timeoutMs ? { timeout: opts.timeoutMs } : {}) });
+        const client = new Anthropic({
+          baseURL: proxyUrl,
+          apiKey: key,
+          maxRetries: 0,
+          ...(opts.timeoutMs ? { timeout: opts.timeoutMs } : {}),
+        });
         const params = { model: 'claude-test', max_tokens: 256, messages: [{ role: 'user' as const, content }] };
         if (!opts.stream) {
           const message = await client.messages.create(params, { signal });
@@ -199,7 +228,8 @@ export const DIALECT_CLIENTS: DialectClient[] = [
         const stream = await client.messages.create({ ...params, stream: true }, { signal });
         headersArrived();
         let text = '';
-        for await (const event of stream) if (event.type === 'content_block_delta' && event.delta.type === 'text_delta') text += event.delta.text;
+        for await (const event of stream)
+          if (event.type === 'content_block_delta' && event.delta.type === 'text_delta') text += event.delta.text;
         return text;
       }, opts),
   },
@@ -208,7 +238,10 @@ export const DIALECT_CLIENTS: DialectClient[] = [
     recorded: 'google_gemini',
     call: (proxyUrl, key, content, opts = {}) =>
       settle(async (signal, headersArrived) => {
-        const ai = new GoogleGenAI({ apiKey: key, httpOptions: { baseUrl: proxyUrl, ...(opts.timeoutMs ? { timeout: opts.timeoutMs } : {}) } });
+        const ai = new GoogleGenAI({
+          apiKey: key,
+          httpOptions: { baseUrl: proxyUrl, ...(opts.timeoutMs ? { timeout: opts.timeoutMs } : {}) },
+        });
         const config = { abortSignal: signal };
         if (!opts.stream) return (await ai.models.generateContent({ model: 'gemini-test', contents: content, config })).text ?? '';
         const stream = await ai.models.generateContentStream({ model: 'gemini-test', contents: content, config });
@@ -234,13 +267,18 @@ export interface SmallDisk {
 
 /** A tmpfs of `sizeKiB`; tests that need it fail (not skip) when not run as root. */
 export function mountSmallDisk(sizeKiB: number): SmallDisk {
-  if (process.getuid?.() !== 0) throw new Error('the disk-full and read-only fault tests mount a small tmpfs and need root (run the suite as root, or in the CI container)');
+  if (process.getuid?.() !== 0)
+    throw new Error(
+      'the disk-full and read-only fault tests mount a small tmpfs and need root (run the suite as root, or in the CI container)',
+    );
   const dir = mkdtempSync(join(tmpdir(), 'hl-smalldisk-'));
   try {
     execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${sizeKiB}k,mode=0755`, 'tmpfs', dir], { stdio: 'pipe' });
   } catch (err) {
     rmSync(dir, { recursive: true, force: true });
-    throw new Error(`could not mount a ${sizeKiB} KiB tmpfs at ${dir} for the disk-full and read-only fault tests (they need root with CAP_SYS_ADMIN, e.g. a privileged CI container): ${(err as Error).message}`);
+    throw new Error(
+      `could not mount a ${sizeKiB} KiB tmpfs at ${dir} for the disk-full and read-only fault tests (they need root with CAP_SYS_ADMIN, e.g. a privileged CI container): ${(err as Error).message}`,
+    );
   }
   const filler = join(dir, 'filler.bin');
   let mounted = true;

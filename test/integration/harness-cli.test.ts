@@ -21,7 +21,8 @@ const FINAL_TEXT = 'PROOF_DONE: the proof file is written.';
 const INSTRUCTION = 'Use your shell tool to write the proof file, then say you are done.';
 const SHELL_TOOL = /bash|shell|exec|run_shell_command|command/i;
 // What a harness prints when it chokes on the proxy's answer or the proxy rejects its request.
-const PROTOCOL_ERROR = /protocol error|invalid_request_error|unexpected (event|token|end of)|failed to parse|ZodError|stream (disconnected|error)|API Error|status code [45]\d\d|\b(400|401|404|422|500|502) (Bad Request|Unauthorized|Not Found)/i;
+const PROTOCOL_ERROR =
+  /protocol error|invalid_request_error|unexpected (event|token|end of)|failed to parse|ZodError|stream (disconnected|error)|API Error|status code [45]\d\d|\b(400|401|404|422|500|502) (Bad Request|Unauthorized|Not Found)/i;
 
 /** The proof the current run's tool call writes (harnesses run one at a time). */
 let proof = '';
@@ -71,7 +72,9 @@ function valueFor(schema: unknown): unknown {
 
 function script(request: ChatRequest): FakeAnswer {
   const answer = scriptedAnswer(request);
-  return thinking && !answer.content?.startsWith('{') ? { ...answer, reasoning: 'The user wants the proof file; the shell tool writes it.' } : answer;
+  return thinking && !answer.content?.startsWith('{')
+    ? { ...answer, reasoning: 'The user wants the proof file; the shell tool writes it.' }
+    : answer;
 }
 
 function scriptedAnswer(request: ChatRequest): FakeAnswer {
@@ -85,7 +88,10 @@ function scriptedAnswer(request: ChatRequest): FakeAnswer {
   if (tool && !toolRan) {
     const call = (command: string) => ({ name: tool.function.name, arguments: shellArguments(tool, command) });
     if (!rich) return { tool_calls: [call(`echo ${proof} > proof.txt && cat proof.txt`)] };
-    return { content: 'Writing the proof files.', tool_calls: [call(`echo ${proof} > proof.txt && cat proof.txt`), call(`echo ${proof}-2 > proof2.txt`)] };
+    return {
+      content: 'Writing the proof files.',
+      tool_calls: [call(`echo ${proof} > proof.txt && cat proof.txt`), call(`echo ${proof}-2 > proof2.txt`)],
+    };
   }
   return { content: tool || request.tools?.length ? FINAL_TEXT : 'Harness proof run' };
 }
@@ -95,14 +101,24 @@ function tail(text: string, n = 3000): string {
 }
 
 function diagnose(result: RunLocalResult, calls: CallRecord[]): string {
-  const summary = calls.map((c) => `  #${c.index} ${c.path} tools=${c.n_tools} finish=${c.finish_reason ?? '-'} ${c.error ? `ERROR ${c.error.status} ${c.error.message}` : 'ok'}`).join('\n');
+  const summary = calls
+    .map(
+      (c) =>
+        `  #${c.index} ${c.path} tools=${c.n_tools} finish=${c.finish_reason ?? '-'} ${c.error ? `ERROR ${c.error.status} ${c.error.message}` : 'ok'}`,
+    )
+    .join('\n');
   return `exit=${result.exitCode} signal=${result.signal} timedOut=${result.timedOut} ${result.durationMs}ms\ncalls:\n${summary}\nstdout:\n${tail(result.stdout)}\nstderr:\n${tail(result.stderr)}`;
 }
 
 const roots: string[] = [];
 
 /** Runs one harness against a lab's proxy and checks the whole round trip; returns a summary line. */
-async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false, onCalls?: (calls: CallRecord[], why: string) => void): Promise<string> {
+async function runAndCheck(
+  lab: Lab,
+  name: HarnessName,
+  richAnswer = false,
+  onCalls?: (calls: CallRecord[], why: string) => void,
+): Promise<string> {
   const spec = HARNESSES[name];
   // Not installed is a failure, not a skip: the wiring is only proven by running the real CLI.
   resolveHarnessBin(name);
@@ -115,7 +131,14 @@ async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false, onCa
   const { session_id } = await createSession(lab.proxy, { metadata: { harness: name } });
   proof = `hl-proof-${name}`;
   rich = richAnswer;
-  const wired = wireHarness(name, { proxyUrl: lab.proxy.url, sessionKey: session_id, model: MODEL, home, workdir, instruction: INSTRUCTION });
+  const wired = wireHarness(name, {
+    proxyUrl: lab.proxy.url,
+    sessionKey: session_id,
+    model: MODEL,
+    home,
+    workdir,
+    instruction: INSTRUCTION,
+  });
 
   const result = await runHarnessLocal(wired, { home, cwd: workdir, timeoutMs: HARNESS_TIMEOUT_MS });
   const calls = lab.proxy.sessions.calls(session_id);
@@ -124,7 +147,11 @@ async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false, onCa
   assert.equal(result.timedOut, false, `timed out after ${HARNESS_TIMEOUT_MS} ms\n${why}`);
   assert.equal(result.exitCode, spec.successExit, `unexpected exit\n${why}`);
   assert.doesNotMatch(`${result.stdout}\n${result.stderr}`, PROTOCOL_ERROR, `protocol error in the harness output\n${why}`);
-  assert.deepEqual(calls.filter((c) => c.error).map((c) => c.error), [], `calls the proxy failed\n${why}`);
+  assert.deepEqual(
+    calls.filter((c) => c.error).map((c) => c.error),
+    [],
+    `calls the proxy failed\n${why}`,
+  );
   assert.ok(`${result.stdout}\n${result.stderr}`.includes(FINAL_TEXT.slice(0, 10)), `the final answer is not in the output\n${why}`);
 
   let written = '';
@@ -136,18 +163,31 @@ async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false, onCa
   assert.equal(written.trim(), proof, 'the tool call ran the scripted command');
   if (richAnswer) {
     const second = join(workdir, 'proof2.txt');
-    assert.equal(existsSync(second) ? readFileSync(second, 'utf8').trim() : '(missing)', `${proof}-2`, `the second parallel call ran its own command\n${why}`);
+    assert.equal(
+      existsSync(second) ? readFileSync(second, 'utf8').trim() : '(missing)',
+      `${proof}-2`,
+      `the second parallel call ran its own command\n${why}`,
+    );
   }
 
-  assert.ok(calls.every((c) => c.dialect === spec.dialect), `dialects ${[...new Set(calls.map((c) => c.dialect))].join(',')}, expected ${spec.dialect}\n${why}`);
+  assert.ok(
+    calls.every((c) => c.dialect === spec.dialect),
+    `dialects ${[...new Set(calls.map((c) => c.dialect))].join(',')}, expected ${spec.dialect}\n${why}`,
+  );
   const withTokens = calls.filter((c) => c.prompt_token_ids?.length && c.completion_token_ids?.length);
   assert.ok(withTokens.length >= 2, `only ${withTokens.length} call(s) carry prompt and completion token ids\n${why}`);
   const toolCall = calls.find((c) => c.finish_reason === 'tool_calls');
   assert.ok(toolCall, `no captured call ended in a tool call\n${why}`);
   const roundTrip = calls.find((c) => c.index > toolCall.index && c.engine_request?.messages.some((m) => m.role === 'tool'));
   assert.ok(roundTrip, `no later call carried the tool result back\n${why}`);
-  const toolResult = roundTrip.engine_request!.messages.filter((m) => m.role === 'tool').map((m) => JSON.stringify(m.content)).join('\n');
-  assert.ok(toolResult.includes(proof), `the tool result sent back does not hold the command's output: ${toolResult.slice(0, 500)}\n${why}`);
+  const toolResult = roundTrip
+    .engine_request!.messages.filter((m) => m.role === 'tool')
+    .map((m) => JSON.stringify(m.content))
+    .join('\n');
+  assert.ok(
+    toolResult.includes(proof),
+    `the tool result sent back does not hold the command's output: ${toolResult.slice(0, 500)}\n${why}`,
+  );
   // Gemini ids are optional and pi drops them on replay: what reaches the engine carries the ids the
   // proxy answered with (restored from the session when the harness left them out).
   if (spec.dialect === 'google_gemini') {
@@ -158,7 +198,12 @@ async function runAndCheck(lab: Lab, name: HarnessName, richAnswer = false, onCa
   // The rollout graph links calls by exact token prefix: the follow-up must extend the tool call.
   const expected = [...toolCall.prompt_token_ids!, ...toolCall.completion_token_ids!];
   if (onCalls) onCalls(calls, why);
-  else assert.deepEqual(roundTrip.prompt_token_ids!.slice(0, expected.length), expected, `the follow-up prompt does not extend the tool call token for token\n${why}`);
+  else
+    assert.deepEqual(
+      roundTrip.prompt_token_ids!.slice(0, expected.length),
+      expected,
+      `the follow-up prompt does not extend the tool call token for token\n${why}`,
+    );
   return `${name}: exit ${result.exitCode} in ${result.durationMs} ms, ${calls.length} call(s) captured, ${withTokens.length} with token ids`;
 }
 
@@ -175,9 +220,13 @@ describe('real harness CLIs against the capture proxy', () => {
 
   for (const name of HARNESS_NAMES) {
     const spec = HARNESSES[name];
-    test(`${name} (${spec.package}@${spec.version}, ${spec.dialect}): tool round trip, captured with token ids`, { timeout: HARNESS_TIMEOUT_MS + 20_000 }, async () => {
-      console.log(`# ${await runAndCheck(lab, name)}`);
-    });
+    test(
+      `${name} (${spec.package}@${spec.version}, ${spec.dialect}): tool round trip, captured with token ids`,
+      { timeout: HARNESS_TIMEOUT_MS + 20_000 },
+      async () => {
+        console.log(`# ${await runAndCheck(lab, name)}`);
+      },
+    );
   }
 });
 
@@ -192,10 +241,24 @@ describe('real harness CLIs against a slow engine with richer answers', () => {
   });
   after(() => lab.close());
 
-  for (const name of ['codex', 'claude-code', 'gemini-cli', 'pi-openai-completions', 'pi-openai-responses', 'openclaw', 'kilo', 'continue', 'copilot'] as const) {
-    test(`${name} (${HARNESSES[name].dialect}): keepalives, text and two parallel tool calls`, { timeout: HARNESS_TIMEOUT_MS + 20_000 }, async () => {
-      console.log(`# slow engine, rich answer, ${await runAndCheck(lab, name, true)}`);
-    });
+  for (const name of [
+    'codex',
+    'claude-code',
+    'gemini-cli',
+    'pi-openai-completions',
+    'pi-openai-responses',
+    'openclaw',
+    'kilo',
+    'continue',
+    'copilot',
+  ] as const) {
+    test(
+      `${name} (${HARNESSES[name].dialect}): keepalives, text and two parallel tool calls`,
+      { timeout: HARNESS_TIMEOUT_MS + 20_000 },
+      async () => {
+        console.log(`# slow engine, rich answer, ${await runAndCheck(lab, name, true)}`);
+      },
+    );
   }
 });
 
@@ -212,22 +275,29 @@ describe('real harness CLIs against a thinking model', () => {
     await lab.close();
   });
 
-  test('gemini-cli (google_gemini): reasoning not sent back, the turn after the tool call continues it', { timeout: HARNESS_TIMEOUT_MS + 20_000 }, async () => {
-    const summary = await runAndCheck(lab, 'gemini-cli', false, (calls, why) => {
-      const graph = RolloutGraph.fromRecords(calls);
-      const toolCall = graph.nodes().find((n) => n.record.finish_reason === 'tool_calls')!;
-      assert.ok(toolCall.response_message?.reasoning, `the tool-call answer had reasoning\n${why}`);
-      const next = graph.nodes().find((n) => n.index > toolCall.index && n.request_messages.some((m) => m.role === 'tool'))!;
-      assert.equal(next.parent?.node_id, toolCall.node_id, `linked to the tool call, not a new root\n${why}`);
-      assert.ok(next.findings.some((f) => f.startsWith('[WARN] reasoning_stripped:')), `${next.findings.join('\n')}\n${why}`);
-    });
-    console.log(`# thinking model, ${summary}`);
-  });
+  test(
+    'gemini-cli (google_gemini): reasoning not sent back, the turn after the tool call continues it',
+    { timeout: HARNESS_TIMEOUT_MS + 20_000 },
+    async () => {
+      const summary = await runAndCheck(lab, 'gemini-cli', false, (calls, why) => {
+        const graph = RolloutGraph.fromRecords(calls);
+        const toolCall = graph.nodes().find((n) => n.record.finish_reason === 'tool_calls')!;
+        assert.ok(toolCall.response_message?.reasoning, `the tool-call answer had reasoning\n${why}`);
+        const next = graph.nodes().find((n) => n.index > toolCall.index && n.request_messages.some((m) => m.role === 'tool'))!;
+        assert.equal(next.parent?.node_id, toolCall.node_id, `linked to the tool call, not a new root\n${why}`);
+        assert.ok(
+          next.findings.some((f) => f.startsWith('[WARN] reasoning_stripped:')),
+          `${next.findings.join('\n')}\n${why}`,
+        );
+      });
+      console.log(`# thinking model, ${summary}`);
+    },
+  );
 });
 
 // The extension's captured terminal: only its environment (and the config files it writes for the
 // harnesses that read the proxy from a file) plus the command a user would type.
-describe('real harness CLIs in the extension\'s captured-terminal environment', () => {
+describe("real harness CLIs in the extension's captured-terminal environment", () => {
   let lab: Lab;
   before(async () => {
     lab = await startLab({ script });

@@ -28,16 +28,28 @@ export async function startLab(engineOptions: FakeEngineOptions = {}, proxyOptio
   };
 }
 
-export async function createSession(proxy: CaptureProxy | string, body: Record<string, unknown> = {}, headers: Record<string, string> = {}): Promise<{ session_id: string; base_url: string }> {
+export async function createSession(
+  proxy: CaptureProxy | string,
+  body: Record<string, unknown> = {},
+  headers: Record<string, string> = {},
+): Promise<{ session_id: string; base_url: string }> {
   const url = typeof proxy === 'string' ? proxy : proxy.url;
-  const res = await fetch(`${url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  const res = await fetch(`${url}/sessions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
   if (res.status !== 201) throw new Error(`POST /sessions answered ${res.status}: ${await res.text()}`);
   return (await res.json()) as { session_id: string; base_url: string };
 }
 
 export const bashTool = {
   type: 'function' as const,
-  function: { name: 'bash', description: 'Run a shell command', parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } },
+  function: {
+    name: 'bash',
+    description: 'Run a shell command',
+    parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
+  },
 };
 
 /** Reads a raw SSE body into its frames (comments included, as lines starting with ':'). */

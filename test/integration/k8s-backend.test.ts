@@ -14,7 +14,16 @@ import type { BatchManifest } from '../../src/batch/state.js';
 import { loadSessionFile } from '../../src/capture/store.js';
 import { jobName } from '../../src/cluster/manifests.js';
 import type { KubeDouble } from '../k8s-double/index.js';
-import { attemptFor, backendOptions, engineFor, manifestFor, taskCopy, taskImages, testCluster, type EngineInNamespace } from './k8s-fixtures.js';
+import {
+  attemptFor,
+  backendOptions,
+  engineFor,
+  manifestFor,
+  taskCopy,
+  taskImages,
+  testCluster,
+  type EngineInNamespace,
+} from './k8s-fixtures.js';
 import { dockerReady, waitFor } from './sandbox-fixtures.js';
 
 const NS = 'rollouts';
@@ -22,12 +31,21 @@ const NS = 'rollouts';
 const POLICY = {
   name: 'k8s-scenarios',
   rules: [
-    { when: { last_message: 'Create a file named `hello.txt`' }, then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } } },
+    {
+      when: { last_message: 'Create a file named `hello.txt`' },
+      then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } },
+    },
     { when: { last_message: 'SLEEP_FOREVER' }, then: { call: { tool: '^bash$', input: 'sleep 600' } } },
     { when: { last_message: 'EAT_MEMORY' }, then: { call: { tool: '^bash$', input: 'head -c 3000m /dev/zero | tail' } } },
     // Steps that wait for the test (a file it creates in the container), so "before the attempt ends" is not a race.
-    { when: { last_message: 'STEP_BY_STEP' }, then: { call: { tool: '^bash$', input: 'until [ -f /tmp/hl-go-1 ]; do sleep 0.2; done; echo first-step-done' } } },
-    { when: { last_message: 'first-step-done' }, then: { call: { tool: '^bash$', input: 'until [ -f /tmp/hl-go-2 ]; do sleep 0.2; done; echo second-step-done' } } },
+    {
+      when: { last_message: 'STEP_BY_STEP' },
+      then: { call: { tool: '^bash$', input: 'until [ -f /tmp/hl-go-1 ]; do sleep 0.2; done; echo first-step-done' } },
+    },
+    {
+      when: { last_message: 'first-step-done' },
+      then: { call: { tool: '^bash$', input: 'until [ -f /tmp/hl-go-2 ]; do sleep 0.2; done; echo second-step-done' } },
+    },
     { when: { last_message: 'second-step-done' }, then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } } },
   ],
   fallback: { say: 'Done.' },
@@ -63,7 +81,15 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     await core.createNamespace({ body: { metadata: { name: NS } } });
     engine = await engineFor(cluster, NS, policyFile);
     images = await taskImages(Object.values(tasks));
-    const m = manifestFor({ batchId: 'b-main', namespace: NS, tasks: [tasks.hello, tasks.sleeper, tasks.hog, tasks.stepper], harness: 'react', engineUrl: `${engine.url}/v1`, model: engine.engine.model, timeoutSec: 120 });
+    const m = manifestFor({
+      batchId: 'b-main',
+      namespace: NS,
+      tasks: [tasks.hello, tasks.sleeper, tasks.hog, tasks.stepper],
+      harness: 'react',
+      engineUrl: `${engine.url}/v1`,
+      model: engine.engine.model,
+      timeoutSec: 120,
+    });
     const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-batch-'));
     batchA = { m, dir, backend: await K8sBackend.open(await backendOptions(cluster, m, dir, images)) };
   });
@@ -75,18 +101,35 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
   });
 
   it('runs the capture proxy in the cluster and reaches it through a port-forward', async () => {
-    const received = (kind: string) => cluster.api.requests('POST', new RegExp(`/namespaces/${NS}/${kind}$`)).map((r) => r.body as { metadata: { name: string } });
-    assert.deepEqual(received('deployments').map((b) => b.metadata.name), ['hl-proxy-b-main']);
-    assert.deepEqual(received('services').map((b) => b.metadata.name), ['hl-proxy-b-main']);
-    assert.deepEqual(received('secrets').map((b) => b.metadata.name), ['hl-proxy-b-main']);
+    const received = (kind: string) =>
+      cluster.api.requests('POST', new RegExp(`/namespaces/${NS}/${kind}$`)).map((r) => r.body as { metadata: { name: string } });
+    assert.deepEqual(
+      received('deployments').map((b) => b.metadata.name),
+      ['hl-proxy-b-main'],
+    );
+    assert.deepEqual(
+      received('services').map((b) => b.metadata.name),
+      ['hl-proxy-b-main'],
+    );
+    assert.deepEqual(
+      received('secrets').map((b) => b.metadata.name),
+      ['hl-proxy-b-main'],
+    );
     const np = received('networkpolicies')[0] as unknown as { spec: { podSelector: unknown; egress: { ports: { port: number }[] }[] } };
     assert.deepEqual(np.spec.podSelector, { matchLabels: { 'harness-lab/batch': 'b-main', 'harness-lab/role': 'rollout' } });
     assert.equal(np.spec.egress[0]!.ports[0]!.port, 8100);
     const dep = received('deployments')[0] as unknown as { spec: { template: { spec: { containers: { env: unknown[] }[] } } } };
-    assert.deepEqual(dep.spec.template.spec.containers[0]!.env, [{ name: 'HOME', value: '/tmp' }, { name: 'HARNESS_LAB_ADMIN_KEY', valueFrom: { secretKeyRef: { name: 'hl-proxy-b-main', key: 'admin-key' } } }]);
+    assert.deepEqual(dep.spec.template.spec.containers[0]!.env, [
+      { name: 'HOME', value: '/tmp' },
+      { name: 'HARNESS_LAB_ADMIN_KEY', valueFrom: { secretKeyRef: { name: 'hl-proxy-b-main', key: 'admin-key' } } },
+    ]);
     // The port-forward went through the WebSocket subresource and reached the proxy's /health.
     assert.ok(cluster.api.received.some((r) => /\/pods\/hl-proxy-b-main-[a-z0-9]+\/portforward$/.test(r.path) && r.query.ports === '8100'));
-    const health = (await (await fetch(`${batchA.backend.proxyUrl}/health`)).json()) as { status: string; admin_key: boolean; upstream: string };
+    const health = (await (await fetch(`${batchA.backend.proxyUrl}/health`)).json()) as {
+      status: string;
+      admin_key: boolean;
+      upstream: string;
+    };
     assert.equal(health.status, 'ok');
     assert.equal(health.admin_key, true);
     assert.equal(health.upstream, engine.url, 'the proxy in the cluster forwards to the engine the batch names');
@@ -95,7 +138,12 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
   it('completes a rollout: Job fields as received, a real container, reward through the pod log, calls captured', async () => {
     const { m, dir, backend } = batchA;
     const a = attemptFor(dir, m, 'g0-r0');
-    await backend.capture.createSession({ sessionId: a.sessionId, metadata: { batch: m.batch_id, group: 'g0', rollout: 'g0-r0' }, sampling: m.sampling, maxModelCalls: 20 });
+    await backend.capture.createSession({
+      sessionId: a.sessionId,
+      metadata: { batch: m.batch_id, group: 'g0', rollout: 'g0-r0' },
+      sampling: m.sampling,
+      maxModelCalls: 20,
+    });
     const facts = await backend.run(a);
     assert.equal(facts.infraError, null, JSON.stringify(facts));
     assert.equal(facts.cancelled, false);
@@ -106,20 +154,32 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     const name = jobName(m.batch_id, 'g0-r0', 0);
     assert.equal(facts.backendRef, name);
 
-    const posted = cluster.api.requests('POST', new RegExp(`/apis/batch/v1/namespaces/${NS}/jobs$`)).map((r) => r.body as k8s.V1Job).find((j) => j.metadata?.name === name)!;
+    const posted = cluster.api
+      .requests('POST', new RegExp(`/apis/batch/v1/namespaces/${NS}/jobs$`))
+      .map((r) => r.body as k8s.V1Job)
+      .find((j) => j.metadata?.name === name)!;
     assert.ok(posted, 'the Job was POSTed');
     const spec = posted.spec!;
     assert.equal(spec.backoffLimit, 0);
     assert.equal(spec.activeDeadlineSeconds, 120 + 60 + 60);
     assert.equal(spec.ttlSecondsAfterFinished, 3600);
     assert.equal(spec.suspend, undefined, 'no queue: not suspended');
-    assert.deepEqual(spec.podFailurePolicy?.rules?.[0], { action: 'Ignore', onPodConditions: [{ type: 'DisruptionTarget', status: 'True' }] });
+    assert.deepEqual(spec.podFailurePolicy?.rules?.[0], {
+      action: 'Ignore',
+      onPodConditions: [{ type: 'DisruptionTarget', status: 'True' }],
+    });
     assert.equal(spec.template.spec?.restartPolicy, 'Never');
     const c = spec.template.spec!.containers[0]!;
     assert.deepEqual(c.resources?.requests, { cpu: '1', memory: '2048Mi' });
     assert.deepEqual(c.resources?.limits, c.resources?.requests);
     assert.equal(c.image, images.get('hello-file'));
-    for (const [k, v] of Object.entries({ 'harness-lab/batch': 'b-main', 'harness-lab/group': 'g0', 'harness-lab/rollout': 'g0-r0', 'harness-lab/task': 'hello-file', 'harness-lab/harness': 'react' })) {
+    for (const [k, v] of Object.entries({
+      'harness-lab/batch': 'b-main',
+      'harness-lab/group': 'g0',
+      'harness-lab/rollout': 'g0-r0',
+      'harness-lab/task': 'hello-file',
+      'harness-lab/harness': 'react',
+    })) {
       assert.equal(posted.metadata?.labels?.[k], v, k);
       assert.equal(spec.template.metadata?.labels?.[k], v, `template ${k}`);
     }
@@ -138,7 +198,10 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     assert.match(readFileSync(join(a.outDir, 'verifier', 'test-stdout.txt'), 'utf8'), /hello.txt is correct/);
     const sf = await backend.capture.sessionFacts(a.sessionId);
     assert.ok(sf.nCalls >= 2, `calls: ${sf.nCalls}`);
-    const mirrored = readFileSync(join(dir, 'capture', 'sessions', `${a.sessionId}.jsonl`), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { type: string });
+    const mirrored = readFileSync(join(dir, 'capture', 'sessions', `${a.sessionId}.jsonl`), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { type: string });
     assert.equal(mirrored[0]!.type, 'session');
     assert.equal(mirrored.filter((l) => l.type === 'call').length, sf.nCalls);
     // The capture store reads the mirror like any local session (exports and the viewer see one format).
@@ -146,22 +209,36 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     assert.equal(loaded.info.session_id, a.sessionId);
     assert.equal(loaded.calls.length, sf.nCalls);
     assert.equal(loaded.skipped, 0);
-    assert.ok(loaded.calls.every((c) => c.prompt_token_ids?.length), 'token ids came through');
+    assert.ok(
+      loaded.calls.every((c) => c.prompt_token_ids?.length),
+      'token ids came through',
+    );
   });
 
-  const adminKeyOf = async (secret: string) => Buffer.from((await core.readNamespacedSecret({ namespace: NS, name: secret })).data!['admin-key']!, 'base64').toString('utf8');
+  const adminKeyOf = async (secret: string) =>
+    Buffer.from((await core.readNamespacedSecret({ namespace: NS, name: secret })).data!['admin-key']!, 'base64').toString('utf8');
 
   it('follows a running rollout: calls in <batch>/capture before the attempt ends; a killed port-forward loses and duplicates nothing', async () => {
     const { m, dir, backend } = batchA;
     const a = attemptFor(dir, m, 'g3-r0');
-    await backend.capture.createSession({ sessionId: a.sessionId, metadata: { batch: m.batch_id, group: 'g3', rollout: 'g3-r0' }, sampling: m.sampling, maxModelCalls: 20 });
+    await backend.capture.createSession({
+      sessionId: a.sessionId,
+      metadata: { batch: m.batch_id, group: 'g3', rollout: 'g3-r0' },
+      sampling: m.sampling,
+      maxModelCalls: 20,
+    });
     let ended = false;
     const running = backend.run(a).then((f) => ((ended = true), f));
     const file = join(dir, 'capture', 'sessions', `${a.sessionId}.jsonl`);
     const mirrored = () => (existsSync(file) ? (loadSessionFile(file)?.calls ?? []) : []);
     const docker = await dockerReady();
     const release = async (flag: string) => {
-      const [c] = await docker.listContainers({ filters: JSON.stringify({ label: ['k8s.label/harness-lab/rollout=g3-r0', 'io.kubernetes.container.name=rollout'], status: ['running'] }) });
+      const [c] = await docker.listContainers({
+        filters: JSON.stringify({
+          label: ['k8s.label/harness-lab/rollout=g3-r0', 'io.kubernetes.container.name=rollout'],
+          status: ['running'],
+        }),
+      });
       assert.ok(c, 'the rollout container runs');
       const exec = await docker.getContainer(c.Id).exec({ Cmd: ['touch', flag], User: '0' });
       await exec.start({ hijack: false, stdin: false });
@@ -187,8 +264,15 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     const sf = await backend.capture.sessionFacts(a.sessionId);
     assert.ok(sf.nCalls >= 4, `calls: ${sf.nCalls}`);
     // Exactly the proxy's calls, in its order, each once.
-    const proxyCalls = (await (await fetch(`${backend.proxyUrl}/sessions/${a.sessionId}/calls`, { headers: { authorization: `Bearer ${await adminKeyOf('hl-proxy-b-main')}` } })).json()) as { calls: { call_id: string }[] };
-    assert.deepEqual(mirrored().map((c) => c.call_id), proxyCalls.calls.map((c) => c.call_id));
+    const proxyCalls = (await (
+      await fetch(`${backend.proxyUrl}/sessions/${a.sessionId}/calls`, {
+        headers: { authorization: `Bearer ${await adminKeyOf('hl-proxy-b-main')}` },
+      })
+    ).json()) as { calls: { call_id: string }[] };
+    assert.deepEqual(
+      mirrored().map((c) => c.call_id),
+      proxyCalls.calls.map((c) => c.call_id),
+    );
     assert.equal(new Set(mirrored().map((c) => c.call_id)).size, sf.nCalls, 'no call twice');
   });
 
@@ -197,19 +281,42 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     const oom = attemptFor(dir, m, 'g2-r0');
     const evict = attemptFor(dir, m, 'g1-r0');
     const evictedJob = jobName(m.batch_id, 'g1-r0', 0);
-    for (const a of [oom, evict]) await backend.capture.createSession({ sessionId: a.sessionId, metadata: {}, sampling: m.sampling, maxModelCalls: 20 });
+    for (const a of [oom, evict])
+      await backend.capture.createSession({ sessionId: a.sessionId, metadata: {}, sampling: m.sampling, maxModelCalls: 20 });
     const evictor = (async () => {
-      const podName = await waitFor('the sleeper pod running', async () => backend.watch.podsOfJob(evictedJob).find((p) => p.status?.phase === 'Running')?.metadata?.name, 120_000);
+      const podName = await waitFor(
+        'the sleeper pod running',
+        async () => backend.watch.podsOfJob(evictedJob).find((p) => p.status?.phase === 'Running')?.metadata?.name,
+        120_000,
+      );
       // Let the harness reach its sleeping tool call, then evict through the Eviction API.
-      await waitFor('a model call', async () => ((await backend.capture.sessionFacts(evict.sessionId)).nCalls > 0 ? true : undefined), 120_000);
-      await core.createNamespacedPodEviction({ namespace: NS, name: podName, body: { apiVersion: 'policy/v1', kind: 'Eviction', metadata: { name: podName, namespace: NS } } });
+      await waitFor(
+        'a model call',
+        async () => ((await backend.capture.sessionFacts(evict.sessionId)).nCalls > 0 ? true : undefined),
+        120_000,
+      );
+      await core.createNamespacedPodEviction({
+        namespace: NS,
+        name: podName,
+        body: { apiVersion: 'policy/v1', kind: 'Eviction', metadata: { name: podName, namespace: NS } },
+      });
     })();
     const [oomFacts, evictFacts] = await Promise.all([backend.run(oom), backend.run(evict), evictor]);
-    assert.match(oomFacts.infraError ?? '', /^OOMKilled: container rollout of pod rollouts\/hl-b-main-g2-r0-a0-[a-z0-9]+ exceeded its memory limit \(160Mi\)$/);
+    assert.match(
+      oomFacts.infraError ?? '',
+      /^OOMKilled: container rollout of pod rollouts\/hl-b-main-g2-r0-a0-[a-z0-9]+ exceeded its memory limit \(160Mi\)$/,
+    );
     assert.equal(oomFacts.reward, null);
     assert.match(evictFacts.infraError ?? '', /was evicted \(DisruptionTarget: EvictionByEvictionAPI\)/);
     // Both Jobs were deleted with their pods.
-    await waitFor('no pods of the two Jobs', async () => ((await core.listNamespacedPod({ namespace: NS, labelSelector: 'harness-lab/rollout in (g2-r0,g1-r0)' })).items.length === 0 ? true : undefined), 30_000);
+    await waitFor(
+      'no pods of the two Jobs',
+      async () =>
+        (await core.listNamespacedPod({ namespace: NS, labelSelector: 'harness-lab/rollout in (g2-r0,g1-r0)' })).items.length === 0
+          ? true
+          : undefined,
+      30_000,
+    );
   });
 
   it('cancel deletes the Job and its pods (Background propagation); cleanupBatch removes what is left', async () => {
@@ -219,34 +326,64 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     await backend.capture.createSession({ sessionId: a.sessionId, metadata: {}, sampling: m.sampling, maxModelCalls: 20 });
     const running = backend.run(a);
     const name = jobName(m.batch_id, 'g1-r1', 0);
-    await waitFor('the pod running', async () => (backend.watch.podsOfJob(name).some((p) => p.status?.phase === 'Running') ? true : undefined), 120_000);
+    await waitFor(
+      'the pod running',
+      async () => (backend.watch.podsOfJob(name).some((p) => p.status?.phase === 'Running') ? true : undefined),
+      120_000,
+    );
     ac.abort();
     const facts = await running;
     assert.equal(facts.cancelled, true);
     const del = cluster.api.requests('DELETE', new RegExp(`/jobs/${name}$`));
     assert.equal(del.length, 1);
     assert.equal(del[0]!.query.propagationPolicy ?? (del[0]!.body as { propagationPolicy?: string }).propagationPolicy, 'Background');
-    await waitFor('pods gone', async () => ((await core.listNamespacedPod({ namespace: NS, labelSelector: `job-name=${name}` })).items.length === 0 ? true : undefined), 30_000);
-    await waitFor('containers gone', async () => ((await cluster.node.containers()).some((c) => c.Labels['io.kubernetes.pod.name']?.startsWith(name)) ? undefined : true), 30_000);
+    await waitFor(
+      'pods gone',
+      async () =>
+        (await core.listNamespacedPod({ namespace: NS, labelSelector: `job-name=${name}` })).items.length === 0 ? true : undefined,
+      30_000,
+    );
+    await waitFor(
+      'containers gone',
+      async () => ((await cluster.node.containers()).some((c) => c.Labels['io.kubernetes.pod.name']?.startsWith(name)) ? undefined : true),
+      30_000,
+    );
     // What a dead lab would leave: a Job nobody watches. cleanupBatch deletes it (one deletecollection).
     const leftover = attemptFor(dir, m, 'g1-r1', new AbortController().signal, 1);
     const orphan = backend.run(leftover);
     const orphanJob = jobName(m.batch_id, 'g1-r1', 1);
-    await waitFor('the orphan pod running', async () => (backend.watch.podsOfJob(orphanJob).some((p) => p.status?.phase === 'Running') ? true : undefined), 120_000);
+    await waitFor(
+      'the orphan pod running',
+      async () => (backend.watch.podsOfJob(orphanJob).some((p) => p.status?.phase === 'Running') ? true : undefined),
+      120_000,
+    );
     const removed = await backend.cleanupBatch(m.batch_id);
     assert.ok(removed.includes(orphanJob), removed.join(','));
     const dc = cluster.api.requests('DELETE', new RegExp(`/namespaces/${NS}/jobs$`)).at(-1)!;
     assert.equal(dc.query.labelSelector, 'harness-lab/batch=b-main');
     assert.equal(dc.query.propagationPolicy, 'Background');
     assert.match((await orphan).infraError ?? '', /was deleted from outside the lab/);
-    await waitFor('no rollout pods', async () => ((await core.listNamespacedPod({ namespace: NS, labelSelector: 'harness-lab/role=rollout' })).items.length === 0 ? true : undefined), 30_000);
+    await waitFor(
+      'no rollout pods',
+      async () =>
+        (await core.listNamespacedPod({ namespace: NS, labelSelector: 'harness-lab/role=rollout' })).items.length === 0 ? true : undefined,
+      30_000,
+    );
   });
 
   it('a deadline-exceeded rollout is an agent timeout, seen through a watch that re-listed after 410 Gone', async () => {
     const ns2 = 'rollouts-deadline';
     await core.createNamespace({ body: { metadata: { name: ns2 } } });
     await cluster.node.exposeHostPort(ns2, engine.port);
-    const m = manifestFor({ batchId: 'b-deadline', namespace: ns2, tasks: [tasks.stuck], harness: 'react', engineUrl: `${engine.url}/v1`, model: engine.engine.model, timeoutSec: 8 });
+    const m = manifestFor({
+      batchId: 'b-deadline',
+      namespace: ns2,
+      tasks: [tasks.stuck],
+      harness: 'react',
+      engineUrl: `${engine.url}/v1`,
+      model: engine.engine.model,
+      timeoutSec: 8,
+    });
     const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-batch-'));
     const backend = await K8sBackend.open(await backendOptions(cluster, m, dir, images, { startupSlackSec: 0 }));
     try {
@@ -254,7 +391,11 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
       await backend.capture.createSession({ sessionId: a.sessionId, metadata: {}, sampling: m.sampling, maxModelCalls: 20 });
       const running = backend.run(a);
       const name = jobName(m.batch_id, 'g0-r0', 0);
-      await waitFor('the pod running', async () => (backend.watch.podsOfJob(name).some((p) => p.status?.phase === 'Running') ? true : undefined), 60_000);
+      await waitFor(
+        'the pod running',
+        async () => (backend.watch.podsOfJob(name).some((p) => p.status?.phase === 'Running') ? true : undefined),
+        60_000,
+      );
       const listsBefore = backend.watch.jobs.stats.lists;
       // History compacted and every watch cut: the resume from the old resourceVersion gets 410 Gone.
       cluster.api.store.compact();
@@ -280,7 +421,16 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     const ns3 = 'rollouts-queued';
     await core.createNamespace({ body: { metadata: { name: ns3 } } });
     await cluster.node.exposeHostPort(ns3, engine.port);
-    const m = manifestFor({ batchId: 'b-queued', namespace: ns3, tasks: [tasks.stuck], harness: 'react', engineUrl: `${engine.url}/v1`, model: engine.engine.model, timeoutSec: 3, queueName: 'team-a' });
+    const m = manifestFor({
+      batchId: 'b-queued',
+      namespace: ns3,
+      tasks: [tasks.stuck],
+      harness: 'react',
+      engineUrl: `${engine.url}/v1`,
+      model: engine.engine.model,
+      timeoutSec: 3,
+      queueName: 'team-a',
+    });
     const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-batch-'));
     // Deadline 3 + 1 (verifier) s, watchdog 1 s later: both far shorter than the time the Job waits in the queue.
     const backend = await K8sBackend.open(await backendOptions(cluster, m, dir, images, { startupSlackSec: 0, watchdogGraceSec: 1 }));
@@ -292,20 +442,40 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
       const batchApi = new k8s.KubeConfig();
       batchApi.loadFromFile(cluster.kubeconfig);
       const batch = batchApi.makeApiClient(k8s.BatchV1Api);
-      await waitFor('the Job suspended', async () => ((await batch.readNamespacedJob({ namespace: ns3, name }).catch(() => undefined))?.status?.conditions?.some((c) => c.type === 'Suspended' && c.status === 'True') ? true : undefined), 30_000);
+      await waitFor(
+        'the Job suspended',
+        async () =>
+          (await batch.readNamespacedJob({ namespace: ns3, name }).catch(() => undefined))?.status?.conditions?.some(
+            (c) => c.type === 'Suspended' && c.status === 'True',
+          )
+            ? true
+            : undefined,
+        30_000,
+      );
       const posted = cluster.api.requests('POST', new RegExp(`/namespaces/${ns3}/jobs$`)).map((r) => r.body as k8s.V1Job)[0]!;
       assert.equal(posted.spec?.suspend, true);
       assert.equal(posted.metadata?.labels?.['kueue.x-k8s.io/queue-name'], 'team-a');
       await new Promise((r) => setTimeout(r, 6000));
-      assert.equal((await core.listNamespacedPod({ namespace: ns3, labelSelector: `job-name=${name}` })).items.length, 0, 'no pod while queued');
+      assert.equal(
+        (await core.listNamespacedPod({ namespace: ns3, labelSelector: `job-name=${name}` })).items.length,
+        0,
+        'no pod while queued',
+      );
       const admittedAt = Date.now();
       // Kueue admits the Job by unsuspending it.
-      await batch.patchNamespacedJob({ namespace: ns3, name, body: { spec: { suspend: false } } }, k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch));
+      await batch.patchNamespacedJob(
+        { namespace: ns3, name, body: { spec: { suspend: false } } },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+      );
       const facts = await running;
       assert.equal(facts.agent.timedOut, true, JSON.stringify(facts));
       const job = cluster.api.store.get(cluster.api.store.resource('batch', 'jobs')!, ns3, name);
       const st = job.status as { startTime: string; conditions: { type: string; reason: string }[] };
-      assert.equal(st.conditions.find((c) => c.type === 'Failed')?.reason, 'DeadlineExceeded', 'the Job deadline ended it, not a watchdog armed while queued');
+      assert.equal(
+        st.conditions.find((c) => c.type === 'Failed')?.reason,
+        'DeadlineExceeded',
+        'the Job deadline ended it, not a watchdog armed while queued',
+      );
       assert.ok(Date.parse(st.startTime) >= Math.floor(admittedAt / 1000) * 1000, 'the deadline counted from admission');
       assert.equal(cluster.api.requests('DELETE', new RegExp(`/jobs/${name}$`)).length, 0, 'the watchdog never deleted it');
     } finally {
@@ -317,7 +487,15 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     const ns4 = 'rollouts-blind';
     await core.createNamespace({ body: { metadata: { name: ns4 } } });
     await cluster.node.exposeHostPort(ns4, engine.port);
-    const m = manifestFor({ batchId: 'b-blind', namespace: ns4, tasks: [tasks.stuck], harness: 'react', engineUrl: `${engine.url}/v1`, model: engine.engine.model, timeoutSec: 6 });
+    const m = manifestFor({
+      batchId: 'b-blind',
+      namespace: ns4,
+      tasks: [tasks.stuck],
+      harness: 'react',
+      engineUrl: `${engine.url}/v1`,
+      model: engine.engine.model,
+      timeoutSec: 6,
+    });
     const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-batch-'));
     const backend = await K8sBackend.open(await backendOptions(cluster, m, dir, images, { startupSlackSec: 0, watchdogGraceSec: 1 }));
     try {
@@ -325,7 +503,11 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
       await backend.capture.createSession({ sessionId: a.sessionId, metadata: {}, sampling: m.sampling, maxModelCalls: 20 });
       const running = backend.run(a);
       const name = jobName(m.batch_id, 'g0-r0', 0);
-      await waitFor('the pod running', async () => (backend.watch.podsOfJob(name).some((p) => p.status?.phase === 'Running') ? true : undefined), 60_000);
+      await waitFor(
+        'the pod running',
+        async () => (backend.watch.podsOfJob(name).some((p) => p.status?.phase === 'Running') ? true : undefined),
+        60_000,
+      );
       // From now on the lab cannot list or watch Jobs here: it never learns of DeadlineExceeded.
       cluster.api.deny({ namespace: ns4, verb: 'watch', resource: 'jobs', group: 'batch' });
       cluster.api.deny({ namespace: ns4, verb: 'list', resource: 'jobs', group: 'batch' });
@@ -356,15 +538,39 @@ describe('k8s backend against the API server double', { timeout: 600_000 }, () =
     assert.equal((await core.listNamespacedConfigMap({ namespace: NS, labelSelector: sel })).items.length, 0);
     assert.equal((await apps.net.listNamespacedNetworkPolicy({ namespace: NS, labelSelector: sel })).items.length, 0);
     assert.equal((await core.listNamespacedPersistentVolumeClaim({ namespace: NS, labelSelector: sel })).items.length, 0);
-    await waitFor('no pods of the batch', async () => ((await core.listNamespacedPod({ namespace: NS, labelSelector: sel })).items.length === 0 ? true : undefined), 30_000);
-    await waitFor('no pod containers of the namespace', async () => ((await cluster.node.containers()).some((c) => c.Labels['io.kubernetes.pod.namespace'] === NS) ? undefined : true), 30_000);
+    await waitFor(
+      'no pods of the batch',
+      async () => ((await core.listNamespacedPod({ namespace: NS, labelSelector: sel })).items.length === 0 ? true : undefined),
+      30_000,
+    );
+    await waitFor(
+      'no pod containers of the namespace',
+      async () => ((await cluster.node.containers()).some((c) => c.Labels['io.kubernetes.pod.namespace'] === NS) ? undefined : true),
+      30_000,
+    );
   });
 
   it('dry run: every manifest the backend would apply, validated, with nothing sent', async () => {
     const before = cluster.api.received.length;
-    const m = manifestFor({ batchId: 'b-dry', namespace: NS, tasks: [tasks.hello], harness: 'react', engineUrl: `${engine.url}/v1`, model: 'm', timeoutSec: 60, queueName: 'team-a' });
-    const objs = await k8sDryRunManifests({ manifest: m, taskImage: () => 'harness-lab/task-hello-file:x', proxy: { image: 'reg.example/harness-lab:1' } });
-    assert.deepEqual(objs.map((o) => o.kind), ['Secret', 'PersistentVolumeClaim', 'Deployment', 'Service', 'NetworkPolicy', 'NetworkPolicy', 'ConfigMap', 'Job', 'Job']);
+    const m = manifestFor({
+      batchId: 'b-dry',
+      namespace: NS,
+      tasks: [tasks.hello],
+      harness: 'react',
+      engineUrl: `${engine.url}/v1`,
+      model: 'm',
+      timeoutSec: 60,
+      queueName: 'team-a',
+    });
+    const objs = await k8sDryRunManifests({
+      manifest: m,
+      taskImage: () => 'harness-lab/task-hello-file:x',
+      proxy: { image: 'reg.example/harness-lab:1' },
+    });
+    assert.deepEqual(
+      objs.map((o) => o.kind),
+      ['Secret', 'PersistentVolumeClaim', 'Deployment', 'Service', 'NetworkPolicy', 'NetworkPolicy', 'ConfigMap', 'Job', 'Job'],
+    );
     const job = objs.at(-1) as k8s.V1Job;
     assert.equal(job.metadata?.labels?.['kueue.x-k8s.io/queue-name'], 'team-a');
     assert.equal(job.spec?.suspend, true, 'queued Jobs start suspended for Kueue to admit');

@@ -13,7 +13,13 @@ import { DockerRuntime } from '../../src/sandbox/docker.js';
 import { followProgress } from '../../src/sandbox/docker-client.js';
 import { NODE_IMAGE, tarDirectory } from '../../src/sandbox/images.js';
 import { loadTask, type HarborTask } from '../../src/tasks/task.js';
-import { BATCH_SCHEMA_VERSION, queuedRolloutState, trainingSampling, type BatchManifest, type RolloutState } from '../../src/batch/state.js';
+import {
+  BATCH_SCHEMA_VERSION,
+  queuedRolloutState,
+  trainingSampling,
+  type BatchManifest,
+  type RolloutState,
+} from '../../src/batch/state.js';
 import type { K8sBackendOptions } from '../../src/batch/backends/k8s.js';
 import type { RolloutAttempt } from '../../src/batch/backend.js';
 import { startKubeDouble, type KubeDouble } from '../k8s-double/index.js';
@@ -29,7 +35,16 @@ export function cliBundleDir(): Promise<string> {
     chmodSync(dir, 0o755);
     const specifier = 'esbuild';
     const esbuild = (await import(specifier)) as typeof import('esbuild');
-    await esbuild.build({ bundle: true, platform: 'node', format: 'cjs', target: 'node20', logLevel: 'warning', external: ['vscode', 'cpu-features', '*.node', 'node-llama-cpp', '@node-llama-cpp/*'], entryPoints: [join(REPO, 'src', 'cli', 'main.ts')], outfile: join(dir, 'cli.js') });
+    await esbuild.build({
+      bundle: true,
+      platform: 'node',
+      format: 'cjs',
+      target: 'node20',
+      logLevel: 'warning',
+      external: ['vscode', 'cpu-features', '*.node', 'node-llama-cpp', '@node-llama-cpp/*'],
+      entryPoints: [join(REPO, 'src', 'cli', 'main.ts')],
+      outfile: join(dir, 'cli.js'),
+    });
     return dir;
   })();
   return bundle;
@@ -41,7 +56,17 @@ export async function buildProxyImage(docker: Docker, tag: string): Promise<void
   try {
     copyFileSync(join(await cliBundleDir(), 'cli.js'), join(ctx, 'cli.js'));
     writeFileSync(join(ctx, 'harness-lab'), '#!/bin/sh\nexec node /opt/harness-lab/dist/cli.js "$@"\n', { mode: 0o755 });
-    writeFileSync(join(ctx, 'Dockerfile'), [`FROM ${NODE_IMAGE}`, 'COPY cli.js /opt/harness-lab/dist/cli.js', 'COPY harness-lab /usr/local/bin/harness-lab', 'LABEL harness-lab.kind=test', 'RUN harness-lab --help >/dev/null', ''].join('\n'));
+    writeFileSync(
+      join(ctx, 'Dockerfile'),
+      [
+        `FROM ${NODE_IMAGE}`,
+        'COPY cli.js /opt/harness-lab/dist/cli.js',
+        'COPY harness-lab /usr/local/bin/harness-lab',
+        'LABEL harness-lab.kind=test',
+        'RUN harness-lab --help >/dev/null',
+        '',
+      ].join('\n'),
+    );
     await followProgress(docker, await docker.buildImage(tarDirectory(ctx), { t: tag, rm: true, forcerm: true }));
   } finally {
     rmSync(ctx, { recursive: true, force: true });
@@ -49,7 +74,9 @@ export async function buildProxyImage(docker: Docker, tag: string): Promise<void
 }
 
 /** A test cluster with one namespace made, and the real client's core and batch APIs on it. */
-export async function clusterWithNamespace(namespace: string): Promise<{ cluster: KubeDouble; core: k8s.CoreV1Api; batchApi: k8s.BatchV1Api; apps: k8s.AppsV1Api }> {
+export async function clusterWithNamespace(
+  namespace: string,
+): Promise<{ cluster: KubeDouble; core: k8s.CoreV1Api; batchApi: k8s.BatchV1Api; apps: k8s.AppsV1Api }> {
   const cluster = await testCluster();
   const kc = new k8s.KubeConfig();
   kc.loadFromFile(cluster.kubeconfig);
@@ -72,7 +99,18 @@ export function taskCopy(example: string, edit: { policy?: unknown; toml?: (text
   return dir;
 }
 
-export function manifestFor(o: { batchId: string; namespace: string; context?: string | null; tasks: string[]; harness: string; engineUrl: string; model: string; timeoutSec: number; groupSize?: number; queueName?: string | null }): BatchManifest {
+export function manifestFor(o: {
+  batchId: string;
+  namespace: string;
+  context?: string | null;
+  tasks: string[];
+  harness: string;
+  engineUrl: string;
+  model: string;
+  timeoutSec: number;
+  groupSize?: number;
+  queueName?: string | null;
+}): BatchManifest {
   const tasks = o.tasks.map((dir) => ({ name: loadTask(dir).name, dir }));
   const g = o.groupSize ?? 2;
   return {
@@ -83,7 +121,12 @@ export function manifestFor(o: { batchId: string; namespace: string; context?: s
     harnesses: [o.harness],
     group_size: g,
     tasks,
-    groups: tasks.map((t, i) => ({ group_id: `g${i}`, task: t.name, harness: o.harness, rollout_ids: Array.from({ length: g }, (_, k) => `g${i}-r${k}`) })),
+    groups: tasks.map((t, i) => ({
+      group_id: `g${i}`,
+      task: t.name,
+      harness: o.harness,
+      rollout_ids: Array.from({ length: g }, (_, k) => `g${i}-r${k}`),
+    })),
     sampling: trainingSampling(1),
     policy_version: null,
     timeout_sec: o.timeoutSec,
@@ -98,10 +141,28 @@ export function manifestFor(o: { batchId: string; namespace: string; context?: s
 export function rolloutState(m: BatchManifest, rolloutId: string): RolloutState {
   const g = m.groups.find((x) => x.rollout_ids.includes(rolloutId))!;
   const now = new Date().toISOString();
-  return { ...queuedRolloutState({ rollout_id: rolloutId, group_id: g.group_id, member: g.rollout_ids.indexOf(rolloutId), task: g.task, harness: g.harness, policy_version: null, queued_at: now }), state: 'running', started_at: now };
+  return {
+    ...queuedRolloutState({
+      rollout_id: rolloutId,
+      group_id: g.group_id,
+      member: g.rollout_ids.indexOf(rolloutId),
+      task: g.task,
+      harness: g.harness,
+      policy_version: null,
+      queued_at: now,
+    }),
+    state: 'running',
+    started_at: now,
+  };
 }
 
-export function attemptFor(batchDir: string, m: BatchManifest, rolloutId: string, signal = new AbortController().signal, attempt = 0): RolloutAttempt & { lines: string[] } {
+export function attemptFor(
+  batchDir: string,
+  m: BatchManifest,
+  rolloutId: string,
+  signal = new AbortController().signal,
+  attempt = 0,
+): RolloutAttempt & { lines: string[] } {
   const lines: string[] = [];
   return {
     batchDir,
@@ -141,15 +202,30 @@ export async function engineFor(cluster: KubeDouble, namespace: string, policyFi
   return { engine, port, url: engine.url };
 }
 
-export async function backendOptions(cluster: KubeDouble, m: BatchManifest, batchDir: string, images: Map<string, string>, extra: Partial<K8sBackendOptions> = {}): Promise<K8sBackendOptions> {
+export async function backendOptions(
+  cluster: KubeDouble,
+  m: BatchManifest,
+  batchDir: string,
+  images: Map<string, string>,
+  extra: Partial<K8sBackendOptions> = {},
+): Promise<K8sBackendOptions> {
   const cli = await cliBundleDir();
   return {
     manifest: m,
     batchDir,
     kubeconfig: cluster.kubeconfig,
     taskImage: (t: HarborTask) => images.get(t.name)!,
-    harnessFrom: { kind: 'hostPath', nodeBinary: process.execPath, harnessCache: harnessCacheRoot(), reactScript: await ensureReactScript() },
-    proxy: { image: 'harness-lab/base-node:bookworm', command: ['node', '/opt/harness-lab/dist/cli.js'], volumes: [{ name: 'harness-lab-dist', hostPath: cli, mountPath: '/opt/harness-lab/dist' }] },
+    harnessFrom: {
+      kind: 'hostPath',
+      nodeBinary: process.execPath,
+      harnessCache: harnessCacheRoot(),
+      reactScript: await ensureReactScript(),
+    },
+    proxy: {
+      image: 'harness-lab/base-node:bookworm',
+      command: ['node', '/opt/harness-lab/dist/cli.js'],
+      volumes: [{ name: 'harness-lab-dist', hostPath: cli, mountPath: '/opt/harness-lab/dist' }],
+    },
     proxyReadyTimeoutSec: 60,
     ...extra,
   };
@@ -178,7 +254,10 @@ export function assertNoKeysSent(cluster: KubeDouble, keys: (string | RegExp)[])
     const text = JSON.stringify(kind === 'Secret' ? { ...(r.body as object), stringData: undefined, data: undefined } : r.body);
     for (const k of keys) {
       const hit = typeof k === 'string' ? text.includes(k) : k.test(text);
-      if (hit) throw new Error(`${r.method} ${r.path} (${kind ?? 'no kind'}) carries a key (${typeof k === 'string' ? `${k.slice(0, 6)}...` : k}) outside a Secret's data`);
+      if (hit)
+        throw new Error(
+          `${r.method} ${r.path} (${kind ?? 'no kind'}) carries a key (${typeof k === 'string' ? `${k.slice(0, 6)}...` : k}) outside a Secret's data`,
+        );
     }
     checked++;
   }
@@ -187,11 +266,14 @@ export function assertNoKeysSent(cluster: KubeDouble, keys: (string | RegExp)[])
 
 /** No file under dir holds any of the keys; returns how many files were read. */
 export function assertNoKeysInFiles(dir: string, keys: (string | RegExp)[]): number {
-  const files = (d: string): string[] => readdirSync(d).flatMap((n) => (statSync(join(d, n)).isDirectory() ? files(join(d, n)) : [join(d, n)]));
+  const files = (d: string): string[] =>
+    readdirSync(d).flatMap((n) => (statSync(join(d, n)).isDirectory() ? files(join(d, n)) : [join(d, n)]));
   const all = files(dir);
   for (const f of all) {
     const text = readFileSync(f, 'latin1');
-    for (const k of keys) if (typeof k === 'string' ? text.includes(k) : k.test(text)) throw new Error(`${f} holds a key (${typeof k === 'string' ? `${k.slice(0, 6)}...` : k})`);
+    for (const k of keys)
+      if (typeof k === 'string' ? text.includes(k) : k.test(text))
+        throw new Error(`${f} holds a key (${typeof k === 'string' ? `${k.slice(0, 6)}...` : k})`);
   }
   return all.length;
 }

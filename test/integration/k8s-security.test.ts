@@ -16,7 +16,16 @@ import { jobName, proxyName } from '../../src/cluster/manifests.js';
 import type { KubeDouble } from '../k8s-double/index.js';
 import { ScriptedPolicy } from '../../src/engine/policy.js';
 import { startPolicyEngine } from '../../src/sandbox/policy-engine.js';
-import { attemptFor, backendOptions, buildProxyImage, manifestFor, taskCopy, taskImages, testCluster, type EngineInNamespace } from './k8s-fixtures.js';
+import {
+  attemptFor,
+  backendOptions,
+  buildProxyImage,
+  manifestFor,
+  taskCopy,
+  taskImages,
+  testCluster,
+  type EngineInNamespace,
+} from './k8s-fixtures.js';
 import { dockerReady, waitFor } from './sandbox-fixtures.js';
 
 const NS = 'sec';
@@ -49,7 +58,9 @@ describe('the cluster path against an attacker, on the API server double', { tim
   const tasks = {
     hello: taskCopy('hello-file', {}),
     // Eight CPUs on a six-CPU node: the scheduler can never place it.
-    big: taskCopy('hello-file', { toml: (t) => t.replace('name = "harness-lab/hello-file"', 'name = "harness-lab/big"').replace(/cpus = [0-9.]+/, 'cpus = 8') }),
+    big: taskCopy('hello-file', {
+      toml: (t) => t.replace('name = "harness-lab/hello-file"', 'name = "harness-lab/big"').replace(/cpus = [0-9.]+/, 'cpus = 8'),
+    }),
     probe: taskCopy('hello-file', { toml: (t) => t.replace('name = "harness-lab/hello-file"', 'name = "harness-lab/probe"') }),
     stepper: taskCopy('hello-file', { toml: (t) => t.replace('name = "harness-lab/hello-file"', 'name = "harness-lab/stepper"') }),
   };
@@ -69,9 +80,15 @@ describe('the cluster path against an attacker, on the API server double', { tim
         name: 'k8s-attacker',
         rules: [
           { when: { last_message: 'PROBED' }, then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } } },
-          { when: { last_message: 'WAIT_FOR_GO' }, then: { call: { tool: '^bash$', input: 'until [ -f /tmp/hl-go ]; do sleep 0.2; done; echo went' } } },
+          {
+            when: { last_message: 'WAIT_FOR_GO' },
+            then: { call: { tool: '^bash$', input: 'until [ -f /tmp/hl-go ]; do sleep 0.2; done; echo went' } },
+          },
           { when: { last_message: 'went' }, then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } } },
-          { when: { last_message: 'Create a file named `hello.txt`' }, then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } } },
+          {
+            when: { last_message: 'Create a file named `hello.txt`' },
+            then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } },
+          },
         ],
         fallback: { say: 'Done.' },
       },
@@ -80,9 +97,20 @@ describe('the cluster path against an attacker, on the API server double', { tim
     const started = await startPolicyEngine(policy, 'fake');
     engine = { engine: started, port: Number(new URL(started.url).port), url: started.url };
     await cluster.node.exposeHostPort(NS, engine.port);
-    policy.spec.rules!.unshift({ when: { last_message: 'PROBE_THE_CLUSTER' }, then: { call: { tool: '^bash$', input: probeScript(engine.port, `${BATCH}-g1-r1-0`) } } } as NonNullable<typeof policy.spec.rules>[number]);
+    policy.spec.rules!.unshift({
+      when: { last_message: 'PROBE_THE_CLUSTER' },
+      then: { call: { tool: '^bash$', input: probeScript(engine.port, `${BATCH}-g1-r1-0`) } },
+    } as NonNullable<typeof policy.spec.rules>[number]);
     images = await taskImages(Object.values(tasks));
-    const m = manifestFor({ batchId: BATCH, namespace: NS, tasks: [tasks.probe, tasks.hello, tasks.big, tasks.stepper], harness: 'react', engineUrl: `${engine.url}/v1`, model: engine.engine.model, timeoutSec: 120 });
+    const m = manifestFor({
+      batchId: BATCH,
+      namespace: NS,
+      tasks: [tasks.probe, tasks.hello, tasks.big, tasks.stepper],
+      harness: 'react',
+      engineUrl: `${engine.url}/v1`,
+      model: engine.engine.model,
+      timeoutSec: 120,
+    });
     dir = mkdtempSync(join(tmpdir(), 'hl-k8s-sec-batch-'));
     backend = await K8sBackend.open(await backendOptions(cluster, m, dir, images, { unschedulableGraceSec: 2 }));
   });
@@ -96,12 +124,20 @@ describe('the cluster path against an attacker, on the API server double', { tim
   it("refuses the agent's turn the tests, their release, the admin routes, another session and the engine", async () => {
     const m = backend['opts'].manifest;
     const a = attemptFor(dir, m, 'g0-r0');
-    await backend.capture.createSession({ sessionId: a.sessionId, metadata: { rollout: 'g0-r0' }, sampling: m.sampling, maxModelCalls: 20 });
+    await backend.capture.createSession({
+      sessionId: a.sessionId,
+      metadata: { rollout: 'g0-r0' },
+      sampling: m.sampling,
+      maxModelCalls: 20,
+    });
     // The session the probe names, so "another session" exists.
     await backend.capture.createSession({ sessionId: `${BATCH}-g1-r1-0`, metadata: {}, sampling: m.sampling, maxModelCalls: 20 });
     const facts = await backend.run(a);
     // The forged release was counted and never answered: the rollout is not trusted.
-    assert.match(facts.infraError ?? '', /asked the tests sidecar of pod sec\/hl-b-sec-g0-r0-a0-[a-z0-9]+ for tests\/ 1 time\(s\) and was refused/);
+    assert.match(
+      facts.infraError ?? '',
+      /asked the tests sidecar of pod sec\/hl-b-sec-g0-r0-a0-[a-z0-9]+ for tests\/ 1 time\(s\) and was refused/,
+    );
     await backend.capture.sessionFacts(a.sessionId);
     const calls = loadSessionFile(join(dir, 'capture', 'sessions', `${a.sessionId}.jsonl`))!.calls;
     const seen = JSON.stringify(calls.map((c) => c.request.body));
@@ -111,7 +147,7 @@ describe('the cluster path against an attacker, on the API server double', { tim
     // No tests anywhere in the rollout container; the handoff holds no token while the agent runs.
     assert.match(seen, /TESTS_LS=ls: cannot access '\/opt\/harness-lab\/task-tests': No such file or directory/);
     assert.match(seen, /TESTS_LS=ls: cannot access '\/tests': No such file or directory/);
-    assert.equal(probe('HANDOFF')?.trim(), '.issued', 'only the sidecar\'s marker: the token was taken before the agent started');
+    assert.equal(probe('HANDOFF')?.trim(), '.issued', "only the sidecar's marker: the token was taken before the agent started");
     assert.equal(probe('TOKEN_IN_ENV'), '0');
     assert.match(probe('AFTER_FORGE') ?? '', /No such file or directory/);
     // The proxy answers the agent's own key on admin routes and on another session with 401.
@@ -120,8 +156,16 @@ describe('the cluster path against an attacker, on the API server double', { tim
     // The engine is not reachable from a rollout pod: the egress policy refused the connection.
     assert.equal(probe('ENGINE'), '');
     const refused = cluster.node.network.log.filter((r) => r.from.startsWith(`${NS}/hl-b-sec-g0-r0-a0-`) && !r.allowed);
-    assert.ok(refused.some((r) => r.to === 'host 127.0.0.1' && r.port === engine.port && /egress of pod .* is not allowed/.test(r.why)), JSON.stringify(refused));
-    assert.ok(cluster.node.network.log.some((r) => r.from.startsWith(`${NS}/hl-b-sec-g0-r0-a0-`) && r.allowed && r.to.startsWith(`service ${NS}/${proxyName(BATCH)}`)), 'the proxy itself was reachable');
+    assert.ok(
+      refused.some((r) => r.to === 'host 127.0.0.1' && r.port === engine.port && /egress of pod .* is not allowed/.test(r.why)),
+      JSON.stringify(refused),
+    );
+    assert.ok(
+      cluster.node.network.log.some(
+        (r) => r.from.startsWith(`${NS}/hl-b-sec-g0-r0-a0-`) && r.allowed && r.to.startsWith(`service ${NS}/${proxyName(BATCH)}`),
+      ),
+      'the proxy itself was reachable',
+    );
   });
 
   it('completes an honest rollout: the tests reach the verifier after the agent; the key never reaches the cluster outside its Secret', async () => {
@@ -138,25 +182,52 @@ describe('the cluster path against an attacker, on the API server double', { tim
     const name = jobName(BATCH, 'g1-r0', 0);
     // Only the attempt's Secret carried the key; the Job referenced it; the Secret was owned by the Job and is gone now.
     const carrying = cluster.api.received.filter((r) => JSON.stringify(r.body ?? '').includes(key));
-    assert.deepEqual(carrying.map((r) => `${r.method} ${r.path}`), [`POST /api/v1/namespaces/${NS}/secrets`]);
+    assert.deepEqual(
+      carrying.map((r) => `${r.method} ${r.path}`),
+      [`POST /api/v1/namespaces/${NS}/secrets`],
+    );
     assert.equal((carrying[0]!.body as { metadata: { name: string } }).metadata.name, `${name}-key`);
-    const patch = cluster.api.requests('PATCH', new RegExp(`/namespaces/${NS}/secrets/${name}-key$`))[0]!.body as { metadata: { ownerReferences: { kind: string; name: string }[] } };
-    assert.deepEqual(patch.metadata.ownerReferences.map((o) => `${o.kind}/${o.name}`), [`Job/${name}`]);
+    const patch = cluster.api.requests('PATCH', new RegExp(`/namespaces/${NS}/secrets/${name}-key$`))[0]!.body as {
+      metadata: { ownerReferences: { kind: string; name: string }[] };
+    };
+    assert.deepEqual(
+      patch.metadata.ownerReferences.map((o) => `${o.kind}/${o.name}`),
+      [`Job/${name}`],
+    );
     assert.equal(cluster.api.requests('DELETE', new RegExp(`/namespaces/${NS}/secrets/${name}-key$`)).length, 1);
     await assert.rejects(core.readNamespacedSecret({ namespace: NS, name: `${name}-key` }), /404|not found/i);
     // Nor in any file the lab wrote.
-    const files = (d: string): string[] => readdirSync(d).flatMap((n) => (statSync(join(d, n)).isDirectory() ? files(join(d, n)) : [join(d, n)]));
+    const files = (d: string): string[] =>
+      readdirSync(d).flatMap((n) => (statSync(join(d, n)).isDirectory() ? files(join(d, n)) : [join(d, n)]));
     for (const f of files(dir)) assert.ok(!readFileSync(f, 'utf8').includes(key), `${f} holds the session key`);
   });
 
   it('a pod outside the batch cannot reach the proxy (its ingress NetworkPolicy)', async () => {
     const script = `if exec 3<>/dev/tcp/${PROXY_HOST}/8100; then printf 'GET /health HTTP/1.0\\r\\n\\r\\n' >&3; echo "PROXY=[$(timeout 5 head -c 12 <&3)]"; else echo PROXY=[connect-failed]; fi`;
-    await core.createNamespacedPod({ namespace: NS, body: { metadata: { name: 'stranger', labels: { app: 'stranger' } }, spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: images.get('hello-file')!, command: ['bash', '-c', script] }] } } });
-    await waitFor('the stranger done', async () => ((await core.readNamespacedPod({ namespace: NS, name: 'stranger' })).status?.phase === 'Succeeded' ? true : undefined), 60_000);
-    assert.equal((await core.readNamespacedPodLog({ namespace: NS, name: 'stranger' })).trim(), 'PROXY=[]', JSON.stringify(cluster.node.network.log));
+    await core.createNamespacedPod({
+      namespace: NS,
+      body: {
+        metadata: { name: 'stranger', labels: { app: 'stranger' } },
+        spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: images.get('hello-file')!, command: ['bash', '-c', script] }] },
+      },
+    });
+    await waitFor(
+      'the stranger done',
+      async () => ((await core.readNamespacedPod({ namespace: NS, name: 'stranger' })).status?.phase === 'Succeeded' ? true : undefined),
+      60_000,
+    );
+    assert.equal(
+      (await core.readNamespacedPodLog({ namespace: NS, name: 'stranger' })).trim(),
+      'PROXY=[]',
+      JSON.stringify(cluster.node.network.log),
+    );
     // The rule's `from` reached the API server (client-node's serializer drops a plain `from`: an open door).
-    const sent = cluster.api.requests('POST', new RegExp(`/namespaces/${NS}/networkpolicies$`)).map((x) => x.body as { metadata: { name: string }; spec: { ingress: { from?: unknown[] }[] } });
-    assert.deepEqual(sent.find((x) => x.metadata.name === `hl-proxy-ingress-${BATCH}`)?.spec.ingress[0]?.from, [{ podSelector: { matchLabels: { 'harness-lab/batch': BATCH, 'harness-lab/role': 'rollout' } } }]);
+    const sent = cluster.api
+      .requests('POST', new RegExp(`/namespaces/${NS}/networkpolicies$`))
+      .map((x) => x.body as { metadata: { name: string }; spec: { ingress: { from?: unknown[] }[] } });
+    assert.deepEqual(sent.find((x) => x.metadata.name === `hl-proxy-ingress-${BATCH}`)?.spec.ingress[0]?.from, [
+      { podSelector: { matchLabels: { 'harness-lab/batch': BATCH, 'harness-lab/role': 'rollout' } } },
+    ]);
     const r = cluster.node.network.log.find((x) => x.from === `${NS}/stranger`)!;
     assert.equal(r.allowed, false);
     assert.match(r.why, /^ingress to pod sec\/hl-proxy-b-sec-[a-z0-9]+:8100 from pod sec\/stranger is not allowed/);
@@ -167,10 +238,17 @@ describe('the cluster path against an attacker, on the API server double', { tim
     const a = attemptFor(dir, m, 'g2-r0');
     await backend.capture.createSession({ sessionId: a.sessionId, metadata: {}, sampling: m.sampling, maxModelCalls: 20 });
     const facts = await backend.run(a);
-    assert.equal(facts.agent.timedOut, false, JSON.stringify({ facts, pods: backend.watch.podsOfJob(jobName(BATCH, 'g2-r0', 0)).map((p) => p.status) }));
+    assert.equal(
+      facts.agent.timedOut,
+      false,
+      JSON.stringify({ facts, pods: backend.watch.podsOfJob(jobName(BATCH, 'g2-r0', 0)).map((p) => p.status) }),
+    );
     assert.match(facts.infraError ?? '', /cannot start: Unschedulable \(0\/1 nodes are available: 1 Insufficient cpu\./);
     const events = (await core.listNamespacedEvent({ namespace: NS, fieldSelector: 'reason=FailedScheduling' })).items;
-    assert.ok(events.some((e) => e.involvedObject.name?.startsWith(jobName(BATCH, 'g2-r0', 0))), 'a FailedScheduling Event');
+    assert.ok(
+      events.some((e) => e.involvedObject.name?.startsWith(jobName(BATCH, 'g2-r0', 0))),
+      'a FailedScheduling Event',
+    );
   });
 
   it('a proxy pod deleted mid-batch: the rollout it held runs again, a finished rollout keeps every call', async () => {
@@ -186,8 +264,13 @@ describe('the cluster path against an attacker, on the API server double', { tim
     const held = attemptFor(dir, m, 'g3-r0');
     await backend.capture.createSession({ sessionId: held.sessionId, metadata: {}, sampling: m.sampling, maxModelCalls: 20 });
     const running = backend.run(held);
-    await waitFor('the held rollout in its tool call', async () => ((await backend.capture.sessionFacts(held.sessionId).catch(() => ({ nCalls: 0 }))).nCalls > 0 ? true : undefined), 120_000);
-    const proxyPod = [...backend.watch.pods.objects.values()].find((p) => p.metadata?.labels?.['harness-lab/role'] === 'proxy')!.metadata!.name!;
+    await waitFor(
+      'the held rollout in its tool call',
+      async () => ((await backend.capture.sessionFacts(held.sessionId).catch(() => ({ nCalls: 0 }))).nCalls > 0 ? true : undefined),
+      120_000,
+    );
+    const proxyPod = [...backend.watch.pods.objects.values()].find((p) => p.metadata?.labels?.['harness-lab/role'] === 'proxy')!.metadata!
+      .name!;
     await core.deleteNamespacedPod({ namespace: NS, name: proxyPod });
     const facts = await running;
     assert.equal(facts.rerun, true, JSON.stringify(facts));
@@ -195,8 +278,14 @@ describe('the cluster path against an attacker, on the API server double', { tim
     // A new proxy pod on the same claim: the finished rollout's session and calls are still there.
     const after = await backend.capture.sessionFacts(done.sessionId);
     assert.equal(after.nCalls, before.length);
-    assert.deepEqual(loadSessionFile(file)!.calls.map((c) => c.call_id), before, 'the mirror lost and doubled nothing');
-    const newPod = [...backend.watch.pods.objects.values()].find((p) => p.metadata?.labels?.['harness-lab/role'] === 'proxy' && !p.metadata?.deletionTimestamp)!.metadata!.name!;
+    assert.deepEqual(
+      loadSessionFile(file)!.calls.map((c) => c.call_id),
+      before,
+      'the mirror lost and doubled nothing',
+    );
+    const newPod = [...backend.watch.pods.objects.values()].find(
+      (p) => p.metadata?.labels?.['harness-lab/role'] === 'proxy' && !p.metadata?.deletionTimestamp,
+    )!.metadata!.name!;
     assert.notEqual(newPod, proxyPod);
   });
 
@@ -204,10 +293,25 @@ describe('the cluster path against an attacker, on the API server double', { tim
     const ns = 'sec-noforward';
     await core.createNamespace({ body: { metadata: { name: ns } } });
     cluster.api.deny({ namespace: ns, verb: 'get', resource: 'pods/portforward' });
-    const m = manifestFor({ batchId: 'b-noforward', namespace: ns, tasks: [tasks.hello], harness: 'react', engineUrl: `${engine.url}/v1`, model: engine.engine.model, timeoutSec: 60 });
+    const m = manifestFor({
+      batchId: 'b-noforward',
+      namespace: ns,
+      tasks: [tasks.hello],
+      harness: 'react',
+      engineUrl: `${engine.url}/v1`,
+      model: engine.engine.model,
+      timeoutSec: 60,
+    });
     const posted = cluster.api.received.filter((r) => r.method === 'POST' && r.path.includes(`/namespaces/${ns}/`)).length;
-    await assert.rejects(K8sBackend.open(await backendOptions(cluster, m, mkdtempSync(join(tmpdir(), 'hl-k8s-sec-')), images)), /you may not get pods\/portforward/);
-    assert.equal(cluster.api.received.filter((r) => r.method === 'POST' && r.path.includes(`/namespaces/${ns}/`)).length, posted, 'nothing created');
+    await assert.rejects(
+      K8sBackend.open(await backendOptions(cluster, m, mkdtempSync(join(tmpdir(), 'hl-k8s-sec-')), images)),
+      /you may not get pods\/portforward/,
+    );
+    assert.equal(
+      cluster.api.received.filter((r) => r.method === 'POST' && r.path.includes(`/namespaces/${ns}/`)).length,
+      posted,
+      'nothing created',
+    );
   });
 
   it('a Job whose pods Pod Security admission refuses is an infra error with the admission message', async () => {
@@ -217,7 +321,15 @@ describe('the cluster path against an attacker, on the API server double', { tim
     // The proxy from an image (no hostPath: it meets "restricted"); the rollouts mount the harness from the node (hostPath: not "baseline").
     const tag = 'harness-lab/harness-lab:k8s-sec-test';
     await buildProxyImage(await dockerReady(), tag);
-    const m = manifestFor({ batchId: 'b-psa', namespace: ns, tasks: [tasks.hello], harness: 'react', engineUrl: `${engine.url}/v1`, model: engine.engine.model, timeoutSec: 60 });
+    const m = manifestFor({
+      batchId: 'b-psa',
+      namespace: ns,
+      tasks: [tasks.hello],
+      harness: 'react',
+      engineUrl: `${engine.url}/v1`,
+      model: engine.engine.model,
+      timeoutSec: 60,
+    });
     const d = mkdtempSync(join(tmpdir(), 'hl-k8s-sec-'));
     const b = await K8sBackend.open(await backendOptions(cluster, m, d, images, { proxy: { image: tag, command: ['harness-lab'] } }));
     try {
@@ -225,7 +337,10 @@ describe('the cluster path against an attacker, on the API server double', { tim
       await b.capture.createSession({ sessionId: a.sessionId, metadata: {}, sampling: m.sampling, maxModelCalls: 20 });
       const facts = await b.run(a);
       assert.equal(facts.agent.timedOut, false);
-      assert.match(facts.infraError ?? '', /^Job sec-baseline\/hl-b-psa-g0-r0-a0 could not create its pod: FailedCreate: Error creating: pods "hl-b-psa-g0-r0-a0-[a-z0-9]+" is forbidden: violates PodSecurity "baseline:latest": hostPath volumes \(volumes "node-binary", "harness-cache", "react-harness"\)$/);
+      assert.match(
+        facts.infraError ?? '',
+        /^Job sec-baseline\/hl-b-psa-g0-r0-a0 could not create its pod: FailedCreate: Error creating: pods "hl-b-psa-g0-r0-a0-[a-z0-9]+" is forbidden: violates PodSecurity "baseline:latest": hostPath volumes \(volumes "node-binary", "harness-cache", "react-harness"\)$/,
+      );
       assert.equal(facts.setupFailure, facts.infraError);
     } finally {
       await b.close();

@@ -28,7 +28,10 @@ test('the exposition format: HELP and TYPE once per metric, labels escaped, spec
     ])
     .metric('x_total', 'counter', 'ignored', [[{ a: 'three' }, NaN]])
     .toString();
-  assert.equal(out, '# HELP x_total a b\n# TYPE x_total counter\nx_total{a="q\\"uote\\\\back\\nline"} 1\nx_total{a="two"} +Inf\nx_total{a="three"} NaN\n');
+  assert.equal(
+    out,
+    '# HELP x_total a b\n# TYPE x_total counter\nx_total{a="q\\"uote\\\\back\\nline"} 1\nx_total{a="two"} +Inf\nx_total{a="three"} NaN\n',
+  );
 });
 
 describe('the proxy reports what it recorded', () => {
@@ -41,9 +44,18 @@ describe('the proxy reports what it recorded', () => {
   test('calls, tokens, errors and sessions; 401 without the admin key', async () => {
     const admin = { authorization: 'Bearer metrics-admin-key' };
     assert.equal((await fetch(`${lab.proxy.url}/metrics`)).status, 401);
-    const created = await fetch(`${lab.proxy.url}/sessions`, { method: 'POST', headers: { ...admin, 'content-type': 'application/json' }, body: JSON.stringify({ mint_key: true }) });
+    const created = await fetch(`${lab.proxy.url}/sessions`, {
+      method: 'POST',
+      headers: { ...admin, 'content-type': 'application/json' },
+      body: JSON.stringify({ mint_key: true }),
+    });
     const { api_key } = (await created.json()) as { api_key: string };
-    const call = (body: unknown) => fetch(`${lab.proxy.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${api_key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const call = (body: unknown) =>
+      fetch(`${lab.proxy.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${api_key}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
     for (let i = 0; i < 3; i++) assert.equal((await call({ model: 'm', messages: [{ role: 'user', content: `hello ${i}` }] })).status, 200);
     assert.equal((await call({ model: 'm', messages: 'not a list' })).status, 400);
     const res = await fetch(`${lab.proxy.url}/metrics`, { headers: admin });
@@ -60,7 +72,10 @@ describe('the proxy reports what it recorded', () => {
     assert.equal(m.get('harness_lab_proxy_sessions{state="held"}'), 1);
     assert.equal(m.get('harness_lab_proxy_call_latency_seconds_count'), sessionCalls.length);
     const errors = [...m.entries()].filter(([k]) => k.startsWith('harness_lab_proxy_call_errors_total'));
-    assert.equal(errors.reduce((n, [, v]) => n + v, 0), sessionCalls.filter((c) => c.error).length);
+    assert.equal(
+      errors.reduce((n, [, v]) => n + v, 0),
+      sessionCalls.filter((c) => c.error).length,
+    );
     assert.ok(m.has('harness_lab_proxy_event_loop_lag_seconds{quantile="0.99"}'));
   });
 

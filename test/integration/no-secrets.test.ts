@@ -33,7 +33,11 @@ interface Ran {
 
 function runCli(args: string[], env: Record<string, string> = {}): Promise<Ran> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], { cwd: REPO, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], {
+      cwd: REPO,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -54,7 +58,9 @@ function filesUnder(dir: string): string[] {
 }
 
 /** An engine gate: forwards to the policy engine only with the engine key, and counts what it let through. */
-async function startKeyedEngine(inner: PolicyEngine): Promise<{ url: string; authorized: () => number; refused: () => number; close(): Promise<void> }> {
+async function startKeyedEngine(
+  inner: PolicyEngine,
+): Promise<{ url: string; authorized: () => number; refused: () => number; close(): Promise<void> }> {
   let authorized = 0;
   let refused = 0;
   const server: Server = createServer((req, res) => {
@@ -69,7 +75,11 @@ async function startKeyedEngine(inner: PolicyEngine): Promise<{ url: string; aut
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       const body = Buffer.concat(chunks);
-      request(`${inner.url}${req.url}`, { method: req.method as 'GET', headers: { 'content-type': 'application/json' }, body: body.length ? body : undefined }).then(
+      request(`${inner.url}${req.url}`, {
+        method: req.method as 'GET',
+        headers: { 'content-type': 'application/json' },
+        body: body.length ? body : undefined,
+      }).then(
         async (upstream) => {
           const text = await upstream.body.text();
           res.writeHead(upstream.statusCode, { 'content-type': 'application/json' });
@@ -122,7 +132,25 @@ test('no session key, admin key or engine key in any log, record, export, report
 
   // 1. A run in the local sandbox, verbose, against the keyed engine.
   const runOut = join(outDir, 'runs');
-  const run = await runCli(['run', '--task', TASK, '--harness', 'react', '--sandbox', 'local', '--engine-url', `${gate.url}/v1`, '--model', policy.model, '--out', runOut, '-v'], env);
+  const run = await runCli(
+    [
+      'run',
+      '--task',
+      TASK,
+      '--harness',
+      'react',
+      '--sandbox',
+      'local',
+      '--engine-url',
+      `${gate.url}/v1`,
+      '--model',
+      policy.model,
+      '--out',
+      runOut,
+      '-v',
+    ],
+    env,
+  );
   keep('run', run);
   assert.equal(run.code, 0, `the run succeeded: ${run.stdout}\n${run.stderr}`);
   assert.match(run.stdout, /ok reward=1\.00/);
@@ -131,11 +159,17 @@ test('no session key, admin key or engine key in any log, record, export, report
   const runStore = join(runOut, '.capture', 'sessions');
   const runSessions = readdirSync(runStore).map((f) => f.replace(/\.jsonl$/, ''));
   assert.equal(runSessions.length, 1);
-  assert.ok(storedKeyed(join(runStore, `${runSessions[0]}.jsonl`)), "the run's session has a minted key (the harness was wired with it, not the id)");
+  assert.ok(
+    storedKeyed(join(runStore, `${runSessions[0]}.jsonl`)),
+    "the run's session has a minted key (the harness was wired with it, not the id)",
+  );
 
   // 1b. A Docker batch of two rollouts against the keyed engine: one minted key per attempt.
   const batchDir = join(outDir, 'batch');
-  const batch = await runCli(['batch', 'submit', '--tasks', TASK, '--harness', 'react', '--group-size', '2', '--engine-url', `${gate.url}/v1`, '--out', batchDir], env);
+  const batch = await runCli(
+    ['batch', 'submit', '--tasks', TASK, '--harness', 'react', '--group-size', '2', '--engine-url', `${gate.url}/v1`, '--out', batchDir],
+    env,
+  );
   keep('batch', batch);
   assert.equal(batch.code, 0, `the batch succeeded: ${batch.stdout}\n${batch.stderr}`);
   const batchStore = join(batchDir, 'capture', 'sessions');
@@ -153,13 +187,24 @@ test('no session key, admin key or engine key in any log, record, export, report
   const serve = await startServe(['--dataset', `train=${TASK}`, '--admin-key', ADMIN_KEY, '--state-dir', join(outDir, 'serve')], env);
   try {
     const bearer = { authorization: `Bearer ${ADMIN_KEY}` };
-    const rollout = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'run_rollout', arguments: runRolloutArgs({ llm_url: `${gate.url}/v1`, model: policy.model, api_key: ENGINE_KEY }) } }, bearer);
+    const rollout = await postJson(
+      `${serve.url}/mcp`,
+      {
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'tools/call',
+        params: { name: 'run_rollout', arguments: runRolloutArgs({ llm_url: `${gate.url}/v1`, model: policy.model, api_key: ENGINE_KEY }) },
+      },
+      bearer,
+    );
     assert.equal(rollout.status, 200);
     const result = JSON.parse(rollout.body.result.content[0].text) as { ok: boolean; reward: number | null };
     assert.equal(result.ok, true, JSON.stringify(result).slice(0, 2000));
     answers.push(JSON.stringify(rollout.body));
     for (const headers of [{ authorization: `Bearer not-${ADMIN_KEY}` }, {}]) {
-      const refused = await request(`${serve.url}/harbor_env/splits${'authorization' in headers ? '' : `?admin_key=${ADMIN_KEY}`}`, { headers });
+      const refused = await request(`${serve.url}/harbor_env/splits${'authorization' in headers ? '' : `?admin_key=${ADMIN_KEY}`}`, {
+        headers,
+      });
       assert.equal(refused.statusCode, 401);
       answers.push(await refused.body.text());
     }
@@ -168,12 +213,34 @@ test('no session key, admin key or engine key in any log, record, export, report
     await serve.exited;
   }
   logs.push({ name: 'serve stderr', text: serve.stderr() });
-  assert.ok(filesUnder(join(outDir, 'serve')).some((f) => f.endsWith('.jsonl')), "serve's captured session is on disk (and scanned)");
+  assert.ok(
+    filesUnder(join(outDir, 'serve')).some((f) => f.endsWith('.jsonl')),
+    "serve's captured session is on disk (and scanned)",
+  );
 
   // 2. A standalone proxy process with an admin key and the engine key as flags, driven over HTTP,
   // including a call with a wrong key.
   const dataDir = join(outDir, 'proxy-data');
-  const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'proxy', '--engine-url', gate.url, '--model', policy.model, '--data-dir', dataDir, '--admin-key', ADMIN_KEY, '--engine-api-key', ENGINE_KEY], { cwd: REPO, env: { ...process.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      CLI,
+      'proxy',
+      '--engine-url',
+      gate.url,
+      '--model',
+      policy.model,
+      '--data-dir',
+      dataDir,
+      '--admin-key',
+      ADMIN_KEY,
+      '--engine-api-key',
+      ENGINE_KEY,
+    ],
+    { cwd: REPO, env: { ...process.env }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   let proxyStdout = '';
   let proxyStderr = '';
   child.stderr.on('data', (d: Buffer) => (proxyStderr += d.toString()));
@@ -190,24 +257,52 @@ test('no session key, admin key or engine key in any log, record, export, report
   let proxySession: string;
   let proxyKey: string;
   try {
-    const created = await request(`${url}/sessions`, { method: 'POST', headers: { ...admin, 'content-type': 'application/json' }, body: JSON.stringify({ mint_key: true, metadata: { harness: 'secrets-test' } }) });
+    const created = await request(`${url}/sessions`, {
+      method: 'POST',
+      headers: { ...admin, 'content-type': 'application/json' },
+      body: JSON.stringify({ mint_key: true, metadata: { harness: 'secrets-test' } }),
+    });
     assert.equal(created.statusCode, 201);
     // The creator's answer is the one place the key is given (and so is not scanned).
     ({ session_id: proxySession, api_key: proxyKey } = JSON.parse(await created.body.text()) as { session_id: string; api_key: string });
     assert.match(proxyKey, MINTED_KEY);
     // A harness that echoes its key (in x-api-key, in the body's user field) gets it scrubbed from the record.
     for (const content of ['Create the file.', 'again']) {
-      const res = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${proxyKey}`, 'x-api-key': proxyKey, 'x-echo': `key=${proxyKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', user: proxyKey, messages: [{ role: 'user', content }] }) });
+      const res = await request(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${proxyKey}`,
+          'x-api-key': proxyKey,
+          'x-echo': `key=${proxyKey}`,
+          'content-type': 'application/json',
+        },
+        body: JSON.stringify({ model: 'm', user: proxyKey, messages: [{ role: 'user', content }] }),
+      });
       assert.equal(res.statusCode, 200);
       answers.push(await res.body.text());
     }
-    const wrong = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer not-${proxyKey}`, 'content-type': 'application/json' }, body: '{}' });
+    const wrong = await request(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer not-${proxyKey}`, 'content-type': 'application/json' },
+      body: '{}',
+    });
     assert.equal(wrong.statusCode, 401);
     answers.push(await wrong.body.text());
-    const byId = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${proxySession}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }) });
+    const byId = await request(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${proxySession}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }),
+    });
     assert.equal(byId.statusCode, 401, "a keyed session's id opens nothing");
     answers.push(await byId.body.text());
-    for (const path of ['/health', '/engines', '/sessions', `/sessions/${proxySession}`, `/sessions/${proxySession}/rollout`, `/sessions/${proxySession}/calls`]) {
+    for (const path of [
+      '/health',
+      '/engines',
+      '/sessions',
+      `/sessions/${proxySession}`,
+      `/sessions/${proxySession}/rollout`,
+      `/sessions/${proxySession}/calls`,
+    ]) {
       const res = await request(`${url}${path}`, { headers: admin });
       assert.equal(res.statusCode, 200, path);
       answers.push(await res.body.text());
@@ -221,14 +316,26 @@ test('no session key, admin key or engine key in any log, record, export, report
 
   // 3. Export and report of both captures.
   const rolloutDir = join(runOut, 'hello-file', 'react', '0');
-  for (const [name, store, id] of [['run', join(runOut, '.capture'), runSessions[0]!], ['proxy', dataDir, proxySession]] as const) {
+  for (const [name, store, id] of [
+    ['run', join(runOut, '.capture'), runSessions[0]!],
+    ['proxy', dataDir, proxySession],
+  ] as const) {
     const exported = await runCli(['export', '--data-dir', store, '--session', id, '--out', join(outDir, `${name}.traces.jsonl`)], env);
     keep(`export ${name}`, exported);
     assert.equal(exported.code, 0, exported.stderr);
     // The report reads a copy: the store's own file name is the session id.
     const copy = join(outDir, `${name}-capture.jsonl`);
     copyFileSync(join(store, 'sessions', `${id}.jsonl`), copy);
-    const report = await runCli(['report', copy, '-o', join(outDir, `${name}.report.html`), ...(name === 'proxy' ? ['--no-trajectory'] : ['--trajectory', join(rolloutDir, 'agent', 'trajectory.json')])], env);
+    const report = await runCli(
+      [
+        'report',
+        copy,
+        '-o',
+        join(outDir, `${name}.report.html`),
+        ...(name === 'proxy' ? ['--no-trajectory'] : ['--trajectory', join(rolloutDir, 'agent', 'trajectory.json')]),
+      ],
+      env,
+    );
     keep(`report ${name}`, report);
     assert.equal(report.code, 0, report.stderr);
     rmSync(copy);
@@ -237,17 +344,30 @@ test('no session key, admin key or engine key in any log, record, export, report
   // 4. The scan: every file under the out dir (run outputs, sandbox, capture stores, exports, reports),
   // every log and every control-route answer.
   const files = filesUnder(outDir);
-  assert.ok(files.some((f) => f.endsWith('trajectory.json')), 'an ATIF file was written');
+  assert.ok(
+    files.some((f) => f.endsWith('trajectory.json')),
+    'an ATIF file was written',
+  );
   assert.ok(files.some((f) => f.endsWith('.report.html')));
   assert.ok(files.some((f) => f.endsWith('.traces.jsonl')));
-  const texts = [...files.map((f) => ({ name: relative(outDir, f), text: readFileSync(f, 'latin1') })), ...logs, { name: 'control-route answers', text: answers.join('\n') }];
+  const texts = [
+    ...files.map((f) => ({ name: relative(outDir, f), text: readFileSync(f, 'latin1') })),
+    ...logs,
+    { name: 'control-route answers', text: answers.join('\n') },
+  ];
   assert.ok(files.some((f) => f.endsWith('rollout.json')));
   assert.ok(files.some((f) => f.startsWith(batchDir)));
   const leaks: string[] = [];
   for (const { name, text } of texts) {
-    for (const [what, secret] of [['engine key', ENGINE_KEY], ['admin key', ADMIN_KEY], ['session key', proxyKey]] as const) if (text.includes(secret)) leaks.push(`${what} in ${name}`);
+    for (const [what, secret] of [
+      ['engine key', ENGINE_KEY],
+      ['admin key', ADMIN_KEY],
+      ['session key', proxyKey],
+    ] as const)
+      if (text.includes(secret)) leaks.push(`${what} in ${name}`);
     // The run's and the batch's keys were minted inside the lab: none may surface anywhere.
-    for (const m of text.matchAll(MINTED_KEY)) leaks.push(`minted session key in ${name}: ${text.slice(Math.max(0, m.index - 60), m.index + 40).replace(/\s+/g, ' ')}`);
+    for (const m of text.matchAll(MINTED_KEY))
+      leaks.push(`minted session key in ${name}: ${text.slice(Math.max(0, m.index - 60), m.index + 40).replace(/\s+/g, ' ')}`);
   }
   // The session ids are identifiers: they do appear, in records, exports and answers.
   assert.ok(texts.some((t) => t.text.includes(proxySession)) && texts.some((t) => t.text.includes(runSessions[0]!)));

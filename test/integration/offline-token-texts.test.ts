@@ -26,13 +26,18 @@ test('a report made after the engine stopped shows prompt tokens as text (the GG
   const rolloutFile = join(dir, 'offline.rollout.json');
   try {
     const session = proxy.sessions.create();
-    const res = await fetch(`${proxy.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${session.session_id}` }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'Say hello to the world' }], max_tokens: 4 }) });
+    const res = await fetch(`${proxy.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${session.session_id}` },
+      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'Say hello to the world' }], max_tokens: 4 }),
+    });
     assert.equal(res.status, 200, await res.clone().text());
     const doc = proxy.sessions.rollout(session.session_id)!;
     promptIds = doc.calls[0]!.prompt_token_ids!;
     const live = (await post(engine.url, '/detokenize', { tokens: [] })).status;
     assert.equal(live, 200);
-    for (const id of new Set(promptIds)) expected[id] = ((await post(engine.url, '/detokenize', { tokens: [id] })).body as { prompt: string }).prompt;
+    for (const id of new Set(promptIds))
+      expected[id] = ((await post(engine.url, '/detokenize', { tokens: [id] })).body as { prompt: string }).prompt;
     writeFileSync(rolloutFile, JSON.stringify(doc));
   } finally {
     await proxy.close();
@@ -49,7 +54,10 @@ test('a report made after the engine stopped shows prompt tokens as text (the GG
 
   // The CLI, as a user runs it once the engine is gone.
   const html = join(dir, 'report.html');
-  const cli = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), 'report', rolloutFile, '-o', html], { encoding: 'utf8', env: { ...process.env, HARNESS_LAB_DATA_DIR: TEST_DATA_DIR } });
+  const cli = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), 'report', rolloutFile, '-o', html], {
+    encoding: 'utf8',
+    env: { ...process.env, HARNESS_LAB_DATA_DIR: TEST_DATA_DIR },
+  });
   assert.equal(cli.status, 0, cli.stderr);
   assert.match(cli.stdout, /prompt-token texts from .*tiny-qwen3.*\.gguf/);
   const page = readFileSync(html, 'utf8');
@@ -86,30 +94,38 @@ test('tokenizer.json from the Hugging Face cache; no tokenizer: ids, with why an
   assert.match(none.problem!, /huggingface-cli download acme\/not-here tokenizer\.json/);
 });
 
-test('while a session is live, its prompt-token texts are fetched off the call path and kept with the capture', { timeout: 240_000 }, async () => {
-  const engine = await startTestEngine();
-  const dataDir = join(dir, 'live');
-  const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.engine.modelName, dataDir });
-  const warnings: string[] = [];
-  const live = new LiveTokenTexts(() => dataDir, { warn: (m) => warnings.push(m) }, 50);
-  const sub = proxy.sessions.onDidRecordCall((rec) => live.noteCall(rec));
-  try {
-    const session = proxy.sessions.create();
-    const res = await fetch(`${proxy.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${session.session_id}` }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'Kept with the capture' }], max_tokens: 2 }) });
-    assert.equal(res.status, 200);
-    assert.equal(live.read(session.session_id), undefined, 'nothing is fetched on the call path');
-    await live.idle();
-    const ids = proxy.sessions.calls(session.session_id)[0]!.prompt_token_ids!;
-    const kept = live.read(session.session_id)!;
-    assert.ok(kept, `no texts kept (${warnings.join('; ')})`);
-    assert.match(ids.map((id) => kept[id]).join(''), /<\|im_start\|>user\nKept with the capture<\|im_end\|>/);
-    assert.ok(existsSync(join(dataDir, 'token-texts', `${session.session_id}.json`)));
-    live.delete(session.session_id);
-    assert.equal(live.read(session.session_id), undefined);
-  } finally {
-    sub.dispose();
-    live.dispose();
-    await proxy.close();
-    await engine.close();
-  }
-});
+test(
+  'while a session is live, its prompt-token texts are fetched off the call path and kept with the capture',
+  { timeout: 240_000 },
+  async () => {
+    const engine = await startTestEngine();
+    const dataDir = join(dir, 'live');
+    const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.engine.modelName, dataDir });
+    const warnings: string[] = [];
+    const live = new LiveTokenTexts(() => dataDir, { warn: (m) => warnings.push(m) }, 50);
+    const sub = proxy.sessions.onDidRecordCall((rec) => live.noteCall(rec));
+    try {
+      const session = proxy.sessions.create();
+      const res = await fetch(`${proxy.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${session.session_id}` },
+        body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'Kept with the capture' }], max_tokens: 2 }),
+      });
+      assert.equal(res.status, 200);
+      assert.equal(live.read(session.session_id), undefined, 'nothing is fetched on the call path');
+      await live.idle();
+      const ids = proxy.sessions.calls(session.session_id)[0]!.prompt_token_ids!;
+      const kept = live.read(session.session_id)!;
+      assert.ok(kept, `no texts kept (${warnings.join('; ')})`);
+      assert.match(ids.map((id) => kept[id]).join(''), /<\|im_start\|>user\nKept with the capture<\|im_end\|>/);
+      assert.ok(existsSync(join(dataDir, 'token-texts', `${session.session_id}.json`)));
+      live.delete(session.session_id);
+      assert.equal(live.read(session.session_id), undefined);
+    } finally {
+      sub.dispose();
+      live.dispose();
+      await proxy.close();
+      await engine.close();
+    }
+  },
+);

@@ -16,7 +16,8 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 test('recordPerf: a busy JSON loop is charged to json on the main thread', async () => {
   const missing = perfUnavailable();
   if (missing) assert.fail(`perf cannot run here: ${missing} (scripts/provision.ts installs it)`);
-  const busy = "const t = JSON.stringify({ ids: Array.from({ length: 50000 }, (_, i) => i) }); process.stdout.write('go\\n'); for (;;) JSON.parse(t);";
+  const busy =
+    "const t = JSON.stringify({ ids: Array.from({ length: 50000 }, (_, i) => i) }); process.stdout.write('go\\n'); for (;;) JSON.parse(t);";
   const child = spawn(process.execPath, ['--perf-basic-prof', '-e', busy], { stdio: ['ignore', 'pipe', 'inherit'] });
   try {
     await new Promise<void>((resolve) => child.stdout!.once('data', () => resolve()));
@@ -27,7 +28,10 @@ test('recordPerf: a busy JSON loop is charged to json on the main thread', async
     const user = Object.entries(b.main).filter(([k]) => k !== 'kernel');
     const [largest] = user.sort((x, y) => y[1] - x[1])[0] ?? ['none'];
     assert.equal(largest, 'json', `JSON.parse is the main thread's largest user-space category: ${JSON.stringify(b.main)}`);
-    assert.ok(b.top.some((t) => /JsonParser/.test(t.symbol)), JSON.stringify(b.top));
+    assert.ok(
+      b.top.some((t) => /JsonParser/.test(t.symbol)),
+      JSON.stringify(b.top),
+    );
   } finally {
     child.kill('SIGKILL');
   }

@@ -39,7 +39,14 @@ after(async () => {
 
 test('/health on a fresh connection is answered while the main thread is blocked', async () => {
   const server = createServer((_req, res) => res.end('main'));
-  const acceptor = await AcceptorThread.start({ host: '127.0.0.1', port: 0, backlog: 64, hostNames: ['127.0.0.1', 'localhost'], health: () => JSON.stringify({ status: 'ok', marker: 42 }), onConnection: (s) => server.emit('connection', s) });
+  const acceptor = await AcceptorThread.start({
+    host: '127.0.0.1',
+    port: 0,
+    backlog: 64,
+    hostNames: ['127.0.0.1', 'localhost'],
+    health: () => JSON.stringify({ status: 'ok', marker: 42 }),
+    onConnection: (s) => server.emit('connection', s),
+  });
   closers.push(() => acceptor.close());
   const url = `http://127.0.0.1:${acceptor.address.port}`;
   const pending = getFromWorker(`${url}/health`);
@@ -55,7 +62,11 @@ test('/health on a fresh connection is answered while the main thread is blocked
   // So does a /health the acceptor cannot vouch for (another Host, a web page's Origin): the main
   // thread's RequestGuard decides there (the capture proxy refuses both; see proxy-origin.test.ts).
   const port = acceptor.address.port;
-  const foreign: Record<string, string>[] = [{ host: 'attacker.example' }, { host: `attacker.example:${port}` }, { origin: 'http://evil.localhost:9' }];
+  const foreign: Record<string, string>[] = [
+    { host: 'attacker.example' },
+    { host: `attacker.example:${port}` },
+    { origin: 'http://evil.localhost:9' },
+  ];
   for (const headers of foreign) {
     assert.equal(await rawGet(port, '/health', headers), 'main', JSON.stringify(headers));
   }
@@ -76,7 +87,15 @@ function rawGet(port: number, path: string, headers: Record<string, string>): Pr
 
 test('/health answers 503 while the main thread is silent past the stall limit, 200 again once it beats', async () => {
   const server = createServer((_req, res) => res.end('main'));
-  const acceptor = await AcceptorThread.start({ host: '127.0.0.1', port: 0, backlog: 64, hostNames: ['127.0.0.1'], healthStallMs: 200, health: () => JSON.stringify({ status: 'ok' }), onConnection: (s) => server.emit('connection', s) });
+  const acceptor = await AcceptorThread.start({
+    host: '127.0.0.1',
+    port: 0,
+    backlog: 64,
+    hostNames: ['127.0.0.1'],
+    healthStallMs: 200,
+    health: () => JSON.stringify({ status: 'ok' }),
+    onConnection: (s) => server.emit('connection', s),
+  });
   closers.push(() => acceptor.close());
   const url = `http://127.0.0.1:${acceptor.address.port}/health`;
   assert.equal((await getFromWorker(url)).status, 200);
@@ -102,12 +121,24 @@ test('relayed connections: keep-alive requests, a streamed upload and a client t
     req.on('data', (c: Buffer) => (n += c.length));
     req.on('end', () => res.end(JSON.stringify({ url: req.url, bytes: n, remote: req.socket.remoteAddress })));
   });
-  const acceptor = await AcceptorThread.start({ host: '127.0.0.1', port: 0, backlog: 64, hostNames: ['127.0.0.1', 'localhost'], health: () => '{}', onConnection: (s) => server.emit('connection', s) });
+  const acceptor = await AcceptorThread.start({
+    host: '127.0.0.1',
+    port: 0,
+    backlog: 64,
+    hostNames: ['127.0.0.1', 'localhost'],
+    health: () => '{}',
+    onConnection: (s) => server.emit('connection', s),
+  });
   closers.push(() => acceptor.close());
   const { port } = acceptor.address;
   const big = Buffer.alloc(3 * 1024 * 1024, 7);
-  const answers = await Promise.all([1, 2, 3].map((i) => fetch(`http://127.0.0.1:${port}/u${i}`, { method: 'POST', body: big }).then((r) => r.json())));
-  assert.deepEqual(answers, [1, 2, 3].map((i) => ({ url: `/u${i}`, bytes: big.length, remote: '127.0.0.1' })));
+  const answers = await Promise.all(
+    [1, 2, 3].map((i) => fetch(`http://127.0.0.1:${port}/u${i}`, { method: 'POST', body: big }).then((r) => r.json())),
+  );
+  assert.deepEqual(
+    answers,
+    [1, 2, 3].map((i) => ({ url: `/u${i}`, bytes: big.length, remote: '127.0.0.1' })),
+  );
   await new Promise<void>((resolve) => {
     const req = request({ host: '127.0.0.1', port, path: '/slow' });
     req.on('error', () => resolve());
@@ -126,20 +157,33 @@ test('the proxy through its acceptor: /health counts a session at once; a taken 
   closers.push(() => engine.close());
   const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: 'fake/qwen3-tiny' });
   closers.push(() => proxy.close());
-  const health = async () => (await (await fetch(`${proxy.url}/health`, { headers: { connection: 'close' } })).json()) as { sessions: number; status: string };
+  const health = async () =>
+    (await (await fetch(`${proxy.url}/health`, { headers: { connection: 'close' } })).json()) as { sessions: number; status: string };
   assert.equal((await health()).sessions, 0);
-  assert.equal((await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).status, 201);
+  assert.equal(
+    (await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).status,
+    201,
+  );
   assert.deepEqual([(await health()).status, (await health()).sessions], ['ok', 1]);
-  await assert.rejects(CaptureProxy.start({ engineUrl: engine.url, model: 'm', port: proxy.port }), (err: unknown) => err instanceof ProxyConfigError && /already in use/.test(err.message));
+  await assert.rejects(
+    CaptureProxy.start({ engineUrl: engine.url, model: 'm', port: proxy.port }),
+    (err: unknown) => err instanceof ProxyConfigError && /already in use/.test(err.message),
+  );
 });
 
 test('if the acceptor thread dies, the proxy says so and listens again on the same port', async () => {
   const engine = await startFakeEngine({ thinkMs: 0 });
   closers.push(() => engine.close());
   const errors: string[] = [];
-  const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: 'fake/qwen3-tiny', logger: { info() {}, warn() {}, error: (m) => errors.push(m) } });
+  const proxy = await CaptureProxy.start({
+    engineUrl: engine.url,
+    model: 'fake/qwen3-tiny',
+    logger: { info() {}, warn() {}, error: (m) => errors.push(m) },
+  });
   closers.push(() => proxy.close());
-  const { session_id } = (await (await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })).json()) as { session_id: string };
+  const { session_id } = (await (
+    await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })
+  ).json()) as { session_id: string };
   // Stand-in for a crash: the thread ends without close().
   await (proxy as unknown as { acceptor: { worker: Worker } }).acceptor.worker.terminate();
   let status = 0;
@@ -152,6 +196,10 @@ test('if the acceptor thread dies, the proxy says so and listens again on the sa
   }
   assert.equal(status, 200, 'listening again');
   assert.match(errors.join('\n'), /the acceptor thread stopped \(exit code 1\); listening again on 127\.0\.0\.1:\d+/);
-  const call = await fetch(`${proxy.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${session_id}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'still here?' }] }) });
+  const call = await fetch(`${proxy.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${session_id}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'still here?' }] }),
+  });
   assert.equal(call.status, 200, 'sessions survive: the same key works on the new acceptor');
 });

@@ -19,7 +19,10 @@ describe('chat completions through the proxy (openai SDK)', () => {
     const before = lab.engine.requests.length;
     const completion = await client(session_id).chat.completions.create({
       model: 'intercepted/whatever',
-      messages: [{ role: 'system', content: 'You are a coding agent.' }, { role: 'user', content: 'Say hello with bash.' }],
+      messages: [
+        { role: 'system', content: 'You are a coding agent.' },
+        { role: 'user', content: 'Say hello with bash.' },
+      ],
       tools: [bashTool],
       temperature: 0.7,
       top_p: 0.9,
@@ -49,14 +52,23 @@ describe('chat completions through the proxy (openai SDK)', () => {
     assert.equal(record.dialect, 'openai_chat');
     assert.deepEqual(record.requested_sampling_params.top_p, 0.9);
     assert.equal(record.request.headers.authorization, '[redacted]');
-    const engineAnswer = lab.engine.responses[before] as unknown as { prompt_token_ids: number[]; choices: { token_ids: number[]; logprobs: { content: { logprob: number }[] } }[] };
-    const stored = record.engine_response as unknown as { prompt_token_ids?: unknown; choices: { token_ids?: unknown; message: { tool_calls: unknown[] } }[] };
+    const engineAnswer = lab.engine.responses[before] as unknown as {
+      prompt_token_ids: number[];
+      choices: { token_ids: number[]; logprobs: { content: { logprob: number }[] } }[];
+    };
+    const stored = record.engine_response as unknown as {
+      prompt_token_ids?: unknown;
+      choices: { token_ids?: unknown; message: { tool_calls: unknown[] } }[];
+    };
     assert.equal(stored.prompt_token_ids, undefined, 'token arrays are stored once, in the record');
     assert.equal(stored.choices[0]!.message.tool_calls.length, 1, 'the rest of the engine answer is stored as sent');
     assert.deepEqual(record.prompt_token_ids, engineAnswer.prompt_token_ids, 'prompt ids exactly as the engine returned them');
     assert.deepEqual(record.completion_token_ids, engineAnswer.choices[0]!.token_ids);
     assert.equal(record.completion_token_ids!.at(-1), fakeEncode('<|im_end|>')[0], 'sampled ids end in the stop token');
-    assert.deepEqual(record.logprobs, engineAnswer.choices[0]!.logprobs.content.map((e) => e.logprob));
+    assert.deepEqual(
+      record.logprobs,
+      engineAnswer.choices[0]!.logprobs.content.map((e) => e.logprob),
+    );
     assert.equal(record.finish_reason, 'tool_calls');
     assert.deepEqual(record.findings, []);
   });
@@ -112,7 +124,12 @@ describe('chat completions through the proxy (openai SDK)', () => {
     }
     const res = await fetch(`${lab.proxy.url}/sessions/${session_id}/rollout`);
     assert.equal(res.status, 200);
-    const doc = (await res.json()) as { session_id: string; calls: unknown[]; graph: { roots: string[]; nodes: { node_id: string; parent_id: string | null }[] }; traces: { trainable: boolean; loss_mask: number[]; input_ids: number[] }[] };
+    const doc = (await res.json()) as {
+      session_id: string;
+      calls: unknown[];
+      graph: { roots: string[]; nodes: { node_id: string; parent_id: string | null }[] };
+      traces: { trainable: boolean; loss_mask: number[]; input_ids: number[] }[];
+    };
     assert.equal(doc.session_id, session_id);
     assert.equal(doc.calls.length, 2);
     assert.equal(doc.graph.roots.length, 1, 'the second call extends the first');
@@ -123,14 +140,23 @@ describe('chat completions through the proxy (openai SDK)', () => {
   });
 
   test('reasoning goes back to the engine as `reasoning`, so the next prompt still extends the last call', async () => {
-    const thinking = await startLab({ script: (_req, turn) => (turn === 0 ? { reasoning: 'List it first.', tool_calls: [{ name: 'bash', arguments: { command: 'ls' } }] } : { content: 'Done.' }) });
+    const thinking = await startLab({
+      script: (_req, turn) =>
+        turn === 0 ? { reasoning: 'List it first.', tool_calls: [{ name: 'bash', arguments: { command: 'ls' } }] } : { content: 'Done.' },
+    });
     try {
       const { session_id } = await createSession(thinking.proxy);
       const openai = new OpenAI({ baseURL: `${thinking.proxy.url}/v1`, apiKey: session_id, maxRetries: 0 });
       const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'What is here?' }];
-      const first = (await openai.chat.completions.create({ model: 'm', messages, tools: [bashTool] })).choices[0]!.message as OpenAI.ChatCompletionMessage & { reasoning_content?: string };
+      const first = (await openai.chat.completions.create({ model: 'm', messages, tools: [bashTool] })).choices[0]!
+        .message as OpenAI.ChatCompletionMessage & { reasoning_content?: string };
       assert.equal(first.reasoning_content, 'List it first.', 'vLLM `reasoning` reaches the client as reasoning_content');
-      messages.push({ role: 'assistant', content: first.content, tool_calls: first.tool_calls, reasoning_content: first.reasoning_content } as OpenAI.ChatCompletionMessageParam);
+      messages.push({
+        role: 'assistant',
+        content: first.content,
+        tool_calls: first.tool_calls,
+        reasoning_content: first.reasoning_content,
+      } as OpenAI.ChatCompletionMessageParam);
       messages.push({ role: 'tool', tool_call_id: first.tool_calls![0]!.id, content: 'a.txt' });
       await openai.chat.completions.create({ model: 'm', messages, tools: [bashTool] });
       const sent = thinking.engine.requests.at(-1)!.messages[1]!;
@@ -173,7 +199,11 @@ describe('chat completions through the proxy (openai SDK)', () => {
 
   test('a harness that asks for logprobs gets them; others do not', async () => {
     const { session_id } = await createSession(lab.proxy);
-    const withLogprobs = await client(session_id).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }], logprobs: true });
+    const withLogprobs = await client(session_id).chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+      logprobs: true,
+    });
     assert.ok(withLogprobs.choices[0]!.logprobs?.content?.length);
     const without = await client(session_id).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
     assert.equal(without.choices[0]!.logprobs ?? null, null);

@@ -20,7 +20,11 @@ after(async () => {
 });
 
 async function chat(url: string, key: string, content: string): Promise<void> {
-  const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] }) });
+  const res = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] }),
+  });
   assert.equal(res.status, 200, await res.clone().text());
   await res.text();
 }
@@ -37,7 +41,8 @@ test('dormant sessions answer by key, list, read back and count, live and after 
   assert.ok(lab.proxy.sessions.knownCount <= 16, `held ${lab.proxy.sessions.knownCount}`);
   const health = (await (await fetch(`${lab.proxy.url}/health`)).json()) as { sessions: number };
   assert.equal(health.sessions, 300);
-  const listed = ((await (await fetch(`${lab.proxy.url}/sessions`)).json()) as { sessions: { session_id: string; n_calls: number }[] }).sessions;
+  const listed = ((await (await fetch(`${lab.proxy.url}/sessions`)).json()) as { sessions: { session_id: string; n_calls: number }[] })
+    .sessions;
   assert.equal(listed.length, 300);
   assert.ok(listed.every((s) => s.n_calls === 2));
 
@@ -45,18 +50,34 @@ test('dormant sessions answer by key, list, read back and count, live and after 
   for (const { id, key } of keys.slice(0, 5)) {
     await chat(lab.proxy.url, key, 'third');
     const doc = (await (await fetch(`${lab.proxy.url}/sessions/${id}/rollout`)).json()) as { calls: { index: number }[] };
-    assert.deepEqual(doc.calls.map((c) => c.index), [0, 1, 2], id);
+    assert.deepEqual(
+      doc.calls.map((c) => c.index),
+      [0, 1, 2],
+      id,
+    );
   }
 
   // Restarted on the same data dir: the same holds, and a dormant key still opens its session.
   await lab.proxy.close();
-  restarted = await CaptureProxy.start({ engineUrl: lab.engine.url, model: lab.engine.model, dataDir: lab.dataDir, dormancy: { known: 16, idleMs: 0 } });
+  restarted = await CaptureProxy.start({
+    engineUrl: lab.engine.url,
+    model: lab.engine.model,
+    dataDir: lab.dataDir,
+    dormancy: { known: 16, idleMs: 0 },
+  });
   assert.ok(restarted.sessions.knownCount <= 16);
   assert.equal(restarted.sessions.size, 300);
   const last = keys[150]!;
   await chat(restarted.url, last.key, 'after restart');
   const doc = (await (await fetch(`${restarted.url}/sessions/${last.id}/rollout`)).json()) as { calls: { index: number }[] };
-  assert.deepEqual(doc.calls.map((c) => c.index), [0, 1, 2]);
-  const bad = await fetch(`${restarted.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: 'Bearer hlk-not-a-key-of-any-session', 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }] }) });
+  assert.deepEqual(
+    doc.calls.map((c) => c.index),
+    [0, 1, 2],
+  );
+  const bad = await fetch(`${restarted.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: 'Bearer hlk-not-a-key-of-any-session', 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }] }),
+  });
   assert.equal(bad.status, 401);
 });

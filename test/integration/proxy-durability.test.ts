@@ -12,7 +12,11 @@ import { createSession } from './helpers.js';
 const CLI = join(__dirname, '../../src/cli/main.ts');
 
 function startProxyProcess(engineUrl: string, dataDir: string): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'proxy', '--engine-url', engineUrl, '--model', 'fake/qwen3-tiny', '--data-dir', dataDir], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', CLI, 'proxy', '--engine-url', engineUrl, '--model', 'fake/qwen3-tiny', '--data-dir', dataDir],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   return new Promise((resolve, reject) => {
@@ -60,7 +64,13 @@ test('kill -9 mid-rollout: every answered call survives a restart', async () => 
     answered.push(((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content);
   }
   // Fire a burst and kill the process while those calls are in flight.
-  const inFlight = Array.from({ length: 8 }, (_, i) => chat(first.url, session_id, `burst ${i}`).then(async (r) => (r.status === 200 ? ((await r.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content : null)).catch(() => null));
+  const inFlight = Array.from({ length: 8 }, (_, i) =>
+    chat(first.url, session_id, `burst ${i}`)
+      .then(async (r) =>
+        r.status === 200 ? ((await r.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content : null,
+      )
+      .catch(() => null),
+  );
   await new Promise((r) => setTimeout(r, 5));
   // Listen for the exit before killing: it can fire before the in-flight fetches settle, and a
   // listener added after it would wait forever.
@@ -74,19 +84,29 @@ test('kill -9 mid-rollout: every answered call survives a restart', async () => 
   try {
     const res = await fetch(`${second.url}/sessions/${session_id}/calls`);
     assert.equal(res.status, 200, 'the session is back after the restart');
-    const { calls } = (await res.json()) as { calls: { response_body: { choices: { message: { content: string } }[] }; prompt_token_ids: number[] }[] };
+    const { calls } = (await res.json()) as {
+      calls: { response_body: { choices: { message: { content: string } }[] }; prompt_token_ids: number[] }[];
+    };
     const stored = new Set(calls.map((c) => c.response_body.choices[0]!.message.content));
     for (const text of [...answered, ...answeredBurst]) assert.ok(stored.has(text), `answered call "${text}" was lost`);
     assert.ok(calls.every((c) => Array.isArray(c.prompt_token_ids) && c.prompt_token_ids.length > 0));
     const summary = (await (await fetch(`${second.url}/sessions/${session_id}`)).json()) as { metadata: { harness: string } };
     assert.equal(summary.metadata.harness, 'test');
     // A follower (a cluster batch's mirror) pages through the calls: from an arrival position, at most `limit`.
-    const page = (await (await fetch(`${second.url}/sessions/${session_id}/calls?from=2&limit=2`)).json()) as { from: number; total: number; calls: { call_id: string }[] };
+    const page = (await (await fetch(`${second.url}/sessions/${session_id}/calls?from=2&limit=2`)).json()) as {
+      from: number;
+      total: number;
+      calls: { call_id: string }[];
+    };
     assert.deepEqual([page.from, page.total], [2, calls.length]);
-    assert.deepEqual(page.calls.map((c) => c.call_id), (calls as unknown as { call_id: string }[]).slice(2, 4).map((c) => c.call_id));
+    assert.deepEqual(
+      page.calls.map((c) => c.call_id),
+      (calls as unknown as { call_id: string }[]).slice(2, 4).map((c) => c.call_id),
+    );
     const tail = (await (await fetch(`${second.url}/sessions/${session_id}/calls?from=${calls.length}`)).json()) as { calls: unknown[] };
     assert.deepEqual(tail.calls, []);
-    for (const bad of ['from=-1', 'from=x', 'limit=0']) assert.equal((await fetch(`${second.url}/sessions/${session_id}/calls?${bad}`)).status, 400, bad);
+    for (const bad of ['from=-1', 'from=x', 'limit=0'])
+      assert.equal((await fetch(`${second.url}/sessions/${session_id}/calls?${bad}`)).status, 400, bad);
     // The restarted proxy keeps serving the same session.
     assert.equal((await chat(second.url, session_id, 'after restart')).status, 200);
   } finally {
@@ -94,6 +114,8 @@ test('kill -9 mid-rollout: every answered call survives a restart', async () => 
     second.child.kill('SIGTERM');
     await secondExited;
   }
-  const lines = readFileSync(join(dataDir, 'sessions', `${session_id}.jsonl`), 'utf8').trim().split('\n');
+  const lines = readFileSync(join(dataDir, 'sessions', `${session_id}.jsonl`), 'utf8')
+    .trim()
+    .split('\n');
   assert.equal(JSON.parse(lines[0]!).type, 'session');
 });

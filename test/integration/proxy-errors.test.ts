@@ -5,7 +5,11 @@ import { CaptureProxy, ProxyConfigError } from '../../src/capture/proxy.js';
 import { createSession, sseFrames, startLab, type Lab } from './helpers.js';
 
 async function post(url: string, key: string, body: string, headers: Record<string, string> = {}) {
-  const res = await fetch(url, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers }, body });
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+    body,
+  });
   const text = await res.text();
   let json: unknown;
   try {
@@ -73,12 +77,19 @@ describe('bad input and engine failures', () => {
     assert.equal(five.status, 502);
     assert.match(String((five.json?.error as Record<string, unknown>).message), /CUDA out of memory/);
     const calls = lab.proxy.sessions.calls(session_id);
-    assert.deepEqual(calls.map((c) => c.error?.status), [400, 502]);
+    assert.deepEqual(
+      calls.map((c) => c.error?.status),
+      [400, 502],
+    );
   });
 
   test('context overflow: a normal stop answer, not an error, with a session finding', async () => {
     const { session_id } = await createSession(lab.proxy);
-    const res = await post(chatUrl(), session_id, JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'context-overflow' }] }));
+    const res = await post(
+      chatUrl(),
+      session_id,
+      JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'context-overflow' }] }),
+    );
     assert.equal(res.status, 200);
     const choices = res.json?.choices as { message: { content: string } }[];
     assert.equal(choices[0]!.message.content, 'Step budget exhausted; stopping.');
@@ -89,7 +100,11 @@ describe('bad input and engine failures', () => {
     const proxy = await CaptureProxy.start({ engineUrl: 'http://127.0.0.1:9/v1', model: 'm' });
     try {
       const { session_id } = await createSession(proxy);
-      const res = await post(`${proxy.url}/v1/chat/completions`, session_id, JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }));
+      const res = await post(
+        `${proxy.url}/v1/chat/completions`,
+        session_id,
+        JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }),
+      );
       assert.equal(res.status, 502);
       assert.match(String((res.json?.error as Record<string, unknown>).message), /http:\/\/127\.0\.0\.1:9/);
     } finally {
@@ -101,7 +116,11 @@ describe('bad input and engine failures', () => {
     const slow = await startLab({ thinkMs: 150 }, { keepaliveGraceMs: 20, keepaliveIntervalMs: 20 });
     try {
       const { session_id } = await createSession(slow.proxy);
-      const res = await post(`${slow.proxy.url}/v1/chat/completions`, session_id, JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'hi' }] }));
+      const res = await post(
+        `${slow.proxy.url}/v1/chat/completions`,
+        session_id,
+        JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+      );
       assert.equal(res.status, 200);
       const frames = sseFrames(res.text);
       assert.ok(frames[0]!.startsWith(':'), `first frame is a keepalive comment, got ${frames[0]}`);
@@ -132,10 +151,17 @@ describe('bad input and engine failures', () => {
   });
 
   test('an engine failure after the stream started arrives as an in-stream error event', async () => {
-    const slow = await startLab({ thinkMs: 120, fail: () => ({ status: 500, message: 'engine crashed' }) }, { keepaliveGraceMs: 20, keepaliveIntervalMs: 20 });
+    const slow = await startLab(
+      { thinkMs: 120, fail: () => ({ status: 500, message: 'engine crashed' }) },
+      { keepaliveGraceMs: 20, keepaliveIntervalMs: 20 },
+    );
     try {
       const { session_id } = await createSession(slow.proxy);
-      const res = await post(`${slow.proxy.url}/v1/chat/completions`, session_id, JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'hi' }] }));
+      const res = await post(
+        `${slow.proxy.url}/v1/chat/completions`,
+        session_id,
+        JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+      );
       assert.equal(res.status, 200, 'headers were already committed');
       const last = sseFrames(res.text).at(-1)!;
       assert.match(last, /^data: /);
@@ -150,24 +176,35 @@ describe('bad input and engine failures', () => {
 
 describe('admin key and bind address', () => {
   test('binding beyond loopback without an admin key is refused with a clear message', async () => {
-    await assert.rejects(() => CaptureProxy.start({ engineUrl: 'http://127.0.0.1:9', model: 'm', host: '0.0.0.0' }), (err: unknown) => {
-      assert.ok(err instanceof ProxyConfigError);
-      assert.match(err.message, /admin key/);
-      return true;
-    });
+    await assert.rejects(
+      () => CaptureProxy.start({ engineUrl: 'http://127.0.0.1:9', model: 'm', host: '0.0.0.0' }),
+      (err: unknown) => {
+        assert.ok(err instanceof ProxyConfigError);
+        assert.match(err.message, /admin key/);
+        return true;
+      },
+    );
   });
 
   test('session routes need the admin key when one is set; model calls use session keys', async () => {
     const lab = await startLab({}, { adminKey: 'sekrit' });
     try {
-      const denied = await fetch(`${lab.proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+      const denied = await fetch(`${lab.proxy.url}/sessions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{}',
+      });
       assert.equal(denied.status, 401);
       const wrong = await fetch(`${lab.proxy.url}/sessions`, { headers: { authorization: 'Bearer nope' } });
       assert.equal(wrong.status, 401);
       const { session_id } = await createSession(lab.proxy, {}, { 'x-admin-key': 'sekrit' });
       const listed = await fetch(`${lab.proxy.url}/sessions`, { headers: { authorization: 'Bearer sekrit' } });
       assert.equal(listed.status, 200);
-      const ok = await post(`${lab.proxy.url}/v1/chat/completions`, session_id, JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }));
+      const ok = await post(
+        `${lab.proxy.url}/v1/chat/completions`,
+        session_id,
+        JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }),
+      );
       assert.equal(ok.status, 200);
       const health = (await (await fetch(`${lab.proxy.url}/health`)).json()) as { status: string; sessions: number };
       assert.equal(health.status, 'ok');
@@ -180,10 +217,18 @@ describe('admin key and bind address', () => {
   test('session ids are validated and unique', async () => {
     const lab = await startLab();
     try {
-      const bad = await fetch(`${lab.proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ session_id: '../etc' }) });
+      const bad = await fetch(`${lab.proxy.url}/sessions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ session_id: '../etc' }),
+      });
       assert.equal(bad.status, 400);
       await createSession(lab.proxy, { session_id: 'rollout-1' });
-      const dup = await fetch(`${lab.proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ session_id: 'rollout-1' }) });
+      const dup = await fetch(`${lab.proxy.url}/sessions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ session_id: 'rollout-1' }),
+      });
       assert.equal(dup.status, 409);
       const del = (await (await fetch(`${lab.proxy.url}/sessions/rollout-1`, { method: 'DELETE' })).json()) as { deleted: boolean };
       assert.equal(del.deleted, true);

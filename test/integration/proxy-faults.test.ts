@@ -9,7 +9,15 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { CaptureProxy, type ProxyLogger } from '../../src/capture/proxy.js';
 import type { CallRecord } from '../../src/capture/types.js';
-import { DIALECT_CLIENTS, mountSmallDisk, startFaultyEngine, type DialectClient, type FaultyEngine, type Outcome, type SmallDisk } from './fault-fixtures.js';
+import {
+  DIALECT_CLIENTS,
+  mountSmallDisk,
+  startFaultyEngine,
+  type DialectClient,
+  type FaultyEngine,
+  type Outcome,
+  type SmallDisk,
+} from './fault-fixtures.js';
 import { createSession } from './helpers.js';
 
 function collectingLogger(): ProxyLogger & { errors: string[]; warnings: string[] } {
@@ -36,10 +44,21 @@ function assertApiError(outcome: Outcome, status: number, message: RegExp, what:
   assert.match(outcome.message, message, `${what}: the SDK surfaced the proxy's message`);
 }
 
-const summary = (calls: CallRecord[]) => calls.map((c) => ({ call_id: c.call_id, index: c.index, dialect: c.dialect, error: c.error?.status ?? null, text: JSON.stringify(c.response_body) }));
+const summary = (calls: CallRecord[]) =>
+  calls.map((c) => ({
+    call_id: c.call_id,
+    index: c.index,
+    dialect: c.dialect,
+    error: c.error?.status ?? null,
+    text: JSON.stringify(c.response_body),
+  }));
 
 /** Every session's calls as a fresh proxy on the same data dir sees them. */
-async function restoredCalls(dataDir: string, engineUrl: string, ids: string[]): Promise<{ calls: Map<string, CallRecord[]>; warnings: string[] }> {
+async function restoredCalls(
+  dataDir: string,
+  engineUrl: string,
+  ids: string[],
+): Promise<{ calls: Map<string, CallRecord[]>; warnings: string[] }> {
   const logger = collectingLogger();
   const proxy = await CaptureProxy.start({ engineUrl, model: 'fake/qwen3-tiny', dataDir, captureLevel: 'tokens', logger });
   try {
@@ -59,7 +78,15 @@ describe('fault matrix: engine and connection faults, each dialect through its o
   before(async () => {
     engine = await startFaultyEngine({ slowMs: 1500 });
     dataDir = mkdtempSync(join(tmpdir(), 'hl-faults-'));
-    proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, dataDir, captureLevel: 'tokens', keepaliveGraceMs: 50, keepaliveIntervalMs: 50, logger });
+    proxy = await CaptureProxy.start({
+      engineUrl: engine.url,
+      model: engine.model,
+      dataDir,
+      captureLevel: 'tokens',
+      keepaliveGraceMs: 50,
+      keepaliveIntervalMs: 50,
+      logger,
+    });
   });
   after(async () => {
     await proxy.close();
@@ -126,7 +153,12 @@ describe('fault matrix: engine and connection faults, each dialect through its o
 
       test('connection reset mid-answer: 502, recorded as an engine error', async () => {
         const id = await sessionWithAnAnswer(dialect);
-        assertApiError(await dialect.call(proxy.url, id, 'fault:reset'), 502, /inference engine at .* (failed|unreachable)/, 'reset mid-answer');
+        assertApiError(
+          await dialect.call(proxy.url, id, 'fault:reset'),
+          502,
+          /inference engine at .* (failed|unreachable)/,
+          'reset mid-answer',
+        );
         const call = await lastCall(id);
         assert.deepEqual([call.error?.status, call.error?.kind], [502, 'engine']);
       });
@@ -157,7 +189,11 @@ describe('fault matrix: engine and connection faults, each dialect through its o
   }
 
   test('the proxy never crashed or logged an internal error, and a restart brings back every call of every session', async () => {
-    assert.deepEqual(logger.errors.filter((e) => /request .* failed/.test(e)), [], 'no request ended in an internal error');
+    assert.deepEqual(
+      logger.errors.filter((e) => /request .* failed/.test(e)),
+      [],
+      'no request ended in an internal error',
+    );
     const health = await fetch(`${proxy.url}/health`);
     assert.equal(health.status, 200);
     const held = new Map(sessions.map((id) => [id, summary(proxy.sessions.calls(id))]));
@@ -196,14 +232,31 @@ describe('fault matrix: a full disk (a real tmpfs, filled up)', () => {
     disk.fill();
     try {
       for (const [id, dialect] of sessions) {
-        assertApiError(await dialect.call(proxy.url, id, `the disk is full${padding}`), 507, /disk is full/, `${dialect.name} on a full disk`);
-        assertApiError(await dialect.call(proxy.url, id, `the disk is full, streamed${padding}`, { stream: true }), 507, /disk is full/, `${dialect.name} streamed on a full disk`);
+        assertApiError(
+          await dialect.call(proxy.url, id, `the disk is full${padding}`),
+          507,
+          /disk is full/,
+          `${dialect.name} on a full disk`,
+        );
+        assertApiError(
+          await dialect.call(proxy.url, id, `the disk is full, streamed${padding}`, { stream: true }),
+          507,
+          /disk is full/,
+          `${dialect.name} streamed on a full disk`,
+        );
         assert.equal(proxy.sessions.calls(id).length, 1, `${dialect.name}: the failed calls are not held as stored`);
         const summaryRes = (await (await fetch(`${proxy.url}/sessions/${id}/rollout`)).json()) as { validation: string[] };
-        assert.ok(summaryRes.validation.some((v) => v.includes('store_failed')), 'the session says calls were lost to the store');
+        assert.ok(
+          summaryRes.validation.some((v) => v.includes('store_failed')),
+          'the session says calls were lost to the store',
+        );
       }
       // Creating a session needs its header on disk: refused the same way, and not listed.
-      const refused = await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ session_id: 'on-a-full-disk' }) });
+      const refused = await fetch(`${proxy.url}/sessions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ session_id: 'on-a-full-disk' }),
+      });
       assert.equal(refused.status, 507);
       assert.match(((await refused.json()) as { error: { message: string } }).error.message, /disk is full/);
       assert.equal((await fetch(`${proxy.url}/sessions/on-a-full-disk`)).status, 404);
@@ -216,8 +269,21 @@ describe('fault matrix: a full disk (a real tmpfs, filled up)', () => {
       assert.equal((await dialect.call(proxy.url, id, `after the disk was freed${padding}`)).ok, true, dialect.name);
       assert.equal(proxy.sessions.calls(id).length, 2);
     }
-    assert.equal((await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ session_id: 'on-a-full-disk' }) })).status, 201);
-    assert.deepEqual(logger.errors.filter((e) => /request .* failed/.test(e)), [], 'no internal error');
+    assert.equal(
+      (
+        await fetch(`${proxy.url}/sessions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ session_id: 'on-a-full-disk' }),
+        })
+      ).status,
+      201,
+    );
+    assert.deepEqual(
+      logger.errors.filter((e) => /request .* failed/.test(e)),
+      [],
+      'no internal error',
+    );
   });
 
   test('a restart on the same data dir brings back every stored call, and only those', async () => {
@@ -267,15 +333,28 @@ describe('fault matrix: a read-only data dir (a tmpfs remounted read-only)', () 
     for (const [id, dialect] of sessions) {
       assert.equal(proxy.sessions.calls(id).length, 1, 'restored from the read-only dir');
       assertApiError(await dialect.call(proxy.url, id, 'read-only'), 503, /read-only/, `${dialect.name} on a read-only dir`);
-      assertApiError(await dialect.call(proxy.url, id, 'read-only, streamed', { stream: true }), 503, /read-only/, `${dialect.name} streamed on a read-only dir`);
+      assertApiError(
+        await dialect.call(proxy.url, id, 'read-only, streamed', { stream: true }),
+        503,
+        /read-only/,
+        `${dialect.name} streamed on a read-only dir`,
+      );
       assert.equal(proxy.sessions.calls(id).length, 1, 'nothing claimed as stored');
     }
     const refused = await fetch(`${proxy.url}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
     assert.equal(refused.status, 503);
-    assert.equal(((await (await fetch(`${proxy.url}/sessions`)).json()) as { sessions: unknown[] }).sessions.length, sessions.size, 'the refused session is not listed');
+    assert.equal(
+      ((await (await fetch(`${proxy.url}/sessions`)).json()) as { sessions: unknown[] }).sessions.length,
+      sessions.size,
+      'the refused session is not listed',
+    );
     disk.readOnly(false);
     for (const [id, dialect] of sessions) assert.equal((await dialect.call(proxy.url, id, 'writable again')).ok, true, dialect.name);
-    assert.deepEqual(logger.errors.filter((e) => /request .* failed/.test(e)), [], 'no internal error');
+    assert.deepEqual(
+      logger.errors.filter((e) => /request .* failed/.test(e)),
+      [],
+      'no internal error',
+    );
 
     const held = new Map([...sessions.keys()].map((id) => [id, summary(proxy!.sessions.calls(id))]));
     await proxy.close();

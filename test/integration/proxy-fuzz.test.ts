@@ -25,28 +25,71 @@ const CASES: DialectCase[] = [
     name: 'openai chat',
     path: '/v1/chat/completions',
     headers: {},
-    base: { model: 'm', messages: [{ role: 'system', content: 'sys' }, { role: 'user', content: [{ type: 'text', text: 'hi' }] }, { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'bash', arguments: '{"command":"ls"}' } }] }, { role: 'tool', tool_call_id: 'c1', content: 'a.txt' }], tools: [{ type: 'function', function: { name: 'bash', parameters: { type: 'object' } } }], temperature: 0.5 },
+    base: {
+      model: 'm',
+      messages: [
+        { role: 'system', content: 'sys' },
+        { role: 'user', content: [{ type: 'text', text: 'hi' }] },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [{ id: 'c1', type: 'function', function: { name: 'bash', arguments: '{"command":"ls"}' } }],
+        },
+        { role: 'tool', tool_call_id: 'c1', content: 'a.txt' },
+      ],
+      tools: [{ type: 'function', function: { name: 'bash', parameters: { type: 'object' } } }],
+      temperature: 0.5,
+    },
     isErrorShape: openaiError,
   },
   {
     name: 'openai responses',
     path: '/v1/responses',
     headers: {},
-    base: { model: 'm', instructions: 'sys', input: [{ type: 'message', role: 'user', content: [{ type: 'input_text', text: 'hi' }] }, { type: 'function_call', call_id: 'c1', name: 'shell', arguments: '{"command":["ls"]}' }, { type: 'function_call_output', call_id: 'c1', output: 'a.txt' }], tools: [{ type: 'function', name: 'shell', parameters: { type: 'object' } }], max_output_tokens: 100 },
+    base: {
+      model: 'm',
+      instructions: 'sys',
+      input: [
+        { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'hi' }] },
+        { type: 'function_call', call_id: 'c1', name: 'shell', arguments: '{"command":["ls"]}' },
+        { type: 'function_call_output', call_id: 'c1', output: 'a.txt' },
+      ],
+      tools: [{ type: 'function', name: 'shell', parameters: { type: 'object' } }],
+      max_output_tokens: 100,
+    },
     isErrorShape: openaiError,
   },
   {
     name: 'anthropic messages',
     path: '/v1/messages',
     headers: { 'anthropic-version': '2023-06-01' },
-    base: { model: 'claude', max_tokens: 100, system: [{ type: 'text', text: 'sys' }], messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'Bash', input: { command: 'ls' } }] }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: 'a.txt' }] }], tools: [{ name: 'Bash', input_schema: { type: 'object' } }] },
+    base: {
+      model: 'claude',
+      max_tokens: 100,
+      system: [{ type: 'text', text: 'sys' }],
+      messages: [
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'Bash', input: { command: 'ls' } }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: 'a.txt' }] },
+      ],
+      tools: [{ name: 'Bash', input_schema: { type: 'object' } }],
+    },
     isErrorShape: (body) => obj(body).type === 'error' && typeof obj(obj(body).error).message === 'string',
   },
   {
     name: 'google gemini',
     path: '/v1beta/models/gemini-x:generateContent',
     headers: {},
-    base: { systemInstruction: { parts: [{ text: 'sys' }] }, contents: [{ role: 'user', parts: [{ text: 'hi' }] }, { role: 'model', parts: [{ functionCall: { name: 'run', args: { command: 'ls' } } }] }, { role: 'user', parts: [{ functionResponse: { name: 'run', response: { output: 'a.txt' } } }] }], tools: [{ functionDeclarations: [{ name: 'run', parameters: { type: 'OBJECT' } }] }], generationConfig: { maxOutputTokens: 100 } },
+    base: {
+      systemInstruction: { parts: [{ text: 'sys' }] },
+      contents: [
+        { role: 'user', parts: [{ text: 'hi' }] },
+        { role: 'model', parts: [{ functionCall: { name: 'run', args: { command: 'ls' } } }] },
+        { role: 'user', parts: [{ functionResponse: { name: 'run', response: { output: 'a.txt' } } }] },
+      ],
+      tools: [{ functionDeclarations: [{ name: 'run', parameters: { type: 'OBJECT' } }] }],
+      generationConfig: { maxOutputTokens: 100 },
+    },
     isErrorShape: (body, status) => typeof obj(obj(body).error).message === 'string' && obj(obj(body).error).code === status,
   },
 ];
@@ -65,12 +108,29 @@ function mutate(base: unknown, choices: number[], replacement: unknown, remove: 
 }
 
 function bodyArbitrary(base: Record<string, unknown>): fc.Arbitrary<string> {
-  const weird = fc.oneof(fc.jsonValue({ maxDepth: 3 }), fc.constantFrom(null, '', 0, -1, 1e308, true, [], {}, 'x'.repeat(5000), '\u0000\ud800', [[[[[]]]]]));
-  const mutated = fc.tuple(fc.array(fc.nat(), { minLength: 1, maxLength: 6 }), weird, fc.boolean()).map(([choices, value, remove]) => JSON.stringify(mutate(base, choices, value, remove)));
-  const extraKeys = fc.dictionary(fc.string({ maxLength: 12 }), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 4 }).map((extra) => JSON.stringify({ ...base, ...extra }));
+  const weird = fc.oneof(
+    fc.jsonValue({ maxDepth: 3 }),
+    fc.constantFrom(null, '', 0, -1, 1e308, true, [], {}, 'x'.repeat(5000), '\u0000\ud800', [[[[[]]]]]),
+  );
+  const mutated = fc
+    .tuple(fc.array(fc.nat(), { minLength: 1, maxLength: 6 }), weird, fc.boolean())
+    .map(([choices, value, remove]) => JSON.stringify(mutate(base, choices, value, remove)));
+  const extraKeys = fc
+    .dictionary(fc.string({ maxLength: 12 }), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 4 })
+    .map((extra) => JSON.stringify({ ...base, ...extra }));
   const nested = fc.integer({ min: 1, max: 20000 }).map((depth) => `{"messages":${'['.repeat(depth)}${']'.repeat(depth)}}`);
-  const garbage = fc.oneof(fc.string({ maxLength: 200 }), fc.jsonValue().map((v) => JSON.stringify(v)), fc.constant('{"a":'), fc.constant('\ufeff{}'));
-  return fc.oneof({ arbitrary: mutated, weight: 6 }, { arbitrary: extraKeys, weight: 2 }, { arbitrary: garbage, weight: 2 }, { arbitrary: nested, weight: 1 });
+  const garbage = fc.oneof(
+    fc.string({ maxLength: 200 }),
+    fc.jsonValue().map((v) => JSON.stringify(v)),
+    fc.constant('{"a":'),
+    fc.constant('\ufeff{}'),
+  );
+  return fc.oneof(
+    { arbitrary: mutated, weight: 6 },
+    { arbitrary: extraKeys, weight: 2 },
+    { arbitrary: garbage, weight: 2 },
+    { arbitrary: nested, weight: 1 },
+  );
 }
 
 describe('fuzz: malformed and unusual bodies in every dialect', () => {
@@ -82,7 +142,12 @@ describe('fuzz: malformed and unusual bodies in every dialect', () => {
 
   before(async () => {
     engine = await startFakeEngine();
-    proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, captureLevel: 'tokens', logger: { info() {}, warn() {}, error: (m) => internalErrors.push(m) } });
+    proxy = await CaptureProxy.start({
+      engineUrl: engine.url,
+      model: engine.model,
+      captureLevel: 'tokens',
+      logger: { info() {}, warn() {}, error: (m) => internalErrors.push(m) },
+    });
     key = proxy.sessions.create().session_id;
   });
   after(async () => {
@@ -101,7 +166,12 @@ describe('fuzz: malformed and unusual bodies in every dialect', () => {
       const worker = async () => {
         while (next < bodies.length) {
           const body = bodies[next++]!;
-          const res = await request(`${proxy.url}${dialect.path}`, { method: 'POST', dispatcher: agent, headers: { 'content-type': 'application/json', authorization: `Bearer ${key}`, ...dialect.headers }, body });
+          const res = await request(`${proxy.url}${dialect.path}`, {
+            method: 'POST',
+            dispatcher: agent,
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${key}`, ...dialect.headers },
+            body,
+          });
           const text = await res.body.text();
           if (res.statusCode === 200) {
             ok++;

@@ -38,7 +38,11 @@ interface ProxyProcess {
 }
 
 function startProxyProcess(engineUrl: string, dataDir: string): Promise<ProxyProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'proxy', '--engine-url', engineUrl, '--model', 'fake/qwen3-tiny', '--data-dir', dataDir], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', CLI, 'proxy', '--engine-url', engineUrl, '--model', 'fake/qwen3-tiny', '--data-dir', dataDir],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
@@ -75,8 +79,13 @@ async function storedAnswers(url: string, ids: string[], agent: Agent): Promise<
   for (const id of ids) {
     const res = await request(`${url}/sessions/${id}/calls`, { dispatcher: agent });
     assert.equal(res.statusCode, 200, `session ${id} is back`);
-    const { calls } = (await res.body.json()) as { calls: { error: unknown; response_body: { choices: { message: { content: string } }[] } | null }[] };
-    out.set(id, calls.filter((c) => !c.error && c.response_body).map((c) => c.response_body!.choices[0]!.message.content));
+    const { calls } = (await res.body.json()) as {
+      calls: { error: unknown; response_body: { choices: { message: { content: string } }[] } | null }[];
+    };
+    out.set(
+      id,
+      calls.filter((c) => !c.error && c.response_body).map((c) => c.response_body!.choices[0]!.message.content),
+    );
   }
   return out;
 }
@@ -98,7 +107,12 @@ test(`kill -9 at ${MIN_KILLS}+ random points of a ${TOTAL_CALLS}-call multi-sess
   {
     const agent = new Agent();
     for (const id of ids) {
-      const res = await request(`${proc.url}/sessions`, { method: 'POST', dispatcher: agent, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ session_id: id }) });
+      const res = await request(`${proc.url}/sessions`, {
+        method: 'POST',
+        dispatcher: agent,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ session_id: id }),
+      });
       assert.equal(res.statusCode, 201);
       await res.body.text();
     }
@@ -132,7 +146,12 @@ test(`kill -9 at ${MIN_KILLS}+ random points of a ${TOTAL_CALLS}-call multi-sess
         const marker = `${id} attempt ${attempt++}`;
         const messages = [...history, { role: 'user', content: marker }];
         try {
-          const res = await request(`${current.url}/v1/chat/completions`, { method: 'POST', dispatcher: agent, headers: { authorization: `Bearer ${id}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages }) });
+          const res = await request(`${current.url}/v1/chat/completions`, {
+            method: 'POST',
+            dispatcher: agent,
+            headers: { authorization: `Bearer ${id}`, 'content-type': 'application/json' },
+            body: JSON.stringify({ model: 'm', messages }),
+          });
           const body = (await res.body.json()) as { choices: { message: { content: string } }[] };
           assert.equal(res.statusCode, 200, JSON.stringify(body));
           const text = body.choices[0]!.message.content;
@@ -153,7 +172,12 @@ test(`kill -9 at ${MIN_KILLS}+ random points of a ${TOTAL_CALLS}-call multi-sess
     await current.exited;
     await agent.destroy().catch(() => {});
     kills++;
-    warnings.push(...current.stderr().split('\n').filter((l) => l.startsWith('[warn]')));
+    warnings.push(
+      ...current
+        .stderr()
+        .split('\n')
+        .filter((l) => l.startsWith('[warn]')),
+    );
     assert.doesNotMatch(current.stderr(), /\[error\]/, 'no errors before the kill');
 
     if (kills === 10) {
@@ -187,7 +211,14 @@ test(`kill -9 at ${MIN_KILLS}+ random points of a ${TOTAL_CALLS}-call multi-sess
     assert.ok(kills >= MIN_KILLS);
     process.stdout.write(`# ${checked} answered calls over ${kills} kill -9s, all back\n`);
     // Every warning about a skipped line names its session file.
-    for (const w of [...warnings, ...proc.stderr().split('\n').filter((l) => l.startsWith('[warn]'))]) assert.match(w, /sessions\/kill9-\d\.jsonl: /, w);
+    for (const w of [
+      ...warnings,
+      ...proc
+        .stderr()
+        .split('\n')
+        .filter((l) => l.startsWith('[warn]')),
+    ])
+      assert.match(w, /sessions\/kill9-\d\.jsonl: /, w);
   } finally {
     proc.child.kill('SIGTERM');
     await proc.exited;

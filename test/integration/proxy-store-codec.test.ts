@@ -25,7 +25,11 @@ interface Msg {
 }
 
 async function chat(key: string, messages: Msg[], stream = false): Promise<string> {
-  const res = await fetch(`${lab.proxy.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages, stream }) });
+  const res = await fetch(`${lab.proxy.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages, stream }),
+  });
   assert.equal(res.status, 200);
   if (stream) {
     await res.text();
@@ -35,10 +39,17 @@ async function chat(key: string, messages: Msg[], stream = false): Promise<strin
 }
 
 async function anthropic(key: string, system: string, messages: Msg[]): Promise<string> {
-  const res = await fetch(`${lab.proxy.url}/v1/messages`, { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' }, body: JSON.stringify({ model: 'claude', max_tokens: 64, system, messages }) });
+  const res = await fetch(`${lab.proxy.url}/v1/messages`, {
+    method: 'POST',
+    headers: { 'x-api-key': key, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
+    body: JSON.stringify({ model: 'claude', max_tokens: 64, system, messages }),
+  });
   assert.equal(res.status, 200, await res.clone().text());
   const body = (await res.json()) as { content: { type: string; text?: string }[] };
-  return body.content.filter((c) => c.type === 'text').map((c) => c.text).join('');
+  return body.content
+    .filter((c) => c.type === 'text')
+    .map((c) => c.text)
+    .join('');
 }
 
 test('every recorded field reads back from the store: retries, a subagent root, compaction, two dialects', async () => {
@@ -47,7 +58,10 @@ test('every recorded field reads back from the store: retries, a subagent root, 
   const a = (await createSession(lab.proxy)).session_id;
   const b = (await createSession(lab.proxy)).session_id;
 
-  const history: Msg[] = [{ role: 'system', content: 'You are the main agent.' }, { role: 'user', content: 'Fix the bug.' }];
+  const history: Msg[] = [
+    { role: 'system', content: 'You are the main agent.' },
+    { role: 'user', content: 'Fix the bug.' },
+  ];
   for (let t = 0; t < 4; t++) {
     history.push({ role: 'assistant', content: await chat(a, history, t === 2) }, { role: 'user', content: `tool result ${t}` });
     // Interleave the other session (the proxy keeps one session's calls resident): reads below load from disk.
@@ -55,17 +69,27 @@ test('every recorded field reads back from the store: retries, a subagent root, 
   }
   await chat(a, history); // a retry: the same request again
   await chat(a, history);
-  await chat(a, [{ role: 'system', content: 'You are a subagent that searches.' }, { role: 'user', content: 'find foo' }]); // a subagent root
+  await chat(a, [
+    { role: 'system', content: 'You are a subagent that searches.' },
+    { role: 'user', content: 'find foo' },
+  ]); // a subagent root
   const compacted: Msg[] = [history[0]!, { role: 'user', content: 'Summary of the work so far: fixed half.' }];
   compacted.push({ role: 'assistant', content: await chat(a, compacted) }, { role: 'user', content: 'continue' });
   await chat(a, compacted);
   const bHistory: Msg[] = [{ role: 'user', content: 'review 0' }];
-  for (let t = 0; t < 3; t++) bHistory.push({ role: 'assistant', content: await anthropic(b, 'You are a reviewer.', bHistory) }, { role: 'user', content: `more ${t}` });
+  for (let t = 0; t < 3; t++)
+    bHistory.push(
+      { role: 'assistant', content: await anthropic(b, 'You are a reviewer.', bHistory) },
+      { role: 'user', content: `more ${t}` },
+    );
 
   const expected = (id: string) => [...recorded.values()].filter((r) => r.session_id === id).sort((x, y) => x.index - y.index);
   assert.equal(expected(a).length, 9);
   const fileA = readFileSync(join(lab.dataDir, 'sessions', `${a}.jsonl`), 'utf8');
-  assert.ok(fileA.split('\n').some((l) => l.includes('"enc":{"p":')), 'calls are stored against earlier calls');
+  assert.ok(
+    fileA.split('\n').some((l) => l.includes('"enc":{"p":')),
+    'calls are stored against earlier calls',
+  );
 
   // The live proxy: the calls left memory (one resident session) and come back from the store.
   for (const id of [a, b]) assert.deepEqual(JSON.parse(JSON.stringify(lab.proxy.sessions.get(id)!.calls)), expected(id), `live ${id}`);
@@ -79,13 +103,21 @@ test('every recorded field reads back from the store: retries, a subagent root, 
   assert.deepEqual(JSON.parse(JSON.stringify(offline.rollout(a))), JSON.parse(JSON.stringify(liveDoc)));
 
   // A restarted proxy: the listing comes from the index, the calls from the store, and it goes on counting.
-  const restarted = await CaptureProxy.start({ engineUrl: lab.engine.url, model: lab.engine.model, dataDir: join(lab.dataDir, '..', lab.dataDir.split('/').pop()!) });
+  const restarted = await CaptureProxy.start({
+    engineUrl: lab.engine.url,
+    model: lab.engine.model,
+    dataDir: join(lab.dataDir, '..', lab.dataDir.split('/').pop()!),
+  });
   try {
     const listed = restarted.sessions.list().find((s) => s.session_id === a)!;
     assert.equal(listed.n_calls, 9);
-    assert.equal(listed.prompt_tokens, expected(a).reduce((n, c) => n + c.prompt_token_ids!.length, 0));
+    assert.equal(
+      listed.prompt_tokens,
+      expected(a).reduce((n, c) => n + c.prompt_token_ids!.length, 0),
+    );
     assert.equal(restarted.sessions.residentCount, 0, 'a restart reads no calls');
-    for (const id of [a, b]) assert.deepEqual(JSON.parse(JSON.stringify(restarted.sessions.get(id)!.calls)), expected(id), `restarted ${id}`);
+    for (const id of [a, b])
+      assert.deepEqual(JSON.parse(JSON.stringify(restarted.sessions.get(id)!.calls)), expected(id), `restarted ${id}`);
     assert.equal(restarted.sessions.get(a)!.takeIndex(), 9, 'the next call index follows the stored ones');
   } finally {
     await restarted.close();

@@ -24,7 +24,10 @@ async function buildTiny(docker: Docker): Promise<string> {
     // Two layers with content unique to this run, so the daemon has to upload them.
     writeFileSync(join(ctx, 'a.txt'), `layer a ${Date.now()} ${Math.random()}\n`);
     writeFileSync(join(ctx, 'b.bin'), Buffer.alloc(300_000, process.pid % 251));
-    writeFileSync(join(ctx, 'Dockerfile'), ['FROM scratch', 'COPY a.txt /a.txt', 'COPY b.bin /b.bin', 'LABEL harness-lab.kind=test', ''].join('\n'));
+    writeFileSync(
+      join(ctx, 'Dockerfile'),
+      ['FROM scratch', 'COPY a.txt /a.txt', 'COPY b.bin /b.bin', 'LABEL harness-lab.kind=test', ''].join('\n'),
+    );
     await followProgress(docker, await docker.buildImage(tarDirectory(ctx), { t: LOCAL, rm: true, forcerm: true }));
   } finally {
     rmSync(ctx, { recursive: true, force: true });
@@ -44,7 +47,11 @@ describe('pushing task images to --registry', { timeout: 300_000 }, () => {
   });
 
   after(async () => {
-    for (const t of [...pushedTags, LOCAL]) await docker.getImage(t).remove({ force: true }).catch(() => undefined);
+    for (const t of [...pushedTags, LOCAL])
+      await docker
+        .getImage(t)
+        .remove({ force: true })
+        .catch(() => undefined);
     for (const r of registries) await r.close();
   });
 
@@ -52,7 +59,10 @@ describe('pushing task images to --registry', { timeout: 300_000 }, () => {
     const reg = await startRegistryDouble();
     registries.push(reg);
     const lines: string[] = [];
-    const pushed = await pushImages(docker, [LOCAL], reg.host, { log: (l) => lines.push(l), env: { HOME: mkdtempSync(join(tmpdir(), 'hl-home-')) } });
+    const pushed = await pushImages(docker, [LOCAL], reg.host, {
+      log: (l) => lines.push(l),
+      env: { HOME: mkdtempSync(join(tmpdir(), 'hl-home-')) },
+    });
     const full = `${reg.host}/${LOCAL}`;
     pushedTags.push(full);
     assert.deepEqual([...pushed], [[LOCAL, full]]);
@@ -66,10 +76,19 @@ describe('pushing task images to --registry', { timeout: 300_000 }, () => {
       assert.ok(blob, `blob ${d} uploaded`);
       assert.equal(`sha256:${createHash('sha256').update(blob).digest('hex')}`, d);
     }
-    assert.ok(reg.requests.some((r) => r.method === 'GET' && r.path === '/v2/'), 'the daemon pinged /v2/');
-    assert.ok(reg.requests.some((r) => r.method === 'HEAD' && /\/blobs\/sha256:/.test(r.path)), 'the daemon asked which blobs exist');
+    assert.ok(
+      reg.requests.some((r) => r.method === 'GET' && r.path === '/v2/'),
+      'the daemon pinged /v2/',
+    );
+    assert.ok(
+      reg.requests.some((r) => r.method === 'HEAD' && /\/blobs\/sha256:/.test(r.path)),
+      'the daemon asked which blobs exist',
+    );
     assert.ok(lines.some((l) => l.includes(`pushed ${full}`)));
-    assert.ok(lines.some((l) => /Pushed|digest: sha256:/.test(l)), `progress was followed: ${lines.join(' | ')}`);
+    assert.ok(
+      lines.some((l) => /Pushed|digest: sha256:/.test(l)),
+      `progress was followed: ${lines.join(' | ')}`,
+    );
   });
 
   it('uses the auth of the Docker config; without it the 401 names image and registry', async () => {
@@ -79,13 +98,19 @@ describe('pushing task images to --registry', { timeout: 300_000 }, () => {
     pushedTags.push(full);
     const noAuth = { HOME: mkdtempSync(join(tmpdir(), 'hl-home-')) };
     await assert.rejects(pushImages(docker, [LOCAL], reg.host, { env: noAuth }), (err: Error) => {
-      assert.match(err.message, new RegExp(`^pushing image ${LOCAL} as ${full.replace(/[.]/g, '\\.')} to registry ${reg.host.replace(/[.]/g, '\\.')} failed: `));
+      assert.match(
+        err.message,
+        new RegExp(`^pushing image ${LOCAL} as ${full.replace(/[.]/g, '\\.')} to registry ${reg.host.replace(/[.]/g, '\\.')} failed: `),
+      );
       return true;
     });
     assert.equal(reg.manifests.length, 0);
     const cfg = mkdtempSync(join(tmpdir(), 'hl-dockercfg-'));
     mkdirSync(cfg, { recursive: true });
-    writeFileSync(join(cfg, 'config.json'), JSON.stringify({ auths: { [reg.host]: { auth: Buffer.from('lab:s3cret').toString('base64') } } }));
+    writeFileSync(
+      join(cfg, 'config.json'),
+      JSON.stringify({ auths: { [reg.host]: { auth: Buffer.from('lab:s3cret').toString('base64') } } }),
+    );
     const env = { DOCKER_CONFIG: cfg };
     assert.deepEqual(registryAuth(reg.host, env), { username: 'lab', password: 's3cret', serveraddress: reg.host });
     await pushImages(docker, [LOCAL], reg.host, { env });
@@ -112,19 +137,35 @@ describe('pushing task images to --registry', { timeout: 300_000 }, () => {
     const cluster = await testCluster();
     try {
       const task = taskCopy('hello-file', {});
-      const m = manifestFor({ batchId: 'b-push', namespace: 'default', tasks: [task], harness: 'react', engineUrl: 'http://127.0.0.1:9/v1', model: 'm', timeoutSec: 60 });
+      const m = manifestFor({
+        batchId: 'b-push',
+        namespace: 'default',
+        tasks: [task],
+        harness: 'react',
+        engineUrl: 'http://127.0.0.1:9/v1',
+        model: 'm',
+        timeoutSec: 60,
+      });
       // Port 1 on loopback: nothing listens, the push cannot succeed.
       m.k8s = { ...m.k8s!, registry: '127.0.0.1:1' };
       const prev = process.env.KUBECONFIG;
       process.env.KUBECONFIG = cluster.kubeconfig;
       try {
-        await assert.rejects(k8sBackendModule.open({ manifest: m, batchDir: mkdtempSync(join(tmpdir(), 'hl-push-batch-')), log: () => {} }), (err: Error) => /^pushing image harness-lab\/task-hello-file:[0-9a-f]+ as 127\.0\.0\.1:1\/harness-lab\/task-hello-file:[0-9a-f]+ to registry 127\.0\.0\.1:1 failed: /.test(err.message));
+        await assert.rejects(
+          k8sBackendModule.open({ manifest: m, batchDir: mkdtempSync(join(tmpdir(), 'hl-push-batch-')), log: () => {} }),
+          (err: Error) =>
+            /^pushing image harness-lab\/task-hello-file:[0-9a-f]+ as 127\.0\.0\.1:1\/harness-lab\/task-hello-file:[0-9a-f]+ to registry 127\.0\.0\.1:1 failed: /.test(
+              err.message,
+            ),
+        );
       } finally {
         if (prev === undefined) delete process.env.KUBECONFIG;
         else process.env.KUBECONFIG = prev;
       }
       assert.equal(cluster.api.received.filter((r) => r.method !== 'GET').length, 0, 'nothing was created');
-      const tags = (await docker.listImages({ filters: JSON.stringify({ reference: ['127.0.0.1:1/harness-lab/*'] }) })).flatMap((i) => i.RepoTags ?? []);
+      const tags = (await docker.listImages({ filters: JSON.stringify({ reference: ['127.0.0.1:1/harness-lab/*'] }) })).flatMap(
+        (i) => i.RepoTags ?? [],
+      );
       pushedTags.push(...tags);
     } finally {
       await cluster.close();

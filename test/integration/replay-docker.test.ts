@@ -23,10 +23,18 @@ after(() => rmSync(out, { recursive: true, force: true }));
  * What must be the same between two replays of one fixture. Exact and tolerated count alike: noise
  * such as a pid can happen to repeat the recorded value in one run (exact) and not in the next.
  */
-const outcome = (r: ReplayReport) => ({ ok: r.ok, reward: r.reward, halt: r.halt, unasked: r.unasked, calls: r.calls.map((c) => ({ matched: c.level !== 'none', recorded: c.recorded_index, tool_outputs: c.tool_outputs.map((d) => d.path) })) });
+const outcome = (r: ReplayReport) => ({
+  ok: r.ok,
+  reward: r.reward,
+  halt: r.halt,
+  unasked: r.unasked,
+  calls: r.calls.map((c) => ({ matched: c.level !== 'none', recorded: c.recorded_index, tool_outputs: c.tool_outputs.map((d) => d.path) })),
+});
 
 test('there is a replay fixture for every registry harness', () => {
-  const have = readdirSync(FIXTURES).filter((f) => f.endsWith('.replay.json.gz')).map((f) => f.replace('.replay.json.gz', ''));
+  const have = readdirSync(FIXTURES)
+    .filter((f) => f.endsWith('.replay.json.gz'))
+    .map((f) => f.replace('.replay.json.gz', ''));
   assert.deepEqual(have.sort(), [...harnessNames()].sort());
 });
 
@@ -34,7 +42,8 @@ for (const harness of harnessNames()) {
   test(`${harness}: its fixture replays in Docker to the same reward and call sequence, twice the same`, async () => {
     const source = loadReplaySource(join(FIXTURES, `${harness}.replay.json.gz`));
     const runs: ReplayReport[] = [];
-    for (let i = 0; i < 2; i++) runs.push(await runReplay({ source, sandbox: 'docker', outDir: join(out, `${harness}-${i}`), handleSignals: false }));
+    for (let i = 0; i < 2; i++)
+      runs.push(await runReplay({ source, sandbox: 'docker', outDir: join(out, `${harness}-${i}`), handleSignals: false }));
     const [first, second] = runs as [ReplayReport, ReplayReport];
     const why = formatReplayReport(first) + (first.halt?.difference ? `\n${formatDifference(first.halt.difference)}` : '');
     assert.equal(first.halt, null, why);
@@ -44,7 +53,8 @@ for (const harness of harnessNames()) {
     assert.deepEqual(first.unasked, [], why);
     assert.deepEqual(first.calls.map((c) => c.recorded_index).sort(), source.calls.map((c) => c.index).sort(), why);
     // What is not exact is run-to-run noise a rule names (a date, a uuid, a pid), never unexplained.
-    for (const c of first.calls) for (const d of c.tolerated) assert.ok(d.rules?.length, `${harness} call ${c.position}: ${d.path} tolerated without a rule`);
+    for (const c of first.calls)
+      for (const d of c.tolerated) assert.ok(d.rules?.length, `${harness} call ${c.position}: ${d.path} tolerated without a rule`);
     assert.ok(first.ok, why);
     assert.deepEqual(outcome(second), outcome(first));
   });
@@ -52,7 +62,10 @@ for (const harness of harnessNames()) {
 
 const CLI = ['--import', 'tsx', 'src/cli/main.ts', 'replay'];
 
-function tamperedFixture(name: string, edit: (fixture: { calls: { engine_request: { messages: { role: string; content: unknown }[] } }[] }) => void): string {
+function tamperedFixture(
+  name: string,
+  edit: (fixture: { calls: { engine_request: { messages: { role: string; content: unknown }[] } }[] }) => void,
+): string {
   const fixture = JSON.parse(gunzipSync(readFileSync(join(FIXTURES, 'react.replay.json.gz'))).toString('utf8'));
   edit(fixture);
   const file = join(out, `${name}.replay.json.gz`);
@@ -61,7 +74,9 @@ function tamperedFixture(name: string, edit: (fixture: { calls: { engine_request
 }
 
 test('CLI: replay of a fixture prints each call on the ladder and exits 0', () => {
-  const r = spawnSync(process.execPath, [...CLI, join(FIXTURES, 'react.replay.json.gz'), '--out', join(out, 'cli-ok')], { encoding: 'utf8' });
+  const r = spawnSync(process.execPath, [...CLI, join(FIXTURES, 'react.replay.json.gz'), '--out', join(out, 'cli-ok')], {
+    encoding: 'utf8',
+  });
   assert.equal(r.status, 0, r.stdout + r.stderr);
   assert.match(r.stdout, /call 0: exact <- recorded call 0\n {2}call 1: exact <- recorded call 1/);
   assert.match(r.stdout, /calls: 2 exact, 0 tolerated, 0 no match/);

@@ -23,7 +23,10 @@ const TASK = join(ROOT, 'examples', 'tasks', 'hello-file');
 const dir = mkdtempSync(join(tmpdir(), 'hl-replay-embedded-'));
 /** The CLI as a child process; asynchronous, since the engine it talks to runs in this process. */
 function cli(...args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), ...args], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (c: Buffer) => (stdout += c.toString('utf8')));
@@ -40,8 +43,22 @@ let original: RolloutDocument;
 before(async () => {
   engine = await startEmbeddedEngine({ policy: POLICY });
   // The original capture: a proxy in front of the engine, output capped so the sampled turn stays short.
-  const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.engine.modelName, captureLevel: 'tokens', maxOutputTokens: 80, dataDir: join(dir, 'original', '.capture') });
-  const lab = await openLab({ taskDir: TASK, harness: 'react', sandbox: 'local', outDir: join(dir, 'original'), proxy, model: engine.engine.modelName, handleSignals: false });
+  const proxy = await CaptureProxy.start({
+    engineUrl: engine.url,
+    model: engine.engine.modelName,
+    captureLevel: 'tokens',
+    maxOutputTokens: 80,
+    dataDir: join(dir, 'original', '.capture'),
+  });
+  const lab = await openLab({
+    taskDir: TASK,
+    harness: 'react',
+    sandbox: 'local',
+    outDir: join(dir, 'original'),
+    proxy,
+    model: engine.engine.modelName,
+    handleSignals: false,
+  });
   try {
     const result = await runRollout({ ...lab.rolloutOptions });
     assert.equal(result.status, 'ok', result.error ?? '');
@@ -61,14 +78,33 @@ after(async () => {
 
 test('replay --from 2 with another seed: the first two calls equal the original, the third differs; the fork view shows both', async () => {
   const forks = join(dir, 'forks');
-  const r = await cli('replay', originalDir, '--sandbox', 'local', '--from', '2', '--engine-url', engine.url, '--seed', '7', '--max-tokens', '80', '--out', forks);
+  const r = await cli(
+    'replay',
+    originalDir,
+    '--sandbox',
+    'local',
+    '--from',
+    '2',
+    '--engine-url',
+    engine.url,
+    '--seed',
+    '7',
+    '--max-tokens',
+    '80',
+    '--out',
+    forks,
+  );
   assert.equal(r.status, 0, r.stdout + r.stderr);
   assert.match(r.stdout, /fork of s[0-9a-f]+ from call 2/);
   assert.match(r.stdout, /call 0: exact <- recorded call 0\n {2}call 1: exact <- recorded call 1\n {2}call 2: live/);
   const found = forkMembers(originalDir, [forks]);
   assert.equal(found.forks.length, 1);
   const fork = JSON.parse(readFileSync(found.forks[0]!.rolloutFile, 'utf8')) as RolloutDocument;
-  assert.deepEqual(fork.metadata.replay_of, { session_id: original.session_id, rollout: join(originalDir, 'session.rollout.json'), from_turn: 2 });
+  assert.deepEqual(fork.metadata.replay_of, {
+    session_id: original.session_id,
+    rollout: join(originalDir, 'session.rollout.json'),
+    from_turn: 2,
+  });
   assert.equal(fork.calls.length, 3);
   for (const i of [0, 1]) {
     assert.deepEqual(fork.calls[i]!.prompt_token_ids, original.calls[i]!.prompt_token_ids, `call ${i} prompt`);
@@ -80,7 +116,10 @@ test('replay --from 2 with another seed: the first two calls equal the original,
   assert.equal(fork.calls[2]!.sampling_params.seed, 7);
 
   const view = buildForkGroupView(found.original, found.forks);
-  assert.deepEqual(view.members.map((m) => m.rollout_id), ['original', found.forks[0]!.label]);
+  assert.deepEqual(
+    view.members.map((m) => m.rollout_id),
+    ['original', found.forks[0]!.label],
+  );
   assert.equal(view.divergences[0]!.call, 2);
   assert.equal(view.divergences[0]!.prompt_index, null, 'the fork parts in what was sampled, not in the prompt');
   const html = join(dir, 'forks.html');
@@ -105,7 +144,12 @@ test('verify passes on the real capture and fails on one changed sampled token, 
   writeFileSync(tampered, JSON.stringify(doc));
   const bad = await cli('verify', tampered, '--engine-url', engine.url);
   assert.equal(bad.status, 1, bad.stdout + bad.stderr);
-  assert.match(bad.stdout, new RegExp(`call ${call.call_id} \\(index 1\\): FAILED: \\d+ of ${ids.length} token\\(s\\) off; first at sampled position 2 \\(token ${ids[2]}\\)`));
+  assert.match(
+    bad.stdout,
+    new RegExp(
+      `call ${call.call_id} \\(index 1\\): FAILED: \\d+ of ${ids.length} token\\(s\\) off; first at sampled position 2 \\(token ${ids[2]}\\)`,
+    ),
+  );
   assert.match(bad.stdout, /verify: FAILED/);
 });
 
@@ -117,12 +161,25 @@ test('verify without --engine-url starts the embedded engine with the captured m
 });
 
 test('verify of a greedy call generates from the recorded prompt ids, or says the engine cannot', async () => {
-  const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.engine.modelName, captureLevel: 'tokens', maxOutputTokens: 12, dataDir: join(dir, 'greedy') });
+  const proxy = await CaptureProxy.start({
+    engineUrl: engine.url,
+    model: engine.engine.modelName,
+    captureLevel: 'tokens',
+    maxOutputTokens: 12,
+    dataDir: join(dir, 'greedy'),
+  });
   try {
     const { session_id: id } = proxy.sessions.create({});
     // Past the policy's scripted turns, the model answers itself: at temperature 0, its argmax.
-    const history = [1, 2, 3].flatMap((n) => [{ role: 'user', content: `step ${n}` }, { role: 'assistant', content: `ok ${n}` }]);
-    const res = await fetch(`${proxy.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${id}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', temperature: 0, messages: [...history, { role: 'user', content: 'go on' }] }) });
+    const history = [1, 2, 3].flatMap((n) => [
+      { role: 'user', content: `step ${n}` },
+      { role: 'assistant', content: `ok ${n}` },
+    ]);
+    const res = await fetch(`${proxy.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${id}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', temperature: 0, messages: [...history, { role: 'user', content: 'go on' }] }),
+    });
     assert.equal(res.status, 200, await res.clone().text());
     const file = join(dir, 'greedy.rollout.json');
     writeFileSync(file, JSON.stringify(proxy.sessions.rollout(id)));
@@ -146,7 +203,10 @@ test('export --format replay writes the captured requests with relative timing; 
   const exp = await cli('export', '--format', 'replay', '--rollouts', rollouts, '--out', file);
   assert.equal(exp.status, 0, exp.stdout + exp.stderr);
   assert.match(exp.stdout, /wrote 3 request\(s\) from 1 rollout\(s\)/);
-  const lines = readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { t_ms?: number; n_sampled?: number });
+  const lines = readFileSync(file, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { t_ms?: number; n_sampled?: number });
   assert.equal(lines.length, 4);
   assert.equal(lines[1]!.t_ms, 0);
   assert.ok(lines[2]!.t_ms! > 0 && lines[3]!.t_ms! >= lines[2]!.t_ms!);
@@ -154,5 +214,9 @@ test('export --format replay writes the captured requests with relative timing; 
   assert.equal(load.status, 0, load.stdout + load.stderr);
   assert.match(load.stdout, /re-issued 3 request\(s\) against .* at 10x: 3 ok, 0 failed/);
   const report = JSON.parse(readFileSync(join(dir, 'load-report.json'), 'utf8')) as { results: { completion_tokens: number }[] };
-  assert.deepEqual(report.results.map((r) => r.completion_tokens), lines.slice(1).map((l) => l.n_sampled), 'each request did the recorded amount of work');
+  assert.deepEqual(
+    report.results.map((r) => r.completion_tokens),
+    lines.slice(1).map((l) => l.n_sampled),
+    'each request did the recorded amount of work',
+  );
 });

@@ -25,10 +25,20 @@ const chatBody = (system: string, extra: Record<string, unknown>[] = []) => ({
   messages: [{ role: 'system', content: system }, { role: 'user', content: 'Count the lines of notes.txt' }, ...extra],
   tools: [bashTool],
 });
-const anthropicBody = (system: string) => ({ model: 'claude-x', max_tokens: 512, stream: true, system, messages: [{ role: 'user', content: 'Say hi' }] });
+const anthropicBody = (system: string) => ({
+  model: 'claude-x',
+  max_tokens: 512,
+  stream: true,
+  system,
+  messages: [{ role: 'user', content: 'Say hi' }],
+});
 
 async function post(base: string, path: string, key: string, body: unknown): Promise<{ status: number; text: string }> {
-  const res = await fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}`, 'x-api-key': key }, body: JSON.stringify(body) });
+  const res = await fetch(`${base}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}`, 'x-api-key': key },
+    body: JSON.stringify(body),
+  });
   return { status: res.status, text: await res.text() };
 }
 
@@ -37,7 +47,9 @@ before(async () => {
   const { session_id: id } = await createSession(lab.proxy, { metadata: { task: 'demo', harness: 'react' } });
   const first = await post(lab.proxy.url, '/v1/chat/completions', id, chatBody('You are terse.'));
   originalStreams.push(first.text);
-  const call = JSON.parse(sseFrames(first.text)[0]!.slice(6)) as { choices: { delta: { tool_calls: { id: string; function: { name: string; arguments: string } }[] } }[] };
+  const call = JSON.parse(sseFrames(first.text)[0]!.slice(6)) as {
+    choices: { delta: { tool_calls: { id: string; function: { name: string; arguments: string } }[] } }[];
+  };
   const tc = call.choices[0]!.delta.tool_calls[0]!;
   const toolTurn = [
     { role: 'assistant', content: null, tool_calls: [{ id: tc.id, type: 'function', function: tc.function }] },
@@ -58,7 +70,13 @@ after(async () => {
 });
 
 async function replayProxy(engine: RecordedEngine): Promise<CaptureProxy> {
-  return CaptureProxy.start({ engineUrl: engine.baseUrl, engine, model: source.model!, captureLevel: source.capture_level, acceptorThread: false });
+  return CaptureProxy.start({
+    engineUrl: engine.baseUrl,
+    engine,
+    model: source.model!,
+    captureLevel: source.capture_level,
+    acceptorThread: false,
+  });
 }
 
 /** The SSE frames without what the dialect mints per answer (Anthropic message ids). */
@@ -72,7 +90,9 @@ test('every call is answered from the record, streamed exactly as the original w
     const first = await post(proxy.url, '/v1/chat/completions', id, chatBody('You are terse.'));
     assert.equal(first.status, 200);
     assert.equal(first.text, originalStreams[0]);
-    const call = JSON.parse(sseFrames(first.text)[0]!.slice(6)) as { choices: { delta: { tool_calls: { id: string; function: { name: string; arguments: string } }[] } }[] };
+    const call = JSON.parse(sseFrames(first.text)[0]!.slice(6)) as {
+      choices: { delta: { tool_calls: { id: string; function: { name: string; arguments: string } }[] } }[];
+    };
     const tc = call.choices[0]!.delta.tool_calls[0]!;
     const toolTurn = [
       { role: 'assistant', content: null, tool_calls: [{ id: tc.id, type: 'function', function: tc.function }] },
@@ -82,13 +102,29 @@ test('every call is answered from the record, streamed exactly as the original w
     const anthropic = await post(proxy.url, '/v1/messages', id, anthropicBody('Be brief.'));
     assert.equal(stable(anthropic.text), stable(originalStreams[2]!));
     assert.match(anthropic.text, /^event: message_start/);
-    assert.deepEqual(engine.calls.map((c) => [c.level, c.recorded_index]), [['exact', 0], ['exact', 1], ['exact', 2]]);
+    assert.deepEqual(
+      engine.calls.map((c) => [c.level, c.recorded_index]),
+      [
+        ['exact', 0],
+        ['exact', 1],
+        ['exact', 2],
+      ],
+    );
     assert.deepEqual(engine.unasked, []);
     assert.equal(engine.halt, null);
     const replayed = proxy.sessions.calls(id);
-    assert.deepEqual(replayed.map((c) => c.completion_token_ids), source.calls.map((c) => c.completion_token_ids));
-    assert.deepEqual(replayed.map((c) => c.prompt_token_ids), source.calls.map((c) => c.prompt_token_ids));
-    assert.deepEqual(replayed.map((c) => c.logprobs), source.calls.map((c) => c.logprobs));
+    assert.deepEqual(
+      replayed.map((c) => c.completion_token_ids),
+      source.calls.map((c) => c.completion_token_ids),
+    );
+    assert.deepEqual(
+      replayed.map((c) => c.prompt_token_ids),
+      source.calls.map((c) => c.prompt_token_ids),
+    );
+    assert.deepEqual(
+      replayed.map((c) => c.logprobs),
+      source.calls.map((c) => c.logprobs),
+    );
   } finally {
     await proxy.close();
   }
@@ -105,7 +141,10 @@ test('a changed system prompt halts at the first call: the harness gets an error
     assert.equal(anthropic.status, 400);
     const body = JSON.parse(anthropic.text) as { type: string; error: { type: string; message: string } };
     assert.equal(body.type, 'error');
-    assert.match(body.error.message, /call 0 matches no recorded call; against recorded call 0 the first difference is messages\[0\]\.content/);
+    assert.match(
+      body.error.message,
+      /call 0 matches no recorded call; against recorded call 0 the first difference is messages\[0\]\.content/,
+    );
     assert.equal(engine.halt?.position, 0);
     assert.equal(engine.halt?.expected_index, 0);
     assert.equal(engine.halt?.difference?.path, 'messages[0].content');
@@ -126,7 +165,10 @@ test('calls sent in another order are matched to their recorded counterparts (co
     const { session_id: id } = await createSession(proxy);
     assert.equal(stable((await post(proxy.url, '/v1/messages', id, anthropicBody('Be brief.'))).text), stable(originalStreams[2]!));
     assert.equal((await post(proxy.url, '/v1/chat/completions', id, chatBody('You are terse.'))).text, originalStreams[0]);
-    assert.deepEqual(engine.calls.map((c) => c.recorded_index), [2, 0]);
+    assert.deepEqual(
+      engine.calls.map((c) => c.recorded_index),
+      [2, 0],
+    );
     assert.deepEqual(engine.unasked, [1]);
   } finally {
     await proxy.close();
@@ -143,7 +185,10 @@ test('a fork answers calls before its turn from the record and the rest from the
     const second = await post(proxy.url, '/v1/chat/completions', id, chatBody('You are terse.', [{ role: 'user', content: 'and now?' }]));
     assert.equal(second.status, 200);
     assert.match(second.text, /a different answer/);
-    assert.deepEqual(engine.calls.map((c) => c.level), ['exact', 'live']);
+    assert.deepEqual(
+      engine.calls.map((c) => c.level),
+      ['exact', 'live'],
+    );
     assert.equal(live.requests.length, 1);
   } finally {
     await proxy.close();

@@ -14,7 +14,11 @@ let tmp: string;
 let dir: string;
 
 function run(argv: string[]): { code: number; out: string; err: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), ...argv], { cwd: ROOT, encoding: 'utf8', timeout: 120_000 });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), ...argv], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 120_000,
+  });
   return { code: r.status ?? -1, out: r.stdout, err: r.stderr };
 }
 
@@ -26,12 +30,15 @@ after(() => rmSync(tmp, { recursive: true, force: true }));
 
 test('group view data: members, classes, histograms, divergences, behaviour', () => {
   const g = buildGroupView(dir, 'g-div');
-  assert.deepEqual(g.members.map((m) => [m.rollout_id, m.class, m.reward, m.kept, m.turns, m.tool_calls]), [
-    ['d0', 'completed', 1, true, 4, 3],
-    ['d1', 'policy_failure', 0, true, 3, 2],
-    ['d2', 'policy_failure', 0, true, 3, 2],
-    ['d3', 'infra_error', null, false, 1, 1],
-  ]);
+  assert.deepEqual(
+    g.members.map((m) => [m.rollout_id, m.class, m.reward, m.kept, m.turns, m.tool_calls]),
+    [
+      ['d0', 'completed', 1, true, 4, 3],
+      ['d1', 'policy_failure', 0, true, 3, 2],
+      ['d2', 'policy_failure', 0, true, 3, 2],
+      ['d3', 'infra_error', null, false, 1, 1],
+    ],
+  );
   assert.equal(g.members[3]!.excluded, 'discarded_infra_error');
   assert.ok(g.members.every((m) => m.sampled_tokens > 0 && m.prompt_tokens > 0));
   assert.deepEqual(g.rewards, [1, 0, 0]);
@@ -44,11 +51,21 @@ test('group view data: members, classes, histograms, divergences, behaviour', ()
   assert.equal(d01.call, 2, 'd0 runs the test where d1 answers: the third call');
   assert.equal(d01.prompt_index, null, 'same prompts up to there');
   assert.ok(d01.token_index !== null);
-  assert.notEqual(d01.a_tokens.find((t, k) => d01.window_start + k === d01.token_index)!.id, d01.b_tokens.find((t, k) => d01.window_start + k === d01.token_index)!.id);
+  assert.notEqual(
+    d01.a_tokens.find((t, k) => d01.window_start + k === d01.token_index)!.id,
+    d01.b_tokens.find((t, k) => d01.window_start + k === d01.token_index)!.id,
+  );
   const d02 = pair('d0', 'd2');
   assert.equal(d02.call, 0, 'd2 reads the wrong path on its first call');
   assert.equal(d02.prompt_index, null);
-  assert.equal(d02.a_tokens.map((t) => t.text).join('').includes('cat app.py'), true, d02.a_tokens.map((t) => t.text).join(''));
+  assert.equal(
+    d02.a_tokens
+      .map((t) => t.text)
+      .join('')
+      .includes('cat app.py'),
+    true,
+    d02.a_tokens.map((t) => t.text).join(''),
+  );
   assert.equal(pair('d1', 'd2').call, 0);
   assert.equal(g.divergences[g.focus_pair!]!.a, 'd0', 'the earliest divergence between different rewards');
   assert.equal(g.divergences[g.focus_pair!]!.b, 'd2');
@@ -66,7 +83,10 @@ test('group view data: members, classes, histograms, divergences, behaviour', ()
     assert.equal(m.samples!.agent_turns, m.turns, m.rollout_id);
     assert.equal(m.samples!.tokens_to_trainer, m.samples!.merged_tokens, m.rollout_id);
   }
-  assert.deepEqual([g.samples.group.rollouts, g.samples.group.samples_per_rollout, g.samples.group.token_ratio, g.samples.group.unparsed_tool_calls], [3, 1, 1, 0]);
+  assert.deepEqual(
+    [g.samples.group.rollouts, g.samples.group.samples_per_rollout, g.samples.group.token_ratio, g.samples.group.unparsed_tool_calls],
+    [3, 1, 1, 0],
+  );
   assert.equal(g.samples.harness.rollouts, 3, 'react-a: the kept d0 d1 d2');
   assert.equal(g.samples.batch.rollouts, 5, 'kept rollouts of the batch: d0 d1 d2 s0 s1');
   const same = buildGroupView(dir, 'g-same');

@@ -65,7 +65,8 @@ test('the embedded engine serves prompt_logprobs on /v1/completions in vLLM shap
   const ids = same.engine.tokenize({ prompt: 'one two three four' }).tokens;
   const r = await post(same.url, '/v1/completions', { prompt: ids, max_tokens: 1, prompt_logprobs: 2 });
   assert.equal(r.status, 200, r.text);
-  const lps = (r.body as { choices: { prompt_logprobs: (Record<string, { logprob: number; rank: number }> | null)[] }[] }).choices[0]!.prompt_logprobs;
+  const lps = (r.body as { choices: { prompt_logprobs: (Record<string, { logprob: number; rank: number }> | null)[] }[] }).choices[0]!
+    .prompt_logprobs;
   assert.equal(lps.length, ids.length);
   assert.equal(lps[0], null, 'nothing predicts the first token');
   for (let i = 1; i < ids.length; i++) {
@@ -99,7 +100,9 @@ test('rescore with a model built from another seed: a measured drift; the defaul
   assert.ok(existsSync(def), 'written next to the rollout');
   assert.ok(report.summary.mean_abs_log_ratio! > 0.05, `mean |log ratio| ${report.summary.mean_abs_log_ratio}`);
   assert.ok(report.summary.share_past! > 0.1, `share past ${report.summary.share_past}`);
-  process.stdout.write(`# drift seed 0 -> seed 1: mean ratio ${report.summary.mean_ratio}, share past 0.2 ${report.summary.share_past}, mean |log ratio| ${report.summary.mean_abs_log_ratio}\n`);
+  process.stdout.write(
+    `# drift seed 0 -> seed 1: mean ratio ${report.summary.mean_ratio}, share past 0.2 ${report.summary.share_past}, mean |log ratio| ${report.summary.mean_abs_log_ratio}\n`,
+  );
 });
 
 test('rescore input errors: no engine, no file, bad threshold', async () => {

@@ -87,7 +87,8 @@ describe('egress sandboxes are cut off from this machine and its networks', { co
       for (const a of list ?? []) if (a.family === 'IPv4' && !a.internal) await addTarget(`host interface ${name}`, a.address);
     }
     // Host-local /32s on loopback (the kernel has no dummy interfaces here): traffic to them never leaves.
-    for (const address of [PRIVATE_ADDRESS, METADATA_ADDRESS]) execFileSync('ip', ['addr', 'add', `${address}/32`, 'dev', 'lo', 'label', LO_LABEL]);
+    for (const address of [PRIVATE_ADDRESS, METADATA_ADDRESS])
+      execFileSync('ip', ['addr', 'add', `${address}/32`, 'dev', 'lo', 'label', LO_LABEL]);
     // Node lists only interfaces that are up; docker0 is down while no container uses it.
     const defaultGateway = interfaceAddress('docker0');
     assert.ok(defaultGateway, "Docker's default bridge has a gateway on this machine");
@@ -112,75 +113,113 @@ describe('egress sandboxes are cut off from this machine and its networks', { co
   async function egressSandbox(task: HarborTask) {
     const session = proxy.sessions.create().session_id;
     const socket = await SessionSocket.open(proxy, session);
-    const sandbox = await runtime.create({ task, harness: 'react', sessionId: session, image: BASE_IMAGE, hostLogsDir: outDir(), mounts: [], env: {}, model: { proxyUrl: proxy.url, socketDir: socket.dir } });
+    const sandbox = await runtime.create({
+      task,
+      harness: 'react',
+      sessionId: session,
+      image: BASE_IMAGE,
+      hostLogsDir: outDir(),
+      mounts: [],
+      env: {},
+      model: { proxyUrl: proxy.url, socketDir: socket.dir },
+    });
     return { sandbox, session, close: async () => (await sandbox.remove(), await socket.close()) };
   }
 
-  test('a container on the default bridge (no lab firewall) reaches every target: the probes can succeed', { timeout: 120_000 }, async () => {
-    const container = await docker.createContainer({ Image: BASE_IMAGE, Entrypoint: [], Cmd: ['bash', '-c', probeScript(targets, '/opt/node')], Tty: true, HostConfig: { NetworkMode: 'bridge', Binds: [`${process.execPath}:/opt/node:ro`], AutoRemove: false }, Labels: { [LABEL.kind]: 'test' } });
-    try {
-      await container.start();
-      await container.wait();
-      const logs = ((await container.logs({ stdout: true, stderr: true })) as unknown as Buffer).toString('latin1');
-      const results = parseProbe(logs.replace(/\r/g, ''));
-      const closed = results.filter((r) => r.result !== 'open:host-service');
-      assert.deepEqual(closed, [], 'without the lab firewall every host service answers');
-    } finally {
-      await container.remove({ force: true });
-    }
-  });
-
-  test('an egress sandbox: host addresses, its gateway, a private address and 169.254.169.254 all fail; limits and no-new-privileges set', { timeout: 180_000 }, async () => {
-    const task = { ...loadTask(join(EXAMPLES, 'hello-file')), agentNetworkMode: 'public' as const };
-    const { sandbox, session, close } = await egressSandbox(task);
-    try {
-      assert.equal(sandbox.isolation, 'egress');
-      const [info] = await docker.listContainers({ filters: JSON.stringify({ label: [`${LABEL.session}=${session}`] }) });
-      const container = await docker.getContainer(info!.Id).inspect();
-      const networkName = container.HostConfig.NetworkMode!;
-      const bridge = bridgeNameFor(networkName);
-      const network = await docker.getNetwork(networkName).inspect();
-      assert.equal(network.Options?.['com.docker.network.bridge.name'], bridge);
-      const gateway = interfaceAddress(bridge);
-      assert.ok(gateway, 'the sandbox network has a gateway on this machine');
-      await addTarget("the sandbox network's own gateway", gateway);
-      const rules = execFileSync('iptables', ['-S'], { encoding: 'utf8' });
-      assert.match(rules, new RegExp(`-A INPUT -i ${bridge} -j ${chainNames(bridge).input}`));
-      assert.match(rules, new RegExp(`-A DOCKER-USER -i ${bridge} -j ${chainNames(bridge).forward}`));
-
-      const r = await sandbox.exec(probeScript(targets), { timeoutMs: 60_000 });
-      const results = parseProbe(r.output);
-      assert.equal(results.length, targets.length);
-      const reached = results.filter((x) => x.result.startsWith('open'));
-      assert.deepEqual(reached, [], 'nothing on this machine or its networks answers an egress sandbox');
-      // Refused at once (ICMP port unreachable), not left to time out.
-      assert.deepEqual([...new Set(results.map((x) => x.result))], ['ECONNREFUSED'], JSON.stringify(results));
-      const v6 = await sandbox.exec('cat /proc/sys/net/ipv6/conf/all/disable_ipv6', { timeoutMs: 10_000 });
-      assert.equal(v6.output.trim(), '1', 'IPv6 (link-local to the host included) is off');
-
-      assert.equal(container.HostConfig.PidsLimit, DEFAULT_LIMITS.pids);
-      assert.equal(container.HostConfig.Memory, (task.environment.memoryMb ?? DEFAULT_LIMITS.memoryMb) * 1024 * 1024, "the task's memory_mb, else the default");
-      assert.ok((container.HostConfig.NanoCpus ?? 0) > 0, 'a CPU limit');
-      assert.deepEqual(container.HostConfig.SecurityOpt, ['no-new-privileges:true']);
-      assert.ok(container.HostConfig.CapDrop?.includes('NET_RAW') && container.HostConfig.CapDrop.includes('MKNOD'));
-      const status = await sandbox.exec("grep -E '^NoNewPrivs' /proc/self/status", { timeoutMs: 10_000 });
-      assert.match(status.output, /NoNewPrivs:\s+1/);
-    } finally {
-      // The gateway goes with the network: no later probe may aim at an address that has left this machine.
-      const gatewayTarget = targets.findIndex((t) => t.name === "the sandbox network's own gateway");
-      if (gatewayTarget >= 0) {
-        targets.splice(gatewayTarget, 1);
-        servers.pop()?.close();
+  test(
+    'a container on the default bridge (no lab firewall) reaches every target: the probes can succeed',
+    { timeout: 120_000 },
+    async () => {
+      const container = await docker.createContainer({
+        Image: BASE_IMAGE,
+        Entrypoint: [],
+        Cmd: ['bash', '-c', probeScript(targets, '/opt/node')],
+        Tty: true,
+        HostConfig: { NetworkMode: 'bridge', Binds: [`${process.execPath}:/opt/node:ro`], AutoRemove: false },
+        Labels: { [LABEL.kind]: 'test' },
+      });
+      try {
+        await container.start();
+        await container.wait();
+        const logs = ((await container.logs({ stdout: true, stderr: true })) as unknown as Buffer).toString('latin1');
+        const results = parseProbe(logs.replace(/\r/g, ''));
+        const closed = results.filter((r) => r.result !== 'open:host-service');
+        assert.deepEqual(closed, [], 'without the lab firewall every host service answers');
+      } finally {
+        await container.remove({ force: true });
       }
-      const removedNetwork = (await docker.listContainers({ filters: JSON.stringify({ label: [`${LABEL.session}=${session}`] }) }))[0]?.HostConfig.NetworkMode;
-      await close();
-      if (removedNetwork) assert.doesNotMatch(execFileSync('iptables', ['-S'], { encoding: 'utf8' }), new RegExp(chainNames(bridgeNameFor(removedNetwork)).input), 'the chains go with the network');
-    }
-  });
+    },
+  );
+
+  test(
+    'an egress sandbox: host addresses, its gateway, a private address and 169.254.169.254 all fail; limits and no-new-privileges set',
+    { timeout: 180_000 },
+    async () => {
+      const task = { ...loadTask(join(EXAMPLES, 'hello-file')), agentNetworkMode: 'public' as const };
+      const { sandbox, session, close } = await egressSandbox(task);
+      try {
+        assert.equal(sandbox.isolation, 'egress');
+        const [info] = await docker.listContainers({ filters: JSON.stringify({ label: [`${LABEL.session}=${session}`] }) });
+        const container = await docker.getContainer(info!.Id).inspect();
+        const networkName = container.HostConfig.NetworkMode!;
+        const bridge = bridgeNameFor(networkName);
+        const network = await docker.getNetwork(networkName).inspect();
+        assert.equal(network.Options?.['com.docker.network.bridge.name'], bridge);
+        const gateway = interfaceAddress(bridge);
+        assert.ok(gateway, 'the sandbox network has a gateway on this machine');
+        await addTarget("the sandbox network's own gateway", gateway);
+        const rules = execFileSync('iptables', ['-S'], { encoding: 'utf8' });
+        assert.match(rules, new RegExp(`-A INPUT -i ${bridge} -j ${chainNames(bridge).input}`));
+        assert.match(rules, new RegExp(`-A DOCKER-USER -i ${bridge} -j ${chainNames(bridge).forward}`));
+
+        const r = await sandbox.exec(probeScript(targets), { timeoutMs: 60_000 });
+        const results = parseProbe(r.output);
+        assert.equal(results.length, targets.length);
+        const reached = results.filter((x) => x.result.startsWith('open'));
+        assert.deepEqual(reached, [], 'nothing on this machine or its networks answers an egress sandbox');
+        // Refused at once (ICMP port unreachable), not left to time out.
+        assert.deepEqual([...new Set(results.map((x) => x.result))], ['ECONNREFUSED'], JSON.stringify(results));
+        const v6 = await sandbox.exec('cat /proc/sys/net/ipv6/conf/all/disable_ipv6', { timeoutMs: 10_000 });
+        assert.equal(v6.output.trim(), '1', 'IPv6 (link-local to the host included) is off');
+
+        assert.equal(container.HostConfig.PidsLimit, DEFAULT_LIMITS.pids);
+        assert.equal(
+          container.HostConfig.Memory,
+          (task.environment.memoryMb ?? DEFAULT_LIMITS.memoryMb) * 1024 * 1024,
+          "the task's memory_mb, else the default",
+        );
+        assert.ok((container.HostConfig.NanoCpus ?? 0) > 0, 'a CPU limit');
+        assert.deepEqual(container.HostConfig.SecurityOpt, ['no-new-privileges:true']);
+        assert.ok(container.HostConfig.CapDrop?.includes('NET_RAW') && container.HostConfig.CapDrop.includes('MKNOD'));
+        const status = await sandbox.exec("grep -E '^NoNewPrivs' /proc/self/status", { timeoutMs: 10_000 });
+        assert.match(status.output, /NoNewPrivs:\s+1/);
+      } finally {
+        // The gateway goes with the network: no later probe may aim at an address that has left this machine.
+        const gatewayTarget = targets.findIndex((t) => t.name === "the sandbox network's own gateway");
+        if (gatewayTarget >= 0) {
+          targets.splice(gatewayTarget, 1);
+          servers.pop()?.close();
+        }
+        const removedNetwork = (await docker.listContainers({ filters: JSON.stringify({ label: [`${LABEL.session}=${session}`] }) }))[0]
+          ?.HostConfig.NetworkMode;
+        await close();
+        if (removedNetwork)
+          assert.doesNotMatch(
+            execFileSync('iptables', ['-S'], { encoding: 'utf8' }),
+            new RegExp(chainNames(bridgeNameFor(removedNetwork)).input),
+            'the chains go with the network',
+          );
+      }
+    },
+  );
 
   test('a task that names a host reaches that host only; its own limits replace the defaults', { timeout: 180_000 }, async () => {
     const base = loadTask(join(EXAMPLES, 'hello-file'));
-    const task: HarborTask = { ...base, agentNetworkMode: 'public', environment: { ...base.environment, allowedHosts: [PRIVATE_ADDRESS], pidsLimit: 300, memoryMb: 1024 } };
+    const task: HarborTask = {
+      ...base,
+      agentNetworkMode: 'public',
+      environment: { ...base.environment, allowedHosts: [PRIVATE_ADDRESS], pidsLimit: 300, memoryMb: 1024 },
+    };
     const { sandbox, session, close } = await egressSandbox(task);
     try {
       const results = parseProbe((await sandbox.exec(probeScript(targets), { timeoutMs: 60_000 })).output);
@@ -198,8 +237,16 @@ describe('egress sandboxes are cut off from this machine and its networks', { co
   test('an image build runs on the lab build network: its RUN steps cannot reach the host either', { timeout: 300_000 }, async () => {
     const dir = mkdtempSync(join(tmpdir(), 'hl-build-probe-'));
     cpSync(join(EXAMPLES, 'hello-file'), join(dir, 'hello-file'), { recursive: true });
-    const tries = targets.map((t) => `(timeout 4 bash -c 'exec 3<>/dev/tcp/${t.address}/${t.port} && head -c 12 <&3' && echo " OPEN ${t.address}") || echo "CLOSED ${t.address}"`).join('; ');
-    writeFileSync(join(dir, 'hello-file', 'environment', 'Dockerfile'), `FROM ${BASE_IMAGE}\nRUN echo nonce-${randomBytes(6).toString('hex')}; ${tries}\n`);
+    const tries = targets
+      .map(
+        (t) =>
+          `(timeout 4 bash -c 'exec 3<>/dev/tcp/${t.address}/${t.port} && head -c 12 <&3' && echo " OPEN ${t.address}") || echo "CLOSED ${t.address}"`,
+      )
+      .join('; ');
+    writeFileSync(
+      join(dir, 'hello-file', 'environment', 'Dockerfile'),
+      `FROM ${BASE_IMAGE}\nRUN echo nonce-${randomBytes(6).toString('hex')}; ${tries}\n`,
+    );
     const task = loadTask(join(dir, 'hello-file'));
     const lines: string[] = [];
     const tag = await runtime.prepareImage(task, (line) => lines.push(line));
@@ -212,7 +259,10 @@ describe('egress sandboxes are cut off from this machine and its networks', { co
       assert.equal(network.Options?.['com.docker.network.bridge.name'], bridgeNameFor('build'));
       assert.match(readFileSync('/proc/net/dev', 'utf8'), new RegExp(`${bridgeNameFor('build')}:`));
     } finally {
-      await docker.getImage(tag).remove({ force: true }).catch(() => {});
+      await docker
+        .getImage(tag)
+        .remove({ force: true })
+        .catch(() => {});
     }
   });
 });

@@ -175,28 +175,49 @@ const REFUSED_STATUS = new Set([401, 403, 404, 405]);
  * Every escape refused (an error status or no connection, and never a 2xx/5xx), its own model route
  * answered, and no host port reachable on the sandbox's loopback.
  */
-export function assertEscapesRefused(report: ProbeReport, opts: { hostPorts: { name: string; port: number }[]; relayPort?: number; noNetwork?: boolean }): void {
+export function assertEscapesRefused(
+  report: ProbeReport,
+  opts: { hostPorts: { name: string; port: number }[]; relayPort?: number; noNetwork?: boolean },
+): void {
   assert.ok(report.own_key_found, 'the probe found its own session key in its environment');
   assert.ok(report.base_url, 'the probe found its model base URL');
   const wrong: string[] = [];
   for (const a of report.attempts) {
     const what = `${a.name}: ${a.status ?? ''} ${a.error ?? ''} ${a.body ?? ''}`.trim();
     if (a.expect === 'ok' && (a.status !== 200 || a.checked !== 'yes')) wrong.push(`should work: ${what}`);
-    if (a.expect === 'refused' && !(a.error !== undefined || (a.status !== undefined && REFUSED_STATUS.has(a.status)))) wrong.push(`should be refused: ${what}`);
+    if (a.expect === 'refused' && !(a.error !== undefined || (a.status !== undefined && REFUSED_STATUS.has(a.status))))
+      wrong.push(`should be refused: ${what}`);
     // A refusal must not carry data (a session list, calls, a rollout, health details).
-    if (a.expect === 'refused' && a.body && /"(sessions|calls|graph|upstream|engines)"/.test(a.body)) wrong.push(`refusal carries data: ${what}`);
+    if (a.expect === 'refused' && a.body && /"(sessions|calls|graph|upstream|engines)"/.test(a.body))
+      wrong.push(`refusal carries data: ${what}`);
   }
   assert.deepEqual(wrong, [], wrong.join('\n'));
   assert.ok(report.attempts.filter((a) => a.expect === 'refused').length >= 40, 'the probe tried every escape');
   const allowed = opts.relayPort ? [opts.relayPort] : [];
-  assert.deepEqual(report.open_loopback_ports, allowed, `only the relay listens on the sandbox's loopback (open: ${report.open_loopback_ports.join(', ')})`);
-  for (const h of opts.hostPorts) assert.ok(!report.open_loopback_ports.includes(h.port), `the ${h.name} (host port ${h.port}) is unreachable from the sandbox`);
+  assert.deepEqual(
+    report.open_loopback_ports,
+    allowed,
+    `only the relay listens on the sandbox's loopback (open: ${report.open_loopback_ports.join(', ')})`,
+  );
+  for (const h of opts.hostPorts)
+    assert.ok(!report.open_loopback_ports.includes(h.port), `the ${h.name} (host port ${h.port}) is unreachable from the sandbox`);
   if (opts.noNetwork) assert.deepEqual(report.interfaces, ['lo'], 'a no-network sandbox has loopback only');
 }
 
 /** On the host: the probe minted nothing, deleted nothing and touched no other session's calls. */
-export function assertCaptureIntact(proxy: CaptureProxy, before: { sessionIds: string[]; siblingId: string; siblingCalls: number }, own: string): void {
-  assert.deepEqual(proxy.sessions.list().map((s) => String(s.session_id)).sort(), [...before.sessionIds].sort(), 'no session was minted or deleted from inside');
+export function assertCaptureIntact(
+  proxy: CaptureProxy,
+  before: { sessionIds: string[]; siblingId: string; siblingCalls: number },
+  own: string,
+): void {
+  assert.deepEqual(
+    proxy.sessions
+      .list()
+      .map((s) => String(s.session_id))
+      .sort(),
+    [...before.sessionIds].sort(),
+    'no session was minted or deleted from inside',
+  );
   assert.ok(proxy.sessions.get(own), 'the sandbox could not delete its own capture');
   assert.equal(proxy.sessions.calls(before.siblingId).length, before.siblingCalls, "the sibling's calls are untouched");
 }

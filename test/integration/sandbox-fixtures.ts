@@ -22,7 +22,9 @@ export function dockerReady(): Promise<Docker> {
     try {
       docker = await connectDocker();
     } catch (err) {
-      assert.fail(`the sandbox integration tests need a running Docker engine (\`npm test\` as root installs docker.io and starts dockerd, see scripts/provision.ts): ${(err as Error).message}`);
+      assert.fail(
+        `the sandbox integration tests need a running Docker engine (\`npm test\` as root installs docker.io and starts dockerd, see scripts/provision.ts): ${(err as Error).message}`,
+      );
     }
     await ensureBaseImages(docker);
     return docker;
@@ -58,9 +60,16 @@ export interface CliRun {
 }
 
 /** `harness-lab ...` from source; `onStart` sees the child (e.g. to signal it). */
-export function cli(args: string[], opts: { env?: NodeJS.ProcessEnv; onStart?: (pid: number) => void; timeoutMs?: number } = {}): Promise<CliRun> {
+export function cli(
+  args: string[],
+  opts: { env?: NodeJS.ProcessEnv; onStart?: (pid: number) => void; timeoutMs?: number } = {},
+): Promise<CliRun> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', join(REPO, 'src', 'cli', 'main.ts'), ...args], { cwd: REPO, env: { ...process.env, ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', join(REPO, 'src', 'cli', 'main.ts'), ...args], {
+      cwd: REPO,
+      env: { ...process.env, ...opts.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
@@ -90,7 +99,10 @@ export function realHarnesses(): string[] {
   const only = process.env.HARNESS_LAB_SANDBOX_HARNESSES;
   const all = harnessNames().filter((n) => n !== 'react');
   if (!only) return all;
-  const picked = only.split(',').map((n) => n.trim()).filter(Boolean);
+  const picked = only
+    .split(',')
+    .map((n) => n.trim())
+    .filter(Boolean);
   for (const n of picked) harnessEntry(n); // throws naming the known harnesses
   return picked;
 }

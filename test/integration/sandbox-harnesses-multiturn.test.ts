@@ -27,7 +27,14 @@ describe('harnesses in Docker sandboxes, three tool calls in a row (sum-numbers)
 
   for (const harness of process.env.HARNESS_LAB_SANDBOX_HARNESSES ? realHarnesses() : ['react', ...realHarnesses()]) {
     test(`${harness}: three linked tool-call turns, reward 1.0, passing contract and ATIF match`, { timeout: PER_HARNESS_MS }, async () => {
-      const table = await validateHarness({ harness, taskDir: MULTI_TURN_TASK, sandbox: 'docker', engineUrl: engine.url, outDir: outDir(), handleSignals: false });
+      const table = await validateHarness({
+        harness,
+        taskDir: MULTI_TURN_TASK,
+        sandbox: 'docker',
+        engineUrl: engine.url,
+        outDir: outDir(),
+        handleSignals: false,
+      });
       const shown = formatValidationTable(table);
       assert.equal(table.rollout.reward, 1, shown);
       assert.equal(table.rollout.isolation, 'no-network', shown);

@@ -31,26 +31,38 @@ describe('harnesses in Docker sandboxes', { concurrency: false }, () => {
     await engine?.close();
   });
 
-  test('reference harness: `harness-lab run` without --engine-url, reward 1.0, rollout written, contract passes', { timeout: PER_HARNESS_MS }, async () => {
-    const out = outDir();
-    let pid = 0;
-    const r = await cli(['run', '--task', TASK, '--harness', 'react', '--out', out], { onStart: (p) => (pid = p) });
-    assert.equal(r.code, 0, r.stdout + r.stderr);
-    assert.match(r.stdout, /^\[react \/ docker\] task hello-file: ok reward=1\.00 turns=2 roots=1 tokens=\d+ atif=match \d+s$/m);
-    const doc = JSON.parse(readFileSync(join(out, 'hello-file', 'react', '0', 'rollout.json'), 'utf8'));
-    assert.equal(doc.reward, 1);
-    assert.equal(doc.isolation, 'no-network', 'hello-file declares no network: the harness reached the model through its session socket only');
-    assert.equal(doc.trainable, true);
-    assert.equal(doc.rollout.calls.length, 2);
-    assert.ok(doc.rollout.traces.length >= 1, 'training traces are written');
-    assert.ok(existsSync(join(out, 'hello-file', 'react', '0', 'agent', 'trajectory.json')));
-    assert.ok(existsSync(join(out, 'hello-file', 'react', '0', 'verifier', 'reward.txt')));
-    assert.deepEqual(await containersOf(docker, pid), [], 'no container is left behind');
-    // The same rollout record, checked against the whole capture contract.
-    const rows = contractRows(doc);
-    assert.deepEqual(rows.filter((row) => !row.ok), [], rows.map((row) => `${row.check}: ${row.detail}`).join('\n'));
-    assert.equal(rows.length, 8);
-  });
+  test(
+    'reference harness: `harness-lab run` without --engine-url, reward 1.0, rollout written, contract passes',
+    { timeout: PER_HARNESS_MS },
+    async () => {
+      const out = outDir();
+      let pid = 0;
+      const r = await cli(['run', '--task', TASK, '--harness', 'react', '--out', out], { onStart: (p) => (pid = p) });
+      assert.equal(r.code, 0, r.stdout + r.stderr);
+      assert.match(r.stdout, /^\[react \/ docker\] task hello-file: ok reward=1\.00 turns=2 roots=1 tokens=\d+ atif=match \d+s$/m);
+      const doc = JSON.parse(readFileSync(join(out, 'hello-file', 'react', '0', 'rollout.json'), 'utf8'));
+      assert.equal(doc.reward, 1);
+      assert.equal(
+        doc.isolation,
+        'no-network',
+        'hello-file declares no network: the harness reached the model through its session socket only',
+      );
+      assert.equal(doc.trainable, true);
+      assert.equal(doc.rollout.calls.length, 2);
+      assert.ok(doc.rollout.traces.length >= 1, 'training traces are written');
+      assert.ok(existsSync(join(out, 'hello-file', 'react', '0', 'agent', 'trajectory.json')));
+      assert.ok(existsSync(join(out, 'hello-file', 'react', '0', 'verifier', 'reward.txt')));
+      assert.deepEqual(await containersOf(docker, pid), [], 'no container is left behind');
+      // The same rollout record, checked against the whole capture contract.
+      const rows = contractRows(doc);
+      assert.deepEqual(
+        rows.filter((row) => !row.ok),
+        [],
+        rows.map((row) => `${row.check}: ${row.detail}`).join('\n'),
+      );
+      assert.equal(rows.length, 8);
+    },
+  );
 
   test('the registry has at least ten real harness CLIs', () => {
     assert.ok(harnessNames().filter((n) => n !== 'react').length >= 10, harnessNames().join(', '));
@@ -58,7 +70,14 @@ describe('harnesses in Docker sandboxes', { concurrency: false }, () => {
 
   for (const harness of realHarnesses()) {
     test(`${harness}: reward 1.0 and a passing capture contract`, { timeout: PER_HARNESS_MS }, async () => {
-      const table = await validateHarness({ harness, taskDir: TASK, sandbox: 'docker', engineUrl: engine.url, outDir: outDir(), handleSignals: false });
+      const table = await validateHarness({
+        harness,
+        taskDir: TASK,
+        sandbox: 'docker',
+        engineUrl: engine.url,
+        outDir: outDir(),
+        handleSignals: false,
+      });
       const shown = formatValidationTable(table);
       assert.equal(table.rollout.reward, 1, shown);
       assert.equal(table.rollout.isolation, 'no-network', shown);

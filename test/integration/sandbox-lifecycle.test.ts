@@ -43,7 +43,15 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
     });
 
     test('legacy-key task with a reward.json verifier (fix a script) ends with reward 1', { timeout: 300_000 }, async () => {
-      const r = await runRollout({ task: loadTask(join(EXAMPLES, 'fix-script')), harness: 'react', runtime, proxy, model: 'policy', outDir: outDir(), reactScript: await ensureReactScript() });
+      const r = await runRollout({
+        task: loadTask(join(EXAMPLES, 'fix-script')),
+        harness: 'react',
+        runtime,
+        proxy,
+        model: 'policy',
+        outDir: outDir(),
+        reactScript: await ensureReactScript(),
+      });
       assert.equal(r.status, 'ok', r.error ?? '');
       assert.equal(r.reward, 1);
       assert.equal(r.reward_source, 'reward.json');
@@ -54,21 +62,36 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
       assert.equal(r.atif.verdict, 'match');
     });
 
-    test('a lab opened on a running proxy (the extension\'s Run with Harness...) records into it and leaves it running', { timeout: 300_000 }, async () => {
-      const lab = await openLab({ taskDir: join(EXAMPLES, 'fix-script'), harness: 'react', sandbox: 'docker', proxy, model: engine.model, outDir: outDir(), handleSignals: false });
-      let sessionId: string;
-      try {
-        assert.equal(lab.proxy, proxy);
-        const r = await runRollout(lab.rolloutOptions);
-        assert.equal(r.status, 'ok', r.error ?? '');
-        sessionId = r.session_id;
-      } finally {
-        await lab.close();
-      }
-      assert.ok(proxy.sessions.list().some((s) => s.session_id === sessionId), 'the rollout\'s session is in the given proxy');
-      assert.equal(proxy.sessions.rollout(sessionId)?.stats.n_turns, 3);
-      assert.equal((await fetch(`${proxy.url}/health`)).status, 200, 'closing the lab leaves the given proxy running');
-    });
+    test(
+      "a lab opened on a running proxy (the extension's Run with Harness...) records into it and leaves it running",
+      { timeout: 300_000 },
+      async () => {
+        const lab = await openLab({
+          taskDir: join(EXAMPLES, 'fix-script'),
+          harness: 'react',
+          sandbox: 'docker',
+          proxy,
+          model: engine.model,
+          outDir: outDir(),
+          handleSignals: false,
+        });
+        let sessionId: string;
+        try {
+          assert.equal(lab.proxy, proxy);
+          const r = await runRollout(lab.rolloutOptions);
+          assert.equal(r.status, 'ok', r.error ?? '');
+          sessionId = r.session_id;
+        } finally {
+          await lab.close();
+        }
+        assert.ok(
+          proxy.sessions.list().some((s) => s.session_id === sessionId),
+          "the rollout's session is in the given proxy",
+        );
+        assert.equal(proxy.sessions.rollout(sessionId)?.stats.n_turns, 3);
+        assert.equal((await fetch(`${proxy.url}/health`)).status, 200, 'closing the lab leaves the given proxy running');
+      },
+    );
 
     test('the wall-clock timeout stops the container; the rollout is errored with reward null and kept', { timeout: 300_000 }, async () => {
       const task = loadTask(taskWithPolicy('hello-file', SLEEP_POLICY));
@@ -76,7 +99,16 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
       const p2 = await CaptureProxy.start({ engineUrl: sleeper.url, model: sleeper.model, captureLevel: 'tokens' });
       try {
         const t0 = Date.now();
-        const r = await runRollout({ task, harness: 'react', runtime, proxy: p2, model: 'policy', outDir: outDir(), timeoutSec: 4, reactScript: await ensureReactScript() });
+        const r = await runRollout({
+          task,
+          harness: 'react',
+          runtime,
+          proxy: p2,
+          model: 'policy',
+          outDir: outDir(),
+          timeoutSec: 4,
+          reactScript: await ensureReactScript(),
+        });
         assert.ok(Date.now() - t0 < 60_000, 'the timeout ends the rollout promptly');
         assert.equal(r.status, 'errored');
         assert.equal(r.reward, null);
@@ -103,14 +135,28 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
     try {
       const task = loadTask(join(EXAMPLES, 'fix-script')); // egress: a network is created, then must go
       // A "node" that exits at once stands in for an image whose libc cannot run the host's node.
-      const spec = { task, harness: 'react', sessionId: socket.sessionId, image: await runtime.prepareImage(task), hostLogsDir: outDir(), mounts: [{ host: '/bin/false', container: '/opt/harness-lab/bin/node', readOnly: true }], env: {}, model: { proxyUrl: proxy.url, socketDir: socket.dir } };
+      const spec = {
+        task,
+        harness: 'react',
+        sessionId: socket.sessionId,
+        image: await runtime.prepareImage(task),
+        hostLogsDir: outDir(),
+        mounts: [{ host: '/bin/false', container: '/opt/harness-lab/bin/node', readOnly: true }],
+        env: {},
+        model: { proxyUrl: proxy.url, socketDir: socket.dir },
+      };
       await assert.rejects(runtime.create(spec), (err: unknown) => {
         assert.ok(err instanceof SandboxError);
-        assert.match(err.message, /could not start the sandbox container for fix-script: .*the model relay.*(exited with 1|did not come up)/);
+        assert.match(
+          err.message,
+          /could not start the sandbox container for fix-script: .*the model relay.*(exited with 1|did not come up)/,
+        );
         return true;
       });
       assert.deepEqual(await containersOf(docker, process.pid), []);
-      const mine = (await docker.listNetworks({ filters: JSON.stringify({ label: [LABEL.owner] }) })).filter((n) => n.Labels?.[LABEL.owner]?.endsWith(`/${process.pid}`));
+      const mine = (await docker.listNetworks({ filters: JSON.stringify({ label: [LABEL.owner] }) })).filter((n) =>
+        n.Labels?.[LABEL.owner]?.endsWith(`/${process.pid}`),
+      );
       assert.deepEqual(mine, [], 'the per-rollout network is removed too');
     } finally {
       await socket.close();
@@ -146,39 +192,54 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
     assert.match(r.stderr, /unknown harness 'cursor-cli'; known harnesses: react, codex, claude-code, opencode, gemini-cli, qwen-code, pi/);
 
     mkdirSync(outDir(), { recursive: true });
-    r = await cli(['run', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'react', '--out', outDir()], { env: { DOCKER_HOST: 'unix:///nonexistent/docker.sock' } });
+    r = await cli(['run', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'react', '--out', outDir()], {
+      env: { DOCKER_HOST: 'unix:///nonexistent/docker.sock' },
+    });
     assert.equal(r.code, 1);
     assert.match(r.stderr, /Docker is not reachable at unix:\/\/\/nonexistent\/docker\.sock .*Start the Docker daemon/);
   });
 
-  test('killing the run midway leaves no container: SIGTERM cleans up, and the next run removes what SIGKILL left', { timeout: 300_000 }, async () => {
-    const task = taskWithPolicy('hello-file', SLEEP_POLICY);
-    for (const signal of ['SIGTERM', 'SIGKILL'] as const) {
-      let pid = 0;
-      const out = outDir();
-      const run = cli(['run', '--task', task, '--harness', 'react', '--out', out], { env: FAST_ENGINE, onStart: (p) => (pid = p) });
-      // A running container is not yet a running agent (the relay starts first): wait for its first turn.
-      const agentLog = join(out, 'hello-file', 'react', '0', 'agent', 'react.txt');
-      await waitFor(`the agent of the ${signal} run`, async () => (existsSync(agentLog) && (await containersOf(docker, pid)).some((c) => c.State === 'running') ? true : undefined), 120_000);
-      // The agent is inside `sleep 600` now.
-      process.kill(pid, signal);
-      const done = await run;
-      if (signal === 'SIGTERM') {
-        assert.equal(done.code, 143, done.stderr);
-        assert.deepEqual(await containersOf(docker, pid), [], 'SIGTERM removes the run\'s containers');
-      } else {
-        assert.equal(done.signal, 'SIGKILL');
-        const left = await containersOf(docker, pid);
-        assert.equal(left.length, 1, 'SIGKILL leaves the container behind');
-        const next = await cli(['run', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'react', '--out', outDir(), '-v'], { env: FAST_ENGINE });
-        assert.equal(next.code, 0, next.stderr);
-        // Whichever lab starts next removes it and names it: this run, or one that another test file
-        // (the runner runs two at once) started first, which says so in its own output instead.
-        const id = left[0]!.Id.slice(0, 12);
-        const swept = /removed \d+ sandbox\(es\) left by lab processes that are gone: (.*)/.exec(next.stderr)?.[1] ?? '';
-        if (!swept.includes(id)) console.log(`# the stale container ${id} was removed by another test's lab before this run's sweep (this run removed: ${swept || 'nothing'})`);
-        assert.deepEqual(await containersOf(docker, pid), [], 'the next lab to start removed the stale container');
+  test(
+    'killing the run midway leaves no container: SIGTERM cleans up, and the next run removes what SIGKILL left',
+    { timeout: 300_000 },
+    async () => {
+      const task = taskWithPolicy('hello-file', SLEEP_POLICY);
+      for (const signal of ['SIGTERM', 'SIGKILL'] as const) {
+        let pid = 0;
+        const out = outDir();
+        const run = cli(['run', '--task', task, '--harness', 'react', '--out', out], { env: FAST_ENGINE, onStart: (p) => (pid = p) });
+        // A running container is not yet a running agent (the relay starts first): wait for its first turn.
+        const agentLog = join(out, 'hello-file', 'react', '0', 'agent', 'react.txt');
+        await waitFor(
+          `the agent of the ${signal} run`,
+          async () => (existsSync(agentLog) && (await containersOf(docker, pid)).some((c) => c.State === 'running') ? true : undefined),
+          120_000,
+        );
+        // The agent is inside `sleep 600` now.
+        process.kill(pid, signal);
+        const done = await run;
+        if (signal === 'SIGTERM') {
+          assert.equal(done.code, 143, done.stderr);
+          assert.deepEqual(await containersOf(docker, pid), [], "SIGTERM removes the run's containers");
+        } else {
+          assert.equal(done.signal, 'SIGKILL');
+          const left = await containersOf(docker, pid);
+          assert.equal(left.length, 1, 'SIGKILL leaves the container behind');
+          const next = await cli(['run', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'react', '--out', outDir(), '-v'], {
+            env: FAST_ENGINE,
+          });
+          assert.equal(next.code, 0, next.stderr);
+          // Whichever lab starts next removes it and names it: this run, or one that another test file
+          // (the runner runs two at once) started first, which says so in its own output instead.
+          const id = left[0]!.Id.slice(0, 12);
+          const swept = /removed \d+ sandbox\(es\) left by lab processes that are gone: (.*)/.exec(next.stderr)?.[1] ?? '';
+          if (!swept.includes(id))
+            console.log(
+              `# the stale container ${id} was removed by another test's lab before this run's sweep (this run removed: ${swept || 'nothing'})`,
+            );
+          assert.deepEqual(await containersOf(docker, pid), [], 'the next lab to start removed the stale container');
+        }
       }
-    }
-  });
+    },
+  );
 });

@@ -30,7 +30,10 @@ describe('official SDKs against the proxy', () => {
 
   describe('openai responses', () => {
     const client = (key: string) => new OpenAI({ baseURL: `${lab.proxy.url}/v1`, apiKey: key, maxRetries: 0 });
-    const tools: OpenAI.Responses.Tool[] = [{ type: 'function', name: 'exec_command', description: 'Run a command', parameters: shellSchema, strict: false }, { type: 'web_search' }];
+    const tools: OpenAI.Responses.Tool[] = [
+      { type: 'function', name: 'exec_command', description: 'Run a command', parameters: shellSchema, strict: false },
+      { type: 'web_search' },
+    ];
 
     test('create: function_call, then the tool output round trip yields text; the engine sees one chained conversation', async () => {
       const { session_id } = await createSession(lab.proxy);
@@ -38,7 +41,13 @@ describe('official SDKs against the proxy', () => {
         { type: 'message', role: 'developer', content: [{ type: 'input_text', text: 'You are Codex.' }] },
         { role: 'user', content: 'List files.' },
       ];
-      const first = await client(session_id).responses.create({ model: 'gpt-codex', input, tools, store: false, parallel_tool_calls: true });
+      const first = await client(session_id).responses.create({
+        model: 'gpt-codex',
+        input,
+        tools,
+        store: false,
+        parallel_tool_calls: true,
+      });
       assert.equal(first.status, 'completed');
       assert.equal(first.model, 'gpt-codex');
       const call = first.output.find((o) => o.type === 'function_call');
@@ -50,19 +59,37 @@ describe('official SDKs against the proxy', () => {
       const second = await client(session_id).responses.create({
         model: 'gpt-codex',
         tools,
-        input: [...input, ...(first.output as OpenAI.Responses.ResponseInputItem[]), { type: 'function_call_output', call_id: call.call_id, output: 'hello\n' }],
+        input: [
+          ...input,
+          ...(first.output as OpenAI.Responses.ResponseInputItem[]),
+          { type: 'function_call_output', call_id: call.call_id, output: 'hello\n' },
+        ],
       });
       assert.equal(second.output_text, 'Done.');
       const sent = lastEngineRequest();
-      assert.deepEqual(sent.messages.map((m) => m.role), ['system', 'user', 'assistant', 'tool']);
+      assert.deepEqual(
+        sent.messages.map((m) => m.role),
+        ['system', 'user', 'assistant', 'tool'],
+      );
       assert.equal(sent.messages[2]!.tool_calls![0]!.id, call.call_id);
       assert.equal(sent.messages[2]!.tool_calls![0]!.function.arguments, call.arguments, 'arguments come back byte-identical');
       assert.equal(sent.messages[3]!.tool_call_id, call.call_id);
-      assert.deepEqual(sent.tools!.map((t) => t.function.name), ['exec_command'], 'hosted web_search dropped');
+      assert.deepEqual(
+        sent.tools!.map((t) => t.function.name),
+        ['exec_command'],
+        'hosted web_search dropped',
+      );
 
       const calls = lab.proxy.sessions.calls(session_id);
-      assert.deepEqual(calls.map((c) => c.dialect), ['openai_responses', 'openai_responses']);
-      assert.deepEqual(calls[1]!.prompt_token_ids!.slice(0, calls[0]!.prompt_token_ids!.length + calls[0]!.completion_token_ids!.length), [...calls[0]!.prompt_token_ids!, ...calls[0]!.completion_token_ids!], 'the second prompt extends the first call exactly');
+      assert.deepEqual(
+        calls.map((c) => c.dialect),
+        ['openai_responses', 'openai_responses'],
+      );
+      assert.deepEqual(
+        calls[1]!.prompt_token_ids!.slice(0, calls[0]!.prompt_token_ids!.length + calls[0]!.completion_token_ids!.length),
+        [...calls[0]!.prompt_token_ids!, ...calls[0]!.completion_token_ids!],
+        'the second prompt extends the first call exactly',
+      );
     });
 
     test('responses.stream: the strict SDK accumulator accepts the replay', async () => {
@@ -81,22 +108,40 @@ describe('official SDKs against the proxy', () => {
       assert.equal(types.at(-1), 'response.completed');
       assert.ok(types.includes('response.in_progress'));
 
-      const text = client(session_id).responses.stream({ model: 'gpt-codex', input: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'earlier' }] });
+      const text = client(session_id).responses.stream({
+        model: 'gpt-codex',
+        input: [
+          { role: 'user', content: 'hi' },
+          { role: 'assistant', content: 'earlier' },
+        ],
+      });
       const done = await text.finalResponse();
       assert.equal(done.output_text, 'Done.');
     });
 
     test('errors arrive as OpenAI API errors', async () => {
-      await assert.rejects(client('no-such-session').responses.create({ model: 'm', input: 'x' }), (err: unknown) => err instanceof OpenAI.AuthenticationError);
+      await assert.rejects(
+        client('no-such-session').responses.create({ model: 'm', input: 'x' }),
+        (err: unknown) => err instanceof OpenAI.AuthenticationError,
+      );
       const { session_id } = await createSession(lab.proxy);
-      await assert.rejects(client(session_id).responses.create({ model: 'm', input: 5 as unknown as string }), (err: unknown) => err instanceof OpenAI.BadRequestError && /input/.test(err.message));
+      await assert.rejects(
+        client(session_id).responses.create({ model: 'm', input: 5 as unknown as string }),
+        (err: unknown) => err instanceof OpenAI.BadRequestError && /input/.test(err.message),
+      );
     });
   });
 
   describe('@anthropic-ai/sdk', () => {
     const client = (key: string) => new Anthropic({ apiKey: key, baseURL: lab.proxy.url, maxRetries: 0 });
-    const tools: Anthropic.ToolUnion[] = [{ name: 'Bash', description: 'Run a shell command', input_schema: shellSchema as Anthropic.Tool.InputSchema }, { type: 'web_search_20250305', name: 'web_search' }];
-    const system = [{ type: 'text' as const, text: 'x-anthropic-billing-header: cc_version=2.1; cch=abc;' }, { type: 'text' as const, text: 'You are Claude Code.' }];
+    const tools: Anthropic.ToolUnion[] = [
+      { name: 'Bash', description: 'Run a shell command', input_schema: shellSchema as Anthropic.Tool.InputSchema },
+      { type: 'web_search_20250305', name: 'web_search' },
+    ];
+    const system = [
+      { type: 'text' as const, text: 'x-anthropic-billing-header: cc_version=2.1; cch=abc;' },
+      { type: 'text' as const, text: 'You are Claude Code.' },
+    ];
 
     test('messages.create: tool_use, then tool_result round trip; billing header stripped', async () => {
       const { session_id } = await createSession(lab.proxy);
@@ -115,7 +160,11 @@ describe('official SDKs against the proxy', () => {
         max_tokens: 1000,
         system,
         tools,
-        messages: [...messages, { role: 'assistant', content: first.content }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: 'hello' }] }],
+        messages: [
+          ...messages,
+          { role: 'assistant', content: first.content },
+          { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: 'hello' }] },
+        ],
       });
       assert.equal(second.stop_reason, 'end_turn');
       assert.deepEqual(second.content, [{ type: 'text', text: 'Done.' }]);
@@ -123,12 +172,21 @@ describe('official SDKs against the proxy', () => {
       assert.equal(sent.messages[2]!.tool_calls![0]!.id, use.id);
       assert.equal(sent.messages[3]!.tool_call_id, use.id);
       const calls = lab.proxy.sessions.calls(session_id);
-      assert.deepEqual(calls[1]!.prompt_token_ids!.slice(0, calls[0]!.prompt_token_ids!.length), calls[0]!.prompt_token_ids, 'stable system prompt across calls');
+      assert.deepEqual(
+        calls[1]!.prompt_token_ids!.slice(0, calls[0]!.prompt_token_ids!.length),
+        calls[0]!.prompt_token_ids,
+        'stable system prompt across calls',
+      );
     });
 
     test('messages.stream: the SDK assembles the replay into the same message', async () => {
       const { session_id } = await createSession(lab.proxy);
-      const stream = client(session_id).messages.stream({ model: 'claude-test', max_tokens: 1000, tools, messages: [{ role: 'user', content: 'List files.' }] });
+      const stream = client(session_id).messages.stream({
+        model: 'claude-test',
+        max_tokens: 1000,
+        tools,
+        messages: [{ role: 'user', content: 'List files.' }],
+      });
       const jsonDeltas: string[] = [];
       stream.on('inputJson', (partial) => jsonDeltas.push(partial));
       const message = await stream.finalMessage();
@@ -143,29 +201,45 @@ describe('official SDKs against the proxy', () => {
 
     test('countTokens is answered without a session and never recorded', async () => {
       const { session_id } = await createSession(lab.proxy);
-      const count = await client('anything').messages.countTokens({ model: 'claude-test', messages: [{ role: 'user', content: 'x'.repeat(400) }], tools });
+      const count = await client('anything').messages.countTokens({
+        model: 'claude-test',
+        messages: [{ role: 'user', content: 'x'.repeat(400) }],
+        tools,
+      });
       assert.ok(count.input_tokens >= 100);
       assert.equal(lab.proxy.sessions.calls(session_id).length, 0);
     });
 
     test('errors arrive as Anthropic API errors of the right class', async () => {
-      await assert.rejects(client('no-such-session').messages.create({ model: 'm', max_tokens: 10, messages: [{ role: 'user', content: 'x' }] }), (err: unknown) => err instanceof Anthropic.AuthenticationError);
+      await assert.rejects(
+        client('no-such-session').messages.create({ model: 'm', max_tokens: 10, messages: [{ role: 'user', content: 'x' }] }),
+        (err: unknown) => err instanceof Anthropic.AuthenticationError,
+      );
       const { session_id } = await createSession(lab.proxy);
       await assert.rejects(
         client(session_id).messages.create({ model: 'm', max_tokens: 10, messages: 'oops' as unknown as Anthropic.MessageParam[] }),
-        (err: unknown) => err instanceof Anthropic.BadRequestError && (err.error as { error?: { type?: string } }).error?.type === 'invalid_request_error',
+        (err: unknown) =>
+          err instanceof Anthropic.BadRequestError && (err.error as { error?: { type?: string } }).error?.type === 'invalid_request_error',
       );
     });
   });
 
   describe('@google/genai', () => {
     const client = (key: string) => new GoogleGenAI({ apiKey: key, httpOptions: { baseUrl: lab.proxy.url } });
-    const config = { tools: [{ functionDeclarations: [{ name: 'run_shell_command', description: 'Runs a shell command', parametersJsonSchema: shellSchema }] }] };
+    const config = {
+      tools: [
+        { functionDeclarations: [{ name: 'run_shell_command', description: 'Runs a shell command', parametersJsonSchema: shellSchema }] },
+      ],
+    };
 
     test('generateContent: functionCall with id, then functionResponse round trip', async () => {
       const { session_id } = await createSession(lab.proxy);
       const contents: Content[] = [{ role: 'user', parts: [{ text: 'List files.' }] }];
-      const first = await client(session_id).models.generateContent({ model: 'gemini-test', contents, config: { ...config, systemInstruction: 'You are Gemini CLI.' } });
+      const first = await client(session_id).models.generateContent({
+        model: 'gemini-test',
+        contents,
+        config: { ...config, systemInstruction: 'You are Gemini CLI.' },
+      });
       const call = first.functionCalls?.[0];
       assert.ok(call);
       assert.equal(call.name, 'run_shell_command');
@@ -176,12 +250,19 @@ describe('official SDKs against the proxy', () => {
 
       const second = await client(session_id).models.generateContent({
         model: 'gemini-test',
-        contents: [...contents, first.candidates![0]!.content!, { role: 'user', parts: [{ functionResponse: { id: call.id, name: call.name, response: { output: 'hello' } } }] }],
+        contents: [
+          ...contents,
+          first.candidates![0]!.content!,
+          { role: 'user', parts: [{ functionResponse: { id: call.id, name: call.name, response: { output: 'hello' } } }] },
+        ],
         config: { ...config, systemInstruction: 'You are Gemini CLI.' },
       });
       assert.equal(second.text, 'Done.');
       const sent = lastEngineRequest();
-      assert.deepEqual(sent.messages.map((m) => m.role), ['system', 'user', 'assistant', 'tool']);
+      assert.deepEqual(
+        sent.messages.map((m) => m.role),
+        ['system', 'user', 'assistant', 'tool'],
+      );
       assert.equal(sent.messages[2]!.tool_calls![0]!.id, call.id);
       assert.equal(sent.messages[3]!.tool_call_id, call.id);
       assert.equal(lab.proxy.sessions.calls(session_id)[0]!.dialect, 'google_gemini');
@@ -196,7 +277,14 @@ describe('official SDKs against the proxy', () => {
       const calls = lab.proxy.sessions.calls(session_id);
       assert.equal(calls[0]!.stream, true);
 
-      const text = await client(session_id).models.generateContentStream({ model: 'gemini-test', contents: [{ role: 'user', parts: [{ text: 'hi' }] }, { role: 'model', parts: [{ text: 'earlier' }] }, { role: 'user', parts: [{ text: 'again' }] }] });
+      const text = await client(session_id).models.generateContentStream({
+        model: 'gemini-test',
+        contents: [
+          { role: 'user', parts: [{ text: 'hi' }] },
+          { role: 'model', parts: [{ text: 'earlier' }] },
+          { role: 'user', parts: [{ text: 'again' }] },
+        ],
+      });
       let all = '';
       for await (const chunk of text) all += chunk.text ?? '';
       assert.equal(all, 'Done.');
@@ -208,19 +296,32 @@ describe('official SDKs against the proxy', () => {
     });
 
     test('errors arrive as Google API errors', async () => {
-      await assert.rejects(client('no-such-session').models.generateContent({ model: 'm', contents: 'x' }), (err: unknown) => err instanceof Error && 'status' in err && err.status === 401);
+      await assert.rejects(
+        client('no-such-session').models.generateContent({ model: 'm', contents: 'x' }),
+        (err: unknown) => err instanceof Error && 'status' in err && err.status === 401,
+      );
     });
   });
 
   test('budget stop answer reaches every SDK as a normal non-empty answer', async () => {
     const { session_id } = await createSession(lab.proxy, { max_model_calls: 1 });
-    await new OpenAI({ baseURL: `${lab.proxy.url}/v1`, apiKey: session_id, maxRetries: 0 }).responses.create({ model: 'm', input: 'first' });
-    const r = await new OpenAI({ baseURL: `${lab.proxy.url}/v1`, apiKey: session_id, maxRetries: 0 }).responses.stream({ model: 'm', input: 'again' }).finalResponse();
+    await new OpenAI({ baseURL: `${lab.proxy.url}/v1`, apiKey: session_id, maxRetries: 0 }).responses.create({
+      model: 'm',
+      input: 'first',
+    });
+    const r = await new OpenAI({ baseURL: `${lab.proxy.url}/v1`, apiKey: session_id, maxRetries: 0 }).responses
+      .stream({ model: 'm', input: 'again' })
+      .finalResponse();
     assert.equal(r.output_text, STOP_ANSWER_TEXT);
-    const a = await new Anthropic({ apiKey: session_id, baseURL: lab.proxy.url, maxRetries: 0 }).messages.stream({ model: 'm', max_tokens: 10, messages: [{ role: 'user', content: 'x' }] }).finalMessage();
+    const a = await new Anthropic({ apiKey: session_id, baseURL: lab.proxy.url, maxRetries: 0 }).messages
+      .stream({ model: 'm', max_tokens: 10, messages: [{ role: 'user', content: 'x' }] })
+      .finalMessage();
     assert.equal(a.stop_reason, 'end_turn');
     assert.equal(a.content[0]?.type === 'text' ? a.content[0].text : '', STOP_ANSWER_TEXT);
-    const g = await new GoogleGenAI({ apiKey: session_id, httpOptions: { baseUrl: lab.proxy.url } }).models.generateContent({ model: 'm', contents: 'x' });
+    const g = await new GoogleGenAI({ apiKey: session_id, httpOptions: { baseUrl: lab.proxy.url } }).models.generateContent({
+      model: 'm',
+      contents: 'x',
+    });
     assert.equal(g.text, STOP_ANSWER_TEXT);
     assert.equal(lab.proxy.sessions.calls(session_id).length, 1, 'stop answers are never recorded');
   });
@@ -245,13 +346,32 @@ describe('reasoning through the official SDKs', () => {
         const followUp = request.messages.at(-1)?.role === 'tool';
         const message = followUp
           ? { role: 'assistant', content: 'Done.', reasoning: 'Finished.' }
-          : { role: 'assistant', content: 'Checking a.txt.', reasoning: 'Count lines next.', tool_calls: [{ id: 'call_2', type: 'function', function: { name: 'bash', arguments: '{"command":"wc -l notes.txt"}' } }] };
-        res.end(JSON.stringify({ id: `chatcmpl-${seen.length}`, object: 'chat.completion', created: 1730000000, model: 'reasoner', choices: [{ index: 0, message, finish_reason: followUp ? 'stop' : 'tool_calls' }], usage: { prompt_tokens: 20, completion_tokens: 9, total_tokens: 29, prompt_tokens_details: null } }));
+          : {
+              role: 'assistant',
+              content: 'Checking a.txt.',
+              reasoning: 'Count lines next.',
+              tool_calls: [{ id: 'call_2', type: 'function', function: { name: 'bash', arguments: '{"command":"wc -l notes.txt"}' } }],
+            };
+        res.end(
+          JSON.stringify({
+            id: `chatcmpl-${seen.length}`,
+            object: 'chat.completion',
+            created: 1730000000,
+            model: 'reasoner',
+            choices: [{ index: 0, message, finish_reason: followUp ? 'stop' : 'tool_calls' }],
+            usage: { prompt_tokens: 20, completion_tokens: 9, total_tokens: 29, prompt_tokens_details: null },
+          }),
+        );
       });
     });
     await new Promise<void>((resolve) => engine.listen(0, '127.0.0.1', resolve));
     dataDir = mkdtempSync(join(tmpdir(), 'hl-sdk-'));
-    proxy = await CaptureProxy.start({ engineUrl: `http://127.0.0.1:${(engine.address() as AddressInfo).port}`, model: 'reasoner', dataDir, captureLevel: 'logprobs' });
+    proxy = await CaptureProxy.start({
+      engineUrl: `http://127.0.0.1:${(engine.address() as AddressInfo).port}`,
+      model: 'reasoner',
+      dataDir,
+      captureLevel: 'logprobs',
+    });
   });
   after(async () => {
     await proxy.close();
@@ -264,10 +384,17 @@ describe('reasoning through the official SDKs', () => {
   test('Anthropic: the stream yields a signed thinking block that survives the next request', async () => {
     const { session_id } = await createSession(proxy);
     const client = new Anthropic({ apiKey: session_id, baseURL: proxy.url, maxRetries: 0 });
-    const tools: Anthropic.Tool[] = [{ name: bash.name, description: bash.description, input_schema: bash.schema as Anthropic.Tool.InputSchema }];
+    const tools: Anthropic.Tool[] = [
+      { name: bash.name, description: bash.description, input_schema: bash.schema as Anthropic.Tool.InputSchema },
+    ];
     const messages: Anthropic.MessageParam[] = [{ role: 'user', content: 'Count lines.' }];
-    const first = await client.messages.stream({ model: 'claude-test', max_tokens: 2000, thinking: { type: 'enabled', budget_tokens: 1024 }, tools, messages }).finalMessage();
-    assert.deepEqual(first.content.map((b) => b.type), ['thinking', 'text', 'tool_use']);
+    const first = await client.messages
+      .stream({ model: 'claude-test', max_tokens: 2000, thinking: { type: 'enabled', budget_tokens: 1024 }, tools, messages })
+      .finalMessage();
+    assert.deepEqual(
+      first.content.map((b) => b.type),
+      ['thinking', 'text', 'tool_use'],
+    );
     const thinking = first.content[0]!;
     assert.ok(thinking.type === 'thinking');
     assert.equal(thinking.thinking, 'Count lines next.');
@@ -275,9 +402,21 @@ describe('reasoning through the official SDKs', () => {
     assert.deepEqual(seen.at(-1)!.chat_template_kwargs, { enable_thinking: true });
     const use = first.content[2]!;
     assert.ok(use.type === 'tool_use');
-    const second = await client.messages.create({ model: 'claude-test', max_tokens: 2000, tools, messages: [...messages, { role: 'assistant', content: first.content }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: '3 notes.txt' }] }] });
+    const second = await client.messages.create({
+      model: 'claude-test',
+      max_tokens: 2000,
+      tools,
+      messages: [
+        ...messages,
+        { role: 'assistant', content: first.content },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: '3 notes.txt' }] },
+      ],
+    });
     assert.equal(engineSawReasoning(), 'Count lines next.');
-    assert.deepEqual(second.content.map((b) => b.type), ['thinking', 'text']);
+    assert.deepEqual(
+      second.content.map((b) => b.type),
+      ['thinking', 'text'],
+    );
   });
 
   test('Responses: the stream yields a reasoning item whose encrypted_content carries the text back', async () => {
@@ -285,8 +424,19 @@ describe('reasoning through the official SDKs', () => {
     const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session_id, maxRetries: 0 });
     const tools: OpenAI.Responses.Tool[] = [{ type: 'function', name: bash.name, parameters: bash.schema, strict: false }];
     const input: OpenAI.Responses.ResponseInputItem[] = [{ role: 'user', content: 'Count lines.' }];
-    const first = await client.responses.stream({ model: 'gpt-codex', input, tools, reasoning: { effort: 'high', summary: 'auto' }, include: ['reasoning.encrypted_content'] }).finalResponse();
-    assert.deepEqual(first.output.map((o) => o.type), ['reasoning', 'message', 'function_call']);
+    const first = await client.responses
+      .stream({
+        model: 'gpt-codex',
+        input,
+        tools,
+        reasoning: { effort: 'high', summary: 'auto' },
+        include: ['reasoning.encrypted_content'],
+      })
+      .finalResponse();
+    assert.deepEqual(
+      first.output.map((o) => o.type),
+      ['reasoning', 'message', 'function_call'],
+    );
     const reasoning = first.output[0]!;
     assert.ok(reasoning.type === 'reasoning');
     assert.equal(reasoning.summary[0]?.text, 'Count lines next.');
@@ -296,7 +446,17 @@ describe('reasoning through the official SDKs', () => {
     assert.ok(call.type === 'function_call');
     // codex resends reasoning with only summary + encrypted_content.
     const resent = { type: 'reasoning' as const, id: reasoning.id, summary: [], encrypted_content: reasoning.encrypted_content };
-    await client.responses.create({ model: 'gpt-codex', tools, input: [...input, resent, first.output[1] as OpenAI.Responses.ResponseInputItem, call, { type: 'function_call_output', call_id: call.call_id, output: '3' }] });
+    await client.responses.create({
+      model: 'gpt-codex',
+      tools,
+      input: [
+        ...input,
+        resent,
+        first.output[1] as OpenAI.Responses.ResponseInputItem,
+        call,
+        { type: 'function_call_output', call_id: call.call_id, output: '3' },
+      ],
+    });
     assert.equal(engineSawReasoning(), 'Count lines next.');
     const assistant = seen.at(-1)!.messages.filter((m) => m.role === 'assistant');
     assert.equal(assistant.length, 1, 'reasoning, text and call are one engine turn again');
@@ -306,16 +466,28 @@ describe('reasoning through the official SDKs', () => {
   test('Gemini: the stream yields a thought part with our signature, and it returns as reasoning', async () => {
     const { session_id } = await createSession(proxy);
     const ai = new GoogleGenAI({ apiKey: session_id, httpOptions: { baseUrl: proxy.url } });
-    const config = { tools: [{ functionDeclarations: [{ name: bash.name, description: bash.description, parametersJsonSchema: bash.schema }] }], thinkingConfig: { includeThoughts: true } };
+    const config = {
+      tools: [{ functionDeclarations: [{ name: bash.name, description: bash.description, parametersJsonSchema: bash.schema }] }],
+      thinkingConfig: { includeThoughts: true },
+    };
     const contents: Content[] = [{ role: 'user', parts: [{ text: 'Count lines.' }] }];
     const parts = [];
-    for await (const chunk of await ai.models.generateContentStream({ model: 'gemini-test', contents, config })) parts.push(...(chunk.candidates?.[0]?.content?.parts ?? []));
+    for await (const chunk of await ai.models.generateContentStream({ model: 'gemini-test', contents, config }))
+      parts.push(...(chunk.candidates?.[0]?.content?.parts ?? []));
     const thought = parts.find((p) => p.thought);
     assert.equal(thought?.text, 'Count lines next.');
     assert.equal(decodeGeminiThoughtSignature(thought?.thoughtSignature), anthropicSignature('Count lines next.'));
     const call = parts.find((p) => p.functionCall)?.functionCall;
     assert.ok(call);
-    await ai.models.generateContent({ model: 'gemini-test', config, contents: [...contents, { role: 'model', parts }, { role: 'user', parts: [{ functionResponse: { id: call.id, name: call.name, response: { output: '3' } } }] }] });
+    await ai.models.generateContent({
+      model: 'gemini-test',
+      config,
+      contents: [
+        ...contents,
+        { role: 'model', parts },
+        { role: 'user', parts: [{ functionResponse: { id: call.id, name: call.name, response: { output: '3' } } }] },
+      ],
+    });
     assert.equal(engineSawReasoning(), 'Count lines next.');
   });
 });

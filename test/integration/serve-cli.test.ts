@@ -34,7 +34,9 @@ test('serve: with an admin key every route but /health wants it; JSON-RPC lists 
     assert.equal((await fetch(`${serve.url}/harbor_env/splits`)).status, 401);
     assert.equal((await fetch(`${serve.url}/harbor_env/splits`, { headers: { authorization: 'Bearer wrong' } })).status, 401);
     const ok = await fetch(`${serve.url}/harbor_env/splits`, { headers: { authorization: 'Bearer k-123' } });
-    assert.deepEqual(await ok.json(), [{ name: 'ex', num_tasks: readdirSync(EXAMPLES).filter((d) => existsSync(join(EXAMPLES, d, 'task.toml'))).length }]);
+    assert.deepEqual(await ok.json(), [
+      { name: 'ex', num_tasks: readdirSync(EXAMPLES).filter((d) => existsSync(join(EXAMPLES, d, 'task.toml'))).length },
+    ]);
     const refused = await new Promise<number>((resolve) => {
       const ws = new WebSocket(`${serve.url.replace(/^http/, 'ws')}/ws`);
       ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
@@ -52,7 +54,10 @@ test('serve: with an admin key every route but /health wants it; JSON-RPC lists 
     });
     assert.equal(opened, 101);
     const tools = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, { 'x-admin-key': 'k-123' });
-    assert.deepEqual(tools.body.result.tools.map((t: { name: string }) => t.name), ['run_rollout']);
+    assert.deepEqual(
+      tools.body.result.tools.map((t: { name: string }) => t.name),
+      ['run_rollout'],
+    );
   } finally {
     serve.child.kill('SIGTERM');
     const e = await serve.exited;
@@ -75,48 +80,71 @@ function asHttpx(serverUrl: string, path: string): { url: string; headers: Recor
   return { url: `${u.origin}${path}`, headers: { authorization: `Basic ${basic}` } };
 }
 
-test('serve: a keyed server takes the key in the server URL (http://trainer:KEY@host:port), as an unchanged TRL client sends it', { timeout: 60_000 }, async () => {
-  const serve = await startServe(['--dataset', `ex=${EXAMPLES}`, '--admin-key', 'k-123', '--state-dir', tempDir('hl-serve-url-key-')]);
-  try {
-    const port = new URL(serve.url).port;
-    const keyed = `http://trainer:k-123@127.0.0.1:${port}`;
-    const wrong = `http://trainer:k-999@127.0.0.1:${port}`;
-    const splits = asHttpx(keyed, '/harbor_env/splits');
-    assert.equal((await fetch(splits.url, { headers: splits.headers })).status, 200);
-    const bad = asHttpx(wrong, '/harbor_env/splits');
-    assert.equal((await fetch(bad.url, { headers: bad.headers })).status, 401);
-    const mcp = asHttpx(keyed, '/mcp');
-    const created = await postJson(mcp.url, { jsonrpc: '2.0', id: 1, method: 'openenv/session/create', params: {} }, mcp.headers);
-    assert.match(created.body.result.session_id, /\S/);
-    const wsStatus = (base: string) =>
-      new Promise<number>((resolve) => {
-        // OpenEnv's convert_to_ws_url: http:// -> ws://, user info kept, then /ws.
-        const ws = new WebSocket(`${base.replace(/^http/, 'ws')}/ws`);
-        ws.on('open', () => {
-          ws.close();
-          resolve(101);
+test(
+  'serve: a keyed server takes the key in the server URL (http://trainer:KEY@host:port), as an unchanged TRL client sends it',
+  { timeout: 60_000 },
+  async () => {
+    const serve = await startServe(['--dataset', `ex=${EXAMPLES}`, '--admin-key', 'k-123', '--state-dir', tempDir('hl-serve-url-key-')]);
+    try {
+      const port = new URL(serve.url).port;
+      const keyed = `http://trainer:k-123@127.0.0.1:${port}`;
+      const wrong = `http://trainer:k-999@127.0.0.1:${port}`;
+      const splits = asHttpx(keyed, '/harbor_env/splits');
+      assert.equal((await fetch(splits.url, { headers: splits.headers })).status, 200);
+      const bad = asHttpx(wrong, '/harbor_env/splits');
+      assert.equal((await fetch(bad.url, { headers: bad.headers })).status, 401);
+      const mcp = asHttpx(keyed, '/mcp');
+      const created = await postJson(mcp.url, { jsonrpc: '2.0', id: 1, method: 'openenv/session/create', params: {} }, mcp.headers);
+      assert.match(created.body.result.session_id, /\S/);
+      const wsStatus = (base: string) =>
+        new Promise<number>((resolve) => {
+          // OpenEnv's convert_to_ws_url: http:// -> ws://, user info kept, then /ws.
+          const ws = new WebSocket(`${base.replace(/^http/, 'ws')}/ws`);
+          ws.on('open', () => {
+            ws.close();
+            resolve(101);
+          });
+          ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+          ws.on('error', () => {});
         });
-        ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
-        ws.on('error', () => {});
-      });
-    assert.equal(await wsStatus(keyed), 101, 'the /ws upgrade carries the key from the URL');
-    assert.equal(await wsStatus(wrong), 401);
-    assert.equal(await wsStatus(`http://127.0.0.1:${port}`), 401);
-  } finally {
-    serve.child.kill('SIGTERM');
-    await serve.exited;
-  }
-});
+      assert.equal(await wsStatus(keyed), 101, 'the /ws upgrade carries the key from the URL');
+      assert.equal(await wsStatus(wrong), 401);
+      assert.equal(await wsStatus(`http://127.0.0.1:${port}`), 401);
+    } finally {
+      serve.child.kill('SIGTERM');
+      await serve.exited;
+    }
+  },
+);
 
 test('serve: a session created over /mcp and left unused is reclaimed, freeing its slot', { timeout: 60_000 }, async () => {
-  const serve = await startServe(['--dataset', `ex=${EXAMPLES}`, '--max-concurrent', '1', '--session-idle', '1', '--state-dir', tempDir('hl-serve-idle-')]);
+  const serve = await startServe([
+    '--dataset',
+    `ex=${EXAMPLES}`,
+    '--max-concurrent',
+    '1',
+    '--session-idle',
+    '1',
+    '--state-dir',
+    tempDir('hl-serve-idle-'),
+  ]);
   try {
     const created = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 1, method: 'openenv/session/create', params: {} });
     const sessionId = created.body.result.session_id as string;
     const full = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 2, method: 'openenv/session/create', params: {} });
     assert.equal(full.body.error.data.code, 'CAPACITY_REACHED');
-    await waitFor('the idle session reclaimed', async () => (((await (await fetch(`${serve.url}/health`)).json()) as { active_sessions: number }).active_sessions === 0 ? true : undefined), 30_000);
-    const gone = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 3, method: 'openenv/session/close', params: { session_id: sessionId } });
+    await waitFor(
+      'the idle session reclaimed',
+      async () =>
+        ((await (await fetch(`${serve.url}/health`)).json()) as { active_sessions: number }).active_sessions === 0 ? true : undefined,
+      30_000,
+    );
+    const gone = await postJson(`${serve.url}/mcp`, {
+      jsonrpc: '2.0',
+      id: 3,
+      method: 'openenv/session/close',
+      params: { session_id: sessionId },
+    });
     assert.equal(gone.body.error.data.code, 'SESSION_ERROR');
     const again = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 4, method: 'openenv/session/create', params: {} });
     assert.match(again.body.result.session_id, /\S/);

@@ -15,7 +15,20 @@ import { taskCopy, testCluster } from './k8s-fixtures.js';
 import { dockerReady } from './sandbox-fixtures.js';
 import { postJson, rolloutResult, startServe, stepFrame, tempDir, wsSession, type ServeProcess } from './serve-fixtures.js';
 
-const args = (extra: Record<string, unknown> = {}) => ({ split: 'train', task_index: 0, harness: 'react', sandbox: 'docker', reward_key: 'reward', llm_url: '', model: '', api_key: '', auth_header: '', agent_timeout_sec: 60, agent_step_limit: 10, ...extra });
+const args = (extra: Record<string, unknown> = {}) => ({
+  split: 'train',
+  task_index: 0,
+  harness: 'react',
+  sandbox: 'docker',
+  reward_key: 'reward',
+  llm_url: '',
+  model: '',
+  api_key: '',
+  auth_header: '',
+  agent_timeout_sec: 60,
+  agent_step_limit: 10,
+  ...extra,
+});
 
 async function stop(serve: ServeProcess | undefined): Promise<void> {
   if (!serve || serve.child.exitCode !== null) return;
@@ -37,7 +50,12 @@ async function assertFactoryErrorAtCreate(serve: ServeProcess, factoryName: stri
   assert.equal(created.body.error.data.code, 'FACTORY_ERROR');
   assert.equal(created.body.error.data.factory_name, factoryName);
   assert.match(created.body.error.message, why);
-  const called = await postJson(`${serve.url}/mcp`, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'run_rollout', arguments: args() } });
+  const called = await postJson(`${serve.url}/mcp`, {
+    jsonrpc: '2.0',
+    id: 2,
+    method: 'tools/call',
+    params: { name: 'run_rollout', arguments: args() },
+  });
   assert.equal(called.body.error.data.code, 'FACTORY_ERROR');
   const health = (await (await fetch(`${serve.url}/health`)).json()) as any;
   assert.equal(health.active_sessions, 0, 'a session whose environment failed holds no slot');
@@ -59,14 +77,40 @@ describe('FACTORY_ERROR with a live backend', { concurrency: false }, () => {
 
   test('at session create: the kube context points at an API server nobody runs', { timeout: 120_000 }, async () => {
     cluster = await testCluster();
-    serve = await startServe(['--dataset', `train=${taskCopy('hello-file', {})}`, '--backend', 'k8s', '--context', 'unreachable', '--state-dir', tempDir('hl-serve-factory-kube-')], { KUBECONFIG: cluster.kubeconfig });
+    serve = await startServe(
+      [
+        '--dataset',
+        `train=${taskCopy('hello-file', {})}`,
+        '--backend',
+        'k8s',
+        '--context',
+        'unreachable',
+        '--state-dir',
+        tempDir('hl-serve-factory-kube-'),
+      ],
+      { KUBECONFIG: cluster.kubeconfig },
+    );
     await assertFactoryErrorAtCreate(serve, 'harness-lab serve --backend k8s', /cannot create sandboxes: .*127\.0\.0\.1:1/);
     await stop(serve);
   });
 
   test('at session create: the cluster refuses a permission a rollout needs (create jobs)', { timeout: 120_000 }, async () => {
     cluster.api.deny({ verb: 'create', group: 'batch', resource: 'jobs', namespace: 'default' });
-    serve = await startServe(['--dataset', `train=${taskCopy('hello-file', {})}`, '--backend', 'k8s', '--context', 'double', '--namespace', 'default', '--state-dir', tempDir('hl-serve-factory-deny-')], { KUBECONFIG: cluster.kubeconfig });
+    serve = await startServe(
+      [
+        '--dataset',
+        `train=${taskCopy('hello-file', {})}`,
+        '--backend',
+        'k8s',
+        '--context',
+        'double',
+        '--namespace',
+        'default',
+        '--state-dir',
+        tempDir('hl-serve-factory-deny-'),
+      ],
+      { KUBECONFIG: cluster.kubeconfig },
+    );
     await assertFactoryErrorAtCreate(serve, 'harness-lab serve --backend k8s', /you may not create jobs\.batch .*in namespace "default"/);
     assert.equal(cluster.api.requests('POST', /\/jobs$/).length, 0, 'nothing was tried');
     await stop(serve);
@@ -74,7 +118,10 @@ describe('FACTORY_ERROR with a live backend', { concurrency: false }, () => {
 
   test('at step: the task image does not build; the session stays usable and nothing is left', { timeout: 300_000 }, async () => {
     const broken = taskCopy('hello-file', {});
-    writeFileSync(join(broken, 'environment', 'Dockerfile'), 'FROM harness-lab/base:bookworm\nRUN echo "this task image is broken on purpose" && exit 3\n');
+    writeFileSync(
+      join(broken, 'environment', 'Dockerfile'),
+      'FROM harness-lab/base:bookworm\nRUN echo "this task image is broken on purpose" && exit 3\n',
+    );
     const stateDir = tempDir('hl-serve-factory-image-');
     serve = await startServe(['--dataset', `train=${broken}`, '--state-dir', stateDir]);
     // A bad request on the same socket afterwards is still answered: the session survived the error.
@@ -92,27 +139,37 @@ describe('FACTORY_ERROR with a live backend', { concurrency: false }, () => {
     const mine = readdirSync(join(stateDir, 'engines')).map((id) => `serve-${id}`);
     assert.equal(mine.length, 1);
     const left = await docker.listContainers({ all: true, filters: JSON.stringify({ label: [LABEL.rollout] }) });
-    assert.deepEqual(left.filter((c) => mine.includes(c.Labels[LABEL.batch] ?? '')).map((c) => c.Id), []);
+    assert.deepEqual(
+      left.filter((c) => mine.includes(c.Labels[LABEL.batch] ?? '')).map((c) => c.Id),
+      [],
+    );
     await stop(serve);
   });
 
-  test('the breaker: after K sandboxes in a row fail, sessions get FACTORY_ERROR naming the pause and its cause, and /metrics says so', { timeout: 300_000 }, async () => {
-    const broken = taskCopy('hello-file', {});
-    writeFileSync(join(broken, 'environment', 'Dockerfile'), 'FROM harness-lab/base:bookworm\nRUN echo "broken on purpose" && exit 3\n');
-    serve = await startServe(['--dataset', `train=${broken}`, '--state-dir', tempDir('hl-serve-breaker-'), '--breaker-after', '2']);
-    const r = await wsSession(serve.url, [stepFrame(args()), stepFrame(args())]);
-    for (const f of r.frames) {
-      assert.equal(f.data.code, 'FACTORY_ERROR', JSON.stringify(f).slice(0, 600));
-      assert.match(f.data.message, /docker build failed/);
-    }
-    // The streak opened the breaker: a trainer's next session is refused at create, naming why.
-    const next = await wsSession(serve.url, [stepFrame(args())]);
-    assert.equal(next.frames[0].data.code, 'FACTORY_ERROR');
-    assert.match(next.frames[0].data.message, /sandboxes are paused: 2 rollouts in a row failed in the sandbox backend \(image_build: .*docker build failed/);
-    const metrics = await (await fetch(`${serve.url}/metrics`)).text();
-    assert.match(metrics, /^harness_lab_serve_breaker_state\{state="open"\} 1$/m);
-    assert.match(metrics, /^harness_lab_serve_infra_failures_total\{cause="image_build"\} 2$/m);
-    assert.match(metrics, /^harness_lab_serve_breaker_trips_total 1$/m);
-    await stop(serve);
-  });
+  test(
+    'the breaker: after K sandboxes in a row fail, sessions get FACTORY_ERROR naming the pause and its cause, and /metrics says so',
+    { timeout: 300_000 },
+    async () => {
+      const broken = taskCopy('hello-file', {});
+      writeFileSync(join(broken, 'environment', 'Dockerfile'), 'FROM harness-lab/base:bookworm\nRUN echo "broken on purpose" && exit 3\n');
+      serve = await startServe(['--dataset', `train=${broken}`, '--state-dir', tempDir('hl-serve-breaker-'), '--breaker-after', '2']);
+      const r = await wsSession(serve.url, [stepFrame(args()), stepFrame(args())]);
+      for (const f of r.frames) {
+        assert.equal(f.data.code, 'FACTORY_ERROR', JSON.stringify(f).slice(0, 600));
+        assert.match(f.data.message, /docker build failed/);
+      }
+      // The streak opened the breaker: a trainer's next session is refused at create, naming why.
+      const next = await wsSession(serve.url, [stepFrame(args())]);
+      assert.equal(next.frames[0].data.code, 'FACTORY_ERROR');
+      assert.match(
+        next.frames[0].data.message,
+        /sandboxes are paused: 2 rollouts in a row failed in the sandbox backend \(image_build: .*docker build failed/,
+      );
+      const metrics = await (await fetch(`${serve.url}/metrics`)).text();
+      assert.match(metrics, /^harness_lab_serve_breaker_state\{state="open"\} 1$/m);
+      assert.match(metrics, /^harness_lab_serve_infra_failures_total\{cause="image_build"\} 2$/m);
+      assert.match(metrics, /^harness_lab_serve_breaker_trips_total 1$/m);
+      await stop(serve);
+    },
+  );
 });

@@ -25,10 +25,16 @@ export interface ServeProcess {
 }
 
 export function startServe(args: string[], env: NodeJS.ProcessEnv = {}): Promise<ServeProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(REPO, 'src', 'cli', 'main.ts'), 'serve', '--port', '0', ...args], { cwd: REPO, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', join(REPO, 'src', 'cli', 'main.ts'), 'serve', '--port', '0', ...args], {
+    cwd: REPO,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   let err = '';
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('close', (code, signal) => resolve({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on('close', (code, signal) => resolve({ code, signal })),
+  );
   child.stderr!.on('data', (b: Buffer) => (err += b.toString()));
   return new Promise((resolve, reject) => {
     child.stdout!.on('data', (b: Buffer) => {
@@ -50,9 +56,21 @@ export function slowTask(root: string, folder: string, sleepSec: number, asked: 
   writeFileSync(join(dir, 'instruction.md'), `${instruction}\n`);
   writeFileSync(
     join(dir, 'policy.json'),
-    JSON.stringify({ name: folder, rules: [{ when: { last_message: `Create a file named \`${folder}.txt\`` }, then: { call: { tool: '^(bash|exec_command|shell)$', input: `sleep ${sleepSec} && printf 'done' > ${folder}.txt` } } }], fallback: { say: `I created ${folder}.txt.` } }),
+    JSON.stringify({
+      name: folder,
+      rules: [
+        {
+          when: { last_message: `Create a file named \`${folder}.txt\`` },
+          then: { call: { tool: '^(bash|exec_command|shell)$', input: `sleep ${sleepSec} && printf 'done' > ${folder}.txt` } },
+        },
+      ],
+      fallback: { say: `I created ${folder}.txt.` },
+    }),
   );
-  writeFileSync(join(dir, 'tests', 'test.sh'), `#!/bin/bash\nmkdir -p /logs/verifier\nif [ "$(cat /app/${folder}.txt 2>/dev/null)" = "done" ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n`);
+  writeFileSync(
+    join(dir, 'tests', 'test.sh'),
+    `#!/bin/bash\nmkdir -p /logs/verifier\nif [ "$(cat /app/${folder}.txt 2>/dev/null)" = "done" ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n`,
+  );
   return dir;
 }
 
@@ -105,7 +123,11 @@ export function stepFrame(args: Record<string, unknown>) {
  * one after another, each after the previous reply, then `{"type":"close"}`. Resolves with what
  * came back when the socket closes, however it closes.
  */
-export function wsSession(baseUrl: string, frames: unknown[], opts: { sessionId?: string; onOpen?: () => void; onSocket?: (ws: WebSocket) => void } = {}): Promise<WsOutcome> {
+export function wsSession(
+  baseUrl: string,
+  frames: unknown[],
+  opts: { sessionId?: string; onOpen?: () => void; onSocket?: (ws: WebSocket) => void } = {},
+): Promise<WsOutcome> {
   const url = `${baseUrl.replace(/^http/, 'ws')}/ws${opts.sessionId ? `?session_id=${encodeURIComponent(opts.sessionId)}` : ''}`;
   const ws = new WebSocket(url);
   opts.onSocket?.(ws);
@@ -153,7 +175,11 @@ export async function recordingFront(engineUrl: string): Promise<{ url: string; 
       // Chat completions, and token-id completions (the proxy renders in token-in mode); not rescoring.
       const recorded = (req.url?.endsWith('/chat/completions') || req.url?.endsWith('/v1/completions')) && body.length > 0;
       if (recorded) bodies.push(JSON.parse(body.toString('utf8')));
-      void fetch(`${engineUrl.replace(/\/+$/, '')}${req.url}`, { method: req.method, headers: { 'content-type': 'application/json' }, ...(body.length ? { body } : {}) }).then(
+      void fetch(`${engineUrl.replace(/\/+$/, '')}${req.url}`, {
+        method: req.method,
+        headers: { 'content-type': 'application/json' },
+        ...(body.length ? { body } : {}),
+      }).then(
         async (up) => {
           const text = Buffer.from(await up.arrayBuffer());
           if (recorded && up.ok && (up.headers.get('content-type') ?? '').includes('json')) answers.push(JSON.parse(text.toString('utf8')));
@@ -189,7 +215,15 @@ export function asTrainingTurn(t: any) {
     loss_mask: t.loss_mask,
     request: { messages: t.request_messages, tools: t.request_tools },
     response: { choices: [{ message: { role: 'assistant', content: t.text }, finish_reason: t.finish_reason }] },
-    metadata: { node_id: t.node_id, index: t.turn, model: null, n_tools: t.n_tools, harness_session_id: null, sampling_params: t.sampling_params, requested_sampling_params: t.requested_sampling_params },
+    metadata: {
+      node_id: t.node_id,
+      index: t.turn,
+      model: null,
+      n_tools: t.n_tools,
+      harness_session_id: null,
+      sampling_params: t.sampling_params,
+      requested_sampling_params: t.requested_sampling_params,
+    },
   };
 }
 
@@ -199,12 +233,20 @@ export function servedStates(stateDir: string): { dir: string; state: RolloutSta
   if (!existsSync(root)) return [];
   return readdirSync(root).flatMap((e) => {
     const dir = join(root, e, 'rollouts');
-    return existsSync(dir) ? readdirSync(dir).filter((n) => n.endsWith('.json')).map((n) => ({ dir: join(root, e), state: RolloutStateSchema.parse(JSON.parse(readFileSync(join(dir, n), 'utf8'))) })) : [];
+    return existsSync(dir)
+      ? readdirSync(dir)
+          .filter((n) => n.endsWith('.json'))
+          .map((n) => ({ dir: join(root, e), state: RolloutStateSchema.parse(JSON.parse(readFileSync(join(dir, n), 'utf8'))) }))
+      : [];
   });
 }
 
 /** The stored call lines of a session in an engine directory's capture. */
 export function capturedCalls(dir: string, sessionId: string): string[] {
   const file = join(dir, 'capture', 'sessions', `${sessionId}.jsonl`);
-  return existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter((l) => l.includes('"type":"call"')) : [];
+  return existsSync(file)
+    ? readFileSync(file, 'utf8')
+        .split('\n')
+        .filter((l) => l.includes('"type":"call"'))
+    : [];
 }

@@ -18,15 +18,42 @@ import type Docker from 'dockerode';
 import { TrainingTurnSchema } from '../../src/capture/trace.js';
 import { startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-engine.js';
 import type { KubeDouble } from '../k8s-double/index.js';
-import { MINTED_KEY, assertNoKeysInFiles, assertNoKeysSent, buildProxyImage, clusterWithNamespace, proxyAdminKeys, taskCopy } from './k8s-fixtures.js';
+import {
+  MINTED_KEY,
+  assertNoKeysInFiles,
+  assertNoKeysSent,
+  buildProxyImage,
+  clusterWithNamespace,
+  proxyAdminKeys,
+  taskCopy,
+} from './k8s-fixtures.js';
 import { dockerReady, waitFor } from './sandbox-fixtures.js';
-import { asTrainingTurn, recordingFront, rolloutResult, startServe, stepFrame, tempDir, wsSession, type ServeProcess, runRolloutArgs } from './serve-fixtures.js';
+import {
+  asTrainingTurn,
+  recordingFront,
+  rolloutResult,
+  startServe,
+  stepFrame,
+  tempDir,
+  wsSession,
+  type ServeProcess,
+  runRolloutArgs,
+} from './serve-fixtures.js';
 
 const NS = 'serve-k8s';
 const PROXY_IMAGE = `harness-lab/k8s-proxy-test:serve-${process.pid}`;
 const GROUP = 3;
 const PINNED = { temperature: 0.7, top_p: 1, top_k: -1, min_p: 0, frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1 };
-const POLICY = { name: 'hello', rules: [{ when: { last_message: 'Create a file named `hello.txt`' }, then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } } }], fallback: { say: 'Done.' } };
+const POLICY = {
+  name: 'hello',
+  rules: [
+    {
+      when: { last_message: 'Create a file named `hello.txt`' },
+      then: { call: { tool: '^bash$', input: "printf 'Hello, world!' > hello.txt" } },
+    },
+  ],
+  fallback: { say: 'Done.' },
+};
 
 describe('harness-lab serve --backend k8s on the API server double, driven by OpenEnv frames', { timeout: 900_000 }, () => {
   let docker: Docker;
@@ -59,18 +86,41 @@ describe('harness-lab serve --backend k8s on the API server double, driven by Op
     front?.server.close();
     await engine?.close();
     await cluster?.close();
-    await docker?.getImage(PROXY_IMAGE).remove({ force: true }).catch(() => undefined);
+    await docker
+      ?.getImage(PROXY_IMAGE)
+      .remove({ force: true })
+      .catch(() => undefined);
   });
 
-  it('a group of 3 over /ws (reset, step run_rollout, close): rewards, the engine\'s exact token ids, pinned sampling, no pod left', async () => {
+  it("a group of 3 over /ws (reset, step run_rollout, close): rewards, the engine's exact token ids, pinned sampling, no pod left", async () => {
     const task = taskCopy('hello-file', {});
-    serve = await startServe(['--dataset', `train=${task}`, '--backend', 'k8s', '--context', 'double', '--namespace', NS, '--max-concurrent', String(GROUP), '--parallel', String(GROUP), '--state-dir', stateDir], {
-      KUBECONFIG: cluster.kubeconfig,
-      HARNESS_LAB_K8S_PROXY_IMAGE: PROXY_IMAGE,
-      HARNESS_LAB_K8S_HARNESS_FROM: 'hostPath',
-    });
+    serve = await startServe(
+      [
+        '--dataset',
+        `train=${task}`,
+        '--backend',
+        'k8s',
+        '--context',
+        'double',
+        '--namespace',
+        NS,
+        '--max-concurrent',
+        String(GROUP),
+        '--parallel',
+        String(GROUP),
+        '--state-dir',
+        stateDir,
+      ],
+      {
+        KUBECONFIG: cluster.kubeconfig,
+        HARNESS_LAB_K8S_PROXY_IMAGE: PROXY_IMAGE,
+        HARNESS_LAB_K8S_HARNESS_FROM: 'hostPath',
+      },
+    );
     const args = runRolloutArgs({ llm_url: `${front.url}/v1`, model: engine.model, sampling: PINNED });
-    const outcomes = await Promise.all(Array.from({ length: GROUP }, () => wsSession(serve!.url, [{ type: 'reset', data: {} }, stepFrame(args)])));
+    const outcomes = await Promise.all(
+      Array.from({ length: GROUP }, () => wsSession(serve!.url, [{ type: 'reset', data: {} }, stepFrame(args)])),
+    );
     const results = outcomes.map((o) => {
       assert.equal(o.closeCode, 1000, 'the session closed normally after its result');
       assert.equal(o.frames[0].type, 'observation', 'reset answers with an observation');
@@ -88,13 +138,19 @@ describe('harness-lab serve --backend k8s on the API server double, driven by Op
       for (const t of kept) {
         assert.equal(t.trainable, true);
         assert.equal(t.loss_mask.length, t.prompt_token_ids.length + t.completion_token_ids.length);
-        assert.ok(t.loss_mask.slice(0, t.prompt_token_ids.length).every((m: number) => m === 0), 'prompt part of the mask is 0');
+        assert.ok(
+          t.loss_mask.slice(0, t.prompt_token_ids.length).every((m: number) => m === 0),
+          'prompt part of the mask is 0',
+        );
         assert.equal(t.sampling_params.temperature, PINNED.temperature);
         // Exactly what the engine answered for this prompt: the same prompt ids, completion ids and logprobs.
         const answer = front.answers.find((a) => JSON.stringify(a.prompt_token_ids) === JSON.stringify(t.prompt_token_ids));
         assert.ok(answer, `the engine answered a call with the prompt of turn ${t.node_id}`);
         assert.deepEqual(t.completion_token_ids, answer.choices[0].token_ids);
-        assert.deepEqual(t.per_token_logps, answer.choices[0].logprobs.content.map((c: any) => c.logprob));
+        assert.deepEqual(
+          t.per_token_logps,
+          answer.choices[0].logprobs.content.map((c: any) => c.logprob),
+        );
         const parsed = TrainingTurnSchema.safeParse(asTrainingTurn(t));
         assert.ok(parsed.success, parsed.success ? '' : JSON.stringify(parsed.error.issues));
       }
@@ -111,8 +167,13 @@ describe('harness-lab serve --backend k8s on the API server double, driven by Op
     assert.ok(assertNoKeysInFiles(stateDir, [MINTED_KEY, admin[0]!]) > 0);
 
     // A finished rollout leaves nothing running in the cluster (the server keeps only its proxy).
-    const rolloutPods = async () => (await core.listNamespacedPod({ namespace: NS, labelSelector: 'harness-lab/role!=proxy' })).items.map((p) => p.metadata!.name!);
-    assert.deepEqual((await batchApi.listNamespacedJob({ namespace: NS })).items.map((j) => j.metadata!.name), [], 'no Job left');
+    const rolloutPods = async () =>
+      (await core.listNamespacedPod({ namespace: NS, labelSelector: 'harness-lab/role!=proxy' })).items.map((p) => p.metadata!.name!);
+    assert.deepEqual(
+      (await batchApi.listNamespacedJob({ namespace: NS })).items.map((j) => j.metadata!.name),
+      [],
+      'no Job left',
+    );
     await waitFor('no rollout pods', async () => ((await rolloutPods()).length === 0 ? true : undefined), 60_000);
 
     // A stopped server leaves nothing at all: proxy, Secret, ConfigMaps, pods, containers.
@@ -121,6 +182,10 @@ describe('harness-lab serve --backend k8s on the API server double, driven by Op
     assert.equal((await apps.listNamespacedDeployment({ namespace: NS })).items.length, 0, 'the proxy Deployment was removed');
     assert.equal((await core.listNamespacedConfigMap({ namespace: NS, labelSelector: 'harness-lab/batch' })).items.length, 0);
     await waitFor('no pods', async () => ((await core.listNamespacedPod({ namespace: NS })).items.length === 0 ? true : undefined), 60_000);
-    await waitFor('no containers', async () => ((await cluster.node.containers()).some((x) => x.Labels['io.kubernetes.pod.namespace'] === NS) ? undefined : true), 60_000);
+    await waitFor(
+      'no containers',
+      async () => ((await cluster.node.containers()).some((x) => x.Labels['io.kubernetes.pod.namespace'] === NS) ? undefined : true),
+      60_000,
+    );
   });
 });

@@ -6,7 +6,11 @@ import { after, before, describe, test } from 'node:test';
 import { bashTool, createSession, startLab, type Lab } from './helpers.js';
 
 async function post(url: string, key: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-  const res = await fetch(url, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'x-api-key': key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'x-api-key': key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   return { status: res.status, json: (await res.json()) as Record<string, unknown> };
 }
 
@@ -17,7 +21,12 @@ describe('pinned sampling refuses distribution-changing fields', () => {
   });
   after(() => lab.close());
 
-  const chat = (extra: Record<string, unknown>) => ({ model: 'm', messages: [{ role: 'user', content: 'hi' }], tools: [bashTool], ...extra });
+  const chat = (extra: Record<string, unknown>) => ({
+    model: 'm',
+    messages: [{ role: 'user', content: 'hi' }],
+    tools: [bashTool],
+    ...extra,
+  });
 
   test('OpenAI chat: logit_bias, json_schema, tool_choice=required, min_tokens, allowed_token_ids get a 400 in the OpenAI shape', async () => {
     const { session_id } = await createSession(lab.proxy, { sampling: { temperature: 0.7, top_p: 1, top_k: -1, min_p: 0 } });

@@ -16,18 +16,34 @@ import { startLab, type Lab } from './helpers.js';
 
 const ADMIN = 'the-admin-key-for-session-keys';
 
-async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; json: Record<string, unknown> }> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}`, ...headers }, body: JSON.stringify(body) });
+async function post(
+  url: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; json: Record<string, unknown> }> {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}`, ...headers },
+    body: JSON.stringify(body),
+  });
   return { status: res.status, json: (await res.json()) as Record<string, unknown> };
 }
 
 function viaSocket(socketPath: string, key: string): Promise<number> {
   const text = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
   return new Promise((resolve, reject) => {
-    const req = httpRequest({ socketPath, method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)), authorization: `Bearer ${key}` } }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode ?? 0));
-    });
+    const req = httpRequest(
+      {
+        socketPath,
+        method: 'POST',
+        path: '/v1/chat/completions',
+        headers: { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)), authorization: `Bearer ${key}` },
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      },
+    );
     req.on('error', reject);
     req.end(text);
   });
@@ -67,8 +83,21 @@ describe('session keys', () => {
     const anthropic = new Anthropic({ baseURL: lab.proxy.url, apiKey: key, maxRetries: 0 });
     const msg = await anthropic.messages.create({ model: 'm', max_tokens: 16, messages: [{ role: 'user', content: `my key is ${key}` }] });
     assert.equal(msg.type, 'message');
-    await assert.rejects(new OpenAI({ baseURL: `${lab.proxy.url}/v1`, apiKey: id, maxRetries: 0 }).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }), (err: unknown) => err instanceof OpenAI.AuthenticationError);
-    await assert.rejects(new Anthropic({ baseURL: lab.proxy.url, apiKey: id, maxRetries: 0 }).messages.create({ model: 'm', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] }), (err: unknown) => err instanceof Anthropic.AuthenticationError);
+    await assert.rejects(
+      new OpenAI({ baseURL: `${lab.proxy.url}/v1`, apiKey: id, maxRetries: 0 }).chat.completions.create({
+        model: 'm',
+        messages: [{ role: 'user', content: 'hi' }],
+      }),
+      (err: unknown) => err instanceof OpenAI.AuthenticationError,
+    );
+    await assert.rejects(
+      new Anthropic({ baseURL: lab.proxy.url, apiKey: id, maxRetries: 0 }).messages.create({
+        model: 'm',
+        max_tokens: 16,
+        messages: [{ role: 'user', content: 'hi' }],
+      }),
+      (err: unknown) => err instanceof Anthropic.AuthenticationError,
+    );
 
     const calls = lab.proxy.sessions.calls(id);
     assert.equal(calls.length, 2);
@@ -86,7 +115,7 @@ describe('session keys', () => {
     const given = 'given-secret-key-0123456789abcdef';
     const created = await post(`${lab.proxy.url}/sessions`, { session_id: 'with-given-key', api_key: given });
     assert.equal(created.status, 201);
-    assert.equal(created.json.api_key, undefined, 'a given key is the caller\'s already: not sent back');
+    assert.equal(created.json.api_key, undefined, "a given key is the caller's already: not sent back");
     assert.equal((await post(`${lab.proxy.url}/sessions`, { api_key: given })).status, 409);
     assert.equal((await post(`${lab.proxy.url}/sessions`, { api_key: 'short' })).status, 400);
     assert.equal((await post(`${lab.proxy.url}/sessions`, { api_key: given, mint_key: true })).status, 400);
@@ -95,7 +124,10 @@ describe('session keys', () => {
 
     const plain = await post(`${lab.proxy.url}/sessions`, {});
     assert.equal(plain.json.api_key, undefined);
-    assert.ok((await openai(plain.json.session_id as string).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] })).choices.length);
+    assert.ok(
+      (await openai(plain.json.session_id as string).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }))
+        .choices.length,
+    );
   });
 
   test("a session socket takes its session's key, refuses its id and every other session's key", async () => {
@@ -115,10 +147,22 @@ describe('session keys', () => {
     await lab.proxy.close();
     assert.equal(dataDirText(lab.dataDir).includes(key), false, 'the clear key is nowhere on disk');
     assert.ok(dataDirText(lab.dataDir).includes('key_sha256'));
-    restarted = await CaptureProxy.start({ engineUrl: lab.engine.url, model: lab.engine.model, dataDir: lab.dataDir, adminKey: ADMIN, captureLevel: 'tokens' });
+    restarted = await CaptureProxy.start({
+      engineUrl: lab.engine.url,
+      model: lab.engine.model,
+      dataDir: lab.dataDir,
+      adminKey: ADMIN,
+      captureLevel: 'tokens',
+    });
     const openai = new OpenAI({ baseURL: `${restarted.url}/v1`, apiKey: key, maxRetries: 0 });
     assert.ok((await openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] })).choices.length);
-    await assert.rejects(new OpenAI({ baseURL: `${restarted.url}/v1`, apiKey: id, maxRetries: 0 }).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }), (err: unknown) => err instanceof OpenAI.AuthenticationError);
+    await assert.rejects(
+      new OpenAI({ baseURL: `${restarted.url}/v1`, apiKey: id, maxRetries: 0 }).chat.completions.create({
+        model: 'm',
+        messages: [{ role: 'user', content: 'hi' }],
+      }),
+      (err: unknown) => err instanceof OpenAI.AuthenticationError,
+    );
     assert.equal(restarted.sessions.calls(id).length, 4);
   });
 });

@@ -20,13 +20,21 @@ interface Reply {
 function viaSocket(socketPath: string, method: string, path: string, headers: Record<string, string> = {}, body?: unknown): Promise<Reply> {
   return new Promise((resolve, reject) => {
     const text = body === undefined ? undefined : JSON.stringify(body);
-    const req = request({ socketPath, method, path, headers: { ...(text ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) } : {}), ...headers } }, (res) => {
-      let data = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (data += c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: data }));
-      res.on('error', reject);
-    });
+    const req = request(
+      {
+        socketPath,
+        method,
+        path,
+        headers: { ...(text ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) } : {}), ...headers },
+      },
+      (res) => {
+        let data = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (data += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: data }));
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.end(text);
   });
@@ -58,7 +66,16 @@ describe('session socket', () => {
     assert.equal(isSessionSocketRoute('POST', '/v1beta/models/m:streamGenerateContent'), 'model-call');
     assert.equal(isSessionSocketRoute('GET', '/v1/models'), 'models');
     assert.equal(isSessionSocketRoute('HEAD', '/'), 'root');
-    for (const [m, p] of [['GET', '/sessions'], ['POST', '/sessions'], ['DELETE', '/sessions/x'], ['GET', '/health'], ['GET', '/engines'], ['POST', '/sessions/x/rollout'], ['GET', '/v1/chat/completions'], ['POST', '/v1/models']] as const) {
+    for (const [m, p] of [
+      ['GET', '/sessions'],
+      ['POST', '/sessions'],
+      ['DELETE', '/sessions/x'],
+      ['GET', '/health'],
+      ['GET', '/engines'],
+      ['POST', '/sessions/x/rollout'],
+      ['GET', '/v1/chat/completions'],
+      ['POST', '/v1/models'],
+    ] as const) {
       assert.equal(isSessionSocketRoute(m, p), undefined, `${m} ${p}`);
     }
   });
@@ -76,10 +93,22 @@ describe('session socket', () => {
     const r3 = await viaSocket(socket.path, 'POST', '/v1/responses', auth, { model: 'm', input: 'hi', stream: true });
     assert.equal(r3.status, 200, r3.body);
     assert.match(r3.body, /event: response\.completed/);
-    const r4 = await viaSocket(socket.path, 'POST', '/v1/messages?beta=true', { 'x-api-key': mine, 'anthropic-version': '2023-06-01' }, { model: 'm', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] });
+    const r4 = await viaSocket(
+      socket.path,
+      'POST',
+      '/v1/messages?beta=true',
+      { 'x-api-key': mine, 'anthropic-version': '2023-06-01' },
+      { model: 'm', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] },
+    );
     assert.equal(r4.status, 200, r4.body);
     assert.equal(JSON.parse(r4.body).type, 'message');
-    const r5 = await viaSocket(socket.path, 'POST', '/v1beta/models/m:streamGenerateContent?alt=sse', { 'x-goog-api-key': mine }, { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] });
+    const r5 = await viaSocket(
+      socket.path,
+      'POST',
+      '/v1beta/models/m:streamGenerateContent?alt=sse',
+      { 'x-goog-api-key': mine },
+      { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] },
+    );
     assert.equal(r5.status, 200, r5.body);
     assert.match(r5.body, /"candidates"/);
     const models = await viaSocket(socket.path, 'GET', '/v1/models', auth);
@@ -91,19 +120,40 @@ describe('session socket', () => {
   });
 
   test('another session id, a guessed key, the admin key and no key are refused on model routes', async () => {
-    for (const headers of [{ authorization: `Bearer ${sibling}` }, { authorization: 'Bearer guess' }, { authorization: 'Bearer the-admin-key' }, {}] as Record<string, string>[]) {
+    for (const headers of [
+      { authorization: `Bearer ${sibling}` },
+      { authorization: 'Bearer guess' },
+      { authorization: 'Bearer the-admin-key' },
+      {},
+    ] as Record<string, string>[]) {
       const r = await viaSocket(socket.path, 'POST', '/v1/chat/completions', headers, chat);
       assert.equal(r.status, 401, JSON.stringify(headers));
       assert.match(JSON.parse(r.body).error.message, /API key/);
       assert.equal((await viaSocket(socket.path, 'GET', '/v1/models', headers)).status, 401);
     }
     // The Gemini ?key= form is a key too.
-    assert.equal((await viaSocket(socket.path, 'POST', `/v1beta/models/m:generateContent?key=${sibling}`, {}, { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] })).status, 401);
+    assert.equal(
+      (
+        await viaSocket(
+          socket.path,
+          'POST',
+          `/v1beta/models/m:generateContent?key=${sibling}`,
+          {},
+          { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] },
+        )
+      ).status,
+      401,
+    );
     assert.equal(lab.proxy.sessions.calls(sibling).length, 0, 'nothing was recorded for the sibling');
   });
 
   test('admin, session, health and engine routes do not exist here, whatever key is presented', async () => {
-    const keys: Record<string, string>[] = [{}, { authorization: 'Bearer the-admin-key' }, { 'x-admin-key': 'the-admin-key' }, { authorization: `Bearer ${mine}` }];
+    const keys: Record<string, string>[] = [
+      {},
+      { authorization: 'Bearer the-admin-key' },
+      { 'x-admin-key': 'the-admin-key' },
+      { authorization: `Bearer ${mine}` },
+    ];
     for (const headers of keys) {
       for (const [method, path, body] of [
         ['GET', '/sessions'],
@@ -142,7 +192,10 @@ describe('session socket', () => {
   test('folders of lab processes that are gone are removed, live ones and strangers kept', () => {
     const root = mkdtempSync(join(tmpdir(), 'hl-sockroot-'));
     for (const name of ['hl-sock-111-aaaa', 'hl-sock-222-bbbb', 'hl-sock-x-cccc', 'other']) mkdirSync(join(root, name));
-    assert.deepEqual(removeStaleSessionSocketDirs((pid) => pid === 111, root), ['hl-sock-222-bbbb']);
+    assert.deepEqual(
+      removeStaleSessionSocketDirs((pid) => pid === 111, root),
+      ['hl-sock-222-bbbb'],
+    );
     assert.deepEqual(readdirSync(root).sort(), ['hl-sock-111-aaaa', 'hl-sock-x-cccc', 'other']);
     rmSync(root, { recursive: true, force: true });
   });

@@ -32,7 +32,26 @@ after(async () => {
 });
 
 function startProxy(): Promise<{ child: ChildProcess; url: string; stderr: () => string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'proxy', '--engine-url', engine.url, '--model', engine.model, '--data-dir', dataDir, '--render', 'proxy', '--render-model', gguf], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      CLI,
+      'proxy',
+      '--engine-url',
+      engine.url,
+      '--model',
+      engine.model,
+      '--data-dir',
+      dataDir,
+      '--render',
+      'proxy',
+      '--render-model',
+      gguf,
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   return new Promise((resolve, reject) => {
@@ -52,11 +71,21 @@ async function stop(child: ChildProcess): Promise<void> {
   await exited;
 }
 
-async function chat(url: string, key: string, messages: unknown[]): Promise<{ content: string | null; tool_calls?: { id: string; function: { name: string; arguments: string } }[] }> {
+async function chat(
+  url: string,
+  key: string,
+  messages: unknown[],
+): Promise<{ content: string | null; tool_calls?: { id: string; function: { name: string; arguments: string } }[] }> {
   const res = await fetch(`${url}/v1/chat/completions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'm', messages, tools: [{ type: 'function', function: { name: 'bash', parameters: { type: 'object', properties: { command: { type: 'string' } } } } }] }),
+    body: JSON.stringify({
+      model: 'm',
+      messages,
+      tools: [
+        { type: 'function', function: { name: 'bash', parameters: { type: 'object', properties: { command: { type: 'string' } } } } },
+      ],
+    }),
   });
   assert.equal(res.status, 200, await res.clone().text());
   return ((await res.json()) as { choices: { message: { content: string | null } }[] }).choices[0]!.message;
@@ -70,7 +99,10 @@ test('harness-lab proxy --render proxy: token in from the CLI, bridged across a 
     sessionId = (await createSession(proxy.url)).session_id;
     const first = await chat(proxy.url, sessionId, messages);
     assert.equal(first.tool_calls?.[0]?.function.name, 'bash');
-    messages.push({ role: 'assistant', content: first.content, tool_calls: first.tool_calls }, { role: 'tool', tool_call_id: first.tool_calls![0]!.id, content: 'hello' });
+    messages.push(
+      { role: 'assistant', content: first.content, tool_calls: first.tool_calls },
+      { role: 'tool', tool_call_id: first.tool_calls![0]!.id, content: 'hello' },
+    );
   } finally {
     await stop(proxy.child);
   }
@@ -80,7 +112,10 @@ test('harness-lab proxy --render proxy: token in from the CLI, bridged across a 
     const second = await chat(proxy.url, sessionId, messages);
     assert.equal(second.content, 'Done.');
     const calls = ((await (await fetch(`${proxy.url}/sessions/${sessionId}/calls`)).json()) as { calls: CallRecord[] }).calls;
-    assert.deepEqual(calls.map((c) => c.render?.kind), ['full', 'bridge']);
+    assert.deepEqual(
+      calls.map((c) => c.render?.kind),
+      ['full', 'bridge'],
+    );
     assert.equal(calls[1]!.render!.anchor_call_id, calls[0]!.call_id);
     const end = [...calls[0]!.prompt_token_ids!, ...calls[0]!.completion_token_ids!];
     assert.deepEqual(calls[1]!.prompt_token_ids!.slice(0, end.length), end);
@@ -93,7 +128,11 @@ test('harness-lab proxy --render proxy: token in from the CLI, bridged across a 
 });
 
 test('harness-lab proxy --render with an unknown mode is a usage error', () => {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', CLI, 'proxy', '--engine-url', 'http://127.0.0.1:9', '--model', 'm', '--render', 'sometimes'], { encoding: 'utf8' });
+  const r = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', CLI, 'proxy', '--engine-url', 'http://127.0.0.1:9', '--model', 'm', '--render', 'sometimes'],
+    { encoding: 'utf8' },
+  );
   assert.notEqual(r.status, 0);
   assert.match(r.stderr, /--render must be one of auto, proxy, engine/);
 });

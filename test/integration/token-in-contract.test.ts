@@ -44,7 +44,10 @@ test('one sampled token changed fails the contract check (and stops an export)',
   const tampered = structuredClone(record);
   tampered.completion_token_ids![2] = tampered.completion_token_ids![2]! + 1;
   assert.match(callContractProblem(tampered) ?? '', /tokens_digest mismatch/);
-  assert.throws(() => checkCalls('rollout.jsonl', tampered.session_id, [tampered]), (err: unknown) => err instanceof ExportContractError && err.callId === tampered.call_id);
+  assert.throws(
+    () => checkCalls('rollout.jsonl', tampered.session_id, [tampered]),
+    (err: unknown) => err instanceof ExportContractError && err.callId === tampered.call_id,
+  );
 });
 
 test('one logprob or one prompt id changed fails it too', () => {

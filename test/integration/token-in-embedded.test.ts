@@ -54,7 +54,9 @@ type Driver = (key: string, stream: boolean) => Promise<string>;
 /** OpenAI chat: the harness sends back content and tool calls, never the reasoning, and re-serialises arguments compactly. */
 const openaiChat: Driver = async (key, stream) => {
   const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: key, maxRetries: 0 });
-  const tools: OpenAI.ChatCompletionTool[] = [{ type: 'function', function: { name: 'bash', description: 'Run a shell command', parameters: shellSchema } }];
+  const tools: OpenAI.ChatCompletionTool[] = [
+    { type: 'function', function: { name: 'bash', description: 'Run a shell command', parameters: shellSchema } },
+  ];
   const messages: OpenAI.ChatCompletionMessageParam[] = [
     { role: 'system', content: 'You are a careful agent.' },
     { role: 'user', content: TASK },
@@ -64,7 +66,18 @@ const openaiChat: Driver = async (key, stream) => {
       ? (await client.chat.completions.stream({ model: 'm', messages, tools }).finalChatCompletion()).choices[0]!.message
       : (await client.chat.completions.create({ model: 'm', messages, tools })).choices[0]!.message;
     const calls = (message.tool_calls ?? []).filter((c) => c.type === 'function');
-    messages.push({ role: 'assistant', content: message.content, ...(calls.length ? { tool_calls: calls.map((c) => ({ ...c, function: { ...c.function, arguments: JSON.stringify(JSON.parse(c.function.arguments)) } })) } : {}) });
+    messages.push({
+      role: 'assistant',
+      content: message.content,
+      ...(calls.length
+        ? {
+            tool_calls: calls.map((c) => ({
+              ...c,
+              function: { ...c.function, arguments: JSON.stringify(JSON.parse(c.function.arguments)) },
+            })),
+          }
+        : {}),
+    });
     if (!calls.length) return message.content ?? '';
     for (const c of calls) messages.push({ role: 'tool', tool_call_id: c.id, content: toolOutput(c.function.arguments) });
   }
@@ -74,7 +87,9 @@ const openaiChat: Driver = async (key, stream) => {
 /** Anthropic: the SDK hands back the whole assistant content (thinking blocks included). */
 const anthropic: Driver = async (key, stream) => {
   const client = new Anthropic({ apiKey: key, baseURL: proxy.url, maxRetries: 0 });
-  const tools: Anthropic.Tool[] = [{ name: 'Bash', description: 'Run a shell command', input_schema: shellSchema as Anthropic.Tool.InputSchema }];
+  const tools: Anthropic.Tool[] = [
+    { name: 'Bash', description: 'Run a shell command', input_schema: shellSchema as Anthropic.Tool.InputSchema },
+  ];
   const messages: Anthropic.MessageParam[] = [{ role: 'user', content: TASK }];
   for (let turn = 0; turn < 5; turn++) {
     const params = { model: 'claude-test', max_tokens: 2048, system: 'You are Claude Code.', tools, messages };
@@ -82,7 +97,10 @@ const anthropic: Driver = async (key, stream) => {
     messages.push({ role: 'assistant', content: answer.content });
     const uses = answer.content.filter((b) => b.type === 'tool_use');
     if (!uses.length) return answer.content.map((b) => (b.type === 'text' ? b.text : '')).join('');
-    messages.push({ role: 'user', content: uses.map((u) => ({ type: 'tool_result' as const, tool_use_id: u.id, content: toolOutput(JSON.stringify(u.input)) })) });
+    messages.push({
+      role: 'user',
+      content: uses.map((u) => ({ type: 'tool_result' as const, tool_use_id: u.id, content: toolOutput(JSON.stringify(u.input)) })),
+    });
   }
   throw new Error('no final answer in 5 turns');
 };
@@ -90,13 +108,17 @@ const anthropic: Driver = async (key, stream) => {
 /** OpenAI Responses: output items are sent back as input (reasoning items included). */
 const responses: Driver = async (key, stream) => {
   const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: key, maxRetries: 0 });
-  const tools: OpenAI.Responses.Tool[] = [{ type: 'function', name: 'exec_command', description: 'Run a command', parameters: shellSchema, strict: false }];
+  const tools: OpenAI.Responses.Tool[] = [
+    { type: 'function', name: 'exec_command', description: 'Run a command', parameters: shellSchema, strict: false },
+  ];
   const input: OpenAI.Responses.ResponseInputItem[] = [{ role: 'user', content: TASK }];
   for (let turn = 0; turn < 5; turn++) {
     const params = { model: 'gpt-codex', instructions: 'You are Codex.', input, tools, store: false };
     const answer = stream ? await client.responses.stream(params).finalResponse() : await client.responses.create(params);
     input.push(...(answer.output as OpenAI.Responses.ResponseInputItem[]));
-    const calls = (answer.output as OpenAI.Responses.ResponseOutputItem[]).filter((o): o is OpenAI.Responses.ResponseFunctionToolCall => o.type === 'function_call');
+    const calls = (answer.output as OpenAI.Responses.ResponseOutputItem[]).filter(
+      (o): o is OpenAI.Responses.ResponseFunctionToolCall => o.type === 'function_call',
+    );
     if (!calls.length) return answer.output_text;
     for (const c of calls) input.push({ type: 'function_call_output', call_id: c.call_id, output: toolOutput(c.arguments) });
   }
@@ -106,17 +128,30 @@ const responses: Driver = async (key, stream) => {
 /** Gemini: the model's content goes back as sent; function calls carry their args as objects. */
 const gemini: Driver = async (key, stream) => {
   const client = new GoogleGenAI({ apiKey: key, httpOptions: { baseUrl: proxy.url } });
-  const config = { systemInstruction: 'You are Gemini CLI.', tools: [{ functionDeclarations: [{ name: 'run_shell_command', description: 'Runs a shell command', parametersJsonSchema: shellSchema }] }] };
+  const config = {
+    systemInstruction: 'You are Gemini CLI.',
+    tools: [
+      { functionDeclarations: [{ name: 'run_shell_command', description: 'Runs a shell command', parametersJsonSchema: shellSchema }] },
+    ],
+  };
   const contents: Content[] = [{ role: 'user', parts: [{ text: TASK }] }];
   for (let turn = 0; turn < 5; turn++) {
     let parts: NonNullable<Content['parts']> = [];
     if (stream) {
-      for await (const chunk of await client.models.generateContentStream({ model: 'gemini-test', contents, config })) parts.push(...(chunk.candidates?.[0]?.content?.parts ?? []));
+      for await (const chunk of await client.models.generateContentStream({ model: 'gemini-test', contents, config }))
+        parts.push(...(chunk.candidates?.[0]?.content?.parts ?? []));
     } else parts = (await client.models.generateContent({ model: 'gemini-test', contents, config })).candidates?.[0]?.content?.parts ?? [];
     contents.push({ role: 'model', parts });
     const calls = parts.filter((p) => p.functionCall).map((p) => p.functionCall!);
-    if (!calls.length) return parts.filter((p) => !p.thought).map((p) => p.text ?? '').join('');
-    contents.push({ role: 'user', parts: calls.map((c) => ({ functionResponse: { id: c.id, name: c.name, response: { output: toolOutput(JSON.stringify(c.args)) } } })) });
+    if (!calls.length)
+      return parts
+        .filter((p) => !p.thought)
+        .map((p) => p.text ?? '')
+        .join('');
+    contents.push({
+      role: 'user',
+      parts: calls.map((c) => ({ functionResponse: { id: c.id, name: c.name, response: { output: toolOutput(JSON.stringify(c.args)) } } })),
+    });
   }
   throw new Error('no final answer in 5 turns');
 };
@@ -131,13 +166,20 @@ function assertOneSample(doc: RolloutDocument): void {
   const calls = doc.calls;
   assert.equal(calls.length, 3, 'three model calls');
   for (const c of calls) {
-    assert.deepEqual(c.findings.filter((f) => f.startsWith('[FATAL]')), [], `call ${c.index} has no FATAL finding`);
+    assert.deepEqual(
+      c.findings.filter((f) => f.startsWith('[FATAL]')),
+      [],
+      `call ${c.index} has no FATAL finding`,
+    );
     assert.equal(c.render?.mode, 'proxy');
     assert.equal(c.completion_token_ids!.at(-1), IM_END);
     assert.equal(c.logprobs!.length, c.completion_token_ids!.length);
     assert.ok(c.render?.tokens_digest);
   }
-  assert.deepEqual(calls.map((c) => c.render!.kind), ['full', 'bridge', 'bridge']);
+  assert.deepEqual(
+    calls.map((c) => c.render!.kind),
+    ['full', 'bridge', 'bridge'],
+  );
   for (let i = 1; i < calls.length; i++) {
     const prev = calls[i - 1]!;
     const end = [...prev.prompt_token_ids!, ...prev.completion_token_ids!];
@@ -155,7 +197,10 @@ function assertOneSample(doc: RolloutDocument): void {
   assert.deepEqual(seq.input_ids, [...last.prompt_token_ids!, ...last.completion_token_ids!]);
   const sampled = calls.reduce((n, c) => n + c.completion_token_ids!.length, 0);
   assert.equal(seq.loss_mask.filter((m) => m === 1).length, sampled, 'every sampled token of every turn is trained');
-  assert.deepEqual(seq.turn_lengths, calls.map((c) => c.completion_token_ids!.length));
+  assert.deepEqual(
+    seq.turn_lengths,
+    calls.map((c) => c.completion_token_ids!.length),
+  );
   // Mask 1 exactly on sampled positions, with their behaviour logprobs; bridge and tool tokens are mask 0.
   let at = 0;
   for (const c of calls) {
@@ -211,7 +256,10 @@ describe('token-in against the embedded engine: a reasoning policy, four dialect
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: TASK }];
     const tools: OpenAI.ChatCompletionTool[] = [{ type: 'function', function: { name: 'bash', parameters: shellSchema } }];
     const first = (await client.chat.completions.create({ model: 'm', messages, tools })).choices[0]!.message;
-    messages.push({ role: 'assistant', content: first.content, tool_calls: first.tool_calls }, { role: 'user', content: 'Actually, just say hi.' });
+    messages.push(
+      { role: 'assistant', content: first.content, tool_calls: first.tool_calls },
+      { role: 'user', content: 'Actually, just say hi.' },
+    );
     await client.chat.completions.create({ model: 'm', messages, tools });
     const calls = proxy.sessions.calls(session_id);
     assert.equal(calls[1]!.render!.kind, 'full');
@@ -219,7 +267,7 @@ describe('token-in against the embedded engine: a reasoning policy, four dialect
     assert.ok(calls[1]!.findings.some((f) => /bridge_new_root: template_drops_reasoning/.test(f)));
   });
 
-  test('a prompt at the context limit gets the dialect\'s stop answer without an engine call', async () => {
+  test("a prompt at the context limit gets the dialect's stop answer without an engine call", async () => {
     const { session_id } = await createSession(proxy);
     const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session_id, maxRetries: 0 });
     const long = 'word '.repeat(lab.engine.contextSize + 10);

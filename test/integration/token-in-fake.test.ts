@@ -17,13 +17,17 @@ const MAX_MODEL_LEN = 4096;
 
 const script: FakeScript = (request, turn) => {
   const last = request.messages.at(-1);
-  if (typeof last?.content === 'string' && last.content.includes('break the call')) return { content: 'Calling.\n<tool_call>\n{"name": "bash", "arguments": {"command": \n</tool_call>' };
+  if (typeof last?.content === 'string' && last.content.includes('break the call'))
+    return { content: 'Calling.\n<tool_call>\n{"name": "bash", "arguments": {"command": \n</tool_call>' };
   if (turn === 0) return { reasoning: 'List the files first.', tool_calls: [{ name: 'bash', arguments: { command: 'ls', all: true } }] };
-  if (turn === 1) return { reasoning: 'Now count.', content: 'Counting.', tool_calls: [{ name: 'bash', arguments: { command: 'wc -l notes.txt' } }] };
+  if (turn === 1)
+    return { reasoning: 'Now count.', content: 'Counting.', tool_calls: [{ name: 'bash', arguments: { command: 'wc -l notes.txt' } }] };
   return { reasoning: 'Done.', content: 'notes.txt has 3 lines.' };
 };
 
-const tools: OpenAI.ChatCompletionTool[] = [{ type: 'function', function: { name: 'bash', parameters: { type: 'object', properties: { command: { type: 'string' } } } } }];
+const tools: OpenAI.ChatCompletionTool[] = [
+  { type: 'function', function: { name: 'bash', parameters: { type: 'object', properties: { command: { type: 'string' } } } } },
+];
 let renderer: Renderer;
 before(async () => {
   renderer = await Renderer.load((await ensureTinyModel({ dataDir: DATA_DIR })).path);
@@ -53,7 +57,9 @@ for (const flavour of ['vllm', 'sglang'] as const) {
         const tokenBefore = engine.tokenRequests.length;
         for (let turn = 0; turn < 4; turn++) {
           const params = { model: 'm', messages, tools, max_tokens: 100_000, temperature: 0.7 };
-          const message = stream ? (await client.chat.completions.stream(params).finalChatCompletion()).choices[0]!.message : (await client.chat.completions.create(params)).choices[0]!.message;
+          const message = stream
+            ? (await client.chat.completions.stream(params).finalChatCompletion()).choices[0]!.message
+            : (await client.chat.completions.create(params)).choices[0]!.message;
           messages.push({ role: 'assistant', content: message.content, tool_calls: message.tool_calls });
           if (!message.tool_calls?.length) {
             assert.equal(message.content, 'notes.txt has 3 lines.');
@@ -82,20 +88,33 @@ for (const flavour of ['vllm', 'sglang'] as const) {
             assert.equal(body.return_logprob, true);
           }
         });
-        assert.deepEqual(calls.map((c) => c.render?.kind), ['full', 'bridge', 'bridge']);
-        assert.deepEqual(calls.map((c) => c.render?.engine_route), Array(3).fill(flavour === 'vllm' ? '/v1/completions' : '/generate'));
+        assert.deepEqual(
+          calls.map((c) => c.render?.kind),
+          ['full', 'bridge', 'bridge'],
+        );
+        assert.deepEqual(
+          calls.map((c) => c.render?.engine_route),
+          Array(3).fill(flavour === 'vllm' ? '/v1/completions' : '/generate'),
+        );
         const doc = proxy.sessions.rollout(session_id)!;
         const agent = doc.sequences.filter((s) => s.role === 'agent');
         assert.equal(agent.length, 1, 'one training sequence');
         assert.ok(agent[0]!.trainable, agent[0]!.validation.join('; '));
-        assert.equal(agent[0]!.n_trainable, calls.reduce((n, c) => n + c.completion_token_ids!.length, 0));
+        assert.equal(
+          agent[0]!.n_trainable,
+          calls.reduce((n, c) => n + c.completion_token_ids!.length, 0),
+        );
       });
     }
 
     test('a tool call that does not parse is answered as text and marked on the call', async () => {
       const { session_id } = await createSession(proxy);
       const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session_id, maxRetries: 0 });
-      const answer = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'Please break the call.' }], tools });
+      const answer = await client.chat.completions.create({
+        model: 'm',
+        messages: [{ role: 'user', content: 'Please break the call.' }],
+        tools,
+      });
       const choice = answer.choices[0]!;
       assert.equal(choice.finish_reason, 'stop');
       assert.equal(choice.message.tool_calls, undefined);
@@ -137,7 +156,10 @@ test('--render proxy without the model files refuses calls, naming the fix', asy
   try {
     const { session_id } = await createSession(proxy);
     const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session_id, maxRetries: 0 });
-    await assert.rejects(client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }), (err: unknown) => err instanceof OpenAI.APIError && err.status === 503 && /--render-model/.test(err.message));
+    await assert.rejects(
+      client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }),
+      (err: unknown) => err instanceof OpenAI.APIError && err.status === 503 && /--render-model/.test(err.message),
+    );
     assert.equal(engine.requests.length, 0);
   } finally {
     await proxy.close();

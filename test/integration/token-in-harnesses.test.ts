@@ -18,7 +18,8 @@ const PER_RUN_MS = 600_000;
 /** The raw-args policy's harnesses: the reference one and one per dialect (Anthropic, Responses, chat). */
 const RAW_ARGS_HARNESSES = ['react', 'claude-code', 'codex', 'opencode'];
 
-const harnesses = (): string[] => (process.env.HARNESS_LAB_SANDBOX_HARNESSES ? [...new Set(['react', ...realHarnesses()])] : proofHarnesses());
+const harnesses = (): string[] =>
+  process.env.HARNESS_LAB_SANDBOX_HARNESSES ? [...new Set(['react', ...realHarnesses()])] : proofHarnesses();
 
 function assertOneSample(run: ProofRun): void {
   const shown = formatRunLine(run);
@@ -29,14 +30,19 @@ function assertOneSample(run: ProofRun): void {
   assert.ok(run.turns.length >= 4, `four agent turns (three shell calls and the answer): ${shown}`);
   assert.equal(run.samples?.samples, 1, `one training sample per rollout: ${shown}`);
   // Every sampled token of every agent turn is in that one sample, and nothing is sent twice.
-  assert.equal(run.samples!.sampled_tokens, run.turns.reduce((a, t) => a + t.n_sampled, 0), shown);
+  assert.equal(
+    run.samples!.sampled_tokens,
+    run.turns.reduce((a, t) => a + t.n_sampled, 0),
+    shown,
+  );
   assert.equal(run.samples!.tokens_to_trainer, run.samples!.merged_tokens, shown);
   assert.equal(run.turns[0]!.kind, 'full', shown);
   for (const t of run.turns.slice(1)) {
     assert.equal(t.kind, 'bridge', `turn ${t.index} continues the one before: ${shown}`);
     assert.equal(t.bridge_construction, true, `turn ${t.index}: the anchor's exact ids, then the bridge: ${shown}`);
   }
-  for (const t of run.turns) assert.equal(t.engine_received, true, `turn ${t.index}: the engine received exactly the recorded prompt ids: ${shown}`);
+  for (const t of run.turns)
+    assert.equal(t.engine_received, true, `turn ${t.index}: the engine received exactly the recorded prompt ids: ${shown}`);
 }
 
 describe('token in, token out: one training sample per rollout for every harness (Docker, sum-numbers)', { concurrency: false }, () => {
@@ -53,26 +59,46 @@ describe('token in, token out: one training sample per rollout for every harness
 
   const run = (harness: string, policy: ProofPolicy, mode: 'proxy' | 'engine') => {
     const rig = rigs.get(policy)!;
-    return proofRun({ harness, policy, mode, proxy: rig.proxies[mode], model: rig.engine.engine.modelName, recorder: rig.recorder, outDir: mkdtempSync(join(tmpdir(), 'hl-tito-test-')) });
+    return proofRun({
+      harness,
+      policy,
+      mode,
+      proxy: rig.proxies[mode],
+      model: rig.engine.engine.modelName,
+      recorder: rig.recorder,
+      outDir: mkdtempSync(join(tmpdir(), 'hl-tito-test-')),
+    });
   };
 
   for (const harness of harnesses()) {
-    test(`${harness}, reasoning before every action, token in: reward 1, one sample, every prompt the bridge construction`, { timeout: PER_RUN_MS }, async () => {
-      assertOneSample(await run(harness, 'thinking', 'proxy'));
-    });
+    test(
+      `${harness}, reasoning before every action, token in: reward 1, one sample, every prompt the bridge construction`,
+      { timeout: PER_RUN_MS },
+      async () => {
+        assertOneSample(await run(harness, 'thinking', 'proxy'));
+      },
+    );
   }
   for (const harness of RAW_ARGS_HARNESSES.filter((h) => harnesses().includes(h))) {
-    test(`${harness}, tool calls written compact with the keys reversed, token in: reward 1, one sample`, { timeout: PER_RUN_MS }, async () => {
-      assertOneSample(await run(harness, 'raw-args', 'proxy'));
-    });
+    test(
+      `${harness}, tool calls written compact with the keys reversed, token in: reward 1, one sample`,
+      { timeout: PER_RUN_MS },
+      async () => {
+        assertOneSample(await run(harness, 'raw-args', 'proxy'));
+      },
+    );
   }
   for (const policy of ['thinking', 'raw-args'] as const) {
-    test(`control: react with the ${policy} policy in chat mode splits every turn into its own sample`, { timeout: PER_RUN_MS }, async () => {
-      const r = await run('react', policy, 'engine');
-      const shown = formatRunLine(r);
-      assert.equal(r.reward, 1, shown);
-      assert.equal(r.samples?.samples, r.turns.length, `the re-rendered history never extends what was sampled: ${shown}`);
-      assert.ok(r.samples!.tokens_to_trainer > 1.5 * r.samples!.merged_tokens, shown);
-    });
+    test(
+      `control: react with the ${policy} policy in chat mode splits every turn into its own sample`,
+      { timeout: PER_RUN_MS },
+      async () => {
+        const r = await run('react', policy, 'engine');
+        const shown = formatRunLine(r);
+        assert.equal(r.reward, 1, shown);
+        assert.equal(r.samples?.samples, r.turns.length, `the re-rendered history never extends what was sampled: ${shown}`);
+        assert.ok(r.samples!.tokens_to_trainer > 1.5 * r.samples!.merged_tokens, shown);
+      },
+    );
   }
 });

@@ -18,7 +18,11 @@ let tmp: string;
 let batch: TrainingBatch;
 
 function run(argv: string[]): { code: number; out: string; err: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), ...argv], { cwd: ROOT, encoding: 'utf8', timeout: 120_000 });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), ...argv], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 120_000,
+  });
   return { code: r.status ?? -1, out: r.stdout, err: r.stderr };
 }
 
@@ -41,7 +45,10 @@ test('audit --json: groups, no contrast, shares, harnesses, the stale call, tool
   assert.equal(g['g-flat']!.std, 0);
   assert.equal(g['g-flat']!.no_contrast, true);
   assert.deepEqual([g['g-broken']!.kept, g['g-broken']!.discarded], [2, 1]);
-  assert.deepEqual(g['g-broken']!.members.filter((m) => !m.kept).map((m) => [m.rollout_id, m.excluded]), [['r8', 'discarded_infra_error']]);
+  assert.deepEqual(
+    g['g-broken']!.members.filter((m) => !m.kept).map((m) => [m.rollout_id, m.excluded]),
+    [['r8', 'discarded_infra_error']],
+  );
   assert.deepEqual(a.summary.groups_no_contrast, ['g-flat']);
   assert.equal(a.summary.no_contrast_share, 3 / 9);
   assert.equal(a.summary.no_signal_share, 4 / 9, 'g-flat (3) and the discarded r8');
@@ -50,7 +57,9 @@ test('audit --json: groups, no contrast, shares, harnesses, the stale call, tool
   assert.deepEqual(a.harnesses['react-b'], { rollouts: 3, kept: 3, discarded: 0, mean_reward: 0 });
   // Exactly one stale call: r2's second call, which carried the policy-version header.
   const r2 = loadSessionFile(join(batch.dir, 'capture', 'sessions', `${batch.sessions.r2}.jsonl`))!.calls.sort((x, y) => x.index - y.index);
-  assert.deepEqual(a.policy.stale, [{ rollout_id: 'r2', session_id: batch.sessions.r2, call_id: r2[1]!.call_id, index: 1, version: STALE_POLICY, behind: 5 }]);
+  assert.deepEqual(a.policy.stale, [
+    { rollout_id: 'r2', session_id: batch.sessions.r2, call_id: r2[1]!.call_id, index: 1, version: STALE_POLICY, behind: 5 },
+  ]);
   assert.equal(a.policy.newest, 'step-6');
   assert.equal(a.policy.calls, 18, 'calls of the kept rollouts');
   assert.equal(a.summary.stale_share, 1 / 18);
@@ -76,9 +85,15 @@ test('audit text output names the no-contrast group and the stale call', () => {
   assert.equal(r.code, 0, r.err);
   assert.match(r.out, /g-flat\s+react-b\s+3\/3\s+\[0, 0, 0\]\s+0\.000\s+0\.000\s+NO CONTRAST/);
   assert.match(r.out, /excluded r8:discarded_infra_error/);
-  assert.match(r.out, /samples \(kept rollouts\): 1\.13 samples\/rollout \(7\/8 one sample\), [\d,]+ tokens to the trainer \(1\.\d\dx the merged [\d,]+\), 0 unparsed/);
+  assert.match(
+    r.out,
+    /samples \(kept rollouts\): 1\.13 samples\/rollout \(7\/8 one sample\), [\d,]+ tokens to the trainer \(1\.\d\dx the merged [\d,]+\), 0 unparsed/,
+  );
   assert.match(r.out, /\n {2}react-b: 1\.00 samples\/rollout \(3\/3 one sample\)/);
-  assert.match(r.out, new RegExp(`stale: rollout r2 session ${batch.sessions.r2} call [0-9a-f]{12} \\(index 1\\) version step-1, 5 behind`));
+  assert.match(
+    r.out,
+    new RegExp(`stale: rollout r2 session ${batch.sessions.r2} call [0-9a-f]{12} \\(index 1\\) version step-1, 5 behind`),
+  );
 });
 
 test('--fail-on: exit 1 above a threshold, 0 at or below it; --max-staleness moves the line; bad input exit 2', () => {
@@ -132,7 +147,19 @@ test('audit: behaviour metrics per rollout, per harness and per batch (text and 
   const member = (id: string) => a.groups.flatMap((g) => g.members).find((m) => m.rollout_id === id)!;
   // r0: the main path is wc -l (result "3 notes.txt", ok by F4) then the answer; its subagent is auxiliary.
   const r0 = member('r0').behaviour!;
-  assert.deepEqual([r0.turns, r0.tool_calls, r0.failed_tool_calls, r0.unknown_tool_calls, r0.turns_to_first_success, r0.tool_coverage, r0.self_verified, r0.final_answer], [2, 1, 0, 0, 1, 1, false, true]);
+  assert.deepEqual(
+    [
+      r0.turns,
+      r0.tool_calls,
+      r0.failed_tool_calls,
+      r0.unknown_tool_calls,
+      r0.turns_to_first_success,
+      r0.tool_coverage,
+      r0.self_verified,
+      r0.final_answer,
+    ],
+    [2, 1, 0, 0, 1, 1, false, true],
+  );
   // r8 crashed after its first call: its one tool call has no result and there is no final answer.
   const r8 = member('r8').behaviour!;
   assert.deepEqual([r8.turns, r8.tool_calls, r8.unknown_tool_calls, r8.turns_to_first_success, r8.final_answer], [1, 1, 1, null, false]);
@@ -154,19 +181,24 @@ test('audit names a kept rollout whose capture breaks the export contract: file,
   const dir = copyBatch(batch.dir, join(tmp, 'contract'));
   const file = join(dir, 'capture', 'sessions', `${batch.sessions.r1}.jsonl`);
   let callId = '';
-  const lines = readFileSync(file, 'utf8').split('\n').map((line) => {
-    if (!line) return line;
-    const obj = JSON.parse(line) as { type: string; index?: number; call_id?: string; logprobs?: unknown };
-    if (obj.type !== 'call' || obj.index !== 0) return line;
-    obj.logprobs = null;
-    callId = obj.call_id!;
-    return JSON.stringify(obj);
-  });
+  const lines = readFileSync(file, 'utf8')
+    .split('\n')
+    .map((line) => {
+      if (!line) return line;
+      const obj = JSON.parse(line) as { type: string; index?: number; call_id?: string; logprobs?: unknown };
+      if (obj.type !== 'call' || obj.index !== 0) return line;
+      obj.logprobs = null;
+      callId = obj.call_id!;
+      return JSON.stringify(obj);
+    });
   writeFileSync(file, lines.join('\n'));
   const r = run(['audit', dir, '--json']);
   assert.equal(r.code, 0, r.err);
   const a = JSON.parse(r.out) as AuditReport;
-  assert.deepEqual(a.contract.failures.map((f) => [f.rollout_id, f.file, f.session_id, f.call_id]), [['r1', file, batch.sessions.r1, callId]]);
+  assert.deepEqual(
+    a.contract.failures.map((f) => [f.rollout_id, f.file, f.session_id, f.call_id]),
+    [['r1', file, batch.sessions.r1, callId]],
+  );
   assert.match(a.contract.failures[0]!.problem, /missing logprobs/);
   const text = run(['audit', dir]).out;
   assert.ok(text.includes(`capture contract: 1 of 8 kept rollout(s) break it; an export stops on them`), text);

@@ -14,9 +14,17 @@ const tmp = () => mkdtempSync(join(tmpdir(), 'hl-train-cli-'));
 
 describe('harness-lab train (no cluster)', { timeout: 120_000 }, () => {
   it('submit --dry-run -o json: veRL is a RayJob with shutdownAfterJobFinishes and backoffLimit 0', async () => {
-    const r = await cli(['train', 'submit', '--trainer', 'verl', '--config', join(EX, 'verl-grpo.yaml'), '--namespace', 'rl', '--dry-run', '-o', 'json'], { env });
+    const r = await cli(
+      ['train', 'submit', '--trainer', 'verl', '--config', join(EX, 'verl-grpo.yaml'), '--namespace', 'rl', '--dry-run', '-o', 'json'],
+      { env },
+    );
     assert.equal(r.code, 0, r.stderr);
-    const o = JSON.parse(r.stdout) as { apiVersion: string; kind: string; metadata: { name: string; namespace: string; labels: Record<string, string> }; spec: Record<string, unknown> & { rayClusterSpec: { workerGroupSpecs: { replicas: number }[] } } };
+    const o = JSON.parse(r.stdout) as {
+      apiVersion: string;
+      kind: string;
+      metadata: { name: string; namespace: string; labels: Record<string, string> };
+      spec: Record<string, unknown> & { rayClusterSpec: { workerGroupSpecs: { replicas: number }[] } };
+    };
     assert.deepEqual([o.apiVersion, o.kind, o.metadata.namespace, o.metadata.name], ['ray.io/v1', 'RayJob', 'rl', 'verl-grpo-01']);
     assert.equal(o.spec.shutdownAfterJobFinishes, true);
     assert.equal(o.spec.backoffLimit, 0);
@@ -28,11 +36,25 @@ describe('harness-lab train (no cluster)', { timeout: 120_000 }, () => {
   it('submit --dry-run -o yaml: TRL is a TrainJob; --operator none a batch/v1 Job', async () => {
     const r = await cli(['train', 'submit', '--trainer', 'trl', '--config', join(EX, 'trl-grpo.yaml'), '--dry-run', '-o', 'yaml'], { env });
     assert.equal(r.code, 0, r.stderr);
-    const o = loadYaml<{ apiVersion: string; kind: string; spec: { runtimeRef: { name: string }; trainer: { numNodes: number } } }>(r.stdout);
-    assert.deepEqual([o.apiVersion, o.kind, o.spec.runtimeRef.name, o.spec.trainer.numNodes], ['trainer.kubeflow.org/v1alpha1', 'TrainJob', 'torch-distributed', 1]);
-    const j = await cli(['train', 'submit', '--trainer', 'trl', '--config', join(EX, 'trl-grpo.yaml'), '--operator', 'none', '--dry-run', '-o', 'json'], { env });
+    const o = loadYaml<{ apiVersion: string; kind: string; spec: { runtimeRef: { name: string }; trainer: { numNodes: number } } }>(
+      r.stdout,
+    );
+    assert.deepEqual(
+      [o.apiVersion, o.kind, o.spec.runtimeRef.name, o.spec.trainer.numNodes],
+      ['trainer.kubeflow.org/v1alpha1', 'TrainJob', 'torch-distributed', 1],
+    );
+    const j = await cli(
+      ['train', 'submit', '--trainer', 'trl', '--config', join(EX, 'trl-grpo.yaml'), '--operator', 'none', '--dry-run', '-o', 'json'],
+      { env },
+    );
     assert.equal(j.code, 0, j.stderr);
-    const job = JSON.parse(j.stdout) as { kind: string; spec: { backoffLimit: number; template: { spec: { volumes: { persistentVolumeClaim: { claimName: string } }[]; containers: { resources: unknown }[] } } } };
+    const job = JSON.parse(j.stdout) as {
+      kind: string;
+      spec: {
+        backoffLimit: number;
+        template: { spec: { volumes: { persistentVolumeClaim: { claimName: string } }[]; containers: { resources: unknown }[] } };
+      };
+    };
     assert.equal(job.kind, 'Job');
     assert.equal(job.spec.backoffLimit, 0);
     assert.equal(job.spec.template.spec.volumes[0]!.persistentVolumeClaim.claimName, 'rollouts');
@@ -42,12 +64,16 @@ describe('harness-lab train (no cluster)', { timeout: 120_000 }, () => {
   it('a bad config names the file and the field, exit 1', async () => {
     const d = tmp();
     const bad = join(d, 'bad.yaml');
-    writeFileSync(bad, 'name: Not_A_Label\ncommand: python3\ndata: {source: export, file: /abs.jsonl, volume: {pvc: {}}}\nnumNodes: 0\nbogus: 1\n');
+    writeFileSync(
+      bad,
+      'name: Not_A_Label\ncommand: python3\ndata: {source: export, file: /abs.jsonl, volume: {pvc: {}}}\nnumNodes: 0\nbogus: 1\n',
+    );
     const r = await cli(['train', 'submit', '--trainer', 'trl', '--config', bad, '--dry-run'], { env });
     assert.equal(r.code, 1);
     const msg = r.stderr;
     assert.ok(msg.startsWith(`harness-lab train submit: ${bad}: `), msg);
-    for (const field of ['name: an RFC 1035 label', 'image:', 'command:', 'numNodes:', 'data.file: a path relative to the volume', 'bogus']) assert.ok(msg.includes(field), `${field} in ${msg}`);
+    for (const field of ['name: an RFC 1035 label', 'image:', 'command:', 'numNodes:', 'data.file: a path relative to the volume', 'bogus'])
+      assert.ok(msg.includes(field), `${field} in ${msg}`);
     const multi = join(d, 'multi.yaml');
     writeFileSync(multi, 'image: x\ncommand: [x]\nnumNodes: 2\ndata: {source: rollout-server, url: "http://127.0.0.1:1"}\n');
     const m = await cli(['train', 'submit', '--trainer', 'trl', '--config', multi, '--operator', 'none', '--dry-run'], { env });

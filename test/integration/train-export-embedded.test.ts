@@ -50,7 +50,12 @@ before(async () => {
         calls++;
         messages.push({ role: 'assistant', content: m.content ?? null, tool_calls: m.tool_calls });
         if (!m.tool_calls?.length) break;
-        for (const tc of m.tool_calls) messages.push({ role: 'tool', tool_call_id: tc.id, content: tc.function.arguments.includes('wc') ? '3 notes.txt\n' : 'notes.txt\n' });
+        for (const tc of m.tool_calls)
+          messages.push({
+            role: 'tool',
+            tool_call_id: tc.id,
+            content: tc.function.arguments.includes('wc') ? '3 notes.txt\n' : 'notes.txt\n',
+          });
       }
       writeFinishedState(dir, p, session_id, calls, now);
     }
@@ -64,7 +69,11 @@ after(async () => {
   rmSync(tmp, { recursive: true, force: true });
 });
 
-const lines = <T>(file: string): T[] => readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as T);
+const lines = <T>(file: string): T[] =>
+  readFileSync(file, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as T);
 function python(format: string, file: string): unknown {
   const r = spawnSync('python3', [READER, format, file], { encoding: 'utf8', timeout: 60_000 });
   if (r.error) throw new Error(`python3 is needed for this test (standard library only): ${r.error.message}`);
@@ -78,16 +87,25 @@ test('embedded engine: trl rows are the three-call chain with real Qwen3 ids, lo
   assert.equal(m.counts.rows, 2);
   const rows = lines<TrlRow>(out);
   for (const row of rows) {
-    const calls = loadSessionFile(join(batchPaths(dir).capture, 'sessions', `${sessions[row.rollout_id]}.jsonl`))!.calls.sort((a, b) => a.index - b.index);
+    const calls = loadSessionFile(join(batchPaths(dir).capture, 'sessions', `${sessions[row.rollout_id]}.jsonl`))!.calls.sort(
+      (a, b) => a.index - b.index,
+    );
     assert.equal(calls.length, 3);
     assert.deepEqual(row.prompt_ids, calls[0]!.prompt_token_ids);
     const last = calls[2]!;
     assert.deepEqual([...row.prompt_ids, ...row.completion_ids], [...last.prompt_token_ids!, ...last.completion_token_ids!]);
     assert.equal(row.completion_ids.at(-1), IM_END, 'the completion ends on the stop token, as TRL expects of a finished sequence');
     const sampled = calls.reduce((a, c) => a + c.completion_token_ids!.length, 0);
-    assert.equal(row.env_mask.reduce((a, b) => a + b, 0), sampled);
+    assert.equal(
+      row.env_mask.reduce((a, b) => a + b, 0),
+      sampled,
+    );
     const trained = row.logprobs.filter((_, i) => row.env_mask[i] === 1);
-    assert.deepEqual(trained, calls.flatMap((c) => c.logprobs!), 'the behaviour logprobs, in order');
+    assert.deepEqual(
+      trained,
+      calls.flatMap((c) => c.logprobs!),
+      'the behaviour logprobs, in order',
+    );
   }
   assert.deepEqual(python('trl', out), { rows: 2, groups: 1, num_generations: 2, groups_std_zero: 0, group_ids: ['g-embedded'] });
 });
@@ -96,10 +114,22 @@ test('embedded engine: verl and trainingtrace exports pass the trainer-side read
   const v = join(tmp, 'verl.jsonl');
   await runExport({ format: 'verl', source: { kind: 'batch', dir }, out: v });
   const rows = lines<VerlRow>(v);
-  assert.deepEqual(rows.map((r) => [r.extra_fields.trajectory_role, r.reward_score, r.loss_weight]), [['final', 1, 1], ['final', 0, 1]]);
+  assert.deepEqual(
+    rows.map((r) => [r.extra_fields.trajectory_role, r.reward_score, r.loss_weight]),
+    [
+      ['final', 1, 1],
+      ['final', 0, 1],
+    ],
+  );
   assert.deepEqual(python('verl', v), { rows: 2, sessions: 2, uids: 1, multi_segment_sessions: 0 });
   const t = join(tmp, 'tt.jsonl');
   await runExport({ format: 'trainingtrace', source: { kind: 'batch', dir }, out: t });
-  assert.deepEqual(lines<TrainingTraceLine>(t).map((l) => [l.rollout_id, l.reward, l.trace.turns.length]), [['e0', 1, 3], ['e1', 0, 3]]);
+  assert.deepEqual(
+    lines<TrainingTraceLine>(t).map((l) => [l.rollout_id, l.reward, l.trace.turns.length]),
+    [
+      ['e0', 1, 3],
+      ['e1', 0, 3],
+    ],
+  );
   assert.deepEqual(python('trainingtrace', t), { rows: 2, turns: 6, rewards: { null: 0, zero: 1, positive: 1 } });
 });

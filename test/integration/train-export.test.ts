@@ -20,7 +20,11 @@ let tmp: string;
 let batch: TrainingBatch;
 
 function run(argv: string[]): { code: number; out: string; err: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), ...argv], { cwd: ROOT, encoding: 'utf8', timeout: 120_000 });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), ...argv], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 120_000,
+  });
   return { code: r.status ?? -1, out: r.stdout, err: r.stderr };
 }
 function python(format: string, file: string): { code: number; out: string; err: string } {
@@ -28,10 +32,15 @@ function python(format: string, file: string): { code: number; out: string; err:
   if (r.error) throw new Error(`python3 is needed for this test (standard library only): ${r.error.message}`);
   return { code: r.status ?? -1, out: r.stdout, err: r.stderr };
 }
-const lines = <T>(file: string): T[] => readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as T);
+const lines = <T>(file: string): T[] =>
+  readFileSync(file, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as T);
 const manifestOf = (file: string): ExportManifest => JSON.parse(readFileSync(`${file}.manifest.json`, 'utf8')) as ExportManifest;
 const sessionPath = (b: TrainingBatch, id: string) => join(b.dir, 'capture', 'sessions', `${b.sessions[id]}.jsonl`);
-const callsOf = (b: TrainingBatch, id: string): CallRecord[] => loadSessionFile(sessionPath(b, id))!.calls.sort((x, y) => x.index - y.index);
+const callsOf = (b: TrainingBatch, id: string): CallRecord[] =>
+  loadSessionFile(sessionPath(b, id))!.calls.sort((x, y) => x.index - y.index);
 
 function exportBatch(format: string, dir = batch.dir, extra: string[] = []): { file: string; code: number; out: string; err: string } {
   const file = join(tmp, `${format}-${Math.random().toString(36).slice(2, 8)}.jsonl`);
@@ -48,7 +57,11 @@ test('trainingtrace: one line per kept rollout, TRL TrainingTrace inside, reward
   const r = exportBatch('trainingtrace');
   assert.equal(r.code, 0, r.err);
   const rows = lines<TrainingTraceLine>(r.file);
-  assert.deepEqual(rows.map((x) => x.rollout_id), ['r0', 'r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7'], 'groups consecutive, the discarded r8 absent');
+  assert.deepEqual(
+    rows.map((x) => x.rollout_id),
+    ['r0', 'r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7'],
+    'groups consecutive, the discarded r8 absent',
+  );
   const reward = Object.fromEntries(batch.plan.map((p) => [p.id, p.reward]));
   for (const row of rows) {
     assert.deepEqual(Object.keys(row.trace).sort(), ['schema_version', 'turns']);
@@ -56,7 +69,11 @@ test('trainingtrace: one line per kept rollout, TRL TrainingTrace inside, reward
     assert.equal(row.reward, reward[row.rollout_id], `${row.rollout_id}: reward`);
     assert.equal(row.session_id, batch.sessions[row.rollout_id]);
     const calls = callsOf(batch, row.rollout_id);
-    assert.deepEqual(row.trace.turns.map((t) => t.node_id), calls.map((c) => c.call_id), 'every agent call, in arrival order');
+    assert.deepEqual(
+      row.trace.turns.map((t) => t.node_id),
+      calls.map((c) => c.call_id),
+      'every agent call, in arrival order',
+    );
     for (const [i, t] of row.trace.turns.entries()) {
       TrainingTurnSchema.parse(t);
       const c = calls[i]!;
@@ -84,14 +101,28 @@ test('trl: one row per rollout (main path), exactly G consecutive rows per group
   assert.equal(r.code, 0, r.err);
   assert.match(r.out, /wrote 6 trl row\(s\) from 6 rollout\(s\)/);
   const rows = lines<TrlRow>(r.file);
-  assert.deepEqual(rows.map((x) => [x.group_id, x.rollout_id]), [['g-mixed', 'r0'], ['g-mixed', 'r1'], ['g-mixed', 'r2'], ['g-flat', 'r3'], ['g-flat', 'r4'], ['g-flat', 'r5']]);
+  assert.deepEqual(
+    rows.map((x) => [x.group_id, x.rollout_id]),
+    [
+      ['g-mixed', 'r0'],
+      ['g-mixed', 'r1'],
+      ['g-mixed', 'r2'],
+      ['g-flat', 'r3'],
+      ['g-flat', 'r4'],
+      ['g-flat', 'r5'],
+    ],
+  );
   for (const row of rows) {
     const calls = callsOf(batch, row.rollout_id);
     // The main path: the first and the last main-agent call (r0's subagent calls sit between them).
     const first = calls[0]!;
     const last = calls.at(-1)!;
     assert.deepEqual(row.prompt_ids, first.prompt_token_ids, `${row.rollout_id}: prompt is the root call's prompt`);
-    assert.deepEqual([...row.prompt_ids, ...row.completion_ids], [...last.prompt_token_ids!, ...last.completion_token_ids!], 'prompt + completion is the leaf prompt + completion');
+    assert.deepEqual(
+      [...row.prompt_ids, ...row.completion_ids],
+      [...last.prompt_token_ids!, ...last.completion_token_ids!],
+      'prompt + completion is the leaf prompt + completion',
+    );
     assert.equal(row.logprobs.length, row.completion_ids.length);
     assert.equal(row.env_mask.length, row.completion_ids.length);
     const firstOut = first.completion_token_ids!.length;
@@ -100,7 +131,11 @@ test('trl: one row per rollout (main path), exactly G consecutive rows per group
     const lastOut = last.completion_token_ids!.length;
     assert.deepEqual(row.env_mask.slice(-lastOut), new Array(lastOut).fill(1));
     assert.deepEqual(row.logprobs.slice(-lastOut), last.logprobs);
-    assert.equal(row.env_mask.reduce((a, b) => a + b, 0), firstOut + lastOut, 'only the main path is trained');
+    assert.equal(
+      row.env_mask.reduce((a, b) => a + b, 0),
+      firstOut + lastOut,
+      'only the main path is trained',
+    );
     row.env_mask.forEach((e, i) => e === 0 && assert.equal(row.logprobs[i], 0, 'tool tokens carry logprob 0.0'));
     assert.equal(typeof row.reward, 'number');
     assert.equal(row.num_turns, last.engine_request!.messages.length + 1);
@@ -108,9 +143,16 @@ test('trl: one row per rollout (main path), exactly G consecutive rows per group
   assert.equal(rows.find((x) => x.rollout_id === 'r2')!.policy_version, STALE_POLICY, 'the oldest version on the row');
   const m = manifestOf(r.file);
   assert.deepEqual(m.grouping, { key: 'group_id', rows_per_group: 3, consecutive: true });
-  assert.deepEqual(m.dropped_groups.map((g) => [g.group_id, g.reason, g.members]), [['g-broken', 'incomplete_group', 2]]);
+  assert.deepEqual(
+    m.dropped_groups.map((g) => [g.group_id, g.reason, g.members]),
+    [['g-broken', 'incomplete_group', 2]],
+  );
   assert.deepEqual(m.counts.rollouts_dropped, { discarded_infra_error: 1, group_incomplete_group: 2 });
-  assert.deepEqual(m.auxiliary_paths.map((p) => [p.rollout_id, p.role, p.n_turns]), [['r0', 'agent', 2]], "r0's subagent path is listed, not exported");
+  assert.deepEqual(
+    m.auxiliary_paths.map((p) => [p.rollout_id, p.role, p.n_turns]),
+    [['r0', 'agent', 2]],
+    "r0's subagent path is listed, not exported",
+  );
   assert.deepEqual(m.policy_versions.present, [STALE_POLICY, FIXTURE_POLICY]);
   assert.equal(m.policy_versions.newest, FIXTURE_POLICY);
   assert.deepEqual(m.sampling.pinned, { temperature: TEMPERATURE, top_p: 1, top_k: -1, min_p: 0 });
@@ -128,10 +170,22 @@ test('verl: segments keyed {uid}_{session}_{index}, the main path final with the
   assert.equal(rows.length, 9, "8 rollouts, r0's subagent is a second segment");
   const r0 = rows.filter((x) => x.extra_fields.rollout_id === 'r0');
   const sid = batch.sessions.r0!;
-  assert.deepEqual(r0.map((x) => x.key), [`g-mixed_${sid}_0`, `g-mixed_${sid}_1`]);
-  assert.deepEqual(r0.map((x) => x.extra_fields.trajectory_role), ['intermediate', 'final']);
-  assert.deepEqual(r0.map((x) => x.reward_score), [null, 1]);
-  assert.deepEqual(r0.map((x) => x.loss_weight), [0.5, 0.5]);
+  assert.deepEqual(
+    r0.map((x) => x.key),
+    [`g-mixed_${sid}_0`, `g-mixed_${sid}_1`],
+  );
+  assert.deepEqual(
+    r0.map((x) => x.extra_fields.trajectory_role),
+    ['intermediate', 'final'],
+  );
+  assert.deepEqual(
+    r0.map((x) => x.reward_score),
+    [null, 1],
+  );
+  assert.deepEqual(
+    r0.map((x) => x.loss_weight),
+    [0.5, 0.5],
+  );
   const calls = callsOf(batch, 'r0');
   assert.deepEqual(r0[0]!.prompt_ids, calls[1]!.prompt_token_ids, 'the subagent segment starts at its own root');
   assert.deepEqual(r0[1]!.prompt_ids, calls[0]!.prompt_token_ids);
@@ -149,7 +203,10 @@ test('verl: segments keyed {uid}_{session}_{index}, the main path final with the
   assert.deepEqual(manifestOf(r.file).dropped_groups, [], 'g-broken keeps its two members (veRL groups by uid, any size >= 2)');
   const tooFew = exportBatch('verl', batch.dir, ['--min-group-size', '3']);
   assert.equal(tooFew.code, 0, tooFew.err);
-  assert.deepEqual(manifestOf(tooFew.file).dropped_groups.map((g) => [g.group_id, g.reason]), [['g-broken', 'too_few_members']]);
+  assert.deepEqual(
+    manifestOf(tooFew.file).dropped_groups.map((g) => [g.group_id, g.reason]),
+    [['g-broken', 'too_few_members']],
+  );
   const py = python('verl', r.file);
   assert.equal(py.code, 0, py.err);
   assert.deepEqual(JSON.parse(py.out), { rows: 9, sessions: 8, uids: 3, multi_segment_sessions: 1 });
@@ -158,11 +215,17 @@ test('verl: segments keyed {uid}_{session}_{index}, the main path final with the
 test('--drop-no-contrast drops the flat group, and the Python reader rejects a broken row', () => {
   const r = exportBatch('trl', batch.dir, ['--drop-no-contrast']);
   assert.equal(r.code, 0, r.err);
-  assert.deepEqual(lines<TrlRow>(r.file).map((x) => x.group_id), ['g-mixed', 'g-mixed', 'g-mixed']);
+  assert.deepEqual(
+    lines<TrlRow>(r.file).map((x) => x.group_id),
+    ['g-mixed', 'g-mixed', 'g-mixed'],
+  );
   assert.deepEqual(manifestOf(r.file).counts.groups_dropped, { incomplete_group: 1, no_contrast: 1 });
   const tt = exportBatch('trainingtrace', batch.dir, ['--drop-no-contrast']);
   assert.equal(tt.code, 0, tt.err);
-  assert.deepEqual(lines<TrainingTraceLine>(tt.file).map((x) => x.rollout_id), ['r0', 'r1', 'r2', 'r6', 'r7']);
+  assert.deepEqual(
+    lines<TrainingTraceLine>(tt.file).map((x) => x.rollout_id),
+    ['r0', 'r1', 'r2', 'r6', 'r7'],
+  );
   // The reader is a real check: a row whose env_mask is one short must fail it.
   const rows = lines<TrlRow>(r.file);
   rows[1]!.env_mask.pop();
@@ -175,7 +238,12 @@ test('--drop-no-contrast drops the flat group, and the Python reader rejects a b
 });
 
 /** Rewrites one stored call of a rollout's session file in a copy of the batch. */
-function corrupt(label: string, rollout: string, callIndex: number, edit: (c: CallRecord) => void): { dir: string; file: string; callId: string } {
+function corrupt(
+  label: string,
+  rollout: string,
+  callIndex: number,
+  edit: (c: CallRecord) => void,
+): { dir: string; file: string; callId: string } {
   const dir = copyBatch(batch.dir, join(tmp, `corrupt-${label}`));
   const file = join(dir, 'capture', 'sessions', `${batch.sessions[rollout]}.jsonl`);
   let callId = '';
@@ -251,7 +319,7 @@ test('--session and --rollouts: trainingtrace with reward null (unknown, not 0);
   assert.match(two.err, /exactly one source/);
 });
 
-test('without --format the export writes the lab\'s per-path TrainingTrace, as before', () => {
+test("without --format the export writes the lab's per-path TrainingTrace, as before", () => {
   const out = join(tmp, 'paths.jsonl');
   const r = run(['export', '--data-dir', join(batch.dir, 'capture'), '--session', batch.sessions.r0!, '--out', out]);
   assert.equal(r.code, 0, r.err);
@@ -273,7 +341,10 @@ test('--rollouts reads rollout documents (*.rollout.json) too; a session id with
   assert.equal(x.code, 0, x.err);
   const [line] = lines<TrainingTraceLine>(out);
   assert.equal(line!.session_id, batch.sessions.r2);
-  assert.deepEqual(line!.trace.turns.map((t) => t.node_id), callsOf(batch, 'r2').map((c) => c.call_id));
+  assert.deepEqual(
+    line!.trace.turns.map((t) => t.node_id),
+    callsOf(batch, 'r2').map((c) => c.call_id),
+  );
   assert.equal(verlSessionKey('abc'), 'abc');
   assert.match(verlSessionKey('a_b'), /^h[0-9a-f]{16}$/);
   assert.equal(verlSessionKey('a_b').includes('_'), false);
@@ -293,7 +364,10 @@ test('a kept timeout without a reward: trainingtrace writes null (not 0), trl dr
   const trl = exportBatch('trl', dir);
   assert.equal(trl.code, 0, trl.err);
   const m = manifestOf(trl.file);
-  assert.deepEqual(m.dropped_rollouts.filter((d) => d.rollout_id === 'r4').map((d) => d.reason), ['no_reward']);
+  assert.deepEqual(
+    m.dropped_rollouts.filter((d) => d.rollout_id === 'r4').map((d) => d.reason),
+    ['no_reward'],
+  );
   assert.deepEqual(m.dropped_groups.map((g) => g.group_id).sort(), ['g-broken', 'g-flat']);
   assert.ok(lines<TrlRow>(trl.file).every((x) => typeof x.reward === 'number'));
 });
@@ -304,7 +378,14 @@ test('batch collect is the export writer in its collected format: finished group
   assert.equal(r.code, 0, r.err);
   // g-broken keeps r6 and r7 (r8 is discarded): two trainable members are enough; g-flat has no contrast but is kept.
   assert.match(r.out, /from 8 trainable rollout\(s\) in 3 group\(s\)/);
-  const rows = lines<{ batch_id: string; group_id: string; rollout_id: string; reward: number; sampling: Record<string, number>; trace: unknown }>(out);
+  const rows = lines<{
+    batch_id: string;
+    group_id: string;
+    rollout_id: string;
+    reward: number;
+    sampling: Record<string, number>;
+    trace: unknown;
+  }>(out);
   const paths = lines<{ session_id: string; trainable: boolean }>(exportBatch('paths').file).filter((t) => t.trainable);
   assert.equal(rows.length, paths.length, 'one line per trainable path of the kept rollouts');
   assert.match(r.out, new RegExp(`wrote ${rows.length} trace\\(s\\)`));

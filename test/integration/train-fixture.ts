@@ -8,7 +8,15 @@
 import { cpSync, mkdirSync } from 'node:fs';
 import { CaptureProxy } from '../../src/capture/proxy.js';
 import { startFakeEngine, type FakeScript } from '../../src/engine/fake-engine.js';
-import { batchPaths, trainingSampling, writeJsonAtomic, writeRolloutState, type BatchManifest, type RolloutClass, type RolloutState } from '../../src/batch/state.js';
+import {
+  batchPaths,
+  trainingSampling,
+  writeJsonAtomic,
+  writeRolloutState,
+  type BatchManifest,
+  type RolloutClass,
+  type RolloutState,
+} from '../../src/batch/state.js';
 import { POLICY_VERSION_HEADER } from '../../src/export/policy-version.js';
 import type { ChatMessage } from '../../src/capture/types.js';
 import { bashTool, createSession } from './helpers.js';
@@ -22,7 +30,11 @@ const SUB_SYSTEM = 'You are a research subagent. Answer the question you are giv
 /** Call a shell tool on the first turn, answer on the second: for the main agent and the subagent alike. */
 const script: FakeScript = (request, turn) => {
   const sub = request.messages[0]?.content === SUB_SYSTEM;
-  if (turn === 0) return { content: sub ? 'Checking.' : 'Let me look.', tool_calls: [{ name: 'bash', arguments: { command: sub ? 'grep -c x notes.txt' : 'wc -l notes.txt' } }] };
+  if (turn === 0)
+    return {
+      content: sub ? 'Checking.' : 'Let me look.',
+      tool_calls: [{ name: 'bash', arguments: { command: sub ? 'grep -c x notes.txt' : 'wc -l notes.txt' } }],
+    };
   return { content: sub ? 'The subagent found 3.' : 'The file has 3 lines.' };
 };
 
@@ -49,7 +61,16 @@ const PLAN: PlannedRollout[] = [
   { id: 'r5', group: 'g-flat', member: 2, task: 'list-files', harness: 'react-b', class: 'policy_failure', reward: 0 },
   { id: 'r6', group: 'g-broken', member: 0, task: 'read-file', harness: 'react-a', class: 'completed', reward: 1 },
   { id: 'r7', group: 'g-broken', member: 1, task: 'read-file', harness: 'react-a', class: 'policy_failure', reward: 0 },
-  { id: 'r8', group: 'g-broken', member: 2, task: 'read-file', harness: 'react-a', class: 'infra_error', reward: null, crashAfterFirst: true },
+  {
+    id: 'r8',
+    group: 'g-broken',
+    member: 2,
+    task: 'read-file',
+    harness: 'react-a',
+    class: 'infra_error',
+    reward: null,
+    crashAfterFirst: true,
+  },
 ];
 
 export interface TrainingBatch {
@@ -59,7 +80,12 @@ export interface TrainingBatch {
   plan: readonly PlannedRollout[];
 }
 
-export async function chat(proxyUrl: string, session: string, messages: ChatMessage[], headers: Record<string, string> = {}): Promise<ChatMessage> {
+export async function chat(
+  proxyUrl: string,
+  session: string,
+  messages: ChatMessage[],
+  headers: Record<string, string> = {},
+): Promise<ChatMessage> {
   const res = await fetch(`${proxyUrl}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${session}`, ...headers },
@@ -112,7 +138,17 @@ export function writeFinishedState(dir: string, p: PlannedRollout, sessionId: st
     rewards: p.reward === null ? {} : { reward: p.reward },
     trainable: !discarded,
     session_id: sessionId,
-    attempts: [{ attempt: 0, session_id: sessionId, started_at: at, ended_at: at, out_dir: `runs/${p.id}/0`, outcome: 'finished', trainable: !discarded }],
+    attempts: [
+      {
+        attempt: 0,
+        session_id: sessionId,
+        started_at: at,
+        ended_at: at,
+        out_dir: `runs/${p.id}/0`,
+        outcome: 'finished',
+        trainable: !discarded,
+      },
+    ],
     policy_version: FIXTURE_POLICY,
     queued_at: at,
     started_at: at,
@@ -152,7 +188,14 @@ export function writeBatchManifest(dir: string, plan: readonly PlannedRollout[],
   writeJsonAtomic(batchPaths(dir).manifest, manifest);
 }
 
-export const sessionMetadata = (p: PlannedRollout) => ({ batch_id: 'b-fixture', group_id: p.group, rollout_id: p.id, task: p.task, harness: p.harness, policy_version: FIXTURE_POLICY });
+export const sessionMetadata = (p: PlannedRollout) => ({
+  batch_id: 'b-fixture',
+  group_id: p.group,
+  rollout_id: p.id,
+  task: p.task,
+  harness: p.harness,
+  policy_version: FIXTURE_POLICY,
+});
 
 export async function buildTrainingBatch(dir: string): Promise<TrainingBatch> {
   mkdirSync(batchPaths(dir).rollouts, { recursive: true });

@@ -9,7 +9,20 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { ApiError, apiVersionOf, badRequest, clone, labelProblems, matchesLabels, parseFieldSelector, parseLabelSelector, qualifiedName, type KObject, type ResourceDef, type StatusCause } from './objects.js';
+import {
+  ApiError,
+  apiVersionOf,
+  badRequest,
+  clone,
+  labelProblems,
+  matchesLabels,
+  parseFieldSelector,
+  parseLabelSelector,
+  qualifiedName,
+  type KObject,
+  type ResourceDef,
+  type StatusCause,
+} from './objects.js';
 import { enforcedLevel, podSecurityDenial } from './pod-security.js';
 import { ObjectStore, type PropagationPolicy, type StoreEvent } from './store.js';
 
@@ -52,7 +65,10 @@ export class KubeApiDouble {
   private readonly watches = new Set<{ end(): void }>();
   private readonly sockets = new Set<Duplex>();
   private server: Server | undefined;
-  private readonly wss = new WebSocketServer({ noServer: true, handleProtocols: (protocols) => (protocols.has('v4.channel.k8s.io') ? 'v4.channel.k8s.io' : false) });
+  private readonly wss = new WebSocketServer({
+    noServer: true,
+    handleProtocols: (protocols) => (protocols.has('v4.channel.k8s.io') ? 'v4.channel.k8s.io' : false),
+  });
   hooks: PodHooks | undefined;
   url = '';
 
@@ -86,7 +102,13 @@ export class KubeApiDouble {
    * An Event about an object, as the controllers and the kubelet record them (one object per
    * occurrence; the real ones also aggregate repeats into `count`).
    */
-  recordEvent(involved: { kind: string; apiVersion: string; metadata: { name?: string; namespace?: string; uid?: string } }, type: 'Normal' | 'Warning', reason: string, message: string, component: string): void {
+  recordEvent(
+    involved: { kind: string; apiVersion: string; metadata: { name?: string; namespace?: string; uid?: string } },
+    type: 'Normal' | 'Warning',
+    reason: string,
+    message: string,
+    component: string,
+  ): void {
     const ns = involved.metadata.namespace ?? 'default';
     const at = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
     try {
@@ -94,7 +116,13 @@ export class KubeApiDouble {
         apiVersion: 'v1',
         kind: 'Event',
         metadata: { generateName: `${involved.metadata.name}.` },
-        involvedObject: { kind: involved.kind, apiVersion: involved.apiVersion, name: involved.metadata.name, namespace: ns, uid: involved.metadata.uid },
+        involvedObject: {
+          kind: involved.kind,
+          apiVersion: involved.apiVersion,
+          name: involved.metadata.name,
+          namespace: ns,
+          uid: involved.metadata.uid,
+        },
         type,
         reason,
         message,
@@ -126,7 +154,11 @@ export class KubeApiDouble {
 
   private allowed(verb: string, group: string, resource: string, ns: string | undefined): boolean {
     return !this.denials.some(
-      (d) => (d.namespace === '*' || d.namespace === ns) && (d.verb === '*' || d.verb === verb) && (d.resource === '*' || d.resource === resource) && (d.group === undefined || d.group === group),
+      (d) =>
+        (d.namespace === '*' || d.namespace === ns) &&
+        (d.verb === '*' || d.verb === verb) &&
+        (d.resource === '*' || d.resource === resource) &&
+        (d.group === undefined || d.group === group),
     );
   }
 
@@ -134,12 +166,22 @@ export class KubeApiDouble {
     const resource = sub ? `${r.plural}/${sub}` : r.plural;
     const what = `${qualifiedName(r)}${name ? ` "${name}"` : ''}`;
     const scope = ns ? ` in the namespace "${ns}"` : ' at the cluster scope';
-    return new ApiError(403, 'Forbidden', `${what} is forbidden: User "${this.user}" cannot ${verb} resource "${resource}" in API group "${r.group}"${scope}`, { ...(name ? { name } : {}), group: r.group, kind: r.plural });
+    return new ApiError(
+      403,
+      'Forbidden',
+      `${what} is forbidden: User "${this.user}" cannot ${verb} resource "${resource}" in API group "${r.group}"${scope}`,
+      { ...(name ? { name } : {}), group: r.group, kind: r.plural },
+    );
   }
 
   private onCrd(e: StoreEvent): void {
     if (e.res.kind !== 'CustomResourceDefinition') return;
-    const spec = (e.object.spec ?? {}) as { group?: string; names?: { plural?: string; singular?: string; kind?: string }; scope?: string; versions?: { name: string; served?: boolean; subresources?: { status?: unknown } }[] };
+    const spec = (e.object.spec ?? {}) as {
+      group?: string;
+      names?: { plural?: string; singular?: string; kind?: string };
+      scope?: string;
+      versions?: { name: string; served?: boolean; subresources?: { status?: unknown } }[];
+    };
     for (const v of spec.versions ?? []) {
       if (e.type === 'DELETED') {
         const r = this.store.resource(spec.group ?? '', spec.names?.plural ?? '');
@@ -162,9 +204,20 @@ export class KubeApiDouble {
     }
     if (e.type === 'ADDED')
       setImmediate(() =>
-        this.store.mutate(e.res, undefined, e.object.metadata.name!, (o) => {
-          o.status = { conditions: [{ type: 'Established', status: 'True', reason: 'InitialNamesAccepted', lastTransitionTime: new Date().toISOString() }], acceptedNames: spec.names };
-        }, 'status'),
+        this.store.mutate(
+          e.res,
+          undefined,
+          e.object.metadata.name!,
+          (o) => {
+            o.status = {
+              conditions: [
+                { type: 'Established', status: 'True', reason: 'InitialNamesAccepted', lastTransitionTime: new Date().toISOString() },
+              ],
+              acceptedNames: spec.names,
+            };
+          },
+          'status',
+        ),
       );
   }
 
@@ -184,7 +237,13 @@ export class KubeApiDouble {
     } catch {
       return sendStatus(res, badRequest('the request body is not valid JSON'));
     }
-    this.received.push({ method: req.method ?? 'GET', path: url.pathname, query, contentType: req.headers['content-type'], body: clone(body) });
+    this.received.push({
+      method: req.method ?? 'GET',
+      path: url.pathname,
+      query,
+      contentType: req.headers['content-type'],
+      body: clone(body),
+    });
     try {
       if (!this.authenticate(req)) throw new ApiError(401, 'Unauthorized', 'Unauthorized');
       await this.route(req.method ?? 'GET', url.pathname, query, body, req.headers['content-type'], res);
@@ -194,13 +253,22 @@ export class KubeApiDouble {
     }
   }
 
-  private parsePath(path: string): { r: ResourceDef; ns: string | undefined; name: string | undefined; sub: string | undefined } | { discovery: unknown } {
+  private parsePath(
+    path: string,
+  ): { r: ResourceDef; ns: string | undefined; name: string | undefined; sub: string | undefined } | { discovery: unknown } {
     const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
     let group: string;
     let version: string;
     let rest: string[];
     if (parts[0] === 'api') {
-      if (parts.length === 1) return { discovery: { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress: '127.0.0.1' }] } };
+      if (parts.length === 1)
+        return {
+          discovery: {
+            kind: 'APIVersions',
+            versions: ['v1'],
+            serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress: '127.0.0.1' }],
+          },
+        };
       group = '';
       version = parts[1]!;
       rest = parts.slice(2);
@@ -220,7 +288,8 @@ export class KubeApiDouble {
     }
     const [plural, name, sub] = rest;
     const r = this.store.resource(group, plural!);
-    if (!r || r.version !== version) throw new ApiError(404, 'NotFound', `the server could not find the requested resource`, { group, kind: plural });
+    if (!r || r.version !== version)
+      throw new ApiError(404, 'NotFound', `the server could not find the requested resource`, { group, kind: plural });
     if (r.kind === 'Namespace' && ns === undefined && name) return { r, ns: undefined, name, sub };
     if (r.namespaced === false && ns !== undefined) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
     return { r, ns, name, sub };
@@ -228,27 +297,55 @@ export class KubeApiDouble {
 
   private groupList(): unknown {
     const groups = new Map<string, Set<string>>();
-    for (const r of this.store.allResources()) if (r.group) (groups.get(r.group) ?? groups.set(r.group, new Set()).get(r.group)!).add(r.version);
+    for (const r of this.store.allResources())
+      if (r.group) (groups.get(r.group) ?? groups.set(r.group, new Set()).get(r.group)!).add(r.version);
     groups.set('authorization.k8s.io', new Set(['v1']));
     groups.set('policy', new Set(['v1']));
     return {
       kind: 'APIGroupList',
       apiVersion: 'v1',
-      groups: [...groups].map(([name, versions]) => ({ name, versions: [...versions].map((v) => ({ groupVersion: `${name}/${v}`, version: v })), preferredVersion: { groupVersion: `${name}/${[...versions][0]}`, version: [...versions][0] } })),
+      groups: [...groups].map(([name, versions]) => ({
+        name,
+        versions: [...versions].map((v) => ({ groupVersion: `${name}/${v}`, version: v })),
+        preferredVersion: { groupVersion: `${name}/${[...versions][0]}`, version: [...versions][0] },
+      })),
     };
   }
 
   private resourceList(group: string, version: string): unknown {
     const resources = this.store.resourcesOf(group, version).flatMap((r) => [
-      { name: r.plural, singularName: r.singular, namespaced: r.namespaced, kind: r.kind, verbs: ['create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch'] },
-      ...(r.hasStatus ? [{ name: `${r.plural}/status`, singularName: '', namespaced: r.namespaced, kind: r.kind, verbs: ['get', 'patch', 'update'] }] : []),
+      {
+        name: r.plural,
+        singularName: r.singular,
+        namespaced: r.namespaced,
+        kind: r.kind,
+        verbs: ['create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch'],
+      },
+      ...(r.hasStatus
+        ? [{ name: `${r.plural}/status`, singularName: '', namespaced: r.namespaced, kind: r.kind, verbs: ['get', 'patch', 'update'] }]
+        : []),
     ]);
-    if (group === 'authorization.k8s.io') resources.push({ name: 'selfsubjectaccessreviews', singularName: '', namespaced: false, kind: 'SelfSubjectAccessReview', verbs: ['create'] });
+    if (group === 'authorization.k8s.io')
+      resources.push({
+        name: 'selfsubjectaccessreviews',
+        singularName: '',
+        namespaced: false,
+        kind: 'SelfSubjectAccessReview',
+        verbs: ['create'],
+      });
     return { kind: 'APIResourceList', apiVersion: 'v1', groupVersion: apiVersionOf({ group, version }), resources };
   }
 
-  private async route(method: string, path: string, query: Record<string, string>, body: unknown, contentType: string | undefined, res: ServerResponse): Promise<void> {
-    if (method === 'POST' && path === '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews') return send(res, 201, this.accessReview(body));
+  private async route(
+    method: string,
+    path: string,
+    query: Record<string, string>,
+    body: unknown,
+    contentType: string | undefined,
+    res: ServerResponse,
+  ): Promise<void> {
+    if (method === 'POST' && path === '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews')
+      return send(res, 201, this.accessReview(body));
     const parsed = this.parsePath(path);
     if ('discovery' in parsed) {
       if (method !== 'GET') throw new ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource');
@@ -257,12 +354,30 @@ export class KubeApiDouble {
     const { r, ns, name, sub } = parsed;
     const watch = WATCH_VERBS.has(query.watch ?? '');
     const verb =
-      method === 'GET' ? (name ? 'get' : watch ? 'watch' : 'list') : method === 'POST' ? 'create' : method === 'PUT' ? 'update' : method === 'PATCH' ? 'patch' : method === 'DELETE' ? (name ? 'delete' : 'deletecollection') : '';
+      method === 'GET'
+        ? name
+          ? 'get'
+          : watch
+            ? 'watch'
+            : 'list'
+        : method === 'POST'
+          ? 'create'
+          : method === 'PUT'
+            ? 'update'
+            : method === 'PATCH'
+              ? 'patch'
+              : method === 'DELETE'
+                ? name
+                  ? 'delete'
+                  : 'deletecollection'
+                : '';
     if (!verb) throw new ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource');
     const authVerb = sub === 'log' ? 'get' : sub === 'eviction' ? 'create' : verb;
     const authNs = r.kind === 'Namespace' ? name : ns;
-    if (!this.allowed(authVerb, r.group, sub ? `${r.plural}/${sub}` : r.plural, authNs)) throw this.forbidden(authVerb, r, sub, name, authNs);
-    if (r.namespaced && ns === undefined && !['list', 'watch'].includes(verb)) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+    if (!this.allowed(authVerb, r.group, sub ? `${r.plural}/${sub}` : r.plural, authNs))
+      throw this.forbidden(authVerb, r, sub, name, authNs);
+    if (r.namespaced && ns === undefined && !['list', 'watch'].includes(verb))
+      throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
 
     if (sub === 'log' && r.kind === 'Pod' && method === 'GET') return this.podLog(ns!, name!, query, res);
     if (sub === 'eviction' && r.kind === 'Pod' && method === 'POST') {
@@ -292,7 +407,10 @@ export class KubeApiDouble {
       case 'patch': {
         const cur = this.store.get(r, ns, name!);
         const next = applyPatch(cur, body, contentType);
-        next.metadata.resourceVersion = (next.metadata.resourceVersion === cur.metadata.resourceVersion || !next.metadata.resourceVersion) ? cur.metadata.resourceVersion : next.metadata.resourceVersion;
+        next.metadata.resourceVersion =
+          next.metadata.resourceVersion === cur.metadata.resourceVersion || !next.metadata.resourceVersion
+            ? cur.metadata.resourceVersion
+            : next.metadata.resourceVersion;
         return send(res, 200, this.store.update(r, ns, name!, next, sub === 'status' ? 'status' : undefined));
       }
       case 'delete': {
@@ -301,10 +419,27 @@ export class KubeApiDouble {
         let effective = policy;
         if (!effective && r.group === 'batch' && r.kind === 'Job') {
           effective = 'Orphan';
-          headers.Warning = '299 - "child pods are preserved by default when jobs are deleted; set propagationPolicy=Background to remove them"';
+          headers.Warning =
+            '299 - "child pods are preserved by default when jobs are deleted; set propagationPolicy=Background to remove them"';
         }
-        const gone = this.store.delete(r, ns, name!, { ...(effective ? { propagationPolicy: effective } : {}), ...(preconditions ? { preconditions } : {}) });
-        return send(res, 200, r.kind === 'Pod' || effective === 'Foreground' ? gone : { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', details: { name, group: r.group, kind: r.plural, uid: gone.metadata.uid } }, headers);
+        const gone = this.store.delete(r, ns, name!, {
+          ...(effective ? { propagationPolicy: effective } : {}),
+          ...(preconditions ? { preconditions } : {}),
+        });
+        return send(
+          res,
+          200,
+          r.kind === 'Pod' || effective === 'Foreground'
+            ? gone
+            : {
+                kind: 'Status',
+                apiVersion: 'v1',
+                metadata: {},
+                status: 'Success',
+                details: { name, group: r.group, kind: r.plural, uid: gone.metadata.uid },
+              },
+          headers,
+        );
       }
       case 'deletecollection': {
         const { policy } = deleteOptions(query, body);
@@ -312,11 +447,23 @@ export class KubeApiDouble {
         let effective = policy;
         if (!effective && r.group === 'batch' && r.kind === 'Job') {
           effective = 'Orphan';
-          headers.Warning = '299 - "child pods are preserved by default when jobs are deleted; set propagationPolicy=Background to remove them"';
+          headers.Warning =
+            '299 - "child pods are preserved by default when jobs are deleted; set propagationPolicy=Background to remove them"';
         }
         const items = this.selected(r, ns, query);
-        for (const o of items) this.store.delete(r, o.metadata.namespace, o.metadata.name!, effective ? { propagationPolicy: effective } : {});
-        return send(res, 200, { kind: `${r.kind}List`, apiVersion: apiVersionOf(r), metadata: { resourceVersion: String(this.store.resourceVersion) }, items: items.map((o) => itemOf(r, o)) }, headers);
+        for (const o of items)
+          this.store.delete(r, o.metadata.namespace, o.metadata.name!, effective ? { propagationPolicy: effective } : {});
+        return send(
+          res,
+          200,
+          {
+            kind: `${r.kind}List`,
+            apiVersion: apiVersionOf(r),
+            metadata: { resourceVersion: String(this.store.resourceVersion) },
+            items: items.map((o) => itemOf(r, o)),
+          },
+          headers,
+        );
       }
     }
   }
@@ -329,13 +476,22 @@ export class KubeApiDouble {
 
   private listBody(r: ResourceDef, ns: string | undefined, query: Record<string, string>): unknown {
     const items = this.selected(r, ns, query);
-    return { kind: `${r.kind}List`, apiVersion: apiVersionOf(r), metadata: { resourceVersion: String(this.store.resourceVersion) }, items: items.map((o) => itemOf(r, o)) };
+    return {
+      kind: `${r.kind}List`,
+      apiVersion: apiVersionOf(r),
+      metadata: { resourceVersion: String(this.store.resourceVersion) },
+      items: items.map((o) => itemOf(r, o)),
+    };
   }
 
   private watch(r: ResourceDef, ns: string | undefined, query: Record<string, string>, res: ServerResponse): void {
     const labels = parseLabelSelector(query.labelSelector);
     const fields = parseFieldSelector(query.fieldSelector);
-    const matches = (o: KObject | undefined) => Boolean(o) && matchesLabels(labels, o!.metadata.labels) && fields(o!) && (!r.namespaced || ns === undefined || o!.metadata.namespace === ns);
+    const matches = (o: KObject | undefined) =>
+      Boolean(o) &&
+      matchesLabels(labels, o!.metadata.labels) &&
+      fields(o!) &&
+      (!r.namespaced || ns === undefined || o!.metadata.namespace === ns);
     res.writeHead(200, { 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked', 'Cache-Control': 'no-cache, private' });
     res.flushHeaders();
     const write = (type: string, object: unknown) => res.write(`${JSON.stringify({ type, object })}\n`);
@@ -359,7 +515,15 @@ export class KubeApiDouble {
     const unsubscribe = this.store.onChange(emit);
     const bookmark =
       query.allowWatchBookmarks === 'true'
-        ? setInterval(() => write('BOOKMARK', { kind: r.kind, apiVersion: apiVersionOf(r), metadata: { resourceVersion: String(this.store.resourceVersion), annotations: { 'k8s.io/initial-events-end': 'true' } } }), this.opts.bookmarkMs ?? 1000)
+        ? setInterval(
+            () =>
+              write('BOOKMARK', {
+                kind: r.kind,
+                apiVersion: apiVersionOf(r),
+                metadata: { resourceVersion: String(this.store.resourceVersion), annotations: { 'k8s.io/initial-events-end': 'true' } },
+              }),
+            this.opts.bookmarkMs ?? 1000,
+          )
         : undefined;
     const timeoutSec = Number(query.timeoutSeconds ?? 0);
     const timer = timeoutSec > 0 ? setTimeout(() => handle.end(), timeoutSec * 1000) : undefined;
@@ -387,7 +551,12 @@ export class KubeApiDouble {
     if (!container) throw badRequest(`a container name must be specified for pod ${name}, choose one of: [${containers.join(' ')}]`);
     if (!containers.includes(container)) throw badRequest(`container ${container} is not valid for pod ${name}`);
     if (!this.hooks) throw new ApiError(500, 'InternalError', 'no kubelet');
-    const stream = await this.hooks.logs(ns, name, { container, follow: query.follow === 'true', previous: query.previous === 'true', ...(query.tailLines ? { tailLines: Number(query.tailLines) } : {}) });
+    const stream = await this.hooks.logs(ns, name, {
+      container,
+      follow: query.follow === 'true',
+      previous: query.previous === 'true',
+      ...(query.tailLines ? { tailLines: Number(query.tailLines) } : {}),
+    });
     res.writeHead(200, { 'Content-Type': 'text/plain', 'Transfer-Encoding': 'chunked' });
     res.flushHeaders();
     stream.on('data', (b: Buffer) => res.write(b));
@@ -397,16 +566,36 @@ export class KubeApiDouble {
   }
 
   private accessReview(body: unknown): unknown {
-    const spec = ((body ?? {}) as { spec?: { resourceAttributes?: { namespace?: string; verb?: string; group?: string; resource?: string; subresource?: string; name?: string } } }).spec ?? {};
+    const spec =
+      (
+        (body ?? {}) as {
+          spec?: {
+            resourceAttributes?: {
+              namespace?: string;
+              verb?: string;
+              group?: string;
+              resource?: string;
+              subresource?: string;
+              name?: string;
+            };
+          };
+        }
+      ).spec ?? {};
     const a = spec.resourceAttributes ?? {};
-    const resource = a.subresource ? `${a.resource ?? ''}/${a.subresource}` : a.resource ?? '';
+    const resource = a.subresource ? `${a.resource ?? ''}/${a.subresource}` : (a.resource ?? '');
     const allowed = this.allowed(a.verb ?? '', a.group ?? '', resource, a.namespace);
     return {
       kind: 'SelfSubjectAccessReview',
       apiVersion: 'authorization.k8s.io/v1',
       metadata: { creationTimestamp: null },
       spec,
-      status: allowed ? { allowed: true, reason: 'the test double allows it' } : { allowed: false, denied: true, reason: `the test double denies ${a.verb} ${resource} in namespace ${a.namespace ?? '(cluster)'}` },
+      status: allowed
+        ? { allowed: true, reason: 'the test double allows it' }
+        : {
+            allowed: false,
+            denied: true,
+            reason: `the test double denies ${a.verb} ${resource} in namespace ${a.namespace ?? '(cluster)'}`,
+          },
     };
   }
 
@@ -415,19 +604,29 @@ export class KubeApiDouble {
     const m = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)\/portforward$/.exec(url.pathname);
     const reject = (err: ApiError) => {
       const text = JSON.stringify(err.toStatus());
-      socket.end(`HTTP/1.1 ${err.code} ${err.reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
+      socket.end(
+        `HTTP/1.1 ${err.code} ${err.reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
+      );
     };
-    this.received.push({ method: 'GET', path: url.pathname, query: Object.fromEntries(url.searchParams), contentType: undefined, body: undefined });
+    this.received.push({
+      method: 'GET',
+      path: url.pathname,
+      query: Object.fromEntries(url.searchParams),
+      contentType: undefined,
+      body: undefined,
+    });
     if (!this.authenticate(req)) return reject(new ApiError(401, 'Unauthorized', 'Unauthorized'));
     if (!m) return reject(new ApiError(404, 'NotFound', 'the server could not find the requested resource'));
     const [, ns, pod] = m as unknown as [string, string, string];
     const pods = this.store.resource('', 'pods')!;
     // A WebSocket upgrade is a GET: the API server authorizes it as `get` on pods/portforward (SPDY's POST was `create`).
     if (!this.allowed('get', '', 'pods/portforward', ns)) return reject(this.forbidden('get', pods, 'portforward', pod, ns));
-    if (!this.store.tryGet(pods, ns, pod)) return reject(new ApiError(404, 'NotFound', `pods "${pod}" not found`, { name: pod, kind: 'pods' }));
+    if (!this.store.tryGet(pods, ns, pod))
+      return reject(new ApiError(404, 'NotFound', `pods "${pod}" not found`, { name: pod, kind: 'pods' }));
     const port = Number(url.searchParams.get('ports'));
     if (!Number.isInteger(port) || port <= 0 || port > 65535) return reject(badRequest(`invalid port: ${url.searchParams.get('ports')}`));
-    if (!String(req.headers['sec-websocket-protocol'] ?? '').includes('v4.channel.k8s.io')) return reject(badRequest('port-forward needs the v4.channel.k8s.io WebSocket protocol (SPDY is not served by the test double)'));
+    if (!String(req.headers['sec-websocket-protocol'] ?? '').includes('v4.channel.k8s.io'))
+      return reject(badRequest('port-forward needs the v4.channel.k8s.io WebSocket protocol (SPDY is not served by the test double)'));
     this.wss.handleUpgrade(req, socket, head, (ws) => void this.portForward(ws, ns, pod, port));
   }
 
@@ -511,20 +710,33 @@ function asObject(body: unknown, r: ResourceDef): KObject {
   if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest(`the body of the request was not a ${r.kind} object`);
   const o = body as KObject;
   if (o.kind && o.kind !== r.kind) throw badRequest(`the kind of the body (${o.kind}) does not match the resource (${r.kind})`);
-  if (o.apiVersion && o.apiVersion !== apiVersionOf(r)) throw badRequest(`the API version of the body (${o.apiVersion}) does not match the resource (${apiVersionOf(r)})`);
+  if (o.apiVersion && o.apiVersion !== apiVersionOf(r))
+    throw badRequest(`the API version of the body (${o.apiVersion}) does not match the resource (${apiVersionOf(r)})`);
   return { ...o, metadata: o.metadata ?? {} };
 }
 
-function deleteOptions(query: Record<string, string>, body: unknown): { policy: PropagationPolicy | undefined; preconditions?: { resourceVersion?: string; uid?: string } } {
-  const b = (body ?? {}) as { propagationPolicy?: string; orphanDependents?: boolean; preconditions?: { resourceVersion?: string; uid?: string } };
-  const raw = query.propagationPolicy ?? b.propagationPolicy ?? (b.orphanDependents === true || query.orphanDependents === 'true' ? 'Orphan' : undefined);
-  if (raw !== undefined && !['Orphan', 'Background', 'Foreground'].includes(raw)) throw badRequest(`propagationPolicy: Unsupported value: "${raw}": supported values: "Foreground", "Background", "Orphan"`);
+function deleteOptions(
+  query: Record<string, string>,
+  body: unknown,
+): { policy: PropagationPolicy | undefined; preconditions?: { resourceVersion?: string; uid?: string } } {
+  const b = (body ?? {}) as {
+    propagationPolicy?: string;
+    orphanDependents?: boolean;
+    preconditions?: { resourceVersion?: string; uid?: string };
+  };
+  const raw =
+    query.propagationPolicy ??
+    b.propagationPolicy ??
+    (b.orphanDependents === true || query.orphanDependents === 'true' ? 'Orphan' : undefined);
+  if (raw !== undefined && !['Orphan', 'Background', 'Foreground'].includes(raw))
+    throw badRequest(`propagationPolicy: Unsupported value: "${raw}": supported values: "Foreground", "Background", "Orphan"`);
   return { policy: raw as PropagationPolicy | undefined, ...(b.preconditions ? { preconditions: b.preconditions } : {}) };
 }
 
 function mergePatch(target: unknown, patch: unknown): unknown {
   if (!patch || typeof patch !== 'object' || Array.isArray(patch)) return clone(patch);
-  const out: Record<string, unknown> = target && typeof target === 'object' && !Array.isArray(target) ? { ...(target as Record<string, unknown>) } : {};
+  const out: Record<string, unknown> =
+    target && typeof target === 'object' && !Array.isArray(target) ? { ...(target as Record<string, unknown>) } : {};
   for (const [k, v] of Object.entries(patch as Record<string, unknown>)) {
     if (v === null) delete out[k];
     else out[k] = mergePatch(out[k], v);
@@ -538,13 +750,17 @@ function applyPatch(cur: KObject, patch: unknown, contentType: string | undefine
     if (!Array.isArray(patch)) throw badRequest('a JSON patch must be an array of operations');
     const doc = clone(cur) as unknown as Record<string, unknown>;
     for (const op of patch as { op: string; path: string; value?: unknown }[]) {
-      const keys = op.path.split('/').slice(1).map((k) => k.replace(/~1/g, '/').replace(/~0/g, '~'));
+      const keys = op.path
+        .split('/')
+        .slice(1)
+        .map((k) => k.replace(/~1/g, '/').replace(/~0/g, '~'));
       const last = keys.pop()!;
       let parent: Record<string, unknown> | unknown[] = doc;
       for (const k of keys) {
         const next: unknown = Array.isArray(parent) ? parent[Number(k)] : parent[k];
         if (next === undefined) {
-          if (op.op !== 'add') throw new ApiError(422, 'Invalid', `the server rejected our request due to an error in our request: path ${op.path} not found`);
+          if (op.op !== 'add')
+            throw new ApiError(422, 'Invalid', `the server rejected our request due to an error in our request: path ${op.path} not found`);
           (parent as Record<string, unknown>)[k] = {};
         }
         parent = (Array.isArray(parent) ? parent[Number(k)] : parent[k]) as Record<string, unknown>;
@@ -562,8 +778,17 @@ function applyPatch(cur: KObject, patch: unknown, contentType: string | undefine
     }
     return doc as unknown as KObject;
   }
-  if (['application/merge-patch+json', 'application/strategic-merge-patch+json', 'application/apply-patch+yaml', 'application/json'].includes(type)) return mergePatch(cur, patch) as KObject;
-  throw new ApiError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml`);
+  if (
+    ['application/merge-patch+json', 'application/strategic-merge-patch+json', 'application/apply-patch+yaml', 'application/json'].includes(
+      type,
+    )
+  )
+    return mergePatch(cur, patch) as KObject;
+  throw new ApiError(
+    415,
+    'UnsupportedMediaType',
+    `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml`,
+  );
 }
 
 // ---- what the real server validates and defaults for the kinds the lab uses ----
@@ -584,7 +809,8 @@ function podSpecCauses(spec: PodSpecLike | undefined, field: string): StatusCaus
   const seen = new Set<string>();
   (spec?.containers ?? []).forEach((c, i) => {
     if (!c.name) out.push({ reason: 'FieldValueRequired', field: `${field}.containers[${i}].name`, message: 'Required value' });
-    else if (seen.has(c.name)) out.push({ reason: 'FieldValueDuplicate', field: `${field}.containers[${i}].name`, message: `Duplicate value: "${c.name}"` });
+    else if (seen.has(c.name))
+      out.push({ reason: 'FieldValueDuplicate', field: `${field}.containers[${i}].name`, message: `Duplicate value: "${c.name}"` });
     else seen.add(c.name);
     if (!c.image) out.push({ reason: 'FieldValueRequired', field: `${field}.containers[${i}].image`, message: 'Required value' });
   });
@@ -600,7 +826,11 @@ function installBuiltInRules(store: ObjectStore): void {
     if (denial) throw new ApiError(403, 'Forbidden', denial, { name: o.metadata.name!, kind: 'pods' });
   });
   store.defaulters.set('/persistentvolumeclaims', (o) => {
-    o.status = { phase: 'Bound', accessModes: (o.spec as { accessModes?: string[] } | undefined)?.accessModes ?? ['ReadWriteOnce'], capacity: (o.spec as { resources?: { requests?: Record<string, string> } } | undefined)?.resources?.requests ?? {} };
+    o.status = {
+      phase: 'Bound',
+      accessModes: (o.spec as { accessModes?: string[] } | undefined)?.accessModes ?? ['ReadWriteOnce'],
+      capacity: (o.spec as { resources?: { requests?: Record<string, string> } } | undefined)?.resources?.requests ?? {},
+    };
   });
   store.validators.set('/pods', (o) => podSpecCauses(o.spec as PodSpecLike, 'spec'));
   store.defaulters.set('/pods', (o) => {
@@ -617,16 +847,41 @@ function installBuiltInRules(store: ObjectStore): void {
     o.status = { phase: 'Pending', qosClass: 'BestEffort' };
   });
   store.validators.set('batch/jobs', (o, _r, old) => {
-    const spec = (o.spec ?? {}) as { template?: { spec?: PodSpecLike; metadata?: { labels?: Record<string, string> } }; backoffLimit?: unknown; activeDeadlineSeconds?: unknown; podFailurePolicy?: { rules?: unknown[] }; ttlSecondsAfterFinished?: unknown };
+    const spec = (o.spec ?? {}) as {
+      template?: { spec?: PodSpecLike; metadata?: { labels?: Record<string, string> } };
+      backoffLimit?: unknown;
+      activeDeadlineSeconds?: unknown;
+      podFailurePolicy?: { rules?: unknown[] };
+      ttlSecondsAfterFinished?: unknown;
+    };
     const out: StatusCause[] = [];
     if (!spec.template) out.push({ reason: 'FieldValueRequired', field: 'spec.template', message: 'Required value' });
     out.push(...podSpecCauses(spec.template?.spec, 'spec.template.spec'));
     const rp = spec.template?.spec?.restartPolicy;
-    if (rp !== 'Never' && rp !== 'OnFailure') out.push({ reason: 'FieldValueNotSupported', field: 'spec.template.spec.restartPolicy', message: `Unsupported value: "${rp ?? ''}": supported values: "OnFailure", "Never"` });
-    if (spec.podFailurePolicy && rp !== 'Never') out.push({ reason: 'FieldValueInvalid', field: 'spec.template.spec.restartPolicy', message: `Invalid value: "${rp}": only "Never" is supported when podFailurePolicy is specified` });
-    for (const [k, min] of [['backoffLimit', 0], ['activeDeadlineSeconds', 1], ['ttlSecondsAfterFinished', 0]] as const) {
+    if (rp !== 'Never' && rp !== 'OnFailure')
+      out.push({
+        reason: 'FieldValueNotSupported',
+        field: 'spec.template.spec.restartPolicy',
+        message: `Unsupported value: "${rp ?? ''}": supported values: "OnFailure", "Never"`,
+      });
+    if (spec.podFailurePolicy && rp !== 'Never')
+      out.push({
+        reason: 'FieldValueInvalid',
+        field: 'spec.template.spec.restartPolicy',
+        message: `Invalid value: "${rp}": only "Never" is supported when podFailurePolicy is specified`,
+      });
+    for (const [k, min] of [
+      ['backoffLimit', 0],
+      ['activeDeadlineSeconds', 1],
+      ['ttlSecondsAfterFinished', 0],
+    ] as const) {
       const v = spec[k];
-      if (v !== undefined && (!Number.isInteger(v) || (v as number) < min)) out.push({ reason: 'FieldValueInvalid', field: `spec.${k}`, message: `Invalid value: ${JSON.stringify(v)}: must be ${min === 0 ? 'greater than or equal to 0' : 'greater than 0'}` });
+      if (v !== undefined && (!Number.isInteger(v) || (v as number) < min))
+        out.push({
+          reason: 'FieldValueInvalid',
+          field: `spec.${k}`,
+          message: `Invalid value: ${JSON.stringify(v)}: must be ${min === 0 ? 'greater than or equal to 0' : 'greater than 0'}`,
+        });
     }
     if (old && JSON.stringify((old.spec as { template?: unknown }).template) !== JSON.stringify(spec.template))
       out.push({ reason: 'FieldValueInvalid', field: 'spec.template', message: 'Invalid value: field is immutable' });
@@ -646,11 +901,19 @@ function installBuiltInRules(store: ObjectStore): void {
     spec.selector ??= { matchLabels: { 'batch.kubernetes.io/controller-uid': uid } };
     if (spec.template) {
       spec.template.metadata ??= {};
-      spec.template.metadata.labels = { ...spec.template.metadata.labels, 'batch.kubernetes.io/controller-uid': uid, 'batch.kubernetes.io/job-name': name, 'controller-uid': uid, 'job-name': name };
+      spec.template.metadata.labels = {
+        ...spec.template.metadata.labels,
+        'batch.kubernetes.io/controller-uid': uid,
+        'batch.kubernetes.io/job-name': name,
+        'controller-uid': uid,
+        'job-name': name,
+      };
     }
     o.status = {};
   });
-  store.validators.set('apps/deployments', (o) => podSpecCauses((o.spec as { template?: { spec?: PodSpecLike } } | undefined)?.template?.spec, 'spec.template.spec'));
+  store.validators.set('apps/deployments', (o) =>
+    podSpecCauses((o.spec as { template?: { spec?: PodSpecLike } } | undefined)?.template?.spec, 'spec.template.spec'),
+  );
   store.defaulters.set('apps/deployments', (o) => {
     const spec = (o.spec ??= {}) as Record<string, unknown>;
     spec.replicas ??= 1;
@@ -658,12 +921,15 @@ function installBuiltInRules(store: ObjectStore): void {
   });
   store.validators.set('/services', (o) => {
     const ports = ((o.spec ?? {}) as { ports?: { port?: unknown }[] }).ports ?? [];
-    return ports.flatMap((p, i) => (Number.isInteger(p.port) ? [] : [{ reason: 'FieldValueRequired', field: `spec.ports[${i}].port`, message: 'Required value' }]));
+    return ports.flatMap((p, i) =>
+      Number.isInteger(p.port) ? [] : [{ reason: 'FieldValueRequired', field: `spec.ports[${i}].port`, message: 'Required value' }],
+    );
   });
   store.validators.set('/secrets', (o) => {
     const out: StatusCause[] = [];
     for (const [k, v] of Object.entries((o.data ?? {}) as Record<string, unknown>))
-      if (typeof v !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(v)) out.push({ reason: 'FieldValueInvalid', field: `data[${k}]`, message: 'Invalid value: not base64' });
+      if (typeof v !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(v))
+        out.push({ reason: 'FieldValueInvalid', field: `data[${k}]`, message: 'Invalid value: not base64' });
     return out;
   });
   store.defaulters.set('/secrets', (o) => {

@@ -31,7 +31,11 @@ const OWNER = `${hostname()}/${process.pid}`;
 interface EnvVar {
   name: string;
   value?: string;
-  valueFrom?: { secretKeyRef?: { name: string; key: string; optional?: boolean }; configMapKeyRef?: { name: string; key: string }; fieldRef?: { fieldPath: string } };
+  valueFrom?: {
+    secretKeyRef?: { name: string; key: string; optional?: boolean };
+    configMapKeyRef?: { name: string; key: string };
+    fieldRef?: { fieldPath: string };
+  };
 }
 interface VolumeMount {
   name: string;
@@ -131,7 +135,10 @@ export class SimulatedNode {
   private readonly claimDirs = new Map<string, string>();
   readonly network: PodNetwork;
   private readonly jobTimers = new Map<string, NodeJS.Timeout[]>();
-  private readonly jobLedger = new Map<string, { failedCounted: number; ignored: number; failJob: string | null; succeeded: number; seen: Set<string> }>();
+  private readonly jobLedger = new Map<
+    string,
+    { failedCounted: number; ignored: number; failJob: string | null; succeeded: number; seen: Set<string> }
+  >();
   private unsubscribe: (() => void) | undefined;
   private eventsStream: NodeJS.ReadableStream | undefined;
   private closed = false;
@@ -155,7 +162,11 @@ export class SimulatedNode {
     // Containers of a node whose test process was killed (no close()) would otherwise stay forever.
     for (const c of await this.docker.listContainers({ all: true, filters: JSON.stringify({ label: ['harness-lab.k8s-double.owner'] }) })) {
       const [host, pid] = (c.Labels['harness-lab.k8s-double.owner'] ?? '').split('/');
-      if (host === hostname() && !processAlive(Number(pid))) await this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
+      if (host === hostname() && !processAlive(Number(pid)))
+        await this.docker
+          .getContainer(c.Id)
+          .remove({ force: true })
+          .catch(() => {});
     }
     this.api.hooks = {
       logs: (ns, pod, o) => this.logs(ns, pod, o),
@@ -163,12 +174,18 @@ export class SimulatedNode {
       evict: (ns, pod) => this.evict(ns, pod),
     };
     // k8s >= 1.28 kills the whole container when one of its processes hits the memory limit.
-    this.eventsStream = (await this.docker.getEvents({ filters: JSON.stringify({ type: ['container'], event: ['oom'], label: [this.dockerLabel] }) })) as NodeJS.ReadableStream;
+    this.eventsStream = (await this.docker.getEvents({
+      filters: JSON.stringify({ type: ['container'], event: ['oom'], label: [this.dockerLabel] }),
+    })) as NodeJS.ReadableStream;
     this.eventsStream.on('data', (b: Buffer) => {
       for (const line of b.toString('utf8').split('\n').filter(Boolean)) {
         try {
           const ev = JSON.parse(line) as { id?: string };
-          if (ev.id) void this.docker.getContainer(ev.id).kill().catch(() => {});
+          if (ev.id)
+            void this.docker
+              .getContainer(ev.id)
+              .kill()
+              .catch(() => {});
         } catch {
           /* partial line */
         }
@@ -186,13 +203,23 @@ export class SimulatedNode {
     await this.network.close();
     for (const d of this.claimDirs.values()) rmSync(d, { recursive: true, force: true });
     const all = await this.docker.listContainers({ all: true, filters: JSON.stringify({ label: [this.dockerLabel] }) });
-    await Promise.all(all.map((c) => this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {})));
+    await Promise.all(
+      all.map((c) =>
+        this.docker
+          .getContainer(c.Id)
+          .remove({ force: true })
+          .catch(() => {}),
+      ),
+    );
     for (const p of this.pods.values()) for (const d of p.dirs) rmSync(d, { recursive: true, force: true });
   }
 
   /** Docker containers this node runs (pods and namespace plumbing). */
   async containers(): Promise<Docker.ContainerInfo[]> {
-    return this.docker.listContainers({ all: true, filters: JSON.stringify({ label: [this.dockerLabel, 'harness-lab.k8s-double.role=pod'] }) });
+    return this.docker.listContainers({
+      all: true,
+      filters: JSON.stringify({ label: [this.dockerLabel, 'harness-lab.k8s-double.role=pod'] }),
+    });
   }
 
   private onEvent(e: StoreEvent): void {
@@ -229,18 +256,39 @@ export class SimulatedNode {
   }
 
   /** As the Job and ReplicaSet controllers do: a refused create (Pod Security admission, ...) is a FailedCreate Event on the owner. */
-  private createOwnedPod(owner: KObject, template: { metadata?: { labels?: Record<string, string>; annotations?: Record<string, string> }; spec?: unknown }, ref: OwnerReference): void {
+  private createOwnedPod(
+    owner: KObject,
+    template: { metadata?: { labels?: Record<string, string>; annotations?: Record<string, string> }; spec?: unknown },
+    ref: OwnerReference,
+  ): void {
     try {
       const pod = this.api.store.create(this.res('', 'pods'), owner.metadata.namespace, {
         apiVersion: 'v1',
         kind: 'Pod',
-        metadata: { generateName: `${owner.metadata.name}-`, labels: clone(template.metadata?.labels ?? {}), annotations: clone(template.metadata?.annotations ?? {}), ownerReferences: [ref] },
+        metadata: {
+          generateName: `${owner.metadata.name}-`,
+          labels: clone(template.metadata?.labels ?? {}),
+          annotations: clone(template.metadata?.annotations ?? {}),
+          ownerReferences: [ref],
+        },
         spec: clone(template.spec as object),
       });
-      this.api.recordEvent(owner as never, 'Normal', 'SuccessfulCreate', `Created pod: ${pod.metadata.name}`, ref.kind === 'Job' ? 'job-controller' : 'replicaset-controller');
+      this.api.recordEvent(
+        owner as never,
+        'Normal',
+        'SuccessfulCreate',
+        `Created pod: ${pod.metadata.name}`,
+        ref.kind === 'Job' ? 'job-controller' : 'replicaset-controller',
+      );
     } catch (err) {
       if (!(err instanceof ApiError)) throw err;
-      this.api.recordEvent(owner as never, 'Warning', 'FailedCreate', `Error creating: ${err.message}`, ref.kind === 'Job' ? 'job-controller' : 'replicaset-controller');
+      this.api.recordEvent(
+        owner as never,
+        'Warning',
+        'FailedCreate',
+        `Error creating: ${err.message}`,
+        ref.kind === 'Job' ? 'job-controller' : 'replicaset-controller',
+      );
     }
   }
 
@@ -250,12 +298,41 @@ export class SimulatedNode {
     const spec = d.spec as { replicas?: number; template?: { metadata?: { labels?: Record<string, string> }; spec?: unknown } };
     const pods = this.ownedPods(ns, d.metadata.uid!).filter((p) => !p.metadata.deletionTimestamp);
     const want = spec.replicas ?? 1;
-    for (let i = pods.length; i < want; i++) this.createOwnedPod(d, spec.template ?? {}, { apiVersion: 'apps/v1', kind: 'Deployment', name, uid: d.metadata.uid!, controller: true, blockOwnerDeletion: true });
+    for (let i = pods.length; i < want; i++)
+      this.createOwnedPod(d, spec.template ?? {}, {
+        apiVersion: 'apps/v1',
+        kind: 'Deployment',
+        name,
+        uid: d.metadata.uid!,
+        controller: true,
+        blockOwnerDeletion: true,
+      });
     for (const extra of pods.slice(want)) this.api.store.delete(this.res('', 'pods'), ns, extra.metadata.name!);
-    const ready = pods.filter((p) => ((p.status as { conditions?: PodCondition[] } | undefined)?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True')).length;
-    this.api.store.mutate(this.res('apps', 'deployments'), ns, name, (o) => {
-      o.status = { observedGeneration: o.metadata.generation, replicas: pods.length, readyReplicas: ready, availableReplicas: ready, updatedReplicas: pods.length, conditions: [{ type: 'Available', status: ready >= want ? 'True' : 'False', reason: ready >= want ? 'MinimumReplicasAvailable' : 'MinimumReplicasUnavailable' }] };
-    }, 'status');
+    const ready = pods.filter((p) =>
+      ((p.status as { conditions?: PodCondition[] } | undefined)?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True'),
+    ).length;
+    this.api.store.mutate(
+      this.res('apps', 'deployments'),
+      ns,
+      name,
+      (o) => {
+        o.status = {
+          observedGeneration: o.metadata.generation,
+          replicas: pods.length,
+          readyReplicas: ready,
+          availableReplicas: ready,
+          updatedReplicas: pods.length,
+          conditions: [
+            {
+              type: 'Available',
+              status: ready >= want ? 'True' : 'False',
+              reason: ready >= want ? 'MinimumReplicasAvailable' : 'MinimumReplicasUnavailable',
+            },
+          ],
+        };
+      },
+      'status',
+    );
   }
 
   private ledger(uid: string) {
@@ -280,8 +357,24 @@ export class SimulatedNode {
     const job = this.api.store.tryGet(jobs, ns, name);
     if (!job || job.metadata.deletionTimestamp) return;
     const uid = job.metadata.uid!;
-    const spec = job.spec as { suspend?: boolean; activeDeadlineSeconds?: number; backoffLimit?: number; completions?: number; ttlSecondsAfterFinished?: number; podFailurePolicy?: { rules?: PodFailureRule[] }; template: { metadata?: { labels?: Record<string, string> }; spec?: unknown } };
-    const status = (job.status ?? {}) as { conditions?: JobCondition[]; startTime?: string; completionTime?: string; active?: number; succeeded?: number; failed?: number; ready?: number };
+    const spec = job.spec as {
+      suspend?: boolean;
+      activeDeadlineSeconds?: number;
+      backoffLimit?: number;
+      completions?: number;
+      ttlSecondsAfterFinished?: number;
+      podFailurePolicy?: { rules?: PodFailureRule[] };
+      template: { metadata?: { labels?: Record<string, string> }; spec?: unknown };
+    };
+    const status = (job.status ?? {}) as {
+      conditions?: JobCondition[];
+      startTime?: string;
+      completionTime?: string;
+      active?: number;
+      succeeded?: number;
+      failed?: number;
+      ready?: number;
+    };
     const finished = (status.conditions ?? []).find((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
     const pods = this.ownedPods(ns, uid);
     const l = this.ledger(uid);
@@ -297,13 +390,21 @@ export class SimulatedNode {
         else l.failedCounted++;
       }
     }
-    const active = pods.filter((p) => !['Succeeded', 'Failed'].includes((p.status as { phase?: string } | undefined)?.phase ?? '') && !p.metadata.deletionTimestamp);
+    const active = pods.filter(
+      (p) => !['Succeeded', 'Failed'].includes((p.status as { phase?: string } | undefined)?.phase ?? '') && !p.metadata.deletionTimestamp,
+    );
     const setStatus = (fn: (s: typeof status) => void) =>
-      this.api.store.mutate(jobs, ns, name, (o) => {
-        const s = (o.status ?? {}) as typeof status;
-        fn(s);
-        o.status = s;
-      }, 'status');
+      this.api.store.mutate(
+        jobs,
+        ns,
+        name,
+        (o) => {
+          const s = (o.status ?? {}) as typeof status;
+          fn(s);
+          o.status = s;
+        },
+        'status',
+      );
     const cond = (s: typeof status, type: string, st: string, reason: string, message: string) => {
       s.conditions = (s.conditions ?? []).filter((c) => c.type !== type);
       s.conditions.push({ type, status: st, reason, message, lastProbeTime: now(), lastTransitionTime: now() });
@@ -336,7 +437,8 @@ export class SimulatedNode {
       for (const p of active) this.deletePod(ns, p.metadata.name!);
       this.clearTimers(uid);
       setStatus((s) => {
-        if (!(s.conditions ?? []).some((c) => c.type === 'Suspended' && c.status === 'True')) cond(s, 'Suspended', 'True', 'JobSuspended', 'Job suspended');
+        if (!(s.conditions ?? []).some((c) => c.type === 'Suspended' && c.status === 'True'))
+          cond(s, 'Suspended', 'True', 'JobSuspended', 'Job suspended');
         delete s.startTime;
         s.active = 0;
       });
@@ -369,8 +471,17 @@ export class SimulatedNode {
       return;
     }
     if (active.length === 0)
-      this.createOwnedPod(job, spec.template, { apiVersion: 'batch/v1', kind: 'Job', name, uid, controller: true, blockOwnerDeletion: true });
-    const ready = active.filter((p) => ((p.status as { conditions?: PodCondition[] } | undefined)?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True')).length;
+      this.createOwnedPod(job, spec.template, {
+        apiVersion: 'batch/v1',
+        kind: 'Job',
+        name,
+        uid,
+        controller: true,
+        blockOwnerDeletion: true,
+      });
+    const ready = active.filter((p) =>
+      ((p.status as { conditions?: PodCondition[] } | undefined)?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True'),
+    ).length;
     setStatus((s) => {
       s.active = Math.max(active.length, 1);
       s.ready = ready;
@@ -392,21 +503,37 @@ export class SimulatedNode {
   // ---- kubelet ----
 
   private podError(ns: string, name: string, err: unknown): void {
-    this.api.store.mutate(this.res('', 'pods'), ns, name, (o) => {
-      const s = (o.status ?? {}) as Record<string, unknown>;
-      s.phase = 'Failed';
-      s.reason = 'KubeletError';
-      s.message = (err as Error).message;
-      o.status = s;
-    }, 'status');
+    this.api.store.mutate(
+      this.res('', 'pods'),
+      ns,
+      name,
+      (o) => {
+        const s = (o.status ?? {}) as Record<string, unknown>;
+        s.phase = 'Failed';
+        s.reason = 'KubeletError';
+        s.message = (err as Error).message;
+        o.status = s;
+      },
+      'status',
+    );
   }
 
-  private setPodStatus(ns: string, name: string, fn: (s: Record<string, unknown> & { conditions?: PodCondition[]; containerStatuses?: ContainerStatus[] }) => void): void {
-    this.api.store.mutate(this.res('', 'pods'), ns, name, (o) => {
-      const s = (o.status ?? {}) as Record<string, unknown>;
-      fn(s);
-      o.status = s;
-    }, 'status');
+  private setPodStatus(
+    ns: string,
+    name: string,
+    fn: (s: Record<string, unknown> & { conditions?: PodCondition[]; containerStatuses?: ContainerStatus[] }) => void,
+  ): void {
+    this.api.store.mutate(
+      this.res('', 'pods'),
+      ns,
+      name,
+      (o) => {
+        const s = (o.status ?? {}) as Record<string, unknown>;
+        fn(s);
+        o.status = s;
+      },
+      'status',
+    );
   }
 
   /** Makes the host's 127.0.0.1:port reachable as 127.0.0.1:port inside a namespace's pods (those egress policy lets out). */
@@ -424,7 +551,9 @@ export class SimulatedNode {
         const v = (secret?.data as Record<string, string> | undefined)?.[ref.key];
         if (v === undefined) {
           if (ref.optional) continue;
-          throw new CreateConfigError(secret ? `couldn't find key ${ref.key} in Secret ${ns}/${ref.name}` : `secret "${ref.name}" not found`);
+          throw new CreateConfigError(
+            secret ? `couldn't find key ${ref.key} in Secret ${ns}/${ref.name}` : `secret "${ref.name}" not found`,
+          );
         }
         out.push(`${e.name}=${Buffer.from(v, 'base64').toString('utf8')}`);
       } else if (e.valueFrom?.configMapKeyRef) {
@@ -435,7 +564,18 @@ export class SimulatedNode {
         out.push(`${e.name}=${v}`);
       } else if (e.valueFrom?.fieldRef) {
         const path = e.valueFrom.fieldRef.fieldPath;
-        const v = path === 'metadata.name' ? pod.metadata.name : path === 'metadata.namespace' ? ns : path === 'metadata.uid' ? pod.metadata.uid : path === 'status.podIP' ? '127.0.0.1' : /^metadata\.labels\['(.+)'\]$/.exec(path)?.[1] ? pod.metadata.labels?.[/^metadata\.labels\['(.+)'\]$/.exec(path)![1]!] : undefined;
+        const v =
+          path === 'metadata.name'
+            ? pod.metadata.name
+            : path === 'metadata.namespace'
+              ? ns
+              : path === 'metadata.uid'
+                ? pod.metadata.uid
+                : path === 'status.podIP'
+                  ? '127.0.0.1'
+                  : /^metadata\.labels\['(.+)'\]$/.exec(path)?.[1]
+                    ? pod.metadata.labels?.[/^metadata\.labels\['(.+)'\]$/.exec(path)![1]!]
+                    : undefined;
         out.push(`${e.name}=${v ?? ''}`);
       }
     }
@@ -472,7 +612,12 @@ export class SimulatedNode {
       out.set(v.name, dir);
       // emptyDir is world-writable as the kubelet makes it; projected data is world-readable.
       chmodSync(dir, v.emptyDir ? 0o777 : 0o755);
-      const files = (data: Record<string, string> | undefined, binary: boolean, items: { key: string; path: string }[] | undefined, what: string) => {
+      const files = (
+        data: Record<string, string> | undefined,
+        binary: boolean,
+        items: { key: string; path: string }[] | undefined,
+        what: string,
+      ) => {
         if (!data) throw new CreateConfigError(`${what} not found`);
         const entries = items ? items.map((i) => [i.path, data[i.key]] as const) : Object.entries(data);
         for (const [path, value] of entries) {
@@ -482,13 +627,22 @@ export class SimulatedNode {
           writeFileSync(file, binary ? Buffer.from(value, 'base64') : value, { mode: 0o644 });
         }
       };
-      if (v.secret) files(this.api.store.tryGet(this.res('', 'secrets'), ns, v.secret.secretName)?.data as Record<string, string> | undefined, true, v.secret.items, `secret "${v.secret.secretName}"`);
+      if (v.secret)
+        files(
+          this.api.store.tryGet(this.res('', 'secrets'), ns, v.secret.secretName)?.data as Record<string, string> | undefined,
+          true,
+          v.secret.items,
+          `secret "${v.secret.secretName}"`,
+        );
       if (v.configMap) {
         const cm = this.api.store.tryGet(this.res('', 'configmaps'), ns, v.configMap.name);
         if (!cm) throw new CreateConfigError(`configmap "${v.configMap.name}" not found`);
         const text = (cm.data ?? {}) as Record<string, string>;
         const bin = (cm.binaryData ?? {}) as Record<string, string>;
-        const merged: Record<string, string> = { ...Object.fromEntries(Object.entries(text).map(([k, s]) => [k, Buffer.from(s).toString('base64')])), ...bin };
+        const merged: Record<string, string> = {
+          ...Object.fromEntries(Object.entries(text).map(([k, s]) => [k, Buffer.from(s).toString('base64')])),
+          ...bin,
+        };
         files(merged, true, v.configMap.items, `configmap "${v.configMap.name}"`);
       }
     }
@@ -500,7 +654,13 @@ export class SimulatedNode {
 
   private requestsOf(spec: PodSpec): { cpu: number; memory: number } {
     const all = [...(spec.initContainers ?? []).filter((c) => c.restartPolicy === 'Always'), ...spec.containers];
-    return all.reduce((t, c) => ({ cpu: t.cpu + (parseQuantity(c.resources?.requests?.cpu ?? c.resources?.limits?.cpu) ?? 0), memory: t.memory + (parseQuantity(c.resources?.requests?.memory ?? c.resources?.limits?.memory) ?? 0) }), { cpu: 0, memory: 0 });
+    return all.reduce(
+      (t, c) => ({
+        cpu: t.cpu + (parseQuantity(c.resources?.requests?.cpu ?? c.resources?.limits?.cpu) ?? 0),
+        memory: t.memory + (parseQuantity(c.resources?.requests?.memory ?? c.resources?.limits?.memory) ?? 0),
+      }),
+      { cpu: 0, memory: 0 },
+    );
   }
 
   /** Places a pod when its requests fit what is left of the node; otherwise PodScheduled=False (Unschedulable) and a FailedScheduling Event. */
@@ -528,7 +688,13 @@ export class SimulatedNode {
     this.api.store.mutate(this.res('', 'pods'), ns, name, (o) => {
       (o.spec as Record<string, unknown>).nodeName = `double-${this.id}`;
     });
-    this.api.recordEvent(pod as never, 'Normal', 'Scheduled', `Successfully assigned ${ns}/${name} to double-${this.id}`, 'default-scheduler');
+    this.api.recordEvent(
+      pod as never,
+      'Normal',
+      'Scheduled',
+      `Successfully assigned ${ns}/${name} to double-${this.id}`,
+      'default-scheduler',
+    );
     void this.runPod(this.api.store.tryGet(this.res('', 'pods'), ns, name) ?? pod).catch((err) => this.podError(ns, name, err));
   }
 
@@ -545,16 +711,25 @@ export class SimulatedNode {
   // ---- kubelet ----
 
   /** The Docker options a container's securityContext (over the pod's) becomes. */
-  private async securityOptions(ns: string, podName: string, spec: PodSpec, c: ContainerSpec): Promise<Partial<Docker.ContainerCreateOptions> & { HostConfig: Docker.HostConfig }> {
+  private async securityOptions(
+    ns: string,
+    podName: string,
+    spec: PodSpec,
+    c: ContainerSpec,
+  ): Promise<Partial<Docker.ContainerCreateOptions> & { HostConfig: Docker.HostConfig }> {
     const pod = spec.securityContext ?? {};
     const sc = c.securityContext ?? {};
     const user = sc.runAsUser ?? pod.runAsUser;
     const group = sc.runAsGroup ?? pod.runAsGroup;
     if ((sc.runAsNonRoot ?? pod.runAsNonRoot) === true) {
-      if (user === 0) throw new CreateConfigError(`container's runAsUser breaks non-root policy (pod: "${podName}_${ns}", container: ${c.name})`);
+      if (user === 0)
+        throw new CreateConfigError(`container's runAsUser breaks non-root policy (pod: "${podName}_${ns}", container: ${c.name})`);
       if (user === undefined) {
         const imageUser = (await this.docker.getImage(c.image).inspect()).Config.User ?? '';
-        if (imageUser === '' || imageUser === 'root' || imageUser.startsWith('0')) throw new CreateConfigError(`container has runAsNonRoot and image will run as root (pod: "${podName}_${ns}", container: ${c.name})`);
+        if (imageUser === '' || imageUser === 'root' || imageUser.startsWith('0'))
+          throw new CreateConfigError(
+            `container has runAsNonRoot and image will run as root (pod: "${podName}_${ns}", container: ${c.name})`,
+          );
       }
     }
     const securityOpt: string[] = [];
@@ -583,9 +758,19 @@ export class SimulatedNode {
     this.pods.set(uid, run);
     const sidecars = (spec.initContainers ?? []).filter((c) => c.restartPolicy === 'Always');
     const inits = (spec.initContainers ?? []).filter((c) => c.restartPolicy !== 'Always');
-    if (inits.length) throw new Error('the test double runs native sidecars (restartPolicy: Always) only, not run-to-completion init containers');
+    if (inits.length)
+      throw new Error('the test double runs native sidecars (restartPolicy: Always) only, not run-to-completion init containers');
     const all = [...sidecars, ...spec.containers];
-    const waitingStatus = (c: ContainerSpec) => ({ name: c.name, image: c.image, imageID: '', ready: false, started: false, restartCount: 0, state: { waiting: { reason: 'ContainerCreating' } }, lastState: {} });
+    const waitingStatus = (c: ContainerSpec) => ({
+      name: c.name,
+      image: c.image,
+      imageID: '',
+      ready: false,
+      started: false,
+      restartCount: 0,
+      state: { waiting: { reason: 'ContainerCreating' } },
+      lastState: {},
+    });
     this.setPodStatus(ns, name, (s) => {
       s.conditions = [{ type: 'PodScheduled', status: 'True', lastTransitionTime: now() }];
       s.hostIP = '127.0.0.1';
@@ -595,14 +780,25 @@ export class SimulatedNode {
     if (this.opts.startDelayMs) await new Promise((r) => setTimeout(r, this.opts.startDelayMs));
     if (run.stopped) return;
     for (const c of all) {
-      const exists = await this.docker.getImage(c.image).inspect().then(() => true, () => false);
+      const exists = await this.docker
+        .getImage(c.image)
+        .inspect()
+        .then(
+          () => true,
+          () => false,
+        );
       if (!exists) {
-        const waiting = (w: Record<string, unknown>) => (cs: ContainerStatus) => (cs.name === c.name ? { ...cs, state: { waiting: w } } : cs);
-        const set = (w: Record<string, unknown>) => this.setPodStatus(ns, name, (s) => {
-          s.containerStatuses = (s.containerStatuses ?? []).map(waiting(w));
-          if (s.initContainerStatuses) s.initContainerStatuses = (s.initContainerStatuses as ContainerStatus[]).map(waiting(w));
+        const waiting = (w: Record<string, unknown>) => (cs: ContainerStatus) =>
+          cs.name === c.name ? { ...cs, state: { waiting: w } } : cs;
+        const set = (w: Record<string, unknown>) =>
+          this.setPodStatus(ns, name, (s) => {
+            s.containerStatuses = (s.containerStatuses ?? []).map(waiting(w));
+            if (s.initContainerStatuses) s.initContainerStatuses = (s.initContainerStatuses as ContainerStatus[]).map(waiting(w));
+          });
+        set({
+          reason: 'ErrImagePull',
+          message: `rpc error: code = NotFound desc = failed to pull and unpack image "${c.image}": not found (the test double's node uses local Docker images only)`,
         });
-        set({ reason: 'ErrImagePull', message: `rpc error: code = NotFound desc = failed to pull and unpack image "${c.image}": not found (the test double's node uses local Docker images only)` });
         this.api.recordEvent(pod as never, 'Warning', 'Failed', `Failed to pull image "${c.image}": not found`, 'kubelet');
         setTimeout(() => set({ reason: 'ImagePullBackOff', message: `Back-off pulling image "${c.image}"` }), 500).unref();
         return;
@@ -621,7 +817,10 @@ export class SimulatedNode {
     } catch (err) {
       if (!(err instanceof CreateConfigError)) throw err;
       this.setPodStatus(ns, name, (s) => {
-        s.containerStatuses = (s.containerStatuses ?? []).map((cs) => ({ ...cs, state: { waiting: { reason: 'CreateContainerConfigError', message: err.message } } }));
+        s.containerStatuses = (s.containerStatuses ?? []).map((cs) => ({
+          ...cs,
+          state: { waiting: { reason: 'CreateContainerConfigError', message: err.message } },
+        }));
       });
       this.api.recordEvent(pod as never, 'Warning', 'Failed', `Error: ${err.message}`, 'kubelet');
       return;
@@ -636,7 +835,15 @@ export class SimulatedNode {
         if (!host) throw new Error(`volume ${m.name} not found`);
         return `${m.subPath ? join(host, m.subPath) : host}:${m.mountPath}${m.readOnly ? ':ro' : ''}`;
       });
-      const labels: Record<string, string> = { 'harness-lab.k8s-double': this.id, 'harness-lab.k8s-double.owner': OWNER, 'harness-lab.k8s-double.role': 'pod', 'io.kubernetes.pod.name': name, 'io.kubernetes.pod.namespace': ns, 'io.kubernetes.pod.uid': uid, 'io.kubernetes.container.name': c.name };
+      const labels: Record<string, string> = {
+        'harness-lab.k8s-double': this.id,
+        'harness-lab.k8s-double.owner': OWNER,
+        'harness-lab.k8s-double.role': 'pod',
+        'io.kubernetes.pod.name': name,
+        'io.kubernetes.pod.namespace': ns,
+        'io.kubernetes.pod.uid': uid,
+        'io.kubernetes.container.name': c.name,
+      };
       for (const [k, v] of Object.entries(pod.metadata.labels ?? {})) labels[`k8s.label/${k}`] = v;
       const sec = security.get(c.name)!;
       const container = await this.docker.createContainer({
@@ -668,7 +875,17 @@ export class SimulatedNode {
     for (const c of all) this.api.recordEvent(pod as never, 'Normal', 'Started', `Started container ${c.name}`, 'kubelet');
     if (run.stopped && !run.evicted) return void (await removeAll());
     const started = now();
-    const runningStatus = (c: ContainerSpec) => ({ name: c.name, image: c.image, imageID: c.image, containerID: `docker://${run.containers.get(c.name)!.id}`, ready: true, started: true, restartCount: 0, state: { running: { startedAt: started } }, lastState: {} });
+    const runningStatus = (c: ContainerSpec) => ({
+      name: c.name,
+      image: c.image,
+      imageID: c.image,
+      containerID: `docker://${run.containers.get(c.name)!.id}`,
+      ready: true,
+      started: true,
+      restartCount: 0,
+      state: { running: { startedAt: started } },
+      lastState: {},
+    });
     this.setPodStatus(ns, name, (s) => {
       s.phase = 'Running';
       s.podIP = '127.0.0.1';
@@ -689,15 +906,22 @@ export class SimulatedNode {
     run.mainDone = true;
     for (const c of sidecars) {
       this.api.recordEvent(pod as never, 'Normal', 'Killing', `Stopping container ${c.name}`, 'kubelet');
-      await run.containers.get(c.name)!.kill().catch(() => {});
+      await run.containers
+        .get(c.name)!
+        .kill()
+        .catch(() => {});
     }
     await sidecarsDone;
     if (run.stopped && !run.evicted) return;
-    const statuses = (this.api.store.tryGet(this.res('', 'pods'), ns, name)?.status as { containerStatuses?: ContainerStatus[] } | undefined)?.containerStatuses ?? [];
+    const statuses =
+      (this.api.store.tryGet(this.res('', 'pods'), ns, name)?.status as { containerStatuses?: ContainerStatus[] } | undefined)
+        ?.containerStatuses ?? [];
     const allOk = statuses.every((cs) => (cs.state.terminated as { exitCode?: number } | undefined)?.exitCode === 0);
     this.setPodStatus(ns, name, (s) => {
       s.phase = allOk && !run.evicted ? 'Succeeded' : 'Failed';
-      s.conditions = (s.conditions ?? []).map((c) => (c.type === 'Ready' || c.type === 'ContainersReady' ? { ...c, status: 'False', reason: 'PodCompleted' } : c));
+      s.conditions = (s.conditions ?? []).map((c) =>
+        c.type === 'Ready' || c.type === 'ContainersReady' ? { ...c, status: 'False', reason: 'PodCompleted' } : c,
+      );
     });
     if (run.evicted) setImmediate(() => this.deletePod(ns, name));
   }
@@ -710,11 +934,28 @@ export class SimulatedNode {
       const info = await container.inspect().catch(() => undefined);
       if (!info || (run.stopped && !run.evicted)) return;
       const exitCode = info.State.OOMKilled ? 137 : info.State.ExitCode;
-      const terminated = { exitCode, reason: info.State.OOMKilled ? 'OOMKilled' : exitCode === 0 ? 'Completed' : 'Error', startedAt: info.State.StartedAt.replace(/\.\d+Z$/, 'Z'), finishedAt: info.State.FinishedAt.replace(/\.\d+Z$/, 'Z'), containerID: `docker://${info.Id}` };
-      const again = !run.stopped && !(sidecar && run.mainDone) && (restartPolicy === 'Always' || (restartPolicy === 'OnFailure' && exitCode !== 0));
+      const terminated = {
+        exitCode,
+        reason: info.State.OOMKilled ? 'OOMKilled' : exitCode === 0 ? 'Completed' : 'Error',
+        startedAt: info.State.StartedAt.replace(/\.\d+Z$/, 'Z'),
+        finishedAt: info.State.FinishedAt.replace(/\.\d+Z$/, 'Z'),
+        containerID: `docker://${info.Id}`,
+      };
+      const again =
+        !run.stopped && !(sidecar && run.mainDone) && (restartPolicy === 'Always' || (restartPolicy === 'OnFailure' && exitCode !== 0));
       this.setPodStatus(run.ns, run.name, (s) => {
         s[field] = ((s[field] ?? []) as ContainerStatus[]).map((cs) =>
-          cs.name !== c.name ? cs : again ? { ...cs, ready: false, restartCount: restarts + 1, state: { waiting: { reason: 'CrashLoopBackOff' } }, lastState: { terminated } } : { ...cs, ready: false, started: false, state: { terminated } },
+          cs.name !== c.name
+            ? cs
+            : again
+              ? {
+                  ...cs,
+                  ready: false,
+                  restartCount: restarts + 1,
+                  state: { waiting: { reason: 'CrashLoopBackOff' } },
+                  lastState: { terminated },
+                }
+              : { ...cs, ready: false, started: false, state: { terminated } },
         );
       });
       if (!again) return;
@@ -722,7 +963,9 @@ export class SimulatedNode {
       if (run.stopped || (sidecar && run.mainDone)) return;
       await container.start().catch(() => {});
       this.setPodStatus(run.ns, run.name, (s) => {
-        s[field] = ((s[field] ?? []) as ContainerStatus[]).map((cs) => (cs.name === c.name ? { ...cs, ready: true, started: true, state: { running: { startedAt: now() } } } : cs));
+        s[field] = ((s[field] ?? []) as ContainerStatus[]).map((cs) =>
+          cs.name === c.name ? { ...cs, ready: true, started: true, state: { running: { startedAt: now() } } } : cs,
+        );
       });
     }
   }
@@ -746,7 +989,16 @@ export class SimulatedNode {
     const pod = this.api.store.get(this.res('', 'pods'), ns, name);
     const run = this.pods.get(pod.metadata.uid!);
     this.setPodStatus(ns, name, (s) => {
-      s.conditions = [...(s.conditions ?? []).filter((c) => c.type !== 'DisruptionTarget'), { type: 'DisruptionTarget', status: 'True', reason: 'EvictionByEvictionAPI', message: 'Eviction API: evicting', lastTransitionTime: now() }];
+      s.conditions = [
+        ...(s.conditions ?? []).filter((c) => c.type !== 'DisruptionTarget'),
+        {
+          type: 'DisruptionTarget',
+          status: 'True',
+          reason: 'EvictionByEvictionAPI',
+          message: 'Eviction API: evicting',
+          lastTransitionTime: now(),
+        },
+      ];
     });
     if (!run) return this.deletePod(ns, name);
     run.evicted = true;
@@ -761,7 +1013,11 @@ export class SimulatedNode {
     const cname = container ?? names[0]!;
     const c = run?.containers.get(cname);
     if (!c) {
-      const reason = ((p.status as { containerStatuses?: ContainerStatus[] } | undefined)?.containerStatuses?.find((cs) => cs.name === cname)?.state.waiting as { reason?: string } | undefined)?.reason ?? 'ContainerCreating';
+      const reason =
+        (
+          (p.status as { containerStatuses?: ContainerStatus[] } | undefined)?.containerStatuses?.find((cs) => cs.name === cname)?.state
+            .waiting as { reason?: string } | undefined
+        )?.reason ?? 'ContainerCreating';
       throw new ApiError(400, 'BadRequest', `container "${cname}" in pod "${pod}" is waiting to start: ${reason}`);
     }
     return c;
@@ -771,13 +1027,23 @@ export class SimulatedNode {
     const c = this.containerOf(ns, pod, o.container);
     const out = new PassThrough();
     if (o.follow) {
-      const stream = (await c.logs({ follow: true, stdout: true, stderr: true, ...(o.tailLines !== undefined ? { tail: o.tailLines } : {}) })) as NodeJS.ReadableStream;
+      const stream = (await c.logs({
+        follow: true,
+        stdout: true,
+        stderr: true,
+        ...(o.tailLines !== undefined ? { tail: o.tailLines } : {}),
+      })) as NodeJS.ReadableStream;
       this.docker.modem.demuxStream(stream, out, out);
       stream.on('end', () => out.end());
       stream.on('close', () => out.end());
       out.on('close', () => (stream as unknown as { destroy?: () => void }).destroy?.());
     } else {
-      const buf = (await c.logs({ follow: false, stdout: true, stderr: true, ...(o.tailLines !== undefined ? { tail: o.tailLines } : {}) })) as unknown as Buffer;
+      const buf = (await c.logs({
+        follow: false,
+        stdout: true,
+        stderr: true,
+        ...(o.tailLines !== undefined ? { tail: o.tailLines } : {}),
+      })) as unknown as Buffer;
       out.end(demuxBuffer(buf));
     }
     return out;
@@ -814,7 +1080,10 @@ function podFailureAction(rules: PodFailureRule[], pod: KObject): { action: stri
   const status = (pod.status ?? {}) as { conditions?: PodCondition[]; containerStatuses?: ContainerStatus[] };
   for (const [i, rule] of rules.entries()) {
     if (rule.onPodConditions?.some((pc) => (status.conditions ?? []).some((c) => c.type === pc.type && c.status === (pc.status ?? 'True'))))
-      return { action: rule.action, message: `Pod ${pod.metadata.namespace}/${pod.metadata.name} has condition ${rule.onPodConditions[0]!.type} matching ${rule.action} rule at index ${i}` };
+      return {
+        action: rule.action,
+        message: `Pod ${pod.metadata.namespace}/${pod.metadata.name} has condition ${rule.onPodConditions[0]!.type} matching ${rule.action} rule at index ${i}`,
+      };
     if (rule.onExitCodes) {
       for (const cs of status.containerStatuses ?? []) {
         if (rule.onExitCodes.containerName && rule.onExitCodes.containerName !== cs.name) continue;
@@ -822,7 +1091,10 @@ function podFailureAction(rules: PodFailureRule[], pod: KObject): { action: stri
         if (code === undefined || code === 0) continue;
         const inList = rule.onExitCodes.values.includes(code);
         if (rule.onExitCodes.operator === 'In' ? inList : !inList)
-          return { action: rule.action, message: `Container ${cs.name} for pod ${pod.metadata.namespace}/${pod.metadata.name} failed with exit code ${code} matching ${rule.action} rule at index ${i}` };
+          return {
+            action: rule.action,
+            message: `Container ${cs.name} for pod ${pod.metadata.namespace}/${pod.metadata.name} failed with exit code ${code} matching ${rule.action} rule at index ${i}`,
+          };
       }
     }
   }

@@ -114,7 +114,7 @@ function inCidr(ip: string, cidr: string): boolean {
   if (!base || base.includes(':')) return false;
   const n = Number(bits ?? 32);
   const mask = n === 0 ? 0 : (0xffffffff << (32 - n)) >>> 0;
-  return ((ipv4(ip) & mask) >>> 0) === ((ipv4(base) & mask) >>> 0);
+  return (ipv4(ip) & mask) >>> 0 === (ipv4(base) & mask) >>> 0;
 }
 
 function portMatches(rule: PolicyRule, port: number): boolean {
@@ -160,7 +160,11 @@ export class PodNetwork {
   private policies(ns: string, pod: KObject, type: 'Ingress' | 'Egress'): PolicySpec[] {
     return this.list('networkpolicies', ns)
       .map((p) => (p.spec ?? {}) as PolicySpec)
-      .filter((s) => selects(s.podSelector, pod.metadata.labels) && (s.policyTypes ?? (type === 'Ingress' ? ['Ingress'] : s.egress ? ['Egress'] : [])).includes(type));
+      .filter(
+        (s) =>
+          selects(s.podSelector, pod.metadata.labels) &&
+          (s.policyTypes ?? (type === 'Ingress' ? ['Ingress'] : s.egress ? ['Egress'] : [])).includes(type),
+      );
   }
 
   private peerIsPod(peer: Peer, policyNs: string, other: KObject): boolean {
@@ -178,15 +182,42 @@ export class PodNetwork {
     const egress = this.policies(srcNs, src, 'Egress');
     if (egress.length) {
       const ok = egress.some((p) =>
-        (p.egress ?? []).some((r) => portMatches(r, port) && (!r.to?.length || r.to.some((peer) => ('pod' in dst ? this.peerIsPod(peer, srcNs, dst.pod) : Boolean(peer.ipBlock && inCidr(dst.external, peer.ipBlock.cidr) && !(peer.ipBlock.except ?? []).some((e) => inCidr(dst.external, e))))))),
+        (p.egress ?? []).some(
+          (r) =>
+            portMatches(r, port) &&
+            (!r.to?.length ||
+              r.to.some((peer) =>
+                'pod' in dst
+                  ? this.peerIsPod(peer, srcNs, dst.pod)
+                  : Boolean(
+                      peer.ipBlock &&
+                      inCidr(dst.external, peer.ipBlock.cidr) &&
+                      !(peer.ipBlock.except ?? []).some((e) => inCidr(dst.external, e)),
+                    ),
+              )),
+        ),
       );
-      if (!ok) return { allowed: false, why: `egress of pod ${srcNs}/${src.metadata.name} to ${'pod' in dst ? `pod ${dst.pod.metadata.namespace}/${dst.pod.metadata.name}` : dst.external}:${port} is not allowed by any NetworkPolicy selecting it` };
+      if (!ok)
+        return {
+          allowed: false,
+          why: `egress of pod ${srcNs}/${src.metadata.name} to ${'pod' in dst ? `pod ${dst.pod.metadata.namespace}/${dst.pod.metadata.name}` : dst.external}:${port} is not allowed by any NetworkPolicy selecting it`,
+        };
     }
     if ('pod' in dst) {
       const dstNs = dst.pod.metadata.namespace!;
       const ingress = this.policies(dstNs, dst.pod, 'Ingress');
-      if (ingress.length && !ingress.some((p) => (p.ingress ?? []).some((r) => portMatches(r, port) && (!r.from?.length || r.from.some((peer) => this.peerIsPod(peer, dstNs, src))))))
-        return { allowed: false, why: `ingress to pod ${dstNs}/${dst.pod.metadata.name}:${port} from pod ${srcNs}/${src.metadata.name} is not allowed by any NetworkPolicy selecting it` };
+      if (
+        ingress.length &&
+        !ingress.some((p) =>
+          (p.ingress ?? []).some(
+            (r) => portMatches(r, port) && (!r.from?.length || r.from.some((peer) => this.peerIsPod(peer, dstNs, src))),
+          ),
+        )
+      )
+        return {
+          allowed: false,
+          why: `ingress to pod ${dstNs}/${dst.pod.metadata.name}:${port} from pod ${srcNs}/${src.metadata.name} is not allowed by any NetworkPolicy selecting it`,
+        };
     }
     return { allowed: true, why: 'allowed' };
   }
@@ -196,13 +227,28 @@ export class PodNetwork {
     const ns = pod.metadata.namespace!;
     const name = pod.metadata.name!;
     const uid = pod.metadata.uid!;
-    const base = { ...this.labels, 'harness-lab.k8s-double.owner': owner, 'io.kubernetes.pod.namespace': ns, 'io.kubernetes.pod.name': name };
-    const pause = await this.docker.createContainer({ Image: PAUSE_IMAGE, Cmd: ['sleep', 'infinity'], Labels: { ...base, 'harness-lab.k8s-double.role': 'netns' }, HostConfig: { NetworkMode: 'none', Init: true } });
+    const base = {
+      ...this.labels,
+      'harness-lab.k8s-double.owner': owner,
+      'io.kubernetes.pod.namespace': ns,
+      'io.kubernetes.pod.name': name,
+    };
+    const pause = await this.docker.createContainer({
+      Image: PAUSE_IMAGE,
+      Cmd: ['sleep', 'infinity'],
+      Labels: { ...base, 'harness-lab.k8s-double.role': 'netns' },
+      HostConfig: { NetworkMode: 'none', Init: true },
+    });
     await pause.start();
     const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-net-'));
     chmodSync(dir, 0o755);
     writeFileSync(join(dir, 'config.json'), JSON.stringify({ listeners: [] }));
-    const relay = await this.docker.createContainer({ Image: RELAY_IMAGE, Cmd: ['node', '-e', RELAY_SCRIPT], Labels: { ...base, 'harness-lab.k8s-double.role': 'relay' }, HostConfig: { NetworkMode: `container:${pause.id}`, Binds: [`${dir}:/relay`], Init: true } });
+    const relay = await this.docker.createContainer({
+      Image: RELAY_IMAGE,
+      Cmd: ['node', '-e', RELAY_SCRIPT],
+      Labels: { ...base, 'harness-lab.k8s-double.role': 'relay' },
+      HostConfig: { NetworkMode: `container:${pause.id}`, Binds: [`${dir}:/relay`], Init: true },
+    });
     await relay.start();
     const net: PodNet = { ns, name, uid, pause, relay, dir, servers: new Map() };
     this.pods.set(uid, net);
@@ -252,23 +298,39 @@ export class PodNetwork {
     };
     // Without iptables a listener in the pod takes the port on every loopback address: a pod never gets
     // one on a port its own containers declare (the server of that Service binds 0.0.0.0 there).
-    const own = new Set(((this.podOf(net)?.spec as { containers?: { ports?: { containerPort: number }[] }[] } | undefined)?.containers ?? []).flatMap((c) => (c.ports ?? []).map((p) => p.containerPort)));
+    const own = new Set(
+      ((this.podOf(net)?.spec as { containers?: { ports?: { containerPort: number }[] }[] } | undefined)?.containers ?? []).flatMap((c) =>
+        (c.ports ?? []).map((p) => p.containerPort),
+      ),
+    );
     for (const s of services) {
       const ip = this.serviceIp(net.ns, s.metadata.name!);
-      for (const p of (((s.spec ?? {}) as { ports?: { port: number; targetPort?: number | string }[] }).ports ?? []).filter((x) => !own.has(x.port))) {
+      for (const p of (((s.spec ?? {}) as { ports?: { port: number; targetPort?: number | string }[] }).ports ?? []).filter(
+        (x) => !own.has(x.port),
+      )) {
         const sock = want(`svc-${s.metadata.name}-${p.port}`, (c) => this.toService(net, s.metadata.name!, p.port, c));
         listeners.push({ host: ip, port: p.port, sock });
       }
     }
-    for (const port of [...(this.exposed.get(net.ns) ?? [])].filter((x) => !own.has(x))) listeners.push({ host: '127.0.0.1', port, sock: want(`host-${port}`, (c) => this.toHost(net, port, c)) });
+    for (const port of [...(this.exposed.get(net.ns) ?? [])].filter((x) => !own.has(x)))
+      listeners.push({ host: '127.0.0.1', port, sock: want(`host-${port}`, (c) => this.toHost(net, port, c)) });
     await new Promise((r) => setTimeout(r, 20));
     writeFileSync(join(net.dir, 'config.json'), JSON.stringify({ listeners }));
-    const hosts = ['127.0.0.1\tlocalhost', '::1\tlocalhost ip6-localhost ip6-loopback', `127.0.0.1\t${net.name}`, ...services.map((s) => {
-      const n = s.metadata.name!;
-      return `${this.serviceIp(net.ns, n)}\t${n} ${n}.${net.ns} ${n}.${net.ns}.svc ${n}.${net.ns}.svc.cluster.local`;
-    })];
+    const hosts = [
+      '127.0.0.1\tlocalhost',
+      '::1\tlocalhost ip6-localhost ip6-loopback',
+      `127.0.0.1\t${net.name}`,
+      ...services.map((s) => {
+        const n = s.metadata.name!;
+        return `${this.serviceIp(net.ns, n)}\t${n} ${n}.${net.ns} ${n}.${net.ns}.svc ${n}.${net.ns}.svc.cluster.local`;
+      }),
+    ];
     const b64 = Buffer.from(`${hosts.join('\n')}\n`).toString('base64');
-    const exec = await net.pause.exec({ Cmd: ['bash', '-c', `printf '%s' '${b64}' | base64 -d > /etc/hosts`], AttachStdout: true, AttachStderr: true });
+    const exec = await net.pause.exec({
+      Cmd: ['bash', '-c', `printf '%s' '${b64}' | base64 -d > /etc/hosts`],
+      AttachStdout: true,
+      AttachStderr: true,
+    });
     const st = await exec.start({ hijack: true, stdin: false });
     await new Promise((r) => (st.on('end', r), st.on('close', r)));
   }
@@ -281,9 +343,16 @@ export class PodNetwork {
     c.on('error', () => {});
     const src = this.podOf(net);
     const svc = this.api.store.tryGet(this.api.store.resource('', 'services')!, net.ns, service);
-    const sp = ((svc?.spec ?? {}) as { selector?: Record<string, string>; ports?: { port: number; targetPort?: number | string }[] });
+    const sp = (svc?.spec ?? {}) as { selector?: Record<string, string>; ports?: { port: number; targetPort?: number | string }[] };
     const target = sp.ports?.find((p) => p.port === port);
-    const endpoints = this.list('pods', net.ns).filter((p) => selects({ matchLabels: sp.selector ?? {} }, p.metadata.labels) && sp.selector && (p.status as { phase?: string } | undefined)?.phase === 'Running' && !p.metadata.deletionTimestamp && this.pods.has(p.metadata.uid!));
+    const endpoints = this.list('pods', net.ns).filter(
+      (p) =>
+        selects({ matchLabels: sp.selector ?? {} }, p.metadata.labels) &&
+        sp.selector &&
+        (p.status as { phase?: string } | undefined)?.phase === 'Running' &&
+        !p.metadata.deletionTimestamp &&
+        this.pods.has(p.metadata.uid!),
+    );
     if (!src || !target || !endpoints.length) {
       this.record(net, `service ${net.ns}/${service}`, port, { allowed: false, why: 'no endpoints' });
       return void c.destroy();

@@ -70,7 +70,16 @@ export class ApiError extends Error {
   }
 
   toStatus(): Record<string, unknown> {
-    return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: this.message, reason: this.reason, ...(this.details ? { details: this.details } : {}), code: this.code };
+    return {
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Failure',
+      message: this.message,
+      reason: this.reason,
+      ...(this.details ? { details: this.details } : {}),
+      code: this.code,
+    };
   }
 }
 
@@ -83,13 +92,23 @@ export function alreadyExists(r: ResourceDef, name: string): ApiError {
 }
 
 export function conflict(r: ResourceDef, name: string): ApiError {
-  return new ApiError(409, 'Conflict', `Operation cannot be fulfilled on ${qualifiedName(r)} "${name}": the object has been modified; please apply your changes to the latest version and try again`, { name, group: r.group, kind: r.plural });
+  return new ApiError(
+    409,
+    'Conflict',
+    `Operation cannot be fulfilled on ${qualifiedName(r)} "${name}": the object has been modified; please apply your changes to the latest version and try again`,
+    { name, group: r.group, kind: r.plural },
+  );
 }
 
 export function invalid(r: ResourceDef, name: string, causes: StatusCause[]): ApiError {
   const list = causes.map((c) => `${c.field}: ${c.message}`);
   const joined = list.length === 1 ? list[0] : `[${list.join(', ')}]`;
-  return new ApiError(422, 'Invalid', `${r.kind}${r.group ? `.${r.group}` : ''} "${name}" is invalid: ${joined}`, { name, group: r.group, kind: r.kind, causes });
+  return new ApiError(422, 'Invalid', `${r.kind}${r.group ? `.${r.group}` : ''} "${name}" is invalid: ${joined}`, {
+    name,
+    group: r.group,
+    kind: r.kind,
+    causes,
+  });
 }
 
 export function badRequest(message: string): ApiError {
@@ -108,13 +127,19 @@ export function nameProblems(value: string, rule: ResourceDef['nameRule']): stri
   if (rule === 'subdomain') {
     if (value.length > 253) out.push('must be no more than 253 characters');
     if (!DNS_SUBDOMAIN.test(value))
-      out.push(`a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`);
+      out.push(
+        `a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`,
+      );
   } else {
     if (value.length > 63) out.push('must be no more than 63 characters');
     if (rule === 'label' && !DNS_LABEL.test(value))
-      out.push(`a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`);
+      out.push(
+        `a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`,
+      );
     if (rule === 'label1035' && !DNS_1035.test(value))
-      out.push(`a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')`);
+      out.push(
+        `a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')`,
+      );
   }
   return out;
 }
@@ -126,10 +151,23 @@ export function labelProblems(labels: Record<string, unknown> | undefined, field
     const prefix = slash >= 0 ? key.slice(0, slash) : '';
     const name = slash >= 0 ? key.slice(slash + 1) : key;
     if ((prefix && (prefix.length > 253 || !DNS_SUBDOMAIN.test(prefix))) || name.length > 63 || !LABEL_NAME.test(name))
-      out.push({ reason: 'FieldValueInvalid', field, message: `Invalid value: "${key}": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character` });
-    if (typeof value !== 'string') out.push({ reason: 'FieldValueInvalid', field: `${field}[${key}]`, message: `Invalid value: ${JSON.stringify(value)}: must be a string` });
+      out.push({
+        reason: 'FieldValueInvalid',
+        field,
+        message: `Invalid value: "${key}": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`,
+      });
+    if (typeof value !== 'string')
+      out.push({
+        reason: 'FieldValueInvalid',
+        field: `${field}[${key}]`,
+        message: `Invalid value: ${JSON.stringify(value)}: must be a string`,
+      });
     else if (value !== '' && (value.length > 63 || !LABEL_NAME.test(value)))
-      out.push({ reason: 'FieldValueInvalid', field: `${field}[${key}]`, message: `Invalid value: "${value}": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character, at most 63 characters` });
+      out.push({
+        reason: 'FieldValueInvalid',
+        field: `${field}[${key}]`,
+        message: `Invalid value: "${value}": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character, at most 63 characters`,
+      });
   }
   return out;
 }
@@ -158,7 +196,15 @@ export function parseLabelSelector(text: string | undefined): Requirement[] {
     const p = raw.trim();
     if (!p) continue;
     let m: RegExpExecArray | null;
-    if ((m = /^(\S+)\s+(in|notin)\s+\(([^)]*)\)$/.exec(p))) out.push({ key: m[1]!, op: m[2] as 'in' | 'notin', values: m[3]!.split(',').map((v) => v.trim()).filter(Boolean) });
+    if ((m = /^(\S+)\s+(in|notin)\s+\(([^)]*)\)$/.exec(p)))
+      out.push({
+        key: m[1]!,
+        op: m[2] as 'in' | 'notin',
+        values: m[3]!
+          .split(',')
+          .map((v) => v.trim())
+          .filter(Boolean),
+      });
     else if ((m = /^([^!=\s]+)\s*!=\s*(\S*)$/.exec(p))) out.push({ key: m[1]!, op: 'notin', values: [m[2]!] });
     else if ((m = /^([^!=\s]+)\s*==?\s*(\S*)$/.exec(p))) out.push({ key: m[1]!, op: 'in', values: [m[2]!] });
     else if ((m = /^!(\S+)$/.exec(p))) out.push({ key: m[1]!, op: '!exists', values: [] });
@@ -192,12 +238,27 @@ export function parseFieldSelector(text: string | undefined): (obj: KObject) => 
     const m = /^([^!=]+)(!=|==|=)(.*)$/.exec(p.trim());
     if (!m) throw badRequest(`invalid selector: '${text}'; can't understand '${p}'`);
     const [, field, op, value] = m as unknown as [string, string, string, string];
-    if (!['metadata.name', 'metadata.namespace', 'status.phase', 'spec.nodeName', 'involvedObject.kind', 'involvedObject.name', 'involvedObject.uid', 'reason', 'type'].includes(field)) throw badRequest(`field label not supported: ${field}`);
+    if (
+      ![
+        'metadata.name',
+        'metadata.namespace',
+        'status.phase',
+        'spec.nodeName',
+        'involvedObject.kind',
+        'involvedObject.name',
+        'involvedObject.uid',
+        'reason',
+        'type',
+      ].includes(field)
+    )
+      throw badRequest(`field label not supported: ${field}`);
     return { field, neg: op === '!=', value };
   });
   return (obj) =>
     reqs.every((r) => {
-      const v = r.field.split('.').reduce<unknown>((o, k) => (o && typeof o === 'object' ? (o as Record<string, unknown>)[k] : undefined), obj);
+      const v = r.field
+        .split('.')
+        .reduce<unknown>((o, k) => (o && typeof o === 'object' ? (o as Record<string, unknown>)[k] : undefined), obj);
       return (String(v ?? '') === r.value) !== r.neg;
     });
 }
@@ -209,7 +270,21 @@ export function parseQuantity(q: string | number | undefined): number | undefine
   const m = /^([+-]?[0-9.]+)([eE][0-9+-]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$/.exec(q.trim());
   if (!m) return undefined;
   const n = Number(m[1]! + (m[2] ?? ''));
-  const f: Record<string, number> = { m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, E: 1e18, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3, Ti: 1024 ** 4, Pi: 1024 ** 5, Ei: 1024 ** 6 };
+  const f: Record<string, number> = {
+    m: 1e-3,
+    k: 1e3,
+    M: 1e6,
+    G: 1e9,
+    T: 1e12,
+    P: 1e15,
+    E: 1e18,
+    Ki: 1024,
+    Mi: 1024 ** 2,
+    Gi: 1024 ** 3,
+    Ti: 1024 ** 4,
+    Pi: 1024 ** 5,
+    Ei: 1024 ** 6,
+  };
   return n * (m[3] ? f[m[3]]! : 1);
 }
 

@@ -3,7 +3,21 @@
 // resourceVersion is 410 Gone), uid / creationTimestamp / generateName, and garbage collection by
 // ownerReferences with the three propagation policies.
 import { randomUUID } from 'node:crypto';
-import { ApiError, alreadyExists, apiVersionOf, clone, conflict, invalid, labelProblems, nameProblems, notFound, resourceKey, type KObject, type ResourceDef, type StatusCause } from './objects.js';
+import {
+  ApiError,
+  alreadyExists,
+  apiVersionOf,
+  clone,
+  conflict,
+  invalid,
+  labelProblems,
+  nameProblems,
+  notFound,
+  resourceKey,
+  type KObject,
+  type ResourceDef,
+  type StatusCause,
+} from './objects.js';
 
 export type EventType = 'ADDED' | 'MODIFIED' | 'DELETED';
 
@@ -22,18 +36,108 @@ export type Validator = (obj: KObject, res: ResourceDef, old?: KObject) => Statu
 export type Defaulter = (obj: KObject, res: ResourceDef) => void;
 
 const BUILT_IN: Omit<ResourceDef, 'builtIn'>[] = [
-  { group: '', version: 'v1', plural: 'namespaces', singular: 'namespace', kind: 'Namespace', namespaced: false, hasStatus: true, nameRule: 'label' },
+  {
+    group: '',
+    version: 'v1',
+    plural: 'namespaces',
+    singular: 'namespace',
+    kind: 'Namespace',
+    namespaced: false,
+    hasStatus: true,
+    nameRule: 'label',
+  },
   { group: '', version: 'v1', plural: 'pods', singular: 'pod', kind: 'Pod', namespaced: true, hasStatus: true, nameRule: 'subdomain' },
-  { group: '', version: 'v1', plural: 'services', singular: 'service', kind: 'Service', namespaced: true, hasStatus: true, nameRule: 'label1035' },
-  { group: '', version: 'v1', plural: 'secrets', singular: 'secret', kind: 'Secret', namespaced: true, hasStatus: false, nameRule: 'subdomain' },
-  { group: '', version: 'v1', plural: 'configmaps', singular: 'configmap', kind: 'ConfigMap', namespaced: true, hasStatus: false, nameRule: 'subdomain' },
-  { group: '', version: 'v1', plural: 'events', singular: 'event', kind: 'Event', namespaced: true, hasStatus: false, nameRule: 'subdomain' },
-  { group: '', version: 'v1', plural: 'persistentvolumeclaims', singular: 'persistentvolumeclaim', kind: 'PersistentVolumeClaim', namespaced: true, hasStatus: true, nameRule: 'subdomain' },
-  { group: '', version: 'v1', plural: 'serviceaccounts', singular: 'serviceaccount', kind: 'ServiceAccount', namespaced: true, hasStatus: false, nameRule: 'subdomain' },
+  {
+    group: '',
+    version: 'v1',
+    plural: 'services',
+    singular: 'service',
+    kind: 'Service',
+    namespaced: true,
+    hasStatus: true,
+    nameRule: 'label1035',
+  },
+  {
+    group: '',
+    version: 'v1',
+    plural: 'secrets',
+    singular: 'secret',
+    kind: 'Secret',
+    namespaced: true,
+    hasStatus: false,
+    nameRule: 'subdomain',
+  },
+  {
+    group: '',
+    version: 'v1',
+    plural: 'configmaps',
+    singular: 'configmap',
+    kind: 'ConfigMap',
+    namespaced: true,
+    hasStatus: false,
+    nameRule: 'subdomain',
+  },
+  {
+    group: '',
+    version: 'v1',
+    plural: 'events',
+    singular: 'event',
+    kind: 'Event',
+    namespaced: true,
+    hasStatus: false,
+    nameRule: 'subdomain',
+  },
+  {
+    group: '',
+    version: 'v1',
+    plural: 'persistentvolumeclaims',
+    singular: 'persistentvolumeclaim',
+    kind: 'PersistentVolumeClaim',
+    namespaced: true,
+    hasStatus: true,
+    nameRule: 'subdomain',
+  },
+  {
+    group: '',
+    version: 'v1',
+    plural: 'serviceaccounts',
+    singular: 'serviceaccount',
+    kind: 'ServiceAccount',
+    namespaced: true,
+    hasStatus: false,
+    nameRule: 'subdomain',
+  },
   { group: 'batch', version: 'v1', plural: 'jobs', singular: 'job', kind: 'Job', namespaced: true, hasStatus: true, nameRule: 'label' },
-  { group: 'apps', version: 'v1', plural: 'deployments', singular: 'deployment', kind: 'Deployment', namespaced: true, hasStatus: true, nameRule: 'subdomain' },
-  { group: 'networking.k8s.io', version: 'v1', plural: 'networkpolicies', singular: 'networkpolicy', kind: 'NetworkPolicy', namespaced: true, hasStatus: false, nameRule: 'subdomain' },
-  { group: 'apiextensions.k8s.io', version: 'v1', plural: 'customresourcedefinitions', singular: 'customresourcedefinition', kind: 'CustomResourceDefinition', namespaced: false, hasStatus: true, nameRule: 'subdomain' },
+  {
+    group: 'apps',
+    version: 'v1',
+    plural: 'deployments',
+    singular: 'deployment',
+    kind: 'Deployment',
+    namespaced: true,
+    hasStatus: true,
+    nameRule: 'subdomain',
+  },
+  {
+    group: 'networking.k8s.io',
+    version: 'v1',
+    plural: 'networkpolicies',
+    singular: 'networkpolicy',
+    kind: 'NetworkPolicy',
+    namespaced: true,
+    hasStatus: false,
+    nameRule: 'subdomain',
+  },
+  {
+    group: 'apiextensions.k8s.io',
+    version: 'v1',
+    plural: 'customresourcedefinitions',
+    singular: 'customresourcedefinition',
+    kind: 'CustomResourceDefinition',
+    namespaced: false,
+    hasStatus: true,
+    nameRule: 'subdomain',
+  },
 ];
 
 export class ObjectStore {
@@ -51,7 +155,8 @@ export class ObjectStore {
 
   constructor() {
     for (const r of BUILT_IN) this.register({ ...r, builtIn: true });
-    for (const ns of ['default', 'kube-system']) this.create(this.resource('', 'namespaces')!, undefined, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } });
+    for (const ns of ['default', 'kube-system'])
+      this.create(this.resource('', 'namespaces')!, undefined, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } });
   }
 
   register(r: ResourceDef): void {
@@ -102,7 +207,7 @@ export class ObjectStore {
   }
 
   private key(r: ResourceDef, ns: string | undefined, name: string): string {
-    return `${resourceKey(r.group, r.plural)}|${r.namespaced ? ns ?? '' : ''}|${name}`;
+    return `${resourceKey(r.group, r.plural)}|${r.namespaced ? (ns ?? '') : ''}|${name}`;
   }
 
   private commit(type: EventType, res: ResourceDef, object: KObject, previous?: KObject): KObject {
@@ -139,7 +244,8 @@ export class ObjectStore {
   private validate(res: ResourceDef, obj: KObject, old?: KObject): void {
     const name = obj.metadata.name ?? '';
     const causes: StatusCause[] = [];
-    for (const p of nameProblems(name, res.nameRule)) causes.push({ reason: 'FieldValueInvalid', field: 'metadata.name', message: `Invalid value: "${name}": ${p}` });
+    for (const p of nameProblems(name, res.nameRule))
+      causes.push({ reason: 'FieldValueInvalid', field: 'metadata.name', message: `Invalid value: "${name}": ${p}` });
     causes.push(...labelProblems(obj.metadata.labels, 'metadata.labels'));
     causes.push(...(this.validators.get(resourceKey(res.group, res.plural))?.(obj, res, old) ?? []));
     if (causes.length) throw invalid(res, name, causes);
@@ -154,12 +260,21 @@ export class ObjectStore {
       if (obj.metadata.namespace && ns && obj.metadata.namespace !== ns)
         throw new ApiError(400, 'BadRequest', `the namespace of the provided object does not match the namespace sent on the request`);
       obj.metadata.namespace = ns;
-      if (!this.tryGet(this.resource('', 'namespaces')!, undefined, ns!)) throw new ApiError(404, 'NotFound', `namespaces "${ns}" not found`, { name: ns, kind: 'namespaces' });
+      if (!this.tryGet(this.resource('', 'namespaces')!, undefined, ns!))
+        throw new ApiError(404, 'NotFound', `namespaces "${ns}" not found`, { name: ns, kind: 'namespaces' });
       const nsObj = this.tryGet(this.resource('', 'namespaces')!, undefined, ns!);
-      if (nsObj?.metadata.deletionTimestamp) throw new ApiError(403, 'Forbidden', `${res.plural} "${obj.metadata.name ?? ''}" is forbidden: unable to create new content in namespace ${ns} because it is being terminated`);
+      if (nsObj?.metadata.deletionTimestamp)
+        throw new ApiError(
+          403,
+          'Forbidden',
+          `${res.plural} "${obj.metadata.name ?? ''}" is forbidden: unable to create new content in namespace ${ns} because it is being terminated`,
+        );
     } else delete obj.metadata.namespace;
     if (!obj.metadata.name) {
-      if (!obj.metadata.generateName) throw invalid(res, '', [{ reason: 'FieldValueRequired', field: 'metadata.name', message: 'Required value: name or generateName is required' }]);
+      if (!obj.metadata.generateName)
+        throw invalid(res, '', [
+          { reason: 'FieldValueRequired', field: 'metadata.name', message: 'Required value: name or generateName is required' },
+        ]);
       obj.metadata.name = `${obj.metadata.generateName}${Math.random().toString(36).slice(2, 7)}`;
     }
     if (this.objects.has(this.key(res, ns, obj.metadata.name))) throw alreadyExists(res, obj.metadata.name);
@@ -177,13 +292,21 @@ export class ObjectStore {
   /** PUT semantics: a stale resourceVersion is 409 Conflict; status is kept unless subresource = status. */
   update(res: ResourceDef, ns: string | undefined, name: string, body: KObject, subresource?: 'status'): KObject {
     const old = this.get(res, ns, name);
-    if (body.metadata?.name && body.metadata.name !== name) throw new ApiError(400, 'BadRequest', `the name of the object (${body.metadata.name}) does not match the name on the URL (${name})`);
+    if (body.metadata?.name && body.metadata.name !== name)
+      throw new ApiError(400, 'BadRequest', `the name of the object (${body.metadata.name}) does not match the name on the URL (${name})`);
     if (body.metadata?.resourceVersion && body.metadata.resourceVersion !== old.metadata.resourceVersion) throw conflict(res, name);
     let next: KObject;
     if (subresource === 'status') next = { ...old, status: clone(body.status) };
     else {
       next = { ...clone(body), apiVersion: old.apiVersion, kind: old.kind };
-      next.metadata = { ...clone(body.metadata ?? {}), name, namespace: old.metadata.namespace, uid: old.metadata.uid, creationTimestamp: old.metadata.creationTimestamp, generation: old.metadata.generation };
+      next.metadata = {
+        ...clone(body.metadata ?? {}),
+        name,
+        namespace: old.metadata.namespace,
+        uid: old.metadata.uid,
+        creationTimestamp: old.metadata.creationTimestamp,
+        generation: old.metadata.generation,
+      };
       if (res.hasStatus) next.status = old.status;
       if (JSON.stringify(old.spec) !== JSON.stringify(next.spec)) next.metadata.generation = (old.metadata.generation ?? 1) + 1;
       if (old.metadata.deletionTimestamp) next.metadata.deletionTimestamp = old.metadata.deletionTimestamp;
@@ -205,15 +328,27 @@ export class ObjectStore {
     return this.update(res, ns, name, cur, subresource);
   }
 
-  delete(res: ResourceDef, ns: string | undefined, name: string, opts: { propagationPolicy?: PropagationPolicy; preconditions?: { resourceVersion?: string; uid?: string } } = {}): KObject {
+  delete(
+    res: ResourceDef,
+    ns: string | undefined,
+    name: string,
+    opts: { propagationPolicy?: PropagationPolicy; preconditions?: { resourceVersion?: string; uid?: string } } = {},
+  ): KObject {
     const obj = this.get(res, ns, name);
     if (opts.preconditions?.uid && opts.preconditions.uid !== obj.metadata.uid)
-      throw new ApiError(409, 'Conflict', `Precondition failed: UID in precondition: ${opts.preconditions.uid}, UID in object meta: ${obj.metadata.uid}`, { name, group: res.group, kind: res.plural });
-    if (opts.preconditions?.resourceVersion && opts.preconditions.resourceVersion !== obj.metadata.resourceVersion) throw conflict(res, name);
+      throw new ApiError(
+        409,
+        'Conflict',
+        `Precondition failed: UID in precondition: ${opts.preconditions.uid}, UID in object meta: ${obj.metadata.uid}`,
+        { name, group: res.group, kind: res.plural },
+      );
+    if (opts.preconditions?.resourceVersion && opts.preconditions.resourceVersion !== obj.metadata.resourceVersion)
+      throw conflict(res, name);
     const policy = opts.propagationPolicy ?? 'Background';
     const uid = obj.metadata.uid!;
     if (res.kind === 'Namespace') {
-      for (const r of this.allResources().filter((x) => x.namespaced)) for (const o of this.list(r, name)) this.removeNow(r, o, 'Background');
+      for (const r of this.allResources().filter((x) => x.namespaced))
+        for (const o of this.list(r, name)) this.removeNow(r, o, 'Background');
       return this.removeNow(res, obj, 'Background');
     }
     if (policy === 'Orphan') {
@@ -229,7 +364,8 @@ export class ObjectStore {
         o.metadata.deletionTimestamp ??= new Date().toISOString().replace(/\.\d+Z$/, 'Z');
         o.metadata.finalizers = [...new Set([...(o.metadata.finalizers ?? []), 'foregroundDeletion'])];
       })!;
-      for (const [r, dep] of this.dependents(uid)) this.delete(r, dep.metadata.namespace, dep.metadata.name!, { propagationPolicy: 'Foreground' });
+      for (const [r, dep] of this.dependents(uid))
+        this.delete(r, dep.metadata.namespace, dep.metadata.name!, { propagationPolicy: 'Foreground' });
       return this.tryGet(res, ns, name) ?? marked;
     }
     return this.removeNow(res, obj, 'Background');

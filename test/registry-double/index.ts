@@ -74,7 +74,8 @@ export class RegistryDouble {
     const ok = this.authorized(req);
     this.requests.push({ method, path, authorized: ok });
     const v2 = { 'Docker-Distribution-API-Version': 'registry/2.0' };
-    if (!ok) return this.error(res, 401, 'UNAUTHORIZED', 'authentication required', { 'WWW-Authenticate': 'Basic realm="registry-double"' });
+    if (!ok)
+      return this.error(res, 401, 'UNAUTHORIZED', 'authentication required', { 'WWW-Authenticate': 'Basic realm="registry-double"' });
     if (path === '/v2/' || path === '/v2') {
       res.writeHead(200, { ...v2, 'Content-Type': 'application/json' });
       return void res.end('{}');
@@ -87,7 +88,13 @@ export class RegistryDouble {
         if (digest) return this.finish(res, repo, digest, [body]);
         const uuid = randomUUID();
         this.uploads.set(uuid, []);
-        res.writeHead(202, { ...v2, Location: `/v2/${repo}/blobs/uploads/${uuid}`, Range: '0-0', 'Docker-Upload-UUID': uuid, 'Content-Length': '0' });
+        res.writeHead(202, {
+          ...v2,
+          Location: `/v2/${repo}/blobs/uploads/${uuid}`,
+          Range: '0-0',
+          'Docker-Upload-UUID': uuid,
+          'Content-Length': '0',
+        });
         return void res.end();
       }
       const parts = this.uploads.get(id);
@@ -95,7 +102,13 @@ export class RegistryDouble {
       if (body.length) parts.push(body);
       if (method === 'PATCH') {
         const size = parts.reduce((n, b) => n + b.length, 0);
-        res.writeHead(202, { ...v2, Location: `/v2/${repo}/blobs/uploads/${id}`, Range: `0-${Math.max(0, size - 1)}`, 'Docker-Upload-UUID': id, 'Content-Length': '0' });
+        res.writeHead(202, {
+          ...v2,
+          Location: `/v2/${repo}/blobs/uploads/${id}`,
+          Range: `0-${Math.max(0, size - 1)}`,
+          'Docker-Upload-UUID': id,
+          'Content-Length': '0',
+        });
         return void res.end();
       }
       if (method === 'PUT') {
@@ -112,7 +125,12 @@ export class RegistryDouble {
     if (m && (method === 'HEAD' || method === 'GET')) {
       const blob = this.blobs.get(m[2]!);
       if (!blob) return this.error(res, 404, 'BLOB_UNKNOWN', `blob ${m[2]} is unknown`);
-      res.writeHead(200, { ...v2, 'Content-Length': String(blob.length), 'Docker-Content-Digest': m[2]!, 'Content-Type': 'application/octet-stream' });
+      res.writeHead(200, {
+        ...v2,
+        'Content-Length': String(blob.length),
+        'Docker-Content-Digest': m[2]!,
+        'Content-Type': 'application/octet-stream',
+      });
       return void res.end(method === 'GET' ? blob : undefined);
     }
     m = /^\/v2\/(.+)\/manifests\/([^/]+)$/.exec(path);
@@ -122,7 +140,12 @@ export class RegistryDouble {
       if (method === 'GET' || method === 'HEAD') {
         const found = this.manifest(repo, reference);
         if (!found) return this.error(res, 404, 'MANIFEST_UNKNOWN', `manifest ${repo}:${reference} is unknown`);
-        res.writeHead(200, { ...v2, 'Content-Type': found.mediaType, 'Content-Length': String(found.body.length), 'Docker-Content-Digest': found.digest });
+        res.writeHead(200, {
+          ...v2,
+          'Content-Type': found.mediaType,
+          'Content-Length': String(found.body.length),
+          'Docker-Content-Digest': found.digest,
+        });
         return void res.end(method === 'GET' ? found.body : undefined);
       }
     }
@@ -132,9 +155,15 @@ export class RegistryDouble {
   private finish(res: ServerResponse, repo: string, digest: string, parts: Buffer[]): void {
     const data = Buffer.concat(parts);
     const actual = `sha256:${createHash('sha256').update(data).digest('hex')}`;
-    if (digest !== actual) return this.error(res, 400, 'DIGEST_INVALID', `provided digest ${digest || '(none)'} does not match the uploaded content ${actual}`);
+    if (digest !== actual)
+      return this.error(res, 400, 'DIGEST_INVALID', `provided digest ${digest || '(none)'} does not match the uploaded content ${actual}`);
     this.blobs.set(actual, data);
-    res.writeHead(201, { 'Docker-Distribution-API-Version': 'registry/2.0', Location: `/v2/${repo}/blobs/${actual}`, 'Docker-Content-Digest': actual, 'Content-Length': '0' });
+    res.writeHead(201, {
+      'Docker-Distribution-API-Version': 'registry/2.0',
+      Location: `/v2/${repo}/blobs/${actual}`,
+      'Docker-Content-Digest': actual,
+      'Content-Length': '0',
+    });
     res.end();
   }
 
@@ -150,7 +179,12 @@ export class RegistryDouble {
     if (missing.length) return this.error(res, 400, 'MANIFEST_BLOB_UNKNOWN', `blobs not uploaded: ${missing.join(', ')}`);
     const digest = `sha256:${createHash('sha256').update(body).digest('hex')}`;
     this.manifests.push({ repo, reference, mediaType, digest, body });
-    res.writeHead(201, { 'Docker-Distribution-API-Version': 'registry/2.0', Location: `/v2/${repo}/manifests/${digest}`, 'Docker-Content-Digest': digest, 'Content-Length': '0' });
+    res.writeHead(201, {
+      'Docker-Distribution-API-Version': 'registry/2.0',
+      Location: `/v2/${repo}/manifests/${digest}`,
+      'Docker-Content-Digest': digest,
+      'Content-Length': '0',
+    });
     res.end();
   }
 }

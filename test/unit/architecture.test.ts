@@ -100,12 +100,34 @@ function circles(g: ReadonlyMap<string, readonly string[]>): string[][] {
 }
 
 test('the circle finder finds a circle and passes a tree (so the checks below can fail)', () => {
-  assert.deepEqual(circles(new Map([['a', ['b']], ['b', ['c']], ['c', ['a']], ['d', ['a']]])), [['a', 'b', 'c']]);
-  assert.deepEqual(circles(new Map([['a', ['b', 'c']], ['b', ['c']], ['c', []]])), []);
-  assert.deepEqual(importsOf(join(SRC, 'batch', 'x.ts'), "import type { A } from './backend.js';\nconst m = await import('./backends/index.js');\n// import './runner.js'"), [
-    join(SRC, 'batch', 'backend.ts'),
-    join(SRC, 'batch', 'backends', 'index.ts'),
-  ]);
+  assert.deepEqual(
+    circles(
+      new Map([
+        ['a', ['b']],
+        ['b', ['c']],
+        ['c', ['a']],
+        ['d', ['a']],
+      ]),
+    ),
+    [['a', 'b', 'c']],
+  );
+  assert.deepEqual(
+    circles(
+      new Map([
+        ['a', ['b', 'c']],
+        ['b', ['c']],
+        ['c', []],
+      ]),
+    ),
+    [],
+  );
+  assert.deepEqual(
+    importsOf(
+      join(SRC, 'batch', 'x.ts'),
+      "import type { A } from './backend.js';\nconst m = await import('./backends/index.js');\n// import './runner.js'",
+    ),
+    [join(SRC, 'batch', 'backend.ts'), join(SRC, 'batch', 'backends', 'index.ts')],
+  );
 });
 
 test('no import circle among the source files', () => {
@@ -122,7 +144,8 @@ test('every folder of src/ has a layer, and no module imports from a higher or s
     const from = folderOf(file);
     for (const target of imports) {
       const to = folderOf(target);
-      if (to !== from && LAYERS[to]! >= LAYERS[from]!) upward.push(`${relative(ROOT, file)} -> ${relative(ROOT, target)} (${from} ${LAYERS[from]} -> ${to} ${LAYERS[to]})`);
+      if (to !== from && LAYERS[to]! >= LAYERS[from]!)
+        upward.push(`${relative(ROOT, file)} -> ${relative(ROOT, target)} (${from} ${LAYERS[from]} -> ${to} ${LAYERS[to]})`);
     }
   }
   assert.deepEqual(upward, [], `imports that reach up or sideways:\n${upward.join('\n')}`);
@@ -133,7 +156,9 @@ test("the README's code map names exactly the folders of src/", () => {
   const block = /<!-- code-map:begin -->\n([\s\S]*?)\n<!-- code-map:end -->/.exec(readme)?.[1];
   assert.ok(block, 'README.md has the code-map block');
   const mapped = [...block.matchAll(/^\| `src\/([^/`]+)\/` \|/gm)].map((m) => m[1]!).sort();
-  const folders = readdirSync(SRC).filter((n) => statSync(join(SRC, n)).isDirectory()).sort();
+  const folders = readdirSync(SRC)
+    .filter((n) => statSync(join(SRC, n)).isDirectory())
+    .sort();
   assert.deepEqual(mapped, folders);
 });
 

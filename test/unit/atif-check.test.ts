@@ -23,7 +23,10 @@ function reindex(records: CallRecord[]): CallRecord[] {
   return records.map((r, i) => ({ ...r, index: i }));
 }
 
-function traj(counts: (number | null)[], extra: Partial<{ prompt1: number; llmCalls: number[]; toolIds: string[][]; sub: boolean }> = {}): AtifTrajectory {
+function traj(
+  counts: (number | null)[],
+  extra: Partial<{ prompt1: number; llmCalls: number[]; toolIds: string[][]; sub: boolean }> = {},
+): AtifTrajectory {
   return parseAtif({
     schema_version: 'ATIF-v1.7',
     agent: { name: 'h', version: '1' },
@@ -33,16 +36,32 @@ function traj(counts: (number | null)[], extra: Partial<{ prompt1: number; llmCa
         step_id: i + 2,
         source: 'agent',
         message: `step ${i}`,
-        ...(extra.toolIds?.[i] ? { tool_calls: extra.toolIds[i]!.map((id) => ({ tool_call_id: id, function_name: 'bash', arguments: {} })) } : {}),
-        ...(c === null ? {} : { metrics: { completion_tokens: c, ...(i === 0 && extra.prompt1 !== undefined ? { prompt_tokens: extra.prompt1 } : {}) } }),
+        ...(extra.toolIds?.[i]
+          ? { tool_calls: extra.toolIds[i]!.map((id) => ({ tool_call_id: id, function_name: 'bash', arguments: {} })) }
+          : {}),
+        ...(c === null
+          ? {}
+          : { metrics: { completion_tokens: c, ...(i === 0 && extra.prompt1 !== undefined ? { prompt_tokens: extra.prompt1 } : {}) } }),
         ...(extra.llmCalls?.[i] !== undefined ? { llm_call_count: extra.llmCalls[i] } : {}),
       })),
     ],
-    ...(extra.sub ? { subagent_trajectories: [{ schema_version: 'ATIF-v1.7', trajectory_id: 's1', agent: { name: 'sub', version: '1' }, steps: [{ step_id: 1, source: 'user', message: 'x' }] }] } : {}),
+    ...(extra.sub
+      ? {
+          subagent_trajectories: [
+            {
+              schema_version: 'ATIF-v1.7',
+              trajectory_id: 's1',
+              agent: { name: 'sub', version: '1' },
+              steps: [{ step_id: 1, source: 'user', message: 'x' }],
+            },
+          ],
+        }
+      : {}),
   });
 }
 
-const doc = (records: CallRecord[], purpose?: 'eval') => buildRollout(session, records, { budgetStopCount: 0, captureLevel: 'tokens', ...(purpose ? { purpose } : {}) });
+const doc = (records: CallRecord[], purpose?: 'eval') =>
+  buildRollout(session, records, { budgetStopCount: 0, captureLevel: 'tokens', ...(purpose ? { purpose } : {}) });
 const codes = (fs: string[]) => fs.map((f) => /^\[(\w+)\] ([^:]+)/.exec(f)!.slice(1).join(' '));
 
 test('exact match: turns_match, one row per call, step-1 prompt checked', () => {
@@ -51,12 +70,15 @@ test('exact match: turns_match, one row per call, step-1 prompt checked', () => 
   assert.equal(r.verdict, 'match');
   assert.deepEqual(codes(r.findings), ['INFO turns_match']);
   assert.deepEqual(r.ours, [37, 36, 104, 264]);
-  assert.deepEqual(r.rows.map((x) => [x.call_id, x.step_id, x.status]), [
-    ['a0', 2, 'match'],
-    ['a1', 3, 'match'],
-    ['a2', 4, 'match'],
-    ['a3', 5, 'match'],
-  ]);
+  assert.deepEqual(
+    r.rows.map((x) => [x.call_id, x.step_id, x.status]),
+    [
+      ['a0', 2, 'match'],
+      ['a1', 3, 'match'],
+      ['a2', 4, 'match'],
+      ['a3', 5, 'match'],
+    ],
+  );
   assert.deepEqual(r.step1, { atif_prompt_tokens: 10, captured_prompt_len: 10 });
 });
 
@@ -65,14 +87,20 @@ test('a different count is a FATAL turn_mismatch and the row shows where', () =>
   assert.equal(r.verdict, 'MISMATCH');
   assert.deepEqual(codes(r.findings), ['FATAL turn_mismatch']);
   assert.match(r.findings[0]!, /\[5, 9, 7\].*\[5, 6, 7\]/);
-  assert.deepEqual(r.rows.map((x) => x.status), ['match', 'mismatch', 'match']);
+  assert.deepEqual(
+    r.rows.map((x) => x.status),
+    ['match', 'mismatch', 'match'],
+  );
   assert.match(r.summary, /^MISMATCH: turn_mismatch/);
 });
 
 test('extra ATIF steps are missing calls (mismatch)', () => {
   const r = atifCheck(doc(chainOf([5, 6])), traj([5, 6, 7]));
   assert.equal(r.verdict, 'MISMATCH');
-  assert.deepEqual(r.rows.map((x) => x.status), ['match', 'match', 'missing_call']);
+  assert.deepEqual(
+    r.rows.map((x) => x.status),
+    ['match', 'match', 'missing_call'],
+  );
 });
 
 test('auxiliary calls: a strict subsequence covering >= 50% is a WARN; below is FATAL', () => {
@@ -80,7 +108,10 @@ test('auxiliary calls: a strict subsequence covering >= 50% is a WARN; below is 
   const ok = atifCheck(d, traj([5, 7, 8]));
   assert.equal(ok.verdict, 'match');
   assert.deepEqual(codes(ok.findings), ['WARN atif_aux_calls']);
-  assert.deepEqual(ok.rows.map((x) => x.status), ['match', 'auxiliary', 'match', 'match']);
+  assert.deepEqual(
+    ok.rows.map((x) => x.status),
+    ['match', 'auxiliary', 'match', 'match'],
+  );
   const half = atifCheck(d, traj([6, 8]));
   assert.equal(half.verdict, 'match');
   const low = atifCheck(d, traj([8]));
@@ -100,19 +131,30 @@ test('calls under auxiliary roots (a toolless title call) are not compared', () 
 
 test('partial usage matches the rest by tool-call ids', () => {
   const records = chainOf([5, 6, 7]);
-  records[1]!.engine_response!.choices[0]!.message = { role: 'assistant', content: null, tool_calls: [{ id: 'call_x', type: 'function', function: { name: 'bash', arguments: '{}' } }] };
+  records[1]!.engine_response!.choices[0]!.message = {
+    role: 'assistant',
+    content: null,
+    tool_calls: [{ id: 'call_x', type: 'function', function: { name: 'bash', arguments: '{}' } }],
+  };
   const d = doc(records);
   const ok = atifCheck(d, traj([5, null, 7], { toolIds: [[], ['call_x'], []] }));
   assert.equal(ok.verdict, 'match');
   assert.deepEqual(codes(ok.findings), ['WARN atif_partial_usage']);
-  assert.deepEqual(ok.rows.map((x) => x.status), ['match', 'matched_by_tool_ids', 'match']);
+  assert.deepEqual(
+    ok.rows.map((x) => x.status),
+    ['match', 'matched_by_tool_ids', 'match'],
+  );
   const bad = atifCheck(d, traj([5, null, 7], { toolIds: [[], ['call_y'], []] }));
   assert.equal(bad.verdict, 'MISMATCH');
 });
 
 test('tool-call ids are read from the client body of every dialect', () => {
   const r = call({ id: 'x', index: 0, prompt: [1], sampled: [2] });
-  r.response_body = { content: [{ type: 'tool_use', id: 'toolu_1' }], output: [{ type: 'function_call', call_id: 'fc_1' }], candidates: [{ content: { parts: [{ functionCall: { id: 'g1', name: 'f' } }] } }] };
+  r.response_body = {
+    content: [{ type: 'tool_use', id: 'toolu_1' }],
+    output: [{ type: 'function_call', call_id: 'fc_1' }],
+    candidates: [{ content: { parts: [{ functionCall: { id: 'g1', name: 'f' } }] } }],
+  };
   assert.deepEqual([...callToolIds(r)].sort(), ['fc_1', 'g1', 'toolu_1']);
 });
 
@@ -136,14 +178,26 @@ test('synthetic API-error steps and budget-stop steps are not agent steps', () =
     schema_version: 'ATIF-v1.7',
     agent: { name: 'claude-code', version: '1' },
     steps: [
-      { step_id: 1, source: 'agent', model_name: '<synthetic>', message: 'API Error: 500', metrics: { completion_tokens: 0, prompt_tokens: 0 } },
+      {
+        step_id: 1,
+        source: 'agent',
+        model_name: '<synthetic>',
+        message: 'API Error: 500',
+        metrics: { completion_tokens: 0, prompt_tokens: 0 },
+      },
       { step_id: 2, source: 'agent', message: 'ok', metrics: { completion_tokens: 4 } },
       { step_id: 3, source: 'agent', message: 'Step budget exhausted; stopping.' },
       { step_id: 4, source: 'agent', message: 'Step budget exhausted; stopping.' },
     ],
   });
-  assert.deepEqual(atifAgentSteps(t, 1).map((s) => s.step_id), [2, 4]);
-  assert.deepEqual(atifAgentSteps(t, 0).map((s) => s.step_id), [2, 3, 4]);
+  assert.deepEqual(
+    atifAgentSteps(t, 1).map((s) => s.step_id),
+    [2, 4],
+  );
+  assert.deepEqual(
+    atifAgentSteps(t, 0).map((s) => s.step_id),
+    [2, 3, 4],
+  );
 });
 
 test('evaluation rollouts compare call counts only', () => {

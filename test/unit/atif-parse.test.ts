@@ -8,7 +8,12 @@ export const EXAMPLE = {
   session_id: '4f6c0e4e-0d1b-4a44-9e3a-2b9d8f1c7a10',
   agent: { name: 'terminus-2', version: '2.0.0', model_name: 'hosted_vllm/Qwen3.5-4B' },
   steps: [
-    { step_id: 1, timestamp: '2026-10-11T10:30:00Z', source: 'user', message: 'Create a file called hello.txt with "Hello, world!" as the content.' },
+    {
+      step_id: 1,
+      timestamp: '2026-10-11T10:30:00Z',
+      source: 'user',
+      message: 'Create a file called hello.txt with "Hello, world!" as the content.',
+    },
     {
       step_id: 2,
       timestamp: '2026-10-11T10:30:04Z',
@@ -16,7 +21,13 @@ export const EXAMPLE = {
       model_name: 'Qwen3.5-4B',
       message: 'Writing the file.',
       reasoning_content: 'A single printf is enough.',
-      tool_calls: [{ tool_call_id: 'call_1', function_name: 'bash_command', arguments: { keystrokes: "printf 'Hello, world!\\n' > hello.txt\n", duration: 0.1 } }],
+      tool_calls: [
+        {
+          tool_call_id: 'call_1',
+          function_name: 'bash_command',
+          arguments: { keystrokes: "printf 'Hello, world!\\n' > hello.txt\n", duration: 0.1 },
+        },
+      ],
       observation: { results: [{ source_call_id: 'call_1', content: 'root@box:/app# ' }] },
       metrics: { prompt_tokens: 785, completion_tokens: 2, cached_tokens: 0, completion_token_ids: [1722, 310], logprobs: [-0.1, -0.05] },
       llm_call_count: 1,
@@ -54,12 +65,15 @@ test('accepts every 1.x version, multimodal content and null optionals', () => {
 function rejects(mutate: (d: Loose) => void, pattern: RegExp): void {
   const doc = clone(EXAMPLE) as Loose;
   mutate(doc);
-  assert.throws(() => parseAtif(doc, 'trajectory.json'), (err: unknown) => {
-    assert.ok(err instanceof AtifParseError);
-    assert.match(err.message, /^trajectory\.json is not a valid ATIF v1\.x trajectory: /);
-    assert.match(err.message, pattern);
-    return true;
-  });
+  assert.throws(
+    () => parseAtif(doc, 'trajectory.json'),
+    (err: unknown) => {
+      assert.ok(err instanceof AtifParseError);
+      assert.match(err.message, /^trajectory\.json is not a valid ATIF v1\.x trajectory: /);
+      assert.match(err.message, pattern);
+      return true;
+    },
+  );
 }
 
 test('rejects what the spec forbids, naming the path', () => {
@@ -94,6 +108,9 @@ test('continuations are joined and renumbered', async () => {
   const cont = { ...clone(EXAMPLE), steps: clone(EXAMPLE.steps).map((s, i) => ({ ...s, step_id: 3 + i })) };
   const files: Record<string, AtifTrajectory> = { 'trajectory.cont-1.json': parseAtif(cont) };
   const joined = await joinContinuations(first, async (ref) => files[ref] ?? null);
-  assert.deepEqual(joined.steps.map((s) => s.step_id), [1, 2, 3, 4]);
+  assert.deepEqual(
+    joined.steps.map((s) => s.step_id),
+    [1, 2, 3, 4],
+  );
   assert.equal(joined.continued_trajectory_ref, null);
 });

@@ -21,13 +21,37 @@ const EXAMPLES = join(__dirname, '..', '..', 'examples', 'tasks');
 function newBatch(opts: { groupSize: number; parallel: number; breakerAfter?: number; maxStarting?: number }): string {
   const root = mkdtempSync(join(tmpdir(), 'hl-breaker-'));
   cpSync(join(EXAMPLES, 'hello-file'), join(root, 'tasks', 'hello-file'), { recursive: true });
-  const plan = planBatch({ tasks: [join(root, 'tasks')], harnesses: ['react'], groupSize: opts.groupSize, parallel: opts.parallel, outDir: join(root, 'batch'), checkInstalled: false, timeoutSec: 30, breakerAfter: opts.breakerAfter, maxStarting: opts.maxStarting });
+  const plan = planBatch({
+    tasks: [join(root, 'tasks')],
+    harnesses: ['react'],
+    groupSize: opts.groupSize,
+    parallel: opts.parallel,
+    outDir: join(root, 'batch'),
+    checkInstalled: false,
+    timeoutSec: 30,
+    breakerAfter: opts.breakerAfter,
+    maxStarting: opts.maxStarting,
+  });
   writeBatch(plan);
   return plan.dir;
 }
 
-const ok = (): AttemptFacts => ({ backendRef: null, agent: { exitCode: 0, timedOut: false, ms: 5 }, verifier: { exitCode: 0, timedOut: false, ms: 1 }, reward: { value: 1, scores: { reward: 1 } }, infraError: null, cancelled: false });
-const down = (): AttemptFacts => ({ ...ok(), agent: { exitCode: null, timedOut: false, ms: 0 }, verifier: null, reward: null, infraError: 'connect ECONNREFUSED /var/run/docker.sock: Cannot connect to the Docker daemon', setupFailure: 'Cannot connect to the Docker daemon' });
+const ok = (): AttemptFacts => ({
+  backendRef: null,
+  agent: { exitCode: 0, timedOut: false, ms: 5 },
+  verifier: { exitCode: 0, timedOut: false, ms: 1 },
+  reward: { value: 1, scores: { reward: 1 } },
+  infraError: null,
+  cancelled: false,
+});
+const down = (): AttemptFacts => ({
+  ...ok(),
+  agent: { exitCode: null, timedOut: false, ms: 0 },
+  verifier: null,
+  reward: null,
+  infraError: 'connect ECONNREFUSED /var/run/docker.sock: Cannot connect to the Docker daemon',
+  setupFailure: 'Cannot connect to the Docker daemon',
+});
 
 /** A backend whose daemon is "down" while `isDown()` says so: every attempt fails at once, as Docker stopped mid-batch does. */
 class OutageBackend implements BatchBackend {
@@ -62,7 +86,10 @@ test('K infra failures in a row open the breaker; no sandbox starts until the pr
   const dir = newBatch({ groupSize: 8, parallel: 2, breakerAfter: 3 });
   let daemonUp = false;
   let probes = 0;
-  const backend = new OutageBackend(() => !daemonUp, (id) => (id.endsWith('.0') || id.endsWith('.1') ? 0 : 1));
+  const backend = new OutageBackend(
+    () => !daemonUp,
+    (id) => (id.endsWith('.0') || id.endsWith('.1') ? 0 : 1),
+  );
   const mod: BackendModule = {
     open: async () => ({ backend, capture: new Capture() }),
     cleanup: async () => [],
@@ -74,7 +101,13 @@ test('K infra failures in a row open the breaker; no sandbox starts until the pr
   };
   const lines: string[] = [];
   const snapshots: string[] = [];
-  const summary = await runBatch({ dir, module: mod, log: (l) => lines.push(l), breakerProbeMs: 20, onBreaker: (s) => snapshots.push(s.state) });
+  const summary = await runBatch({
+    dir,
+    module: mod,
+    log: (l) => lines.push(l),
+    breakerProbeMs: 20,
+    onBreaker: (s) => snapshots.push(s.state),
+  });
   // The breaker opened once after 3 failures; while it was open nothing started (only the probes ran).
   assert.equal(summary.breakerTrips, 1, lines.join('\n'));
   assert.deepEqual(snapshots, ['open', 'half-open', 'closed']);
@@ -82,7 +115,10 @@ test('K infra failures in a row open the breaker; no sandbox starts until the pr
   const failedBeforeTrip = backend.attempts.slice(0, 3);
   // With parallel 2 at most one more attempt was already in flight when it opened.
   assert.ok(backend.attempts.length <= 8 + 4, `attempts: ${backend.attempts.join(' ')}`);
-  assert.ok(lines.some((l) => /sandboxes paused: 3 rollouts in a row failed.*backend_down/.test(l)), lines.join('\n'));
+  assert.ok(
+    lines.some((l) => /sandboxes paused: 3 rollouts in a row failed.*backend_down/.test(l)),
+    lines.join('\n'),
+  );
   assert.ok(lines.some((l) => /sandboxes resumed/.test(l)));
   // Every rollout of the streak ran again and the batch finished: all 8 done, none discarded.
   for (const id of failedBeforeTrip) assert.ok(summary.rerunAfterOutage.includes(id), `${id} was not run again`);
@@ -97,19 +133,32 @@ test('K infra failures in a row open the breaker; no sandbox starts until the pr
   const g = status.groups[0]!;
   assert.deepEqual(g.rewards.slice().sort(), [0, 0, 1, 1, 1, 1, 1, 1]);
   // Every attempt before a rollout's last failed in the outage: the account counts each of them.
-  assert.equal(status.infra.failed_attempts, states.reduce((n, s) => n + s.attempts.length - 1, 0));
-  assert.equal(status.infra.attempts, states.reduce((n, s) => n + s.attempts.length, 0));
+  assert.equal(
+    status.infra.failed_attempts,
+    states.reduce((n, s) => n + s.attempts.length - 1, 0),
+  );
+  assert.equal(
+    status.infra.attempts,
+    states.reduce((n, s) => n + s.attempts.length, 0),
+  );
   assert.ok((status.infra.causes.backend_down ?? 0) >= 3, JSON.stringify(status.infra));
 });
 
 test('the breaker stays shut after a failed trial, and 0 turns it off', async () => {
   let probeOk = true;
-  const b = new CircuitBreaker({ threshold: 2, probeMs: 5, probe: async () => (probeOk ? undefined : Promise.reject(new Error('still down'))) });
+  const b = new CircuitBreaker({
+    threshold: 2,
+    probeMs: 5,
+    probe: async () => (probeOk ? undefined : Promise.reject(new Error('still down'))),
+  });
   try {
     assert.equal(b.recordFailure('image_build', 'the task image did not build'), false);
     assert.equal(b.recordFailure('image_build', 'the task image did not build'), true);
     assert.equal(b.snapshot().state, 'open');
-    assert.throws(() => b.admitOrThrow(), (e: unknown) => e instanceof BreakerOpenError && /image_build: the task image did not build/.test(e.message));
+    assert.throws(
+      () => b.admitOrThrow(),
+      (e: unknown) => e instanceof BreakerOpenError && /image_build: the task image did not build/.test(e.message),
+    );
     await b.admit(); // the probe answers: half-open, this caller is the trial
     assert.equal(b.snapshot().state, 'half-open');
     assert.equal(b.tryAdmit(), false, 'only one trial while half-open');
@@ -134,11 +183,24 @@ test('the breaker stays shut after a failed trial, and 0 turns it off', async ()
 test('infra failures are classed by cause', () => {
   const facts = (over: Partial<AttemptFacts>): AttemptFacts => ({ ...ok(), ...over });
   const cap = { nCalls: 2, trainable: true, findings: [] };
-  assert.equal(classify(facts({ infraError: 'the sandbox image harness-lab/task-x did not build: step 2 failed', setupFailure: 'x' }), cap, 'discard').cause, 'image_build');
-  assert.equal(classify(facts({ infraError: 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock' }), cap, 'discard').cause, 'backend_down');
+  assert.equal(
+    classify(facts({ infraError: 'the sandbox image harness-lab/task-x did not build: step 2 failed', setupFailure: 'x' }), cap, 'discard')
+      .cause,
+    'image_build',
+  );
+  assert.equal(
+    classify(facts({ infraError: 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock' }), cap, 'discard').cause,
+    'backend_down',
+  );
   assert.equal(classify(facts({ infraError: 'pods "x" is forbidden: exceeded quota: compute-resources' }), cap, 'discard').cause, 'quota');
-  assert.equal(classify(facts({ infraError: 'pods "x" is forbidden: violates PodSecurity "baseline:latest": privileged' }), cap, 'discard').cause, 'api_refused');
-  assert.equal(classify(facts({ infraError: 'the sandbox did not start within its start-up budget of 5 s', setupFailure: 'x' }), cap, 'discard').cause, 'startup_timeout');
+  assert.equal(
+    classify(facts({ infraError: 'pods "x" is forbidden: violates PodSecurity "baseline:latest": privileged' }), cap, 'discard').cause,
+    'api_refused',
+  );
+  assert.equal(
+    classify(facts({ infraError: 'the sandbox did not start within its start-up budget of 5 s', setupFailure: 'x' }), cap, 'discard').cause,
+    'startup_timeout',
+  );
   assert.equal(classify(facts({ agent: { exitCode: 137, timedOut: false, ms: 1 } }), cap, 'discard').cause, 'harness_crash');
   assert.equal(classify(facts({ verifier: null }), cap, 'discard').cause, 'verifier');
   assert.equal(classify(facts({}), { ...cap, nCalls: 0 }, 'discard').cause, 'no_model_calls');
@@ -173,7 +235,10 @@ test('the start gate caps start-ups apart from parallel, hands slots on in order
   // The create answers only after the budget ran out (resolved by hand: no race between timers).
   let finishCreate: (v: string) => void = () => {};
   const slow = new Promise<string>((r) => (finishCreate = r));
-  await assert.rejects(withinStartBudget(slow, 10, () => (removedLate = true)), StartupBudgetError);
+  await assert.rejects(
+    withinStartBudget(slow, 10, () => (removedLate = true)),
+    StartupBudgetError,
+  );
   assert.equal(removedLate, false);
   finishCreate('sandbox');
   await slow;
@@ -212,7 +277,15 @@ test('a running rollout with no model call and no sandbox output for the stall t
   const started = new Date(Date.now() - 3_600_000).toISOString();
   const outRel = join('runs', s!.rollout_id, '0');
   Object.assign(s!, { state: 'running', session_id: 'sess-stall', started_at: started, backend_ref: null });
-  s!.attempts.push({ attempt: 0, session_id: 'sess-stall', started_at: started, ended_at: null, out_dir: outRel, outcome: 'running', trainable: false });
+  s!.attempts.push({
+    attempt: 0,
+    session_id: 'sess-stall',
+    started_at: started,
+    ended_at: null,
+    out_dir: outRel,
+    outcome: 'running',
+    trainable: false,
+  });
   writeRolloutState(dir, s!);
   const old = new Date(Date.now() - 3_600_000);
   const stallOf = () => batchStatus(dir, { stallAfterS: 600 }).groups[0]!.rollouts[0]!.stalled;
@@ -236,7 +309,8 @@ test('a running rollout with no model call and no sandbox output for the stall t
   assert.equal(stallOf(), null);
   utimesSync(sessionFile, old, old);
   writeFileSync(join(dir, outRel, 'verifier', 'test-stdout.txt'), 'running\n');
-  for (const p of [join(dir, outRel, 'verifier', 'test-stdout.txt'), join(dir, outRel, 'verifier'), join(dir, outRel)]) utimesSync(p, old, old);
+  for (const p of [join(dir, outRel, 'verifier', 'test-stdout.txt'), join(dir, outRel, 'verifier'), join(dir, outRel)])
+    utimesSync(p, old, old);
   const st = batchStatus(dir, { stallAfterS: 600 });
   assert.equal(st.groups[0]!.rollouts[0]!.stalled?.where, 'verifier');
   assert.equal(st.counts.stalled, 1);

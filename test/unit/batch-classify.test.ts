@@ -20,14 +20,27 @@ function facts(over: Partial<AttemptFacts> = {}): AttemptFacts {
 const good: CaptureFacts = { nCalls: 3, trainable: true, findings: [] };
 
 test('the named cases of section 7', () => {
-  assert.deepEqual(classify(facts(), good, 'discard'), { state: 'done', class: 'completed', reward: 1, rewards: { reward: 1 }, trainable: true, error: null });
+  assert.deepEqual(classify(facts(), good, 'discard'), {
+    state: 'done',
+    class: 'completed',
+    reward: 1,
+    rewards: { reward: 1 },
+    trainable: true,
+    error: null,
+  });
   const wrong = classify(facts({ reward: { value: 0, scores: {} } }), good, 'discard');
   assert.equal(wrong.class, 'policy_failure');
   assert.equal(wrong.reward, 0);
   assert.equal(wrong.trainable, true);
   // The model's output broke the harness (exit 1) but tokens are aligned and the verifier ran: policy, reward 0.
-  assert.equal(classify(facts({ agent: { exitCode: 1, timedOut: false, ms: 10 }, reward: { value: 0, scores: {} } }), good, 'discard').class, 'policy_failure');
-  assert.match(classify(facts({ infraError: 'the sandbox container was killed from outside (exit 137)' }), good, 'discard').error!, /killed from outside/);
+  assert.equal(
+    classify(facts({ agent: { exitCode: 1, timedOut: false, ms: 10 }, reward: { value: 0, scores: {} } }), good, 'discard').class,
+    'policy_failure',
+  );
+  assert.match(
+    classify(facts({ infraError: 'the sandbox container was killed from outside (exit 137)' }), good, 'discard').error!,
+    /killed from outside/,
+  );
   assert.equal(classify(facts({ agent: { exitCode: 137, timedOut: false, ms: 10 } }), good, 'discard').class, 'infra_error');
   // An exit status the backend could not read is no crash: the verifier decides.
   assert.equal(classify(facts({ agent: { exitCode: null, timedOut: false, ms: 10 } }), good, 'discard').class, 'completed');
@@ -35,12 +48,22 @@ test('the named cases of section 7', () => {
   assert.equal(classify(facts({ verifier: { exitCode: null, timedOut: true, ms: 60_000 } }), good, 'discard').class, 'infra_error');
   assert.match(classify(facts({ reward: null }), good, 'discard').error!, /no reward/);
   assert.match(classify(facts(), { nCalls: 0, trainable: false, findings: [] }, 'discard').error!, /no model calls/);
-  assert.match(classify(facts(), { nCalls: 2, trainable: false, findings: ['[FATAL] logprob_misalign: 3 sampled ids but 2 logprob entries'] }, 'discard').error!, /logprob_misalign/);
+  assert.match(
+    classify(
+      facts(),
+      { nCalls: 2, trainable: false, findings: ['[FATAL] logprob_misalign: 3 sampled ids but 2 logprob entries'] },
+      'discard',
+    ).error!,
+    /logprob_misalign/,
+  );
 });
 
 test('timeouts: discarded with reward null by default; keep keeps tokens and the verifier reward when both are usable', () => {
   const timedOut = facts({ agent: { exitCode: null, timedOut: true, ms: 30_000 }, reward: { value: 0.5, scores: { reward: 0.5 } } });
-  assert.deepEqual({ ...classify(timedOut, good, 'discard'), error: null }, { state: 'discarded', class: 'timeout', reward: null, rewards: {}, trainable: false, error: null });
+  assert.deepEqual(
+    { ...classify(timedOut, good, 'discard'), error: null },
+    { state: 'discarded', class: 'timeout', reward: null, rewards: {}, trainable: false, error: null },
+  );
   const kept = classify(timedOut, good, 'keep');
   assert.equal(kept.state, 'done');
   assert.equal(kept.class, 'timeout');
@@ -68,9 +91,25 @@ test('a cancelled attempt has no class', () => {
 
 test('exhaustive: every combination yields one class, a state the state schema accepts, reward null exactly when discarded', () => {
   const exitCodes = [0, 1, 2, 127, 137, 139, null];
-  const verifiers: AttemptFacts['verifier'][] = [null, { exitCode: 0, timedOut: false, ms: 1 }, { exitCode: 1, timedOut: false, ms: 1 }, { exitCode: null, timedOut: true, ms: 1 }];
-  const rewards: AttemptFacts['reward'][] = [null, { value: 0, scores: {} }, { value: 1, scores: { reward: 1 } }, { value: 0.25, scores: {} }, { value: -1, scores: {} }];
-  const captures: CaptureFacts[] = [good, { nCalls: 0, trainable: false, findings: [] }, { nCalls: 0, trainable: true, findings: [] }, { nCalls: 4, trainable: false, findings: ['[FATAL] invalid_logprob: x'] }];
+  const verifiers: AttemptFacts['verifier'][] = [
+    null,
+    { exitCode: 0, timedOut: false, ms: 1 },
+    { exitCode: 1, timedOut: false, ms: 1 },
+    { exitCode: null, timedOut: true, ms: 1 },
+  ];
+  const rewards: AttemptFacts['reward'][] = [
+    null,
+    { value: 0, scores: {} },
+    { value: 1, scores: { reward: 1 } },
+    { value: 0.25, scores: {} },
+    { value: -1, scores: {} },
+  ];
+  const captures: CaptureFacts[] = [
+    good,
+    { nCalls: 0, trainable: false, findings: [] },
+    { nCalls: 0, trainable: true, findings: [] },
+    { nCalls: 4, trainable: false, findings: ['[FATAL] invalid_logprob: x'] },
+  ];
   let n = 0;
   const seen = new Set<string>();
   for (const exitCode of exitCodes)
@@ -97,7 +136,8 @@ test('exhaustive: every combination yields one class, a state the state schema a
                 if (v.class === 'completed') assert.ok(v.reward! > 0);
                 if (v.class === 'policy_failure') assert.ok(v.reward! <= 0);
                 if (onTimeout === 'discard' && v.class === 'timeout') assert.equal(v.state, 'discarded');
-                if (v.state === 'done' && !timedOut) assert.ok(exitCode === null || exitCode < 128, 'a harness killed by a signal is never trained on');
+                if (v.state === 'done' && !timedOut)
+                  assert.ok(exitCode === null || exitCode < 128, 'a harness killed by a signal is never trained on');
                 // The verdict fits a rollout state file as written by the runner.
                 RolloutStateSchema.parse({
                   rollout_id: 'r',

@@ -6,7 +6,15 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { BatchPlanError, attemptSessionId, defaultParallel, expandGlob, planBatch, resolveTaskDirs, writeBatch } from '../../src/batch/plan.js';
+import {
+  BatchPlanError,
+  attemptSessionId,
+  defaultParallel,
+  expandGlob,
+  planBatch,
+  resolveTaskDirs,
+  writeBatch,
+} from '../../src/batch/plan.js';
 import { BatchFileError, readManifest, readRolloutState, readRolloutStates } from '../../src/batch/state.js';
 import { SESSION_ID_PATTERN } from '../../src/capture/sessions.js';
 import { TaskError } from '../../src/tasks/task.js';
@@ -36,7 +44,15 @@ test('tasks from a folder, a task folder, a glob and ** ; each once, in a stable
 
 test('groups are tasks x harnesses of G members with readable ids; sampling is pinned training sampling', () => {
   const root = suite();
-  const plan = planBatch({ tasks: [join(root, 'suite'), join(root, 'other')], harnesses: ['react', 'codex'], groupSize: 3, temperature: 0.6, policyVersion: 'step-12', outDir: join(root, 'b'), checkInstalled: false });
+  const plan = planBatch({
+    tasks: [join(root, 'suite'), join(root, 'other')],
+    harnesses: ['react', 'codex'],
+    groupSize: 3,
+    temperature: 0.6,
+    policyVersion: 'step-12',
+    outDir: join(root, 'b'),
+    checkInstalled: false,
+  });
   const m = plan.manifest;
   assert.match(m.batch_id, /^b\d{8}-\d{6}-[0-9a-f]{4}$/);
   // Two tasks are both called hello-file: the second gets a suffix.
@@ -59,8 +75,14 @@ test('bad input fails before anything is written', () => {
   const root = suite();
   const out = join(root, 'never');
   const req = { tasks: [join(root, 'suite')], harnesses: ['react'], groupSize: 2, outDir: out, checkInstalled: false };
-  assert.throws(() => planBatch({ ...req, groupSize: 1 }), (e: unknown) => e instanceof BatchPlanError && /--group-size must be an integer of at least 2/.test(e.message));
-  assert.throws(() => planBatch({ ...req, harnesses: ['react', 'cursor-cli'] }), /unknown harness 'cursor-cli'; known harnesses: react, codex/);
+  assert.throws(
+    () => planBatch({ ...req, groupSize: 1 }),
+    (e: unknown) => e instanceof BatchPlanError && /--group-size must be an integer of at least 2/.test(e.message),
+  );
+  assert.throws(
+    () => planBatch({ ...req, harnesses: ['react', 'cursor-cli'] }),
+    /unknown harness 'cursor-cli'; known harnesses: react, codex/,
+  );
   assert.throws(() => planBatch({ ...req, temperature: 0 }), /--temperature must be a finite number above 0/);
   assert.throws(() => planBatch({ ...req, parallel: 0 }), /--parallel must be a positive integer/);
   writeFileSync(join(root, 'suite', 'b-fix', 'task.toml'), '[environment]\nmemory = "plenty"\n');
@@ -72,7 +94,10 @@ test('bad input fails before anything is written', () => {
   writeFileSync(join(root, 'suite', 'b-fix', 'policy.json'), '{}');
   cpSync(join(EXAMPLES, 'hello-file'), join(root, 'nopolicy', 'hello'), { recursive: true });
   rmSync(join(root, 'nopolicy', 'hello', 'policy.json'));
-  assert.throws(() => planBatch({ ...req, tasks: [join(root, 'nopolicy')] }), /has no policy\.json for the embedded engine; pass --engine-url/);
+  assert.throws(
+    () => planBatch({ ...req, tasks: [join(root, 'nopolicy')] }),
+    /has no policy\.json for the embedded engine; pass --engine-url/,
+  );
   assert.doesNotThrow(() => planBatch({ ...req, tasks: [join(root, 'nopolicy')], engineUrl: 'http://127.0.0.1:9/v1' }));
   assert.equal(existsSync(out), false);
 });
@@ -88,11 +113,21 @@ test('the --parallel default follows the cores and the largest task caps', () =>
 
 test('writeBatch writes queued states and the manifest, and refuses to overwrite a batch', () => {
   const root = suite();
-  const plan = planBatch({ tasks: [join(root, 'suite')], harnesses: ['react'], groupSize: 2, outDir: join(root, 'b'), checkInstalled: false, parallel: 3 });
+  const plan = planBatch({
+    tasks: [join(root, 'suite')],
+    harnesses: ['react'],
+    groupSize: 2,
+    outDir: join(root, 'b'),
+    checkInstalled: false,
+    parallel: 3,
+  });
   writeBatch(plan);
   const m = readManifest(plan.dir);
   assert.equal(m.parallel, 3);
-  assert.deepEqual(readRolloutStates(plan.dir).map((s) => s.rollout_id), ['hello-file.react.0', 'hello-file.react.1', 'b-fix.react.0', 'b-fix.react.1']);
+  assert.deepEqual(
+    readRolloutStates(plan.dir).map((s) => s.rollout_id),
+    ['hello-file.react.0', 'hello-file.react.1', 'b-fix.react.0', 'b-fix.react.1'],
+  );
   assert.deepEqual(readdirSync(plan.dir).sort(), ['batch.json', 'rollouts']);
   assert.throws(() => writeBatch(plan), /already holds a batch .*batch resume/);
   writeFileSync(join(root, 'busy.txt'), 'x');
@@ -101,10 +136,20 @@ test('writeBatch writes queued states and the manifest, and refuses to overwrite
 
 test('ids read back from batch.json and rollout states that would name a path outside the batch are refused, naming the file and field', () => {
   const root = suite();
-  const plan = planBatch({ tasks: [join(root, 'suite')], harnesses: ['react'], groupSize: 2, outDir: join(root, 'b'), checkInstalled: false, parallel: 1 });
+  const plan = planBatch({
+    tasks: [join(root, 'suite')],
+    harnesses: ['react'],
+    groupSize: 2,
+    outDir: join(root, 'b'),
+    checkInstalled: false,
+    parallel: 1,
+  });
   writeBatch(plan);
   const manifestFile = join(plan.dir, 'batch.json');
-  const good = JSON.parse(readFileSync(manifestFile, 'utf8')) as { batch_id: string; groups: { group_id: string; rollout_ids: string[] }[] };
+  const good = JSON.parse(readFileSync(manifestFile, 'utf8')) as {
+    batch_id: string;
+    groups: { group_id: string; rollout_ids: string[] }[];
+  };
   const edits: [string, (m: typeof good) => void, RegExp][] = [
     ['batch_id', (m) => (m.batch_id = '../../outside'), /batch\.json: batch_id: must be an id/],
     ['rollout id', (m) => (m.groups[0]!.rollout_ids[1] = '../../../tmp/pwn'), /batch\.json: groups\.0\.rollout_ids\.1: must be an id/],
@@ -114,15 +159,33 @@ test('ids read back from batch.json and rollout states that would name a path ou
     const hostile = structuredClone(good);
     edit(hostile);
     writeFileSync(manifestFile, JSON.stringify(hostile));
-    assert.throws(() => readManifest(plan.dir), (e: Error) => e instanceof BatchFileError && message.test(e.message), what);
+    assert.throws(
+      () => readManifest(plan.dir),
+      (e: Error) => e instanceof BatchFileError && message.test(e.message),
+      what,
+    );
   }
   writeFileSync(manifestFile, JSON.stringify(good));
   const [first] = readRolloutStates(plan.dir);
   const stateFile = join(plan.dir, 'rollouts', `${first!.rollout_id}.json`);
-  const attempt = { attempt: 0, session_id: 'b1.x.0', started_at: 'now', ended_at: null, out_dir: '../../../home', outcome: 'running', trainable: false };
+  const attempt = {
+    attempt: 0,
+    session_id: 'b1.x.0',
+    started_at: 'now',
+    ended_at: null,
+    out_dir: '../../../home',
+    outcome: 'running',
+    trainable: false,
+  };
   writeFileSync(stateFile, JSON.stringify({ ...first, attempts: [attempt] }));
-  assert.throws(() => readRolloutState(plan.dir, first!.rollout_id), /rollouts\/hello-file\.react\.0\.json: attempts\.0\.out_dir: must be a path inside the batch directory/);
-  writeFileSync(stateFile, JSON.stringify({ ...first, attempts: [{ ...attempt, out_dir: 'runs/hello-file.react.0/0', session_id: '../sessions/other' }] }));
+  assert.throws(
+    () => readRolloutState(plan.dir, first!.rollout_id),
+    /rollouts\/hello-file\.react\.0\.json: attempts\.0\.out_dir: must be a path inside the batch directory/,
+  );
+  writeFileSync(
+    stateFile,
+    JSON.stringify({ ...first, attempts: [{ ...attempt, out_dir: 'runs/hello-file.react.0/0', session_id: '../sessions/other' }] }),
+  );
   assert.throws(() => readRolloutState(plan.dir, first!.rollout_id), /attempts\.0\.session_id: must be an id/);
   assert.throws(() => readRolloutState(plan.dir, '../batch'), /rollout id '\.\.\/batch' must be an id/);
 });

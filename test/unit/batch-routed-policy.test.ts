@@ -9,8 +9,16 @@ import type { ChatMessage, ChatTool } from '../../src/capture/types.js';
 import { TaskRoutedPolicy } from '../../src/sandbox/policy-engine.js';
 
 const EXAMPLES = join(__dirname, '..', '..', 'examples', 'tasks');
-const task = (name: string) => ({ instruction: readFileSync(join(EXAMPLES, name, 'instruction.md'), 'utf8'), policyFile: join(EXAMPLES, name, 'policy.json') });
-const tools: ChatTool[] = [{ type: 'function', function: { name: 'exec_command', parameters: { type: 'object', properties: { cmd: { type: 'string' } }, required: ['cmd'] } } }];
+const task = (name: string) => ({
+  instruction: readFileSync(join(EXAMPLES, name, 'instruction.md'), 'utf8'),
+  policyFile: join(EXAMPLES, name, 'policy.json'),
+});
+const tools: ChatTool[] = [
+  {
+    type: 'function',
+    function: { name: 'exec_command', parameters: { type: 'object', properties: { cmd: { type: 'string' } }, required: ['cmd'] } },
+  },
+];
 
 test('calls are routed by the instruction they carry', () => {
   const policy = new TaskRoutedPolicy([task('hello-file'), task('fix-script')]);
@@ -20,7 +28,9 @@ test('calls are routed by the instruction they carry', () => {
   ];
   const hello = policy.decide(wrap('hello-file'), tools);
   assert.equal(hello.kind, 'script');
-  assert.deepEqual(hello.kind === 'script' && hello.toolCalls, [{ name: 'exec_command', arguments: { cmd: "printf 'Hello, world!' > hello.txt" } }]);
+  assert.deepEqual(hello.kind === 'script' && hello.toolCalls, [
+    { name: 'exec_command', arguments: { cmd: "printf 'Hello, world!' > hello.txt" } },
+  ]);
   const fix = policy.decide(wrap('fix-script'), tools);
   assert.deepEqual(fix.kind === 'script' && fix.toolCalls, [{ name: 'exec_command', arguments: { cmd: 'cat sum.sh' } }]);
   const title = policy.decide([{ role: 'user', content: 'Generate a title for this conversation.' }], undefined);

@@ -22,7 +22,17 @@ function newBatch(groupSize = 4, parallel = 3): string {
   const root = mkdtempSync(join(tmpdir(), 'hl-runner-'));
   cpSync(join(EXAMPLES, 'hello-file'), join(root, 'tasks', 'hello-file'), { recursive: true });
   cpSync(join(EXAMPLES, 'fix-script'), join(root, 'tasks', 'fix-script'), { recursive: true });
-  const plan = planBatch({ tasks: [join(root, 'tasks')], harnesses: ['react', 'codex'], groupSize, parallel, temperature: 0.8, policyVersion: 'v7', outDir: join(root, 'batch'), checkInstalled: false, timeoutSec: 30 });
+  const plan = planBatch({
+    tasks: [join(root, 'tasks')],
+    harnesses: ['react', 'codex'],
+    groupSize,
+    parallel,
+    temperature: 0.8,
+    policyVersion: 'v7',
+    outDir: join(root, 'batch'),
+    checkInstalled: false,
+    timeoutSec: 30,
+  });
   writeBatch(plan);
   return plan.dir;
 }
@@ -65,12 +75,24 @@ class DoubleBackend implements BatchBackend {
 }
 
 function base(): AttemptFacts {
-  return { backendRef: null, agent: { exitCode: 0, timedOut: false, ms: 5 }, verifier: { exitCode: 0, timedOut: false, ms: 1 }, reward: { value: 1, scores: { reward: 1 } }, infraError: null, cancelled: false };
+  return {
+    backendRef: null,
+    agent: { exitCode: 0, timedOut: false, ms: 5 },
+    verifier: { exitCode: 0, timedOut: false, ms: 1 },
+    reward: { value: 1, scores: { reward: 1 } },
+    infraError: null,
+    cancelled: false,
+  };
 }
 
 class DoubleCapture implements BatchCapture {
   sessions = new Map<string, { metadata: Record<string, unknown>; sampling: Record<string, number>; maxModelCalls: number }>();
-  async createSession(req: { sessionId: string; metadata: Record<string, unknown>; sampling: Record<string, number>; maxModelCalls: number }): Promise<void> {
+  async createSession(req: {
+    sessionId: string;
+    metadata: Record<string, unknown>;
+    sampling: Record<string, number>;
+    maxModelCalls: number;
+  }): Promise<void> {
     assert.ok(!this.sessions.has(req.sessionId), `session ${req.sessionId} created twice`);
     this.sessions.set(req.sessionId, req);
   }
@@ -87,7 +109,13 @@ function moduleOf(backend: DoubleBackend, capture = new DoubleCapture()): Backen
 test('the cap holds over every group; each attempt a session with the batch metadata; classes from the facts', async () => {
   const dir = newBatch(4, 3);
   const backend = new DoubleBackend((id) =>
-    id === 'hello-file.react.1' ? { infraError: 'the sandbox container stopped from outside the lab (exit 137)' } : id === 'fix-script.codex.2' ? { reward: { value: 0, scores: {} } } : id === 'fix-script.react.3' ? { agent: { exitCode: null, timedOut: true, ms: 30_000 } } : {},
+    id === 'hello-file.react.1'
+      ? { infraError: 'the sandbox container stopped from outside the lab (exit 137)' }
+      : id === 'fix-script.codex.2'
+        ? { reward: { value: 0, scores: {} } }
+        : id === 'fix-script.react.3'
+          ? { agent: { exitCode: null, timedOut: true, ms: 30_000 } }
+          : {},
   );
   const mod = moduleOf(backend);
   const lines: string[] = [];
@@ -97,7 +125,10 @@ test('the cap holds over every group; each attempt a session with the batch meta
   assert.equal(summary.stopped, null);
   assert.equal(backend.maxActive, 3, 'never more than --parallel at once, and the cap is used');
   assert.equal(backend.ran.length, 16, 'every rollout ran exactly once');
-  assert.ok(lines.some((l) => /^start fix-script\.react\.0: running 1\/3, queued 15/.test(l)), 'the queue is visible');
+  assert.ok(
+    lines.some((l) => /^start fix-script\.react\.0: running 1\/3, queued 15/.test(l)),
+    'the queue is visible',
+  );
 
   const states = readRolloutStates(dir);
   const byId = new Map(states.map((s) => [s.rollout_id, s]));
@@ -142,7 +173,14 @@ test('the cap holds over every group; each attempt a session with the batch meta
 
 test('status flags groups with fewer than 2 trainable members; mean/std use trainable members only', async () => {
   const dir = newBatch(2, 2);
-  await runBatch({ dir, module: moduleOf(new DoubleBackend((id) => (id.startsWith('hello-file.codex') ? { infraError: 'OOMKilled' } : id === 'fix-script.react.0' ? { reward: null } : {}))) });
+  await runBatch({
+    dir,
+    module: moduleOf(
+      new DoubleBackend((id) =>
+        id.startsWith('hello-file.codex') ? { infraError: 'OOMKilled' } : id === 'fix-script.react.0' ? { reward: null } : {},
+      ),
+    ),
+  });
   const st = batchStatus(dir);
   const byId = new Map(st.groups.map((g) => [g.group_id, g]));
   assert.equal(byId.get('hello-file.codex')!.too_few_trainable, true);
@@ -154,18 +192,52 @@ test('status flags groups with fewer than 2 trainable members; mean/std use trai
   assert.deepEqual(meanStd([2]), { mean: 2, std: null });
 });
 
-test('status and watch show a running rollout\'s calls so far, read from its session file in the batch capture', async () => {
+test("status and watch show a running rollout's calls so far, read from its session file in the batch capture", async () => {
   const dir = newBatch(2, 2);
   await runBatch({ dir, module: moduleOf(new DoubleBackend()) });
   const victim = readRolloutStates(dir)[0]!;
-  Object.assign(victim, { state: 'running', class: null, reward: null, trainable: false, session_id: 'slive0000000000000000001', ended_at: null, duration_ms: null });
+  Object.assign(victim, {
+    state: 'running',
+    class: null,
+    reward: null,
+    trainable: false,
+    session_id: 'slive0000000000000000001',
+    ended_at: null,
+    duration_ms: null,
+  });
   writeRolloutState(dir, victim);
   const other = readRolloutStates(dir)[1]!;
-  Object.assign(other, { state: 'running', class: null, reward: null, trainable: false, session_id: 'snofile00000000000000001', ended_at: null, duration_ms: null });
+  Object.assign(other, {
+    state: 'running',
+    class: null,
+    reward: null,
+    trainable: false,
+    session_id: 'snofile00000000000000001',
+    ended_at: null,
+    duration_ms: null,
+  });
   writeRolloutState(dir, other);
   const store = new CaptureStore(batchPaths(dir).capture);
-  await store.append(victim.session_id!, { type: 'session', session_id: victim.session_id!, created_at: new Date().toISOString(), model: 'm', engine_url: 'http://e', max_model_calls: 0, metadata: {} });
-  const call = (index: number) => ({ type: 'call', call_id: `c${index}`, session_id: victim.session_id!, index, error: null, prompt_token_ids: [1, 2, 3], completion_token_ids: [4], request: { headers: {}, body: { messages: [] } }, engine_request: { messages: [] } });
+  await store.append(victim.session_id!, {
+    type: 'session',
+    session_id: victim.session_id!,
+    created_at: new Date().toISOString(),
+    model: 'm',
+    engine_url: 'http://e',
+    max_model_calls: 0,
+    metadata: {},
+  });
+  const call = (index: number) => ({
+    type: 'call',
+    call_id: `c${index}`,
+    session_id: victim.session_id!,
+    index,
+    error: null,
+    prompt_token_ids: [1, 2, 3],
+    completion_token_ids: [4],
+    request: { headers: {}, body: { messages: [] } },
+    engine_request: { messages: [] },
+  });
   for (const i of [0, 1]) await store.append(victim.session_id!, call(i) as never);
   await store.close();
 
@@ -173,7 +245,10 @@ test('status and watch show a running rollout\'s calls so far, read from its ses
   const rollouts = st.groups.flatMap((g) => g.rollouts);
   assert.equal(rollouts.find((r) => r.id === victim.rollout_id)!.calls, 2);
   assert.equal(rollouts.find((r) => r.id === other.rollout_id)!.calls, null, 'no file yet: no count');
-  assert.ok(rollouts.filter((r) => r.state !== 'running').every((r) => r.calls === null), 'finished rollouts carry no live count');
+  assert.ok(
+    rollouts.filter((r) => r.state !== 'running').every((r) => r.calls === null),
+    'finished rollouts carry no live count',
+  );
   assert.equal(st.counts.running_calls, 2);
   assert.match(formatStatus(st), /2 running \(2 calls so far\)/);
   assert.match(formatStatus(st, { rollouts: true }), new RegExp(`${victim.rollout_id.replace(/\./g, '\\.')}  running calls=2 reward=null`));
@@ -187,14 +262,44 @@ test('resume after a dead lab: running rollouts re-queued with their attempt kep
   const states = readRolloutStates(dir);
   const finished = new Map(states.slice(0, 3).map((s) => [s.rollout_id, s.session_id]));
   for (const s of states.slice(3)) {
-    Object.assign(s, { state: 'queued', class: null, reward: null, rewards: {}, trainable: false, session_id: null, attempts: [], ended_at: null, duration_ms: null, error: null, backend_ref: null, n_calls: 0 });
+    Object.assign(s, {
+      state: 'queued',
+      class: null,
+      reward: null,
+      rewards: {},
+      trainable: false,
+      session_id: null,
+      attempts: [],
+      ended_at: null,
+      duration_ms: null,
+      error: null,
+      backend_ref: null,
+      n_calls: 0,
+    });
     writeRolloutState(dir, s);
   }
   const victim = states[3]!;
-  Object.assign(victim, { state: 'running', session_id: 'old-session', attempts: [{ attempt: 0, session_id: 'old-session', started_at: new Date().toISOString(), ended_at: null, out_dir: 'runs/x/0', outcome: 'running', trainable: false }] });
+  Object.assign(victim, {
+    state: 'running',
+    session_id: 'old-session',
+    attempts: [
+      {
+        attempt: 0,
+        session_id: 'old-session',
+        started_at: new Date().toISOString(),
+        ended_at: null,
+        out_dir: 'runs/x/0',
+        outcome: 'running',
+        trainable: false,
+      },
+    ],
+  });
   writeRolloutState(dir, victim);
   const dead = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))'], { encoding: 'utf8' });
-  writeFileSync(labPaths(dir).lock, JSON.stringify({ pid: Number(dead.stdout), host: hostname(), started_at: new Date().toISOString(), command: 'batch submit' }));
+  writeFileSync(
+    labPaths(dir).lock,
+    JSON.stringify({ pid: Number(dead.stdout), host: hostname(), started_at: new Date().toISOString(), command: 'batch submit' }),
+  );
   assert.equal(batchStatus(dir).lab, 'interrupted');
 
   const second = new DoubleBackend();
@@ -204,10 +309,23 @@ test('resume after a dead lab: running rollouts re-queued with their attempt kep
   assert.deepEqual(summary.removed, ['leftover1']);
   assert.equal(second.cleaned.length, 1, 'the batch sandboxes were cleaned before any attempt');
   assert.ok(lines.some((l) => /taking over from lab pid \d+, which is gone/.test(l)));
-  assert.deepEqual(second.ran.map((a) => a.rollout.rollout_id).sort(), states.slice(3).map((s) => s.rollout_id).sort(), 'finished rollouts are not re-run');
+  assert.deepEqual(
+    second.ran.map((a) => a.rollout.rollout_id).sort(),
+    states
+      .slice(3)
+      .map((s) => s.rollout_id)
+      .sort(),
+    'finished rollouts are not re-run',
+  );
   const after = readRolloutState(dir, victim.rollout_id);
   assert.equal(after.state, 'done');
-  assert.deepEqual(after.attempts.map((a) => [a.attempt, a.outcome, a.trainable]), [[0, 'interrupted', false], [1, 'finished', true]]);
+  assert.deepEqual(
+    after.attempts.map((a) => [a.attempt, a.outcome, a.trainable]),
+    [
+      [0, 'interrupted', false],
+      [1, 'finished', true],
+    ],
+  );
   assert.match(after.session_id!, /\.a1$/);
   for (const [id, session] of finished) assert.equal(readRolloutState(dir, id).session_id, session);
   assert.equal(batchStatus(dir).lab, 'finished');
@@ -224,7 +342,10 @@ test('cancel stops the running attempts and queues them again; resume then finis
   assert.equal(backend.ran.length, 2, 'nothing new starts after the cancel');
   const states = readRolloutStates(dir);
   assert.equal(states.filter((s) => s.state === 'queued').length, 8);
-  assert.deepEqual(states.filter((s) => s.attempts.length).map((s) => s.attempts[0]!.outcome), ['cancelled', 'cancelled']);
+  assert.deepEqual(
+    states.filter((s) => s.attempts.length).map((s) => s.attempts[0]!.outcome),
+    ['cancelled', 'cancelled'],
+  );
   assert.equal(batchStatus(dir).lab, 'cancelled');
   const resumed = await runBatch({ dir, module: moduleOf(new DoubleBackend()) });
   assert.equal(resumed.done, 8);
@@ -235,7 +356,10 @@ test('a batch held by a live lab is refused, naming the pid', async () => {
   const dir = newBatch(2, 2);
   const lock = acquireLock(dir, 'test');
   try {
-    await assert.rejects(runBatch({ dir, module: moduleOf(new DoubleBackend()) }), (e: unknown) => e instanceof BatchBusyError && e.message.includes(`pid ${process.pid}`));
+    await assert.rejects(
+      runBatch({ dir, module: moduleOf(new DoubleBackend()) }),
+      (e: unknown) => e instanceof BatchBusyError && e.message.includes(`pid ${process.pid}`),
+    );
     assert.equal(batchStatus(dir).lab, 'running');
   } finally {
     lock.release();
@@ -256,22 +380,37 @@ test('a failing capture stops the batch cleanly: others stop, nothing is left ru
   await assert.rejects(runBatch({ dir, module: moduleOf(backend, capture) }), /503/);
   const states = readRolloutStates(dir);
   assert.equal(states.filter((s) => s.state === 'running').length, 0);
-  assert.deepEqual(states.filter((s) => s.attempts.length).map((s) => s.attempts[0]!.outcome), ['interrupted', 'interrupted']);
+  assert.deepEqual(
+    states.filter((s) => s.attempts.length).map((s) => s.attempts[0]!.outcome),
+    ['interrupted', 'interrupted'],
+  );
   assert.equal(existsSync(labPaths(dir).lock), false);
 });
 
 test("an attempt the lab's own infrastructure spoiled (rerun) is an infra error and the rollout runs again, at most three times", async () => {
   const dir = newBatch(2, 2);
   const backend = new DoubleBackend((id, attempt) =>
-    id === 'hello-file.react.0' && attempt === 0 ? { infraError: 'the capture proxy restarted (proxy pod(s) p#0 then none)', rerun: true } : id === 'fix-script.codex.1' ? { infraError: 'the capture proxy restarted', rerun: true } : {},
+    id === 'hello-file.react.0' && attempt === 0
+      ? { infraError: 'the capture proxy restarted (proxy pod(s) p#0 then none)', rerun: true }
+      : id === 'fix-script.codex.1'
+        ? { infraError: 'the capture proxy restarted', rerun: true }
+        : {},
   );
   const summary = await runBatch({ dir, module: moduleOf(backend), log: () => {} });
   assert.equal(summary.total, 8);
   const byId = new Map(readRolloutStates(dir).map((s) => [s.rollout_id, s]));
   const once = byId.get('hello-file.react.0')!;
-  assert.deepEqual(once.attempts.map((a) => [a.attempt, a.outcome, a.trainable]), [[0, 'finished', false], [1, 'finished', true]]);
+  assert.deepEqual(
+    once.attempts.map((a) => [a.attempt, a.outcome, a.trainable]),
+    [
+      [0, 'finished', false],
+      [1, 'finished', true],
+    ],
+  );
   assert.equal(once.class, 'completed', 'the second attempt decided it');
-  const result0 = JSON.parse(readFileSync(join(dir, 'runs', 'hello-file.react.0', '0', 'result.json'), 'utf8')) as { verdict: { class: string; error: string } };
+  const result0 = JSON.parse(readFileSync(join(dir, 'runs', 'hello-file.react.0', '0', 'result.json'), 'utf8')) as {
+    verdict: { class: string; error: string };
+  };
   assert.equal(result0.verdict.class, 'infra_error');
   assert.match(result0.verdict.error, /the capture proxy restarted/);
   const always = byId.get('fix-script.codex.1')!;

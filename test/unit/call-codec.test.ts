@@ -18,7 +18,14 @@ function freshStore(): CaptureStore {
   dirs.push(dir);
   return new CaptureStore(dir);
 }
-const info = (id: string): SessionInfo => ({ session_id: id, created_at: '2026-01-01T00:00:00.000Z', model: 'm', engine_url: 'http://e', max_model_calls: 0, metadata: {} });
+const info = (id: string): SessionInfo => ({
+  session_id: id,
+  created_at: '2026-01-01T00:00:00.000Z',
+  model: 'm',
+  engine_url: 'http://e',
+  max_model_calls: 0,
+  metadata: {},
+});
 
 interface Turn {
   prompt: number[];
@@ -38,14 +45,21 @@ function record(sessionId: string, index: number, turn: Turn, bodyKey: 'messages
     ended_at: '2026-01-01T00:00:01.000Z',
     latency_ms: 1000,
     harness_session_id: null,
-    request: { headers: { 'content-type': 'application/json' }, body: { model: 'm', [bodyKey]: turn.messages.map((m) => ({ ...m, from: 'client' })), tools: [] } },
+    request: {
+      headers: { 'content-type': 'application/json' },
+      body: { model: 'm', [bodyKey]: turn.messages.map((m) => ({ ...m, from: 'client' })), tools: [] },
+    },
     engine_url: 'http://e',
     engine_request: { model: 'm', messages: turn.messages, max_tokens: 64 },
     engine_response: null,
     response_body: { ok: true },
     model: 'm',
     finish_reason: 'stop',
-    usage: { prompt_tokens: turn.prompt.length, completion_tokens: turn.sampled.length, total_tokens: turn.prompt.length + turn.sampled.length },
+    usage: {
+      prompt_tokens: turn.prompt.length,
+      completion_tokens: turn.sampled.length,
+      total_tokens: turn.prompt.length + turn.sampled.length,
+    },
     n_tools: 0,
     requested_sampling_params: {},
     sampling_params: { temperature: 1 },
@@ -60,7 +74,14 @@ function record(sessionId: string, index: number, turn: Turn, bodyKey: 'messages
 }
 
 /** How a call relates to an earlier one: continue it, retry it, compact it, or start over (a subagent). */
-type Step = { kind: 'continue' | 'retry' | 'compact' | 'root'; of: number; extra: number[]; sampled: number[]; keep: number; error: boolean };
+type Step = {
+  kind: 'continue' | 'retry' | 'compact' | 'root';
+  of: number;
+  extra: number[];
+  sampled: number[];
+  keep: number;
+  error: boolean;
+};
 
 const stepArb: fc.Arbitrary<Step> = fc.record({
   kind: fc.constantFrom('continue', 'continue', 'continue', 'retry', 'compact', 'root'),
@@ -78,12 +99,22 @@ function buildTurns(steps: Step[]): { turns: Turn[]; errors: boolean[] } {
     const prev = turns.length ? turns[s.of % turns.length]! : undefined;
     const msg = (text: string, role = 'user'): ChatMessage => ({ role, content: text });
     let t: Turn;
-    if (!prev || s.kind === 'root') t = { prompt: [1, ...s.extra], sampled: s.sampled, messages: [msg(`sys ${k}`, 'system'), msg(`task ${k}`)] };
+    if (!prev || s.kind === 'root')
+      t = { prompt: [1, ...s.extra], sampled: s.sampled, messages: [msg(`sys ${k}`, 'system'), msg(`task ${k}`)] };
     else if (s.kind === 'retry') t = { prompt: prev.prompt, sampled: s.sampled, messages: prev.messages };
     else if (s.kind === 'compact') {
       const keep = s.keep % (prev.prompt.length + 1);
-      t = { prompt: [...prev.prompt.slice(0, keep), ...s.extra], sampled: s.sampled, messages: [...prev.messages.slice(0, s.keep % (prev.messages.length + 1)), msg(`summary ${k}`)] };
-    } else t = { prompt: [...prev.prompt, ...prev.sampled, ...s.extra], sampled: s.sampled, messages: [...prev.messages, msg(`answer ${k - 1}`, 'assistant'), { role: 'tool', content: `result ${k}`, tool_call_id: `t${k}` }] };
+      t = {
+        prompt: [...prev.prompt.slice(0, keep), ...s.extra],
+        sampled: s.sampled,
+        messages: [...prev.messages.slice(0, s.keep % (prev.messages.length + 1)), msg(`summary ${k}`)],
+      };
+    } else
+      t = {
+        prompt: [...prev.prompt, ...prev.sampled, ...s.extra],
+        sampled: s.sampled,
+        messages: [...prev.messages, msg(`answer ${k - 1}`, 'assistant'), { role: 'tool', content: `result ${k}`, tool_call_id: `t${k}` }],
+      };
     turns.push(t);
     errors.push(s.error);
   }
@@ -93,23 +124,28 @@ function buildTurns(steps: Step[]): { turns: Turn[]; errors: boolean[] } {
 test('random session shapes read back field for field, through a store that writes them against their parents', async () => {
   let n = 0;
   await fc.assert(
-    fc.asyncProperty(fc.array(stepArb, { minLength: 1, maxLength: 25 }), fc.constantFrom('messages' as const, 'input' as const, 'contents' as const), fc.boolean(), async (steps, bodyKey, concurrent) => {
-      const store = freshStore();
-      const id = `s${n++}`;
-      await store.append(id, { type: 'session', ...info(id) });
-      const { turns, errors } = buildTurns(steps);
-      const records = turns.map((t, i) => record(id, i, t, bodyKey, errors[i]));
-      // Parallel appends (subagents in flight together) are encoded only against lines already on disk.
-      if (concurrent) await Promise.all(records.map((r) => store.append(id, { type: 'call', ...r })));
-      else for (const r of records) await store.append(id, { type: 'call', ...r });
-      await store.close();
-      const loaded = loadSessionFile(store.fileOf(id))!;
-      assert.equal(loaded.skipped, 0);
-      assert.deepEqual(loaded.calls, JSON.parse(JSON.stringify(records)));
-      const index = readSessionIndex(store.fileOf(id))!;
-      assert.equal(index.tally.n, records.length);
-      assert.equal(index.tally.next, records.length);
-    }),
+    fc.asyncProperty(
+      fc.array(stepArb, { minLength: 1, maxLength: 25 }),
+      fc.constantFrom('messages' as const, 'input' as const, 'contents' as const),
+      fc.boolean(),
+      async (steps, bodyKey, concurrent) => {
+        const store = freshStore();
+        const id = `s${n++}`;
+        await store.append(id, { type: 'session', ...info(id) });
+        const { turns, errors } = buildTurns(steps);
+        const records = turns.map((t, i) => record(id, i, t, bodyKey, errors[i]));
+        // Parallel appends (subagents in flight together) are encoded only against lines already on disk.
+        if (concurrent) await Promise.all(records.map((r) => store.append(id, { type: 'call', ...r })));
+        else for (const r of records) await store.append(id, { type: 'call', ...r });
+        await store.close();
+        const loaded = loadSessionFile(store.fileOf(id))!;
+        assert.equal(loaded.skipped, 0);
+        assert.deepEqual(loaded.calls, JSON.parse(JSON.stringify(records)));
+        const index = readSessionIndex(store.fileOf(id))!;
+        assert.equal(index.tally.n, records.length);
+        assert.equal(index.tally.next, records.length);
+      },
+    ),
     { numRuns: 60 },
   );
 });
@@ -117,7 +153,14 @@ test('random session shapes read back field for field, through a store that writ
 test('a linear 40-turn session is stored in bytes that grow with its turns, not their square', async () => {
   const store = freshStore();
   await store.append('lin', { type: 'session', ...info('lin') });
-  const steps: Step[] = Array.from({ length: 40 }, (_, k) => ({ kind: k === 0 ? 'root' : 'continue', of: k - 1, extra: Array.from({ length: 20 }, (_, j) => k * 100 + j), sampled: [k, k + 1, k + 2], keep: 0, error: false }));
+  const steps: Step[] = Array.from({ length: 40 }, (_, k) => ({
+    kind: k === 0 ? 'root' : 'continue',
+    of: k - 1,
+    extra: Array.from({ length: 20 }, (_, j) => k * 100 + j),
+    sampled: [k, k + 1, k + 2],
+    keep: 0,
+    error: false,
+  }));
   const records = buildTurns(steps).turns.map((t, i) => record('lin', i, t, 'messages'));
   for (const r of records) await store.append('lin', { type: 'call', ...r });
   await store.close();
@@ -130,7 +173,14 @@ test('a linear 40-turn session is stored in bytes that grow with its turns, not 
 test('a suffix that does not rebuild its hash is refused with a warning, and so is every call written against it', async () => {
   const store = freshStore();
   await store.append('bad', { type: 'session', ...info('bad') });
-  const steps: Step[] = Array.from({ length: 3 }, (_, k) => ({ kind: k === 0 ? 'root' : 'continue', of: k - 1, extra: Array.from({ length: 10 }, (_, j) => k * 100 + j), sampled: [k], keep: 0, error: false }));
+  const steps: Step[] = Array.from({ length: 3 }, (_, k) => ({
+    kind: k === 0 ? 'root' : 'continue',
+    of: k - 1,
+    extra: Array.from({ length: 10 }, (_, j) => k * 100 + j),
+    sampled: [k],
+    keep: 0,
+    error: false,
+  }));
   for (const r of buildTurns(steps).turns.map((t, i) => record('bad', i, t, 'messages'))) await store.append('bad', { type: 'call', ...r });
   await store.close();
   const file = store.fileOf('bad');
@@ -143,16 +193,25 @@ test('a suffix that does not rebuild its hash is refused with a warning, and so 
   writeFileSync(file, lines.join('\n'));
   const warnings: string[] = [];
   const loaded = loadSessionFile(file, (m) => warnings.push(m))!;
-  assert.deepEqual(loaded.calls.map((c) => c.index), [0]);
+  assert.deepEqual(
+    loaded.calls.map((c) => c.index),
+    [0],
+  );
   assert.match(warnings[0]!, /do not match their hash/);
   assert.match(warnings[1]!, /not stored before it/);
 });
 
 test('a file written before the codec (full records, no tallies) still reads, and its index comes from reading it', () => {
   const store = freshStore();
-  const turns = buildTurns([{ kind: 'root', of: 0, extra: [5, 6], sampled: [7], keep: 0, error: false }, { kind: 'continue', of: 0, extra: [8], sampled: [9], keep: 0, error: false }]).turns;
+  const turns = buildTurns([
+    { kind: 'root', of: 0, extra: [5, 6], sampled: [7], keep: 0, error: false },
+    { kind: 'continue', of: 0, extra: [8], sampled: [9], keep: 0, error: false },
+  ]).turns;
   const records = turns.map((t, i) => record('old', i, t, 'messages'));
-  writeFileSync(store.fileOf('old'), [{ type: 'session', ...info('old') }, ...records.map((r) => ({ type: 'call', ...r }))].map((l) => JSON.stringify(l)).join('\n') + '\n');
+  writeFileSync(
+    store.fileOf('old'),
+    [{ type: 'session', ...info('old') }, ...records.map((r) => ({ type: 'call', ...r }))].map((l) => JSON.stringify(l)).join('\n') + '\n',
+  );
   assert.deepEqual(loadSessionFile(store.fileOf('old'))!.calls, JSON.parse(JSON.stringify(records)));
   const index = readSessionIndex(store.fileOf('old'))!;
   assert.deepEqual({ n: index.tally.n, ok: index.tally.ok, pt: index.tally.pt }, { n: 2, ok: 2, pt: 3 + 5 });
@@ -163,33 +222,66 @@ test('a v2 file (prompt ids hashed with SHA-256 of float64s) still reads, and a 
   const first = Array.from({ length: 40 }, (_, i) => 1000 + i);
   const second = [...first, 77, 88, 99];
   const base = record('v2', 0, { prompt: first, sampled: [77], messages: [{ role: 'user', content: 'hi' }] }, 'messages');
-  const next = record('v2', 1, { prompt: second, sampled: [5], messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'x' }, { role: 'user', content: 'more' }] }, 'messages');
-  const v2Line = (h: string) => ({ type: 'call', v: 2, enc: { p: { from: base.call_id, keep: 41, h } }, ...next, prompt_token_ids: [88, 99] });
+  const next = record(
+    'v2',
+    1,
+    {
+      prompt: second,
+      sampled: [5],
+      messages: [
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: 'x' },
+        { role: 'user', content: 'more' },
+      ],
+    },
+    'messages',
+  );
+  const v2Line = (h: string) => ({
+    type: 'call',
+    v: 2,
+    enc: { p: { from: base.call_id, keep: 41, h } },
+    ...next,
+    prompt_token_ids: [88, 99],
+  });
   const write = (h: string) =>
-    writeFileSync(store.fileOf('v2'), [{ type: 'session', ...info('v2') }, { type: 'call', v: 2, ...base }, v2Line(h)].map((l) => JSON.stringify(l)).join('\n') + '\n');
+    writeFileSync(
+      store.fileOf('v2'),
+      [{ type: 'session', ...info('v2') }, { type: 'call', v: 2, ...base }, v2Line(h)].map((l) => JSON.stringify(l)).join('\n') + '\n',
+    );
   write(tokenHashV2(second));
-  assert.deepEqual(loadSessionFile(store.fileOf('v2'))!.calls.map((c) => c.prompt_token_ids), [first, second]);
+  assert.deepEqual(
+    loadSessionFile(store.fileOf('v2'))!.calls.map((c) => c.prompt_token_ids),
+    [first, second],
+  );
   // The v3 hash of the same ids is not a valid v2 hash: the line's version decides which is checked.
   write(tokenHash(second));
   const warnings: string[] = [];
-  assert.deepEqual(loadSessionFile(store.fileOf('v2'), (m) => warnings.push(m))!.calls.map((c) => c.index), [0]);
+  assert.deepEqual(
+    loadSessionFile(store.fileOf('v2'), (m) => warnings.push(m))!.calls.map((c) => c.index),
+    [0],
+  );
   assert.match(warnings[0]!, /do not match their hash/);
 });
 
 test('the v3 prompt-id hash: one value per list, and it changes with any id, the order or the length', () => {
   fc.assert(
-    fc.property(fc.array(fc.integer({ min: 0, max: 2 ** 31 - 1 }), { minLength: 1, maxLength: 300 }), fc.nat(), fc.integer({ min: 1, max: 2 ** 20 }), (ids, at, delta) => {
-      const h = tokenHash(ids);
-      assert.match(h, /^[0-9a-f]{16}$/);
-      assert.equal(tokenHash(Uint32Array.from(ids)), h, 'a typed copy hashes the same');
-      const i = at % ids.length;
-      const changed = ids.slice();
-      changed[i] = changed[i]! + delta;
-      assert.notEqual(tokenHash(changed), h);
-      assert.notEqual(tokenHash([...ids, 0]), h);
-      assert.notEqual(tokenHash(ids.slice(0, -1)), h);
-      if (ids.length > 1 && ids[0] !== ids[1]) assert.notEqual(tokenHash([ids[1]!, ids[0]!, ...ids.slice(2)]), h);
-    }),
+    fc.property(
+      fc.array(fc.integer({ min: 0, max: 2 ** 31 - 1 }), { minLength: 1, maxLength: 300 }),
+      fc.nat(),
+      fc.integer({ min: 1, max: 2 ** 20 }),
+      (ids, at, delta) => {
+        const h = tokenHash(ids);
+        assert.match(h, /^[0-9a-f]{16}$/);
+        assert.equal(tokenHash(Uint32Array.from(ids)), h, 'a typed copy hashes the same');
+        const i = at % ids.length;
+        const changed = ids.slice();
+        changed[i] = changed[i]! + delta;
+        assert.notEqual(tokenHash(changed), h);
+        assert.notEqual(tokenHash([...ids, 0]), h);
+        assert.notEqual(tokenHash(ids.slice(0, -1)), h);
+        if (ids.length > 1 && ids[0] !== ids[1]) assert.notEqual(tokenHash([ids[1]!, ids[0]!, ...ids.slice(2)]), h);
+      },
+    ),
   );
 });
 
@@ -217,7 +309,7 @@ test('sameJson: true only where JSON.stringify writes the same text, and true fo
   assert.equal(sameJson(deep, deepCopy), true, 'past the recursion bound the texts are compared');
 });
 
-test('the encoder hashes a kept history by extending its parent\'s state: the same hash as the whole list, in every shape', () => {
+test("the encoder hashes a kept history by extending its parent's state: the same hash as the whole list, in every shape", () => {
   const msg = (role: string, content: string) => ({ role, content });
   const histories: { role: string; content: string }[][] = [];
   let history = [msg('system', 'sys'), msg('user', 'task')];

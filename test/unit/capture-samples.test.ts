@@ -40,14 +40,26 @@ test('turns whose history was re-rendered differently split into one sample each
   assert.equal(t.samples_per_rollout, 2.5);
   assert.equal(t.single_sample_rollouts, 1);
   assert.ok(t.token_ratio! > 1.5, `the split rollout costs the trainer more than its merged length (${t.token_ratio})`);
-  assert.match(formatTotals(t), /^2\.50 samples\/rollout \(1\/2 one sample\), \d+ tokens to the trainer \(1\.\d\dx the merged \d+\), 0 unparsed tool call\(s\)$/);
+  assert.match(
+    formatTotals(t),
+    /^2\.50 samples\/rollout \(1\/2 one sample\), \d+ tokens to the trainer \(1\.\d\dx the merged \d+\), 0 unparsed tool call\(s\)$/,
+  );
 });
 
 test('unparsed tool calls come from the per-call render record; a chat-level capture has no account', () => {
   const calls = chain(3);
   const render = (parse: 'none' | 'ok' | 'failed', statuses: string[]): RenderInfo => ({
-    mode: 'proxy', family: 'qwen3', kind: 'full', anchor_call_id: null, anchor_tokens: 0, bridge_span: null, synthesized_close: false,
-    new_root_reason: null, full_render: null, tool_call_parse: parse, tool_call_statuses: statuses,
+    mode: 'proxy',
+    family: 'qwen3',
+    kind: 'full',
+    anchor_call_id: null,
+    anchor_tokens: 0,
+    bridge_span: null,
+    synthesized_close: false,
+    new_root_reason: null,
+    full_render: null,
+    tool_call_parse: parse,
+    tool_call_statuses: statuses,
   });
   calls[0]!.render = render('ok', ['ok', 'unknown_tool']);
   calls[1]!.render = render('failed', ['ok', 'invalid_json']);

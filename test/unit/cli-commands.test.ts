@@ -61,7 +61,15 @@ test('defineCommand: parsed flags with their defaults and positionals reach run;
   seen = undefined;
   const r = await runCaptured(frob, ['--data-dir', '/d', 'name', 'a', 'b', '--tag', 'x', '--tag', 'y', '--json']);
   assert.deepEqual(r, { code: 0, out: '', err: '' });
-  assert.deepEqual(seen, { dataDir: '/d', n: 1, timeout: undefined, tags: ['x', 'y'], mode: 'fast', json: true, positionals: ['name', 'a', 'b'] });
+  assert.deepEqual(seen, {
+    dataDir: '/d',
+    n: 1,
+    timeout: undefined,
+    tags: ['x', 'y'],
+    mode: 'fast',
+    json: true,
+    positionals: ['name', 'a', 'b'],
+  });
   assert.equal((await runCaptured(frob, ['--data-dir', '/d', '-n', '3', 'name'])).code, 1);
   assert.deepEqual(seen, { dataDir: '/d', n: 3, timeout: undefined, tags: [], mode: 'fast', json: false, positionals: ['name'] });
 });
@@ -102,7 +110,10 @@ test('defineCommand: a command taking no positionals refuses them; other errors 
   assert.match(r.err, /^harness-lab bare: expected no arguments, got 1 argument\(s\): stray\n/);
   await assert.rejects(runCaptured(frob, ['--data-dir', '/d', '-n', '7', 'name']), /seven is not a usage error/);
   assert.throws(() => defineCommand({ name: 'x', summary: 'two\nlines', usage: 'u', flags: {}, run: async () => 0 }), /one line/);
-  assert.throws(() => defineCommand({ name: 'x', summary: 's', usage: 'u', flags: { help: { type: 'boolean' } }, run: async () => 0 }), /--help/);
+  assert.throws(
+    () => defineCommand({ name: 'x', summary: 's', usage: 'u', flags: { help: { type: 'boolean' } }, run: async () => 0 }),
+    /--help/,
+  );
 });
 
 test('every command: its table key is its name, one-line summary, --help on stdout (exit 0), a usage error on stderr (exit 2)', async () => {
@@ -131,7 +142,8 @@ test('no command file imports main.ts (it runs the CLI when loaded)', () => {
 });
 
 test('harness-lab --help lists every command beside its summary; bare or unknown commands are usage errors', async () => {
-  const cli = (argv: string[]) => spawnSync(process.execPath, ['--import', 'tsx', join(CLI_DIR, 'main.ts'), ...argv], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+  const cli = (argv: string[]) =>
+    spawnSync(process.execPath, ['--import', 'tsx', join(CLI_DIR, 'main.ts'), ...argv], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
   const help = cli(['--help']);
   assert.equal(help.status, 0, help.stderr);
   for (const name of Object.keys(COMMANDS)) {
@@ -144,7 +156,10 @@ test('harness-lab --help lists every command beside its summary; bare or unknown
   assert.match(bare.stderr, /^usage: harness-lab <command>/);
   const unknown = cli(['frobnicate']);
   assert.equal(unknown.status, 2);
-  assert.match(unknown.stderr, /^harness-lab: unknown command 'frobnicate'\n\nusage: harness-lab <command>[\s\S]*\n {2}proxy +run the capture proxy/);
+  assert.match(
+    unknown.stderr,
+    /^harness-lab: unknown command 'frobnicate'\n\nusage: harness-lab <command>[\s\S]*\n {2}proxy +run the capture proxy/,
+  );
   const sub = cli(['export', '--data-dir', '/nonexistent']);
   assert.equal(sub.status, 2);
   assert.match(sub.stderr, /^harness-lab export: --session is required\n\nusage: harness-lab export /);

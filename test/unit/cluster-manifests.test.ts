@@ -4,7 +4,22 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { attemptSecret, dnsLabel, entryScript, formatManifests, inClusterProxyUrl, jobName, labelValue, parsePodResult, proxyManifests, rolloutJob, SESSION_KEY_PLACEHOLDER, testsConfigMap, validateManifests, type RolloutJobInput } from '../../src/cluster/manifests.js';
+import {
+  attemptSecret,
+  dnsLabel,
+  entryScript,
+  formatManifests,
+  inClusterProxyUrl,
+  jobName,
+  labelValue,
+  parsePodResult,
+  proxyManifests,
+  rolloutJob,
+  SESSION_KEY_PLACEHOLDER,
+  testsConfigMap,
+  validateManifests,
+  type RolloutJobInput,
+} from '../../src/cluster/manifests.js';
 import { podSecurityViolations } from '../k8s-double/pod-security.js';
 import { loadTask } from '../../src/tasks/task.js';
 
@@ -21,7 +36,12 @@ function input(over: Partial<RolloutJobInput> = {}): RolloutJobInput {
     task: TASK,
     harness: 'react',
     image: 'reg.example/harness-lab/task-hello-file:abc',
-    launch: { script: 'exec node /opt/harness-lab/bin/react-harness.js hi', env: { HARNESS_LAB_API_KEY: SESSION_KEY_PLACEHOLDER }, files: [{ path: '/tmp/harness-home/.cfg', content: `key=${SESSION_KEY_PLACEHOLDER}` }], nativeLog: 'react.txt' },
+    launch: {
+      script: 'exec node /opt/harness-lab/bin/react-harness.js hi',
+      env: { HARNESS_LAB_API_KEY: SESSION_KEY_PLACEHOLDER },
+      files: [{ path: '/tmp/harness-home/.cfg', content: `key=${SESSION_KEY_PLACEHOLDER}` }],
+      nativeLog: 'react.txt',
+    },
     timeoutSec: 300,
     harnessFrom: { kind: 'image' },
     taskEnv: {},
@@ -48,7 +68,8 @@ describe('cluster manifests', () => {
     assert.ok(!verifierLine.includes('sess-123'), 'no session key in the verifier command');
     assert.ok(!script.includes('timeout -k 30'), 'discard: only the Job deadline bounds the agent');
     assert.match(entryScript(input({ agentTimeoutInPod: true })), /timeout -k 30 300 /);
-    const line = 'HARNESS_LAB_RESULT {"agent_exit":0,"agent_ms":12,"verifier_exit":0,"verifier_ms":3,"session_key_absent":true,"tests_requests_refused":0,"agent_isolated":true,"reward_json":"","reward_txt":"MQo="}';
+    const line =
+      'HARNESS_LAB_RESULT {"agent_exit":0,"agent_ms":12,"verifier_exit":0,"verifier_ms":3,"session_key_absent":true,"tests_requests_refused":0,"agent_isolated":true,"reward_json":"","reward_txt":"MQo="}';
     assert.deepEqual(parsePodResult(`noise\n${line}\n`)?.reward_txt, 'MQo=');
     assert.equal(parsePodResult('HARNESS_LAB_RESULT {"agent_exit":"x"}'), undefined);
     assert.equal(parsePodResult('no marker'), undefined);
@@ -59,9 +80,15 @@ describe('cluster manifests', () => {
     const objs = [rolloutJob(input()), testsConfigMap('ns', 'b1', TASK)];
     const list = JSON.parse(formatManifests(objs, 'json')) as { kind: string; items: { kind: string }[] };
     assert.equal(list.kind, 'List');
-    assert.deepEqual(list.items.map((i) => i.kind), ['Job', 'ConfigMap']);
+    assert.deepEqual(
+      list.items.map((i) => i.kind),
+      ['Job', 'ConfigMap'],
+    );
     const docs = loadAllYaml(formatManifests(objs, 'yaml')) as { kind: string; spec?: { backoffLimit?: number } }[];
-    assert.deepEqual(docs.map((d) => d.kind), ['Job', 'ConfigMap']);
+    assert.deepEqual(
+      docs.map((d) => d.kind),
+      ['Job', 'ConfigMap'],
+    );
     assert.equal(docs[0]!.spec?.backoffLimit, 0);
   });
 
@@ -71,7 +98,11 @@ describe('cluster manifests', () => {
     const spec = job.spec as { backoffLimit: unknown; template: { spec: { containers: Record<string, unknown>[] } } };
     spec.backoffLimit = 'zero';
     delete spec.template.spec.containers[0]!.name;
-    await assert.rejects(validateManifests([job]), { name: 'ClusterError', message: 'Job ns/hl-b1-g0-r0-a0 is not a valid manifest: /spec/backoffLimit must be integer; /spec/template/spec/containers/0 must have required property name' });
+    await assert.rejects(validateManifests([job]), {
+      name: 'ClusterError',
+      message:
+        'Job ns/hl-b1-g0-r0-a0 is not a valid manifest: /spec/backoffLimit must be integer; /spec/template/spec/containers/0 must have required property name',
+    });
   });
 
   it('keeps the session key out of the Job: a per-attempt Secret, read through secretKeyRef', async () => {
@@ -81,13 +112,31 @@ describe('cluster manifests', () => {
     await validateManifests([job, secret]);
     assert.ok(!JSON.stringify(job).includes(key), 'no key in the Job');
     assert.ok(JSON.stringify(secret).includes(key));
-    const rollout = (job.spec as { template: { spec: { containers: { name: string; env: { name: string; valueFrom?: { secretKeyRef?: { name: string; key: string } } }[] }[] } } }).template.spec.containers[0]!;
-    assert.deepEqual(rollout.env.find((e) => e.name === 'HL_SESSION_KEY')?.valueFrom?.secretKeyRef, { name: `${job.metadata!.name}-key`, key: 'session-key' });
+    const rollout = (
+      job.spec as {
+        template: {
+          spec: { containers: { name: string; env: { name: string; valueFrom?: { secretKeyRef?: { name: string; key: string } } }[] }[] };
+        };
+      }
+    ).template.spec.containers[0]!;
+    assert.deepEqual(rollout.env.find((e) => e.name === 'HL_SESSION_KEY')?.valueFrom?.secretKeyRef, {
+      name: `${job.metadata!.name}-key`,
+      key: 'session-key',
+    });
     assert.equal((secret.metadata as { name: string }).name, `${job.metadata!.name}-key`);
   });
 
   it('mounts the tests only into the sidecar, never into the rollout container', () => {
-    const spec = (rolloutJob(input()).spec as { template: { spec: { containers: { volumeMounts: { name: string }[] }[]; initContainers: { name: string; restartPolicy: string; volumeMounts: { name: string }[] }[] } } }).template.spec;
+    const spec = (
+      rolloutJob(input()).spec as {
+        template: {
+          spec: {
+            containers: { volumeMounts: { name: string }[] }[];
+            initContainers: { name: string; restartPolicy: string; volumeMounts: { name: string }[] }[];
+          };
+        };
+      }
+    ).template.spec;
     assert.ok(!spec.containers[0]!.volumeMounts.some((m) => m.name === 'task-tests'));
     assert.equal(spec.initContainers[0]!.restartPolicy, 'Always');
     assert.ok(spec.initContainers[0]!.volumeMounts.some((m) => m.name === 'task-tests'));
@@ -97,19 +146,39 @@ describe('cluster manifests', () => {
     const pod = (rolloutJob(input()).spec as { template: { spec: never } }).template.spec;
     assert.deepEqual(podSecurityViolations(pod, 'baseline'), []);
     assert.match(podSecurityViolations(pod, 'restricted').join('; '), /runAsNonRoot != true \(pod or container "rollout"/);
-    const objs = proxyManifests({ namespace: 'ns', batchId: 'b1', image: 'reg/harness-lab:1', engineUrl: 'http://e/v1', model: 'm', adminKey: 'k' });
+    const objs = proxyManifests({
+      namespace: 'ns',
+      batchId: 'b1',
+      image: 'reg/harness-lab:1',
+      engineUrl: 'http://e/v1',
+      model: 'm',
+      adminKey: 'k',
+    });
     const dep = objs.find((o) => o.kind === 'Deployment')!;
     assert.deepEqual(podSecurityViolations((dep.spec as { template: { spec: never } }).template.spec, 'restricted'), []);
-    const ingress = objs.filter((o) => o.kind === 'NetworkPolicy').find((o) => (o.spec as { policyTypes: string[] }).policyTypes.join() === 'Ingress')!;
-    assert.deepEqual((ingress.spec as { podSelector: unknown }).podSelector, { matchLabels: { 'app.kubernetes.io/name': 'harness-lab-proxy', 'harness-lab/batch': 'b1', 'harness-lab/role': 'proxy' } });
+    const ingress = objs
+      .filter((o) => o.kind === 'NetworkPolicy')
+      .find((o) => (o.spec as { policyTypes: string[] }).policyTypes.join() === 'Ingress')!;
+    assert.deepEqual((ingress.spec as { podSelector: unknown }).podSelector, {
+      matchLabels: { 'app.kubernetes.io/name': 'harness-lab-proxy', 'harness-lab/batch': 'b1', 'harness-lab/role': 'proxy' },
+    });
     assert.ok(objs.some((o) => o.kind === 'PersistentVolumeClaim'));
   });
 });
 
 describe('proxy manifests', () => {
-  it("tell the in-cluster proxy the Service names rollout pods reach it by (it refuses any other Host)", () => {
-    const objects = proxyManifests({ batchId: 'b1', namespace: 'lab', image: 'img', engineUrl: 'http://e/v1', model: 'm', adminKey: 'k' } as Parameters<typeof proxyManifests>[0]);
-    const deployment = objects.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { containers: { command: string[] }[] } } } };
+  it('tell the in-cluster proxy the Service names rollout pods reach it by (it refuses any other Host)', () => {
+    const objects = proxyManifests({
+      batchId: 'b1',
+      namespace: 'lab',
+      image: 'img',
+      engineUrl: 'http://e/v1',
+      model: 'm',
+      adminKey: 'k',
+    } as Parameters<typeof proxyManifests>[0]);
+    const deployment = objects.find((o) => o.kind === 'Deployment') as unknown as {
+      spec: { template: { spec: { containers: { command: string[] }[] } } };
+    };
     const command = deployment.spec.template.spec.containers[0]!.command;
     const allowed = command.flatMap((arg, i) => (arg === '--allowed-host' ? [command[i + 1]] : []));
     const url = new URL(inClusterProxyUrl('lab', 'b1'));

@@ -23,18 +23,28 @@ const claudeRequest: JsonObject = {
   metadata: { user_id: '{"device_id":"d","session_id":"s"}' },
   messages: [
     { role: 'user', content: 'What is in /tmp?' },
-    { role: 'assistant', content: [
-      { type: 'thinking', thinking: 'I should list it.', signature: 'sg_oe_Zk9' },
-      { type: 'text', text: 'Listing.' },
-      { type: 'tool_use', id: 'toolu_01', name: 'Bash', input: { command: 'ls /tmp' } },
-    ] },
-    { role: 'user', content: [
-      { type: 'tool_result', tool_use_id: 'toolu_01', content: 'a.txt\nb.txt', is_error: false },
-      { type: 'text', text: 'Now summarise.' },
-    ] },
+    {
+      role: 'assistant',
+      content: [
+        { type: 'thinking', thinking: 'I should list it.', signature: 'sg_oe_Zk9' },
+        { type: 'text', text: 'Listing.' },
+        { type: 'tool_use', id: 'toolu_01', name: 'Bash', input: { command: 'ls /tmp' } },
+      ],
+    },
+    {
+      role: 'user',
+      content: [
+        { type: 'tool_result', tool_use_id: 'toolu_01', content: 'a.txt\nb.txt', is_error: false },
+        { type: 'text', text: 'Now summarise.' },
+      ],
+    },
   ],
   tools: [
-    { name: 'Bash', description: 'Run a shell command', input_schema: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } },
+    {
+      name: 'Bash',
+      description: 'Run a shell command',
+      input_schema: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
+    },
     { type: 'web_search_20250305', name: 'web_search' },
   ],
   tool_choice: { type: 'auto' },
@@ -53,23 +63,52 @@ describe('AnthropicMessagesDialect request', () => {
       const body = { system, messages: [] };
       return anthropic.toChat(body, ctxFor(PATH, body)).messages[0]?.content;
     };
-    assert.equal(sys([{ type: 'text', text: 'x-anthropic-billing-header: cc_version=2.1.197.1c0; cc_entrypoint=sdk-cli;' }, { type: 'text', text: 'P' }]), 'P');
+    assert.equal(
+      sys([
+        { type: 'text', text: 'x-anthropic-billing-header: cc_version=2.1.197.1c0; cc_entrypoint=sdk-cli;' },
+        { type: 'text', text: 'P' },
+      ]),
+      'P',
+    );
     assert.equal(sys('x-anthropic-billing-header: cch=1;\nP\nQ'), 'P\nQ');
     assert.equal(sys('P\nx-anthropic-billing-header: cch=1;'), 'P\nx-anthropic-billing-header: cch=1;', 'only the first line');
-    assert.equal(sys([{ type: 'text', text: 'x-anthropic-billing-header: cch=2;' }, { type: 'text', text: 'P' }]), sys([{ type: 'text', text: 'x-anthropic-billing-header: cch=1;' }, { type: 'text', text: 'P' }]));
+    assert.equal(
+      sys([
+        { type: 'text', text: 'x-anthropic-billing-header: cch=2;' },
+        { type: 'text', text: 'P' },
+      ]),
+      sys([
+        { type: 'text', text: 'x-anthropic-billing-header: cch=1;' },
+        { type: 'text', text: 'P' },
+      ]),
+    );
   });
 
   it('converts assistant thinking/text/tool_use and user tool_result with ids preserved', () => {
     assert.deepEqual(out.messages.slice(1), [
       { role: 'user', content: 'What is in /tmp?' },
-      { role: 'assistant', content: 'Listing.', reasoning_content: 'I should list it.', tool_calls: [{ id: 'toolu_01', type: 'function', function: { name: 'Bash', arguments: '{"command":"ls /tmp"}' } }] },
+      {
+        role: 'assistant',
+        content: 'Listing.',
+        reasoning_content: 'I should list it.',
+        tool_calls: [{ id: 'toolu_01', type: 'function', function: { name: 'Bash', arguments: '{"command":"ls /tmp"}' } }],
+      },
       { role: 'tool', tool_call_id: 'toolu_01', content: 'a.txt\nb.txt' },
       { role: 'user', content: 'Now summarise.' },
     ]);
   });
 
   it('drops server-side tools, maps tool_choice, thinking and sampling fields', () => {
-    assert.deepEqual(out.tools, [{ type: 'function', function: { name: 'Bash', description: 'Run a shell command', parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } } }]);
+    assert.deepEqual(out.tools, [
+      {
+        type: 'function',
+        function: {
+          name: 'Bash',
+          description: 'Run a shell command',
+          parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
+        },
+      },
+    ]);
     assert.equal(out.tool_choice, 'auto');
     assert.deepEqual(out.chat_template_kwargs, { enable_thinking: true });
     assert.equal(out.max_tokens, 32000);
@@ -100,30 +139,46 @@ describe('AnthropicMessagesDialect request', () => {
       max_tokens: 100,
       stop_sequences: ['END'],
       messages: [
-        { role: 'user', content: [
-          { type: 'text', text: 'look' },
-          { type: 'image', source: { type: 'base64', media_type: 'image/jpeg', data: '/9j/' } },
-          { type: 'image', source: { type: 'url', url: 'https://x/y.png' } },
-          { type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'doc text' } },
-          { type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: 'JVBER' } },
-        ] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'look' },
+            { type: 'image', source: { type: 'base64', media_type: 'image/jpeg', data: '/9j/' } },
+            { type: 'image', source: { type: 'url', url: 'https://x/y.png' } },
+            { type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'doc text' } },
+            { type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: 'JVBER' } },
+          ],
+        },
         { role: 'system', content: [{ type: 'text', text: 'Agents: a, b' }] },
-        { role: 'user', content: [
-          { type: 'tool_result', tool_use_id: 't1', is_error: true, content: [{ type: 'text', text: 'boom' }] },
-          { type: 'tool_result', tool_use_id: 't2', content: [{ type: 'text', text: 'shot' }, { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBOR' } }] },
-        ] },
+        {
+          role: 'user',
+          content: [
+            { type: 'tool_result', tool_use_id: 't1', is_error: true, content: [{ type: 'text', text: 'boom' }] },
+            {
+              type: 'tool_result',
+              tool_use_id: 't2',
+              content: [
+                { type: 'text', text: 'shot' },
+                { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBOR' } },
+              ],
+            },
+          ],
+        },
       ],
     };
     const out = anthropic.toChat(body, ctxFor(PATH, body));
     assert.equal(out.stop, body.stop_sequences);
     assert.deepEqual(out.messages, [
       { role: 'system', content: 'Agents: a, b' },
-      { role: 'user', content: [
-        { type: 'text', text: 'look' },
-        { type: 'image_url', image_url: { url: 'data:image/jpeg;base64,/9j/' } },
-        { type: 'image_url', image_url: { url: 'https://x/y.png' } },
-        { type: 'text', text: 'doc text' },
-      ] },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'look' },
+          { type: 'image_url', image_url: { url: 'data:image/jpeg;base64,/9j/' } },
+          { type: 'image_url', image_url: { url: 'https://x/y.png' } },
+          { type: 'text', text: 'doc text' },
+        ],
+      },
       { role: 'tool', tool_call_id: 't1', content: '[Tool Error] boom' },
       { role: 'tool', tool_call_id: 't2', content: 'shot' },
       { role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,iVBOR' } }] },
@@ -151,7 +206,9 @@ describe('AnthropicMessagesDialect request', () => {
 
 describe('AnthropicMessagesDialect response', () => {
   it('converts the §7.2 answer: thinking with signature, text, tool_use; stop reason and usage', () => {
-    const response = exampleResponse({ usage: { prompt_tokens: 812, completion_tokens: 41, total_tokens: 853, prompt_tokens_details: { cached_tokens: 12 } } });
+    const response = exampleResponse({
+      usage: { prompt_tokens: 812, completion_tokens: 41, total_tokens: 853, prompt_tokens_details: { cached_tokens: 12 } },
+    });
     assert.deepEqual(anthropic.fromChat(response, ctxFor(PATH, { model: 'Qwen3.5-4B' })), {
       id: 'msg_chatcmpl-8f2',
       type: 'message',
@@ -189,14 +246,23 @@ describe('AnthropicMessagesDialect response', () => {
   });
 
   it('gives id-less engine calls distinct tool_use ids', () => {
-    const r = textResponse(null, 'tool_calls', { tool_calls: [0, 1].map(() => ({ id: '', type: 'function', function: { name: 'n', arguments: '{}' } })) });
+    const r = textResponse(null, 'tool_calls', {
+      tool_calls: [0, 1].map(() => ({ id: '', type: 'function', function: { name: 'n', arguments: '{}' } })),
+    });
     const ids = (anthropic.fromChat(r, ctxFor(PATH, {})).content as JsonObject[]).map((b) => b.id);
     assert.equal(new Set(ids).size, 2);
   });
 
   it('parses unparsable arguments to {}', () => {
-    const r = textResponse(null, 'tool_calls', { tool_calls: [{ id: 'c', type: 'function', function: { name: 'n', arguments: '{oops' } }] });
-    assert.deepEqual((anthropic.fromChat(r, ctxFor(PATH, {})).content as JsonObject[])[0], { type: 'tool_use', id: 'c', name: 'n', input: {} });
+    const r = textResponse(null, 'tool_calls', {
+      tool_calls: [{ id: 'c', type: 'function', function: { name: 'n', arguments: '{oops' } }],
+    });
+    assert.deepEqual((anthropic.fromChat(r, ctxFor(PATH, {})).content as JsonObject[])[0], {
+      type: 'tool_use',
+      id: 'c',
+      name: 'n',
+      input: {},
+    });
   });
 });
 
@@ -205,10 +271,18 @@ describe('AnthropicMessagesDialect stream (§8.3)', () => {
     const events = anthropic.streamEvents(exampleResponse(), ctxFor(PATH, { model: 'Qwen3.5-4B' }));
     assert.deepEqual(eventTypes(events), [
       'message_start',
-      'content_block_start', 'content_block_delta', 'content_block_delta', 'content_block_stop',
-      'content_block_start', 'content_block_delta', 'content_block_stop',
-      'content_block_start', 'content_block_delta', 'content_block_stop',
-      'message_delta', 'message_stop',
+      'content_block_start',
+      'content_block_delta',
+      'content_block_delta',
+      'content_block_stop',
+      'content_block_start',
+      'content_block_delta',
+      'content_block_stop',
+      'content_block_start',
+      'content_block_delta',
+      'content_block_stop',
+      'message_delta',
+      'message_stop',
     ]);
     for (const e of events) assert.equal((e.data as JsonObject).type, e.event, 'payload carries its type');
     const data = events.map((e) => e.data as JsonObject);
@@ -219,11 +293,18 @@ describe('AnthropicMessagesDialect stream (§8.3)', () => {
     assert.deepEqual(data[2]!.delta, { type: 'thinking_delta', thinking: 'Count lines next.' });
     assert.deepEqual(data[3]!.delta, { type: 'signature_delta', signature: anthropicSignature('Count lines next.') });
     assert.deepEqual(data[6]!.delta, { type: 'text_delta', text: 'Checking a.txt.' });
-    assert.deepEqual(data[8], { type: 'content_block_start', index: 2, content_block: { type: 'tool_use', id: 'call_2', name: 'bash', input: {} } });
+    assert.deepEqual(data[8], {
+      type: 'content_block_start',
+      index: 2,
+      content_block: { type: 'tool_use', id: 'call_2', name: 'bash', input: {} },
+    });
     assert.deepEqual(data[9]!.delta, { type: 'input_json_delta', partial_json: '{"command":"wc -l notes.txt"}' });
     assert.deepEqual(data[11]!.delta, { stop_reason: 'tool_use', stop_sequence: null });
     assert.equal((data[11]!.usage as JsonObject).output_tokens, 41);
-    assert.equal(events.some((e) => e.data === '[DONE]' || e.event === 'ping'), false);
+    assert.equal(
+      events.some((e) => e.data === '[DONE]' || e.event === 'ping'),
+      false,
+    );
   });
 
   it('emits an empty text block (start + stop) when there is nothing to say', () => {
@@ -232,12 +313,20 @@ describe('AnthropicMessagesDialect stream (§8.3)', () => {
   });
 
   it('gives one tool_use block per call, in order', () => {
-    const r = textResponse(null, 'tool_calls', { tool_calls: [
-      { id: 'a', type: 'function', function: { name: 'f', arguments: '{"x":1}' } },
-      { id: 'b', type: 'function', function: { name: 'g', arguments: '{}' } },
-    ] });
-    const starts = anthropic.streamEvents(r, ctxFor(PATH, {})).filter((e) => e.event === 'content_block_start').map((e) => (e.data as JsonObject).content_block);
-    assert.deepEqual(starts, [{ type: 'tool_use', id: 'a', name: 'f', input: {} }, { type: 'tool_use', id: 'b', name: 'g', input: {} }]);
+    const r = textResponse(null, 'tool_calls', {
+      tool_calls: [
+        { id: 'a', type: 'function', function: { name: 'f', arguments: '{"x":1}' } },
+        { id: 'b', type: 'function', function: { name: 'g', arguments: '{}' } },
+      ],
+    });
+    const starts = anthropic
+      .streamEvents(r, ctxFor(PATH, {}))
+      .filter((e) => e.event === 'content_block_start')
+      .map((e) => (e.data as JsonObject).content_block);
+    assert.deepEqual(starts, [
+      { type: 'tool_use', id: 'a', name: 'f', input: {} },
+      { type: 'tool_use', id: 'b', name: 'g', input: {} },
+    ]);
   });
 });
 
@@ -245,7 +334,13 @@ describe('AnthropicMessagesDialect errors', () => {
   it('uses the Anthropic error shape with a type per status', () => {
     const type = (s: number) => ((anthropic.errorBody(s, 'm') as JsonObject).error as JsonObject).type;
     assert.deepEqual(anthropic.errorBody(400, 'bad'), { type: 'error', error: { type: 'invalid_request_error', message: 'bad' } });
-    assert.deepEqual([type(401), type(413), type(429), type(500), type(502), type(422)], ['authentication_error', 'request_too_large', 'rate_limit_error', 'api_error', 'api_error', 'invalid_request_error']);
-    assert.deepEqual(anthropic.streamErrorEvent(502, 'late'), { event: 'error', data: { type: 'error', error: { type: 'api_error', message: 'late' } } });
+    assert.deepEqual(
+      [type(401), type(413), type(429), type(500), type(502), type(422)],
+      ['authentication_error', 'request_too_large', 'rate_limit_error', 'api_error', 'api_error', 'invalid_request_error'],
+    );
+    assert.deepEqual(anthropic.streamErrorEvent(502, 'late'), {
+      event: 'error',
+      data: { type: 'error', error: { type: 'api_error', message: 'late' } },
+    });
   });
 });

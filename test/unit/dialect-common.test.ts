@@ -39,16 +39,30 @@ describe('normalizeChatRequest (§7.0)', () => {
   it('keeps a system message that is not reducible to text as its own message', () => {
     const image = { role: 'developer', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,AA' } }] };
     const out = normalizeChatRequest({ messages: [{ role: 'system', content: 'A' }, image, { role: 'user', content: 'u' }] });
-    assert.deepEqual(out.messages, [{ role: 'system', content: 'A' }, { ...image, role: 'system' }, { role: 'user', content: 'u' }]);
+    assert.deepEqual(out.messages, [
+      { role: 'system', content: 'A' },
+      { ...image, role: 'system' },
+      { role: 'user', content: 'u' },
+    ]);
   });
 
   it('defaults enable_thinking to false for Qwen3.5 only, without overriding a converter choice', () => {
-    assert.deepEqual(normalizeChatRequest({ model: 'intercepted/Qwen3.5-4B', messages: [] }).chat_template_kwargs, { enable_thinking: false });
+    assert.deepEqual(normalizeChatRequest({ model: 'intercepted/Qwen3.5-4B', messages: [] }).chat_template_kwargs, {
+      enable_thinking: false,
+    });
     assert.equal(normalizeChatRequest({ model: 'Qwen3-4B', messages: [] }).chat_template_kwargs, undefined);
-    assert.deepEqual(normalizeChatRequest({ model: 'Qwen3.5-4B', chat_template_kwargs: { enable_thinking: true, x: 1 }, messages: [] }).chat_template_kwargs, { enable_thinking: true, x: 1 });
+    assert.deepEqual(
+      normalizeChatRequest({ model: 'Qwen3.5-4B', chat_template_kwargs: { enable_thinking: true, x: 1 }, messages: [] })
+        .chat_template_kwargs,
+      { enable_thinking: true, x: 1 },
+    );
     // The served model wins over the name the harness used.
-    assert.deepEqual(normalizeChatRequest({ model: 'gpt-x', messages: [] }, 'Qwen/Qwen3.5-4B').chat_template_kwargs, { enable_thinking: false });
-    assert.deepEqual(normalizeChatRequest({ model: 'gpt-x', _served_model: 'Qwen/Qwen3.5-9B', messages: [] }).chat_template_kwargs, { enable_thinking: false });
+    assert.deepEqual(normalizeChatRequest({ model: 'gpt-x', messages: [] }, 'Qwen/Qwen3.5-4B').chat_template_kwargs, {
+      enable_thinking: false,
+    });
+    assert.deepEqual(normalizeChatRequest({ model: 'gpt-x', _served_model: 'Qwen/Qwen3.5-9B', messages: [] }).chat_template_kwargs, {
+      enable_thinking: false,
+    });
   });
 
   it('does not mutate its input', () => {
@@ -60,9 +74,20 @@ describe('normalizeChatRequest (§7.0)', () => {
 
 describe('fillUsageDetails', () => {
   it('replaces null details with zeroed objects and keeps known values', () => {
-    const u = fillUsageDetails({ prompt_tokens: 3, completion_tokens: 2, total_tokens: 5, prompt_tokens_details: null, completion_tokens_details: { reasoning_tokens: 1 } });
+    const u = fillUsageDetails({
+      prompt_tokens: 3,
+      completion_tokens: 2,
+      total_tokens: 5,
+      prompt_tokens_details: null,
+      completion_tokens_details: { reasoning_tokens: 1 },
+    });
     assert.deepEqual(u.prompt_tokens_details, { cached_tokens: 0, audio_tokens: 0 });
-    assert.deepEqual(u.completion_tokens_details, { reasoning_tokens: 1, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 });
+    assert.deepEqual(u.completion_tokens_details, {
+      reasoning_tokens: 1,
+      audio_tokens: 0,
+      accepted_prediction_tokens: 0,
+      rejected_prediction_tokens: 0,
+    });
     assert.equal(fillUsageDetails(undefined).total_tokens, 0);
   });
 });
@@ -154,7 +179,11 @@ describe('token-count side routes (§8.5)', () => {
   });
 
   it('uses a given tokenizer function instead of the estimate', () => {
-    const out = answerTokenCount('/v1/messages/count_tokens', { messages: [{ role: 'user', content: 'one two three' }] }, (t) => t.split(/\s+/).length);
+    const out = answerTokenCount(
+      '/v1/messages/count_tokens',
+      { messages: [{ role: 'user', content: 'one two three' }] },
+      (t) => t.split(/\s+/).length,
+    );
     assert.deepEqual(out!.body, { input_tokens: 3 });
   });
 });
@@ -176,15 +205,21 @@ describe('stop answer (§8.6)', () => {
     const chatBody = (chat as { body: { choices: { message: { content: string }; finish_reason: string }[] } }).body;
     assert.equal(chatBody.choices[0]!.message.content, STOP_ANSWER_TEXT);
 
-    const anthropic = renderStopAnswer(DIALECTS.anthropic_messages, ctx('/v1/messages'), false) as { body: { stop_reason: string; content: unknown[] } };
+    const anthropic = renderStopAnswer(DIALECTS.anthropic_messages, ctx('/v1/messages'), false) as {
+      body: { stop_reason: string; content: unknown[] };
+    };
     assert.equal(anthropic.body.stop_reason, 'end_turn');
     assert.deepEqual(anthropic.body.content, [{ type: 'text', text: STOP_ANSWER_TEXT }]);
 
-    const responses = renderStopAnswer(DIALECTS.openai_responses, ctx('/v1/responses'), false) as { body: { status: string; output: { content: { text: string }[] }[] } };
+    const responses = renderStopAnswer(DIALECTS.openai_responses, ctx('/v1/responses'), false) as {
+      body: { status: string; output: { content: { text: string }[] }[] };
+    };
     assert.equal(responses.body.status, 'completed');
     assert.equal(responses.body.output[0]!.content[0]!.text, STOP_ANSWER_TEXT);
 
-    const gemini = renderStopAnswer(DIALECTS.google_gemini, ctx('/v1beta/models/m:streamGenerateContent?alt=sse'), true) as { events: SseEvent[] };
+    const gemini = renderStopAnswer(DIALECTS.google_gemini, ctx('/v1beta/models/m:streamGenerateContent?alt=sse'), true) as {
+      events: SseEvent[];
+    };
     assert.equal(gemini.events.length, 1);
     const data = gemini.events[0]!.data as { candidates: { finishReason: string; content: { parts: { text: string }[] } }[] };
     assert.equal(data.candidates[0]!.finishReason, 'STOP');

@@ -19,7 +19,12 @@ export function exampleResponse(overrides: Partial<ChatResponse> = {}): ChatResp
           tool_calls: [{ id: 'call_2', type: 'function', function: { name: 'bash', arguments: '{"command":"wc -l notes.txt"}' } }],
         },
         token_ids: [151657, 198],
-        logprobs: { content: [{ token: 'token_id:151657', logprob: -0.0012, token_id: 151657 }, { token: 'token_id:198', logprob: -0.31, token_id: 198 }] },
+        logprobs: {
+          content: [
+            { token: 'token_id:151657', logprob: -0.0012, token_id: 151657 },
+            { token: 'token_id:198', logprob: -0.31, token_id: 198 },
+          ],
+        },
       },
     ],
     usage: { prompt_tokens: 812, completion_tokens: 41, total_tokens: 853, prompt_tokens_details: null },

@@ -17,7 +17,11 @@ function answer(content: string | null, calls: { name: string; arguments: string
       {
         index: 0,
         finish_reason: calls.length ? 'tool_calls' : 'stop',
-        message: { role: 'assistant', content, tool_calls: calls.map((c, i) => ({ id: `call_${i}`, type: 'function' as const, function: c })) },
+        message: {
+          role: 'assistant',
+          content,
+          tool_calls: calls.map((c, i) => ({ id: `call_${i}`, type: 'function' as const, function: c })),
+        },
       },
     ],
     usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
@@ -40,7 +44,10 @@ function currentItemReader(events: { data: unknown }[]): { text: string; calls: 
     else if (e.type === 'response.function_call_arguments.delta' && current?.type === 'function_call') current.args += e.delta as string;
     else if (e.type === 'response.function_call_arguments.done' && current?.type === 'function_call') current.args = e.arguments as string;
     else if (e.type === 'response.output_item.done' && item!.type === 'function_call') {
-      calls.push({ name: current?.type === 'function_call' ? current.name! : String(item!.name), arguments: current?.type === 'function_call' ? current.args : String(item!.arguments) });
+      calls.push({
+        name: current?.type === 'function_call' ? current.name! : String(item!.name),
+        arguments: current?.type === 'function_call' ? current.args : String(item!.arguments),
+      });
       current = null;
     } else if (e.type === 'response.output_item.done') current = null;
   }
@@ -55,7 +62,10 @@ describe('dialect regressions found with real harness CLIs', () => {
       { name: 'bash', arguments: '{"command":"echo one > a.txt"}' },
       { name: 'bash', arguments: '{"command":"echo two > b.txt"}' },
     ];
-    const events = new OpenAIResponsesDialect().streamEvents(answer('Writing both files.', calls), ctx({ model: 'test-model', stream: true }));
+    const events = new OpenAIResponsesDialect().streamEvents(
+      answer('Writing both files.', calls),
+      ctx({ model: 'test-model', stream: true }),
+    );
     let open: unknown = null;
     for (const { data } of events) {
       const e = data as JsonObject;

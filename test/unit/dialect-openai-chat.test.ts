@@ -13,11 +13,31 @@ const opencodeRequest: JsonObject = {
   stream_options: { include_usage: true },
   messages: [
     { role: 'system', content: 'You are a coding agent.' },
-    { role: 'user', content: [{ type: 'text', text: 'What is in /tmp?' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBOR' } }] },
-    { role: 'assistant', content: null, reasoning_content: 'I should list it.', tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'bash', arguments: '{"command":"ls /tmp"}' } }] },
+    {
+      role: 'user',
+      content: [
+        { type: 'text', text: 'What is in /tmp?' },
+        { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBOR' } },
+      ],
+    },
+    {
+      role: 'assistant',
+      content: null,
+      reasoning_content: 'I should list it.',
+      tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'bash', arguments: '{"command":"ls /tmp"}' } }],
+    },
     { role: 'tool', tool_call_id: 'call_1', content: 'a.txt\nb.txt' },
   ],
-  tools: [{ type: 'function', function: { name: 'bash', description: 'Run a shell command', parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } } }],
+  tools: [
+    {
+      type: 'function',
+      function: {
+        name: 'bash',
+        description: 'Run a shell command',
+        parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
+      },
+    },
+  ],
   tool_choice: 'auto',
   max_completion_tokens: 4096,
   temperature: 0.7,
@@ -36,7 +56,12 @@ describe('OpenAIChatDialect request', () => {
 
   it('keeps an explicit max_tokens and accepts harness extras (qwen-code tool content arrays, store, user)', () => {
     const body = {
-      model: 'm', max_tokens: 10, max_completion_tokens: 99, store: false, user: 'u', _session_id: 'h1',
+      model: 'm',
+      max_tokens: 10,
+      max_completion_tokens: 99,
+      store: false,
+      user: 'u',
+      _session_id: 'h1',
       messages: [{ role: 'tool', tool_call_id: 'call_1', content: [{ type: 'text', text: 'Output: TOOL_RAN_42' }] }],
     };
     const out = chat.toChat(body, ctxFor('/v1/chat/completions', body));
@@ -47,13 +72,33 @@ describe('OpenAIChatDialect request', () => {
   });
 
   it('merges developer and system messages to the top (§7.0)', () => {
-    const body = { messages: [{ role: 'system', content: 'S' }, { role: 'user', content: 'u' }, { role: 'developer', content: 'D' }] };
-    assert.deepEqual(chat.toChat(body, ctxFor('/v1/chat/completions', body)).messages, [{ role: 'system', content: 'S\n\nD' }, { role: 'user', content: 'u' }]);
+    const body = {
+      messages: [
+        { role: 'system', content: 'S' },
+        { role: 'user', content: 'u' },
+        { role: 'developer', content: 'D' },
+      ],
+    };
+    assert.deepEqual(chat.toChat(body, ctxFor('/v1/chat/completions', body)).messages, [
+      { role: 'system', content: 'S\n\nD' },
+      { role: 'user', content: 'u' },
+    ]);
   });
 
   it('rejects unconvertible input with a DialectError', () => {
-    for (const body of [{}, { messages: 'hi' }, { messages: [1] }, { messages: [{ content: 'x' }] }, { messages: [{ role: 'user', content: 5 }] }, { messages: [], tools: {} }]) {
-      assert.throws(() => chat.toChat(body as JsonObject, ctxFor('/v1/chat/completions', body as JsonObject)), DialectError, JSON.stringify(body));
+    for (const body of [
+      {},
+      { messages: 'hi' },
+      { messages: [1] },
+      { messages: [{ content: 'x' }] },
+      { messages: [{ role: 'user', content: 5 }] },
+      { messages: [], tools: {} },
+    ]) {
+      assert.throws(
+        () => chat.toChat(body as JsonObject, ctxFor('/v1/chat/completions', body as JsonObject)),
+        DialectError,
+        JSON.stringify(body),
+      );
     }
   });
 
@@ -93,23 +138,36 @@ describe('OpenAIChatDialect response', () => {
     const events = chat.streamEvents(exampleResponse(), ctxFor('/v1/chat/completions', { model: 'client-m' }));
     assert.equal(events.length, 2);
     assert.equal(events[1]!.data, '[DONE]');
-    assert.equal(events.every((e) => e.event === undefined), true);
+    assert.equal(
+      events.every((e) => e.event === undefined),
+      true,
+    );
     assert.deepEqual(events[0]!.data, {
       id: 'chatcmpl-8f2',
       object: 'chat.completion.chunk',
       created: 1730000000,
       model: 'client-m',
-      choices: [{
-        index: 0,
-        finish_reason: 'tool_calls',
-        delta: {
-          role: 'assistant',
-          content: 'Checking a.txt.',
-          reasoning_content: 'Count lines next.',
-          tool_calls: [{ index: 0, id: 'call_2', type: 'function', function: { name: 'bash', arguments: '{"command":"wc -l notes.txt"}' } }],
+      choices: [
+        {
+          index: 0,
+          finish_reason: 'tool_calls',
+          delta: {
+            role: 'assistant',
+            content: 'Checking a.txt.',
+            reasoning_content: 'Count lines next.',
+            tool_calls: [
+              { index: 0, id: 'call_2', type: 'function', function: { name: 'bash', arguments: '{"command":"wc -l notes.txt"}' } },
+            ],
+          },
         },
-      }],
-      usage: { prompt_tokens: 812, completion_tokens: 41, total_tokens: 853, prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 0, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 } },
+      ],
+      usage: {
+        prompt_tokens: 812,
+        completion_tokens: 41,
+        total_tokens: 853,
+        prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 },
+        completion_tokens_details: { reasoning_tokens: 0, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
+      },
     });
   });
 
@@ -126,7 +184,9 @@ describe('OpenAIChatDialect response', () => {
 describe('OpenAIChatDialect errors', () => {
   it('uses the OpenAI error shape', () => {
     assert.deepEqual(chat.errorBody(400, 'bad'), { error: { message: 'bad', type: 'invalid_request_error', param: null, code: null } });
-    assert.deepEqual(chat.errorBody(502, 'engine down'), { error: { message: 'engine down', type: 'server_error', param: null, code: 'server_error' } });
+    assert.deepEqual(chat.errorBody(502, 'engine down'), {
+      error: { message: 'engine down', type: 'server_error', param: null, code: 'server_error' },
+    });
     assert.deepEqual(chat.streamErrorEvent(502, 'late'), { data: { error: { message: 'late', code: 502 } } });
   });
 });

@@ -17,8 +17,12 @@ const text = fc.oneof(
   fc.string({ unit: fc.constantFrom(' ', '\n', '\t', 'a', 'é', '{', '"', '\\', '😀', 'x-anthropic-billing-header:'), maxLength: 20 }),
 );
 // Arguments as the engine emits them: a JSON object (normalised through JSON so -0 and friends compare).
-const args = fc.dictionary(fc.string({ maxLength: 8 }), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 4 }).map((o) => JSON.parse(JSON.stringify(o)) as JsonObject);
-const toolCall = fc.record({ id, name, args }).map(({ id: i, name: n, args: a }): ChatToolCall => ({ id: i, type: 'function', function: { name: n, arguments: JSON.stringify(a) } }));
+const args = fc
+  .dictionary(fc.string({ maxLength: 8 }), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 4 })
+  .map((o) => JSON.parse(JSON.stringify(o)) as JsonObject);
+const toolCall = fc
+  .record({ id, name, args })
+  .map(({ id: i, name: n, args: a }): ChatToolCall => ({ id: i, type: 'function', function: { name: n, arguments: JSON.stringify(a) } }));
 const uniqueCalls = fc.uniqueArray(toolCall, { maxLength: 4, selector: (c) => c.id });
 
 const engineMessage = fc
@@ -49,7 +53,12 @@ function assertSameTurn(original: ChatMessage, back: ChatMessage | undefined, ex
   assert.equal(back.role, 'assistant');
   assert.equal(back.content ?? '', original.content ?? '');
   assert.equal(back.reasoning_content ?? '', original.reasoning_content ?? '');
-  const calls = (m: ChatMessage) => (m.tool_calls ?? []).map((c) => ({ id: c.id, name: c.function.name, args: exactArguments ? c.function.arguments : JSON.parse(c.function.arguments) }));
+  const calls = (m: ChatMessage) =>
+    (m.tool_calls ?? []).map((c) => ({
+      id: c.id,
+      name: c.function.name,
+      args: exactArguments ? c.function.arguments : JSON.parse(c.function.arguments),
+    }));
   assert.deepEqual(calls(back), calls(original));
 }
 
@@ -60,7 +69,12 @@ describe('engine answer -> dialect answer -> next request -> chat (round trip)',
     fc.assert(
       fc.property(engineMessage, (message) => {
         const out = anthropic.fromChat(answer(message), ctx('/v1/messages')) as JsonObject;
-        const next = { messages: [{ role: 'user', content: 'go' }, { role: 'assistant', content: out.content }] };
+        const next = {
+          messages: [
+            { role: 'user', content: 'go' },
+            { role: 'assistant', content: out.content },
+          ],
+        };
         assertSameTurn(message, anthropic.toChat(next, ctx('/v1/messages', next)).messages[1], false);
       }),
     );
@@ -74,7 +88,10 @@ describe('engine answer -> dialect answer -> next request -> chat (round trip)',
         const next = { input: [{ role: 'user', content: 'go' }, ...out.output, ...outputs] };
         const messages = responses.toChat(next, ctx('/v1/responses', next)).messages;
         assertSameTurn(message, messages[1], true);
-        assert.deepEqual(messages.slice(2).map((m) => m.tool_call_id), (message.tool_calls ?? []).map((c) => c.id));
+        assert.deepEqual(
+          messages.slice(2).map((m) => m.tool_call_id),
+          (message.tool_calls ?? []).map((c) => c.id),
+        );
       }),
     );
   });
@@ -146,7 +163,10 @@ describe('stream replay says the same as the JSON answer', () => {
           if (item.type === 'function_call') assert.equal(argsByIndex.get(i) ?? '', item.arguments);
         });
         assert.deepEqual((events.at(-1)!.data as JsonObject).response, json);
-        assert.deepEqual(events.map((e) => (e.data as JsonObject).sequence_number), events.map((_, i) => i));
+        assert.deepEqual(
+          events.map((e) => (e.data as JsonObject).sequence_number),
+          events.map((_, i) => i),
+        );
       }),
     );
   });
@@ -175,7 +195,12 @@ describe('stream replay says the same as the JSON answer', () => {
 });
 
 // A harness-side conversation: user prompt, then rounds of (assistant turn with calls, results).
-const round = fc.record({ text: fc.option(text, { nil: null }), thinking: fc.option(text, { nil: undefined }), calls: uniqueCalls, result: text });
+const round = fc.record({
+  text: fc.option(text, { nil: null }),
+  thinking: fc.option(text, { nil: undefined }),
+  calls: uniqueCalls,
+  result: text,
+});
 const conversation = fc.record({ prompt: text, rounds: fc.array(round, { maxLength: 3 }) }).map(({ prompt, rounds }) => {
   // Ids must be unique across the whole conversation, as harnesses make them.
   let n = 0;
@@ -185,10 +210,14 @@ const conversation = fc.record({ prompt: text, rounds: fc.array(round, { maxLeng
 type Conversation = typeof conversation extends fc.Arbitrary<infer T> ? T : never;
 
 function expectedCalls(conv: Conversation) {
-  return conv.rounds.flatMap((r) => r.calls.map((c) => ({ id: c.id, name: c.function.name, args: JSON.parse(c.function.arguments) as unknown })));
+  return conv.rounds.flatMap((r) =>
+    r.calls.map((c) => ({ id: c.id, name: c.function.name, args: JSON.parse(c.function.arguments) as unknown })),
+  );
 }
 function actualCalls(messages: ChatMessage[]) {
-  return messages.flatMap((m) => (m.tool_calls ?? []).map((c) => ({ id: c.id, name: c.function.name, args: JSON.parse(c.function.arguments) as unknown })));
+  return messages.flatMap((m) =>
+    (m.tool_calls ?? []).map((c) => ({ id: c.id, name: c.function.name, args: JSON.parse(c.function.arguments) as unknown })),
+  );
 }
 function toolResults(messages: ChatMessage[]) {
   return messages.filter((m) => m.role === 'tool').map((m) => [m.tool_call_id, m.content]);
@@ -206,16 +235,21 @@ describe('dialect request -> chat keeps tool names, ids, arguments and texts', (
           const blocks: JsonObject[] = [];
           if (r.thinking) blocks.push({ type: 'thinking', thinking: r.thinking, signature: 'x' });
           if (r.text) blocks.push({ type: 'text', text: r.text });
-          for (const c of r.calls) blocks.push({ type: 'tool_use', id: c.id, name: c.function.name, input: JSON.parse(c.function.arguments) });
+          for (const c of r.calls)
+            blocks.push({ type: 'tool_use', id: c.id, name: c.function.name, input: JSON.parse(c.function.arguments) });
           messages.push({ role: 'assistant', content: blocks });
-          if (r.calls.length) messages.push({ role: 'user', content: r.calls.map((c) => ({ type: 'tool_result', tool_use_id: c.id, content: r.result })) });
+          if (r.calls.length)
+            messages.push({ role: 'user', content: r.calls.map((c) => ({ type: 'tool_result', tool_use_id: c.id, content: r.result })) });
         }
         const body = { messages };
         const out = anthropic.toChat(body, ctx('/v1/messages', body)).messages;
         assert.equal(out[0]!.content, conv.prompt);
         assert.deepEqual(actualCalls(out), expectedCalls(conv));
         assert.deepEqual(toolResults(out), expectedResults(conv));
-        assert.deepEqual(out.filter((m) => m.role === 'assistant').map((m) => [m.content ?? null, m.reasoning_content ?? undefined]), conv.rounds.map((r) => [r.text || null, r.thinking || undefined]));
+        assert.deepEqual(
+          out.filter((m) => m.role === 'assistant').map((m) => [m.content ?? null, m.reasoning_content ?? undefined]),
+          conv.rounds.map((r) => [r.text || null, r.thinking || undefined]),
+        );
       }),
     );
   });
@@ -225,9 +259,15 @@ describe('dialect request -> chat keeps tool names, ids, arguments and texts', (
       fc.property(conversation, (conv) => {
         const input: JsonObject[] = [{ role: 'user', content: conv.prompt }];
         for (const r of conv.rounds) {
-          if (r.thinking) input.push({ type: 'reasoning', summary: [{ type: 'summary_text', text: r.thinking }], encrypted_content: encryptReasoning(r.thinking) });
+          if (r.thinking)
+            input.push({
+              type: 'reasoning',
+              summary: [{ type: 'summary_text', text: r.thinking }],
+              encrypted_content: encryptReasoning(r.thinking),
+            });
           if (r.text) input.push({ type: 'message', role: 'assistant', content: [{ type: 'output_text', text: r.text }] });
-          for (const c of r.calls) input.push({ type: 'function_call', call_id: c.id, name: c.function.name, arguments: c.function.arguments });
+          for (const c of r.calls)
+            input.push({ type: 'function_call', call_id: c.id, name: c.function.name, arguments: c.function.arguments });
           for (const c of r.calls) input.push({ type: 'function_call_output', call_id: c.id, output: r.result });
         }
         const body = { input };
@@ -236,7 +276,11 @@ describe('dialect request -> chat keeps tool names, ids, arguments and texts', (
         assert.deepEqual(actualCalls(out), expectedCalls(conv));
         assert.deepEqual(toolResults(out), expectedResults(conv));
         const arguments_ = out.flatMap((m) => (m.tool_calls ?? []).map((c) => c.function.arguments));
-        assert.deepEqual(arguments_, conv.rounds.flatMap((r) => r.calls.map((c) => c.function.arguments)), 'byte-identical');
+        assert.deepEqual(
+          arguments_,
+          conv.rounds.flatMap((r) => r.calls.map((c) => c.function.arguments)),
+          'byte-identical',
+        );
       }),
     );
   });
@@ -249,15 +293,23 @@ describe('dialect request -> chat keeps tool names, ids, arguments and texts', (
           const parts: JsonObject[] = [];
           if (r.thinking) parts.push({ text: r.thinking, thought: true });
           if (r.text) parts.push({ text: r.text });
-          for (const c of r.calls) parts.push({ functionCall: { id: c.id, name: c.function.name, args: JSON.parse(c.function.arguments) } });
+          for (const c of r.calls)
+            parts.push({ functionCall: { id: c.id, name: c.function.name, args: JSON.parse(c.function.arguments) } });
           contents.push({ role: 'model', parts });
-          if (r.calls.length) contents.push({ role: 'user', parts: r.calls.map((c) => ({ functionResponse: { id: c.id, name: c.function.name, response: { output: r.result } } })) });
+          if (r.calls.length)
+            contents.push({
+              role: 'user',
+              parts: r.calls.map((c) => ({ functionResponse: { id: c.id, name: c.function.name, response: { output: r.result } } })),
+            });
         }
         const body = { contents };
         const out = gemini.toChat(body, ctx('/v1beta/models/m:generateContent', body)).messages;
         assert.deepEqual(out[0]!.content, [{ type: 'text', text: conv.prompt }]);
         assert.deepEqual(actualCalls(out), expectedCalls(conv));
-        assert.deepEqual(toolResults(out), expectedResults(conv, (s) => JSON.stringify({ output: s })));
+        assert.deepEqual(
+          toolResults(out),
+          expectedResults(conv, (s) => JSON.stringify({ output: s })),
+        );
       }),
     );
   });

@@ -32,7 +32,16 @@ function answer(options: { sampled?: number[]; entries?: (Entry | null)[]; promp
         message: { role: 'assistant', content: 'hi', reasoning: 'because' },
         finish_reason: 'stop',
         token_ids: sampled,
-        logprobs: { content: options.entries ?? sampled.map((id, i) => entry(id, -0.5 * (i + 1), [[`token_id:${id}`, -0.5 * (i + 1)], ['text', -3]])) },
+        logprobs: {
+          content:
+            options.entries ??
+            sampled.map((id, i) =>
+              entry(id, -0.5 * (i + 1), [
+                [`token_id:${id}`, -0.5 * (i + 1)],
+                ['text', -3],
+              ]),
+            ),
+        },
       },
     ],
     usage: { prompt_tokens: 4, completion_tokens: 3, total_tokens: 7 },
@@ -60,7 +69,10 @@ test('a clean answer: ids, logprobs, alternatives (ids parsed, text kept as null
 test("the client's copy: logprobs with each token's id when it asked for them, none when it did not; no token fields either way", () => {
   const asked = normaliseEngineResponse(answer(), { clientLogprobs: true }).response;
   const content = asked.choices[0]!.logprobs!.content as { token_id?: number }[];
-  assert.deepEqual(content.map((e) => e.token_id), [7, 8, 9]);
+  assert.deepEqual(
+    content.map((e) => e.token_id),
+    [7, 8, 9],
+  );
   const notAsked = normaliseEngineResponse(answer(), { clientLogprobs: false }).response;
   assert.ok(!('logprobs' in notAsked.choices[0]!), 'no logprobs for a client that did not ask');
   for (const r of [asked, notAsked]) {

@@ -7,7 +7,9 @@ import type { ChatMessage } from '../../src/capture/types.js';
 // The tool-call part of Qwen3's template, verbatim in its logic.
 const TEMPLATE = `{%- for m in messages %}{%- if m.tool_calls %}{%- for tc in m.tool_calls %}<tool_call>{"name": "{{ tc.function.name }}", "arguments": {% if tc.function.arguments is string %}{{ tc.function.arguments }}{% else %}{{ tc.function.arguments | tojson }}{% endif %}}</tool_call>{%- endfor %}{%- endif %}{%- endfor %}`;
 
-const withArguments = (args: string): ChatMessage[] => [{ role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'bash', arguments: args } }] }];
+const withArguments = (args: string): ChatMessage[] => [
+  { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'bash', arguments: args } }] },
+];
 
 test('re-serialised arguments (compact, reordered whitespace) render exactly like the engine wrote them', () => {
   const template = new ChatTemplate(TEMPLATE);
@@ -19,6 +21,12 @@ test('re-serialised arguments (compact, reordered whitespace) render exactly lik
 
 test('arguments that are not a JSON object are rendered as the string that came', () => {
   const template = new ChatTemplate(TEMPLATE);
-  assert.equal(template.render(withArguments('not json'), { addGenerationPrompt: false }), '<tool_call>{"name": "bash", "arguments": not json}</tool_call>');
-  assert.equal(template.render(withArguments('[1,2]'), { addGenerationPrompt: false }), '<tool_call>{"name": "bash", "arguments": [1,2]}</tool_call>');
+  assert.equal(
+    template.render(withArguments('not json'), { addGenerationPrompt: false }),
+    '<tool_call>{"name": "bash", "arguments": not json}</tool_call>',
+  );
+  assert.equal(
+    template.render(withArguments('[1,2]'), { addGenerationPrompt: false }),
+    '<tool_call>{"name": "bash", "arguments": [1,2]}</tool_call>',
+  );
 });

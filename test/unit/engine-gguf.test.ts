@@ -42,12 +42,18 @@ test('a written GGUF reads back through node-llama-cpp with metadata and tensor 
     assert.equal(info.version, 3);
     assert.deepEqual([md.x.count, md.x.flag, md.x.words, md.x.ints], [7, true, ['a', 'ĠbÃ©'], [1, -2, 3]]);
     const tensors = info.fullTensorInfo ?? info.tensorInfo ?? [];
-    assert.deepEqual(tensors.map((t) => [t.name, t.dimensions.map(Number), t.ggmlType]), [
-      ['a.weight', [3, 2], 0],
-      ['b.weight', [5], 1],
-    ]);
+    assert.deepEqual(
+      tensors.map((t) => [t.name, t.dimensions.map(Number), t.ggmlType]),
+      [
+        ['a.weight', [3, 2], 0],
+        ['b.weight', [5], 1],
+      ],
+    );
     assert.equal(Number(tensors[1]!.offset) % 32, 0, 'tensor data is aligned');
-    await assert.rejects(writeGguf(path, {}, [{ name: 'bad', dims: [2, 2], type: GgmlType.F32, data: new Float32Array(3) }]), /do not match/);
+    await assert.rejects(
+      writeGguf(path, {}, [{ name: 'bad', dims: [2, 2], type: GgmlType.F32, data: new Float32Array(3) }]),
+      /do not match/,
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

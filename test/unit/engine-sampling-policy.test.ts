@@ -20,7 +20,10 @@ const EXAMPLES = join(__dirname, '..', '..', 'examples', 'tasks');
 const tmp = mkdtempSync(join(tmpdir(), 'hl-sampling-'));
 after(() => rmSync(tmp, { recursive: true, force: true }));
 
-const bash: ChatTool = { type: 'function', function: { name: 'bash', parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } } };
+const bash: ChatTool = {
+  type: 'function',
+  function: { name: 'bash', parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } },
+};
 
 test('choose draws by the sampler, weighted; a fixed seed repeats the draw', () => {
   const p = ScriptedPolicy.parse({ turns: [{ choose: [{ say: 'a' }, { say: 'b' }, 'sample'], weights: [1, 2, 1] }] }, 'inline');
@@ -34,10 +37,11 @@ test('choose draws by the sampler, weighted; a fixed seed repeats the draw', () 
   assert.equal(say(0.26), 'b');
   assert.equal(say(0.74), 'b');
   assert.equal(say(0.76), 'sample');
-  const draws = (seed: number) => Array.from({ length: 8 }, () => {
-    const rng = new Prng(seed);
-    return say(rng.next());
-  });
+  const draws = (seed: number) =>
+    Array.from({ length: 8 }, () => {
+      const rng = new Prng(seed);
+      return say(rng.next());
+    });
   assert.deepEqual(draws(7), draws(7), 'the same seed, the same move');
   const rng = new Prng(1);
   const seen = new Set(Array.from({ length: 200 }, () => say(rng.next())));
@@ -46,7 +50,10 @@ test('choose draws by the sampler, weighted; a fixed seed repeats the draw', () 
 
 test('choose is validated: two choices at least, one weight per choice, positive weights', () => {
   assert.throws(() => ScriptedPolicy.parse({ fallback: { choose: [{ say: 'a' }] } }, 'p.json'), /invalid policy p\.json: fallback/);
-  assert.throws(() => ScriptedPolicy.parse({ fallback: { choose: [{ say: 'a' }, { say: 'b' }], weights: [1] } }, 'p.json'), /invalid policy p\.json: fallback/);
+  assert.throws(
+    () => ScriptedPolicy.parse({ fallback: { choose: [{ say: 'a' }, { say: 'b' }], weights: [1] } }, 'p.json'),
+    /invalid policy p\.json: fallback/,
+  );
   assert.throws(() => ScriptedPolicy.parse({ fallback: { choose: [{ say: 'a' }, { say: 'b' }], weights: [1, 0] } }, 'p.json'), /fallback/);
   assert.equal(ScriptedPolicy.parse({ fallback: { say: 'x' } }, 'p.json').samples, false, 'a scripted policy does not sample');
 });
@@ -54,7 +61,11 @@ test('choose is validated: two choices at least, one weight per choice, positive
 test("sum-numbers' sampling policy sums right or wrong; its policy.json always right", () => {
   const listing: ChatMessage[] = [
     { role: 'user', content: loadTask(join(EXAMPLES, 'sum-numbers')).instruction },
-    { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'bash', arguments: '{"command":"cat numbers.txt"}' } }] },
+    {
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id: 'c1', type: 'function', function: { name: 'bash', arguments: '{"command":"cat numbers.txt"}' } }],
+    },
     { role: 'tool', tool_call_id: 'c1', content: '# numbers-v1: one integer per line\n17\n25\n-4\n12\n' },
   ];
   const sampling = ScriptedPolicy.load(join(EXAMPLES, 'sum-numbers', SAMPLING_POLICY_FILE));
@@ -70,7 +81,9 @@ test("sum-numbers' sampling policy sums right or wrong; its policy.json always r
   assert.match(command(sampling, 0.9)!, /head -n 2/, 'the second sums only 17 and 25 (42, not 50: reward 0)');
   assert.equal(ScriptedPolicy.load(join(EXAMPLES, 'hello-file', 'policy.json')).samples, false);
   // The routed policy of a batch passes the sampler through to the task's policy.
-  const routed = new TaskRoutedPolicy([{ instruction: listing[0]!.content as string, policyFile: join(EXAMPLES, 'sum-numbers', SAMPLING_POLICY_FILE) }]);
+  const routed = new TaskRoutedPolicy([
+    { instruction: listing[0]!.content as string, policyFile: join(EXAMPLES, 'sum-numbers', SAMPLING_POLICY_FILE) },
+  ]);
   assert.equal(routed.samples, true);
   const d = routed.decide(listing, [bash], () => 0.9);
   assert.match(d.kind === 'script' ? String(d.toolCalls[0]?.arguments.command) : '', /head -n 2/);
@@ -85,7 +98,14 @@ test('batches on the embedded engine follow policy.sampling.json when a task has
 function plannedBatch(name: string, task: string, engineUrl?: string): { dir: string; groupId: string; task: string } {
   const tasks = join(tmp, `${name}-tasks`);
   cpSync(join(EXAMPLES, task), join(tasks, task), { recursive: true });
-  const plan = planBatch({ tasks: [tasks], harnesses: ['react'], groupSize: 2, outDir: join(tmp, 'batches', name), checkInstalled: false, ...(engineUrl ? { engineUrl, model: 'm' } : {}) });
+  const plan = planBatch({
+    tasks: [tasks],
+    harnesses: ['react'],
+    groupSize: 2,
+    outDir: join(tmp, 'batches', name),
+    checkInstalled: false,
+    ...(engineUrl ? { engineUrl, model: 'm' } : {}),
+  });
   writeBatch(plan);
   return { dir: plan.dir, groupId: plan.manifest.groups[0]!.group_id, task: plan.manifest.groups[0]!.task };
 }
@@ -93,10 +113,21 @@ function plannedBatch(name: string, task: string, engineUrl?: string): { dir: st
 test('a no-contrast group says why when the embedded engine followed a policy without a choice', () => {
   const scripted = plannedBatch('scripted', 'hello-file');
   const note = deterministicPolicyNote(scripted.dir, scripted.task);
-  assert.match(note ?? '', /hello-file\/policy\.json, a scripted policy with no choice in it: every member makes the same moves whatever the temperature/);
+  assert.match(
+    note ?? '',
+    /hello-file\/policy\.json, a scripted policy with no choice in it: every member makes the same moves whatever the temperature/,
+  );
   assert.match(note ?? '', /policy\.sampling\.json with a "choose" move/);
-  assert.equal(deterministicPolicyNote(plannedBatch('sampling', 'sum-numbers').dir, 'sum-numbers'), undefined, 'a sampling policy could have given contrast');
-  assert.equal(deterministicPolicyNote(plannedBatch('real', 'hello-file', 'http://127.0.0.1:8000').dir, 'hello-file'), undefined, 'a real engine samples');
+  assert.equal(
+    deterministicPolicyNote(plannedBatch('sampling', 'sum-numbers').dir, 'sum-numbers'),
+    undefined,
+    'a sampling policy could have given contrast',
+  );
+  assert.equal(
+    deterministicPolicyNote(plannedBatch('real', 'hello-file', 'http://127.0.0.1:8000').dir, 'hello-file'),
+    undefined,
+    'a real engine samples',
+  );
   assert.equal(deterministicPolicyNote(join(tmp, 'nowhere'), 'x'), undefined);
   // The audit document carries the note under the group, and links the shipped behaviour docs.
   // A real audit of the planned batch, its group marked as finished without contrast.

@@ -18,7 +18,10 @@ test('raw logprobs are the log of the model probabilities', () => {
   close(dist.rawLogprob(10), Math.log(0.5));
   close(dist.rawLogprob(14), Math.log(0.03));
   assert.equal(dist.rawLogprob(99), -Infinity);
-  assert.deepEqual(rawTop(dist, 2).map((t) => t.id), [10, 11]);
+  assert.deepEqual(
+    rawTop(dist, 2).map((t) => t.id),
+    [10, 11],
+  );
 });
 
 test('neutral processing equals raw', () => {
@@ -48,7 +51,10 @@ test('top-k, top-p and min-p truncate and renormalise', () => {
   close(p.logprob(12), Math.log(0.15 / 0.9));
   const m = dist.processed({ ...NEUTRAL_SAMPLING, minP: 0.2 }); // keeps p >= 0.1
   assert.equal(m.kept, 3);
-  assert.deepEqual(m.top(4).map((t) => t.id), [10, 11, 12, 13]);
+  assert.deepEqual(
+    m.top(4).map((t) => t.id),
+    [10, 11, 12, 13],
+  );
   assert.equal(m.top(4)[3]!.logprob, -Infinity, 'past the truncation');
 });
 
@@ -74,5 +80,14 @@ test('sampling follows the processed distribution and is reproducible per seed',
 test('logprobs leave as finite JSON numbers', () => {
   assert.equal(finiteLogprob(-Infinity), LOGPROB_FLOOR);
   assert.equal(finiteLogprob(-1.5), -1.5);
-  assert.throws(() => TokenDistribution.fromProbabilities(new Map([[1, 0.1], [2, 0.9]])), /not sorted/);
+  assert.throws(
+    () =>
+      TokenDistribution.fromProbabilities(
+        new Map([
+          [1, 0.1],
+          [2, 0.9],
+        ]),
+      ),
+    /not sorted/,
+  );
 });

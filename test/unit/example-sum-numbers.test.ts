@@ -12,7 +12,10 @@ import { ScriptedPolicy } from '../../src/engine/policy.js';
 import { loadTask } from '../../src/tasks/task.js';
 
 const TASK = join(__dirname, '..', '..', 'examples', 'tasks', 'sum-numbers');
-const bash: ChatTool = { type: 'function', function: { name: 'bash', parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } } };
+const bash: ChatTool = {
+  type: 'function',
+  function: { name: 'bash', parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } },
+};
 
 test('sum-numbers: three shell calls from the policy, then an answer, and the verifier gives reward 1', () => {
   const task = loadTask(TASK);
@@ -30,13 +33,19 @@ test('sum-numbers: three shell calls from the policy, then an answer, and the ve
     const command = String(decision.toolCalls[0]!.arguments.command);
     commands.push(command);
     const output = execFileSync('bash', ['-c', command], { cwd: app, encoding: 'utf8' });
-    messages.push({ role: 'assistant', content: decision.content ?? null, tool_calls: [{ id: `c${turn}`, type: 'function', function: { name: 'bash', arguments: JSON.stringify({ command }) } }] });
+    messages.push({
+      role: 'assistant',
+      content: decision.content ?? null,
+      tool_calls: [{ id: `c${turn}`, type: 'function', function: { name: 'bash', arguments: JSON.stringify({ command }) } }],
+    });
     messages.push({ role: 'tool', tool_call_id: `c${turn}`, content: output });
   }
   assert.equal(commands.length, 3, commands.join('\n'));
   assert.doesNotMatch(commands.join('\n'), /\$\(|`/, "gemini-cli's shell tool refuses $(...) and backticks");
   const logs = mkdtempSync(join(tmpdir(), 'hl-sum-logs-'));
-  execFileSync('bash', [join(TASK, 'tests', 'test.sh')], { env: { PATH: process.env.PATH, HARNESS_LAB_WORKDIR: app, HARNESS_LAB_LOGS: logs } });
+  execFileSync('bash', [join(TASK, 'tests', 'test.sh')], {
+    env: { PATH: process.env.PATH, HARNESS_LAB_WORKDIR: app, HARNESS_LAB_LOGS: logs },
+  });
   assert.equal(readFileSync(join(logs, 'verifier', 'reward.txt'), 'utf8').trim(), '1');
 });
 
@@ -45,6 +54,8 @@ test('sum-numbers: a wrong sum gets reward 0', () => {
   cpSync(join(TASK, 'environment', 'numbers.txt'), join(app, 'numbers.txt'));
   execFileSync('bash', ['-c', 'echo 54 > sum.txt'], { cwd: app });
   const logs = mkdtempSync(join(tmpdir(), 'hl-sum-logs-'));
-  execFileSync('bash', [join(TASK, 'tests', 'test.sh')], { env: { PATH: process.env.PATH, HARNESS_LAB_WORKDIR: app, HARNESS_LAB_LOGS: logs } });
+  execFileSync('bash', [join(TASK, 'tests', 'test.sh')], {
+    env: { PATH: process.env.PATH, HARNESS_LAB_WORKDIR: app, HARNESS_LAB_LOGS: logs },
+  });
   assert.equal(readFileSync(join(logs, 'verifier', 'reward.txt'), 'utf8').trim(), '0');
 });

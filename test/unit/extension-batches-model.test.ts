@@ -10,7 +10,15 @@ import { test } from 'node:test';
 import { planBatch, writeBatch } from '../../src/batch/plan.js';
 import { readRolloutStates, writeRolloutState, type RolloutState } from '../../src/batch/state.js';
 import { planAndWriteBatch, startBatchLab } from '../../src/extension/batch-submit.js';
-import { BatchesTreeModel, ShownBatchesTree, batchDirs, resolveBatchesFolder, type BatchNode, type BatchRolloutNode, type GroupNode } from '../../src/extension/batches-model.js';
+import {
+  BatchesTreeModel,
+  ShownBatchesTree,
+  batchDirs,
+  resolveBatchesFolder,
+  type BatchNode,
+  type BatchRolloutNode,
+  type GroupNode,
+} from '../../src/extension/batches-model.js';
 import { CaptureStore } from '../../src/capture/store.js';
 import { kubeconfigFiles } from '../../src/cluster/kubeconfig-files.js';
 import { NoKubeconfigError, readKubeContexts } from '../../src/extension/kube-contexts.js';
@@ -29,7 +37,16 @@ function tasksDir(): string {
 /** A batch of 2 tasks x react x 2 under `folder/name`, created at `now`. */
 function batch(folder: string, name: string, now: Date): string {
   const root = tasksDir();
-  const plan = planBatch({ tasks: [join(root, 'tasks')], harnesses: ['react'], groupSize: 2, parallel: 2, outDir: join(folder, name), checkInstalled: false, timeoutSec: 30, now });
+  const plan = planBatch({
+    tasks: [join(root, 'tasks')],
+    harnesses: ['react'],
+    groupSize: 2,
+    parallel: 2,
+    outDir: join(folder, name),
+    checkInstalled: false,
+    timeoutSec: 30,
+    now,
+  });
   writeBatch(plan);
   return plan.dir;
 }
@@ -45,7 +62,17 @@ function finish(dir: string, id: string, cls: NonNullable<RolloutState['class']>
     reward,
     trainable: !discarded,
     session_id: session,
-    attempts: [{ attempt: 0, session_id: session, started_at: s.queued_at, ended_at: s.queued_at, out_dir: `runs/${id}/0`, outcome: 'finished', trainable: !discarded }],
+    attempts: [
+      {
+        attempt: 0,
+        session_id: session,
+        started_at: s.queued_at,
+        ended_at: s.queued_at,
+        out_dir: `runs/${id}/0`,
+        outcome: 'finished',
+        trainable: !discarded,
+      },
+    ],
     started_at: s.queued_at,
     ended_at: s.queued_at,
     duration_ms: ms,
@@ -71,18 +98,27 @@ test('batch -> group -> rollout: classes, rewards, durations, mean/std and NO CO
 
   const groups = model.children(b) as GroupNode[];
   // In the manifest's group order.
-  assert.deepEqual(groups.map((g) => [g.label, g.description]), [
-    ['fix-script.react', '2/2 · mean 0 · std - · FEWER THAN 2 TRAINABLE'],
-    ['hello-file.react', '2/2 · mean 1 · std 0 · NO CONTRAST'],
-  ]);
-  assert.deepEqual(groups.map((g) => g.noContrast), [false, true]);
+  assert.deepEqual(
+    groups.map((g) => [g.label, g.description]),
+    [
+      ['fix-script.react', '2/2 · mean 0 · std - · FEWER THAN 2 TRAINABLE'],
+      ['hello-file.react', '2/2 · mean 1 · std 0 · NO CONTRAST'],
+    ],
+  );
+  assert.deepEqual(
+    groups.map((g) => g.noContrast),
+    [false, true],
+  );
   assert.match(groups[1]!.tooltip, /No contrast: every trainable reward is equal/);
 
   const rollouts = model.children(groups[0]) as BatchRolloutNode[];
-  assert.deepEqual(rollouts.map((r) => [r.label, r.description]), [
-    ['#0 fix-script.react.0', 'policy_failure · reward 0 · 2.00 s'],
-    ['#1 fix-script.react.1', 'infra_error · reward null · 1 m 5 s'],
-  ]);
+  assert.deepEqual(
+    rollouts.map((r) => [r.label, r.description]),
+    [
+      ['#0 fix-script.react.0', 'policy_failure · reward 0 · 2.00 s'],
+      ['#1 fix-script.react.1', 'infra_error · reward null · 1 m 5 s'],
+    ],
+  );
   assert.equal(rollouts[0]!.sessionFile, join(dir, 'capture', 'sessions', 'sess-fix-script.react.0.jsonl'));
   assert.match(rollouts[1]!.tooltip, /stopped from outside the lab/);
   assert.deepEqual(model.children(rollouts[0]), []);
@@ -92,7 +128,23 @@ test('a batch being run: queued and running rollouts, no class yet, no session f
   const folder = mkdtempSync(join(tmpdir(), 'hl-batches-'));
   const dir = batch(folder, 'live', new Date('2026-01-02T10:00:00Z'));
   const s = readRolloutStates(dir)[0]!;
-  writeRolloutState(dir, { ...s, state: 'running', session_id: 'sess-live', attempts: [{ attempt: 0, session_id: 'sess-live', started_at: s.queued_at, ended_at: null, out_dir: 'runs/x/0', outcome: 'running', trainable: false }], started_at: s.queued_at });
+  writeRolloutState(dir, {
+    ...s,
+    state: 'running',
+    session_id: 'sess-live',
+    attempts: [
+      {
+        attempt: 0,
+        session_id: 'sess-live',
+        started_at: s.queued_at,
+        ended_at: null,
+        out_dir: 'runs/x/0',
+        outcome: 'running',
+        trainable: false,
+      },
+    ],
+    started_at: s.queued_at,
+  });
   const model = new BatchesTreeModel(() => [folder]);
   const [b] = model.roots() as BatchNode[];
   assert.match(b!.description, /^(idle|interrupted) · 0\/4 finished · docker$/);
@@ -109,7 +161,23 @@ test('a running rollout shows the calls captured so far, as they land in its ses
   const folder = mkdtempSync(join(tmpdir(), 'hl-batches-'));
   const dir = batch(folder, 'live', new Date('2026-01-02T10:00:00Z'));
   const s = readRolloutStates(dir)[0]!;
-  writeRolloutState(dir, { ...s, state: 'running', session_id: 'sess-live', attempts: [{ attempt: 0, session_id: 'sess-live', started_at: s.queued_at, ended_at: null, out_dir: 'runs/x/0', outcome: 'running', trainable: false }], started_at: s.queued_at });
+  writeRolloutState(dir, {
+    ...s,
+    state: 'running',
+    session_id: 'sess-live',
+    attempts: [
+      {
+        attempt: 0,
+        session_id: 'sess-live',
+        started_at: s.queued_at,
+        ended_at: null,
+        out_dir: 'runs/x/0',
+        outcome: 'running',
+        trainable: false,
+      },
+    ],
+    started_at: s.queued_at,
+  });
   const model = new BatchesTreeModel(() => [folder]);
   const running = () => {
     const [b] = model.roots() as BatchNode[];
@@ -119,7 +187,15 @@ test('a running rollout shows the calls captured so far, as they land in its ses
   assert.equal(running().liveCalls, null);
   // Appended as the batch's capture store does (a local proxy, or a cluster batch's mirror).
   const store = new CaptureStore(join(dir, 'capture'));
-  await store.append('sess-live', { type: 'session', session_id: 'sess-live', created_at: s.queued_at, model: 'm', engine_url: 'http://e', max_model_calls: 0, metadata: {} });
+  await store.append('sess-live', {
+    type: 'session',
+    session_id: 'sess-live',
+    created_at: s.queued_at,
+    model: 'm',
+    engine_url: 'http://e',
+    max_model_calls: 0,
+    metadata: {},
+  });
   assert.equal(running().description, 'running · 0 calls');
   const calls = chain(3).map((c) => ({ ...c, session_id: 'sess-live' }));
   await store.append('sess-live', { type: 'call', ...calls[0]! });
@@ -138,7 +214,23 @@ test('the shown tree: a re-read with nothing new changes nothing; a call or a fi
   const folder = mkdtempSync(join(tmpdir(), 'hl-batches-'));
   const dir = batch(folder, 'live', new Date('2026-01-02T10:00:00Z'));
   const s = readRolloutStates(dir)[0]!;
-  writeRolloutState(dir, { ...s, state: 'running', session_id: 'sess-live', attempts: [{ attempt: 0, session_id: 'sess-live', started_at: s.queued_at, ended_at: null, out_dir: 'runs/x/0', outcome: 'running', trainable: false }], started_at: s.queued_at });
+  writeRolloutState(dir, {
+    ...s,
+    state: 'running',
+    session_id: 'sess-live',
+    attempts: [
+      {
+        attempt: 0,
+        session_id: 'sess-live',
+        started_at: s.queued_at,
+        ended_at: null,
+        out_dir: 'runs/x/0',
+        outcome: 'running',
+        trainable: false,
+      },
+    ],
+    started_at: s.queued_at,
+  });
   const tree = new ShownBatchesTree(new BatchesTreeModel(() => [folder]));
   const [b] = tree.children() as BatchNode[];
   const [g] = tree.children(b) as GroupNode[];
@@ -147,7 +239,15 @@ test('the shown tree: a re-read with nothing new changes nothing; a call or a fi
   assert.deepEqual(tree.reread(), { kind: 'none' }, 'the same files: nothing to re-render');
   // A call lands: only the running rollout's row, as the same object the view handed out.
   const store = new CaptureStore(join(dir, 'capture'));
-  await store.append('sess-live', { type: 'session', session_id: 'sess-live', created_at: s.queued_at, model: 'm', engine_url: 'http://e', max_model_calls: 0, metadata: {} });
+  await store.append('sess-live', {
+    type: 'session',
+    session_id: 'sess-live',
+    created_at: s.queued_at,
+    model: 'm',
+    engine_url: 'http://e',
+    max_model_calls: 0,
+    metadata: {},
+  });
   await store.append('sess-live', { type: 'call', ...chain(1).map((c) => ({ ...c, session_id: 'sess-live' }))[0]! });
   await store.close();
   const calls = tree.reread();
@@ -162,14 +262,18 @@ test('the shown tree: a re-read with nothing new changes nothing; a call or a fi
   assert.equal(done.kind, 'rows');
   assert.deepEqual(new Set(done.kind === 'rows' ? done.nodes : []), new Set([b, g, running]));
   assert.equal(running!.description, 'completed · reward 1 · 900 ms');
-  assert.equal(running!.rollout.class, 'completed', 'the node\'s data follows, not only its text');
+  assert.equal(running!.rollout.class, 'completed', "the node's data follows, not only its text");
   assert.match(b!.description, /1\/4 finished/);
   assert.equal(queued!.description, 'queued');
   // A second batch: the tree's shape changed, so the whole tree is read again (new objects).
   batch(folder, 'second', new Date('2026-01-03T10:00:00Z'));
   assert.deepEqual(tree.reread(), { kind: 'shape' });
   const roots = tree.children() as BatchNode[];
-  assert.deepEqual(roots.map((n) => basename(n.dir)), ['second', 'live'], 'newest first');
+  assert.deepEqual(
+    roots.map((n) => basename(n.dir)),
+    ['second', 'live'],
+    'newest first',
+  );
   assert.notEqual(roots[1], b);
 });
 
@@ -188,11 +292,22 @@ test('broken directories are error nodes naming the file; newest batch first, er
   mkdirSync(join(folder, 'not-a-batch'));
   writeFileSync(join(folder, 'notes.json'), '{}');
 
-  assert.deepEqual(batchDirs(folder).map((d) => d.slice(folder.length + 1)).sort(), ['bad-field', 'missing-rollout', 'newer', 'older', 'torn']);
+  assert.deepEqual(
+    batchDirs(folder)
+      .map((d) => d.slice(folder.length + 1))
+      .sort(),
+    ['bad-field', 'missing-rollout', 'newer', 'older', 'torn'],
+  );
   const roots = new BatchesTreeModel(() => [folder]).roots();
-  assert.deepEqual(roots.filter((n) => n.kind === 'batch').map((n) => n.dir), [newer, older]);
+  assert.deepEqual(
+    roots.filter((n) => n.kind === 'batch').map((n) => n.dir),
+    [newer, older],
+  );
   const errors = roots.filter((n) => n.kind === 'error');
-  assert.deepEqual(roots.slice(2).map((n) => n.kind), ['error', 'error', 'error']);
+  assert.deepEqual(
+    roots.slice(2).map((n) => n.kind),
+    ['error', 'error', 'error'],
+  );
   const byDir = new Map(errors.map((e) => [e.dir.slice(folder.length + 1), e]));
   assert.equal(byDir.get('torn')!.file, join(folder, 'torn', 'batch.json'));
   assert.equal(byDir.get('torn')!.label, 'torn: cannot read batch.json');
@@ -226,11 +341,26 @@ test('kube contexts come from $KUBECONFIG (a path list) or ~/.kube/config; none 
       '  user:',
       '    token: not-a-real-token',
       'contexts:',
-      ...contexts.flatMap(([name, cluster, ns]) => [`- name: ${name}`, '  context:', `    cluster: ${cluster}`, '    user: me', ...(ns ? [`    namespace: ${ns}`] : [])]),
+      ...contexts.flatMap(([name, cluster, ns]) => [
+        `- name: ${name}`,
+        '  context:',
+        `    cluster: ${cluster}`,
+        '    user: me',
+        ...(ns ? [`    namespace: ${ns}`] : []),
+      ]),
     ].join('\n');
   const a = join(dir, 'a.yaml');
   const b = join(dir, 'b.yaml');
-  writeFileSync(a, kubeconfig([['dev', 'kind-dev'], ['prod', 'gke-prod', 'training']], 'prod'));
+  writeFileSync(
+    a,
+    kubeconfig(
+      [
+        ['dev', 'kind-dev'],
+        ['prod', 'gke-prod', 'training'],
+      ],
+      'prod',
+    ),
+  );
   writeFileSync(b, kubeconfig([['lab', 'k3s-lab']], 'lab'));
   const home = join(dir, 'home');
   const one = await readKubeContexts({ KUBECONFIG: a }, home);
@@ -244,21 +374,60 @@ test('kube contexts come from $KUBECONFIG (a path list) or ~/.kube/config; none 
   assert.equal(both.current, 'prod', 'the first file sets the current context');
   mkdirSync(join(home, '.kube'), { recursive: true });
   assert.deepEqual(kubeconfigFiles({}, home), [join(home, '.kube', 'config')]);
-  await assert.rejects(readKubeContexts({}, home), (err: Error) => err instanceof NoKubeconfigError && err.message.includes(join(home, '.kube', 'config')));
+  await assert.rejects(
+    readKubeContexts({}, home),
+    (err: Error) => err instanceof NoKubeconfigError && err.message.includes(join(home, '.kube', 'config')),
+  );
   writeFileSync(join(home, '.kube', 'config'), kubeconfig([['home-ctx', 'c']], 'home-ctx'));
-  assert.deepEqual((await readKubeContexts({}, home)).contexts.map((c) => c.name), ['home-ctx']);
+  assert.deepEqual(
+    (await readKubeContexts({}, home)).contexts.map((c) => c.name),
+    ['home-ctx'],
+  );
 });
 
 test('Submit Rollout Batch plans into <folder>/<batch id>; a bad request writes nothing', async () => {
   const root = tasksDir();
   const folder = join(root, 'harness-lab-batches');
-  const plan = await planAndWriteBatch({ tasks: [join(root, 'tasks', 'hello-file')], harnesses: ['react'], groupSize: 2, backend: 'docker', folder, engineUrl: null });
+  const plan = await planAndWriteBatch({
+    tasks: [join(root, 'tasks', 'hello-file')],
+    harnesses: ['react'],
+    groupSize: 2,
+    backend: 'docker',
+    folder,
+    engineUrl: null,
+  });
   assert.equal(plan.dir, join(folder, plan.manifest.batch_id));
   assert.ok(existsSync(join(plan.dir, 'batch.json')));
-  assert.deepEqual(readRolloutStates(plan.dir).map((s) => [s.rollout_id, s.state]), [['hello-file.react.0', 'queued'], ['hello-file.react.1', 'queued']]);
+  assert.deepEqual(
+    readRolloutStates(plan.dir).map((s) => [s.rollout_id, s.state]),
+    [
+      ['hello-file.react.0', 'queued'],
+      ['hello-file.react.1', 'queued'],
+    ],
+  );
   const before = readdirSync(folder);
-  await assert.rejects(planAndWriteBatch({ tasks: [join(root, 'tasks', 'hello-file')], harnesses: ['react'], groupSize: 1, backend: 'docker', folder, engineUrl: null }), /group size|group-size|at least 2/i);
-  await assert.rejects(planAndWriteBatch({ tasks: [join(root, 'tasks', 'hello-file')], harnesses: ['no-such-harness'], groupSize: 2, backend: 'docker', folder, engineUrl: null }), /no-such-harness/);
+  await assert.rejects(
+    planAndWriteBatch({
+      tasks: [join(root, 'tasks', 'hello-file')],
+      harnesses: ['react'],
+      groupSize: 1,
+      backend: 'docker',
+      folder,
+      engineUrl: null,
+    }),
+    /group size|group-size|at least 2/i,
+  );
+  await assert.rejects(
+    planAndWriteBatch({
+      tasks: [join(root, 'tasks', 'hello-file')],
+      harnesses: ['no-such-harness'],
+      groupSize: 2,
+      backend: 'docker',
+      folder,
+      engineUrl: null,
+    }),
+    /no-such-harness/,
+  );
   assert.deepEqual(readdirSync(folder), before);
 });
 
@@ -266,7 +435,10 @@ test('the lab child: lines as they come, its exit code, a missing CLI bundle nam
   const dir = mkdtempSync(join(tmpdir(), 'hl-lab-child-'));
   const cli = join(dir, 'cli.js');
   // Stands in for dist/cli.js: prints its argv and exits as a cancelled batch does.
-  writeFileSync(cli, "process.stdout.write('first\\nsecond ' + process.argv.slice(2).join(' ') + '\\nno newline'); process.stderr.write('electron ' + process.env.ELECTRON_RUN_AS_NODE + '\\n'); process.exitCode = 1;");
+  writeFileSync(
+    cli,
+    "process.stdout.write('first\\nsecond ' + process.argv.slice(2).join(' ') + '\\nno newline'); process.stderr.write('electron ' + process.env.ELECTRON_RUN_AS_NODE + '\\n'); process.exitCode = 1;",
+  );
   const lines: string[] = [];
   const lab = startBatchLab({ cliJs: cli, dir: '/some/batch', cwd: dir, onLine: (l) => lines.push(l) });
   assert.equal(await lab.exited, 1);

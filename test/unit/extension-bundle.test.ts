@@ -15,9 +15,16 @@ test('dist/extension.js loads outside the repository with only a vscode stub', (
   try {
     mkdirSync(join(dir, 'node_modules', 'vscode'), { recursive: true });
     // Any vscode API touched at load time (not at activation) would throw on this stub.
-    writeFileSync(join(dir, 'node_modules', 'vscode', 'index.js'), 'module.exports = new Proxy({}, { get(_t, k) { if (typeof k === "symbol" || k === "__esModule") return undefined; throw new Error("vscode." + String(k) + " used at load time"); } });\n');
+    writeFileSync(
+      join(dir, 'node_modules', 'vscode', 'index.js'),
+      'module.exports = new Proxy({}, { get(_t, k) { if (typeof k === "symbol" || k === "__esModule") return undefined; throw new Error("vscode." + String(k) + " used at load time"); } });\n',
+    );
     copyFileSync(bundle, join(dir, 'extension.js'));
-    const out = execFileSync(process.execPath, ['-e', 'const e = require("./extension.js"); console.log(typeof e.activate, typeof e.deactivate)'], { cwd: dir, encoding: 'utf8', env: { PATH: process.env.PATH, NODE_PATH: '' } });
+    const out = execFileSync(
+      process.execPath,
+      ['-e', 'const e = require("./extension.js"); console.log(typeof e.activate, typeof e.deactivate)'],
+      { cwd: dir, encoding: 'utf8', env: { PATH: process.env.PATH, NODE_PATH: '' } },
+    );
     assert.equal(out.trim(), 'function function');
   } finally {
     rmSync(dir, { recursive: true, force: true });

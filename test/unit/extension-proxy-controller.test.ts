@@ -10,7 +10,14 @@ import { Emitter } from '../../src/capture/events.js';
 import { CaptureProxy, type ProxyLogger, type ProxyOptions } from '../../src/capture/proxy.js';
 import type { CallRecord, SessionInfo } from '../../src/capture/types.js';
 import { startFakeEngine } from '../../src/engine/fake-engine.js';
-import { NotRunningError, ProxyController, toSessionRows, type ProxyLike, type ProxyState, type SessionsLike } from '../../src/extension/proxy-controller.js';
+import {
+  NotRunningError,
+  ProxyController,
+  toSessionRows,
+  type ProxyLike,
+  type ProxyState,
+  type SessionsLike,
+} from '../../src/extension/proxy-controller.js';
 import { readSettings } from '../../src/extension/settings.js';
 import { call } from './rollout-fixtures.js';
 
@@ -53,7 +60,11 @@ test('start -> running with the port, stop -> stopped, and both are idempotent',
   const fake = new FakeProxy();
   let starts = 0;
   let seen: ProxyOptions | undefined;
-  const controller = new ProxyController({ startProxy: async (o) => ((seen = o), starts++, fake), logger: recordingLogger(), defaultDataDir: '/default/dir' });
+  const controller = new ProxyController({
+    startProxy: async (o) => ((seen = o), starts++, fake),
+    logger: recordingLogger(),
+    defaultDataDir: '/default/dir',
+  });
   const states: ProxyState['kind'][] = [];
   controller.onDidChangeState((s) => states.push(s.kind));
   const [a, b] = await Promise.all([controller.start(settings(), 'admin-secret'), controller.start(settings(), undefined)]);
@@ -65,19 +76,30 @@ test('start -> running with the port, stop -> stopped, and both are idempotent',
   assert.equal(seen?.host, '127.0.0.1');
   assert.equal(seen?.port, 0);
   assert.equal(seen?.adminKey, 'admin-secret');
-  assert.deepEqual(controller.listSessions(), [{ session_id: 's1', created_at: '2026-01-01T00:00:00Z', n_calls: 1 }], 'malformed summaries are dropped');
+  assert.deepEqual(
+    controller.listSessions(),
+    [{ session_id: 's1', created_at: '2026-01-01T00:00:00Z', n_calls: 1 }],
+    'malformed summaries are dropped',
+  );
   await controller.stop();
   await controller.stop();
   assert.equal(fake.closed, true);
   assert.deepEqual(states, ['starting', 'running', 'stopped']);
-  assert.throws(() => controller.requireRunning('copy its URL'), (e: Error) => e instanceof NotRunningError && /Start Proxy.*copy its URL/.test(e.message));
+  assert.throws(
+    () => controller.requireRunning('copy its URL'),
+    (e: Error) => e instanceof NotRunningError && /Start Proxy.*copy its URL/.test(e.message),
+  );
   controller.dispose();
 });
 
 test('without a stored admin key the proxy still runs with one, minted for this start and readable from the controller', async () => {
   const fake = new FakeProxy();
   const seen: ProxyOptions[] = [];
-  const controller = new ProxyController({ startProxy: async (o) => (seen.push(o), fake), logger: recordingLogger(), defaultDataDir: '/d' });
+  const controller = new ProxyController({
+    startProxy: async (o) => (seen.push(o), fake),
+    logger: recordingLogger(),
+    defaultDataDir: '/d',
+  });
   assert.equal(controller.adminKey, undefined, 'no key before the proxy runs');
   await controller.start(settings(), undefined);
   const minted = seen[0]?.adminKey;
@@ -96,7 +118,10 @@ test('start failures become a failed state with a message in settings terms', as
   const log = recordingLogger();
   const busy = Object.assign(new Error('listen EADDRINUSE'), { code: 'EADDRINUSE' });
   const controller = new ProxyController({ startProxy: async () => Promise.reject(busy), logger: log, defaultDataDir: '/d' });
-  await assert.rejects(controller.start(settings({ proxyPort: 8787 }), undefined), /Port 8787 on 127\.0\.0\.1 is already in use.*harnessLab\.proxyPort/);
+  await assert.rejects(
+    controller.start(settings({ proxyPort: 8787 }), undefined),
+    /Port 8787 on 127\.0\.0\.1 is already in use.*harnessLab\.proxyPort/,
+  );
   assert.equal(controller.state.kind, 'failed');
   assert.match(log.lines.join('\n'), /error proxy failed to start: Port 8787/);
   await assert.rejects(controller.start(settings({ engineUrl: '' }), undefined), /Set Engine URL/);
@@ -121,8 +146,14 @@ test('recorded calls drive data events and engine reachability', async () => {
   fake.calls.fire(call({ id: 'y', index: 1, prompt: [1], sampled: [2] }));
   assert.equal(controller.engineReachability(url), 'reachable');
   fake.changes.fire();
-  assert.deepEqual(data.map((r) => r?.call_id), ['x', 'y', undefined]);
-  assert.deepEqual(controller.engineStatuses([url, '']).map((s) => s.reachability), ['reachable']);
+  assert.deepEqual(
+    data.map((r) => r?.call_id),
+    ['x', 'y', undefined],
+  );
+  assert.deepEqual(
+    controller.engineStatuses([url, '']).map((s) => s.reachability),
+    ['reachable'],
+  );
   controller.noteEngine(url, { captureLevel: 'tokens', detail: 'probed' });
   assert.equal(controller.engineStatuses([url])[0]?.captureLevel, 'tokens');
   await controller.stop();
@@ -144,18 +175,28 @@ test('probe results from an earlier window are shown again, without claiming rea
   assert.equal(status?.captureLevel, 'tokens');
   assert.equal(status?.reachability, 'unknown');
   assert.match(status?.detail ?? '', /probed 2026-01-01T00:00:00Z: no findings/);
-  assert.deepEqual(controller.probedEngines().map((e) => e.url), [url], 'unprobed entries are not remembered');
+  assert.deepEqual(
+    controller.probedEngines().map((e) => e.url),
+    [url],
+    'unprobed entries are not remembered',
+  );
   controller.dispose();
 });
 
 test('toSessionRows keeps well-formed rows only', () => {
-  assert.deepEqual(toSessionRows([{ session_id: 'a', created_at: 't', n_calls: 2, extra: 1 }, { session_id: 3 }, null]), [{ session_id: 'a', created_at: 't', n_calls: 2, extra: 1 }]);
+  assert.deepEqual(toSessionRows([{ session_id: 'a', created_at: 't', n_calls: 2, extra: 1 }, { session_id: 3 }, null]), [
+    { session_id: 'a', created_at: 't', n_calls: 2, extra: 1 },
+  ]);
 });
 
 test('real proxy: live calls, stored sessions while stopped, export and delete', async () => {
   const engine = await startFakeEngine({ model: 'fake/m' });
   const dataDir = tempDir();
-  const controller = new ProxyController({ startProxy: (o) => CaptureProxy.start(o), logger: recordingLogger(), defaultDataDir: tempDir() });
+  const controller = new ProxyController({
+    startProxy: (o) => CaptureProxy.start(o),
+    logger: recordingLogger(),
+    defaultDataDir: tempDir(),
+  });
   try {
     const proxy = await controller.start(settings({ engineUrl: engine.url, model: engine.model, dataDir }), undefined);
     const recorded = new Promise<CallRecord>((resolve) => {
@@ -182,7 +223,10 @@ test('real proxy: live calls, stored sessions while stopped, export and delete',
     assert.equal(stored.length, 1);
     assert.equal(stored[0]?.n_calls, 1);
     assert.deepEqual(stored[0]?.metadata, { source: 'terminal' });
-    assert.deepEqual(controller.getCalls(info.session_id).map((c) => c.call_id), [rec.call_id]);
+    assert.deepEqual(
+      controller.getCalls(info.session_id).map((c) => c.call_id),
+      [rec.call_id],
+    );
     assert.equal(controller.exportTraces(info.session_id).jsonl, live.jsonl, 'the store exports exactly what the live proxy did');
     assert.throws(() => controller.exportTraces('nope'), /No session 'nope'/);
     controller.useStoredSessions(tempDir());
@@ -204,11 +248,18 @@ test("the Engines view shows the proxy's own grade of its engine once it has pro
   class GradedProxy extends FakeProxy {
     engineReport: ProxyLike['engineReport'] = undefined;
     ensureProbed = async () => {
-      this.engineReport = { reachable: true, capture_level: 'tokens', findings: ['[WARN] truncated_turn: finish reason is length'], probed_at: '2026-01-01T00:00:00Z' };
+      this.engineReport = {
+        reachable: true,
+        capture_level: 'tokens',
+        findings: ['[WARN] truncated_turn: finish reason is length'],
+        probed_at: '2026-01-01T00:00:00Z',
+      };
     };
   }
   const controller = new ProxyController({ startProxy: async () => new GradedProxy(), logger: recordingLogger(), defaultDataDir: '/d' });
-  const graded = new Promise<void>((resolve) => controller.onDidChangeEngines(() => controller.engineStatuses(['http://127.0.0.1:9'])[0]?.captureLevel && resolve()));
+  const graded = new Promise<void>((resolve) =>
+    controller.onDidChangeEngines(() => controller.engineStatuses(['http://127.0.0.1:9'])[0]?.captureLevel && resolve()),
+  );
   await controller.start(settings(), undefined);
   await graded;
   const status = controller.engineStatuses(['http://127.0.0.1:9'])[0]!;
@@ -224,8 +275,15 @@ test("the Engines view shows the proxy's own grade of its engine once it has pro
       this.engineReport = { reachable: false, capture_level: 'text', findings: [], probed_at: '2026-01-02T00:00:00Z' };
     };
   }
-  const again = new ProxyController({ startProxy: async () => new DownProxy(), logger: recordingLogger(), defaultDataDir: '/d', rememberedEngines: controller.probedEngines() });
-  const down = new Promise<void>((resolve) => again.onDidChangeEngines(() => again.engineReachability('http://127.0.0.1:9') === 'unreachable' && resolve()));
+  const again = new ProxyController({
+    startProxy: async () => new DownProxy(),
+    logger: recordingLogger(),
+    defaultDataDir: '/d',
+    rememberedEngines: controller.probedEngines(),
+  });
+  const down = new Promise<void>((resolve) =>
+    again.onDidChangeEngines(() => again.engineReachability('http://127.0.0.1:9') === 'unreachable' && resolve()),
+  );
   await again.start(settings(), undefined);
   await down;
   assert.equal(again.engineStatuses(['http://127.0.0.1:9'])[0]!.captureLevel, 'tokens');

@@ -41,7 +41,11 @@ test('a restarted proxy listens on its former port and a keyed session made befo
   const engine = await startFakeEngine({ model: 'fake/m' });
   const dataDir = tempDir();
   const log = recordingLogger();
-  const controller = new ProxyController({ startProxy: (o) => CaptureProxy.start({ ...o, captureLevel: 'tokens' }), logger: log, defaultDataDir: dataDir });
+  const controller = new ProxyController({
+    startProxy: (o) => CaptureProxy.start({ ...o, captureLevel: 'tokens' }),
+    logger: log,
+    defaultDataDir: dataDir,
+  });
   try {
     const s = settings({ engineUrl: engine.url, model: engine.model, dataDir });
     const first = await controller.start(s, undefined);
@@ -68,12 +72,20 @@ test('a remembered port that is taken now falls back to any free port, and says 
   await new Promise<void>((r) => blocker.listen(0, '127.0.0.1', () => r()));
   const taken = (blocker.address() as { port: number }).port;
   const log = recordingLogger();
-  const controller = new ProxyController({ startProxy: (o) => CaptureProxy.start({ ...o, captureLevel: 'tokens' }), logger: log, defaultDataDir: tempDir(), rememberedPort: taken });
+  const controller = new ProxyController({
+    startProxy: (o) => CaptureProxy.start({ ...o, captureLevel: 'tokens' }),
+    logger: log,
+    defaultDataDir: tempDir(),
+    rememberedPort: taken,
+  });
   try {
     const proxy = await controller.start(settings({ engineUrl: engine.url, model: engine.model }), undefined);
     assert.notEqual(proxy.port, taken);
     assert.equal(controller.rememberedPort, proxy.port);
-    assert.ok(log.lines.some((l) => l.startsWith('warn') && l.includes(`port ${taken}`) && /captured terminals/.test(l)), log.lines.join('\n'));
+    assert.ok(
+      log.lines.some((l) => l.startsWith('warn') && l.includes(`port ${taken}`) && /captured terminals/.test(l)),
+      log.lines.join('\n'),
+    );
   } finally {
     await controller.stop();
     controller.dispose();
@@ -85,7 +97,10 @@ test('a remembered port that is taken now falls back to any free port, and says 
 test('an explicit proxyPort setting wins over the remembered port', async () => {
   const seen: (number | undefined)[] = [];
   const controller = new ProxyController({
-    startProxy: async (o) => (seen.push(o.port), { url: `http://127.0.0.1:${o.port}`, port: o.port!, sessions: {} as never, close: async () => undefined }),
+    startProxy: async (o) => (
+      seen.push(o.port),
+      { url: `http://127.0.0.1:${o.port}`, port: o.port!, sessions: {} as never, close: async () => undefined }
+    ),
     logger: recordingLogger(),
     defaultDataDir: '/d',
     rememberedPort: 40001,
@@ -98,7 +113,11 @@ test('an explicit proxyPort setting wins over the remembered port', async () => 
 test('an engine swap under a running proxy: same port, same session, the next call answered by the new engine', async () => {
   const oldEngine = await startFakeEngine({ model: 'fake/m', script: () => ({ content: 'from the old engine' }) });
   const newEngine = await startFakeEngine({ model: 'fake/m', script: () => ({ content: 'from the new engine' }) });
-  const controller = new ProxyController({ startProxy: (o) => CaptureProxy.start({ ...o, captureLevel: 'tokens' }), logger: recordingLogger(), defaultDataDir: tempDir() });
+  const controller = new ProxyController({
+    startProxy: (o) => CaptureProxy.start({ ...o, captureLevel: 'tokens' }),
+    logger: recordingLogger(),
+    defaultDataDir: tempDir(),
+  });
   try {
     const proxy = await controller.start(settings({ engineUrl: oldEngine.url, model: 'fake/m' }), undefined);
     const { api_key: key } = proxy.sessions.create({ mint_key: true });
@@ -124,7 +143,11 @@ test('an engine swap under a running proxy: same port, same session, the next ca
 });
 
 test('retarget is a no-op without a running proxy', async () => {
-  const controller = new ProxyController({ startProxy: async () => Promise.reject(new Error('unused')), logger: recordingLogger(), defaultDataDir: '/d' });
+  const controller = new ProxyController({
+    startProxy: async () => Promise.reject(new Error('unused')),
+    logger: recordingLogger(),
+    defaultDataDir: '/d',
+  });
   assert.equal(await controller.retarget('http://127.0.0.1:1'), false);
   controller.dispose();
 });

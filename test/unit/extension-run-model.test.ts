@@ -52,9 +52,16 @@ test('Start Embedded Engine: the bundled CLI serves the engine until its owner i
   assert.equal(slot.current, engine);
   const models = (await (await fetch(`${engine.url}/v1/models`)).json()) as { data: { id: string }[] };
   assert.equal(models.data.length, 1);
-  const detok = await fetch(`${engine.url}/detokenize`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ tokens: [151644] }) });
+  const detok = await fetch(`${engine.url}/detokenize`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ tokens: [151644] }),
+  });
   assert.deepEqual(await detok.json(), { prompt: '<|im_start|>' });
-  assert.ok(lines.some((l) => /embedded engine \(pid \d+\) listening on/.test(l)), lines.join('\n'));
+  assert.ok(
+    lines.some((l) => /embedded engine \(pid \d+\) listening on/.test(l)),
+    lines.join('\n'),
+  );
   slot.dispose();
   await engine.whenExited();
   assert.equal(slot.current, undefined);
@@ -63,5 +70,8 @@ test('Start Embedded Engine: the bundled CLI serves the engine until its owner i
 
 test('a CLI that fails to start is reported with its stderr', async () => {
   const log = { info: () => undefined, warn: () => undefined };
-  await assert.rejects(EngineProcess.start({ cliPath: join(root, 'dist', 'cli.js'), policy: '/no/such/policy.json', log }), /exited before listening[\s\S]*policy/);
+  await assert.rejects(
+    EngineProcess.start({ cliPath: join(root, 'dist', 'cli.js'), policy: '/no/such/policy.json', log }),
+    /exited before listening[\s\S]*policy/,
+  );
 });

@@ -5,7 +5,18 @@ import { mkdirSync, mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { batchMemberOutcome, classOf, fileOutcome, OutcomeCache, outcomeLine, outcomeReason, outcomeSeverity, policyMismatch, readRunOutcome, verifierTail } from '../../src/extension/run-outcome.js';
+import {
+  batchMemberOutcome,
+  classOf,
+  fileOutcome,
+  OutcomeCache,
+  outcomeLine,
+  outcomeReason,
+  outcomeSeverity,
+  policyMismatch,
+  readRunOutcome,
+  verifierTail,
+} from '../../src/extension/run-outcome.js';
 import { SessionsTreeModel, sessionNode } from '../../src/extension/sessions-model.js';
 
 const dirs: string[] = [];
@@ -19,7 +30,19 @@ function tempDir(): string {
 /** A run folder as runRollout leaves it: rollout.json and the verifier's stdout. */
 function runDir(result: Record<string, unknown>, verifier?: string): string {
   const dir = tempDir();
-  writeFileSync(join(dir, 'rollout.json'), JSON.stringify({ task: 'hello-file', harness: 'react', status: 'ok', reward: 0, error: null, agent: { timed_out: false }, cancelled: false, ...result }));
+  writeFileSync(
+    join(dir, 'rollout.json'),
+    JSON.stringify({
+      task: 'hello-file',
+      harness: 'react',
+      status: 'ok',
+      reward: 0,
+      error: null,
+      agent: { timed_out: false },
+      cancelled: false,
+      ...result,
+    }),
+  );
   if (verifier !== undefined) {
     mkdirSync(join(dir, 'verifier'));
     writeFileSync(join(dir, 'verifier', 'test-stdout.txt'), verifier);
@@ -27,7 +50,7 @@ function runDir(result: Record<string, unknown>, verifier?: string): string {
   return dir;
 }
 
-test('a reward of 0 is a policy failure shown as a warning with the verifier\'s reason', () => {
+test("a reward of 0 is a policy failure shown as a warning with the verifier's reason", () => {
   const dir = runDir({ reward: 0 }, 'checking hello.txt\n\nhello.txt is missing or wrong: Hello world\n');
   const o = readRunOutcome(dir)!;
   assert.equal(o.class, 'policy_failure');
@@ -69,14 +92,22 @@ test('a folder without rollout.json (still running) or with a malformed one has 
   assert.equal(readRunOutcome(bad), undefined);
 });
 
-test('the Sessions tree shows reward and class on a run\'s session, and its verifier lines in the tooltip', () => {
+test("the Sessions tree shows reward and class on a run's session, and its verifier lines in the tooltip", () => {
   const dir = runDir({ reward: 0 }, 'hello.txt is missing or wrong\n');
   const cache = new OutcomeCache();
   const rows = [
-    { session_id: 's-run', created_at: '2026-01-01T00:00:01Z', n_calls: 2, metadata: { task: 'examples/hello-file', harness: 'react', out_dir: dir } },
+    {
+      session_id: 's-run',
+      created_at: '2026-01-01T00:00:01Z',
+      n_calls: 2,
+      metadata: { task: 'examples/hello-file', harness: 'react', out_dir: dir },
+    },
     { session_id: 's-term', created_at: '2026-01-01T00:00:00Z', n_calls: 1, metadata: { source: 'terminal' } },
   ];
-  const model = new SessionsTreeModel(() => ({ listSessions: () => rows, getCalls: () => [] }), (m) => cache.of(m));
+  const model = new SessionsTreeModel(
+    () => ({ listSessions: () => rows, getCalls: () => [] }),
+    (m) => cache.of(m),
+  );
   const [run, term] = model.roots();
   assert.match(run!.description, /^reward 0\.00 · not solved · react on hello-file/);
   assert.equal(run!.outcome?.class, 'policy_failure');
@@ -92,14 +123,43 @@ test('the Sessions tree shows reward and class on a run\'s session, and its veri
   assert.match(sessionNode(rows[0]!, [], [], cache.of(rows[0]!.metadata)).description, /^reward 1\.00 · solved/);
 });
 
-test('a batch member\'s session file leads to its rollout state and its attempt\'s verifier lines', () => {
+test("a batch member's session file leads to its rollout state and its attempt's verifier lines", () => {
   const batch = tempDir();
   mkdirSync(join(batch, 'capture', 'sessions'), { recursive: true });
   mkdirSync(join(batch, 'rollouts'));
   mkdirSync(join(batch, 'runs', 'r1', '0', 'verifier'), { recursive: true });
   writeFileSync(join(batch, 'runs', 'r1', '0', 'verifier', 'test-stdout.txt'), 'hello.txt is correct\n');
-  const attempt = { attempt: 0, session_id: 's1', started_at: '2026-01-01T00:00:00Z', ended_at: '2026-01-01T00:00:09Z', out_dir: 'runs/r1/0', outcome: 'finished', trainable: true };
-  const state = { rollout_id: 'r1', group_id: 'g1', member: 0, task: 'hello-file', harness: 'react', state: 'done', class: 'completed', reward: 1, rewards: {}, trainable: true, session_id: 's1', attempts: [attempt], policy_version: null, queued_at: '2026-01-01T00:00:00Z', started_at: '2026-01-01T00:00:00Z', ended_at: '2026-01-01T00:00:09Z', duration_ms: 9000, error: null, backend_ref: null, n_calls: 3 };
+  const attempt = {
+    attempt: 0,
+    session_id: 's1',
+    started_at: '2026-01-01T00:00:00Z',
+    ended_at: '2026-01-01T00:00:09Z',
+    out_dir: 'runs/r1/0',
+    outcome: 'finished',
+    trainable: true,
+  };
+  const state = {
+    rollout_id: 'r1',
+    group_id: 'g1',
+    member: 0,
+    task: 'hello-file',
+    harness: 'react',
+    state: 'done',
+    class: 'completed',
+    reward: 1,
+    rewards: {},
+    trainable: true,
+    session_id: 's1',
+    attempts: [attempt],
+    policy_version: null,
+    queued_at: '2026-01-01T00:00:00Z',
+    started_at: '2026-01-01T00:00:00Z',
+    ended_at: '2026-01-01T00:00:09Z',
+    duration_ms: 9000,
+    error: null,
+    backend_ref: null,
+    n_calls: 3,
+  };
   writeFileSync(join(batch, 'rollouts', 'r1.json'), JSON.stringify(state));
   const file = join(batch, 'capture', 'sessions', 's1.jsonl');
   const o = batchMemberOutcome(file, { rollout_id: 'r1' });
@@ -111,10 +171,14 @@ test('a batch member\'s session file leads to its rollout state and its attempt\
   assert.equal(batchMemberOutcome(file, { rollout_id: '../../etc' }), undefined, 'an id that is not a rollout of the batch');
   assert.equal(batchMemberOutcome(join(batch, 'x.jsonl'), { rollout_id: 'r1' }), undefined, 'not a batch capture file');
   const run = runDir({ reward: 1 });
-  assert.equal(fileOutcome(join(run, 'session.rollout.json'), {})?.class, 'completed', "a run's rollout document: the rollout.json beside it");
+  assert.equal(
+    fileOutcome(join(run, 'session.rollout.json'), {})?.class,
+    'completed',
+    "a run's rollout document: the rollout.json beside it",
+  );
 });
 
-test('policy hint: the embedded engine following another task\'s policy, none, or a shipped one', () => {
+test("policy hint: the embedded engine following another task's policy, none, or a shipped one", () => {
   const task = tempDir();
   writeFileSync(join(task, 'policy.json'), '{}');
   writeFileSync(join(task, 'policy.sampling.json'), '{}');

@@ -41,7 +41,11 @@ async function gatedEngine(marker: string) {
           held();
           await gate;
         }
-        const upstream = await fetch(`${inner.url}${req.url ?? '/'}`, { method: req.method, headers: { 'content-type': 'application/json' }, ...(req.method === 'GET' || req.method === 'HEAD' ? {} : { body }) });
+        const upstream = await fetch(`${inner.url}${req.url ?? '/'}`, {
+          method: req.method,
+          headers: { 'content-type': 'application/json' },
+          ...(req.method === 'GET' || req.method === 'HEAD' ? {} : { body }),
+        });
         res.writeHead(upstream.status, { 'content-type': upstream.headers.get('content-type') ?? 'application/json' });
         res.end(Buffer.from(await upstream.arrayBuffer()));
       })();
@@ -64,15 +68,29 @@ async function gatedEngine(marker: string) {
 
 test('in-flight calls: start adds, end removes, per session and in index order', () => {
   const calls = new InFlightCalls();
-  const a = (index: number, state: CallActivity['state'], session_id = 's1'): CallActivity => ({ session_id, index, started_at: '2026-01-01T10:00:00.000Z', state });
+  const a = (index: number, state: CallActivity['state'], session_id = 's1'): CallActivity => ({
+    session_id,
+    index,
+    started_at: '2026-01-01T10:00:00.000Z',
+    state,
+  });
   assert.equal(calls.note(a(1, 'started')), true);
   assert.equal(calls.note(a(0, 'started')), true);
   assert.equal(calls.note(a(0, 'started', 's2')), true);
-  assert.deepEqual(calls.of('s1').map((c) => c.index), [0, 1]);
+  assert.deepEqual(
+    calls.of('s1').map((c) => c.index),
+    [0, 1],
+  );
   assert.equal(calls.note(a(0, 'ended')), true);
   assert.equal(calls.note(a(0, 'ended')), false, 'a second end changes nothing');
-  assert.deepEqual(calls.of('s1').map((c) => c.index), [1]);
-  assert.deepEqual(calls.of('s2').map((c) => c.index), [0]);
+  assert.deepEqual(
+    calls.of('s1').map((c) => c.index),
+    [1],
+  );
+  assert.deepEqual(
+    calls.of('s2').map((c) => c.index),
+    [0],
+  );
   calls.clear();
   assert.deepEqual(calls.of('s1'), []);
 });
@@ -82,11 +100,15 @@ test('a slow engine: the tree shows the call in flight while the engine thinks, 
   const controller = new ProxyController({ startProxy: (o) => CaptureProxy.start(o), logger: quiet, defaultDataDir: tempDir() });
   const tree = new SessionsTreeModel(() => controller);
   try {
-    const proxy = await controller.start(readSettings((k) => ({ engineUrl: engine.url, model: engine.model, dataDir: tempDir() })[k]), undefined);
+    const proxy = await controller.start(
+      readSettings((k) => ({ engineUrl: engine.url, model: engine.model, dataDir: tempDir() })[k]),
+      undefined,
+    );
     const info = proxy.sessions.create({ metadata: { source: 'terminal' } });
-    const changed = () => new Promise<void>((resolve) => {
-      const sub = controller.onDidChangeData(() => (sub.dispose(), resolve()));
-    });
+    const changed = () =>
+      new Promise<void>((resolve) => {
+        const sub = controller.onDidChangeData(() => (sub.dispose(), resolve()));
+      });
     const started = changed();
     const answered = fetch(`${proxy.url}/v1/chat/completions`, {
       method: 'POST',
@@ -118,7 +140,10 @@ test('a slow engine: the tree shows the call in flight while the engine thinks, 
     assert.equal(after?.nCalls, 1);
     assert.equal(after?.nInFlight, 0);
     assert.doesNotMatch(after?.description ?? '', /in flight/);
-    assert.deepEqual(tree.children(after).map((n) => n.kind), ['call']);
+    assert.deepEqual(
+      tree.children(after).map((n) => n.kind),
+      ['call'],
+    );
     assert.deepEqual(controller.inFlight(info.session_id), []);
   } finally {
     engine.open();

@@ -1,7 +1,15 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { CallRecord } from '../../src/capture/types.js';
-import { SessionsTreeModel, callCaptureLevel, callNode, formatLatency, sessionNode, type SessionRow, type SessionSource } from '../../src/extension/sessions-model.js';
+import {
+  SessionsTreeModel,
+  callCaptureLevel,
+  callNode,
+  formatLatency,
+  sessionNode,
+  type SessionRow,
+  type SessionSource,
+} from '../../src/extension/sessions-model.js';
 import { call } from './rollout-fixtures.js';
 
 function rec(overrides: Partial<CallRecord> & { id: string; index: number }): CallRecord {
@@ -10,7 +18,11 @@ function rec(overrides: Partial<CallRecord> & { id: string; index: number }): Ca
 
 test('capture level: ids with aligned logprobs are tokens; logprobs alone; else text', () => {
   assert.equal(callCaptureLevel({ prompt_token_ids: [1], completion_token_ids: [2, 3], logprobs: [-1, -2] }), 'tokens');
-  assert.equal(callCaptureLevel({ prompt_token_ids: [1], completion_token_ids: [2, 3], logprobs: [-1] }), 'logprobs', 'misaligned logprobs are not trainable');
+  assert.equal(
+    callCaptureLevel({ prompt_token_ids: [1], completion_token_ids: [2, 3], logprobs: [-1] }),
+    'logprobs',
+    'misaligned logprobs are not trainable',
+  );
   assert.equal(callCaptureLevel({ prompt_token_ids: null, completion_token_ids: null, logprobs: [-1] }), 'logprobs');
   assert.equal(callCaptureLevel({ prompt_token_ids: [1], completion_token_ids: [2], logprobs: null }), 'text');
   assert.equal(callCaptureLevel({ prompt_token_ids: null, completion_token_ids: null, logprobs: [] }), 'text');
@@ -27,7 +39,15 @@ test('latency formatting', () => {
 });
 
 test('a call row shows dialect, status, prompt/completion tokens, latency and capture level', () => {
-  const node = callNode(rec({ id: 'abc', index: 2, dialect: 'anthropic_messages', latency_ms: 42, usage: { prompt_tokens: 30, completion_tokens: 7, total_tokens: 37 } }));
+  const node = callNode(
+    rec({
+      id: 'abc',
+      index: 2,
+      dialect: 'anthropic_messages',
+      latency_ms: 42,
+      usage: { prompt_tokens: 30, completion_tokens: 7, total_tokens: 37 },
+    }),
+  );
   assert.equal(node.label, '#2 anthropic_messages');
   assert.equal(node.description, 'stop · 30→7 tok · 42 ms · tokens', 'usage wins over id counts');
   assert.equal(node.status, 'ok');
@@ -38,7 +58,18 @@ test('a call row shows dialect, status, prompt/completion tokens, latency and ca
 });
 
 test('a failed call shows its status and kind, and its message in the tooltip', () => {
-  const node = callNode(rec({ id: 'e', index: 0, error: { status: 502, message: 'engine down', kind: 'engine' }, prompt_token_ids: null, completion_token_ids: null, logprobs: null, usage: null, finish_reason: null }));
+  const node = callNode(
+    rec({
+      id: 'e',
+      index: 0,
+      error: { status: 502, message: 'engine down', kind: 'engine' },
+      prompt_token_ids: null,
+      completion_token_ids: null,
+      logprobs: null,
+      usage: null,
+      finish_reason: null,
+    }),
+  );
   assert.equal(node.status, 'error');
   assert.equal(node.description, '502 engine · 1.00 s');
   assert.match(node.tooltip, /engine down/);
@@ -50,17 +81,27 @@ test('session rows: newest first, label from metadata, counts failed calls', () 
     { session_id: 'new', created_at: '2026-01-02T10:11:12.000Z', n_calls: 2, metadata: { label: 'my run' } },
   ];
   const calls: Record<string, CallRecord[]> = {
-    new: [rec({ id: 'b', index: 1, session_id: 'new' }), rec({ id: 'a', index: 0, session_id: 'new', error: { status: 400, message: 'bad', kind: 'client' } })],
+    new: [
+      rec({ id: 'b', index: 1, session_id: 'new' }),
+      rec({ id: 'a', index: 0, session_id: 'new', error: { status: 400, message: 'bad', kind: 'client' } }),
+    ],
   };
   const source: SessionSource = { listSessions: () => sessions, getCalls: (id) => calls[id] ?? [] };
   const model = new SessionsTreeModel(() => source);
   const roots = model.roots();
-  assert.deepEqual(roots.map((r) => r.sessionId), ['new', 'old']);
+  assert.deepEqual(
+    roots.map((r) => r.sessionId),
+    ['new', 'old'],
+  );
   assert.equal(roots[0]!.label, 'my run');
   assert.equal(roots[0]!.description, '2 calls · 1 failed · 10:11:12');
   assert.equal(roots[1]!.description, '0 calls · 00:00:00');
   const children = model.children(roots[0]);
-  assert.deepEqual(children.map((c) => c.label), ['#0 openai_chat', '#1 openai_chat'], 'calls in arrival order');
+  assert.deepEqual(
+    children.map((c) => c.label),
+    ['#0 openai_chat', '#1 openai_chat'],
+    'calls in arrival order',
+  );
   assert.deepEqual(model.children(children[0]), []);
   assert.equal(model.parentOf(children[0]!)?.sessionId, 'new');
   assert.equal(sessionNode({ session_id: 'x', created_at: 'not a date', n_calls: 1 }).description, '1 call · not a date');
@@ -71,10 +112,20 @@ test('no source (nothing to show yet) gives an empty tree, so the welcome conten
   assert.deepEqual(model.roots(), []);
 });
 
-test('a session says where it came from: a run\'s harness and task, a captured terminal, a VS Code session', () => {
+test("a session says where it came from: a run's harness and task, a captured terminal, a VS Code session", () => {
   const at = '2026-01-01T10:11:12.000Z';
-  assert.equal(sessionNode({ session_id: 'r', created_at: at, n_calls: 2, metadata: { harness: 'react', task: 'harness-lab/hello-file' } }).description, 'react on hello-file · 2 calls · 10:11:12');
-  assert.equal(sessionNode({ session_id: 't', created_at: at, n_calls: 0, metadata: { source: 'terminal' } }).description, 'captured terminal · 0 calls · 10:11:12');
-  assert.equal(sessionNode({ session_id: 'v', created_at: at, n_calls: 1, metadata: { source: 'vscode' } }).description, 'VS Code session · 1 call · 10:11:12');
+  assert.equal(
+    sessionNode({ session_id: 'r', created_at: at, n_calls: 2, metadata: { harness: 'react', task: 'harness-lab/hello-file' } })
+      .description,
+    'react on hello-file · 2 calls · 10:11:12',
+  );
+  assert.equal(
+    sessionNode({ session_id: 't', created_at: at, n_calls: 0, metadata: { source: 'terminal' } }).description,
+    'captured terminal · 0 calls · 10:11:12',
+  );
+  assert.equal(
+    sessionNode({ session_id: 'v', created_at: at, n_calls: 1, metadata: { source: 'vscode' } }).description,
+    'VS Code session · 1 call · 10:11:12',
+  );
   assert.match(sessionNode({ session_id: 'r', created_at: at, n_calls: 2, metadata: { harness: 'codex' } }).tooltip, /From codex/);
 });

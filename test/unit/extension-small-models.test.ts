@@ -24,20 +24,42 @@ test('status bar: port when running, warning colour when the engine is unreachab
 });
 
 test('quick pick offers start when stopped and stop/copy/new session/terminal when running', () => {
-  assert.deepEqual(quickActions({ kind: 'stopped' }).map((a) => a.id), ['start', 'probe', 'log']);
-  assert.deepEqual(quickActions({ kind: 'running', url: 'u', port: 1 }).map((a) => a.id), ['stop', 'copyUrl', 'newSession', 'terminal', 'probe', 'log']);
+  assert.deepEqual(
+    quickActions({ kind: 'stopped' }).map((a) => a.id),
+    ['start', 'probe', 'log'],
+  );
+  assert.deepEqual(
+    quickActions({ kind: 'running', url: 'u', port: 1 }).map((a) => a.id),
+    ['stop', 'copyUrl', 'newSession', 'terminal', 'probe', 'log'],
+  );
   for (const a of quickActions({ kind: 'running', url: 'u', port: 1 })) assert.match(a.command, /^harnessLab\./);
 });
 
 test('settings: defaults, and bad values named by their key', () => {
   const defaults = readSettings(() => undefined);
-  assert.deepEqual(defaults, { engineUrl: '', model: '', proxyHost: '127.0.0.1', proxyPort: 0, dataDir: '', runsDir: '.harness-lab/runs', autoStart: false, maxModelCalls: 0, batchesFolder: 'harness-lab-batches' });
+  assert.deepEqual(defaults, {
+    engineUrl: '',
+    model: '',
+    proxyHost: '127.0.0.1',
+    proxyPort: 0,
+    dataDir: '',
+    runsDir: '.harness-lab/runs',
+    autoStart: false,
+    maxModelCalls: 0,
+    batchesFolder: 'harness-lab-batches',
+  });
   const values: Record<string, unknown> = { engineUrl: ' http://gpu:8000/v1 ', proxyPort: 8787, autoStart: true };
-  assert.deepEqual(readSettings((k) => values[k]), { ...defaults, engineUrl: 'http://gpu:8000/v1', proxyPort: 8787, autoStart: true });
+  assert.deepEqual(
+    readSettings((k) => values[k]),
+    { ...defaults, engineUrl: 'http://gpu:8000/v1', proxyPort: 8787, autoStart: true },
+  );
   // harnessLab.engineURL wins; the older engineUrl is read when it is empty.
   assert.equal(readSettings((k) => ({ engineURL: 'http://new:1', engineUrl: 'http://old:1' })[k]).engineUrl, 'http://new:1');
   assert.equal(readSettings((k) => ({ engineURL: '', engineUrl: 'http://old:1' })[k]).engineUrl, 'http://old:1');
-  assert.throws(() => readSettings((k) => ({ proxyPort: 70000 })[k]), (err: Error) => err instanceof SettingsError && /harnessLab\.proxyPort/.test(err.message));
+  assert.throws(
+    () => readSettings((k) => ({ proxyPort: 70000 })[k]),
+    (err: Error) => err instanceof SettingsError && /harnessLab\.proxyPort/.test(err.message),
+  );
   assert.throws(() => readSettings((k) => ({ engineUrl: 'gpu:8000' })[k]), /harnessLab\.engineUrl: must be an http/);
   assert.throws(() => readSettings((k) => ({ proxyHost: '' })[k]), /harnessLab\.proxyHost/);
 });
@@ -58,7 +80,10 @@ test('redaction removes header values, bearer tokens, key variables and listed s
 });
 
 test('task.toml: name, difficulty and category from the top level or [metadata]', () => {
-  assert.deepEqual(taskTitle('version = "1.0"\n[metadata]\nname = "fix-bug"\ndifficulty = "hard"\ncategory = "swe"\n[verifier]\nname = "ignored"\n'), { name: 'fix-bug', difficulty: 'hard', category: 'swe' });
+  assert.deepEqual(
+    taskTitle('version = "1.0"\n[metadata]\nname = "fix-bug"\ndifficulty = "hard"\ncategory = "swe"\n[verifier]\nname = "ignored"\n'),
+    { name: 'fix-bug', difficulty: 'hard', category: 'swe' },
+  );
   assert.deepEqual(taskTitle('[environment]\nname = "not-the-task"\n'), {});
   const named = taskNode('/ws/tasks/hf/task.toml', '/ws', '[task]\nname = "harness-lab/hello-file"\n');
   assert.equal(named.label, 'hello-file', 'the name runs and results use');
@@ -68,7 +93,10 @@ test('task.toml: name, difficulty and category from the top level or [metadata]'
   assert.equal(node.description, 'easy · tasks/a');
   assert.equal(node.folder, '/ws/tasks/a');
   const sorted = sortTasks([taskNode('/ws/b/task.toml', '/ws', ''), taskNode('/ws/a/task.toml', '/ws', '')]);
-  assert.deepEqual(sorted.map((t) => t.label), ['a', 'b']);
+  assert.deepEqual(
+    sorted.map((t) => t.label),
+    ['a', 'b'],
+  );
 });
 
 test('disposables: reverse order, once, and every child even when one throws', () => {
@@ -77,10 +105,12 @@ test('disposables: reverse order, once, and every child even when one throws', (
     constructor() {
       super();
       this._register(toDisposable(() => order.push('first')));
-      this._register(toDisposable(() => {
-        order.push('boom');
-        throw new Error('boom');
-      }));
+      this._register(
+        toDisposable(() => {
+          order.push('boom');
+          throw new Error('boom');
+        }),
+      );
       this._register(toDisposable(() => order.push('last')));
     }
   }

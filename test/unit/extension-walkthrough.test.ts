@@ -24,7 +24,10 @@ test('Get Started: engine, proxy, captured terminal, a run, a batch, a group vie
   const [walkthrough] = contributes.walkthroughs as { id: string; title: string; steps: Step[] }[];
   assert.ok(walkthrough, 'a walkthrough is contributed');
   assert.equal(walkthrough.title, 'Get Started with Harness Lab');
-  assert.deepEqual(walkthrough.steps.map((s) => s.id), ['engine', 'proxy', 'terminal', 'run', 'batch', 'group']);
+  assert.deepEqual(
+    walkthrough.steps.map((s) => s.id),
+    ['engine', 'proxy', 'terminal', 'run', 'batch', 'group'],
+  );
   const vscodeignore = readFileSync(join(root, '.vscodeignore'), 'utf8');
   assert.match(vscodeignore, /^!media\/\*\*$/m, 'media/ is packaged');
   for (const step of walkthrough.steps) {
@@ -34,7 +37,8 @@ test('Get Started: engine, proxy, captured terminal, a run, a batch, a group vie
     for (const c of links) assert.ok(commands.has(c) || viewIds.has(c.replace(/\.focus$/, '')), `step ${step.id} links unknown ${c}`);
     assert.ok(step.media.markdown && existsSync(join(root, step.media.markdown)), `step ${step.id}'s page ${step.media.markdown} exists`);
     assert.match(step.media.markdown!, /^media\//, 'the page is under media/ (shipped)');
-    for (const e of step.completionEvents ?? []) assert.ok(commands.has(e.replace(/^onCommand:/, '')), `step ${step.id} completes on unknown ${e}`);
+    for (const e of step.completionEvents ?? [])
+      assert.ok(commands.has(e.replace(/^onCommand:/, '')), `step ${step.id} completes on unknown ${e}`);
   }
 });
 
@@ -47,7 +51,9 @@ test('the Harness Lab views start at sizes that leave Batches room; Training Run
 });
 
 test('the lifecycle commands: Restart Proxy while it runs, Stop Embedded Engine while one runs', () => {
-  const byId = new Map<string, { title: string; enablement?: string }>(contributes.commands.map((c: { command: string; title: string; enablement?: string }) => [c.command, c]));
+  const byId = new Map<string, { title: string; enablement?: string }>(
+    contributes.commands.map((c: { command: string; title: string; enablement?: string }) => [c.command, c]),
+  );
   assert.equal(byId.get('harnessLab.restartProxy')?.title, 'Restart Proxy');
   assert.equal(byId.get('harnessLab.restartProxy')?.enablement, 'harnessLab.proxyRunning');
   assert.equal(byId.get('harnessLab.stopEmbeddedEngine')?.title, 'Stop Embedded Engine');

@@ -8,7 +8,19 @@ import type { CallRecord, JsonObject } from '../../src/capture/types.js';
 /** The part of an earlier call record the restorer reads: the tool calls the proxy answered with. */
 function answered(calls: { id: string; name: string; arguments: string }[]): CallRecord {
   return {
-    engine_response: { choices: [{ index: 0, finish_reason: 'tool_calls', message: { role: 'assistant', content: null, tool_calls: calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })) } }] },
+    engine_response: {
+      choices: [
+        {
+          index: 0,
+          finish_reason: 'tool_calls',
+          message: {
+            role: 'assistant',
+            content: null,
+            tool_calls: calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })),
+          },
+        },
+      ],
+    },
   } as unknown as CallRecord;
 }
 
@@ -26,7 +38,9 @@ const piReplay: JsonObject = {
 
 describe('Gemini call ids restored from the session', () => {
   test('pi: the replayed call and its response get the id the proxy answered with', () => {
-    const previous = [answered([{ id: 'chatcmpl-tool-ae763de80', name: 'bash', arguments: '{"command": "echo hl-proof > proof.txt && cat proof.txt"}' }])];
+    const previous = [
+      answered([{ id: 'chatcmpl-tool-ae763de80', name: 'bash', arguments: '{"command": "echo hl-proof > proof.txt && cat proof.txt"}' }]),
+    ];
     const r = restoreGeminiCallIds(piReplay, previous);
     assert.equal(r.restored, 2);
     const contents = r.body.contents as { parts: JsonObject[] }[];
@@ -41,20 +55,50 @@ describe('Gemini call ids restored from the session', () => {
     const body: JsonObject = {
       contents: [
         task,
-        { role: 'model', parts: [{ functionCall: { name: 'bash', args: { command: 'b' } } }, { functionCall: { name: 'bash', args: { command: 'a' } } }] },
-        { role: 'user', parts: [{ functionResponse: { name: 'bash', response: { output: 'B' } } }, { functionResponse: { name: 'bash', response: { output: 'A' } } }] },
+        {
+          role: 'model',
+          parts: [{ functionCall: { name: 'bash', args: { command: 'b' } } }, { functionCall: { name: 'bash', args: { command: 'a' } } }],
+        },
+        {
+          role: 'user',
+          parts: [
+            { functionResponse: { name: 'bash', response: { output: 'B' } } },
+            { functionResponse: { name: 'bash', response: { output: 'A' } } },
+          ],
+        },
       ],
     };
-    const r = restoreGeminiCallIds(body, [answered([{ id: 'id-a', name: 'bash', arguments: '{"command":"a"}' }, { id: 'id-b', name: 'bash', arguments: '{"command":"b"}' }])]);
+    const r = restoreGeminiCallIds(body, [
+      answered([
+        { id: 'id-a', name: 'bash', arguments: '{"command":"a"}' },
+        { id: 'id-b', name: 'bash', arguments: '{"command":"b"}' },
+      ]),
+    ]);
     const contents = r.body.contents as { parts: JsonObject[] }[];
-    assert.deepEqual(contents[1]!.parts.map((p) => (p.functionCall as JsonObject).id), ['id-b', 'id-a']);
-    assert.deepEqual(contents[2]!.parts.map((p) => (p.functionResponse as JsonObject).id), ['id-b', 'id-a']);
+    assert.deepEqual(
+      contents[1]!.parts.map((p) => (p.functionCall as JsonObject).id),
+      ['id-b', 'id-a'],
+    );
+    assert.deepEqual(
+      contents[2]!.parts.map((p) => (p.functionResponse as JsonObject).id),
+      ['id-b', 'id-a'],
+    );
   });
 
   test('the same call made twice in a session takes each answer once, in order', () => {
     const call = { functionCall: { name: 'bash', args: { command: 'ls' } } };
-    const body: JsonObject = { contents: [task, { role: 'model', parts: [call] }, { role: 'user', parts: [{ functionResponse: { name: 'bash', response: {} } }] }, { role: 'model', parts: [call] }] };
-    const r = restoreGeminiCallIds(body, [answered([{ id: 'first', name: 'bash', arguments: '{"command":"ls"}' }]), answered([{ id: 'second', name: 'bash', arguments: '{"command":"ls"}' }])]);
+    const body: JsonObject = {
+      contents: [
+        task,
+        { role: 'model', parts: [call] },
+        { role: 'user', parts: [{ functionResponse: { name: 'bash', response: {} } }] },
+        { role: 'model', parts: [call] },
+      ],
+    };
+    const r = restoreGeminiCallIds(body, [
+      answered([{ id: 'first', name: 'bash', arguments: '{"command":"ls"}' }]),
+      answered([{ id: 'second', name: 'bash', arguments: '{"command":"ls"}' }]),
+    ]);
     const contents = r.body.contents as { parts: JsonObject[] }[];
     assert.equal((contents[1]!.parts[0]!.functionCall as JsonObject).id, 'first');
     assert.equal((contents[3]!.parts[0]!.functionCall as JsonObject).id, 'second');
@@ -64,11 +108,24 @@ describe('Gemini call ids restored from the session', () => {
     const body: JsonObject = {
       contents: [
         task,
-        { role: 'model', parts: [{ functionCall: { name: 'run_shell_command', args: { command: 'ls' }, id: 'chatcmpl-tool-50b15b910' }, thoughtSignature: 'skip_thought_signature_validator' }] },
-        { role: 'user', parts: [{ functionResponse: { name: 'run_shell_command', response: { output: 'x' }, id: 'chatcmpl-tool-50b15b910' } }] },
+        {
+          role: 'model',
+          parts: [
+            {
+              functionCall: { name: 'run_shell_command', args: { command: 'ls' }, id: 'chatcmpl-tool-50b15b910' },
+              thoughtSignature: 'skip_thought_signature_validator',
+            },
+          ],
+        },
+        {
+          role: 'user',
+          parts: [{ functionResponse: { name: 'run_shell_command', response: { output: 'x' }, id: 'chatcmpl-tool-50b15b910' } }],
+        },
       ],
     };
-    const r = restoreGeminiCallIds(body, [answered([{ id: 'chatcmpl-tool-50b15b910', name: 'run_shell_command', arguments: '{"command":"ls"}' }])]);
+    const r = restoreGeminiCallIds(body, [
+      answered([{ id: 'chatcmpl-tool-50b15b910', name: 'run_shell_command', arguments: '{"command":"ls"}' }]),
+    ]);
     assert.equal(r.body, body);
     assert.equal(r.restored, 0);
     assert.equal(r.finding, undefined);

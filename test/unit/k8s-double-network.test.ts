@@ -14,7 +14,13 @@ describe('the double enforces NetworkPolicies as written', () => {
   const store = api.store;
   const res = (g: string, p: string) => store.resource(g, p)!;
   store.create(res('', 'namespaces'), undefined, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'ns' } });
-  const pod = (name: string, labels: Record<string, string>): KObject => store.create(res('', 'pods'), 'ns', { apiVersion: 'v1', kind: 'Pod', metadata: { name, labels }, spec: { containers: [{ name: 'c', image: 'i' }] } });
+  const pod = (name: string, labels: Record<string, string>): KObject =>
+    store.create(res('', 'pods'), 'ns', {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name, labels },
+      spec: { containers: [{ name: 'c', image: 'i' }] },
+    });
   const net = new PodNetwork(api, undefined as never, {});
   const proxy = pod('proxy', { 'app.kubernetes.io/name': 'harness-lab-proxy', 'harness-lab/batch': 'b1', 'harness-lab/role': 'proxy' });
   const rollout = pod('rollout', { 'harness-lab/batch': 'b1', 'harness-lab/role': 'rollout' });
@@ -27,7 +33,14 @@ describe('the double enforces NetworkPolicies as written', () => {
   });
 
   it("with the lab's policies: only the batch's rollouts reach the proxy, and rollouts reach nothing outside", () => {
-    for (const o of proxyManifests({ namespace: 'ns', batchId: 'b1', image: 'i', engineUrl: 'http://e/v1', model: 'm', adminKey: 'k' }).filter((x) => x.kind === 'NetworkPolicy'))
+    for (const o of proxyManifests({
+      namespace: 'ns',
+      batchId: 'b1',
+      image: 'i',
+      engineUrl: 'http://e/v1',
+      model: 'm',
+      adminKey: 'k',
+    }).filter((x) => x.kind === 'NetworkPolicy'))
       store.create(res('networking.k8s.io', 'networkpolicies'), 'ns', o as KObject);
     assert.equal(net.decide(rollout, { pod: proxy }, 8100).allowed, true);
     assert.equal(net.decide(rollout, { pod: proxy }, 8101).allowed, false, 'another port');
@@ -39,7 +52,16 @@ describe('the double enforces NetworkPolicies as written', () => {
   });
 
   it('an ipBlock egress rule lets a pod out to the addresses it covers', () => {
-    store.create(res('networking.k8s.io', 'networkpolicies'), 'ns', { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name: 'out' }, spec: { podSelector: { matchLabels: { app: 'x' } }, policyTypes: ['Egress'], egress: [{ to: [{ ipBlock: { cidr: '127.0.0.0/8', except: ['127.0.0.2/32'] } }] }] } });
+    store.create(res('networking.k8s.io', 'networkpolicies'), 'ns', {
+      apiVersion: 'networking.k8s.io/v1',
+      kind: 'NetworkPolicy',
+      metadata: { name: 'out' },
+      spec: {
+        podSelector: { matchLabels: { app: 'x' } },
+        policyTypes: ['Egress'],
+        egress: [{ to: [{ ipBlock: { cidr: '127.0.0.0/8', except: ['127.0.0.2/32'] } }] }],
+      },
+    });
     assert.equal(net.decide(stranger, { external: '127.0.0.1' }, 9000).allowed, true);
     assert.equal(net.decide(stranger, { external: '127.0.0.2' }, 9000).allowed, false);
   });

@@ -32,7 +32,16 @@ class FakeProxy {
     const parts = url.pathname.split('/').filter(Boolean);
     const summary = (id: string) => {
       const s = this.sessions.get(id)!;
-      return { session_id: id, created_at: '2026-01-01T00:00:00.000Z', model: 'm', max_model_calls: 50, metadata: { batch: 'b' }, capture_level: s.level, n_calls: s.calls.length, sampling: { temperature: 1 } };
+      return {
+        session_id: id,
+        created_at: '2026-01-01T00:00:00.000Z',
+        model: 'm',
+        max_model_calls: 50,
+        metadata: { batch: 'b' },
+        capture_level: s.level,
+        n_calls: s.calls.length,
+        sampling: { temperature: 1 },
+      };
     };
     if (parts.length === 1) return { sessions: [...this.sessions.keys()].map(summary) };
     const id = decodeURIComponent(parts[1]!);
@@ -79,7 +88,10 @@ test('calls are mirrored as they arrive, once each, across failed polls and the 
   await mirror.unfollow('s1');
   await mirror.tick();
   const loaded = loadSessionFile(join(dir, 'sessions', 's1.jsonl'))!;
-  assert.deepEqual(loaded.calls.map((c) => c.call_id), calls.map((c) => c.call_id));
+  assert.deepEqual(
+    loaded.calls.map((c) => c.call_id),
+    calls.map((c) => c.call_id),
+  );
   assert.deepEqual(loaded.calls[149], calls[149], 'a call reads back as the proxy had it');
   assert.equal(loaded.info.capture_level, 'tokens', 'the header the proxy fixed later is what the file says');
   assert.equal(loaded.info.engine_url, 'http://engine/v1');
@@ -100,8 +112,14 @@ test('a new lab (or an older proxy that answers every call) adds only what the f
   next.follow('s1');
   await next.tick();
   await next.sync('s1');
-  assert.deepEqual(fileIds(dir), calls.slice(0, 9).map((c) => c.call_id));
-  const lines = readFileSync(join(dir, 'sessions', 's1.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { type: string });
+  assert.deepEqual(
+    fileIds(dir),
+    calls.slice(0, 9).map((c) => c.call_id),
+  );
+  const lines = readFileSync(join(dir, 'sessions', 's1.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { type: string });
   assert.equal(lines.filter((l) => l.type === 'session').length, 1, 'one header: the level did not change');
   assert.equal(lines.filter((l) => l.type === 'call').length, 9);
   await next.close();
@@ -115,7 +133,10 @@ test('unfollowed sessions are not polled; polling stops at close', async () => {
   mirror.follow('s1');
   mirror.start(10);
   for (let i = 0; i < 200 && !proxy.paths.some((p) => p.includes('/calls')); i++) await new Promise((r) => setTimeout(r, 10));
-  assert.ok(proxy.paths.some((p) => p.includes('/calls')), 'the poller fetched the new call');
+  assert.ok(
+    proxy.paths.some((p) => p.includes('/calls')),
+    'the poller fetched the new call',
+  );
   await mirror.close();
   const n = proxy.paths.length;
   await new Promise((r) => setTimeout(r, 50));

@@ -22,7 +22,11 @@ test('perf breakdown: each symbol in its category, the main thread (the pid) apa
   assert.deepEqual(b.total, { kernel: 6, gc: 7, js: 5, json: 3, compiler: 2, malloc: 1.5, 'other-native': 0.5 });
   assert.deepEqual(b.main, { kernel: 6, gc: 5, js: 5, json: 3, malloc: 1.5 });
   assert.deepEqual(b.other_threads, { gc: 2, compiler: 2, 'other-native': 0.5 });
-  assert.deepEqual(Object.keys(b.total), ['gc', 'kernel', 'js', 'json', 'compiler', 'malloc', 'other-native'], 'categories sorted by share');
+  assert.deepEqual(
+    Object.keys(b.total),
+    ['gc', 'kernel', 'js', 'json', 'compiler', 'malloc', 'other-native'],
+    'categories sorted by share',
+  );
   assert.deepEqual(b.top[0], { symbol: '[k] finish_task_switch.isra.0', pct: 6 });
   assert.equal(b.top.length, 9);
 });
@@ -49,6 +53,10 @@ test('ms per call by category: shares averaged over rounds (each normalised to w
   const rounds = [round({ js: 25, gc: 25 }), round({ js: 25, gc: 50, kernel: 25 })];
   const ms = msPerCallByCategory(rounds, 2);
   assert.deepEqual(ms, { gc: 1, js: 0.75, kernel: 0.25 });
-  assert.equal(Object.values(ms).reduce((a, b) => a + b, 0), 2, 'the categories add up to the CPU per call');
+  assert.equal(
+    Object.values(ms).reduce((a, b) => a + b, 0),
+    2,
+    'the categories add up to the CPU per call',
+  );
   assert.deepEqual(msPerCallByCategory([], 2), {});
 });

@@ -1,7 +1,17 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildRollout, traceToJsonl } from '../../src/capture/rollout.js';
-import { AttachTrajectoryRequest, DetailsRequest, OpenGroupMemberCommand, ReadyQueue, dispatchWebviewMessage, isCompletion, isHostMessage, type CompletionMessage, type WebviewHandlers } from '../../src/protocol/messages.js';
+import {
+  AttachTrajectoryRequest,
+  DetailsRequest,
+  OpenGroupMemberCommand,
+  ReadyQueue,
+  dispatchWebviewMessage,
+  isCompletion,
+  isHostMessage,
+  type CompletionMessage,
+  type WebviewHandlers,
+} from '../../src/protocol/messages.js';
 import { parseWebviewMessage } from '../../src/protocol/webview-schema.js';
 import { RolloutFileError, parseRolloutDocument } from '../../src/capture/rollout-file.js';
 import { rolloutFromText } from '../../src/report/rollout-loader.js';
@@ -11,8 +21,23 @@ import { call, chain, session } from './rollout-fixtures.js';
 test('inbound webview messages are validated; unknown or malformed ones are rejected with a reason', () => {
   assert.deepEqual(parseWebviewMessage({ type: 'ready', version: 1 }), { ok: true, msg: { type: 'ready', version: 1 } });
   assert.equal(parseWebviewMessage({ type: AttachTrajectoryRequest.method, seq: 3 }).ok, true);
-  assert.deepEqual(parseWebviewMessage({ type: OpenGroupMemberCommand.method, rollout_id: 'hello-file.react.0' }), { ok: true, msg: { type: 'openGroupMember', rollout_id: 'hello-file.react.0' } });
-  const bad = [{ type: 'openGroupMember' }, { type: 'openGroupMember', rollout_id: '' }, { type: 'openGroupMember', rollout_id: 7 }, { type: 'openGroupMember', rollout_id: 'x', seq: 1 },{ type: 'ready' }, { type: 'ready', version: 1, extra: 1 }, { type: 'attachTrajectory', seq: -1 }, { type: 'rm -rf' }, null, 'ready', { type: 'revealCall', node_id: 'x' }];
+  assert.deepEqual(parseWebviewMessage({ type: OpenGroupMemberCommand.method, rollout_id: 'hello-file.react.0' }), {
+    ok: true,
+    msg: { type: 'openGroupMember', rollout_id: 'hello-file.react.0' },
+  });
+  const bad = [
+    { type: 'openGroupMember' },
+    { type: 'openGroupMember', rollout_id: '' },
+    { type: 'openGroupMember', rollout_id: 7 },
+    { type: 'openGroupMember', rollout_id: 'x', seq: 1 },
+    { type: 'ready' },
+    { type: 'ready', version: 1, extra: 1 },
+    { type: 'attachTrajectory', seq: -1 },
+    { type: 'rm -rf' },
+    null,
+    'ready',
+    { type: 'revealCall', node_id: 'x' },
+  ];
   for (const b of bad) {
     const r = parseWebviewMessage(b);
     assert.equal(r.ok, false, JSON.stringify(b));
@@ -75,8 +100,14 @@ test('viewer data keeps the capture: token ids, aligned logprobs, mask, flags fo
   const doc = buildRollout(session, records, { budgetStopCount: 0, captureLevel: 'tokens' });
   const data = viewerDataFromRollout(doc);
   assert.equal(data.turns.length, 3);
-  assert.deepEqual(data.turns.map((t) => t.prompt_ids), records.map((r) => r.prompt_token_ids));
-  assert.deepEqual(data.turns.map((t) => t.sampled_ids), records.map((r) => r.completion_token_ids));
+  assert.deepEqual(
+    data.turns.map((t) => t.prompt_ids),
+    records.map((r) => r.prompt_token_ids),
+  );
+  assert.deepEqual(
+    data.turns.map((t) => t.sampled_ids),
+    records.map((r) => r.completion_token_ids),
+  );
   assert.deepEqual(data.turns[0]!.logprobs, [-0.5, -0.5, -0.5, -0.5]);
   assert.equal(data.turns[0]!.trained, true);
   assert.equal(data.turns[1]!.logprobs, null);
@@ -103,22 +134,36 @@ test('rollout files and trace JSONL parse into the same turns; bad files get a c
     fromDoc.turns.map((t) => [t.node_id, t.parent_id, t.prompt_ids.length, t.sampled_ids.length, t.trained]),
   );
   assert.deepEqual(fromTrace.graph.roots, fromDoc.graph.roots);
-  assert.throws(() => parseRolloutDocument('{}', 'a.rollout.json'), (e: unknown) => e instanceof RolloutFileError && /a\.rollout\.json is not a Harness Lab rollout document: session_id/.test(e.message));
+  assert.throws(
+    () => parseRolloutDocument('{}', 'a.rollout.json'),
+    (e: unknown) => e instanceof RolloutFileError && /a\.rollout\.json is not a Harness Lab rollout document: session_id/.test(e.message),
+  );
   assert.throws(() => rolloutFromText('{"x":1}\n', 'a.jsonl'), /a\.jsonl:1: not a TrainingTrace line/);
   assert.throws(() => rolloutFromText('nope', 'a.rollout.json'), /not JSON/);
 });
 
 test('the wire form sends shared history once and expands to the same turns', () => {
-  const records = [...chain(6, { first: 50, sampled: 5, glue: 3 }), call({ id: 'r', index: 6, prompt: chain(6, { first: 50, sampled: 5, glue: 3 })[2]!.prompt_token_ids, sampled: [7, 8] })];
-  const data = viewerDataFromRollout(buildRollout(session, records, { budgetStopCount: 0, captureLevel: 'tokens', includeDiscarded: true }));
+  const records = [
+    ...chain(6, { first: 50, sampled: 5, glue: 3 }),
+    call({ id: 'r', index: 6, prompt: chain(6, { first: 50, sampled: 5, glue: 3 })[2]!.prompt_token_ids, sampled: [7, 8] }),
+  ];
+  const data = viewerDataFromRollout(
+    buildRollout(session, records, { budgetStopCount: 0, captureLevel: 'tokens', includeDiscarded: true }),
+  );
   const { wire, details } = toWire(data);
   const sent = wire.turns.reduce((a, t) => a + t.prompt_tail.length, 0);
   const full = data.turns.reduce((a, t) => a + t.prompt_ids.length, 0);
   assert.ok(sent < full / 3, `${sent} prompt ids sent for ${full}`);
   assert.equal(sent, 50 + 5 * 3 + 3, 'the first prompt, then only the glue of each later turn (the retry too)');
   const back = fromWire(JSON.parse(JSON.stringify(wire)));
-  assert.deepEqual(back.turns.map((t) => t.prompt_ids), data.turns.map((t) => t.prompt_ids));
-  assert.deepEqual(back.turns.map((t) => t.sampled_ids), data.turns.map((t) => t.sampled_ids));
+  assert.deepEqual(
+    back.turns.map((t) => t.prompt_ids),
+    data.turns.map((t) => t.prompt_ids),
+  );
+  assert.deepEqual(
+    back.turns.map((t) => t.sampled_ids),
+    data.turns.map((t) => t.sampled_ids),
+  );
   assert.deepEqual(Object.keys(details).sort(), data.turns.map((t) => t.node_id).sort());
   assert.deepEqual(details[data.turns[0]!.node_id]!.raw, data.turns[0]!.raw);
   assert.throws(() => fromWire({ ...wire, turns: [...wire.turns].reverse() }), /not an earlier turn/);

@@ -8,7 +8,18 @@ import { spawn, spawnSync } from 'node:child_process';
 import { copyFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ensureDockerd, formatPlan, needed, PATHS, plan, provision, realMachine, type DockerState, type Folder, type Machine } from '../../scripts/provision.js';
+import {
+  ensureDockerd,
+  formatPlan,
+  needed,
+  PATHS,
+  plan,
+  provision,
+  realMachine,
+  type DockerState,
+  type Folder,
+  type Machine,
+} from '../../scripts/provision.js';
 import { chromiumPath } from '../e2e/code-server.js';
 
 const ALL: Folder[] = ['unit', 'integration', 'e2e'];
@@ -66,7 +77,8 @@ class FakeMachine implements Machine {
     return this.files.has(path);
   }
   async docker(): Promise<DockerState> {
-    if (this.daemon === 'down' && this.dockerdProcesses.length && ++this.polls >= this.pollsToAnswer && !this.dockerdExits) this.daemon = 'up';
+    if (this.daemon === 'down' && this.dockerdProcesses.length && ++this.polls >= this.pollsToAnswer && !this.dockerdExits)
+      this.daemon = 'up';
     if (this.daemon === 'up') return { ok: true };
     return { ok: false, reason: this.daemon === 'eacces' ? 'connect EACCES /var/run/docker.sock' : 'connect ENOENT /var/run/docker.sock' };
   }
@@ -136,7 +148,10 @@ test('a provisioned machine: nothing runs, one line says everything is present',
   assert.deepEqual(m.ran, []);
   assert.equal(m.started, 0);
   assert.equal(m.said.length, 1);
-  assert.match(m.said[0]!, /every prerequisite of the unit, integration, e2e tests is present \(git, docker\.io, debootstrap, linux-perf, chromium, code-server build tools, dockerd, base images, harness CLIs, code-server, bundle\)/);
+  assert.match(
+    m.said[0]!,
+    /every prerequisite of the unit, integration, e2e tests is present \(git, docker\.io, debootstrap, linux-perf, chromium, code-server build tools, dockerd, base images, harness CLIs, code-server, bundle\)/,
+  );
 });
 
 test('a fresh machine as root: one apt-get for every package, dockerd started once, then images, harness CLIs, code-server, bundle; a second run is a no-op', async () => {
@@ -144,7 +159,19 @@ test('a fresh machine as root: one apt-get for every package, dockerd started on
   const before = await plan(m, ALL);
   assert.deepEqual(
     before.map((s) => [s.prerequisite.id, s.state]),
-    ['git', 'docker.io', 'debootstrap', 'linux-perf', 'chromium', 'code-server build tools', 'dockerd', 'base images', 'harness CLIs', 'code-server', 'bundle'].map((id) => [id, 'install']),
+    [
+      'git',
+      'docker.io',
+      'debootstrap',
+      'linux-perf',
+      'chromium',
+      'code-server build tools',
+      'dockerd',
+      'base images',
+      'harness CLIs',
+      'code-server',
+      'bundle',
+    ].map((id) => [id, 'install']),
   );
   assert.deepEqual(m.ran, [], 'planning runs nothing');
   assert.match(formatPlan(before), /^dockerd +would install: start dockerd .*\(after docker\.io\)$/m);
@@ -180,13 +207,26 @@ test('a fresh machine without root: no apt-get, no dockerd; each missing prerequ
   assert.deepEqual(m.ran, ['bash scripts/harness-install.sh', 'node esbuild.mjs'], 'only what needs no root runs');
   assert.equal(m.started, 0);
   const byId = Object.fromEntries(missing.map((s) => [s.prerequisite.id, s.detail]));
-  assert.deepEqual(Object.keys(byId), ['git', 'docker.io', 'debootstrap', 'linux-perf', 'chromium', 'code-server build tools', 'dockerd', 'base images', 'code-server']);
+  assert.deepEqual(Object.keys(byId), [
+    'git',
+    'docker.io',
+    'debootstrap',
+    'linux-perf',
+    'chromium',
+    'code-server build tools',
+    'dockerd',
+    'base images',
+    'code-server',
+  ]);
   assert.match(byId['docker.io']!, /needs root; run as root `apt-get install -y docker\.io`/);
   assert.match(byId['code-server build tools']!, /`apt-get install -y ripgrep libkrb5-dev make g\+\+ python3`/);
   assert.equal(byId.dockerd, 'needs docker.io first');
   assert.equal(byId['base images'], 'needs dockerd and debootstrap first');
   const said = m.said.join('\n');
-  assert.match(said, /MISSING dockerd: needs docker\.io first\n {2}needed because the sandbox tests need a running Docker engine; those tests will fail until it is there/);
+  assert.match(
+    said,
+    /MISSING dockerd: needs docker\.io first\n {2}needed because the sandbox tests need a running Docker engine; those tests will fail until it is there/,
+  );
 });
 
 test('without root, with docker.io installed but no daemon: says how to start dockerd; images that need debootstrap say so', async () => {
@@ -238,20 +278,29 @@ test('a dockerd that is already starting is waited for, never a second one', asy
   await ensureDockerd(m, { pollMs: 1, timeoutMs: 100 });
   assert.equal(m.started, 0);
   assert.equal(m.daemon, 'up');
-  assert.match(m.said.join('\n'), /dockerd is already running \(pid 42\) but does not answer yet; waiting for it instead of starting a second one/);
+  assert.match(
+    m.said.join('\n'),
+    /dockerd is already running \(pid 42\) but does not answer yet; waiting for it instead of starting a second one/,
+  );
 });
 
 test('a dockerd that never answers, or exits, fails with its pid and log', async () => {
   const stuck = new FakeMachine();
   stuck.dockerdProcesses = [42];
   stuck.pollsToAnswer = Infinity;
-  await assert.rejects(ensureDockerd(stuck, { pollMs: 10, timeoutMs: 50 }), /the running dockerd \(pid 42\) did not answer within 0 s \(connect ENOENT/);
+  await assert.rejects(
+    ensureDockerd(stuck, { pollMs: 10, timeoutMs: 50 }),
+    /the running dockerd \(pid 42\) did not answer within 0 s \(connect ENOENT/,
+  );
   assert.equal(stuck.started, 0);
 
   const dying = new FakeMachine();
   dying.commands.add('dockerd');
   dying.dockerdExits = true;
-  await assert.rejects(ensureDockerd(dying, { pollMs: 1, timeoutMs: 100 }), /dockerd \(pid 1001\) exited; the end of \/var\/log\/harness-lab-dockerd\.log:\nfailed to start daemon/);
+  await assert.rejects(
+    ensureDockerd(dying, { pollMs: 1, timeoutMs: 100 }),
+    /dockerd \(pid 1001\) exited; the end of \/var\/log\/harness-lab-dockerd\.log:\nfailed to start daemon/,
+  );
   const missing = await provision(dying, ['integration']);
   assert.deepEqual(
     missing.map((s) => s.prerequisite.id),
@@ -277,10 +326,30 @@ test('two runs starting dockerd at once: the one whose dockerd lost the race wai
 });
 
 test('each folder needs only its own prerequisites', () => {
-  assert.deepEqual(needed(['unit']).map((p) => p.id), ['git', 'bundle']);
-  assert.deepEqual(needed(['integration']).map((p) => p.id), ['git', 'docker.io', 'debootstrap', 'linux-perf', 'dockerd', 'base images', 'harness CLIs']);
+  assert.deepEqual(
+    needed(['unit']).map((p) => p.id),
+    ['git', 'bundle'],
+  );
+  assert.deepEqual(
+    needed(['integration']).map((p) => p.id),
+    ['git', 'docker.io', 'debootstrap', 'linux-perf', 'dockerd', 'base images', 'harness CLIs'],
+  );
   // The e2e tests run harnesses in Docker sandboxes from the installed .vsix, so they need those too.
-  assert.deepEqual(needed(['e2e']).map((p) => p.id), ['git', 'docker.io', 'debootstrap', 'chromium', 'code-server build tools', 'dockerd', 'base images', 'harness CLIs', 'code-server', 'bundle']);
+  assert.deepEqual(
+    needed(['e2e']).map((p) => p.id),
+    [
+      'git',
+      'docker.io',
+      'debootstrap',
+      'chromium',
+      'code-server build tools',
+      'dockerd',
+      'base images',
+      'harness CLIs',
+      'code-server',
+      'bundle',
+    ],
+  );
 });
 
 test('the script: --plan lists every prerequisite of the folders given; an unknown folder is a usage error', () => {

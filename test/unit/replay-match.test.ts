@@ -8,7 +8,11 @@ const base = (): ChatRequest => ({
   messages: [
     { role: 'system', content: 'You are an agent. Today is 2026-12-02. Work in /tmp/run-abc123/work.' },
     { role: 'user', content: 'Create hello.txt' },
-    { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'bash', arguments: '{"cmd":"ls"}' } }] },
+    {
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'bash', arguments: '{"cmd":"ls"}' } }],
+    },
     { role: 'tool', tool_call_id: 'call_1', content: 'a.txt\nProcess Group PGID: 66' },
   ],
   tools: [{ type: 'function', function: { name: 'bash', description: 'run a command' } }],
@@ -45,7 +49,10 @@ test('a tool result that differs is reported apart, and does not halt', () => {
   replayed.messages[3]!.content = 'b.txt\nProcess Group PGID: 66';
   const m = matchCall({ request: base() }, { request: replayed });
   assert.equal(m.level, 'tolerated');
-  assert.deepEqual(m.toolOutputs.map((d) => d.path), ['messages[3].content']);
+  assert.deepEqual(
+    m.toolOutputs.map((d) => d.path),
+    ['messages[3].content'],
+  );
   assert.equal(m.toolOutputs[0]!.replayed, 'b.txt\nProcess Group PGID: 66');
 });
 

@@ -6,12 +6,26 @@ import { decodePathSegment, parseRequestTarget } from '../../src/capture/http-ut
 
 test('withoutSessionKey replaces the id in every string and key, deeply, and leaves the input alone', () => {
   const id = 's0123456789abcdef01234567';
-  const data = { session_id: id, title: `x.jsonl (session ${id})`, turns: [{ trace_id: `${id}/n1`, ids: [1, 2] }], byId: { [id]: true }, n: 3, none: null };
+  const data = {
+    session_id: id,
+    title: `x.jsonl (session ${id})`,
+    turns: [{ trace_id: `${id}/n1`, ids: [1, 2] }],
+    byId: { [id]: true },
+    n: 3,
+    none: null,
+  };
   const out = withoutSessionKey(data, id);
   assert.ok(!JSON.stringify(out).includes(id));
   const alias = sessionAlias(id);
   assert.match(alias, /^session-[0-9a-f]{12}$/);
-  assert.deepEqual(out, { session_id: alias, title: `x.jsonl (session ${alias})`, turns: [{ trace_id: `${alias}/n1`, ids: [1, 2] }], byId: { [alias]: true }, n: 3, none: null });
+  assert.deepEqual(out, {
+    session_id: alias,
+    title: `x.jsonl (session ${alias})`,
+    turns: [{ trace_id: `${alias}/n1`, ids: [1, 2] }],
+    byId: { [alias]: true },
+    n: 3,
+    none: null,
+  });
   assert.equal(data.session_id, id, 'the input is not mutated');
   assert.notEqual(sessionAlias('another'), alias, 'aliases still tell sessions apart');
 });

@@ -33,7 +33,11 @@ export function call(spec: CallSpec): CallRecord {
     harness_session_id: null,
     request: { headers: {}, body: {} },
     engine_url: 'http://127.0.0.1:1',
-    engine_request: { model: 'm', messages: spec.messages ?? [{ role: 'user', content: `prompt ${spec.id}` }], ...(spec.nTools ? { tools: [] } : {}) },
+    engine_request: {
+      model: 'm',
+      messages: spec.messages ?? [{ role: 'user', content: `prompt ${spec.id}` }],
+      ...(spec.nTools ? { tools: [] } : {}),
+    },
     engine_response:
       answered && reply
         ? {
@@ -66,7 +70,10 @@ export function call(spec: CallSpec): CallRecord {
  * A linear multi-turn chain: call k's prompt is call k-1's prompt+completion plus `glue` new tokens.
  * Token values are distinct per position so that nothing matches by accident.
  */
-export function chain(n: number, opts: { first?: number; sampled?: number; glue?: number; prefix?: string; nTools?: number } = {}): CallRecord[] {
+export function chain(
+  n: number,
+  opts: { first?: number; sampled?: number; glue?: number; prefix?: string; nTools?: number } = {},
+): CallRecord[] {
   const first = opts.first ?? 8;
   const nSampled = opts.sampled ?? 3;
   const glue = opts.glue ?? 2;

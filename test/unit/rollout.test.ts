@@ -34,7 +34,10 @@ test('the rollout document of an agent chain with a retry and a title call', () 
   assert.deepEqual(doc.metadata, { harness: 'test' });
   assert.equal(doc.rollout_type, 'train');
   assert.equal(doc.capture_level, 'tokens');
-  assert.deepEqual(doc.calls.map((c) => c.call_id), ['a', 'b1', 'title', 'b2', 'c']);
+  assert.deepEqual(
+    doc.calls.map((c) => c.call_id),
+    ['a', 'b1', 'title', 'b2', 'c'],
+  );
   assert.deepEqual(doc.stats, {
     n_calls: 5,
     n_turns: 5,
@@ -48,10 +51,13 @@ test('the rollout document of an agent chain with a retry and a title call', () 
   });
   assert.deepEqual(codes(doc.validation), ['multiple_roots', 'discarded_turns', 'forks']);
   assert.equal(doc.trainable, true);
-  assert.deepEqual(doc.sequences.map((s) => [s.role, s.node_ids.join('>'), s.trainable]), [
-    ['auxiliary', 'title', false],
-    ['agent', 'a>b2>c', true],
-  ]);
+  assert.deepEqual(
+    doc.sequences.map((s) => [s.role, s.node_ids.join('>'), s.trainable]),
+    [
+      ['auxiliary', 'title', false],
+      ['agent', 'a>b2>c', true],
+    ],
+  );
   const agent = doc.sequences[1]!;
   assert.deepEqual(agent.input_ids, [1, 2, 3, 4, 5, 7, 8, 11, 12]);
   assert.deepEqual(agent.loss_mask, [0, 0, 1, 1, 0, 1, 1, 0, 1]);
@@ -59,7 +65,15 @@ test('the rollout document of an agent chain with a retry and a title call', () 
   assert.deepEqual(agent.turn_lengths, [2, 2, 1]);
 
   const nodes = Object.fromEntries(doc.graph.nodes.map((n) => [n.node_id, n]));
-  assert.deepEqual(nodes.a, { node_id: 'a', index: 0, parent_id: null, root_id: 'a', children: ['b1', 'b2'], discarded: false, role: 'agent' });
+  assert.deepEqual(nodes.a, {
+    node_id: 'a',
+    index: 0,
+    parent_id: null,
+    root_id: 'a',
+    children: ['b1', 'b2'],
+    discarded: false,
+    role: 'agent',
+  });
   assert.deepEqual(nodes.b1, { node_id: 'b1', index: 1, parent_id: 'a', root_id: 'a', children: [], discarded: true, role: 'discarded' });
   assert.equal(nodes.title!.role, 'auxiliary');
   assert.deepEqual(doc.graph.roots, ['a', 'title']);
@@ -92,7 +106,10 @@ test('the rollout document of an agent chain with a retry and a title call', () 
 
 test('discarded rows appear only when asked for, labelled', () => {
   const doc = buildRollout(session, agentWithRetryAndTitle(), { ...tokens, includeDiscarded: true });
-  assert.deepEqual(doc.sequences.map((s) => s.role), ['discarded', 'auxiliary', 'agent']);
+  assert.deepEqual(
+    doc.sequences.map((s) => s.role),
+    ['discarded', 'auxiliary', 'agent'],
+  );
   assert.equal(doc.traces.length, 3);
   assert.equal(doc.stats.n_trainable_tokens, 5);
 });
@@ -125,7 +142,10 @@ test('traces validate against TrainingTraceSchema and round-trip through JSONL',
     sampling_params: { temperature: 0.8, top_p: 1 },
     requested_sampling_params: { temperature: 0.8 },
   });
-  assert.ok(agent.validation.some((f) => f.startsWith('[WARN] multiple_roots')), 'rollout findings travel with each trace');
+  assert.ok(
+    agent.validation.some((f) => f.startsWith('[WARN] multiple_roots')),
+    'rollout findings travel with each trace',
+  );
   assert.equal(traceToJsonl([]), '');
 });
 
@@ -163,7 +183,10 @@ test('a single-call rollout is degenerate unless a budget stop explains it', () 
   assert.equal(doc.traces[0]!.trainable, false);
   assert.ok(doc.traces[0]!.validation.some((f) => f.startsWith('[FATAL] degenerate_rollout')));
   assert.equal(doc.stats.n_trainable_tokens, 0);
-  assert.throws(() => assertTrainable(doc, { strict: true }), (e: unknown) => e instanceof NotTrainableError && /degenerate_rollout/.test(e.message));
+  assert.throws(
+    () => assertTrainable(doc, { strict: true }),
+    (e: unknown) => e instanceof NotTrainableError && /degenerate_rollout/.test(e.message),
+  );
 
   const stopped = buildRollout(session, [only!], { ...tokens, budgetStopCount: 1 });
   assert.ok(!codes(stopped.validation).includes('degenerate_rollout'));
@@ -198,7 +221,11 @@ test('a prefix shared by forks that both continue is trained once (by the later 
   ];
   const doc = buildRollout(session, records, tokens);
   assert.equal(doc.stats.n_trainable_sequences, 2);
-  assert.deepEqual(doc.sequences.map((s) => s.n_trainable), [1, 5], 'a is trained in the later path only');
+  assert.deepEqual(
+    doc.sequences.map((s) => s.n_trainable),
+    [1, 5],
+    'a is trained in the later path only',
+  );
   assert.deepEqual(doc.sequences[0]!.loss_mask, [0, 0, 0, 0, 0, 0, 1]);
   assert.ok(doc.sequences[0]!.validation.some((f) => f.startsWith('[INFO] repeated_target')));
   assert.equal(doc.stats.n_trainable_tokens, 6, 'a counts once: 3 + 1 + 2');
@@ -220,10 +247,14 @@ test('an evaluation session has the full trace but refuses to hand out training 
   assert.deepEqual(doc.traces, []);
   assert.equal(doc.stats.n_turns, 3);
   assert.equal(doc.sequences.length, 1, 'linked by messages into one conversation');
-  assert.ok(doc.turns.every((t) => t.findings.every((f) => !f.startsWith('[FATAL]'))), 'missing ids are expected below tokens');
+  assert.ok(
+    doc.turns.every((t) => t.findings.every((f) => !f.startsWith('[FATAL]'))),
+    'missing ids are expected below tokens',
+  );
   assert.throws(
     () => trainingTraces(doc),
-    (e: unknown) => e instanceof NotTrainableError && e.name === 'NotTrainableError' && /evaluation rollout/.test(e.message) && /"text"/.test(e.message),
+    (e: unknown) =>
+      e instanceof NotTrainableError && e.name === 'NotTrainableError' && /evaluation rollout/.test(e.message) && /"text"/.test(e.message),
   );
   const evalPurpose = buildRollout(session, chain(3), { ...tokens, purpose: 'eval' });
   assert.equal(evalPurpose.rollout_type, 'eval');

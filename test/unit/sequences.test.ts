@@ -60,7 +60,10 @@ test('missing, non-finite, boolean or positive logprobs make the turn context on
     assert.ok(codes(g.get('c0')!.findings).includes(code), code);
     const s = buildSequences(g, { trainableCapture: true }).sequences[0]!;
     assert.equal(s.n_trainable, 2, code);
-    assert.ok(s.logprobs.every((lp) => Number.isFinite(lp) && lp <= 0), code);
+    assert.ok(
+      s.logprobs.every((lp) => Number.isFinite(lp) && lp <= 0),
+      code,
+    );
   }
 });
 
@@ -93,18 +96,36 @@ test('roles: tool paths are agent, toolless ones auxiliary, abandoned retries di
 test('roles without any tool manifest: live paths are agent (at tokens level only if trainable)', () => {
   const records = [...chain(2, { nTools: 0 }), call({ id: 'x', index: 2, prompt: [5, 5], sampled: [6], logprobs: null })];
   const atTokens = buildSequences(RolloutGraph.fromRecords(records), { trainableCapture: true }).sequences;
-  assert.deepEqual(atTokens.map((s) => s.role), ['agent', 'auxiliary']);
+  assert.deepEqual(
+    atTokens.map((s) => s.role),
+    ['agent', 'auxiliary'],
+  );
   const atText = buildSequences(RolloutGraph.fromRecords(records, { captureLevel: 'text' }), { trainableCapture: false }).sequences;
-  assert.deepEqual(atText.map((s) => s.role), ['agent', 'agent']);
+  assert.deepEqual(
+    atText.map((s) => s.role),
+    ['agent', 'agent'],
+  );
   assert.ok(atText.every((s) => s.n_trainable === 0 && !s.trainable && s.validation.length === 0));
-  assert.ok(atText.every((s) => s.loss_mask.every((m) => m === 0)), 'nothing is a target below tokens level');
+  assert.ok(
+    atText.every((s) => s.loss_mask.every((m) => m === 0)),
+    'nothing is a target below tokens level',
+  );
 });
 
 test('a path through a call without prompt ids has no token arrays and is not trainable', () => {
   const [a] = chain(1);
   const g = RolloutGraph.fromRecords([
     a!,
-    call({ id: 'bare', index: 1, prompt: null, sampled: [5], messages: [{ role: 'user', content: 'prompt c0' }, { role: 'assistant', content: 'reply c0' }] }),
+    call({
+      id: 'bare',
+      index: 1,
+      prompt: null,
+      sampled: [5],
+      messages: [
+        { role: 'user', content: 'prompt c0' },
+        { role: 'assistant', content: 'reply c0' },
+      ],
+    }),
   ]);
   assert.equal(flattenPath(g.pathTo(g.get('bare')!)), null);
   const s = buildSequences(g, { trainableCapture: true }).sequences[0]!;
@@ -117,7 +138,10 @@ test('a path through a call without prompt ids has no token arrays and is not tr
 test('property: arrays have equal lengths, mask-1 runs equal turn_lengths, and input_ids is the leaf end', () => {
   fc.assert(
     fc.property(
-      fc.array(fc.record({ sampled: fc.integer({ min: 0, max: 4 }), glue: fc.integer({ min: 1, max: 3 }), usable: fc.boolean() }), { minLength: 1, maxLength: 8 }),
+      fc.array(fc.record({ sampled: fc.integer({ min: 0, max: 4 }), glue: fc.integer({ min: 1, max: 3 }), usable: fc.boolean() }), {
+        minLength: 1,
+        maxLength: 8,
+      }),
       (turns) => {
         let next = 1;
         let prompt = [next++, next++];
@@ -135,7 +159,10 @@ test('property: arrays have equal lengths, mask-1 runs equal turn_lengths, and i
         const expected = turns.filter((t) => t.usable && t.sampled > 0).map((t) => t.sampled);
         assert.deepEqual(s.turn_lengths, expected);
         assert.deepEqual(turnLengths(s.loss_mask), s.turn_lengths);
-        assert.equal(s.n_trainable, expected.reduce((a, b) => a + b, 0));
+        assert.equal(
+          s.n_trainable,
+          expected.reduce((a, b) => a + b, 0),
+        );
         s.loss_mask.forEach((m, i) => assert.ok(m === 1 || s.logprobs[i] === 0));
       },
     ),
@@ -152,7 +179,10 @@ test('checkSequence catches each broken invariant', () => {
   assert.deepEqual(codes(checkSequence({ ...ok, logprobs: [-0.3, -0.2, -0.1] })), ['masked_has_logprob']);
   assert.deepEqual(codes(checkSequence({ ...ok, logprobs: [0, 0.2, -0.1] })), ['positive_logprob']);
   assert.deepEqual(codes(checkSequence({ ...ok, loss_mask: [0, 0, 0], logprobs: [0, 0, 0] })), ['nothing_trainable']);
-  assert.deepEqual(codes(checkSequence({ ...ok, prompt_len: 3, loss_mask: [0, 0, 0], logprobs: [0, 0, 0] })), ['nothing_trainable', 'empty_response']);
+  assert.deepEqual(codes(checkSequence({ ...ok, prompt_len: 3, loss_mask: [0, 0, 0], logprobs: [0, 0, 0] })), [
+    'nothing_trainable',
+    'empty_response',
+  ]);
 });
 
 test('checkTurn grades ingest problems', () => {
@@ -166,8 +196,22 @@ test('checkTurn grades ingest problems', () => {
   assert.ok(checkTurn({ ...base, finish_reason: 'length' }, 'tokens')[0]!.startsWith('[WARN]'));
   assert.ok(checkTurn({ ...base, logprobs: [-1, -1] }, 'tokens').every(isFatal));
   // Below tokens, missing ids are expected; only an answer the agent cannot act on is worth a warning.
-  assert.deepEqual(checkTurn({ ...base, prompt_token_ids: null, completion_token_ids: null, logprobs: null, response_message: { role: 'assistant', content: 'hi' } }, 'text'), []);
-  assert.deepEqual(codes(checkTurn({ ...base, prompt_token_ids: null, response_message: { role: 'assistant', content: '  ' } }, 'text')), ['empty_completion']);
+  assert.deepEqual(
+    checkTurn(
+      {
+        ...base,
+        prompt_token_ids: null,
+        completion_token_ids: null,
+        logprobs: null,
+        response_message: { role: 'assistant', content: 'hi' },
+      },
+      'text',
+    ),
+    [],
+  );
+  assert.deepEqual(codes(checkTurn({ ...base, prompt_token_ids: null, response_message: { role: 'assistant', content: '  ' } }, 'text')), [
+    'empty_completion',
+  ]);
 });
 
 test("the proxy's own turn findings are kept and not repeated in other words", () => {

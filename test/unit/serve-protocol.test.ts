@@ -22,7 +22,26 @@ test('--dataset NAME=DIR', () => {
 });
 
 test('run_rollout arguments: every field TRL sends is read, unknown ones are kept out of the way, bad ones are named', () => {
-  const args = { split: 's', task_index: 3, harness: 'react', sandbox: 'docker', reward_key: 'reward', keep_sandbox: false, force_build: false, llm_url: 'http://127.0.0.1:8000/v1', model: 'm', api_key: 'EMPTY', auth_header: null, agent_timeout_sec: 600, agent_step_limit: null, sampling: { temperature: 1, top_p: 1, top_k: -1, min_p: 0 }, provider: null, purpose: 'train', eval_sampling: null, future_field: 1 };
+  const args = {
+    split: 's',
+    task_index: 3,
+    harness: 'react',
+    sandbox: 'docker',
+    reward_key: 'reward',
+    keep_sandbox: false,
+    force_build: false,
+    llm_url: 'http://127.0.0.1:8000/v1',
+    model: 'm',
+    api_key: 'EMPTY',
+    auth_header: null,
+    agent_timeout_sec: 600,
+    agent_step_limit: null,
+    sampling: { temperature: 1, top_p: 1, top_k: -1, min_p: 0 },
+    provider: null,
+    purpose: 'train',
+    eval_sampling: null,
+    future_field: 1,
+  };
   const parsed = RunRolloutArgs.parse(args);
   assert.equal(parsed.task_index, 3);
   assert.deepEqual(parsed.sampling, args.sampling);

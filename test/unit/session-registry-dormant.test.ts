@@ -19,7 +19,12 @@ function tempDir(): string {
 }
 
 function registry(dataDir: string, dormancy: DormancyLimits): SessionRegistry {
-  return SessionRegistry.open({ defaults: { model: 'm', engineUrl: 'http://127.0.0.1:1', maxModelCalls: 0 }, dataDir, engineLevel: () => ({ level: 'tokens', graded: true }), dormancy });
+  return SessionRegistry.open({
+    defaults: { model: 'm', engineUrl: 'http://127.0.0.1:1', maxModelCalls: 0 },
+    dataDir,
+    engineLevel: () => ({ level: 'tokens', graded: true }),
+    dormancy,
+  });
 }
 
 /** A forwarded call as model-call.ts makes it: reserve, index, record. */

@@ -21,8 +21,15 @@ function tempDir(): string {
   return d;
 }
 
-function liveRegistry(dataDir: string | undefined, engine: { level: CaptureLevel; graded: boolean } = { level: 'tokens', graded: true }): SessionRegistry {
-  return SessionRegistry.open({ defaults: { model: 'm', engineUrl: 'http://127.0.0.1:1', maxModelCalls: 2 }, dataDir, engineLevel: () => engine });
+function liveRegistry(
+  dataDir: string | undefined,
+  engine: { level: CaptureLevel; graded: boolean } = { level: 'tokens', graded: true },
+): SessionRegistry {
+  return SessionRegistry.open({
+    defaults: { model: 'm', engineUrl: 'http://127.0.0.1:1', maxModelCalls: 2 },
+    dataDir,
+    engineLevel: () => engine,
+  });
 }
 
 /** What model-call.ts does for two answered calls, one engine failure and one budget stop. */
@@ -30,7 +37,10 @@ async function captureOneSession(sessions: SessionRegistry): Promise<string> {
   const info = sessions.create({ session_id: 'sess', metadata: { harness: 'test' } });
   const session = sessions.get(info.session_id)!;
   assert.equal(await sessions.captureLevel(session, 'tokens'), 'tokens');
-  for (const [id, prompt, sampled] of [['a', [1, 2], [3]], ['b', [1, 2, 3, 4], [5, 6]]] as const) {
+  for (const [id, prompt, sampled] of [
+    ['a', [1, 2], [3]],
+    ['b', [1, 2, 3, 4], [5, 6]],
+  ] as const) {
     assert.ok(session.tryReserveCall());
     const index = session.takeIndex();
     await sessions.record(session, call({ id, index, prompt: [...prompt], sampled: [...sampled] }));
@@ -83,12 +93,19 @@ test('a data dir opened read-only gives the live rollout; export --session write
   assert.deepEqual(stored.rollout(id, { includeTraces: false })?.traces, []);
   assert.equal(stored.rollout('nope'), undefined);
   assert.equal(stored.get('../sessions/sess'), undefined, 'ids outside the id pattern name no file');
-  assert.deepEqual(stored.list().map((s) => s.session_id), [id]);
+  assert.deepEqual(
+    stored.list().map((s) => s.session_id),
+    [id],
+  );
   assert.throws(() => stored.create(), ReadOnlyRegistryError);
   await assert.rejects(stored.delete(id), ReadOnlyRegistryError);
 
   const out = join(tempDir(), 'traces.jsonl');
-  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), 'export', '--data-dir', dataDir, '--session', id, '--out', out], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+  const r = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), 'export', '--data-dir', dataDir, '--session', id, '--out', out],
+    { cwd: ROOT, encoding: 'utf8', timeout: 60_000 },
+  );
   assert.equal(r.status, 0, r.stderr);
   assert.equal(readFileSync(out, 'utf8'), traceToJsonl(liveDoc.traces));
 });

@@ -15,8 +15,16 @@ import type { CallRecord, SessionInfo } from '../../src/capture/types.js';
 const dirs: string[] = [];
 after(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
-const info = (id: string): SessionInfo => ({ session_id: id, created_at: '2026-01-01T00:00:00.000Z', model: 'm', engine_url: 'http://e', max_model_calls: 0, metadata: {} });
-const call = (id: string, index: number): CallRecord => ({ call_id: `${id}-${index}`, session_id: id, index, payload: `call ${index}` }) as unknown as CallRecord;
+const info = (id: string): SessionInfo => ({
+  session_id: id,
+  created_at: '2026-01-01T00:00:00.000Z',
+  model: 'm',
+  engine_url: 'http://e',
+  max_model_calls: 0,
+  metadata: {},
+});
+const call = (id: string, index: number): CallRecord =>
+  ({ call_id: `${id}-${index}`, session_id: id, index, payload: `call ${index}` }) as unknown as CallRecord;
 
 const enospc = () => Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', errno: -28, syscall: 'write' });
 const originalWrite = fs.write;
@@ -43,7 +51,8 @@ afterEach(() => {
 function injectDoubleFault(sessionId: string, opts: { journalOk: number; truncateFails?: boolean }): { journalWrites: () => number } {
   (fs as { write: unknown }).write = (fd: number, ...rest: unknown[]) => {
     const callback = rest.at(-1) as (err: Error | null, n?: number) => void;
-    if (readlinkSync(`/proc/self/fd/${fd}`).endsWith(`/sessions/${sessionId}.jsonl`)) return void process.nextTick(() => callback(enospc()));
+    if (readlinkSync(`/proc/self/fd/${fd}`).endsWith(`/sessions/${sessionId}.jsonl`))
+      return void process.nextTick(() => callback(enospc()));
     return (originalWrite as (...a: unknown[]) => void)(fd, ...rest);
   };
   syncBuiltinESMExports();
@@ -52,7 +61,8 @@ function injectDoubleFault(sessionId: string, opts: { journalOk: number; truncat
     if (++journalWrites > opts.journalOk) return Promise.reject(enospc());
     return originalHandleWrite.apply(this, args);
   };
-  if (opts.truncateFails) handleProto.truncate = () => Promise.reject(Object.assign(new Error('EIO: i/o error, ftruncate'), { code: 'EIO' }));
+  if (opts.truncateFails)
+    handleProto.truncate = () => Promise.reject(Object.assign(new Error('EIO: i/o error, ftruncate'), { code: 'EIO' }));
   return { journalWrites: () => journalWrites };
 }
 
@@ -84,10 +94,18 @@ for (const truncateFails of [false, true]) {
     const warnings: string[] = [];
     const restarted = new CaptureStore(store.dataDir, (m) => warnings.push(m));
     const [victim] = restarted.loadAll();
-    assert.deepEqual(victim?.calls.map((c) => c.index), [0], `only the acknowledged call is stored\n${warnings.join('\n')}`);
+    assert.deepEqual(
+      victim?.calls.map((c) => c.index),
+      [0],
+      `only the acknowledged call is stored\n${warnings.join('\n')}`,
+    );
     assert.deepEqual(readdirSync(join(store.dataDir, 'journal')), []);
     await restarted.append('victim', { type: 'call', ...call('victim', 1) });
-    assert.deepEqual(restarted.loadAll()[0]?.calls.map((c) => c.index), [0, 1], 'the harness\'s retry is stored once');
+    assert.deepEqual(
+      restarted.loadAll()[0]?.calls.map((c) => c.index),
+      [0, 1],
+      "the harness's retry is stored once",
+    );
     await restarted.close();
   });
 }

@@ -16,8 +16,16 @@ function freshStore(): CaptureStore {
   return new CaptureStore(dir);
 }
 
-const info = (id: string): SessionInfo => ({ session_id: id, created_at: '2026-01-01T00:00:00.000Z', model: 'm', engine_url: 'http://e', max_model_calls: 0, metadata: {} });
-const call = (id: string, index: number, payload = ''): CallRecord => ({ call_id: `${id}-${index}`, session_id: id, index, payload } as unknown as CallRecord);
+const info = (id: string): SessionInfo => ({
+  session_id: id,
+  created_at: '2026-01-01T00:00:00.000Z',
+  model: 'm',
+  engine_url: 'http://e',
+  max_model_calls: 0,
+  metadata: {},
+});
+const call = (id: string, index: number, payload = ''): CallRecord =>
+  ({ call_id: `${id}-${index}`, session_id: id, index, payload }) as unknown as CallRecord;
 
 test('concurrent appends to one session all land, whole and in call order', async () => {
   const store = freshStore();
@@ -25,7 +33,10 @@ test('concurrent appends to one session all land, whole and in call order', asyn
   await Promise.all(Array.from({ length: 200 }, (_, i) => store.append('s1', { type: 'call', ...call('s1', i, 'x'.repeat(i * 50)) })));
   const [loaded] = store.loadAll();
   assert.equal(loaded!.skipped, 0);
-  assert.deepEqual(loaded!.calls.map((c) => c.index), Array.from({ length: 200 }, (_, i) => i));
+  assert.deepEqual(
+    loaded!.calls.map((c) => c.index),
+    Array.from({ length: 200 }, (_, i) => i),
+  );
   await store.close();
 });
 
@@ -36,7 +47,12 @@ test('more sessions than files kept open: every line of every session is stored'
   for (let round = 0; round < 2; round++) await Promise.all(ids.map((id) => store.append(id, { type: 'call', ...call(id, round) })));
   const loaded = store.loadAll();
   assert.equal(loaded.length, ids.length);
-  for (const session of loaded) assert.deepEqual(session.calls.map((c) => c.index), [0, 1], session.info.session_id);
+  for (const session of loaded)
+    assert.deepEqual(
+      session.calls.map((c) => c.index),
+      [0, 1],
+      session.info.session_id,
+    );
   await store.close();
 });
 
@@ -51,7 +67,7 @@ test('delete waits for queued appends, removes the file, and a later append star
   const lines = readFileSync(store.fileOf('gone'), 'utf8').split('\n');
   assert.equal(lines[0], '{"type":"budget_stop","at":"now"}', 'the new file holds only the new line (and its tally)');
   assert.equal(JSON.parse(lines[1]!).type, 'sum');
-  assert.equal(JSON.parse(lines[1]!).n, 0, 'the deleted session\'s calls are not counted');
+  assert.equal(JSON.parse(lines[1]!).n, 0, "the deleted session's calls are not counted");
   await store.close();
 });
 
@@ -90,7 +106,10 @@ test('a torn last line (torn by hand) is skipped with a warning naming the file,
   appendFileSync(file, JSON.stringify({ type: 'call', ...call('torn', 1, 'x'.repeat(100)) }).slice(0, 60));
   const warnings: string[] = [];
   let [loaded] = store.loadAll((m) => warnings.push(m));
-  assert.deepEqual(loaded!.calls.map((c) => c.index), [0]);
+  assert.deepEqual(
+    loaded!.calls.map((c) => c.index),
+    [0],
+  );
   assert.deepEqual(loaded!.skippedLines, [whole.split('\n').length], 'the torn line is the last one');
   assert.equal(warnings.length, 1);
   assert.ok(warnings[0]!.includes(file), `the warning names the file: ${warnings[0]}`);
@@ -104,10 +123,16 @@ test('a torn last line (torn by hand) is skipped with a warning naming the file,
   const lines = text.slice(whole.length).split('\n');
   assert.equal(lines.length, 6, 'torn bytes, two records each with its tally, and the final empty piece');
   for (const l of lines.slice(1, 5)) assert.doesNotThrow(() => JSON.parse(l));
-  assert.deepEqual(lines.slice(1, 5).map((l) => (JSON.parse(l) as { type: string }).type), ['call', 'sum', 'call', 'sum']);
+  assert.deepEqual(
+    lines.slice(1, 5).map((l) => (JSON.parse(l) as { type: string }).type),
+    ['call', 'sum', 'call', 'sum'],
+  );
   warnings.length = 0;
   [loaded] = restarted.loadAll((m) => warnings.push(m));
-  assert.deepEqual(loaded!.calls.map((c) => c.index), [0, 2, 3]);
+  assert.deepEqual(
+    loaded!.calls.map((c) => c.index),
+    [0, 2, 3],
+  );
   assert.equal(warnings.length, 1, 'still one torn line, no new one');
   await restarted.close();
 });
@@ -116,7 +141,10 @@ test('a file without a readable header is reported, not silently dropped', () =>
   const store = freshStore();
   writeFileSync(store.fileOf('headless'), '{"type":"sess');
   const warnings: string[] = [];
-  assert.deepEqual(store.loadAll((m) => warnings.push(m)), []);
+  assert.deepEqual(
+    store.loadAll((m) => warnings.push(m)),
+    [],
+  );
   assert.match(warnings[0]!, /headless\.jsonl: no readable session header/);
 });
 
@@ -160,11 +188,20 @@ test('after a lost page cache, a restart replays the journal: every acknowledged
   const restarted = new CaptureStore(store.dataDir, (m) => warnings.push(m));
   assert.deepEqual(readFileSync(store.fileOf('p')), whole, 'p is byte for byte what was acknowledged');
   const loaded = restarted.loadAll();
-  assert.deepEqual(loaded.map((s) => [s.info.session_id, s.calls.map((c) => c.index), s.skipped]), [['p', [0, 1, 2, 3, 4], 0], ['q', [0], 0]]);
+  assert.deepEqual(
+    loaded.map((s) => [s.info.session_id, s.calls.map((c) => c.index), s.skipped]),
+    [
+      ['p', [0, 1, 2, 3, 4], 0],
+      ['q', [0], 0],
+    ],
+  );
   assert.match(warnings.join('\n'), /restored \d+ journaled append/);
   assert.deepEqual(readdirSync(join(store.dataDir, 'journal')), [], 'the replayed journal is removed');
   await restarted.append('p', { type: 'call', ...call('p', 5) });
-  assert.deepEqual(restarted.loadAll()[0]!.calls.map((c) => c.index), [0, 1, 2, 3, 4, 5]);
+  assert.deepEqual(
+    restarted.loadAll()[0]!.calls.map((c) => c.index),
+    [0, 1, 2, 3, 4, 5],
+  );
   await restarted.close();
 });
 
@@ -181,7 +218,10 @@ test('a torn journal frame (a crash mid-commit) is not replayed, and a deleted s
   const restarted = new CaptureStore(store.dataDir);
   assert.equal(existsSync(store.fileOf('dropped')), false, 'the deletion was journaled after its appends');
   const loaded = restarted.loadAll();
-  assert.deepEqual(loaded.map((s) => [s.info.session_id, s.calls.length, s.skipped]), [['kept', 0, 0]]);
+  assert.deepEqual(
+    loaded.map((s) => [s.info.session_id, s.calls.length, s.skipped]),
+    [['kept', 0, 0]],
+  );
   await restarted.close();
 });
 
@@ -190,11 +230,21 @@ test('a failed commit is cut back from the session file and the journal: nothing
   await store.append('s', { type: 'session', ...info('s') });
   // A directory where another session's file should be: that session's part fails, the rest commits.
   mkdirSync(store.fileOf('blocked'));
-  const results = await Promise.allSettled([store.append('s', { type: 'call', ...call('s', 0) }), store.append('blocked', { type: 'session', ...info('blocked') })]);
-  assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected']);
+  const results = await Promise.allSettled([
+    store.append('s', { type: 'call', ...call('s', 0) }),
+    store.append('blocked', { type: 'session', ...info('blocked') }),
+  ]);
+  assert.deepEqual(
+    results.map((r) => r.status),
+    ['fulfilled', 'rejected'],
+  );
   const journalDir = join(store.dataDir, 'journal');
   const frames = readdirSync(journalDir).flatMap((f) => readJournalFrames(join(journalDir, f)));
-  assert.deepEqual(frames.map((f) => ('s' in f ? f.s : 'd' in f ? `delete ${f.d}` : `cancel ${f.x}`)), ['s', 's'], 'only what was stored is journaled');
+  assert.deepEqual(
+    frames.map((f) => ('s' in f ? f.s : 'd' in f ? `delete ${f.d}` : `cancel ${f.x}`)),
+    ['s', 's'],
+    'only what was stored is journaled',
+  );
   rmSync(store.fileOf('blocked'), { recursive: true });
   await store.close();
 });
@@ -211,6 +261,9 @@ test('a journal past its size is checkpointed: the files it covered are synced, 
   assert.equal(journals.includes(first), false, `the full journal was retired (left: ${journals.join(', ')})`);
   assert.equal(journals.length, 1, 'commits after the checkpoint went to a new journal');
   const loaded = store.loadAll();
-  assert.deepEqual(loaded.map((s) => s.calls.length), [36]);
+  assert.deepEqual(
+    loaded.map((s) => s.calls.length),
+    [36],
+  );
   await store.close();
 });

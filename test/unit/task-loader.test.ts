@@ -3,13 +3,26 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { TaskError, allowTemplateVariables, allowedTemplateVariables, findTasks, loadTask, resolveEnvTemplate, sizeToMb } from '../../src/tasks/task.js';
+import {
+  TaskError,
+  allowTemplateVariables,
+  allowedTemplateVariables,
+  findTasks,
+  loadTask,
+  resolveEnvTemplate,
+  sizeToMb,
+} from '../../src/tasks/task.js';
 
 const EXAMPLES = join(__dirname, '..', '..', 'examples', 'tasks');
 
 function makeTask(files: Record<string, string>): string {
   const dir = join(mkdtempSync(join(tmpdir(), 'hl-task-')), 'my-task');
-  const all: Record<string, string> = { 'instruction.md': 'Do the thing.\n', 'tests/test.sh': '#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n', 'task.toml': '', ...files };
+  const all: Record<string, string> = {
+    'instruction.md': 'Do the thing.\n',
+    'tests/test.sh': '#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n',
+    'task.toml': '',
+    ...files,
+  };
   for (const [rel, text] of Object.entries(all)) {
     mkdirSync(join(dir, rel, '..'), { recursive: true });
     writeFileSync(join(dir, rel), text);
@@ -55,9 +68,15 @@ test('legacy keys: root version, memory = "2G", allow_internet, no [task] table'
   assert.equal(t.environment.memoryMb, 2048);
   assert.equal(t.environment.networkMode, 'public');
   assert.deepEqual(t.verifierEnv, { SUM_CASES: '2 3 5;10 -4 6;0 0 0;7 8 15' });
-  assert.deepEqual(t.legacy.sort(), ['environment.allow_internet -> network_mode', 'environment.memory -> memory_mb', 'version -> schema_version']);
+  assert.deepEqual(t.legacy.sort(), [
+    'environment.allow_internet -> network_mode',
+    'environment.memory -> memory_mb',
+    'version -> schema_version',
+  ]);
 
-  const offline = loadTask(makeTask({ 'task.toml': 'version = "1.0"\n[environment]\nallow_internet = false\nstorage = "10G"\nmemory = "512M"\n' }));
+  const offline = loadTask(
+    makeTask({ 'task.toml': 'version = "1.0"\n[environment]\nallow_internet = false\nstorage = "10G"\nmemory = "512M"\n' }),
+  );
   assert.equal(offline.environment.networkMode, 'no-network');
   assert.equal(offline.agentNetworkMode, 'no-network');
   assert.equal(offline.environment.storageMb, 10240);
@@ -66,7 +85,7 @@ test('legacy keys: root version, memory = "2G", allow_internet, no [task] table'
   assert.equal(offline.agentTimeoutSec, undefined, 'Harbor default: no agent timeout');
 });
 
-test('[agent].network_mode overrides the environment\'s for the agent phase', () => {
+test("[agent].network_mode overrides the environment's for the agent phase", () => {
   const t = loadTask(makeTask({ 'task.toml': '[agent]\nnetwork_mode = "no-network"\n[environment]\nnetwork_mode = "public"\n' }));
   assert.equal(t.environment.networkMode, 'public');
   assert.equal(t.agentNetworkMode, 'no-network');
@@ -91,7 +110,12 @@ test('size strings', () => {
 test('broken tasks name the file and the field', () => {
   rejects(makeTask({ 'task.toml': '[agent]\ntimeout_sec = "fast"\n' }), 'my-task/task.toml', 'agent.timeout_sec', /number/);
   rejects(makeTask({ 'task.toml': '[environment]\ncpus = -1\n' }), 'my-task/task.toml', 'environment.cpus', /.+/);
-  rejects(makeTask({ 'task.toml': '[environment]\nmemory = "lots"\n' }), 'my-task/task.toml', 'environment.memory', /cannot read size 'lots'/);
+  rejects(
+    makeTask({ 'task.toml': '[environment]\nmemory = "lots"\n' }),
+    'my-task/task.toml',
+    'environment.memory',
+    /cannot read size 'lots'/,
+  );
   rejects(makeTask({ 'task.toml': '[environment]\nnetwork_mode = "sometimes"\n' }), 'my-task/task.toml', 'environment.network_mode', /.+/);
   rejects(makeTask({ 'task.toml': '[agent\ntimeout_sec = 1\n' }), 'my-task/task.toml', 'line 1, column 2', /not valid TOML/);
   rejects(makeTask({ 'task.toml': '[verifier.env]\nTOKEN = 3\n' }), 'my-task/task.toml', 'verifier.env.TOKEN', /string/);
@@ -111,20 +135,46 @@ test('broken tasks name the file and the field', () => {
 
 test('env templates resolve ${VAR} and ${VAR:-default} of allowed variables; an unset variable names the field', () => {
   const env = { HOSTV: 'v', HARNESS_LAB_ALLOW_ENV: 'HOSTV, MISSING' };
-  assert.deepEqual(resolveEnvTemplate({ A: '${HOSTV}', B: 'x-${NOPE:-fallback}', C: 'plain' }, env, 't/task.toml', 'verifier.env'), { A: 'v', B: 'x-fallback', C: 'plain' });
-  assert.throws(() => resolveEnvTemplate({ K: '${MISSING}' }, env, 't/task.toml', 'verifier.env'), /t\/task.toml: verifier.env.K: needs host variable MISSING/);
+  assert.deepEqual(resolveEnvTemplate({ A: '${HOSTV}', B: 'x-${NOPE:-fallback}', C: 'plain' }, env, 't/task.toml', 'verifier.env'), {
+    A: 'v',
+    B: 'x-fallback',
+    C: 'plain',
+  });
+  assert.throws(
+    () => resolveEnvTemplate({ K: '${MISSING}' }, env, 't/task.toml', 'verifier.env'),
+    /t\/task.toml: verifier.env.K: needs host variable MISSING/,
+  );
 });
 
 test('env templates refuse variables the user did not allow, and HARNESS_LAB_* secrets even when allowed', () => {
   const host = { HOME: '/root', SECRET_TOKEN: 's3cret', HARNESS_LAB_ADMIN_KEY: 'hla-admin', HARNESS_LAB_ENGINE_API_KEY: 'sk-engine' };
-  assert.throws(() => resolveEnvTemplate({ TOKEN: '${SECRET_TOKEN}' }, host, 't/task.toml', 'environment.env'), (e: Error) => e instanceof TaskError && /^t\/task.toml: environment.env.TOKEN: asks for host variable SECRET_TOKEN, which is not allowed: pass --allow-env SECRET_TOKEN/.test(e.message));
+  assert.throws(
+    () => resolveEnvTemplate({ TOKEN: '${SECRET_TOKEN}' }, host, 't/task.toml', 'environment.env'),
+    (e: Error) =>
+      e instanceof TaskError &&
+      /^t\/task.toml: environment.env.TOKEN: asks for host variable SECRET_TOKEN, which is not allowed: pass --allow-env SECRET_TOKEN/.test(
+        e.message,
+      ),
+  );
   // A default stands in for a variable that is not allowed: the host's value is never read.
   assert.deepEqual(resolveEnvTemplate({ H: '${HOME:-/home/agent}' }, host, 't/task.toml', 'environment.env'), { H: '/home/agent' });
   const allowed = { ...host, HARNESS_LAB_ALLOW_ENV: 'HOME,HARNESS_LAB_ADMIN_KEY,HARNESS_LAB_ENGINE_API_KEY' };
   assert.deepEqual(resolveEnvTemplate({ H: '${HOME}' }, allowed, 't/task.toml', 'environment.env'), { H: '/root' });
-  for (const [field, value] of [['KEY', '${HARNESS_LAB_ADMIN_KEY}'], ['E', 'Bearer ${HARNESS_LAB_ENGINE_API_KEY:-none}'], ['L', '${harness_lab_admin_key}']] as const) {
+  for (const [field, value] of [
+    ['KEY', '${HARNESS_LAB_ADMIN_KEY}'],
+    ['E', 'Bearer ${HARNESS_LAB_ENGINE_API_KEY:-none}'],
+    ['L', '${harness_lab_admin_key}'],
+  ] as const) {
     for (const env of [host, allowed]) {
-      assert.throws(() => resolveEnvTemplate({ [field]: value }, env, 'my-task/task.toml', 'verifier.env'), (e: Error) => e instanceof TaskError && e.message.startsWith(`my-task/task.toml: verifier.env.${field}: asks for host variable`) && /HARNESS_LAB_\* variables .* never go into a sandbox/.test(e.message) && !e.message.includes('hla-admin') && !e.message.includes('sk-engine'));
+      assert.throws(
+        () => resolveEnvTemplate({ [field]: value }, env, 'my-task/task.toml', 'verifier.env'),
+        (e: Error) =>
+          e instanceof TaskError &&
+          e.message.startsWith(`my-task/task.toml: verifier.env.${field}: asks for host variable`) &&
+          /HARNESS_LAB_\* variables .* never go into a sandbox/.test(e.message) &&
+          !e.message.includes('hla-admin') &&
+          !e.message.includes('sk-engine'),
+      );
     }
   }
 });

@@ -29,7 +29,10 @@ test('reward.txt holds one number', () => {
 
 test('readReward prefers reward.json and fails clearly when the verifier wrote nothing', () => {
   const dir = mkdtempSync(join(tmpdir(), 'hl-reward-'));
-  assert.throws(() => readReward(dir), (err: unknown) => err instanceof RewardError && /neither .*reward.json nor reward.txt/.test(err.message));
+  assert.throws(
+    () => readReward(dir),
+    (err: unknown) => err instanceof RewardError && /neither .*reward.json nor reward.txt/.test(err.message),
+  );
   writeFileSync(join(dir, 'reward.txt'), '0\n');
   assert.deepEqual(readReward(dir), { value: 0, source: 'reward.txt', scores: {} });
   writeFileSync(join(dir, 'reward.json'), '{"reward": 1}');

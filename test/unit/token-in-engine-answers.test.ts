@@ -12,14 +12,21 @@ test('vLLM completions: ids, logprobs, top alternatives and the prompt echo; a t
         token_ids: [11, 12, 151645],
         prompt_token_ids: [1, 2, 3],
         finish_reason: 'stop',
-        logprobs: { tokens: ['token_id:11', 'token_id:12', 'token_id:151645'], token_logprobs: [-0.1, -0.2, -0.3], top_logprobs: [{ 'token_id:11': -0.1, 'token_id:99': -2 }, null, {}] },
+        logprobs: {
+          tokens: ['token_id:11', 'token_id:12', 'token_id:151645'],
+          token_logprobs: [-0.1, -0.2, -0.3],
+          top_logprobs: [{ 'token_id:11': -0.1, 'token_id:99': -2 }, null, {}],
+        },
       },
     ],
   };
   const a = readCompletionsAnswer(body);
   assert.deepEqual(a.ids, [11, 12, 151645]);
   assert.deepEqual(a.logprobs, [-0.1, -0.2, -0.3]);
-  assert.deepEqual(a.top?.[0], [{ id: 11, logprob: -0.1 }, { id: 99, logprob: -2 }]);
+  assert.deepEqual(a.top?.[0], [
+    { id: 11, logprob: -0.1 },
+    { id: 99, logprob: -2 },
+  ]);
   assert.deepEqual(a.echoedPrompt, [1, 2, 3]);
   assert.equal(a.finish, 'stop');
   const wrong = structuredClone(body);
@@ -33,9 +40,26 @@ test('vLLM completions: ids, logprobs, top alternatives and the prompt echo; a t
 });
 
 test('SGLang generate: output_ids and (logprob, id, text) tuples; finish reason objects', () => {
-  const a = readGenerateAnswer({ output_ids: [5, 6], meta_info: { output_token_logprobs: [[-0.5, 5, null], [-0.25, 6, null]], finish_reason: { type: 'length', length: 2 } } });
+  const a = readGenerateAnswer({
+    output_ids: [5, 6],
+    meta_info: {
+      output_token_logprobs: [
+        [-0.5, 5, null],
+        [-0.25, 6, null],
+      ],
+      finish_reason: { type: 'length', length: 2 },
+    },
+  });
   assert.deepEqual([a.ids, a.logprobs, a.finish], [[5, 6], [-0.5, -0.25], 'length']);
-  const mismatch = readGenerateAnswer({ output_ids: [5, 6], meta_info: { output_token_logprobs: [[-0.5, 5, null], [-0.25, 7, null]] } });
+  const mismatch = readGenerateAnswer({
+    output_ids: [5, 6],
+    meta_info: {
+      output_token_logprobs: [
+        [-0.5, 5, null],
+        [-0.25, 7, null],
+      ],
+    },
+  });
   assert.equal(mismatch.logprobs, null);
   assert.deepEqual(readGenerateAnswer([{ output_ids: [1], meta_info: {} }]).ids, [1]);
   assert.throws(() => readGenerateAnswer({ text: 'x' }), TokenInEngineError);
@@ -51,10 +75,16 @@ test('a rendered Qwen3 prompt reads back into messages and tools', () => {
     '<|im_start|>user\n<tool_response>\na.txt\n</tool_response>\n<tool_response>\nb.txt\n</tool_response><|im_end|>\n<|im_start|>assistant\n';
   const conv = parseChatMlPrompt(text)!;
   assert.deepEqual(conv.tools, [tool]);
-  assert.deepEqual(conv.messages.map((m) => m.role), ['system', 'user', 'assistant', 'tool', 'tool']);
+  assert.deepEqual(
+    conv.messages.map((m) => m.role),
+    ['system', 'user', 'assistant', 'tool', 'tool'],
+  );
   assert.equal(conv.messages[0]!.content, 'Be careful.');
   assert.equal(conv.messages[2]!.reasoning_content, 'list first');
   assert.equal(conv.messages[2]!.tool_calls![0]!.function.name, 'bash');
-  assert.deepEqual(conv.messages.slice(3).map((m) => m.content), ['a.txt', 'b.txt']);
+  assert.deepEqual(
+    conv.messages.slice(3).map((m) => m.content),
+    ['a.txt', 'b.txt'],
+  );
   assert.equal(parseChatMlPrompt('plain text'), null);
 });

@@ -27,12 +27,24 @@ after(async () => {
 });
 
 const tools: ChatTool[] = [
-  { type: 'function', function: { name: 'bash', description: 'Run a shell command', parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] } } },
+  {
+    type: 'function',
+    function: {
+      name: 'bash',
+      description: 'Run a shell command',
+      parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
+    },
+  },
 ];
 const conversation: ChatMessage[] = [
   { role: 'system', content: 'You are a careful agent.' },
   { role: 'user', content: 'Count lines of ünïcödé 日本語 notes.txt 😀, then   report 12345.\n\n  indented\ttab' },
-  { role: 'assistant', content: 'Sure.', reasoning_content: 'I should list first.', tool_calls: [{ id: 'a', type: 'function', function: { name: 'bash', arguments: '{"command": "ls"}' } }] },
+  {
+    role: 'assistant',
+    content: 'Sure.',
+    reasoning_content: 'I should list first.',
+    tool_calls: [{ id: 'a', type: 'function', function: { name: 'bash', arguments: '{"command": "ls"}' } }],
+  },
   { role: 'tool', tool_call_id: 'a', content: 'notes.txt\n' },
   { role: 'user', content: 'Thanks. <not a tag> & "quotes"' },
 ];
@@ -57,7 +69,11 @@ describe('renderer', () => {
   test('decode(encode(x)) is x, and an assistant turn round-trips through the parser', () => {
     const text = renderer.renderText(conversation, { tools });
     assert.equal(renderer.decode(renderer.encode(text)), text);
-    const answer = { reasoning: 'Let me think.', content: 'Listing.', toolCalls: [{ name: 'bash', arguments: { command: 'ls -la', n: 2 } }] };
+    const answer = {
+      reasoning: 'Let me think.',
+      content: 'Listing.',
+      toolCalls: [{ name: 'bash', arguments: { command: 'ls -la', n: 2 } }],
+    };
     const ids = [...renderer.encode(renderAssistantText(answer)), IM_END];
     const parsed = renderer.parseAnswer(ids, { tools, parseToolCalls: true });
     assert.equal(parsed.reasoning, 'Let me think.');
@@ -67,12 +83,20 @@ describe('renderer', () => {
     assert.equal(parsed.toolCalls[0]!.function.arguments, '{"command": "ls -la", "n": 2}');
     assert.ok(parsed.stopped);
     // Re-rendered as the next turn's history, the parsed message gives back the sampled text.
-    const history = renderer.renderText([{ role: 'user', content: 'x' }, { role: 'assistant', ...parsed, reasoning_content: parsed.reasoning, tool_calls: parsed.toolCalls }, { role: 'tool', content: 'ok' }], { tools });
+    const history = renderer.renderText(
+      [
+        { role: 'user', content: 'x' },
+        { role: 'assistant', ...parsed, reasoning_content: parsed.reasoning, tool_calls: parsed.toolCalls },
+        { role: 'tool', content: 'ok' },
+      ],
+      { tools },
+    );
     assert.ok(history.includes(`${renderAssistantText(answer)}<|im_end|>`));
   });
 
   test('parser statuses: bad JSON and a missing name are answered as text; an unclosed or unknown call is marked', () => {
-    const parse = (text: string, stop = true) => renderer.parseAnswer([...renderer.encode(text), ...(stop ? [IM_END] : [])], { tools, parseToolCalls: true });
+    const parse = (text: string, stop = true) =>
+      renderer.parseAnswer([...renderer.encode(text), ...(stop ? [IM_END] : [])], { tools, parseToolCalls: true });
     const bad = parse('Trying.\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls"\n</tool_call>');
     assert.equal(bad.toolCallParse, 'failed');
     assert.deepEqual(bad.toolCallStatuses, ['invalid_json']);
@@ -101,7 +125,13 @@ describe('renderer', () => {
 });
 
 /** A token-in record of the proxy, as the bridge reads it back from a session. */
-function turnRecord(index: number, messages: ChatMessage[], answer: { reasoning?: string; content?: string; toolCalls?: { name: string; arguments: Record<string, unknown> }[] }, promptIds: number[], opts: { stop?: boolean } = {}): CallRecord {
+function turnRecord(
+  index: number,
+  messages: ChatMessage[],
+  answer: { reasoning?: string; content?: string; toolCalls?: { name: string; arguments: Record<string, unknown> }[] },
+  promptIds: number[],
+  opts: { stop?: boolean } = {},
+): CallRecord {
   const sampled = [...renderer.encode(renderAssistantText(answer)), ...(opts.stop === false ? [] : [IM_END])];
   const parsed = renderer.parseAnswer(sampled, { tools, parseToolCalls: true });
   return {
@@ -110,11 +140,33 @@ function turnRecord(index: number, messages: ChatMessage[], answer: { reasoning?
     error: null,
     findings: [],
     engine_request: { messages, tools },
-    engine_response: { id: 'x', object: 'chat.completion', created: 0, model: 'm', choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: parsed.content, reasoning: parsed.reasoning, tool_calls: parsed.toolCalls } }] },
+    engine_response: {
+      id: 'x',
+      object: 'chat.completion',
+      created: 0,
+      model: 'm',
+      choices: [
+        {
+          index: 0,
+          finish_reason: 'stop',
+          message: { role: 'assistant', content: parsed.content, reasoning: parsed.reasoning, tool_calls: parsed.toolCalls },
+        },
+      ],
+    },
     prompt_token_ids: promptIds,
     completion_token_ids: sampled,
     logprobs: sampled.map(() => -0.5),
-    render: { mode: 'proxy', family: 'qwen3', kind: 'full', anchor_call_id: null, anchor_tokens: 0, bridge_span: null, synthesized_close: false, new_root_reason: null, full_render: null },
+    render: {
+      mode: 'proxy',
+      family: 'qwen3',
+      kind: 'full',
+      anchor_call_id: null,
+      anchor_tokens: 0,
+      bridge_span: null,
+      synthesized_close: false,
+      new_root_reason: null,
+      full_render: null,
+    },
   } as unknown as CallRecord;
 }
 
@@ -124,9 +176,18 @@ function echoed(record: CallRecord, opts: { respace?: boolean; keepReasoning?: b
   const calls = (m.tool_calls ?? []).map((c) => {
     const args = JSON.parse(c.function.arguments) as Record<string, unknown>;
     const reordered = Object.fromEntries(Object.entries(args).reverse());
-    return { id: `harness-${c.id}`, type: 'function' as const, function: { name: c.function.name, arguments: opts.respace ? JSON.stringify(reordered, null, 1) : JSON.stringify(args) } };
+    return {
+      id: `harness-${c.id}`,
+      type: 'function' as const,
+      function: { name: c.function.name, arguments: opts.respace ? JSON.stringify(reordered, null, 1) : JSON.stringify(args) },
+    };
   });
-  return { role: 'assistant', content: m.content ?? null, ...(calls.length ? { tool_calls: calls } : {}), ...(opts.keepReasoning ? { reasoning_content: m.reasoning as string } : {}) };
+  return {
+    role: 'assistant',
+    content: m.content ?? null,
+    ...(calls.length ? { tool_calls: calls } : {}),
+    ...(opts.keepReasoning ? { reasoning_content: m.reasoning as string } : {}),
+  };
 }
 
 describe('bridge', () => {
@@ -134,7 +195,11 @@ describe('bridge', () => {
     { role: 'system', content: 'You are a careful agent.' },
     { role: 'user', content: 'How many lines does notes.txt have?' },
   ];
-  const act1 = { reasoning: 'List the files first.', content: 'Looking.', toolCalls: [{ name: 'bash', arguments: { command: 'ls', flags: ['-l', '-a'] } }] };
+  const act1 = {
+    reasoning: 'List the files first.',
+    content: 'Looking.',
+    toolCalls: [{ name: 'bash', arguments: { command: 'ls', flags: ['-l', '-a'] } }],
+  };
   const act2 = { reasoning: 'Count them.', toolCalls: [{ name: 'bash', arguments: { command: 'wc -l notes.txt' } }] };
 
   function firstTurn(bridge: Bridge, owner: object) {
@@ -157,31 +222,55 @@ describe('bridge', () => {
     assert.deepEqual(p1.promptIds.slice(0, end0.length), end0);
     // The bridge: the "\n" the stop token left out, the tool turn and the generation prompt, nothing else.
     const bridgeText = renderer.decode(p1.promptIds.slice(end0.length));
-    assert.equal(bridgeText, '\n<|im_start|>user\n<tool_response>\nnotes.txt\nother.md\n</tool_response><|im_end|>\n<|im_start|>assistant\n');
+    assert.equal(
+      bridgeText,
+      '\n<|im_start|>user\n<tool_response>\nnotes.txt\nother.md\n</tool_response><|im_end|>\n<|im_start|>assistant\n',
+    );
     assert.deepEqual(p1.info.bridge_span, [end0.length, p1.promptIds.length]);
     // The harness dropped the reasoning, so a full render differs: recorded as drift, not used.
     assert.equal(p1.info.full_render!.equal, false);
     assert.ok(p1.info.full_render!.drift_tokens > 0);
     // With the reasoning sent back, a full render agrees with the bridge token for token.
-    const p1r = bridge.plan(owner, [r0], { messages: [...task, echoed(r0, { keepReasoning: true }), messages1[3]!], tools, kwargs: undefined });
+    const p1r = bridge.plan(owner, [r0], {
+      messages: [...task, echoed(r0, { keepReasoning: true }), messages1[3]!],
+      tools,
+      kwargs: undefined,
+    });
     assert.equal(p1r.info.kind, 'bridge');
     assert.equal(p1r.info.full_render!.equal, true);
     assert.deepEqual(p1r.promptIds, p1.promptIds);
 
     // Third turn: two tool results in one Qwen3 user block; arguments respaced and reordered by the harness.
     const r1 = turnRecord(1, messages1, act2, p1.promptIds);
-    const messages2 = [...messages1, echoed(r1, { respace: true }), { role: 'tool', content: '3 notes.txt' }, { role: 'tool', content: 'done' }];
+    const messages2 = [
+      ...messages1,
+      echoed(r1, { respace: true }),
+      { role: 'tool', content: '3 notes.txt' },
+      { role: 'tool', content: 'done' },
+    ];
     const p2 = bridge.plan(owner, [r0, r1], { messages: messages2, tools, kwargs: undefined });
     assert.equal(p2.info.kind, 'bridge');
     assert.equal(p2.info.anchor_call_id, 'call1');
     const end1 = [...r1.prompt_token_ids!, ...r1.completion_token_ids!];
     assert.deepEqual(p2.promptIds.slice(0, end1.length), end1);
-    assert.equal(renderer.decode(p2.promptIds.slice(end1.length)), '\n<|im_start|>user\n<tool_response>\n3 notes.txt\n</tool_response>\n<tool_response>\ndone\n</tool_response><|im_end|>\n<|im_start|>assistant\n');
+    assert.equal(
+      renderer.decode(p2.promptIds.slice(end1.length)),
+      '\n<|im_start|>user\n<tool_response>\n3 notes.txt\n</tool_response>\n<tool_response>\ndone\n</tool_response><|im_end|>\n<|im_start|>assistant\n',
+    );
   });
 
   test('message identity: argument spacing and key order, tool-call ids and dropped reasoning do not count; text does', () => {
-    const a: ChatMessage = { role: 'assistant', content: ' Hi. ', tool_calls: [{ id: '1', type: 'function', function: { name: 'f', arguments: '{"a": 1, "b": [1, 2]}' } }] };
-    const b: ChatMessage = { role: 'assistant', content: 'Hi.', reasoning_content: 'x', tool_calls: [{ id: '2', type: 'function', function: { name: 'f', arguments: '{"b":[1,2],"a":1}' } }] };
+    const a: ChatMessage = {
+      role: 'assistant',
+      content: ' Hi. ',
+      tool_calls: [{ id: '1', type: 'function', function: { name: 'f', arguments: '{"a": 1, "b": [1, 2]}' } }],
+    };
+    const b: ChatMessage = {
+      role: 'assistant',
+      content: 'Hi.',
+      reasoning_content: 'x',
+      tool_calls: [{ id: '2', type: 'function', function: { name: 'f', arguments: '{"b":[1,2],"a":1}' } }],
+    };
     assert.equal(messageKey(a), messageKey(b));
     assert.notEqual(messageKey(a), messageKey({ ...b, content: 'Hello.' }));
     assert.notEqual(messageKey({ role: 'tool', content: 'x ' }), messageKey({ role: 'tool', content: 'x' }));
@@ -192,13 +281,21 @@ describe('bridge', () => {
     const bridge = new Bridge(renderer);
     const owner = {};
     const r0 = firstTurn(bridge, owner);
-    const plan = bridge.plan(owner, [r0], { messages: [...task, echoed(r0), { role: 'tool', content: 'x' }, { role: 'user', content: 'Stop.' }], tools, kwargs: undefined });
+    const plan = bridge.plan(owner, [r0], {
+      messages: [...task, echoed(r0), { role: 'tool', content: 'x' }, { role: 'user', content: 'Stop.' }],
+      tools,
+      kwargs: undefined,
+    });
     assert.equal(plan.info.kind, 'full');
     assert.equal(plan.info.new_root_reason, 'template_drops_reasoning');
     assert.match(plan.findings[0]!, /^\[INFO\] bridge_new_root: template_drops_reasoning/);
     // Without reasoning in the anchor, a user turn bridges.
     const r0b = turnRecord(0, task, { content: 'Hello.' }, r0.prompt_token_ids!);
-    const plain = bridge.plan({}, [r0b], { messages: [...task, echoed(r0b), { role: 'user', content: 'Again.' }], tools, kwargs: undefined });
+    const plain = bridge.plan({}, [r0b], {
+      messages: [...task, echoed(r0b), { role: 'user', content: 'Again.' }],
+      tools,
+      kwargs: undefined,
+    });
     assert.equal(plain.info.kind, 'bridge');
   });
 

@@ -8,8 +8,16 @@ import { call } from './rollout-fixtures.js';
 
 const tool = (name: string): ChatTool => ({ type: 'function', function: { name, parameters: {} } });
 const TOOLS = [tool('bash'), tool('read_file'), tool('write_file')];
-const bash = (id: string, command: string) => ({ id, type: 'function' as const, function: { name: 'bash', arguments: JSON.stringify({ command }) } });
-const named = (id: string, name: string, args: Record<string, unknown>) => ({ id, type: 'function' as const, function: { name, arguments: JSON.stringify(args) } });
+const bash = (id: string, command: string) => ({
+  id,
+  type: 'function' as const,
+  function: { name: 'bash', arguments: JSON.stringify({ command }) },
+});
+const named = (id: string, name: string, args: Record<string, unknown>) => ({
+  id,
+  type: 'function' as const,
+  function: { name, arguments: JSON.stringify(args) },
+});
 
 type Step = { tools: ReturnType<typeof bash>[]; results?: string[] } | { answer: string };
 
@@ -17,11 +25,13 @@ type Step = { tools: ReturnType<typeof bash>[]; results?: string[] } | { answer:
 function loop(steps: Step[]): CallRecord[] {
   const messages: ChatMessage[] = [{ role: 'user', content: 'fix the bug' }];
   return steps.map((s, i) => {
-    const reply: ChatMessage = 'answer' in s ? { role: 'assistant', content: s.answer } : { role: 'assistant', content: null, tool_calls: s.tools };
+    const reply: ChatMessage =
+      'answer' in s ? { role: 'assistant', content: s.answer } : { role: 'assistant', content: null, tool_calls: s.tools };
     const c = call({ id: `c${i}`, index: i, prompt: [1, 2, i], sampled: [3, 4], messages: [...messages], reply });
     c.engine_request!.tools = TOOLS;
     messages.push(reply);
-    if (!('answer' in s)) s.tools.forEach((t, k) => s.results?.[k] !== undefined && messages.push({ role: 'tool', tool_call_id: t.id, content: s.results[k] }));
+    if (!('answer' in s))
+      s.tools.forEach((t, k) => s.results?.[k] !== undefined && messages.push({ role: 'tool', tool_call_id: t.id, content: s.results[k] }));
     return c;
   });
 }
@@ -58,12 +68,15 @@ test('a failure, a different successful call (recovery), an edit, the test run (
   assert.deepEqual(b.tools_used, ['bash']);
   assert.equal(b.tool_coverage, 1 / 3);
   assert.equal(b.turns_to_first_success, 2);
-  assert.deepEqual(b.facts.map((f) => [f.outcome, f.mutates, f.check]), [
-    ['failed', false, 'read_back'],
-    ['ok', false, 'read_back'],
-    ['ok', true, null],
-    ['ok', false, 'test'],
-  ]);
+  assert.deepEqual(
+    b.facts.map((f) => [f.outcome, f.mutates, f.check]),
+    [
+      ['failed', false, 'read_back'],
+      ['ok', false, 'read_back'],
+      ['ok', true, null],
+      ['ok', false, 'test'],
+    ],
+  );
 });
 
 test('retrying the same failing call is not recovery; reading before the edit is not verification', () => {
@@ -79,7 +92,13 @@ test('retrying the same failing call is not recovery; reading before the edit is
   assert.equal(b.recovered_failures, 2, 'both make failures are followed by a different successful call (cat)');
   assert.equal(b.self_verified, false, 'nothing checked after the last write');
   assert.equal(b.turns_to_first_success, 3);
-  const same = rolloutBehaviour({ calls: loop([{ tools: [bash('t1', 'make')], results: ['[exit code 2]'] }, { tools: [bash('t2', 'make')], results: ['[exit code 0]'] }, { answer: 'ok' }]) });
+  const same = rolloutBehaviour({
+    calls: loop([
+      { tools: [bash('t1', 'make')], results: ['[exit code 2]'] },
+      { tools: [bash('t2', 'make')], results: ['[exit code 0]'] },
+      { answer: 'ok' },
+    ]),
+  });
   assert.equal(same.recovered_failures, 0, 'the same call again is a retry, not a recovery');
   assert.equal(same.error_recovery, 0);
 });
@@ -93,7 +112,12 @@ test('write tool then read tool on the same path is a read-back; the last result
   const noAtif = rolloutBehaviour({ calls });
   assert.equal(noAtif.unknown_tool_calls, 1, 'the read result never reached a request');
   assert.equal(noAtif.self_verified, false, 'an unseen result does not count as a check');
-  const atif = { schema_version: 'ATIF-v1.6', session_id: 's', agent: { name: 'x', version: '1' }, steps: [{ step_id: 1, source: 'agent', message: '', observation: { results: [{ source_call_id: 'r1', content: 'x' }] } }] } as unknown as AtifTrajectory;
+  const atif = {
+    schema_version: 'ATIF-v1.6',
+    session_id: 's',
+    agent: { name: 'x', version: '1' },
+    steps: [{ step_id: 1, source: 'agent', message: '', observation: { results: [{ source_call_id: 'r1', content: 'x' }] } }],
+  } as unknown as AtifTrajectory;
   const b = rolloutBehaviour({ calls }, atif);
   assert.equal(b.unknown_tool_calls, 0);
   assert.deepEqual(b.verification, { turn: 1, name: 'read_file', kind: 'read_back' });
@@ -123,8 +147,20 @@ test('no final answer: no self-verification; no tools offered: coverage null; ag
 
 test('the main agent path: a subagent sequence is left out', () => {
   const main = loop([{ tools: [bash('t1', 'ls')], results: ['a\n[exit code 0]'] }, { answer: 'a' }]);
-  const sub = call({ id: 's0', index: 9, prompt: [7], sampled: [8], reply: { role: 'assistant', content: null, tool_calls: [bash('s1', 'false')] } });
-  const b = rolloutBehaviour({ calls: [...main, sub], sequences: [{ role: 'agent', node_ids: ['c0', 'c1'] }, { role: 'auxiliary', node_ids: ['s0'] }] });
+  const sub = call({
+    id: 's0',
+    index: 9,
+    prompt: [7],
+    sampled: [8],
+    reply: { role: 'assistant', content: null, tool_calls: [bash('s1', 'false')] },
+  });
+  const b = rolloutBehaviour({
+    calls: [...main, sub],
+    sequences: [
+      { role: 'agent', node_ids: ['c0', 'c1'] },
+      { role: 'auxiliary', node_ids: ['s0'] },
+    ],
+  });
   assert.equal(b.tool_calls, 1);
   assert.equal(b.turns, 2);
 });
@@ -139,7 +175,11 @@ test('running the changed program counts as a check, in the same compound comman
   });
   assert.deepEqual(compound.verification, { turn: 1, name: 'bash', kind: 'run' });
   const after = rolloutBehaviour({
-    calls: loop([{ tools: [bash('t1', 'echo 1 > out.txt')], results: ['[exit code 0]'] }, { tools: [bash('t2', './out.txt')], results: ['[exit code 0]'] }, { answer: 'ok' }]),
+    calls: loop([
+      { tools: [bash('t1', 'echo 1 > out.txt')], results: ['[exit code 0]'] },
+      { tools: [bash('t2', './out.txt')], results: ['[exit code 0]'] },
+      { answer: 'ok' },
+    ]),
   });
   assert.deepEqual(after.verification, { turn: 1, name: 'bash', kind: 'run' });
   const unrelated = rolloutBehaviour({
@@ -149,7 +189,10 @@ test('running the changed program counts as a check, in the same compound comman
 });
 
 test("codex's exec_command {cmd} is a shell: its change-and-run is a check", () => {
-  const calls = loop([{ tools: [named('x1', 'exec_command', { cmd: "sed -i 's/-/+/' sum.sh && bash sum.sh 2 3" })], results: ['5\n[exit code 0]'] }, { answer: 'Fixed.' }]);
+  const calls = loop([
+    { tools: [named('x1', 'exec_command', { cmd: "sed -i 's/-/+/' sum.sh && bash sum.sh 2 3" })], results: ['5\n[exit code 0]'] },
+    { answer: 'Fixed.' },
+  ]);
   const b = rolloutBehaviour({ calls });
   assert.equal(b.facts[0]!.command, "sed -i 's/-/+/' sum.sh && bash sum.sh 2 3");
   assert.equal(b.facts[0]!.mutates, true);

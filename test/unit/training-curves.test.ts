@@ -30,9 +30,18 @@ test('the lab JSON lines: step, the five canonical series and the other numbers;
   const m = parseMetrics(JSON_LOG);
   assert.equal(m.lines, 3, 'the config dump is no metrics line');
   assert.deepEqual(m.formats, ['json']);
-  assert.deepEqual(m.series.reward_mean, [{ step: 1, value: 0.25 }, { step: 2, value: 0.55 }]);
-  assert.deepEqual(m.series.reward_std!.map((p) => p.value), [0.4, 0.3]);
-  assert.deepEqual(m.series.kl!.map((p) => p.value), [0, 0.01]);
+  assert.deepEqual(m.series.reward_mean, [
+    { step: 1, value: 0.25 },
+    { step: 2, value: 0.55 },
+  ]);
+  assert.deepEqual(
+    m.series.reward_std!.map((p) => p.value),
+    [0.4, 0.3],
+  );
+  assert.deepEqual(
+    m.series.kl!.map((p) => p.value),
+    [0, 0.01],
+  );
   assert.deepEqual(m.series.tokens, [{ step: 2, value: 900 }]);
   assert.equal(m.series.step, undefined, 'the step is the axis, not a series');
 });
@@ -40,33 +49,72 @@ test('the lab JSON lines: step, the five canonical series and the other numbers;
 test("TRL's printed dicts (no step: the n-th dict is step n) and veRL's console lines map onto the same series", () => {
   const trl = parseMetrics(TRL_LOG);
   assert.equal(trl.lines, 2, 'the progress bar and the run summary are skipped');
-  assert.deepEqual(trl.series.reward_mean, [{ step: 1, value: 0.375 }, { step: 2, value: 0.5 }]);
-  assert.deepEqual(trl.series.loss!.map((p) => p.value), [0.0123, 0.0101], 'a quoted number is a number');
-  assert.deepEqual(trl.series.learning_rate!.map((p) => p.value), [1e-6, 9e-7]);
-  assert.deepEqual(trl.series.epoch!.map((p) => p.value), [0.02, 0.04]);
+  assert.deepEqual(trl.series.reward_mean, [
+    { step: 1, value: 0.375 },
+    { step: 2, value: 0.5 },
+  ]);
+  assert.deepEqual(
+    trl.series.loss!.map((p) => p.value),
+    [0.0123, 0.0101],
+    'a quoted number is a number',
+  );
+  assert.deepEqual(
+    trl.series.learning_rate!.map((p) => p.value),
+    [1e-6, 9e-7],
+  );
+  assert.deepEqual(
+    trl.series.epoch!.map((p) => p.value),
+    [0.02, 0.04],
+  );
   const verl = parseMetrics(VERL_LOG);
   assert.deepEqual(verl.formats, ['verl']);
-  assert.deepEqual(verl.series.reward_mean, [{ step: 1, value: 0.125 }, { step: 2, value: 0.25 }]);
-  assert.deepEqual(verl.series.reward_std!.map((p) => p.value), [0.33, 0.43]);
-  assert.deepEqual(verl.series.loss!.map((p) => p.value), [0.031, 0.027]);
-  assert.deepEqual(verl.series.kl!.map((p) => p.value), [0.002, 0.003]);
+  assert.deepEqual(verl.series.reward_mean, [
+    { step: 1, value: 0.125 },
+    { step: 2, value: 0.25 },
+  ]);
+  assert.deepEqual(
+    verl.series.reward_std!.map((p) => p.value),
+    [0.33, 0.43],
+  );
+  assert.deepEqual(
+    verl.series.loss!.map((p) => p.value),
+    [0.031, 0.027],
+  );
+  assert.deepEqual(
+    verl.series.kl!.map((p) => p.value),
+    [0.002, 0.003],
+  );
   assert.deepEqual(verl.series['actor/entropy'], [{ step: 1, value: 0.61 }]);
   assert.equal(parseMetricLine('Epoch 1 done, nothing to see'), undefined);
   assert.equal(parseMetricLine('{"a": "b"}'), undefined);
 });
 
 test('panels: one polyline per run with its points, the reward band, axis ticks; an unlogged scalar says so', () => {
-  const runs = [{ name: 'trl-a', metrics: parseMetrics(TRL_LOG) }, { name: 'verl-<b>', metrics: parseMetrics(VERL_LOG) }];
+  const runs = [
+    { name: 'trl-a', metrics: parseMetrics(TRL_LOG) },
+    { name: 'verl-<b>', metrics: parseMetrics(VERL_LOG) },
+  ];
   const reward = panelSvg(runs, PANELS[0]!);
   assert.equal((reward.match(/<polyline class="curve"/g) ?? []).length, 2);
   assert.equal((reward.match(/<polygon class="band"/g) ?? []).length, 2, 'mean ± std band per run');
   assert.match(reward, /data-run="verl-&lt;b&gt;" data-points="2"/, 'names escaped');
   const box = extent(runs, PANELS[0]!)!;
   assert.ok(Math.abs(box.y1 - 0.75) < 1e-9 && Math.abs(box.y0 - (0.125 - 0.33)) < 1e-9, JSON.stringify(box));
-  assert.match(panelSvg([{ name: 'x', metrics: parseMetrics('{"step":1,"loss":2}') }], PANELS[2]!), /class="panel empty" data-metric="kl".*not logged/);
+  assert.match(
+    panelSvg([{ name: 'x', metrics: parseMetrics('{"step":1,"loss":2}') }], PANELS[2]!),
+    /class="panel empty" data-metric="kl".*not logged/,
+  );
   // A flat single point still gets a visible scale and a dot.
   assert.match(panelSvg([{ name: 'x', metrics: parseMetrics('{"step":1,"loss":2}') }], PANELS[1]!), /<circle /);
-  assert.deepEqual([0, 1e-6, 1.05e-6, 0.000412, 123456, 0.5, 12.345].map(tickLabel), ['0', '1e-6', '1.05e-6', '4.12e-4', '1.23e+5', '0.5', '12.3']);
+  assert.deepEqual([0, 1e-6, 1.05e-6, 0.000412, 123456, 0.5, 12.345].map(tickLabel), [
+    '0',
+    '1e-6',
+    '1.05e-6',
+    '4.12e-4',
+    '1.23e+5',
+    '0.5',
+    '12.3',
+  ]);
   const html = curvesHtml(runs);
   assert.equal((html.match(/<svg class="panel/g) ?? []).length, 4);
   assert.match(html, /<li data-run="trl-a">.*2 metric line\(s\) · hf-dict/);
@@ -75,14 +123,29 @@ test('panels: one polyline per run with its points, the reward band, axis ticks;
 test('the page: no script, a CSP with only its nonce style, each run with its data source and why it has no points', () => {
   const page = curvesPage(
     [
-      { name: 'r1', metrics: parseMetrics(JSON_LOG), data: 'export b1/trl.jsonl on PVC exports (trl export of batch b1, 4 rows)', dataFile: '/tmp/b1.trl.jsonl.manifest.json', note: null },
-      { name: 'r2', metrics: parseMetrics(''), data: null, dataFile: null, note: 'training run r2 has no log yet: pod r2-x is waiting: ImagePullBackOff' },
+      {
+        name: 'r1',
+        metrics: parseMetrics(JSON_LOG),
+        data: 'export b1/trl.jsonl on PVC exports (trl export of batch b1, 4 rows)',
+        dataFile: '/tmp/b1.trl.jsonl.manifest.json',
+        note: null,
+      },
+      {
+        name: 'r2',
+        metrics: parseMetrics(''),
+        data: null,
+        dataFile: null,
+        note: 'training run r2 has no log yet: pod r2-x is waiting: ImagePullBackOff',
+      },
     ],
     'NONCE',
     '12:00',
   );
   assert.ok(!/<script/i.test(page));
   assert.match(page, /content="default-src 'none'; style-src 'nonce-NONCE';"/);
-  assert.match(page, /trains on export b1\/trl\.jsonl .*<a href="command:vscode\.open\?%5B%22file%3A%2F%2F%2Ftmp%2Fb1\.trl\.jsonl\.manifest\.json%22%5D">/);
+  assert.match(
+    page,
+    /trains on export b1\/trl\.jsonl .*<a href="command:vscode\.open\?%5B%22file%3A%2F%2F%2Ftmp%2Fb1\.trl\.jsonl\.manifest\.json%22%5D">/,
+  );
   assert.match(page, /r2<\/b>: data source unknown .*ImagePullBackOff/);
 });

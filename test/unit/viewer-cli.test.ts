@@ -12,7 +12,11 @@ const ROOT = join(__dirname, '..', '..');
 
 /** The real CLI in a child process: exit code, stdout and stderr as a user sees them. */
 function run(argv: string[]): { code: number; out: string; err: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), ...argv], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts'), ...argv], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
   return { code: r.status ?? -1, out: r.stdout, err: r.stderr };
 }
 
@@ -22,7 +26,11 @@ const doc = buildRollout(g.session, g.records, { budgetStopCount: 0, captureLeve
 const rolloutFile = join(dir, 'run.rollout.json');
 writeFileSync(rolloutFile, JSON.stringify(doc));
 const counts = doc.turns.map((t) => t.n_sampled);
-const traj = (c: number[]) => ({ schema_version: 'ATIF-v1.7', agent: { name: 'h', version: '1' }, steps: c.map((n, i) => ({ step_id: i + 1, source: 'agent', message: '', metrics: { completion_tokens: n } })) });
+const traj = (c: number[]) => ({
+  schema_version: 'ATIF-v1.7',
+  agent: { name: 'h', version: '1' },
+  steps: c.map((n, i) => ({ step_id: i + 1, source: 'agent', message: '', metrics: { completion_tokens: n } })),
+});
 
 test('atif-check: exit 0 on a match, 1 on a mismatch, 2 on bad input', async () => {
   const good = join(dir, 'good.json');
@@ -42,7 +50,7 @@ test('atif-check: exit 0 on a match, 1 on a mismatch, 2 on bad input', async () 
   const broken = run(['atif-check', rolloutFile, join(dir, 'broken.json')]);
   assert.equal(broken.code, 2);
   assert.match(broken.err, /broken\.json is not a valid ATIF v1\.x trajectory: agent/);
-  assert.equal((run(['atif-check', rolloutFile])).code, 2);
+  assert.equal(run(['atif-check', rolloutFile]).code, 2);
 });
 
 test('report: one self-contained HTML file with the data, the viewer and a trajectory found next to the rollout', async () => {
@@ -56,18 +64,27 @@ test('report: one self-contained HTML file with the data, the viewer and a traje
   assert.match(r.out, /ATIF cross-check against .*trajectory\.json: Match/);
   const html = readFileSync(out, 'utf8');
   const head = html.slice(0, html.indexOf('<script>'));
-  assert.ok(head.match(/<script\b[^>]*>/g)!.every((tag) => /^<script type="application\/json" id="hl-(data|d-\d+)">$/.test(tag)), 'no script loaded from elsewhere');
+  assert.ok(
+    head.match(/<script\b[^>]*>/g)!.every((tag) => /^<script type="application\/json" id="hl-(data|d-\d+)">$/.test(tag)),
+    'no script loaded from elsewhere',
+  );
   assert.doesNotMatch(head, /<link\b|\ssrc=|\shref=/i, 'no external assets');
   assert.match(html, /Content-Security-Policy" content="default-src 'none'; style-src 'sha256-/);
   const data = JSON.parse(/<script type="application\/json" id="hl-data">(.*?)<\/script>/s.exec(html)![1]!);
   assert.equal(data.turns.length, doc.turns.length);
   assert.equal(data.atif.verdict, 'match');
-  assert.deepEqual(data.turns.map((t: { sampled_ids: number[] }) => t.sampled_ids.length), [...doc.turns].sort((a, b) => a.index - b.index).map((t) => t.n_sampled));
+  assert.deepEqual(
+    data.turns.map((t: { sampled_ids: number[] }) => t.sampled_ids.length),
+    [...doc.turns].sort((a, b) => a.index - b.index).map((t) => t.n_sampled),
+  );
 });
 
 test('session store files and trace lines load too; a missing file is a clear error', () => {
   const sessionFile = join(dir, 'abc.jsonl');
-  writeFileSync(sessionFile, [JSON.stringify({ type: 'session', ...g.session }), ...g.records.map((r) => JSON.stringify({ type: 'call', ...r }))].join('\n') + '\n');
+  writeFileSync(
+    sessionFile,
+    [JSON.stringify({ type: 'session', ...g.session }), ...g.records.map((r) => JSON.stringify({ type: 'call', ...r }))].join('\n') + '\n',
+  );
   const s = loadRollout(sessionFile);
   assert.equal(s.data.turns.length, g.records.length);
   assert.ok(s.doc);

@@ -7,19 +7,62 @@ import type { ViewerData, ViewerTurn } from '../../src/protocol/viewer-data.js';
 import { Navigator, addedByHarness, mainRoot, rootKind } from '../../webview/viewer/model.js';
 
 function turn(index: number, over: Partial<ViewerTurn> & Pick<ViewerTurn, 'prompt_ids' | 'sampled_ids'>): ViewerTurn {
-  return { node_id: `n${index}`, index, parent_id: null, root_id: `n${index}`, children: [], discarded: false, role: 'agent', logprobs: null, trained: false, top: null, sampled_text: null, flags: [], findings: [], finish_reason: 'stop', n_tools: 1, model: 'm', latency_ms: 1, started_at: null, request_messages: [], response_message: null, raw: null, ...over } as ViewerTurn;
+  return {
+    node_id: `n${index}`,
+    index,
+    parent_id: null,
+    root_id: `n${index}`,
+    children: [],
+    discarded: false,
+    role: 'agent',
+    logprobs: null,
+    trained: false,
+    top: null,
+    sampled_text: null,
+    flags: [],
+    findings: [],
+    finish_reason: 'stop',
+    n_tools: 1,
+    model: 'm',
+    latency_ms: 1,
+    started_at: null,
+    request_messages: [],
+    response_message: null,
+    raw: null,
+    ...over,
+  } as ViewerTurn;
 }
 
 function rollout(turns: ViewerTurn[]): ViewerData {
   for (const t of turns) if (t.parent_id) turns.find((p) => p.node_id === t.parent_id)!.children.push(t.node_id);
-  return { version: 1, key: 'k', title: 't', source: 'rollout', session_id: 's', capture_level: 'tokens', rollout_type: 'train', metadata: {}, stats: null, validation: [], graph: { roots: turns.filter((t) => !t.parent_id).map((t) => t.node_id), forks: [], nodes: [] }, turns, token_texts: {}, atif: null } as unknown as ViewerData;
+  return {
+    version: 1,
+    key: 'k',
+    title: 't',
+    source: 'rollout',
+    session_id: 's',
+    capture_level: 'tokens',
+    rollout_type: 'train',
+    metadata: {},
+    stats: null,
+    validation: [],
+    graph: { roots: turns.filter((t) => !t.parent_id).map((t) => t.node_id), forks: [], nodes: [] },
+    turns,
+    token_texts: {},
+    atif: null,
+  } as unknown as ViewerData;
 }
 
 // Template start shared by every call ("<|im_start|>system\n"), then each call's own text.
 const TEMPLATE = [1, 2, 3];
 const title = turn(0, { role: 'auxiliary', n_tools: 0, prompt_ids: [...TEMPLATE, 90, 91, 92, 93], sampled_ids: [94, 95] });
 const agent = turn(1, { prompt_ids: [...TEMPLATE, 10, 11, 12, 13, 14, 15, 16, 17], sampled_ids: [20, 21] });
-const next = turn(2, { parent_id: 'n1', root_id: 'n1', prompt_ids: [...TEMPLATE, 10, 11, 12, 13, 14, 15, 16, 17, 20, 21, 30, 31], sampled_ids: [40] });
+const next = turn(2, {
+  parent_id: 'n1',
+  root_id: 'n1',
+  prompt_ids: [...TEMPLATE, 10, 11, 12, 13, 14, 15, 16, 17, 20, 21, 30, 31],
+  sampled_ids: [40],
+});
 
 test("the main chain after a title call is the root, the title call a side call, and nothing 'rewrote history'", () => {
   const data = rollout([title, agent, next]);

@@ -40,7 +40,10 @@ export class GraphView {
       if (!t.parent_id || !rowOf.has(t.parent_id)) continue;
       const p = document.createElementNS(SVG_NS, 'path');
       const [x1, y1, x2, y2] = [x(t.parent_id), y(t.parent_id), x(t.node_id), y(t.node_id)];
-      p.setAttribute('d', x1 === x2 ? `M${x1},${y1} L${x2},${y2}` : `M${x1},${y1} C${x1},${y2 - ROW / 2} ${x2},${y1 + ROW / 2} ${x2},${y2}`);
+      p.setAttribute(
+        'd',
+        x1 === x2 ? `M${x1},${y1} L${x2},${y2}` : `M${x1},${y1} C${x1},${y2 - ROW / 2} ${x2},${y1 + ROW / 2} ${x2},${y2}`,
+      );
       p.setAttribute('class', `edge${t.discarded ? ' edge-discarded' : ''}`);
       svg.append(p);
     }
@@ -67,7 +70,13 @@ export class GraphView {
       if (t.match) badges.push(t.match.level === 'none' ? 'no-match' : t.match.level);
       const b = h(
         'button',
-        { class: 'graph-row', type: 'button', role: 'listitem', 'data-node': t.node_id, title: `${t.node_id}: ${t.prompt_ids.length} prompt + ${t.sampled_ids.length} sampled tokens` },
+        {
+          class: 'graph-row',
+          type: 'button',
+          role: 'listitem',
+          'data-node': t.node_id,
+          title: `${t.node_id}: ${t.prompt_ids.length} prompt + ${t.sampled_ids.length} sampled tokens`,
+        },
         h('span', { class: 'gi' }, `#${t.index}`),
         h('span', { class: 'gn' }, `${t.sampled_ids.length} tok`),
         ...badges.map((x) => h('span', { class: `badge b-${x === '!' ? 'flag' : x}` }, x)),
@@ -78,7 +87,10 @@ export class GraphView {
     }
     const inner = h('div', { class: 'graph-inner' });
     inner.append(svg, list);
-    this.el.append(h('div', { class: 'graph-title' }, `Graph · ${plural(data.graph.roots.length, 'root')} · ${plural(data.graph.forks.length, 'fork')}`), inner);
+    this.el.append(
+      h('div', { class: 'graph-title' }, `Graph · ${plural(data.graph.roots.length, 'root')} · ${plural(data.graph.forks.length, 'fork')}`),
+      inner,
+    );
   }
 
   select(id: string): void {

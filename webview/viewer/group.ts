@@ -10,7 +10,11 @@ import { h } from './panels.js';
 
 const SVG = 'http://www.w3.org/2000/svg';
 
-function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string, string | number>, ...children: (SVGElement | string)[]): SVGElementTagNameMap[K] {
+function svg<K extends keyof SVGElementTagNameMap>(
+  tag: K,
+  attrs: Record<string, string | number>,
+  ...children: (SVGElement | string)[]
+): SVGElementTagNameMap[K] {
   const el = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
   for (const c of children) el.append(c);
@@ -36,13 +40,25 @@ function histogramChart(title: string, hist: RewardHistogram, testid: string): H
     const bh = (c / top) * (H - 14);
     const lo = hist.edges[k]!;
     const hi = hist.edges[k + 1]!;
-    return svg('rect', { x: k * bw + 1, y: H - 12 - bh, width: bw - 2, height: bh, class: 'hist-bar', 'data-count': c, 'data-bin': k }, svg('title', {}, `[${lo.toFixed(2)}, ${hi.toFixed(2)}${k === hist.counts.length - 1 ? ']' : ')'}: ${c}`));
+    return svg(
+      'rect',
+      { x: k * bw + 1, y: H - 12 - bh, width: bw - 2, height: bh, class: 'hist-bar', 'data-count': c, 'data-bin': k },
+      svg('title', {}, `[${lo.toFixed(2)}, ${hi.toFixed(2)}${k === hist.counts.length - 1 ? ']' : ')'}: ${c}`),
+    );
   });
-  const axis = [svg('text', { x: 0, y: H - 1, class: 'hist-axis' }, hist.edges[0]!.toFixed(1)), svg('text', { x: W, y: H - 1, 'text-anchor': 'end', class: 'hist-axis' }, hist.edges[hist.edges.length - 1]!.toFixed(1))];
+  const axis = [
+    svg('text', { x: 0, y: H - 1, class: 'hist-axis' }, hist.edges[0]!.toFixed(1)),
+    svg('text', { x: W, y: H - 1, 'text-anchor': 'end', class: 'hist-axis' }, hist.edges[hist.edges.length - 1]!.toFixed(1)),
+  ];
   return h(
     'figure',
     { class: 'hist', 'data-testid': testid, 'data-counts': hist.counts.join(',') },
-    svg('svg', { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', 'aria-label': `${title}: ${hist.n} rewards` }, ...bars, ...axis),
+    svg(
+      'svg',
+      { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', 'aria-label': `${title}: ${hist.n} rewards` },
+      ...bars,
+      ...axis,
+    ),
     h('figcaption', {}, `${title} (n=${hist.n})`),
   );
 }
@@ -55,7 +71,16 @@ export interface GroupHost {
 
 function openButton(m: GroupMemberView, host: GroupHost | null): HTMLElement | null {
   if (!host || !m.session_id) return null;
-  const button = h('button', { class: 'open-member', type: 'button', 'data-testid': 'open-member', title: `Open ${m.rollout_id} (session ${m.session_id}) in the rollout viewer` }, 'Open in Rollout Viewer');
+  const button = h(
+    'button',
+    {
+      class: 'open-member',
+      type: 'button',
+      'data-testid': 'open-member',
+      title: `Open ${m.rollout_id} (session ${m.session_id}) in the rollout viewer`,
+    },
+    'Open in Rollout Viewer',
+  );
   button.addEventListener('click', () => host.openMember(m.rollout_id));
   return button;
 }
@@ -77,12 +102,23 @@ export function totalsText(t: SampleTotals): string {
 }
 
 function samplesSection(data: GroupViewData): HTMLElement {
-  const row = (name: string, t: SampleTotals, testid: string) => h('tr', { 'data-testid': testid }, h('th', {}, name), h('td', {}, totalsText(t)));
+  const row = (name: string, t: SampleTotals, testid: string) =>
+    h('tr', { 'data-testid': testid }, h('th', {}, name), h('td', {}, totalsText(t)));
   return h(
     'section',
     { class: 'group-samples', 'data-testid': 'samples' },
     h('h2', {}, 'Samples to the trainer'),
-    h('table', {}, h('tbody', {}, row('group', data.samples.group, 'samples-group'), row(`harness ${data.harness}`, data.samples.harness, 'samples-harness'), row('batch', data.samples.batch, 'samples-batch'))),
+    h(
+      'table',
+      {},
+      h(
+        'tbody',
+        {},
+        row('group', data.samples.group, 'samples-group'),
+        row(`harness ${data.harness}`, data.samples.harness, 'samples-harness'),
+        row('batch', data.samples.batch, 'samples-batch'),
+      ),
+    ),
   );
 }
 
@@ -92,7 +128,12 @@ function memberCard(m: GroupMemberView, host: GroupHost | null): HTMLElement {
   return h(
     'article',
     { class: `member-card m-${cls}`, 'data-testid': 'member-card', 'data-rollout': m.rollout_id },
-    h('header', {}, h('strong', {}, `#${m.member} ${m.rollout_id}`), h('span', { class: 'reward', 'data-testid': 'member-reward' }, m.reward === null ? 'reward –' : `reward ${+m.reward.toFixed(3)}`)),
+    h(
+      'header',
+      {},
+      h('strong', {}, `#${m.member} ${m.rollout_id}`),
+      h('span', { class: 'reward', 'data-testid': 'member-reward' }, m.reward === null ? 'reward –' : `reward ${+m.reward.toFixed(3)}`),
+    ),
     h('div', { class: 'member-class', 'data-testid': 'member-class' }, classLabel(m)),
     m.excluded ? h('div', { class: 'muted' }, `not in the baseline: ${m.excluded}${m.error ? ` (${m.error})` : ''}`) : null,
     m.capture_problem ? h('div', { class: 'muted' }, `capture: ${m.capture_problem}`) : null,
@@ -102,7 +143,13 @@ function memberCard(m: GroupMemberView, host: GroupHost | null): HTMLElement {
       h('dt', {}, 'turns'),
       h('dd', {}, `${m.turns} (${m.calls} calls)`),
       h('dt', {}, 'tool calls'),
-      h('dd', {}, b ? `${m.tool_calls} (${b.failed_tool_calls} failed${b.unknown_tool_calls ? `, ${b.unknown_tool_calls} unseen` : ''}${m.samples?.unparsed_tool_calls ? `, ${m.samples.unparsed_tool_calls} did not parse` : ''})` : String(m.tool_calls)),
+      h(
+        'dd',
+        {},
+        b
+          ? `${m.tool_calls} (${b.failed_tool_calls} failed${b.unknown_tool_calls ? `, ${b.unknown_tool_calls} unseen` : ''}${m.samples?.unparsed_tool_calls ? `, ${m.samples.unparsed_tool_calls} did not parse` : ''})`
+          : String(m.tool_calls),
+      ),
       h('dt', {}, 'tokens'),
       h('dd', {}, `${m.sampled_tokens} sampled, ${m.prompt_tokens} prompt`),
       h('dt', {}, 'samples'),
@@ -121,7 +168,11 @@ function stripRow(label: string, tokens: StripToken[], start: number, at: number
     h('th', {}, label),
     ...tokens.map((t, k) => {
       const pos = start + k;
-      const cell = h('td', { class: `t s ${t.logprob === null ? 'nolp' : `b${logprobBucket(t.logprob)}`}${pos === at ? ' div' : ''}`, 'data-pos': String(pos), title: `#${t.id} at ${pos}${t.logprob === null ? '' : ` logprob ${t.logprob.toFixed(3)}`}` });
+      const cell = h('td', {
+        class: `t s ${t.logprob === null ? 'nolp' : `b${logprobBucket(t.logprob)}`}${pos === at ? ' div' : ''}`,
+        'data-pos': String(pos),
+        title: `#${t.id} at ${pos}${t.logprob === null ? '' : ` logprob ${t.logprob.toFixed(3)}`}`,
+      });
       cell.textContent = t.text.replace(/\n/g, '⏎');
       return cell;
     }),
@@ -152,10 +203,21 @@ function divergenceSection(data: GroupViewData): HTMLElement {
   const body = h('div', {});
   const show = (i: number) => {
     const d = data.divergences[i]!;
-    const table = h('table', { class: 'div-strip' }, h('tbody', {}, stripRow(d.a, d.a_tokens, d.window_start, d.token_index, 'strip-a'), stripRow(d.b, d.b_tokens, d.window_start, d.token_index, 'strip-b')));
+    const table = h(
+      'table',
+      { class: 'div-strip' },
+      h(
+        'tbody',
+        {},
+        stripRow(d.a, d.a_tokens, d.window_start, d.token_index, 'strip-a'),
+        stripRow(d.b, d.b_tokens, d.window_start, d.token_index, 'strip-b'),
+      ),
+    );
     body.replaceChildren(
       h('p', { 'data-testid': 'divergence-text' }, divergenceText(d)),
-      d.a_tokens.length || d.b_tokens.length ? h('div', { class: 'div-scroll' }, table) : h('p', { class: 'muted' }, 'No sampled tokens differ at this call.'),
+      d.a_tokens.length || d.b_tokens.length
+        ? h('div', { class: 'div-scroll' }, table)
+        : h('p', { class: 'muted' }, 'No sampled tokens differ at this call.'),
     );
   };
   select.addEventListener('change', () => show(Number(select.value)));
@@ -165,7 +227,17 @@ function divergenceSection(data: GroupViewData): HTMLElement {
 }
 
 function aggregateRow(name: string, a: BehaviourAggregate): HTMLTableRowElement {
-  return h('tr', { class: 'agg' }, h('th', {}, `${name} (${a.rollouts})`), h('td', {}, fmt(a.mean_tool_calls)), h('td', {}, fmt(a.mean_failed_tool_calls)), h('td', {}, fmt(a.error_recovery)), h('td', {}, fmt(a.self_verification)), h('td', {}, fmt(a.mean_tool_coverage)), h('td', {}, fmt(a.mean_turns_to_first_success)));
+  return h(
+    'tr',
+    { class: 'agg' },
+    h('th', {}, `${name} (${a.rollouts})`),
+    h('td', {}, fmt(a.mean_tool_calls)),
+    h('td', {}, fmt(a.mean_failed_tool_calls)),
+    h('td', {}, fmt(a.error_recovery)),
+    h('td', {}, fmt(a.self_verification)),
+    h('td', {}, fmt(a.mean_tool_coverage)),
+    h('td', {}, fmt(a.mean_turns_to_first_success)),
+  );
 }
 
 /** Per member: tool calls as a stacked bar (ok, failed, result unseen). */
@@ -186,35 +258,92 @@ function behaviourChart(members: GroupMemberView[]): SVGSVGElement {
       x += n * scale;
       return r;
     };
-    return [svg('text', { x: 0, y: y + rowH - 4, class: 'chart-label' }, m.rollout_id), seg(ok, 'bar-ok'), seg(failed, 'bar-failed'), seg(unseen, 'bar-unseen')];
+    return [
+      svg('text', { x: 0, y: y + rowH - 4, class: 'chart-label' }, m.rollout_id),
+      seg(ok, 'bar-ok'),
+      seg(failed, 'bar-failed'),
+      seg(unseen, 'bar-unseen'),
+    ];
   });
-  return svg('svg', { viewBox: `0 0 ${W} ${members.length * rowH}`, width: W, height: members.length * rowH, role: 'img', 'aria-label': 'tool calls per member: ok, failed, unseen', 'data-testid': 'behaviour-chart' }, ...rows);
+  return svg(
+    'svg',
+    {
+      viewBox: `0 0 ${W} ${members.length * rowH}`,
+      width: W,
+      height: members.length * rowH,
+      role: 'img',
+      'aria-label': 'tool calls per member: ok, failed, unseen',
+      'data-testid': 'behaviour-chart',
+    },
+    ...rows,
+  );
 }
 
 function behaviourSection(data: GroupViewData): HTMLElement {
-  const head = h('tr', {}, ...['', 'tool calls', 'failed', 'recovery', 'self-verify', 'coverage', 'first success'].map((t) => h('th', {}, t)));
+  const head = h(
+    'tr',
+    {},
+    ...['', 'tool calls', 'failed', 'recovery', 'self-verify', 'coverage', 'first success'].map((t) => h('th', {}, t)),
+  );
   const rows = data.members.map((m) => {
     const b = m.behaviour;
-    return h('tr', { 'data-rollout': m.rollout_id }, h('th', {}, m.rollout_id), h('td', {}, b ? String(b.tool_calls) : '–'), h('td', {}, b ? String(b.failed_tool_calls) : '–'), h('td', {}, fmt(b?.error_recovery)), h('td', {}, b ? (b.self_verified ? 'yes' : 'no') : '–'), h('td', {}, fmt(b?.tool_coverage)), h('td', {}, b?.turns_to_first_success === null || !b ? '–' : `turn ${b.turns_to_first_success}`));
+    return h(
+      'tr',
+      { 'data-rollout': m.rollout_id },
+      h('th', {}, m.rollout_id),
+      h('td', {}, b ? String(b.tool_calls) : '–'),
+      h('td', {}, b ? String(b.failed_tool_calls) : '–'),
+      h('td', {}, fmt(b?.error_recovery)),
+      h('td', {}, b ? (b.self_verified ? 'yes' : 'no') : '–'),
+      h('td', {}, fmt(b?.tool_coverage)),
+      h('td', {}, b?.turns_to_first_success === null || !b ? '–' : `turn ${b.turns_to_first_success}`),
+    );
   });
   return h(
     'section',
     { class: 'group-behaviour', 'data-testid': 'behaviour' },
     h('h2', {}, 'Behaviour'),
-    h('table', { class: 'behaviour-table', 'data-testid': 'behaviour-table' }, h('thead', {}, head), h('tbody', {}, ...rows, aggregateRow('group', data.behaviour.group), aggregateRow(`harness ${data.harness}`, data.behaviour.harness), aggregateRow('batch', data.behaviour.batch))),
-    h('div', { class: 'chart' }, behaviourChart(data.members), h('span', { class: 'muted legend' }, 'tool calls: ok, failed, result unseen')),
+    h(
+      'table',
+      { class: 'behaviour-table', 'data-testid': 'behaviour-table' },
+      h('thead', {}, head),
+      h(
+        'tbody',
+        {},
+        ...rows,
+        aggregateRow('group', data.behaviour.group),
+        aggregateRow(`harness ${data.harness}`, data.behaviour.harness),
+        aggregateRow('batch', data.behaviour.batch),
+      ),
+    ),
+    h(
+      'div',
+      { class: 'chart' },
+      behaviourChart(data.members),
+      h('span', { class: 'muted legend' }, 'tool calls: ok, failed, result unseen'),
+    ),
   );
 }
 
 export function renderGroup(root: HTMLElement, data: GroupViewData, host: GroupHost | null = null): void {
   performance.mark('hl-group-start');
-  const badge = data.teaches_nothing ? h('span', { class: 'no-contrast', 'data-testid': 'teaches-nothing', role: 'status' }, `teaches nothing: ${data.teaches_nothing}`) : null;
+  const badge = data.teaches_nothing
+    ? h('span', { class: 'no-contrast', 'data-testid': 'teaches-nothing', role: 'status' }, `teaches nothing: ${data.teaches_nothing}`)
+    : null;
   const head = h(
     'div',
     { class: 'top' },
     h('h1', {}, `Group ${data.group_id}`),
-    h('span', { class: 'muted' }, `batch ${data.batch_id} · task ${data.task} · harness ${data.harness} · ${data.members.length}/${data.group_size} members`),
-    h('span', { 'data-testid': 'group-stats' }, `rewards [${data.rewards.map((r) => +r.toFixed(3)).join(', ')}] mean ${fmt(data.mean, 3)} std ${fmt(data.std, 3)}`),
+    h(
+      'span',
+      { class: 'muted' },
+      `batch ${data.batch_id} · task ${data.task} · harness ${data.harness} · ${data.members.length}/${data.group_size} members`,
+    ),
+    h(
+      'span',
+      { 'data-testid': 'group-stats' },
+      `rewards [${data.rewards.map((r) => +r.toFixed(3)).join(', ')}] mean ${fmt(data.mean, 3)} std ${fmt(data.std, 3)}`,
+    ),
     badge,
     data.policy_note ? h('div', { class: 'policy-note', 'data-testid': 'policy-note', role: 'note' }, `Why: ${data.policy_note}`) : null,
   );
@@ -222,9 +351,28 @@ export function renderGroup(root: HTMLElement, data: GroupViewData, host: GroupH
     'section',
     { class: 'group-hists', 'data-testid': 'histograms' },
     h('h2', {}, 'Rewards'),
-    h('div', { class: 'hist-row' }, histogramChart('this group', data.histogram.group, 'histogram-group'), histogramChart('batch', data.histogram.batch, 'histogram-batch'), ...Object.entries(data.histogram.harnesses).map(([name, hist]) => histogramChart(`harness ${name}`, hist, `histogram-harness-${name}`))),
+    h(
+      'div',
+      { class: 'hist-row' },
+      histogramChart('this group', data.histogram.group, 'histogram-group'),
+      histogramChart('batch', data.histogram.batch, 'histogram-batch'),
+      ...Object.entries(data.histogram.harnesses).map(([name, hist]) =>
+        histogramChart(`harness ${name}`, hist, `histogram-harness-${name}`),
+      ),
+    ),
   );
   const cards = h('section', { class: 'group-members', 'data-testid': 'members' }, ...data.members.map((m) => memberCard(m, host)));
-  root.replaceChildren(h('div', { class: 'group-view', 'data-testid': 'group-view' }, head, cards, hists, samplesSection(data), divergenceSection(data), behaviourSection(data)));
+  root.replaceChildren(
+    h(
+      'div',
+      { class: 'group-view', 'data-testid': 'group-view' },
+      head,
+      cards,
+      hists,
+      samplesSection(data),
+      divergenceSection(data),
+      behaviourSection(data),
+    ),
+  );
   performance.mark('hl-group-painted');
 }

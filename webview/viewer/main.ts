@@ -5,13 +5,46 @@ import '@vscode-elements/elements/dist/vscode-badge/index.js';
 import '@vscode-elements/elements/dist/vscode-tabs/index.js';
 import '@vscode-elements/elements/dist/vscode-tab-header/index.js';
 import '@vscode-elements/elements/dist/vscode-tab-panel/index.js';
-import { AttachTrajectoryRequest, DetailsRequest, ErrorNotification, FocusTurnNotification, LoadGroupNotification, LoadNotification, OpenGroupMemberCommand, ReadyCommand, ReplayRolloutCommand, ForkFromTurnCommand, TokenTextsNotification, isMessage, type NotificationMessage } from '../../src/protocol/messages.js';
+import {
+  AttachTrajectoryRequest,
+  DetailsRequest,
+  ErrorNotification,
+  FocusTurnNotification,
+  LoadGroupNotification,
+  LoadNotification,
+  OpenGroupMemberCommand,
+  ReadyCommand,
+  ReplayRolloutCommand,
+  ForkFromTurnCommand,
+  TokenTextsNotification,
+  isMessage,
+  type NotificationMessage,
+} from '../../src/protocol/messages.js';
 import type { AtifCheckResult } from '../../src/harness/atif-check.js';
 import type { GroupViewData } from '../../src/protocol/group-data.js';
-import { fromWire, idsWithoutText, type RunOutcomeView, type TurnDetails, type ViewerData, type ViewerTurn, type ViewerWire } from '../../src/protocol/viewer-data.js';
+import {
+  fromWire,
+  idsWithoutText,
+  type RunOutcomeView,
+  type TurnDetails,
+  type ViewerData,
+  type ViewerTurn,
+  type ViewerWire,
+} from '../../src/protocol/viewer-data.js';
 import { GraphView } from './graph.js';
 import { renderGroup } from './group.js';
-import { Navigator, TokenTexts, addedByHarness, bridgeKinds, liveFocus, logprobBucket, plural, samplesSummary, turnTokens, type TurnTokens } from './model.js';
+import {
+  Navigator,
+  TokenTexts,
+  addedByHarness,
+  bridgeKinds,
+  liveFocus,
+  logprobBucket,
+  plural,
+  samplesSummary,
+  turnTokens,
+  type TurnTokens,
+} from './model.js';
 import { addedPanel, atifPanel, findingsPanel, gradeClass, h, rawPanel } from './panels.js';
 import { TokenStrip, type TokenDetail } from './strip.js';
 import { HostTransport, vsCodeApi, type VsCodeApi } from './transport.js';
@@ -63,9 +96,22 @@ function outcomeBanner(o: RunOutcomeView): HTMLElement {
   return h(
     'section',
     { class: `outcome outcome-${tone}`, 'data-testid': 'outcome', 'aria-label': 'Run outcome' },
-    h('div', { class: 'outcome-line' }, h('span', { class: 'outcome-reward', 'data-testid': 'outcome-reward' }, reward), h('span', {}, `${OUTCOME_WORDS[o.class]} (${o.class})`), h('span', { class: 'muted' }, `task ${o.task} · ${o.harness}`)),
+    h(
+      'div',
+      { class: 'outcome-line' },
+      h('span', { class: 'outcome-reward', 'data-testid': 'outcome-reward' }, reward),
+      h('span', {}, `${OUTCOME_WORDS[o.class]} (${o.class})`),
+      h('span', { class: 'muted' }, `task ${o.task} · ${o.harness}`),
+    ),
     reason ? h('div', { class: 'outcome-reason', 'data-testid': 'outcome-reason' }, reason) : null,
-    o.verifier.length ? h('details', { class: 'outcome-verifier', open: '' }, h('summary', {}, 'Verifier output (last lines)'), h('pre', { 'data-testid': 'outcome-verifier' }, o.verifier.join('\n'))) : null,
+    o.verifier.length
+      ? h(
+          'details',
+          { class: 'outcome-verifier', open: '' },
+          h('summary', {}, 'Verifier output (last lines)'),
+          h('pre', { 'data-testid': 'outcome-verifier' }, o.verifier.join('\n')),
+        )
+      : null,
   );
 }
 
@@ -81,7 +127,11 @@ class Viewer {
   private readonly maskButton: HTMLElement;
   private readonly verdict = h('span', { class: 'verdict-badge', 'data-testid': 'verdict' });
   /** The colour keys of sampled tokens: logprob buckets, or drift bands when the turn carries a rescore. */
-  private readonly logprobLegend = h('span', { class: 'legend-part', 'data-testid': 'legend-logprob' }, ...[0, 1, 2, 3, 4].map((b) => h('span', { class: `t s b${b}` }, ['p≥0.9', 'p≥0.5', 'p≥0.2', 'p≥0.05', 'p<0.05'][b]!)));
+  private readonly logprobLegend = h(
+    'span',
+    { class: 'legend-part', 'data-testid': 'legend-logprob' },
+    ...[0, 1, 2, 3, 4].map((b) => h('span', { class: `t s b${b}` }, ['p≥0.9', 'p≥0.5', 'p≥0.2', 'p≥0.05', 'p<0.05'][b]!)),
+  );
   private readonly driftLegend = h('span', { class: 'legend-part', 'data-testid': 'legend-drift', hidden: '' });
   /** "loading token text…" while the host is still fetching prompt-token texts (ids show meanwhile). */
   private readonly textStatus = h('span', { class: 'muted text-status', 'data-testid': 'token-text-status', role: 'status' });
@@ -106,7 +156,8 @@ class Viewer {
     this.state.lastKey = data.key;
     this.atif = data.atif;
     // Only a viewer with a host gets texts later; a report shows what it embeds.
-    if (host && idsWithoutText(data).length) this.textStatus.append(h('span', { class: 'spinner', 'aria-hidden': 'true' }), 'loading token text…');
+    if (host && idsWithoutText(data).length)
+      this.textStatus.append(h('span', { class: 'spinner', 'aria-hidden': 'true' }), 'loading token text…');
     const saved = focus ?? this.state.positions[data.key];
     this.current = (saved ? this.nav.byId.get(saved) : undefined) ?? data.turns[0]!;
 
@@ -126,7 +177,11 @@ class Viewer {
       'header',
       { class: 'top' },
       h('h1', {}, data.title),
-      h('span', { class: 'muted', 'data-testid': 'summary' }, `${plural(data.turns.length, 'call')} · ${plural(data.graph.roots.length, 'root')} · ${data.capture_level} · ${data.rollout_type}${stats ? ` · ${stats.n_trainable_tokens} trainable tokens` : ''}`),
+      h(
+        'span',
+        { class: 'muted', 'data-testid': 'summary' },
+        `${plural(data.turns.length, 'call')} · ${plural(data.graph.roots.length, 'root')} · ${data.capture_level} · ${data.rollout_type}${stats ? ` · ${stats.n_trainable_tokens} trainable tokens` : ''}`,
+      ),
       h('span', { class: 'muted', 'data-testid': 'samples' }, samplesSummary(data)),
       this.verdict,
       this.textStatus,
@@ -147,9 +202,14 @@ class Viewer {
             h(
               'div',
               { class: 'nav', role: 'group', 'aria-label': 'Replay' },
-              button('Replay', 'Run the harness again with every model call answered from this record', 'replay-rollout', () => host.sendCommand(ReplayRolloutCommand, {})),
-              button('Fork here', 'Fork this rollout at the turn shown: the turns before it from the record, this one on from a live engine', 'fork-from-turn', () =>
-                host.sendCommand(ForkFromTurnCommand, { node_id: this.current.node_id }),
+              button('Replay', 'Run the harness again with every model call answered from this record', 'replay-rollout', () =>
+                host.sendCommand(ReplayRolloutCommand, {}),
+              ),
+              button(
+                'Fork here',
+                'Fork this rollout at the turn shown: the turns before it from the record, this one on from a live engine',
+                'fork-from-turn',
+                () => host.sendCommand(ForkFromTurnCommand, { node_id: this.current.node_id }),
               ),
             ),
           ]
@@ -188,7 +248,11 @@ class Viewer {
       this.store.save(this.state);
     });
     turnEl.append(tabs);
-    root.replaceChildren(header, ...(data.outcome ? [outcomeBanner(data.outcome)] : []), h('div', { class: 'main' }, this.graph.el, turnEl));
+    root.replaceChildren(
+      header,
+      ...(data.outcome ? [outcomeBanner(data.outcome)] : []),
+      h('div', { class: 'main' }, this.graph.el, turnEl),
+    );
     if (this.state.mask) this.setMask(true);
     document.addEventListener('keydown', (e) => this.onKey(e), { signal: this.listening.signal });
     performance.mark('hl-built');
@@ -252,16 +316,41 @@ class Viewer {
         : `token in: full render (${b.new_root_reason ?? 'first call'})`;
     this.head.replaceChildren(
       h('h2', {}, `Turn #${turn.index}`),
-      h('span', { class: 'muted' }, `${turn.node_id} · ${turn.role}${turn.discarded ? ' · discarded retry' : ''} · finish ${turn.finish_reason ?? '—'} · ${turn.n_tools} tools`),
-      h('span', { class: 'counts', 'data-testid': 'counts', 'data-prompt': String(turn.prompt_ids.length), 'data-sampled': String(turn.sampled_ids.length), 'data-trained': String(nTrain) }, `${turn.prompt_ids.length} prompt · ${turn.sampled_ids.length} sampled · ${nTrain} trained`),
+      h(
+        'span',
+        { class: 'muted' },
+        `${turn.node_id} · ${turn.role}${turn.discarded ? ' · discarded retry' : ''} · finish ${turn.finish_reason ?? '—'} · ${turn.n_tools} tools`,
+      ),
+      h(
+        'span',
+        {
+          class: 'counts',
+          'data-testid': 'counts',
+          'data-prompt': String(turn.prompt_ids.length),
+          'data-sampled': String(turn.sampled_ids.length),
+          'data-trained': String(nTrain),
+        },
+        `${turn.prompt_ids.length} prompt · ${turn.sampled_ids.length} sampled · ${nTrain} trained`,
+      ),
       h('span', { class: 'muted' }, `position ${this.nav.indexOf(turn.node_id) + 1} of ${this.data.turns.length}`),
       ...(how ? [h('span', { class: 'muted', 'data-testid': 'render-how' }, how)] : []),
     );
     this.flags.replaceChildren(...turn.flags.map((f) => h('div', { class: `flag ${gradeClass(f)}`, role: 'status' }, f)));
     if (turn.match) {
       const m = turn.match;
-      const what = m.level === 'live' ? 'live engine (fork)' : m.level === 'none' ? 'NO MATCH: the replay halted here' : `${m.level} match of recorded call #${m.recorded_index}`;
-      this.flags.prepend(h('div', { class: `flag replay-${m.level}`, role: 'status', 'data-testid': 'replay-match' }, [`replay: ${what}`, ...m.notes].join(' · ')));
+      const what =
+        m.level === 'live'
+          ? 'live engine (fork)'
+          : m.level === 'none'
+            ? 'NO MATCH: the replay halted here'
+            : `${m.level} match of recorded call #${m.recorded_index}`;
+      this.flags.prepend(
+        h(
+          'div',
+          { class: `flag replay-${m.level}`, role: 'status', 'data-testid': 'replay-match' },
+          [`replay: ${what}`, ...m.notes].join(' · '),
+        ),
+      );
     }
     this.strip.show(this.tt);
     this.detail.textContent = 'Hover or focus a token (Tab into the strip, then arrow keys) to see its id, text, logprob and alternatives.';
@@ -295,7 +384,7 @@ class Viewer {
     this.driftLegend.hidden = !drift;
     if (!drift) return;
     const t = drift.threshold;
-    const band = (x: number) => `|r−1|≤${+(x).toFixed(3)}`;
+    const band = (x: number) => `|r−1|≤${+x.toFixed(3)}`;
     this.driftLegend.replaceChildren(
       h('span', { class: 'muted' }, 'drift r = rescored/captured p:'),
       h('span', { class: 't s dr0' }, band(t / 4)),
@@ -322,7 +411,16 @@ class Viewer {
     ];
     // On a rescored turn the colour is the drift: the hover says its ratio next to the logprob.
     const ratio = sampledAt >= 0 ? tt.turn.drift?.ratios[sampledAt] : undefined;
-    if (tt.turn.drift) parts.push(h('span', { 'data-testid': 'detail-drift' }, ratio === undefined ? ' · no drift ratio' : ` · drift r=${ratio.toFixed(4)} (rescored/captured probability, threshold ±${tt.turn.drift.threshold})`));
+    if (tt.turn.drift)
+      parts.push(
+        h(
+          'span',
+          { 'data-testid': 'detail-drift' },
+          ratio === undefined
+            ? ' · no drift ratio'
+            : ` · drift r=${ratio.toFixed(4)} (rescored/captured probability, threshold ±${tt.turn.drift.threshold})`,
+        ),
+      );
     const alts = sampledAt >= 0 ? tt.turn.top?.[sampledAt] : undefined;
     if (alts && alts.length) {
       parts.push(' · top: ');
@@ -457,7 +555,14 @@ function boot(): void {
       return;
     }
     if (data.turns.length === 0) return fail(root, 'This rollout has no calls.');
-    (window as unknown as { harnessLabViewer: Viewer }).harnessLabViewer = new Viewer(root, data, null, stateStore(null), null, reportDetails(wire));
+    (window as unknown as { harnessLabViewer: Viewer }).harnessLabViewer = new Viewer(
+      root,
+      data,
+      null,
+      stateStore(null),
+      null,
+      reportDetails(wire),
+    );
     return;
   }
   const api = vsCodeApi();

@@ -43,7 +43,8 @@ export function turnTokens(turn: ViewerTurn, inherited: number, bridge: BridgeKi
     nPrompt,
     inherited,
     id: (i) => (i < nPrompt ? turn.prompt_ids[i]! : turn.sampled_ids[i - nPrompt]!),
-    kind: (i) => (i >= nPrompt ? Kind.Sampled : inBridge(i) ? (bridge!.kinds[i - bridge!.start] as Kind) : i < inherited ? Kind.Inherited : Kind.Added),
+    kind: (i) =>
+      i >= nPrompt ? Kind.Sampled : inBridge(i) ? (bridge!.kinds[i - bridge!.start] as Kind) : i < inherited ? Kind.Inherited : Kind.Added,
     logprob: (i) => (i >= nPrompt && turn.logprobs ? turn.logprobs[i - nPrompt]! : null),
     mask: (i) => (i >= nPrompt && turn.trained ? 1 : 0),
   };
@@ -127,7 +128,18 @@ export function columns(s: string): number {
   let w = 0;
   for (const ch of s) {
     const c = ch.codePointAt(0)!;
-    w += c >= 0x1100 && (c <= 0x115f || (c >= 0x2e80 && c <= 0xa4cf) || (c >= 0xac00 && c <= 0xd7a3) || (c >= 0xf900 && c <= 0xfaff) || (c >= 0xfe30 && c <= 0xfe4f) || (c >= 0xff00 && c <= 0xff60) || (c >= 0x1f300 && c <= 0x1faff) || c >= 0x20000) ? 2 : 1;
+    w +=
+      c >= 0x1100 &&
+      (c <= 0x115f ||
+        (c >= 0x2e80 && c <= 0xa4cf) ||
+        (c >= 0xac00 && c <= 0xd7a3) ||
+        (c >= 0xf900 && c <= 0xfaff) ||
+        (c >= 0xfe30 && c <= 0xfe4f) ||
+        (c >= 0xff00 && c <= 0xff60) ||
+        (c >= 0x1f300 && c <= 0x1faff) ||
+        c >= 0x20000)
+        ? 2
+        : 1;
   }
   return w;
 }
@@ -224,13 +236,22 @@ export function mainRoot(data: ViewerData, byId: Map<string, ViewerTurn>): Viewe
   return roots.find((t) => t.role !== 'auxiliary') ?? roots[0];
 }
 
-export function rootKind(data: ViewerData, turn: ViewerTurn, byId: Map<string, ViewerTurn>): 'root' | 'subagent' | 'compaction' | 'auxiliary' | null {
+export function rootKind(
+  data: ViewerData,
+  turn: ViewerTurn,
+  byId: Map<string, ViewerTurn>,
+): 'root' | 'subagent' | 'compaction' | 'auxiliary' | null {
   if (turn.parent_id !== null) return null;
   const first = mainRoot(data, byId);
   if (first === turn) return 'root';
   if (turn.role === 'auxiliary') return 'auxiliary';
   // A continuation keeps the start of the conversation (system prompt and task) but not the history.
-  if (first && first.prompt_ids.length > 0 && commonPrefix(first.prompt_ids, turn.prompt_ids) >= Math.max(1, Math.floor(first.prompt_ids.length * 0.5))) return 'compaction';
+  if (
+    first &&
+    first.prompt_ids.length > 0 &&
+    commonPrefix(first.prompt_ids, turn.prompt_ids) >= Math.max(1, Math.floor(first.prompt_ids.length * 0.5))
+  )
+    return 'compaction';
   return 'subagent';
 }
 

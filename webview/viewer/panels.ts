@@ -6,7 +6,11 @@ import { addedByHarness, displayText, rootKind, type TokenTexts } from './model.
 
 type Child = Node | string | null | undefined | false;
 
-export function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs: Record<string, string> = {}, ...children: Child[]): HTMLElementTagNameMap[K] {
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs: Record<string, string> = {},
+  ...children: Child[]
+): HTMLElementTagNameMap[K] {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
     if (k === 'class') el.className = v;
@@ -37,12 +41,21 @@ function tokensText(ids: readonly number[], from: number, texts: TokenTexts, lim
 function messageText(m: unknown): string {
   if (!m || typeof m !== 'object') return String(m);
   const o = m as { role?: string; content?: unknown; tool_calls?: unknown };
-  const content = typeof o.content === 'string' ? o.content : o.content === null || o.content === undefined ? '' : JSON.stringify(o.content);
+  const content =
+    typeof o.content === 'string' ? o.content : o.content === null || o.content === undefined ? '' : JSON.stringify(o.content);
   const tools = o.tool_calls ? `\n[tool_calls] ${JSON.stringify(o.tool_calls)}` : '';
   return `${o.role ?? '?'}: ${content}${tools}`;
 }
 
-export function addedPanel(data: ViewerData, turn: ViewerTurn, byId: Map<string, ViewerTurn>, texts: TokenTexts, go: (id: string) => void, mine: TurnDetails, parent: TurnDetails | null): HTMLElement {
+export function addedPanel(
+  data: ViewerData,
+  turn: ViewerTurn,
+  byId: Map<string, ViewerTurn>,
+  texts: TokenTexts,
+  go: (id: string) => void,
+  mine: TurnDetails,
+  parent: TurnDetails | null,
+): HTMLElement {
   const a = addedByHarness(data, turn, byId);
   const box = h('div', { class: 'added', 'data-testid': 'added' });
   if (!a.against) {
@@ -61,8 +74,19 @@ export function addedPanel(data: ViewerData, turn: ViewerTurn, byId: Map<string,
   }
   const link = h('button', { class: 'link', type: 'button' }, `#${a.against.index} (${a.against.node_id})`);
   link.addEventListener('click', () => go(a.against!.node_id));
-  const what = a.relation === 'parent' ? "its parent's prompt+completion" : 'the earlier call it shares the longest prefix with (this turn is a new root)';
-  box.append(h('p', {}, `Compared with ${what} `, link, `: ${a.kept} of ${a.referenceLength} tokens kept, ${turn.prompt_ids.length - a.addedFrom} added by the harness.`));
+  const what =
+    a.relation === 'parent'
+      ? "its parent's prompt+completion"
+      : 'the earlier call it shares the longest prefix with (this turn is a new root)';
+  box.append(
+    h(
+      'p',
+      {},
+      `Compared with ${what} `,
+      link,
+      `: ${a.kept} of ${a.referenceLength} tokens kept, ${turn.prompt_ids.length - a.addedFrom} added by the harness.`,
+    ),
+  );
   if (a.prefixBreak) {
     box.append(
       h(
@@ -94,7 +118,12 @@ function json(v: unknown): string {
 
 export function rawPanel(d: TurnDetails): HTMLElement {
   if (!d.raw) {
-    return h('div', { class: 'raw' }, h('p', {}, 'This file holds TrainingTrace lines, which keep the engine-side messages only:'), h('pre', { class: 'raw-json' }, json({ messages: d.request_messages, response: d.response_message })));
+    return h(
+      'div',
+      { class: 'raw' },
+      h('p', {}, 'This file holds TrainingTrace lines, which keep the engine-side messages only:'),
+      h('pre', { class: 'raw-json' }, json({ messages: d.request_messages, response: d.response_message })),
+    );
   }
   const r = d.raw;
   const tabs = custom('vscode-tabs', { 'data-testid': 'raw-tabs' });
@@ -107,7 +136,8 @@ export function rawPanel(d: TurnDetails): HTMLElement {
   ];
   for (const [title, value] of parts) {
     tabs.append(custom('vscode-tab-header', { slot: 'header', title }, title));
-    const head = title === 'Harness request' ? [h('div', { class: 'muted', 'data-testid': 'raw-request-route' }, `${r.dialect} · ${r.path}`)] : [];
+    const head =
+      title === 'Harness request' ? [h('div', { class: 'muted', 'data-testid': 'raw-request-route' }, `${r.dialect} · ${r.path}`)] : [];
     tabs.append(custom('vscode-tab-panel', {}, ...head, h('pre', { class: 'raw-json' }, json(value))));
   }
   return h('div', { class: 'raw' }, tabs);
@@ -116,18 +146,39 @@ export function rawPanel(d: TurnDetails): HTMLElement {
 export function atifPanel(result: AtifCheckResult | null, go: (id: string) => void, attach: (() => void) | null): HTMLElement {
   const box = h('div', { class: 'atif', 'data-testid': 'atif' });
   if (attach) {
-    const b = custom('vscode-button', { secondary: '', 'data-testid': 'attach-trajectory' }, result ? 'Attach another trajectory…' : 'Attach trajectory.json…');
+    const b = custom(
+      'vscode-button',
+      { secondary: '', 'data-testid': 'attach-trajectory' },
+      result ? 'Attach another trajectory…' : 'Attach trajectory.json…',
+    );
     b.addEventListener('click', attach);
     box.append(b);
   }
   if (!result || result.verdict === 'none') {
-    box.append(h('p', {}, "No ATIF trajectory attached. Attach the harness's trajectory.json to compare its agent steps with the captured calls."));
+    box.append(
+      h('p', {}, "No ATIF trajectory attached. Attach the harness's trajectory.json to compare its agent steps with the captured calls."),
+    );
     return box;
   }
   box.append(h('p', { class: `verdict v-${result.verdict.toLowerCase()}`, 'data-testid': 'atif-verdict' }, result.summary));
-  if (result.findings.length) box.append(h('ul', { class: 'findings' }, ...result.findings.map((f) => h('li', { class: gradeClass(f) }, f))));
+  if (result.findings.length)
+    box.append(h('ul', { class: 'findings' }, ...result.findings.map((f) => h('li', { class: gradeClass(f) }, f))));
   const table = h('table', { class: 'atif-table' });
-  table.append(h('thead', {}, h('tr', {}, h('th', {}, 'Call'), h('th', {}, 'Sampled tokens'), h('th', {}, 'ATIF step'), h('th', {}, 'Step completion tokens'), h('th', {}, 'Status'))));
+  table.append(
+    h(
+      'thead',
+      {},
+      h(
+        'tr',
+        {},
+        h('th', {}, 'Call'),
+        h('th', {}, 'Sampled tokens'),
+        h('th', {}, 'ATIF step'),
+        h('th', {}, 'Step completion tokens'),
+        h('th', {}, 'Status'),
+      ),
+    ),
+  );
   const body = h('tbody');
   for (const r of result.rows) {
     const tr = h(
@@ -149,7 +200,13 @@ export function atifPanel(result: AtifCheckResult | null, go: (id: string) => vo
   }
   table.append(body);
   box.append(table);
-  box.append(h('p', { class: 'muted' }, `Step-1 prompt tokens: ATIF ${result.step1.atif_prompt_tokens ?? '—'}, captured ${result.step1.captured_prompt_len ?? '—'}. Retries: ${result.retries.atif_steps} step(s) with llm_call_count > 1, ${result.retries.graph_discarded} discarded call(s) in the graph. Subagents: ${result.n_subagents}.`));
+  box.append(
+    h(
+      'p',
+      { class: 'muted' },
+      `Step-1 prompt tokens: ATIF ${result.step1.atif_prompt_tokens ?? '—'}, captured ${result.step1.captured_prompt_len ?? '—'}. Retries: ${result.retries.atif_steps} step(s) with llm_call_count > 1, ${result.retries.graph_discarded} discarded call(s) in the graph. Subagents: ${result.n_subagents}.`,
+    ),
+  );
   return box;
 }
 
@@ -160,9 +217,29 @@ export function gradeClass(f: string): string {
 export function findingsPanel(data: ViewerData, turn: ViewerTurn): HTMLElement {
   const box = h('div', { class: 'findings-panel' });
   box.append(h('h4', {}, 'This turn'));
-  box.append(turn.findings.length ? h('ul', { class: 'findings' }, ...turn.findings.map((f) => h('li', { class: gradeClass(f) }, f))) : h('p', { class: 'muted' }, 'No findings.'));
+  box.append(
+    turn.findings.length
+      ? h('ul', { class: 'findings' }, ...turn.findings.map((f) => h('li', { class: gradeClass(f) }, f)))
+      : h('p', { class: 'muted' }, 'No findings.'),
+  );
   box.append(h('h4', {}, 'Rollout'));
-  box.append(data.validation.length ? h('ul', { class: 'findings' }, ...data.validation.map((f) => h('li', { class: gradeClass(f) }, f))) : h('p', { class: 'muted' }, 'No findings.'));
-  box.append(h('pre', { class: 'msg' }, json({ model: turn.model, finish_reason: turn.finish_reason, latency_ms: turn.latency_ms, started_at: turn.started_at, metadata: data.metadata })));
+  box.append(
+    data.validation.length
+      ? h('ul', { class: 'findings' }, ...data.validation.map((f) => h('li', { class: gradeClass(f) }, f)))
+      : h('p', { class: 'muted' }, 'No findings.'),
+  );
+  box.append(
+    h(
+      'pre',
+      { class: 'msg' },
+      json({
+        model: turn.model,
+        finish_reason: turn.finish_reason,
+        latency_ms: turn.latency_ms,
+        started_at: turn.started_at,
+        metadata: data.metadata,
+      }),
+    ),
+  );
   return box;
 }

@@ -91,7 +91,12 @@ export class TokenStrip {
       breaks[i] = d.breakAfter ? 1 : 0;
       widths[i] = Math.min(65535, columns(d.text));
     }
-    this.rowStarts = layoutRows(tt.n, (i) => widths[i]!, (i) => breaks[i] === 1, width);
+    this.rowStarts = layoutRows(
+      tt.n,
+      (i) => widths[i]!,
+      (i) => breaks[i] === 1,
+      width,
+    );
     this.spacer.style.height = `${(this.rowStarts.length - 1) * this.rowHeight}px`;
     this.render(true);
   }
@@ -189,7 +194,8 @@ export class TokenStrip {
     const row = this.rowOf(this.cursor);
     const top = row * this.rowHeight;
     if (top < this.el.scrollTop) this.el.scrollTop = top;
-    else if (top + this.rowHeight > this.el.scrollTop + this.el.clientHeight) this.el.scrollTop = top + this.rowHeight - this.el.clientHeight;
+    else if (top + this.rowHeight > this.el.scrollTop + this.el.clientHeight)
+      this.el.scrollTop = top + this.rowHeight - this.el.clientHeight;
     this.render(false);
     this.rowsEl.querySelector(`#tok-${this.cursor}`)?.classList.add('cur');
     this.el.setAttribute('aria-activedescendant', `tok-${this.cursor}`);

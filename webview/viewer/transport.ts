@@ -1,6 +1,16 @@
 // The webview's side of the viewer protocol (src/protocol/messages.ts): the VS Code API, commands,
 // one `sendRequest` (one sequence counter, one table of pending replies) and the notifications.
-import { isCompletion, isHostMessage, type IpcCommand, type MessageOf, type NotificationMessage, type ParamsOf, type ResponseOf, type WebviewMessage, type WebviewRequest } from '../../src/protocol/messages.js';
+import {
+  isCompletion,
+  isHostMessage,
+  type IpcCommand,
+  type MessageOf,
+  type NotificationMessage,
+  type ParamsOf,
+  type ResponseOf,
+  type WebviewMessage,
+  type WebviewRequest,
+} from '../../src/protocol/messages.js';
 
 export interface VsCodeApi {
   postMessage(msg: WebviewMessage): void;

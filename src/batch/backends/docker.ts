@@ -20,7 +20,8 @@ export function factsFromResult(r: RolloutResult): AttemptFacts {
   const verifierRan = r.verifier !== null;
   // A failure before the agent's end or around the verifier that no other fact explains (image,
   // sandbox creation, the session key leaking into the verifier): the sandbox, not the policy.
-  const unexplained = r.error !== null && !r.cancelled && !r.agent.timed_out && (!verifierRan || r.verifier?.session_key_absent === false) ? r.error : null;
+  const unexplained =
+    r.error !== null && !r.cancelled && !r.agent.timed_out && (!verifierRan || r.verifier?.session_key_absent === false) ? r.error : null;
   return {
     backendRef: r.sandbox_id,
     agent: { exitCode: r.agent.exit_code, timedOut: r.agent.timed_out, ms: r.agent.ms },
@@ -43,19 +44,33 @@ export class InProcessCapture implements BatchCapture {
   /** Each attempt's minted session key, in this process only: the store keeps its hash, never the key. */
   private readonly keys = new Map<string, string>();
 
-  async createSession(req: { sessionId: string; metadata: Record<string, unknown>; sampling: Record<string, number>; maxModelCalls: number }): Promise<void> {
+  async createSession(req: {
+    sessionId: string;
+    metadata: Record<string, unknown>;
+    sampling: Record<string, number>;
+    maxModelCalls: number;
+  }): Promise<void> {
     const left = this.proxy.sessions.get(req.sessionId);
     if (left && this.keys.has(req.sessionId)) return;
     if (left && !left.info.key_sha256) return; // a session from before keys: its id is its key
     if (left) {
       // Left from a lab killed right after creating it (the attempt never started): its key died with
       // that lab, so the attempt gets the session afresh with a new key.
-      if (left.calls.length) throw new Error(`session ${req.sessionId} already holds ${left.calls.length} call(s) from a lab that is gone, and its key is not known here`);
+      if (left.calls.length)
+        throw new Error(
+          `session ${req.sessionId} already holds ${left.calls.length} call(s) from a lab that is gone, and its key is not known here`,
+        );
       await this.proxy.sessions.delete(req.sessionId);
     }
     // On disk before it resolves: the runner records the attempt (with this session id) next, and a
     // lab killed after that must leave the session's file behind for the resumed lab and for debugging.
-    const created = await this.proxy.sessions.createStored({ session_id: req.sessionId, mint_key: true, metadata: req.metadata as Record<string, never>, sampling: req.sampling, max_model_calls: req.maxModelCalls });
+    const created = await this.proxy.sessions.createStored({
+      session_id: req.sessionId,
+      mint_key: true,
+      metadata: req.metadata as Record<string, never>,
+      sampling: req.sampling,
+      max_model_calls: req.maxModelCalls,
+    });
     this.keys.set(req.sessionId, created.api_key!);
   }
 
@@ -89,7 +104,15 @@ class DockerBatchBackend implements BatchBackend {
 
   async run(a: RolloutAttempt): Promise<AttemptFacts> {
     const task = this.tasks.get(a.rollout.task);
-    if (!task) return { backendRef: null, agent: { exitCode: null, timedOut: false, ms: 0 }, verifier: null, reward: null, infraError: `task ${a.rollout.task} is not in the batch manifest`, cancelled: false };
+    if (!task)
+      return {
+        backendRef: null,
+        agent: { exitCode: null, timedOut: false, ms: 0 },
+        verifier: null,
+        reward: null,
+        infraError: `task ${a.rollout.task} is not in the batch manifest`,
+        cancelled: false,
+      };
     const r = await runRollout({
       task,
       harness: a.rollout.harness,
@@ -145,13 +168,21 @@ async function open(ctx: BackendContext): Promise<OpenedBackend> {
   try {
     const apiKey = manifest.engine_url ? ctx.engineApiKey : undefined;
     model ??= await servedModel(engineUrl, CLI_MODEL_HINTS, { apiKey });
-    const proxy = await CaptureProxy.start({ engineUrl, model, dataDir: batchPaths(ctx.batchDir).capture, captureLevel: manifest.engine_url ? undefined : 'tokens', ...(apiKey ? { engineApiKey: apiKey } : {}) });
+    const proxy = await CaptureProxy.start({
+      engineUrl,
+      model,
+      dataDir: batchPaths(ctx.batchDir).capture,
+      captureLevel: manifest.engine_url ? undefined : 'tokens',
+      ...(apiKey ? { engineApiKey: apiKey } : {}),
+    });
     const capture = new InProcessCapture(proxy, engine);
     ctx.log(`capture proxy ${proxy.url} (data ${batchPaths(ctx.batchDir).capture})`);
     // Every task image once, before any group starts: rollouts then only create containers (a task
     // whose image fails is left to its rollouts, which fail as infra errors and feed the breaker).
     for (const task of tasks.values())
-      await runtime.prepareImage(task, ctx.log).catch((err: unknown) => ctx.log(`task ${task.name}: its image is not ready: ${err instanceof Error ? err.message : String(err)}`));
+      await runtime
+        .prepareImage(task, ctx.log)
+        .catch((err: unknown) => ctx.log(`task ${task.name}: its image is not ready: ${err instanceof Error ? err.message : String(err)}`));
     const needsReact = manifest.harnesses.some((h) => harnessEntry(h).install.kind === 'bundled-script');
     const reactScript = needsReact ? await ensureReactScript() : undefined;
     return { backend: new DockerBatchBackend(runtime, capture, tasks, model.split('/').pop()!, reactScript), capture };

@@ -12,10 +12,14 @@ async function loadK8s(): Promise<BackendModule> {
     mod = (await import('./k8s.js')) as { k8sBackendModule?: BackendModule };
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') throw new BackendUnavailableError('the Kubernetes backend (src/batch/backends/k8s.ts) is not part of this build; use --backend docker');
+    if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND')
+      throw new BackendUnavailableError(
+        'the Kubernetes backend (src/batch/backends/k8s.ts) is not part of this build; use --backend docker',
+      );
     throw err;
   }
-  if (!mod.k8sBackendModule) throw new BackendUnavailableError('src/batch/backends/k8s.ts does not export k8sBackendModule; use --backend docker');
+  if (!mod.k8sBackendModule)
+    throw new BackendUnavailableError('src/batch/backends/k8s.ts does not export k8sBackendModule; use --backend docker');
   return mod.k8sBackendModule;
 }
 

@@ -31,7 +31,9 @@ const SummarySchema = z
   .loose();
 const ListingSchema = z.object({ sessions: z.array(SummarySchema) }).loose();
 const CallSchema = z.object({ call_id: z.string().min(1), index: z.number().int().nonnegative() }).loose();
-const PageSchema = z.object({ calls: z.array(CallSchema), from: z.number().int().nonnegative().optional(), total: z.number().int().nonnegative().optional() }).loose();
+const PageSchema = z
+  .object({ calls: z.array(CallSchema), from: z.number().int().nonnegative().optional(), total: z.number().int().nonnegative().optional() })
+  .loose();
 
 /** Calls fetched per request: bounds what one response holds in memory. */
 export const MIRROR_PAGE = 64;
@@ -89,7 +91,9 @@ export class SessionMirror {
     const loop = () => {
       this.timer = setTimeout(() => {
         this.ticking = this.tick()
-          .catch((err: unknown) => this.log(`following the cluster's sessions: ${err instanceof Error ? err.message : String(err)} (retrying)`))
+          .catch((err: unknown) =>
+            this.log(`following the cluster's sessions: ${err instanceof Error ? err.message : String(err)} (retrying)`),
+          )
           .finally(() => {
             this.ticking = undefined;
             if (!this.stopped) loop();
@@ -161,7 +165,9 @@ export class SessionMirror {
       const fresh = page.calls.filter((c) => !f.ids.has(c.call_id));
       // Queued together, in order, so the page shares the store's durable writes (group commit); an
       // id counts as mirrored only once its own append is on disk, so a failed write is retried, never doubled.
-      const written = await Promise.allSettled(fresh.map((c) => this.store.append(sessionId, { type: 'call', ...(c as unknown as CallRecord) } as StoreLine)));
+      const written = await Promise.allSettled(
+        fresh.map((c) => this.store.append(sessionId, { type: 'call', ...(c as unknown as CallRecord) } as StoreLine)),
+      );
       written.forEach((w, i) => w.status === 'fulfilled' && f.ids.add(fresh[i]!.call_id));
       const failed = written.find((w): w is PromiseRejectedResult => w.status === 'rejected');
       if (failed) throw failed.reason;

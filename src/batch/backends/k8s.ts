@@ -10,7 +10,18 @@ import type * as k8s from '@kubernetes/client-node';
 import { PatchStrategy } from '@kubernetes/client-node';
 import type Docker from 'dockerode';
 import { z } from 'zod';
-import { ClusterError, apiStatus, assertPermissions, checkReachable, clusterError, createOrKeep, loadCluster, type Cluster, type ClusterTarget, type Permission } from '../../cluster/kube.js';
+import {
+  ClusterError,
+  apiStatus,
+  assertPermissions,
+  checkReachable,
+  clusterError,
+  createOrKeep,
+  loadCluster,
+  type Cluster,
+  type ClusterTarget,
+  type Permission,
+} from '../../cluster/kube.js';
 import {
   INFRA_EXIT_CODE,
   LABELS,
@@ -113,7 +124,10 @@ function target(manifest: BatchManifest, kubeconfig?: string): ClusterTarget & {
 }
 
 function engineAndModel(manifest: BatchManifest): { engineUrl: string; model: string } {
-  if (!manifest.engine_url) throw new ClusterError('a cluster batch needs --engine-url: an inference engine the in-cluster proxy can reach (the embedded engine runs only on this machine)');
+  if (!manifest.engine_url)
+    throw new ClusterError(
+      'a cluster batch needs --engine-url: an inference engine the in-cluster proxy can reach (the embedded engine runs only on this machine)',
+    );
   if (!manifest.model) throw new ClusterError('a cluster batch needs --model: the model name the in-cluster proxy serves');
   return { engineUrl: manifest.engine_url, model: manifest.model };
 }
@@ -134,13 +148,20 @@ function prepareTasks(manifest: BatchManifest, namespace: string): Prepared {
   return { tasks, configMaps };
 }
 
-function buildJob(opts: Pick<K8sBackendOptions, 'taskImage' | 'harnessFrom' | 'startupSlackSec' | 'ttlSecondsAfterFinished'>, manifest: BatchManifest, namespace: string, prepared: Prepared, r: { rolloutId: string; groupId: string; task: string; harness: string; attempt: number; sessionId: string }) {
+function buildJob(
+  opts: Pick<K8sBackendOptions, 'taskImage' | 'harnessFrom' | 'startupSlackSec' | 'ttlSecondsAfterFinished'>,
+  manifest: BatchManifest,
+  namespace: string,
+  prepared: Prepared,
+  r: { rolloutId: string; groupId: string; task: string; harness: string; attempt: number; sessionId: string },
+) {
   const task = prepared.tasks.get(r.task);
   if (!task) throw new ClusterError(`rollout ${r.rolloutId}: task ${r.task} is not in batch ${manifest.batch_id}`);
   const entry = harnessEntry(r.harness);
   const { model } = engineAndModel(manifest);
   const harnessFrom = opts.harnessFrom ?? { kind: 'image' };
-  if (entry.install.kind === 'bundled-script' && harnessFrom.kind === 'hostPath' && !harnessFrom.reactScript) throw new ClusterError(`harness ${entry.name} needs its bundled script mounted (harnessFrom.reactScript)`);
+  if (entry.install.kind === 'bundled-script' && harnessFrom.kind === 'hostPath' && !harnessFrom.reactScript)
+    throw new ClusterError(`harness ${entry.name} needs its bundled script mounted (harnessFrom.reactScript)`);
   const plan = launchPlan(entry, {
     harnessesDir: POD_PATHS.harnesses,
     binDir: POD_PATHS.binDir,
@@ -179,7 +200,14 @@ function buildJob(opts: Pick<K8sBackendOptions, 'taskImage' | 'harnessFrom' | 's
 }
 
 function proxyInput(opts: Pick<K8sBackendOptions, 'proxy' | 'manifest' | 'engineApiKey'>, namespace: string, adminKey: string): ProxyInput {
-  return { ...opts.proxy, ...engineAndModel(opts.manifest), namespace, batchId: opts.manifest.batch_id, adminKey, ...(opts.engineApiKey ? { engineApiKey: opts.engineApiKey } : {}) };
+  return {
+    ...opts.proxy,
+    ...engineAndModel(opts.manifest),
+    namespace,
+    batchId: opts.manifest.batch_id,
+    adminKey,
+    ...(opts.engineApiKey ? { engineApiKey: opts.engineApiKey } : {}),
+  };
 }
 
 /**
@@ -187,13 +215,28 @@ function proxyInput(opts: Pick<K8sBackendOptions, 'proxy' | 'manifest' | 'engine
  * the proxy's Secret (admin key shown as a placeholder), Deployment, Service and NetworkPolicy, each
  * task's tests ConfigMap, and attempt 0 of every rollout's Job.
  */
-export async function k8sDryRunManifests(opts: Omit<K8sBackendOptions, 'batchDir'> & { sessionIdFor?: (rolloutId: string) => string }): Promise<k8s.KubernetesObject[]> {
+export async function k8sDryRunManifests(
+  opts: Omit<K8sBackendOptions, 'batchDir'> & { sessionIdFor?: (rolloutId: string) => string },
+): Promise<k8s.KubernetesObject[]> {
   const { manifest } = opts;
   const namespace = target(manifest).namespace;
   const prepared = prepareTasks(manifest, namespace);
-  const objs: k8s.KubernetesObject[] = [...proxyManifests(proxyInput(opts, namespace, '<generated at submit>')), ...prepared.configMaps.values()];
+  const objs: k8s.KubernetesObject[] = [
+    ...proxyManifests(proxyInput(opts, namespace, '<generated at submit>')),
+    ...prepared.configMaps.values(),
+  ];
   for (const g of manifest.groups)
-    for (const id of g.rollout_ids) objs.push(buildJob(opts, manifest, namespace, prepared, { rolloutId: id, groupId: g.group_id, task: g.task, harness: g.harness, attempt: 0, sessionId: opts.sessionIdFor?.(id) ?? `${manifest.batch_id}-${id}-0` }).job);
+    for (const id of g.rollout_ids)
+      objs.push(
+        buildJob(opts, manifest, namespace, prepared, {
+          rolloutId: id,
+          groupId: g.group_id,
+          task: g.task,
+          harness: g.harness,
+          attempt: 0,
+          sessionId: opts.sessionIdFor?.(id) ?? `${manifest.batch_id}-${id}-0`,
+        }).job,
+      );
   await validateManifests(objs);
   return objs;
 }
@@ -209,7 +252,14 @@ type Outcome =
   | { kind: 'watchdog'; afterSec: number }
   | { kind: 'cancelled' };
 
-const STUCK_REASONS = new Set(['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'CreateContainerConfigError', 'CreateContainerError', 'ErrImageNeverPull']);
+const STUCK_REASONS = new Set([
+  'ErrImagePull',
+  'ImagePullBackOff',
+  'InvalidImageName',
+  'CreateContainerConfigError',
+  'CreateContainerError',
+  'ErrImageNeverPull',
+]);
 
 function podOutcome(pod: k8s.V1Pod): Outcome | undefined {
   const conds = pod.status?.conditions ?? [];
@@ -219,9 +269,11 @@ function podOutcome(pod: k8s.V1Pod): Outcome | undefined {
   for (const cs of pod.status?.containerStatuses ?? []) {
     if (cs.state?.terminated?.reason === 'OOMKilled') return { kind: 'oom', pod, container: cs.name };
     const waiting = cs.state?.waiting;
-    if (waiting?.reason && STUCK_REASONS.has(waiting.reason)) return { kind: 'stuck', pod, reason: waiting.reason, message: waiting.message ?? '' };
+    if (waiting?.reason && STUCK_REASONS.has(waiting.reason))
+      return { kind: 'stuck', pod, reason: waiting.reason, message: waiting.message ?? '' };
   }
-  if (disruption && (pod.status?.phase === 'Failed' || (pod.status?.containerStatuses ?? []).some((cs) => cs.state?.terminated))) return { kind: 'evicted', pod, reason: disruption.reason ?? 'DisruptionTarget' };
+  if (disruption && (pod.status?.phase === 'Failed' || (pod.status?.containerStatuses ?? []).some((cs) => cs.state?.terminated)))
+    return { kind: 'evicted', pod, reason: disruption.reason ?? 'DisruptionTarget' };
   return undefined;
 }
 
@@ -244,7 +296,14 @@ function splitLog(log: string): { agent: string; verifier: string } {
   const a = log.indexOf(`${PHASE_MARKER}agent\n`);
   const v = log.indexOf(`${PHASE_MARKER}verifier\n`);
   const agent = a < 0 ? '' : log.slice(a + PHASE_MARKER.length + 6, v < 0 ? undefined : v);
-  const verifier = v < 0 ? '' : log.slice(v + PHASE_MARKER.length + 9).split('\n').filter((l) => !l.startsWith('HARNESS_LAB_RESULT ')).join('\n');
+  const verifier =
+    v < 0
+      ? ''
+      : log
+          .slice(v + PHASE_MARKER.length + 9)
+          .split('\n')
+          .filter((l) => !l.startsWith('HARNESS_LAB_RESULT '))
+          .join('\n');
   return { agent, verifier };
 }
 
@@ -276,16 +335,30 @@ export class K8sBackend implements BatchBackend {
     const proxyObjs = proxyManifests(proxyInput(opts, cluster.namespace, adminKey));
     // Every rollout's Job is built and validated too, so an unknown harness or a task env naming an
     // unset variable fails here, before anything is created.
-    const jobs = opts.manifest.groups.flatMap((g) => g.rollout_ids.map((id) => buildJob(opts, opts.manifest, cluster.namespace, prepared, { rolloutId: id, groupId: g.group_id, task: g.task, harness: g.harness, attempt: 0, sessionId: `${opts.manifest.batch_id}-${id}-check` }).job));
+    const jobs = opts.manifest.groups.flatMap((g) =>
+      g.rollout_ids.map(
+        (id) =>
+          buildJob(opts, opts.manifest, cluster.namespace, prepared, {
+            rolloutId: id,
+            groupId: g.group_id,
+            task: g.task,
+            harness: g.harness,
+            attempt: 0,
+            sessionId: `${opts.manifest.batch_id}-${id}-check`,
+          }).job,
+      ),
+    );
     await validateManifests([...proxyObjs, ...prepared.configMaps.values(), ...jobs]);
     for (const o of [...proxyObjs, ...prepared.configMaps.values()]) {
       const r = await createOrKeep(cluster, o);
       log(`${o.kind} ${cluster.namespace}/${o.metadata?.name} ${r}`);
     }
     // A resumed batch keeps its proxy (and its sessions): read the admin key back from the Secret.
-    const secret = await cluster.core.readNamespacedSecret({ namespace: cluster.namespace, name: proxyName(opts.manifest.batch_id) }).catch((e: unknown) => {
-      throw clusterError(cluster, `reading Secret ${cluster.namespace}/${proxyName(opts.manifest.batch_id)}`, e);
-    });
+    const secret = await cluster.core
+      .readNamespacedSecret({ namespace: cluster.namespace, name: proxyName(opts.manifest.batch_id) })
+      .catch((e: unknown) => {
+        throw clusterError(cluster, `reading Secret ${cluster.namespace}/${proxyName(opts.manifest.batch_id)}`, e);
+      });
     const key = Buffer.from(secret.data?.['admin-key'] ?? '', 'base64').toString('utf8') || adminKey;
     const watch = new BatchWatch(cluster, `${LABELS.batch}=${labelValue(opts.manifest.batch_id)}`);
     try {
@@ -321,7 +394,12 @@ export class K8sBackend implements BatchBackend {
       if (this.closed) throw new ClusterError(`batch ${this.opts.manifest.batch_id} is closed: its port-forward is not made again`);
       const log = this.opts.log ?? (() => {});
       await this.forward.close().catch(() => {});
-      const pod = await waitForProxyPod(this.cluster, this.watch, this.opts.manifest.batch_id, (this.opts.proxyReadyTimeoutSec ?? 180) * 1000);
+      const pod = await waitForProxyPod(
+        this.cluster,
+        this.watch,
+        this.opts.manifest.batch_id,
+        (this.opts.proxyReadyTimeoutSec ?? 180) * 1000,
+      );
       this.forward = await forwardPort(this.cluster, pod, PROXY_PORT, log);
       await waitForHealth(this.forward.url, 30_000);
       log(`capture proxy ${this.cluster.namespace}/${pod} forwarded again to ${this.forward.url}`);
@@ -343,10 +421,24 @@ export class K8sBackend implements BatchBackend {
     const t0 = Date.now();
     const { rollout } = attempt;
     const ns = this.cluster.namespace;
-    const facts: AttemptFacts = { backendRef: null, agent: { exitCode: null, timedOut: false, ms: 0 }, verifier: null, reward: null, infraError: null, cancelled: false };
+    const facts: AttemptFacts = {
+      backendRef: null,
+      agent: { exitCode: null, timedOut: false, ms: 0 },
+      verifier: null,
+      reward: null,
+      infraError: null,
+      cancelled: false,
+    };
     let built: ReturnType<typeof buildJob>;
     try {
-      built = buildJob(this.opts, attempt.manifest, ns, this.prepared, { rolloutId: rollout.rollout_id, groupId: rollout.group_id, task: rollout.task, harness: rollout.harness, attempt: attempt.attempt, sessionId: attempt.sessionId });
+      built = buildJob(this.opts, attempt.manifest, ns, this.prepared, {
+        rolloutId: rollout.rollout_id,
+        groupId: rollout.group_id,
+        task: rollout.task,
+        harness: rollout.harness,
+        attempt: attempt.attempt,
+        sessionId: attempt.sessionId,
+      });
       await validateManifests([built.job]);
     } catch (err) {
       facts.infraError = facts.setupFailure = (err as Error).message;
@@ -358,7 +450,16 @@ export class K8sBackend implements BatchBackend {
     writeFileSync(join(attempt.outDir, 'job.json'), `${JSON.stringify(built.job, null, 2)}\n`);
     // Listen before creating, so no event of this Job can be missed.
     const proxyAtStart = this.proxyGeneration();
-    const outcome = this.outcomeOf(name, jobDeadlineSec({ timeoutSec: attempt.manifest.timeout_sec, task: built.task, ...(this.opts.startupSlackSec !== undefined ? { startupSlackSec: this.opts.startupSlackSec } : {}) }), attempt.signal, proxyAtStart);
+    const outcome = this.outcomeOf(
+      name,
+      jobDeadlineSec({
+        timeoutSec: attempt.manifest.timeout_sec,
+        task: built.task,
+        ...(this.opts.startupSlackSec !== undefined ? { startupSlackSec: this.opts.startupSlackSec } : {}),
+      }),
+      attempt.signal,
+      proxyAtStart,
+    );
     const secretName = attemptSecretName(name);
     try {
       // The key first (the pod needs it to start), then the Job, then the Secret owned by the Job.
@@ -381,10 +482,17 @@ export class K8sBackend implements BatchBackend {
     const restarted = o.kind === 'proxy' ? o.detail : o.kind === 'cancelled' ? undefined : this.proxyRestartedSince(proxyAtStart);
     if (restarted) {
       await this.cluster.batch.deleteNamespacedJob({ namespace: ns, name, propagationPolicy: 'Background' }).catch(() => {});
-      return { ...facts, agent: { ...facts.agent, ms: Date.now() - t0 }, infraError: `the capture proxy restarted while this attempt ran (${restarted}); the rollout runs again`, rerun: true };
+      return {
+        ...facts,
+        agent: { ...facts.agent, ms: Date.now() - t0 },
+        infraError: `the capture proxy restarted while this attempt ran (${restarted}); the rollout runs again`,
+        rerun: true,
+      };
     }
     const elapsed = Date.now() - t0;
-    const pod = this.watch.podsOfJob(name).sort((a, b) => String(b.metadata?.creationTimestamp ?? '').localeCompare(String(a.metadata?.creationTimestamp ?? '')))[0];
+    const pod = this.watch
+      .podsOfJob(name)
+      .sort((a, b) => String(b.metadata?.creationTimestamp ?? '').localeCompare(String(a.metadata?.creationTimestamp ?? '')))[0];
     const podName = pod?.metadata?.name;
     const deleteJob = async () => {
       await this.cluster.batch.deleteNamespacedJob({ namespace: ns, name, propagationPolicy: 'Background' }).catch((err: unknown) => {
@@ -399,17 +507,29 @@ export class K8sBackend implements BatchBackend {
         await deleteJob();
         return { ...facts, agent: { exitCode: null, timedOut: true, ms: elapsed } };
       case 'deleted':
-        return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: `Job ${ns}/${name} was deleted from outside the lab before it finished` };
+        return {
+          ...facts,
+          agent: { ...facts.agent, ms: elapsed },
+          infraError: `Job ${ns}/${name} was deleted from outside the lab before it finished`,
+        };
       case 'proxy':
         return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: `the capture proxy restarted (${o.detail})`, rerun: true };
       case 'oom': {
         const limit = o.pod.spec?.containers.find((c) => c.name === o.container)?.resources?.limits?.memory;
         await deleteJob();
-        return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: `OOMKilled: container ${o.container} of pod ${ns}/${o.pod.metadata?.name} exceeded its memory limit${limit ? ` (${limit})` : ''}` };
+        return {
+          ...facts,
+          agent: { ...facts.agent, ms: elapsed },
+          infraError: `OOMKilled: container ${o.container} of pod ${ns}/${o.pod.metadata?.name} exceeded its memory limit${limit ? ` (${limit})` : ''}`,
+        };
       }
       case 'evicted':
         await deleteJob();
-        return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: `pod ${ns}/${o.pod.metadata?.name} was evicted (DisruptionTarget: ${o.reason}); Job ${name} deleted, the runner may retry` };
+        return {
+          ...facts,
+          agent: { ...facts.agent, ms: elapsed },
+          infraError: `pod ${ns}/${o.pod.metadata?.name} was evicted (DisruptionTarget: ${o.reason}); Job ${name} deleted, the runner may retry`,
+        };
       case 'stuck': {
         await deleteJob();
         const why = `pod ${ns}/${o.pod.metadata?.name} cannot start: ${o.reason}${o.message ? ` (${o.message})` : ''}`;
@@ -422,7 +542,8 @@ export class K8sBackend implements BatchBackend {
       }
       case 'job': {
         const reason = o.condition.reason ?? '';
-        if (o.condition.type === 'Failed' && reason === 'DeadlineExceeded') return { ...facts, agent: { exitCode: null, timedOut: true, ms: elapsed } };
+        if (o.condition.type === 'Failed' && reason === 'DeadlineExceeded')
+          return { ...facts, agent: { exitCode: null, timedOut: true, ms: elapsed } };
         const log = podName ? await this.podLog(podName) : '';
         if (log) {
           writeFileSync(join(attempt.outDir, 'pod.log'), log);
@@ -435,19 +556,42 @@ export class K8sBackend implements BatchBackend {
         const result = parsePodResult(log);
         if (o.condition.type === 'Failed') {
           const code = pod?.status?.containerStatuses?.[0]?.state?.terminated?.exitCode;
-          const why = reason === 'PodFailurePolicy' && code === INFRA_EXIT_CODE ? 'the entry script could not prepare the sandbox' : `the pod failed (${reason}${code !== undefined ? `, exit ${code}` : ''})`;
-          return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: `Job ${ns}/${name} failed: ${why}: ${o.condition.message ?? ''}`.trim() };
+          const why =
+            reason === 'PodFailurePolicy' && code === INFRA_EXIT_CODE
+              ? 'the entry script could not prepare the sandbox'
+              : `the pod failed (${reason}${code !== undefined ? `, exit ${code}` : ''})`;
+          return {
+            ...facts,
+            agent: { ...facts.agent, ms: elapsed },
+            infraError: `Job ${ns}/${name} failed: ${why}: ${o.condition.message ?? ''}`.trim(),
+          };
         }
-        if (!result) return { ...facts, agent: { ...facts.agent, ms: elapsed }, infraError: `pod ${ns}/${podName} of Job ${name} ended without its result line (see ${join(attempt.outDir, 'pod.log')})` };
+        if (!result)
+          return {
+            ...facts,
+            agent: { ...facts.agent, ms: elapsed },
+            infraError: `pod ${ns}/${podName} of Job ${name} ended without its result line (see ${join(attempt.outDir, 'pod.log')})`,
+          };
         const reward = rewardOf(result.reward_json, result.reward_txt);
         if (result.tests_requests_refused !== 0) {
-          const why = result.tests_requests_refused < 0 ? `the tests sidecar of pod ${ns}/${podName} never handed over tests/ (the verifier did not run)` : `something in the agent's turn asked the tests sidecar of pod ${ns}/${podName} for tests/ ${result.tests_requests_refused} time(s) and was refused; the rollout is not trusted`;
+          const why =
+            result.tests_requests_refused < 0
+              ? `the tests sidecar of pod ${ns}/${podName} never handed over tests/ (the verifier did not run)`
+              : `something in the agent's turn asked the tests sidecar of pod ${ns}/${podName} for tests/ ${result.tests_requests_refused} time(s) and was refused; the rollout is not trusted`;
           return { ...facts, agent: { exitCode: result.agent_exit, timedOut: false, ms: result.agent_ms }, infraError: why };
         }
         return {
           ...facts,
-          agent: { exitCode: result.agent_exit === 124 ? null : result.agent_exit, timedOut: result.agent_exit === 124, ms: result.agent_ms },
-          verifier: { exitCode: result.verifier_exit === 124 ? null : result.verifier_exit, timedOut: result.verifier_exit === 124, ms: result.verifier_ms },
+          agent: {
+            exitCode: result.agent_exit === 124 ? null : result.agent_exit,
+            timedOut: result.agent_exit === 124,
+            ms: result.agent_ms,
+          },
+          verifier: {
+            exitCode: result.verifier_exit === 124 ? null : result.verifier_exit,
+            timedOut: result.verifier_exit === 124,
+            ms: result.verifier_ms,
+          },
           reward: reward ? { value: reward.value, scores: reward.scores } : null,
           infraError: result.session_key_absent ? null : 'the session key is visible in the verifier environment',
         };
@@ -464,7 +608,12 @@ export class K8sBackend implements BatchBackend {
   }
 
   /** Resolves with the first decisive thing the batch's watches say about one Job. */
-  private outcomeOf(name: string, deadlineSec: number, signal: AbortSignal, proxyAtStart: string): { promise: Promise<Outcome>; cancel(): void; arm(job: k8s.V1Job): void } {
+  private outcomeOf(
+    name: string,
+    deadlineSec: number,
+    signal: AbortSignal,
+    proxyAtStart: string,
+  ): { promise: Promise<Outcome>; cancel(): void; arm(job: k8s.V1Job): void } {
     const offs: (() => void)[] = [];
     let watchdog: NodeJS.Timeout | undefined;
     let settle!: (o: Outcome) => void;
@@ -530,9 +679,18 @@ export class K8sBackend implements BatchBackend {
       throw clusterError(this.cluster, `reading Job ${ns}/${job}`, err);
     });
     const ownerReferences = [{ apiVersion: 'batch/v1', kind: 'Job', name: job, uid: created.metadata!.uid!, blockOwnerDeletion: false }];
-    await this.cluster.objects.patch({ apiVersion: 'v1', kind: 'Secret', metadata: { name: secret, namespace: ns, ownerReferences } }, undefined, undefined, undefined, undefined, PatchStrategy.MergePatch).catch((err: unknown) => {
-      throw clusterError(this.cluster, `making Job ${ns}/${job} the owner of Secret ${ns}/${secret}`, err);
-    });
+    await this.cluster.objects
+      .patch(
+        { apiVersion: 'v1', kind: 'Secret', metadata: { name: secret, namespace: ns, ownerReferences } },
+        undefined,
+        undefined,
+        undefined,
+        undefined,
+        PatchStrategy.MergePatch,
+      )
+      .catch((err: unknown) => {
+        throw clusterError(this.cluster, `making Job ${ns}/${job} the owner of Secret ${ns}/${secret}`, err);
+      });
   }
 
   private async deleteSecret(secret: string, log: (line: string) => void): Promise<void> {
@@ -544,8 +702,13 @@ export class K8sBackend implements BatchBackend {
 
   /** The proxy's pod and its container restarts, as the pods watch last saw them. */
   private proxyGeneration(): string {
-    const pods = [...this.watch.pods.objects.values()].filter((p) => p.metadata?.labels?.[LABELS.role] === 'proxy' && !p.metadata?.deletionTimestamp);
-    return pods.map((p) => `${p.metadata?.name}#${(p.status?.containerStatuses ?? []).reduce((n, c) => n + (c.restartCount ?? 0), 0)}`).sort().join(',');
+    const pods = [...this.watch.pods.objects.values()].filter(
+      (p) => p.metadata?.labels?.[LABELS.role] === 'proxy' && !p.metadata?.deletionTimestamp,
+    );
+    return pods
+      .map((p) => `${p.metadata?.name}#${(p.status?.containerStatuses ?? []).reduce((n, c) => n + (c.restartCount ?? 0), 0)}`)
+      .sort()
+      .join(',');
   }
 
   /** Why the proxy is not the one an attempt started with (replaced pod, restarted container), or undefined. */
@@ -564,9 +727,11 @@ export class K8sBackend implements BatchBackend {
   /** Deletes one attempt's Job (its pod through Background propagation); gone already is fine. */
   async removeAttempt(jobName: string): Promise<void> {
     const ns = this.cluster.namespace;
-    await this.cluster.batch.deleteNamespacedJob({ namespace: ns, name: jobName, propagationPolicy: 'Background' }).catch((err: unknown) => {
-      if (apiStatus(err)?.code !== 404) throw clusterError(this.cluster, `deleting Job ${ns}/${jobName}`, err);
-    });
+    await this.cluster.batch
+      .deleteNamespacedJob({ namespace: ns, name: jobName, propagationPolicy: 'Background' })
+      .catch((err: unknown) => {
+        if (apiStatus(err)?.code !== 404) throw clusterError(this.cluster, `deleting Job ${ns}/${jobName}`, err);
+      });
   }
 
   /** Removes the batch's proxy, Secret, Service, NetworkPolicy and tests ConfigMaps (after its sessions were mirrored). */
@@ -609,18 +774,31 @@ export async function teardownBatch(cluster: Cluster, batchId: string): Promise<
   const quiet = (doing: string) => (err: unknown) => {
     if (apiStatus(err)?.code !== 404) throw clusterError(cluster, doing, err);
   };
-  await cluster.apps.deleteNamespacedDeployment({ namespace: ns, name, propagationPolicy: 'Background' }).catch(quiet(`deleting Deployment ${ns}/${name}`));
+  await cluster.apps
+    .deleteNamespacedDeployment({ namespace: ns, name, propagationPolicy: 'Background' })
+    .catch(quiet(`deleting Deployment ${ns}/${name}`));
   await cluster.core.deleteNamespacedService({ namespace: ns, name }).catch(quiet(`deleting Service ${ns}/${name}`));
   await cluster.core.deleteNamespacedSecret({ namespace: ns, name }).catch(quiet(`deleting Secret ${ns}/${name}`));
   // Attempts' Secrets left by a lab that stopped mid-attempt (the Job's garbage collection takes the rest).
-  await cluster.core.deleteCollectionNamespacedSecret({ namespace: ns, labelSelector: `${selector},${LABELS.role}=rollout` }).catch(quiet(`deleting attempt Secrets of ${batchId}`));
-  await cluster.core.deleteNamespacedPersistentVolumeClaim({ namespace: ns, name: proxyClaimName(batchId) }).catch(quiet(`deleting PersistentVolumeClaim ${ns}/${proxyClaimName(batchId)}`));
-  await cluster.networking.deleteCollectionNamespacedNetworkPolicy({ namespace: ns, labelSelector: selector }).catch(quiet(`deleting NetworkPolicies of ${batchId}`));
-  await cluster.core.deleteCollectionNamespacedConfigMap({ namespace: ns, labelSelector: selector }).catch(quiet(`deleting ConfigMaps of ${batchId}`));
+  await cluster.core
+    .deleteCollectionNamespacedSecret({ namespace: ns, labelSelector: `${selector},${LABELS.role}=rollout` })
+    .catch(quiet(`deleting attempt Secrets of ${batchId}`));
+  await cluster.core
+    .deleteNamespacedPersistentVolumeClaim({ namespace: ns, name: proxyClaimName(batchId) })
+    .catch(quiet(`deleting PersistentVolumeClaim ${ns}/${proxyClaimName(batchId)}`));
+  await cluster.networking
+    .deleteCollectionNamespacedNetworkPolicy({ namespace: ns, labelSelector: selector })
+    .catch(quiet(`deleting NetworkPolicies of ${batchId}`));
+  await cluster.core
+    .deleteCollectionNamespacedConfigMap({ namespace: ns, labelSelector: selector })
+    .catch(quiet(`deleting ConfigMaps of ${batchId}`));
 }
 
 async function waitForProxyPod(cluster: Cluster, watch: BatchWatch, batchId: string, timeoutMs: number): Promise<string> {
-  const isReady = (p: k8s.V1Pod) => p.metadata?.labels?.[LABELS.role] === 'proxy' && !p.metadata?.deletionTimestamp && (p.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True');
+  const isReady = (p: k8s.V1Pod) =>
+    p.metadata?.labels?.[LABELS.role] === 'proxy' &&
+    !p.metadata?.deletionTimestamp &&
+    (p.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True');
   const ready = () => [...watch.pods.objects.values()].find(isReady)?.metadata?.name;
   const now = ready();
   if (now) return now;
@@ -628,8 +806,17 @@ async function waitForProxyPod(cluster: Cluster, watch: BatchWatch, batchId: str
     const timer = setTimeout(() => {
       off();
       const pods = [...watch.pods.objects.values()].filter((p) => p.metadata?.labels?.[LABELS.role] === 'proxy');
-      const state = pods.map((p) => `${p.metadata?.name}: ${p.status?.phase ?? '?'}${(p.status?.containerStatuses ?? []).map((c) => (c.state?.waiting?.reason ? ` ${c.state.waiting.reason}` : '')).join('')}`).join('; ');
-      reject(new ClusterError(`the capture proxy of batch ${batchId} (Deployment ${cluster.namespace}/${proxyName(batchId)}) did not become ready within ${Math.round(timeoutMs / 1000)} s${state ? `: ${state}` : ': no pod'}`));
+      const state = pods
+        .map(
+          (p) =>
+            `${p.metadata?.name}: ${p.status?.phase ?? '?'}${(p.status?.containerStatuses ?? []).map((c) => (c.state?.waiting?.reason ? ` ${c.state.waiting.reason}` : '')).join('')}`,
+        )
+        .join('; ');
+      reject(
+        new ClusterError(
+          `the capture proxy of batch ${batchId} (Deployment ${cluster.namespace}/${proxyName(batchId)}) did not become ready within ${Math.round(timeoutMs / 1000)} s${state ? `: ${state}` : ': no pod'}`,
+        ),
+      );
     }, timeoutMs);
     const off = watch.pods.on(() => {
       const name = ready();
@@ -657,7 +844,9 @@ async function waitForHealth(url: string, timeoutMs: number): Promise<void> {
   throw new ClusterError(`the capture proxy did not answer /health through the port-forward ${url} (${last})`);
 }
 
-const RolloutDocSchema = z.object({ calls: z.array(z.unknown()), trainable: z.boolean(), validation: z.array(z.string()).default([]) }).loose();
+const RolloutDocSchema = z
+  .object({ calls: z.array(z.unknown()), trainable: z.boolean(), validation: z.array(z.string()).default([]) })
+  .loose();
 const CreatedSchema = z.object({ api_key: z.string().min(1) }).loose();
 
 /** Why a request never got an HTTP answer (the port-forward dropped, the proxy pod went away, a timeout). */
@@ -708,7 +897,10 @@ export class K8sCapture implements BatchCapture {
       } catch (err) {
         const why = transportReason(err);
         // A POST is repeated only when it never left (connection refused): it is not idempotent.
-        if (attempt >= 3 || (method !== 'GET' && !why.refused)) throw new Error(`the in-cluster capture proxy did not answer ${method} ${path} through the port-forward ${this.url} (${why.text})`);
+        if (attempt >= 3 || (method !== 'GET' && !why.refused))
+          throw new Error(
+            `the in-cluster capture proxy did not answer ${method} ${path} through the port-forward ${this.url} (${why.text})`,
+          );
         // First a plain retry (a dropped stream heals on the next connection), then a new port-forward.
         if (attempt === 0 || !this.reconnect) await new Promise((r) => setTimeout(r, 300));
         else {
@@ -725,8 +917,21 @@ export class K8sCapture implements BatchCapture {
   /** Minted keys of this lab's sessions, in memory only: a record, export or log carries the session id, never the key. */
   private readonly keys = new Map<string, string>();
 
-  async createSession(req: { sessionId: string; metadata: Record<string, unknown>; sampling: Record<string, number>; maxModelCalls: number }): Promise<void> {
-    const created = CreatedSchema.parse(await this.call('POST', '/sessions', { session_id: req.sessionId, max_model_calls: req.maxModelCalls, metadata: req.metadata, sampling: req.sampling, mint_key: true }));
+  async createSession(req: {
+    sessionId: string;
+    metadata: Record<string, unknown>;
+    sampling: Record<string, number>;
+    maxModelCalls: number;
+  }): Promise<void> {
+    const created = CreatedSchema.parse(
+      await this.call('POST', '/sessions', {
+        session_id: req.sessionId,
+        max_model_calls: req.maxModelCalls,
+        metadata: req.metadata,
+        sampling: req.sampling,
+        mint_key: true,
+      }),
+    );
     this.keys.set(req.sessionId, created.api_key);
     this.mirror.follow(req.sessionId);
   }
@@ -772,9 +977,20 @@ export class K8sCapture implements BatchCapture {
  * pushed to the registry too and referenced from there; one already under the registry, or unknown
  * locally, is referenced as given (the cluster pulls it).
  */
-export async function pushedProxy(docker: Docker, proxy: K8sBackendOptions['proxy'], registry: string, log?: (line: string) => void): Promise<K8sBackendOptions['proxy']> {
+export async function pushedProxy(
+  docker: Docker,
+  proxy: K8sBackendOptions['proxy'],
+  registry: string,
+  log?: (line: string) => void,
+): Promise<K8sBackendOptions['proxy']> {
   const underRegistry = proxy.image.startsWith(`${registry.replace(/\/+$/, '')}/`);
-  const local = await docker.getImage(proxy.image).inspect().then(() => true, () => false);
+  const local = await docker
+    .getImage(proxy.image)
+    .inspect()
+    .then(
+      () => true,
+      () => false,
+    );
   if (underRegistry || !local) return proxy;
   const pushed = await pushImages(docker, [proxy.image], registry, { ...(log ? { log } : {}) });
   return { ...proxy, image: pushed.get(proxy.image)! };
@@ -789,12 +1005,22 @@ export async function harnessFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
   const v = env.HARNESS_LAB_K8S_HARNESS_FROM;
   if (!v || v === 'image') return {};
   if (v !== 'hostPath') throw new ClusterError(`HARNESS_LAB_K8S_HARNESS_FROM=${v}: expected image or hostPath`);
-  return { harnessFrom: { kind: 'hostPath', nodeBinary: process.execPath, harnessCache: harnessCacheRoot(env), reactScript: await ensureReactScript() } };
+  return {
+    harnessFrom: {
+      kind: 'hostPath',
+      nodeBinary: process.execPath,
+      harnessCache: harnessCacheRoot(env),
+      reactScript: await ensureReactScript(),
+    },
+  };
 }
 
 /** The proxy image of a cluster batch: HARNESS_LAB_K8S_PROXY_IMAGE, else harness-lab's image under the registry. */
 export function defaultProxy(manifest: BatchManifest, env: NodeJS.ProcessEnv = process.env): K8sBackendOptions['proxy'] {
-  return { image: env.HARNESS_LAB_K8S_PROXY_IMAGE || clusterImage('harness-lab/harness-lab:latest', manifest.k8s?.registry ?? null), command: ['harness-lab'] };
+  return {
+    image: env.HARNESS_LAB_K8S_PROXY_IMAGE || clusterImage('harness-lab/harness-lab:latest', manifest.k8s?.registry ?? null),
+    command: ['harness-lab'],
+  };
 }
 
 /**
@@ -811,7 +1037,19 @@ export async function taskImageTags(manifest: BatchManifest, build: boolean, log
     else {
       // The same tag prepareImage gives: the context hash over the local base images' ids, when Docker has them.
       const bases = dockerfileBases(readFileSync(task.environment.dockerfile, 'utf8')).filter((b) => !b.includes('$'));
-      const ids = runtime ? await Promise.all(bases.map((b) => runtime.docker.getImage(b).inspect().then((i) => i.Id, () => undefined))) : [];
+      const ids = runtime
+        ? await Promise.all(
+            bases.map((b) =>
+              runtime.docker
+                .getImage(b)
+                .inspect()
+                .then(
+                  (i) => i.Id,
+                  () => undefined,
+                ),
+            ),
+          )
+        : [];
       const known = ids.filter((i): i is string => Boolean(i));
       out.set(task.name, taskImageTag(task.name, task.environment.contextDir, known.length === bases.length ? known : []));
     }
@@ -846,7 +1084,10 @@ export const k8sBackendModule: BackendModule = {
     const cluster = loadCluster(target(manifest));
     await checkReachable(cluster);
     const removed = await deleteBatchJobs(cluster, cluster.namespace, manifest.batch_id);
-    if (removed.length) log(`deleted ${removed.length} Job(s) of batch ${manifest.batch_id} in ${cluster.namespace} (propagationPolicy Background): ${removed.join(', ')}`);
+    if (removed.length)
+      log(
+        `deleted ${removed.length} Job(s) of batch ${manifest.batch_id} in ${cluster.namespace} (propagationPolicy Background): ${removed.join(', ')}`,
+      );
     // A finished batch needs its proxy no more (its sessions were mirrored into the batch directory);
     // an unfinished one keeps it, so a resume finds its sessions and admin key.
     if (opts?.finished) {
@@ -862,7 +1103,11 @@ export const k8sBackendModule: BackendModule = {
   },
   async dryRun(plan, format) {
     const images = await taskImageTags(plan.manifest, false);
-    const objs = await k8sDryRunManifests({ manifest: plan.manifest, taskImage: (t) => images.get(t.name)!, proxy: defaultProxy(plan.manifest) });
+    const objs = await k8sDryRunManifests({
+      manifest: plan.manifest,
+      taskImage: (t) => images.get(t.name)!,
+      proxy: defaultProxy(plan.manifest),
+    });
     return formatManifests(objs, format);
   },
 };

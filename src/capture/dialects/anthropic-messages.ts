@@ -53,7 +53,8 @@ export class AnthropicMessagesDialect implements Dialect {
   toChat(body: JsonObject, ctx: DialectContext): ChatRequest {
     const messages: ChatMessage[] = [];
     if (body.system !== undefined && body.system !== null) {
-      if (typeof body.system !== 'string' && !Array.isArray(body.system)) throw new DialectError('system must be a string or an array of text blocks');
+      if (typeof body.system !== 'string' && !Array.isArray(body.system))
+        throw new DialectError('system must be a string or an array of text blocks');
       const system = systemText(body.system);
       if (system) messages.push({ role: 'system', content: system });
     }
@@ -198,7 +199,10 @@ function convertMessage(m: JsonObject, i: number): ChatMessage[] {
       continue;
     }
     if (typeof block.tool_use_id !== 'string') throw new DialectError(`messages[${i}]: tool_result.tool_use_id must be a string`);
-    const parts = typeof block.content === 'string' ? [{ type: 'text', text: block.content }] : userParts(Array.isArray(block.content) ? block.content.filter(isObject) : []);
+    const parts =
+      typeof block.content === 'string'
+        ? [{ type: 'text', text: block.content }]
+        : userParts(Array.isArray(block.content) ? block.content.filter(isObject) : []);
     let text = contentText(parts.filter((p) => p.type === 'text'));
     if (block.is_error === true) text = text ? `[Tool Error] ${text}` : '[Tool Error]';
     out.push({ role: 'tool', tool_call_id: block.tool_use_id, content: text });
@@ -220,7 +224,8 @@ function assistantMessage(blocks: Block[], i: number): ChatMessage {
     if (block.type === 'text' && typeof block.text === 'string') texts.push(block.text);
     else if (block.type === 'thinking' && typeof block.thinking === 'string' && block.thinking) thinking.push(block.thinking);
     else if (block.type === 'tool_use') {
-      if (typeof block.id !== 'string' || typeof block.name !== 'string') throw new DialectError(`messages[${i}]: tool_use needs a string id and name`);
+      if (typeof block.id !== 'string' || typeof block.name !== 'string')
+        throw new DialectError(`messages[${i}]: tool_use needs a string id and name`);
       const input = block.input ?? {};
       if (!isObject(input)) throw new DialectError(`messages[${i}]: tool_use.input must be an object`);
       calls.push({ id: block.id, type: 'function', function: { name: block.name, arguments: JSON.stringify(input) } });
@@ -253,7 +258,8 @@ function userParts(blocks: Block[]): ChatContentPart[] {
 }
 
 function sourceUrl(source: JsonObject): string | null {
-  if (source.type === 'base64' && typeof source.data === 'string') return dataUrl(typeof source.media_type === 'string' ? source.media_type : 'image/png', source.data);
+  if (source.type === 'base64' && typeof source.data === 'string')
+    return dataUrl(typeof source.media_type === 'string' ? source.media_type : 'image/png', source.data);
   if (source.type === 'url' && typeof source.url === 'string') return source.url;
   return null;
 }
@@ -292,7 +298,10 @@ function chatContentToBlocks(content: ChatMessage['content']): Block[] {
     if (part.type === 'text' && typeof part.text === 'string' && part.text) blocks.push({ type: 'text', text: part.text });
     else if (part.type === 'image_url' && part.image_url?.url) {
       const data = parseDataUrl(part.image_url.url);
-      blocks.push({ type: 'image', source: data ? { type: 'base64', media_type: data.mediaType, data: data.data } : { type: 'url', url: part.image_url.url } });
+      blocks.push({
+        type: 'image',
+        source: data ? { type: 'base64', media_type: data.mediaType, data: data.data } : { type: 'url', url: part.image_url.url },
+      });
     }
   }
   return blocks;
@@ -308,7 +317,12 @@ function stopReason(choice: ChatResponse['choices'][number], request: JsonObject
   const finish = choice.finish_reason ?? 'stop';
   // vLLM reports which stop string matched in `stop_reason`; Anthropic clients expect stop_sequence then.
   const matched = choice.stop_reason;
-  if (finish === 'stop' && typeof matched === 'string' && Array.isArray(request.stop_sequences) && request.stop_sequences.includes(matched)) {
+  if (
+    finish === 'stop' &&
+    typeof matched === 'string' &&
+    Array.isArray(request.stop_sequences) &&
+    request.stop_sequences.includes(matched)
+  ) {
     return { stop_reason: 'stop_sequence', stop_sequence: matched };
   }
   return { stop_reason: STOP_REASONS[finish] ?? 'end_turn', stop_sequence: null };

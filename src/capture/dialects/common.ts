@@ -179,7 +179,9 @@ export function parseArguments(args: unknown): unknown {
 }
 
 export function randomHex(length: number): string {
-  return randomBytes(Math.ceil(length / 2)).toString('hex').slice(0, length);
+  return randomBytes(Math.ceil(length / 2))
+    .toString('hex')
+    .slice(0, length);
 }
 
 /** Deterministic hex derived from a seed, so a JSON answer and its SSE replay share ids. */
@@ -188,8 +190,10 @@ export function stableHex(seed: string, length: number): string {
 }
 
 /** OpenAI-style error body (Chat Completions and Responses). */
-export function openAIErrorBody(status: number, message: string): { error: { message: string; type: string; param: null; code: string | null } } {
+export function openAIErrorBody(
+  status: number,
+  message: string,
+): { error: { message: string; type: string; param: null; code: string | null } } {
   const type = status >= 500 ? 'server_error' : status === 429 ? 'rate_limit_error' : 'invalid_request_error';
   return { error: { message, type, param: null, code: status >= 500 ? 'server_error' : null } };
 }
-

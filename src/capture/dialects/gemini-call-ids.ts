@@ -17,7 +17,12 @@ export interface RestoredIds {
 
 function canonical(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
-  if (isObject(value)) return `{${Object.keys(value).sort().filter((k) => value[k] !== undefined).map((k) => `${JSON.stringify(k)}:${canonical(value[k])}`).join(',')}}`;
+  if (isObject(value))
+    return `{${Object.keys(value)
+      .sort()
+      .filter((k) => value[k] !== undefined)
+      .map((k) => `${JSON.stringify(k)}:${canonical(value[k])}`)
+      .join(',')}}`;
   return JSON.stringify(value) ?? 'null';
 }
 
@@ -59,10 +64,15 @@ const hasId = (v: JsonObject) => typeof v.id === 'string' && v.id !== '';
 
 export function restoreGeminiCallIds(body: JsonObject, previous: readonly CallRecord[]): RestoredIds {
   const contents = Array.isArray(body.contents) ? body.contents : [];
-  const missing = contents.some((c) => isObject(c) && Array.isArray(c.parts) && c.parts.some((p) => {
-    const inner = isObject(p) ? (p.functionCall ?? p.function_call ?? p.functionResponse ?? p.function_response) : undefined;
-    return isObject(inner) && !hasId(inner);
-  }));
+  const missing = contents.some(
+    (c) =>
+      isObject(c) &&
+      Array.isArray(c.parts) &&
+      c.parts.some((p) => {
+        const inner = isObject(p) ? (p.functionCall ?? p.function_call ?? p.functionResponse ?? p.function_response) : undefined;
+        return isObject(inner) && !hasId(inner);
+      }),
+  );
   if (!missing) return { body, restored: 0, finding: undefined };
 
   const answered = answeredIds(previous);
@@ -93,7 +103,8 @@ export function restoreGeminiCallIds(body: JsonObject, previous: readonly CallRe
         pending.set(call.name, list);
         return hasId(call) ? part : { ...part, [callKey]: { ...call, id } };
       }
-      const responseKey = part.functionResponse !== undefined ? 'functionResponse' : part.function_response !== undefined ? 'function_response' : undefined;
+      const responseKey =
+        part.functionResponse !== undefined ? 'functionResponse' : part.function_response !== undefined ? 'function_response' : undefined;
       const response = responseKey ? part[responseKey] : undefined;
       if (responseKey && isObject(response) && typeof response.name === 'string') {
         const waiting = pending.get(response.name) ?? [];
@@ -114,7 +125,14 @@ export function restoreGeminiCallIds(body: JsonObject, previous: readonly CallRe
     });
     return { ...content, parts };
   });
-  if (!restored) return { body, restored: 0, finding: unmatched ? `[INFO] call_ids_missing: ${unmatched} functionCall/functionResponse part(s) came without an id and match no earlier answer of this session` : undefined };
+  if (!restored)
+    return {
+      body,
+      restored: 0,
+      finding: unmatched
+        ? `[INFO] call_ids_missing: ${unmatched} functionCall/functionResponse part(s) came without an id and match no earlier answer of this session`
+        : undefined,
+    };
   const tail = unmatched ? `; ${unmatched} more had no match` : '';
   return {
     body: { ...body, contents: newContents },

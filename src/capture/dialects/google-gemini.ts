@@ -36,7 +36,14 @@ const FINISH_REASONS: Record<string, string> = {
   content_filter: 'SAFETY',
 };
 
-const ROLES: Record<string, string> = { model: 'assistant', user: 'user', function: 'user', tool: 'user', system: 'system', developer: 'system' };
+const ROLES: Record<string, string> = {
+  model: 'assistant',
+  user: 'user',
+  function: 'user',
+  tool: 'user',
+  system: 'system',
+  developer: 'system',
+};
 
 /** `/v1beta/models/{model}:generateContent` -> `{model}` (also tunedModels/..., URL-decoded). */
 export function geminiModelFromPath(path: string): string | undefined {
@@ -72,7 +79,12 @@ export class GoogleGeminiDialect implements Dialect {
       const text = systemText(system);
       if (text) messages.push({ role: 'system', content: text });
     }
-    const contents = body.contents === undefined ? [] : typeof body.contents === 'string' ? [{ role: 'user', parts: [{ text: body.contents }] }] : body.contents;
+    const contents =
+      body.contents === undefined
+        ? []
+        : typeof body.contents === 'string'
+          ? [{ role: 'user', parts: [{ text: body.contents }] }]
+          : body.contents;
     requireObjects(contents, 'contents').forEach((content, i) => messages.push(...convertContent(content, i)));
 
     const request: ChatRequest = { messages };
@@ -85,7 +97,9 @@ export class GoogleGeminiDialect implements Dialect {
     if (tools.length) {
       request.tools = tools;
       const toolConfig = body.toolConfig ?? body.tool_config ?? config.toolConfig;
-      const choice = isObject(toolConfig) ? convertToolChoice(toolConfig.functionCallingConfig ?? toolConfig.function_calling_config) : undefined;
+      const choice = isObject(toolConfig)
+        ? convertToolChoice(toolConfig.functionCallingConfig ?? toolConfig.function_calling_config)
+        : undefined;
       if (choice !== undefined) request.tool_choice = choice;
     }
     return normalizeChatRequest(request, ctx.servedModel);
@@ -103,7 +117,8 @@ export class GoogleGeminiDialect implements Dialect {
     const { visible, calls, finishReason } = parts(response);
     const events: SseEvent[] = [];
     if (visible.length || !calls.length) events.push({ data: envelope(response, ctx, visible, finishReason) });
-    if (calls.length) events.push({ data: { ...envelope(response, ctx, calls, finishReason), functionCalls: calls.map((p) => p.functionCall) } });
+    if (calls.length)
+      events.push({ data: { ...envelope(response, ctx, calls, finishReason), functionCalls: calls.map((p) => p.functionCall) } });
     return events;
   }
 
@@ -136,7 +151,10 @@ function systemText(system: unknown): string {
   if (typeof system === 'string') return system;
   const partsList = isObject(system) ? system.parts : system;
   if (!Array.isArray(partsList)) throw new DialectError('systemInstruction must be a string, a Content or a list of parts');
-  return partsList.map((p) => (typeof p === 'string' ? p : isObject(p) && typeof p.text === 'string' ? p.text : '')).filter(Boolean).join('\n');
+  return partsList
+    .map((p) => (typeof p === 'string' ? p : isObject(p) && typeof p.text === 'string' ? p.text : ''))
+    .filter(Boolean)
+    .join('\n');
 }
 
 function convertContent(content: JsonObject, i: number): ChatMessage[] {
@@ -173,7 +191,11 @@ function modelMessage(list: JsonObject[], i: number): ChatMessage {
       if (typeof call.name !== 'string') throw new DialectError(`contents[${i}]: functionCall.name must be a string`);
       const args = call.args ?? {};
       if (!isObject(args)) throw new DialectError(`contents[${i}]: functionCall.args must be an object`);
-      calls.push({ id: str(call.id) || str(part.call_id), type: 'function', function: { name: call.name, arguments: JSON.stringify(args) } });
+      calls.push({
+        id: str(call.id) || str(part.call_id),
+        type: 'function',
+        function: { name: call.name, arguments: JSON.stringify(args) },
+      });
     } else if (typeof part.text === 'string') {
       // Consecutive parts of a model turn are stream fragments, so they are joined without a separator.
       if (part.thought === true) thought += part.text;
@@ -226,7 +248,8 @@ function applyGenerationConfig(request: ChatRequest, gen: JsonObject): void {
     const jsonSchema = gen.responseJsonSchema ?? gen.response_json_schema;
     const schema = gen.responseSchema ?? gen.response_schema;
     if (isObject(jsonSchema)) request.response_format = { type: 'json_schema', json_schema: { name: 'response', schema: jsonSchema } };
-    else if (isObject(schema)) request.response_format = { type: 'json_schema', json_schema: { name: 'response', schema: lowerTypes(schema) } };
+    else if (isObject(schema))
+      request.response_format = { type: 'json_schema', json_schema: { name: 'response', schema: lowerTypes(schema) } };
     else request.response_format = { type: 'json_object' };
   }
   const thinking = gen.thinkingConfig ?? gen.thinking_config;
@@ -254,7 +277,11 @@ function convertTools(tools: unknown): ChatTool[] {
     for (const decl of requireObjects(decls, 'functionDeclarations')) {
       if (typeof decl.name !== 'string' || !decl.name) throw new DialectError('functionDeclarations[].name must be a non-empty string');
       const jsonSchema = decl.parametersJsonSchema ?? decl.parameters_json_schema;
-      const parameters = isObject(jsonSchema) ? jsonSchema : isObject(decl.parameters) ? lowerTypes(decl.parameters) : { type: 'object', properties: {} };
+      const parameters = isObject(jsonSchema)
+        ? jsonSchema
+        : isObject(decl.parameters)
+          ? lowerTypes(decl.parameters)
+          : { type: 'object', properties: {} };
       out.push({ type: 'function', function: { name: decl.name, description: str(decl.description), parameters } });
     }
   }
@@ -268,7 +295,8 @@ function convertToolChoice(config: unknown): unknown {
   if (mode === 'AUTO') return 'auto';
   if (mode === 'ANY' || mode === 'VALIDATED') {
     const allowed = config.allowedFunctionNames ?? config.allowed_function_names;
-    if (Array.isArray(allowed) && allowed.length === 1 && typeof allowed[0] === 'string') return { type: 'function', function: { name: allowed[0] } };
+    if (Array.isArray(allowed) && allowed.length === 1 && typeof allowed[0] === 'string')
+      return { type: 'function', function: { name: allowed[0] } };
     return 'required';
   }
   return undefined;

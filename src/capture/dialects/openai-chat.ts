@@ -10,7 +10,16 @@ import {
   type JsonObject,
   type SseEvent,
 } from '../types.js';
-import { bodyModel, bodyStream, fillUsageDetails, isObject, normalizeChatRequest, openAIErrorBody, reasoningText, toolCallsOf } from './common.js';
+import {
+  bodyModel,
+  bodyStream,
+  fillUsageDetails,
+  isObject,
+  normalizeChatRequest,
+  openAIErrorBody,
+  reasoningText,
+  toolCallsOf,
+} from './common.js';
 
 export class OpenAIChatDialect implements Dialect {
   readonly name = 'openai_chat' as const;
@@ -40,7 +49,11 @@ export class OpenAIChatDialect implements Dialect {
 
   fromChat(response: ChatResponse, ctx: DialectContext): ChatResponse {
     const wantsLogprobs = ctx.request.logprobs === true;
-    const out: ChatResponse = { ...response, model: ctx.clientModel ?? response.model, choices: response.choices.map((c) => clientChoice(c, wantsLogprobs)) };
+    const out: ChatResponse = {
+      ...response,
+      model: ctx.clientModel ?? response.model,
+      choices: response.choices.map((c) => clientChoice(c, wantsLogprobs)),
+    };
     delete out.prompt_token_ids;
     delete out.prompt_logprobs;
     out.usage = fillUsageDetails(response.usage);
@@ -62,7 +75,13 @@ export class OpenAIChatDialect implements Dialect {
         const reasoning = reasoningText(message);
         if (reasoning) delta.reasoning_content = reasoning;
         const calls = toolCallsOf(message);
-        if (calls.length) delta.tool_calls = calls.map((call, index) => ({ index, id: call.id, type: 'function', function: { name: call.function.name, arguments: call.function.arguments } }));
+        if (calls.length)
+          delta.tool_calls = calls.map((call, index) => ({
+            index,
+            id: call.id,
+            type: 'function',
+            function: { name: call.function.name, arguments: call.function.arguments },
+          }));
         const out: JsonObject = { index: choice.index, delta, finish_reason: choice.finish_reason };
         if (wantsLogprobs && choice.logprobs) out.logprobs = clientLogprobs(choice.logprobs);
         return out;

@@ -60,7 +60,8 @@ export class OpenAIResponsesDialect implements Dialect {
     }
     const format = isObject(body.text) ? responseFormat(body.text.format) : undefined;
     if (format) request.response_format = format;
-    if (isObject(body.reasoning) && Object.keys(body.reasoning).length && String(body.reasoning.effort).toLowerCase() !== 'none') enableThinking(request);
+    if (isObject(body.reasoning) && Object.keys(body.reasoning).length && String(body.reasoning.effort).toLowerCase() !== 'none')
+      enableThinking(request);
 
     if (body.tools !== undefined && body.tools !== null) {
       const tools = convertTools(requireObjects(body.tools, 'tools'));
@@ -90,14 +91,29 @@ export class OpenAIResponsesDialect implements Dialect {
     }
     const text = contentText(message.content, '');
     if (text) {
-      output.push({ type: 'message', id: `msg_${hex}`, role: 'assistant', status: 'completed', content: [{ type: 'output_text', text, annotations: [] }] });
+      output.push({
+        type: 'message',
+        id: `msg_${hex}`,
+        role: 'assistant',
+        status: 'completed',
+        content: [{ type: 'output_text', text, annotations: [] }],
+      });
     }
     const shell = shellKind(ctx.request.tools);
     toolCallsOf(message).forEach((call, i) => {
       // Only rewrite to a shell item when the request declared one: a user function named `execute`
       // replayed as `shell` once broke exact prefix matching.
-      if (shell && ['shell', 'execute', 'run_command'].includes(call.function.name)) output.push(localShellItem(shell, call, `${hex}_${i}`));
-      else output.push({ type: 'function_call', id: `fc_${hex}_${i}`, call_id: call.id, name: call.function.name, arguments: call.function.arguments, status: 'completed' });
+      if (shell && ['shell', 'execute', 'run_command'].includes(call.function.name))
+        output.push(localShellItem(shell, call, `${hex}_${i}`));
+      else
+        output.push({
+          type: 'function_call',
+          id: `fc_${hex}_${i}`,
+          call_id: call.id,
+          name: call.function.name,
+          arguments: call.function.arguments,
+          status: 'completed',
+        });
     });
     return {
       id: `resp_${hex}`,
@@ -150,8 +166,15 @@ function responsesUsage(response: ChatResponse): JsonObject {
  */
 export function responsesStream(final: JsonObject): SseEvent[] {
   const events: SseEvent[] = [];
-  const emit = (type: string, payload: JsonObject) => events.push({ event: type, data: { type, sequence_number: events.length, ...payload } });
-  const zeroUsage = { input_tokens: 0, input_tokens_details: { cached_tokens: 0 }, output_tokens: 0, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 0 };
+  const emit = (type: string, payload: JsonObject) =>
+    events.push({ event: type, data: { type, sequence_number: events.length, ...payload } });
+  const zeroUsage = {
+    input_tokens: 0,
+    input_tokens_details: { cached_tokens: 0 },
+    output_tokens: 0,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: 0,
+  };
   const start = { ...final, status: 'in_progress', output: [], usage: zeroUsage };
   emit('response.created', { response: start });
   emit('response.in_progress', { response: start });
@@ -162,7 +185,10 @@ export function responsesStream(final: JsonObject): SseEvent[] {
     if (item.type === 'reasoning') {
       const text = (item.summary as { text: string }[])[0]?.text ?? '';
       const part = { type: 'summary_text', text };
-      emit('response.output_item.added', { output_index, item: { type: 'reasoning', id: item_id, summary: [], content: [], status: 'in_progress' } });
+      emit('response.output_item.added', {
+        output_index,
+        item: { type: 'reasoning', id: item_id, summary: [], content: [], status: 'in_progress' },
+      });
       emit('response.reasoning_summary_part.added', { item_id, output_index, summary_index: 0, part: { ...part, text: '' } });
       emit('response.reasoning_summary_text.delta', { item_id, output_index, summary_index: 0, delta: text });
       emit('response.reasoning_summary_text.done', { item_id, output_index, summary_index: 0, text });
@@ -309,7 +335,8 @@ function chatParts(parts: JsonObject[]): ChatContentPart[] {
       const raw = part.image_url;
       const url = typeof raw === 'string' ? raw : isObject(raw) && typeof raw.url === 'string' ? raw.url : undefined;
       if (!url) continue;
-      const detail = typeof part.detail === 'string' ? part.detail : isObject(raw) && typeof raw.detail === 'string' ? raw.detail : undefined;
+      const detail =
+        typeof part.detail === 'string' ? part.detail : isObject(raw) && typeof raw.detail === 'string' ? raw.detail : undefined;
       out.push({ type: 'image_url', image_url: detail && IMAGE_DETAILS.has(detail) ? { url, detail } : { url } });
     }
   }
@@ -356,7 +383,11 @@ function convertTools(tools: JsonObject[]): ChatTool[] {
       const name = typeof tool.name === 'string' ? tool.name : '';
       if (!name) continue;
       const schema = isObject(tool.inputSchema) ? tool.inputSchema : isObject(tool.input_schema) ? tool.input_schema : undefined;
-      const parameters = isObject(tool.parameters) ? tool.parameters : schema && isObject(schema.jsonSchema) ? schema.jsonSchema : (schema ?? { type: 'object', properties: {} });
+      const parameters = isObject(tool.parameters)
+        ? tool.parameters
+        : schema && isObject(schema.jsonSchema)
+          ? schema.jsonSchema
+          : (schema ?? { type: 'object', properties: {} });
       const fn: ChatTool['function'] = { name, description: typeof tool.description === 'string' ? tool.description : '', parameters };
       if (typeof tool.strict === 'boolean') fn.strict = tool.strict;
       out.push({ type: 'function', function: fn });

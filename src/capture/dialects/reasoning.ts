@@ -55,7 +55,11 @@ export function readReasoningItem(item: Record<string, unknown>): string {
     const list = item[key];
     if (!Array.isArray(list)) continue;
     const text = list
-      .map((part: unknown) => (typeof part === 'object' && part !== null && typeof (part as { text?: unknown }).text === 'string' ? (part as { text: string }).text : ''))
+      .map((part: unknown) =>
+        typeof part === 'object' && part !== null && typeof (part as { text?: unknown }).text === 'string'
+          ? (part as { text: string }).text
+          : '',
+      )
       .filter(Boolean)
       .join('\n');
     if (text) return text;

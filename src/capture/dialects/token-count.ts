@@ -27,7 +27,10 @@ export function answerTokenCount(path: string, body: unknown, countTokens?: (tex
   const estimate = countTokens ? countTokens(text) : Math.ceil(text.length / 4);
   const n = Math.max(1, Math.round(Number.isFinite(estimate) ? estimate : 1));
   if (route === 'anthropic') return { status: 200, body: { input_tokens: n } };
-  return { status: 200, body: { totalTokens: n, totalBillableCharacters: n * 4, promptTokensDetails: [{ modality: 'TEXT', tokenCount: n }] } };
+  return {
+    status: 200,
+    body: { totalTokens: n, totalBillableCharacters: n * 4, promptTokensDetails: [{ modality: 'TEXT', tokenCount: n }] },
+  };
 }
 
 /** The text a count covers: messages, system, Gemini contents and systemInstruction, and the tool list. */
@@ -53,7 +56,8 @@ function collectStrings(value: unknown, out: string[]): void {
       if (OPAQUE_KEYS.has(key)) continue;
       // Tool-call inputs are objects; count them as the JSON the model would see.
       if ((key === 'input' || key === 'args') && isObject(item)) out.push(JSON.stringify(item));
-      else if (key !== 'type' && key !== 'role' && key !== 'id' && key !== 'tool_use_id' && key !== 'media_type' && key !== 'mimeType') collectStrings(item, out);
+      else if (key !== 'type' && key !== 'role' && key !== 'id' && key !== 'tool_use_id' && key !== 'media_type' && key !== 'mimeType')
+        collectStrings(item, out);
     }
   }
 }

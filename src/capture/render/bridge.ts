@@ -93,7 +93,10 @@ function extend(prev: string, m: ChatMessage): string {
 
 /** Tools and template arguments: a different set renders a different system prompt. */
 export function contextKey(tools: readonly ChatTool[] | undefined, kwargs: unknown): string {
-  return createHash('sha256').update(canonicalJson([tools ?? [], kwargs ?? {}])).digest('hex').slice(0, 24);
+  return createHash('sha256')
+    .update(canonicalJson([tools ?? [], kwargs ?? {}]))
+    .digest('hex')
+    .slice(0, 24);
 }
 
 const normaliseReasoning = (r: unknown): string => (typeof r === 'string' ? r.replace(/\s+/g, ' ').trim() : '');
@@ -135,7 +138,15 @@ function turnOf(call: CallRecord): Turn | null {
   if (call.findings.some((f) => f.startsWith('[FATAL]'))) return null;
   const req = call.engine_request;
   const answer = call.engine_response?.choices?.[0]?.message;
-  if (!req || !Array.isArray(req.messages) || !answer || !call.prompt_token_ids || !call.completion_token_ids || call.completion_token_ids.length === 0) return null;
+  if (
+    !req ||
+    !Array.isArray(req.messages) ||
+    !answer ||
+    !call.prompt_token_ids ||
+    !call.completion_token_ids ||
+    call.completion_token_ids.length === 0
+  )
+    return null;
   const chain = chainHashes(req.messages);
   const tools = Array.isArray(req.tools) && req.tools.length ? req.tools : undefined;
   return {
@@ -193,7 +204,12 @@ export class Bridge {
       }
     }
     if (!found) {
-      if (otherContext) return this.full(req, 'tools_changed', `the messages continue call ${otherContext.callId}, but the tools or chat_template_kwargs differ`);
+      if (otherContext)
+        return this.full(
+          req,
+          'tools_changed',
+          `the messages continue call ${otherContext.callId}, but the tools or chat_template_kwargs differ`,
+        );
       const why = this.whyNoAnchor(index.turns, chain, req.messages);
       return this.full(req, why?.reason ?? null, why?.detail ?? null);
     }
@@ -201,7 +217,8 @@ export class Bridge {
     const tail = req.messages.slice(at + 1);
     if (tail.length === 0) return this.full(req, 'nothing_new', `the request ends with the answer of call ${turn.callId}`);
     const foreign = tail.findIndex((m) => m.role === 'assistant');
-    if (foreign >= 0) return this.full(req, 'assistant_in_tail', `message ${at + 1 + foreign} is an assistant message the proxy did not answer`);
+    if (foreign >= 0)
+      return this.full(req, 'assistant_in_tail', `message ${at + 1 + foreign} is an assistant message the proxy did not answer`);
     const echoed = reasoningOf(req.messages[at]!);
     const sampledReasoning = reasoningOf(turn.answer);
     if (echoed !== null && echoed.trim() !== '' && normaliseReasoning(echoed) !== normaliseReasoning(sampledReasoning)) {
@@ -228,7 +245,10 @@ export class Bridge {
       full_render: null,
     };
     const findings: string[] = [];
-    if (bridge.synthesizedClose) findings.push(`[INFO] bridge_synthesized_close: call ${turn.callId} ended without a stop token; its turn close is bridge context (mask 0)`);
+    if (bridge.synthesizedClose)
+      findings.push(
+        `[INFO] bridge_synthesized_close: call ${turn.callId} ended without a stop token; its turn close is bridge context (mask 0)`,
+      );
     if (this.options.checkFullRender !== false) {
       const full = this.renderer.encode(this.renderer.renderText(req.messages, { tools: req.tools, kwargs: req.kwargs }));
       let lcp = 0;
@@ -237,7 +257,10 @@ export class Bridge {
       const equal = lcp === full.length && lcp === promptIds.length;
       const drift = equal ? 0 : Math.max(0, anchorTokens - lcp);
       info.full_render = { tokens: full.length, common_prefix: lcp, equal, drift_tokens: drift };
-      if (!equal) findings.push(`[INFO] render_drift: a full render of these messages differs from the bridged prompt at token ${lcp} (${drift} of the anchor's ${anchorTokens} tokens would be re-rendered; full ${full.length}, bridged ${promptIds.length})`);
+      if (!equal)
+        findings.push(
+          `[INFO] render_drift: a full render of these messages differs from the bridged prompt at token ${lcp} (${drift} of the anchor's ${anchorTokens} tokens would be re-rendered; full ${full.length}, bridged ${promptIds.length})`,
+        );
     }
     return { promptIds, info, findings };
   }
@@ -247,7 +270,11 @@ export class Bridge {
    * completion lacks), the new messages and the generation prompt, read off a render of a stand-in
    * conversation (a probe user turn, the anchor's answer, the new messages).
    */
-  private bridgeText(turn: Turn, tail: ChatMessage[], req: BridgeRequest): { text: string; synthesizedClose: boolean } | { reason: NewRootReason; detail: string } {
+  private bridgeText(
+    turn: Turn,
+    tail: ChatMessage[],
+    req: BridgeRequest,
+  ): { text: string; synthesizedClose: boolean } | { reason: NewRootReason; detail: string } {
     const r = this.renderer;
     const close = r.turnCloseText;
     if (!close) return { reason: 'no_turn_close', detail: 'the tokenizer names no end-of-turn token' };
@@ -260,9 +287,13 @@ export class Bridge {
     const opts = { tools: req.tools, kwargs: req.kwargs };
     const before = r.renderText(ctx, { ...opts, addGenerationPrompt: false });
     const after = r.renderText([...ctx, answer, ...tail], { ...opts, addGenerationPrompt: true });
-    if (!after.startsWith(before)) return { reason: 'template_not_append_only', detail: 'the template renders earlier messages differently once later ones follow' };
+    if (!after.startsWith(before))
+      return { reason: 'template_not_append_only', detail: 'the template renders earlier messages differently once later ones follow' };
     if (hadReasoning && !after.includes(PROBE_REASONING)) {
-      return { reason: 'template_drops_reasoning', detail: `the template drops the reasoning of call ${turn.callId} once these messages follow (e.g. a new user turn), so the prompt follows the template` };
+      return {
+        reason: 'template_drops_reasoning',
+        detail: `the template drops the reasoning of call ${turn.callId} once these messages follow (e.g. a new user turn), so the prompt follows the template`,
+      };
     }
     const closeAt = after.indexOf(close, before.length);
     if (closeAt < 0) return { reason: 'no_turn_close', detail: `the template does not close an assistant turn with ${close}` };
@@ -297,7 +328,11 @@ export class Bridge {
   }
 
   /** The nearest earlier turn and where the request leaves it: why a call starts a new root. */
-  private whyNoAnchor(turns: readonly Turn[], chain: readonly string[], messages: readonly ChatMessage[]): { reason: NewRootReason; detail: string } | null {
+  private whyNoAnchor(
+    turns: readonly Turn[],
+    chain: readonly string[],
+    messages: readonly ChatMessage[],
+  ): { reason: NewRootReason; detail: string } | null {
     if (turns.length === 0) return null;
     let best: Turn | null = null;
     let bestP = -1;
@@ -312,7 +347,8 @@ export class Bridge {
     }
     if (!best) return { reason: 'different_conversation', detail: 'no earlier turn shares a message with it' };
     const id = best.callId;
-    if (bestP === best.chain.length && chain.length === best.chain.length) return { reason: 'retry', detail: `the same messages as call ${id}` };
+    if (bestP === best.chain.length && chain.length === best.chain.length)
+      return { reason: 'retry', detail: `the same messages as call ${id}` };
     if (bestP === best.chain.length) {
       return messages[bestP]?.role === 'assistant'
         ? { reason: 'assistant_rewritten', detail: `message ${bestP} is not the answer call ${id} gave (the harness changed it)` }
@@ -320,8 +356,11 @@ export class Bridge {
     }
     if (bestP === 0) {
       return messages[0]?.role === 'system' && best.firstRole === 'system'
-        ? { reason: 'system_prompt_changed', detail: `the system prompt differs from every earlier turn's (a subagent, or a rewritten system prompt)` }
-        : { reason: 'different_conversation', detail: 'the first message differs from every earlier turn\'s' };
+        ? {
+            reason: 'system_prompt_changed',
+            detail: `the system prompt differs from every earlier turn's (a subagent, or a rewritten system prompt)`,
+          }
+        : { reason: 'different_conversation', detail: "the first message differs from every earlier turn's" };
     }
     const shorter = chain.length <= bestP + 1 ? ' (the request is shorter: compaction?)' : '';
     return { reason: 'history_edited', detail: `message ${bestP} differs from call ${id}'s request${shorter}` };

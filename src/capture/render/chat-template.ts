@@ -74,7 +74,8 @@ function templateToolCall(call: ChatToolCall): ChatToolCall | Record<string, unk
   if (typeof args !== 'string') return call;
   try {
     const parsed: unknown = JSON.parse(args);
-    if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) return { ...call, function: { ...call.function, arguments: parsed } };
+    if (parsed && typeof parsed === 'object' && !Array.isArray(parsed))
+      return { ...call, function: { ...call.function, arguments: parsed } };
   } catch {
     // not JSON: the template renders the string as it came
   }

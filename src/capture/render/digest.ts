@@ -4,7 +4,11 @@
 // (one token is enough) is refused instead of trained on.
 import { createHash } from 'node:crypto';
 
-export function tokensDigest(promptIds: readonly number[] | null, sampledIds: readonly number[] | null, logprobs: readonly number[] | null): string {
+export function tokensDigest(
+  promptIds: readonly number[] | null,
+  sampledIds: readonly number[] | null,
+  logprobs: readonly number[] | null,
+): string {
   const h = createHash('sha256');
   const ids = (list: readonly number[] | null) => {
     if (list === null) return h.update('null');

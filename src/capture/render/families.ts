@@ -56,7 +56,10 @@ export class UnsupportedFamilyError extends Error {
     readonly family: FamilyInfo,
     readonly model: string,
   ) {
-    const supported = Object.values(FAMILIES).filter((f) => f.supported).map((f) => f.name).join(', ');
+    const supported = Object.values(FAMILIES)
+      .filter((f) => f.supported)
+      .map((f) => f.name)
+      .join(', ');
     super(
       `token-in mode (--render proxy) cannot parse answers of ${model}: its chat template is of the ${family.name} family` +
         `${family.toolParser ? ` (vLLM --tool-call-parser ${family.toolParser})` : ''}, and the proxy parses only ${supported}. ` +

@@ -81,8 +81,19 @@ export interface ResolveOptions {
 }
 
 /** Decides the proxy's render mode against a live engine; never throws (the report says what failed). */
-export async function resolveRenderMode(client: EngineClient, opts: ResolveOptions): Promise<{ report: RenderModeReport; engine: TokenInEngine | null; transient: boolean }> {
-  const report: RenderModeReport = { requested: opts.requested, mode: 'engine', model_files: null, family: null, route: null, max_model_len: null, problem: null };
+export async function resolveRenderMode(
+  client: EngineClient,
+  opts: ResolveOptions,
+): Promise<{ report: RenderModeReport; engine: TokenInEngine | null; transient: boolean }> {
+  const report: RenderModeReport = {
+    requested: opts.requested,
+    mode: 'engine',
+    model_files: null,
+    family: null,
+    route: null,
+    max_model_len: null,
+    problem: null,
+  };
   if (opts.requested === 'engine') return { report, engine: null, transient: false };
   let path = opts.modelFiles ?? null;
   let unreachable = false;
@@ -128,5 +139,13 @@ export async function resolveRenderMode(client: EngineClient, opts: ResolveOptio
   }
   report.route = probe.route;
   report.mode = 'proxy';
-  return { report, engine: new TokenInEngine(client, renderer, { route: probe.route, maxModelLen: probe.maxModelLen, checkFullRender: opts.checkFullRender }), transient: false };
+  return {
+    report,
+    engine: new TokenInEngine(client, renderer, {
+      route: probe.route,
+      maxModelLen: probe.maxModelLen,
+      checkFullRender: opts.checkFullRender,
+    }),
+    transient: false,
+  };
 }

@@ -42,7 +42,10 @@ const tokenizerConfigSchema = z
     tokenizer_class: z.string().optional(),
   })
   .passthrough();
-const idList = z.union([z.number().int().nonnegative(), z.array(z.number().int().nonnegative())]).optional().nullable();
+const idList = z
+  .union([z.number().int().nonnegative(), z.array(z.number().int().nonnegative())])
+  .optional()
+  .nullable();
 
 const textOf = (t: z.infer<typeof tokenText>): string => (t === undefined || t === null ? '' : typeof t === 'string' ? t : t.content);
 
@@ -62,7 +65,8 @@ export async function readModelDir(dir: string): Promise<ModelFiles> {
   if (!existsSync(cfgPath)) throw new ModelFilesError(`${dir} has no tokenizer_config.json`);
   const tokenizerJson = (await readJsonFile(tokPath)) as Record<string, unknown>;
   const parsed = tokenizerConfigSchema.safeParse(await readJsonFile(cfgPath));
-  if (!parsed.success) throw new ModelFilesError(`${cfgPath}: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  if (!parsed.success)
+    throw new ModelFilesError(`${cfgPath}: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
   const cfg = parsed.data;
   let template = typeof cfg.chat_template === 'string' ? cfg.chat_template : cfg.chat_template?.find((t) => t.name === 'default')?.template;
   const jinjaPath = join(dir, 'chat_template.jinja');
@@ -81,13 +85,19 @@ export async function readModelDir(dir: string): Promise<ModelFiles> {
   const hints: string[] = [cfg.tokenizer_class ?? ''];
   const genPath = join(dir, 'generation_config.json');
   if (existsSync(genPath)) {
-    const gen = z.object({ eos_token_id: idList }).passthrough().safeParse(await readJsonFile(genPath));
+    const gen = z
+      .object({ eos_token_id: idList })
+      .passthrough()
+      .safeParse(await readJsonFile(genPath));
     const ids = gen.success ? gen.data.eos_token_id : undefined;
     for (const id of ids === undefined || ids === null ? [] : Array.isArray(ids) ? ids : [ids]) stop.add(id);
   }
   const configPath = join(dir, 'config.json');
   if (existsSync(configPath)) {
-    const conf = z.object({ model_type: z.string().optional(), architectures: z.array(z.string()).optional() }).passthrough().safeParse(await readJsonFile(configPath));
+    const conf = z
+      .object({ model_type: z.string().optional(), architectures: z.array(z.string()).optional() })
+      .passthrough()
+      .safeParse(await readJsonFile(configPath));
     if (conf.success) hints.push(conf.data.model_type ?? '', ...(conf.data.architectures ?? []));
   }
   return {
@@ -108,11 +118,13 @@ export async function readModelDir(dir: string): Promise<ModelFiles> {
  */
 const PRE_TOKENIZER_REGEX: Record<string, { regex: string; nfc: boolean }> = {
   qwen2: {
-    regex: "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    regex:
+      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
     nfc: true,
   },
   'llama-bpe': {
-    regex: "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    regex:
+      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
     nfc: false,
   },
 };
@@ -154,12 +166,21 @@ export async function readGgufModel(path: string): Promise<ModelFiles> {
     throw new ModelFilesError(`could not read the GGUF metadata of ${path}: ${err instanceof Error ? err.message : String(err)}`);
   }
   const parsed = ggufSchema.safeParse(metadata);
-  if (!parsed.success) throw new ModelFilesError(`${path} has no usable tokenizer metadata: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  if (!parsed.success)
+    throw new ModelFilesError(
+      `${path} has no usable tokenizer metadata: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
+    );
   const { tokenizer, general } = parsed.data;
   const ggml = tokenizer.ggml;
-  if (ggml.model !== 'gpt2') throw new ModelFilesError(`${path}: tokenizer.ggml.model '${ggml.model}' is not supported for proxy-side rendering (only byte-level BPE, 'gpt2'); give the model folder with tokenizer.json instead`);
+  if (ggml.model !== 'gpt2')
+    throw new ModelFilesError(
+      `${path}: tokenizer.ggml.model '${ggml.model}' is not supported for proxy-side rendering (only byte-level BPE, 'gpt2'); give the model folder with tokenizer.json instead`,
+    );
   const pre = PRE_TOKENIZER_REGEX[ggml.pre ?? ''];
-  if (!pre) throw new ModelFilesError(`${path}: tokenizer.ggml.pre '${ggml.pre ?? '(none)'}' is not one the proxy knows (${Object.keys(PRE_TOKENIZER_REGEX).join(', ')}); give the model folder with tokenizer.json instead`);
+  if (!pre)
+    throw new ModelFilesError(
+      `${path}: tokenizer.ggml.pre '${ggml.pre ?? '(none)'}' is not one the proxy knows (${Object.keys(PRE_TOKENIZER_REGEX).join(', ')}); give the model folder with tokenizer.json instead`,
+    );
   if (!tokenizer.chat_template) throw new ModelFilesError(`${path} has no chat template (tokenizer.chat_template)`);
   const tokens = ggml.tokens;
   const types = ggml.token_type ?? [];
@@ -169,7 +190,15 @@ export async function readGgufModel(path: string): Promise<ModelFiles> {
     const t = tokens[id]!;
     const type = types[id];
     if (type === TOKEN_TYPE_CONTROL || type === TOKEN_TYPE_USER_DEFINED) {
-      addedTokens.push({ id, content: t, single_word: false, lstrip: false, rstrip: false, normalized: false, special: type === TOKEN_TYPE_CONTROL });
+      addedTokens.push({
+        id,
+        content: t,
+        single_word: false,
+        lstrip: false,
+        rstrip: false,
+        normalized: false,
+        special: type === TOKEN_TYPE_CONTROL,
+      });
     }
     if (!(t in vocab)) vocab[t] = id;
   }
@@ -186,7 +215,18 @@ export async function readGgufModel(path: string): Promise<ModelFiles> {
     },
     post_processor: null,
     decoder: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false },
-    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: '', end_of_word_suffix: '', fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab, merges: ggml.merges ?? [] },
+    model: {
+      type: 'BPE',
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: '',
+      end_of_word_suffix: '',
+      fuse_unk: false,
+      byte_fallback: false,
+      ignore_merges: false,
+      vocab,
+      merges: ggml.merges ?? [],
+    },
   };
   const text = (id: number | undefined) => (id === undefined ? '' : (tokens[id] ?? ''));
   const stop = [ggml.eos_token_id, ggml.eot_token_id, ggml.eom_token_id].filter((id): id is number => id !== undefined);

@@ -144,7 +144,15 @@ export class Renderer {
     }
     const restText = () => this.decode(rest, true).replace(reasoning === null ? /^$/ : /^\n+/, '');
     const first = opts.parseToolCalls && toolCallStart !== undefined ? rest.indexOf(toolCallStart) : -1;
-    if (first < 0) return { content: reasoning !== null && rest.length === 0 ? null : restText(), reasoning, toolCalls: [], toolCallParse: 'none', toolCallStatuses: [], stopped };
+    if (first < 0)
+      return {
+        content: reasoning !== null && rest.length === 0 ? null : restText(),
+        reasoning,
+        toolCalls: [],
+        toolCallParse: 'none',
+        toolCallStatuses: [],
+        stopped,
+      };
     const offered = new Set((opts.tools ?? []).map((t) => t.function.name));
     const statuses: ToolCallStatus[] = [];
     const calls: { name: string; args: unknown }[] = [];
@@ -178,8 +186,14 @@ export class Renderer {
     const failed = statuses.some((s) => s !== 'ok' && s !== 'unknown_tool' && s !== 'unclosed_block') || statuses.length !== calls.length;
     if (failed) return { content: restText(), reasoning, toolCalls: [], toolCallParse: 'failed', toolCallStatuses: statuses, stopped };
     const digest = createHash('sha256').update(JSON.stringify(ids)).digest('hex').slice(0, 20);
-    const toolCalls: ChatToolCall[] = calls.map((c, i) => ({ id: `call_${digest}_${i}`, type: 'function', function: { name: c.name, arguments: pythonJsonDumps(c.args) } }));
-    const before = this.decode(rest.slice(0, first), true).replace(reasoning === null ? /^$/ : /^\n+/, '').replace(/\n$/, '');
+    const toolCalls: ChatToolCall[] = calls.map((c, i) => ({
+      id: `call_${digest}_${i}`,
+      type: 'function',
+      function: { name: c.name, arguments: pythonJsonDumps(c.args) },
+    }));
+    const before = this.decode(rest.slice(0, first), true)
+      .replace(reasoning === null ? /^$/ : /^\n+/, '')
+      .replace(/\n$/, '');
     return { content: before || null, reasoning, toolCalls, toolCallParse: 'ok', toolCallStatuses: statuses, stopped };
   }
 }

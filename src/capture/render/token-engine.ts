@@ -35,9 +35,11 @@ export class TokenInEngineError extends Error {}
 
 /** vLLM `/v1/completions` answer -> sampled ids and logprobs; defensive about every field. */
 export function readCompletionsAnswer(body: unknown): Sampled {
-  if (!isObject(body) || !Array.isArray(body.choices) || !isObject(body.choices[0])) throw new TokenInEngineError('completions answer has no choices[0]');
+  if (!isObject(body) || !Array.isArray(body.choices) || !isObject(body.choices[0]))
+    throw new TokenInEngineError('completions answer has no choices[0]');
   const c = body.choices[0];
-  if (!Array.isArray(c.token_ids) || !c.token_ids.every(isId)) throw new TokenInEngineError('completions answer has no choices[0].token_ids (an engine without return_token_ids?)');
+  if (!Array.isArray(c.token_ids) || !c.token_ids.every(isId))
+    throw new TokenInEngineError('completions answer has no choices[0].token_ids (an engine without return_token_ids?)');
   const ids = c.token_ids as number[];
   let logprobs: (number | null)[] | null = null;
   let top: { id: number; logprob: number }[][] | null = null;
@@ -80,7 +82,11 @@ export function readGenerateAnswer(body: unknown): Sampled {
   let top: { id: number; logprob: number }[][] | null = null;
   if (Array.isArray(meta.output_top_logprobs)) {
     top = (meta.output_top_logprobs as unknown[]).map((row) =>
-      Array.isArray(row) ? row.filter((e): e is [number, number] => Array.isArray(e) && typeof e[0] === 'number' && isId(e[1])).map((e) => ({ id: e[1], logprob: e[0] })) : [],
+      Array.isArray(row)
+        ? row
+            .filter((e): e is [number, number] => Array.isArray(e) && typeof e[0] === 'number' && isId(e[1]))
+            .map((e) => ({ id: e[1], logprob: e[0] }))
+        : [],
     );
   }
   const fr = meta.finish_reason;
@@ -122,28 +128,49 @@ export class TokenInEngine {
     const room = limit === null ? Infinity : limit - prompt.length - (route === '/generate' ? 1 : 0);
     if (prompt.length === 0 || room < 1) {
       const message = `This model's maximum context length is ${limit} tokens. However, your prompt has ${prompt.length} tokens (context_length_exceeded), so no token can be generated.`;
-      return { status: 400, body: { error: { message, type: 'BadRequestError', code: 'context_length_exceeded' } }, render, findings: plan.findings };
+      return {
+        status: 400,
+        body: { error: { message, type: 'BadRequestError', code: 'context_length_exceeded' } },
+        render,
+        findings: plan.findings,
+      };
     }
     const asked = typeof request.max_tokens === 'number' && request.max_tokens > 0 ? request.max_tokens : Infinity;
     const maxTokens = Math.min(asked, room);
     const stopIds = [...this.renderer.stopIds];
-    const reply = await this.client.post(route, route === '/generate' ? this.generateBody(request, prompt, maxTokens, stopIds) : this.completionsBody(request, prompt, maxTokens, stopIds), signal);
+    const reply = await this.client.post(
+      route,
+      route === '/generate'
+        ? this.generateBody(request, prompt, maxTokens, stopIds)
+        : this.completionsBody(request, prompt, maxTokens, stopIds),
+      signal,
+    );
     if (reply.status !== 200) return { ...reply, render, findings: plan.findings };
     let sampled: Sampled;
     try {
       sampled = route === '/generate' ? readGenerateAnswer(reply.body) : readCompletionsAnswer(reply.body);
     } catch (err) {
-      return { status: 502, body: { error: { message: `engine answer on ${route}: ${(err as Error).message}` } }, render, findings: plan.findings };
+      return {
+        status: 502,
+        body: { error: { message: `engine answer on ${route}: ${(err as Error).message}` } },
+        render,
+        findings: plan.findings,
+      };
     }
     const findings = [...plan.findings];
     if (sampled.echoedPrompt && (sampled.echoedPrompt.length !== prompt.length || sampled.echoedPrompt.some((id, i) => id !== prompt[i]))) {
-      findings.push(`[FATAL] prompt_ids_mismatch: the engine echoed ${sampled.echoedPrompt.length} prompt ids that differ from the ${prompt.length} the proxy sent`);
+      findings.push(
+        `[FATAL] prompt_ids_mismatch: the engine echoed ${sampled.echoedPrompt.length} prompt ids that differ from the ${prompt.length} the proxy sent`,
+      );
     }
     const parseToolCalls = !!tools && request.tool_choice !== 'none';
     const parsed = this.renderer.parseAnswer(sampled.ids, { tools, parseToolCalls });
     render.tool_call_parse = parsed.toolCallParse;
     render.tool_call_statuses = parsed.toolCallStatuses;
-    if (parsed.toolCallParse === 'failed') findings.push(`[WARN] tool_call_unparsed: a tool-call block did not parse (${parsed.toolCallStatuses.join(', ')}); the answer went to the harness as text, as vLLM does`);
+    if (parsed.toolCallParse === 'failed')
+      findings.push(
+        `[WARN] tool_call_unparsed: a tool-call block did not parse (${parsed.toolCallStatuses.join(', ')}); the answer went to the harness as text, as vLLM does`,
+      );
     const finish = !parsed.stopped ? 'length' : parsed.toolCalls.length ? 'tool_calls' : 'stop';
     const message: ChatMessage = { role: 'assistant', content: parsed.content, reasoning: parsed.reasoning };
     if (parsed.toolCalls.length) message.tool_calls = parsed.toolCalls;
@@ -158,9 +185,21 @@ export class TokenInEngine {
       id: `chatcmpl-${randomBytes(12).toString('hex')}`,
       object: 'chat.completion',
       created: Math.floor(Date.now() / 1000),
-      model: typeof (reply.body as { model?: unknown }).model === 'string' ? ((reply.body as { model: string }).model) : String(request.model ?? ''),
+      model:
+        typeof (reply.body as { model?: unknown }).model === 'string'
+          ? (reply.body as { model: string }).model
+          : String(request.model ?? ''),
       prompt_token_ids: prompt,
-      choices: [{ index: 0, message, finish_reason: sampled.finish === 'length' ? 'length' : finish, logprobs: content ? { content } : null, token_ids: sampled.ids, stop_reason: null }],
+      choices: [
+        {
+          index: 0,
+          message,
+          finish_reason: sampled.finish === 'length' ? 'length' : finish,
+          logprobs: content ? { content } : null,
+          token_ids: sampled.ids,
+          stop_reason: null,
+        },
+      ],
       usage: { prompt_tokens: prompt.length, completion_tokens: sampled.ids.length, total_tokens: prompt.length + sampled.ids.length },
     };
     return { status: 200, body, render, findings };
@@ -178,15 +217,40 @@ export class TokenInEngine {
       skip_special_tokens: false,
       stream: false,
     };
-    for (const key of ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'seed', 'stop', 'logprobs_mode'] as const) {
+    for (const key of [
+      'temperature',
+      'top_p',
+      'top_k',
+      'min_p',
+      'frequency_penalty',
+      'presence_penalty',
+      'repetition_penalty',
+      'seed',
+      'stop',
+      'logprobs_mode',
+    ] as const) {
       if (request[key] !== undefined && request[key] !== null) body[key] = request[key];
     }
     return body;
   }
 
   private generateBody(request: ChatRequest, prompt: number[], maxTokens: number, stopIds: number[]): Record<string, unknown> {
-    const sampling: Record<string, unknown> = { max_new_tokens: maxTokens, stop_token_ids: stopIds, skip_special_tokens: false, no_stop_trim: true };
-    for (const key of ['temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty', 'repetition_penalty', 'stop'] as const) {
+    const sampling: Record<string, unknown> = {
+      max_new_tokens: maxTokens,
+      stop_token_ids: stopIds,
+      skip_special_tokens: false,
+      no_stop_trim: true,
+    };
+    for (const key of [
+      'temperature',
+      'top_p',
+      'top_k',
+      'min_p',
+      'frequency_penalty',
+      'presence_penalty',
+      'repetition_penalty',
+      'stop',
+    ] as const) {
       if (request[key] !== undefined && request[key] !== null) sampling[key] = request[key];
     }
     const body: Record<string, unknown> = {
@@ -246,7 +310,12 @@ export async function probeTokenIn(client: EngineClient, model: string, probeIds
     if (sampled.ids.length === 0) return { route: null, maxModelLen, problem: `${route} returned no sampled ids` };
     if (!sampled.logprobs) return { route: null, maxModelLen, problem: `${route} returned no logprobs for the sampled ids` };
   } catch (err) {
-    return { route: null, maxModelLen, problem: `${route} with a token-id prompt failed: ${(err as Error).message}`, unreachable: !(err instanceof TokenInEngineError) };
+    return {
+      route: null,
+      maxModelLen,
+      problem: `${route} with a token-id prompt failed: ${(err as Error).message}`,
+      unreachable: !(err instanceof TokenInEngineError),
+    };
   }
   return { route, maxModelLen, problem: null };
 }

@@ -13,7 +13,12 @@ import type { HarnessLabApi } from '../../../src/extension/extension.js';
 import { capturedTerminalEnv } from '../../../src/extension/terminal-env.js';
 
 type Fn = () => unknown;
-const { suite, test, suiteSetup, suiteTeardown } = globalThis as unknown as { suite(name: string, fn: Fn): void; test(name: string, fn: Fn): void; suiteSetup(fn: Fn): void; suiteTeardown(fn: Fn): void };
+const { suite, test, suiteSetup, suiteTeardown } = globalThis as unknown as {
+  suite(name: string, fn: Fn): void;
+  test(name: string, fn: Fn): void;
+  suiteSetup(fn: Fn): void;
+  suiteTeardown(fn: Fn): void;
+};
 
 suite('Harness Lab in the extension host', () => {
   let engine: FakeEngine;
@@ -53,13 +58,47 @@ suite('Harness Lab in the extension host', () => {
     const sessionKey = await vscode.commands.executeCommand<string>('harnessLab.copySessionKey', sessionId);
     assert.ok(sessionKey && sessionKey !== sessionId);
     const env = capturedTerminalEnv({ proxyUrl: state.kind === 'running' ? state.url : '', sessionKey });
-    const post = (url: string, headers: Record<string, string>, body: unknown) => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+    const post = (url: string, headers: Record<string, string>, body: unknown) =>
+      fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
     const msg = [{ role: 'user', content: 'hi' }];
-    assert.equal((await post(`${env.OPENAI_BASE_URL}/chat/completions`, { authorization: `Bearer ${env.OPENAI_API_KEY}` }, { model: 'm', messages: msg })).status, 200);
-    assert.equal((await post(`${env.ANTHROPIC_BASE_URL}/v1/messages`, { 'x-api-key': env.ANTHROPIC_API_KEY!, 'anthropic-version': '2023-06-01' }, { model: 'm', max_tokens: 16, messages: msg })).status, 200);
-    assert.equal((await post(`${env.GOOGLE_GEMINI_BASE_URL}/v1beta/models/m:generateContent`, { 'x-goog-api-key': env.GEMINI_API_KEY! }, { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] })).status, 200);
+    assert.equal(
+      (
+        await post(
+          `${env.OPENAI_BASE_URL}/chat/completions`,
+          { authorization: `Bearer ${env.OPENAI_API_KEY}` },
+          { model: 'm', messages: msg },
+        )
+      ).status,
+      200,
+    );
+    assert.equal(
+      (
+        await post(
+          `${env.ANTHROPIC_BASE_URL}/v1/messages`,
+          { 'x-api-key': env.ANTHROPIC_API_KEY!, 'anthropic-version': '2023-06-01' },
+          { model: 'm', max_tokens: 16, messages: msg },
+        )
+      ).status,
+      200,
+    );
+    assert.equal(
+      (
+        await post(
+          `${env.GOOGLE_GEMINI_BASE_URL}/v1beta/models/m:generateContent`,
+          { 'x-goog-api-key': env.GEMINI_API_KEY! },
+          { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] },
+        )
+      ).status,
+      200,
+    );
     for (let i = 0; i < 50 && api.getCalls(sessionId).length < 3; i++) await sleep(100);
-    assert.deepEqual(api.getCalls(sessionId).map((c) => c.dialect).sort(), ['anthropic_messages', 'google_gemini', 'openai_chat']);
+    assert.deepEqual(
+      api
+        .getCalls(sessionId)
+        .map((c) => c.dialect)
+        .sort(),
+      ['anthropic_messages', 'google_gemini', 'openai_chat'],
+    );
     const lines = api.exportTraces(sessionId).trim().split('\n');
     assert.ok(lines.length >= 1 && lines.every((l) => (JSON.parse(l) as { session_id: string }).session_id === sessionId));
   });
@@ -68,8 +107,20 @@ suite('Harness Lab in the extension host', () => {
     const before = api.listSessions();
     await vscode.commands.executeCommand('harnessLab.stopProxy');
     assert.equal(api.state.kind, 'stopped');
-    assert.deepEqual(api.listSessions().map((s) => s.session_id).sort(), before.map((s) => s.session_id).sort());
+    assert.deepEqual(
+      api
+        .listSessions()
+        .map((s) => s.session_id)
+        .sort(),
+      before.map((s) => s.session_id).sort(),
+    );
     await vscode.commands.executeCommand('harnessLab.startProxy');
-    assert.deepEqual(api.listSessions().map((s) => [s.session_id, s.n_calls]).sort(), before.map((s) => [s.session_id, s.n_calls]).sort());
+    assert.deepEqual(
+      api
+        .listSessions()
+        .map((s) => [s.session_id, s.n_calls])
+        .sort(),
+      before.map((s) => [s.session_id, s.n_calls]).sort(),
+    );
   });
 });
