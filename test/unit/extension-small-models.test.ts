@@ -47,6 +47,9 @@ test('settings: defaults, and bad values named by their key', () => {
     autoStart: false,
     maxModelCalls: 0,
     batchesFolder: 'harness-lab-batches',
+    clusterEngineUrl: '',
+    clusterRegistry: '',
+    keepClusterObjects: false,
   });
   const values: Record<string, unknown> = { engineUrl: ' http://gpu:8000/v1 ', proxyPort: 8787, autoStart: true };
   assert.deepEqual(
