@@ -58,7 +58,13 @@ test('container spec: labels, no network, the relay as main process, the task ca
     'harness-lab.owner': `${hostname()}/${process.pid}`,
   });
   assert.equal(spec.HostConfig?.NetworkMode, 'none');
-  assert.deepEqual(spec.HostConfig?.CapDrop, ['NET_RAW']);
+  // Every sandbox drops what a harness does not need, and cannot gain privileges (#26).
+  assert.deepEqual(spec.HostConfig?.CapDrop, ['NET_RAW', 'MKNOD', 'SETFCAP', 'SETPCAP', 'SYS_CHROOT', 'AUDIT_WRITE']);
+  assert.ok(
+    spec.HostConfig?.SecurityOpt?.includes('no-new-privileges:true'),
+    `SecurityOpt: ${JSON.stringify(spec.HostConfig?.SecurityOpt)}`,
+  );
+  assert.ok((spec.HostConfig?.PidsLimit ?? 0) > 0, 'a pids limit');
   assert.equal(spec.HostConfig?.NanoCpus, 1e9);
   assert.equal(spec.HostConfig?.Memory, 2048 * 1024 * 1024);
   assert.deepEqual(spec.HostConfig?.Binds, [
