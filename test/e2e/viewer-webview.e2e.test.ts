@@ -286,11 +286,13 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
     await page.click(`.graph-row[data-node="${compaction.node_id}"]`);
     assert.match((await page.textContent('.graph-row.sel'))!, /compaction/);
     assert.match((await page.textContent('[data-testid="prefix-break"]'))!, /^Prefix break at token 60: /);
-    // A subagent root shares only the chat template's first token with anything earlier.
+    // A subagent root shares only the chat template's first token with anything earlier: it starts a
+    // conversation of its own, which rewrites nothing, so it is said to be a new root, never a break (#28).
     const sub = fx.data.turns.find((t) => t.parent_id === null && t !== first && t.role === 'agent' && t !== compaction)!;
     await page.click(`.graph-row[data-node="${sub.node_id}"]`);
     assert.match((await page.textContent('.graph-row.sel'))!, /subagent/);
-    assert.match((await page.textContent('[data-testid="prefix-break"]'))!, /^Prefix break at token 1: /);
+    assert.match((await page.textContent('[data-testid="new-root"]'))!, /^A new root that continues no earlier call/);
+    assert.equal(await page.$('[data-testid="prefix-break"]'), null);
   });
 
   test('raw I/O: the harness request in its dialect, the engine request and both answers, fetched per turn', async () => {
