@@ -307,8 +307,12 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     await shot(page, '04-sessions-tree');
     mark('tree checked');
 
-    // Clicking a call opens its record as a read-only JSON document.
-    await pane.locator('.monaco-list-row', { hasText: '#0 openai_chat' }).click();
+    // Clicking a call opens the rollout viewer at that call (#28); Open Call in its context menu opens
+    // its record as a read-only JSON document.
+    const callRow = pane.locator('.monaco-list-row', { hasText: '#0 openai_chat' });
+    await callRow.click();
+    await page.locator('.tab', { hasText: /^Rollout / }).waitFor({ timeout: 15_000 });
+    await pickFromContextMenu(page, callRow, 'Open Call');
     await page.locator('.tab', { hasText: /^call 0 [0-9a-f]+\.json/ }).waitFor({ timeout: 15_000 });
     await page.locator('.editor-instance .view-lines', { hasText: '"dialect": "openai_chat"' }).waitFor({ timeout: 10_000 });
 
