@@ -179,7 +179,8 @@ test(
       // The CLI's batch, in the same view: written by another process, seen through the file watcher.
       assert.equal(await cliDone, 0, cliOut);
       const cliRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: /from-cli \(b\d{8}-\d{6}-[0-9a-f]{4}\)/ });
-      await cliRow.filter({ hasText: 'finished · 2/2 finished · docker' }).waitFor({ timeout: 60_000 });
+      // The CLI's lab ends after its rollouts: it closes its proxy and engine and tears the batch down.
+      await cliRow.filter({ hasText: 'finished · 2/2 finished · docker' }).waitFor({ timeout: 180_000 });
       await view
         .locator('.monaco-list-row', { hasText: '#1 cli-hello.react.1' })
         .filter({ hasText: 'completed · reward 1' })

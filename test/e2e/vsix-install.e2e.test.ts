@@ -103,7 +103,11 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     const sessions = pane(page, /^sessions/i);
     const startEngine = sessions.locator('.welcome-view-content a.monaco-button', { hasText: 'Start Embedded Engine' });
     await startEngine.waitFor({ timeout: 30_000 });
-    // No kubeconfig on this machine: the Training Runs view shows its welcome, not an error row.
+    // No kubeconfig on this machine: the Training Runs view shows its welcome, not an error row. The
+    // view starts folded (#28: five views in one container), so it is unfolded first.
+    const runsHeader = pane(page, /^training runs/i).locator('.pane-header');
+    await runsHeader.waitFor({ timeout: 30_000 });
+    if ((await runsHeader.getAttribute('aria-expanded')) !== 'true') await runsHeader.click();
     await pane(page, /^training runs/i)
       .locator('.welcome-view-content', { hasText: 'kubeconfig' })
       .waitFor({ timeout: 30_000 });
