@@ -136,7 +136,8 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     await task.locator('.action-label[aria-label^="Run with Harness"]').click({ timeout: 10_000 });
     await page.locator('.quick-input-list .monaco-list-row', { hasText: 'react' }).first().waitFor({ timeout: 15_000 });
     await typeAndAccept(page, 'react', 'react');
-    const progress = toast(page, 'Harness Lab: react on hello-file');
+    // The run's progress notification; its outcome toast starts with the same words and says the reward.
+    const progress = toast(page, 'Harness Lab: react on hello-file').filter({ hasNotText: /\((no reward|reward [\d.]+)/ });
     await progress.waitFor({ timeout: 60_000 });
     await shot(page, '04-run-progress');
     const done = toast(page, /Harness Lab: react on hello-file: .*\((no reward|reward [\d.]+), \w+\)/);
