@@ -13,7 +13,7 @@ import { batchPaths, writeJsonAtomic, type BatchManifest, type RolloutState } fr
 
 /** Upper bound on model calls per attempt: a runaway loop ends with the proxy's budget stop. */
 export const MAX_MODEL_CALLS_PER_ROLLOUT = 100;
-/** Attempts a rollout gets when the lab's infrastructure (not the sandbox) spoils them (facts.rerun). */
+/** Attempts a rollout gets when infrastructure spoils them: the lab's own (facts.rerun), or a backend outage that opened the breaker (runner.ts). */
 export const MAX_INFRA_ATTEMPTS = 3;
 
 /** `<batch>/runs/<rollout>/<attempt>`: the attempt's sandbox logs and result.json. */

@@ -6,15 +6,12 @@
 // 'interrupted', never trainable) and the batch's leftover sandboxes are removed first.
 import { resolve } from 'node:path';
 import { StartSemaphore } from '../sandbox/start-gate.js';
-import { MAX_MODEL_CALLS_PER_ROLLOUT, runAttempt } from './attempt.js';
+import { MAX_INFRA_ATTEMPTS, MAX_MODEL_CALLS_PER_ROLLOUT, runAttempt } from './attempt.js';
 import type { BackendModule } from './backend.js';
 import { backendModule } from './backends/index.js';
 import { CircuitBreaker, type BreakerSnapshot } from './breaker.js';
 import { acquireLock, cancelRequested, clearCancel } from './lock.js';
 import { pacingOf, readManifest, readRolloutStates, writeRolloutState, type RolloutState } from './state.js';
-
-/** Attempts a rollout gets when its failures were part of a streak that opened the breaker. */
-export const MAX_ATTEMPTS_AFTER_OUTAGE = 3;
 
 export interface BatchRunOptions {
   dir: string;
@@ -140,7 +137,7 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
       };
 
       const requeueAfterOutage = (s: RolloutState, why: string) => {
-        if (s.attempts.length >= MAX_ATTEMPTS_AFTER_OUTAGE) return;
+        if (s.attempts.length >= MAX_INFRA_ATTEMPTS) return;
         Object.assign(s, {
           state: 'queued',
           class: null,
