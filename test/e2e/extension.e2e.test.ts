@@ -10,7 +10,7 @@
 // calls in the Sessions tree. Screenshots land in test-artifacts/e2e/.
 import * as assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -230,7 +230,11 @@ test('extension in code-server: start proxy, captured terminal, calls in the Ses
     ['skipWelcome', 'true'],
   ];
   let result: Record<string, string | null> = {};
-  const signalUi = (ok: boolean, error?: string) => writeFileSync(join(control, 'ui-done'), JSON.stringify({ ok, error }));
+  // Written whole, then renamed: the host suite polls for the file and must never read it half-written.
+  const signalUi = (ok: boolean, error?: string) => {
+    writeFileSync(join(control, 'ui-done.tmp'), JSON.stringify({ ok, error }));
+    renameSync(join(control, 'ui-done.tmp'), join(control, 'ui-done'));
+  };
 
   try {
     await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
