@@ -3,7 +3,7 @@
 //                                    [--pacing-levels 4,16]
 // The same tasks (examples/tasks: hello-file and fix-script, the reference harness) run as one
 // `harness-lab batch submit` per --parallel level, and, side by side, as sequential
-// `harness-lab run -n G` per task. Per path: wall time, rollouts per minute, and the lab's own
+// `harness-lab rollout -n G` per task. Per path: wall time, rollouts per minute, and the lab's own
 // overhead per rollout: the rollout's wall time minus the time spent in the harness (agent phase)
 // and in the verifier, i.e. image lookup, container create/start/remove, config writes, tests copy,
 // capture bookkeeping, state writes. The scripted policies answer through the in-repo vLLM-shaped
@@ -103,11 +103,11 @@ async function main(): Promise<void> {
   const seqOut = mkdtempSync(join(tmpdir(), 'hl-bench-run-'));
   let seqMs = 0;
   for (const task of TASKS) {
-    const r = await harnessLab(['run', '--task', task, '--harness', 'react', '-n', String(groupSize), '--out', seqOut]);
-    if (r.code !== 0) throw new Error(`harness-lab run failed:\n${r.out}`);
+    const r = await harnessLab(['rollout', '--task', task, '--harness', 'react', '-n', String(groupSize), '--out', seqOut]);
+    if (r.code !== 0) throw new Error(`harness-lab rollout failed:\n${r.out}`);
     seqMs += r.ms;
   }
-  rows.push(summarise('sequential harness-lab run', 1, seqMs, rolloutRecords(seqOut)));
+  rows.push(summarise('sequential harness-lab rollout', 1, seqMs, rolloutRecords(seqOut)));
 
   for (const p of levels) {
     const dir = join(mkdtempSync(join(tmpdir(), 'hl-bench-batch-')), 'batch');
@@ -126,7 +126,7 @@ async function main(): Promise<void> {
       dir,
     ]);
     if (r.code !== 0) throw new Error(`harness-lab batch submit failed:\n${r.out}`);
-    rows.push(summarise(`batch --parallel ${p}`, p, r.ms, rolloutRecords(join(dir, 'runs'))));
+    rows.push(summarise(`batch --parallel ${p}`, p, r.ms, rolloutRecords(join(dir, 'attempts'))));
   }
 
   // Pacing: the same batch with the start cap on and off, alternated per level so load drifts hit both.
@@ -151,7 +151,7 @@ async function main(): Promise<void> {
         dir,
       ]);
       if (r.code !== 0) throw new Error(`harness-lab batch submit failed:\n${r.out}`);
-      rows.push(summarise(`--parallel ${p} start cap ${cap || 'off'}`, p, r.ms, rolloutRecords(join(dir, 'runs'))));
+      rows.push(summarise(`--parallel ${p} start cap ${cap || 'off'}`, p, r.ms, rolloutRecords(join(dir, 'attempts'))));
     }
 
   const head = `${'path'.padEnd(28)} rollouts  ok  wall s  per min  rollout ms  agent ms  verifier ms  lab overhead ms  fixed ms`;

@@ -81,7 +81,7 @@ async function generate(dir: string): Promise<{ sessions: number; calls: number;
       trainable: true,
       session_id: sid,
       attempts: [
-        { attempt: 0, session_id: sid, started_at: now, ended_at: now, out_dir: `runs/${rid}/0`, outcome: 'finished', trainable: true },
+        { attempt: 0, session_id: sid, started_at: now, ended_at: now, out_dir: `attempts/${rid}/0`, outcome: 'finished', trainable: true },
       ],
       policy_version: 'step-3',
       queued_at: now,

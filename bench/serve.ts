@@ -189,7 +189,7 @@ async function main(): Promise<void> {
     b.on('close', resolve);
   });
   const batchWallMs = performance.now() - tb;
-  const batchOverhead = findFiles(join(batchDir, 'runs'), 'rollout.json').map((f) => rolloutOverheadMs(f).sandboxOverheadMs);
+  const batchOverhead = findFiles(join(batchDir, 'attempts'), 'rollout.json').map((f) => rolloutOverheadMs(f).sandboxOverheadMs);
 
   const h = summarize(health);
   const row = {

@@ -51,7 +51,15 @@ function writeGroupBatch(dir: string, members: number, calls: number): void {
       trainable: true,
       session_id: sessionId,
       attempts: [
-        { attempt: 0, session_id: sessionId, started_at: at, ended_at: at, out_dir: `runs/${id}/0`, outcome: 'finished', trainable: true },
+        {
+          attempt: 0,
+          session_id: sessionId,
+          started_at: at,
+          ended_at: at,
+          out_dir: `attempts/${id}/0`,
+          outcome: 'finished',
+          trainable: true,
+        },
       ],
       policy_version: null,
       queued_at: at,

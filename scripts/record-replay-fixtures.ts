@@ -3,7 +3,8 @@
 // captured rollout is stripped to what a replay needs (src/replay/source.ts fixtureFromSource).
 //
 //   node --import tsx scripts/record-replay-fixtures.ts [--task examples/tasks/hello-file] [HARNESS ...]
-//   node --import tsx scripts/record-replay-fixtures.ts --from-runs DIR [HARNESS ...]   (convert runs already made)
+//   node --import tsx scripts/record-replay-fixtures.ts --from-rollouts DIR [HARNESS ...]   (convert rollouts already made;
+//   --from-runs is its old name)
 //
 // Slow (a Docker rollout per harness, about 10 min for all on 2 cores): re-record after a harness
 // upgrade, when the replay test says what the harness now sends differs, and commit the new fixtures.
@@ -21,6 +22,7 @@ const FIXTURE_DIR = join(ROOT, 'test', 'fixtures', 'replay');
 const { values, positionals } = parseArgs({
   options: {
     task: { type: 'string', default: 'examples/tasks/hello-file' },
+    'from-rollouts': { type: 'string' },
     'from-runs': { type: 'string' },
     out: { type: 'string', default: '/tmp/harness-lab-replay-fixtures' },
   },
@@ -34,14 +36,15 @@ mkdirSync(FIXTURE_DIR, { recursive: true });
 async function main(): Promise<number> {
   let failed = 0;
   for (const harness of harnesses) {
-    let runDir: string;
-    if (values['from-runs']) {
-      // DIR/<harness>/<n>: the last run of each harness (the layout of `harness-lab run --out`'s task folder).
-      const base = join(resolve(values['from-runs']), harness);
-      const runs = readdirSync(base)
+    let rolloutDir: string;
+    const fromRollouts = values['from-rollouts'] ?? values['from-runs'];
+    if (fromRollouts) {
+      // DIR/<harness>/<n>: the last rollout of each harness (the layout of `harness-lab rollout --out`'s task folder).
+      const base = join(resolve(fromRollouts), harness);
+      const made = readdirSync(base)
         .filter((n) => /^\d+$/.test(n))
         .map(Number);
-      runDir = join(base, String(Math.max(...runs)));
+      rolloutDir = join(base, String(Math.max(...made)));
     } else {
       const lab = await openLab({ taskDir, harness, sandbox: 'docker', outDir: resolve(values.out) });
       try {
@@ -51,12 +54,12 @@ async function main(): Promise<number> {
           failed++;
           continue;
         }
-        runDir = result.out_dir;
+        rolloutDir = result.out_dir;
       } finally {
         await lab.close();
       }
     }
-    const source = loadReplaySource(join(runDir, ROLLOUT_DOCUMENT_FILE));
+    const source = loadReplaySource(join(rolloutDir, ROLLOUT_DOCUMENT_FILE));
     const file = join(FIXTURE_DIR, `${harness}.replay.json.gz`);
     const bytes = fixtureFromSource(source, taskRel);
     writeFileSync(file, bytes);

@@ -16,9 +16,9 @@ export const MAX_MODEL_CALLS_PER_ROLLOUT = 100;
 /** Attempts a rollout gets when infrastructure spoils them: the lab's own (facts.rerun), or a backend outage that opened the breaker (runner.ts). */
 export const MAX_INFRA_ATTEMPTS = 3;
 
-/** `<batch>/runs/<rollout>/<attempt>`: the attempt's sandbox logs and result.json. */
+/** `<batch>/attempts/<rollout>/<attempt>`: the attempt's sandbox logs and result.json. */
 export const attemptDir = (batchDir: string, rolloutId: string, attempt: number) =>
-  join(batchPaths(batchDir).runs, rolloutId, String(attempt));
+  join(batchPaths(batchDir).attempts, rolloutId, String(attempt));
 
 /** What every attempt's capture session carries, so exports and views can group and filter sessions. */
 export function sessionMetadata(manifest: BatchManifest, s: RolloutState, attempt: number): Record<string, unknown> {
@@ -117,7 +117,7 @@ export async function runAttempt(a: AttemptSpec): Promise<AttemptOutcome> {
     session_id: sessionId,
     started_at: started,
     ended_at: null,
-    out_dir: join('runs', s.rollout_id, String(n)),
+    out_dir: join('attempts', s.rollout_id, String(n)),
     outcome: 'running',
     trainable: false,
   });

@@ -15,7 +15,7 @@ export interface RolloutAttempt {
   attempt: number;
   /** The capture session already created for this attempt, carrying the batch's metadata and pinned sampling. */
   sessionId: string;
-  /** Absolute directory of this attempt's logs and results (`<batch>/runs/<rollout>/<attempt>`). */
+  /** Absolute directory of this attempt's logs and results (`<batch>/attempts/<rollout>/<attempt>`). */
   outDir: string;
   /** Aborted by `batch cancel` or the lab's shutdown: the backend stops and removes the sandbox. */
   signal: AbortSignal;

@@ -13,7 +13,7 @@ import { CircuitBreaker, type BreakerSnapshot } from './breaker.js';
 import { acquireLock, cancelRequested, clearCancel } from './lock.js';
 import { pacingOf, readManifest, readRolloutStates, writeRolloutState, type RolloutState } from './state.js';
 
-export interface BatchRunOptions {
+export interface RunBatchOptions {
   dir: string;
   log?: (line: string) => void;
   /** The backend module; default by the manifest's backend (tests pass a double). */
@@ -29,7 +29,7 @@ export interface BatchRunOptions {
   onBreaker?: (s: BreakerSnapshot) => void;
 }
 
-export interface BatchRunSummary {
+export interface RunBatchSummary {
   batchId: string;
   total: number;
   done: number;
@@ -52,7 +52,7 @@ function counts(states: Iterable<RolloutState>) {
   return c;
 }
 
-export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> {
+export async function runBatch(opts: RunBatchOptions): Promise<RunBatchSummary> {
   const dir = resolve(opts.dir);
   const log = opts.log ?? (() => {});
   const manifest = readManifest(dir);
@@ -89,7 +89,7 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
       const queue = states.filter((s) => s.state === 'queued');
       const running = new Map<string, AbortController>();
       const halt = new AbortController();
-      let stopped: BatchRunSummary['stopped'] = null;
+      let stopped: RunBatchSummary['stopped'] = null;
       const stop = (why: 'cancelled' | 'interrupted') => {
         if (stopped) return;
         stopped = why;

@@ -1,10 +1,13 @@
-// The batch directory: the one durable contract between a batch run (src/batch/), its readers
+// The batch directory: the one durable contract between the lab that runs a batch (src/batch/), its readers
 // (exports, audit, the rollout server, the Batches view) and a lab restarted after kill -9.
 //
 //   <batch>/batch.json              BatchManifest, written once at submit (tmp + rename)
 //   <batch>/rollouts/<id>.json      RolloutState, rewritten atomically (tmp + fsync + rename) on every change
 //   <batch>/capture/                the batch proxy's data dir (sessions/<session_id>.jsonl)
-//   <batch>/runs/<id>/<attempt>/    each attempt's sandbox logs, result.json, rollout.json
+//   <batch>/attempts/<id>/<attempt>/  each attempt's sandbox logs, result.json, rollout.json
+//
+// Batches written before attempts/ was named so hold them under runs/<id>/<attempt>/: nothing builds
+// that path, every reader goes by the attempt's recorded out_dir, so old batches read and resume.
 //
 // A rollout's state file is the truth about it; nothing else needs to be read to resume a batch or
 // to decide what an export keeps. Every file is parsed with these schemas at the boundary.
@@ -16,17 +19,17 @@ import { INFRA_CAUSES } from './infra-cause.js';
 
 export const BATCH_SCHEMA_VERSION = 1;
 
-// Ids read from these files become file and folder names (rollouts/<id>.json, runs/<id>/<n>/, the
+// Ids read from these files become file and folder names (rollouts/<id>.json, attempts/<id>/<n>/, the
 // capture's sessions/<session>.jsonl): an edited or hostile batch.json must not name a path outside
 // the batch. They are checked with the capture store's own rule, the one check for every lab id.
 const ID_RULE = 'must be an id: letters, digits, _ . - (at most 128), starting with a letter or digit; ids name files';
 export const LabIdSchema = z.string().regex(SESSION_ID_PATTERN, ID_RULE);
-/** A path inside the batch directory made of ids (`runs/<rollout>/<attempt>`): no `..`, no absolute path. */
+/** A path inside the batch directory made of ids (`attempts/<rollout>/<attempt>`): no `..`, no absolute path. */
 const BatchRelativePathSchema = z
   .string()
   .refine(
     (p) => p.split('/').every((part) => SESSION_ID_PATTERN.test(part)),
-    'must be a path inside the batch directory (runs/<rollout>/<attempt>), made of ids',
+    'must be a path inside the batch directory (attempts/<rollout>/<attempt>), made of ids',
   );
 
 /** Sampling fixed per batch and pinned on every call: only temperature is free (TRL's training_sampling). */
@@ -214,7 +217,7 @@ export const batchPaths = (dir: string) => ({
   rollouts: join(dir, 'rollouts'),
   rollout: (id: string) => join(dir, 'rollouts', `${id}.json`),
   capture: join(dir, 'capture'),
-  runs: join(dir, 'runs'),
+  attempts: join(dir, 'attempts'),
 });
 
 export class BatchFileError extends Error {

@@ -18,11 +18,19 @@ export const COMMANDS: Readonly<Record<string, () => Promise<CliCommand>>> = {
   'replay-load': async () => (await import('./replay-load-command.js')).replayLoadCommand,
   report: async () => (await import('./report-command.js')).reportCommand,
   rescore: async () => (await import('./rescore-command.js')).rescoreCommand,
-  run: async () => (await import('./run-command.js')).runCommand,
+  rollout: async () => (await import('./rollout-command.js')).rolloutCommand,
   serve: async () => (await import('./serve-command.js')).serveCommand,
   train: async () => (await import('./train-command.js')).trainCommand,
   validate: async () => (await import('./validate-command.js')).validateCommand,
   verify: async () => (await import('./verify-command.js')).verifyCommand,
+};
+
+/**
+ * Old command names users may still type, each -> its new name: it runs the new command after saying
+ * the new name on stderr. Not listed in the usage. ("Run" means a training run; `run` did one rollout.)
+ */
+export const DEPRECATED_ALIASES: Readonly<Record<string, string>> = {
+  run: 'rollout',
 };
 
 /** The top-level usage: every command beside its one-line summary (this loads every command module). */

@@ -5,7 +5,7 @@
 // before the pool's first task in the bundle; a value the user set wins.
 process.env.UV_THREADPOOL_SIZE ??= '16';
 
-import { COMMANDS, topLevelUsage } from './commands.js';
+import { COMMANDS, DEPRECATED_ALIASES, topLevelUsage } from './commands.js';
 
 async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
@@ -14,7 +14,9 @@ async function main(argv: string[]): Promise<number> {
     (name ? process.stdout : process.stderr).write(await topLevelUsage());
     return name ? 0 : 2;
   }
-  const load = COMMANDS[name];
+  const renamed = DEPRECATED_ALIASES[name];
+  if (renamed) process.stderr.write(`harness-lab: \`${name}\` is now \`harness-lab ${renamed}\`; the old name still works for now\n`);
+  const load = COMMANDS[renamed ?? name];
   if (!load) {
     process.stderr.write(`harness-lab: unknown command '${name}'\n\n${await topLevelUsage()}`);
     return 2;

@@ -9,7 +9,7 @@ import { defineCommand, UsageError } from './args.js';
 const USAGE = `usage: harness-lab replay ROLLOUT [--harness H] [--sandbox docker|local] [--task DIR] [--out DIR]
                           [--from N --engine-url URL [--model M] [--seed S] [--temperature T] [--max-tokens N]] [--json]
 
-Runs the real harness again in a fresh sandbox on ROLLOUT's task (a run folder of \`harness-lab run\`,
+Runs the real harness again in a fresh sandbox on ROLLOUT's task (a rollout folder of \`harness-lab rollout\`,
 its session.rollout.json, or a replay fixture *.replay.json.gz). The capture proxy answers every model
 call from the record, with no engine (streamed answers are streamed, in the harness's dialect). Each
 call is matched against the recorded ones and its rung is printed:
@@ -24,7 +24,7 @@ The replay is a new session linked to the original (metadata replay_of), written
   --harness H       run another harness (or version) than the recorded one
   --sandbox KIND    docker (default) or local (no isolation)
   --task DIR        the task folder (default: from the rollout's metadata, or examples/tasks/<name>)
-  --out DIR         where the replay's run folder goes (default ./harness-lab-runs)
+  --out DIR         where the replay's rollout folder goes (default ./harness-lab-rollouts)
   --from N          fork: calls 0..N-1 from the record, call N on from --engine-url (exit 0 when the
                     recorded calls matched)
   --engine-url URL  the live engine of a fork (--engine-api-key K, or HARNESS_LAB_ENGINE_API_KEY)
@@ -42,7 +42,7 @@ export const replayCommand = defineCommand({
     harness: { type: 'string' },
     sandbox: { type: 'string', default: 'docker' },
     task: { type: 'string' },
-    out: { type: 'string', default: 'harness-lab-runs' },
+    out: { type: 'string', default: 'harness-lab-rollouts' },
     from: { type: 'integer' },
     'engine-url': { type: 'string' },
     'engine-api-key': { type: 'string' },

@@ -1,4 +1,5 @@
-// `harness-lab run`: rollouts of a real harness in sandboxes against a Harbor task, captured.
+// `harness-lab rollout` (formerly `run`, still accepted): rollouts of a real harness in sandboxes against a
+// Harbor task, captured.
 import { resolve } from 'node:path';
 import { allowTemplateVariables } from '../tasks/task.js';
 import { defineCommand, UsageError } from './args.js';
@@ -6,9 +7,9 @@ import { openLab, type Lab } from '../sandbox/lab.js';
 import { rolloutLine, runRollout } from '../sandbox/rollout-runner.js';
 import { harnessNames } from '../harness/registry.js';
 
-const USAGE = `usage: harness-lab run --task DIR --harness NAME [--engine-url URL] [--model NAME]
-                       [--engine-api-key K] [--sandbox docker|local] [-n N] [--timeout SECONDS] [--out DIR]
-                       [--allow-env NAME]...
+const USAGE = `usage: harness-lab rollout --task DIR --harness NAME [--engine-url URL] [--model NAME]
+                           [--engine-api-key K] [--sandbox docker|local] [-n N] [--timeout SECONDS] [--out DIR]
+                           [--allow-env NAME]...
 
 Runs N rollouts of a real, unmodified harness, each in its own sandbox, against a Harbor task. Every
 model call goes through the capture proxy; the verifier's reward is read after the agent finishes.
@@ -22,13 +23,13 @@ Without --engine-url the task's scripted policy (policy.json next to the task) a
                      isolation: for trusted tasks and policies; the reference harness, no Docker)
   --timeout SECONDS  wall clock for the agent (default: the task's agent.timeout_sec, else 600);
                      on expiry the sandbox is stopped and the rollout is errored with reward null
-  --out DIR          rollouts go to DIR/<task>/<harness>/<n>/ (default ./harness-lab-runs)
+  --out DIR          rollouts go to DIR/<task>/<harness>/<n>/ (default ./harness-lab-rollouts)
   --allow-env NAME   a host variable task templates (\${NAME} in [environment].env, [verifier].env)
                      may copy into the sandbox (repeatable; or HARNESS_LAB_ALLOW_ENV=A,B); others
                      are refused, the lab's HARNESS_LAB_* keys always`;
 
-export const runCommand = defineCommand({
-  name: 'run',
+export const rolloutCommand = defineCommand({
+  name: 'rollout',
   summary: 'run a harness in a sandbox against a Harbor task, capturing every model call',
   usage: USAGE,
   flags: {
@@ -40,7 +41,7 @@ export const runCommand = defineCommand({
     sandbox: { type: 'string', default: 'docker' },
     n: { type: 'integer', short: 'n', default: 1 },
     timeout: { type: 'integer' },
-    out: { type: 'string', default: 'harness-lab-runs' },
+    out: { type: 'string', default: 'harness-lab-rollouts' },
     verbose: { type: 'boolean', short: 'v' },
     'allow-env': { type: 'string', multiple: true },
   },
@@ -53,7 +54,7 @@ export const runCommand = defineCommand({
     const say = (line: string) => process.stdout.write(`${line}\n`);
     if (sandbox === 'local') {
       process.stderr.write(
-        "harness-lab: --sandbox local does not isolate: the harness runs as you on the host's network and can reach the engine and every loopback service (the proxy's admin routes need this run's admin key); rollouts say isolation: none\n",
+        "harness-lab: --sandbox local does not isolate: the harness runs as you on the host's network and can reach the engine and every loopback service (the proxy's admin routes need this command's admin key); rollouts say isolation: none\n",
       );
     }
     const lab: Lab = await openLab({

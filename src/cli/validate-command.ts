@@ -25,7 +25,7 @@ export const validateCommand = defineCommand({
     model: { type: 'string' },
     sandbox: { type: 'string', default: 'docker' },
     timeout: { type: 'integer' },
-    out: { type: 'string', default: 'harness-lab-runs' },
+    out: { type: 'string', default: 'harness-lab-rollouts' },
     json: { type: 'boolean' },
     verbose: { type: 'boolean', short: 'v' },
   },

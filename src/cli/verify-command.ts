@@ -8,7 +8,7 @@ import { defineCommand, UsageError } from './args.js';
 const USAGE = `usage: harness-lab verify ROLLOUT [--engine-url URL] [--model NAME] [--model-file FILE.gguf] [--seed N]
                           [--tolerance NATS] [-o OUT] [--json]
 
-Checks a captured rollout (a run folder or a *.rollout.json) against the engine, token for token. Each
+Checks a captured rollout (a rollout folder or a *.rollout.json) against the engine, token for token. Each
 recorded call's prompt ids go back to the engine as they are (token in: the engine must accept them),
 its sampled ids are scored by teacher forcing (/v1/completions with prompt_logprobs) and every token's
 logprob must be within NATS of the recorded one; calls sampled at temperature 0 must generate their

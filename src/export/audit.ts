@@ -354,7 +354,7 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
 }
 
 /**
- * The harness's ATIF trajectory of the attempt that counts (`runs/<id>/<attempt>/agent/trajectory.json`,
+ * The harness's ATIF trajectory of the attempt that counts (`attempts/<id>/<attempt>/agent/trajectory.json`,
  * as the rollout runner writes it), or null when absent or not valid ATIF (the metrics then use the
  * captured calls alone).
  */

@@ -4,7 +4,7 @@
 // NotConfiguredError gets the button that sets the missing thing up. The shape follows rust-analyzer
 // (editors/code: main.ts createCommands, ctx.ts CommandFactory). The handlers live by feature:
 // proxy-commands.ts, session-commands.ts, engine-commands.ts, viewer-commands.ts, replay-commands.ts,
-// harness-run-commands.ts, batch-commands.ts, batch-review-commands.ts, lab-tools-commands.ts and
+// task-rollout-commands.ts, batch-commands.ts, batch-review-commands.ts, lab-tools-commands.ts and
 // training-runs.ts; what they share is command-host.ts.
 import * as vscode from 'vscode';
 import { auditBatchCommand, openGroupViewCommand } from './batch-review-commands.js';
@@ -21,7 +21,7 @@ import {
 import { forgetClosedTerminals } from './captured-terminals.js';
 import { configuredSettings, currentSettings, followOwnedEngine, type CommandHost } from './command-host.js';
 import { probe, setEngineUrl, startEmbeddedEngine, stopEmbeddedEngine } from './engine-commands.js';
-import { runTaskWithHarness, validateHarnessWiring } from './harness-run-commands.js';
+import { runTaskWithHarness, validateHarnessWiring } from './task-rollout-commands.js';
 import { installHarnessCommand, openLabTerminal } from './lab-tools-commands.js';
 import { NotConfiguredError } from './not-configured.js';
 import { NotRunningError } from './proxy-controller.js';
@@ -84,9 +84,9 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.rescoreRollout': { run: (host) => rescoreShownRollout(host) },
     'harnessLab.replayRollout': { run: (host, arg) => replayShownRollout(replayHost(host), arg) },
     'harnessLab.forkFromTurn': { run: (host, arg) => forkShownRollout(replayHost(host), arg) },
-    // A harness on a task (harness-run-commands.ts), the lab terminal and harness installs (lab-tools-commands.ts)
-    'harnessLab.validateHarness': { run: (host, arg) => validateHarnessWiring(harnessRunContext(host), arg) },
-    'harnessLab.runTaskWithHarness': { run: (host, arg) => runTaskWithHarness(harnessRunContext(host), arg) },
+    // A harness on a task (task-rollout-commands.ts), the lab terminal and harness installs (lab-tools-commands.ts)
+    'harnessLab.validateHarness': { run: (host, arg) => validateHarnessWiring(taskRolloutContext(host), arg) },
+    'harnessLab.runTaskWithHarness': { run: (host, arg) => runTaskWithHarness(taskRolloutContext(host), arg) },
     'harnessLab.refreshTasks': { run: async (host) => host.refreshTasks() },
     'harnessLab.openLabTerminal': { run: async (host) => (await openLabTerminal(host)).commands },
     'harnessLab.installHarness': { run: (host, arg) => installHarnessCommand(host, arg) },
@@ -126,7 +126,7 @@ function batchContext(host: CommandHost): BatchCommandContext {
   return { ...host, settings: () => configuredSettings() };
 }
 
-function harnessRunContext(host: CommandHost) {
+function taskRolloutContext(host: CommandHost) {
   return {
     ...host,
     ensureProxy: async () => {
@@ -134,7 +134,7 @@ function harnessRunContext(host: CommandHost) {
       return { proxy, model: host.controller.runningModel ?? currentSettings().model };
     },
     openViewer: (sessionId: string) => host.viewer.open(sessionId, null),
-    runsDirSetting: () => currentSettings().runsDir,
+    rolloutsDirSetting: () => currentSettings().rolloutsDir,
     enginePolicy: () => (host.engineSlot.current ? (host.engineSlot.current.policy ?? null) : undefined),
     hasEngine: () => host.controller.running !== undefined || currentSettings().engineUrl !== '',
   };

@@ -117,7 +117,7 @@ class GroupViewConnection extends Disposable {
         return;
       }
       if (this.groupId === FORKS_GROUP) {
-        // A fork view's members are rollout files (the original and each fork's run folder).
+        // A fork view's members are rollout files (the original and each fork's rollout folder).
         const { original, forks } = forkMembers(this.dir);
         const file = [original, ...forks].find((m) => m.label === rollout_id)?.rolloutFile;
         if (file && existsSync(file))

@@ -41,7 +41,7 @@ function viewerOf(host: ReplayCommandHost, arg: unknown): ViewerConnection {
   const viewer = given && typeof given === 'object' && 'shown' in given ? (given as ViewerConnection) : host.activeViewer();
   if (!viewer)
     throw new Error(
-      "Replay works on the rollout viewer in front: open a captured rollout (a run folder's session.rollout.json, or a session) in the viewer first.",
+      "Replay works on the rollout viewer in front: open a captured rollout (a rollout folder's session.rollout.json, or a session) in the viewer first.",
     );
   return viewer;
 }

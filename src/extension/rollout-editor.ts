@@ -7,7 +7,7 @@ import { statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { attachRescore, rescorePathFor } from '../report/rescore-attach.js';
-import { fileOutcome } from './run-outcome.js';
+import { fileOutcome } from './rollout-outcome.js';
 import { checkTrajectory, findTrajectory, rolloutFromText } from '../report/rollout-loader.js';
 import { Disposable } from './lifecycle.js';
 import { RolloutViewerPanels, ViewerConnection, viewerHtml, webviewOptions, type RolloutViewerHost } from './rollout-viewer-panel.js';

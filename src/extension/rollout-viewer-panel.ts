@@ -22,7 +22,7 @@ import {
   type HostMessage,
   type WebviewHandlers,
 } from '../protocol/messages.js';
-import { sessionOutcome } from './run-outcome.js';
+import { sessionOutcome } from './rollout-outcome.js';
 import { idsWithoutText, toWire, viewerDataFromRollout, type TurnDetails, type ViewerData } from '../protocol/viewer-data.js';
 import { parseWebviewMessage } from '../protocol/webview-schema.js';
 import { applyRescore, rescorePathFor } from '../report/rescore-attach.js';

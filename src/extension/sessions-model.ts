@@ -2,7 +2,7 @@
 // context values the view shows. The vscode TreeDataProvider only maps these nodes to TreeItems.
 import type { CallActivity } from '../capture/session-registry.js';
 import type { CallRecord, CaptureLevel } from '../capture/types.js';
-import type { RunOutcomeView } from '../protocol/viewer-data.js';
+import type { RolloutOutcomeView } from '../protocol/viewer-data.js';
 
 export interface SessionRow {
   session_id: string;
@@ -59,8 +59,8 @@ export interface SessionNode {
   contextValue: 'harnessLab.session';
   nCalls: number;
   nInFlight: number;
-  /** The run's outcome (Run with Harness, Validate), once its verifier has scored it. */
-  outcome?: RunOutcomeView;
+  /** The rollout's outcome (Run with Harness, Validate), once its verifier has scored it. */
+  outcome?: RolloutOutcomeView;
 }
 
 export interface InFlightNode {
@@ -164,7 +164,7 @@ export function inFlightNode(call: InFlightCall): InFlightNode {
   };
 }
 
-const OUTCOME_WORDS: Record<RunOutcomeView['class'], string> = {
+const OUTCOME_WORDS: Record<RolloutOutcomeView['class'], string> = {
   completed: 'solved',
   policy_failure: 'not solved',
   infra_error: 'failed',
@@ -176,7 +176,7 @@ export function sessionNode(
   row: SessionRow,
   calls?: readonly CallRecord[],
   inFlight: readonly InFlightCall[] = [],
-  outcome?: RunOutcomeView,
+  outcome?: RolloutOutcomeView,
 ): SessionNode {
   const n = calls?.length ?? row.n_calls;
   const errors = calls?.filter((c) => c.error).length ?? 0;
@@ -217,7 +217,7 @@ export function sessionNode(
 }
 
 /**
- * Where a session came from, from its metadata: a run's harness and task (`react on hello-file`),
+ * Where a session came from, from its metadata: a rollout's harness and task (`react on hello-file`),
  * a captured terminal, a session made in VS Code, or any caller-set `harness`/`source`.
  */
 export function sessionOrigin(metadata: Record<string, unknown> | undefined): string | undefined {
@@ -246,10 +246,10 @@ function pendingCalls(src: SessionSource, sessionId: string, calls: readonly Cal
 
 /** The tree, newest session first, calls in arrival order. */
 export class SessionsTreeModel {
-  /** `outcomeOf`: the run outcome a session's metadata leads to (run-outcome.ts OutcomeCache), if any. */
+  /** `outcomeOf`: the rollout outcome a session's metadata leads to (rollout-outcome.ts OutcomeCache), if any. */
   constructor(
     private readonly source: () => SessionSource | undefined,
-    private readonly outcomeOf: (metadata: Record<string, unknown> | undefined) => RunOutcomeView | undefined = () => undefined,
+    private readonly outcomeOf: (metadata: Record<string, unknown> | undefined) => RolloutOutcomeView | undefined = () => undefined,
   ) {}
 
   roots(): SessionNode[] {

@@ -2,7 +2,7 @@
 import * as vscode from 'vscode';
 import { Disposable } from './lifecycle.js';
 import type { ProxyController } from './proxy-controller.js';
-import { OutcomeCache, outcomeSeverity } from './run-outcome.js';
+import { OutcomeCache, outcomeSeverity } from './rollout-outcome.js';
 import { SessionsTreeModel, type SessionsTreeNode } from './sessions-model.js';
 
 const LEVEL_ICON = { tokens: 'pass-filled', logprobs: 'circle-large-outline', text: 'circle-outline' } as const;

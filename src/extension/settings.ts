@@ -15,7 +15,8 @@ export const SettingsSchema = z.object({
   proxyHost: z.string().trim().min(1, 'must not be empty').default('127.0.0.1'),
   proxyPort: z.number().int().min(0).max(65535).default(0),
   dataDir: z.string().trim().default(''),
-  runsDir: z.string().trim().default('.harness-lab/runs'),
+  /** Where Run with Harness and Validate write their rollouts; empty: `.harness-lab/rollouts` (task-rollout-model.ts). */
+  rolloutsDir: z.string().trim().default(''),
   autoStart: z.boolean().default(false),
   maxModelCalls: z.number().int().min(0).default(0),
   /** Where the Batches view looks for batch directories (and Submit Rollout Batch writes them), relative to the workspace folder. */
@@ -32,10 +33,14 @@ export type HarnessLabSettings = z.infer<typeof SettingsSchema>;
 export class SettingsError extends Error {}
 
 /**
- * Settings whose contributed key differs from the schema's: `harnessLab.engineURL` (so the Settings
- * editor titles it "Engine URL"), with the older `engineUrl` read when the new one is empty.
+ * Settings whose contributed key differs from the schema's, or that have an older name: `harnessLab.engineURL`
+ * (so the Settings editor titles it "Engine URL"), with the older `engineUrl` read when the new one is empty;
+ * `rolloutsDir`, with the older `runsDir` ("run" means a training run) read when the new one is empty.
  */
-export const SETTING_KEYS: Record<string, readonly string[]> = { engineUrl: ['engineURL', 'engineUrl'] };
+export const SETTING_KEYS: Record<string, readonly string[]> = {
+  engineUrl: ['engineURL', 'engineUrl'],
+  rolloutsDir: ['rolloutsDir', 'runsDir'],
+};
 
 /** The contributed key a command writes for a schema key. */
 export function settingKey(schemaKey: string): string {

@@ -86,7 +86,7 @@ export interface ViewerTurn extends RolloutGraphNodeJson {
 }
 
 /** A run's outcome, for the viewer's header: task, reward, class and the verifier's last lines. */
-export interface RunOutcomeView {
+export interface RolloutOutcomeView {
   task: string;
   harness: string;
   /** A batch's rollout classes, plus cancelled (a run stopped by its user). */
@@ -117,7 +117,7 @@ export interface ViewerData {
   token_texts: Record<string, string>;
   atif: AtifCheckResult | null;
   /** The run this rollout belongs to, when it was a run (Run with Harness, Validate, a batch member). */
-  outcome?: RunOutcomeView | null;
+  outcome?: RolloutOutcomeView | null;
 }
 
 /** Token bytes -> text; bytes that are not valid UTF-8 on their own (split characters) show as \xNN. */

@@ -1,4 +1,4 @@
-// Finding the forks of a rollout: every run folder whose replay.json says it forked that session.
+// Finding the forks of a rollout: every rollout folder whose replay.json says it forked that session.
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { z } from 'zod';
@@ -51,14 +51,14 @@ function runFolders(root: string, depth: number, out: string[]): void {
 
 /**
  * Where replays and forks of a rollout go unless told otherwise, and where its forks are looked for:
- * beside the original's run (`<out>/<task>/`, as `harness-lab run --out <out>` lays runs out), or a
- * `replays/` folder beside a rollout file that is not in a run folder.
+ * beside the original's rollout folder (`<out>/<task>/`, as `harness-lab rollout --out <out>` lays them out), or a
+ * `replays/` folder beside a rollout file that is not in a rollout folder.
  */
 export function defaultReplayRoot(rolloutPath: string, runDir: string | null): string {
   return runDir ? dirname(dirname(runDir)) : join(dirname(rolloutPath), 'replays');
 }
 
-/** The `--out` for a replay whose forks `forkMembers` finds by default (the runs root above the task folder). */
+/** The `--out` for a replay whose forks `forkMembers` finds by default (the rollouts root above the task folder). */
 export function defaultReplayOut(rolloutPath: string, runDir: string | null): string {
   return runDir ? dirname(defaultReplayRoot(rolloutPath, runDir)) : defaultReplayRoot(rolloutPath, runDir);
 }

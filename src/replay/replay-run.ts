@@ -1,6 +1,6 @@
 // `harness-lab replay` (and its fork): the real harness runs again in a fresh sandbox on the
 // rollout's task, behind a capture proxy whose engine is the record (recorded-engine.ts). The replay
-// is a new captured session linked to the original (metadata `replay_of`), with its own run folder,
+// is a new captured session linked to the original (metadata `replay_of`), with its own rollout folder,
 // rollout document and `replay.json`: every call's rung on the match ladder, the halt if any, the
 // recorded calls nobody asked for, and both rewards.
 import { existsSync, writeFileSync } from 'node:fs';

@@ -56,7 +56,7 @@ export type ReplayCall = z.infer<typeof ReplayCallSchema>;
 export interface ReplaySource {
   /** The file it was read from. */
   path: string;
-  /** The run folder next to it (rollout.json, agent/, verifier/), when there is one. */
+  /** The rollout folder next to it (rollout.json, agent/, verifier/), when there is one. */
   runDir: string | null;
   session_id: string;
   metadata: Record<string, unknown>;
@@ -74,9 +74,9 @@ export const FIXTURE_FORMAT = 'harness-lab-replay-fixture';
 const FixtureSchema = ReplayDocSchema.extend({ format: z.literal(FIXTURE_FORMAT), version: z.literal(1), reward: z.number().nullable() });
 export type ReplayFixture = z.infer<typeof FixtureSchema>;
 
-const RunRecordSchema = z.looseObject({ reward: z.number().nullable().optional() });
+const RolloutJsonSchema = z.looseObject({ reward: z.number().nullable().optional() });
 
-/** The rollout document a path names: the file itself, or `session.rollout.json` in a run folder. */
+/** The rollout document a path names: the file itself, or `session.rollout.json` in a rollout folder. */
 export function resolveRolloutPath(arg: string): string {
   const path = resolve(arg);
   if (!existsSync(path)) throw new ReplaySourceError(`no such rollout: ${path}`);
@@ -84,7 +84,7 @@ export function resolveRolloutPath(arg: string): string {
     const doc = join(path, 'session.rollout.json');
     if (!existsSync(doc))
       throw new ReplaySourceError(
-        `${path} is a folder without session.rollout.json (give a run folder of \`harness-lab run\`, or a *.rollout.json file)`,
+        `${path} is a folder without session.rollout.json (give a rollout folder of \`harness-lab rollout\`, or a *.rollout.json file)`,
       );
     return doc;
   }
@@ -121,10 +121,10 @@ export function loadReplaySource(arg: string): ReplaySource {
   let reward: number | null = isFixture ? (doc as ReplayFixture).reward : null;
   if (!isFixture && runDir) {
     try {
-      const run = RunRecordSchema.safeParse(JSON.parse(readFileSync(join(runDir, 'rollout.json'), 'utf8')));
-      if (run.success) reward = run.data.reward ?? null;
+      const record = RolloutJsonSchema.safeParse(JSON.parse(readFileSync(join(runDir, 'rollout.json'), 'utf8')));
+      if (record.success) reward = record.data.reward ?? null;
     } catch {
-      reward = null; // a run record that cannot be read only loses the reward comparison
+      reward = null; // a rollout record that cannot be read only loses the reward comparison
     }
   }
   const model = calls.map((c) => c.engine_request?.model).find((m): m is string => typeof m === 'string') ?? null;

@@ -1,4 +1,4 @@
-// The engine behind `harness-lab run` when no --engine-url is given: the task's scripted policy
+// The engine behind `harness-lab rollout` when no --engine-url is given: the task's scripted policy
 // (policy.json next to the task, in the engine's policy format, src/engine/policy.ts) decides each
 // turn's text and the embedded CPU engine scores exactly those tokens, so ids and logprobs are a real
 // model's. HARNESS_LAB_POLICY_ENGINE=fake swaps in the in-repo vLLM-shaped fake (no model load).

@@ -9,7 +9,7 @@
 //   <state>/engines/<id>/serve.json            the in-memory manifest the backend runs with
 //   <state>/engines/<id>/rollouts/<rid>.json    RolloutState (src/batch/state.ts), rewritten on every change
 //   <state>/engines/<id>/capture/sessions/      the capture proxy's durable sessions
-//   <state>/engines/<id>/runs/<rid>/0/          the attempt's sandbox logs and results
+//   <state>/engines/<id>/attempts/<rid>/0/      the attempt's sandbox logs and results
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';

@@ -198,7 +198,7 @@ describe('real cluster', { skip: notRun ?? false, timeout: 900_000 }, () => {
           },
           attempt: 0,
           sessionId,
-          outDir: join(dir, 'runs', 'g0-r0', '0'),
+          outDir: join(dir, 'attempts', 'g0-r0', '0'),
           signal: new AbortController().signal,
           log: () => {},
         });

@@ -152,8 +152,12 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
       `the reference harness solves hello-file with its policy: ${doneText}`,
     );
     assert.equal(await progress.count(), 0, 'the progress notification ended with the work');
-    const runs = findFiles(join(workspace, '.harness-lab', 'runs'), (p) => p.endsWith('session.rollout.json'));
-    assert.equal(runs.length, 1, 'the run is written under the workspace (harnessLab.runsDir), with a *.rollout.json the viewer opens');
+    const rollouts = findFiles(join(workspace, '.harness-lab', 'rollouts'), (p) => p.endsWith('session.rollout.json'));
+    assert.equal(
+      rollouts.length,
+      1,
+      'the rollout is written under the workspace (harnessLab.rolloutsDir), with a *.rollout.json the viewer opens',
+    );
 
     // 6. Open in Viewer: prompt tokens read as text (the embedded engine's /detokenize).
     await done.locator('.monaco-button', { hasText: 'Open in Viewer' }).click();
@@ -222,7 +226,7 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
       ['harnessLab.proxyHost', 'Proxy Host'],
       ['harnessLab.proxyPort', 'Proxy Port'],
       ['harnessLab.dataDir', 'Data Dir'],
-      ['harnessLab.runsDir', 'Runs Dir'],
+      ['harnessLab.rolloutsDir', 'Rollouts Dir'],
       ['harnessLab.batchesFolder', 'Batches Folder'],
       ['harnessLab.maxModelCalls', 'Max Model Calls'],
       ['harnessLab.autoStart', 'Auto Start'],
@@ -233,7 +237,7 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
       await row.waitFor({ timeout: 20_000 }).catch((err: unknown) => {
         throw new Error(`setting ${id} ("${title}") is not on the User tab: ${err instanceof Error ? err.message : String(err)}`);
       });
-      if (id === 'harnessLab.runsDir') await shot(page, '09-user-settings');
+      if (id === 'harnessLab.rolloutsDir') await shot(page, '09-user-settings');
     }
   } catch (err) {
     await shot(page, '99-failure').catch(() => undefined);

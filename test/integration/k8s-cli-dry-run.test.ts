@@ -54,7 +54,7 @@ describe('batch submit --backend k8s --dry-run', { timeout: 180_000 }, () => {
     assert.equal(job.spec?.activeDeadlineSeconds, 600 + 60 + 60);
     assert.equal(job.spec?.suspend, true);
     assert.equal(job.metadata?.labels?.['kueue.x-k8s.io/queue-name'], 'team-a');
-    // The tag `harness-lab run` builds for this task, under the registry.
+    // The tag `harness-lab rollout` builds for this task, under the registry.
     const local = await (await DockerRuntime.connect()).prepareImage(loadTask(join(EXAMPLES, 'hello-file')));
     assert.equal(job.spec!.template.spec!.containers[0]!.image, `reg.example/${local}`);
     assert.equal(existsSync(out), false, 'a dry run writes no batch directory');

@@ -170,7 +170,7 @@ export function attemptFor(
     rollout: rolloutState(m, rolloutId),
     attempt,
     sessionId: `${m.batch_id}-${rolloutId}-${attempt}`,
-    outDir: join(batchDir, 'runs', rolloutId, String(attempt)),
+    outDir: join(batchDir, 'attempts', rolloutId, String(attempt)),
     signal,
     log: (l) => lines.push(l),
     lines,

@@ -1,4 +1,4 @@
-// No secret leaves the process that holds it: a `harness-lab run` in the local sandbox against an
+// No secret leaves the process that holds it: a `harness-lab rollout` in the local sandbox against an
 // engine that demands an API key, a Docker batch against the same engine, a `harness-lab proxy` with an
 // admin key and the same engine key whose session has a minted key, then `export` (every format) and
 // `report` of what they captured. Every file written under the out and data dirs (records, batch dirs,
@@ -124,17 +124,17 @@ function storedKeyed(file: string): boolean {
   return header.type === 'session' && typeof header.key_sha256 === 'string' && /^[0-9a-f]{64}$/.test(header.key_sha256);
 }
 
-test('no session key, admin key or engine key in any log, record, export, report or ATIF file of a run', async () => {
+test('no session key, admin key or engine key in any log, record, export, report or ATIF file of a rollout', async () => {
   const env = { HARNESS_LAB_ENGINE_API_KEY: ENGINE_KEY, HARNESS_LAB_ADMIN_KEY: ADMIN_KEY };
   const logs: { name: string; text: string }[] = [];
   const keep = (name: string, r: Ran) => logs.push({ name: `${name} stdout`, text: r.stdout }, { name: `${name} stderr`, text: r.stderr });
   const answers: string[] = [];
 
-  // 1. A run in the local sandbox, verbose, against the keyed engine.
-  const runOut = join(outDir, 'runs');
-  const run = await runCli(
+  // 1. A rollout in the local sandbox, verbose, against the keyed engine.
+  const rolloutOut = join(outDir, 'rollouts');
+  const rolled = await runCli(
     [
-      'run',
+      'rollout',
       '--task',
       TASK,
       '--harness',
@@ -146,22 +146,22 @@ test('no session key, admin key or engine key in any log, record, export, report
       '--model',
       policy.model,
       '--out',
-      runOut,
+      rolloutOut,
       '-v',
     ],
     env,
   );
-  keep('run', run);
-  assert.equal(run.code, 0, `the run succeeded: ${run.stdout}\n${run.stderr}`);
-  assert.match(run.stdout, /ok reward=1\.00/);
+  keep('rollout', rolled);
+  assert.equal(rolled.code, 0, `the rollout succeeded: ${rolled.stdout}\n${rolled.stderr}`);
+  assert.match(rolled.stdout, /ok reward=1\.00/);
   assert.ok(gate.authorized() > 0, 'the proxy presented the engine key');
   assert.equal(gate.refused(), 0, 'nothing reached the engine without the key');
-  const runStore = join(runOut, '.capture', 'sessions');
-  const runSessions = readdirSync(runStore).map((f) => f.replace(/\.jsonl$/, ''));
-  assert.equal(runSessions.length, 1);
+  const rolloutStore = join(rolloutOut, '.capture', 'sessions');
+  const rolloutSessions = readdirSync(rolloutStore).map((f) => f.replace(/\.jsonl$/, ''));
+  assert.equal(rolloutSessions.length, 1);
   assert.ok(
-    storedKeyed(join(runStore, `${runSessions[0]}.jsonl`)),
-    "the run's session has a minted key (the harness was wired with it, not the id)",
+    storedKeyed(join(rolloutStore, `${rolloutSessions[0]}.jsonl`)),
+    "the rollout's session has a minted key (the harness was wired with it, not the id)",
   );
 
   // 1b. A Docker batch of two rollouts against the keyed engine: one minted key per attempt.
@@ -315,9 +315,9 @@ test('no session key, admin key or engine key in any log, record, export, report
   assert.equal(readdirSync(join(dataDir, 'sessions')).length, 1);
 
   // 3. Export and report of both captures.
-  const rolloutDir = join(runOut, 'hello-file', 'react', '0');
+  const rolloutDir = join(rolloutOut, 'hello-file', 'react', '0');
   for (const [name, store, id] of [
-    ['run', join(runOut, '.capture'), runSessions[0]!],
+    ['rollout', join(rolloutOut, '.capture'), rolloutSessions[0]!],
     ['proxy', dataDir, proxySession],
   ] as const) {
     const exported = await runCli(['export', '--data-dir', store, '--session', id, '--out', join(outDir, `${name}.traces.jsonl`)], env);
@@ -341,7 +341,7 @@ test('no session key, admin key or engine key in any log, record, export, report
     rmSync(copy);
   }
 
-  // 4. The scan: every file under the out dir (run outputs, sandbox, capture stores, exports, reports),
+  // 4. The scan: every file under the out dir (rollout outputs, sandbox, capture stores, exports, reports),
   // every log and every control-route answer.
   const files = filesUnder(outDir);
   assert.ok(
@@ -365,11 +365,11 @@ test('no session key, admin key or engine key in any log, record, export, report
       ['session key', proxyKey],
     ] as const)
       if (text.includes(secret)) leaks.push(`${what} in ${name}`);
-    // The run's and the batch's keys were minted inside the lab: none may surface anywhere.
+    // The rollout's and the batch's keys were minted inside the lab: none may surface anywhere.
     for (const m of text.matchAll(MINTED_KEY))
       leaks.push(`minted session key in ${name}: ${text.slice(Math.max(0, m.index - 60), m.index + 40).replace(/\s+/g, ' ')}`);
   }
   // The session ids are identifiers: they do appear, in records, exports and answers.
-  assert.ok(texts.some((t) => t.text.includes(proxySession)) && texts.some((t) => t.text.includes(runSessions[0]!)));
+  assert.ok(texts.some((t) => t.text.includes(proxySession)) && texts.some((t) => t.text.includes(rolloutSessions[0]!)));
   assert.deepEqual(leaks, []);
 });

@@ -32,12 +32,12 @@ describe('harnesses in Docker sandboxes', { concurrency: false }, () => {
   });
 
   test(
-    'reference harness: `harness-lab run` without --engine-url, reward 1.0, rollout written, contract passes',
+    'reference harness: `harness-lab rollout` without --engine-url, reward 1.0, rollout written, contract passes',
     { timeout: PER_HARNESS_MS },
     async () => {
       const out = outDir();
       let pid = 0;
-      const r = await cli(['run', '--task', TASK, '--harness', 'react', '--out', out], { onStart: (p) => (pid = p) });
+      const r = await cli(['rollout', '--task', TASK, '--harness', 'react', '--out', out], { onStart: (p) => (pid = p) });
       assert.equal(r.code, 0, r.stdout + r.stderr);
       assert.match(r.stdout, /^\[react \/ docker\] task hello-file: ok reward=1\.00 turns=2 roots=1 tokens=\d+ atif=match \d+s$/m);
       const doc = JSON.parse(readFileSync(join(out, 'hello-file', 'react', '0', 'rollout.json'), 'utf8'));

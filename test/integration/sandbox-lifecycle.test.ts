@@ -175,7 +175,7 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
       assert.match(err.message, /python:3\.12-slim is not available locally .*harness-lab\/base:bookworm/);
       return true;
     });
-    const r = await cli(['run', '--task', dir, '--harness', 'react', '--out', outDir()], { env: FAST_ENGINE });
+    const r = await cli(['rollout', '--task', dir, '--harness', 'react', '--out', outDir()], { env: FAST_ENGINE });
     assert.equal(r.code, 1);
     assert.match(r.stdout, /\[react \/ docker\] task hello-file: errored reward=null .*python:3\.12-slim is not available locally/);
   });
@@ -183,16 +183,16 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
   test('a broken task.toml, an unknown harness and an unreachable Docker are clear CLI errors', { timeout: 120_000 }, async () => {
     const dir = taskWithPolicy('hello-file', SLEEP_POLICY);
     writeFileSync(join(dir, 'task.toml'), '[environment]\nmemory = "plenty"\n');
-    let r = await cli(['run', '--task', dir, '--harness', 'react', '--out', outDir()]);
+    let r = await cli(['rollout', '--task', dir, '--harness', 'react', '--out', outDir()]);
     assert.equal(r.code, 1);
     assert.match(r.stderr, /hello-file\/task\.toml: environment\.memory: cannot read size 'plenty'/);
 
-    r = await cli(['run', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'cursor-cli', '--out', outDir()]);
+    r = await cli(['rollout', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'cursor-cli', '--out', outDir()]);
     assert.equal(r.code, 1);
     assert.match(r.stderr, /unknown harness 'cursor-cli'; known harnesses: react, codex, claude-code, opencode, gemini-cli, qwen-code, pi/);
 
     mkdirSync(outDir(), { recursive: true });
-    r = await cli(['run', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'react', '--out', outDir()], {
+    r = await cli(['rollout', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'react', '--out', outDir()], {
       env: { DOCKER_HOST: 'unix:///nonexistent/docker.sock' },
     });
     assert.equal(r.code, 1);
@@ -207,7 +207,7 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
       for (const signal of ['SIGTERM', 'SIGKILL'] as const) {
         let pid = 0;
         const out = outDir();
-        const run = cli(['run', '--task', task, '--harness', 'react', '--out', out], { env: FAST_ENGINE, onStart: (p) => (pid = p) });
+        const run = cli(['rollout', '--task', task, '--harness', 'react', '--out', out], { env: FAST_ENGINE, onStart: (p) => (pid = p) });
         // A running container is not yet a running agent (the relay starts first): wait for its first turn.
         const agentLog = join(out, 'hello-file', 'react', '0', 'agent', 'react.txt');
         await waitFor(
@@ -225,7 +225,7 @@ describe('sandbox lifecycle', { concurrency: false }, () => {
           assert.equal(done.signal, 'SIGKILL');
           const left = await containersOf(docker, pid);
           assert.equal(left.length, 1, 'SIGKILL leaves the container behind');
-          const next = await cli(['run', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'react', '--out', outDir(), '-v'], {
+          const next = await cli(['rollout', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'react', '--out', outDir(), '-v'], {
             env: FAST_ENGINE,
           });
           assert.equal(next.code, 0, next.stderr);

@@ -1,4 +1,4 @@
-// The local runtime cannot isolate, and says so instead of pretending: `harness-lab run --sandbox
+// The local runtime cannot isolate, and says so instead of pretending: `harness-lab rollout --sandbox
 // local` warns on stderr, and the rollout records isolation none (still with a keyless verifier).
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -11,7 +11,7 @@ test(
   { timeout: 300_000 },
   async () => {
     const out = outDir();
-    const r = await cli(['run', '--sandbox', 'local', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'react', '--out', out], {
+    const r = await cli(['rollout', '--sandbox', 'local', '--task', join(EXAMPLES, 'hello-file'), '--harness', 'react', '--out', out], {
       env: { HARNESS_LAB_POLICY_ENGINE: 'fake' },
     });
     assert.equal(r.code, 0, r.stdout + r.stderr);

@@ -275,7 +275,7 @@ test('a running rollout with no model call and no sandbox output for the stall t
   const dir = newBatch({ groupSize: 2, parallel: 1 });
   const [s] = readRolloutStates(dir);
   const started = new Date(Date.now() - 3_600_000).toISOString();
-  const outRel = join('runs', s!.rollout_id, '0');
+  const outRel = join('attempts', s!.rollout_id, '0');
   Object.assign(s!, { state: 'running', session_id: 'sess-stall', started_at: started, backend_ref: null });
   s!.attempts.push({
     attempt: 0,

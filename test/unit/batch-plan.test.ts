@@ -184,7 +184,7 @@ test('ids read back from batch.json and rollout states that would name a path ou
   );
   writeFileSync(
     stateFile,
-    JSON.stringify({ ...first, attempts: [{ ...attempt, out_dir: 'runs/hello-file.react.0/0', session_id: '../sessions/other' }] }),
+    JSON.stringify({ ...first, attempts: [{ ...attempt, out_dir: 'attempts/hello-file.react.0/0', session_id: '../sessions/other' }] }),
   );
   assert.throws(() => readRolloutState(plan.dir, first!.rollout_id), /attempts\.0\.session_id: must be an id/);
   assert.throws(() => readRolloutState(plan.dir, '../batch'), /rollout id '\.\.\/batch' must be an id/);

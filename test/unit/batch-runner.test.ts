@@ -152,7 +152,7 @@ test('the cap holds over every group; each attempt a session with the batch meta
     assert.equal(session.metadata.task, s.task);
     assert.equal(session.metadata.harness, s.harness);
     assert.equal(session.metadata.policy_version, 'v7');
-    assert.ok(existsSync(join(dir, 'runs', s.rollout_id, '0', 'result.json')));
+    assert.ok(existsSync(join(dir, 'attempts', s.rollout_id, '0', 'result.json')));
   }
   assert.equal(existsSync(labPaths(dir).lock), false, 'the lock goes with a clean exit');
 
@@ -288,6 +288,7 @@ test('resume after a dead lab: running rollouts re-queued with their attempt kep
         session_id: 'old-session',
         started_at: new Date().toISOString(),
         ended_at: null,
+        // Written by a lab from before attempts/ was named: its attempts live under runs/.
         out_dir: 'runs/x/0',
         outcome: 'running',
         trainable: false,
@@ -327,6 +328,11 @@ test('resume after a dead lab: running rollouts re-queued with their attempt kep
     ],
   );
   assert.match(after.session_id!, /\.a1$/);
+  assert.deepEqual(
+    after.attempts.map((a) => a.out_dir),
+    ['runs/x/0', join('attempts', victim.rollout_id, '1')],
+    'an old batch resumes: its old attempt keeps its runs/ folder, a new one goes under attempts/',
+  );
   for (const [id, session] of finished) assert.equal(readRolloutState(dir, id).session_id, session);
   assert.equal(batchStatus(dir).lab, 'finished');
 });
@@ -408,7 +414,7 @@ test("an attempt the lab's own infrastructure spoiled (rerun) is an infra error 
     ],
   );
   assert.equal(once.class, 'completed', 'the second attempt decided it');
-  const result0 = JSON.parse(readFileSync(join(dir, 'runs', 'hello-file.react.0', '0', 'result.json'), 'utf8')) as {
+  const result0 = JSON.parse(readFileSync(join(dir, 'attempts', 'hello-file.react.0', '0', 'result.json'), 'utf8')) as {
     verdict: { class: string; error: string };
   };
   assert.equal(result0.verdict.class, 'infra_error');

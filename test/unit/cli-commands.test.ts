@@ -6,7 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { defineCommand, UsageError, type CliCommand } from '../../src/cli/args.js';
-import { COMMANDS } from '../../src/cli/commands.js';
+import { COMMANDS, DEPRECATED_ALIASES } from '../../src/cli/commands.js';
 
 const ROOT = join(__dirname, '..', '..');
 const CLI_DIR = join(ROOT, 'src', 'cli');
@@ -160,6 +160,17 @@ test('harness-lab --help lists every command beside its summary; bare or unknown
     unknown.stderr,
     /^harness-lab: unknown command 'frobnicate'\n\nusage: harness-lab <command>[\s\S]*\n {2}proxy +run the capture proxy/,
   );
+  // An old name runs the new command and says the new name on stderr; the usage lists only new names.
+  for (const [old, renamed] of Object.entries(DEPRECATED_ALIASES)) {
+    assert.ok(COMMANDS[renamed], `${old} -> ${renamed}: no such command`);
+    assert.equal(COMMANDS[old], undefined, `${old} is an alias, not a command`);
+    assert.doesNotMatch(help.stdout, new RegExp(`^  ${old} `, 'm'), old);
+    const viaOld = cli([old, '--help']);
+    assert.equal(viaOld.status, 0, viaOld.stderr);
+    assert.ok(viaOld.stdout.startsWith(`usage: harness-lab ${renamed} `), viaOld.stdout);
+    assert.equal(viaOld.stderr, `harness-lab: \`${old}\` is now \`harness-lab ${renamed}\`; the old name still works for now\n`);
+  }
+  assert.equal(DEPRECATED_ALIASES.run, 'rollout');
   const sub = cli(['export', '--data-dir', '/nonexistent']);
   assert.equal(sub.status, 2);
   assert.match(sub.stderr, /^harness-lab export: --session is required\n\nusage: harness-lab export /);

@@ -92,7 +92,7 @@ async function reviewBatch(name: string): Promise<string> {
           session_id: session,
           started_at: s.queued_at,
           ended_at: s.queued_at,
-          out_dir: `runs/${s.rollout_id}/0`,
+          out_dir: `attempts/${s.rollout_id}/0`,
           outcome: 'finished',
           trainable: true,
         },

@@ -43,7 +43,7 @@ test('settings: defaults, and bad values named by their key', () => {
     proxyHost: '127.0.0.1',
     proxyPort: 0,
     dataDir: '',
-    runsDir: '.harness-lab/runs',
+    rolloutsDir: '',
     autoStart: false,
     maxModelCalls: 0,
     batchesFolder: 'harness-lab-batches',
@@ -59,6 +59,9 @@ test('settings: defaults, and bad values named by their key', () => {
   // harnessLab.engineURL wins; the older engineUrl is read when it is empty.
   assert.equal(readSettings((k) => ({ engineURL: 'http://new:1', engineUrl: 'http://old:1' })[k]).engineUrl, 'http://new:1');
   assert.equal(readSettings((k) => ({ engineURL: '', engineUrl: 'http://old:1' })[k]).engineUrl, 'http://old:1');
+  // harnessLab.rolloutsDir wins; the older runsDir (before "run" meant only a training run) is read when it is empty.
+  assert.equal(readSettings((k) => ({ rolloutsDir: 'new', runsDir: 'old/runs' })[k]).rolloutsDir, 'new');
+  assert.equal(readSettings((k) => ({ rolloutsDir: '', runsDir: 'old/runs' })[k]).rolloutsDir, 'old/runs');
   assert.throws(
     () => readSettings((k) => ({ proxyPort: 70000 })[k]),
     (err: Error) => err instanceof SettingsError && /harnessLab\.proxyPort/.test(err.message),

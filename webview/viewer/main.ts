@@ -25,7 +25,7 @@ import type { GroupViewData } from '../../src/protocol/group-data.js';
 import {
   fromWire,
   idsWithoutText,
-  type RunOutcomeView,
+  type RolloutOutcomeView,
   type TurnDetails,
   type ViewerData,
   type ViewerTurn,
@@ -80,7 +80,7 @@ function stateStore(api: VsCodeApi | null): { load(): SavedState; save(s: SavedS
   };
 }
 
-const OUTCOME_WORDS: Record<RunOutcomeView['class'], string> = {
+const OUTCOME_WORDS: Record<RolloutOutcomeView['class'], string> = {
   completed: 'solved',
   policy_failure: 'not solved',
   infra_error: 'failed before a reward',
@@ -89,7 +89,7 @@ const OUTCOME_WORDS: Record<RunOutcomeView['class'], string> = {
 };
 
 /** The run's outcome under the header: task, harness, reward and class, and the verifier's last lines (its reason). */
-function outcomeBanner(o: RunOutcomeView): HTMLElement {
+function outcomeBanner(o: RolloutOutcomeView): HTMLElement {
   const tone = o.class === 'completed' ? 'ok' : o.class === 'policy_failure' || o.class === 'cancelled' ? 'warn' : 'bad';
   const reward = o.reward === null ? 'no reward' : `reward ${o.reward.toFixed(2)}`;
   const reason = o.error ? o.error.split('\n')[0]! : null;

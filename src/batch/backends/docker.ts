@@ -1,4 +1,4 @@
-// The docker backend: the same sandbox code path as `harness-lab run` (runRollout), many at once,
+// The docker backend: the same sandbox code path as `harness-lab rollout` (runRollout), many at once,
 // every container labelled with its batch, group and rollout so a later lab removes what a dead one
 // left. The batch's capture is one in-process proxy on `<batch>/capture` in front of the given
 // engine, or, without --engine-url, the embedded engine answering with each task's policy.json.

@@ -2,11 +2,11 @@
 import { isAbsolute, join } from 'node:path';
 import type { ValidationTable } from '../sandbox/validate.js';
 
-/** Where runs are written: harnessLab.runsDir under the first workspace folder, else global storage. */
-export function runsDir(setting: string, workspaceFolder: string | undefined, globalStorage: string): string {
+/** Where rollouts are written: harnessLab.rolloutsDir (empty: .harness-lab/rollouts) under the first workspace folder, else global storage. */
+export function rolloutsDir(setting: string, workspaceFolder: string | undefined, globalStorage: string): string {
   if (setting && isAbsolute(setting)) return setting;
-  if (workspaceFolder) return join(workspaceFolder, setting || '.harness-lab/runs');
-  return join(globalStorage, 'runs');
+  if (workspaceFolder) return join(workspaceFolder, setting || '.harness-lab/rollouts');
+  return join(globalStorage, 'rollouts');
 }
 
 function mdCell(text: string): string {

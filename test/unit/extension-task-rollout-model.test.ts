@@ -1,21 +1,21 @@
-// Where runs go and how a validation reads, without vscode; and "Start Embedded Engine"'s process:
+// Where rollouts go and how a validation reads, without vscode; and "Start Embedded Engine"'s process:
 // the bundled CLI's `harness-lab engine` started, answering /v1/models and /detokenize, then ended.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { EngineProcess, EngineSlot, bundledCli } from '../../src/extension/embedded-engine-process.js';
-import { runsDir, validationMarkdown } from '../../src/extension/run-model.js';
+import { rolloutsDir, validationMarkdown } from '../../src/extension/task-rollout-model.js';
 import type { ValidationTable } from '../../src/sandbox/validate.js';
 
 const root = join(__dirname, '..', '..');
 
-test('runs go under the workspace (harnessLab.runsDir), an absolute setting as is, else global storage', () => {
-  assert.equal(runsDir('.harness-lab/runs', '/ws', '/gs'), '/ws/.harness-lab/runs');
-  assert.equal(runsDir('out/runs', '/ws', '/gs'), '/ws/out/runs');
-  assert.equal(runsDir('/data/runs', '/ws', '/gs'), '/data/runs');
-  assert.equal(runsDir('', '/ws', '/gs'), '/ws/.harness-lab/runs');
-  assert.equal(runsDir('.harness-lab/runs', undefined, '/gs'), '/gs/runs');
+test('rollouts go under the workspace (harnessLab.rolloutsDir), an absolute setting as is, else global storage', () => {
+  assert.equal(rolloutsDir('', '/ws', '/gs'), '/ws/.harness-lab/rollouts');
+  assert.equal(rolloutsDir('out/rollouts', '/ws', '/gs'), '/ws/out/rollouts');
+  assert.equal(rolloutsDir('/data/rollouts', '/ws', '/gs'), '/data/rollouts');
+  assert.equal(rolloutsDir('.harness-lab/runs', '/ws', '/gs'), '/ws/.harness-lab/runs', 'an old harnessLab.runsDir value as is');
+  assert.equal(rolloutsDir('', undefined, '/gs'), '/gs/rollouts');
 });
 
 test('a validation reads as a Markdown table; pipes and newlines in details stay inside their cell', () => {
@@ -28,7 +28,7 @@ test('a validation reads as a Markdown table; pipes and newlines in details stay
       { check: 'rollout finished', ok: true, detail: 'status ok' },
       { check: 'graph well formed', ok: false, detail: 'a | b\nsecond line' },
     ],
-    rollout: { out_dir: '/ws/.harness-lab/runs/hello-file/react/0', session_id: 's1' },
+    rollout: { out_dir: '/ws/.harness-lab/rollouts/hello-file/react/0', session_id: 's1' },
   } as unknown as ValidationTable;
   const md = validationMarkdown(table);
   assert.match(md, /^# react: capture contract on task hello-file \(docker\)/);

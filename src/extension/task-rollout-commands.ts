@@ -1,9 +1,9 @@
 // The handlers of "Harness Lab: Validate Harness Wiring" and the Tasks view's "Run with Harness...":
 // thin VS Code glue over the sandbox library (openLab + runRollout, the validation contract rows);
-// the tables and lines are the CLI's own (`harness-lab validate`, `harness-lab run`). commands.ts
-// registers them. A run records into the extension's own proxy, so its session streams into the
-// Sessions tree; its outputs go under the workspace (harnessLab.runsDir). Progress ends when the
-// work ends (the result message comes after), Cancel removes the run's sandbox.
+// the tables and lines are the CLI's own (`harness-lab validate`, `harness-lab rollout`). commands.ts
+// registers them. A rollout records into the extension's own proxy, so its session streams into the
+// Sessions tree; its outputs go under the workspace (harnessLab.rolloutsDir). Progress ends when the
+// work ends (the result message comes after), Cancel removes the rollout's sandbox.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import * as vscode from 'vscode';
@@ -14,10 +14,10 @@ import { ROLLOUT_DOCUMENT_FILE, rolloutLine, runRollout, type RolloutResult } fr
 import { contractRows, defaultValidationTask, formatValidationTable, type ValidationTable } from '../sandbox/validate.js';
 import type { Logger } from './logger.js';
 import type { ReadonlyDocuments } from './readonly-docs.js';
-import { outcomeLine, outcomeOf, outcomeReason, outcomeSeverity, policyMismatch } from './run-outcome.js';
-import { runsDir, validationMarkdown } from './run-model.js';
+import { outcomeLine, outcomeOf, outcomeReason, outcomeSeverity, policyMismatch } from './rollout-outcome.js';
+import { rolloutsDir, validationMarkdown } from './task-rollout-model.js';
 
-export interface HarnessRunContext {
+export interface TaskRolloutContext {
   context: vscode.ExtensionContext;
   log: Logger;
   docs: ReadonlyDocuments;
@@ -25,8 +25,8 @@ export interface HarnessRunContext {
   ensureProxy(): Promise<{ proxy: CaptureProxy; model: string }>;
   /** Opens a session of the running proxy in the rollout viewer. */
   openViewer(sessionId: string): void;
-  /** harnessLab.runsDir as set (relative to the first workspace folder). */
-  runsDirSetting(): string;
+  /** harnessLab.rolloutsDir as set (relative to the first workspace folder; empty: the default). */
+  rolloutsDirSetting(): string;
   /**
    * What the engine in use follows when it is this window's embedded engine: a policy file or shipped
    * name, null for none (free sampling); undefined for any other engine (it follows its own weights).
@@ -34,7 +34,7 @@ export interface HarnessRunContext {
   enginePolicy?(): string | null | undefined;
   /** Whether an engine is set up for the extension's proxy (running, or configured to start). */
   hasEngine?(): boolean;
-  /** The Sessions tree again: a run's outcome (rollout.json) is written after its last call. */
+  /** The Sessions tree again: a rollout's outcome (rollout.json) is written after its last call. */
   refreshSessions?(): void;
 }
 
@@ -65,8 +65,8 @@ function isInstalled(name: string): boolean {
   }
 }
 
-function outDir(ctx: HarnessRunContext): string {
-  return runsDir(ctx.runsDirSetting(), vscode.workspace.workspaceFolders?.[0]?.uri.fsPath, ctx.context.globalStorageUri.fsPath);
+function outDir(ctx: TaskRolloutContext): string {
+  return rolloutsDir(ctx.rolloutsDirSetting(), vscode.workspace.workspaceFolders?.[0]?.uri.fsPath, ctx.context.globalStorageUri.fsPath);
 }
 
 /** A task folder from a Tasks view item (`{ folder }`), a URI, or undefined. */
@@ -86,21 +86,21 @@ function withContext(what: string, err: unknown): Error {
   return new Error(`${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
 }
 
-interface RolloutRun {
+interface RolloutInProgress {
   result: RolloutResult | undefined;
   cancelled: boolean;
 }
 
 /**
  * One rollout under a cancellable progress notification with stage messages. Cancel removes the
- * run's sandbox (the agent's exec ends with it) and the rollout ends as errored.
+ * rollout's sandbox (the agent's exec ends with it) and the rollout ends as errored.
  */
 async function rolloutWithProgress(
-  ctx: HarnessRunContext,
+  ctx: TaskRolloutContext,
   title: string,
   labOptions: LabOptions,
   extra: { timeoutSec?: number } = {},
-): Promise<RolloutRun> {
+): Promise<RolloutInProgress> {
   return vscode.window.withProgress(
     { location: vscode.ProgressLocation.Notification, title, cancellable: true },
     async (progress, token) => {
@@ -137,7 +137,7 @@ async function rolloutWithProgress(
   );
 }
 
-export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown): Promise<ValidationTable | undefined> {
+export async function validateHarnessWiring(ctx: TaskRolloutContext, arg: unknown): Promise<ValidationTable | undefined> {
   const harness = await pickHarness('Validate Harness Wiring', arg);
   if (!harness) return undefined;
   const taskDir = taskFolder(arg) ?? defaultValidationTask();
@@ -145,9 +145,9 @@ export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown
   const out = outDir(ctx);
   mkdirSync(out, { recursive: true });
   // Through the extension's proxy when there is an engine for it, so the session shows in Sessions;
-  // without one the lab starts the task's policy engine and its own proxy (the session is in the run folder).
+  // without one the lab starts the task's policy engine and its own proxy (the session is in the rollout folder).
   const shared = ctx.hasEngine?.() ? await ctx.ensureProxy() : undefined;
-  const run = await rolloutWithProgress(ctx, `Harness Lab: validating ${harness} on ${name}`, {
+  const rollout = await rolloutWithProgress(ctx, `Harness Lab: validating ${harness} on ${name}`, {
     taskDir,
     harness,
     sandbox: 'docker',
@@ -158,8 +158,8 @@ export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown
   }).catch((err: unknown) => {
     throw withContext(`could not validate ${harness} on ${name}`, err);
   });
-  if (!run.result) return undefined;
-  const r = run.result;
+  if (!rollout.result) return undefined;
+  const r = rollout.result;
   ctx.refreshSessions?.();
   const rows = contractRows(r);
   const table: ValidationTable = {
@@ -172,21 +172,21 @@ export async function validateHarnessWiring(ctx: HarnessRunContext, arg: unknown
   };
   ctx.log.info(formatValidationTable(table));
   const report = join(r.out_dir, 'validation.md');
-  writeFileSync(report, validationMarkdown(table, run.cancelled));
+  writeFileSync(report, validationMarkdown(table, rollout.cancelled));
   // The result after the progress has ended: a readable table in the Markdown preview.
   await vscode.commands.executeCommand('markdown.showPreview', vscode.Uri.file(report));
   const failed = rows.filter((row) => !row.ok).length;
-  const msg = run.cancelled
+  const msg = rollout.cancelled
     ? `Harness Lab: validation of ${harness} was cancelled; the sandbox was removed.`
     : table.ok
       ? `Harness Lab: ${harness} passes the capture contract on ${name}.`
       : `Harness Lab: ${harness} fails ${failed} check(s) of the capture contract on ${name}.`;
-  void resultMessage(ctx, table.ok && !run.cancelled ? 'info' : 'warning', msg, r);
+  void resultMessage(ctx, table.ok && !rollout.cancelled ? 'info' : 'warning', msg, r);
   return table;
 }
 
 /** Returns the rollout's session id (a session of the extension's proxy). */
-export async function runTaskWithHarness(ctx: HarnessRunContext, arg: unknown): Promise<string | undefined> {
+export async function runTaskWithHarness(ctx: TaskRolloutContext, arg: unknown): Promise<string | undefined> {
   const taskDir = taskFolder(arg);
   if (!taskDir) throw new Error('run this from a task in the Tasks view.');
   const harness = await pickHarness('Run with Harness', arg);
@@ -195,7 +195,7 @@ export async function runTaskWithHarness(ctx: HarnessRunContext, arg: unknown): 
   const name = taskLabel(arg, taskDir);
   const out = outDir(ctx);
   mkdirSync(out, { recursive: true });
-  const run = await rolloutWithProgress(ctx, `Harness Lab: ${harness} on ${name}`, {
+  const rollout = await rolloutWithProgress(ctx, `Harness Lab: ${harness} on ${name}`, {
     taskDir,
     harness,
     sandbox: 'docker',
@@ -207,11 +207,11 @@ export async function runTaskWithHarness(ctx: HarnessRunContext, arg: unknown): 
   }).catch((err: unknown) => {
     throw withContext(`could not run ${harness} on ${name}`, err);
   });
-  const r = run.result;
+  const r = rollout.result;
   if (!r) return undefined;
   const line = rolloutLine(r);
   ctx.refreshSessions?.();
-  const outcome = outcomeOf({ ...r, cancelled: run.cancelled }, r.out_dir);
+  const outcome = outcomeOf({ ...r, cancelled: rollout.cancelled }, r.out_dir);
   const reason = outcomeReason(outcome);
   const hint = policyMismatch(ctx.enginePolicy?.(), taskDir);
   ctx.log.info(
@@ -223,9 +223,9 @@ export async function runTaskWithHarness(ctx: HarnessRunContext, arg: unknown): 
   return r.session_id;
 }
 
-/** A run's result: Open in Viewer, Reveal (the run's folder) and Show Log. */
+/** A rollout's result: Open in Viewer, Reveal (the rollout's folder) and Show Log. */
 async function resultMessage(
-  ctx: HarnessRunContext,
+  ctx: TaskRolloutContext,
   severity: 'info' | 'warning' | 'error',
   message: string,
   r: RolloutResult,
@@ -244,7 +244,7 @@ async function resultMessage(
     try {
       ctx.openViewer(r.session_id);
     } catch {
-      // The proxy that recorded it may be gone; the rollout document next to the run opens the same view.
+      // The proxy that recorded it may be gone; the rollout document in the rollout's folder opens the same view.
       await vscode.commands.executeCommand(
         'vscode.openWith',
         vscode.Uri.file(join(r.out_dir, ROLLOUT_DOCUMENT_FILE)),

@@ -14,9 +14,9 @@ import {
   outcomeReason,
   outcomeSeverity,
   policyMismatch,
-  readRunOutcome,
+  readRolloutOutcome,
   verifierTail,
-} from '../../src/extension/run-outcome.js';
+} from '../../src/extension/rollout-outcome.js';
 import { SessionsTreeModel, sessionNode } from '../../src/extension/sessions-model.js';
 
 const dirs: string[] = [];
@@ -27,8 +27,8 @@ function tempDir(): string {
   return d;
 }
 
-/** A run folder as runRollout leaves it: rollout.json and the verifier's stdout. */
-function runDir(result: Record<string, unknown>, verifier?: string): string {
+/** A rollout folder as runRollout leaves it: rollout.json and the verifier's stdout. */
+function rolloutFolder(result: Record<string, unknown>, verifier?: string): string {
   const dir = tempDir();
   writeFileSync(
     join(dir, 'rollout.json'),
@@ -51,8 +51,8 @@ function runDir(result: Record<string, unknown>, verifier?: string): string {
 }
 
 test("a reward of 0 is a policy failure shown as a warning with the verifier's reason", () => {
-  const dir = runDir({ reward: 0 }, 'checking hello.txt\n\nhello.txt is missing or wrong: Hello world\n');
-  const o = readRunOutcome(dir)!;
+  const dir = rolloutFolder({ reward: 0 }, 'checking hello.txt\n\nhello.txt is missing or wrong: Hello world\n');
+  const o = readRolloutOutcome(dir)!;
   assert.equal(o.class, 'policy_failure');
   assert.equal(outcomeSeverity(o), 'warning');
   assert.equal(outcomeLine(o), 'hello-file: not solved (reward 0.00, policy_failure)');
@@ -68,7 +68,7 @@ test('classes: completed only above 0; errors, timeouts and cancels are not succ
   assert.equal(classOf({ status: 'errored', reward: null, cancelled: true }), 'cancelled');
   assert.equal(outcomeSeverity({ class: 'completed' }), 'info');
   assert.equal(outcomeSeverity({ class: 'infra_error' }), 'error');
-  const failed = readRunOutcome(runDir({ status: 'errored', reward: null, error: 'the sandbox ran out of memory\nstack' }))!;
+  const failed = readRolloutOutcome(rolloutFolder({ status: 'errored', reward: null, error: 'the sandbox ran out of memory\nstack' }))!;
   assert.equal(outcomeReason(failed), 'the sandbox ran out of memory', 'the error wins over the verifier, first line only');
   assert.equal(outcomeLine(failed), 'hello-file: failed before a reward (no reward, infra_error)');
 });
@@ -76,7 +76,7 @@ test('classes: completed only above 0; errors, timeouts and cancels are not succ
 test('the verifier tail keeps the last lines of a long log and shortens long lines', () => {
   const lines = Array.from({ length: 5000 }, (_, i) => `line ${i}`);
   lines.push('x'.repeat(1000));
-  const dir = runDir({}, lines.join('\n'));
+  const dir = rolloutFolder({}, lines.join('\n'));
   const tail = verifierTail(dir, 3);
   assert.deepEqual(tail.slice(0, 2), ['line 4998', 'line 4999']);
   assert.equal(tail[2]!.length, 301);
@@ -84,16 +84,16 @@ test('the verifier tail keeps the last lines of a long log and shortens long lin
 });
 
 test('a folder without rollout.json (still running) or with a malformed one has no outcome', () => {
-  assert.equal(readRunOutcome(tempDir()), undefined);
+  assert.equal(readRolloutOutcome(tempDir()), undefined);
   const bad = tempDir();
   writeFileSync(join(bad, 'rollout.json'), '{"task": 3}');
-  assert.equal(readRunOutcome(bad), undefined);
+  assert.equal(readRolloutOutcome(bad), undefined);
   writeFileSync(join(bad, 'rollout.json'), 'not json');
-  assert.equal(readRunOutcome(bad), undefined);
+  assert.equal(readRolloutOutcome(bad), undefined);
 });
 
 test("the Sessions tree shows reward and class on a run's session, and its verifier lines in the tooltip", () => {
-  const dir = runDir({ reward: 0 }, 'hello.txt is missing or wrong\n');
+  const dir = rolloutFolder({ reward: 0 }, 'hello.txt is missing or wrong\n');
   const cache = new OutcomeCache();
   const rows = [
     {
@@ -123,7 +123,7 @@ test("the Sessions tree shows reward and class on a run's session, and its verif
   assert.match(sessionNode(rows[0]!, [], [], cache.of(rows[0]!.metadata)).description, /^reward 1\.00 · solved/);
 });
 
-test("a batch member's session file leads to its rollout state and its attempt's verifier lines", () => {
+test("a batch member's session file leads to its rollout state and its attempt's verifier lines (an old batch's runs/ folder)", () => {
   const batch = tempDir();
   mkdirSync(join(batch, 'capture', 'sessions'), { recursive: true });
   mkdirSync(join(batch, 'rollouts'));
@@ -170,11 +170,11 @@ test("a batch member's session file leads to its rollout state and its attempt's
   assert.deepEqual(fileOutcome(file, { rollout_id: 'r1' }), o);
   assert.equal(batchMemberOutcome(file, { rollout_id: '../../etc' }), undefined, 'an id that is not a rollout of the batch');
   assert.equal(batchMemberOutcome(join(batch, 'x.jsonl'), { rollout_id: 'r1' }), undefined, 'not a batch capture file');
-  const run = runDir({ reward: 1 });
+  const folder = rolloutFolder({ reward: 1 });
   assert.equal(
-    fileOutcome(join(run, 'session.rollout.json'), {})?.class,
+    fileOutcome(join(folder, 'session.rollout.json'), {})?.class,
     'completed',
-    "a run's rollout document: the rollout.json beside it",
+    "a Run with Harness rollout's document: the rollout.json beside it",
   );
 });
 

@@ -1,5 +1,5 @@
-// A run's outcome as every surface shows it (Run with Harness's message, the Sessions tree, the
-// viewer header): task, reward, class and the verifier's last lines. Read from what a run leaves on
+// A rollout's outcome as every surface shows it (Run with Harness's message, the Sessions tree, the
+// viewer header): task, reward, class and the verifier's last lines. Read from what a rollout leaves on
 // disk: `<out_dir>/rollout.json` (sandbox/rollout-runner.ts) and `<out_dir>/verifier/test-stdout.txt`;
 // a batch member's class comes from its rollout state. Parsed with zod: these are files on disk.
 // No vscode import (unit-tested).
@@ -7,14 +7,14 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { z } from 'zod';
 import { readRolloutState } from '../batch/state.js';
-import type { RunOutcomeView } from '../protocol/viewer-data.js';
+import type { RolloutOutcomeView } from '../protocol/viewer-data.js';
 
-export type { RunOutcomeView };
+export type { RolloutOutcomeView };
 
-/** The class of a finished run, as batches name them (batch/state.ts ROLLOUT_CLASSES). */
-export type OutcomeClass = RunOutcomeView['class'];
+/** The class of a finished rollout, as batches name them (batch/state.ts ROLLOUT_CLASSES). */
+export type OutcomeClass = RolloutOutcomeView['class'];
 
-const RunResultSchema = z.looseObject({
+const RolloutJsonSchema = z.looseObject({
   task: z.string(),
   harness: z.string(),
   status: z.string(),
@@ -25,7 +25,7 @@ const RunResultSchema = z.looseObject({
 });
 
 /** What `classOf` needs of a RolloutResult. */
-export interface RunFacts {
+export interface OutcomeFacts {
   status: string;
   reward: number | null;
   error?: string | null;
@@ -34,7 +34,7 @@ export interface RunFacts {
 }
 
 /** completed: reward above 0; policy_failure: the verifier gave 0; timeout; infra_error: no reward. */
-export function classOf(r: RunFacts): OutcomeClass {
+export function classOf(r: OutcomeFacts): OutcomeClass {
   if (r.cancelled) return 'cancelled';
   if (r.agent?.timed_out) return 'timeout';
   if (r.status !== 'ok' || r.reward === null) return 'infra_error';
@@ -67,8 +67,8 @@ function readTail(file: string, bytes: number): string {
   return buf.subarray(Math.max(0, size - bytes)).toString('utf8');
 }
 
-/** The outcome of a run from its facts (Run with Harness has them in memory) and its folder. */
-export function outcomeOf(r: RunFacts & { task: string; harness: string }, outDir: string): RunOutcomeView {
+/** The outcome of a rollout from its facts (Run with Harness has them in memory) and its folder. */
+export function outcomeOf(r: OutcomeFacts & { task: string; harness: string }, outDir: string): RolloutOutcomeView {
   return {
     task: r.task,
     harness: r.harness,
@@ -80,29 +80,29 @@ export function outcomeOf(r: RunFacts & { task: string; harness: string }, outDi
   };
 }
 
-/** The outcome a run folder records, or undefined when it has none yet (still running) or it cannot be read. */
-export function readRunOutcome(outDir: string): RunOutcomeView | undefined {
+/** The outcome a rollout folder records, or undefined when it has none yet (still running) or it cannot be read. */
+export function readRolloutOutcome(outDir: string): RolloutOutcomeView | undefined {
   const file = join(outDir, 'rollout.json');
   if (!existsSync(file)) return undefined;
   try {
-    const parsed = RunResultSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
+    const parsed = RolloutJsonSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
     return parsed.success ? outcomeOf(parsed.data, outDir) : undefined;
   } catch {
     return undefined;
   }
 }
 
-/** A session's run outcome, from the `out_dir` its metadata names (Run with Harness, Validate). */
-export function sessionOutcome(metadata: Record<string, unknown> | undefined): RunOutcomeView | undefined {
+/** A session's rollout outcome, from the `out_dir` its metadata names (Run with Harness, Validate). */
+export function sessionOutcome(metadata: Record<string, unknown> | undefined): RolloutOutcomeView | undefined {
   const outDir = metadata?.out_dir;
-  return typeof outDir === 'string' && outDir ? readRunOutcome(outDir) : undefined;
+  return typeof outDir === 'string' && outDir ? readRolloutOutcome(outDir) : undefined;
 }
 
 /** Memoises outcomes by folder and rollout.json mtime, so a tree refresh per call does not re-read them. */
 export class OutcomeCache {
-  private readonly cache = new Map<string, { mtimeMs: number; outcome: RunOutcomeView | undefined }>();
+  private readonly cache = new Map<string, { mtimeMs: number; outcome: RolloutOutcomeView | undefined }>();
 
-  of(metadata: Record<string, unknown> | undefined): RunOutcomeView | undefined {
+  of(metadata: Record<string, unknown> | undefined): RolloutOutcomeView | undefined {
     const outDir = metadata?.out_dir;
     if (typeof outDir !== 'string' || !outDir) return undefined;
     let mtimeMs = -1;
@@ -113,7 +113,7 @@ export class OutcomeCache {
     }
     const hit = this.cache.get(outDir);
     if (hit && hit.mtimeMs === mtimeMs) return hit.outcome;
-    const outcome = readRunOutcome(outDir);
+    const outcome = readRolloutOutcome(outDir);
     this.cache.set(outDir, { mtimeMs, outcome });
     return outcome;
   }
@@ -124,7 +124,7 @@ export function formatReward(reward: number | null): string {
 }
 
 /** How a message shows the outcome: only a reward above 0 is a success. */
-export function outcomeSeverity(o: Pick<RunOutcomeView, 'class'>): 'info' | 'warning' | 'error' {
+export function outcomeSeverity(o: Pick<RolloutOutcomeView, 'class'>): 'info' | 'warning' | 'error' {
   if (o.class === 'completed') return 'info';
   if (o.class === 'policy_failure' || o.class === 'cancelled') return 'warning';
   return 'error';
@@ -139,18 +139,18 @@ const CLASS_WORDS: Record<OutcomeClass, string> = {
 };
 
 /** One line: `hello-file: not solved (reward 0.00, policy_failure)`. */
-export function outcomeLine(o: RunOutcomeView): string {
+export function outcomeLine(o: RolloutOutcomeView): string {
   return `${o.task}: ${CLASS_WORDS[o.class]} (${formatReward(o.reward)}, ${o.class})`;
 }
 
-/** The reason: the run's error, else the verifier's last line. */
-export function outcomeReason(o: RunOutcomeView): string | undefined {
+/** The reason: the rollout's error, else the verifier's last line. */
+export function outcomeReason(o: RolloutOutcomeView): string | undefined {
   if (o.error) return o.error.split('\n')[0];
   return o.verifier.length ? `verifier: ${o.verifier[o.verifier.length - 1]}` : undefined;
 }
 
 /** The short form for a tree item's description: `reward 0.00 · not solved`. */
-export function outcomeBadge(o: RunOutcomeView): string {
+export function outcomeBadge(o: RolloutOutcomeView): string {
   return `${formatReward(o.reward)} · ${CLASS_WORDS[o.class]}`;
 }
 
@@ -159,7 +159,7 @@ export function outcomeBadge(o: RunOutcomeView): string {
  * rollout state (class, reward, error) and the verifier's last lines of the attempt that counts.
  * Undefined while it runs, or for a file outside a batch.
  */
-export function batchMemberOutcome(sessionFile: string, metadata: Record<string, unknown> | undefined): RunOutcomeView | undefined {
+export function batchMemberOutcome(sessionFile: string, metadata: Record<string, unknown> | undefined): RolloutOutcomeView | undefined {
   const rolloutId = metadata?.rollout_id;
   if (typeof rolloutId !== 'string' || basename(dirname(sessionFile)) !== 'sessions') return undefined;
   const batchDir = resolve(dirname(sessionFile), '..', '..');
@@ -182,9 +182,9 @@ export function batchMemberOutcome(sessionFile: string, metadata: Record<string,
   }
 }
 
-/** The outcome for a rollout file opened in the viewer: a run's `session.rollout.json`, or a batch member's session file. */
-export function fileOutcome(file: string, metadata: Record<string, unknown> | undefined): RunOutcomeView | undefined {
-  return readRunOutcome(dirname(file)) ?? batchMemberOutcome(file, metadata) ?? sessionOutcome(metadata);
+/** The outcome for a rollout file opened in the viewer: a Run with Harness rollout's `session.rollout.json`, or a batch member's session file. */
+export function fileOutcome(file: string, metadata: Record<string, unknown> | undefined): RolloutOutcomeView | undefined {
+  return readRolloutOutcome(dirname(file)) ?? batchMemberOutcome(file, metadata) ?? sessionOutcome(metadata);
 }
 
 /**
