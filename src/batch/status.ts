@@ -145,7 +145,7 @@ export interface InfraAccount {
 
 /**
  * Infra failures over every attempt that reached a verdict (a rollout run again after an outage
- * counts each of its failed attempts): what a run of days reports as its infra-failed rate.
+ * counts each of its failed attempts): what a batch running for days reports as its infra-failed rate.
  */
 export function infraAccount(states: readonly RolloutState[]): InfraAccount {
   const acc: InfraAccount = { attempts: 0, failed_attempts: 0, rate: null, causes: {} };

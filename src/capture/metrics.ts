@@ -1,5 +1,5 @@
 // Prometheus text exposition (format 0.0.4) for the lab's servers: the capture proxy, `serve` and the
-// embedded engine each answer `GET /metrics` with what a run of days is watched by (calls, tokens,
+// embedded engine each answer `GET /metrics` with what days of running are watched by (calls, tokens,
 // sessions by state, errors by class, event-loop lag, sandboxes by state). The format is a few lines
 // of text per metric (# HELP, # TYPE, then `name{label="v"} value`); no client library is needed for
 // the handful of counters and gauges here, and none of them is computed on the hot path: counters

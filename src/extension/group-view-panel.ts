@@ -35,7 +35,7 @@ export interface GroupViewHost {
   openSession(file: string): Thenable<unknown>;
 }
 
-/** The group id of a fork view: `dir` is then the original rollout's file, its forks found beside its run. */
+/** The group id of a fork view: `dir` is then the original rollout's file, its forks found beside its rollout folder. */
 export const FORKS_GROUP = '@forks';
 
 /** The group's data, or the batch's error in the user's terms. */

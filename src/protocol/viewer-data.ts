@@ -85,11 +85,11 @@ export interface ViewerTurn extends RolloutGraphNodeJson {
   bridge?: ViewerBridge | null;
 }
 
-/** A run's outcome, for the viewer's header: task, reward, class and the verifier's last lines. */
+/** A rollout's outcome, for the viewer's header: task, reward, class and the verifier's last lines. */
 export interface RolloutOutcomeView {
   task: string;
   harness: string;
-  /** A batch's rollout classes, plus cancelled (a run stopped by its user). */
+  /** A batch's rollout classes, plus cancelled (a rollout stopped by its user). */
   class: 'completed' | 'policy_failure' | 'infra_error' | 'timeout' | 'cancelled';
   reward: number | null;
   error: string | null;

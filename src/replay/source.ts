@@ -1,4 +1,4 @@
-// What a replay reads: a captured rollout (a run's folder, its `session.rollout.json`, any rollout
+// What a replay reads: a captured rollout (a rollout folder, its `session.rollout.json`, any rollout
 // document) or a replay fixture (the same calls stripped to what a replay needs, gzipped). Both are
 // external input: parsed with zod here, with errors that name the file.
 import { existsSync, readFileSync, statSync } from 'node:fs';

@@ -99,7 +99,7 @@ export async function openLab(opts: LabOptions): Promise<Lab> {
 
     if (opts.handleSignals !== false) {
       const onSignal = (signal: NodeJS.Signals) => {
-        process.stderr.write(`\nharness-lab: ${signal}: removing this run's sandboxes\n`);
+        process.stderr.write(`\nharness-lab: ${signal}: removing this lab's sandboxes\n`);
         void runtime.removeOwned().finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
       };
       process.once('SIGINT', onSignal);

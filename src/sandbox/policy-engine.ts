@@ -10,7 +10,7 @@ import { ScriptedPolicy } from '../engine/policy.js';
 export interface PolicyEngine {
   url: string;
   model: string;
-  /** What serves the answers, for the run header. */
+  /** What serves the answers, for the header `harness-lab rollout -v` prints. */
   description: string;
   close(): Promise<void>;
 }

@@ -100,7 +100,7 @@ export interface RolloutOptions {
 
 export type RolloutStage = 'building image' | 'starting sandbox' | 'agent running' | 'verifier' | 'collecting';
 
-/** The rollout document next to the run record, named so the rollout viewer opens it (`*.rollout.json`). */
+/** The rollout document next to the rollout record (rollout.json), named so the rollout viewer opens it (`*.rollout.json`). */
 export const ROLLOUT_DOCUMENT_FILE = 'session.rollout.json';
 
 /** `<out>/<task>/<harness>/<n>` with the next free n. */

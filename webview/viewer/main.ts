@@ -88,7 +88,7 @@ const OUTCOME_WORDS: Record<RolloutOutcomeView['class'], string> = {
   cancelled: 'cancelled',
 };
 
-/** The run's outcome under the header: task, harness, reward and class, and the verifier's last lines (its reason). */
+/** The rollout's outcome under the header: task, harness, reward and class, and the verifier's last lines (its reason). */
 function outcomeBanner(o: RolloutOutcomeView): HTMLElement {
   const tone = o.class === 'completed' ? 'ok' : o.class === 'policy_failure' || o.class === 'cancelled' ? 'warn' : 'bad';
   const reward = o.reward === null ? 'no reward' : `reward ${o.reward.toFixed(2)}`;
