@@ -1,4 +1,4 @@
-// The images a cluster batch runs: each task's image tag as `harness-lab run` builds it, the
+// The images a cluster batch runs: each task's image tag as `harness-lab rollout` builds it, the
 // in-cluster proxy's image, where a pod finds its harness (baked into the image, or mounted from the
 // node), and pushing images that exist only in the local daemon to the batch's registry.
 import { readFileSync } from 'node:fs';
@@ -68,7 +68,7 @@ export function defaultProxy(manifest: BatchManifest, env: NodeJS.ProcessEnv = p
 }
 
 /**
- * Each task's image tag as `harness-lab run` builds it (built here when Docker is reachable: it must
+ * Each task's image tag as `harness-lab rollout` builds it (built here when Docker is reachable: it must
  * then be pushed to the registry); without Docker, the tag the build would have (base image ids unknown).
  */
 export async function taskImageTags(manifest: BatchManifest, build: boolean, log?: (line: string) => void): Promise<Map<string, string>> {
