@@ -50,7 +50,8 @@ export function acquireLock(dir: string, command: string): { release(): void; pr
       const held = labState(dir);
       if (held.state === 'running')
         throw new BatchBusyError(
-          `${dir} is being run by pid ${held.lock!.pid} on ${held.lock!.host} (since ${held.lock!.started_at}); watch it with \`harness-lab batch watch ${dir}\` or stop it with \`harness-lab batch cancel ${dir}\``,
+          `${dir} is being run by pid ${held.lock!.pid} on ${held.lock!.host} (since ${held.lock!.started_at}); ` +
+            `watch it with \`harness-lab batch watch ${dir}\` or stop it with \`harness-lab batch cancel ${dir}\``,
         );
       previous = held.lock;
       rmSync(file, { force: true });

@@ -339,7 +339,8 @@ const fmt = (n: number | null) => (n === null ? '-' : (Math.round(n * 1000) / 10
 export function formatStatus(st: BatchStatus, opts: { rollouts?: boolean } = {}): string {
   const c = st.counts;
   const lines = [
-    `batch ${st.batch_id} (${st.backend}, group size ${st.group_size}, parallel ${st.parallel}, temperature ${st.sampling.temperature}${st.policy_version ? `, policy ${st.policy_version}` : ''}): ${st.lab}${st.lab === 'running' ? ` (pid ${st.lab_pid})` : ''}`,
+    `batch ${st.batch_id} (${st.backend}, group size ${st.group_size}, parallel ${st.parallel}, temperature ` +
+      `${st.sampling.temperature}${st.policy_version ? `, policy ${st.policy_version}` : ''}): ${st.lab}${st.lab === 'running' ? ` (pid ${st.lab_pid})` : ''}`,
     `  ${c.done} done, ${c.discarded} discarded, ${c.running} running${c.running ? ` (${c.running_calls} call${c.running_calls === 1 ? '' : 's'} so far)` : ''}, ${c.queued} queued of ${c.total}${
       Object.keys(st.classes).length
         ? `; ${Object.entries(st.classes)
@@ -368,16 +369,20 @@ export function formatStatus(st: BatchStatus, opts: { rollouts?: boolean } = {})
     const flags = [g.no_contrast ? 'NO CONTRAST' : '', g.too_few_trainable ? 'FEWER THAN 2 TRAINABLE' : ''].filter(Boolean).join(', ');
     const rewards = g.rewards.map((r) => String(Math.round(r * 100) / 100)).join(' ') || '-';
     const sampleCols = g.samples
-      ? `  ${(g.samples.samples_per_rollout === null ? '-' : g.samples.samples_per_rollout.toFixed(2)).padStart(5)}  ${(g.samples.token_ratio === null ? '-' : `${g.samples.token_ratio.toFixed(2)}x`).padStart(13)}`
+      ? `  ${(g.samples.samples_per_rollout === null ? '-' : g.samples.samples_per_rollout.toFixed(2)).padStart(5)} ` +
+        ` ${(g.samples.token_ratio === null ? '-' : `${g.samples.token_ratio.toFixed(2)}x`).padStart(13)}`
       : '';
     lines.push(
-      `  ${g.group_id.padEnd(width)}  ${String(g.done).padStart(4)}  ${String(g.discarded).padStart(4)}  ${String(g.pending).padStart(4)}  ${rewards.padEnd(25)}  ${fmt(g.mean).padStart(6)}  ${fmt(g.std).padStart(6)}${sampleCols}  ${flags}`,
+      `  ${g.group_id.padEnd(width)}  ${String(g.done).padStart(4)}  ${String(g.discarded).padStart(4)}  ${String(g.pending).padStart(4)} ` +
+        ` ${rewards.padEnd(25)}  ${fmt(g.mean).padStart(6)}  ${fmt(g.std).padStart(6)}${sampleCols}  ${flags}`,
     );
     if (opts.rollouts)
       for (const r of g.rollouts) {
         const smp = r.samples ? ` samples=${r.samples.samples} tokens=${r.samples.tokens_to_trainer}/${r.samples.merged_tokens}` : '';
         lines.push(
-          `      ${r.id}  ${r.state}${r.class ? ` ${r.class}` : ''}${r.calls !== null ? ` calls=${r.calls}` : ''} reward=${r.reward ?? 'null'}${smp}${r.duration_ms !== null ? ` ${(r.duration_ms / 1000).toFixed(1)}s` : ''}${r.attempts > 1 ? ` attempts=${r.attempts}` : ''}${r.error && r.state !== 'done' ? `  (${r.error})` : ''}`,
+          `      ${r.id}  ${r.state}${r.class ? ` ${r.class}` : ''}${r.calls !== null ? ` calls=${r.calls}` : ''} ` +
+            `reward=${r.reward ?? 'null'}${smp}${r.duration_ms !== null ? ` ${(r.duration_ms / 1000).toFixed(1)}s` : ''}` +
+            `${r.attempts > 1 ? ` attempts=${r.attempts}` : ''}${r.error && r.state !== 'done' ? `  (${r.error})` : ''}`,
         );
       }
   }

@@ -32,7 +32,8 @@ export const atifCheckCommand = defineCommand({
         'call  sampled  step  step_tokens  status',
         ...result.rows.map(
           (r) =>
-            `${(r.call_index === null ? '—' : `#${r.call_index}`).padEnd(5)} ${w(r.n_sampled).padStart(7)}  ${w(r.step_id).padStart(4)}  ${w(r.step_completion_tokens).padStart(11)}  ${r.status}${r.discarded ? ' (retry)' : ''}`,
+            `${(r.call_index === null ? '—' : `#${r.call_index}`).padEnd(5)} ${w(r.n_sampled).padStart(7)}  ${w(r.step_id).padStart(4)} ` +
+            ` ${w(r.step_completion_tokens).padStart(11)}  ${r.status}${r.discarded ? ' (retry)' : ''}`,
         ),
         '',
         ...result.findings,

@@ -153,7 +153,8 @@ const submit = defineCommand({
     writeBatch(plan);
     const m = plan.manifest;
     say(
-      `batch ${m.batch_id}: ${m.tasks.length} task(s) x ${m.harnesses.length} harness(es) x ${m.group_size} = ${plan.states.length} rollouts in ${m.groups.length} groups, ${m.parallel} at a time, on ${m.backend}`,
+      `batch ${m.batch_id}: ${m.tasks.length} task(s) x ${m.harnesses.length} harness(es) x ${m.group_size} ` +
+        `= ${plan.states.length} rollouts in ${m.groups.length} groups, ${m.parallel} at a time, on ${m.backend}`,
     );
     say(`batch directory: ${plan.dir}`);
     return runAndReport(plan.dir, flags.verbose, engineKey(flags['engine-api-key']), flags.keep);
@@ -274,7 +275,8 @@ const cancel = defineCommand({
       return 0;
     }
     say(
-      `cancelled${s.stoppedLab ? ` (lab pid ${s.stoppedLab} stopped)` : ''}; removed ${s.removed.length} sandbox(es)${s.requeued.length ? `; ${s.requeued.length} rollout(s) queued again` : ''}. \`harness-lab batch resume ${dir}\` continues the batch.`,
+      `cancelled${s.stoppedLab ? ` (lab pid ${s.stoppedLab} stopped)` : ''}; removed ${s.removed.length} sandbox(es)${s.requeued.length ? `; ${s.requeued.length} rollout(s) queued again` : ''}. ` +
+        `\`harness-lab batch resume ${dir}\` continues the batch.`,
     );
     return 0;
   },
@@ -293,7 +295,9 @@ const teardown = defineCommand({
   name: 'batch teardown',
   summary: "remove what a batch left on its backend (a k8s batch's proxy, Secret, ConfigMaps, Jobs)",
   usage:
-    'usage: harness-lab batch teardown BATCH\n\nRemoves the Jobs (or containers), proxy Deployment, Service, Secret, NetworkPolicy and ConfigMaps of\na batch no lab is running. Its results stay in BATCH; an unfinished batch can still be resumed.',
+    'usage: harness-lab batch teardown BATCH\n\nRemoves the Jobs (or containers), proxy Deployment, Service, ' +
+    'Secret, NetworkPolicy and ConfigMaps of\na batch no lab is running. Its results stay in BATCH; an unfinished ' +
+    'batch can still be resumed.',
   flags: {},
   positionals: ['BATCH'],
   run: async ({ positionals }) => {

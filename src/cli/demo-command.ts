@@ -95,7 +95,8 @@ export const demoCommand = defineCommand({
       say('\ncaptured calls:');
       for (const call of doc.calls) {
         say(
-          `  #${call.index} ${call.call_id} ${call.dialect} prompt=${call.prompt_token_ids?.length ?? 0} completion=${call.completion_token_ids?.length ?? 0} tokens, logprobs=${call.logprobs ? 'aligned' : 'missing'}, finish=${call.finish_reason}, ${call.latency_ms} ms`,
+          `  #${call.index} ${call.call_id} ${call.dialect} prompt=${call.prompt_token_ids?.length ?? 0} completion=${call.completion_token_ids?.length ?? 0} ` +
+            `tokens, logprobs=${call.logprobs ? 'aligned' : 'missing'}, finish=${call.finish_reason}, ${call.latency_ms} ms`,
         );
       }
       say(`graph: ${doc.graph.nodes.length} node(s), ${doc.graph.roots.length} root(s), ${doc.graph.leaves.length} leaf/leaves`);

@@ -54,7 +54,9 @@ export const rolloutCommand = defineCommand({
     const say = (line: string) => process.stdout.write(`${line}\n`);
     if (sandbox === 'local') {
       process.stderr.write(
-        "harness-lab: --sandbox local does not isolate: the harness runs as you on the host's network and can reach the engine and every loopback service (the proxy's admin routes need this command's admin key); rollouts say isolation: none\n",
+        "harness-lab: --sandbox local does not isolate: the harness runs as you on the host's network and can " +
+          "reach the engine and every loopback service (the proxy's admin routes need this command's admin key); " +
+          'rollouts say isolation: none\n',
       );
     }
     const lab: Lab = await openLab({

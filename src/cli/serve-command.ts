@@ -149,7 +149,8 @@ policy.json).
       log,
     });
     process.stdout.write(
-      `harness-lab serve: ${server.url} (${[...splits.values()].map((s) => `${s.name}: ${s.tasks.length} task(s)`).join(', ')}; max ${flags['max-concurrent']} sessions, ${parallel} sandboxes at once; ${flags.backend} backend)\n`,
+      `harness-lab serve: ${server.url} (${[...splits.values()].map((s) => `${s.name}: ${s.tasks.length} task(s)`).join(', ')}; ` +
+        `max ${flags['max-concurrent']} sessions, ${parallel} sandboxes at once; ${flags.backend} backend)\n`,
     );
     await new Promise<void>((done) => {
       const stop = () => done();

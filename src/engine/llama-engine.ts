@@ -200,7 +200,9 @@ export class LlamaEngine {
     const asked = req.max_tokens ?? 16;
     if (promptIds.length + asked > limit) {
       throw new EngineRequestError(
-        `You passed ${promptIds.length} input tokens and requested ${asked} output tokens. However, the model's context length is only ${limit} tokens, resulting in a maximum input length of ${limit - asked} tokens. This model's maximum context length is ${limit} tokens.`,
+        `You passed ${promptIds.length} input tokens and requested ${asked} output tokens. However, the model's ` +
+          `context length is only ${limit} tokens, resulting in a maximum input length of ${limit - asked} tokens. ` +
+          `This model's maximum context length is ${limit} tokens.`,
         400,
         'max_tokens',
       );
@@ -313,7 +315,8 @@ export class LlamaEngine {
     const asked = req.max_completion_tokens ?? req.max_tokens ?? undefined;
     if (asked !== undefined && asked > room) {
       throw new EngineRequestError(
-        `This model's maximum context length is ${this.runtime.contextSize} tokens. However, you requested ${asked + promptIds.length} tokens (${promptIds.length} in the messages, ${asked} in the completion).`,
+        `This model's maximum context length is ${this.runtime.contextSize} tokens. However, you requested ${asked + promptIds.length} ` +
+          `tokens (${promptIds.length} in the messages, ${asked} in the completion).`,
         400,
         'max_tokens',
       );

@@ -388,7 +388,8 @@ const fmt = (x: number | null, d = 3) => (x === null ? '-' : x.toFixed(d));
 export function formatAudit(r: AuditReport): string {
   const lines: string[] = [];
   lines.push(
-    `batch ${r.batch_id}: ${r.summary.rollouts} rollouts in ${r.summary.groups} groups of ${r.group_size}; kept ${r.summary.kept}, discarded ${r.summary.discarded}, unfinished ${r.summary.unfinished}`,
+    `batch ${r.batch_id}: ${r.summary.rollouts} rollouts in ${r.summary.groups} groups of ${r.group_size}; ` +
+      `kept ${r.summary.kept}, discarded ${r.summary.discarded}, unfinished ${r.summary.unfinished}`,
   );
   lines.push('');
   lines.push('group                 harness          kept/n  rewards                  mean    std     note');
@@ -396,12 +397,14 @@ export function formatAudit(r: AuditReport): string {
     const note = g.no_contrast ? 'NO CONTRAST' : g.too_small ? 'TOO SMALL' : '';
     const excluded = g.members.filter((m) => !m.kept).map((m) => `${m.rollout_id}:${m.excluded}`);
     lines.push(
-      `${g.group_id.padEnd(21)} ${g.harness.padEnd(16)} ${`${g.kept}/${g.expected}`.padEnd(7)} ${`[${g.rewards.map((x) => +x.toFixed(3)).join(', ')}]`.padEnd(24)} ${fmt(g.mean).padEnd(7)} ${fmt(g.std).padEnd(7)} ${note}${excluded.length ? ` excluded ${excluded.join(' ')}` : ''}`,
+      `${g.group_id.padEnd(21)} ${g.harness.padEnd(16)} ${`${g.kept}/${g.expected}`.padEnd(7)} ${`[${g.rewards.map((x) => +x.toFixed(3)).join(', ')}]`.padEnd(24)} ` +
+        `${fmt(g.mean).padEnd(7)} ${fmt(g.std).padEnd(7)} ${note}${excluded.length ? ` excluded ${excluded.join(' ')}` : ''}`,
     );
   }
   lines.push('');
   lines.push(
-    `no contrast: ${r.summary.groups_no_contrast.length} group(s)${r.summary.groups_no_contrast.length ? ` (${r.summary.groups_no_contrast.join(', ')})` : ''}; too small: ${r.summary.groups_too_small.length}`,
+    `no contrast: ${r.summary.groups_no_contrast.length} group(s)${r.summary.groups_no_contrast.length ? ` (${r.summary.groups_no_contrast.join(', ')})` : ''}; ` +
+      `too small: ${r.summary.groups_too_small.length}`,
   );
   lines.push(
     `shares: no-contrast ${fmt(r.summary.no_contrast_share)}, no-signal ${fmt(r.summary.no_signal_share)}, discarded ${fmt(r.summary.discarded_share)}, stale ${fmt(r.summary.stale_share)}`,
@@ -412,7 +415,9 @@ export function formatAudit(r: AuditReport): string {
       .join('; ')}`,
   );
   lines.push(
-    `policy versions: newest ${r.policy.newest ?? 'unknown'}, calls by version ${JSON.stringify(r.policy.versions)}; ${r.policy.stale_calls}/${r.policy.calls} call(s) more than ${r.policy.max_staleness} behind, ${r.policy.unversioned_calls} without an ordered version`,
+    `policy versions: newest ${r.policy.newest ?? 'unknown'}, calls by version ${JSON.stringify(r.policy.versions)}; ` +
+      `${r.policy.stale_calls}/${r.policy.calls} call(s) more than ${r.policy.max_staleness} behind, ${r.policy.unversioned_calls} ` +
+      `without an ordered version`,
   );
   for (const s of r.policy.stale.slice(0, 20))
     lines.push(
@@ -421,7 +426,10 @@ export function formatAudit(r: AuditReport): string {
   if (r.policy.stale.length > 20) lines.push(`  ... ${r.policy.stale.length - 20} more (--json lists all)`);
   const broken = r.contract.failures;
   lines.push(
-    `capture contract: ${broken.length ? `${broken.length} of ${r.contract.checked_rollouts} kept rollout(s) break it; an export stops on them` : `every kept rollout (${r.contract.checked_rollouts}) holds it`}`,
+    'capture contract: ' +
+      (broken.length
+        ? `${broken.length} of ${r.contract.checked_rollouts} kept rollout(s) break it; an export stops on them`
+        : `every kept rollout (${r.contract.checked_rollouts}) holds it`),
   );
   for (const f of broken)
     lines.push(
@@ -433,7 +441,9 @@ export function formatAudit(r: AuditReport): string {
   lines.push('');
   lines.push('behaviour (docs/behaviour-metrics.md)  rollouts  tool calls  failed  recovery  self-verify  coverage  first success');
   const row = (name: string, b: BehaviourAggregate) =>
-    `${name.padEnd(38)} ${String(b.rollouts).padEnd(9)} ${fmt(b.mean_tool_calls, 2).padEnd(11)} ${fmt(b.mean_failed_tool_calls, 2).padEnd(7)} ${fmt(b.error_recovery, 2).padEnd(9)} ${fmt(b.self_verification, 2).padEnd(12)} ${fmt(b.mean_tool_coverage, 2).padEnd(9)} ${fmt(b.mean_turns_to_first_success, 2)}`;
+    `${name.padEnd(38)} ${String(b.rollouts).padEnd(9)} ${fmt(b.mean_tool_calls, 2).padEnd(11)} ${fmt(b.mean_failed_tool_calls, 2).padEnd(7)} ` +
+    `${fmt(b.error_recovery, 2).padEnd(9)} ${fmt(b.self_verification, 2).padEnd(12)} ${fmt(b.mean_tool_coverage, 2).padEnd(9)} ` +
+    `${fmt(b.mean_turns_to_first_success, 2)}`;
   for (const [h, b] of Object.entries(r.behaviour.harnesses)) lines.push(row(h, b));
   lines.push(row('(batch)', r.behaviour.batch));
   return `${lines.join('\n')}\n`;

@@ -193,7 +193,8 @@ export function formatRescore(r: RescoreReport): string {
     );
   for (const s of r.skipped) lines.push(`  skipped ${s.call_id}: ${s.reason}`);
   lines.push(
-    `mean ratio ${f(r.summary.mean_ratio)}; share of tokens with |ratio - 1| > ${r.threshold}: ${r.summary.share_past === null ? '-' : `${(r.summary.share_past * 100).toFixed(1)}%`}; mean |log ratio| ${f(r.summary.mean_abs_log_ratio, 6)}, max ${f(r.summary.max_abs_log_ratio, 6)}`,
+    `mean ratio ${f(r.summary.mean_ratio)}; share of tokens with |ratio - 1| > ${r.threshold}: ${r.summary.share_past === null ? '-' : `${(r.summary.share_past * 100).toFixed(1)}%`}; ` +
+      `mean |log ratio| ${f(r.summary.mean_abs_log_ratio, 6)}, max ${f(r.summary.max_abs_log_ratio, 6)}`,
   );
   return `${lines.join('\n')}\n`;
 }

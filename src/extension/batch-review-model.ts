@@ -104,7 +104,9 @@ export function auditProblems(r: AuditReport): AuditProblem[] {
   for (const f of r.contract.failures) {
     out.push({
       kind: 'contract',
-      text: `Rollout ${f.rollout_id} (group ${f.group_id}) breaks the capture contract, so an export stops on it: ${f.file}, session ${f.session_id}${f.call_id ? `, call ${f.call_id}` : ''}: ${f.problem}`,
+      text:
+        `Rollout ${f.rollout_id} (group ${f.group_id}) breaks the capture contract, so an export stops on it: ` +
+        `${f.file}, session ${f.session_id}${f.call_id ? `, call ${f.call_id}` : ''}: ${f.problem}`,
     });
   }
   for (const g of r.groups) {
@@ -134,7 +136,10 @@ export function auditProblems(r: AuditReport): AuditProblem[] {
     const first = r.policy.stale[0]!;
     out.push({
       kind: 'stale',
-      text: `${plural(r.policy.stale_calls, 'call')} sampled more than ${r.policy.max_staleness} policy versions behind the newest (${r.policy.newest}), e.g. rollout ${first.rollout_id}, session ${first.session_id}, call ${first.call_id} under ${first.version}.`,
+      text:
+        `${plural(r.policy.stale_calls, 'call')} sampled more than ${r.policy.max_staleness} policy versions ` +
+        `behind the newest (${r.policy.newest}), e.g. rollout ${first.rollout_id}, session ${first.session_id}, ` +
+        `call ${first.call_id} under ${first.version}.`,
     });
   }
   return out;
@@ -164,7 +169,10 @@ function memberClass(m: AuditMember): string {
 }
 
 function behaviourRow(name: string, b: BehaviourAggregate): string {
-  return `| ${md(name)} | ${b.rollouts} | ${num(b.mean_tool_calls, 2)} | ${num(b.mean_failed_tool_calls, 2)} | ${num(b.error_recovery, 2)} | ${num(b.self_verification, 2)} | ${num(b.mean_tool_coverage, 2)} | ${num(b.mean_turns_to_first_success, 2)} |`;
+  return (
+    `| ${md(name)} | ${b.rollouts} | ${num(b.mean_tool_calls, 2)} | ${num(b.mean_failed_tool_calls, 2)} ` +
+    `| ${num(b.error_recovery, 2)} | ${num(b.self_verification, 2)} | ${num(b.mean_tool_coverage, 2)} | ${num(b.mean_turns_to_first_success, 2)} |`
+  );
 }
 
 /** The audit as a Markdown document: problems first, then per group, harnesses, staleness, the contract, behaviour. */
@@ -182,7 +190,8 @@ export function auditMarkdown(r: AuditReport, opts: AuditMarkdownOptions = {}): 
   L.push(`# Audit of batch ${md(r.batch_id)}`, '');
   L.push(`${code(r.dir)}`, '');
   L.push(
-    `${plural(s.rollouts, 'rollout')} in ${plural(s.groups, 'group')} of ${r.group_size}: kept ${s.kept}, discarded ${s.discarded}, unfinished ${s.unfinished}. The same audit as ${code(`harness-lab audit ${r.dir}`)}.`,
+    `${plural(s.rollouts, 'rollout')} in ${plural(s.groups, 'group')} of ${r.group_size}: kept ${s.kept}, ` +
+      `discarded ${s.discarded}, unfinished ${s.unfinished}. The same audit as ${code(`harness-lab audit ${r.dir}`)}.`,
     '',
   );
 
@@ -219,7 +228,10 @@ export function auditMarkdown(r: AuditReport, opts: AuditMarkdownOptions = {}): 
     for (const m of g.members) {
       const b = m.behaviour;
       L.push(
-        `| ${m.member} | ${md(m.rollout_id)} | ${md(memberClass(m))} | ${m.reward === null ? '–' : num(m.reward)} | ${m.kept ? 'yes' : `no: ${md(m.excluded ?? '')}`} | ${m.n_calls} | ${m.tool_calls ?? '–'} | ${b ? b.failed_tool_calls : '–'} | ${num(b?.error_recovery ?? null, 2)} | ${b ? (b.self_verified ? 'yes' : 'no') : '–'} | ${num(b?.tool_coverage ?? null, 2)} | ${b?.turns_to_first_success == null ? '–' : `turn ${b.turns_to_first_success}`} | ${m.session_id ? code(m.session_id) : '–'} |`,
+        `| ${m.member} | ${md(m.rollout_id)} | ${md(memberClass(m))} | ${m.reward === null ? '–' : num(m.reward)} ` +
+          `| ${m.kept ? 'yes' : `no: ${md(m.excluded ?? '')}`} | ${m.n_calls} | ${m.tool_calls ?? '–'} | ${b ? b.failed_tool_calls : '–'} ` +
+          `| ${num(b?.error_recovery ?? null, 2)} | ${b ? (b.self_verified ? 'yes' : 'no') : '–'} | ${num(b?.tool_coverage ?? null, 2)} ` +
+          `| ${b?.turns_to_first_success == null ? '–' : `turn ${b.turns_to_first_success}`} | ${m.session_id ? code(m.session_id) : '–'} |`,
       );
     }
     L.push('');
@@ -233,7 +245,9 @@ export function auditMarkdown(r: AuditReport, opts: AuditMarkdownOptions = {}): 
 
   L.push('## Policy versions and staleness', '');
   L.push(
-    `Newest version ${r.policy.newest ? code(r.policy.newest) : 'unknown'}; a call is stale when it was sampled more than ${r.policy.max_staleness} versions behind it. ${r.policy.stale_calls} of ${r.policy.calls} call(s) of the kept rollouts are stale; ${r.policy.unversioned_calls} carry no ordered version.`,
+    `Newest version ${r.policy.newest ? code(r.policy.newest) : 'unknown'}; a call is stale when it was ` +
+      `sampled more than ${r.policy.max_staleness} versions behind it. ${r.policy.stale_calls} of ${r.policy.calls} ` +
+      `call(s) of the kept rollouts are stale; ${r.policy.unversioned_calls} carry no ordered version.`,
     '',
   );
   const versions = Object.entries(r.policy.versions);
@@ -252,7 +266,8 @@ export function auditMarkdown(r: AuditReport, opts: AuditMarkdownOptions = {}): 
   L.push('## Capture contract', '');
   if (r.contract.failures.length) {
     L.push(
-      `${plural(r.contract.failures.length, 'kept rollout')} of ${r.contract.checked_rollouts} break the contract an export relies on (token ids, logprobs, mask lengths); ${code('harness-lab export')} stops on the first:`,
+      `${plural(r.contract.failures.length, 'kept rollout')} of ${r.contract.checked_rollouts} break the contract ` +
+        `an export relies on (token ids, logprobs, mask lengths); ${code('harness-lab export')} stops on the first:`,
       '',
     );
     L.push('| rollout | group | file | session | call | problem |', '|---|---|---|---|---|---|');
@@ -292,7 +307,12 @@ export function deterministicPolicyNote(batchDir: string, task: string): string 
     const own = join(ref.dir, 'policy.json');
     const file = batchPolicyFile({ dir: ref.dir, policyFile: existsSync(own) ? own : undefined });
     if (!file || ScriptedPolicy.load(file).samples) return undefined;
-    return `the embedded engine followed ${basename(dirname(file))}/${basename(file)}, a scripted policy with no choice in it: every member makes the same moves whatever the temperature, so this task's groups cannot have contrast. Give the task a ${SAMPLING_POLICY_FILE} with a "choose" move (as examples/tasks/sum-numbers has), or run the batch on a real engine.`;
+    return (
+      `the embedded engine followed ${basename(dirname(file))}/${basename(file)}, a scripted policy with no ` +
+      `choice in it: every member makes the same moves whatever the temperature, so this task's groups cannot ` +
+      `have contrast. Give the task a ${SAMPLING_POLICY_FILE} with a "choose" move (as examples/tasks/sum-numbers ` +
+      `has), or run the batch on a real engine.`
+    );
   } catch {
     return undefined;
   }

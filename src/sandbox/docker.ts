@@ -409,23 +409,18 @@ export class DockerRuntime implements SandboxRuntime {
    * at any time, so a live server reaps its batches with this while its own rollouts keep running.
    */
   async removeStaleLabelled(label: string, value: string): Promise<string[]> {
-    const found = (await this.docker.listContainers({ all: true, filters: JSON.stringify({ label: [`${label}=${value}`] }) })).filter((c) =>
-      gone(c.Labels),
-    );
-    await Promise.all(
-      found.map((c) =>
-        this.docker
-          .getContainer(c.Id)
-          .remove({ force: true })
-          .catch(() => {}),
-      ),
-    );
-    return found.map((c) => c.Id.slice(0, 12));
+    return this.removeLabelledWhere(label, value, (labels) => gone(labels));
   }
 
   /** Removes every lab container carrying `label=value` (a batch's, after its lab died); returns short ids. */
   async removeLabelled(label: string, value: string): Promise<string[]> {
-    const found = await this.docker.listContainers({ all: true, filters: JSON.stringify({ label: [`${label}=${value}`] }) });
+    return this.removeLabelledWhere(label, value, () => true);
+  }
+
+  /** Removes the containers carrying `label=value` that `which` picks by their labels; returns short ids. */
+  private async removeLabelledWhere(label: string, value: string, which: (labels: Record<string, string>) => boolean): Promise<string[]> {
+    const labelled = await this.docker.listContainers({ all: true, filters: JSON.stringify({ label: [`${label}=${value}`] }) });
+    const found = labelled.filter((c) => which(c.Labels));
     await Promise.all(
       found.map((c) =>
         this.docker

@@ -68,7 +68,9 @@ function must(family: Family, args: string[]): void {
   const r = run(family, args);
   if (!r.ok)
     throw new SandboxError(
-      `could not cut the sandbox off from this machine's addresses (${BIN[family]} ${args.join(' ')}: ${r.error}); an egress sandbox needs the lab to set firewall rules (run it as root or with CAP_NET_ADMIN), or give the task network_mode = "no-network"`,
+      `could not cut the sandbox off from this machine's addresses (${BIN[family]} ${args.join(' ')}: ${r.error}); ` +
+        `an egress sandbox needs the lab to set firewall rules (run it as root or with CAP_NET_ADMIN), or give ` +
+        `the task network_mode = "no-network"`,
     );
 }
 

@@ -339,5 +339,8 @@ export function rolloutLine(r: RolloutResult): string {
   );
   const reward = r.reward === null ? 'null' : r.reward.toFixed(2);
   const tail = r.error ? ` (${r.error.split('\n')[0]})` : '';
-  return `[${r.harness} / ${r.sandbox}] task ${r.task}: ${r.status} reward=${reward} turns=${stats?.n_turns ?? 0} roots=${stats?.n_roots ?? 0} tokens=${tokens} atif=${r.atif.verdict} ${Math.round(r.ms / 1000)}s${tail}`;
+  return (
+    `[${r.harness} / ${r.sandbox}] task ${r.task}: ${r.status} reward=${reward} turns=${stats?.n_turns ?? 0} ` +
+    `roots=${stats?.n_roots ?? 0} tokens=${tokens} atif=${r.atif.verdict} ${Math.round(r.ms / 1000)}s${tail}`
+  );
 }
