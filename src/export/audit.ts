@@ -14,7 +14,7 @@ import { callPolicyVersion, sessionPolicyVersion, sortVersions, versionOrdinal }
 import type { StoredRollout } from '../capture/rollout-file.js';
 import { formatTotals, sampleAccount, sumAccounts, type SampleAccount, type SampleTotals } from '../capture/samples.js';
 import { sessionFileOf } from '../capture/store.js';
-import { excludedReason, readRollout } from './source.js';
+import { excludedReason, memberOutcome, readRollout } from './source.js';
 
 /** TRL's async GRPO default (`max_staleness=4`). */
 export const DEFAULT_MAX_STALENESS = 4;
@@ -242,13 +242,7 @@ export function auditBatch(dir: string, opts: { maxStaleness?: number } = {}): A
         h.discarded++;
       } else unfinished++;
       return {
-        rollout_id: id,
-        member: s.member,
-        state: s.state,
-        class: s.class,
-        reward: s.reward,
-        kept: why === null,
-        excluded: why?.reason ?? null,
+        ...memberOutcome(s),
         session_id: s.session_id,
         n_calls: nCalls,
         tool_calls: tools,

@@ -80,6 +80,20 @@ export function excludedReason(s: RolloutState): { reason: string; detail: strin
   return null;
 }
 
+/** What every per-member table says of a rollout first (the audit, the group view): who, its outcome, whether exports keep it. */
+export function memberOutcome(s: RolloutState) {
+  const why = excludedReason(s);
+  return {
+    rollout_id: s.rollout_id,
+    member: s.member,
+    state: s.state,
+    class: s.class,
+    reward: s.reward,
+    kept: why === null,
+    excluded: why?.reason ?? null,
+  };
+}
+
 export function planBatch(dir: string): ExportPlan & { states: RolloutState[] } {
   const manifest = readManifest(dir);
   const states = readRolloutStates(dir, manifest);

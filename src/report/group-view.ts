@@ -18,7 +18,7 @@ import { rolloutTrajectory } from '../export/audit.js';
 import { aggregateBehaviour, mainPath, rolloutBehaviour, type RolloutBehaviour } from '../export/behaviour.js';
 import type { StoredRollout } from '../capture/rollout-file.js';
 import { sessionFileOf } from '../capture/store.js';
-import { excludedReason, readRollout } from '../export/source.js';
+import { excludedReason, memberOutcome, readRollout } from '../export/source.js';
 
 export class GroupViewError extends Error {
   constructor(message: string) {
@@ -142,20 +142,13 @@ export function buildGroupView(dir: string, groupId: string): GroupViewData {
   }
 
   const views: GroupMemberView[] = members.map(({ state: s, rollout, problem, behaviour }) => {
-    const why = excludedReason(s);
     const calls = rollout?.calls ?? [];
     let facts: RolloutBehaviour['facts'] | undefined;
     let summary: GroupMemberView['behaviour'] = null;
     if (behaviour) ({ facts, ...summary } = behaviour);
     void facts;
     return {
-      rollout_id: s.rollout_id,
-      member: s.member,
-      state: s.state,
-      class: s.class,
-      reward: s.reward,
-      kept: why === null,
-      excluded: why?.reason ?? null,
+      ...memberOutcome(s),
       error: s.error,
       session_id: s.session_id,
       turns: behaviour?.turns ?? 0,
