@@ -7,7 +7,7 @@
 //   none       any other difference: the replay halts there, and the first differing field is shown.
 // Fields the proxy itself sets (model, stream, sampling, token-capture flags) are not the harness's
 // and are not compared.
-import type { ChatMessage, ChatRequest } from '../capture/types.js';
+import { PINNABLE_SAMPLING_KEYS, type ChatMessage, type ChatRequest } from '../capture/types.js';
 
 export type MatchLevel = 'exact' | 'tolerated' | 'none';
 
@@ -38,14 +38,7 @@ const PROXY_FIELDS = new Set([
   'top_logprobs',
   'return_token_ids',
   'return_tokens_as_token_ids',
-  'temperature',
-  'top_p',
-  'top_k',
-  'min_p',
-  'frequency_penalty',
-  'presence_penalty',
-  'repetition_penalty',
-  'seed',
+  ...PINNABLE_SAMPLING_KEYS,
   'max_tokens',
 ]);
 

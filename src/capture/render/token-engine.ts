@@ -6,7 +6,15 @@
 // `token_id:N`), so dialects, streaming replay, recording, the graph and sequences work unchanged.
 import { randomBytes } from 'node:crypto';
 import type { EngineClient, EngineReply } from '../engine-client.js';
-import type { CallRecord, ChatMessage, ChatRequest, ChatResponse, ChatTool, LogprobEntry } from '../types.js';
+import {
+  PINNABLE_SAMPLING_KEYS,
+  type CallRecord,
+  type ChatMessage,
+  type ChatRequest,
+  type ChatResponse,
+  type ChatTool,
+  type LogprobEntry,
+} from '../types.js';
 import { Bridge, type BridgeOptions, type RenderInfo } from './bridge.js';
 import { UnsupportedFamilyError } from './families.js';
 import type { Renderer } from './renderer.js';
@@ -217,18 +225,7 @@ export class TokenInEngine {
       skip_special_tokens: false,
       stream: false,
     };
-    for (const key of [
-      'temperature',
-      'top_p',
-      'top_k',
-      'min_p',
-      'frequency_penalty',
-      'presence_penalty',
-      'repetition_penalty',
-      'seed',
-      'stop',
-      'logprobs_mode',
-    ] as const) {
+    for (const key of [...PINNABLE_SAMPLING_KEYS, 'stop', 'logprobs_mode'] as const) {
       if (request[key] !== undefined && request[key] !== null) body[key] = request[key];
     }
     return body;
