@@ -9,7 +9,7 @@ import type { StartGate } from '../sandbox/start-gate.js';
 import type { AttemptFacts, BatchBackend, BatchCapture } from './backend.js';
 import { classify, type Verdict } from './classify.js';
 import { attemptSessionId } from './plan.js';
-import { batchPaths, writeJsonAtomic, type BatchManifest, type RolloutState } from './state.js';
+import { batchPaths, queueAgain, writeJsonAtomic, type BatchManifest, type RolloutState } from './state.js';
 
 /** Upper bound on model calls per attempt: a runaway loop ends with the proxy's budget stop. */
 export const MAX_MODEL_CALLS_PER_ROLLOUT = 100;
@@ -182,17 +182,7 @@ export async function runAttempt(a: AttemptSpec): Promise<AttemptOutcome> {
   }
   writeJsonAtomic(join(outDir, 'result.json'), { facts, capture: seen, verdict });
   if (!stopped && facts.rerun && a.rerunOnInfra && s.attempts.length < MAX_INFRA_ATTEMPTS) {
-    Object.assign(s, {
-      state: 'queued',
-      class: null,
-      reward: null,
-      rewards: {},
-      trainable: false,
-      infra_cause: null,
-      ended_at: null,
-      duration_ms: null,
-      error: `${verdict.error ?? 'infrastructure failure'}; queued for attempt ${s.attempts.length}`,
-    });
+    queueAgain(s, `${verdict.error ?? 'infrastructure failure'}; queued for attempt ${s.attempts.length}`);
     a.save(s);
     return { sessionId, outDir, facts, seen, verdict, startedAt, endedAt, requeued: true };
   }

@@ -11,7 +11,7 @@ import type { BackendModule } from './backend.js';
 import { backendModule } from './backends/index.js';
 import { CircuitBreaker, type BreakerSnapshot } from './breaker.js';
 import { acquireLock, cancelRequested, clearCancel } from './lock.js';
-import { pacingOf, readManifest, readRolloutStates, writeRolloutState, type RolloutState } from './state.js';
+import { pacingOf, queueAgain, readManifest, readRolloutStates, writeRolloutState, type RolloutState } from './state.js';
 
 export interface RunBatchOptions {
   dir: string;
@@ -138,15 +138,7 @@ export async function runBatch(opts: RunBatchOptions): Promise<RunBatchSummary> 
 
       const requeueAfterOutage = (s: RolloutState, why: string) => {
         if (s.attempts.length >= MAX_INFRA_ATTEMPTS) return;
-        Object.assign(s, {
-          state: 'queued',
-          class: null,
-          reward: null,
-          rewards: {},
-          trainable: false,
-          infra_cause: null,
-          error: `run again after a backend outage (${why})`,
-        });
+        queueAgain(s, `run again after a backend outage (${why})`);
         save(s);
         queue.push(s);
         rerunAfterOutage.push(s.rollout_id);

@@ -212,6 +212,24 @@ export function queuedRolloutState(
   };
 }
 
+/**
+ * Puts a rollout back in the queue for another attempt (an infra failure the lab re-runs, or one an
+ * outage caused): no outcome, nothing trainable, `error` says why; its attempts so far are kept.
+ */
+export function queueAgain(s: RolloutState, error: string): void {
+  Object.assign(s, {
+    state: 'queued',
+    class: null,
+    reward: null,
+    rewards: {},
+    trainable: false,
+    infra_cause: null,
+    ended_at: null,
+    duration_ms: null,
+    error,
+  });
+}
+
 export const batchPaths = (dir: string) => ({
   manifest: join(dir, 'batch.json'),
   rollouts: join(dir, 'rollouts'),
