@@ -67,6 +67,14 @@ export interface BatchBackend {
   close(): Promise<void>;
 }
 
+/** An attempt's capture session as the runner asks a capture for it. */
+export interface AttemptSessionRequest {
+  sessionId: string;
+  metadata: Record<string, unknown>;
+  sampling: Record<string, number>;
+  maxModelCalls: number;
+}
+
 /**
  * The batch's capture proxy as the runner sees it: in-process for docker (data dir `<batch>/capture`),
  * the cluster's proxy through a port-forward for k8s (whose calls are mirrored into `<batch>/capture`
@@ -74,12 +82,7 @@ export interface BatchBackend {
  */
 export interface BatchCapture {
   /** Creates the attempt's session; metadata carries batch, group, rollout, task, harness, sampling and policy version. */
-  createSession(req: {
-    sessionId: string;
-    metadata: Record<string, unknown>;
-    sampling: Record<string, number>;
-    maxModelCalls: number;
-  }): Promise<void>;
+  createSession(req: AttemptSessionRequest): Promise<void>;
   /** What the capture saw: calls answered, and whether the tokens are trainable (aligned ids, logprobs and mask). */
   sessionFacts(sessionId: string): Promise<{ nCalls: number; trainable: boolean; findings: string[] }>;
   close(): Promise<void>;

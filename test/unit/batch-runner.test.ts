@@ -8,7 +8,14 @@ import { cpSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'no
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import type { AttemptFacts, BackendModule, BatchBackend, BatchCapture, RolloutAttempt } from '../../src/batch/backend.js';
+import type {
+  AttemptFacts,
+  AttemptSessionRequest,
+  BackendModule,
+  BatchBackend,
+  BatchCapture,
+  RolloutAttempt,
+} from '../../src/batch/backend.js';
 import { BatchBusyError, acquireLock, labPaths, requestCancel } from '../../src/batch/lock.js';
 import { planBatch, writeBatch } from '../../src/batch/plan.js';
 import { runBatch } from '../../src/batch/runner.js';
@@ -86,13 +93,8 @@ function base(): AttemptFacts {
 }
 
 class DoubleCapture implements BatchCapture {
-  sessions = new Map<string, { metadata: Record<string, unknown>; sampling: Record<string, number>; maxModelCalls: number }>();
-  async createSession(req: {
-    sessionId: string;
-    metadata: Record<string, unknown>;
-    sampling: Record<string, number>;
-    maxModelCalls: number;
-  }): Promise<void> {
+  sessions = new Map<string, AttemptSessionRequest>();
+  async createSession(req: AttemptSessionRequest): Promise<void> {
     assert.ok(!this.sessions.has(req.sessionId), `session ${req.sessionId} created twice`);
     this.sessions.set(req.sessionId, req);
   }

@@ -12,7 +12,16 @@ import { TaskRoutedPolicy, batchPolicyFile, startPolicyEngine, type PolicyEngine
 import { ensureReactScript } from '../../sandbox/react-script.js';
 import { runRollout, type RolloutResult } from '../../sandbox/rollout-runner.js';
 import { loadTask, type HarborTask } from '../../tasks/task.js';
-import type { AttemptFacts, BackendContext, BackendModule, BatchBackend, BatchCapture, OpenedBackend, RolloutAttempt } from '../backend.js';
+import type {
+  AttemptFacts,
+  AttemptSessionRequest,
+  BackendContext,
+  BackendModule,
+  BatchBackend,
+  BatchCapture,
+  OpenedBackend,
+  RolloutAttempt,
+} from '../backend.js';
 import { batchPaths, type BatchManifest } from '../state.js';
 
 /** AttemptFacts from the sandbox's own record: facts only; classify.ts decides what they mean. */
@@ -44,12 +53,7 @@ export class InProcessCapture implements BatchCapture {
   /** Each attempt's minted session key, in this process only: the store keeps its hash, never the key. */
   private readonly keys = new Map<string, string>();
 
-  async createSession(req: {
-    sessionId: string;
-    metadata: Record<string, unknown>;
-    sampling: Record<string, number>;
-    maxModelCalls: number;
-  }): Promise<void> {
+  async createSession(req: AttemptSessionRequest): Promise<void> {
     const left = this.proxy.sessions.get(req.sessionId);
     if (left && this.keys.has(req.sessionId)) return;
     if (left && !left.info.key_sha256) return; // a session from before keys: its id is its key

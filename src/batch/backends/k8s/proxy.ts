@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { ClusterError, type Cluster } from '../../../cluster/kube.js';
 import { LABELS, proxyName, type ProxyInput } from '../../../cluster/manifests.js';
 import type { BatchWatch } from '../../../cluster/watch.js';
-import type { BatchCapture } from '../../backend.js';
+import type { AttemptSessionRequest, BatchCapture } from '../../backend.js';
 import { batchPaths, type BatchManifest } from '../../state.js';
 import type { ProxyImage } from './images.js';
 import { engineAndModel } from './job.js';
@@ -151,12 +151,7 @@ export class K8sCapture implements BatchCapture {
   /** Minted keys of this lab's sessions, in memory only: a record, export or log carries the session id, never the key. */
   private readonly keys = new Map<string, string>();
 
-  async createSession(req: {
-    sessionId: string;
-    metadata: Record<string, unknown>;
-    sampling: Record<string, number>;
-    maxModelCalls: number;
-  }): Promise<void> {
+  async createSession(req: AttemptSessionRequest): Promise<void> {
     const created = CreatedSchema.parse(
       await this.call('POST', '/sessions', {
         session_id: req.sessionId,
