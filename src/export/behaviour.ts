@@ -92,12 +92,23 @@ const SHELL_TOOL =
   /^(bash|shell|sh|exec|execute|exec_command|shell_command|run|run_command|run_shell_command|terminal|command|local_shell|container\.exec)$/i;
 const WRITE_TOOL = /write|edit|create|patch|apply|replace|insert|str_replace|delete|move|rename/i;
 const READ_TOOL = /^(read|read_file|readfile|view|open|cat|open_file|read_many_files)$/i;
+/** A regex that matches where any of `alternatives` does (a long alternation, written as a list). */
+const anyOf = (...alternatives: RegExp[]) => new RegExp(alternatives.map((r) => `(?:${r.source})`).join('|'));
 /** A shell command that changes files (redirection into a file, in-place edits, file operations). */
-const WRITE_COMMAND =
-  /(^|[^0-9&])>>?\s*[^&\s|]|\bsed\s+(-[a-zA-Z]*i|--in-place)|\btee\b|\b(mv|cp|rm|touch|mkdir|patch|truncate|chmod|install)\s|\bgit\s+(apply|checkout|restore|commit)\b|\bpython3?\s+-c\b.*\bopen\([^)]*['"]w/;
+const WRITE_COMMAND = anyOf(
+  /(^|[^0-9&])>>?\s*[^&\s|]/,
+  /\bsed\s+(-[a-zA-Z]*i|--in-place)/,
+  /\btee\b/,
+  /\b(mv|cp|rm|touch|mkdir|patch|truncate|chmod|install)\s/,
+  /\bgit\s+(apply|checkout|restore|commit)\b/,
+  /\bpython3?\s+-c\b.*\bopen\([^)]*['"]w/,
+);
 /** A shell command that runs tests or the program's own check. */
-const TEST_COMMAND =
-  /\b(pytest|py\.test|unittest|tox|nox|jest|vitest|mocha|go\s+test|cargo\s+test|npm\s+(run\s+)?test|yarn\s+test|pnpm\s+test|make\s+(test|check)|ctest|rspec|phpunit|bats|node\s+--test|tsx\s+--test|mvn\s+test|gradle\s+test)\b|(^|[;&|]\s*|\s)(\.\/)?(tests?|run_tests?|check)(\.sh)?(\s|$)/;
+const TEST_COMMAND = anyOf(
+  /\b(pytest|py\.test|unittest|tox|nox|jest|vitest|mocha|go\s+test|cargo\s+test|npm\s+(run\s+)?test|yarn\s+test|pnpm\s+test)\b/,
+  /\b(make\s+(test|check)|ctest|rspec|phpunit|bats|node\s+--test|tsx\s+--test|mvn\s+test|gradle\s+test)\b/,
+  /(^|[;&|]\s*|\s)(\.\/)?(tests?|run_tests?|check)(\.sh)?(\s|$)/,
+);
 /** Interpreters: `bash sum.sh`, `python3 app.py`, ... run a file (a changed one, for rule V3 run). */
 const INTERPRETER = /^(bash|sh|zsh|python3?|node|tsx|ruby|perl|php|deno)$/;
 /** A shell command that reads a file back. */
