@@ -42,5 +42,8 @@ export async function topLevelUsage(): Promise<string> {
   );
   const width = Math.max(...commands.map((c) => c.name.length));
   const lines = commands.map((c) => `  ${c.name.padEnd(width)}  ${c.summary}`);
-  return `usage: harness-lab <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nRun 'harness-lab <command> --help' for a command's options.\n`;
+  return (
+    `usage: harness-lab <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nRun ` +
+    `'harness-lab <command> --help' for a command's options.\n`
+  );
 }

@@ -24,7 +24,8 @@ export function staleTerminals(host: CommandHost, oldUrl: string, newUrl: string
   const open = 'Open Captured Terminal';
   void vscode.window
     .showWarningMessage(
-      `Harness Lab: the proxy could not get its port back (now ${newUrl}); ${stale.length} open captured terminal(s) still point at ${oldUrl} and are stale. Open a new one.`,
+      `Harness Lab: the proxy could not get its port back (now ${newUrl}); ${stale.length} ` +
+        `open captured terminal(s) still point at ${oldUrl} and are stale. Open a new one.`,
       open,
     )
     .then((c) => c === open && vscode.commands.executeCommand('harnessLab.openCapturedTerminal'));

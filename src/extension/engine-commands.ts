@@ -17,7 +17,8 @@ export async function setEngineUrl(host: CommandHost): Promise<void> {
   const value = await vscode.window.showInputBox({
     title: 'Harness Lab: inference engine URL',
     prompt:
-      'OpenAI-compatible base URL of an engine that returns token ids (vLLM, SGLang, or the bundled CPU engine: "Harness Lab: Start Embedded Engine")',
+      'OpenAI-compatible base URL of an engine that returns token ids (vLLM, SGLang, or ' +
+      'the bundled CPU engine: "Harness Lab: Start Embedded Engine")',
     value: configured || 'http://127.0.0.1:8000/v1',
     validateInput: (v) => (/^https?:\/\/[^\s/]+/.test(v.trim()) ? undefined : 'Enter an http:// or https:// URL'),
   });
@@ -58,7 +59,8 @@ export async function probe(host: CommandHost, arg: unknown): Promise<void> {
           checkedAt: report.probed_at,
         });
         host.log.info(
-          `probe ${url}: reachable=${report.reachable} capture_level=${report.capture_level} findings=${report.findings.join(' | ') || 'none'}`,
+          `probe ${url}: reachable=${report.reachable} capture_level=${report.capture_level} ` +
+            `findings=${report.findings.join(' | ') || 'none'}`,
         );
         const msg = report.reachable
           ? `Engine ${url}: capture level ${report.capture_level}${report.ok ? ' (trainable)' : ''}.`
@@ -122,7 +124,8 @@ async function spawnEngine(host: CommandHost, policy: string | undefined, port: 
         } catch (err) {
           if (attempt >= 3 || token.isCancellationRequested) {
             host.log.warn(
-              `the embedded engine could not listen on its former port ${p} (${err instanceof Error ? err.message.split('\n')[0] : String(err)}); using another`,
+              `the embedded engine could not listen on its former port ${p} ` +
+                `(${err instanceof Error ? err.message.split('\n')[0] : String(err)}); using another`,
             );
             return start(undefined);
           }

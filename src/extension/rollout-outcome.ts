@@ -182,7 +182,10 @@ export function batchMemberOutcome(sessionFile: string, metadata: Record<string,
   }
 }
 
-/** The outcome for a rollout file opened in the viewer: a Run with Harness rollout's `session.rollout.json`, or a batch member's session file. */
+/**
+ * The outcome for a rollout file opened in the viewer: a Run with Harness rollout's `session.rollout.json`,
+ * or a batch member's session file.
+ */
 export function fileOutcome(file: string, metadata: Record<string, unknown> | undefined): RolloutOutcomeView | undefined {
   return readRolloutOutcome(dirname(file)) ?? batchMemberOutcome(file, metadata) ?? sessionOutcome(metadata);
 }
@@ -199,5 +202,8 @@ export function policyMismatch(enginePolicy: string | null | undefined, taskDir:
   if (!existsSync(enginePolicy)) return `the embedded engine follows the shipped policy ${enginePolicy}, not this task's policy.json`;
   const file = resolve(enginePolicy);
   if (dirname(file) === resolve(taskDir)) return undefined; // policy.json or a variant of it (policy.sampling.json)
-  return `the embedded engine follows ${basename(dirname(file))}/${basename(file)}, not this task's policy.json (restart it with Start Embedded Engine to pick the task's)`;
+  return (
+    `the embedded engine follows ${basename(dirname(file))}/${basename(file)}, not this ` +
+    `task's policy.json (restart it with Start Embedded Engine to pick the task's)`
+  );
 }

@@ -76,11 +76,14 @@ export async function newSession(host: CommandHost): Promise<string | undefined>
   const copied = await copyToClipboard(host, picked.text);
   await host.docs.show(
     `env ${info.session_id}.sh`,
-    `# Harness Lab capture session ${info.session_id}\n# proxy ${proxy.url}\n# The API key below is this session's secret: it is shown once, and stored only as a hash.\n\n${all}\n`,
+    `# Harness Lab capture session ${info.session_id}\n# proxy ${proxy.url}\n# The API ` +
+      `key below is this session's secret: it is shown once, and stored only as a hash.\n\n${all}\n`,
     'shellscript',
   );
   void vscode.window.showInformationMessage(
-    `Session ${info.session_id} created${copied ? `; ${picked.label.replace(/^\$\(copy\) /, '')} env snippet copied to the clipboard` : ''}.`,
+    `Session ${info.session_id} created` +
+      (copied ? `; ${picked.label.replace(/^\$\(copy\) /, '')} env snippet copied to the clipboard` : '') +
+      '.',
   );
   return info.session_id;
 }
@@ -121,14 +124,16 @@ export async function copySessionKey(host: CommandHost, arg: unknown): Promise<s
   const key = mintedKeys.get(sessionId) ?? (keyed ? undefined : sessionId);
   if (key === undefined) {
     void vscode.window.showWarningMessage(
-      `Session ${sessionId} has a secret key that was shown once when it was created; it is not stored, so it cannot be copied now. Create a new session for a new key.`,
+      `Session ${sessionId} has a secret key that was shown once when it was created; ` +
+        `it is not stored, so it cannot be copied now. Create a new session for a new key.`,
     );
     return undefined;
   }
   const copied = await copyToClipboard(host, key);
   // The key itself is never put in a notification (they can be logged and screenshotted).
   void vscode.window.showInformationMessage(
-    `${copied ? `Copied the key of session ${sessionId}` : `Could not copy the key of session ${sessionId}`} (use it as the harness's API key).`,
+    `${copied ? `Copied the key of session ${sessionId}` : `Could not copy the key of session ${sessionId}`} ` +
+      `(use it as the harness's API key).`,
   );
   return key;
 }

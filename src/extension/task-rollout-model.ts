@@ -2,7 +2,10 @@
 import { isAbsolute, join } from 'node:path';
 import type { ValidationTable } from '../sandbox/validate.js';
 
-/** Where rollouts are written: harnessLab.rolloutsDir (empty: .harness-lab/rollouts) under the first workspace folder, else global storage. */
+/**
+ * Where rollouts are written: harnessLab.rolloutsDir (empty: .harness-lab/rollouts) under the first
+ * workspace folder, else global storage.
+ */
 export function rolloutsDir(setting: string, workspaceFolder: string | undefined, globalStorage: string): string {
   if (setting && isAbsolute(setting)) return setting;
   if (workspaceFolder) return join(workspaceFolder, setting || '.harness-lab/rollouts');

@@ -26,7 +26,8 @@ export async function rescoreShownRollout(host: CommandHost): Promise<RescoreRep
   const engineUrl = await vscode.window.showInputBox({
     title: 'Rescore Rollout: engine with the weights to compare',
     prompt:
-      "The sampled tokens are teacher-forced through this engine (vLLM's prompt_logprobs, or the embedded engine); each is coloured by exp(rescored - captured logprob).",
+      "The sampled tokens are teacher-forced through this engine (vLLM's prompt_logprobs, " +
+      'or the embedded engine); each is coloured by exp(rescored - captured logprob).',
     value: settings.engineUrl || 'http://127.0.0.1:8000',
     ignoreFocusOut: true,
     validateInput: (v) => (/^https?:\/\/\S+$/.test(v.trim()) ? undefined : 'an http(s) URL, e.g. http://127.0.0.1:8000'),
@@ -41,10 +42,12 @@ export async function rescoreShownRollout(host: CommandHost): Promise<RescoreRep
   const past = s.share_past === null ? '-' : `${(s.share_past * 100).toFixed(1)}%`;
   const skipped = r.report.skipped.length ? `; ${r.report.skipped.length} call(s) skipped (${r.report.skipped[0]!.reason})` : '';
   host.log.info(
-    `rescore of ${r.report.session_id} against ${r.report.engine_url}: mean ratio ${mean}, ${past} of ${s.tokens} tokens past ±${r.report.threshold}${skipped}${r.saved ? `; report ${r.saved}` : ''}`,
+    `rescore of ${r.report.session_id} against ${r.report.engine_url}: mean ratio ${mean}, ` +
+      `${past} of ${s.tokens} tokens past ±${r.report.threshold}${skipped}${r.saved ? `; report ${r.saved}` : ''}`,
   );
   void vscode.window.showInformationMessage(
-    `Drift: mean ratio ${mean}; ${past} of ${s.tokens} sampled tokens past ±${r.report.threshold} in ${r.covered} call(s)${skipped}.${r.saved ? ` Report saved as ${r.saved}.` : ''}`,
+    `Drift: mean ratio ${mean}; ${past} of ${s.tokens} sampled tokens past ±${r.report.threshold} ` +
+      `in ${r.covered} call(s)${skipped}.${r.saved ? ` Report saved as ${r.saved}.` : ''}`,
   );
   return r.report;
 }
