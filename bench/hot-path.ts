@@ -564,7 +564,7 @@ export function formatReport(r: HotPathReport): string {
             `${l.cpu_ratio}x`.padEnd(11) +
             `${l.added_p50.passthrough} / ${l.added_p50.proxy} (${l.added_p50.ratio}x)`.padEnd(28) +
             `${l.added_p99.passthrough} / ${l.added_p99.proxy} (${l.added_p99.ratio}x)`.padEnd(28) +
-            errors.padEnd(8) +
+            `${errors} `.padEnd(11) +
             String(g('proxy').health_p99_ms) +
             (l.baseline_cpu_ratio !== undefined
               ? `   baseline: ${g('baseline').cpu_ms_per_call} CPU ms/call (${l.baseline_cpu_ratio}x)`
