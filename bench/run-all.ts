@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 
 /** Benchmark entries, run in this order. Add a line when a new bench/<name>.ts appears. */
-const ENTRIES = ['proxy-load', 'prompt-cost', 'token-in-cost', 'engine', 'viewer', 'export', 'batch', 'serve', 'store', 'soak'];
+const ENTRIES = ['proxy-load', 'hot-path', 'prompt-cost', 'token-in-cost', 'engine', 'viewer', 'export', 'batch', 'serve', 'store', 'soak'];
 
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');

@@ -14,6 +14,13 @@ import type { ChatMessage, ChatTool } from '../src/capture/types.js';
 import { ensureTinyModel, TINY_MODEL_NAME } from '../src/engine/tiny-model.js';
 
 const MAX_MODEL_LEN = 262_144;
+/** `--think-ms MIN,MAX`: each answer waits this long first (uniform), as a model would (default 0: at once). */
+const THINK_MS = (() => {
+  const at = process.argv.indexOf('--think-ms');
+  const [min = 0, max = min] = at > 0 ? process.argv[at + 1]!.split(',').map(Number) : [0];
+  if (!(min >= 0 && max >= min)) throw new Error(`--think-ms must be MIN[,MAX] in ms, got '${process.argv[at + 1]}'`);
+  return { min, max };
+})();
 const ANSWER_TEXT = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n</tool_call>';
 
 function readBody(req: IncomingMessage): Promise<string> {
@@ -61,6 +68,7 @@ async function main(): Promise<void> {
       if (req.method !== 'POST') return send(res, 404, { error: { message: `no route ${req.method} ${url}` } });
       const body = JSON.parse(await readBody(req)) as Record<string, unknown>;
       const id = `cmpl-${++n}`;
+      if (THINK_MS.max > 0) await new Promise((r) => setTimeout(r, THINK_MS.min + Math.random() * (THINK_MS.max - THINK_MS.min)));
       if (url === '/v1/completions') {
         const prompt = body.prompt as number[];
         return send(res, 200, {

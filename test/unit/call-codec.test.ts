@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import fc from 'fast-check';
-import { SessionEncoder, listHash, sameJson, tokenHash, tokenHashV2 } from '../../src/capture/call-codec.js';
+import { SessionEncoder, listHash, sameJson, scanPromptIds, tokenHash, tokenHashV2 } from '../../src/capture/call-codec.js';
 import { CaptureStore, loadSessionFile, readSessionIndex } from '../../src/capture/store.js';
 import type { CallRecord, ChatMessage, SessionInfo } from '../../src/capture/types.js';
 
@@ -330,4 +330,27 @@ test("the encoder hashes a kept history by extending its parent's state: the sam
     assert.equal(line.enc.em.h, listHash(messages.map((m) => JSON.stringify(m))), `call ${i}: engine messages hash`);
     assert.equal(line.enc.bm!.h, listHash(messages.map((m) => JSON.stringify({ ...m, from: 'client' }))), `call ${i}: body messages hash`);
   }
+});
+
+test('the one-pass prompt-id scan copies, compares and hashes exactly as the three passes it replaces', () => {
+  fc.assert(
+    fc.property(
+      fc.array(fc.integer({ min: 0, max: 2 ** 33 }), { maxLength: 60 }),
+      fc.array(fc.integer({ min: 0, max: 200_000 }), { maxLength: 10 }),
+      fc.option(fc.array(fc.integer({ min: 0, max: 2 ** 33 }), { maxLength: 70 }), { nil: undefined }),
+      fc.nat(60),
+      (prompt, completion, other, overlap) => {
+        // A newest base that shares a prefix of the prompt, then differs (or a random one).
+        const newest = other === undefined ? undefined : Uint32Array.from([...prompt.slice(0, overlap), ...other]);
+        const scan = scanPromptIds(prompt, completion, newest);
+        assert.deepEqual([...scan.ends], [...Uint32Array.from([...prompt, ...completion])]);
+        let shared = 0;
+        const n = Math.min(prompt.length, newest?.length ?? 0);
+        while (shared < n && newest![shared] === prompt[shared]) shared++;
+        assert.equal(scan.shared, shared);
+        assert.equal(scan.hash, tokenHash(Uint32Array.from(prompt)));
+      },
+    ),
+    { numRuns: 300 },
+  );
 });
