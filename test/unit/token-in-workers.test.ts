@@ -200,3 +200,56 @@ describe('full-render check', () => {
     assert.equal(checked.filter(Boolean).length, 2);
   });
 });
+
+describe('token engine: the echo of the prompt', () => {
+  test('an echo equal to the ids sent passes; one id changed is a FATAL finding on the call', async () => {
+    const { createServer } = await import('node:http');
+    const { EngineClient } = await import('../../src/capture/engine-client.js');
+    const { TokenInEngine } = await import('../../src/capture/render/token-engine.js');
+    let alter = false;
+    const received: number[][] = [];
+    const sampled = [...renderer.encode('Done.'), IM_END];
+    const server = createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        const prompt = (JSON.parse(body) as { prompt: number[] }).prompt;
+        received.push(prompt);
+        const echo = alter ? [...prompt.slice(0, -1), prompt[prompt.length - 1]! + 1] : prompt;
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(
+          JSON.stringify({
+            model: 'm',
+            choices: [
+              {
+                index: 0,
+                finish_reason: 'stop',
+                token_ids: sampled,
+                prompt_token_ids: echo,
+                logprobs: { tokens: sampled.map((id) => `token_id:${id}`), token_logprobs: sampled.map(() => -0.1) },
+              },
+            ],
+          }),
+        );
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    const port = (server.address() as { port: number }).port;
+    const client = new EngineClient(`http://127.0.0.1:${port}`);
+    try {
+      const engine = new TokenInEngine(client, new InThreadRenderer(renderer), { route: '/v1/completions', maxModelLen: 4096 });
+      const request = { model: 'm', messages: [{ role: 'user', content: 'Hi.' }] as ChatMessage[], max_tokens: 64 };
+      const ok = await engine.complete({}, [], request);
+      assert.equal(ok.status, 200);
+      assert.deepEqual(received[0], (ok.body as { prompt_token_ids: number[] }).prompt_token_ids);
+      assert.equal((ok.body as { choices: { message: ChatMessage }[] }).choices[0]!.message.content, 'Done.');
+      assert.ok(!ok.findings.some((f) => f.startsWith('[FATAL]')));
+      alter = true;
+      const bad = await engine.complete({}, [], request);
+      assert.ok(bad.findings.some((f) => f.startsWith('[FATAL] prompt_ids_mismatch')));
+    } finally {
+      await client.close();
+      server.close();
+    }
+  });
+});

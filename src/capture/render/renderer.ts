@@ -233,12 +233,17 @@ export class Renderer {
       const text = this.decode(rest.slice(at + 1, stop), true).trim();
       let status: ToolCallStatus = close === stop ? 'ok' : 'unclosed_block';
       let parsed: unknown;
-      try {
-        parsed = JSON.parse(text);
-      } catch {
-        status = 'invalid_json';
+      if (this.family.toolCallBody === 'xml') {
+        parsed = parseXmlToolCall(text, opts.tools);
+        if (parsed === null) status = 'malformed_structure';
+      } else {
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          status = 'invalid_json';
+        }
       }
-      if (status !== 'invalid_json') {
+      if (status !== 'invalid_json' && status !== 'malformed_structure') {
         const o = parsed as { name?: unknown; arguments?: unknown } | null;
         if (!o || typeof o !== 'object' || Array.isArray(o)) status = 'malformed_structure';
         else if (typeof o.name !== 'string' || !o.name) status = 'missing_name';
@@ -259,10 +264,61 @@ export class Renderer {
       type: 'function',
       function: { name: c.name, arguments: pythonJsonDumps(c.args) },
     }));
-    const before = this.decode(rest.slice(0, first), true)
+    let before = this.decode(rest.slice(0, first), true)
       .replace(reasoning === null ? /^$/ : /^\n+/, '')
       .replace(/\n$/, '');
+    // The XML templates write `\n` + content + `\n` before the first block (content trimmed).
+    if (this.family.toolCallBody === 'xml') before = before.replace(/^\n+|\n+$/g, '');
     return { content: before || null, reasoning, toolCalls, toolCallParse: 'ok', toolCallStatuses: statuses, stopped };
+  }
+}
+
+const XML_FUNCTION = /^<function=([^>\n]+)>\n?([\s\S]*?)\n?<\/function>$/;
+const XML_PARAMETER = /<parameter=([^>\n]+)>\n?([\s\S]*?)\n?<\/parameter>/g;
+
+/**
+ * A qwen3_coder tool-call body (`<function=NAME>` with `<parameter=KEY>` blocks) as `{name, arguments}`,
+ * or null when it is not one. Values are typed by the offered tool's JSON schema, as vLLM's
+ * qwen3_coder parser does: strings stay as written, integer/number/boolean are read as such, objects
+ * and arrays as JSON, `null` is null; a value that does not read as its type, or an argument the
+ * schema does not name, stays the text it was.
+ */
+export function parseXmlToolCall(
+  body: string,
+  tools: readonly ChatTool[] | undefined,
+): { name: string; arguments: Record<string, unknown> } | null {
+  const m = XML_FUNCTION.exec(body);
+  if (!m) return null;
+  const name = m[1]!.trim();
+  const schema = tools?.find((t) => t.function.name === name)?.function.parameters as
+    { properties?: Record<string, { type?: unknown }> } | undefined;
+  const args: Record<string, unknown> = {};
+  const inner = m[2]!;
+  let seen = 0;
+  for (const p of inner.matchAll(XML_PARAMETER)) {
+    seen += p[0].length;
+    const key = p[1]!.trim();
+    args[key] = typedValue(p[2]!, schema?.properties?.[key]?.type);
+  }
+  // Text between the parameters other than line breaks is not this format.
+  if (inner.replace(XML_PARAMETER, '').trim() !== '' || (seen === 0 && inner.trim() !== '')) return null;
+  return { name, arguments: args };
+}
+
+function typedValue(text: string, type: unknown): unknown {
+  const t = typeof type === 'string' ? type.toLowerCase() : Array.isArray(type) ? String(type[0]).toLowerCase() : null;
+  if (text.toLowerCase() === 'null') return null;
+  if (t === null || t === 'string' || t === 'str' || t === 'text' || t === 'enum') return text;
+  if (t === 'integer' || t === 'int') return /^-?\d+$/.test(text.trim()) ? Number(text.trim()) : text;
+  if (t === 'number' || t === 'float') return text.trim() !== '' && Number.isFinite(Number(text)) ? Number(text) : text;
+  if (t === 'boolean' || t === 'bool') {
+    const v = text.trim().toLowerCase();
+    return v === 'true' ? true : v === 'false' ? false : text;
+  }
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return text;
   }
 }
 

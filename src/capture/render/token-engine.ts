@@ -38,13 +38,16 @@ export class TokenInEngineError extends Error {}
  * a 128k-token echo is compared with the ids the proxy sent as a string, not parsed into numbers.
  * `echo` is null when there is none to cut (the answer is then parsed whole).
  */
-export function cutPromptEcho(text: string): { rest: string; echo: string | null } {
+export function cutPromptEcho(text: string, expected?: string): { rest: string; echo: string | null } {
   const key = '"prompt_token_ids":';
   const at = text.indexOf(key);
   if (at < 0) return { rest: text, echo: null };
   let i = at + key.length;
   while (text[i] === ' ') i++;
   if (text[i] !== '[') return { rest: text, echo: null };
+  // The usual case, the ids exactly as sent: one comparison, no scan of the echo.
+  if (expected !== undefined && text[i + 1 + expected.length] === ']' && text.startsWith(expected, i + 1))
+    return { rest: `${text.slice(0, i)}null${text.slice(i + 2 + expected.length)}`, echo: expected };
   const close = text.indexOf(']', i);
   if (close < 0) return { rest: text, echo: null };
   const echo = text.slice(i + 1, close);
@@ -170,7 +173,7 @@ export class TokenInEngine {
     const idsKey = route === '/generate' ? 'input_ids' : 'prompt';
     const rest = route === '/generate' ? this.generateBody(request, maxTokens, stopIds) : this.completionsBody(request, maxTokens, stopIds);
     const sent = await this.client.postText(route, `{"${idsKey}":[${promptText}],${JSON.stringify(rest).slice(1)}`, signal);
-    const { rest: answerText, echo } = cutPromptEcho(sent.text);
+    const { rest: answerText, echo } = cutPromptEcho(sent.text, promptText);
     let answerBody: unknown = sent.text;
     try {
       answerBody = JSON.parse(answerText);
