@@ -52,6 +52,8 @@ const common = {
 const bundles = [
   { ...common, entryPoints: ['src/cli/main.ts'], outfile: 'dist/cli.js', banner: { js: '#!/usr/bin/env node' } },
   { ...common, entryPoints: ['src/extension/extension.ts'], outfile: 'dist/extension.js' },
+  // The proxy's tokenizer thread (src/capture/render/render-workers.ts loads it from next to the bundle).
+  { ...common, entryPoints: ['src/capture/render/tokenizer-worker.ts'], outfile: 'dist/tokenizer-worker.js' },
   // Rollout viewer webview (also inlined into `harness-lab report` files): a browser bundle and its CSS.
   {
     bundle: true,

@@ -2,7 +2,7 @@
 // bench compares (the CLI's flags may not say them all): prints `proxy listening on URL` once
 // listening; exits when stdin closes or on SIGTERM/SIGINT.
 //   node --import tsx bench/capture-proxy-process.ts --engine-url URL --model NAME --data-dir DIR
-//     --render proxy|engine [--render-model GGUF] [--no-full-render-check]
+//     --render proxy|engine [--render-model GGUF] [--full-render-check always|sampled|off]
 import { parseArgs } from 'node:util';
 import { CaptureProxy } from '../src/capture/proxy.js';
 
@@ -13,13 +13,13 @@ const { values } = parseArgs({
     'data-dir': { type: 'string' },
     render: { type: 'string', default: 'engine' },
     'render-model': { type: 'string' },
-    'no-full-render-check': { type: 'boolean', default: false },
+    'full-render-check': { type: 'string', default: 'sampled' },
   },
 });
 const render = values.render;
 if (!values['engine-url'] || !values.model || !values['data-dir'] || (render !== 'proxy' && render !== 'engine')) {
   process.stderr.write(
-    'usage: capture-proxy-process.ts --engine-url URL --model NAME --data-dir DIR --render proxy|engine [--render-model GGUF] [--no-full-render-check]\n',
+    'usage: capture-proxy-process.ts --engine-url URL --model NAME --data-dir DIR --render proxy|engine [--render-model GGUF] [--full-render-check always|sampled|off]\n',
   );
   process.exit(2);
 }
@@ -32,7 +32,7 @@ async function main(): Promise<void> {
     captureLevel: 'tokens',
     render: render as 'proxy' | 'engine',
     ...(values['render-model'] ? { renderModel: values['render-model'] } : {}),
-    checkFullRender: !values['no-full-render-check'],
+    fullRenderCheck: values['full-render-check'] as 'always' | 'sampled' | 'off',
   });
   // Resolved before the first measured call: loading the tokenizer is start-up, not a turn's cost.
   if (render === 'proxy') await proxy.tokenInEngine();

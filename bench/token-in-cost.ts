@@ -5,7 +5,8 @@
 //
 // Per size, a harness-like client runs tool loops: a system prompt of that many tokens, then turns of
 // one tool call and its result (about 90 new tokens a turn), resending the whole history each time.
-// Each hop (token-in proxy without and with the full-render check, chat-mode proxy, pass-through) is
+// Each hop (token-in proxy as it runs by default, with the full-render check sampled, and with the check
+// on every turn; chat-mode proxy; pass-through) is
 // its own process; its CPU over the measured turns (after as many warm-up turns) divided by the turns
 // is the cost per turn. The claim: in token-in mode the cost follows the new tokens of a turn, not the
 // context, so the 128k row is within 1.5x of the 8k row.
@@ -116,7 +117,9 @@ async function startHop(
     return { url: (JSON.parse(p.line) as { url: string }).url, process: p, proxy: false };
   }
   const render = hop === 'chat' ? 'engine' : 'proxy';
-  const prof = profileDir ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `token-in-cost-${hop}.cpuprofile`] : [];
+  // One folder per hop and Node's default file names: tsx's loader runs in a worker thread that writes
+  // its own profile, and a fixed --cpu-prof-name would let it overwrite the main thread's.
+  const prof = profileDir ? ['--cpu-prof', '--cpu-prof-dir', join(profileDir, `token-in-cost-${hop}`)] : [];
   const args = [
     ...prof,
     '--import',
@@ -133,7 +136,8 @@ async function startHop(
     '--render-model',
     engine.gguf,
   ];
-  if (hop === 'token-in') args.push('--no-full-render-check');
+  // token-in: the proxy's default (the full-render check sampled); token-in+check: on every bridged turn.
+  args.push('--full-render-check', hop === 'token-in+check' ? 'always' : 'sampled');
   const p = await startNode(`proxy (${hop})`, args, (l) => l.startsWith('proxy listening on '), { timeoutMs: 120_000 });
   return { url: p.line.slice('proxy listening on '.length).trim(), process: p, proxy: true };
 }

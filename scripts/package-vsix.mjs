@@ -59,7 +59,7 @@ function closure(names) {
 }
 
 if (!args.includes('--no-build')) run(process.execPath, ['esbuild.mjs', '--production'], ROOT);
-for (const f of ['dist/extension.js', 'dist/cli.js', 'dist/react-harness.js', 'dist/webview/viewer.js']) {
+for (const f of ['dist/extension.js', 'dist/cli.js', 'dist/tokenizer-worker.js', 'dist/react-harness.js', 'dist/webview/viewer.js']) {
   if (!existsSync(join(ROOT, f))) throw new Error(`${f} is missing; run npm run build`);
 }
 

@@ -252,6 +252,8 @@ export class ProofRig {
           captureLevel: 'tokens',
           render: mode,
           renderModel: engine.modelPath,
+          // The drift table reports every bridged turn's difference from a full render.
+          fullRenderCheck: 'always',
         });
         if (mode === 'proxy') await proxies[mode].tokenInEngine();
       }

@@ -78,17 +78,29 @@ export class EngineClient implements ChatEngine {
     return this.post('/v1/chat/completions', request, signal);
   }
 
-  private async send(method: 'GET' | 'POST', route: string, body: string | undefined, signal?: AbortSignal): Promise<EngineReply> {
+  /**
+   * A POST whose body is already JSON text, answered as text: for token-in calls, whose body reuses
+   * the previous prompt's serialised ids and whose answer's prompt echo is checked as text.
+   */
+  async postText(route: string, body: string, signal?: AbortSignal): Promise<{ status: number; text: string }> {
+    const response = await this.request('POST', route, body, signal);
+    return { status: response.statusCode, text: await response.body.text() };
+  }
+
+  private async request(method: 'GET' | 'POST', route: string, body: string | undefined, signal?: AbortSignal) {
     const headers: Record<string, string> = { accept: 'application/json', 'accept-encoding': 'identity' };
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (this.apiKey) headers.authorization = `Bearer ${this.apiKey}`;
-    let response;
     try {
-      response = await this.pool.request({ method, path: this.pathPrefix + route, headers, body, signal });
+      return await this.pool.request({ method, path: this.pathPrefix + route, headers, body, signal });
     } catch (err) {
       if (err instanceof undiciErrors.RequestAbortedError || (err instanceof Error && err.name === 'AbortError')) throw err;
       throw new EngineUnreachableError(this.baseUrl, err);
     }
+  }
+
+  private async send(method: 'GET' | 'POST', route: string, body: string | undefined, signal?: AbortSignal): Promise<EngineReply> {
+    const response = await this.request(method, route, body, signal);
     const text = await response.body.text();
     let parsed: unknown = text;
     try {

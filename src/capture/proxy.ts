@@ -11,6 +11,7 @@ import { EngineClient, type ChatEngine } from './engine-client.js';
 import { probeEngine, type EngineProbeReport } from './engine-probe.js';
 import { resolveRenderMode, TokenInUnavailableError, type RenderMode, type RenderModeReport } from './render/mode.js';
 import type { TokenInEngine } from './render/token-engine.js';
+import type { FullRenderCheck } from './render/bridge.js';
 import {
   BodyTooLargeError,
   DEFAULT_BODY_LIMIT,
@@ -85,8 +86,8 @@ export interface ProxyOptions {
   render?: RenderMode;
   /** The model folder (tokenizer.json, tokenizer_config.json) or GGUF to render with; default: found from the engine's /v1/models. */
   renderModel?: string;
-  /** Compare every bridged prompt with a full render of the same messages (O(context) per call; default true). */
-  checkFullRender?: boolean;
+  /** When a bridged prompt is compared with a full render of its messages (default `sampled`; see FullRenderCheck). */
+  fullRenderCheck?: FullRenderCheck;
 }
 
 const silentLogger: ProxyLogger = { info() {}, warn() {}, error() {} };
@@ -255,6 +256,7 @@ export class CaptureProxy {
     this.probeReport = undefined;
     this.probing = undefined;
     // The render mode (token in) was resolved against the old engine: resolve it again on the next call.
+    void this.renderResolved?.engine?.close();
     this.renderResolved = undefined;
     this.renderResolving = undefined;
     this.acceptor?.publishHealth();
@@ -300,7 +302,7 @@ export class CaptureProxy {
           requested,
           model: this.options.model,
           modelFiles: this.options.renderModel,
-          checkFullRender: this.options.checkFullRender,
+          fullRenderCheck: this.options.fullRenderCheck,
         });
         const r = resolved.report;
         if (r.mode === 'proxy')
@@ -513,6 +515,7 @@ export class CaptureProxy {
     if (this.acceptor) await this.acceptor.close();
     else await new Promise<void>((resolve) => this.server.close(() => resolve()));
     await this.engine.close();
+    await this.renderResolved?.engine?.close(); // the tokenizer threads
     this.metrics.dispose();
     await this.sessions.close();
   }

@@ -1,12 +1,13 @@
 // `harness-lab proxy`: the capture proxy as a foreground process.
 import { CaptureProxy, ProxyConfigError } from '../capture/proxy.js';
+import { FULL_RENDER_CHECKS, type FullRenderCheck } from '../capture/render/bridge.js';
 import { RENDER_MODES, type RenderMode } from '../capture/render/mode.js';
 import { defineCommand, UsageError } from './args.js';
 
 const USAGE = `usage: harness-lab proxy --engine-url URL --model NAME [--host 127.0.0.1] [--port 0]
                          [--admin-key K] [--engine-api-key K] [--data-dir DIR] [--max-model-calls N]
                          [--max-output-tokens N] [--render auto|proxy|engine] [--render-model PATH]
-                         [--allowed-host NAME]...
+                         [--full-render-check sampled|always|off] [--allowed-host NAME]...
 
   --engine-url URL       OpenAI-compatible engine (vLLM, SGLang, harness-lab engine); /v1 optional
   --model NAME           model name served by the engine (overwrites whatever harnesses send)
@@ -25,7 +26,10 @@ const USAGE = `usage: harness-lab proxy --engine-url URL --model NAME [--host 12
                          token ids), engine (chat completions), auto (default: proxy where possible).
                          See docs/token-in.md
   --render-model PATH    model folder (tokenizer.json, tokenizer_config.json) or GGUF to render with
-                         (default: the engine's /v1/models root, or the model name in the HF cache)`;
+                         (default: the engine's /v1/models root, or the model name in the HF cache)
+  --full-render-check W  when a bridged prompt is compared with a full render of its messages (the
+                         drift in render.full_render): sampled (default: a session's first bridge,
+                         then every 16th), always (every turn; its cost follows the context), off`;
 
 export const proxyCommand = defineCommand({
   name: 'proxy',
@@ -44,10 +48,14 @@ export const proxyCommand = defineCommand({
     'max-output-tokens': { type: 'integer', default: 8192 },
     render: { type: 'string', default: 'auto' },
     'render-model': { type: 'string' },
+    'full-render-check': { type: 'string', default: 'sampled' },
   },
   run: async ({ flags }) => {
     const render = flags.render as RenderMode;
     if (!RENDER_MODES.includes(render)) throw new UsageError(`--render must be one of ${RENDER_MODES.join(', ')}, not '${flags.render}'`);
+    const fullRenderCheck = flags['full-render-check'] as FullRenderCheck;
+    if (!FULL_RENDER_CHECKS.includes(fullRenderCheck))
+      throw new UsageError(`--full-render-check must be one of ${FULL_RENDER_CHECKS.join(', ')}, not '${fullRenderCheck}'`);
     let proxy: CaptureProxy;
     try {
       proxy = await CaptureProxy.start({
@@ -63,6 +71,7 @@ export const proxyCommand = defineCommand({
         maxOutputTokens: flags['max-output-tokens'],
         render,
         ...(flags['render-model'] ? { renderModel: flags['render-model'] } : {}),
+        fullRenderCheck,
         logger: {
           info: (m) => process.stderr.write(`[info] ${m}\n`),
           warn: (m) => process.stderr.write(`[warn] ${m}\n`),

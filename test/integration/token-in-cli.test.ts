@@ -49,6 +49,8 @@ function startProxy(): Promise<{ child: ChildProcess; url: string; stderr: () =>
       'proxy',
       '--render-model',
       gguf,
+      '--full-render-check',
+      'always',
     ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
@@ -117,6 +119,8 @@ test('harness-lab proxy --render proxy: token in from the CLI, bridged across a 
       ['full', 'bridge'],
     );
     assert.equal(calls[1]!.render!.anchor_call_id, calls[0]!.call_id);
+    // --full-render-check always: the bridged call carries its comparison with a full render.
+    assert.equal(calls[1]!.render!.full_render?.equal, true);
     const end = [...calls[0]!.prompt_token_ids!, ...calls[0]!.completion_token_ids!];
     assert.deepEqual(calls[1]!.prompt_token_ids!.slice(0, end.length), end);
     // Only the capture probe's own chat requests reach the chat route; the harness's calls went as ids.
@@ -135,4 +139,11 @@ test('harness-lab proxy --render with an unknown mode is a usage error', () => {
   );
   assert.notEqual(r.status, 0);
   assert.match(r.stderr, /--render must be one of auto, proxy, engine/);
+  const c = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', CLI, 'proxy', '--engine-url', 'http://127.0.0.1:9', '--model', 'm', '--full-render-check', 'never'],
+    { encoding: 'utf8' },
+  );
+  assert.notEqual(c.status, 0);
+  assert.match(c.stderr, /--full-render-check must be one of always, sampled, off/);
 });

@@ -41,7 +41,14 @@ let dataDir: string;
 before(async () => {
   lab = await startTestEngine({ policy: REASONING_POLICY });
   dataDir = mkdtempSync(join(tmpdir(), 'hl-token-in-'));
-  proxy = await CaptureProxy.start({ engineUrl: lab.url, model: lab.engine.modelName, dataDir, render: 'proxy' });
+  // Every bridge compared with a full render (the default samples it), so the drift test sees each turn.
+  proxy = await CaptureProxy.start({
+    engineUrl: lab.url,
+    model: lab.engine.modelName,
+    dataDir,
+    render: 'proxy',
+    fullRenderCheck: 'always',
+  });
 });
 after(async () => {
   await proxy?.close();

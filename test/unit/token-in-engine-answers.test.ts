@@ -2,7 +2,7 @@
 // rendered ChatML prompt back into messages for the embedded engine's policy.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { readCompletionsAnswer, readGenerateAnswer, TokenInEngineError } from '../../src/capture/render/token-engine.js';
+import { cutPromptEcho, readCompletionsAnswer, readGenerateAnswer, TokenInEngineError } from '../../src/capture/render/token-engine.js';
 import { parseChatMlPrompt } from '../../src/engine/prompt-messages.js';
 
 test('vLLM completions: ids, logprobs, top alternatives and the prompt echo; a token naming another id voids the logprobs', () => {
@@ -87,4 +87,23 @@ test('a rendered Qwen3 prompt reads back into messages and tools', () => {
     ['a.txt', 'b.txt'],
   );
   assert.equal(parseChatMlPrompt('plain text'), null);
+});
+
+test('the prompt echo is cut out of an answer as text and compared with the ids sent', () => {
+  const sent = '151644,872,198';
+  const body = `{"choices":[{"index":0,"token_ids":[9,151645],"prompt_token_ids":[${sent}],"text":"say \\"prompt_token_ids\\":[1]"}]}`;
+  const exact = cutPromptEcho(body, sent);
+  assert.equal(exact.echo, sent);
+  const parsed = JSON.parse(exact.rest) as { choices: { prompt_token_ids: unknown; token_ids: number[]; text: string }[] };
+  assert.equal(parsed.choices[0]!.prompt_token_ids, null);
+  assert.deepEqual(parsed.choices[0]!.token_ids, [9, 151645]);
+  assert.equal(parsed.choices[0]!.text, 'say "prompt_token_ids":[1]');
+  // Python's separators, or other ids than were sent: cut out all the same, for the caller to compare.
+  assert.equal(cutPromptEcho(body.replace(sent, '151644, 872, 198'), sent).echo, '151644, 872, 198');
+  assert.equal(cutPromptEcho(body.replace(sent, '151644,872,199'), sent).echo, '151644,872,199');
+  // No echo, or one that is not a list of ids: nothing is cut.
+  const none = '{"choices":[{"token_ids":[1]}]}';
+  assert.deepEqual(cutPromptEcho(none, sent), { rest: none, echo: null });
+  const odd = '{"prompt_token_ids":["a"],"choices":[]}';
+  assert.deepEqual(cutPromptEcho(odd, sent), { rest: odd, echo: null });
 });

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Bridge, canonicalJson, messageKey } from '../../src/capture/render/bridge.js';
 import { detectFamily, UnsupportedFamilyError } from '../../src/capture/render/families.js';
-import { Renderer } from '../../src/capture/render/renderer.js';
+import { InThreadRenderer, Renderer } from '../../src/capture/render/renderer.js';
 import type { CallRecord, ChatMessage, ChatTool } from '../../src/capture/types.js';
 import { renderAssistantText } from '../../src/engine/assistant-output.js';
 import { LlamaRuntime } from '../../src/engine/llama-runtime.js';
@@ -50,13 +50,13 @@ const conversation: ChatMessage[] = [
 ];
 
 describe('renderer', () => {
-  test('reads the GGUF: the Qwen3 family, stop ids <|im_end|> and <|endoftext|>', () => {
+  test('reads the GGUF: the Qwen3 family, stop ids <|im_end|> and <|endoftext|>', async () => {
     assert.equal(renderer.family.name, 'qwen3');
     assert.deepEqual([...renderer.stopIds].sort(), [151643, 151645]);
     assert.equal(renderer.turnCloseText, '<|im_end|>');
   });
 
-  test('rendered prompts tokenize to exactly the ids llama.cpp produces', () => {
+  test('rendered prompts tokenize to exactly the ids llama.cpp produces', async () => {
     for (let n = 1; n <= conversation.length; n++) {
       const text = renderer.renderText(conversation.slice(0, n), { tools });
       assert.deepEqual(renderer.encode(text), runtime.tokenize(text), `prefix of ${n} messages`);
@@ -66,7 +66,7 @@ describe('renderer', () => {
     assert.deepEqual(renderer.encode(thinkingOff), runtime.tokenize(thinkingOff));
   });
 
-  test('decode(encode(x)) is x, and an assistant turn round-trips through the parser', () => {
+  test('decode(encode(x)) is x, and an assistant turn round-trips through the parser', async () => {
     const text = renderer.renderText(conversation, { tools });
     assert.equal(renderer.decode(renderer.encode(text)), text);
     const answer = {
@@ -94,7 +94,7 @@ describe('renderer', () => {
     assert.ok(history.includes(`${renderAssistantText(answer)}<|im_end|>`));
   });
 
-  test('parser statuses: bad JSON and a missing name are answered as text; an unclosed or unknown call is marked', () => {
+  test('parser statuses: bad JSON and a missing name are answered as text; an unclosed or unknown call is marked', async () => {
     const parse = (text: string, stop = true) =>
       renderer.parseAnswer([...renderer.encode(text), ...(stop ? [IM_END] : [])], { tools, parseToolCalls: true });
     const bad = parse('Trying.\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls"\n</tool_call>');
@@ -117,7 +117,7 @@ describe('renderer', () => {
     assert.deepEqual([drafted.toolCallParse, drafted.content], ['none', 'No call.']);
   });
 
-  test('families are told apart by their templates; unsupported ones name the fallback', () => {
+  test('families are told apart by their templates; unsupported ones name the fallback', async () => {
     assert.equal(detectFamily('{{ "<|start_header_id|>" }}').name, 'llama3');
     assert.equal(detectFamily('<|im_start|><tool_call><function=x><parameter=y>').name, 'qwen3_coder');
     assert.match(new UnsupportedFamilyError(detectFamily('[TOOL_CALLS]'), 'mistral-x').message, /mistral family.*--render engine/);
@@ -202,20 +202,20 @@ describe('bridge', () => {
   };
   const act2 = { reasoning: 'Count them.', toolCalls: [{ name: 'bash', arguments: { command: 'wc -l notes.txt' } }] };
 
-  function firstTurn(bridge: Bridge, owner: object) {
-    const plan = bridge.plan(owner, [], { messages: task, tools, kwargs: undefined });
+  async function firstTurn(bridge: Bridge, owner: object) {
+    const plan = await bridge.plan(owner, [], { messages: task, tools, kwargs: undefined });
     assert.equal(plan.info.kind, 'full');
     assert.equal(plan.info.new_root_reason, null);
     assert.deepEqual(plan.findings, []);
     return turnRecord(0, task, act1, plan.promptIds);
   }
 
-  test('a tool loop with the reasoning dropped by the harness: the prompt extends the previous prompt + completion exactly', () => {
-    const bridge = new Bridge(renderer);
+  test('a tool loop with the reasoning dropped by the harness: the prompt extends the previous prompt + completion exactly', async () => {
+    const bridge = new Bridge(new InThreadRenderer(renderer), { fullRenderCheck: 'always' });
     const owner = {};
-    const r0 = firstTurn(bridge, owner);
+    const r0 = await firstTurn(bridge, owner);
     const messages1 = [...task, echoed(r0), { role: 'tool', tool_call_id: 'harness-x', content: 'notes.txt\nother.md' }];
-    const p1 = bridge.plan(owner, [r0], { messages: messages1, tools, kwargs: undefined });
+    const p1 = await bridge.plan(owner, [r0], { messages: messages1, tools, kwargs: undefined });
     assert.equal(p1.info.kind, 'bridge');
     assert.equal(p1.info.anchor_call_id, 'call0');
     const end0 = [...r0.prompt_token_ids!, ...r0.completion_token_ids!];
@@ -231,7 +231,7 @@ describe('bridge', () => {
     assert.equal(p1.info.full_render!.equal, false);
     assert.ok(p1.info.full_render!.drift_tokens > 0);
     // With the reasoning sent back, a full render agrees with the bridge token for token.
-    const p1r = bridge.plan(owner, [r0], {
+    const p1r = await bridge.plan(owner, [r0], {
       messages: [...task, echoed(r0, { keepReasoning: true }), messages1[3]!],
       tools,
       kwargs: undefined,
@@ -248,7 +248,7 @@ describe('bridge', () => {
       { role: 'tool', content: '3 notes.txt' },
       { role: 'tool', content: 'done' },
     ];
-    const p2 = bridge.plan(owner, [r0, r1], { messages: messages2, tools, kwargs: undefined });
+    const p2 = await bridge.plan(owner, [r0, r1], { messages: messages2, tools, kwargs: undefined });
     assert.equal(p2.info.kind, 'bridge');
     assert.equal(p2.info.anchor_call_id, 'call1');
     const end1 = [...r1.prompt_token_ids!, ...r1.completion_token_ids!];
@@ -259,7 +259,7 @@ describe('bridge', () => {
     );
   });
 
-  test('message identity: argument spacing and key order, tool-call ids and dropped reasoning do not count; text does', () => {
+  test('message identity: argument spacing and key order, tool-call ids and dropped reasoning do not count; text does', async () => {
     const a: ChatMessage = {
       role: 'assistant',
       content: ' Hi. ',
@@ -277,11 +277,11 @@ describe('bridge', () => {
     assert.equal(canonicalJson({ b: 1, a: { d: 2, c: 3 } }), '{"a":{"c":3,"d":2},"b":1}');
   });
 
-  test('a new user turn after reasoning: the template drops the reasoning, so a full render and a new root', () => {
-    const bridge = new Bridge(renderer);
+  test('a new user turn after reasoning: the template drops the reasoning, so a full render and a new root', async () => {
+    const bridge = new Bridge(new InThreadRenderer(renderer), { fullRenderCheck: 'always' });
     const owner = {};
-    const r0 = firstTurn(bridge, owner);
-    const plan = bridge.plan(owner, [r0], {
+    const r0 = await firstTurn(bridge, owner);
+    const plan = await bridge.plan(owner, [r0], {
       messages: [...task, echoed(r0), { role: 'tool', content: 'x' }, { role: 'user', content: 'Stop.' }],
       tools,
       kwargs: undefined,
@@ -291,7 +291,7 @@ describe('bridge', () => {
     assert.match(plan.findings[0]!, /^\[INFO\] bridge_new_root: template_drops_reasoning/);
     // Without reasoning in the anchor, a user turn bridges.
     const r0b = turnRecord(0, task, { content: 'Hello.' }, r0.prompt_token_ids!);
-    const plain = bridge.plan({}, [r0b], {
+    const plain = await bridge.plan({}, [r0b], {
       messages: [...task, echoed(r0b), { role: 'user', content: 'Again.' }],
       tools,
       kwargs: undefined,
@@ -299,34 +299,38 @@ describe('bridge', () => {
     assert.equal(plain.info.kind, 'bridge');
   });
 
-  test('cases that cannot be proven start a new root that says why', () => {
-    const bridge = new Bridge(renderer);
+  test('cases that cannot be proven start a new root that says why', async () => {
+    const bridge = new Bridge(new InThreadRenderer(renderer), { fullRenderCheck: 'always' });
     const owner = {};
-    const r0 = firstTurn(bridge, owner);
+    const r0 = await firstTurn(bridge, owner);
     const tool = { role: 'tool', content: 'notes.txt' };
-    const reason = (messages: ChatMessage[], t: ChatTool[] | undefined = tools) => {
-      const p = bridge.plan(owner, [r0], { messages, tools: t, kwargs: undefined });
+    const reason = async (messages: ChatMessage[], t: ChatTool[] | undefined = tools) => {
+      const p = await bridge.plan(owner, [r0], { messages, tools: t, kwargs: undefined });
       assert.equal(p.info.kind, 'full');
       assert.ok(p.findings.length === 1 && p.findings[0]!.includes(`bridge_new_root: ${p.info.new_root_reason}`));
       return p.info.new_root_reason;
     };
-    assert.equal(reason([{ ...task[0]!, content: 'Edited system.' }, task[1]!, echoed(r0), tool]), 'system_prompt_changed');
-    assert.equal(reason([task[0]!, { role: 'user', content: 'Edited task.' }, echoed(r0), tool]), 'history_edited');
-    assert.equal(reason([...task, { ...echoed(r0), content: 'Rewritten by the harness.' }, tool]), 'assistant_rewritten');
-    assert.equal(reason([...task, echoed(r0), tool], []), 'tools_changed');
-    assert.equal(reason([...task, echoed(r0), tool, { role: 'assistant', content: 'made up' }, tool]), 'assistant_in_tail');
-    assert.equal(reason([...task, { ...echoed(r0), reasoning_content: 'Something else entirely.' }, tool]), 'reasoning_edited');
-    assert.equal(reason([...task, echoed(r0)]), 'nothing_new');
-    assert.equal(reason(task), 'retry');
-    assert.equal(reason([{ role: 'user', content: 'A subagent task.' }]), 'different_conversation');
+    assert.equal(await reason([{ ...task[0]!, content: 'Edited system.' }, task[1]!, echoed(r0), tool]), 'system_prompt_changed');
+    assert.equal(await reason([task[0]!, { role: 'user', content: 'Edited task.' }, echoed(r0), tool]), 'history_edited');
+    assert.equal(await reason([...task, { ...echoed(r0), content: 'Rewritten by the harness.' }, tool]), 'assistant_rewritten');
+    assert.equal(await reason([...task, echoed(r0), tool], []), 'tools_changed');
+    assert.equal(await reason([...task, echoed(r0), tool, { role: 'assistant', content: 'made up' }, tool]), 'assistant_in_tail');
+    assert.equal(await reason([...task, { ...echoed(r0), reasoning_content: 'Something else entirely.' }, tool]), 'reasoning_edited');
+    assert.equal(await reason([...task, echoed(r0)]), 'nothing_new');
+    assert.equal(await reason(task), 'retry');
+    assert.equal(await reason([{ role: 'user', content: 'A subagent task.' }]), 'different_conversation');
   });
 
-  test('an anchor cut by max_tokens: the turn close is bridge context, not a sampled token', () => {
-    const bridge = new Bridge(renderer);
+  test('an anchor cut by max_tokens: the turn close is bridge context, not a sampled token', async () => {
+    const bridge = new Bridge(new InThreadRenderer(renderer), { fullRenderCheck: 'always' });
     const owner = {};
-    const plan0 = bridge.plan(owner, [], { messages: task, tools, kwargs: undefined });
+    const plan0 = await bridge.plan(owner, [], { messages: task, tools, kwargs: undefined });
     const r0 = turnRecord(0, task, { content: 'A long answer that was cut' }, plan0.promptIds, { stop: false });
-    const p = bridge.plan(owner, [r0], { messages: [...task, echoed(r0), { role: 'user', content: 'Go on.' }], tools, kwargs: undefined });
+    const p = await bridge.plan(owner, [r0], {
+      messages: [...task, echoed(r0), { role: 'user', content: 'Go on.' }],
+      tools,
+      kwargs: undefined,
+    });
     assert.equal(p.info.kind, 'bridge');
     assert.equal(p.info.synthesized_close, true);
     const end = [...r0.prompt_token_ids!, ...r0.completion_token_ids!];

@@ -8,13 +8,15 @@
 // call is a full render (a new root in the graph) with the reason recorded. See docs/token-in.md.
 import { createHash } from 'node:crypto';
 import type { NewRootReason, RenderInfo } from './render-info.js';
-import type { Renderer } from './renderer.js';
+import type { TokenRenderer } from './renderer.js';
 
 export type { NewRootReason, RenderInfo };
 import type { CallRecord, ChatContentPart, ChatMessage, ChatTool } from '../types.js';
 
 export interface BridgePlan {
   promptIds: number[];
+  /** For a bridge: the parts promptIds is made of, in order (the anchor's prompt and sampled ids, the bridge). */
+  parts?: { anchorPrompt: readonly number[]; anchorSampled: readonly number[]; bridge: readonly number[] };
   info: RenderInfo;
   /** Graded findings for the call record (why a new root, drift). */
   findings: string[];
@@ -77,18 +79,41 @@ export function messageKey(m: ChatMessage): string {
   return canonicalJson([role, content, calls]);
 }
 
+/**
+ * A digest of messageKey(m), computed without building the key: a long text is hashed as it is, not
+ * copied into a JSON string first (a 128k-token system prompt is resent on every turn). Cached per
+ * message object: the record of a call holds the same objects the bridge hashed for it.
+ */
+const digests = new WeakMap<ChatMessage, string>();
+function messageDigest(m: ChatMessage): string {
+  let d = digests.get(m);
+  if (d !== undefined) return d;
+  let content = contentKey(m.content);
+  if (m.role === 'assistant') content = content.trim();
+  const calls = (m.tool_calls ?? []).map((c) => [c.function?.name ?? '', argumentsKey(c.function?.arguments)]);
+  d = createHash('sha256')
+    .update(JSON.stringify(m.role ?? null))
+    .update(`\0${content.length}\0`)
+    .update(content)
+    .update('\0')
+    .update(canonicalJson(calls))
+    .digest('hex');
+  digests.set(m, d);
+  return d;
+}
+
 function chainHashes(messages: readonly ChatMessage[]): string[] {
   const out: string[] = [];
   let prev = '';
   for (const m of messages) {
-    prev = createHash('sha256').update(prev).update('\0').update(messageKey(m)).digest('hex');
+    prev = extend(prev, m);
     out.push(prev);
   }
   return out;
 }
 
 function extend(prev: string, m: ChatMessage): string {
-  return createHash('sha256').update(prev).update('\0').update(messageKey(m)).digest('hex');
+  return createHash('sha256').update(prev).update('\0').update(messageDigest(m)).digest('hex');
 }
 
 /** Tools and template arguments: a different set renders a different system prompt. */
@@ -112,6 +137,8 @@ class TurnIndex {
   private seen = 0;
   readonly turns: Turn[] = [];
   readonly byEnd = new Map<string, Turn[]>();
+  /** Bridged calls planned for this session (the full-render check samples by it). */
+  bridged = 0;
 
   sync(calls: readonly CallRecord[]): void {
     if (calls !== this.source || calls.length < this.seen) {
@@ -168,21 +195,32 @@ export interface BridgeRequest {
   kwargs: Record<string, unknown> | undefined;
 }
 
+/**
+ * When a bridged prompt is compared with a full render of the same messages (its drift recorded in
+ * `render.full_render`): `always` (every bridge: a full render and tokenization per call, the cost
+ * follows the context), `sampled` (the first bridge of each session, then every
+ * FULL_RENDER_SAMPLE_EVERY-th: a harness's drift shows on its first bridged turn, and the rest cost
+ * what the new messages cost), `off`.
+ */
+export type FullRenderCheck = 'always' | 'sampled' | 'off';
+export const FULL_RENDER_CHECKS: readonly FullRenderCheck[] = ['always', 'sampled', 'off'];
+export const FULL_RENDER_SAMPLE_EVERY = 16;
+
 export interface BridgeOptions {
-  /** Compare every bridge with a full render (O(context) per call). Default true. */
-  checkFullRender?: boolean;
+  /** Default `sampled`. */
+  fullRenderCheck?: FullRenderCheck;
 }
 
 export class Bridge {
   private readonly indexes = new WeakMap<object, TurnIndex>();
 
   constructor(
-    readonly renderer: Renderer,
+    readonly renderer: TokenRenderer,
     private readonly options: BridgeOptions = {},
   ) {}
 
   /** The prompt ids for a call of the session whose completed calls are `calls` (`owner` keys the cache). */
-  plan(owner: object, calls: readonly CallRecord[], req: BridgeRequest): BridgePlan {
+  async plan(owner: object, calls: readonly CallRecord[], req: BridgeRequest): Promise<BridgePlan> {
     let index = this.indexes.get(owner);
     if (!index) this.indexes.set(owner, (index = new TurnIndex()));
     index.sync(calls);
@@ -226,13 +264,9 @@ export class Bridge {
     }
     const bridge = this.bridgeText(turn, tail, req);
     if ('reason' in bridge) return this.full(req, bridge.reason, bridge.detail);
-    const bridgeIds = this.renderer.encode(bridge.text);
+    const bridgeIds = await this.renderer.encode(bridge.text);
     const anchorTokens = turn.promptIds.length + turn.sampledIds.length;
-    const promptIds = new Array<number>(anchorTokens + bridgeIds.length);
-    let w = 0;
-    for (const id of turn.promptIds) promptIds[w++] = id;
-    for (const id of turn.sampledIds) promptIds[w++] = id;
-    for (const id of bridgeIds) promptIds[w++] = id;
+    const promptIds = (turn.promptIds as number[]).concat(turn.sampledIds, bridgeIds);
     const info: RenderInfo = {
       mode: 'proxy',
       family: this.renderer.family.name,
@@ -249,8 +283,10 @@ export class Bridge {
       findings.push(
         `[INFO] bridge_synthesized_close: call ${turn.callId} ended without a stop token; its turn close is bridge context (mask 0)`,
       );
-    if (this.options.checkFullRender !== false) {
-      const full = this.renderer.encode(this.renderer.renderText(req.messages, { tools: req.tools, kwargs: req.kwargs }));
+    const check = this.options.fullRenderCheck ?? 'sampled';
+    const nth = index.bridged++;
+    if (check === 'always' || (check === 'sampled' && nth % FULL_RENDER_SAMPLE_EVERY === 0)) {
+      const full = await this.renderer.renderIds(req.messages, { tools: req.tools, kwargs: req.kwargs });
       let lcp = 0;
       const n = Math.min(full.length, promptIds.length);
       while (lcp < n && full[lcp] === promptIds[lcp]) lcp++;
@@ -262,7 +298,7 @@ export class Bridge {
           `[INFO] render_drift: a full render of these messages differs from the bridged prompt at token ${lcp} (${drift} of the anchor's ${anchorTokens} tokens would be re-rendered; full ${full.length}, bridged ${promptIds.length})`,
         );
     }
-    return { promptIds, info, findings };
+    return { promptIds, parts: { anchorPrompt: turn.promptIds, anchorSampled: turn.sampledIds, bridge: bridgeIds }, info, findings };
   }
 
   /**
@@ -298,13 +334,13 @@ export class Bridge {
     const closeAt = after.indexOf(close, before.length);
     if (closeAt < 0) return { reason: 'no_turn_close', detail: `the template does not close an assistant turn with ${close}` };
     const last = turn.sampledIds[turn.sampledIds.length - 1];
-    const closedBySample = last !== undefined && r.tokenText(last) === close;
+    const closedBySample = last !== undefined && last === r.turnCloseId;
     const rest = after.slice(closeAt + close.length);
     return { text: closedBySample ? rest : close + rest, synthesizedClose: !closedBySample };
   }
 
-  private full(req: BridgeRequest, reason: NewRootReason | null, detail: string | null): BridgePlan {
-    const promptIds = this.renderer.encode(this.renderer.renderText(req.messages, { tools: req.tools, kwargs: req.kwargs }));
+  private async full(req: BridgeRequest, reason: NewRootReason | null, detail: string | null): Promise<BridgePlan> {
+    const promptIds = await this.renderer.renderIds(req.messages, { tools: req.tools, kwargs: req.kwargs });
     const findings: string[] = [];
     if (reason) {
       const grade = reason === 'retry' || reason === 'template_drops_reasoning' ? 'INFO' : 'WARN';

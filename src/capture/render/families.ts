@@ -13,6 +13,11 @@ export interface FamilyInfo {
   reasoningParser: string | null;
   /** Marker texts the parser looks for, as single tokens of the vocabulary. */
   markers?: { thinkStart: string; thinkEnd: string; toolCallStart: string; toolCallEnd: string };
+  /**
+   * What a tool-call block holds: `json` (hermes: `{"name": …, "arguments": {…}}`) or `xml`
+   * (qwen3_coder: `<function=NAME>` then `<parameter=KEY>\nVALUE\n</parameter>` per argument).
+   */
+  toolCallBody?: 'json' | 'xml';
   /** Texts of tokens that end an assistant turn, beyond the tokenizer's eos ids. */
   stopTexts: string[];
 }
@@ -24,9 +29,19 @@ export const FAMILIES: Record<FamilyName, FamilyInfo> = {
     toolParser: 'hermes',
     reasoningParser: 'qwen3',
     markers: { thinkStart: '<think>', thinkEnd: '</think>', toolCallStart: '<tool_call>', toolCallEnd: '</tool_call>' },
+    toolCallBody: 'json',
     stopTexts: ['<|im_end|>', '<|endoftext|>'],
   },
-  qwen3_coder: { name: 'qwen3_coder', supported: false, toolParser: 'qwen3_coder', reasoningParser: 'qwen3', stopTexts: [] },
+  // Qwen3-Coder and Qwen3.5: the same ChatML turns and <tool_call> blocks, arguments as XML parameters.
+  qwen3_coder: {
+    name: 'qwen3_coder',
+    supported: true,
+    toolParser: 'qwen3_coder',
+    reasoningParser: 'qwen3',
+    markers: { thinkStart: '<think>', thinkEnd: '</think>', toolCallStart: '<tool_call>', toolCallEnd: '</tool_call>' },
+    toolCallBody: 'xml',
+    stopTexts: ['<|im_end|>', '<|endoftext|>'],
+  },
   llama3: { name: 'llama3', supported: false, toolParser: 'llama3_json', reasoningParser: null, stopTexts: [] },
   mistral: { name: 'mistral', supported: false, toolParser: 'mistral', reasoningParser: 'mistral', stopTexts: [] },
   deepseek: { name: 'deepseek', supported: false, toolParser: 'deepseek_v3', reasoningParser: 'deepseek_r1', stopTexts: [] },

@@ -6,8 +6,9 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import type { EngineClient } from '../engine-client.js';
+import type { FullRenderCheck } from './bridge.js';
 import { UnsupportedFamilyError } from './families.js';
-import { Renderer } from './renderer.js';
+import { acquireRenderWorkers, type RendererLease } from './render-workers.js';
 import { probeTokenIn, TokenInEngine } from './token-engine.js';
 
 export type RenderMode = 'auto' | 'proxy' | 'engine';
@@ -59,25 +60,14 @@ export function findModelFiles(name: string, env: NodeJS.ProcessEnv = process.en
   return found[0] ?? null;
 }
 
-/** Renderers by path, loaded once per process (a vocabulary build takes a while; proxies of one process share it). */
-const renderers = new Map<string, Promise<Renderer>>();
-
-function loadRenderer(path: string): Promise<Renderer> {
-  let r = renderers.get(path);
-  if (!r) {
-    r = Renderer.load(path);
-    renderers.set(path, r);
-    r.catch(() => renderers.delete(path));
-  }
-  return r;
-}
-
 export interface ResolveOptions {
   requested: RenderMode;
   model: string;
   /** A model folder or GGUF given by the user (`--render-model`). */
   modelFiles?: string;
-  checkFullRender?: boolean;
+  fullRenderCheck?: FullRenderCheck;
+  /** Tokenizer threads (default 1). */
+  renderThreads?: number;
 }
 
 /** Decides the proxy's render mode against a live engine; never throws (the report says what failed). */
@@ -117,35 +107,47 @@ export async function resolveRenderMode(
     report.problem = `no tokenizer.json + tokenizer_config.json (or GGUF) for ${opts.model} on this machine; give --render-model DIR_OR_GGUF`;
     return { report, engine: null, transient: unreachable };
   }
-  let renderer: Renderer;
+  // The tokenizer threads of this model, shared by the proxies of this process (render-workers.ts).
+  let lease: RendererLease;
   try {
-    renderer = await loadRenderer(path);
+    lease = await acquireRenderWorkers(path, { size: opts.renderThreads });
   } catch (err) {
     report.problem = `could not load the tokenizer and chat template from ${path}: ${(err as Error).message}`;
     return { report, engine: null, transient: false };
   }
+  const renderer = lease.renderer;
   report.model_files = path;
   report.family = renderer.family.name;
   if (!renderer.family.supported) {
     report.problem = new UnsupportedFamilyError(renderer.family, opts.model).message;
+    await lease.release();
     return { report, engine: null, transient: false };
   }
-  const probeIds = renderer.encode(renderer.renderText([{ role: 'user', content: 'Reply with the single word: ok' }]));
-  const probe = await probeTokenIn(client, opts.model, probeIds);
+  let probe;
+  try {
+    const probeIds = await renderer.renderIds([{ role: 'user', content: 'Reply with the single word: ok' }]);
+    probe = await probeTokenIn(client, opts.model, probeIds);
+  } catch (err) {
+    await lease.release();
+    report.problem = `could not render with ${path}: ${(err as Error).message}`;
+    return { report, engine: null, transient: false };
+  }
   report.max_model_len = probe.maxModelLen;
   if (!probe.route) {
     report.problem = `the engine does not take token-id prompts: ${probe.problem ?? 'unknown'}`;
+    await lease.release();
     return { report, engine: null, transient: probe.unreachable === true };
   }
   report.route = probe.route;
   report.mode = 'proxy';
   return {
     report,
-    engine: new TokenInEngine(client, renderer, {
-      route: probe.route,
-      maxModelLen: probe.maxModelLen,
-      checkFullRender: opts.checkFullRender,
-    }),
+    engine: new TokenInEngine(
+      client,
+      renderer,
+      { route: probe.route, maxModelLen: probe.maxModelLen, fullRenderCheck: opts.fullRenderCheck },
+      () => lease.release(),
+    ),
     transient: false,
   };
 }

@@ -7,6 +7,7 @@ import { ChatTemplate } from './chat-template.js';
 import { detectFamily, type FamilyInfo } from './families.js';
 import { readModelFiles, type ModelFiles } from './model-files.js';
 import { pythonJsonDumps } from './python-json.js';
+import { cutTokens, SegmentCache, type AddedTokenSpec, type SegmentCacheStats } from './segment-cache.js';
 import type { ChatMessage, ChatTool, ChatToolCall } from '../types.js';
 
 /** Per-call status of one tool-call block (the renderers project's ToolCallParseStatus, snake case). */
@@ -36,6 +37,38 @@ export interface RenderTextOptions {
 
 type HfTokenizer = import('@huggingface/tokenizers').Tokenizer;
 
+/** What a thread that renders without the vocabulary needs to know of a loaded model (see TokenRenderer). */
+export interface RendererDescription {
+  source: string;
+  chatTemplate: string;
+  bosToken: string;
+  eosToken: string;
+  family: FamilyInfo;
+  stopIds: number[];
+  templateDigest: string;
+  /** The id of the token that closes an assistant turn (eos), when the vocabulary has it. */
+  turnCloseId: number | null;
+}
+
+/**
+ * The renderer as the proxy uses it: the chat template is rendered where it is called (small
+ * stand-in conversations), everything that needs the vocabulary (tokenizing, parsing sampled ids)
+ * is asynchronous, so it can run on a tokenizer thread (RenderWorkers) or in this one (InThreadRenderer).
+ */
+export interface TokenRenderer {
+  readonly family: FamilyInfo;
+  readonly stopIds: readonly number[];
+  readonly source: string;
+  readonly templateDigest: string;
+  readonly turnCloseText: string;
+  readonly turnCloseId: number | null;
+  renderText(messages: ChatMessage[], opts?: RenderTextOptions): string;
+  encode(text: string): Promise<number[]>;
+  /** Render and tokenize a whole conversation (a full render). */
+  renderIds(messages: ChatMessage[], opts?: RenderTextOptions): Promise<number[]>;
+  parseAnswer(ids: readonly number[], opts: { tools?: ChatTool[] | undefined; parseToolCalls: boolean }): Promise<ParsedAnswer>;
+}
+
 export class Renderer {
   readonly family: FamilyInfo;
   readonly stopIds: readonly number[];
@@ -44,6 +77,7 @@ export class Renderer {
   private readonly template: ChatTemplate;
   private readonly stopSet: Set<number>;
   private readonly markerIds: { thinkStart?: number; thinkEnd?: number; toolCallStart?: number; toolCallEnd?: number } = {};
+  private readonly segments: SegmentCache;
 
   private constructor(
     readonly files: ModelFiles,
@@ -66,6 +100,8 @@ export class Renderer {
         if (id !== undefined) this.markerIds[key] = id;
       }
     }
+    const added = (files.tokenizerJson.added_tokens ?? []) as AddedTokenSpec[];
+    this.segments = new SegmentCache(cutTokens(added), (text) => this.encodeUncached(text));
   }
 
   /** Loads a model folder or GGUF file. The vocabulary is built once; keep the Renderer for the proxy's life. */
@@ -92,10 +128,42 @@ export class Renderer {
     });
   }
 
-  /** Text to ids; special tokens written in the text are recognised, none are added. */
+  /**
+   * Text to ids; special tokens written in the text are recognised, none are added. Pieces of text
+   * seen before (cut at special tokens, see SegmentCache) are not tokenized again.
+   */
   encode(text: string): number[] {
     if (text === '') return [];
+    return this.segments.encode(text);
+  }
+
+  /** `encode` without the piece cache: the library on the whole text. */
+  encodeUncached(text: string): number[] {
+    if (text === '') return [];
     return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
+  }
+
+  /** Render and tokenize a whole conversation. */
+  renderIds(messages: ChatMessage[], opts: RenderTextOptions = {}): number[] {
+    return this.encode(this.renderText(messages, opts));
+  }
+
+  get cacheStats(): SegmentCacheStats {
+    return this.segments.snapshot();
+  }
+
+  describe(): RendererDescription {
+    const close = this.files.eosToken ? this.tokenId(this.files.eosToken) : undefined;
+    return {
+      source: this.files.source,
+      chatTemplate: this.files.chatTemplate,
+      bosToken: this.files.bosToken,
+      eosToken: this.files.eosToken,
+      family: this.family,
+      stopIds: [...this.stopIds],
+      templateDigest: this.templateDigest,
+      turnCloseId: close ?? null,
+    };
   }
 
   decode(ids: readonly number[], skipSpecialTokens = false): string {
@@ -165,12 +233,17 @@ export class Renderer {
       const text = this.decode(rest.slice(at + 1, stop), true).trim();
       let status: ToolCallStatus = close === stop ? 'ok' : 'unclosed_block';
       let parsed: unknown;
-      try {
-        parsed = JSON.parse(text);
-      } catch {
-        status = 'invalid_json';
+      if (this.family.toolCallBody === 'xml') {
+        parsed = parseXmlToolCall(text, opts.tools);
+        if (parsed === null) status = 'malformed_structure';
+      } else {
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          status = 'invalid_json';
+        }
       }
-      if (status !== 'invalid_json') {
+      if (status !== 'invalid_json' && status !== 'malformed_structure') {
         const o = parsed as { name?: unknown; arguments?: unknown } | null;
         if (!o || typeof o !== 'object' || Array.isArray(o)) status = 'malformed_structure';
         else if (typeof o.name !== 'string' || !o.name) status = 'missing_name';
@@ -191,9 +264,96 @@ export class Renderer {
       type: 'function',
       function: { name: c.name, arguments: pythonJsonDumps(c.args) },
     }));
-    const before = this.decode(rest.slice(0, first), true)
+    let before = this.decode(rest.slice(0, first), true)
       .replace(reasoning === null ? /^$/ : /^\n+/, '')
       .replace(/\n$/, '');
+    // The XML templates write `\n` + content + `\n` before the first block (content trimmed).
+    if (this.family.toolCallBody === 'xml') before = before.replace(/^\n+|\n+$/g, '');
     return { content: before || null, reasoning, toolCalls, toolCallParse: 'ok', toolCallStatuses: statuses, stopped };
+  }
+}
+
+const XML_FUNCTION = /^<function=([^>\n]+)>\n?([\s\S]*?)\n?<\/function>$/;
+const XML_PARAMETER = /<parameter=([^>\n]+)>\n?([\s\S]*?)\n?<\/parameter>/g;
+
+/**
+ * A qwen3_coder tool-call body (`<function=NAME>` with `<parameter=KEY>` blocks) as `{name, arguments}`,
+ * or null when it is not one. Values are typed by the offered tool's JSON schema, as vLLM's
+ * qwen3_coder parser does: strings stay as written, integer/number/boolean are read as such, objects
+ * and arrays as JSON, `null` is null; a value that does not read as its type, or an argument the
+ * schema does not name, stays the text it was.
+ */
+export function parseXmlToolCall(
+  body: string,
+  tools: readonly ChatTool[] | undefined,
+): { name: string; arguments: Record<string, unknown> } | null {
+  const m = XML_FUNCTION.exec(body);
+  if (!m) return null;
+  const name = m[1]!.trim();
+  const schema = tools?.find((t) => t.function.name === name)?.function.parameters as
+    { properties?: Record<string, { type?: unknown }> } | undefined;
+  const args: Record<string, unknown> = {};
+  const inner = m[2]!;
+  let seen = 0;
+  for (const p of inner.matchAll(XML_PARAMETER)) {
+    seen += p[0].length;
+    const key = p[1]!.trim();
+    args[key] = typedValue(p[2]!, schema?.properties?.[key]?.type);
+  }
+  // Text between the parameters other than line breaks is not this format.
+  if (inner.replace(XML_PARAMETER, '').trim() !== '' || (seen === 0 && inner.trim() !== '')) return null;
+  return { name, arguments: args };
+}
+
+function typedValue(text: string, type: unknown): unknown {
+  const t = typeof type === 'string' ? type.toLowerCase() : Array.isArray(type) ? String(type[0]).toLowerCase() : null;
+  if (text.toLowerCase() === 'null') return null;
+  if (t === null || t === 'string' || t === 'str' || t === 'text' || t === 'enum') return text;
+  if (t === 'integer' || t === 'int') return /^-?\d+$/.test(text.trim()) ? Number(text.trim()) : text;
+  if (t === 'number' || t === 'float') return text.trim() !== '' && Number.isFinite(Number(text)) ? Number(text) : text;
+  if (t === 'boolean' || t === 'bool') {
+    const v = text.trim().toLowerCase();
+    return v === 'true' ? true : v === 'false' ? false : text;
+  }
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return text;
+  }
+}
+
+/** A Renderer used on the calling thread through the asynchronous interface (tests, tools, a fallback). */
+export class InThreadRenderer implements TokenRenderer {
+  readonly family: FamilyInfo;
+  readonly stopIds: readonly number[];
+  readonly source: string;
+  readonly templateDigest: string;
+  readonly turnCloseText: string;
+  readonly turnCloseId: number | null;
+
+  constructor(readonly renderer: Renderer) {
+    const d = renderer.describe();
+    this.family = d.family;
+    this.stopIds = d.stopIds;
+    this.source = d.source;
+    this.templateDigest = d.templateDigest;
+    this.turnCloseText = d.eosToken;
+    this.turnCloseId = d.turnCloseId;
+  }
+
+  renderText(messages: ChatMessage[], opts?: RenderTextOptions): string {
+    return this.renderer.renderText(messages, opts);
+  }
+
+  encode(text: string): Promise<number[]> {
+    return Promise.resolve(this.renderer.encode(text));
+  }
+
+  renderIds(messages: ChatMessage[], opts?: RenderTextOptions): Promise<number[]> {
+    return Promise.resolve(this.renderer.renderIds(messages, opts));
+  }
+
+  parseAnswer(ids: readonly number[], opts: { tools?: ChatTool[] | undefined; parseToolCalls: boolean }): Promise<ParsedAnswer> {
+    return Promise.resolve(this.renderer.parseAnswer(ids, opts));
   }
 }

@@ -15,9 +15,9 @@ import {
   type ChatTool,
   type LogprobEntry,
 } from '../types.js';
-import { Bridge, type BridgeOptions, type RenderInfo } from './bridge.js';
+import { Bridge, type BridgeOptions, type BridgePlan, type RenderInfo } from './bridge.js';
 import { UnsupportedFamilyError } from './families.js';
-import type { Renderer } from './renderer.js';
+import type { TokenRenderer } from './renderer.js';
 
 export type TokenRoute = '/v1/completions' | '/generate';
 
@@ -40,6 +40,28 @@ const isId = (v: unknown): v is number => typeof v === 'number' && Number.isInte
 const TOKEN_ID = /^token_id:(\d+)$/;
 
 export class TokenInEngineError extends Error {}
+
+/**
+ * An answer's text with its prompt-id echo (`"prompt_token_ids":[…]`, the first one) cut out as text:
+ * a 128k-token echo is compared with the ids the proxy sent as a string, not parsed into numbers.
+ * `echo` is null when there is none to cut (the answer is then parsed whole).
+ */
+export function cutPromptEcho(text: string, expected?: string): { rest: string; echo: string | null } {
+  const key = '"prompt_token_ids":';
+  const at = text.indexOf(key);
+  if (at < 0) return { rest: text, echo: null };
+  let i = at + key.length;
+  while (text[i] === ' ') i++;
+  if (text[i] !== '[') return { rest: text, echo: null };
+  // The usual case, the ids exactly as sent: one comparison, no scan of the echo.
+  if (expected !== undefined && text[i + 1 + expected.length] === ']' && text.startsWith(expected, i + 1))
+    return { rest: `${text.slice(0, i)}null${text.slice(i + 2 + expected.length)}`, echo: expected };
+  const close = text.indexOf(']', i);
+  if (close < 0) return { rest: text, echo: null };
+  const echo = text.slice(i + 1, close);
+  if (!/^[\d,\s]*$/.test(echo)) return { rest: text, echo: null };
+  return { rest: `${text.slice(0, i)}null${text.slice(close + 1)}`, echo };
+}
 
 /** vLLM `/v1/completions` answer -> sampled ids and logprobs; defensive about every field. */
 export function readCompletionsAnswer(body: unknown): Sampled {
@@ -110,14 +132,23 @@ export interface TokenInOptions extends BridgeOptions {
 
 export class TokenInEngine {
   readonly bridge: Bridge;
+  /** Each prompt sent, as the JSON text of its ids: the next turn's prompt starts with it (a string rope, not a re-serialisation). */
+  private readonly idsText = new WeakMap<readonly number[], string>();
 
   constructor(
     readonly client: EngineClient,
-    readonly renderer: Renderer,
+    readonly renderer: TokenRenderer,
     readonly options: TokenInOptions,
+    /** Lets go of the renderer (its tokenizer threads) when the proxy is done with this engine. */
+    private readonly releaseRenderer: () => Promise<void> = async () => undefined,
   ) {
     if (!renderer.family.supported) throw new UnsupportedFamilyError(renderer.family, renderer.source);
     this.bridge = new Bridge(renderer, options);
+  }
+
+  /** The proxy's last use of this adapter (it closes, or was pointed at another engine). */
+  close(): Promise<void> {
+    return this.releaseRenderer();
   }
 
   /**
@@ -127,7 +158,7 @@ export class TokenInEngine {
   async complete(owner: object, calls: readonly CallRecord[], request: ChatRequest, signal?: AbortSignal): Promise<TokenInReply> {
     const tools = Array.isArray(request.tools) && request.tools.length ? (request.tools as ChatTool[]) : undefined;
     const kwargs = (request.chat_template_kwargs ?? undefined) as Record<string, unknown> | undefined;
-    const plan = this.bridge.plan(owner, calls, { messages: request.messages, tools, kwargs });
+    const plan = await this.bridge.plan(owner, calls, { messages: request.messages, tools, kwargs });
     const prompt = plan.promptIds;
     const route = this.options.route;
     const render: RenderInfo = { ...plan.info, engine_route: route };
@@ -146,17 +177,23 @@ export class TokenInEngine {
     const asked = typeof request.max_tokens === 'number' && request.max_tokens > 0 ? request.max_tokens : Infinity;
     const maxTokens = Math.min(asked, room);
     const stopIds = [...this.renderer.stopIds];
-    const reply = await this.client.post(
-      route,
-      route === '/generate'
-        ? this.generateBody(request, prompt, maxTokens, stopIds)
-        : this.completionsBody(request, prompt, maxTokens, stopIds),
-      signal,
-    );
+    const promptText = this.promptText(plan);
+    const idsKey = route === '/generate' ? 'input_ids' : 'prompt';
+    const rest = route === '/generate' ? this.generateBody(request, maxTokens, stopIds) : this.completionsBody(request, maxTokens, stopIds);
+    const sent = await this.client.postText(route, `{"${idsKey}":[${promptText}],${JSON.stringify(rest).slice(1)}`, signal);
+    const { rest: answerText, echo } = cutPromptEcho(sent.text, promptText);
+    let answerBody: unknown = sent.text;
+    try {
+      answerBody = JSON.parse(answerText);
+    } catch {
+      // an error page: kept as text
+    }
+    const reply: EngineReply = { status: sent.status, body: answerBody };
     if (reply.status !== 200) return { ...reply, render, findings: plan.findings };
     let sampled: Sampled;
     try {
       sampled = route === '/generate' ? readGenerateAnswer(reply.body) : readCompletionsAnswer(reply.body);
+      if (echo !== null) sampled.echoedPrompt = echo === promptText ? prompt : echo.split(',').map((v) => Number(v.trim()));
     } catch (err) {
       return {
         status: 502,
@@ -166,13 +203,17 @@ export class TokenInEngine {
       };
     }
     const findings = [...plan.findings];
-    if (sampled.echoedPrompt && (sampled.echoedPrompt.length !== prompt.length || sampled.echoedPrompt.some((id, i) => id !== prompt[i]))) {
+    if (
+      sampled.echoedPrompt &&
+      sampled.echoedPrompt !== prompt &&
+      (sampled.echoedPrompt.length !== prompt.length || sampled.echoedPrompt.some((id, i) => id !== prompt[i]))
+    ) {
       findings.push(
         `[FATAL] prompt_ids_mismatch: the engine echoed ${sampled.echoedPrompt.length} prompt ids that differ from the ${prompt.length} the proxy sent`,
       );
     }
     const parseToolCalls = !!tools && request.tool_choice !== 'none';
-    const parsed = this.renderer.parseAnswer(sampled.ids, { tools, parseToolCalls });
+    const parsed = await this.renderer.parseAnswer(sampled.ids, { tools, parseToolCalls });
     render.tool_call_parse = parsed.toolCallParse;
     render.tool_call_statuses = parsed.toolCallStatuses;
     if (parsed.toolCallParse === 'failed')
@@ -213,10 +254,22 @@ export class TokenInEngine {
     return { status: 200, body, render, findings };
   }
 
-  private completionsBody(request: ChatRequest, prompt: number[], maxTokens: number, stopIds: number[]): Record<string, unknown> {
+  /** The JSON text of a prompt's ids; a bridge's is the anchor's text (kept from its call) and the new ids. */
+  private promptText(plan: { promptIds: number[]; parts?: BridgePlan['parts'] }): string {
+    let text: string;
+    const p = plan.parts;
+    if (p) {
+      text = this.idsText.get(p.anchorPrompt) ?? p.anchorPrompt.join(',');
+      for (const list of [p.anchorSampled, p.bridge]) if (list.length) text = text ? `${text},${list.join(',')}` : list.join(',');
+    } else text = plan.promptIds.join(',');
+    this.idsText.set(plan.promptIds, text);
+    return text;
+  }
+
+  /** The completions body without its prompt (the ids are written in as text). */
+  private completionsBody(request: ChatRequest, maxTokens: number, stopIds: number[]): Record<string, unknown> {
     const body: Record<string, unknown> = {
       model: request.model,
-      prompt,
       max_tokens: maxTokens,
       logprobs: typeof request.top_logprobs === 'number' ? request.top_logprobs : 0,
       return_token_ids: true,
@@ -231,7 +284,8 @@ export class TokenInEngine {
     return body;
   }
 
-  private generateBody(request: ChatRequest, prompt: number[], maxTokens: number, stopIds: number[]): Record<string, unknown> {
+  /** The SGLang /generate body without its input_ids (written in as text). */
+  private generateBody(request: ChatRequest, maxTokens: number, stopIds: number[]): Record<string, unknown> {
     const sampling: Record<string, unknown> = {
       max_new_tokens: maxTokens,
       stop_token_ids: stopIds,
@@ -251,7 +305,6 @@ export class TokenInEngine {
       if (request[key] !== undefined && request[key] !== null) sampling[key] = request[key];
     }
     const body: Record<string, unknown> = {
-      input_ids: prompt,
       sampling_params: sampling,
       return_logprob: true,
       logprob_start_len: -1,
