@@ -87,6 +87,8 @@ export interface ProxyOptions {
   renderModel?: string;
   /** Compare every bridged prompt with a full render of the same messages (O(context) per call; default true). */
   checkFullRender?: boolean;
+  /** A token-in engine built by the caller (a replay of a token-in capture answers the token route from its record). */
+  tokenIn?: TokenInEngine;
 }
 
 const silentLogger: ProxyLogger = { info() {}, warn() {}, error() {} };
@@ -289,6 +291,7 @@ export class CaptureProxy {
    * reached). Null: chat completions. Throws when `--render proxy` was asked for and is impossible.
    */
   async tokenInEngine(): Promise<TokenInEngine | null> {
+    if (this.options.tokenIn) return this.options.tokenIn;
     const requested = this.options.render ?? 'auto';
     // Another source of answers than an HTTP engine (a replay's record) answers chat completions only.
     const engine = this.engine;

@@ -5,7 +5,7 @@
 // vLLM chat shape (top-level prompt_token_ids, choices[0].token_ids, logprobs.content with
 // `token_id:N`), so dialects, streaming replay, recording, the graph and sequences work unchanged.
 import { randomBytes } from 'node:crypto';
-import type { EngineClient, EngineReply } from '../engine-client.js';
+import type { ChatEngine, EngineClient, EngineReply } from '../engine-client.js';
 import type { CallRecord, ChatMessage, ChatRequest, ChatResponse, ChatTool, LogprobEntry } from '../types.js';
 import { Bridge, type BridgeOptions, type RenderInfo } from './bridge.js';
 import { UnsupportedFamilyError } from './families.js';
@@ -104,7 +104,8 @@ export class TokenInEngine {
   readonly bridge: Bridge;
 
   constructor(
-    readonly client: EngineClient,
+    // Any source of answers on the token route: an HTTP engine, or a replay's record (src/replay).
+    readonly client: ChatEngine,
     readonly renderer: Renderer,
     readonly options: TokenInOptions,
   ) {
