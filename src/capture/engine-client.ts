@@ -36,6 +36,8 @@ export const DEFAULT_ENGINE_CONNECTIONS = 4096;
 export interface ChatEngine {
   readonly baseUrl: string;
   post(route: string, body: unknown, signal?: AbortSignal): Promise<EngineReply>;
+  /** POST a body already serialised (a token-in prompt is spliced as text); the answer's text unparsed. */
+  postText(route: string, body: string, signal?: AbortSignal): Promise<{ status: number; text: string }>;
   get(route: string, signal?: AbortSignal): Promise<EngineReply>;
   chatCompletion(request: ChatRequest, signal?: AbortSignal): Promise<EngineReply>;
   close(): Promise<void>;

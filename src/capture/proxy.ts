@@ -88,6 +88,8 @@ export interface ProxyOptions {
   renderModel?: string;
   /** When a bridged prompt is compared with a full render of its messages (default `sampled`; see FullRenderCheck). */
   fullRenderCheck?: FullRenderCheck;
+  /** A token-in engine built by the caller (a replay of a token-in capture answers the token route from its record). */
+  tokenIn?: TokenInEngine;
 }
 
 const silentLogger: ProxyLogger = { info() {}, warn() {}, error() {} };
@@ -291,6 +293,7 @@ export class CaptureProxy {
    * reached). Null: chat completions. Throws when `--render proxy` was asked for and is impossible.
    */
   async tokenInEngine(): Promise<TokenInEngine | null> {
+    if (this.options.tokenIn) return this.options.tokenIn;
     const requested = this.options.render ?? 'auto';
     // Another source of answers than an HTTP engine (a replay's record) answers chat completions only.
     const engine = this.engine;

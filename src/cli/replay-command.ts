@@ -7,7 +7,8 @@ import { loadReplaySource, ReplaySourceError } from '../replay/source.js';
 import { defineCommand, UsageError } from './args.js';
 
 const USAGE = `usage: harness-lab replay ROLLOUT [--harness H] [--sandbox docker|local] [--task DIR] [--out DIR]
-                          [--from N --engine-url URL [--model M] [--seed S] [--temperature T] [--max-tokens N]] [--json]
+                          [--from N --engine-url URL [--model M] [--seed S] [--temperature T] [--max-tokens N]]
+                          [--render-model P] [--json]
 
 Runs the real harness again in a fresh sandbox on ROLLOUT's task (a rollout folder of \`harness-lab rollout\`,
 its session.rollout.json, or a replay fixture *.replay.json.gz). The capture proxy answers every model
@@ -31,6 +32,9 @@ The replay is a new session linked to the original (metadata replay_of), written
   --model M         served model for the fork's live calls (default: the recorded one)
   --seed S, --temperature T   sampling pinned on the fork's calls (compare settings from one context)
   --max-tokens N    cap on each live call's output tokens
+  --render-model P  a token-in capture's model folder or GGUF (tokenizer + chat template; default: found
+                    from the recorded model). A token-in capture replays token in: each prompt is built
+                    again by the bridge and must equal the recorded prompt ids, token for token
   --timeout SECONDS wall clock for the agent (default: the task's)
   --json            print the report as JSON`;
 
@@ -50,6 +54,7 @@ export const replayCommand = defineCommand({
     seed: { type: 'integer' },
     temperature: { type: 'string' },
     'max-tokens': { type: 'integer' },
+    'render-model': { type: 'string' },
     timeout: { type: 'integer' },
     json: { type: 'boolean' },
     verbose: { type: 'boolean', short: 'v' },
@@ -83,6 +88,7 @@ export const replayCommand = defineCommand({
         outDir: resolve(flags.out),
         timeoutSec: flags.timeout || undefined,
         handleSignals: true,
+        renderModel: flags['render-model'],
         log: flags.verbose ? (l) => process.stderr.write(`  ${l}\n`) : undefined,
         fork: forking
           ? {

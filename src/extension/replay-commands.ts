@@ -1,7 +1,7 @@
 // "Replay Rollout" and "Fork from This Turn": the rollout viewer's rollout run again with the real
 // harness in a Docker sandbox (src/replay/replay-run.ts), with progress and Cancel. A replay opens
 // beside the original with a match badge per call; a fork opens in the group view beside its original.
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as vscode from 'vscode';
@@ -29,6 +29,14 @@ export function viewerReplaySource(viewer: ViewerConnection): ReplaySource {
       'this viewer shows TrainingTrace lines, which keep no engine requests to replay; open the captured session or its rollout file',
     );
   if (shown.path && /\.(rollout\.json|json|json\.gz)$/.test(shown.path)) return loadReplaySource(shown.path);
+  // A live session of a finished run: its run folder's document, so the replay knows the reward and
+  // goes beside the run (and its forks are found there), rather than a copy in the temp folder.
+  const outDir = shown.doc.metadata.out_dir;
+  const runDoc = typeof outDir === 'string' ? join(outDir, 'session.rollout.json') : null;
+  if (runDoc && existsSync(runDoc)) {
+    const source = loadReplaySource(runDoc);
+    if (source.session_id === shown.doc.session_id) return source;
+  }
   const dir = join(tmpdir(), 'harness-lab-replay', shown.doc.session_id);
   mkdirSync(dir, { recursive: true });
   const file = join(dir, 'session.rollout.json');

@@ -111,4 +111,6 @@ export interface ForkMember {
   label: string;
   rolloutFile: string;
   reward: number | null;
+  /** The run's status (`ok`, `errored`) from its rollout.json or replay.json, when known. */
+  status?: string | null;
 }

@@ -14,8 +14,22 @@ const ReplayReportFileSchema = z.looseObject({
   rollout_file: z.string(),
   reward: z.number().nullable(),
   out_dir: z.string(),
+  status: z.string().optional(),
 });
 export type ReplayReportFile = z.infer<typeof ReplayReportFileSchema>;
+
+const RunStatusSchema = z.looseObject({ status: z.string() });
+
+/** The status a run folder's rollout.json records (`ok`, `errored`), or null when there is none to read. */
+function runStatus(runDir: string | null): string | null {
+  if (!runDir) return null;
+  try {
+    const parsed = RunStatusSchema.safeParse(JSON.parse(readFileSync(join(runDir, 'rollout.json'), 'utf8')));
+    return parsed.success ? parsed.data.status : null;
+  } catch {
+    return null; // no readable run record: the member's class is then read from its reward alone
+  }
+}
 
 /** A replay.json, or null when the file is missing or not one. */
 export function readReplayReport(dir: string): ReplayReportFile | null {
@@ -79,6 +93,12 @@ export function forkMembers(
     .map((d) => readReplayReport(d))
     .filter((r): r is ReplayReportFile => r !== null && r.kind === 'fork' && r.original.session_id === source.session_id)
     .sort((a, b) => (a.from_turn ?? 0) - (b.from_turn ?? 0) || a.out_dir.localeCompare(b.out_dir))
-    .map((r) => ({ label: `fork@${r.from_turn} ${r.session_id.slice(0, 9)}`, rolloutFile: r.rollout_file, reward: r.reward, report: r }));
-  return { original: { label: 'original', rolloutFile: source.path, reward: source.reward }, forks };
+    .map((r) => ({
+      label: `fork@${r.from_turn} ${r.session_id.slice(0, 9)}`,
+      rolloutFile: r.rollout_file,
+      reward: r.reward,
+      status: r.status ?? null,
+      report: r,
+    }));
+  return { original: { label: 'original', rolloutFile: source.path, reward: source.reward, status: runStatus(source.runDir) }, forks };
 }

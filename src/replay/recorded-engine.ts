@@ -51,8 +51,8 @@ export class RecordedEngine implements ChatEngine {
   private readonly callListeners: ((call: ReplayedCall) => void)[] = [];
 
   constructor(
-    private readonly source: ReplaySource,
-    private readonly fork?: ForkTarget,
+    protected readonly source: ReplaySource,
+    protected readonly fork?: ForkTarget,
   ) {
     this.baseUrl = fork ? fork.engine.baseUrl : `replay://${source.session_id}`;
     this.pending = source.calls.filter(answerable);
@@ -75,59 +75,78 @@ export class RecordedEngine implements ChatEngine {
     this.callListeners.push(listener);
   }
 
-  private note(call: ReplayedCall): void {
+  protected note(call: ReplayedCall): void {
     this.calls.push(call);
     for (const l of this.callListeners) l(call);
   }
 
+  /** A fork's engine, noted as answering the call at `position`, when the fork has reached its turn. */
+  protected liveAt(position: number): ChatEngine | null {
+    if (!this.fork || position < this.fork.fromTurn) return null;
+    this.note({
+      position,
+      recorded_index: null,
+      recorded_call_id: null,
+      level: 'live',
+      tolerated: [],
+      tool_outputs: [],
+      first_difference: null,
+    });
+    return this.fork.engine;
+  }
+
   async chatCompletion(request: ChatRequest, signal?: AbortSignal): Promise<EngineReply> {
     const position = this.calls.length;
-    if (this.fork && position >= this.fork.fromTurn) {
-      this.note({
-        position,
-        recorded_index: null,
-        recorded_call_id: null,
-        level: 'live',
-        tolerated: [],
-        tool_outputs: [],
-        first_difference: null,
-      });
-      return this.fork.engine.chatCompletion(request, signal);
-    }
+    const live = this.liveAt(position);
+    if (live) return live.chatCompletion(request, signal);
     if (this.halted) return this.refuse(`the replay halted at call ${this.halted.position}; no further answers`);
-    // Sampling is the proxy's (neutral or pinned) in both requests, so it is not compared (match.ts).
+    const chosen = this.choose(request, position);
+    if ('refused' in chosen) return chosen.refused;
+    const { call, match } = chosen;
+    this.take(position, call, match);
+    return this.recordedError(call) ?? { status: 200, body: recordedEngineBody(call) };
+  }
+
+  /**
+   * The first recorded call not yet answered that this request matches, or the halt (noted, listeners
+   * told) when none does. Sampling is the proxy's (neutral or pinned) in both requests, so it is not
+   * compared (match.ts).
+   */
+  protected choose(request: ChatRequest, position: number): { call: ReplayCall; match: CallMatch } | { refused: EngineReply } {
     const replayed = { request };
-    let chosen: { call: ReplayCall; match: CallMatch } | undefined;
     let firstMismatch: CallMatch | undefined;
     for (const call of this.pending) {
       const match = matchCall({ request: call.engine_request as unknown as ChatRequest }, replayed);
-      if (match.level !== 'none') {
-        chosen = { call, match };
-        break;
-      }
+      if (match.level !== 'none') return { call, match };
       firstMismatch ??= match;
     }
-    if (!chosen) {
-      const expected = this.pending[0] ?? null;
-      const difference = firstMismatch?.firstDifference ?? null;
-      const message = expected
-        ? `replay: call ${position} matches no recorded call; against recorded call ${expected.index} the first difference is ${difference?.path ?? '(none)'}`
-        : `replay: call ${position} has no recorded counterpart: the original made only ${this.source.calls.length} call(s)`;
-      this.halted = { position, expected_index: expected?.index ?? null, difference, message };
-      this.note({
-        position,
-        recorded_index: null,
-        recorded_call_id: null,
-        level: 'none',
-        tolerated: [],
-        tool_outputs: [],
-        first_difference: difference,
-      });
-      for (const l of this.haltListeners) l(this.halted);
-      return this.refuse(message);
-    }
-    this.pending.splice(this.pending.indexOf(chosen.call), 1);
-    const { call, match } = chosen;
+    const expected = this.pending[0] ?? null;
+    const difference = firstMismatch?.firstDifference ?? null;
+    const message = expected
+      ? `replay: call ${position} matches no recorded call; against recorded call ${expected.index} the first difference is ${difference?.path ?? '(none)'}`
+      : `replay: call ${position} has no recorded counterpart: the original made only ${this.source.calls.length} call(s)`;
+    return { refused: this.haltAt(position, expected?.index ?? null, difference, message) };
+  }
+
+  /** Stops the replay at `position`: this call and every later one get `message` as an error. */
+  protected haltAt(position: number, expectedIndex: number | null, difference: FieldDifference | null, message: string): EngineReply {
+    this.halted = { position, expected_index: expectedIndex, difference, message };
+    this.note({
+      position,
+      recorded_index: null,
+      recorded_call_id: null,
+      level: 'none',
+      tolerated: [],
+      tool_outputs: [],
+      first_difference: difference,
+    });
+    for (const l of this.haltListeners) l(this.halted);
+    return this.refuse(message);
+  }
+
+  /** `call` answers the request at `position`: it leaves the pending list and the match is noted. */
+  protected take(position: number, call: ReplayCall, match: CallMatch): void {
+    this.pending.splice(this.pending.indexOf(call), 1);
     this.note({
       position,
       recorded_index: call.index,
@@ -137,14 +156,16 @@ export class RecordedEngine implements ChatEngine {
       tool_outputs: match.toolOutputs,
       first_difference: null,
     });
-    if (call.error && !call.engine_response) {
-      const status = call.error.status >= 400 && call.error.status < 600 ? call.error.status : 502;
-      return { status, body: { error: { message: `recorded: ${call.error.message}` } } };
-    }
-    return { status: 200, body: recordedEngineBody(call) };
   }
 
-  private refuse(message: string): EngineReply {
+  /** The engine error the original got on this call, given back the same way (null: it was answered). */
+  protected recordedError(call: ReplayCall): EngineReply | null {
+    if (!call.error || call.engine_response) return null;
+    const status = call.error.status >= 400 && call.error.status < 600 ? call.error.status : 502;
+    return { status, body: { error: { message: `recorded: ${call.error.message}` } } };
+  }
+
+  protected refuse(message: string): EngineReply {
     // 400 is passed through to the harness as a permanent error (no retry loop against a halted replay).
     return { status: 400, body: { error: { message, type: 'replay_mismatch' } } };
   }
@@ -152,6 +173,12 @@ export class RecordedEngine implements ChatEngine {
   async post(route: string, body: unknown, signal?: AbortSignal): Promise<EngineReply> {
     if (this.fork) return this.fork.engine.post(route, body, signal);
     return { status: 404, body: { error: { message: `a replay answers chat completions only, not ${route}` } } };
+  }
+
+  /** The token route's text form (a token-in prompt arrives spliced as text): answered as `post` answers it. */
+  async postText(route: string, body: string, signal?: AbortSignal): Promise<{ status: number; text: string }> {
+    const reply = await this.post(route, JSON.parse(body) as unknown, signal);
+    return { status: reply.status, text: JSON.stringify(reply.body) };
   }
 
   async get(route: string, signal?: AbortSignal): Promise<EngineReply> {

@@ -11,8 +11,10 @@ import { CaptureProxy } from '../capture/proxy.js';
 import type { PinnedSampling } from '../capture/types.js';
 import { openLab } from '../sandbox/lab.js';
 import { nextRolloutDir, runRollout, type RolloutResult, type RolloutStage } from '../sandbox/rollout-runner.js';
+import { ReplayError } from './errors.js';
 import { formatDifference, type FieldDifference } from './match.js';
 import { RecordedEngine, type ReplayHalt, type ReplayedCall } from './recorded-engine.js';
+import { replayTokenIn } from './token-in-replay.js';
 import type { ReplaySource } from './source.js';
 
 export const REPLAY_REPORT_FILE = 'replay.json';
@@ -46,6 +48,8 @@ export interface ReplayOptions {
   signal?: AbortSignal;
   /** Handle SIGINT/SIGTERM by removing the sandbox (the CLI); the extension has its own cancel. */
   handleSignals?: boolean;
+  /** A token-in capture's model folder or GGUF (tokenizer + chat template); default: found from the recorded model. */
+  renderModel?: string;
 }
 
 export interface ReplayReport {
@@ -69,7 +73,7 @@ export interface ReplayReport {
   ok: boolean;
 }
 
-export class ReplayError extends Error {}
+export { ReplayError };
 
 /** The rollout's task folder: the given one, the metadata's `task_dir`, else `examples/tasks/<name>` near the rollout or here. */
 export function resolveTaskDir(source: ReplaySource, given?: string): string {
@@ -108,7 +112,12 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   const live = opts.fork
     ? new EngineClient(opts.fork.engineUrl, opts.fork.engineApiKey ? { apiKey: opts.fork.engineApiKey } : {})
     : undefined;
-  const engine = new RecordedEngine(source, opts.fork && live ? { fromTurn: opts.fork.fromTurn, engine: live } : undefined);
+  const forkTarget = opts.fork && live ? { fromTurn: opts.fork.fromTurn, engine: live } : undefined;
+  // A token-in capture replays in token-in mode: the bridge builds each prompt again and the record answers its ids.
+  const tokenIn = source.token_route
+    ? await replayTokenIn(source, { renderModel: opts.renderModel, fork: forkTarget, live, model })
+    : undefined;
+  const engine = tokenIn?.recorded ?? new RecordedEngine(source, forkTarget);
   if (opts.onCall) engine.onCall(opts.onCall);
   const adminKey = mintAdminKey();
   const proxy = await CaptureProxy.start({
@@ -118,6 +127,7 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
     adminKey,
     captureLevel: source.capture_level,
     dataDir: join(opts.outDir, '.capture'),
+    ...(tokenIn ? { tokenIn: tokenIn.engine, render: 'proxy' as const } : { render: 'engine' as const }),
     ...(opts.fork?.maxTokens ? { maxOutputTokens: opts.fork.maxTokens } : {}),
   });
   const abort = new AbortController();

@@ -41,6 +41,8 @@ const ReplayCallSchema = z.looseObject({
     .array(z.array(z.int().min(0).max(255)).nullable())
     .nullable()
     .optional(),
+  /** Set on calls captured in token-in mode (the proxy rendered the prompt ids): see render-info.ts. */
+  render: z.looseObject({ mode: z.string(), engine_route: z.string().optional() }).optional(),
 });
 
 const ReplayDocSchema = z.looseObject({
@@ -67,6 +69,8 @@ export interface ReplaySource {
   reward: number | null;
   /** The model the calls were captured on (the engine requests' `model`). */
   model: string | null;
+  /** The token route the proxy called when the calls were captured in token-in mode (null: chat completions). */
+  token_route: '/v1/completions' | '/generate' | null;
 }
 
 export const FIXTURE_FORMAT = 'harness-lab-replay-fixture';
@@ -128,7 +132,19 @@ export function loadReplaySource(arg: string): ReplaySource {
     }
   }
   const model = calls.map((c) => c.engine_request?.model).find((m): m is string => typeof m === 'string') ?? null;
-  return { path, runDir, session_id: doc.session_id, metadata: doc.metadata, capture_level: doc.capture_level, calls, reward, model };
+  const rendered = calls.find((c) => c.render?.mode === 'proxy');
+  const token_route = rendered ? (rendered.render?.engine_route === '/generate' ? '/generate' : '/v1/completions') : null;
+  return {
+    path,
+    runDir,
+    session_id: doc.session_id,
+    metadata: doc.metadata,
+    capture_level: doc.capture_level,
+    calls,
+    reward,
+    model,
+    token_route,
+  };
 }
 
 /** A recorded call with the fields a replay answers from; `full` keeps the token data too. */

@@ -226,6 +226,13 @@ export type { ForkMember } from '../protocol/group-data.js';
  * shape: the forks share the original's first N calls, so their first divergence is where the live
  * engine's answer differs. Not a GRPO group: no batch, and the histograms are of these rollouts only.
  */
+/** A single run's outcome class, as a batch classifies it: no reward or a failed run is an infra error. */
+function forkMemberClass(m: ForkMember): string | null {
+  if (m.status !== undefined && m.status !== null && m.status !== 'ok') return 'infra_error';
+  if (m.reward === null) return m.status === 'ok' ? 'infra_error' : null;
+  return m.reward > 0 ? 'completed' : 'policy_failure';
+}
+
 export function buildForkGroupView(original: ForkMember, forks: readonly ForkMember[]): GroupViewData {
   const all = [original, ...forks];
   const loaded = all.map((m) => {
@@ -247,7 +254,7 @@ export function buildForkGroupView(original: ForkMember, forks: readonly ForkMem
       rollout_id: m.label,
       member: i,
       state: rollout ? 'done' : 'unreadable',
-      class: null,
+      class: forkMemberClass(m),
       reward: m.reward,
       kept: rollout !== null,
       excluded: rollout ? null : 'capture unreadable',

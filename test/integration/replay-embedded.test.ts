@@ -120,6 +120,14 @@ test('replay --from 2 with another seed: the first two calls equal the original,
     view.members.map((m) => m.rollout_id),
     ['original', found.forks[0]!.label],
   );
+  assert.deepEqual(
+    view.members.map((m) => [m.class, m.reward]),
+    [
+      ['completed', 1],
+      ['completed', 1],
+    ],
+    'each member classed by its own run (not as discarded)',
+  );
   assert.equal(view.divergences[0]!.call, 2);
   assert.equal(view.divergences[0]!.prompt_index, null, 'the fork parts in what was sampled, not in the prompt');
   const html = join(dir, 'forks.html');

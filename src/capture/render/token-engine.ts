@@ -5,7 +5,7 @@
 // vLLM chat shape (top-level prompt_token_ids, choices[0].token_ids, logprobs.content with
 // `token_id:N`), so dialects, streaming replay, recording, the graph and sequences work unchanged.
 import { randomBytes } from 'node:crypto';
-import type { EngineClient, EngineReply } from '../engine-client.js';
+import type { ChatEngine, EngineClient, EngineReply } from '../engine-client.js';
 import {
   PINNABLE_SAMPLING_KEYS,
   type CallRecord,
@@ -136,7 +136,8 @@ export class TokenInEngine {
   private readonly idsText = new WeakMap<readonly number[], string>();
 
   constructor(
-    readonly client: EngineClient,
+    // Any source of answers on the token route: an HTTP engine, or a replay's record (src/replay).
+    readonly client: ChatEngine,
     readonly renderer: TokenRenderer,
     readonly options: TokenInOptions,
     /** Lets go of the renderer (its tokenizer threads) when the proxy is done with this engine. */
