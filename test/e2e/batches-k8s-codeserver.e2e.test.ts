@@ -1,5 +1,6 @@
-// Submit Rollout Batch with backend k8s in a real workbench (code-server 4.100.3, this repository as
-// the development extension) against the Kubernetes API server double, whose node runs pods as real
+// Submit Rollout Batch with backend k8s in a real workbench (code-server 4.100.3 with the platform .vsix
+// packaged from this repository and installed as a user installs it) against the Kubernetes API server
+// double, whose node runs pods as real
 // Docker containers. KUBECONFIG in code-server's environment names the double; the in-cluster proxy
 // runs from a local harness-lab image (HARNESS_LAB_K8S_PROXY_IMAGE) and the pods mount this
 // machine's node and reference harness (HARNESS_LAB_K8S_HARNESS_FROM=hostPath); the policy engine
@@ -13,13 +14,16 @@
 // With the defaults a new user has: harnessLab.model empty (the wizard fills it from the engine's
 // /v1/models) and harnessLab.engineURL on loopback (refused for the cluster, with the reason; the
 // engine as the pods reach it is harnessLab.clusterEngineUrl, a Service name in the double). The
-// finished batch leaves nothing in the namespace; Export Batch… writes TRL rows; the Harness Lab
-// terminal runs `harness-lab --help`.
+// finished batch leaves nothing in the namespace; Export Batch… writes TRL rows; Install Harness…
+// installs qwen-code from npm; the Harness Lab terminal runs `harness-lab --help` and the installed
+// harness; Delete Batch removes the batch. Then a second batch with "keep cluster objects" on: Cancel
+// Batch while its rollout runs, Resume Batch from the row's menu runs it to the end, its objects are
+// kept, and Tear Down Batch from the row's menu removes them.
 // Screenshots: test-artifacts/e2e/k8s-batches-*.png.
 import * as assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import type Docker from 'dockerode';
@@ -34,6 +38,8 @@ import {
   ARTIFACTS,
   ROOT,
   atStep,
+  findFiles,
+  notificationTexts,
   openRolloutRow,
   openWorkbench,
   pick,
@@ -78,6 +84,27 @@ after(async () => {
 });
 
 const shot = (page: Page, name: string) => page.screenshot({ path: join(ARTIFACTS, `k8s-batches-${name}.png`) });
+
+/** What of a batch is in the namespace: jobs, deployments, services, secrets, config maps and pods by name. */
+async function leftInNamespace(batchId: string): Promise<string[]> {
+  const kinds = [
+    `/apis/batch/v1/namespaces/${NS}/jobs`,
+    `/apis/apps/v1/namespaces/${NS}/deployments`,
+    `/api/v1/namespaces/${NS}/services`,
+    `/api/v1/namespaces/${NS}/secrets`,
+    `/api/v1/namespaces/${NS}/configmaps`,
+    `/api/v1/namespaces/${NS}/pods`,
+  ];
+  const out: string[] = [];
+  for (const k of kinds) {
+    const r = await fetch(`${cluster!.url}${k}?labelSelector=${encodeURIComponent(`harness-lab/batch=${batchId}`)}`, {
+      headers: { authorization: `Bearer ${cluster!.api.token}` },
+    });
+    for (const o of ((await r.json()) as { items: { metadata: { name: string } }[] }).items)
+      out.push(`${k.split('/').pop()}/${o.metadata.name}`);
+  }
+  return out;
+}
 
 /** Opens the gate in every running rollout container of the batch until stopped (members may start one after another). */
 async function releaseRollouts(d: Docker, batchId: string): Promise<void> {
@@ -145,9 +172,18 @@ test(
     workbench = await openWorkbench({
       stateDir,
       workspace,
-      env: { KUBECONFIG: cluster.kubeconfig, HARNESS_LAB_K8S_PROXY_IMAGE: PROXY_IMAGE, HARNESS_LAB_K8S_HARNESS_FROM: 'hostPath' },
+      env: {
+        KUBECONFIG: cluster.kubeconfig,
+        HARNESS_LAB_K8S_PROXY_IMAGE: PROXY_IMAGE,
+        HARNESS_LAB_K8S_HARNESS_FROM: 'hostPath',
+        // Install Harness… runs npm with code-server's HOME (a throwaway one): the machine's npm cache
+        // spares a download when it holds the pinned harness already.
+        npm_config_cache: join(homedir(), '.npm'),
+        npm_config_prefer_offline: 'true',
+      },
       // The Model setting stays at its default (empty).
       userSettings: { 'harnessLab.engineURL': hostEngineUrl, 'harnessLab.clusterEngineUrl': engineUrl },
+      vsix: true,
     });
     const { page } = workbench;
     try {
@@ -202,7 +238,7 @@ test(
 
       // The running rollout in the viewer, from its context menu: the call so far.
       await pickFromContextMenu(page, r0, 'Open in Rollout Viewer');
-      await page.locator('.tab', { hasText: `${running.session_id}.jsonl` }).waitFor({ timeout: 30_000 });
+      await page.locator('.tab', { hasText: `${running.session_id}.jsonl` }).waitFor({ timeout: 60_000 });
       const frame = viewerFrame(page);
       await frame.locator('[data-testid="counts"]').waitFor({ timeout: 60_000 });
       assert.equal(await frame.locator('.graph-row').count(), 1, "the viewer shows the running rollout's call");
@@ -219,27 +255,8 @@ test(
       releasing = false;
       await release;
       // Torn down at its end: nothing of the batch is left in the namespace.
-      const left = async () => {
-        const kinds = [
-          '/apis/batch/v1/namespaces/default/jobs',
-          '/apis/apps/v1/namespaces/default/deployments',
-          '/api/v1/namespaces/default/services',
-          '/api/v1/namespaces/default/secrets',
-          '/api/v1/namespaces/default/configmaps',
-          '/api/v1/namespaces/default/pods',
-        ];
-        const out: string[] = [];
-        for (const k of kinds) {
-          const r = await fetch(`${cluster!.url}${k}?labelSelector=${encodeURIComponent(`harness-lab/batch=${m.batch_id}`)}`, {
-            headers: { authorization: `Bearer ${cluster!.api.token}` },
-          });
-          for (const o of ((await r.json()) as { items: { kind?: string; metadata: { name: string } }[] }).items)
-            out.push(`${k.split('/').pop()}/${o.metadata.name}`);
-        }
-        return out;
-      };
-      for (let i = 0; i < 60 && (await left()).length; i++) await new Promise((r) => setTimeout(r, 1000));
-      assert.deepEqual(await left(), [], 'the finished batch left nothing in the namespace');
+      for (let i = 0; i < 60 && (await leftInNamespace(m.batch_id)).length; i++) await new Promise((r) => setTimeout(r, 1000));
+      assert.deepEqual(await leftInNamespace(m.batch_id), [], 'the finished batch left nothing in the namespace');
       const states = readRolloutStates(dir);
       assert.deepEqual(
         states.map((s) => [s.rollout_id, s.class, s.reward]),
@@ -295,16 +312,47 @@ test(
       assert.ok(rows.every((r) => r.completion_ids.length > 0));
       await shot(page, '06-exported');
 
-      // The Harness Lab terminal: the bundled CLI on PATH.
+      // Install Harness…: the picker marks qwen-code as not installed (this HOME's harness cache is
+      // empty); npm installs the pinned version into it.
+      await runCommand(page, 'Notifications: Clear All Notifications');
+      await runCommand(page, 'Harness Lab: Install Harness…');
+      await atStep(page, 'Install Harness');
+      const qwenRow = page.locator('.quick-input-list .monaco-list-row', { hasText: 'qwen-code' }).first();
+      await qwenRow.waitFor({ timeout: 20_000 });
+      assert.match(await qwenRow.innerText(), /not installed: @qwen-code\/qwen-code@0\.15\.10/);
+      await pick(page, 'qwen-code');
+      const qwenBin = join(
+        stateDir,
+        'home',
+        '.cache',
+        'harness-lab',
+        'harnesses',
+        '@qwen-code',
+        'qwen-code@0.15.10',
+        'node_modules',
+        '.bin',
+        'qwen',
+      );
+      await page.locator('.notification-toast', { hasText: 'qwen-code is installed' }).waitFor({ timeout: 600_000 });
+      assert.ok(existsSync(qwenBin), `Install Harness… installed ${qwenBin}`);
+      await shot(page, '07-harness-installed');
+
+      // The Harness Lab terminal: the bundled CLI and the installed harness on PATH.
       await runCommand(page, 'Harness Lab: Open Harness Lab Terminal');
       await page.locator('.terminal-wrapper.active, .xterm').first().waitFor({ timeout: 30_000 });
       const helpFile = join(stateDir, 'help.txt');
+      const qwenFile = join(stateDir, 'qwen-version.txt');
       await new Promise((r) => setTimeout(r, 1500));
-      await page.keyboard.type(`harness-lab --help > ${helpFile} 2>&1; echo done\n`, { delay: 5 });
-      for (let i = 0; i < 40 && !(existsSync(helpFile) && readFileSync(helpFile, 'utf8').includes('commands:')); i++)
-        await new Promise((r) => setTimeout(r, 500));
+      await page.keyboard.type(
+        `harness-lab --help > ${helpFile} 2>&1; qwen --version > ${qwenFile}.tmp 2>&1; mv ${qwenFile}.tmp ${qwenFile}\n`,
+        {
+          delay: 5,
+        },
+      );
+      for (let i = 0; i < 120 && !existsSync(qwenFile); i++) await new Promise((r) => setTimeout(r, 500));
       assert.match(readFileSync(helpFile, 'utf8'), /^usage: harness-lab <command>/);
-      await shot(page, '07-lab-terminal');
+      assert.match(readFileSync(qwenFile, 'utf8').trim(), /^0\.15\.10$/, 'the installed harness runs from the terminal');
+      await shot(page, '08-lab-terminal');
 
       // Delete Batch from the view's menu: asked first, then the directory is gone (its cluster objects were already).
       await pickFromContextMenu(page, batchRow, 'Delete Batch');
@@ -312,10 +360,73 @@ test(
       await page.locator('.notification-toast', { hasText: /deleted batch/ }).waitFor({ timeout: 60_000 });
       assert.ok(!existsSync(dir), 'Delete Batch removed the batch directory');
       await view.locator('.monaco-list-row', { hasText: m.batch_id }).waitFor({ state: 'detached', timeout: 30_000 });
-      await shot(page, '08-deleted');
+      await shot(page, '09-deleted');
+
+      // A second batch, its cluster objects kept (the setting, as a user sets it): Cancel Batch while its
+      // rollout runs, then Resume Batch and Tear Down Batch from the batch row's menu.
+      const settingsFile = join(stateDir, 'user-data', 'User', 'settings.json');
+      const settings = JSON.parse(readFileSync(settingsFile, 'utf8')) as Record<string, unknown>;
+      writeFileSync(settingsFile, JSON.stringify({ ...settings, 'harnessLab.keepClusterObjects': true }, null, 2));
+      await runCommand(page, 'Notifications: Clear All Notifications');
+      await runCommand(page, 'View: Close All Editors');
+      await submitBatch(page, {
+        task: 'tasks/stepper',
+        harness: 'react',
+        groupSize: 1,
+        backend: 'k8s',
+        kubeContext: 'double',
+        engine: engineUrl,
+      });
+      const second = view.locator('.monaco-list-row[aria-level="1"]', { hasText: /^\s*b\d{8}-\d{6}-[0-9a-f]{4}/ }).first();
+      await second.filter({ hasText: /running \(pid \d+\) · 0\/1 finished · k8s/ }).waitFor({ timeout: 60_000 });
+      const dir2 = join(
+        batches,
+        readdirSync(batches).find((d) => d !== dirName && !d.endsWith('.jsonl'))!,
+      );
+      const m2 = readManifest(dir2);
+      const only = view.locator('.monaco-list-row', { hasText: '#0 stepper.react.0' });
+      await only.filter({ hasText: 'running · 1 call' }).waitFor({ timeout: 480_000 });
+      await pickFromContextMenu(page, second, 'Cancel Batch');
+      await page.locator('.notification-toast', { hasText: new RegExp(`batch ${m2.batch_id} cancelled`) }).waitFor({ timeout: 180_000 });
+      await second.filter({ hasText: /cancelled · 0\/1 finished · k8s/ }).waitFor({ timeout: 60_000 });
+      assert.equal(readRolloutStates(dir2)[0]!.state, 'queued', 'the cancelled rollout is queued again for Resume');
+      await shot(page, '10-cancelled');
+      await runCommand(page, 'Notifications: Clear All Notifications');
+      await pickFromContextMenu(page, second, 'Resume Batch');
+      const release2 = releaseRollouts(docker, m2.batch_id);
+      await only.filter({ hasText: 'completed · reward 1' }).waitFor({ timeout: 480_000 });
+      await second.filter({ hasText: /finished · 1\/1 finished · k8s/ }).waitFor({ timeout: 180_000 });
+      await page.locator('.notification-toast', { hasText: /finished: 1 done, 0 discarded of 1/ }).waitFor({ timeout: 60_000 });
+      releasing = false;
+      await release2;
+      const attempts = readRolloutStates(dir2)[0]!.attempts.map((a) => a.outcome);
+      assert.ok(
+        attempts.length >= 2 && attempts[0] === 'cancelled',
+        `a cancelled attempt, then the resumed one: ${JSON.stringify(attempts)}`,
+      );
+      const kept = await leftInNamespace(m2.batch_id);
+      assert.ok(
+        kept.some((k) => k.startsWith('deployments/')) && kept.some((k) => k.startsWith('services/')),
+        `the kept proxy Deployment and Service are in the namespace: ${kept.join(', ')}`,
+      );
+      await shot(page, '11-resumed-kept');
+      await runCommand(page, 'Notifications: Clear All Notifications');
+      await pickFromContextMenu(page, second, 'Tear Down Batch');
+      await page.locator('.notification-toast', { hasText: /Harness Lab: tore down/ }).waitFor({ timeout: 120_000 });
+      for (let i = 0; i < 60 && (await leftInNamespace(m2.batch_id)).length; i++) await new Promise((r) => setTimeout(r, 1000));
+      assert.deepEqual(await leftInNamespace(m2.batch_id), [], 'Tear Down Batch removed what the batch kept');
+      assert.ok(existsSync(dir2), 'Tear Down keeps the batch directory');
+      await shot(page, '12-torn-down');
     } catch (err) {
       await shot(page, '99-failure').catch(() => undefined);
-      throw err;
+      const logs = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log'));
+      throw new Error(
+        `${err instanceof Error ? err.message : String(err)}\nNotifications:\n${await notificationTexts(page)}\nHarness Lab log:\n${logs
+          .map((f) => readFileSync(f, 'utf8'))
+          .join('\n')
+          .slice(-6000)}`,
+        { cause: err },
+      );
     }
   },
 );
