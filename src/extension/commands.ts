@@ -3,6 +3,7 @@
 // handler's error becomes one message in the user's terms (never "command not found"), and a
 // NotConfiguredError gets the button that sets the missing thing up. The shape follows rust-analyzer
 // (editors/code: main.ts createCommands, ctx.ts CommandFactory).
+import { showCurvesFromFileCommand } from './curves-file-command.js';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import * as vscode from 'vscode';
@@ -700,6 +701,7 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.deleteBatch': { run: (host, arg) => deleteBatchCommand(batchContext(host), arg) },
     'harnessLab.openLabTerminal': { run: async (host) => (await openLabTerminal(host)).commands },
     'harnessLab.installHarness': { run: (host, arg) => installHarnessCommand(host, arg) },
+    'harnessLab.showCurvesFromFile': { run: (host, arg, selected) => showCurvesFromFileCommand(host.trainingRuns.curves, arg, selected) },
     'harnessLab.showTrainingCurves': {
       run: (host, arg, selected) =>
         host.trainingRuns.showCurves(arg as TrainingRunNode | undefined, selected as TrainingRunNode[] | undefined),

@@ -52,6 +52,8 @@ import {
 const NS = 'default';
 const PROXY_IMAGE = `harness-lab/k8s-proxy-e2e:${process.pid}`;
 const GATE = '/tmp/hl-e2e-go';
+/** The engine relay pod's port, behind the hl-engine Service. */
+const RELAY_PORT = 8000;
 // The first call asks for a tool that waits until the test creates GATE in the rollout's container.
 const POLICY = {
   name: 'gated-hello',
@@ -129,7 +131,7 @@ async function releaseRollouts(d: Docker, batchId: string): Promise<void> {
 
 test(
   'Submit Rollout Batch with backend k8s on the API server double: live calls while running, classes and rewards, a rollout in the viewer',
-  { timeout: 900_000 },
+  { timeout: 1_500_000 },
   async () => {
     const missing = missingPrerequisite();
     if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
@@ -157,18 +159,46 @@ test(
     writeFileSync(join(task, 'instruction.md'), 'STEP_BY_STEP: create a file named `hello.txt` holding `Hello, world!`.\n');
 
     const hostEngineUrl = `${engine.url}/v1`;
-    // The engine as the namespace's pods reach it: a Service name (the double maps it to the relayed port).
-    await fetch(`${cluster.url}/api/v1/namespaces/${NS}/services`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${cluster.api.token}`, 'content-type': 'application/json' },
-      body: JSON.stringify({
-        apiVersion: 'v1',
-        kind: 'Service',
-        metadata: { name: 'hl-engine', namespace: NS },
-        spec: { ports: [{ port: engine.port }] },
-      }),
-    }).then((r) => assert.equal(r.status, 201, `creating the engine Service: ${r.status}`));
-    const engineUrl = `http://hl-engine.${NS}.svc:${engine.port}/v1`;
+    // The engine as the namespace's pods reach it: a Service name. The double gives a Service endpoints
+    // only through a selector (as a cluster does without an Endpoints object), so a relay pod behind it
+    // forwards RELAY_PORT to the engine on the host (the port the double exposes to the namespace).
+    const api = (path: string, body: unknown) =>
+      fetch(`${cluster!.url}${path}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${cluster!.api.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      }).then(async (r) => assert.equal(r.status, 201, `POST ${path}: ${r.status} ${await r.text()}`));
+    const relay = `const net=require('net');net.createServer((c)=>{const u=net.connect(${engine.port},'127.0.0.1');c.pipe(u).pipe(c);u.on('error',()=>c.destroy());c.on('error',()=>u.destroy());}).listen(${RELAY_PORT},'0.0.0.0');`;
+    await api(`/api/v1/namespaces/${NS}/pods`, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'hl-engine-relay', namespace: NS, labels: { app: 'hl-engine-relay' } },
+      spec: {
+        containers: [
+          {
+            name: 'relay',
+            image: 'harness-lab/base-node:bookworm',
+            command: ['node', '-e', relay],
+            ports: [{ containerPort: RELAY_PORT }],
+          },
+        ],
+      },
+    });
+    await api(`/api/v1/namespaces/${NS}/services`, {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: { name: 'hl-engine', namespace: NS },
+      spec: { selector: { app: 'hl-engine-relay' }, ports: [{ port: RELAY_PORT, targetPort: RELAY_PORT }] },
+    });
+    for (let i = 0; ; i++) {
+      const pod = (await fetch(`${cluster.url}/api/v1/namespaces/${NS}/pods/hl-engine-relay`, {
+        headers: { authorization: `Bearer ${cluster.api.token}` },
+      }).then((r) => r.json())) as { status?: { phase?: string } };
+      if (pod.status?.phase === 'Running') break;
+      if (i >= 120) assert.fail(`the engine relay pod is not running: ${JSON.stringify(pod.status)}`);
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    const engineUrl = `http://hl-engine.${NS}.svc:${RELAY_PORT}/v1`;
     workbench = await openWorkbench({
       stateDir,
       workspace,
