@@ -402,13 +402,13 @@ test(
       await submitBatch(page, {
         task: 'tasks/stepper',
         harness: 'react',
-        groupSize: 1,
+        groupSize: 2,
         backend: 'k8s',
         kubeContext: 'double',
         engine: engineUrl,
       });
       const second = view.locator('.monaco-list-row[aria-level="1"]', { hasText: /^\s*b\d{8}-\d{6}-[0-9a-f]{4}/ }).first();
-      await second.filter({ hasText: /running \(pid \d+\) · 0\/1 finished · k8s/ }).waitFor({ timeout: 60_000 });
+      await second.filter({ hasText: /running \(pid \d+\) · 0\/2 finished · k8s/ }).waitFor({ timeout: 60_000 });
       const dir2 = join(
         batches,
         readdirSync(batches).find((d) => d !== dirName && !d.endsWith('.jsonl'))!,
@@ -418,15 +418,23 @@ test(
       await only.filter({ hasText: 'running · 1 call' }).waitFor({ timeout: 480_000 });
       await pickFromContextMenu(page, second, 'Cancel Batch');
       await page.locator('.notification-toast', { hasText: new RegExp(`batch ${m2.batch_id} cancelled`) }).waitFor({ timeout: 180_000 });
-      await second.filter({ hasText: /cancelled · 0\/1 finished · k8s/ }).waitFor({ timeout: 60_000 });
-      assert.equal(readRolloutStates(dir2)[0]!.state, 'queued', 'the cancelled rollout is queued again for Resume');
+      await second.filter({ hasText: /cancelled · 0\/2 finished · k8s/ }).waitFor({ timeout: 60_000 });
+      assert.deepEqual(
+        readRolloutStates(dir2).map((r) => r.state),
+        ['queued', 'queued'],
+        'the cancelled rollouts are queued again for Resume',
+      );
       await shot(page, '10-cancelled');
       await runCommand(page, 'Notifications: Clear All Notifications');
       await pickFromContextMenu(page, second, 'Resume Batch');
       const release2 = releaseRollouts(docker, m2.batch_id);
       await only.filter({ hasText: 'completed · reward 1' }).waitFor({ timeout: 480_000 });
-      await second.filter({ hasText: /finished · 1\/1 finished · k8s/ }).waitFor({ timeout: 180_000 });
-      await page.locator('.notification-toast', { hasText: /finished: 1 done, 0 discarded of 1/ }).waitFor({ timeout: 60_000 });
+      await view
+        .locator('.monaco-list-row', { hasText: '#1 stepper.react.1' })
+        .filter({ hasText: 'completed · reward 1' })
+        .waitFor({ timeout: 480_000 });
+      await second.filter({ hasText: /finished · 2\/2 finished · k8s/ }).waitFor({ timeout: 180_000 });
+      await page.locator('.notification-toast', { hasText: /finished: 2 done, 0 discarded of 2/ }).waitFor({ timeout: 60_000 });
       releasing = false;
       await release2;
       const attempts = readRolloutStates(dir2)[0]!.attempts.map((a) => a.outcome);

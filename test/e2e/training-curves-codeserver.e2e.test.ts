@@ -169,13 +169,15 @@ test('training runs you can watch: configs only, a stuck image explained, curves
   );
   await shot(page, '02-curves');
 
-  // 3. A trainer's metrics file from the palette (its file dialog): the same panel draws it.
-  await runCommand(page, 'Harness Lab: Show Training Curves from Metrics File…');
-  const path = page.locator('.quick-input-widget input.input:visible');
-  await path.waitFor({ timeout: 20_000 });
-  await path.fill(stateFile);
-  await page.keyboard.press('Enter');
-  await page.locator('.tab', { hasText: 'Training Curves: checkpoint-20/trainer_state' }).waitFor({ timeout: 30_000 });
+  // 3. A trainer's metrics file from the Explorer's menu on it: the same panel draws it.
+  await runCommand(page, 'View: Show Explorer');
+  const explorer = page.locator('.explorer-folders-view');
+  await explorer.locator('.monaco-list-row', { hasText: 'out' }).first().click({ timeout: 30_000 });
+  await explorer.locator('.monaco-list-row', { hasText: 'checkpoint-20' }).first().click({ timeout: 30_000 });
+  const stateRow = explorer.locator('.monaco-list-row', { hasText: 'trainer_state.json' }).first();
+  await stateRow.waitFor({ timeout: 30_000 });
+  await pickFromContextMenu(page, stateRow, 'Show Training Curves from Metrics File');
+  await waitOrShoot(page, page.locator('.tab', { hasText: 'Training Curves: checkpoint-20/trainer_state' }), 'no-file-tab', 30_000);
   const fileLoss = frame.locator('svg.panel[data-metric="loss"] polyline.curve[data-run="checkpoint-20/trainer_state"]');
   await waitOrShoot(page, fileLoss, 'no-file-curve', 60_000);
   assert.equal(await fileLoss.getAttribute('data-points'), '2');
