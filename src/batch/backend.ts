@@ -99,7 +99,7 @@ export interface OpenedBackend {
 }
 
 /**
- * What a backend module exports. `./backends/k8s.ts` is expected to export `k8sBackendModule` of this shape
+ * What a backend module exports. `./backends/k8s/index.ts` is expected to export `k8sBackendModule` of this shape
  * (the docker one is `dockerBackendModule` in ./backends/docker.ts).
  */
 export interface BackendModule {

@@ -210,7 +210,7 @@ async function checkBatch(
     }
     if (ask.backend === 'k8s' && ask.kube) {
       progress(`cluster ${ask.kube.context}, namespace ${ask.kube.namespace}`);
-      const { k8sBackendModule } = await import('../batch/backends/k8s.js');
+      const { k8sBackendModule } = await import('../batch/backends/k8s/index.js');
       await k8sBackendModule.preflight!({
         context: ask.kube.context,
         namespace: ask.kube.namespace,

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type * as k8s from '@kubernetes/client-node';
-import { K8S_PERMISSIONS, K8sBackend, k8sDryRunManifests, teardownBatch } from '../../src/batch/backends/k8s.js';
+import { K8S_PERMISSIONS, K8sBackend, k8sDryRunManifests, teardownBatch } from '../../src/batch/backends/k8s/index.js';
 import { BATCH_SCHEMA_VERSION, trainingSampling, type BatchManifest } from '../../src/batch/state.js';
 import { assertPermissions, checkReachable, clusterError, forClientSerializer, loadCluster, type Cluster } from '../../src/cluster/kube.js';
 import { LABELS } from '../../src/cluster/manifests.js';

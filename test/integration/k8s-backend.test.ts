@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
-import { K8sBackend, k8sDryRunManifests } from '../../src/batch/backends/k8s.js';
+import { K8sBackend, k8sDryRunManifests } from '../../src/batch/backends/k8s/index.js';
 import type { BatchManifest } from '../../src/batch/state.js';
 import { loadSessionFile } from '../../src/capture/store.js';
 import { jobName } from '../../src/cluster/manifests.js';

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
-import { K8sBackend, k8sBackendModule } from '../../src/batch/backends/k8s.js';
+import { K8sBackend, k8sBackendModule } from '../../src/batch/backends/k8s/index.js';
 import { ClusterError, assertPermissions, checkReachable, clusterError, createOrKeep, loadCluster } from '../../src/cluster/kube.js';
 import { ObjectWatch, JOBS } from '../../src/cluster/watch.js';
 import type { KubeDouble } from '../k8s-double/index.js';

@@ -20,7 +20,7 @@ import {
   type BatchManifest,
   type RolloutState,
 } from '../../src/batch/state.js';
-import type { K8sBackendOptions } from '../../src/batch/backends/k8s.js';
+import type { K8sBackendOptions } from '../../src/batch/backends/k8s/index.js';
 import type { RolloutAttempt } from '../../src/batch/backend.js';
 import { startKubeDouble, type KubeDouble } from '../k8s-double/index.js';
 import { EXAMPLES, REPO, dockerReady } from './sandbox-fixtures.js';

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
-import { K8sBackend } from '../../src/batch/backends/k8s.js';
+import { K8sBackend } from '../../src/batch/backends/k8s/index.js';
 import { loadSessionFile } from '../../src/capture/store.js';
 import { jobName, proxyName } from '../../src/cluster/manifests.js';
 import type { KubeDouble } from '../k8s-double/index.js';

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type Docker from 'dockerode';
-import { k8sBackendModule, pushedProxy } from '../../src/batch/backends/k8s.js';
+import { k8sBackendModule, pushedProxy } from '../../src/batch/backends/k8s/index.js';
 import { pushImages, registryAuth } from '../../src/cluster/registry-push.js';
 import { followProgress } from '../../src/sandbox/docker-client.js';
 import { tarDirectory } from '../../src/sandbox/images.js';

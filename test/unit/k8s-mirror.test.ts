@@ -6,7 +6,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { MIRROR_PAGE, SessionMirror } from '../../src/batch/backends/k8s-mirror.js';
+import { MIRROR_PAGE, SessionMirror } from '../../src/batch/backends/k8s/mirror.js';
 import { loadSessionFile } from '../../src/capture/store.js';
 import type { CallRecord } from '../../src/capture/types.js';
 import { chain } from './rollout-fixtures.js';

@@ -4,12 +4,10 @@
 // for Jobs and one for their pods, facts read from what the watch and the pod's log say (never exec
 // from the laptop), cancel and cleanup by label with propagationPolicy Background.
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type * as k8s from '@kubernetes/client-node';
 import { PatchStrategy } from '@kubernetes/client-node';
-import type Docker from 'dockerode';
-import { z } from 'zod';
 import {
   ClusterError,
   apiStatus,
@@ -19,62 +17,50 @@ import {
   createOrKeep,
   loadCluster,
   type Cluster,
-  type ClusterTarget,
   type Permission,
-} from '../../cluster/kube.js';
+} from '../../../cluster/kube.js';
 import {
   INFRA_EXIT_CODE,
   LABELS,
-  formatManifests,
-  PHASE_MARKER,
-  POD_PATHS,
-  SESSION_KEY_PLACEHOLDER,
+  PROXY_PORT,
   attemptSecret,
   attemptSecretName,
-  proxyClaimName,
-  PROXY_PORT,
-  inClusterProxyUrl,
   jobDeadlineSec,
   labelValue,
   parsePodResult,
-  podWorkdir,
+  proxyClaimName,
   proxyManifests,
   proxyName,
-  rolloutJob,
   rolloutSelector,
-  testsConfigMap,
   validateManifests,
-  withTestItems,
-  type HarnessSource,
-  type ProxyInput,
-} from '../../cluster/manifests.js';
-import { forwardPort, type PortForwardHandle } from '../../cluster/port-forward.js';
-import { BatchWatch } from '../../cluster/watch.js';
-import { harnessEntry, launchPlan } from '../../harness/registry.js';
-import { parseRewardJson, parseRewardTxt, type Reward } from '../../sandbox/reward.js';
-import { loadTask, resolveEnvTemplate, type HarborTask } from '../../tasks/task.js';
-import type { AttemptFacts, BackendModule, BatchBackend, BatchCapture, RolloutAttempt } from '../backend.js';
-import { SessionMirror } from './k8s-mirror.js';
-import { batchPaths, type BatchManifest } from '../state.js';
-import { DockerRuntime, dockerfileBases, taskImageTag } from '../../sandbox/docker.js';
-import { BASE_IMAGE } from '../../sandbox/images.js';
-import { connectDocker } from '../../sandbox/docker-client.js';
-import { pushImages } from '../../cluster/registry-push.js';
-import { harnessCacheRoot } from '../../harness/run-local.js';
-import { ensureReactScript } from '../../sandbox/react-script.js';
+} from '../../../cluster/manifests.js';
+import { forwardPort, type PortForwardHandle } from '../../../cluster/port-forward.js';
+import { BatchWatch } from '../../../cluster/watch.js';
+import type { AttemptFacts, BatchBackend, RolloutAttempt } from '../../backend.js';
+import type { BatchManifest } from '../../state.js';
+import type { ProxyImage } from './images.js';
+import {
+  buildJob,
+  engineAndModel,
+  finishedCondition,
+  podOutcome,
+  prepareTasks,
+  rewardOf,
+  splitLog,
+  target,
+  type JobOptions,
+  type Outcome,
+  type Prepared,
+} from './job.js';
+import { K8sCapture, proxyInput, waitForHealth, waitForProxyPod } from './proxy.js';
 
-export interface K8sBackendOptions {
+export interface K8sBackendOptions extends JobOptions {
   manifest: BatchManifest;
   batchDir: string;
   /** A kubeconfig file; default $KUBECONFIG / ~/.kube/config. Context and namespace come from the manifest's k8s target. */
   kubeconfig?: string;
-  /** The image each task's pods run (the local task image tag; prefixed with the manifest's registry). */
-  taskImage: (task: HarborTask) => string;
-  harnessFrom?: HarnessSource;
   /** The in-cluster proxy's image and how to start harness-lab in it. */
-  proxy: Pick<ProxyInput, 'image' | 'command' | 'volumes' | 'cpu' | 'memory'>;
-  startupSlackSec?: number;
-  ttlSecondsAfterFinished?: number;
+  proxy: ProxyImage;
   /** Extra time past the Job's deadline before the lab's own watchdog deletes the Job (default 30 s). */
   watchdogGraceSec?: number;
   /** How long a rollout pod may stay Unschedulable before the attempt is an infra error (default 60 s). */
@@ -113,103 +99,6 @@ export const K8S_PERMISSIONS: Permission[] = [
   { verb: 'create', group: 'networking.k8s.io', resource: 'networkpolicies' },
 ];
 
-/** `REG/harness-lab/task-x:hash` for a real cluster; the local tag for the test double (no registry). */
-export function clusterImage(localTag: string, registry: string | null): string {
-  return registry ? `${registry.replace(/\/+$/, '')}/${localTag}` : localTag;
-}
-
-function target(manifest: BatchManifest, kubeconfig?: string): ClusterTarget & { namespace: string } {
-  if (!manifest.k8s) throw new ClusterError(`batch ${manifest.batch_id} has no k8s target (backend ${manifest.backend})`);
-  return { ...(kubeconfig ? { kubeconfig } : {}), context: manifest.k8s.context, namespace: manifest.k8s.namespace };
-}
-
-function engineAndModel(manifest: BatchManifest): { engineUrl: string; model: string } {
-  if (!manifest.engine_url)
-    throw new ClusterError(
-      'a cluster batch needs --engine-url: an inference engine the in-cluster proxy can reach (the embedded engine runs only on this machine)',
-    );
-  if (!manifest.model) throw new ClusterError('a cluster batch needs --model: the model name the in-cluster proxy serves');
-  return { engineUrl: manifest.engine_url, model: manifest.model };
-}
-
-interface Prepared {
-  tasks: Map<string, HarborTask>;
-  configMaps: Map<string, k8s.KubernetesObject & Record<string, unknown>>;
-}
-
-function prepareTasks(manifest: BatchManifest, namespace: string): Prepared {
-  const tasks = new Map<string, HarborTask>();
-  const configMaps = new Map<string, k8s.KubernetesObject & Record<string, unknown>>();
-  for (const ref of manifest.tasks) {
-    const task = loadTask(ref.dir);
-    tasks.set(ref.name, task);
-    configMaps.set(ref.name, testsConfigMap(namespace, manifest.batch_id, task));
-  }
-  return { tasks, configMaps };
-}
-
-function buildJob(
-  opts: Pick<K8sBackendOptions, 'taskImage' | 'harnessFrom' | 'startupSlackSec' | 'ttlSecondsAfterFinished'>,
-  manifest: BatchManifest,
-  namespace: string,
-  prepared: Prepared,
-  r: { rolloutId: string; groupId: string; task: string; harness: string; attempt: number; sessionId: string },
-) {
-  const task = prepared.tasks.get(r.task);
-  if (!task) throw new ClusterError(`rollout ${r.rolloutId}: task ${r.task} is not in batch ${manifest.batch_id}`);
-  const entry = harnessEntry(r.harness);
-  const { model } = engineAndModel(manifest);
-  const harnessFrom = opts.harnessFrom ?? { kind: 'image' };
-  if (entry.install.kind === 'bundled-script' && harnessFrom.kind === 'hostPath' && !harnessFrom.reactScript)
-    throw new ClusterError(`harness ${entry.name} needs its bundled script mounted (harnessFrom.reactScript)`);
-  const plan = launchPlan(entry, {
-    harnessesDir: POD_PATHS.harnesses,
-    binDir: POD_PATHS.binDir,
-    home: POD_PATHS.home,
-    workdir: podWorkdir(task),
-    logsDir: POD_PATHS.logs,
-    proxyUrl: inClusterProxyUrl(namespace, manifest.batch_id),
-    // The key itself travels in the attempt's Secret; the pod puts it in place of this.
-    sessionKey: SESSION_KEY_PLACEHOLDER,
-    model: model.split('/').pop()!,
-    instruction: task.instruction.trim(),
-  });
-  const taskFile = `${task.name}/task.toml`;
-  const job = rolloutJob({
-    namespace,
-    batchId: manifest.batch_id,
-    groupId: r.groupId,
-    rolloutId: r.rolloutId,
-    attempt: r.attempt,
-    sessionId: r.sessionId,
-    task,
-    harness: entry.name,
-    image: clusterImage(opts.taskImage(task), manifest.k8s?.registry ?? null),
-    launch: { ...plan, nativeLog: entry.nativeLog },
-    timeoutSec: manifest.timeout_sec,
-    agentTimeoutInPod: manifest.on_timeout === 'keep',
-    ...(opts.startupSlackSec !== undefined ? { startupSlackSec: opts.startupSlackSec } : {}),
-    ...(opts.ttlSecondsAfterFinished !== undefined ? { ttlSecondsAfterFinished: opts.ttlSecondsAfterFinished } : {}),
-    queueName: manifest.k8s?.queue_name ?? null,
-    harnessFrom,
-    taskEnv: resolveEnvTemplate(task.environment.env, process.env, taskFile, 'environment.env'),
-    verifierEnv: resolveEnvTemplate(task.verifierEnv, process.env, taskFile, 'verifier.env'),
-  });
-  withTestItems(job, prepared.configMaps.get(r.task)!);
-  return { job, task, entry };
-}
-
-function proxyInput(opts: Pick<K8sBackendOptions, 'proxy' | 'manifest' | 'engineApiKey'>, namespace: string, adminKey: string): ProxyInput {
-  return {
-    ...opts.proxy,
-    ...engineAndModel(opts.manifest),
-    namespace,
-    batchId: opts.manifest.batch_id,
-    adminKey,
-    ...(opts.engineApiKey ? { engineApiKey: opts.engineApiKey } : {}),
-  };
-}
-
 /**
  * Every manifest `batch submit --backend k8s` would apply, validated, without contacting a cluster:
  * the proxy's Secret (admin key shown as a placeholder), Deployment, Service and NetworkPolicy, each
@@ -239,72 +128,6 @@ export async function k8sDryRunManifests(
       );
   await validateManifests(objs);
   return objs;
-}
-
-type Outcome =
-  | { kind: 'job'; job: k8s.V1Job; condition: k8s.V1JobCondition }
-  | { kind: 'refused'; reason: string; message: string }
-  | { kind: 'proxy'; detail: string }
-  | { kind: 'oom'; pod: k8s.V1Pod; container: string }
-  | { kind: 'evicted'; pod: k8s.V1Pod; reason: string }
-  | { kind: 'stuck'; pod: k8s.V1Pod; reason: string; message: string }
-  | { kind: 'deleted' }
-  | { kind: 'watchdog'; afterSec: number }
-  | { kind: 'cancelled' };
-
-const STUCK_REASONS = new Set([
-  'ErrImagePull',
-  'ImagePullBackOff',
-  'InvalidImageName',
-  'CreateContainerConfigError',
-  'CreateContainerError',
-  'ErrImageNeverPull',
-]);
-
-function podOutcome(pod: k8s.V1Pod): Outcome | undefined {
-  const conds = pod.status?.conditions ?? [];
-  const unscheduled = conds.find((c) => c.type === 'PodScheduled' && c.status === 'False' && c.reason === 'Unschedulable');
-  if (unscheduled) return { kind: 'stuck', pod, reason: 'Unschedulable', message: unscheduled.message ?? '' };
-  const disruption = conds.find((c) => c.type === 'DisruptionTarget' && c.status === 'True');
-  for (const cs of pod.status?.containerStatuses ?? []) {
-    if (cs.state?.terminated?.reason === 'OOMKilled') return { kind: 'oom', pod, container: cs.name };
-    const waiting = cs.state?.waiting;
-    if (waiting?.reason && STUCK_REASONS.has(waiting.reason))
-      return { kind: 'stuck', pod, reason: waiting.reason, message: waiting.message ?? '' };
-  }
-  if (disruption && (pod.status?.phase === 'Failed' || (pod.status?.containerStatuses ?? []).some((cs) => cs.state?.terminated)))
-    return { kind: 'evicted', pod, reason: disruption.reason ?? 'DisruptionTarget' };
-  return undefined;
-}
-
-function finishedCondition(job: k8s.V1Job): k8s.V1JobCondition | undefined {
-  return (job.status?.conditions ?? []).find((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True');
-}
-
-function rewardOf(json: string, txt: string): Reward | null {
-  try {
-    if (json) return parseRewardJson(Buffer.from(json, 'base64').toString('utf8'));
-    if (txt) return parseRewardTxt(Buffer.from(txt, 'base64').toString('utf8'));
-  } catch {
-    return null;
-  }
-  return null;
-}
-
-/** Splits a pod log at the entry script's phase markers into the agent's and the verifier's output. */
-function splitLog(log: string): { agent: string; verifier: string } {
-  const a = log.indexOf(`${PHASE_MARKER}agent\n`);
-  const v = log.indexOf(`${PHASE_MARKER}verifier\n`);
-  const agent = a < 0 ? '' : log.slice(a + PHASE_MARKER.length + 6, v < 0 ? undefined : v);
-  const verifier =
-    v < 0
-      ? ''
-      : log
-          .slice(v + PHASE_MARKER.length + 9)
-          .split('\n')
-          .filter((l) => !l.startsWith('HARNESS_LAB_RESULT '))
-          .join('\n');
-  return { agent, verifier };
 }
 
 export class K8sBackend implements BatchBackend {
@@ -793,321 +616,3 @@ export async function teardownBatch(cluster: Cluster, batchId: string): Promise<
     .deleteCollectionNamespacedConfigMap({ namespace: ns, labelSelector: selector })
     .catch(quiet(`deleting ConfigMaps of ${batchId}`));
 }
-
-async function waitForProxyPod(cluster: Cluster, watch: BatchWatch, batchId: string, timeoutMs: number): Promise<string> {
-  const isReady = (p: k8s.V1Pod) =>
-    p.metadata?.labels?.[LABELS.role] === 'proxy' &&
-    !p.metadata?.deletionTimestamp &&
-    (p.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True');
-  const ready = () => [...watch.pods.objects.values()].find(isReady)?.metadata?.name;
-  const now = ready();
-  if (now) return now;
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      off();
-      const pods = [...watch.pods.objects.values()].filter((p) => p.metadata?.labels?.[LABELS.role] === 'proxy');
-      const state = pods
-        .map(
-          (p) =>
-            `${p.metadata?.name}: ${p.status?.phase ?? '?'}${(p.status?.containerStatuses ?? []).map((c) => (c.state?.waiting?.reason ? ` ${c.state.waiting.reason}` : '')).join('')}`,
-        )
-        .join('; ');
-      reject(
-        new ClusterError(
-          `the capture proxy of batch ${batchId} (Deployment ${cluster.namespace}/${proxyName(batchId)}) did not become ready within ${Math.round(timeoutMs / 1000)} s${state ? `: ${state}` : ': no pod'}`,
-        ),
-      );
-    }, timeoutMs);
-    const off = watch.pods.on(() => {
-      const name = ready();
-      if (!name) return;
-      clearTimeout(timer);
-      off();
-      resolve(name);
-    });
-  });
-}
-
-async function waitForHealth(url: string, timeoutMs: number): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  let last = '';
-  while (Date.now() < end) {
-    try {
-      const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5000) });
-      if (res.ok) return;
-      last = `HTTP ${res.status}`;
-    } catch (err) {
-      last = (err as Error).message;
-    }
-    await new Promise((r) => setTimeout(r, 300));
-  }
-  throw new ClusterError(`the capture proxy did not answer /health through the port-forward ${url} (${last})`);
-}
-
-const RolloutDocSchema = z
-  .object({ calls: z.array(z.unknown()), trainable: z.boolean(), validation: z.array(z.string()).default([]) })
-  .loose();
-const CreatedSchema = z.object({ api_key: z.string().min(1) }).loose();
-
-/** Why a request never got an HTTP answer (the port-forward dropped, the proxy pod went away, a timeout). */
-function transportReason(err: unknown): { refused: boolean; text: string } {
-  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-  const code = cause?.code ?? (err as NodeJS.ErrnoException).code;
-  return { refused: code === 'ECONNREFUSED', text: [code, cause?.message ?? (err as Error).message].filter(Boolean).join(': ') };
-}
-
-/**
- * The in-cluster proxy as the runner sees it, through the port-forward. Each attempt's session is
- * followed while it runs (k8s-mirror.ts): its calls land in `<batch>/capture` as they happen. A
- * request that gets no answer (the port-forward dropped) is retried, then the port-forward is made
- * again (`reconnect`) and the mirror resumes from its last mirrored call.
- */
-export class K8sCapture implements BatchCapture {
-  /** Makes the port-forward again and returns its URL (set by the backend). */
-  reconnect: (() => Promise<string>) | undefined;
-  readonly mirror: SessionMirror;
-
-  constructor(
-    public url: string,
-    private readonly adminKey: string,
-    batchDir: string,
-    engineUrl: string,
-    private readonly log: (line: string) => void = () => {},
-  ) {
-    this.mirror = new SessionMirror(batchPaths(batchDir).capture, (path) => this.call('GET', path), engineUrl, log);
-  }
-
-  /** Follows running sessions every `intervalMs` (0: only at each attempt's end). */
-  startFollowing(intervalMs: number): void {
-    if (intervalMs > 0) this.mirror.start(intervalMs);
-  }
-
-  private async call(method: string, path: string, body?: unknown): Promise<unknown> {
-    for (let attempt = 0; ; attempt++) {
-      let res: Response;
-      let text: string;
-      try {
-        res = await fetch(`${this.url}${path}`, {
-          method,
-          headers: { authorization: `Bearer ${this.adminKey}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-          ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-          signal: AbortSignal.timeout(30_000),
-        });
-        text = await res.text();
-      } catch (err) {
-        const why = transportReason(err);
-        // A POST is repeated only when it never left (connection refused): it is not idempotent.
-        if (attempt >= 3 || (method !== 'GET' && !why.refused))
-          throw new Error(
-            `the in-cluster capture proxy did not answer ${method} ${path} through the port-forward ${this.url} (${why.text})`,
-          );
-        // First a plain retry (a dropped stream heals on the next connection), then a new port-forward.
-        if (attempt === 0 || !this.reconnect) await new Promise((r) => setTimeout(r, 300));
-        else {
-          this.log(`the port-forward to the capture proxy dropped (${why.text}); forwarding again`);
-          this.url = await this.reconnect();
-        }
-        continue;
-      }
-      if (!res.ok) throw new Error(`the in-cluster capture proxy answered ${method} ${path} with ${res.status}: ${text.slice(0, 300)}`);
-      return text ? JSON.parse(text) : undefined;
-    }
-  }
-
-  /** Minted keys of this lab's sessions, in memory only: a record, export or log carries the session id, never the key. */
-  private readonly keys = new Map<string, string>();
-
-  async createSession(req: {
-    sessionId: string;
-    metadata: Record<string, unknown>;
-    sampling: Record<string, number>;
-    maxModelCalls: number;
-  }): Promise<void> {
-    const created = CreatedSchema.parse(
-      await this.call('POST', '/sessions', {
-        session_id: req.sessionId,
-        max_model_calls: req.maxModelCalls,
-        metadata: req.metadata,
-        sampling: req.sampling,
-        mint_key: true,
-      }),
-    );
-    this.keys.set(req.sessionId, created.api_key);
-    this.mirror.follow(req.sessionId);
-  }
-
-  /** The key the attempt's harness presents (the session id only for a session this lab did not create). */
-  keyOf(sessionId: string): string {
-    return this.keys.get(sessionId) ?? sessionId;
-  }
-
-  async sessionFacts(sessionId: string): Promise<{ nCalls: number; trainable: boolean; findings: string[] }> {
-    const doc = RolloutDocSchema.parse(await this.call('GET', `/sessions/${encodeURIComponent(sessionId)}/rollout`));
-    // The last sync: whatever the polling had not fetched yet; ids already mirrored are skipped.
-    let mirrored = -1;
-    let failure = '';
-    try {
-      mirrored = await this.mirror.sync(sessionId);
-    } catch (err) {
-      failure = err instanceof Error ? err.message : String(err);
-      this.log(`mirroring session ${sessionId} into the batch directory: ${failure}`);
-    }
-    await this.mirror.unfollow(sessionId);
-    // What trains is what the batch directory holds: a copy short of the proxy's calls is never trainable.
-    if (failure || mirrored < doc.calls.length) {
-      const short = `[FATAL mirror] ${failure ? `the final mirror failed (${failure})` : `${mirrored} of the proxy's ${doc.calls.length} call(s)`} in ${this.mirror.fileOf(sessionId)}`;
-      return { nCalls: doc.calls.length, trainable: false, findings: [short, ...doc.validation] };
-    }
-    return { nCalls: doc.calls.length, trainable: doc.trainable, findings: doc.validation };
-  }
-
-  /** Mirrors a session into `<batch>/capture/sessions/<id>.jsonl` now (the capture store's format); returns the file. */
-  async mirrorNow(sessionId: string): Promise<string> {
-    await this.mirror.sync(sessionId);
-    return this.mirror.fileOf(sessionId);
-  }
-
-  async close(): Promise<void> {
-    await this.mirror.close();
-  }
-}
-
-/**
- * A proxy image that exists only in the local daemon (HARNESS_LAB_K8S_PROXY_IMAGE=a local tag) is
- * pushed to the registry too and referenced from there; one already under the registry, or unknown
- * locally, is referenced as given (the cluster pulls it).
- */
-export async function pushedProxy(
-  docker: Docker,
-  proxy: K8sBackendOptions['proxy'],
-  registry: string,
-  log?: (line: string) => void,
-): Promise<K8sBackendOptions['proxy']> {
-  const underRegistry = proxy.image.startsWith(`${registry.replace(/\/+$/, '')}/`);
-  const local = await docker
-    .getImage(proxy.image)
-    .inspect()
-    .then(
-      () => true,
-      () => false,
-    );
-  if (underRegistry || !local) return proxy;
-  const pushed = await pushImages(docker, [proxy.image], registry, { ...(log ? { log } : {}) });
-  return { ...proxy, image: pushed.get(proxy.image)! };
-}
-
-/**
- * HARNESS_LAB_K8S_HARNESS_FROM=hostPath: the pods mount this machine's node binary, harness cache and
- * reference harness from the node (the test double, or kind with extraMounts of the same paths);
- * otherwise the harness must be baked into the task image (real clusters).
- */
-export async function harnessFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<{ harnessFrom?: HarnessSource }> {
-  const v = env.HARNESS_LAB_K8S_HARNESS_FROM;
-  if (!v || v === 'image') return {};
-  if (v !== 'hostPath') throw new ClusterError(`HARNESS_LAB_K8S_HARNESS_FROM=${v}: expected image or hostPath`);
-  return {
-    harnessFrom: {
-      kind: 'hostPath',
-      nodeBinary: process.execPath,
-      harnessCache: harnessCacheRoot(env),
-      reactScript: await ensureReactScript(),
-    },
-  };
-}
-
-/** The proxy image of a cluster batch: HARNESS_LAB_K8S_PROXY_IMAGE, else harness-lab's image under the registry. */
-export function defaultProxy(manifest: BatchManifest, env: NodeJS.ProcessEnv = process.env): K8sBackendOptions['proxy'] {
-  return {
-    image: env.HARNESS_LAB_K8S_PROXY_IMAGE || clusterImage('harness-lab/harness-lab:latest', manifest.k8s?.registry ?? null),
-    command: ['harness-lab'],
-  };
-}
-
-/**
- * Each task's image tag as `harness-lab run` builds it (built here when Docker is reachable: it must
- * then be pushed to the registry); without Docker, the tag the build would have (base image ids unknown).
- */
-export async function taskImageTags(manifest: BatchManifest, build: boolean, log?: (line: string) => void): Promise<Map<string, string>> {
-  const out = new Map<string, string>();
-  const runtime = await DockerRuntime.connect().catch(() => undefined);
-  for (const ref of manifest.tasks) {
-    const task = loadTask(ref.dir);
-    if (runtime && build) out.set(task.name, await runtime.prepareImage(task, log));
-    else if (!task.environment.dockerfile) out.set(task.name, task.environment.dockerImage ?? BASE_IMAGE);
-    else {
-      // The same tag prepareImage gives: the context hash over the local base images' ids, when Docker has them.
-      const bases = dockerfileBases(readFileSync(task.environment.dockerfile, 'utf8')).filter((b) => !b.includes('$'));
-      const ids = runtime
-        ? await Promise.all(
-            bases.map((b) =>
-              runtime.docker
-                .getImage(b)
-                .inspect()
-                .then(
-                  (i) => i.Id,
-                  () => undefined,
-                ),
-            ),
-          )
-        : [];
-      const known = ids.filter((i): i is string => Boolean(i));
-      out.set(task.name, taskImageTag(task.name, task.environment.contextDir, known.length === bases.length ? known : []));
-    }
-  }
-  return out;
-}
-
-/** What src/batch/backends/index.ts loads for `--backend k8s`. */
-export const k8sBackendModule: BackendModule = {
-  async open(ctx) {
-    const images = await taskImageTags(ctx.manifest, true, ctx.log);
-    const reg = ctx.manifest.k8s?.registry;
-    // Pushed before anything is created in the cluster: a failed push fails the batch with no Job made.
-    let proxy = defaultProxy(ctx.manifest);
-    if (reg) {
-      const docker = await connectDocker();
-      await pushImages(docker, [...images.values()], reg, { log: ctx.log });
-      proxy = await pushedProxy(docker, proxy, reg, ctx.log);
-    }
-    const backend = await K8sBackend.open({
-      manifest: ctx.manifest,
-      batchDir: ctx.batchDir,
-      taskImage: (t) => images.get(t.name)!,
-      proxy,
-      ...(await harnessFromEnv()),
-      ...(ctx.engineApiKey ? { engineApiKey: ctx.engineApiKey } : {}),
-      log: ctx.log,
-    });
-    return { backend, capture: backend.capture };
-  },
-  async cleanup(manifest, log, opts) {
-    const cluster = loadCluster(target(manifest));
-    await checkReachable(cluster);
-    const removed = await deleteBatchJobs(cluster, cluster.namespace, manifest.batch_id);
-    if (removed.length)
-      log(
-        `deleted ${removed.length} Job(s) of batch ${manifest.batch_id} in ${cluster.namespace} (propagationPolicy Background): ${removed.join(', ')}`,
-      );
-    // A finished batch needs its proxy no more (its sessions were mirrored into the batch directory);
-    // an unfinished one keeps it, so a resume finds its sessions and admin key.
-    if (opts?.finished) {
-      await teardownBatch(cluster, manifest.batch_id);
-      log(`removed the capture proxy and ConfigMaps of finished batch ${manifest.batch_id} in ${cluster.namespace}`);
-    }
-    return removed;
-  },
-  async preflight(k8s) {
-    const cluster = loadCluster({ context: k8s?.context ?? null, namespace: k8s?.namespace ?? 'default' });
-    await checkReachable(cluster);
-    await assertPermissions(cluster, K8S_PERMISSIONS);
-  },
-  async dryRun(plan, format) {
-    const images = await taskImageTags(plan.manifest, false);
-    const objs = await k8sDryRunManifests({
-      manifest: plan.manifest,
-      taskImage: (t) => images.get(t.name)!,
-      proxy: defaultProxy(plan.manifest),
-    });
-    return formatManifests(objs, format);
-  },
-};

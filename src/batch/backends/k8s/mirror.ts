@@ -11,8 +11,8 @@
 // and one page of calls; a session leaves memory when its attempt ends.
 import { existsSync } from 'node:fs';
 import { z } from 'zod';
-import { CaptureStore, loadSessionFile, type StoreLine } from '../../capture/store.js';
-import type { CallRecord, SessionInfo } from '../../capture/types.js';
+import { CaptureStore, loadSessionFile, type StoreLine } from '../../../capture/store.js';
+import type { CallRecord, SessionInfo } from '../../../capture/types.js';
 
 /** A GET on the in-cluster proxy's admin routes (through the port-forward), JSON body back. */
 export type ProxyGet = (path: string) => Promise<unknown>;

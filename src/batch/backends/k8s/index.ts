@@ -1,0 +1,71 @@
+// The Kubernetes backend (`--backend k8s`), loaded lazily by ../index.ts: what the batch runner opens,
+// cleans up, preflights and dry-runs. The pieces: job.ts (Job manifests and reading how a Job ended),
+// images.ts (task and proxy images, pushes), proxy.ts + mirror.ts (the in-cluster capture proxy and
+// the mirror of its sessions into the batch directory), backend.ts (K8sBackend, one attempt = one Job).
+import { assertPermissions, checkReachable, loadCluster } from '../../../cluster/kube.js';
+import { formatManifests } from '../../../cluster/manifests.js';
+import { pushImages } from '../../../cluster/registry-push.js';
+import { connectDocker } from '../../../sandbox/docker-client.js';
+import type { BackendModule } from '../../backend.js';
+import { K8S_PERMISSIONS, K8sBackend, deleteBatchJobs, k8sDryRunManifests, teardownBatch } from './backend.js';
+import { defaultProxy, harnessFromEnv, pushedProxy, taskImageTags } from './images.js';
+import { target } from './job.js';
+
+export { K8S_PERMISSIONS, K8sBackend, deleteBatchJobs, k8sDryRunManifests, teardownBatch, type K8sBackendOptions } from './backend.js';
+export { clusterImage, defaultProxy, harnessFromEnv, pushedProxy, taskImageTags, type ProxyImage } from './images.js';
+export { K8sCapture } from './proxy.js';
+
+/** What src/batch/backends/index.ts loads for `--backend k8s`. */
+export const k8sBackendModule: BackendModule = {
+  async open(ctx) {
+    const images = await taskImageTags(ctx.manifest, true, ctx.log);
+    const reg = ctx.manifest.k8s?.registry;
+    // Pushed before anything is created in the cluster: a failed push fails the batch with no Job made.
+    let proxy = defaultProxy(ctx.manifest);
+    if (reg) {
+      const docker = await connectDocker();
+      await pushImages(docker, [...images.values()], reg, { log: ctx.log });
+      proxy = await pushedProxy(docker, proxy, reg, ctx.log);
+    }
+    const backend = await K8sBackend.open({
+      manifest: ctx.manifest,
+      batchDir: ctx.batchDir,
+      taskImage: (t) => images.get(t.name)!,
+      proxy,
+      ...(await harnessFromEnv()),
+      ...(ctx.engineApiKey ? { engineApiKey: ctx.engineApiKey } : {}),
+      log: ctx.log,
+    });
+    return { backend, capture: backend.capture };
+  },
+  async cleanup(manifest, log, opts) {
+    const cluster = loadCluster(target(manifest));
+    await checkReachable(cluster);
+    const removed = await deleteBatchJobs(cluster, cluster.namespace, manifest.batch_id);
+    if (removed.length)
+      log(
+        `deleted ${removed.length} Job(s) of batch ${manifest.batch_id} in ${cluster.namespace} (propagationPolicy Background): ${removed.join(', ')}`,
+      );
+    // A finished batch needs its proxy no more (its sessions were mirrored into the batch directory);
+    // an unfinished one keeps it, so a resume finds its sessions and admin key.
+    if (opts?.finished) {
+      await teardownBatch(cluster, manifest.batch_id);
+      log(`removed the capture proxy and ConfigMaps of finished batch ${manifest.batch_id} in ${cluster.namespace}`);
+    }
+    return removed;
+  },
+  async preflight(k8s) {
+    const cluster = loadCluster({ context: k8s?.context ?? null, namespace: k8s?.namespace ?? 'default' });
+    await checkReachable(cluster);
+    await assertPermissions(cluster, K8S_PERMISSIONS);
+  },
+  async dryRun(plan, format) {
+    const images = await taskImageTags(plan.manifest, false);
+    const objs = await k8sDryRunManifests({
+      manifest: plan.manifest,
+      taskImage: (t) => images.get(t.name)!,
+      proxy: defaultProxy(plan.manifest),
+    });
+    return formatManifests(objs, format);
+  },
+};
