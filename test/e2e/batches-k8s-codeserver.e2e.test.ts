@@ -411,7 +411,7 @@ test(
       await second.filter({ hasText: /running \(pid \d+\) · 0\/2 finished · k8s/ }).waitFor({ timeout: 60_000 });
       const dir2 = join(
         batches,
-        readdirSync(batches).find((d) => d !== dirName && !d.endsWith('.jsonl'))!,
+        readdirSync(batches).find((d) => d !== dirName && existsSync(join(batches, d, 'batch.json')))!,
       );
       const m2 = readManifest(dir2);
       const only = view.locator('.monaco-list-row', { hasText: '#0 stepper.react.0' });
