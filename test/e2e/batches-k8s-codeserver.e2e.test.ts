@@ -1,12 +1,12 @@
 // Submit Rollout Batch with backend k8s in a real workbench (code-server 4.100.3 with the platform .vsix
 // packaged from this repository and installed as a user installs it) against the Kubernetes API server
-// double, whose node runs pods as real
-// Docker containers. KUBECONFIG in code-server's environment names the double; the in-cluster proxy
-// runs from a local harness-lab image (HARNESS_LAB_K8S_PROXY_IMAGE) and the pods mount this
-// machine's node and reference harness (HARNESS_LAB_K8S_HARNESS_FROM=hostPath); the policy engine
-// runs on the host's loopback and is reached from the namespace through the double's relay
-// (harnessLab.engineUrl). As a user would: the quick picks (task, harness react, group size 2,
-// backend k8s, the double's kube context, the configured engine), the batch appears in the Batches
+// double, whose node runs pods as real Docker containers. KUBECONFIG in code-server's environment names
+// the double; the in-cluster proxy runs from a local harness-lab image (HARNESS_LAB_K8S_PROXY_IMAGE)
+// and the pods mount this machine's node and reference harness (HARNESS_LAB_K8S_HARNESS_FROM=hostPath);
+// the policy engine runs on the host's loopback, and the namespace reaches it as the Service hl-engine
+// (a relay pod behind it forwards to the port the double exposes). As a user would: the quick picks
+// (task, harness react, group size 2, backend k8s, the double's kube context, the configured engine),
+// the batch appears in the Batches
 // view; while a rollout waits in its tool call (until the test lets it go: no race on "while"), its
 // row shows the call captured so far and the rollout viewer opened from its context menu shows it,
 // both mirrored live from the cluster's proxy; then both rollouts finish with class and reward, the
@@ -394,10 +394,25 @@ test(
 
       // A second batch, its cluster objects kept (the setting, as a user sets it): Cancel Batch while its
       // rollout runs, then Resume Batch and Tear Down Batch from the batch row's menu.
+      // The Settings editor: search the setting, tick its box (the workbench writes the User settings).
       const settingsFile = join(stateDir, 'user-data', 'User', 'settings.json');
-      const settings = JSON.parse(readFileSync(settingsFile, 'utf8')) as Record<string, unknown>;
-      writeFileSync(settingsFile, JSON.stringify({ ...settings, 'harnessLab.keepClusterObjects': true }, null, 2));
       await runCommand(page, 'Notifications: Clear All Notifications');
+      await runCommand(page, 'View: Close All Editors');
+      await runCommand(page, 'Preferences: Open User Settings');
+      const keepBox = page
+        .locator('.settings-editor .setting-item-bool', { hasText: 'Keep a finished k8s batch' })
+        .locator('.setting-value-checkbox');
+      for (let attempt = 0; !(await keepBox.isVisible()); attempt++) {
+        if (attempt >= 3) throw new Error('the Settings editor did not show harnessLab.keepClusterObjects');
+        await page.locator('.settings-editor .suggest-input-container').click({ timeout: 30_000 });
+        await page.keyboard.press('Control+A');
+        await page.keyboard.type('harnessLab.keepClusterObjects', { delay: 10 });
+        await keepBox.waitFor({ timeout: 15_000 }).catch(() => undefined);
+      }
+      await keepBox.click();
+      for (let i = 0; i < 60 && !/"harnessLab\.keepClusterObjects": true/.test(readFileSync(settingsFile, 'utf8')); i++)
+        await new Promise((r) => setTimeout(r, 500));
+      assert.match(readFileSync(settingsFile, 'utf8'), /"harnessLab\.keepClusterObjects": true/, 'the Settings editor wrote the setting');
       await runCommand(page, 'View: Close All Editors');
       await submitBatch(page, {
         task: 'tasks/stepper',
