@@ -38,6 +38,6 @@ export function curvesPage(runs: ShownRun[], nonce: string, updated: string): st
 <style nonce="${nonce}">body{font-family:var(--vscode-font-family);color:var(--vscode-foreground);padding:8px 16px}
 ul.runs{padding-left:18px;margin:4px 0 12px}.note-line{color:var(--vscode-editorWarning-foreground,#c90)}
 .updated{opacity:.7;font-size:11px}${CURVES_CSS}</style></head>
-<body><h2>Training curves</h2><p class="updated">Parsed from each run's log (docs/training-runs.md, "Curves"): ${esc(updated)}</p>
+<body><h2>Training curves</h2><p class="updated">Parsed from each run's log or metrics file (docs/training-runs.md, "Curves"): ${esc(updated)}</p>
 <ul class="runs">${rows}</ul>${curvesHtml(runs)}</body></html>`;
 }
