@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import type { StartGate } from '../sandbox/start-gate.js';
 import type { AttemptFacts, BatchBackend, BatchCapture } from './backend.js';
 import { classify, type Verdict } from './classify.js';
-import { attemptSessionId } from './plan.js';
+import { attemptSessionId, rolloutSeed } from './plan.js';
 import { batchPaths, queueAgain, writeJsonAtomic, type BatchManifest, type RolloutState } from './state.js';
 
 /** Upper bound on model calls per attempt: a runaway loop ends with the proxy's budget stop. */
@@ -109,7 +109,11 @@ export async function runAttempt(a: AttemptSpec): Promise<AttemptOutcome> {
   const sessionId = attemptSessionId(a.manifest.batch_id, s.rollout_id, n);
   const outDir = attemptDir(a.batchDir, s.rollout_id, n);
   const metadata = { ...sessionMetadata(a.manifest, s, n), ...a.extraMetadata };
-  await a.capture.createSession({ sessionId, metadata, sampling: a.sampling, maxModelCalls: a.maxModelCalls });
+  // On the lab's own embedded engine (no engine URL) each rollout pins its own seed: a sampling
+  // policy's draws then differ by member and repeat across batches (rolloutSeed). A real engine keeps
+  // the batch's sampling as it is; a seed the caller pinned (a trainer through serve) wins.
+  const sampling = a.manifest.engine_url ? a.sampling : { seed: rolloutSeed(s.rollout_id), ...a.sampling };
+  await a.capture.createSession({ sessionId, metadata, sampling, maxModelCalls: a.maxModelCalls });
   const startedAt = Date.now();
   const started = new Date(startedAt).toISOString();
   s.attempts.push({

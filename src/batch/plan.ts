@@ -2,7 +2,7 @@
 // fails here naming file and field), the harnesses (unknown or not installed: named), the groups
 // (tasks x harnesses, each G rollouts of one task under one harness), stable readable ids, the
 // concurrency cap, and the manifest + queued rollout states written to the batch directory.
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { availableParallelism, totalmem } from 'node:os';
 import { isAbsolute, join, resolve, sep } from 'node:path';
@@ -148,6 +148,17 @@ export function newBatchId(now = new Date()): string {
 /** The capture session of one attempt: readable, unique across attempts, a valid API key. */
 export function attemptSessionId(batchId: string, rolloutId: string, attempt: number): string {
   return `${batchId}.${rolloutId}.a${attempt}`;
+}
+
+/**
+ * The sampler seed a rollout's calls carry when the batch runs on the lab's own embedded engine: a
+ * hash of the rollout id (task, harness, member), not of the batch id. A group's members then draw
+ * differently from each other, and the same members draw the same way in every batch, so whether a
+ * sampling policy's group has contrast is decided by its members, not by the luck of the engine's
+ * shared stream (which made 1 batch in 128 of an 8-member p=1/2 group have none).
+ */
+export function rolloutSeed(rolloutId: string): number {
+  return createHash('sha256').update(`rollout-seed:${rolloutId}`, 'utf8').digest().readUInt32BE(0) & 0x7fffffff;
 }
 
 /**

@@ -221,13 +221,15 @@ export class LlamaEngine {
       parseToolCalls: false,
       stopIds: new Set(req.stop_token_ids ?? []),
     };
+    // One sampler per request, as for chat: a policy's `choose` draws from it first (so a pinned seed
+    // decides the move in token-in mode too), then the model's tokens.
+    const rng = req.seed !== undefined && req.seed !== null ? new Prng(req.seed) : new Prng(this.engineRng.nextUint32());
     let decision: PolicyDecision = { kind: 'sample' };
     if (this.policy) {
       const conversation = parseChatMlPrompt(promptText);
-      if (conversation) decision = this.policy.decide(conversation.messages, conversation.tools);
+      if (conversation) decision = this.policy.decide(conversation.messages, conversation.tools, () => rng.next());
     }
     return this.exclusive(async () => {
-      const rng = req.seed !== undefined && req.seed !== null ? new Prng(req.seed) : new Prng(this.engineRng.nextUint32());
       let generated: Generated;
       try {
         generated =

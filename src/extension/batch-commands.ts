@@ -475,7 +475,11 @@ export async function cancelBatchCommand(ctx: BatchCommandContext, arg: unknown)
 /** A batch rollout's captured session (`<batch>/capture/sessions/<id>.jsonl`) in the rollout viewer. */
 export async function openBatchRollout(arg: unknown): Promise<string | undefined> {
   const node = arg as BatchRolloutNode | undefined;
-  if (!node || node.kind !== 'rollout') throw new Error('Open in Rollout Viewer needs a rollout from the Batches view.');
+  // No node from a row's menu: VS Code had dropped the row while its parent row was re-read (see batchNode).
+  if (!node || node.kind !== 'rollout')
+    throw new Error(
+      'Open in Rollout Viewer needs a rollout from the Batches view (its menu was used while the view re-read the row: use it again).',
+    );
   if (!node.sessionFile) throw new Error(`Rollout ${node.rollout.id} has not started yet: it has no captured session.`);
   await vscode.commands.executeCommand('vscode.openWith', vscode.Uri.file(node.sessionFile), 'harnessLab.rolloutLines');
   return node.sessionFile;

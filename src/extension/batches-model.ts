@@ -111,7 +111,10 @@ export function batchNode(st: BatchStatus): BatchNode {
       `Batch ${st.batch_id} in ${st.dir}`,
       `Lab: ${lab}`,
       `Backend ${st.backend}, group size ${st.group_size}, parallel ${st.parallel}, temperature ${st.sampling.temperature}${st.policy_version ? `, policy ${st.policy_version}` : ''}`,
-      `${c.done} done, ${c.discarded} discarded, ${c.running} running, ${c.queued} queued of ${c.total}`,
+      // Not running vs queued: a parent row that changes makes VS Code drop its children's handles until
+      // the workbench reads them again, and a context-menu command on a rollout in that window gets no
+      // rollout. So the batch and group rows change only when a rollout ends (the rollout rows say which run).
+      `${c.done} done, ${c.discarded} discarded, ${c.total - finished} to run of ${c.total}`,
       ...(classes ? [`Classes: ${classes}`] : []),
       ...(st.lab === 'interrupted' ? ["The lab that ran it is gone: Resume Batch (this row's menu) continues it"] : []),
       ...(st.lab === 'idle' || st.lab === 'cancelled' ? ["Rollouts are left: Resume Batch (this row's menu) runs them"] : []),

@@ -6,6 +6,7 @@
 // proxy-commands.ts, session-commands.ts, engine-commands.ts, viewer-commands.ts, replay-commands.ts,
 // task-rollout-commands.ts, batch-commands.ts, batch-review-commands.ts, lab-tools-commands.ts and
 // training-runs.ts; what they share is command-host.ts.
+import { showCurvesFromFileCommand } from './curves-file-command.js';
 import * as vscode from 'vscode';
 import { auditBatchCommand, openGroupViewCommand } from './batch-review-commands.js';
 import {
@@ -112,6 +113,7 @@ export function createCommands(): Record<string, CommandSpec> {
         host.trainingRuns.showLogs((arg as TrainingRunNode | undefined)?.name, (arg as TrainingRunNode | undefined)?.runKind),
     },
     'harnessLab.cancelTrainingRun': { run: (host, arg) => host.trainingRuns.cancel(arg as TrainingRunNode | undefined) },
+    'harnessLab.showCurvesFromFile': { run: (host, arg, selected) => showCurvesFromFileCommand(host.trainingRuns.curves, arg, selected) },
     'harnessLab.showTrainingCurves': {
       run: (host, arg, selected) =>
         host.trainingRuns.showCurves(arg as TrainingRunNode | undefined, selected as TrainingRunNode[] | undefined),

@@ -11,6 +11,8 @@ export interface ShownRun extends CurveRun {
   dataFile: string | null;
   /** Why it has no points yet (no pod, a waiting reason), when it has none. */
   note: string | null;
+  /** The metrics file the points were read from, when not from a run's log (curves-file-command.ts). */
+  source?: string;
 }
 
 const esc = (s: string) => s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
@@ -22,7 +24,12 @@ export function curvesPage(runs: ShownRun[], nonce: string, updated: string): st
       const open = r.dataFile
         ? ` <a href="command:vscode.open?${encodeURIComponent(JSON.stringify([pathToFileURL(r.dataFile).toString()]))}">open its manifest</a>`
         : '';
-      return `<li data-run="${esc(r.name)}"><b>${esc(r.name)}</b>: ${r.data ? `trains on ${esc(r.data)}${open}` : 'data source unknown (no local record of its config)'}${r.note ? ` · <span class="note-line">${esc(r.note)}</span>` : ''}</li>`;
+      const what = r.source
+        ? `from the metrics file ${esc(r.source)} <a href="command:vscode.open?${encodeURIComponent(JSON.stringify([pathToFileURL(r.source).toString()]))}">open it</a>`
+        : r.data
+          ? `trains on ${esc(r.data)}${open}`
+          : 'data source unknown (no local record of its config)';
+      return `<li data-run="${esc(r.name)}"><b>${esc(r.name)}</b>: ${what}${r.note ? ` · <span class="note-line">${esc(r.note)}</span>` : ''}</li>`;
     })
     .join('');
   return `<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">
@@ -31,6 +38,6 @@ export function curvesPage(runs: ShownRun[], nonce: string, updated: string): st
 <style nonce="${nonce}">body{font-family:var(--vscode-font-family);color:var(--vscode-foreground);padding:8px 16px}
 ul.runs{padding-left:18px;margin:4px 0 12px}.note-line{color:var(--vscode-editorWarning-foreground,#c90)}
 .updated{opacity:.7;font-size:11px}${CURVES_CSS}</style></head>
-<body><h2>Training curves</h2><p class="updated">Parsed from each run's log (docs/training-runs.md, "Curves"): ${esc(updated)}</p>
+<body><h2>Training curves</h2><p class="updated">Parsed from each run's log or metrics file (docs/training-runs.md, "Curves"): ${esc(updated)}</p>
 <ul class="runs">${rows}</ul>${curvesHtml(runs)}</body></html>`;
 }

@@ -73,7 +73,8 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
   /** The kube context the view lists (the last one a run was started in; else the kubeconfig's current). */
   private context: string | undefined;
   private listed: Listed | undefined;
-  private readonly curves = this._register(new TrainingCurvesPanel());
+  /** The one Training Curves panel: runs from the cluster, and metrics files (curves-file-command.ts). */
+  readonly curves = this._register(new TrainingCurvesPanel());
 
   constructor(
     private readonly log: Logger,

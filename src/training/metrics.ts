@@ -121,3 +121,44 @@ export function parseMetrics(text: string): RunMetrics {
   for (const [k, m] of Object.entries(series)) out[k] = [...m].map(([step, value]) => ({ step, value })).sort((a, b) => a.step - b.step);
   return { series: out, lines, formats: [...formats] };
 }
+
+/**
+ * A metrics file a trainer writes, by its content: Hugging Face Trainer's `trainer_state.json` (TRL's
+ * trainers save it in every checkpoint folder; its `log_history` holds one dict per logging step, with
+ * `step`), or JSON lines, one object per step: the lab's metric lines, or `{"step": n, "data": {...}}`
+ * (a logger that nests the scalars) flattened. Throws, naming the file, when it is neither.
+ */
+export function parseMetricsFile(text: string, file: string): RunMetrics {
+  const trimmed = text.trim();
+  if (trimmed.startsWith('{') && !trimmed.includes('\n{')) {
+    let doc: unknown;
+    try {
+      doc = JSON.parse(trimmed);
+    } catch {
+      doc = undefined;
+    }
+    const history = (doc as { log_history?: unknown } | undefined)?.log_history;
+    if (doc !== undefined && Array.isArray(history)) {
+      const lines = history.filter((h): h is Record<string, unknown> => !!h && typeof h === 'object' && !Array.isArray(h));
+      return parseMetrics(lines.map((h) => JSON.stringify(h)).join('\n'));
+    }
+  }
+  const flattened = trimmed.split('\n').map((line) => {
+    const t = line.trim();
+    if (!t.startsWith('{')) return line;
+    try {
+      const obj = JSON.parse(t) as { step?: unknown; data?: unknown };
+      if (obj && typeof obj === 'object' && obj.data && typeof obj.data === 'object' && !Array.isArray(obj.data))
+        return JSON.stringify({ step: obj.step, ...(obj.data as Record<string, unknown>) });
+    } catch {
+      // not JSON: parseMetrics skips it
+    }
+    return line;
+  });
+  const metrics = parseMetrics(flattened.join('\n'));
+  if (!metrics.lines)
+    throw new Error(
+      `${file} holds no metrics: expected JSON lines with a step and scalars, or a trainer_state.json with log_history (docs/training-runs.md)`,
+    );
+  return metrics;
+}

@@ -1,11 +1,12 @@
-// Submit Rollout Batch with backend k8s in a real workbench (code-server 4.100.3, this repository as
-// the development extension) against the Kubernetes API server double, whose node runs pods as real
-// Docker containers. KUBECONFIG in code-server's environment names the double; the in-cluster proxy
-// runs from a local harness-lab image (HARNESS_LAB_K8S_PROXY_IMAGE) and the pods mount this
-// machine's node and reference harness (HARNESS_LAB_K8S_HARNESS_FROM=hostPath); the policy engine
-// runs on the host's loopback and is reached from the namespace through the double's relay
-// (harnessLab.engineUrl). As a user would: the quick picks (task, harness react, group size 2,
-// backend k8s, the double's kube context, the configured engine), the batch appears in the Batches
+// Submit Rollout Batch with backend k8s in a real workbench (code-server 4.100.3 with the platform .vsix
+// packaged from this repository and installed as a user installs it) against the Kubernetes API server
+// double, whose node runs pods as real Docker containers. KUBECONFIG in code-server's environment names
+// the double; the in-cluster proxy runs from a local harness-lab image (HARNESS_LAB_K8S_PROXY_IMAGE)
+// and the pods mount this machine's node and reference harness (HARNESS_LAB_K8S_HARNESS_FROM=hostPath);
+// the policy engine runs on the host's loopback, and the namespace reaches it as the Service hl-engine
+// (a relay pod behind it forwards to the port the double exposes). As a user would: the quick picks
+// (task, harness react, group size 2, backend k8s, the double's kube context, the configured engine),
+// the batch appears in the Batches
 // view; while a rollout waits in its tool call (until the test lets it go: no race on "while"), its
 // row shows the call captured so far and the rollout viewer opened from its context menu shows it,
 // both mirrored live from the cluster's proxy; then both rollouts finish with class and reward, the
@@ -13,13 +14,16 @@
 // With the defaults a new user has: harnessLab.model empty (the wizard fills it from the engine's
 // /v1/models) and harnessLab.engineURL on loopback (refused for the cluster, with the reason; the
 // engine as the pods reach it is harnessLab.clusterEngineUrl, a Service name in the double). The
-// finished batch leaves nothing in the namespace; Export Batch… writes TRL rows; the Harness Lab
-// terminal runs `harness-lab --help`.
+// finished batch leaves nothing in the namespace; Export Batch… writes TRL rows; Install Harness…
+// installs qwen-code from npm; the Harness Lab terminal runs `harness-lab --help` and the installed
+// harness; Delete Batch removes the batch. Then a second batch with "keep cluster objects" on: Cancel
+// Batch while its rollout runs, Resume Batch from the row's menu runs it to the end, its objects are
+// kept, and Tear Down Batch from the row's menu removes them.
 // Screenshots: test-artifacts/e2e/k8s-batches-*.png.
 import * as assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import type Docker from 'dockerode';
@@ -34,6 +38,8 @@ import {
   ARTIFACTS,
   ROOT,
   atStep,
+  findFiles,
+  notificationTexts,
   openRolloutRow,
   openWorkbench,
   pick,
@@ -46,6 +52,8 @@ import {
 const NS = 'default';
 const PROXY_IMAGE = `harness-lab/k8s-proxy-e2e:${process.pid}`;
 const GATE = '/tmp/hl-e2e-go';
+/** The engine relay pod's port, behind the hl-engine Service. */
+const RELAY_PORT = 8000;
 // The first call asks for a tool that waits until the test creates GATE in the rollout's container.
 const POLICY = {
   name: 'gated-hello',
@@ -79,6 +87,27 @@ after(async () => {
 
 const shot = (page: Page, name: string) => page.screenshot({ path: join(ARTIFACTS, `k8s-batches-${name}.png`) });
 
+/** What of a batch is in the namespace: jobs, deployments, services, secrets, config maps and pods by name. */
+async function leftInNamespace(batchId: string): Promise<string[]> {
+  const kinds = [
+    `/apis/batch/v1/namespaces/${NS}/jobs`,
+    `/apis/apps/v1/namespaces/${NS}/deployments`,
+    `/api/v1/namespaces/${NS}/services`,
+    `/api/v1/namespaces/${NS}/secrets`,
+    `/api/v1/namespaces/${NS}/configmaps`,
+    `/api/v1/namespaces/${NS}/pods`,
+  ];
+  const out: string[] = [];
+  for (const k of kinds) {
+    const r = await fetch(`${cluster!.url}${k}?labelSelector=${encodeURIComponent(`harness-lab/batch=${batchId}`)}`, {
+      headers: { authorization: `Bearer ${cluster!.api.token}` },
+    });
+    for (const o of ((await r.json()) as { items: { metadata: { name: string } }[] }).items)
+      out.push(`${k.split('/').pop()}/${o.metadata.name}`);
+  }
+  return out;
+}
+
 /** Opens the gate in every running rollout container of the batch until stopped (members may start one after another). */
 async function releaseRollouts(d: Docker, batchId: string): Promise<void> {
   releasing = true;
@@ -102,7 +131,7 @@ async function releaseRollouts(d: Docker, batchId: string): Promise<void> {
 
 test(
   'Submit Rollout Batch with backend k8s on the API server double: live calls while running, classes and rewards, a rollout in the viewer',
-  { timeout: 900_000 },
+  { timeout: 1_500_000 },
   async () => {
     const missing = missingPrerequisite();
     if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
@@ -130,24 +159,61 @@ test(
     writeFileSync(join(task, 'instruction.md'), 'STEP_BY_STEP: create a file named `hello.txt` holding `Hello, world!`.\n');
 
     const hostEngineUrl = `${engine.url}/v1`;
-    // The engine as the namespace's pods reach it: a Service name (the double maps it to the relayed port).
-    await fetch(`${cluster.url}/api/v1/namespaces/${NS}/services`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${cluster.api.token}`, 'content-type': 'application/json' },
-      body: JSON.stringify({
-        apiVersion: 'v1',
-        kind: 'Service',
-        metadata: { name: 'hl-engine', namespace: NS },
-        spec: { ports: [{ port: engine.port }] },
-      }),
-    }).then((r) => assert.equal(r.status, 201, `creating the engine Service: ${r.status}`));
-    const engineUrl = `http://hl-engine.${NS}.svc:${engine.port}/v1`;
+    // The engine as the namespace's pods reach it: a Service name. The double gives a Service endpoints
+    // only through a selector (as a cluster does without an Endpoints object), so a relay pod behind it
+    // forwards RELAY_PORT to the engine on the host (the port the double exposes to the namespace).
+    const api = (path: string, body: unknown) =>
+      fetch(`${cluster!.url}${path}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${cluster!.api.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      }).then(async (r) => assert.equal(r.status, 201, `POST ${path}: ${r.status} ${await r.text()}`));
+    const relay = `const net=require('net');net.createServer((c)=>{const u=net.connect(${engine.port},'127.0.0.1');c.pipe(u).pipe(c);u.on('error',()=>c.destroy());c.on('error',()=>u.destroy());}).listen(${RELAY_PORT},'0.0.0.0');`;
+    await api(`/api/v1/namespaces/${NS}/pods`, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'hl-engine-relay', namespace: NS, labels: { app: 'hl-engine-relay' } },
+      spec: {
+        containers: [
+          {
+            name: 'relay',
+            image: 'harness-lab/base-node:bookworm',
+            command: ['node', '-e', relay],
+            ports: [{ containerPort: RELAY_PORT }],
+          },
+        ],
+      },
+    });
+    await api(`/api/v1/namespaces/${NS}/services`, {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: { name: 'hl-engine', namespace: NS },
+      spec: { selector: { app: 'hl-engine-relay' }, ports: [{ port: RELAY_PORT, targetPort: RELAY_PORT }] },
+    });
+    for (let i = 0; ; i++) {
+      const pod = (await fetch(`${cluster.url}/api/v1/namespaces/${NS}/pods/hl-engine-relay`, {
+        headers: { authorization: `Bearer ${cluster.api.token}` },
+      }).then((r) => r.json())) as { status?: { phase?: string } };
+      if (pod.status?.phase === 'Running') break;
+      if (i >= 120) assert.fail(`the engine relay pod is not running: ${JSON.stringify(pod.status)}`);
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    const engineUrl = `http://hl-engine.${NS}.svc:${RELAY_PORT}/v1`;
     workbench = await openWorkbench({
       stateDir,
       workspace,
-      env: { KUBECONFIG: cluster.kubeconfig, HARNESS_LAB_K8S_PROXY_IMAGE: PROXY_IMAGE, HARNESS_LAB_K8S_HARNESS_FROM: 'hostPath' },
+      env: {
+        KUBECONFIG: cluster.kubeconfig,
+        HARNESS_LAB_K8S_PROXY_IMAGE: PROXY_IMAGE,
+        HARNESS_LAB_K8S_HARNESS_FROM: 'hostPath',
+        // Install Harness… runs npm with code-server's HOME (a throwaway one): the machine's npm cache
+        // spares a download when it holds the pinned harness already.
+        npm_config_cache: join(homedir(), '.npm'),
+        npm_config_prefer_offline: 'true',
+      },
       // The Model setting stays at its default (empty).
       userSettings: { 'harnessLab.engineURL': hostEngineUrl, 'harnessLab.clusterEngineUrl': engineUrl },
+      vsix: true,
     });
     const { page } = workbench;
     try {
@@ -202,7 +268,7 @@ test(
 
       // The running rollout in the viewer, from its context menu: the call so far.
       await pickFromContextMenu(page, r0, 'Open in Rollout Viewer');
-      await page.locator('.tab', { hasText: `${running.session_id}.jsonl` }).waitFor({ timeout: 30_000 });
+      await page.locator('.tab', { hasText: `${running.session_id}.jsonl` }).waitFor({ timeout: 60_000 });
       const frame = viewerFrame(page);
       await frame.locator('[data-testid="counts"]').waitFor({ timeout: 60_000 });
       assert.equal(await frame.locator('.graph-row').count(), 1, "the viewer shows the running rollout's call");
@@ -219,27 +285,8 @@ test(
       releasing = false;
       await release;
       // Torn down at its end: nothing of the batch is left in the namespace.
-      const left = async () => {
-        const kinds = [
-          '/apis/batch/v1/namespaces/default/jobs',
-          '/apis/apps/v1/namespaces/default/deployments',
-          '/api/v1/namespaces/default/services',
-          '/api/v1/namespaces/default/secrets',
-          '/api/v1/namespaces/default/configmaps',
-          '/api/v1/namespaces/default/pods',
-        ];
-        const out: string[] = [];
-        for (const k of kinds) {
-          const r = await fetch(`${cluster!.url}${k}?labelSelector=${encodeURIComponent(`harness-lab/batch=${m.batch_id}`)}`, {
-            headers: { authorization: `Bearer ${cluster!.api.token}` },
-          });
-          for (const o of ((await r.json()) as { items: { kind?: string; metadata: { name: string } }[] }).items)
-            out.push(`${k.split('/').pop()}/${o.metadata.name}`);
-        }
-        return out;
-      };
-      for (let i = 0; i < 60 && (await left()).length; i++) await new Promise((r) => setTimeout(r, 1000));
-      assert.deepEqual(await left(), [], 'the finished batch left nothing in the namespace');
+      for (let i = 0; i < 60 && (await leftInNamespace(m.batch_id)).length; i++) await new Promise((r) => setTimeout(r, 1000));
+      assert.deepEqual(await leftInNamespace(m.batch_id), [], 'the finished batch left nothing in the namespace');
       const states = readRolloutStates(dir);
       assert.deepEqual(
         states.map((s) => [s.rollout_id, s.class, s.reward]),
@@ -295,16 +342,47 @@ test(
       assert.ok(rows.every((r) => r.completion_ids.length > 0));
       await shot(page, '06-exported');
 
-      // The Harness Lab terminal: the bundled CLI on PATH.
+      // Install Harness…: the picker marks qwen-code as not installed (this HOME's harness cache is
+      // empty); npm installs the pinned version into it.
+      await runCommand(page, 'Notifications: Clear All Notifications');
+      await runCommand(page, 'Harness Lab: Install Harness…');
+      await atStep(page, 'Install Harness');
+      const qwenRow = page.locator('.quick-input-list .monaco-list-row', { hasText: 'qwen-code' }).first();
+      await qwenRow.waitFor({ timeout: 20_000 });
+      assert.match(await qwenRow.innerText(), /not installed: @qwen-code\/qwen-code@0\.15\.10/);
+      await pick(page, 'qwen-code');
+      const qwenBin = join(
+        stateDir,
+        'home',
+        '.cache',
+        'harness-lab',
+        'harnesses',
+        '@qwen-code',
+        'qwen-code@0.15.10',
+        'node_modules',
+        '.bin',
+        'qwen',
+      );
+      await page.locator('.notification-toast', { hasText: 'qwen-code is installed' }).waitFor({ timeout: 600_000 });
+      assert.ok(existsSync(qwenBin), `Install Harness… installed ${qwenBin}`);
+      await shot(page, '07-harness-installed');
+
+      // The Harness Lab terminal: the bundled CLI and the installed harness on PATH.
       await runCommand(page, 'Harness Lab: Open Harness Lab Terminal');
       await page.locator('.terminal-wrapper.active, .xterm').first().waitFor({ timeout: 30_000 });
       const helpFile = join(stateDir, 'help.txt');
+      const qwenFile = join(stateDir, 'qwen-version.txt');
       await new Promise((r) => setTimeout(r, 1500));
-      await page.keyboard.type(`harness-lab --help > ${helpFile} 2>&1; echo done\n`, { delay: 5 });
-      for (let i = 0; i < 40 && !(existsSync(helpFile) && readFileSync(helpFile, 'utf8').includes('commands:')); i++)
-        await new Promise((r) => setTimeout(r, 500));
+      await page.keyboard.type(
+        `harness-lab --help > ${helpFile} 2>&1; qwen --version > ${qwenFile}.tmp 2>&1; mv ${qwenFile}.tmp ${qwenFile}\n`,
+        {
+          delay: 5,
+        },
+      );
+      for (let i = 0; i < 120 && !existsSync(qwenFile); i++) await new Promise((r) => setTimeout(r, 500));
       assert.match(readFileSync(helpFile, 'utf8'), /^usage: harness-lab <command>/);
-      await shot(page, '07-lab-terminal');
+      assert.match(readFileSync(qwenFile, 'utf8').trim(), /^0\.15\.10$/, 'the installed harness runs from the terminal');
+      await shot(page, '08-lab-terminal');
 
       // Delete Batch from the view's menu: asked first, then the directory is gone (its cluster objects were already).
       await pickFromContextMenu(page, batchRow, 'Delete Batch');
@@ -312,10 +390,96 @@ test(
       await page.locator('.notification-toast', { hasText: /deleted batch/ }).waitFor({ timeout: 60_000 });
       assert.ok(!existsSync(dir), 'Delete Batch removed the batch directory');
       await view.locator('.monaco-list-row', { hasText: m.batch_id }).waitFor({ state: 'detached', timeout: 30_000 });
-      await shot(page, '08-deleted');
+      await shot(page, '09-deleted');
+
+      // A second batch, its cluster objects kept (the setting, as a user sets it): Cancel Batch while its
+      // rollout runs, then Resume Batch and Tear Down Batch from the batch row's menu.
+      // The Settings editor: search the setting, tick its box (the workbench writes the User settings).
+      const settingsFile = join(stateDir, 'user-data', 'User', 'settings.json');
+      await runCommand(page, 'Notifications: Clear All Notifications');
+      await runCommand(page, 'View: Close All Editors');
+      await runCommand(page, 'Preferences: Open User Settings');
+      const keepBox = page
+        .locator('.settings-editor .setting-item-bool', { hasText: 'Keep a finished k8s batch' })
+        .locator('.setting-value-checkbox');
+      for (let attempt = 0; !(await keepBox.isVisible()); attempt++) {
+        if (attempt >= 3) throw new Error('the Settings editor did not show harnessLab.keepClusterObjects');
+        await page.locator('.settings-editor .suggest-input-container').click({ timeout: 30_000 });
+        await page.keyboard.press('Control+A');
+        await page.keyboard.type('harnessLab.keepClusterObjects', { delay: 10 });
+        await keepBox.waitFor({ timeout: 15_000 }).catch(() => undefined);
+      }
+      await keepBox.click();
+      for (let i = 0; i < 60 && !/"harnessLab\.keepClusterObjects": true/.test(readFileSync(settingsFile, 'utf8')); i++)
+        await new Promise((r) => setTimeout(r, 500));
+      assert.match(readFileSync(settingsFile, 'utf8'), /"harnessLab\.keepClusterObjects": true/, 'the Settings editor wrote the setting');
+      await runCommand(page, 'View: Close All Editors');
+      await submitBatch(page, {
+        task: 'tasks/stepper',
+        harness: 'react',
+        groupSize: 2,
+        backend: 'k8s',
+        kubeContext: 'double',
+        engine: engineUrl,
+      });
+      const second = view.locator('.monaco-list-row[aria-level="1"]', { hasText: /^\s*b\d{8}-\d{6}-[0-9a-f]{4}/ }).first();
+      await second.filter({ hasText: /running \(pid \d+\) · 0\/2 finished · k8s/ }).waitFor({ timeout: 60_000 });
+      const dir2 = join(
+        batches,
+        readdirSync(batches).find((d) => d !== dirName && existsSync(join(batches, d, 'batch.json')))!,
+      );
+      const m2 = readManifest(dir2);
+      const only = view.locator('.monaco-list-row', { hasText: '#0 stepper.react.0' });
+      await only.filter({ hasText: 'running · 1 call' }).waitFor({ timeout: 480_000 });
+      await pickFromContextMenu(page, second, 'Cancel Batch');
+      await page.locator('.notification-toast', { hasText: new RegExp(`batch ${m2.batch_id} cancelled`) }).waitFor({ timeout: 180_000 });
+      await second.filter({ hasText: /cancelled · 0\/2 finished · k8s/ }).waitFor({ timeout: 60_000 });
+      assert.deepEqual(
+        readRolloutStates(dir2).map((r) => r.state),
+        ['queued', 'queued'],
+        'the cancelled rollouts are queued again for Resume',
+      );
+      await shot(page, '10-cancelled');
+      await runCommand(page, 'Notifications: Clear All Notifications');
+      await pickFromContextMenu(page, second, 'Resume Batch');
+      const release2 = releaseRollouts(docker, m2.batch_id);
+      await only.filter({ hasText: 'completed · reward 1' }).waitFor({ timeout: 480_000 });
+      await view
+        .locator('.monaco-list-row', { hasText: '#1 stepper.react.1' })
+        .filter({ hasText: 'completed · reward 1' })
+        .waitFor({ timeout: 480_000 });
+      await second.filter({ hasText: /finished · 2\/2 finished · k8s/ }).waitFor({ timeout: 180_000 });
+      await page.locator('.notification-toast', { hasText: /finished: 2 done, 0 discarded of 2/ }).waitFor({ timeout: 60_000 });
+      releasing = false;
+      await release2;
+      const attempts = readRolloutStates(dir2)[0]!.attempts.map((a) => a.outcome);
+      assert.ok(
+        attempts.length >= 2 && attempts[0] === 'cancelled',
+        `a cancelled attempt, then the resumed one: ${JSON.stringify(attempts)}`,
+      );
+      const kept = await leftInNamespace(m2.batch_id);
+      assert.ok(
+        kept.some((k) => k.startsWith('deployments/')) && kept.some((k) => k.startsWith('services/')),
+        `the kept proxy Deployment and Service are in the namespace: ${kept.join(', ')}`,
+      );
+      await shot(page, '11-resumed-kept');
+      await runCommand(page, 'Notifications: Clear All Notifications');
+      await pickFromContextMenu(page, second, 'Tear Down Batch');
+      await page.locator('.notification-toast', { hasText: /Harness Lab: tore down/ }).waitFor({ timeout: 120_000 });
+      for (let i = 0; i < 60 && (await leftInNamespace(m2.batch_id)).length; i++) await new Promise((r) => setTimeout(r, 1000));
+      assert.deepEqual(await leftInNamespace(m2.batch_id), [], 'Tear Down Batch removed what the batch kept');
+      assert.ok(existsSync(dir2), 'Tear Down keeps the batch directory');
+      await shot(page, '12-torn-down');
     } catch (err) {
       await shot(page, '99-failure').catch(() => undefined);
-      throw err;
+      const logs = findFiles(stateDir, (f) => f.endsWith('Harness Lab.log'));
+      throw new Error(
+        `${err instanceof Error ? err.message : String(err)}\nNotifications:\n${await notificationTexts(page)}\nHarness Lab log:\n${logs
+          .map((f) => readFileSync(f, 'utf8'))
+          .join('\n')
+          .slice(-6000)}`,
+        { cause: err },
+      );
     }
   },
 );

@@ -1,10 +1,12 @@
-// Training runs you can watch, in a real workbench (code-server 4.100.3, this repository as the
-// development extension) against the Kubernetes API server double: the config picker lists only the
+// Training runs you can watch, in a real workbench (code-server 4.100.3 with the platform .vsix packaged
+// from this repository and installed as a user installs it) against the Kubernetes API server double: the config picker lists only the
 // workspace's trainer configs (not its other YAML/JSON); a run whose image cannot be pulled shows as
 // Pending with the pod's reason (not "Running"), and Show Logs says why there is no log; a run that
 // prints the lab's metric lines ends Succeeded and Show Training Curves draws its reward, loss, KL and
 // learning rate from its log in the webview, with the export it trains on. The submit toast says the
-// object kind (a plain Job: the double has no operator) and the resources.
+// object kind (a plain Job: the double has no operator) and the resources. Then a trainer's metrics
+// file (TRL's trainer_state.json in a checkpoint folder) opened with Show Training Curves from Metrics
+// File… draws in the same panel.
 // Screenshots: test-artifacts/e2e/curves-*.png.
 import * as assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -49,7 +51,7 @@ async function waitOrShoot(page: Page, l: Locator, name: string, timeout: number
   });
 }
 
-test('training runs you can watch: configs only, a stuck image explained, curves from the log', { timeout: 600_000 }, async () => {
+test('training runs you can watch: configs only, a stuck image explained, curves from the log', { timeout: 900_000 }, async () => {
   const missing = missingPrerequisite();
   if (missing) assert.fail(`real-workbench e2e cannot run: ${missing}`);
   const built = spawnSync(process.execPath, ['esbuild.mjs'], { cwd: ROOT, encoding: 'utf8' });
@@ -84,6 +86,19 @@ test('training runs you can watch: configs only, a stuck image explained, curves
     join(workspace, 'training', 'curves.yaml'),
     `name: trl-curves\nimage: harness-lab/base-node:bookworm\ncommand: [node, -e, ${JSON.stringify(script)}]\n${data}`,
   );
+  // A metrics file as TRL's trainer saves it in a checkpoint: log_history with a step per entry.
+  const stateFile = join(workspace, 'out', 'checkpoint-20', 'trainer_state.json');
+  mkdirSync(join(workspace, 'out', 'checkpoint-20'), { recursive: true });
+  writeFileSync(
+    stateFile,
+    JSON.stringify({
+      global_step: 20,
+      log_history: [
+        { epoch: 0.5, learning_rate: 1e-6, loss: 0.4, reward: 0.25, reward_std: 0.4, kl: 0.001, step: 10 },
+        { epoch: 1, learning_rate: 5e-7, loss: 0.2, reward: 0.5, reward_std: 0.3, kl: 0.002, step: 20 },
+      ],
+    }),
+  );
   writeFileSync(
     join(workspace, 'training', 'stuck.yaml'),
     `name: trl-stuck\nimage: harness-lab/no-such-image:e2e\ncommand: [python, train.py]\ngpusPerNode: 0\n${data}`,
@@ -93,6 +108,9 @@ test('training runs you can watch: configs only, a stuck image explained, curves
     stateDir,
     workspace,
     env: { KUBECONFIG: cluster.kubeconfig, HARNESS_LAB_DATA_DIR: join(stateDir, 'lab') },
+    // One row per folder in the Explorer (compact folders would show out/checkpoint-20 as one row).
+    userSettings: { 'explorer.compactFolders': false },
+    vsix: true,
   });
   const { page } = workbench;
   await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000, force: true });
@@ -152,4 +170,30 @@ test('training runs you can watch: configs only, a stuck image explained, curves
     /trl-curves: trains on export b-e2e\.trl\.jsonl on hostPath .* \(trl export of batch b-e2e, 1 rows\)/,
   );
   await shot(page, '02-curves');
+
+  // 3. A trainer's metrics file from the Explorer's menu on it: the same panel draws it.
+  await runCommand(page, 'View: Show Explorer');
+  const explorer = page.locator('.explorer-folders-view');
+  // Select each folder, then expand it from the keyboard (a click may only select a row that re-renders).
+  for (const folder of ['out', 'checkpoint-20']) {
+    const row = explorer.locator(`.monaco-list-row[aria-label="${folder}"]`);
+    await row.click({ timeout: 30_000 });
+    if ((await row.getAttribute('aria-expanded')) !== 'true') await page.keyboard.press('ArrowRight');
+    await explorer.locator(`.monaco-list-row[aria-label="${folder}"][aria-expanded="true"]`).waitFor({ timeout: 15_000 });
+  }
+  const stateRow = explorer.locator('.monaco-list-row', { hasText: 'trainer_state.json' }).first();
+  await waitOrShoot(page, stateRow, 'no-metrics-file-row', 30_000);
+  await pickFromContextMenu(page, stateRow, 'Show Training Curves from Metrics File');
+  await waitOrShoot(page, page.locator('.tab', { hasText: 'Training Curves: checkpoint-20/trainer_state' }), 'no-file-tab', 30_000);
+  const fileLoss = frame.locator('svg.panel[data-metric="loss"] polyline.curve[data-run="checkpoint-20/trainer_state"]');
+  await waitOrShoot(page, fileLoss, 'no-file-curve', 60_000);
+  assert.equal(await fileLoss.getAttribute('data-points'), '2');
+  assert.equal(
+    await frame
+      .locator('svg.panel[data-metric="reward_mean"] polyline.curve[data-run="checkpoint-20/trainer_state"]')
+      .getAttribute('data-points'),
+    '2',
+  );
+  assert.match(await frame.locator('ul.runs').innerText(), /checkpoint-20\/trainer_state: from the metrics file .*trainer_state\.json/);
+  await shot(page, '03-metrics-file');
 });

@@ -107,6 +107,36 @@ describe('rollout viewer webview (stubbed VS Code API)', () => {
     await browser?.close();
   });
 
+  test('a narrow panel (360 px): the graph goes above the turn; nothing overflows sideways and no graph badge is cut', async () => {
+    const narrow = await browser.newPage({ viewport: { width: 360, height: 800 } });
+    try {
+      await load(narrow, fx.data, dir);
+      const box = await narrow.evaluate(() => {
+        const graph = document.querySelector('.graph')!.getBoundingClientRect();
+        const turn = document.querySelector('.turn')!.getBoundingClientRect();
+        const cut = Array.from(document.querySelectorAll('.graph-row .badge'))
+          .map((b) => ({ text: b.textContent, r: b.getBoundingClientRect(), row: b.closest('.graph-row')!.getBoundingClientRect() }))
+          .filter((b) => b.r.width === 0 || b.r.right > b.row.right + 0.5 || b.r.left < b.row.left - 0.5 || b.r.right > window.innerWidth)
+          .map((b) => b.text);
+        return {
+          overflow: document.documentElement.scrollWidth - document.documentElement.clientWidth,
+          graphAbove: graph.bottom <= turn.top + 0.5,
+          graphWidth: graph.width,
+          badges: document.querySelectorAll('.graph-row .badge').length,
+          cut,
+        };
+      });
+      assert.equal(box.overflow, 0, 'no horizontal scroll of the page');
+      assert.ok(box.graphAbove, 'the graph sits above the turn');
+      assert.ok(box.graphWidth > 300, `the graph takes the width: ${box.graphWidth}`);
+      assert.ok(box.badges > 0, 'the fixture has graph badges (retry, subagent, ...)');
+      assert.deepEqual(box.cut, [], 'no badge is clipped by its row or the panel');
+      await narrow.screenshot({ path: `${dir}/narrow-360.png` });
+    } finally {
+      await narrow.close();
+    }
+  });
+
   test('ready handshake first, then the load renders every turn with the captured token counts', async () => {
     await page.goto(webviewPage(dir, 'vscode-light'));
     await page.waitForFunction(() => (window as unknown as { __posted: unknown[] }).__posted.length > 0);

@@ -9,7 +9,9 @@
 //    in the User settings.
 //  - Stop Embedded Engine closes its port.
 //  - A batch of sum-numbers on the embedded engine follows its sampling policy: the group has
-//    contrast (8 members, each sums right or wrong with p = 1/2: all alike has p = 2/256).
+//    contrast. Each member sums right or wrong with p = 1/2 drawn from its own seed (a hash of its
+//    rollout id, src/batch/plan.ts rolloutSeed), so the rewards are the same in every run:
+//    [1, 1, 1, 1, 0, 0, 0, 1] (test/unit/engine-sampling-policy.test.ts pins the draws).
 // Screenshots: test-artifacts/e2e/session-*.png.
 import * as assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -240,6 +242,7 @@ test(
       const batchDir = findFiles(join(workspace, 'harness-lab-batches'), (p) => p.endsWith('batch.json')).map((p) => resolve(p, '..'))[0]!;
       const rewards = readRolloutStates(batchDir).map((s) => s.reward);
       assert.equal(new Set(rewards).size, 2, `the group has both rewards: ${JSON.stringify(rewards)}`);
+      assert.deepEqual(rewards, [1, 1, 1, 1, 0, 0, 0, 1], "each member's reward follows from its own seed");
       assert.doesNotMatch(await group.innerText(), /NO CONTRAST/);
       await pickFromContextMenu(page, group, 'Open Group View');
       const groupView = viewerFrame(page);

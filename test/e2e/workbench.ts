@@ -1,10 +1,12 @@
 // What the real-workbench batch e2e tests share: code-server with this repository as the
-// development extension and Chromium on it, the Harness Lab sidebar with the Batches view open,
-// Submit Rollout Batch... through its quick picks, and a rollout row opened in the rollout viewer.
+// development extension (or, with `vsix`, the packaged .vsix installed as a user installs it) and
+// Chromium on it, the Harness Lab sidebar with the Batches view open, Submit Rollout Batch... through
+// its quick picks, and a rollout row opened in the rollout viewer.
 import { readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { chromium, type Browser, type Locator, type Page } from 'playwright-core';
 import { chromiumPath, launchCodeServer, runCommand, typeAndAccept, type CodeServer } from './code-server.js';
+import { packageAndInstallVsix } from './vsix-install.js';
 
 export const ROOT = resolve(__dirname, '..', '..');
 export const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
@@ -14,6 +16,7 @@ export const QUIET_SETTINGS = {
   'workbench.tips.enabled': false,
   'security.workspace.trust.enabled': false,
   'extensions.autoCheckUpdates': false,
+  'extensions.autoUpdate': false,
   'telemetry.telemetryLevel': 'off',
   'window.commandCenter': false,
 };
@@ -22,16 +25,24 @@ export interface Workbench {
   server: CodeServer;
   browser: Browser;
   page: Page;
+  /** The installed extension's folder (with `vsix`); undefined for the development extension. */
+  extensionDir?: string;
   close(): Promise<void>;
 }
 
-/** code-server on `workspace` with the extension under development, and a headless Chromium page on it. */
+/**
+ * code-server on `workspace` with the extension under development, or with `vsix` the platform .vsix
+ * packaged from this repository's dist/ (build it first) and installed with --install-extension; and a
+ * headless Chromium page on it.
+ */
 export async function openWorkbench(opts: {
   stateDir: string;
   workspace: string;
   env?: Record<string, string>;
   userSettings?: Record<string, unknown>;
+  vsix?: boolean;
 }): Promise<Workbench> {
+  const extensionDir = opts.vsix ? packageAndInstallVsix(opts.stateDir) : undefined;
   const server = await launchCodeServer({
     stateDir: opts.stateDir,
     workspace: opts.workspace,
@@ -47,14 +58,17 @@ export async function openWorkbench(opts: {
     });
     const page = await browser.newPage({ viewport: { width: 1500, height: 1000 } });
     const remote = (p: string) => `vscode-remote://127.0.0.1:${server.port}${p}`;
-    const payload = [
-      ['extensionDevelopmentPath', remote(ROOT)],
-      ['skipWelcome', 'true'],
-    ];
+    const payload = [...(extensionDir ? [] : [['extensionDevelopmentPath', remote(ROOT)]]), ['skipWelcome', 'true']];
     await page.goto(`${server.url}/?folder=${encodeURIComponent(opts.workspace)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
     await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
     const b = browser;
-    return { server, browser: b, page, close: async () => (await b.close().catch(() => undefined), await server.stop()) };
+    return {
+      server,
+      browser: b,
+      page,
+      ...(extensionDir ? { extensionDir } : {}),
+      close: async () => (await b.close().catch(() => undefined), await server.stop()),
+    };
   } catch (err) {
     await browser?.close().catch(() => undefined);
     await server.stop();

@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { before, describe, test } from 'node:test';
 import type Docker from 'dockerode';
 import { readManifest, readRolloutState, readRolloutStates, type RolloutState } from '../../src/batch/state.js';
+import { rolloutSeed } from '../../src/batch/plan.js';
 import { LABEL } from '../../src/sandbox/docker-client.js';
 import { startPolicyEngine } from '../../src/sandbox/policy-engine.js';
 import { EXAMPLES, REPO, cli, dockerReady, waitFor } from './sandbox-fixtures.js';
@@ -222,7 +223,8 @@ describe('batches on Docker', { concurrency: false }, () => {
           ],
           [batchId, s.group_id, s.rollout_id, s.task, s.harness, 'step-3'],
         );
-        assert.deepEqual(header.sampling, { temperature: 0.7, top_p: 1, top_k: -1, min_p: 0 });
+        // The lab's own engine: each rollout pins its own seed beside the batch's sampling (plan.ts rolloutSeed).
+        assert.deepEqual(header.sampling, { temperature: 0.7, top_p: 1, top_k: -1, min_p: 0, seed: rolloutSeed(s.rollout_id) });
         for (const call of lines.filter((l) => l.type === 'call')) {
           calls++;
           assert.deepEqual(

@@ -17,7 +17,7 @@ import type {
   RolloutAttempt,
 } from '../../src/batch/backend.js';
 import { BatchBusyError, acquireLock, labPaths, requestCancel } from '../../src/batch/lock.js';
-import { planBatch, writeBatch } from '../../src/batch/plan.js';
+import { planBatch, rolloutSeed, writeBatch } from '../../src/batch/plan.js';
 import { runBatch } from '../../src/batch/runner.js';
 import { batchPaths, readRolloutState, readRolloutStates, writeRolloutState } from '../../src/batch/state.js';
 import { batchStatus, formatStatus, meanStd } from '../../src/batch/status.js';
@@ -147,7 +147,8 @@ test('the cap holds over every group; each attempt a session with the batch meta
     assert.equal(s.backend_ref, `ctr-${s.rollout_id}-0`);
     assert.equal(s.policy_version, 'v7');
     const session = mod.capture.sessions.get(s.session_id!)!;
-    assert.deepEqual(session.sampling, { temperature: 0.8, top_p: 1, top_k: -1, min_p: 0 });
+    // No engine URL: the lab's embedded engine, so each rollout pins its own seed (plan.ts rolloutSeed).
+    assert.deepEqual(session.sampling, { temperature: 0.8, top_p: 1, top_k: -1, min_p: 0, seed: rolloutSeed(s.rollout_id) });
     assert.equal(session.metadata.batch_id, summary.batchId);
     assert.equal(session.metadata.group_id, s.group_id);
     assert.equal(session.metadata.rollout_id, s.rollout_id);

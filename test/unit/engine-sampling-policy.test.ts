@@ -1,13 +1,16 @@
 // A policy for the embedded engine that samples (#28): `choose` draws one of several moves with the
 // request's sampler, so a group's rollouts can differ on a CPU model; batches on the embedded engine
 // follow a task's policy.sampling.json by default; a no-contrast group whose policy could not have
-// drawn anything says so (group view, audit).
+// drawn anything says so (group view, audit); on the embedded engine each rollout pins its own seed.
 import assert from 'node:assert/strict';
 import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { planBatch, writeBatch } from '../../src/batch/plan.js';
+import { runAttempt } from '../../src/batch/attempt.js';
+import type { BatchBackend, BatchCapture } from '../../src/batch/backend.js';
+import { planBatch, rolloutSeed, writeBatch } from '../../src/batch/plan.js';
+import { readManifest, readRolloutStates } from '../../src/batch/state.js';
 import type { ChatMessage, ChatTool } from '../../src/capture/types.js';
 import { ScriptedPolicy } from '../../src/engine/policy.js';
 import { Prng } from '../../src/engine/prng.js';
@@ -143,4 +146,78 @@ test('a no-contrast group says why when the embedded engine followed a policy wi
   assert.match(text, /Rules in \[behaviour-metrics\.md\]\(file:\/\/\/ext\/docs\/behaviour-metrics\.md\)/);
   assert.doesNotMatch(auditMarkdown(report), /Why no contrast/);
   assert.match(auditMarkdown(report), /docs\/behaviour-metrics\.md of the Harness Lab repository/);
+});
+
+/** Runs member `member`'s first attempt of a planned batch on doubles; returns the sampling its session was created with. */
+async function attemptSampling(dir: string, member: number): Promise<Record<string, number>> {
+  const manifest = readManifest(dir);
+  const rollout = readRolloutStates(dir)[member]!;
+  const created: Record<string, number>[] = [];
+  const backend: BatchBackend = {
+    kind: 'docker',
+    run: async () => ({
+      backendRef: null,
+      agent: { exitCode: 0, timedOut: false, ms: 1 },
+      verifier: { exitCode: 0, timedOut: false, ms: 1 },
+      reward: { value: 1, scores: { reward: 1 } },
+      infraError: null,
+      cancelled: false,
+    }),
+    cleanupBatch: async () => [],
+    close: async () => {},
+  };
+  const capture: BatchCapture = {
+    createSession: async (req) => void created.push(req.sampling),
+    sessionFacts: async () => ({ nCalls: 1, trainable: true, findings: [] }),
+    close: async () => {},
+  };
+  await runAttempt({
+    batchDir: dir,
+    manifest,
+    backend,
+    capture,
+    rollout,
+    sampling: manifest.sampling,
+    maxModelCalls: 10,
+    signal: new AbortController().signal,
+    log: () => {},
+    save: () => {},
+    stopped: () => ({ requeue: true, outcome: 'cancelled', error: 'stopped' }),
+  });
+  assert.equal(created.length, 1);
+  return created[0]!;
+}
+
+test("on the embedded engine each rollout's calls carry a seed of its own, the same in every batch; a real engine's batch sampling is left alone", async () => {
+  const a = plannedBatch('seed-a', 'sum-numbers');
+  const b = plannedBatch('seed-b', 'sum-numbers');
+  const [a0, a1, b0] = [await attemptSampling(a.dir, 0), await attemptSampling(a.dir, 1), await attemptSampling(b.dir, 0)];
+  assert.equal(a0.seed, rolloutSeed('sum-numbers.react.0'));
+  assert.equal(a0.temperature, 1, "the batch's sampling is kept beside the seed");
+  assert.notEqual(a0.seed, a1.seed, 'members draw differently');
+  assert.equal(a0.seed, b0.seed, 'the same member draws the same way in another batch');
+  assert.ok(Number.isSafeInteger(a0.seed) && a0.seed! >= 0, 'a seed the session schema accepts');
+  const real = plannedBatch('seed-real', 'sum-numbers', 'http://127.0.0.1:8000');
+  assert.equal((await attemptSampling(real.dir, 0)).seed, undefined, 'a real engine samples from its own stream');
+});
+
+test("an 8-member group of sum-numbers under react on the sampling policy has contrast: the members' seeds draw both moves", () => {
+  // What test/e2e/vsix-session.e2e.test.ts's contrast step relies on: the draw each member's seed makes
+  // first (the engine's sampler draws a `choose` before any token) is the summing move.
+  const policy = ScriptedPolicy.load(join(EXAMPLES, 'sum-numbers', SAMPLING_POLICY_FILE));
+  const listing: ChatMessage[] = [
+    { role: 'user', content: loadTask(join(EXAMPLES, 'sum-numbers')).instruction },
+    {
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id: 'c1', type: 'function', function: { name: 'bash', arguments: '{"command":"cat numbers.txt"}' } }],
+    },
+    { role: 'tool', tool_call_id: 'c1', content: '# numbers-v1: one integer per line\n17\n25\n-4\n12\n' },
+  ];
+  const moves = Array.from({ length: 8 }, (_, m) => {
+    const rng = new Prng(rolloutSeed(`sum-numbers.react.${m}`));
+    const d = policy.decide(listing, [bash], () => rng.next());
+    return d.kind === 'script' && /head -n 2/.test(String(d.toolCalls[0]?.arguments.command)) ? 'wrong' : 'right';
+  });
+  assert.deepEqual(moves, ['right', 'right', 'right', 'right', 'wrong', 'wrong', 'wrong', 'right']);
 });

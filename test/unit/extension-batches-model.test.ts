@@ -256,6 +256,14 @@ test('the shown tree: a re-read with nothing new changes nothing; a call or a fi
   assert.equal(running!.description, 'running · 1 call');
   assert.equal((tree.children(g) as BatchRolloutNode[])[0], running, 'children hand out the objects already shown');
   assert.deepEqual(tree.reread(), { kind: 'none' });
+  // Another rollout starts: only its row. A batch or group row that changed here would make VS Code drop
+  // its rollouts' handles until re-read, and a context-menu pick on a running rollout then got no rollout.
+  const second = readRolloutStates(dir)[1]!;
+  writeRolloutState(dir, { ...second, state: 'running', session_id: 'sess-second', started_at: s.queued_at });
+  const started = tree.reread();
+  assert.deepEqual(started.kind === 'rows' ? started.nodes : started, [queued], 'only the started rollout row changes');
+  writeRolloutState(dir, second);
+  assert.deepEqual(tree.reread().kind, 'rows');
   // It finishes: its row, its group's (1/2, mean) and the batch's (1/4 finished), all in place.
   finish(dir, s.rollout_id, 'completed', 1, 900);
   const done = tree.reread();

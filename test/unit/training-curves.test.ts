@@ -4,7 +4,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { curvesHtml, extent, panelSvg, PANELS, tickLabel } from '../../src/report/curves-svg.js';
 import { curvesPage } from '../../src/extension/training-curves-page.js';
-import { parseMetricLine, parseMetrics } from '../../src/training/metrics.js';
+import { parseMetricLine, parseMetrics, parseMetricsFile } from '../../src/training/metrics.js';
+import { metricsFileRunName } from '../../src/extension/metrics-file-runs.js';
 
 const JSON_LOG = [
   'loading model...',
@@ -148,4 +149,48 @@ test('the page: no script, a CSP with only its nonce style, each run with its da
     /trains on export b1\/trl\.jsonl .*<a href="command:vscode\.open\?%5B%22file%3A%2F%2F%2Ftmp%2Fb1\.trl\.jsonl\.manifest\.json%22%5D">/,
   );
   assert.match(page, /r2<\/b>: data source unknown .*ImagePullBackOff/);
+});
+
+test("a metrics file: Hugging Face's trainer_state.json log_history, JSON lines (nested data flattened); anything else is refused naming the file", () => {
+  const state = {
+    best_metric: null,
+    global_step: 20,
+    log_history: [
+      { epoch: 0.5, learning_rate: 1e-6, loss: 0.4, reward: 0.25, reward_std: 0.4, kl: 0.001, step: 10 },
+      { epoch: 1, learning_rate: 5e-7, loss: 0.2, reward: 0.5, reward_std: 0.3, kl: 0.002, step: 20 },
+      { train_runtime: 12.5, train_loss: 0.3, step: 20, epoch: 1 },
+    ],
+  };
+  const hf = parseMetricsFile(JSON.stringify(state, null, 2), 'checkpoint-20/trainer_state.json');
+  assert.deepEqual(hf.series.reward_mean, [
+    { step: 10, value: 0.25 },
+    { step: 20, value: 0.5 },
+  ]);
+  assert.deepEqual(
+    hf.series.loss!.map((p) => p.step),
+    [10, 20],
+  );
+  assert.deepEqual(hf.series.learning_rate!.at(-1), { step: 20, value: 5e-7 });
+  assert.equal(hf.series.train_runtime!.length, 1, 'other numbers keep their own series');
+  const lines = [
+    JSON.stringify({ step: 1, reward_mean: 0.1, loss: 1 }),
+    JSON.stringify({ step: 2, data: { 'critic/score/mean': 0.3, 'actor/pg_loss': 0.5, 'actor/kl_loss': 0.01 } }),
+    '',
+  ].join('\n');
+  const jl = parseMetricsFile(lines, 'metrics.jsonl');
+  assert.deepEqual(jl.series.reward_mean, [
+    { step: 1, value: 0.1 },
+    { step: 2, value: 0.3 },
+  ]);
+  assert.deepEqual(jl.series.kl, [{ step: 2, value: 0.01 }]);
+  assert.throws(() => parseMetricsFile('{"name": "x"}\n', '/w/config.jsonl'), /\/w\/config\.jsonl holds no metrics: .*trainer_state\.json/);
+  assert.throws(() => parseMetricsFile('not json', 'm.jsonl'), /m\.jsonl holds no metrics/);
+  assert.equal(metricsFileRunName('/out/checkpoint-20/trainer_state.json'), 'checkpoint-20/trainer_state');
+  assert.equal(metricsFileRunName('/out/run-a.metrics.jsonl'), 'run-a.metrics');
+  const page = curvesPage(
+    [{ name: 'run-a.metrics', metrics: jl, data: null, dataFile: null, note: null, source: '/out/run-a.metrics.jsonl' }],
+    'n0nce',
+    'now',
+  );
+  assert.match(page, /<b>run-a\.metrics<\/b>: from the metrics file \/out\/run-a\.metrics\.jsonl <a href="command:vscode\.open\?/);
 });
