@@ -122,14 +122,14 @@ test('activation: after startup (status bar item, opt-in auto-start), for restor
   assert.match(pkg.scripts.package, /scripts\/package-vsix\.mjs --target linux-x64/);
 });
 
-test('the .vsix allow-list ships only bundles, the CLI and reference harness, examples, media, docs, README, LICENSE and package.json', () => {
+test('the .vsix allow-list ships only bundles (with the tokenizer thread), the CLI and reference harness, examples, media, docs, README, LICENSE and package.json', () => {
   const vsce = join(root, 'node_modules', '.bin', 'vsce');
   const files = execFileSync(vsce, ['ls', '--no-dependencies'], { cwd: root, encoding: 'utf8' }).trim().split('\n').filter(Boolean);
   const allowed = [
     /^package\.json$/,
     /^README\.md$/,
     /^LICENSE$/,
-    /^dist\/(extension|cli|react-harness)\.js$/,
+    /^dist\/(extension|cli|react-harness|tokenizer-worker)\.js$/,
     /^examples\/[^/]+(\/[^/]+)*$/,
     /^dist\/webview\/[^/]+(\/[^/]+)*$/,
     /^media\/[^/]+(\/[^/]+)*$/,
