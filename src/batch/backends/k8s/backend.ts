@@ -34,6 +34,7 @@ import {
   rolloutSelector,
   validateManifests,
 } from '../../../cluster/manifests.js';
+import { ROLLOUT_PERMISSIONS } from '../../../cluster/permissions.js';
 import { forwardPort, type PortForwardHandle } from '../../../cluster/port-forward.js';
 import { BatchWatch } from '../../../cluster/watch.js';
 import type { AttemptFacts, BatchBackend, RolloutAttempt } from '../../backend.js';
@@ -75,29 +76,7 @@ export interface K8sBackendOptions extends JobOptions {
 }
 
 /** The permissions a cluster batch needs in its namespace, asked before anything is created. */
-export const K8S_PERMISSIONS: Permission[] = [
-  { verb: 'create', group: 'batch', resource: 'jobs' },
-  { verb: 'list', group: 'batch', resource: 'jobs' },
-  { verb: 'watch', group: 'batch', resource: 'jobs' },
-  { verb: 'deletecollection', group: 'batch', resource: 'jobs' },
-  { verb: 'list', group: '', resource: 'pods' },
-  { verb: 'watch', group: '', resource: 'pods' },
-  { verb: 'get', group: '', resource: 'pods', subresource: 'log' },
-  // client-node port-forwards over a WebSocket: a GET, which the API server authorizes as `get`.
-  { verb: 'get', group: '', resource: 'pods', subresource: 'portforward' },
-  { verb: 'list', group: '', resource: 'events' },
-  { verb: 'watch', group: '', resource: 'events' },
-  { verb: 'create', group: '', resource: 'configmaps' },
-  { verb: 'create', group: '', resource: 'secrets' },
-  { verb: 'patch', group: '', resource: 'secrets' },
-  { verb: 'delete', group: '', resource: 'secrets' },
-  { verb: 'deletecollection', group: '', resource: 'secrets' },
-  { verb: 'create', group: '', resource: 'persistentvolumeclaims' },
-  { verb: 'delete', group: '', resource: 'persistentvolumeclaims' },
-  { verb: 'create', group: '', resource: 'services' },
-  { verb: 'create', group: 'apps', resource: 'deployments' },
-  { verb: 'create', group: 'networking.k8s.io', resource: 'networkpolicies' },
-];
+export const K8S_PERMISSIONS: Permission[] = ROLLOUT_PERMISSIONS;
 
 /**
  * Every manifest `batch submit --backend k8s` would apply, validated, without contacting a cluster:
