@@ -7,11 +7,21 @@ import { formatManifests } from '../../../cluster/manifests.js';
 import { pushImages } from '../../../cluster/registry-push.js';
 import { connectDocker } from '../../../sandbox/docker-client.js';
 import type { BackendModule } from '../../backend.js';
-import { K8S_PERMISSIONS, K8sBackend, deleteBatchJobs, k8sDryRunManifests, teardownBatch } from './backend.js';
+import { K8S_PERMISSIONS, K8sBackend, deleteBatchJobs, k8sDryRunManifests, reapStaleJobs, teardownBatch } from './backend.js';
 import { defaultProxy, harnessFromEnv, pushedProxy, taskImageTags, taskImagesFromEnv } from './images.js';
 import { target } from './job.js';
 
-export { K8S_PERMISSIONS, K8sBackend, deleteBatchJobs, k8sDryRunManifests, teardownBatch, type K8sBackendOptions } from './backend.js';
+export {
+  LAB_INSTANCE,
+  OWNER_LABEL,
+  reapStaleJobs,
+  K8S_PERMISSIONS,
+  K8sBackend,
+  deleteBatchJobs,
+  k8sDryRunManifests,
+  teardownBatch,
+  type K8sBackendOptions,
+} from './backend.js';
 export { clusterImage, defaultProxy, harnessFromEnv, pushedProxy, taskImageTags, type ProxyImage } from './images.js';
 export { K8sCapture } from './proxy.js';
 
@@ -59,6 +69,10 @@ export const k8sBackendModule: BackendModule = {
       log(`removed the capture proxy and ConfigMaps of finished batch ${manifest.batch_id} in ${cluster.namespace}`);
     }
     return removed;
+  },
+  async reapStale(manifest) {
+    const cluster = loadCluster(target(manifest));
+    return reapStaleJobs(cluster, manifest.batch_id);
   },
   async preflight(k8s) {
     const cluster = loadCluster({ context: k8s?.context ?? null, namespace: k8s?.namespace ?? 'default' });
