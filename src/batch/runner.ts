@@ -6,7 +6,7 @@
 // 'interrupted', never trainable) and the batch's leftover sandboxes are removed first.
 import { resolve } from 'node:path';
 import { StartSemaphore } from '../sandbox/start-gate.js';
-import { MAX_INFRA_ATTEMPTS, MAX_MODEL_CALLS_PER_ROLLOUT, runAttempt } from './attempt.js';
+import { MAX_MODEL_CALLS_PER_ROLLOUT, requeueAfterInfra, runAttempt } from './attempt.js';
 import type { BackendModule } from './backend.js';
 import { backendModule } from './backends/index.js';
 import { CircuitBreaker, type BreakerSnapshot } from './breaker.js';
@@ -137,16 +137,7 @@ export async function runBatch(opts: BatchRunOptions): Promise<BatchRunSummary> 
       };
 
       const requeueAfterOutage = (s: RolloutState, why: string) => {
-        if (s.attempts.length >= MAX_INFRA_ATTEMPTS) return;
-        Object.assign(s, {
-          state: 'queued',
-          class: null,
-          reward: null,
-          rewards: {},
-          trainable: false,
-          infra_cause: null,
-          error: `run again after a backend outage (${why})`,
-        });
+        if (!requeueAfterInfra(s, `run again after a backend outage (${why})`)) return;
         save(s);
         queue.push(s);
         rerunAfterOutage.push(s.rollout_id);
