@@ -113,6 +113,11 @@ const submit = defineCommand({
       }
       let submitted;
       try {
+        if (server) {
+          const rs = await import('../training/rollout-server.js');
+          const h = await rs.waitForRolloutServer(c, name, 300_000);
+          log(`rollout server ${server.record.name} is ready (${h.detail})`);
+        }
         submitted = await tj.submitRun(c, {
           trainer,
           config,
@@ -122,7 +127,7 @@ const submit = defineCommand({
           ...(server ? { rolloutServer: server.record } : {}),
         });
       } catch (err) {
-        // The trainer was refused: the server deployed for it goes too.
+        // The server did not start, or the trainer was refused: the server deployed for it goes too.
         if (server) {
           const rs = await import('../training/rollout-server.js');
           await rs.removeRolloutServer(c, name, log).catch((e: unknown) => log(`removing the rollout server: ${(e as Error).message}`));

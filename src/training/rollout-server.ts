@@ -451,3 +451,26 @@ export async function streamServerLog(cluster: Cluster, run: string, out: Writab
   });
   pass.unpipe(out);
 }
+
+/**
+ * Waits until the server's pod is ready (the trainer is created only then: its first request must
+ * find the server). A pod stuck on a reason that does not clear by itself (an image that cannot be
+ * pulled, a config error) fails at once with that reason; otherwise after `timeoutMs`.
+ */
+export async function waitForRolloutServer(cluster: Cluster, run: string, timeoutMs: number): Promise<ServerHealth> {
+  const { podWaiting } = await import('./trainer-pods.js');
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const h = await rolloutServerHealth(cluster, run);
+    if (h.state === 'Ready') return h;
+    if (h.state === 'Waiting') {
+      const pods = await cluster.core.listNamespacedPod({ namespace: cluster.namespace, labelSelector: serveSelector(run) });
+      if (podWaiting(pods.items)?.stuck) throw new TrainConfigError(`the rollout server ${serveName(run)} cannot start: ${h.detail}`);
+    }
+    if (Date.now() > end)
+      throw new TrainConfigError(
+        `the rollout server ${serveName(run)} was not ready within ${Math.round(timeoutMs / 1000)} s: ${h.detail}`,
+      );
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}

@@ -53,9 +53,10 @@ export async function harnessFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
   return {
     harnessFrom: {
       kind: 'hostPath',
-      nodeBinary: process.execPath,
-      harnessCache: harnessCacheRoot(env),
-      reactScript: await ensureReactScript(),
+      // A lab running in a pod (a run's rollout server) names the node's paths, not its own.
+      nodeBinary: env.HARNESS_LAB_K8S_NODE_BINARY || process.execPath,
+      harnessCache: env.HARNESS_LAB_K8S_HARNESS_CACHE || harnessCacheRoot(env),
+      reactScript: env.HARNESS_LAB_K8S_REACT_SCRIPT || (await ensureReactScript()),
     },
   };
 }
