@@ -7,7 +7,7 @@
 // With a store, the store is the source of truth: a session's calls and graph are loaded when read
 // and held in a small least-recently-used set (by count and estimated bytes), so memory follows the
 // sessions being read, not everything ever recorded. Opening reads each file's header and tally
-// line (store.ts), never its calls.
+// line (store-read.ts), never its calls.
 //
 // Past a count of known sessions (4,096 by default), idle ones go *dormant*: the registry forgets
 // them and their file is all that remembers (a keyed one also gets a key index entry, key-index.ts).
