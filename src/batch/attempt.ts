@@ -185,8 +185,12 @@ export async function runAttempt(a: AttemptSpec): Promise<AttemptOutcome> {
     attempt.infra_cause = verdict.class === 'infra_error' ? (verdict.cause ?? 'other') : null;
   }
   writeJsonAtomic(join(outDir, 'result.json'), { facts, capture: seen, verdict });
-  if (!stopped && facts.rerun && a.rerunOnInfra && s.attempts.length < MAX_INFRA_ATTEMPTS) {
-    queueAgain(s, `${verdict.error ?? 'infrastructure failure'}; queued for attempt ${s.attempts.length}`);
+  if (
+    !stopped &&
+    facts.rerun &&
+    a.rerunOnInfra &&
+    requeueAfterInfra(s, `${verdict.error ?? 'infrastructure failure'}; queued for attempt ${s.attempts.length}`)
+  ) {
     a.save(s);
     return { sessionId, outDir, facts, seen, verdict, startedAt, endedAt, requeued: true };
   }
@@ -206,4 +210,16 @@ export async function runAttempt(a: AttemptSpec): Promise<AttemptOutcome> {
   });
   a.save(s);
   return { sessionId, outDir, facts, seen, verdict, startedAt, endedAt };
+}
+
+/**
+ * The one way a rollout spoiled by infrastructure runs again, whoever saw it: the lab's own
+ * (facts.rerun, above) or an outage that opened the breaker (runner.ts). Its failed attempts stay
+ * (never trainable); it is queued with its verdict cleared, unless it has had MAX_INFRA_ATTEMPTS
+ * (false: it keeps its verdict). The caller saves it and queues it.
+ */
+export function requeueAfterInfra(s: RolloutState, error: string): boolean {
+  if (s.attempts.length >= MAX_INFRA_ATTEMPTS) return false;
+  queueAgain(s, error);
+  return true;
 }

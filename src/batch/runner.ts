@@ -6,12 +6,12 @@
 // 'interrupted', never trainable) and the batch's leftover sandboxes are removed first.
 import { resolve } from 'node:path';
 import { StartSemaphore } from '../sandbox/start-gate.js';
-import { MAX_INFRA_ATTEMPTS, MAX_MODEL_CALLS_PER_ROLLOUT, runAttempt } from './attempt.js';
+import { MAX_MODEL_CALLS_PER_ROLLOUT, requeueAfterInfra, runAttempt } from './attempt.js';
 import type { BackendModule } from './backend.js';
 import { backendModule } from './backends/index.js';
 import { CircuitBreaker, type BreakerSnapshot } from './breaker.js';
 import { acquireLock, cancelRequested, clearCancel } from './lock.js';
-import { pacingOf, queueAgain, readManifest, readRolloutStates, writeRolloutState, type RolloutState } from './state.js';
+import { pacingOf, readManifest, readRolloutStates, writeRolloutState, type RolloutState } from './state.js';
 
 export interface RunBatchOptions {
   dir: string;
@@ -137,8 +137,7 @@ export async function runBatch(opts: RunBatchOptions): Promise<RunBatchSummary> 
       };
 
       const requeueAfterOutage = (s: RolloutState, why: string) => {
-        if (s.attempts.length >= MAX_INFRA_ATTEMPTS) return;
-        queueAgain(s, `run again after a backend outage (${why})`);
+        if (!requeueAfterInfra(s, `run again after a backend outage (${why})`)) return;
         save(s);
         queue.push(s);
         rerunAfterOutage.push(s.rollout_id);

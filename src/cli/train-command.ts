@@ -5,7 +5,7 @@ const USAGE = `usage: harness-lab train submit --trainer trl|verl --config FILE 
                               [--operator auto|kuberay|kubeflow|none]
                               [--context C] [--namespace N] [--dry-run -o json|yaml]
        harness-lab train status RUN [--watch] [--json] [--context C] [--namespace N]
-       harness-lab train logs RUN [--no-follow] [--context C] [--namespace N]
+       harness-lab train logs RUN [--no-follow] [--server] [--context C] [--namespace N]
        harness-lab train cancel RUN [--context C] [--namespace N]
        harness-lab train list [--json] [--context C] [--namespace N]
 
@@ -13,12 +13,16 @@ A training run is one object on the cluster, labelled harness-lab/run=RUN: veRL 
 (ray.io/v1), TRL as a Kubeflow Trainer TrainJob (trainer.kubeflow.org/v1alpha1), or a plain batch/v1
 Job when the cluster has no such operator (--operator none, or the CRD is absent). The config (YAML or
 JSON) names the image, command/args, GPUs, and where the rollouts come from: the rollout server's URL
-(\`harness-lab serve\`) or an export file on a PVC or hostPath volume. See docs/training-runs.md.
+(\`harness-lab serve\`) or an export file on a PVC or hostPath volume. With \`data.serve\` the run deploys
+its own rollout server beside the trainer (harness-lab serve --backend k8s: Deployment, Service, admin
+key Secret read by secretKeyRef, state PVC, ServiceAccount + Role + RoleBinding), followed by status
+and removed by cancel with the trainer. See docs/training-runs.md.
 
   --operator      auto (default): the trainer's operator if the cluster serves its CRD, else a Job
   --dry-run       print the validated manifest (-o json|yaml) and send nothing
   status --watch  follow the run's phase (one list + watch) until it ends
-  logs            stream the main pod's log (the Job's pod, the Ray head, the first node)`;
+  logs            stream the main pod's log (the Job's pod, the Ray head, the first node);
+                  --server: the run's rollout server's log`;
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
 const target = { context: { type: 'string' }, namespace: { type: 'string' }, kubeconfig: { type: 'string' } } as const;
@@ -75,31 +79,67 @@ const submit = defineCommand({
       const config = tj.loadTrainConfig(flags.config);
       if (flags.name !== undefined && !/^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/.test(flags.name))
         throw new UsageError(`--name must be an RFC 1035 label (lowercase, digits, -, a letter first, <= 63), got '${flags.name}'`);
+      const serveSpec = config.data.source === 'rollout-server' ? config.data.serve : undefined;
+      const log = (line: string) => process.stderr.write(`${line}\n`);
+      const { planRolloutServer } = await import('./train-rollout-server.js');
       if (flags['dry-run']) {
         // No cluster is contacted: auto means the trainer's operator.
         const kind = tj.kindFor(trainer, operator === 'auto' ? tj.operatorOf(trainer) : operator);
-        const obj = tj.runManifest({
-          trainer,
-          kind,
-          config,
-          name: flags.name ?? config.name ?? tj.defaultRunName(trainer),
-          namespace: flags.namespace ?? 'default',
-        });
+        const name = flags.name ?? config.name ?? tj.defaultRunName(trainer);
+        const namespace = flags.namespace ?? 'default';
+        const obj = tj.runManifest({ trainer, kind, config, name, namespace });
         await tj.validateRunManifest(obj);
-        const { formatManifests } = await import('../cluster/manifests.js');
-        process.stdout.write(flags.output === 'yaml' ? formatManifests([obj], 'yaml') : `${JSON.stringify(obj, null, 2)}\n`);
+        const { formatManifests, validateManifests } = await import('../cluster/manifests.js');
+        const server = serveSpec ? (await planRolloutServer(serveSpec, flags.config, name, namespace, { build: false, log })).objects : [];
+        await validateManifests(server);
+        const objs = [...server, obj];
+        // One object prints as itself (as before); a run with its server prints as a v1 List.
+        process.stdout.write(
+          flags.output === 'yaml'
+            ? formatManifests(objs, 'yaml')
+            : objs.length === 1
+              ? `${JSON.stringify(obj, null, 2)}\n`
+              : formatManifests(objs, 'json'),
+        );
         return 0;
       }
       const c = await cluster(flags);
-      const { record, why } = await tj.submitRun(c, {
-        trainer,
-        config,
-        configFile: flags.config,
-        operator,
-        ...(flags.name ? { name: flags.name } : {}),
-      });
+      const name = flags.name ?? config.name ?? tj.defaultRunName(trainer);
+      let server: Awaited<ReturnType<typeof planRolloutServer>> | undefined;
+      if (serveSpec) {
+        server = await planRolloutServer(serveSpec, flags.config, name, c.namespace, { build: true, log });
+        const rs = await import('../training/rollout-server.js');
+        await rs.deployRolloutServer(c, server.objects, log);
+      }
+      let submitted;
+      try {
+        if (server) {
+          const rs = await import('../training/rollout-server.js');
+          const h = await rs.waitForRolloutServer(c, name, 300_000);
+          log(`rollout server ${server.record.name} is ready (${h.detail})`);
+        }
+        submitted = await tj.submitRun(c, {
+          trainer,
+          config,
+          configFile: flags.config,
+          operator,
+          name,
+          ...(server ? { rolloutServer: server.record } : {}),
+        });
+      } catch (err) {
+        // The server did not start, or the trainer was refused: the server deployed for it goes too.
+        if (server) {
+          const rs = await import('../training/rollout-server.js');
+          await rs.removeRolloutServer(c, name, log).catch((e: unknown) => log(`removing the rollout server: ${(e as Error).message}`));
+        }
+        throw err;
+      }
+      const { record, why } = submitted;
+      if (server) say(`deployed rollout server ${server.record.name} (${server.record.url}; splits ${server.record.splits.join(', ')})`);
       say(`created ${record.kind} ${record.namespace}/${record.name} in kube context "${record.context}" (${why})`);
-      say(`follow it: harness-lab train status ${record.name} --watch; harness-lab train logs ${record.name}`);
+      say(
+        `follow it: harness-lab train status ${record.name} --watch; harness-lab train logs ${record.name}${server ? ' [--server]' : ''}`,
+      );
       return 0;
     });
   },
@@ -116,7 +156,7 @@ const status = defineCommand({
       const tj = await import('../training/trainer-jobs.js');
       const c = await cluster(flags);
       const name = positionals[0]!;
-      const { kind, trainer } = await tj.findRun(c, name);
+      const { kind, trainer, record } = await tj.findRun(c, name);
       const w = new tj.RunWatch(c, kind, name);
       let final: { phase: string; detail: string } = { phase: 'Unknown', detail: '' };
       await new Promise<void>((resolve, reject) => {
@@ -130,6 +170,8 @@ const status = defineCommand({
           if (!flags.watch || p.deleted || tj.TERMINAL.has(p.phase)) resolve();
         }).catch(reject);
       }).finally(() => w.stop());
+      const { describeRolloutServer } = await import('./train-rollout-server.js');
+      const server = record?.rollout_server ? await describeRolloutServer(c, name) : undefined;
       if (flags.json)
         say(
           JSON.stringify({
@@ -140,10 +182,14 @@ const status = defineCommand({
             context: c.context,
             phase: final.phase,
             detail: final.detail,
+            ...(server ? { rollout_server: server.json } : {}),
           }),
         );
-      else if (!flags.watch)
-        say(`${kind} ${c.namespace}/${name} (${trainer ?? '?'}): ${final.phase}${final.detail ? ` (${final.detail})` : ''}`);
+      else {
+        if (!flags.watch)
+          say(`${kind} ${c.namespace}/${name} (${trainer ?? '?'}): ${final.phase}${final.detail ? ` (${final.detail})` : ''}`);
+        if (server) say(server.line);
+      }
       return final.phase === 'Failed' ? 1 : final.phase === 'Unknown' ? 1 : 0;
     }),
 });
@@ -152,13 +198,18 @@ const logs = defineCommand({
   name: 'train logs',
   summary: "stream a training run's log from its pod",
   usage: USAGE,
-  flags: { 'no-follow': { type: 'boolean' }, ...target },
+  flags: { 'no-follow': { type: 'boolean' }, server: { type: 'boolean' }, ...target },
   positionals: ['RUN'],
   run: async ({ flags, positionals }) =>
     guarded('train logs', async () => {
       const tj = await import('../training/trainer-jobs.js');
       const c = await cluster(flags);
       const name = positionals[0]!;
+      if (flags.server) {
+        const rs = await import('../training/rollout-server.js');
+        await rs.streamServerLog(c, name, process.stdout, !flags['no-follow']);
+        return 0;
+      }
       const { kind } = await tj.findRun(c, name);
       const abort = new AbortController();
       const onSig = () => abort.abort();
@@ -183,13 +234,20 @@ const cancel = defineCommand({
       const tj = await import('../training/trainer-jobs.js');
       const c = await cluster(flags);
       const name = positionals[0]!;
-      const { kind } = await tj.findRun(c, name);
+      const { kind, record } = await tj.findRun(c, name);
       const r = await tj.cancelRun(c, kind, name);
       say(
         r === 'deleted'
           ? `deleted ${kind} ${c.namespace}/${name} (its pods follow, propagationPolicy Background)`
           : `${kind} ${c.namespace}/${name} was already gone`,
       );
+      const rs = await import('../training/rollout-server.js');
+      // A run found without its record may still have a server: its Deployment says so.
+      if (record?.rollout_server || (await rs.rolloutServerHealth(c, name)).state !== 'Gone') {
+        say(`stopping rollout server ${rs.serveName(name)} (it removes its rollouts' Jobs and capture proxy first)`);
+        const removed = await rs.removeRolloutServer(c, name, (line) => process.stderr.write(`${line}\n`));
+        say(`removed ${removed.length ? removed.join(', ') : 'nothing (already gone)'}`);
+      }
       return 0;
     }),
 });

@@ -516,7 +516,7 @@ export interface ProxyInput {
 }
 
 /** The Service's names rollout pods reach the proxy by: the proxy refuses any other Host (request-guard.ts). */
-function serviceHostFlags(name: string, namespace: string): string[] {
+export function serviceHostFlags(name: string, namespace: string): string[] {
   return [name, `${name}.${namespace}`, `${name}.${namespace}.svc`, `${name}.${namespace}.svc.cluster.local`].flatMap((host) => [
     '--allowed-host',
     host,
@@ -683,6 +683,7 @@ async function modelFor(apiVersion: string, kind: string): Promise<ModelClass | 
     v1: () => import('kubernetes-models/v1'),
     'apps/v1': () => import('kubernetes-models/apps/v1'),
     'networking.k8s.io/v1': () => import('kubernetes-models/networking.k8s.io/v1'),
+    'rbac.authorization.k8s.io/v1': () => import('kubernetes-models/rbac.authorization.k8s.io/v1'),
   };
   const load = mods[apiVersion];
   return load ? ((await load())[kind] as ModelClass | undefined) : undefined;

@@ -109,7 +109,13 @@ export class RolloutService {
   readonly breaker: CircuitBreaker;
   readonly startGate: StartSemaphore;
   /** Every rollout's class and, for infra errors, cause, since this server started (/metrics). */
-  readonly outcomes = { classes: {} as Partial<Record<RolloutClass, number>>, causes: {} as Partial<Record<InfraCause, number>> };
+  readonly outcomes = {
+    classes: {} as Partial<Record<RolloutClass, number>>,
+    causes: {} as Partial<Record<InfraCause, number>>,
+    /** Rewards of scored rollouts (a training run's status reports their mean). */
+    rewardSum: 0,
+    scored: 0,
+  };
 
   constructor(private readonly opts: RolloutServiceOptions) {
     this.breaker = new CircuitBreaker({
@@ -500,6 +506,8 @@ export class RolloutService {
       'Rollouts discarded as infra_error, by cause',
       Object.entries(this.outcomes.causes).map(([k, v]) => [{ cause: k }, v]),
     );
+    out.metric('harness_lab_serve_reward_sum', 'counter', 'Sum of the rewards of scored rollouts', this.outcomes.rewardSum);
+    out.metric('harness_lab_serve_scored_total', 'counter', 'Rollouts that came back with a reward', this.outcomes.scored);
     const b = this.breaker.snapshot();
     out.metric(
       'harness_lab_serve_breaker_state',
@@ -513,6 +521,10 @@ export class RolloutService {
 
   private count(v: Verdict): void {
     this.outcomes.classes[v.class] = (this.outcomes.classes[v.class] ?? 0) + 1;
+    if (v.state === 'done' && v.reward !== null && Number.isFinite(v.reward)) {
+      this.outcomes.rewardSum += v.reward;
+      this.outcomes.scored += 1;
+    }
     if (v.class !== 'infra_error') return this.breaker.recordSuccess();
     const cause = v.cause ?? 'other';
     this.outcomes.causes[cause] = (this.outcomes.causes[cause] ?? 0) + 1;

@@ -12,6 +12,7 @@ import { z } from 'zod';
 import { shellQuote } from '../harness/registry.js';
 import { apiStatus, ClusterError, clusterError, type Cluster } from '../cluster/kube.js';
 import { LABELS, labelValue, validateManifests } from '../cluster/manifests.js';
+import { rolloutServerUrl, serveKeyRef } from './serve-names.js';
 import { ObjectWatch, PODS, type WatchKind } from '../cluster/watch.js';
 
 export const RUN_LABEL = 'harness-lab/run';
@@ -48,9 +49,57 @@ const VolumeSource = z.union([
     .strict(),
 ]);
 
+const EnvRecord = z
+  .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name'), z.string())
+  .default({})
+  .superRefine((env, ctx) => {
+    // A credential in `env` would sit in the run's object (and in everything that reads it): Secrets only.
+    for (const name of Object.keys(env))
+      if (CREDENTIAL_NAME.test(name))
+        ctx.addIssue({
+          code: 'custom',
+          path: [name],
+          message: `looks like a credential: put it in a Kubernetes Secret and name it under secretEnv (${name}: {secret: <name>, key: <key>})`,
+        });
+  });
+
+/** The rollout server a run deploys beside its trainer (src/training/rollout-server.ts). */
+export const ServeSpecSchema = z
+  .object({
+    /** The splits it serves, as `serve --dataset NAME=DIR`: a directory of Harbor tasks on this machine (relative to the config). */
+    datasets: z
+      .record(z.string().regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'a split name: lowercase letters, digits and -'), z.string().min(1))
+      .refine((d) => Object.keys(d).length > 0, 'name at least one split'),
+    /** The lab's image (default: $HARNESS_LAB_K8S_PROXY_IMAGE, else <registry>/harness-lab/harness-lab:latest). */
+    image: z.string().min(1).optional(),
+    /** Where the task images are pushed (built here first); none: the cluster uses this machine's image tags (kind, the test double). */
+    registry: z.string().min(1).optional(),
+    storage: Quantity.default('1Gi'),
+    storageClassName: z.string().min(1).optional(),
+    cpu: Quantity.default('1'),
+    memory: Quantity.default('1Gi'),
+    maxConcurrent: z.number().int().min(1).default(4),
+    parallel: z.number().int().min(1).optional(),
+    breakerAfter: z.number().int().min(0).optional(),
+    maxStarting: z.number().int().min(0).optional(),
+    /** Extra environment of the server (HARNESS_LAB_K8S_HARNESS_FROM, ...); never a credential. */
+    env: EnvRecord,
+  })
+  .strict();
+export type ServeSpec = z.infer<typeof ServeSpecSchema>;
+
 /** Where the trainer gets its rollouts: the rollout server (`harness-lab serve`) or an export on a volume. */
 const DataSource = z.discriminatedUnion('source', [
-  z.object({ source: z.literal('rollout-server'), url: z.url({ protocol: /^https?$/ }) }).strict(),
+  z
+    .object({
+      source: z.literal('rollout-server'),
+      /** A server already running (deployed by hand). */
+      url: z.url({ protocol: /^https?$/ }).optional(),
+      /** Or one this run deploys beside the trainer and removes with it. */
+      serve: ServeSpecSchema.optional(),
+    })
+    .strict()
+    .refine((d) => (d.url === undefined) !== (d.serve === undefined), 'give either url (a running server) or serve (one to deploy)'),
   z
     .object({
       source: z.literal('export'),
@@ -75,19 +124,7 @@ export const TrainConfigSchema = z
     image: z.string().min(1),
     command: z.array(z.string()).min(1),
     args: z.array(z.string()).default([]),
-    env: z
-      .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name'), z.string())
-      .default({})
-      .superRefine((env, ctx) => {
-        // A credential in `env` would sit in the run's object (and in everything that reads it): Secrets only.
-        for (const name of Object.keys(env))
-          if (CREDENTIAL_NAME.test(name))
-            ctx.addIssue({
-              code: 'custom',
-              path: [name],
-              message: `looks like a credential: put it in a Kubernetes Secret and name it under secretEnv (${name}: {secret: <name>, key: <key>})`,
-            });
-      }),
+    env: EnvRecord,
     /** Environment variables from Secrets (secretKeyRef): the only way a key reaches the trainer. */
     secretEnv: z
       .record(
@@ -192,7 +229,7 @@ interface Built {
   resources: { requests?: Record<string, string>; limits?: Record<string, string> };
 }
 
-function common(config: TrainConfig, trainer: Trainer, name: string): Built {
+function common(config: TrainConfig, trainer: Trainer, name: string, namespace: string): Built {
   const labels = { [LABELS.managedBy]: 'harness-lab', [RUN_LABEL]: labelValue(name), [TRAINER_LABEL]: trainer };
   const env: EnvVar[] = [
     ...Object.entries(config.env).map(([k, v]) => ({ name: k, value: v })),
@@ -201,8 +238,13 @@ function common(config: TrainConfig, trainer: Trainer, name: string): Built {
   const volumes: Record<string, unknown>[] = [];
   const mounts: Record<string, unknown>[] = [];
   const d = config.data;
-  if (d.source === 'rollout-server') env.push({ name: 'HARNESS_LAB_ROLLOUT_SERVER_URL', value: d.url });
-  else {
+  if (d.source === 'rollout-server' && d.url) env.push({ name: 'HARNESS_LAB_ROLLOUT_SERVER_URL', value: d.url });
+  else if (d.source === 'rollout-server') {
+    // The server deployed with the run (rollout-server.ts): its Service's URL, its key only by secretKeyRef.
+    const ref = serveKeyRef(name);
+    env.push({ name: 'HARNESS_LAB_ROLLOUT_SERVER_URL', value: rolloutServerUrl(name, namespace) });
+    env.push({ name: 'HARNESS_LAB_ADMIN_KEY', valueFrom: { secretKeyRef: { name: ref.secret, key: ref.key } } });
+  } else {
     env.push({ name: 'HARNESS_LAB_EXPORT', value: `${d.mountPath.replace(/\/+$/, '')}/${d.file}` });
     const readOnly = 'pvc' in d.volume ? d.volume.pvc.readOnly : true;
     volumes.push({
@@ -232,7 +274,7 @@ export interface RunInput {
 /** The one object a run creates, filled from the config. */
 export function runManifest(input: RunInput): RunObject {
   const { config: c, name, namespace, trainer } = input;
-  const b = common(c, trainer, name);
+  const b = common(c, trainer, name, namespace);
   const metaLabels = { ...b.labels, ...(c.queueName ? { [LABELS.queue]: c.queueName } : {}) };
   const metadata = { name, namespace, labels: metaLabels, annotations: { 'harness-lab/data-source': c.data.source } };
   const podMeta = { labels: b.labels };
@@ -534,6 +576,11 @@ export const RunRecordSchema = z
     config: z.string(),
     created_at: z.string(),
     uid: z.string().optional(),
+    /** The rollout server deployed with the run (absent: the trainer reads an export or a server deployed by hand). */
+    rollout_server: z
+      .object({ name: z.string(), url: z.string(), splits: z.array(z.string()) })
+      .strict()
+      .optional(),
   })
   .strict();
 export type RunRecord = z.infer<typeof RunRecordSchema>;
@@ -593,6 +640,8 @@ export interface SubmitOptions {
   operator: Operator;
   name?: string;
   recordsDir?: string;
+  /** Recorded with the run when it deployed its rollout server first (rollout-server.ts). */
+  rolloutServer?: RunRecord['rollout_server'];
 }
 
 export async function submitRun(cluster: Cluster, opts: SubmitOptions): Promise<{ record: RunRecord; object: RunObject; why: string }> {
@@ -617,6 +666,7 @@ export async function submitRun(cluster: Cluster, opts: SubmitOptions): Promise<
     config: opts.configFile,
     created_at: new Date().toISOString(),
     ...(created.metadata?.uid ? { uid: created.metadata.uid } : {}),
+    ...(opts.rolloutServer ? { rollout_server: opts.rolloutServer } : {}),
   };
   saveRunRecord(record, opts.recordsDir);
   return { record, object, why };
@@ -788,7 +838,8 @@ export async function listRuns(cluster: Cluster): Promise<RunSummary[]> {
 
 /** Pods of the run: ours by label; KubeRay's and JobSet's own labels for the operator-made pods. */
 export function podSelectors(kind: RunKind, name: string): string[] {
-  const own = runSelector(name);
+  // The run's rollout server carries the run's label too; its log is `train logs RUN --server`.
+  const own = `${runSelector(name)},${LABELS.role}!=rollout-server`;
   if (kind === 'RayJob') return [own, `ray.io/originated-from-cr-name=${name}`];
   if (kind === 'TrainJob') return [own, `jobset.sigs.k8s.io/jobset-name=${name}`];
   return [own];

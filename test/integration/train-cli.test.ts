@@ -1,11 +1,13 @@
+/* eslint-disable @typescript-eslint/no-explicit-any -- manifests printed by the CLI, checked field by field */
 // `harness-lab train submit --dry-run` prints the validated manifest and sends nothing; a bad config
 // names the file and the field; usage errors exit 2. No cluster: KUBECONFIG names nothing.
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { loadYaml } from '@kubernetes/client-node';
+import { loadAllYaml, loadYaml } from '@kubernetes/client-node';
+import { ROLLOUT_PERMISSIONS, roleRules } from '../../src/cluster/permissions.js';
 import { REPO, cli } from './sandbox-fixtures.js';
 
 const env = { KUBECONFIG: '/nonexistent/kubeconfig' };
@@ -59,6 +61,102 @@ describe('harness-lab train (no cluster)', { timeout: 120_000 }, () => {
     assert.equal(job.spec.backoffLimit, 0);
     assert.equal(job.spec.template.spec.volumes[0]!.persistentVolumeClaim.claimName, 'rollouts');
     assert.deepEqual(job.spec.template.spec.containers[0]!.resources, { limits: { 'nvidia.com/gpu': '8' } });
+  });
+
+  it('submit --dry-run -o yaml with data.serve: the rollout server (RBAC, key Secret, tasks, state PVC, Deployment, Service) and the trainer wired to it', async () => {
+    const r = await cli(
+      [
+        'train',
+        'submit',
+        '--trainer',
+        'trl',
+        '--config',
+        join(EX, 'trl-rollout-server.yaml'),
+        '--namespace',
+        'rl',
+        '--dry-run',
+        '-o',
+        'yaml',
+      ],
+      { env },
+    );
+    assert.equal(r.code, 0, r.stderr);
+    const docs = JSON.parse(JSON.stringify(loadAllYaml(r.stdout))) as {
+      apiVersion: string;
+      kind: string;
+      metadata: { name: string; namespace: string; labels: Record<string, string> };
+    }[];
+    assert.deepEqual(
+      docs.map((d) => d.kind),
+      ['ServiceAccount', 'Role', 'RoleBinding', 'Secret', 'ConfigMap', 'PersistentVolumeClaim', 'Deployment', 'Service', 'TrainJob'],
+    );
+    for (const d of docs) {
+      assert.equal(d.metadata.namespace, 'rl', d.kind);
+      assert.equal(d.metadata.labels['harness-lab/run'], 'trl-serve-01', d.kind);
+    }
+    const byKind = (k: string) => docs.find((d) => d.kind === k) as unknown as Record<string, any>;
+    // The Role grants exactly what the k8s batch backend uses: no wildcard, no verb it does not call.
+    const role = byKind('Role');
+    assert.deepEqual(role.rules, roleRules(ROLLOUT_PERMISSIONS));
+    assert.ok(!JSON.stringify(role.rules).includes('*'));
+    assert.deepEqual(byKind('RoleBinding').subjects, [{ kind: 'ServiceAccount', name: 'trl-serve-01-serve', namespace: 'rl' }]);
+    assert.deepEqual(byKind('Secret').stringData, { 'admin-key': '<generated at submit>' });
+    const dep = byKind('Deployment');
+    const pod = dep.spec.template.spec;
+    assert.equal(dep.spec.strategy.type, 'Recreate');
+    assert.equal(pod.serviceAccountName, 'trl-serve-01-serve');
+    const c = pod.containers[0];
+    assert.deepEqual(c.command.slice(0, 4), ['harness-lab', 'serve', '--backend', 'k8s']);
+    assert.ok(c.command.join(' ').includes('--dataset train=/var/lib/harness-lab/tasks/train'), c.command.join(' '));
+    assert.ok(c.command.join(' ').includes('--max-concurrent 8'));
+    assert.deepEqual(
+      c.env.find((e: { name: string }) => e.name === 'HARNESS_LAB_ADMIN_KEY'),
+      { name: 'HARNESS_LAB_ADMIN_KEY', valueFrom: { secretKeyRef: { name: 'trl-serve-01-serve', key: 'admin-key' } } },
+    );
+    const images = JSON.parse(c.env.find((e: { name: string }) => e.name === 'HARNESS_LAB_K8S_TASK_IMAGES').value) as Record<
+      string,
+      string
+    >;
+    assert.deepEqual(Object.keys(images).sort(), ['fix-script', 'hello-file', 'sum-numbers']);
+    for (const i of Object.values(images)) assert.ok(i.startsWith('registry.example.com/rl/'), i);
+    assert.equal(pod.volumes.find((v: { name: string }) => v.name === 'state').persistentVolumeClaim.claimName, 'trl-serve-01-serve-state');
+    // The tasks ConfigMap rebuilds every task file under the split's mount, byte for byte.
+    const cm = byKind('ConfigMap');
+    const items = pod.volumes.find((v: { configMap?: unknown }) => v.configMap).configMap.items as { key: string; path: string }[];
+    const hello = items.find((i) => i.path === 'hello-file/task.toml')!;
+    assert.equal(
+      Buffer.from(cm.binaryData[hello.key], 'base64').toString('utf8'),
+      readFileSync(join(REPO, 'examples', 'tasks', 'hello-file', 'task.toml'), 'utf8'),
+    );
+    assert.deepEqual(byKind('Service').spec.ports, [{ name: 'http', port: 8000, targetPort: 8000, protocol: 'TCP' }]);
+    // The trainer gets the server's URL and its key only by secretKeyRef.
+    const trainerEnv = byKind('TrainJob').spec.trainer.env as { name: string }[];
+    assert.deepEqual(trainerEnv, [
+      { name: 'HARNESS_LAB_ROLLOUT_SERVER_URL', value: 'http://trl-serve-01-serve.rl.svc:8000' },
+      { name: 'HARNESS_LAB_ADMIN_KEY', valueFrom: { secretKeyRef: { name: 'trl-serve-01-serve', key: 'admin-key' } } },
+    ]);
+  });
+
+  it('data.rollout-server takes url or serve, not both or neither; serve.env refuses a credential', async () => {
+    const d = tmp();
+    const both = join(d, 'both.yaml');
+    writeFileSync(
+      both,
+      `image: x\ncommand: [x]\ndata: {source: rollout-server, url: "http://s:8000", serve: {datasets: {train: ${join(REPO, 'examples', 'tasks')}}}}\n`,
+    );
+    let r = await cli(['train', 'submit', '--trainer', 'trl', '--config', both, '--dry-run'], { env });
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /data: give either url \(a running server\) or serve \(one to deploy\)/);
+    const key = join(d, 'key.yaml');
+    writeFileSync(key, `image: x\ncommand: [x]\ndata: {source: rollout-server, serve: {datasets: {train: ${d}}, env: {HF_TOKEN: t}}}\n`);
+    r = await cli(['train', 'submit', '--trainer', 'trl', '--config', key, '--dry-run'], { env });
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /data\.serve\.env\.HF_TOKEN: looks like a credential/);
+    const empty = join(d, 'empty.yaml');
+    writeFileSync(empty, `image: x\ncommand: [x]\ndata: {source: rollout-server, serve: {datasets: {train: ${d}}}}\n`);
+    r = await cli(['train', 'submit', '--trainer', 'trl', '--config', empty, '--dry-run'], { env });
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /data\.serve\.datasets\.train: no Harbor task \(task\.toml\) under /);
   });
 
   it('a bad config names the file and the field, exit 1', async () => {

@@ -4,7 +4,12 @@
 // propagationPolicy (batch/v1 Jobs default to Orphan, with the real server's warning),
 // SelfSubjectAccessReview plus per-namespace denials, CRDs registered generically, and the pod
 // subresources log (follow), eviction and portforward (WebSocket, v4.channel.k8s.io).
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
@@ -56,12 +61,18 @@ export interface ApiServerOptions {
 
 const WATCH_VERBS = new Set(['true', '1']);
 
+interface Identity {
+  user: string;
+  sa?: { ns: string; name: string };
+}
+
 export class KubeApiDouble {
   readonly store = new ObjectStore();
   readonly token = randomBytes(16).toString('hex');
   readonly user: string;
   readonly received: ReceivedRequest[] = [];
   private readonly denials: Denial[] = [];
+  private readonly saTokens = new Map<string, { ns: string; name: string }>();
   private readonly watches = new Set<{ end(): void }>();
   private readonly sockets = new Set<Duplex>();
   private server: Server | undefined;
@@ -91,10 +102,59 @@ export class KubeApiDouble {
     return this.url;
   }
 
+  /** The in-cluster endpoint's CA (PEM) and port: what a pod running as a ServiceAccount is given. */
+  tls: { ca: string; port: number } | undefined;
+  private tlsServer: HttpsServer | undefined;
+
+  /**
+   * The same API over HTTPS, as pods see it (client-node's in-cluster config speaks only HTTPS to
+   * port 443 and verifies the CA it finds in the pod): a self-signed certificate for the `kubernetes`
+   * Service's stand-in address, made with openssl.
+   */
+  async listenTls(serviceIp: string): Promise<void> {
+    const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-api-tls-'));
+    try {
+      execFileSync(
+        'openssl',
+        [
+          'req',
+          '-x509',
+          '-newkey',
+          'rsa:2048',
+          '-nodes',
+          '-days',
+          '2',
+          '-subj',
+          '/CN=kubernetes',
+          '-addext',
+          `subjectAltName=IP:${serviceIp},DNS:kubernetes.default.svc`,
+          '-keyout',
+          join(dir, 'key.pem'),
+          '-out',
+          join(dir, 'cert.pem'),
+        ],
+        { stdio: 'ignore' },
+      );
+      const cert = readFileSync(join(dir, 'cert.pem'), 'utf8');
+      const server = createHttpsServer({ key: readFileSync(join(dir, 'key.pem')), cert }, (req, res) => void this.handle(req, res));
+      server.on('secureConnection', (s) => {
+        this.sockets.add(s);
+        s.on('close', () => this.sockets.delete(s));
+      });
+      server.on('upgrade', (req, socket, head) => void this.upgrade(req, socket, head));
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      this.tlsServer = server;
+      this.tls = { ca: cert, port: (server.address() as AddressInfo).port };
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
   async close(): Promise<void> {
     this.dropWatches();
     for (const c of this.wss.clients) c.terminate();
     for (const s of this.sockets) s.destroy();
+    await new Promise<void>((resolve) => (this.tlsServer ? this.tlsServer.close(() => resolve()) : resolve()));
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
   }
 
@@ -152,7 +212,13 @@ export class KubeApiDouble {
     return this.received.filter((r) => r.method === method && pathPattern.test(r.path));
   }
 
-  private allowed(verb: string, group: string, resource: string, ns: string | undefined): boolean {
+  /**
+   * The test's user: everything but the denials. A ServiceAccount: RBAC as the API server does it,
+   * only what a RoleBinding in the namespace grants it through its Role (no wildcard needed, none
+   * assumed); nothing at the cluster scope.
+   */
+  private allowed(who: Identity, verb: string, group: string, resource: string, ns: string | undefined): boolean {
+    if (who.sa) return this.rbacAllows(who.sa, verb, group, resource, ns);
     return !this.denials.some(
       (d) =>
         (d.namespace === '*' || d.namespace === ns) &&
@@ -162,14 +228,37 @@ export class KubeApiDouble {
     );
   }
 
-  private forbidden(verb: string, r: ResourceDef, sub: string | undefined, name: string | undefined, ns: string | undefined): ApiError {
+  private rbacAllows(sa: { ns: string; name: string }, verb: string, group: string, resource: string, ns: string | undefined): boolean {
+    if (ns === undefined) return false;
+    const bindings = this.store.list(this.store.resource('rbac.authorization.k8s.io', 'rolebindings')!, ns);
+    const has = (list: string[] | undefined, v: string) => (list ?? []).some((x) => x === '*' || x === v);
+    for (const b of bindings) {
+      const subjects = (b.subjects ?? []) as { kind?: string; name?: string; namespace?: string }[];
+      if (!subjects.some((x) => x.kind === 'ServiceAccount' && x.name === sa.name && (x.namespace ?? ns) === sa.ns)) continue;
+      const ref = (b.roleRef ?? {}) as { kind?: string; name?: string };
+      if (ref.kind !== 'Role') continue;
+      const role = this.store.tryGet(this.store.resource('rbac.authorization.k8s.io', 'roles')!, ns, ref.name ?? '');
+      const rules = (role?.rules ?? []) as { apiGroups?: string[]; resources?: string[]; verbs?: string[] }[];
+      if (rules.some((r) => has(r.apiGroups, group) && has(r.resources, resource) && has(r.verbs, verb))) return true;
+    }
+    return false;
+  }
+
+  private forbidden(
+    who: Identity,
+    verb: string,
+    r: ResourceDef,
+    sub: string | undefined,
+    name: string | undefined,
+    ns: string | undefined,
+  ): ApiError {
     const resource = sub ? `${r.plural}/${sub}` : r.plural;
     const what = `${qualifiedName(r)}${name ? ` "${name}"` : ''}`;
     const scope = ns ? ` in the namespace "${ns}"` : ' at the cluster scope';
     return new ApiError(
       403,
       'Forbidden',
-      `${what} is forbidden: User "${this.user}" cannot ${verb} resource "${resource}" in API group "${r.group}"${scope}`,
+      `${what} is forbidden: User "${who.user}" cannot ${verb} resource "${resource}" in API group "${r.group}"${scope}`,
       { ...(name ? { name } : {}), group: r.group, kind: r.plural },
     );
   }
@@ -223,8 +312,22 @@ export class KubeApiDouble {
 
   // ---- HTTP ----
 
-  private authenticate(req: IncomingMessage): boolean {
-    return req.headers.authorization === `Bearer ${this.token}`;
+  /**
+   * Who sent the request: the kubeconfig's user (the test's token), or a ServiceAccount by a token the
+   * kubelet mounted into its pod (issueToken). Undefined: 401.
+   */
+  private authenticate(req: IncomingMessage): Identity | undefined {
+    const auth = req.headers.authorization ?? '';
+    if (auth === `Bearer ${this.token}`) return { user: this.user };
+    const sa = auth.startsWith('Bearer ') ? this.saTokens.get(auth.slice(7)) : undefined;
+    return sa ? { user: `system:serviceaccount:${sa.ns}:${sa.name}`, sa } : undefined;
+  }
+
+  /** A token for ServiceAccount ns/name, as the kubelet projects into a pod that runs as it. */
+  issueToken(ns: string, name: string): string {
+    const token = randomBytes(24).toString('hex');
+    this.saTokens.set(token, { ns, name });
+    return token;
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -245,8 +348,9 @@ export class KubeApiDouble {
       body: clone(body),
     });
     try {
-      if (!this.authenticate(req)) throw new ApiError(401, 'Unauthorized', 'Unauthorized');
-      await this.route(req.method ?? 'GET', url.pathname, query, body, req.headers['content-type'], res);
+      const who = this.authenticate(req);
+      if (!who) throw new ApiError(401, 'Unauthorized', 'Unauthorized');
+      await this.route(who, req.method ?? 'GET', url.pathname, query, body, req.headers['content-type'], res);
     } catch (err) {
       if (err instanceof ApiError) return sendStatus(res, err);
       sendStatus(res, new ApiError(500, 'InternalError', `Internal error occurred: ${(err as Error).stack ?? String(err)}`));
@@ -337,6 +441,7 @@ export class KubeApiDouble {
   }
 
   private async route(
+    who: Identity,
     method: string,
     path: string,
     query: Record<string, string>,
@@ -345,7 +450,7 @@ export class KubeApiDouble {
     res: ServerResponse,
   ): Promise<void> {
     if (method === 'POST' && path === '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews')
-      return send(res, 201, this.accessReview(body));
+      return send(res, 201, this.accessReview(who, body));
     const parsed = this.parsePath(path);
     if ('discovery' in parsed) {
       if (method !== 'GET') throw new ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource');
@@ -374,8 +479,8 @@ export class KubeApiDouble {
     if (!verb) throw new ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource');
     const authVerb = sub === 'log' ? 'get' : sub === 'eviction' ? 'create' : verb;
     const authNs = r.kind === 'Namespace' ? name : ns;
-    if (!this.allowed(authVerb, r.group, sub ? `${r.plural}/${sub}` : r.plural, authNs))
-      throw this.forbidden(authVerb, r, sub, name, authNs);
+    if (!this.allowed(who, authVerb, r.group, sub ? `${r.plural}/${sub}` : r.plural, authNs))
+      throw this.forbidden(who, authVerb, r, sub, name, authNs);
     if (r.namespaced && ns === undefined && !['list', 'watch'].includes(verb))
       throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
 
@@ -565,7 +670,7 @@ export class KubeApiDouble {
     res.on('close', () => stream.destroy());
   }
 
-  private accessReview(body: unknown): unknown {
+  private accessReview(who: Identity, body: unknown): unknown {
     const spec =
       (
         (body ?? {}) as {
@@ -583,7 +688,7 @@ export class KubeApiDouble {
       ).spec ?? {};
     const a = spec.resourceAttributes ?? {};
     const resource = a.subresource ? `${a.resource ?? ''}/${a.subresource}` : (a.resource ?? '');
-    const allowed = this.allowed(a.verb ?? '', a.group ?? '', resource, a.namespace);
+    const allowed = this.allowed(who, a.verb ?? '', a.group ?? '', resource, a.namespace);
     return {
       kind: 'SelfSubjectAccessReview',
       apiVersion: 'authorization.k8s.io/v1',
@@ -615,12 +720,13 @@ export class KubeApiDouble {
       contentType: undefined,
       body: undefined,
     });
-    if (!this.authenticate(req)) return reject(new ApiError(401, 'Unauthorized', 'Unauthorized'));
+    const who = this.authenticate(req);
+    if (!who) return reject(new ApiError(401, 'Unauthorized', 'Unauthorized'));
     if (!m) return reject(new ApiError(404, 'NotFound', 'the server could not find the requested resource'));
     const [, ns, pod] = m as unknown as [string, string, string];
     const pods = this.store.resource('', 'pods')!;
     // A WebSocket upgrade is a GET: the API server authorizes it as `get` on pods/portforward (SPDY's POST was `create`).
-    if (!this.allowed('get', '', 'pods/portforward', ns)) return reject(this.forbidden('get', pods, 'portforward', pod, ns));
+    if (!this.allowed(who, 'get', '', 'pods/portforward', ns)) return reject(this.forbidden(who, 'get', pods, 'portforward', pod, ns));
     if (!this.store.tryGet(pods, ns, pod))
       return reject(new ApiError(404, 'NotFound', `pods "${pod}" not found`, { name: pod, kind: 'pods' }));
     const port = Number(url.searchParams.get('ports'));

@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import type Docker from 'dockerode';
 import { KubeApiDouble, type ApiServerOptions } from './api-server.js';
 import { SimulatedNode, type KubeletOptions } from './kubelet.js';
+import { API_SERVICE_IP } from './network.js';
 
 export { KubeApiDouble } from './api-server.js';
 export { SimulatedNode } from './kubelet.js';
@@ -24,6 +25,7 @@ export interface KubeDouble {
 export async function startKubeDouble(docker: Docker, opts: ApiServerOptions & KubeletOptions = {}): Promise<KubeDouble> {
   const api = new KubeApiDouble(opts);
   const url = await api.listen();
+  await api.listenTls(API_SERVICE_IP);
   const node = new SimulatedNode(api, docker, randomBytes(4).toString('hex'), opts);
   await node.start();
   const dir = mkdtempSync(join(tmpdir(), 'hl-kubeconfig-'));

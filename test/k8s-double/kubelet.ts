@@ -23,7 +23,9 @@ import type { KubeApiDouble } from './api-server.js';
 import { ApiError, clone, parseQuantity, type KObject, type OwnerReference, type ResourceDef } from './objects.js';
 import type { StoreEvent } from './store.js';
 import { processAlive } from '../../src/sandbox/runtime.js';
-import { PodNetwork } from './network.js';
+import { API_SERVICE_IP, API_SERVICE_PORT, PodNetwork } from './network.js';
+
+const SA_PATH = '/var/run/secrets/kubernetes.io/serviceaccount';
 
 /** The test process owning a node's containers: a later node removes those whose process is gone. */
 const OWNER = `${hostname()}/${process.pid}`;
@@ -66,6 +68,7 @@ interface ContainerSpec {
   resources?: { limits?: Record<string, string>; requests?: Record<string, string> };
   volumeMounts?: VolumeMount[];
   ports?: { containerPort: number }[];
+  readinessProbe?: { httpGet?: { path?: string; port: number }; periodSeconds?: number };
 }
 interface Volume {
   name: string;
@@ -77,6 +80,8 @@ interface Volume {
 }
 interface PodSpec {
   containers: ContainerSpec[];
+  serviceAccountName?: string;
+  automountServiceAccountToken?: boolean;
   initContainers?: ContainerSpec[];
   securityContext?: SecurityContext;
   restartPolicy?: string;
@@ -582,6 +587,50 @@ export class SimulatedNode {
     return out;
   }
 
+  /** Polls each probed container's readiness httpGet through the pod's network; marks the pod Ready when all answer < 400. */
+  private async probeUntilReady(run: RunningPod, probed: ContainerSpec[]): Promise<void> {
+    const pending = new Set(probed.map((c) => c.name));
+    while (pending.size && !run.stopped && !run.mainDone) {
+      for (const c of probed) {
+        if (!pending.has(c.name)) continue;
+        const get = c.readinessProbe!.httpGet!;
+        const code = await this.network.httpGet(run.uid, get.port, get.path ?? '/');
+        if (code !== undefined && code < 400) pending.delete(c.name);
+      }
+      if (pending.size) await new Promise((r) => setTimeout(r, 500));
+    }
+    if (pending.size || run.stopped) return;
+    const at = now();
+    this.setPodStatus(run.ns, run.name, (s) => {
+      s.conditions = ((s.conditions ?? []) as PodCondition[]).map((x) =>
+        x.type === 'Ready' || x.type === 'ContainersReady' ? { ...x, status: 'True', lastTransitionTime: at } : x,
+      );
+      s.containerStatuses = ((s.containerStatuses ?? []) as ContainerStatus[]).map((cs) => ({ ...cs, ready: true }));
+    });
+  }
+
+  /**
+   * A pod that names its ServiceAccount runs as it, as on a real node: the account must exist, its
+   * token (one the API server authenticates as system:serviceaccount:NS:NAME and authorizes by RBAC),
+   * the namespace and the API server's CA are mounted at the well-known path, and KUBERNETES_SERVICE_HOST/PORT
+   * point at the API server's HTTPS endpoint (network.ts relays it). A pod
+   * that names none, or turns automounting off, gets nothing (the double has no default account).
+   */
+  private serviceAccountMount(ns: string, spec: PodSpec, run: RunningPod): { dir: string; env: string[] } | undefined {
+    const name = spec.serviceAccountName;
+    if (!name) return undefined;
+    const account = this.api.store.tryGet(this.res('', 'serviceaccounts'), ns, name);
+    if (!account) throw new CreateConfigError(`error looking up service account ${ns}/${name}: serviceaccount "${name}" not found`);
+    if ((spec.automountServiceAccountToken ?? account.automountServiceAccountToken) === false) return undefined;
+    const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-sa-'));
+    chmodSync(dir, 0o755);
+    run.dirs.push(dir);
+    writeFileSync(join(dir, 'token'), this.api.issueToken(ns, name), { mode: 0o644 });
+    writeFileSync(join(dir, 'namespace'), ns, { mode: 0o644 });
+    writeFileSync(join(dir, 'ca.crt'), this.api.tls?.ca ?? '', { mode: 0o644 });
+    return { dir, env: [`KUBERNETES_SERVICE_HOST=${API_SERVICE_IP}`, `KUBERNETES_SERVICE_PORT=${API_SERVICE_PORT}`] };
+  }
+
   private volumeDirs(ns: string, pod: KObject, spec: PodSpec, run: RunningPod): Map<string, string> {
     const out = new Map<string, string>();
     const fsGroup = spec.securityContext?.fsGroup;
@@ -806,12 +855,14 @@ export class SimulatedNode {
       this.api.recordEvent(pod as never, 'Normal', 'Pulled', `Container image "${c.image}" already present on machine`, 'kubelet');
     }
     let volumes: Map<string, string>;
+    let account: { dir: string; env: string[] } | undefined;
     const envs = new Map<string, string[]>();
     const security = new Map<string, Awaited<ReturnType<SimulatedNode['securityOptions']>>>();
     try {
       volumes = this.volumeDirs(ns, pod, spec, run);
+      account = this.serviceAccountMount(ns, spec, run);
       for (const c of all) {
-        envs.set(c.name, await this.env(ns, pod, c));
+        envs.set(c.name, [...(await this.env(ns, pod, c)), ...(account?.env ?? [])]);
         security.set(c.name, await this.securityOptions(ns, name, spec, c));
       }
     } catch (err) {
@@ -835,6 +886,7 @@ export class SimulatedNode {
         if (!host) throw new Error(`volume ${m.name} not found`);
         return `${m.subPath ? join(host, m.subPath) : host}:${m.mountPath}${m.readOnly ? ':ro' : ''}`;
       });
+      if (account) binds.push(`${account.dir}:${SA_PATH}:ro`);
       const labels: Record<string, string> = {
         'harness-lab.k8s-double': this.id,
         'harness-lab.k8s-double.owner': OWNER,
@@ -886,6 +938,10 @@ export class SimulatedNode {
       state: { running: { startedAt: started } },
       lastState: {},
     });
+    // A container with an HTTP readiness probe is ready only once the probe answers (Services send it
+    // nothing before), as on a real node; one without is ready when it runs.
+    const probed = spec.containers.filter((c) => c.readinessProbe?.httpGet);
+    const ready = probed.length ? 'False' : 'True';
     this.setPodStatus(ns, name, (s) => {
       s.phase = 'Running';
       s.podIP = '127.0.0.1';
@@ -894,12 +950,13 @@ export class SimulatedNode {
       s.conditions = [
         { type: 'PodScheduled', status: 'True', lastTransitionTime: started },
         { type: 'Initialized', status: 'True', lastTransitionTime: started },
-        { type: 'ContainersReady', status: 'True', lastTransitionTime: started },
-        { type: 'Ready', status: 'True', lastTransitionTime: started },
+        { type: 'ContainersReady', status: ready, lastTransitionTime: started },
+        { type: 'Ready', status: ready, lastTransitionTime: started },
       ];
-      s.containerStatuses = spec.containers.map(runningStatus);
+      s.containerStatuses = spec.containers.map((c) => ({ ...runningStatus(c), ready: !c.readinessProbe?.httpGet }));
       if (sidecars.length) s.initContainerStatuses = sidecars.map(runningStatus);
     });
+    if (probed.length) void this.probeUntilReady(run, probed);
     const sidecarsDone = Promise.all(sidecars.map((c) => this.superviseContainer(run, c, 'Always', true)));
     await Promise.all(spec.containers.map((c) => this.superviseContainer(run, c, spec.restartPolicy ?? 'Always', false)));
     // The regular containers ended: the kubelet stops the sidecars (they do not decide the phase).

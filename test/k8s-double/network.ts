@@ -20,6 +20,9 @@ import type { KubeApiDouble } from './api-server.js';
 import type { KObject } from './objects.js';
 
 const RELAY_IMAGE = 'harness-lab/base-node:bookworm';
+/** Where a pod running as a ServiceAccount reaches the API server (the `kubernetes` Service's stand-in). */
+export const API_SERVICE_IP = '127.254.0.1';
+export const API_SERVICE_PORT = 443;
 const PAUSE_IMAGE = 'harness-lab/base:bookworm';
 
 /** Inside a pod: listeners from /relay/config.json (re-read as it grows) and /relay/in.sock -> 127.0.0.1:<port>. */
@@ -312,6 +315,9 @@ export class PodNetwork {
         listeners.push({ host: ip, port: p.port, sock });
       }
     }
+    const spec = this.podOf(net)?.spec as { serviceAccountName?: string; automountServiceAccountToken?: boolean } | undefined;
+    if (spec?.serviceAccountName && spec.automountServiceAccountToken !== false)
+      listeners.push({ host: API_SERVICE_IP, port: API_SERVICE_PORT, sock: want('api', (c) => this.toApi(net, c)) });
     for (const port of [...(this.exposed.get(net.ns) ?? [])].filter((x) => !own.has(x)))
       listeners.push({ host: '127.0.0.1', port, sock: want(`host-${port}`, (c) => this.toHost(net, port, c)) });
     await new Promise((r) => setTimeout(r, 20));
@@ -350,6 +356,10 @@ export class PodNetwork {
         selects({ matchLabels: sp.selector ?? {} }, p.metadata.labels) &&
         sp.selector &&
         (p.status as { phase?: string } | undefined)?.phase === 'Running' &&
+        // Only ready pods are a Service's endpoints (a readiness probe that has not answered keeps it out).
+        ((p.status as { conditions?: { type: string; status: string }[] } | undefined)?.conditions ?? []).some(
+          (c) => c.type === 'Ready' && c.status === 'True',
+        ) &&
         !p.metadata.deletionTimestamp &&
         this.pods.has(p.metadata.uid!),
     );
@@ -377,6 +387,44 @@ export class PodNetwork {
     const d = src ? this.decide(src, { external: '127.0.0.1' }, port) : { allowed: false, why: 'unknown pod' };
     this.record(net, `host 127.0.0.1`, port, d);
     if (!d.allowed) return void c.destroy();
+    const up = connect(port, '127.0.0.1');
+    c.pipe(up).pipe(c);
+    up.on('error', () => c.destroy());
+    c.on('close', () => up.destroy());
+  }
+
+  /** An HTTP GET into a pod's own network namespace (the kubelet's probe path): the status code, or undefined. */
+  httpGet(uid: string, port: number, path: string): Promise<number | undefined> {
+    const net = this.pods.get(uid);
+    if (!net) return Promise.resolve(undefined);
+    return new Promise((resolve) => {
+      const sock = connect(join(net.dir, 'in.sock'));
+      let got = '';
+      const done = (v: number | undefined) => {
+        clearTimeout(timer);
+        sock.destroy();
+        resolve(v);
+      };
+      const timer = setTimeout(() => done(undefined), 2000);
+      sock.on('error', () => done(undefined));
+      sock.on('close', () => done(/^HTTP\/1\.[01] (\d{3})/.exec(got) ? Number(/^HTTP\/1\.[01] (\d{3})/.exec(got)![1]) : undefined));
+      sock.on('data', (b: Buffer) => {
+        got += b.toString('latin1');
+        const m = /^HTTP\/1\.[01] (\d{3})/.exec(got);
+        if (m) done(Number(m[1]));
+      });
+      const head = Buffer.alloc(2);
+      head.writeUInt16BE(port, 0);
+      sock.write(head);
+      sock.write(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nUser-Agent: kube-probe/1.33\r\nConnection: close\r\n\r\n`);
+    });
+  }
+
+  /** To the API server on the host (no NetworkPolicy in the double selects the API server). */
+  private toApi(net: PodNet, c: Socket): void {
+    c.on('error', () => {});
+    const port = this.api.tls?.port ?? Number(new URL(this.api.url).port);
+    this.record(net, 'the API server', port, { allowed: true, why: 'the kubernetes Service' });
     const up = connect(port, '127.0.0.1');
     c.pipe(up).pipe(c);
     up.on('error', () => c.destroy());

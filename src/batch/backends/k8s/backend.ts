@@ -34,6 +34,7 @@ import {
   rolloutSelector,
   validateManifests,
 } from '../../../cluster/manifests.js';
+import { ROLLOUT_PERMISSIONS } from '../../../cluster/permissions.js';
 import { forwardPort, type PortForwardHandle } from '../../../cluster/port-forward.js';
 import { BatchWatch } from '../../../cluster/watch.js';
 import type { AttemptFacts, BatchBackend, RolloutAttempt } from '../../backend.js';
@@ -75,29 +76,7 @@ export interface K8sBackendOptions extends JobOptions {
 }
 
 /** The permissions a cluster batch needs in its namespace, asked before anything is created. */
-export const K8S_PERMISSIONS: Permission[] = [
-  { verb: 'create', group: 'batch', resource: 'jobs' },
-  { verb: 'list', group: 'batch', resource: 'jobs' },
-  { verb: 'watch', group: 'batch', resource: 'jobs' },
-  { verb: 'deletecollection', group: 'batch', resource: 'jobs' },
-  { verb: 'list', group: '', resource: 'pods' },
-  { verb: 'watch', group: '', resource: 'pods' },
-  { verb: 'get', group: '', resource: 'pods', subresource: 'log' },
-  // client-node port-forwards over a WebSocket: a GET, which the API server authorizes as `get`.
-  { verb: 'get', group: '', resource: 'pods', subresource: 'portforward' },
-  { verb: 'list', group: '', resource: 'events' },
-  { verb: 'watch', group: '', resource: 'events' },
-  { verb: 'create', group: '', resource: 'configmaps' },
-  { verb: 'create', group: '', resource: 'secrets' },
-  { verb: 'patch', group: '', resource: 'secrets' },
-  { verb: 'delete', group: '', resource: 'secrets' },
-  { verb: 'deletecollection', group: '', resource: 'secrets' },
-  { verb: 'create', group: '', resource: 'persistentvolumeclaims' },
-  { verb: 'delete', group: '', resource: 'persistentvolumeclaims' },
-  { verb: 'create', group: '', resource: 'services' },
-  { verb: 'create', group: 'apps', resource: 'deployments' },
-  { verb: 'create', group: 'networking.k8s.io', resource: 'networkpolicies' },
-];
+export const K8S_PERMISSIONS: Permission[] = ROLLOUT_PERMISSIONS;
 
 /**
  * Every manifest `batch submit --backend k8s` would apply, validated, without contacting a cluster:
@@ -268,6 +247,8 @@ export class K8sBackend implements BatchBackend {
       return facts;
     }
     const name = built.job.metadata!.name!;
+    // Which lab process made the Job: a later one reaps the Jobs of a lab killed with -9 (reapStale).
+    built.job.metadata!.labels = { ...built.job.metadata!.labels, [OWNER_LABEL]: LAB_INSTANCE };
     facts.backendRef = name;
     mkdirSync(attempt.outDir, { recursive: true });
     writeFileSync(join(attempt.outDir, 'job.json'), `${JSON.stringify(built.job, null, 2)}\n`);
@@ -570,6 +551,31 @@ export class K8sBackend implements BatchBackend {
     this.watch.stop();
     await this.forward.close();
   }
+}
+
+/** The label naming the lab process that created a rollout Job. */
+export const OWNER_LABEL = 'harness-lab/owner';
+/** This lab process (random per process: pids repeat across pods and machines). */
+export const LAB_INSTANCE = randomBytes(6).toString('hex');
+
+/**
+ * Deletes the batch's Jobs that another lab process created (one killed with -9 leaves them running;
+ * this process's own are kept). A failed list deletes nothing. Returns the deleted Jobs' names.
+ */
+export async function reapStaleJobs(cluster: Cluster, batchId: string, self = LAB_INSTANCE): Promise<string[]> {
+  const ns = cluster.namespace;
+  const selector = `${rolloutSelector(batchId)},${OWNER_LABEL},${OWNER_LABEL}!=${self}`;
+  let names: string[];
+  try {
+    names = (await cluster.batch.listNamespacedJob({ namespace: ns, labelSelector: selector })).items.map((j) => j.metadata!.name!);
+  } catch (err) {
+    throw clusterError(cluster, `listing Jobs of batch ${batchId} (${selector})`, err);
+  }
+  for (const name of names)
+    await cluster.batch.deleteNamespacedJob({ namespace: ns, name, propagationPolicy: 'Background' }).catch((err: unknown) => {
+      if (apiStatus(err)?.code !== 404) throw clusterError(cluster, `deleting Job ${ns}/${name}`, err);
+    });
+  return names;
 }
 
 export async function deleteBatchJobs(cluster: Cluster, ns: string, batchId: string): Promise<string[]> {

@@ -3,6 +3,7 @@
 // node), and pushing images that exist only in the local daemon to the batch's registry.
 import { readFileSync } from 'node:fs';
 import type Docker from 'dockerode';
+import { z } from 'zod';
 import { ClusterError } from '../../../cluster/kube.js';
 import type { HarnessSource, ProxyInput } from '../../../cluster/manifests.js';
 import { pushImages } from '../../../cluster/registry-push.js';
@@ -52,9 +53,10 @@ export async function harnessFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
   return {
     harnessFrom: {
       kind: 'hostPath',
-      nodeBinary: process.execPath,
-      harnessCache: harnessCacheRoot(env),
-      reactScript: await ensureReactScript(),
+      // A lab running in a pod (a run's rollout server) names the node's paths, not its own.
+      nodeBinary: env.HARNESS_LAB_K8S_NODE_BINARY || process.execPath,
+      harnessCache: env.HARNESS_LAB_K8S_HARNESS_CACHE || harnessCacheRoot(env),
+      reactScript: env.HARNESS_LAB_K8S_REACT_SCRIPT || (await ensureReactScript()),
     },
   };
 }
@@ -71,10 +73,14 @@ export function defaultProxy(manifest: BatchManifest, env: NodeJS.ProcessEnv = p
  * Each task's image tag as `harness-lab rollout` builds it (built here when Docker is reachable: it must
  * then be pushed to the registry); without Docker, the tag the build would have (base image ids unknown).
  */
-export async function taskImageTags(manifest: BatchManifest, build: boolean, log?: (line: string) => void): Promise<Map<string, string>> {
+export async function taskImageTags(
+  tasks: readonly { dir: string }[],
+  build: boolean,
+  log?: (line: string) => void,
+): Promise<Map<string, string>> {
   const out = new Map<string, string>();
   const runtime = await DockerRuntime.connect().catch(() => undefined);
-  for (const ref of manifest.tasks) {
+  for (const ref of tasks) {
     const task = loadTask(ref.dir);
     if (runtime && build) out.set(task.name, await runtime.prepareImage(task, log));
     else if (!task.environment.dockerfile) out.set(task.name, task.environment.dockerImage ?? BASE_IMAGE);
@@ -99,4 +105,21 @@ export async function taskImageTags(manifest: BatchManifest, build: boolean, log
     }
   }
   return out;
+}
+
+const TaskImagesSchema = z.record(z.string().min(1), z.string().min(1));
+
+/** HARNESS_LAB_K8S_TASK_IMAGES: `{"task": "image", ...}` as the cluster pulls them (set on a rollout server a run deploys). */
+export function taskImagesFromEnv(env: NodeJS.ProcessEnv = process.env): Map<string, string> | undefined {
+  const text = env.HARNESS_LAB_K8S_TASK_IMAGES;
+  if (!text) return undefined;
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    throw new ClusterError('HARNESS_LAB_K8S_TASK_IMAGES is not JSON: expected {"task": "image", ...}');
+  }
+  const r = TaskImagesSchema.safeParse(raw);
+  if (!r.success) throw new ClusterError('HARNESS_LAB_K8S_TASK_IMAGES: expected {"task": "image", ...} (strings)');
+  return new Map(Object.entries(r.data));
 }

@@ -2,27 +2,39 @@
 // cleans up, preflights and dry-runs. The pieces: job.ts (Job manifests and reading how a Job ended),
 // images.ts (task and proxy images, pushes), proxy.ts + mirror.ts (the in-cluster capture proxy and
 // the mirror of its sessions into the batch directory), backend.ts (K8sBackend, one attempt = one Job).
-import { assertPermissions, checkReachable, loadCluster } from '../../../cluster/kube.js';
+import { ClusterError, assertPermissions, checkReachable, loadCluster } from '../../../cluster/kube.js';
 import { formatManifests } from '../../../cluster/manifests.js';
 import { pushImages } from '../../../cluster/registry-push.js';
 import { connectDocker } from '../../../sandbox/docker-client.js';
 import type { BackendModule } from '../../backend.js';
-import { K8S_PERMISSIONS, K8sBackend, deleteBatchJobs, k8sDryRunManifests, teardownBatch } from './backend.js';
-import { defaultProxy, harnessFromEnv, pushedProxy, taskImageTags } from './images.js';
+import { K8S_PERMISSIONS, K8sBackend, deleteBatchJobs, k8sDryRunManifests, reapStaleJobs, teardownBatch } from './backend.js';
+import { defaultProxy, harnessFromEnv, pushedProxy, taskImageTags, taskImagesFromEnv } from './images.js';
 import { target } from './job.js';
 
-export { K8S_PERMISSIONS, K8sBackend, deleteBatchJobs, k8sDryRunManifests, teardownBatch, type K8sBackendOptions } from './backend.js';
+export {
+  LAB_INSTANCE,
+  OWNER_LABEL,
+  reapStaleJobs,
+  K8S_PERMISSIONS,
+  K8sBackend,
+  deleteBatchJobs,
+  k8sDryRunManifests,
+  teardownBatch,
+  type K8sBackendOptions,
+} from './backend.js';
 export { clusterImage, defaultProxy, harnessFromEnv, pushedProxy, taskImageTags, type ProxyImage } from './images.js';
 export { K8sCapture } from './proxy.js';
 
 /** What src/batch/backends/index.ts loads for `--backend k8s`. */
 export const k8sBackendModule: BackendModule = {
   async open(ctx) {
-    const images = await taskImageTags(ctx.manifest, true, ctx.log);
+    // A server a training run deployed is given its task images (built and pushed by the lab that deployed it).
+    const given = taskImagesFromEnv();
+    const images = given ?? (await taskImageTags(ctx.manifest.tasks, true, ctx.log));
     const reg = ctx.manifest.k8s?.registry;
     // Pushed before anything is created in the cluster: a failed push fails the batch with no Job made.
     let proxy = defaultProxy(ctx.manifest);
-    if (reg) {
+    if (reg && !given) {
       const docker = await connectDocker();
       await pushImages(docker, [...images.values()], reg, { log: ctx.log });
       proxy = await pushedProxy(docker, proxy, reg, ctx.log);
@@ -30,7 +42,11 @@ export const k8sBackendModule: BackendModule = {
     const backend = await K8sBackend.open({
       manifest: ctx.manifest,
       batchDir: ctx.batchDir,
-      taskImage: (t) => images.get(t.name)!,
+      taskImage: (t) => {
+        const image = images.get(t.name);
+        if (!image) throw new ClusterError(`task ${t.name} has no image in HARNESS_LAB_K8S_TASK_IMAGES (the run deployed other tasks)`);
+        return image;
+      },
       proxy,
       ...(await harnessFromEnv()),
       ...(ctx.engineApiKey ? { engineApiKey: ctx.engineApiKey } : {}),
@@ -54,13 +70,17 @@ export const k8sBackendModule: BackendModule = {
     }
     return removed;
   },
+  async reapStale(manifest) {
+    const cluster = loadCluster(target(manifest));
+    return reapStaleJobs(cluster, manifest.batch_id);
+  },
   async preflight(k8s) {
     const cluster = loadCluster({ context: k8s?.context ?? null, namespace: k8s?.namespace ?? 'default' });
     await checkReachable(cluster);
     await assertPermissions(cluster, K8S_PERMISSIONS);
   },
   async dryRun(plan, format) {
-    const images = await taskImageTags(plan.manifest, false);
+    const images = await taskImageTags(plan.manifest.tasks, false);
     const objs = await k8sDryRunManifests({
       manifest: plan.manifest,
       taskImage: (t) => images.get(t.name)!,
