@@ -402,7 +402,8 @@ function linkContinuation(child: GraphNode, parent: GraphNode): void {
   child.continuation = finding(
     'WARN',
     'reasoning_stripped',
-    `turn ${child.index} continues turn ${parent.index} (${parent.node_id}) but its prompt lacks that turn's reasoning (the harness did not send it back); linked as a continuation, trained as a new segment`,
+    `turn ${child.index} continues turn ${parent.index} (${parent.node_id}) but its prompt lacks that turn's ` +
+      `reasoning (the harness did not send it back); linked as a continuation, trained as a new segment`,
   );
   reparent(child, parent);
 }

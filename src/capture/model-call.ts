@@ -125,7 +125,8 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
       res,
       dialect,
       401,
-      `${why}; register a session via POST /sessions and use its api_key (or, for a session created without one, its session_id) as the API key (Authorization: Bearer <key>, x-api-key or x-goog-api-key)`,
+      `${why}; register a session via POST /sessions and use its api_key (or, for a session created without ` +
+        `one, its session_id) as the API key (Authorization: Bearer <key>, x-api-key or x-goog-api-key)`,
     );
   }
   // A keyed session's key is a credential: nothing recorded may carry it, wherever the harness echoed it.

@@ -149,7 +149,8 @@ export class CaptureProxy {
     const host = options.host ?? '127.0.0.1';
     if (!isLoopbackHost(host) && !options.adminKey) {
       throw new ProxyConfigError(
-        `refusing to bind ${host} without an admin key: anyone who can reach it could read captured token data and relay calls to the engine. Pass --admin-key (or set HARNESS_LAB_ADMIN_KEY), or bind 127.0.0.1.`,
+        `refusing to bind ${host} without an admin key: anyone who can reach it could read captured token data ` +
+          `and relay calls to the engine. Pass --admin-key (or set HARNESS_LAB_ADMIN_KEY), or bind 127.0.0.1.`,
       );
     }
     const proxy = new CaptureProxy(options);

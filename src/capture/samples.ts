@@ -108,5 +108,9 @@ export function formatTotals(t: SampleTotals): string {
   if (t.rollouts === 0) return 'no rollout with token ids';
   const n = (x: number) => x.toLocaleString('en-US');
   const ratio = t.token_ratio === null ? '-' : `${t.token_ratio.toFixed(2)}x`;
-  return `${t.samples_per_rollout!.toFixed(2)} samples/rollout (${t.single_sample_rollouts}/${t.rollouts} one sample), ${n(t.tokens_to_trainer)} tokens to the trainer (${ratio} the merged ${n(t.merged_tokens)}), ${t.unparsed_tool_calls} unparsed tool call(s)`;
+  return (
+    `${t.samples_per_rollout!.toFixed(2)} samples/rollout (${t.single_sample_rollouts}/${t.rollouts} one ` +
+    `sample), ${n(t.tokens_to_trainer)} tokens to the trainer (${ratio} the merged ${n(t.merged_tokens)}), ` +
+    `${t.unparsed_tool_calls} unparsed tool call(s)`
+  );
 }

@@ -197,7 +197,8 @@ export async function assertPermissions(cluster: Cluster, perms: Permission[]): 
   }
   if (denied.length)
     throw new ClusterError(
-      `kube context "${cluster.context}": you may not ${denied.join(', ')} in namespace "${cluster.namespace}" (SelfSubjectAccessReview denied it); ask the cluster admin for these permissions, or pick another --namespace`,
+      `kube context "${cluster.context}": you may not ${denied.join(', ')} in namespace "${cluster.namespace}" ` +
+        `(SelfSubjectAccessReview denied it); ask the cluster admin for these permissions, or pick another --namespace`,
       403,
       'Forbidden',
     );

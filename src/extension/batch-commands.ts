@@ -221,7 +221,8 @@ async function checkBatch(
       const { connectDocker } = await import('../sandbox/docker-client.js');
       await (await connectDocker()).ping().catch((err: unknown) => {
         throw new Error(
-          `Docker is not reachable on this machine (${(err as Error).message}); a k8s batch builds its task images here${settings.clusterRegistry ? ` and pushes them to ${settings.clusterRegistry}` : ''}`,
+          `Docker is not reachable on this machine (${(err as Error).message}); a k8s batch builds its task images ` +
+            `here${settings.clusterRegistry ? ` and pushes them to ${settings.clusterRegistry}` : ''}`,
         );
       });
       if (!settings.clusterRegistry)

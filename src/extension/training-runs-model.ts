@@ -84,7 +84,13 @@ export function runNodes(
       description: [r.trainer, w && shown.phase === 'Pending' ? `Pending: ${w.reason}` : shown.phase, age(r.created, now)]
         .filter(Boolean)
         .join(' · '),
-      tooltip: `${r.kind} ${r.namespace}/${r.name}\ntrainer: ${r.trainer}\nphase: ${shown.phase}${shown.detail ? ` (${shown.detail})` : ''}${r.created ? `\ncreated: ${r.created}` : ''}${data ? `\ndata: ${data}` : ''}`,
+      tooltip: [
+        `${r.kind} ${r.namespace}/${r.name}`,
+        `trainer: ${r.trainer}`,
+        `phase: ${shown.phase}${shown.detail ? ` (${shown.detail})` : ''}`,
+        ...(r.created ? [`created: ${r.created}`] : []),
+        ...(data ? [`data: ${data}`] : []),
+      ].join('\n'),
       icon: w?.stuck && shown.phase === 'Pending' ? 'warning' : ICONS[shown.phase],
       phase: shown.phase,
       waiting: w,
@@ -98,7 +104,9 @@ export function runNodes(
 /** What Show Logs says when the run has no log yet: the pods' waiting reason, or that none was made. */
 export function noLogsYet(name: string, waiting: PodWaiting | null): string {
   if (!waiting) return `training run ${name} has no started pod yet (none created so far: the operator or the scheduler has not made one)`;
-  return `training run ${name} has no log yet: pod ${waiting.pod} is waiting: ${waiting.reason}${waiting.message ? ` (${waiting.message})` : ''}${waiting.stuck ? '; it will not start by itself' : ''}`;
+  const detail = waiting.message ? ` (${waiting.message})` : '';
+  const stuck = waiting.stuck ? '; it will not start by itself' : '';
+  return `training run ${name} has no log yet: pod ${waiting.pod} is waiting: ${waiting.reason}${detail}${stuck}`;
 }
 
 export function errorNode(message: string): TrainingRunsMessage {

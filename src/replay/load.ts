@@ -227,8 +227,11 @@ export function formatLoadReport(r: LoadReport): string {
     .slice(0, 3)
     .map((x) => `  ${x.rollout_id}#${x.index}: ${x.status || 'no answer'} ${x.error ?? ''}`);
   return [
-    `re-issued ${r.requests} request(s) against ${r.engine_url} at ${r.speed}x: ${r.ok} ok, ${r.failed} failed, in ${(r.wall_ms / 1000).toFixed(1)} s (recorded span ${(r.recorded_span_ms / 1000).toFixed(1)} s)`,
-    `latency p50 ${ms(r.latency_ms.p50)}, p95 ${ms(r.latency_ms.p95)}, max ${ms(r.latency_ms.max)}; ${r.completion_tokens} sampled tokens${r.tokens_per_s === null ? '' : `, ${r.tokens_per_s.toFixed(1)} tokens/s`}; started at most ${ms(r.max_start_lag_ms)} late`,
+    `re-issued ${r.requests} request(s) against ${r.engine_url} at ${r.speed}x: ${r.ok} ok, ${r.failed} ` +
+      `failed, in ${(r.wall_ms / 1000).toFixed(1)} s (recorded span ${(r.recorded_span_ms / 1000).toFixed(1)} s)`,
+    `latency p50 ${ms(r.latency_ms.p50)}, p95 ${ms(r.latency_ms.p95)}, max ${ms(r.latency_ms.max)}; ${r.completion_tokens} ` +
+      `sampled tokens${r.tokens_per_s === null ? '' : `, ${r.tokens_per_s.toFixed(1)} tokens/s`}; started at ` +
+      `most ${ms(r.max_start_lag_ms)} late`,
     ...failures,
   ].join('\n');
 }

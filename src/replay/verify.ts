@@ -278,7 +278,9 @@ export function formatVerify(r: VerifyReport): string {
     if (!c.prompt_accepted) line += `FAILED: the engine refused the recorded prompt (${c.n_prompt} ids): ${c.refusal}`;
     else if (c.first_mismatch) {
       const m = c.first_mismatch;
-      line += `FAILED: ${c.n_mismatched} of ${c.n_sampled} token(s) off; first at sampled position ${m.position} (token ${m.token_id}): recorded ${m.recorded.toFixed(6)}, engine ${m.engine === null ? 'none' : m.engine.toFixed(6)}`;
+      line +=
+        `FAILED: ${c.n_mismatched} of ${c.n_sampled} token(s) off; first at sampled position ${m.position} (token ` +
+        `${m.token_id}): recorded ${m.recorded.toFixed(6)}, engine ${m.engine === null ? 'none' : m.engine.toFixed(6)}`;
     } else line += `ok, ${c.n_sampled} tokens, max |diff| ${fmt(c.max_abs_diff)}`;
     if (c.greedy?.checked)
       line += c.greedy.reproduced ? '; greedy: reproduced' : `; greedy: FAILED, differs at position ${c.greedy.first_difference}`;
@@ -288,7 +290,8 @@ export function formatVerify(r: VerifyReport): string {
   for (const s of r.skipped) lines.push(`  skipped ${s.call_id} (index ${s.index}): ${s.reason}`);
   const s = r.summary;
   lines.push(
-    `${s.mismatched_tokens} token(s) outside tolerance, ${s.refused_prompts} prompt(s) refused, greedy ${s.greedy_checked - s.greedy_failed}/${s.greedy_checked} reproduced; max |diff| ${fmt(s.max_abs_diff)}`,
+    `${s.mismatched_tokens} token(s) outside tolerance, ${s.refused_prompts} prompt(s) refused, greedy ${s.greedy_checked - s.greedy_failed}/${s.greedy_checked} ` +
+      `reproduced; max |diff| ${fmt(s.max_abs_diff)}`,
   );
   lines.push(r.ok ? 'verify: ok' : r.calls.length ? 'verify: FAILED' : 'verify: FAILED (no call with token data to verify)');
   return `${lines.join('\n')}\n`;

@@ -82,7 +82,11 @@ export function panelSvg(runs: CurveRun[], panel: Panel): string {
   const box = extent(runs, panel);
   const title = `<text class="title" x="${M.left}" y="16">${esc(panel.title)}</text>`;
   if (!box)
-    return `<svg class="panel empty" data-metric="${panel.metric}" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="${esc(panel.title)}: no data">${title}<text class="note" x="${W / 2}" y="${H / 2}" text-anchor="middle">not logged</text></svg>`;
+    return (
+      `<svg class="panel empty" data-metric="${panel.metric}" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" ` +
+      `role="img" aria-label="${esc(panel.title)}: no data">${title}<text class="note" x="${W / 2}" y="${H / 2}" ` +
+      `text-anchor="middle">not logged</text></svg>`
+    );
   const sx = (x: number) => M.left + ((x - box.x0) / (box.x1 - box.x0)) * (W - M.left - M.right);
   const sy = (y: number) => H - M.bottom - ((y - box.y0) / (box.y1 - box.y0)) * (H - M.top - M.bottom);
   const parts: string[] = [title];
@@ -115,7 +119,8 @@ export function panelSvg(runs: CurveRun[], panel: Panel): string {
     }
     const line = pts.map((p) => `${sx(p.step).toFixed(1)},${sy(p.value).toFixed(1)}`).join(' ');
     parts.push(
-      `<polyline class="curve" data-run="${esc(r.name)}" data-points="${pts.length}" stroke="${colour}" points="${line}"><title>${esc(r.name)}: ${pts.length} point(s), last ${tickLabel(pts[pts.length - 1]!.value)} at step ${pts[pts.length - 1]!.step}</title></polyline>`,
+      `<polyline class="curve" data-run="${esc(r.name)}" data-points="${pts.length}" stroke="${colour}" points="${line}"><title>${esc(r.name)}: ` +
+        `${pts.length} point(s), last ${tickLabel(pts[pts.length - 1]!.value)} at step ${pts[pts.length - 1]!.step}</title></polyline>`,
     );
     if (pts.length === 1)
       parts.push(`<circle cx="${sx(pts[0]!.step).toFixed(1)}" cy="${sy(pts[0]!.value).toFixed(1)}" r="3" fill="${colour}"/>`);
@@ -128,7 +133,8 @@ export function curvesHtml(runs: CurveRun[]): string {
   const legend = runs
     .map(
       (r, i) =>
-        `<li data-run="${esc(r.name)}"><span class="swatch" style="background:${RUN_COLOURS[i % RUN_COLOURS.length]}"></span>${esc(r.name)} <span class="dim">${r.metrics.lines} metric line(s)${r.metrics.formats.length ? ` · ${r.metrics.formats.join(', ')}` : ''}</span></li>`,
+        `<li data-run="${esc(r.name)}"><span class="swatch" style="background:${RUN_COLOURS[i % RUN_COLOURS.length]}"></span>${esc(r.name)} ` +
+        `<span class="dim">${r.metrics.lines} metric line(s)${r.metrics.formats.length ? ` · ${r.metrics.formats.join(', ')}` : ''}</span></li>`,
     )
     .join('');
   return `<ul class="legend">${legend}</ul><div class="panels">${PANELS.map((p) => panelSvg(runs, p)).join('')}</div>`;

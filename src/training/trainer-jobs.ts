@@ -795,7 +795,8 @@ export async function findRun(
     if (hit) return { kind, trainer: hit.metadata?.labels?.[TRAINER_LABEL] as Trainer | undefined };
   }
   throw new ClusterError(
-    `training run "${name}" is not in namespace "${cluster.namespace}" of kube context "${cluster.context}" (no RayJob, TrainJob or Job labelled ${runSelector(name)}, and no local record in ${recordsDir ?? runsDir()})`,
+    `training run "${name}" is not in namespace "${cluster.namespace}" of kube context "${cluster.context}" ` +
+      `(no RayJob, TrainJob or Job labelled ${runSelector(name)}, and no local record in ${recordsDir ?? runsDir()})`,
   );
 }
 

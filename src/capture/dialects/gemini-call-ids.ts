@@ -137,6 +137,8 @@ export function restoreGeminiCallIds(body: JsonObject, previous: readonly CallRe
   return {
     body: { ...body, contents: newContents },
     restored,
-    finding: `[INFO] call_ids_restored: ${restored} functionCall/functionResponse part(s) came without an id (the harness dropped them on replay) and got the id of this session's earlier answer${tail}`,
+    finding:
+      `[INFO] call_ids_restored: ${restored} functionCall/functionResponse part(s) came without an id (the ` +
+      `harness dropped them on replay) and got the id of this session's earlier answer${tail}`,
   };
 }

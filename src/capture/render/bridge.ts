@@ -295,7 +295,9 @@ export class Bridge {
       info.full_render = { tokens: full.length, common_prefix: lcp, equal, drift_tokens: drift };
       if (!equal)
         findings.push(
-          `[INFO] render_drift: a full render of these messages differs from the bridged prompt at token ${lcp} (${drift} of the anchor's ${anchorTokens} tokens would be re-rendered; full ${full.length}, bridged ${promptIds.length})`,
+          `[INFO] render_drift: a full render of these messages differs from the bridged prompt at token ${lcp} ` +
+            `(${drift} of the anchor's ${anchorTokens} tokens would be re-rendered; full ${full.length}, bridged ` +
+            `${promptIds.length})`,
         );
     }
     return { promptIds, parts: { anchorPrompt: turn.promptIds, anchorSampled: turn.sampledIds, bridge: bridgeIds }, info, findings };

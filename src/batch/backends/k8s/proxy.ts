@@ -48,7 +48,8 @@ export async function waitForProxyPod(cluster: Cluster, watch: BatchWatch, batch
         .join('; ');
       reject(
         new ClusterError(
-          `the capture proxy of batch ${batchId} (Deployment ${cluster.namespace}/${proxyName(batchId)}) did not become ready within ${Math.round(timeoutMs / 1000)} s${state ? `: ${state}` : ': no pod'}`,
+          `the capture proxy of batch ${batchId} (Deployment ${cluster.namespace}/${proxyName(batchId)}) did not ` +
+            `become ready within ${Math.round(timeoutMs / 1000)} s${state ? `: ${state}` : ': no pod'}`,
         ),
       );
     }, timeoutMs);
