@@ -8,7 +8,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
-import { dumpYaml, type KubernetesObject } from '@kubernetes/client-node';
+import { dumpYaml, type KubernetesObject, type V1PodSecurityContext } from '@kubernetes/client-node';
 import { z } from 'zod';
 import { shellQuote } from '../harness/registry.js';
 import type { HarborTask } from '../tasks/task.js';
@@ -200,7 +200,11 @@ export function entryScript(input: RolloutJobInput): string {
     `HOME=${POD_PATHS.home}`,
     ...Object.entries({ ...input.taskEnv, ...input.verifierEnv }).map(([k, v]) => `${k}=${v}`),
   ];
-  const agentCmd = `${input.agentTimeoutInPod ? `timeout -k 30 ${input.timeoutSec} ` : ''}$drop ${asUser(input.task.agentUser, `env PATH=${POD_PATHS.binDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=${POD_PATHS.home} ${agentEnv.map(shellQuote).join(' ')} bash -c ${shellQuote(input.launch.script)}`)}`;
+  const agentPath = `${POD_PATHS.binDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`;
+  const agentEnvArgs = agentEnv.map(shellQuote).join(' ');
+  const agentShell = `env PATH=${agentPath} HOME=${POD_PATHS.home} ${agentEnvArgs} bash -c ${shellQuote(input.launch.script)}`;
+  const agentTimeout = input.agentTimeoutInPod ? `timeout -k 30 ${input.timeoutSec} ` : '';
+  const agentCmd = `${agentTimeout}$drop ${asUser(input.task.agentUser, agentShell)}`;
   const lines = [
     'set -u',
     'ms() { echo $(( $(date +%s%N) / 1000000 )); }',
@@ -210,7 +214,8 @@ export function entryScript(input: RolloutJobInput): string {
     `chmod 1777 ${POD_PATHS.home} ${POD_PATHS.logs}/agent ${POD_PATHS.logs}/verifier ${POD_PATHS.logs}/artifacts`,
     ...input.launch.files.map(
       (f) =>
-        `mkdir -p ${shellQuote(f.path.replace(/\/[^/]*$/, '') || '/')} && printf '%s' '${b64(f.content)}' | base64 -d | sed "s|${SESSION_KEY_PLACEHOLDER}|$k|g" > ${shellQuote(f.path)} || exit ${INFRA_EXIT_CODE}`,
+        `mkdir -p ${shellQuote(f.path.replace(/\/[^/]*$/, '') || '/')} && printf '%s' '${b64(f.content)}' | ` +
+        `base64 -d | sed "s|${SESSION_KEY_PLACEHOLDER}|$k|g" > ${shellQuote(f.path)} || exit ${INFRA_EXIT_CODE}`,
     ),
     ...(input.task.agentUser && input.launch.files.length ? [`chown -R ${shellQuote(input.task.agentUser)} ${POD_PATHS.home}`] : []),
     // The tests token: taken (and removed) before the agent exists, held only in this shell's memory.
@@ -219,7 +224,8 @@ export function entryScript(input: RolloutJobInput): string {
     `[ -n "$tests_token" ] || { echo 'the tests sidecar issued no token' >&2; exit ${INFRA_EXIT_CODE}; }`,
     // The agent's processes lose capabilities this script keeps (kill, setpcap): the kernel then refuses
     // them ptrace and /proc/<pid>/{mem,environ} of this script even as root.
-    "drop=''; if command -v setpriv >/dev/null 2>&1 && setpriv --bounding-set -kill,-setpcap true 2>/dev/null; then drop='setpriv --bounding-set -kill,-setpcap --'; isolated=true; else isolated=false; fi",
+    "drop=''; if command -v setpriv >/dev/null 2>&1 && setpriv --bounding-set -kill,-setpcap true 2>/dev/null; " +
+      "then drop='setpriv --bounding-set -kill,-setpcap --'; isolated=true; else isolated=false; fi",
     `agent_cmd=${shellQuote(agentCmd)}`,
     `agent_cmd="\${agent_cmd//${SESSION_KEY_PLACEHOLDER}/"$k"}"`,
     `echo ${shellQuote(`${PHASE_MARKER}agent`)}`,
@@ -239,11 +245,15 @@ export function entryScript(input: RolloutJobInput): string {
     'probe=$(env -i ' + verifierEnv.map(shellQuote).join(' ') + ' env)',
     'case "$probe" in *"$k"*) key_absent=false ;; *) key_absent=true ;; esac',
     't1=$(ms)',
-    `if [ "$tries" -ge 0 ]; then cd ${shellQuote(workdir)} && timeout -k 10 ${input.task.verifierTimeoutSec} ${asUser(input.task.verifierUser, `env -i ${verifierEnv.map(shellQuote).join(' ')} bash ${POD_PATHS.tests}/test.sh`)} 2>&1 | tee ${shellQuote(verifierLog)}; verifier_exit=\${PIPESTATUS[0]}; else verifier_exit=-1; fi`,
+    `if [ "$tries" -ge 0 ]; then cd ${shellQuote(workdir)} && timeout -k 10 ${input.task.verifierTimeoutSec} ` +
+      `${asUser(input.task.verifierUser, `env -i ${verifierEnv.map(shellQuote).join(' ')} bash ${POD_PATHS.tests}/test.sh`)} ` +
+      `2>&1 | tee ${shellQuote(verifierLog)}; verifier_exit=\${PIPESTATUS[0]}; else verifier_exit=-1; fi`,
     'verifier_ms=$(( $(ms) - t1 ))',
     `rj=$(base64 -w0 ${POD_PATHS.logs}/verifier/reward.json 2>/dev/null || true)`,
     `rt=$(base64 -w0 ${POD_PATHS.logs}/verifier/reward.txt 2>/dev/null || true)`,
-    `printf '\\n${RESULT_MARKER}{"agent_exit":%s,"agent_ms":%s,"verifier_exit":%s,"verifier_ms":%s,"session_key_absent":%s,"tests_requests_refused":%s,"agent_isolated":%s,"reward_json":"%s","reward_txt":"%s"}\\n' "$agent_exit" "$agent_ms" "$verifier_exit" "$verifier_ms" "$key_absent" "$tries" "$isolated" "$rj" "$rt"`,
+    `printf '\\n${RESULT_MARKER}{"agent_exit":%s,"agent_ms":%s,"verifier_exit":%s,"verifier_ms":%s,` +
+      `"session_key_absent":%s,"tests_requests_refused":%s,"agent_isolated":%s,"reward_json":"%s","reward_txt":"%s"}\\n' ` +
+      `"$agent_exit" "$agent_ms" "$verifier_exit" "$verifier_ms" "$key_absent" "$tries" "$isolated" "$rj" "$rt"`,
     'exit 0',
   ];
   return lines.join('\n');
@@ -542,16 +552,7 @@ export function proxyManifests(input: ProxyInput): (KubernetesObject & Record<st
       type: 'Opaque',
       stringData: { 'admin-key': input.adminKey, ...(input.engineApiKey ? { 'engine-api-key': input.engineApiKey } : {}) },
     },
-    {
-      apiVersion: 'v1',
-      kind: 'PersistentVolumeClaim',
-      metadata: { name: proxyClaimName(input.batchId), namespace: input.namespace, labels },
-      spec: {
-        accessModes: ['ReadWriteOnce'],
-        resources: { requests: { storage: input.storage ?? '1Gi' } },
-        ...(input.storageClassName ? { storageClassName: input.storageClassName } : {}),
-      },
-    },
+    stateClaim(proxyClaimName(input.batchId), input.namespace, labels, input.storage ?? '1Gi', input.storageClassName),
     {
       apiVersion: 'apps/v1',
       kind: 'Deployment',
@@ -566,13 +567,7 @@ export function proxyManifests(input: ProxyInput): (KubernetesObject & Record<st
           spec: {
             automountServiceAccountToken: false,
             enableServiceLinks: false,
-            securityContext: {
-              runAsNonRoot: true,
-              runAsUser: PROXY_UID,
-              runAsGroup: PROXY_UID,
-              fsGroup: PROXY_UID,
-              seccompProfile: { type: 'RuntimeDefault' },
-            },
+            securityContext: restrictedPodSecurityContext(PROXY_UID),
             containers: [
               {
                 name: 'proxy',
@@ -709,4 +704,29 @@ export async function validateManifests(objs: KubernetesObject[]): Promise<void>
 export function formatManifests(objs: KubernetesObject[], format: 'json' | 'yaml'): string {
   if (format === 'json') return `${JSON.stringify({ apiVersion: 'v1', kind: 'List', metadata: {}, items: objs }, null, 2)}\n`;
   return objs.map((o) => dumpYaml(o, { noRefs: true, lineWidth: -1 })).join('---\n');
+}
+
+/** A ReadWriteOnce claim for one writer's state (the capture proxy's store, a rollout server's batches). */
+export function stateClaim(
+  name: string,
+  namespace: string,
+  labels: Record<string, string>,
+  storage: string,
+  storageClassName?: string,
+): KubernetesObject & Record<string, unknown> {
+  return {
+    apiVersion: 'v1',
+    kind: 'PersistentVolumeClaim',
+    metadata: { name, namespace, labels },
+    spec: {
+      accessModes: ['ReadWriteOnce'],
+      resources: { requests: { storage } },
+      ...(storageClassName ? { storageClassName } : {}),
+    },
+  };
+}
+
+/** Pod Security "restricted" at the pod level: one non-root uid owns the process and the volumes. */
+export function restrictedPodSecurityContext(uid: number): V1PodSecurityContext {
+  return { runAsNonRoot: true, runAsUser: uid, runAsGroup: uid, fsGroup: uid, seccompProfile: { type: 'RuntimeDefault' } };
 }

@@ -81,23 +81,8 @@ function summary(r: ReplayReport): string {
 /** Replay Rollout: the harness again, answered from the record; the replay opens beside the original. */
 export async function replayShownRollout(host: ReplayCommandHost, arg: unknown): Promise<ReplayReport | undefined> {
   const source = viewerReplaySource(viewerOf(host, arg));
-  const report = await withReplayProgress(`Harness Lab: replaying ${source.session_id}`, (signal, say) =>
-    runReplay({
-      source,
-      sandbox: 'docker',
-      outDir: defaultReplayOut(source.path, source.runDir),
-      signal,
-      handleSignals: false,
-      onStage: say,
-      onCall: (c) => say(`call ${c.position}: ${c.level}`),
-      log: host.log,
-    }),
-  );
-  if (!report) {
-    host.log(`replay of ${source.session_id}: cancelled`);
-    return undefined;
-  }
-  host.log(formatReplayReport(report));
+  const report = await replayWithProgress(host, source, `replaying ${source.session_id}`, `replay of ${source.session_id}`);
+  if (!report) return undefined;
   if (report.halt?.difference) host.log(formatDifference(report.halt.difference));
   await vscode.commands.executeCommand(
     'vscode.openWith',
@@ -140,12 +125,30 @@ export async function forkShownRollout(host: ReplayCommandHost, arg: unknown): P
     engineUrl: engineUrl.trim(),
     ...(seedText.trim() ? { sampling: { seed: Number(seedText.trim()) } } : {}),
   };
-  const report = await withReplayProgress(`Harness Lab: forking ${source.session_id} at call ${picked}`, (signal, say) =>
+  const what = `forking ${source.session_id} at call ${picked}`;
+  const report = await replayWithProgress(host, source, what, `fork of ${source.session_id}`, fork);
+  if (!report) return undefined;
+  host.openForks(source.path);
+  const text = `Fork of ${source.session_id} at call ${picked}: ${summary(report)}`;
+  if (report.ok) void vscode.window.showInformationMessage(text);
+  else void vscode.window.showWarningMessage(text);
+  return report;
+}
+
+/** A replay (or a fork) in a cancellable progress notification, its report in the log; undefined when cancelled. */
+async function replayWithProgress(
+  host: ReplayCommandHost,
+  source: ReplaySource,
+  doing: string,
+  what: string,
+  fork?: ForkOptions,
+): Promise<ReplayReport | undefined> {
+  const report = await withReplayProgress(`Harness Lab: ${doing}`, (signal, say) =>
     runReplay({
       source,
       sandbox: 'docker',
-      outDir: defaultReplayOut(source.path, source.runDir),
-      fork,
+      outDir: defaultReplayOut(source.path, source.rolloutDir),
+      ...(fork ? { fork } : {}),
       signal,
       handleSignals: false,
       onStage: say,
@@ -154,14 +157,10 @@ export async function forkShownRollout(host: ReplayCommandHost, arg: unknown): P
     }),
   );
   if (!report) {
-    host.log(`fork of ${source.session_id}: cancelled`);
+    host.log(`${what}: cancelled`);
     return undefined;
   }
   host.log(formatReplayReport(report));
-  host.openForks(source.path);
-  const text = `Fork of ${source.session_id} at call ${picked}: ${summary(report)}`;
-  if (report.ok) void vscode.window.showInformationMessage(text);
-  else void vscode.window.showWarningMessage(text);
   return report;
 }
 

@@ -18,13 +18,13 @@ const ReplayReportFileSchema = z.looseObject({
 });
 export type ReplayReportFile = z.infer<typeof ReplayReportFileSchema>;
 
-const RunStatusSchema = z.looseObject({ status: z.string() });
+const RolloutStatusSchema = z.looseObject({ status: z.string() });
 
 /** The status a run folder's rollout.json records (`ok`, `errored`), or null when there is none to read. */
-function runStatus(runDir: string | null): string | null {
-  if (!runDir) return null;
+function rolloutStatus(rolloutDir: string | null): string | null {
+  if (!rolloutDir) return null;
   try {
-    const parsed = RunStatusSchema.safeParse(JSON.parse(readFileSync(join(runDir, 'rollout.json'), 'utf8')));
+    const parsed = RolloutStatusSchema.safeParse(JSON.parse(readFileSync(join(rolloutDir, 'rollout.json'), 'utf8')));
     return parsed.success ? parsed.data.status : null;
   } catch {
     return null; // no readable run record: the member's class is then read from its reward alone
@@ -68,13 +68,13 @@ function runFolders(root: string, depth: number, out: string[]): void {
  * beside the original's rollout folder (`<out>/<task>/`, as `harness-lab rollout --out <out>` lays them out), or a
  * `replays/` folder beside a rollout file that is not in a rollout folder.
  */
-export function defaultReplayRoot(rolloutPath: string, runDir: string | null): string {
-  return runDir ? dirname(dirname(runDir)) : join(dirname(rolloutPath), 'replays');
+export function defaultReplayRoot(rolloutPath: string, rolloutDir: string | null): string {
+  return rolloutDir ? dirname(dirname(rolloutDir)) : join(dirname(rolloutPath), 'replays');
 }
 
 /** The `--out` for a replay whose forks `forkMembers` finds by default (the rollouts root above the task folder). */
-export function defaultReplayOut(rolloutPath: string, runDir: string | null): string {
-  return runDir ? dirname(defaultReplayRoot(rolloutPath, runDir)) : defaultReplayRoot(rolloutPath, runDir);
+export function defaultReplayOut(rolloutPath: string, rolloutDir: string | null): string {
+  return rolloutDir ? dirname(defaultReplayRoot(rolloutPath, rolloutDir)) : defaultReplayRoot(rolloutPath, rolloutDir);
 }
 
 /**
@@ -86,7 +86,7 @@ export function forkMembers(
   roots?: readonly string[],
 ): { original: ForkMember; forks: (ForkMember & { report: ReplayReportFile })[] } {
   const source = loadReplaySource(originalArg);
-  const searchRoots = roots?.length ? roots.map((r) => resolve(r)) : [defaultReplayRoot(source.path, source.runDir)];
+  const searchRoots = roots?.length ? roots.map((r) => resolve(r)) : [defaultReplayRoot(source.path, source.rolloutDir)];
   const dirs: string[] = [];
   for (const root of searchRoots) runFolders(root, 3, dirs);
   const forks = dirs
@@ -100,5 +100,8 @@ export function forkMembers(
       status: r.status ?? null,
       report: r,
     }));
-  return { original: { label: 'original', rolloutFile: source.path, reward: source.reward, status: runStatus(source.runDir) }, forks };
+  return {
+    original: { label: 'original', rolloutFile: source.path, reward: source.reward, status: rolloutStatus(source.rolloutDir) },
+    forks,
+  };
 }

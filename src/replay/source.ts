@@ -59,7 +59,7 @@ export interface ReplaySource {
   /** The file it was read from. */
   path: string;
   /** The rollout folder next to it (rollout.json, agent/, verifier/), when there is one. */
-  runDir: string | null;
+  rolloutDir: string | null;
   session_id: string;
   metadata: Record<string, unknown>;
   capture_level: CaptureLevel;
@@ -121,11 +121,11 @@ export function loadReplaySource(arg: string): ReplaySource {
   }
   const doc = parsed.data;
   const calls = [...doc.calls].sort((a, b) => a.index - b.index);
-  const runDir = existsSync(join(dirname(path), 'rollout.json')) ? dirname(path) : null;
+  const rolloutDir = existsSync(join(dirname(path), 'rollout.json')) ? dirname(path) : null;
   let reward: number | null = isFixture ? (doc as ReplayFixture).reward : null;
-  if (!isFixture && runDir) {
+  if (!isFixture && rolloutDir) {
     try {
-      const record = RolloutJsonSchema.safeParse(JSON.parse(readFileSync(join(runDir, 'rollout.json'), 'utf8')));
+      const record = RolloutJsonSchema.safeParse(JSON.parse(readFileSync(join(rolloutDir, 'rollout.json'), 'utf8')));
       if (record.success) reward = record.data.reward ?? null;
     } catch {
       reward = null; // a rollout record that cannot be read only loses the reward comparison
@@ -136,7 +136,7 @@ export function loadReplaySource(arg: string): ReplaySource {
   const token_route = rendered ? (rendered.render?.engine_route === '/generate' ? '/generate' : '/v1/completions') : null;
   return {
     path,
-    runDir,
+    rolloutDir,
     session_id: doc.session_id,
     metadata: doc.metadata,
     capture_level: doc.capture_level,

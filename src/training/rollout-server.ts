@@ -11,7 +11,16 @@ import { basename, join, relative, resolve } from 'node:path';
 import { PassThrough, type Writable } from 'node:stream';
 import type * as k8s from '@kubernetes/client-node';
 import { apiStatus, clusterError, createOrKeep, type Cluster } from '../cluster/kube.js';
-import { LABELS, dnsLabel, labelValue, restrictedSecurityContext, serviceHostFlags, validateManifests } from '../cluster/manifests.js';
+import {
+  LABELS,
+  dnsLabel,
+  labelValue,
+  restrictedPodSecurityContext,
+  restrictedSecurityContext,
+  serviceHostFlags,
+  stateClaim,
+  validateManifests,
+} from '../cluster/manifests.js';
 import { ROLLOUT_PERMISSIONS, roleRules } from '../cluster/permissions.js';
 import { findTasks, loadTask } from '../tasks/task.js';
 import { SERVE_PORT, serveKeyRef, serveName } from './serve-names.js';
@@ -149,16 +158,7 @@ export function rolloutServerManifests(input: RolloutServerInput): Obj[] {
       stringData: { [serveKeyRef(run).key]: input.adminKey },
     },
     ...configMaps,
-    {
-      apiVersion: 'v1',
-      kind: 'PersistentVolumeClaim',
-      metadata: { name: serveClaimName(run), namespace: ns, labels },
-      spec: {
-        accessModes: ['ReadWriteOnce'],
-        resources: { requests: { storage: spec.storage } },
-        ...(spec.storageClassName ? { storageClassName: spec.storageClassName } : {}),
-      },
-    },
+    stateClaim(serveClaimName(run), ns, labels, spec.storage, spec.storageClassName),
     {
       apiVersion: 'apps/v1',
       kind: 'Deployment',
@@ -174,13 +174,7 @@ export function rolloutServerManifests(input: RolloutServerInput): Obj[] {
             serviceAccountName: name,
             enableServiceLinks: false,
             terminationGracePeriodSeconds: SERVE_GRACE_SEC,
-            securityContext: {
-              runAsNonRoot: true,
-              runAsUser: SERVE_UID,
-              runAsGroup: SERVE_UID,
-              fsGroup: SERVE_UID,
-              seccompProfile: { type: 'RuntimeDefault' },
-            },
+            securityContext: restrictedPodSecurityContext(SERVE_UID),
             containers: [
               {
                 name: 'serve',

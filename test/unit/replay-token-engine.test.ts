@@ -33,7 +33,7 @@ function call(index: number, content: string, prompt: number[], sampled: number[
 function source(calls: ReplayCall[]): ReplaySource {
   return {
     path: '/x/session.rollout.json',
-    runDir: null,
+    rolloutDir: null,
     session_id: 's1',
     metadata: {},
     capture_level: 'tokens',
