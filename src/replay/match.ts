@@ -56,6 +56,8 @@ export const TOLERANCE_RULES: readonly { name: string; pattern: RegExp }[] = [
   { name: 'pid', pattern: /\b(?:PGID|PID|pid|process id)[:=]?\s*\d+/g },
   { name: 'epoch', pattern: /\b1[5-9]\d{8}(?:\d{3})?\b/g },
   { name: 'duration', pattern: /\b\d+(?:\.\d+)?\s?(?:ms|milliseconds?|s|secs?|seconds?)\b/g },
+  // An id named as one ("Chunk ID: 904213", codex's exec output): random hex that may be all digits.
+  { name: 'labelled id', pattern: /\b(?:chunk|session|request|call|trace) id:?\s*[0-9a-f]{4,}\b/gi },
   { name: 'hex id', pattern: /\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,}\b/gi },
 ];
 

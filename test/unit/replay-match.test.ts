@@ -44,6 +44,18 @@ test('dates, temp paths, ids and pids the harness makes by itself are tolerated,
   assert.deepEqual(m.toolOutputs, []);
 });
 
+test("codex's Chunk ID is tolerated even when its random hex is all digits (the hex id rule needs a letter)", () => {
+  const out = (id: string) => `Chunk ID: ${id}\nWall time: 0.0000 seconds\nProcess exited with code 0\nOutput:\n`;
+  const recorded = base();
+  recorded.messages[3]!.content = out('90f9f1');
+  for (const id of ['904213', 'c1648d', 'abcdef']) {
+    const replayed = base();
+    replayed.messages[3]!.content = out(id);
+    const m = matchCall({ request: recorded }, { request: replayed });
+    assert.deepEqual([m.level, m.toolOutputs, m.tolerated.map((d) => d.rules)], ['tolerated', [], [['duration', 'labelled id']]], id);
+  }
+});
+
 test('a tool result that differs is reported apart, and does not halt', () => {
   const replayed = base();
   replayed.messages[3]!.content = 'b.txt\nProcess Group PGID: 66';
