@@ -293,16 +293,8 @@ export class TokenInEngine {
       skip_special_tokens: false,
       no_stop_trim: true,
     };
-    for (const key of [
-      'temperature',
-      'top_p',
-      'top_k',
-      'min_p',
-      'frequency_penalty',
-      'presence_penalty',
-      'repetition_penalty',
-      'stop',
-    ] as const) {
+    // SGLang names the seed `sampling_seed` (below); the other pinnable keys keep their names.
+    for (const key of [...PINNABLE_SAMPLING_KEYS.filter((k) => k !== 'seed'), 'stop'] as const) {
       if (request[key] !== undefined && request[key] !== null) sampling[key] = request[key];
     }
     const body: Record<string, unknown> = {
