@@ -5,6 +5,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
+import { RequestGuard } from '../capture/request-guard.js';
 import type { ChatMessage, ChatRequest, ChatToolCall, JsonObject } from '../capture/types.js';
 import type { Renderer } from '../capture/render/renderer.js';
 import { renderAssistantText } from './assistant-output.js';
@@ -374,7 +375,14 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
   const requests: ChatRequest[] = [];
   const responses: JsonObject[] = [];
   const tokenRequests: JsonObject[] = [];
+  // A loopback server like the others (request-guard.ts): the lab starts this one for task policies.
+  const guard = new RequestGuard({ listenHost: options.host ?? '127.0.0.1' });
   const server: Server = createServer((req, res) => {
+    const refusal = guard.check(req);
+    if (refusal) {
+      const type = refusal.status === 403 ? 'PermissionDeniedError' : 'UnsupportedMediaTypeError';
+      return sendJson(res, refusal.status, { error: { message: refusal.message, type, param: null, code: refusal.status } });
+    }
     handle(req, res, options, model, requests, responses, tokenRequests).catch((err: unknown) => {
       if (!res.headersSent) sendJson(res, 500, { object: 'error', message: String(err), type: 'InternalServerError', code: 500 });
       else res.destroy();

@@ -48,9 +48,13 @@ const DAY = '(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*';
 /** The run-to-run noise a harness makes by itself, each with a name the report uses. Order matters. */
 export const TOLERANCE_RULES: readonly { name: string; pattern: RegExp }[] = [
   { name: 'uuid', pattern: /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi },
-  { name: 'timestamp', pattern: /\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?/g },
+  // A weekday before an ISO date goes with it ("[Wed 2026-12-02 15:52 UTC]", openclaw's prompt stamp).
+  {
+    name: 'timestamp',
+    pattern: new RegExp(`(?:\\b${DAY},? )?\\d{4}-\\d{2}-\\d{2}[T ]\\d{2}:\\d{2}(?::\\d{2}(?:\\.\\d+)?)?(?:Z|[+-]\\d{2}:?\\d{2})?`, 'g'),
+  },
   { name: 'date', pattern: new RegExp(`(?:${DAY},? )?(?:${MONTH} \\d{1,2},? \\d{4}|\\d{1,2} ${MONTH},? \\d{4})`, 'g') },
-  { name: 'date', pattern: /\b\d{4}[-/]\d{1,2}[-/]\d{1,2}\b|\b\d{1,2}\/\d{1,2}\/\d{4}\b/g },
+  { name: 'date', pattern: new RegExp(`(?:\\b${DAY},? )?(?:\\b\\d{4}[-/]\\d{1,2}[-/]\\d{1,2}\\b|\\b\\d{1,2}/\\d{1,2}/\\d{4}\\b)`, 'g') },
   { name: 'time', pattern: /\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AP]M)?(?:\s?(?:UTC|GMT|[A-Z]{3,4}))?\b/g },
   { name: 'temp path', pattern: /(?:\/tmp|\/var\/tmp|\/private\/var\/folders|\/var\/folders)(?:\/[\w.@+-]+)+/g },
   { name: 'pid', pattern: /\b(?:PGID|PID|pid|process id)[:=]?\s*\d+/g },

@@ -117,6 +117,19 @@ export function egressNetworkSpec(name: string, spec: SandboxSpec): Docker.Netwo
 /** The network image builds run on: a bridge of the lab's own, behind the same firewall as egress sandboxes. */
 export const BUILD_NETWORK = 'harness-lab-build';
 
+/**
+ * The build network of a task naming `allowedHosts`: the shared one when it names none, else one per
+ * set of hosts, so the hosts one task opens never open another task's build.
+ */
+export function buildNetworkFor(allowedHosts: readonly string[]): string {
+  const hosts = [...new Set(allowedHosts.map((h) => h.trim().toLowerCase()).filter(Boolean))].sort();
+  if (!hosts.length) return BUILD_NETWORK;
+  return `${BUILD_NETWORK}-${createHash('sha256').update(hosts.join('\n')).digest('hex').slice(0, 7)}`;
+}
+
+/** Build networks being made in this process, by name: concurrent builds wait for one. */
+const buildNetworksInFlight = new Map<string, Promise<string>>();
+
 /** Sandbox limits when the task sets none ([environment] cpus, memory_mb, pids_limit set them). */
 export const DEFAULT_LIMITS = { cpus: 2, memoryMb: 4096, pids: 4096 };
 
@@ -247,7 +260,7 @@ export class DockerRuntime implements SandboxRuntime {
   private async buildTaskImage(task: HarborTask, tag: string, file: string, log?: (line: string) => void): Promise<string> {
     const env = task.environment;
     log?.(`building ${tag} from ${env.contextDir}`);
-    await this.ensureBuildNetwork(env.allowedHosts);
+    const network = await this.ensureBuildNetwork(env.allowedHosts);
     const stream = await this.docker.buildImage(tarDirectory(env.contextDir), {
       t: tag,
       rm: true,
@@ -255,7 +268,7 @@ export class DockerRuntime implements SandboxRuntime {
       // The lab's build network, never the host's: a task's RUN step may fetch packages, but it must
       // not reach the host (the capture's admin routes, the engine, anything bound to its addresses),
       // the LAN or the metadata address.
-      networkmode: BUILD_NETWORK,
+      networkmode: network,
       labels: JSON.stringify({ [LABEL.kind]: 'task', [LABEL.task]: task.name }),
     } as object);
     let timer: NodeJS.Timeout | undefined;
@@ -285,10 +298,23 @@ export class DockerRuntime implements SandboxRuntime {
     return tag;
   }
 
-  /** The build network and its firewall (made once, kept: builds of every lab on this host share it). */
-  private async ensureBuildNetwork(allowedHosts: readonly string[]): Promise<void> {
+  /**
+   * The build network for a task's allowed hosts, with its firewall (made once, kept: builds of every
+   * lab on this host share it). Chains already in place are left alone, never removed and set again,
+   * so a build running on the network meanwhile is never without them.
+   */
+  private async ensureBuildNetwork(allowedHosts: readonly string[]): Promise<string> {
+    const name = buildNetworkFor(allowedHosts);
+    const pending = buildNetworksInFlight.get(name);
+    if (pending) return pending;
+    const made = this.makeBuildNetwork(name, allowedHosts).finally(() => buildNetworksInFlight.delete(name));
+    buildNetworksInFlight.set(name, made);
+    return made;
+  }
+
+  private async makeBuildNetwork(name: string, allowedHosts: readonly string[]): Promise<string> {
     const exists = await this.docker
-      .getNetwork(BUILD_NETWORK)
+      .getNetwork(name)
       .inspect()
       .then(
         () => true,
@@ -297,17 +323,19 @@ export class DockerRuntime implements SandboxRuntime {
     if (!exists) {
       await this.docker
         .createNetwork({
-          Name: BUILD_NETWORK,
+          Name: name,
           Driver: 'bridge',
           CheckDuplicate: true,
           Labels: { [LABEL.kind]: 'network' },
-          Options: { 'com.docker.network.bridge.name': bridgeNameFor('build'), 'com.docker.network.bridge.enable_icc': 'false' },
+          Options: { 'com.docker.network.bridge.name': bridgeNameFor(name), 'com.docker.network.bridge.enable_icc': 'false' },
         })
         .catch((err: Error) => {
           if (!/already exists/i.test(err.message)) throw err;
         });
     }
-    applyEgressFirewall(bridgeNameFor('build'), await resolveAllowedHosts(allowedHosts));
+    const bridge = bridgeNameFor(name);
+    if (!firewalledBridges().includes(bridge)) applyEgressFirewall(bridge, await resolveAllowedHosts(allowedHosts));
+    return name;
   }
 
   async create(spec: SandboxSpec): Promise<Sandbox> {

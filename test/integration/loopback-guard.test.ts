@@ -14,6 +14,7 @@ import { startTestEngine } from './engine-fixture.js';
 import { EXAMPLES } from './sandbox-fixtures.js';
 import { startServe, tempDir, type ServeProcess } from './serve-fixtures.js';
 import type { EmbeddedEngine } from '../../src/engine/embedded-engine.js';
+import { startFakeEngine, type FakeEngine } from '../../src/engine/fake-engine.js';
 
 interface Answer {
   status: number;
@@ -278,5 +279,26 @@ describe('embedded engine', () => {
       ).status,
       200,
     );
+  });
+});
+
+describe('scripted-policy engine (task policies)', () => {
+  let engine: FakeEngine;
+  before(async () => {
+    engine = await startFakeEngine();
+  });
+  after(() => engine?.close());
+
+  test('DNS rebinding, a foreign Origin and a text/plain POST are refused; a local client is answered', async () => {
+    const rebound = await send(engine.url, { path: '/v1/models', headers: REBIND });
+    assert.equal(rebound.status, 403);
+    assert.equal(JSON.parse(rebound.body).error.type, 'PermissionDeniedError');
+    const headers = { origin: 'http://evil.example', 'content-type': 'application/json' };
+    assert.equal((await send(engine.url, { method: 'POST', path: '/v1/chat/completions', headers, body: chatBody })).status, 403);
+    const plain = { 'content-type': 'text/plain' };
+    assert.equal((await send(engine.url, { method: 'POST', path: '/v1/chat/completions', headers: plain, body: chatBody })).status, 415);
+    const local = { 'content-type': 'application/json' };
+    assert.equal((await send(engine.url, { method: 'POST', path: '/v1/chat/completions', headers: local, body: chatBody })).status, 200);
+    assert.equal(engine.requests.length, 1);
   });
 });

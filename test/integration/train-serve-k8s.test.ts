@@ -10,7 +10,7 @@
 // infra-failed rate, reward mean), `train logs` reaches both, and `train cancel` leaves nothing.
 /* eslint-disable @typescript-eslint/no-explicit-any -- wire JSON from the server under test */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -164,6 +164,21 @@ describe('train submit deploys the rollout server beside a TRL-speaking trainer 
     assert.ok(!JSON.stringify(role.rules).includes('*'), 'no wildcard in the Role');
     const serverPod = (await core.listNamespacedPod({ namespace: NS, labelSelector: 'harness-lab/role=rollout-server' })).items[0]!;
     assert.equal(serverPod.spec?.serviceAccountName, `${RUN}-serve`);
+
+    // The server's admin key is in the run's Secret and nowhere else: no other object any client sent
+    // to the cluster (the lab's or the server's own), no file the lab wrote.
+    const keySecret = await core.readNamespacedSecret({ namespace: NS, name: `${RUN}-serve` });
+    const adminKey = Buffer.from(Object.values(keySecret.data ?? {})[0] ?? '', 'base64').toString('utf8');
+    assert.ok(adminKey.length >= 16, 'the run has a minted admin key');
+    const carriers = ['POST', 'PUT', 'PATCH']
+      .flatMap((m) => cluster.api.requests(m, /./))
+      .filter((r) => JSON.stringify(r.body ?? null).includes(adminKey))
+      .map((r) => `${r.method} ${r.path}`);
+    assert.deepEqual(carriers, [`POST /api/v1/namespaces/${NS}/secrets`], 'only the Secret carries the key');
+    const files = (d: string): string[] =>
+      readdirSync(d).flatMap((n) => (statSync(join(d, n)).isDirectory() ? files(join(d, n)) : [join(d, n)]));
+    for (const f of [...files(runEnv.HARNESS_LAB_DATA_DIR!), ...files(dir)])
+      assert.ok(!readFileSync(f, 'utf8').includes(adminKey), `${f} holds the admin key`);
 
     const cancel = await cli(['train', 'cancel', RUN, '--namespace', NS], { env: runEnv, timeoutMs: 300_000 });
     assert.equal(cancel.code, 0, cancel.stderr);

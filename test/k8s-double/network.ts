@@ -11,7 +11,7 @@
 // namespace (an engine on the host) are "outside the cluster": egress policies decide them with
 // ipBlock rules. The kubelet's own paths (port-forward, probes) enter a pod's namespace directly and
 // no policy applies to them, as on a real node.
-import { mkdtempSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -25,19 +25,33 @@ export const API_SERVICE_IP = '127.254.0.1';
 export const API_SERVICE_PORT = 443;
 const PAUSE_IMAGE = 'harness-lab/base:bookworm';
 
-/** Inside a pod: listeners from /relay/config.json (re-read as it grows) and /relay/in.sock -> 127.0.0.1:<port>. */
+/**
+ * Inside a pod: listeners from /relay/config.json (re-read as it grows) and /relay/in.sock -> 127.0.0.1:<port>.
+ * /relay/loaded names the config generation whose listeners all listen: the double starts a pod's
+ * containers only after it, as a CNI plugin finishes before the kubelet starts them.
+ */
 const RELAY_SCRIPT = `
 const net = require('net'), fs = require('fs');
-const open = new Set();
 function pipe(a, b) { a.pipe(b).pipe(a); a.on('error', () => b.destroy()); b.on('error', () => a.destroy()); a.on('close', () => b.destroy()); b.on('close', () => a.destroy()); }
+const open = new Map();
+let loaded = -1;
 function load() {
   let cfg; try { cfg = JSON.parse(fs.readFileSync('/relay/config.json', 'utf8')); } catch { return; }
-  for (const l of cfg.listeners) {
+  if (cfg.gen <= loaded) return;
+  const waits = cfg.listeners.map((l) => {
     const k = l.host + ':' + l.port;
-    if (open.has(k)) continue;
-    open.add(k);
-    net.createServer((c) => pipe(c, net.connect('/relay/' + l.sock))).on('error', () => open.delete(k)).listen(l.port, l.host);
-  }
+    if (!open.has(k)) {
+      const s = net.createServer((c) => pipe(c, net.connect('/relay/' + l.sock)));
+      open.set(k, new Promise((ok) => s.once('listening', ok).once('error', () => (open.delete(k), ok()))));
+      s.listen(l.port, l.host);
+    }
+    return open.get(k);
+  });
+  Promise.all(waits).then(() => {
+    if (cfg.gen <= loaded) return;
+    loaded = cfg.gen;
+    fs.writeFileSync('/relay/loaded', String(cfg.gen));
+  });
 }
 net.createServer((c) => {
   c.once('readable', function first() {
@@ -48,7 +62,17 @@ net.createServer((c) => {
 }).listen('/relay/in.sock', () => fs.writeFileSync('/relay/ready', ''));
 load();
 setInterval(load, 250);
+try { fs.watch('/relay', load); } catch {}
 `;
+
+/** The config generation the relay of a pod has loaded (-1 before any). */
+function readLoaded(dir: string): number {
+  try {
+    return Number(readFileSync(join(dir, 'loaded'), 'utf8')) || 0;
+  } catch {
+    return -1;
+  }
+}
 
 export interface Decision {
   allowed: boolean;
@@ -72,6 +96,8 @@ interface PodNet {
   relay: Docker.Container;
   dir: string;
   servers: Map<string, Server>;
+  /** The generation of the last config.json written. */
+  gen: number;
 }
 
 interface LabelSelector {
@@ -245,7 +271,7 @@ export class PodNetwork {
     await pause.start();
     const dir = mkdtempSync(join(tmpdir(), 'hl-k8s-net-'));
     chmodSync(dir, 0o755);
-    writeFileSync(join(dir, 'config.json'), JSON.stringify({ listeners: [] }));
+    writeFileSync(join(dir, 'config.json'), JSON.stringify({ gen: 0, listeners: [] }));
     const relay = await this.docker.createContainer({
       Image: RELAY_IMAGE,
       Cmd: ['node', '-e', RELAY_SCRIPT],
@@ -253,7 +279,7 @@ export class PodNetwork {
       HostConfig: { NetworkMode: `container:${pause.id}`, Binds: [`${dir}:/relay`], Init: true },
     });
     await relay.start();
-    const net: PodNet = { ns, name, uid, pause, relay, dir, servers: new Map() };
+    const net: PodNet = { ns, name, uid, pause, relay, dir, servers: new Map(), gen: 0 };
     this.pods.set(uid, net);
     for (let i = 0; i < 100; i++) {
       if (await import('node:fs').then((fs) => fs.existsSync(join(dir, 'ready')))) break;
@@ -321,7 +347,9 @@ export class PodNetwork {
     for (const port of [...(this.exposed.get(net.ns) ?? [])].filter((x) => !own.has(x)))
       listeners.push({ host: '127.0.0.1', port, sock: want(`host-${port}`, (c) => this.toHost(net, port, c)) });
     await new Promise((r) => setTimeout(r, 20));
-    writeFileSync(join(net.dir, 'config.json'), JSON.stringify({ listeners }));
+    const gen = ++net.gen;
+    writeFileSync(join(net.dir, 'config.json'), JSON.stringify({ gen, listeners }));
+    for (let i = 0; i < 200 && readLoaded(net.dir) < gen; i++) await new Promise((r) => setTimeout(r, 25));
     const hosts = [
       '127.0.0.1\tlocalhost',
       '::1\tlocalhost ip6-localhost ip6-loopback',

@@ -56,6 +56,21 @@ test("codex's Chunk ID is tolerated even when its random hex is all digits (the 
   }
 });
 
+test("openclaw's prompt stamp on another day is tolerated: the weekday goes with its date", () => {
+  const stamp = (s: string) => `[${s}] Create a file named \`hello.txt\`.`;
+  const recorded = base();
+  recorded.messages[1]!.content = stamp('Wed 2026-12-02 15:52 UTC');
+  for (const s of ['Thu 2026-12-03 01:48 UTC', 'Wed 2026-12-02 15:53 UTC']) {
+    const replayed = base();
+    replayed.messages[1]!.content = stamp(s);
+    const m = matchCall({ request: recorded }, { request: replayed });
+    assert.deepEqual([m.level, m.tolerated.map((d) => d.rules)], ['tolerated', [['timestamp']]], s);
+  }
+  const otherWord = base();
+  otherWord.messages[1]!.content = '[Wed 2026-12-02 15:52 UTC] Create a file named `hola.txt`.';
+  assert.equal(matchCall({ request: recorded }, { request: otherWord }).level, 'none');
+});
+
 test('a tool result that differs is reported apart, and does not halt', () => {
   const replayed = base();
   replayed.messages[3]!.content = 'b.txt\nProcess Group PGID: 66';

@@ -6,7 +6,16 @@ import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { noTrajectory } from '../../src/harness/atif-check.js';
 import { loadTask } from '../../src/tasks/task.js';
-import { containerSpec, contextHash, dockerfileBases, egressNetworkSpec, sandboxIsolation } from '../../src/sandbox/docker.js';
+import {
+  BUILD_NETWORK,
+  buildNetworkFor,
+  containerSpec,
+  contextHash,
+  dockerfileBases,
+  egressNetworkSpec,
+  sandboxIsolation,
+} from '../../src/sandbox/docker.js';
+import { bridgeNameFor } from '../../src/sandbox/egress-firewall.js';
 import { MODEL_RELAY_PORT, relayCommand } from '../../src/sandbox/model-relay.js';
 import { LocalRuntime, emulateDockerfile } from '../../src/sandbox/local.js';
 import { nextRolloutDir, rolloutLine, type RolloutResult } from '../../src/sandbox/rollout-runner.js';
@@ -149,6 +158,17 @@ test('the local sandbox emulates FROM/WORKDIR/ENV/COPY and names the line it can
     runtime.prepareImage(loadTask(dir)),
     /runner\/environment\/Dockerfile: line 3: RUN cannot run in the local sandbox .*--sandbox docker/,
   );
+});
+
+test("image builds: one network per set of allowed hosts, so one task's hosts never open another task's build", () => {
+  assert.equal(buildNetworkFor([]), BUILD_NETWORK);
+  assert.equal(buildNetworkFor([' ', '']), BUILD_NETWORK);
+  const a = buildNetworkFor(['pypi.org', 'files.pythonhosted.org']);
+  assert.equal(buildNetworkFor(['FILES.pythonhosted.org', 'pypi.org', 'pypi.org']), a);
+  assert.notEqual(buildNetworkFor(['pypi.org']), a);
+  assert.notEqual(a, BUILD_NETWORK);
+  for (const n of [a, BUILD_NETWORK, buildNetworkFor(['pypi.org'])]) assert.ok(bridgeNameFor(n).length <= 15, n);
+  assert.notEqual(bridgeNameFor(a), bridgeNameFor(buildNetworkFor(['pypi.org'])));
 });
 
 test('shell quoting survives quotes and spaces', () => {
