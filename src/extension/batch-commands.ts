@@ -8,12 +8,18 @@ import { harnessHint, harnessNames } from '../harness/registry.js';
 import { batchDirs, readBatchNode, type BatchesTreeNode, type BatchNode, type BatchRolloutNode } from './batches-model.js';
 import { planAndWriteBatch, planOnly, startBatchLab, type SubmitRequest } from './batch-submit.js';
 import {
+  clusterEngineUrlProblem,
   contextNamespace,
   engineChoices,
+  enginePick,
+  type EnginePickRow,
+  enteredClusterEngine,
+  enteredEnginePrompt,
   failureReason,
   labOutcome,
   listEngineModels,
   noEngineMessage,
+  probeEnteredEngine,
   resolveBatchModel,
   type EngineChoice,
 } from './batch-wizard.js';
@@ -29,7 +35,7 @@ import {
 import { readKubeContexts } from './kube-contexts.js';
 import type { Logger } from './logger.js';
 import { NotConfiguredError } from './not-configured.js';
-import type { HarnessLabSettings } from './settings.js';
+import { SETTINGS_SECTION, type HarnessLabSettings } from './settings.js';
 import { sortTasks, taskNode } from './tasks-model.js';
 
 export interface BatchCommandContext {
@@ -120,30 +126,100 @@ async function askBatch(ctx: BatchCommandContext, arg: unknown) {
   const settings = ctx.settings();
   const { choices, refused } = engineChoices(backend, settings);
   for (const r of refused) ctx.log.info(`Submit Rollout Batch: not offering ${r.label} for a ${backend} batch: ${r.why}`);
-  if (!choices.length)
+  // A k8s batch can always be given the engine's URL as the cluster reaches it: no dead end when no setting names one.
+  const pick = enginePick(backend, choices, refused);
+  if (!pick.rows.some((r) => r.kind === 'choice' || r.kind === 'enter'))
     throw new NotConfiguredError(noEngineMessage(backend, refused), {
       title: 'Open Settings',
       command: 'workbench.action.openSettings',
-      args: [backend === 'k8s' ? 'harnessLab.clusterEngineUrl' : 'harnessLab.engineURL'],
+      args: ['harnessLab.engineURL'],
     });
-  let engine = choices[0]!;
-  if (choices.length > 1 || refused.length) {
-    const items: (vscode.QuickPickItem & { choice: EngineChoice | undefined })[] = [
-      ...choices.map((c) => ({ label: c.label, description: c.description, choice: c as EngineChoice | undefined })),
-      ...(refused.length ? [{ label: 'Not offered', kind: vscode.QuickPickItemKind.Separator, choice: undefined }] : []),
-      ...refused.map((r) => ({ label: `$(circle-slash) ${r.label}`, description: r.why, choice: undefined })),
-    ];
-    const picked = await vscode.window.showQuickPick(items, {
-      title: `${title}: engine`,
-      placeHolder:
-        backend === 'k8s' ? 'The engine the in-cluster proxy calls (pods cannot reach this machine)' : 'The engine the batch calls',
-    });
+  let engine = choices[0];
+  let entered = false;
+  if (pick.show) {
+    const items: (vscode.QuickPickItem & { row?: EnginePickRow })[] = pick.rows.map((r) =>
+      r.kind === 'separator'
+        ? { label: r.label, kind: vscode.QuickPickItemKind.Separator }
+        : { label: r.label, description: r.description, ...(r.kind === 'enter' ? { detail: r.detail } : {}), row: r },
+    );
+    const picked = await vscode.window.showQuickPick(items, { title: `${title}: engine`, placeHolder: pick.placeHolder });
     if (!picked) return undefined;
-    if (!picked.choice)
-      throw new Error(`${picked.label.replace('$(circle-slash) ', '')} cannot serve a ${backend} batch: ${picked.description ?? ''}`);
-    engine = picked.choice;
+    if (picked.row?.kind === 'enter') {
+      engine = await askClusterEngineUrl(settings);
+      if (!engine) return undefined;
+      entered = true;
+    } else if (picked.row?.kind === 'choice') engine = picked.row.choice;
+    else throw new Error(`${picked.label.replace('$(circle-slash) ', '')} cannot serve a ${backend} batch: ${picked.description ?? ''}`);
   }
-  return { tasks, harnesses: harnessPick.map((h) => h.label), groupSize: Number(size), backend, kube, engine };
+  if (!engine) return undefined;
+  return { tasks, harnesses: harnessPick.map((h) => h.label), groupSize: Number(size), backend, kube, engine, entered };
+}
+
+/**
+ * The entry's input box: the URL is judged as typed (a URL, not loopback) and probed on Enter (GET
+ * /v1/models where this machine reaches the engine); an engine that does not answer keeps the box open
+ * with the reason. Undefined: the user backed out.
+ */
+async function askClusterEngineUrl(settings: { engineUrl: string; clusterEngineUrl: string }): Promise<EngineChoice | undefined> {
+  const box = vscode.window.createInputBox();
+  box.title = 'Submit Rollout Batch: engine URL as the cluster reaches it';
+  box.placeholder = 'http://vllm.ml.svc:8000/v1';
+  box.value = settings.clusterEngineUrl;
+  box.prompt = enteredEnginePrompt(box.value, settings);
+  box.validationMessage = box.value ? clusterEngineUrlProblem(box.value) : undefined;
+  box.ignoreFocusOut = true;
+  return new Promise<EngineChoice | undefined>((resolve) => {
+    let probing: AbortController | undefined;
+    let done = false;
+    const finish = (v: EngineChoice | undefined) => {
+      if (done) return;
+      done = true;
+      probing?.abort();
+      resolve(v);
+      box.dispose();
+    };
+    box.onDidChangeValue((v) => {
+      probing?.abort();
+      box.busy = false;
+      box.prompt = enteredEnginePrompt(v, settings);
+      box.validationMessage = v.trim() ? clusterEngineUrlProblem(v) : undefined;
+    });
+    box.onDidAccept(async () => {
+      const problem = clusterEngineUrlProblem(box.value);
+      if (problem) {
+        box.validationMessage = problem;
+        return;
+      }
+      const choice = enteredClusterEngine(box.value, settings);
+      const ac = new AbortController();
+      probing?.abort();
+      probing = ac;
+      box.busy = true;
+      box.validationMessage = undefined;
+      try {
+        await probeEnteredEngine(choice, { signal: ac.signal });
+        if (!ac.signal.aborted) finish(choice);
+      } catch (err) {
+        if (!ac.signal.aborted) box.validationMessage = (err as Error).message;
+      } finally {
+        if (probing === ac) box.busy = false;
+      }
+    });
+    box.onDidHide(() => finish(undefined));
+    box.show();
+  });
+}
+
+/** After an entered URL passed the checks: offers to keep it as harnessLab.clusterEngineUrl (User settings) for later batches. */
+async function offerRememberClusterEngine(ctx: BatchCommandContext, url: string): Promise<void> {
+  const remember = 'Remember';
+  const choice = await vscode.window.showInformationMessage(
+    `Harness Lab: remember ${url} as the engine the cluster's pods reach (harnessLab.clusterEngineUrl), for later k8s batches?`,
+    remember,
+  );
+  if (choice !== remember) return;
+  await vscode.workspace.getConfiguration(SETTINGS_SECTION).update('clusterEngineUrl', url, vscode.ConfigurationTarget.Global);
+  ctx.log.info(`Submit Rollout Batch: harnessLab.clusterEngineUrl is now ${url} (User settings)`);
 }
 
 type Asked = NonNullable<Awaited<ReturnType<typeof askBatch>>>;
@@ -249,6 +325,10 @@ export async function submitRolloutBatch(ctx: BatchCommandContext, arg: unknown)
     (progress, token) => checkBatch(ctx, ask, folder, token, (m) => progress.report({ message: m })),
   );
   if (!checked) return undefined;
+  if (ask.entered && ask.engine.url && ask.engine.url !== ctx.settings().clusterEngineUrl)
+    void offerRememberClusterEngine(ctx, ask.engine.url).catch((err: unknown) =>
+      ctx.log.warn(`remembering the engine URL: ${String(err)}`),
+    );
   const plan = await planAndWriteBatch(checked.request);
   const m = plan.manifest;
   const dir = plan.dir;

@@ -81,8 +81,8 @@ export function engineChoices(
         label: s.engineUrl,
         why: s.clusterEngineUrl
           ? `harnessLab.engineUrl is on this machine's loopback (${host}): pods cannot reach it (it only lists the models here)`
-          : `harnessLab.engineUrl is on this machine's loopback (${host}): a cluster's pods cannot reach it. Set ` +
-            `harnessLab.clusterEngineUrl to the URL the cluster reaches the engine at (e.g. http://vllm.ml.svc:8000/v1)`,
+          : `harnessLab.engineUrl is on this machine's loopback (${host}): a cluster's pods cannot reach it. Enter the URL ` +
+            `the cluster reaches the engine at (e.g. http://vllm.ml.svc:8000/v1); it can be kept in harnessLab.clusterEngineUrl`,
       });
     } else
       choices.push({
@@ -93,6 +93,122 @@ export function engineChoices(
       });
   }
   return { choices, refused };
+}
+
+/** The engine pick's entry for typing the engine's URL as the cluster's pods reach it (every k8s batch has it). */
+export const ENTER_CLUSTER_ENGINE = "Enter the engine URL the cluster's pods reach…";
+
+/**
+ * Why `text` cannot be the URL a cluster's pods call the engine at, or undefined when it can. Only the
+ * form is judged here (an http(s) URL, not this machine's loopback); whether the engine answers is probed on accept.
+ */
+export function clusterEngineUrlProblem(text: string): string | undefined {
+  const v = text.trim();
+  if (!v) return 'The engine URL as the cluster reaches it, e.g. http://vllm.ml.svc:8000/v1';
+  let url: URL;
+  try {
+    url = new URL(v);
+  } catch {
+    return `Not a URL: an http:// or https:// URL, e.g. http://vllm.ml.svc:8000/v1`;
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return `An http:// or https:// URL (not ${url.protocol}//)`;
+  if (!url.hostname) return 'The URL names no host';
+  if (isLoopbackUrl(v))
+    return (
+      `${url.hostname} is a loopback address: inside a pod it is the pod itself, not this machine. Enter the engine's ` +
+      `Service name (http://vllm.ml.svc:8000/v1), or an address or host name the cluster's pods reach`
+    );
+  return undefined;
+}
+
+/**
+ * The engine choice for a URL entered in the wizard: its models are listed at the URL itself, or, when
+ * it resolves only inside the cluster (a Service name), through harnessLab.engineUrl unless that is
+ * cluster-internal too (then nothing here can list them and the model is asked for).
+ */
+export function enteredClusterEngine(text: string, s: { engineUrl: string }): EngineChoice {
+  const url = text.trim().replace(/\/+$/, '');
+  const internal = isClusterInternalUrl(url);
+  const hostCheck = s.engineUrl && !isClusterInternalUrl(s.engineUrl) ? s.engineUrl : null;
+  return {
+    url,
+    label: url,
+    description: internal ? 'entered: resolves inside the cluster' : 'entered',
+    checkUrl: internal ? hostCheck : url,
+  };
+}
+
+/** What the entry's input box says under the URL being typed: where its models will be listed from. */
+export function enteredEnginePrompt(text: string, s: { engineUrl: string }): string {
+  const base = "The engine's OpenAI-compatible URL as the cluster's pods reach it (a Service name, a cluster IP, a host name)";
+  if (clusterEngineUrlProblem(text)) return base;
+  const c = enteredClusterEngine(text, s);
+  if (c.checkUrl === c.url) return `${base}. Its models are listed from this machine (GET /v1/models).`;
+  if (c.checkUrl)
+    return `${base}. ${c.url} resolves only inside the cluster: its models are listed through harnessLab.engineUrl (${c.checkUrl}).`;
+  return `${base}. ${c.url} resolves only inside the cluster and harnessLab.engineUrl is not set: you name the model next.`;
+}
+
+/**
+ * Probes an entered engine where this machine reaches it (GET /v1/models): its models, or null when
+ * nothing here can reach it (cluster-internal, no engine URL). Unreachable: an EngineCheckError saying
+ * what was tried and what to enter instead.
+ */
+export async function probeEnteredEngine(
+  choice: EngineChoice,
+  opts: { apiKey?: string; timeoutMs?: number; signal?: AbortSignal } = {},
+): Promise<string[] | null> {
+  if (!choice.checkUrl) return null;
+  let models: string[];
+  try {
+    models = await listEngineModels(choice.checkUrl, opts);
+  } catch (err) {
+    if (!(err instanceof EngineCheckError)) throw err;
+    throw new EngineCheckError(
+      choice.checkUrl === choice.url
+        ? `${err.message}. Enter a URL both this machine and the cluster's pods reach, or the engine's Service name ` +
+            `(its models are then listed through harnessLab.engineUrl)`
+        : `${choice.url} resolves only inside the cluster, so its models are listed through harnessLab.engineUrl, but ${err.message}. ` +
+            `Start that engine or correct harnessLab.engineUrl`,
+    );
+  }
+  if (!models.length) throw new EngineCheckError(`the engine at ${choice.checkUrl} lists no models at /v1/models`);
+  return models;
+}
+
+export type EnginePickRow =
+  | { kind: 'choice'; label: string; description: string; choice: EngineChoice }
+  | { kind: 'enter'; label: string; description: string; detail: string }
+  | { kind: 'separator'; label: string }
+  | { kind: 'refused'; label: string; description: string };
+
+/**
+ * The engine step's rows: the offered engines, for k8s the entry to type the URL the cluster reaches
+ * (first when nothing is offered, so a new user with the defaults meets it), then the refused ones with
+ * their reasons. `show` false: one engine and nothing to say, taken without asking.
+ */
+export function enginePick(
+  backend: 'docker' | 'k8s',
+  choices: EngineChoice[],
+  refused: RefusedEngine[],
+): { rows: EnginePickRow[]; show: boolean; placeHolder: string } {
+  const canEnter = backend === 'k8s';
+  const rows: EnginePickRow[] = choices.map((c) => ({ kind: 'choice', label: c.label, description: c.description, choice: c }));
+  if (canEnter)
+    rows.push({
+      kind: 'enter',
+      label: `$(edit) ${ENTER_CLUSTER_ENGINE}`,
+      description: choices.length ? 'another engine' : 'no setting names one the cluster reaches (harnessLab.clusterEngineUrl)',
+      detail: 'Checked here (GET /v1/models, which also fills the model); it can be remembered in harnessLab.clusterEngineUrl',
+    });
+  if (refused.length) rows.push({ kind: 'separator', label: 'Not offered' });
+  for (const r of refused) rows.push({ kind: 'refused', label: `$(circle-slash) ${r.label}`, description: r.why });
+  const placeHolder = !canEnter
+    ? 'The engine the batch calls'
+    : choices.length
+      ? 'The engine the in-cluster proxy calls (pods cannot reach this machine)'
+      : "No engine the cluster reaches is set: enter its URL (pods cannot reach this machine's loopback)";
+  return { rows, show: choices.length > 1 || refused.length > 0 || canEnter, placeHolder };
 }
 
 /** Why no engine could be offered, as one message. */
