@@ -5,20 +5,25 @@
 // and the pods mount this machine's node and reference harness (HARNESS_LAB_K8S_HARNESS_FROM=hostPath);
 // the policy engine runs on the host's loopback, and the namespace reaches it as the Service hl-engine
 // (a relay pod behind it forwards to the port the double exposes). As a user would: the quick picks
-// (task, harness react, group size 2, backend k8s, the double's kube context, the configured engine),
-// the batch appears in the Batches
+// (task, harness react, group size 2, backend k8s, the double's kube context, then the engine: with the
+// defaults no setting names one the cluster reaches, so "Enter the engine URL the cluster's pods reach…",
+// where a loopback URL is refused as typed and an unreachable one keeps the box open with the reason,
+// and the Service name is accepted, its model listed through the loopback Engine URL; the offer to
+// remember it in harnessLab.clusterEngineUrl is taken), the batch appears in the Batches
 // view; while a rollout waits in its tool call (until the test lets it go: no race on "while"), its
 // row shows the call captured so far and the rollout viewer opened from its context menu shows it,
 // both mirrored live from the cluster's proxy; then both rollouts finish with class and reward, the
 // open viewer follows to the last call, and the finished batch's other rollout opens in the viewer.
 // With the defaults a new user has: harnessLab.model empty (the wizard fills it from the engine's
-// /v1/models) and harnessLab.engineURL on loopback (refused for the cluster, with the reason; the
-// engine as the pods reach it is harnessLab.clusterEngineUrl, a Service name in the double). The
-// finished batch leaves nothing in the namespace; Export Batch… writes TRL rows; Install Harness…
-// installs qwen-code from npm; the Harness Lab terminal runs `harness-lab --help` and the installed
-// harness; Delete Batch removes the batch. Then a second batch with "keep cluster objects" on: Cancel
-// Batch while its rollout runs, Resume Batch from the row's menu runs it to the end, its objects are
-// kept, and Tear Down Batch from the row's menu removes them.
+// /v1/models), harnessLab.engineURL on loopback (refused for the cluster, with the reason) and no
+// harnessLab.clusterEngineUrl (the engine as the pods reach it, a Service name in the double, is typed
+// into the wizard). The finished batch leaves nothing in the namespace; Export Batch… writes TRL rows;
+// Install Harness… installs qwen-code from npm; the Harness Lab terminal runs `harness-lab --help`, the
+// installed harness and a real rollout of the reference harness on a task (`harness-lab rollout`, its
+// outcome line with the reward); Delete Batch removes the batch. Then a second batch with "keep cluster
+// objects" on, its engine now offered from the remembered setting: Cancel Batch while its rollout runs,
+// Resume Batch from the row's menu runs it to the end, its objects are kept, and Tear Down Batch from
+// the row's menu removes them.
 // Screenshots: test-artifacts/e2e/k8s-batches-*.png.
 import * as assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -212,8 +217,8 @@ test(
         npm_config_cache: join(homedir(), '.npm'),
         npm_config_prefer_offline: 'true',
       },
-      // The Model setting stays at its default (empty).
-      userSettings: { 'harnessLab.engineURL': hostEngineUrl, 'harnessLab.clusterEngineUrl': engineUrl },
+      // The Model setting stays at its default (empty); harnessLab.clusterEngineUrl too (the wizard is told it).
+      userSettings: { 'harnessLab.engineURL': hostEngineUrl },
       vsix: true,
     });
     const { page } = workbench;
@@ -231,16 +236,48 @@ test(
           rows.some((r) => r.includes(hostEngineUrl) && r.includes('loopback')),
           rows.join(' | '),
         );
+        // No setting names an engine the cluster reaches: the entry to type it is first, not a dead end.
+        assert.match(rows[0] ?? '', /Enter the engine URL the cluster's pods reach…/, rows.join(' | '));
       };
-      await submitBatch(page, {
-        task: 'tasks/stepper',
-        harness: 'react',
-        groupSize: 2,
-        backend: 'k8s',
-        kubeContext: 'double',
-        engine: engineUrl,
-        shotBeforeEngine: notOffered,
-      });
+      const settingsFile = join(stateDir, 'user-data', 'User', 'settings.json');
+      assert.doesNotMatch(readFileSync(settingsFile, 'utf8'), /clusterEngineUrl/, 'the default: no cluster engine URL');
+      await submitBatch(page, { task: 'tasks/stepper', harness: 'react', groupSize: 2, backend: 'k8s', kubeContext: 'double' });
+      await atStep(page, 'engine');
+      await notOffered(page);
+      await pick(page, 'Enter the engine URL');
+      await atStep(page, 'engine URL as the cluster reaches it');
+      const urlBox = page.locator('.quick-input-widget input.input:visible');
+      const message = page.locator('.quick-input-widget .quick-input-message:visible');
+      // As typed: a loopback URL is refused with the reason.
+      await urlBox.fill(hostEngineUrl);
+      await message.filter({ hasText: /loopback address: inside a pod it is the pod itself/ }).waitFor({ timeout: 20_000 });
+      await shot(page, '00b-engine-url-loopback');
+      // On Enter: an engine this machine cannot reach keeps the box open with the reason (a documentation address, never routed).
+      await urlBox.fill('http://192.0.2.1:8000/v1');
+      await page.keyboard.press('Enter');
+      await message.filter({ hasText: /cannot be reached from this machine/ }).waitFor({ timeout: 60_000 });
+      assert.match(await message.innerText(), /Enter a URL both this machine and the cluster's pods reach, or the engine's Service name/);
+      await shot(page, '00c-engine-url-unreachable');
+      // The Service name: its models are listed through the loopback Engine URL; Enter goes on to the checks.
+      await urlBox.fill(engineUrl);
+      await page
+        .locator('.quick-input-widget .quick-input-message:visible, .quick-input-widget .quick-input-description:visible')
+        .filter({ hasText: /resolves only inside the cluster: its models are listed through harnessLab\.engineUrl/ })
+        .first()
+        .waitFor({ timeout: 20_000 });
+      await shot(page, '00d-engine-url-service');
+      await page.keyboard.press('Enter');
+      // Once the checks passed: remember it for later k8s batches (User settings).
+      const remember = page.locator('.notification-toast', { hasText: /remember .* as the engine the cluster's pods reach/ });
+      await remember.waitFor({ timeout: 120_000 });
+      await remember.locator('.monaco-button', { hasText: /^Remember$/ }).click();
+      for (let i = 0; i < 60 && !readFileSync(settingsFile, 'utf8').includes('harnessLab.clusterEngineUrl'); i++)
+        await new Promise((r) => setTimeout(r, 500));
+      assert.equal(
+        (JSON.parse(readFileSync(settingsFile, 'utf8')) as Record<string, unknown>)['harnessLab.clusterEngineUrl'],
+        engineUrl,
+        'Remember wrote harnessLab.clusterEngineUrl to the User settings',
+      );
       const toast = page.locator('.notification-toast', { hasText: /Harness Lab: batch b\d{8}-\d{6}-[0-9a-f]{4}/ });
       await toast.waitFor({ timeout: 60_000 });
       const batchRow = view.locator('.monaco-list-row[aria-level="1"]', { hasText: /^\s*b\d{8}-\d{6}-[0-9a-f]{4}/ }).first();
@@ -368,21 +405,34 @@ test(
       assert.ok(existsSync(qwenBin), `Install Harness… installed ${qwenBin}`);
       await shot(page, '07-harness-installed');
 
-      // The Harness Lab terminal: the bundled CLI and the installed harness on PATH.
+      // The Harness Lab terminal: the bundled CLI and the installed harness on PATH, and a harness run on
+      // a task for real: one rollout of the reference harness (local sandbox) on hello-file, answered by
+      // the task's scripted policy, printing its outcome line.
+      const terminalTask = join(stateDir, 'terminal-task');
+      cpSync(join(ROOT, 'examples', 'tasks', 'hello-file'), terminalTask, { recursive: true });
+      const terminalRollouts = join(stateDir, 'terminal-rollouts');
       await runCommand(page, 'Harness Lab: Open Harness Lab Terminal');
       await page.locator('.terminal-wrapper.active, .xterm').first().waitFor({ timeout: 30_000 });
       const helpFile = join(stateDir, 'help.txt');
       const qwenFile = join(stateDir, 'qwen-version.txt');
+      const rolloutFile = join(stateDir, 'terminal-rollout.txt');
       await new Promise((r) => setTimeout(r, 1500));
       await page.keyboard.type(
-        `harness-lab --help > ${helpFile} 2>&1; qwen --version > ${qwenFile}.tmp 2>&1; mv ${qwenFile}.tmp ${qwenFile}\n`,
-        {
-          delay: 5,
-        },
+        `harness-lab --help > ${helpFile} 2>&1; qwen --version > ${qwenFile}.tmp 2>&1; mv ${qwenFile}.tmp ${qwenFile}; ` +
+          `harness-lab rollout --task ${terminalTask} --harness react --sandbox local -n 1 --out ${terminalRollouts} ` +
+          `> ${rolloutFile}.tmp 2>&1; mv ${rolloutFile}.tmp ${rolloutFile}\n`,
+        { delay: 5 },
       );
       for (let i = 0; i < 120 && !existsSync(qwenFile); i++) await new Promise((r) => setTimeout(r, 500));
       assert.match(readFileSync(helpFile, 'utf8'), /^usage: harness-lab <command>/);
       assert.match(readFileSync(qwenFile, 'utf8').trim(), /^0\.15\.10$/, 'the installed harness runs from the terminal');
+      for (let i = 0; i < 600 && !existsSync(rolloutFile); i++) await new Promise((r) => setTimeout(r, 500));
+      const rolloutOut = existsSync(rolloutFile) ? readFileSync(rolloutFile, 'utf8') : '(no output yet)';
+      assert.match(rolloutOut, /\[react \/ local\] task hello-file: ok reward=1\.00 /, rolloutOut);
+      const record = JSON.parse(readFileSync(join(terminalRollouts, 'hello-file', 'react', '0', 'rollout.json'), 'utf8')) as {
+        reward?: unknown;
+      };
+      assert.equal(record.reward, 1, "the rollout's record holds the verifier's reward");
       await shot(page, '08-lab-terminal');
 
       // Delete Batch from the view's menu: asked first, then the directory is gone (its cluster objects were already).
@@ -396,7 +446,6 @@ test(
       // A second batch, its cluster objects kept (the setting, as a user sets it): Cancel Batch while its
       // rollout runs, then Resume Batch and Tear Down Batch from the batch row's menu.
       // The Settings editor: search the setting, tick its box (the workbench writes the User settings).
-      const settingsFile = join(stateDir, 'user-data', 'User', 'settings.json');
       await runCommand(page, 'Notifications: Clear All Notifications');
       await runCommand(page, 'View: Close All Editors');
       await runCommand(page, 'Preferences: Open User Settings');
