@@ -3,7 +3,9 @@
 // is driven through the UI only: Start Embedded Engine (welcome button, task policy picked), Start
 // Proxy, the Engines view shows the proxy's grade, the Tasks view's inline Run button runs the
 // reference harness on a task in a Docker sandbox, its calls stream into the Sessions tree, the
-// result opens in the viewer with prompt tokens as text, and the settings show on the User tab.
+// result opens in the viewer with prompt tokens as text, and the settings show on the User tab. New
+// Capture Session dismissed with Escape leaves no session behind; a Validate run's session (through the
+// extension's proxy) shows in the Sessions tree.
 // Screenshots: test-artifacts/e2e/vsix-*.png.
 import * as assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -129,6 +131,15 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
       .waitFor({ timeout: 60_000 });
     await shot(page, '03-proxy-graded');
 
+    // 4b. New Capture Session, then Escape at its env snippet pick: the session is dropped (its key was never shown).
+    await runCommand(page, 'Harness Lab: New Capture Session');
+    const snippetTitle = page.locator('.quick-input-widget .quick-input-title', { hasText: /copy the environment for a harness/ });
+    await snippetTitle.waitFor({ timeout: 30_000 });
+    const dropped = /^Session (\S+):/.exec(await snippetTitle.innerText())?.[1];
+    assert.ok(dropped, 'the pick names the new session');
+    await page.keyboard.press('Escape');
+    await snippetTitle.waitFor({ state: 'hidden', timeout: 15_000 });
+
     // 5. Tasks view: the inline Run button, the reference harness, a Docker sandbox.
     const task = pane(page, /^tasks/i).locator('.monaco-list-row', { hasText: 'hello-file' });
     await task.waitFor({ timeout: 30_000 });
@@ -146,6 +157,12 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     // The run's session streamed into the Sessions tree, saying where it came from.
     await sessions.locator('.monaco-list-row', { hasText: 'react on hello-file' }).first().waitFor({ timeout: 30_000 });
     await shot(page, '05-run-done');
+    // The tree has been rebuilt since the Escape (it shows the run): the dismissed session is not in it.
+    const sessionRows = await sessions.locator('.monaco-list-row').allInnerTexts();
+    assert.ok(
+      !sessionRows.some((r) => r.includes(dropped!) || r.includes('VS Code session')),
+      `no dismissed session: ${sessionRows.join(' | ')}`,
+    );
     assert.match(
       doneText,
       /hello-file: solved \(reward 1\.00, completed\)/,
@@ -214,6 +231,9 @@ test('installed .vsix: embedded engine, proxy, Run with Harness (react) in Docke
     await shot(page, '08-validate-cancelled');
     const left = sandboxes().filter((id) => running.includes(id));
     assert.deepEqual(left, [], 'Cancel removed the validation sandbox');
+    // The validation ran through the extension's proxy (an engine is up): its session is in the Sessions tree.
+    await sessions.locator('.monaco-list-row', { hasText: 'react on slow-file' }).first().waitFor({ timeout: 60_000 });
+    await shot(page, '08b-validate-session');
 
     // 8. Settings: every Harness Lab setting on the User tab.
     await runCommand(page, 'Preferences: Open User Settings');
