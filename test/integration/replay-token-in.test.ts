@@ -200,6 +200,10 @@ test('the export of a token-in capture replays token in exactly as the capture d
   const verified = await cli('verify', file, '--engine-url', engine.url);
   assert.equal(verified.status, 0, verified.stdout + verified.stderr);
   assert.match(verified.stdout, /verified \d+ sampled token\(s\) in 3 call\(s\)/);
+  // ... and it is still a load test: replay-load re-issues its chat requests.
+  const load = await cli('replay-load', file, '--engine-url', engine.url, '--speed', '10');
+  assert.equal(load.status, 0, load.stdout + load.stderr);
+  assert.match(load.stdout, /re-issued 3 request\(s\) against .* at 10x: 3 ok, 0 failed/);
 });
 
 test('an exported load file with one prompt id changed halts at that position', async () => {
