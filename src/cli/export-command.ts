@@ -1,7 +1,7 @@
 // `harness-lab export`: trainer input from a batch, a session or a directory of rollouts. The logic is
 // src/export/export.ts; this file only reads flags and reports.
 import { existsSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { basename, dirname, resolve } from 'node:path';
 import { BatchFileError } from '../batch/state.js';
 import { ExportContractError } from '../export/contract.js';
 import { EXPORT_FORMATS, ExportUsageError, manifestPath, runExport, type ExportFormat, type ExportSource } from '../export/export.js';
@@ -108,6 +108,7 @@ async function exportReplay(flags: {
   const { planBatch, planRollouts, planSession, readRollout } = await import('../export/source.js');
   const { writeLoadFile } = await import('../replay/load.js');
   const { rewardBeside } = await import('../replay/source.js');
+  const { ROLLOUT_DOCUMENT_FILE } = await import('../sandbox/rollout-runner.js');
   const given = [flags.batch && '--batch', flags.session && '--session', flags.rollouts && '--rollouts'].filter(Boolean);
   if (given.length !== 1)
     throw new UsageError(`give exactly one source (--batch, --session or --rollouts), got ${given.length ? given.join(' and ') : 'none'}`, {
@@ -135,7 +136,8 @@ async function exportReplay(flags: {
         session_id,
         metadata,
         capture_level,
-        reward: u.reward ?? rewardBeside(u.file),
+        // A rollout folder's document has its outcome beside it; other files of a folder share no rollout.json.
+        reward: u.reward ?? (basename(u.file) === ROLLOUT_DOCUMENT_FILE ? rewardBeside(u.file) : null),
       };
     });
     const { requests, span_ms, replayable } = writeLoadFile(out, rollouts);

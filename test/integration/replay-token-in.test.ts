@@ -192,6 +192,7 @@ test('the export of a token-in capture replays token in exactly as the capture d
     ['exact', 'exact', 'exact'],
   );
   assert.equal(report.original.session_id, original.session_id);
+  assert.notEqual(captureReplay.original.reward, null, 'the capture has a verified reward');
   assert.equal(report.original.reward, captureReplay.original.reward, "the original's reward travels with the export");
   assert.equal(report.reward, report.original.reward);
   assert.equal(report.ok, true);
