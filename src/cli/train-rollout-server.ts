@@ -27,17 +27,17 @@ export async function planRolloutServer(
   const splits = rs.loadSplits(spec, configFile);
   const tasks = splits.flatMap((s) => s.tasks);
   let taskImages = await images.taskImageTags(tasks, opts.build, opts.log);
-  let image =
-    spec.image ?? (process.env.HARNESS_LAB_K8S_PROXY_IMAGE || images.clusterImage('harness-lab/harness-lab:latest', spec.registry ?? null));
-  if (spec.registry) {
+  // The lab's image: the spec's, else HARNESS_LAB_K8S_PROXY_IMAGE, else built from this CLI (and pushed).
+  const imageEnv = spec.image ? { ...process.env, HARNESS_LAB_K8S_PROXY_IMAGE: spec.image } : process.env;
+  const registry = spec.registry ?? null;
+  const image = opts.build ? await images.readyLabImage(registry, opts.log, imageEnv) : images.defaultLabImage(registry, imageEnv);
+  if (registry) {
     if (opts.build) {
       const { connectDocker } = await import('../sandbox/docker-client.js');
       const { pushImages } = await import('../cluster/registry-push.js');
-      const docker = await connectDocker();
-      const pushed = await pushImages(docker, [...taskImages.values()], spec.registry, { log: opts.log });
+      const pushed = await pushImages(await connectDocker(), [...taskImages.values()], registry, { log: opts.log });
       taskImages = new Map([...taskImages].map(([t, local]) => [t, pushed.get(local) ?? local]));
-      image = (await images.pushedProxy(docker, { image, command: ['harness-lab'] }, spec.registry, opts.log)).image;
-    } else taskImages = new Map([...taskImages].map(([t, local]) => [t, images.clusterImage(local, spec.registry ?? null)]));
+    } else taskImages = new Map([...taskImages].map(([t, local]) => [t, images.clusterImage(local, registry)]));
   }
   const objects = rs.rolloutServerManifests({
     run: name,

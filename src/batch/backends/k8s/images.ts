@@ -6,7 +6,9 @@ import type Docker from 'dockerode';
 import { z } from 'zod';
 import { ClusterError } from '../../../cluster/kube.js';
 import type { HarnessSource, ProxyInput } from '../../../cluster/manifests.js';
+import { LAB_IMAGE, ensureLabImage } from '../../../cluster/lab-image.js';
 import { pushImages } from '../../../cluster/registry-push.js';
+import { connectDocker } from '../../../sandbox/docker-client.js';
 import { harnessCacheRoot } from '../../../harness/run-local.js';
 import { DockerRuntime, dockerfileBases, taskImageTag } from '../../../sandbox/docker.js';
 import { BASE_IMAGE } from '../../../sandbox/images.js';
@@ -61,12 +63,36 @@ export async function harnessFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
   };
 }
 
-/** The proxy image of a cluster batch: HARNESS_LAB_K8S_PROXY_IMAGE, else harness-lab's image under the registry. */
+/** The proxy image of a cluster batch: HARNESS_LAB_K8S_PROXY_IMAGE, else the lab's image under the registry. */
 export function defaultProxy(manifest: BatchManifest, env: NodeJS.ProcessEnv = process.env): ProxyImage {
-  return {
-    image: env.HARNESS_LAB_K8S_PROXY_IMAGE || clusterImage('harness-lab/harness-lab:latest', manifest.k8s?.registry ?? null),
-    command: ['harness-lab'],
-  };
+  return { image: defaultLabImage(manifest.k8s?.registry ?? null, env), command: ['harness-lab'] };
+}
+
+/** The lab's image as the cluster pulls it: HARNESS_LAB_K8S_PROXY_IMAGE, else LAB_IMAGE (under the registry, if any). */
+export function defaultLabImage(registry: string | null, env: NodeJS.ProcessEnv = process.env): string {
+  return env.HARNESS_LAB_K8S_PROXY_IMAGE || clusterImage(LAB_IMAGE, registry);
+}
+
+/**
+ * The lab's image ready for the cluster, as a lab about to create objects needs it: one named by
+ * HARNESS_LAB_K8S_PROXY_IMAGE is used as given (pushed when only the local daemon has it); otherwise
+ * LAB_IMAGE is built from this CLI's bundle (kept when it holds the same bundle) and, with a registry,
+ * pushed there. Without Docker the default name is used as it is (the cluster must have it).
+ */
+export async function readyLabImage(
+  registry: string | null,
+  log: (line: string) => void,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<string> {
+  const named = env.HARNESS_LAB_K8S_PROXY_IMAGE;
+  const docker = await connectDocker().catch(() => undefined);
+  if (!docker) {
+    log(`Docker is not reachable: the cluster must already have ${defaultLabImage(registry, env)}`);
+    return defaultLabImage(registry, env);
+  }
+  const local = named || (await ensureLabImage(docker, { log })).image;
+  if (!registry) return local;
+  return (await pushedProxy(docker, { image: local, command: ['harness-lab'] }, registry, log)).image;
 }
 
 /**
