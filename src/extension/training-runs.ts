@@ -10,6 +10,7 @@ import { Writable } from 'node:stream';
 import * as vscode from 'vscode';
 import { loadCluster, type Cluster } from '../cluster/kube.js';
 import { missingKubeconfig } from '../cluster/kubeconfig-files.js';
+import { streamServerLog } from '../training/rollout-server.js';
 import type { ServerStatus } from '../training/run-lifecycle.js';
 import {
   listRunRecords,
@@ -166,7 +167,9 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
     }
     if (node.kind === 'server') {
       item.description = node.description;
-      item.contextValue = 'harnessLab.trainingRunServer';
+      // Not harnessLab.trainingRun*: the run's actions (Cancel, Curves) are the run's, not its server's.
+      item.contextValue = 'harnessLab.rolloutServer';
+      item.command = { command: 'harnessLab.showTrainingRunLogs', title: 'Show Rollout Server Log', arguments: [node] };
     }
     return item;
   }
@@ -308,6 +311,30 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
     }
   }
 
+  /** The log of a run's rollout server (its row in the view), streamed into the output channel. */
+  async showServerLog(run: string): Promise<void> {
+    this.output.show(true);
+    const id = `${run}/server`;
+    if (this.logStreams.has(id)) return;
+    const abort = new AbortController();
+    this.logStreams.set(id, abort);
+    const sink = new Writable({
+      write: (chunk: Buffer, _enc, done) => {
+        this.output.append(chunk.toString());
+        done();
+      },
+    });
+    this.output.appendLine(`[harness-lab] logs of the rollout server of ${run}:`);
+    try {
+      const { pod } = await streamServerLog(this.cluster(), run, sink, true, abort.signal);
+      this.output.appendLine(`[harness-lab] end of the log of pod ${pod}`);
+    } catch (err) {
+      this.output.appendLine(`[harness-lab] ${(err as Error).message}`);
+    } finally {
+      this.logStreams.delete(id);
+    }
+  }
+
   private async waitingOf(cluster: Cluster, name: string): Promise<PodWaiting | null> {
     return listRunPods(cluster).then(
       (pods) => podWaiting(pods.get(name) ?? []),
@@ -396,6 +423,7 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
     this.log.info(message);
     void vscode.window.showInformationMessage(message);
     this.logStreams.get(node.name)?.abort();
+    this.logStreams.get(`${node.name}/server`)?.abort();
     this.refresh();
     return true;
   }
