@@ -63,9 +63,12 @@ for (const f of ['dist/extension.js', 'dist/cli.js', 'dist/tokenizer-worker.js',
   if (!existsSync(join(ROOT, f))) throw new Error(`${f} is missing; run npm run build`);
 }
 
-const stage = join(ROOT, 'out', `vsix-${target}`);
+// A stage folder of this process's own: e2e tests package side by side (two at once would empty and
+// fill one shared folder under each other, and vsce's `npm list` would see half of each).
+const stage = join(ROOT, 'out', `vsix-${target}-${process.pid}`);
 rmSync(stage, { recursive: true, force: true });
 mkdirSync(stage, { recursive: true });
+process.on('exit', () => rmSync(stage, { recursive: true, force: true }));
 // docs/: the reference pages messages and menus name (docs/exports.md, docs/training-runs.md, ...) ship too.
 for (const f of ['dist', 'media', 'examples', 'docs', 'README.md', 'LICENSE', '.vscodeignore']) {
   if (existsSync(join(ROOT, f))) cpSync(join(ROOT, f), join(stage, f), { recursive: true, filter: (src) => !src.endsWith('.map') });

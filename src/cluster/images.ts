@@ -1,12 +1,14 @@
 // The images a cluster runs, shared by a cluster batch (src/batch/backends/k8s) and the rollout
 // server a training run deploys (src/training): each task's image tag as `harness-lab rollout` builds
 // it, where the cluster pulls an image from (a registry, or this machine's tags for the test double),
-// and the lab's own image pushed when it exists only in the local daemon.
+// and the lab's own image (src/cluster/lab-image.ts) named, built or pushed for the cluster.
 import { readFileSync } from 'node:fs';
 import type Docker from 'dockerode';
+import { connectDocker } from '../sandbox/docker-client.js';
 import { DockerRuntime, dockerfileBases, taskImageTag } from '../sandbox/docker.js';
 import { BASE_IMAGE } from '../sandbox/images.js';
 import { loadTask } from '../tasks/task.js';
+import { LAB_IMAGE, ensureLabImage } from './lab-image.js';
 import type { ProxyInput } from './manifests.js';
 import { pushImages } from './registry-push.js';
 
@@ -73,4 +75,31 @@ export async function taskImageTags(
     }
   }
   return out;
+}
+
+/** The lab's image as the cluster pulls it: HARNESS_LAB_K8S_PROXY_IMAGE, else LAB_IMAGE (under the registry, if any). */
+export function defaultLabImage(registry: string | null, env: NodeJS.ProcessEnv = process.env): string {
+  return env.HARNESS_LAB_K8S_PROXY_IMAGE || clusterImage(LAB_IMAGE, registry);
+}
+
+/**
+ * The lab's image ready for the cluster, as a lab about to create objects needs it: one named by
+ * HARNESS_LAB_K8S_PROXY_IMAGE is used as given (pushed when only the local daemon has it); otherwise
+ * LAB_IMAGE is built from this CLI's bundle (kept when it holds the same bundle) and, with a registry,
+ * pushed there. Without Docker the default name is used as it is (the cluster must have it).
+ */
+export async function readyLabImage(
+  registry: string | null,
+  log: (line: string) => void,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<string> {
+  const named = env.HARNESS_LAB_K8S_PROXY_IMAGE;
+  const docker = await connectDocker().catch(() => undefined);
+  if (!docker) {
+    log(`Docker is not reachable: the cluster must already have ${defaultLabImage(registry, env)}`);
+    return defaultLabImage(registry, env);
+  }
+  const local = named || (await ensureLabImage(docker, { log })).image;
+  if (!registry) return local;
+  return (await pushedProxy(docker, { image: local, command: ['harness-lab'] }, registry, log)).image;
 }

@@ -26,6 +26,8 @@ export type FakeScript = (request: ChatRequest, turn: number) => FakeAnswer;
 export interface FakeEngineOptions {
   host?: string;
   port?: number;
+  /** Names clients reach the engine by besides loopback and the bound address (request-guard.ts). */
+  allowedHosts?: readonly string[];
   model?: string;
   /** Decides each answer; `turn` counts the assistant messages already in the request. */
   script?: FakeScript;
@@ -376,7 +378,7 @@ export async function startFakeEngine(options: FakeEngineOptions = {}): Promise<
   const responses: JsonObject[] = [];
   const tokenRequests: JsonObject[] = [];
   // A loopback server like the others (request-guard.ts): the lab starts this one for task policies.
-  const guard = new RequestGuard({ listenHost: options.host ?? '127.0.0.1' });
+  const guard = new RequestGuard({ listenHost: options.host ?? '127.0.0.1', allowedHosts: options.allowedHosts });
   const server: Server = createServer((req, res) => {
     const refusal = guard.check(req);
     if (refusal) {

@@ -165,9 +165,9 @@ export async function ensureBaseImages(docker: Docker, opts: ImagesOptions = {})
   return [base, node];
 }
 
-/** Images the lab created for tasks (kind=task); base images are kept unless `all`. */
+/** Images the lab created for tasks (kind=task); base and lab images are kept unless `all`. */
 export async function labImages(docker: Docker, all: boolean): Promise<{ id: string; tags: string[] }[]> {
-  const kinds = all ? ['task', 'base'] : ['task'];
+  const kinds = all ? ['task', 'base', 'lab'] : ['task'];
   const out: { id: string; tags: string[] }[] = [];
   for (const kind of kinds) {
     const list = await docker.listImages({ filters: JSON.stringify({ label: [`${LABEL.kind}=${kind}`] }) });

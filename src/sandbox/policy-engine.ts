@@ -84,11 +84,13 @@ export class TaskRoutedPolicy extends ScriptedPolicy {
 export async function startPolicyEngine(
   policyFile: string | ScriptedPolicy,
   kind = process.env.HARNESS_LAB_POLICY_ENGINE ?? 'embedded',
+  /** Names clients reach it by besides loopback (a cluster Service in front of it). */
+  allowedHosts?: readonly string[],
 ): Promise<PolicyEngine> {
   const policy = typeof policyFile === 'string' ? ScriptedPolicy.load(policyFile) : policyFile;
   if (kind === 'embedded') {
     const { startEmbeddedEngine } = await import('../engine/embedded-engine.js');
-    const engine = await startEmbeddedEngine({ policy });
+    const engine = await startEmbeddedEngine({ policy, ...(allowedHosts ? { allowedHosts } : {}) });
     const model = engine.engine.modelName;
     return {
       url: engine.url,
@@ -100,6 +102,7 @@ export async function startPolicyEngine(
   if (kind !== 'fake') throw new Error(`HARNESS_LAB_POLICY_ENGINE must be embedded or fake, got '${kind}'`);
   const engine = await startFakeEngine({
     model: 'harness-lab/policy',
+    ...(allowedHosts ? { allowedHosts } : {}),
     script: (request) => policyAnswer(policy, request.messages, request.tools),
   });
   return {

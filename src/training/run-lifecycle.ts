@@ -4,7 +4,7 @@
 // submit --backend k8s` does), deployed and waited for before the trainer is created, recorded with
 // the run, reported with it (health and what it has done, from its /metrics) and removed with it.
 import type * as k8s from '@kubernetes/client-node';
-import { clusterImage, pushedProxy, taskImageTags } from '../cluster/images.js';
+import { clusterImage, defaultLabImage, readyLabImage, taskImageTags } from '../cluster/images.js';
 import type { Cluster } from '../cluster/kube.js';
 import { validateManifests } from '../cluster/manifests.js';
 import {
@@ -65,17 +65,17 @@ export async function planRolloutServer(
   const splits = loadSplits(spec, configFile);
   const tasks = splits.flatMap((s) => s.tasks);
   let taskImages = await taskImageTags(tasks, opts.build, opts.log);
-  let image =
-    spec.image ?? (process.env.HARNESS_LAB_K8S_PROXY_IMAGE || clusterImage('harness-lab/harness-lab:latest', spec.registry ?? null));
-  if (spec.registry) {
+  // The lab's image: the spec's, else HARNESS_LAB_K8S_PROXY_IMAGE, else built from this CLI (and pushed).
+  const imageEnv = spec.image ? { ...process.env, HARNESS_LAB_K8S_PROXY_IMAGE: spec.image } : process.env;
+  const registry = spec.registry ?? null;
+  const image = opts.build ? await readyLabImage(registry, opts.log, imageEnv) : defaultLabImage(registry, imageEnv);
+  if (registry) {
     if (opts.build) {
       const { connectDocker } = await import('../sandbox/docker-client.js');
       const { pushImages } = await import('../cluster/registry-push.js');
-      const docker = await connectDocker();
-      const pushed = await pushImages(docker, [...taskImages.values()], spec.registry, { log: opts.log });
+      const pushed = await pushImages(await connectDocker(), [...taskImages.values()], registry, { log: opts.log });
       taskImages = new Map([...taskImages].map(([t, local]) => [t, pushed.get(local) ?? local]));
-      image = (await pushedProxy(docker, { image, command: ['harness-lab'] }, spec.registry, opts.log)).image;
-    } else taskImages = new Map([...taskImages].map(([t, local]) => [t, clusterImage(local, spec.registry ?? null)]));
+    } else taskImages = new Map([...taskImages].map(([t, local]) => [t, clusterImage(local, registry)]));
   }
   const objects = rolloutServerManifests({
     run: name,

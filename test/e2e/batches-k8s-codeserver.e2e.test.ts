@@ -146,7 +146,8 @@ test(
     stateDir = mkdtempSync(join(tmpdir(), 'hl-batches-k8s-e2e-'));
     const policyFile = join(stateDir, 'policy.json');
     writeFileSync(policyFile, JSON.stringify(POLICY));
-    engine = await engineFor(cluster, NS, policyFile);
+    // Pods reach it as the Service hl-engine (below): the engine's request guard is told that name.
+    engine = await engineFor(cluster, NS, policyFile, [`hl-engine.${NS}.svc`]);
 
     const workspace = join(stateDir, 'workspace');
     const batches = join(workspace, 'harness-lab-batches');

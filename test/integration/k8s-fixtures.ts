@@ -1,7 +1,7 @@
 // Shared setup for the cluster tests: the API server double with a Docker-backed node, a kubeconfig
 // for the real client, a batch manifest for example tasks, the CLI bundle the in-cluster proxy runs,
 // and a policy engine on the host that the namespace reaches through a Unix socket relay.
-import { chmodSync, copyFileSync, cpSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, mkdtempSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { harnessCacheRoot } from '../../src/harness/run-local.js';
@@ -9,9 +9,8 @@ import { startPolicyEngine, type PolicyEngine } from '../../src/sandbox/policy-e
 import { ensureReactScript } from '../../src/sandbox/react-script.js';
 import * as k8s from '@kubernetes/client-node';
 import type Docker from 'dockerode';
+import { ensureLabImage } from '../../src/cluster/lab-image.js';
 import { DockerRuntime } from '../../src/sandbox/docker.js';
-import { followProgress } from '../../src/sandbox/docker-client.js';
-import { NODE_IMAGE, tarDirectory } from '../../src/sandbox/images.js';
 import { loadTask, type HarborTask } from '../../src/tasks/task.js';
 import {
   BATCH_SCHEMA_VERSION,
@@ -50,27 +49,9 @@ export function cliBundleDir(): Promise<string> {
   return bundle;
 }
 
-/** What a harness-lab image holds: node, the CLI bundle, and `harness-lab` on PATH (the in-cluster proxy runs it). */
+/** The lab's image (src/cluster/lab-image.ts) as `tag`, from a bundle of this checkout's source (never a stale dist/). */
 export async function buildProxyImage(docker: Docker, tag: string): Promise<void> {
-  const ctx = mkdtempSync(join(tmpdir(), 'hl-proxy-image-'));
-  try {
-    copyFileSync(join(await cliBundleDir(), 'cli.js'), join(ctx, 'cli.js'));
-    writeFileSync(join(ctx, 'harness-lab'), '#!/bin/sh\nexec node /opt/harness-lab/dist/cli.js "$@"\n', { mode: 0o755 });
-    writeFileSync(
-      join(ctx, 'Dockerfile'),
-      [
-        `FROM ${NODE_IMAGE}`,
-        'COPY cli.js /opt/harness-lab/dist/cli.js',
-        'COPY harness-lab /usr/local/bin/harness-lab',
-        'LABEL harness-lab.kind=test',
-        'RUN harness-lab --help >/dev/null',
-        '',
-      ].join('\n'),
-    );
-    await followProgress(docker, await docker.buildImage(tarDirectory(ctx), { t: tag, rm: true, forcerm: true }));
-  } finally {
-    rmSync(ctx, { recursive: true, force: true });
-  }
+  await ensureLabImage(docker, { tag, bundleDir: await cliBundleDir() });
 }
 
 /** A test cluster with one namespace made, and the real client's core and batch APIs on it. */
@@ -195,8 +176,14 @@ export interface EngineInNamespace {
 }
 
 /** The policy engine on the host's loopback, reachable at the same 127.0.0.1 port inside the namespace. */
-export async function engineFor(cluster: KubeDouble, namespace: string, policyFile: string): Promise<EngineInNamespace> {
-  const engine = await startPolicyEngine(policyFile, 'fake');
+/** `serviceNames`: the names pods reach it by when a Service (and a relay pod) stands in front of it. */
+export async function engineFor(
+  cluster: KubeDouble,
+  namespace: string,
+  policyFile: string,
+  serviceNames?: readonly string[],
+): Promise<EngineInNamespace> {
+  const engine = await startPolicyEngine(policyFile, 'fake', serviceNames);
   const port = Number(new URL(engine.url).port);
   await cluster.node.exposeHostPort(namespace, port);
   return { engine, port, url: engine.url };

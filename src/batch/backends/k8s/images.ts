@@ -2,7 +2,7 @@
 // in-cluster proxy's image, where a pod finds its harness (baked into the image, or mounted from the
 // node), and pushing images that exist only in the local daemon to the batch's registry.
 import { z } from 'zod';
-import { clusterImage, type ProxyImage } from '../../../cluster/images.js';
+import { defaultLabImage, type ProxyImage } from '../../../cluster/images.js';
 import { ClusterError } from '../../../cluster/kube.js';
 import type { HarnessSource } from '../../../cluster/manifests.js';
 import { harnessCacheRoot } from '../../../harness/run-local.js';
@@ -10,7 +10,7 @@ import { ensureReactScript } from '../../../sandbox/react-script.js';
 import type { BatchManifest } from '../../state.js';
 
 // Shared with the rollout server a training run deploys (src/training), so they live in src/cluster.
-export { clusterImage, pushedProxy, taskImageTags, type ProxyImage } from '../../../cluster/images.js';
+export { clusterImage, defaultLabImage, pushedProxy, readyLabImage, taskImageTags, type ProxyImage } from '../../../cluster/images.js';
 
 /**
  * HARNESS_LAB_K8S_HARNESS_FROM=hostPath: the pods mount this machine's node binary, harness cache and
@@ -32,12 +32,9 @@ export async function harnessFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
   };
 }
 
-/** The proxy image of a cluster batch: HARNESS_LAB_K8S_PROXY_IMAGE, else harness-lab's image under the registry. */
+/** The proxy image of a cluster batch: HARNESS_LAB_K8S_PROXY_IMAGE, else the lab's image under the registry. */
 export function defaultProxy(manifest: BatchManifest, env: NodeJS.ProcessEnv = process.env): ProxyImage {
-  return {
-    image: env.HARNESS_LAB_K8S_PROXY_IMAGE || clusterImage('harness-lab/harness-lab:latest', manifest.k8s?.registry ?? null),
-    command: ['harness-lab'],
-  };
+  return { image: defaultLabImage(manifest.k8s?.registry ?? null, env), command: ['harness-lab'] };
 }
 
 const TaskImagesSchema = z.record(z.string().min(1), z.string().min(1));

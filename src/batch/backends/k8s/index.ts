@@ -8,7 +8,7 @@ import { pushImages } from '../../../cluster/registry-push.js';
 import { connectDocker } from '../../../sandbox/docker-client.js';
 import type { BackendModule } from '../../backend.js';
 import { K8S_PERMISSIONS, K8sBackend, deleteBatchJobs, k8sDryRunManifests, reapStaleJobs, teardownBatch } from './backend.js';
-import { defaultProxy, harnessFromEnv, pushedProxy, taskImageTags, taskImagesFromEnv } from './images.js';
+import { defaultProxy, harnessFromEnv, readyLabImage, taskImageTags, taskImagesFromEnv } from './images.js';
 import { target } from './job.js';
 
 export {
@@ -22,7 +22,16 @@ export {
   teardownBatch,
   type K8sBackendOptions,
 } from './backend.js';
-export { clusterImage, defaultProxy, harnessFromEnv, pushedProxy, taskImageTags, type ProxyImage } from './images.js';
+export {
+  clusterImage,
+  defaultLabImage,
+  defaultProxy,
+  harnessFromEnv,
+  pushedProxy,
+  readyLabImage,
+  taskImageTags,
+  type ProxyImage,
+} from './images.js';
 export { K8sCapture } from './proxy.js';
 
 /** What src/batch/backends/index.ts loads for `--backend k8s`. */
@@ -32,12 +41,11 @@ export const k8sBackendModule: BackendModule = {
     const given = taskImagesFromEnv();
     const images = given ?? (await taskImageTags(ctx.manifest.tasks, true, ctx.log));
     const reg = ctx.manifest.k8s?.registry;
-    // Pushed before anything is created in the cluster: a failed push fails the batch with no Job made.
+    // Built and pushed before anything is created in the cluster: a failed push fails the batch with no Job made.
     let proxy = defaultProxy(ctx.manifest);
-    if (reg && !given) {
-      const docker = await connectDocker();
-      await pushImages(docker, [...images.values()], reg, { log: ctx.log });
-      proxy = await pushedProxy(docker, proxy, reg, ctx.log);
+    if (!given) {
+      if (reg) await pushImages(await connectDocker(), [...images.values()], reg, { log: ctx.log });
+      proxy = { ...proxy, image: await readyLabImage(reg ?? null, ctx.log) };
     }
     const backend = await K8sBackend.open({
       manifest: ctx.manifest,
