@@ -1,6 +1,6 @@
-// The images a cluster batch runs: each task's image tag as `harness-lab rollout` builds it, the
-// in-cluster proxy's image, where a pod finds its harness (baked into the image, or mounted from the
-// node), and pushing images that exist only in the local daemon to the batch's registry.
+// The images a cluster batch runs: the in-cluster proxy's image, where a pod finds its harness (baked
+// into the image, or mounted from the node), and the task images a rollout server was given. Task
+// image tags, registry names and the lab's image are src/cluster/images.ts's (re-exported here).
 import { z } from 'zod';
 import { defaultLabImage, type ProxyImage } from '../../../cluster/images.js';
 import { ClusterError } from '../../../cluster/kube.js';
