@@ -103,3 +103,19 @@ export async function readyLabImage(
   if (!registry) return local;
   return (await pushedProxy(docker, { image: local, command: ['harness-lab'] }, registry, log)).image;
 }
+
+/**
+ * What a lab does with images before it creates anything in a cluster (a cluster batch, a training
+ * run's rollout server): the task images pushed to the registry, if any, then the lab's image made
+ * ready (readyLabImage). A failed push throws here, before any object exists. Returns each local task
+ * tag's pushed reference (none without a registry) and the lab's image as the cluster pulls it.
+ */
+export async function readyClusterImages(
+  localTaskTags: Iterable<string>,
+  registry: string | null,
+  log: (line: string) => void,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<{ pushed: Map<string, string>; labImage: string }> {
+  const pushed = registry ? await pushImages(await connectDocker(), [...localTaskTags], registry, { log }) : new Map<string, string>();
+  return { pushed, labImage: await readyLabImage(registry, log, env) };
+}

@@ -4,7 +4,7 @@
 // submit --backend k8s` does), deployed and waited for before the trainer is created, recorded with
 // the run, reported with it (health and what it has done, from its /metrics) and removed with it.
 import type * as k8s from '@kubernetes/client-node';
-import { clusterImage, defaultLabImage, readyLabImage, taskImageTags } from '../cluster/images.js';
+import { clusterImage, defaultLabImage, readyClusterImages, taskImageTags } from '../cluster/images.js';
 import type { Cluster } from '../cluster/kube.js';
 import { validateManifests } from '../cluster/manifests.js';
 import {
@@ -64,19 +64,16 @@ export async function planRolloutServer(
 ): Promise<PlannedServer> {
   const splits = loadSplits(spec, configFile);
   const tasks = splits.flatMap((s) => s.tasks);
-  let taskImages = await taskImageTags(tasks, opts.build, opts.log);
+  const local = await taskImageTags(tasks, opts.build, opts.log);
   // The lab's image: the spec's, else HARNESS_LAB_K8S_PROXY_IMAGE, else built from this CLI (and pushed).
   const imageEnv = spec.image ? { ...process.env, HARNESS_LAB_K8S_PROXY_IMAGE: spec.image } : process.env;
   const registry = spec.registry ?? null;
-  const image = opts.build ? await readyLabImage(registry, opts.log, imageEnv) : defaultLabImage(registry, imageEnv);
-  if (registry) {
-    if (opts.build) {
-      const { connectDocker } = await import('../sandbox/docker-client.js');
-      const { pushImages } = await import('../cluster/registry-push.js');
-      const pushed = await pushImages(await connectDocker(), [...taskImages.values()], registry, { log: opts.log });
-      taskImages = new Map([...taskImages].map(([t, local]) => [t, pushed.get(local) ?? local]));
-    } else taskImages = new Map([...taskImages].map(([t, local]) => [t, clusterImage(local, registry)]));
-  }
+  // The server is handed its task images as the cluster pulls them: pushed, or (a dry run) as a push would name them.
+  const ready = opts.build ? await readyClusterImages(local.values(), registry, opts.log, imageEnv) : null;
+  const image = ready ? ready.labImage : defaultLabImage(registry, imageEnv);
+  const taskImages = new Map(
+    [...local].map(([t, tag]) => [t, ready ? (ready.pushed.get(tag) ?? tag) : registry ? clusterImage(tag, registry) : tag]),
+  );
   const objects = rolloutServerManifests({
     run: name,
     namespace,

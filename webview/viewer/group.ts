@@ -98,7 +98,12 @@ export function memberSamplesText(a: SampleAccount | null): string {
 export function totalsText(t: SampleTotals): string {
   if (t.rollouts === 0) return 'no kept rollout with token ids';
   const ratio = t.token_ratio === null ? '–' : `${t.token_ratio.toFixed(2)}x`;
-  return `${t.samples_per_rollout!.toFixed(2)} samples/rollout, ${count(t.tokens_to_trainer)} tokens to the trainer (${ratio} the merged length), ${t.unparsed_tool_calls} unparsed tool call${t.unparsed_tool_calls === 1 ? '' : 's'} (${t.rollouts} rollout${t.rollouts === 1 ? '' : 's'})`;
+  const unparsed = `${t.unparsed_tool_calls} unparsed tool call${t.unparsed_tool_calls === 1 ? '' : 's'}`;
+  const rollouts = `${t.rollouts} rollout${t.rollouts === 1 ? '' : 's'}`;
+  return (
+    `${t.samples_per_rollout!.toFixed(2)} samples/rollout, ` +
+    `${count(t.tokens_to_trainer)} tokens to the trainer (${ratio} the merged length), ${unparsed} (${rollouts})`
+  );
 }
 
 function samplesSection(data: GroupViewData): HTMLElement {
@@ -125,6 +130,8 @@ function samplesSection(data: GroupViewData): HTMLElement {
 function memberCard(m: GroupMemberView, host: GroupHost | null): HTMLElement {
   const b = m.behaviour;
   const cls = m.kept ? (m.class === 'completed' ? 'ok' : 'fail') : 'discarded';
+  const unseen = b?.unknown_tool_calls ? `, ${b.unknown_tool_calls} unseen` : '';
+  const unparsed = m.samples?.unparsed_tool_calls ? `, ${m.samples.unparsed_tool_calls} did not parse` : '';
   return h(
     'article',
     { class: `member-card m-${cls}`, 'data-testid': 'member-card', 'data-rollout': m.rollout_id },
@@ -143,13 +150,7 @@ function memberCard(m: GroupMemberView, host: GroupHost | null): HTMLElement {
       h('dt', {}, 'turns'),
       h('dd', {}, `${m.turns} (${m.calls} calls)`),
       h('dt', {}, 'tool calls'),
-      h(
-        'dd',
-        {},
-        b
-          ? `${m.tool_calls} (${b.failed_tool_calls} failed${b.unknown_tool_calls ? `, ${b.unknown_tool_calls} unseen` : ''}${m.samples?.unparsed_tool_calls ? `, ${m.samples.unparsed_tool_calls} did not parse` : ''})`
-          : String(m.tool_calls),
-      ),
+      h('dd', {}, b ? `${m.tool_calls} (${b.failed_tool_calls} failed${unseen}${unparsed})` : String(m.tool_calls)),
       h('dt', {}, 'tokens'),
       h('dd', {}, `${m.sampled_tokens} sampled, ${m.prompt_tokens} prompt`),
       h('dt', {}, 'samples'),

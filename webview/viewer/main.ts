@@ -43,6 +43,7 @@ import {
   plural,
   samplesSummary,
   turnTokens,
+  type BridgeKinds,
   type TurnTokens,
 } from './model.js';
 import { addedPanel, atifPanel, findingsPanel, gradeClass, h, rawPanel } from './panels.js';
@@ -115,6 +116,13 @@ function outcomeBanner(o: RolloutOutcomeView): HTMLElement {
   );
 }
 
+/** How a token-in turn's prompt was built: the anchor kept, the bridge's glue and message tokens. */
+function bridgeSummary(b: NonNullable<ViewerTurn['bridge']>, anchorIndex: number | string, bridge: BridgeKinds | null): string {
+  const tokens = bridge ? `${bridge.glue} glue + ${bridge.tool} message` : '?';
+  const close = b.synthesized_close ? ' (turn close added)' : '';
+  const drift = b.drift_tokens ? `; a full render would change ${b.drift_tokens}` : '';
+  return `token in: ${b.anchor_tokens} tokens of #${anchorIndex} unchanged, then a bridge of ${tokens} tokens${close}${drift}`;
+}
 class Viewer {
   private readonly nav: Navigator;
   private readonly texts: TokenTexts;
@@ -180,7 +188,13 @@ class Viewer {
       h(
         'span',
         { class: 'muted', 'data-testid': 'summary' },
-        `${plural(data.turns.length, 'call')} · ${plural(data.graph.roots.length, 'root')} · ${data.capture_level} · ${data.rollout_type}${stats ? ` · ${stats.n_trainable_tokens} trainable tokens` : ''}`,
+        [
+          plural(data.turns.length, 'call'),
+          plural(data.graph.roots.length, 'root'),
+          data.capture_level,
+          data.rollout_type,
+          ...(stats ? [`${stats.n_trainable_tokens} trainable tokens`] : []),
+        ].join(' · '),
       ),
       h('span', { class: 'muted', 'data-testid': 'samples' }, samplesSummary(data)),
       this.verdict,
@@ -312,7 +326,7 @@ class Viewer {
     const how = !b
       ? null
       : b.kind === 'bridge'
-        ? `token in: ${b.anchor_tokens} tokens of #${this.nav.byId.get(b.anchor_call_id ?? '')?.index ?? '?'} unchanged, then a bridge of ${bridge ? `${bridge.glue} glue + ${bridge.tool} message` : '?'} tokens${b.synthesized_close ? ' (turn close added)' : ''}${b.drift_tokens ? `; a full render would change ${b.drift_tokens}` : ''}`
+        ? bridgeSummary(b, this.nav.byId.get(b.anchor_call_id ?? '')?.index ?? '?', bridge)
         : `token in: full render (${b.new_root_reason ?? 'first call'})`;
     this.head.replaceChildren(
       h('h2', {}, `Turn #${turn.index}`),

@@ -92,7 +92,11 @@ export function addedPanel(
       h(
         'p',
         { class: 'break', role: 'alert', 'data-testid': 'prefix-break' },
-        `Prefix break at token ${a.prefixBreak.at}: expected ${a.prefixBreak.expected ?? 'end'} ${fmtTok(a.prefixBreak.expected, texts)}, got ${a.prefixBreak.got ?? 'end of prompt'} ${fmtTok(a.prefixBreak.got, texts)}. The harness rewrote history (compaction, edited messages or a different template), so this turn does not extend the earlier one token for token.`,
+        `Prefix break at token ${a.prefixBreak.at}: ` +
+          `expected ${a.prefixBreak.expected ?? 'end'} ${fmtTok(a.prefixBreak.expected, texts)}, ` +
+          `got ${a.prefixBreak.got ?? 'end of prompt'} ${fmtTok(a.prefixBreak.got, texts)}. ` +
+          'The harness rewrote history (compaction, edited messages or a different template), ' +
+          'so this turn does not extend the earlier one token for token.',
       ),
     );
   }
@@ -204,7 +208,9 @@ export function atifPanel(result: AtifCheckResult | null, go: (id: string) => vo
     h(
       'p',
       { class: 'muted' },
-      `Step-1 prompt tokens: ATIF ${result.step1.atif_prompt_tokens ?? '—'}, captured ${result.step1.captured_prompt_len ?? '—'}. Retries: ${result.retries.atif_steps} step(s) with llm_call_count > 1, ${result.retries.graph_discarded} discarded call(s) in the graph. Subagents: ${result.n_subagents}.`,
+      `Step-1 prompt tokens: ATIF ${result.step1.atif_prompt_tokens ?? '—'}, captured ${result.step1.captured_prompt_len ?? '—'}. ` +
+        `Retries: ${result.retries.atif_steps} step(s) with llm_call_count > 1, ${result.retries.graph_discarded} discarded call(s) in the graph. ` +
+        `Subagents: ${result.n_subagents}.`,
     ),
   );
   return box;

@@ -10,7 +10,15 @@ import { ensureReactScript } from '../../../sandbox/react-script.js';
 import type { BatchManifest } from '../../state.js';
 
 // Shared with the rollout server a training run deploys (src/training), so they live in src/cluster.
-export { clusterImage, defaultLabImage, pushedProxy, readyLabImage, taskImageTags, type ProxyImage } from '../../../cluster/images.js';
+export {
+  clusterImage,
+  defaultLabImage,
+  pushedProxy,
+  readyClusterImages,
+  readyLabImage,
+  taskImageTags,
+  type ProxyImage,
+} from '../../../cluster/images.js';
 
 /**
  * HARNESS_LAB_K8S_HARNESS_FROM=hostPath: the pods mount this machine's node binary, harness cache and

@@ -4,11 +4,9 @@
 // the mirror of its sessions into the batch directory), backend.ts (K8sBackend, one attempt = one Job).
 import { ClusterError, assertPermissions, checkReachable, loadCluster } from '../../../cluster/kube.js';
 import { formatManifests } from '../../../cluster/manifests.js';
-import { pushImages } from '../../../cluster/registry-push.js';
-import { connectDocker } from '../../../sandbox/docker-client.js';
 import type { BackendModule } from '../../backend.js';
 import { K8S_PERMISSIONS, K8sBackend, deleteBatchJobs, k8sDryRunManifests, reapStaleJobs, teardownBatch } from './backend.js';
-import { defaultProxy, harnessFromEnv, readyLabImage, taskImageTags, taskImagesFromEnv } from './images.js';
+import { defaultProxy, harnessFromEnv, readyClusterImages, taskImageTags, taskImagesFromEnv } from './images.js';
 import { target } from './job.js';
 
 export {
@@ -28,6 +26,7 @@ export {
   defaultProxy,
   harnessFromEnv,
   pushedProxy,
+  readyClusterImages,
   readyLabImage,
   taskImageTags,
   type ProxyImage,
@@ -43,10 +42,8 @@ export const k8sBackendModule: BackendModule = {
     const reg = ctx.manifest.k8s?.registry;
     // Built and pushed before anything is created in the cluster: a failed push fails the batch with no Job made.
     let proxy = defaultProxy(ctx.manifest);
-    if (!given) {
-      if (reg) await pushImages(await connectDocker(), [...images.values()], reg, { log: ctx.log });
-      proxy = { ...proxy, image: await readyLabImage(reg ?? null, ctx.log) };
-    }
+    // The Jobs name each task image under the registry themselves (job.ts: clusterImage).
+    if (!given) proxy = { ...proxy, image: (await readyClusterImages(images.values(), reg ?? null, ctx.log)).labImage };
     const backend = await K8sBackend.open({
       manifest: ctx.manifest,
       batchDir: ctx.batchDir,
