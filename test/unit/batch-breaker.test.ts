@@ -14,6 +14,7 @@ import { planBatch, writeBatch } from '../../src/batch/plan.js';
 import { runBatch } from '../../src/batch/runner.js';
 import { readRolloutStates, writeRolloutState } from '../../src/batch/state.js';
 import { batchSessionFile, batchStatus, formatStatus } from '../../src/batch/status.js';
+import { solvedAttempt } from './rollout-fixtures.js';
 import { StartSemaphore, StartupBudgetError, withinStartBudget } from '../../src/sandbox/start-gate.js';
 
 const EXAMPLES = join(__dirname, '..', '..', 'examples', 'tasks');
@@ -36,14 +37,7 @@ function newBatch(opts: { groupSize: number; parallel: number; breakerAfter?: nu
   return plan.dir;
 }
 
-const ok = (): AttemptFacts => ({
-  backendRef: null,
-  agent: { exitCode: 0, timedOut: false, ms: 5 },
-  verifier: { exitCode: 0, timedOut: false, ms: 1 },
-  reward: { value: 1, scores: { reward: 1 } },
-  infraError: null,
-  cancelled: false,
-});
+const ok = solvedAttempt;
 const down = (): AttemptFacts => ({
   ...ok(),
   agent: { exitCode: null, timedOut: false, ms: 0 },

@@ -22,6 +22,7 @@ import { runBatch } from '../../src/batch/runner.js';
 import { batchPaths, readRolloutState, readRolloutStates, writeRolloutState } from '../../src/batch/state.js';
 import { batchStatus, formatStatus, meanStd } from '../../src/batch/status.js';
 import { CaptureStore } from '../../src/capture/store.js';
+import { solvedAttempt } from './rollout-fixtures.js';
 
 const EXAMPLES = join(__dirname, '..', '..', 'examples', 'tasks');
 
@@ -81,16 +82,7 @@ class DoubleBackend implements BatchBackend {
   async close(): Promise<void> {}
 }
 
-function base(): AttemptFacts {
-  return {
-    backendRef: null,
-    agent: { exitCode: 0, timedOut: false, ms: 5 },
-    verifier: { exitCode: 0, timedOut: false, ms: 1 },
-    reward: { value: 1, scores: { reward: 1 } },
-    infraError: null,
-    cancelled: false,
-  };
-}
+const base = solvedAttempt;
 
 class DoubleCapture implements BatchCapture {
   sessions = new Map<string, AttemptSessionRequest>();

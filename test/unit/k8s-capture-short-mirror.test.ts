@@ -8,10 +8,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import type { AttemptFacts } from '../../src/batch/backend.js';
 import { K8sCapture } from '../../src/batch/backends/k8s/proxy.js';
 import { classify } from '../../src/batch/classify.js';
-import { chain } from './rollout-fixtures.js';
+import { chain, solvedAttempt } from './rollout-fixtures.js';
 
 const cleanup: (() => void)[] = [];
 after(() => cleanup.forEach((f) => f()));
@@ -60,14 +59,7 @@ async function factsWith(listed: number | 'fail') {
   return capture.sessionFacts('s1');
 }
 
-const honest: AttemptFacts = {
-  backendRef: null,
-  agent: { exitCode: 0, timedOut: false, ms: 5 },
-  verifier: { exitCode: 0, timedOut: false, ms: 1 },
-  reward: { value: 1, scores: { reward: 1 } },
-  infraError: null,
-  cancelled: false,
-};
+const honest = solvedAttempt();
 
 test('a whole mirror keeps the proxy’s verdict: trainable', async () => {
   const facts = await factsWith(3);

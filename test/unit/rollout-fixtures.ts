@@ -1,4 +1,6 @@
-// Builds CallRecords from token arrays for the graph, sequence and rollout tests.
+// Builds CallRecords from token arrays for the graph, sequence and rollout tests, and the facts of an
+// attempt that went well for the batch tests.
+import type { AttemptFacts } from '../../src/batch/backend.js';
 import type { CallRecord, ChatMessage, SessionInfo } from '../../src/capture/types.js';
 
 export interface CallSpec {
@@ -100,4 +102,16 @@ export const session: SessionInfo = {
 
 export function parents(records: { call_id: string }[], parentOf: (id: string) => string | null): Record<string, string | null> {
   return Object.fromEntries(records.map((r) => [r.call_id, parentOf(r.call_id)]));
+}
+
+/** What a backend reports of an attempt that went well: the agent and the verifier exited 0, reward 1. */
+export function solvedAttempt(): AttemptFacts {
+  return {
+    backendRef: null,
+    agent: { exitCode: 0, timedOut: false, ms: 5 },
+    verifier: { exitCode: 0, timedOut: false, ms: 1 },
+    reward: { value: 1, scores: { reward: 1 } },
+    infraError: null,
+    cancelled: false,
+  };
 }
