@@ -166,7 +166,7 @@ export async function probeEnteredEngine(
     if (!(err instanceof EngineCheckError)) throw err;
     throw new EngineCheckError(
       choice.checkUrl === choice.url
-        ? `${err.message}. Enter a URL both this machine and the cluster's pods reach, or the engine's Service name ` +
+        ? `${err.message.charAt(0).toUpperCase()}${err.message.slice(1)}. Enter a URL both this machine and the cluster's pods reach, or the engine's Service name ` +
             `(its models are then listed through harnessLab.engineUrl)`
         : `${choice.url} resolves only inside the cluster, so its models are listed through harnessLab.engineUrl, but ${err.message}. ` +
             `Start that engine or correct harnessLab.engineUrl`,

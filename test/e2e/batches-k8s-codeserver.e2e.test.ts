@@ -407,7 +407,7 @@ test(
 
       // The Harness Lab terminal: the bundled CLI and the installed harness on PATH, and a harness run on
       // a task for real: one rollout of the reference harness (local sandbox) on hello-file, answered by
-      // the task's scripted policy, printing its outcome line.
+      // the task's scripted policy, printing its outcome line (on the terminal too, for the screenshot).
       const terminalTask = join(stateDir, 'terminal-task');
       cpSync(join(ROOT, 'examples', 'tasks', 'hello-file'), terminalTask, { recursive: true });
       const terminalRollouts = join(stateDir, 'terminal-rollouts');
@@ -420,7 +420,7 @@ test(
       await page.keyboard.type(
         `harness-lab --help > ${helpFile} 2>&1; qwen --version > ${qwenFile}.tmp 2>&1; mv ${qwenFile}.tmp ${qwenFile}; ` +
           `harness-lab rollout --task ${terminalTask} --harness react --sandbox local -n 1 --out ${terminalRollouts} ` +
-          `> ${rolloutFile}.tmp 2>&1; mv ${rolloutFile}.tmp ${rolloutFile}\n`,
+          `2>&1 | tee ${rolloutFile}.tmp; mv ${rolloutFile}.tmp ${rolloutFile}\n`,
         { delay: 5 },
       );
       for (let i = 0; i < 120 && !existsSync(qwenFile); i++) await new Promise((r) => setTimeout(r, 500));
