@@ -1,7 +1,7 @@
 // `harness-lab export`: trainer input from a batch, a session or a directory of rollouts. The logic is
 // src/export/export.ts; this file only reads flags and reports.
 import { existsSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { basename, dirname, resolve } from 'node:path';
 import { BatchFileError } from '../batch/state.js';
 import { ExportContractError } from '../export/contract.js';
 import { EXPORT_FORMATS, ExportUsageError, manifestPath, runExport, type ExportFormat, type ExportSource } from '../export/export.js';
@@ -25,7 +25,9 @@ Formats (docs/exports.md):
   collected      what \`batch collect\` writes: each trainable path inside its batch facts, from finished
                  groups with 2+ trainable members (needs --batch)
   replay         every captured engine request with its start time relative to the first, for
-                 \`harness-lab replay-load FILE --engine-url URL --speed N\` (docs/replay.md)
+                 \`harness-lab replay-load FILE --engine-url URL --speed N\` (docs/replay.md); a rollout
+                 captured token in also keeps its records (render info, prompt and sampled ids,
+                 logprobs, answers), so \`harness-lab replay FILE\` replays it token in
 
 Options:
   --min-group-size N   verl, collected: drop groups with fewer exportable members (default 2)
@@ -105,6 +107,8 @@ async function exportReplay(flags: {
 }): Promise<number> {
   const { planBatch, planRollouts, planSession, readRollout } = await import('../export/source.js');
   const { writeLoadFile } = await import('../replay/load.js');
+  const { rewardBeside } = await import('../replay/source.js');
+  const { ROLLOUT_DOCUMENT_FILE } = await import('../sandbox/rollout-runner.js');
   const given = [flags.batch && '--batch', flags.session && '--session', flags.rollouts && '--rollouts'].filter(Boolean);
   if (given.length !== 1)
     throw new UsageError(`give exactly one source (--batch, --session or --rollouts), got ${given.length ? given.join(' and ') : 'none'}`, {
@@ -121,10 +125,27 @@ async function exportReplay(flags: {
         ? planRollouts(flags.rollouts)
         : planSession(flags['data-dir']!, flags.session!);
     const units = plan.groups.flatMap((g) => g.units);
-    const rollouts = units.map((u) => ({ rollout_id: u.rollout_id, file: u.file, calls: readRollout(u.file).calls }));
-    const { requests, span_ms } = writeLoadFile(out, rollouts);
+    // A token-in capture's lines carry what its replay reads (load.ts), so the session and its outcome go along.
+    const rollouts = units.map((u) => {
+      const stored = readRollout(u.file);
+      const { session_id, metadata, capture_level } = stored.doc;
+      return {
+        rollout_id: u.rollout_id,
+        file: u.file,
+        calls: stored.calls,
+        session_id,
+        metadata,
+        capture_level,
+        // A rollout folder's document has its outcome beside it; other files of a folder share no rollout.json.
+        reward: u.reward ?? (basename(u.file) === ROLLOUT_DOCUMENT_FILE ? rewardBeside(u.file) : null),
+      };
+    });
+    const { requests, span_ms, replayable } = writeLoadFile(out, rollouts);
     process.stdout.write(
-      `wrote ${requests} request(s) from ${rollouts.length} rollout(s) spanning ${(span_ms / 1000).toFixed(1)} s to ${out}\n`,
+      `wrote ${requests} request(s) from ${rollouts.length} rollout(s) spanning ${(span_ms / 1000).toFixed(1)} s to ${out}\n` +
+        (replayable
+          ? `${replayable} rollout(s) captured token in, with their records: \`harness-lab replay ${out}\` replays them token in\n`
+          : ''),
     );
     return 0;
   } catch (err) {

@@ -8,10 +8,11 @@ import { defineCommand, UsageError } from './args.js';
 
 const USAGE = `usage: harness-lab replay ROLLOUT [--harness H] [--sandbox docker|local] [--task DIR] [--out DIR]
                           [--from N --engine-url URL [--model M] [--seed S] [--temperature T] [--max-tokens N]]
-                          [--render-model P] [--json]
+                          [--render-model P] [--rollout ID] [--json]
 
 Runs the real harness again in a fresh sandbox on ROLLOUT's task (a rollout folder of \`harness-lab rollout\`,
-its session.rollout.json, or a replay fixture *.replay.json.gz). The capture proxy answers every model
+its session.rollout.json, a replay fixture *.replay.json.gz, or a load file of \`export --format replay\`
+holding a rollout captured token in). The capture proxy answers every model
 call from the record, with no engine (streamed answers are streamed, in the harness's dialect). Each
 call is matched against the recorded ones and its rung is printed:
   exact      the same messages, tools and request fields
@@ -35,6 +36,7 @@ The replay is a new session linked to the original (metadata replay_of), written
   --render-model P  a token-in capture's model folder or GGUF (tokenizer + chat template; default: found
                     from the recorded model). A token-in capture replays token in: each prompt is built
                     again by the bridge and must equal the recorded prompt ids, token for token
+  --rollout ID      which rollout of a load file holding several captured token in (its rollout_id)
   --timeout SECONDS wall clock for the agent (default: the task's)
   --json            print the report as JSON`;
 
@@ -55,6 +57,7 @@ export const replayCommand = defineCommand({
     temperature: { type: 'string' },
     'max-tokens': { type: 'integer' },
     'render-model': { type: 'string' },
+    rollout: { type: 'string' },
     timeout: { type: 'integer' },
     json: { type: 'boolean' },
     verbose: { type: 'boolean', short: 'v' },
@@ -79,7 +82,7 @@ export const replayCommand = defineCommand({
       sampling.temperature = t;
     }
     try {
-      const source = loadReplaySource(positionals[0]!);
+      const source = loadReplaySource(positionals[0]!, { rollout: flags.rollout });
       const report = await runReplay({
         source,
         taskDir: flags.task,

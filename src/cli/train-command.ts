@@ -79,63 +79,32 @@ const submit = defineCommand({
       const config = tj.loadTrainConfig(flags.config);
       if (flags.name !== undefined && !/^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/.test(flags.name))
         throw new UsageError(`--name must be an RFC 1035 label (lowercase, digits, -, a letter first, <= 63), got '${flags.name}'`);
-      const serveSpec = config.data.source === 'rollout-server' ? config.data.serve : undefined;
       const log = (line: string) => process.stderr.write(`${line}\n`);
-      const { planRolloutServer } = await import('./train-rollout-server.js');
+      // One way in: the editor's Start Training Run plans and starts a run with the same functions.
+      const life = await import('../training/run-lifecycle.js');
       if (flags['dry-run']) {
-        // No cluster is contacted: auto means the trainer's operator.
-        const kind = tj.kindFor(trainer, operator === 'auto' ? tj.operatorOf(trainer) : operator);
-        const name = flags.name ?? config.name ?? tj.defaultRunName(trainer);
-        const namespace = flags.namespace ?? 'default';
-        const obj = tj.runManifest({ trainer, kind, config, name, namespace });
-        await tj.validateRunManifest(obj);
-        const { formatManifests, validateManifests } = await import('../cluster/manifests.js');
-        const server = serveSpec ? (await planRolloutServer(serveSpec, flags.config, name, namespace, { build: false, log })).objects : [];
-        await validateManifests(server);
-        const objs = [...server, obj];
+        const objs = await life.planRun(
+          { trainer, config, configFile: flags.config, operator, name: flags.name, namespace: flags.namespace ?? 'default' },
+          log,
+        );
+        const { formatManifests } = await import('../cluster/manifests.js');
         // One object prints as itself (as before); a run with its server prints as a v1 List.
         process.stdout.write(
           flags.output === 'yaml'
             ? formatManifests(objs, 'yaml')
             : objs.length === 1
-              ? `${JSON.stringify(obj, null, 2)}\n`
+              ? `${JSON.stringify(objs[0], null, 2)}\n`
               : formatManifests(objs, 'json'),
         );
         return 0;
       }
       const c = await cluster(flags);
-      const name = flags.name ?? config.name ?? tj.defaultRunName(trainer);
-      let server: Awaited<ReturnType<typeof planRolloutServer>> | undefined;
-      if (serveSpec) {
-        server = await planRolloutServer(serveSpec, flags.config, name, c.namespace, { build: true, log });
-        const rs = await import('../training/rollout-server.js');
-        await rs.deployRolloutServer(c, server.objects, log);
-      }
-      let submitted;
-      try {
-        if (server) {
-          const rs = await import('../training/rollout-server.js');
-          const h = await rs.waitForRolloutServer(c, name, 300_000);
-          log(`rollout server ${server.record.name} is ready (${h.detail})`);
-        }
-        submitted = await tj.submitRun(c, {
-          trainer,
-          config,
-          configFile: flags.config,
-          operator,
-          name,
-          ...(server ? { rolloutServer: server.record } : {}),
-        });
-      } catch (err) {
-        // The server did not start, or the trainer was refused: the server deployed for it goes too.
-        if (server) {
-          const rs = await import('../training/rollout-server.js');
-          await rs.removeRolloutServer(c, name, log).catch((e: unknown) => log(`removing the rollout server: ${(e as Error).message}`));
-        }
-        throw err;
-      }
-      const { record, why } = submitted;
-      if (server) say(`deployed rollout server ${server.record.name} (${server.record.url}; splits ${server.record.splits.join(', ')})`);
+      const { record, why, server } = await life.startRun(
+        c,
+        { trainer, config, configFile: flags.config, operator, name: flags.name },
+        log,
+      );
+      if (server) say(`deployed rollout server ${server.name} (${server.url}; splits ${server.splits.join(', ')})`);
       say(`created ${record.kind} ${record.namespace}/${record.name} in kube context "${record.context}" (${why})`);
       say(
         `follow it: harness-lab train status ${record.name} --watch; harness-lab train logs ${record.name}${server ? ' [--server]' : ''}`,
@@ -170,8 +139,8 @@ const status = defineCommand({
           if (!flags.watch || p.deleted || tj.TERMINAL.has(p.phase)) resolve();
         }).catch(reject);
       }).finally(() => w.stop());
-      const { describeRolloutServer } = await import('./train-rollout-server.js');
-      const server = record?.rollout_server ? await describeRolloutServer(c, name) : undefined;
+      const life = await import('../training/run-lifecycle.js');
+      const server = record?.rollout_server ? await life.rolloutServerStatus(c, name) : undefined;
       if (flags.json)
         say(
           JSON.stringify({
@@ -182,13 +151,13 @@ const status = defineCommand({
             context: c.context,
             phase: final.phase,
             detail: final.detail,
-            ...(server ? { rollout_server: server.json } : {}),
+            ...(server ? { rollout_server: life.serverStatusJson(server) } : {}),
           }),
         );
       else {
         if (!flags.watch)
           say(`${kind} ${c.namespace}/${name} (${trainer ?? '?'}): ${final.phase}${final.detail ? ` (${final.detail})` : ''}`);
-        if (server) say(server.line);
+        if (server) say(life.serverStatusLine(server));
       }
       return final.phase === 'Failed' ? 1 : final.phase === 'Unknown' ? 1 : 0;
     }),
@@ -234,20 +203,15 @@ const cancel = defineCommand({
       const tj = await import('../training/trainer-jobs.js');
       const c = await cluster(flags);
       const name = positionals[0]!;
-      const { kind, record } = await tj.findRun(c, name);
-      const r = await tj.cancelRun(c, kind, name);
+      const { kind } = await tj.findRun(c, name);
+      const life = await import('../training/run-lifecycle.js');
+      const r = await life.stopRun(c, kind, name, (line) => process.stderr.write(`${line}\n`));
       say(
-        r === 'deleted'
+        r.trainer === 'deleted'
           ? `deleted ${kind} ${c.namespace}/${name} (its pods follow, propagationPolicy Background)`
           : `${kind} ${c.namespace}/${name} was already gone`,
       );
-      const rs = await import('../training/rollout-server.js');
-      // A run found without its record may still have a server: its Deployment says so.
-      if (record?.rollout_server || (await rs.rolloutServerHealth(c, name)).state !== 'Gone') {
-        say(`stopping rollout server ${rs.serveName(name)} (it removes its rollouts' Jobs and capture proxy first)`);
-        const removed = await rs.removeRolloutServer(c, name, (line) => process.stderr.write(`${line}\n`));
-        say(`removed ${removed.length ? removed.join(', ') : 'nothing (already gone)'}`);
-      }
+      if (r.server) say(`removed ${r.server.length ? r.server.join(', ') : 'nothing (already gone)'}`);
       return 0;
     }),
 });

@@ -5,7 +5,14 @@
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { basename, isAbsolute, join, resolve } from 'node:path';
 import { BatchFileError, batchPaths } from '../batch/state.js';
-import { batchSessionFile, batchStatus, type BatchStatus, type GroupStatus, type RolloutStatus } from '../batch/status.js';
+import {
+  batchSessionFile,
+  batchStatus,
+  type BatchStatus,
+  type GroupStatus,
+  type InfraAccount,
+  type RolloutStatus,
+} from '../batch/status.js';
 import { formatLatency } from './sessions-model.js';
 
 export const DEFAULT_BATCHES_FOLDER = 'harness-lab-batches';
@@ -94,6 +101,22 @@ export function formatReward(reward: number | null): string {
   return reward === null ? 'reward null' : `reward ${num(reward)}`;
 }
 
+/** `infra-failed 2/10 (20%)` once an attempt failed in the sandbox backend; nothing before. */
+function infraPart(infra: InfraAccount): string[] {
+  if (!infra.failed_attempts) return [];
+  return [`infra-failed ${infra.failed_attempts}/${infra.attempts} (${Math.round((infra.rate ?? 0) * 100)}%)`];
+}
+
+function infraLines(infra: InfraAccount): string[] {
+  if (!infra.attempts) return [];
+  const causes = Object.entries(infra.causes)
+    .sort((a, b) => b[1] - a[1])
+    .map(([k, v]) => `${k} ${v}`)
+    .join(', ');
+  const share = `${Math.round((infra.rate ?? 0) * 1000) / 10}%`;
+  return [`Infra-failed attempts: ${infra.failed_attempts} of ${infra.attempts} (${share})${causes ? `; causes: ${causes}` : ''}`];
+}
+
 export function batchNode(st: BatchStatus): BatchNode {
   const c = st.counts;
   const finished = c.done + c.discarded;
@@ -106,7 +129,8 @@ export function batchNode(st: BatchStatus): BatchNode {
     id: `batch:${st.dir}`,
     dir: st.dir,
     label: basename(st.dir) === st.batch_id ? st.batch_id : `${basename(st.dir)} (${st.batch_id})`,
-    description: [lab, `${finished}/${c.total} finished`, st.backend].join(' · '),
+    // The infra-failed rate changes only when an attempt ends, as the row's other parts do.
+    description: [lab, `${finished}/${c.total} finished`, ...infraPart(st.infra), st.backend].join(' · '),
     tooltip: [
       `Batch ${st.batch_id} in ${st.dir}`,
       `Lab: ${lab}`,
@@ -116,6 +140,7 @@ export function batchNode(st: BatchStatus): BatchNode {
       // rollout. So the batch and group rows change only when a rollout ends (the rollout rows say which run).
       `${c.done} done, ${c.discarded} discarded, ${c.total - finished} to run of ${c.total}`,
       ...(classes ? [`Classes: ${classes}`] : []),
+      ...infraLines(st.infra),
       ...(st.lab === 'interrupted' ? ["The lab that ran it is gone: Resume Batch (this row's menu) continues it"] : []),
       ...(st.lab === 'idle' || st.lab === 'cancelled' ? ["Rollouts are left: Resume Batch (this row's menu) runs them"] : []),
     ].join('\n'),
@@ -156,6 +181,8 @@ export function rolloutNode(dir: string, r: RolloutStatus): BatchRolloutNode {
   if (r.class) parts.push(formatReward(r.reward));
   if (r.duration_ms !== null) parts.push(formatLatency(r.duration_ms));
   if (r.attempts > 1) parts.push(`${r.attempts} attempts`);
+  // A leaf row may change while it runs: a stalled rollout says so, and where.
+  if (r.stalled) parts.push(`STALLED (${r.stalled.where})`);
   return {
     kind: 'rollout',
     id: `rollout:${dir}:${r.id}`,
@@ -169,6 +196,7 @@ export function rolloutNode(dir: string, r: RolloutStatus): BatchRolloutNode {
       ...(r.duration_ms !== null ? [`Duration ${formatLatency(r.duration_ms)}`] : []),
       ...(r.session_id ? [`Session ${r.session_id}`] : []),
       ...(liveCalls !== null ? [`${liveCalls} call(s) captured so far`] : []),
+      ...(r.stalled ? [`Stalled: no model call and no sandbox output for ${r.stalled.idle_s} s (${r.stalled.where})`] : []),
       ...(r.error ? [r.error] : []),
     ].join('\n'),
     contextValue: 'harnessLab.batchRollout',

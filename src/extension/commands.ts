@@ -37,7 +37,7 @@ import {
   openCapturedTerminal,
   openSession,
 } from './session-commands.js';
-import type { TrainingRunNode } from './training-runs-model.js';
+import type { TrainingRunNode, TrainingRunServerNode } from './training-runs-model.js';
 import { openRolloutViewer, rescoreShownRollout } from './viewer-commands.js';
 
 /** When a command can do its work; otherwise it fails with the NotConfiguredError this returns. */
@@ -109,8 +109,11 @@ export function createCommands(): Record<string, CommandSpec> {
     'harnessLab.startTrainingRun': { run: (host) => host.trainingRuns.start() },
     'harnessLab.refreshTrainingRuns': { run: async (host) => host.trainingRuns.refresh() },
     'harnessLab.showTrainingRunLogs': {
-      run: (host, arg) =>
-        host.trainingRuns.showLogs((arg as TrainingRunNode | undefined)?.name, (arg as TrainingRunNode | undefined)?.runKind),
+      run: (host, arg) => {
+        // A run's row shows the trainer's log; its rollout server's row, the server's.
+        const node = arg as TrainingRunNode | TrainingRunServerNode | undefined;
+        return node?.kind === 'server' ? host.trainingRuns.showServerLog(node.run) : host.trainingRuns.showLogs(node?.name, node?.runKind);
+      },
     },
     'harnessLab.cancelTrainingRun': { run: (host, arg) => host.trainingRuns.cancel(arg as TrainingRunNode | undefined) },
     'harnessLab.showCurvesFromFile': { run: (host, arg, selected) => showCurvesFromFileCommand(host.trainingRuns.curves, arg, selected) },

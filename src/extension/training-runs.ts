@@ -2,19 +2,22 @@
 // CLI runs, plus the pods' waiting reasons), ages that tick while the view is visible, Start Training
 // Run... (trainer, a config the schema accepts, kube context; the object kind and GPUs said at
 // submit), each started run followed by one RunWatch (status bar item while any is active), its log
-// streamed into an output channel (or why there is none yet), and its curves in a webview.
+// streamed into an output channel (or why there is none yet), and its curves in a webview. Start and
+// Cancel go through training-runs-actions.ts (src/training/run-lifecycle.ts, as `train submit` and
+// `train cancel`): a config with `data.serve` deploys the run's rollout server first, shown under the
+// run with its health and progress, and Cancel removes both.
 import { Writable } from 'node:stream';
 import * as vscode from 'vscode';
 import { loadCluster, type Cluster } from '../cluster/kube.js';
 import { missingKubeconfig } from '../cluster/kubeconfig-files.js';
+import { streamServerLog } from '../training/rollout-server.js';
+import type { ServerStatus } from '../training/run-lifecycle.js';
 import {
-  cancelRun,
   listRunRecords,
   listRuns,
   loadTrainConfig,
   RunWatch,
   streamRunLogs,
-  submitRun,
   TERMINAL,
   TRAINERS,
   type RunKind,
@@ -23,6 +26,7 @@ import {
   type TrainConfig,
   type Trainer,
 } from '../training/trainer-jobs.js';
+import { cancelFromEditor, serverStatuses, startFromEditor } from './training-runs-actions.js';
 import { listRunPods, podWaiting, readRunLog, shownPhase, type PodWaiting } from '../training/trainer-pods.js';
 import { parseMetrics } from '../training/metrics.js';
 import { findLocalExports } from './export-batch-model.js';
@@ -53,6 +57,8 @@ interface Listed {
   where: { context: string; namespace: string };
   waiting: Map<string, PodWaiting | null>;
   data: Map<string, string>;
+  /** The rollout server of each run that deployed one. */
+  servers: Map<string, ServerStatus>;
 }
 
 interface Followed {
@@ -114,7 +120,7 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
   }
 
   async getChildren(node?: TrainingRunsNode): Promise<TrainingRunsNode[]> {
-    if (node) return [];
+    if (node) return node.kind === 'run' && node.server ? [node.server] : [];
     let cluster: Cluster;
     try {
       // No kubeconfig (or one without contexts) is a machine without a cluster yet, not an error: the
@@ -128,24 +134,29 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
           (err: unknown) => (this.log.warn(`training runs: ${(err as Error).message}`), new Map()),
         );
         const waiting = new Map(runs.map((r) => [r.name, podWaiting(pods.get(r.name) ?? [])] as const));
+        const servers = await serverStatuses(cluster, runs, listRunRecords(), (line) => this.log.warn(`training runs: ${line}`));
         this.listed = {
           at: Date.now(),
           runs,
           where: { context: cluster.context, namespace: cluster.namespace },
           waiting,
           data: this.dataSources(),
+          servers,
         };
       }
       const l = this.listed;
       this.updateStatus();
-      return runNodes(l.runs, Date.now(), l.where, l.waiting, l.data);
+      return runNodes(l.runs, Date.now(), l.where, l.waiting, l.data, l.servers);
     } catch (err) {
       return [errorNode((err as Error).message)];
     }
   }
 
   getTreeItem(node: TrainingRunsNode): vscode.TreeItem {
-    const item = new vscode.TreeItem(node.label, vscode.TreeItemCollapsibleState.None);
+    const item = new vscode.TreeItem(
+      node.label,
+      node.kind === 'run' && node.server ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None,
+    );
     item.id = node.id;
     item.tooltip = node.tooltip;
     item.iconPath = new vscode.ThemeIcon(node.icon);
@@ -153,6 +164,12 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
       item.description = node.description;
       item.contextValue = node.contextValue;
       item.command = { command: 'harnessLab.showTrainingRunLogs', title: 'Show Logs', arguments: [node] };
+    }
+    if (node.kind === 'server') {
+      item.description = node.description;
+      // Not harnessLab.trainingRun*: the run's actions (Cancel, Curves) are the run's, not its server's.
+      item.contextValue = 'harnessLab.rolloutServer';
+      item.command = { command: 'harnessLab.showTrainingRunLogs', title: 'Show Rollout Server Log', arguments: [node] };
     }
     return item;
   }
@@ -189,18 +206,20 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
       { title: 'Start Training Run (3/3): kube context', placeHolder: 'Where the run goes' },
     );
     if (!context) return undefined;
-    const parsed = loadTrainConfig(config.uri.fsPath);
     const cluster = this.cluster(context.label);
-    const { record, why } = await vscode.window.withProgress(
-      { location: vscode.ProgressLocation.Notification, title: `Harness Lab: submitting ${trainer.label} run` },
-      () => submitRun(cluster, { trainer: trainer.label as Trainer, config: parsed, configFile: config.uri.fsPath, operator: 'auto' }),
+    const done = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: `Harness Lab: starting ${trainer.label} run` },
+      (progress) =>
+        startFromEditor(cluster, { trainer: trainer.label as Trainer, configFile: config.uri.fsPath }, (line) => {
+          // A rollout server's images are built and pushed, then it is waited for: each step is said.
+          this.log.info(`start training run: ${line}`);
+          progress.report({ message: line });
+        }),
     );
+    const { record, why } = done.started;
     this.context = context.label;
-    this.log.info(`created ${record.kind} ${record.namespace}/${record.name} in ${record.context} (${why}); ${configSummary(parsed)}`);
-    const fallback = record.kind === 'Job' ? ' (a plain batch/v1 Job: no trainer operator)' : '';
-    void vscode.window.showInformationMessage(
-      `Training run ${record.name} created as ${record.kind}${fallback} in ${record.namespace} (${record.context}): ${configSummary(parsed)}; ${why}.`,
-    );
+    this.log.info(`created ${record.kind} ${record.namespace}/${record.name} in ${record.context} (${why}); ${configSummary(done.config)}`);
+    void vscode.window.showInformationMessage(done.message);
     this.refresh();
     await this.follow(cluster, record.kind, record.name);
     void this.showLogs(record.name, record.kind);
@@ -292,6 +311,30 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
     }
   }
 
+  /** The log of a run's rollout server (its row in the view), streamed into the output channel. */
+  async showServerLog(run: string): Promise<void> {
+    this.output.show(true);
+    const id = `${run}/server`;
+    if (this.logStreams.has(id)) return;
+    const abort = new AbortController();
+    this.logStreams.set(id, abort);
+    const sink = new Writable({
+      write: (chunk: Buffer, _enc, done) => {
+        this.output.append(chunk.toString());
+        done();
+      },
+    });
+    this.output.appendLine(`[harness-lab] logs of the rollout server of ${run}:`);
+    try {
+      const { pod } = await streamServerLog(this.cluster(), run, sink, true, abort.signal);
+      this.output.appendLine(`[harness-lab] end of the log of pod ${pod}`);
+    } catch (err) {
+      this.output.appendLine(`[harness-lab] ${(err as Error).message}`);
+    } finally {
+      this.logStreams.delete(id);
+    }
+  }
+
   private async waitingOf(cluster: Cluster, name: string): Promise<PodWaiting | null> {
     return listRunPods(cluster).then(
       (pods) => podWaiting(pods.get(name) ?? []),
@@ -316,7 +359,9 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
    */
   async showCurves(node?: TrainingRunNode, selected?: readonly TrainingRunNode[]): Promise<ShownRun[]> {
     const cluster = this.cluster();
-    let runs: { name: string; kind: RunKind }[] = (selected?.length ? selected : node ? [node] : []).map((n) => ({
+    // A selection may hold a run's rollout server row too: only the runs have curves.
+    const chosen = (selected?.length ? selected : node ? [node] : []).filter((n) => n.kind === 'run');
+    let runs: { name: string; kind: RunKind }[] = chosen.map((n) => ({
       name: n.name,
       kind: n.runKind,
     }));
@@ -359,15 +404,26 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
 
   async cancel(node: TrainingRunNode | undefined): Promise<boolean> {
     if (!node) throw new Error('Cancel Training Run needs a run from the Training Runs view.');
+    const server = node.server ? ` and its rollout server ${node.server.label.replace(/^rollout server /, '')}` : '';
     const ok = await vscode.window.showWarningMessage(
-      `Delete ${node.runKind} ${node.namespace}/${node.name} and its pods?`,
+      `Delete ${node.runKind} ${node.namespace}/${node.name} and its pods${server}?`,
       { modal: true },
       'Delete',
     );
     if (ok !== 'Delete') return false;
-    const r = await cancelRun(this.cluster(), node.runKind, node.name);
-    this.log.info(`training run ${node.name}: ${r}`);
+    // The rollout server is given its grace period to stop its rollouts first: this can take a while.
+    const { message } = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: `Harness Lab: cancelling training run ${node.name}` },
+      (progress) =>
+        cancelFromEditor(this.cluster(), { kind: node.runKind, name: node.name }, (line) => {
+          this.log.info(`cancel training run ${node.name}: ${line}`);
+          progress.report({ message: line });
+        }),
+    );
+    this.log.info(message);
+    void vscode.window.showInformationMessage(message);
     this.logStreams.get(node.name)?.abort();
+    this.logStreams.get(`${node.name}/server`)?.abort();
     this.refresh();
     return true;
   }

@@ -1,11 +1,16 @@
 // What a replay reads: a captured rollout (a rollout folder, its `session.rollout.json`, any rollout
-// document) or a replay fixture (the same calls stripped to what a replay needs, gzipped). Both are
-// external input: parsed with zod here, with errors that name the file.
+// document), a replay fixture (the same calls stripped to what a replay needs, gzipped) or one
+// token-in rollout of a load file of `export --format replay` (load.ts). All are external input:
+// parsed with zod here (a load file in load.ts), with errors that name the file.
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { z } from 'zod';
 import type { CallRecord, CaptureLevel, ChatRequest, ChatResponse, LogprobEntry } from '../capture/types.js';
+import { ReplayCallSchema, type ReplayCall } from './call-schema.js';
+import { isLoadFileHeader, LoadFileError, parseLoadFile, type LoadFile, type LoadRollout } from './load.js';
+
+export type { ReplayCall };
 
 export class ReplaySourceError extends Error {
   constructor(message: string) {
@@ -14,46 +19,12 @@ export class ReplaySourceError extends Error {
   }
 }
 
-const Ids = z.array(z.int().nonnegative()).nullable().optional();
-
-const ReplayCallSchema = z.looseObject({
-  call_id: z.string().min(1),
-  index: z.int().nonnegative(),
-  dialect: z.string(),
-  path: z.string(),
-  stream: z.boolean().optional(),
-  started_at: z.string().optional(),
-  latency_ms: z.number().optional(),
-  engine_request: z.looseObject({ messages: z.array(z.looseObject({ role: z.string() })) }).nullable(),
-  engine_response: z.looseObject({ choices: z.array(z.looseObject({ message: z.looseObject({ role: z.string() }) })) }).nullable(),
-  requested_sampling_params: z.record(z.string(), z.unknown()).optional(),
-  sampling_params: z.record(z.string(), z.unknown()).optional(),
-  finish_reason: z.string().nullable().optional(),
-  error: z.looseObject({ status: z.int(), message: z.string() }).nullable().optional(),
-  prompt_token_ids: Ids,
-  completion_token_ids: Ids,
-  logprobs: z.array(z.number()).nullable().optional(),
-  top_logprobs: z
-    .array(z.array(z.looseObject({ token_id: z.int().nullable(), token: z.string(), logprob: z.number() })))
-    .nullable()
-    .optional(),
-  token_bytes: z
-    .array(z.array(z.int().min(0).max(255)).nullable())
-    .nullable()
-    .optional(),
-  /** Set on calls captured in token-in mode (the proxy rendered the prompt ids): see render-info.ts. */
-  render: z.looseObject({ mode: z.string(), engine_route: z.string().optional() }).optional(),
-});
-
 const ReplayDocSchema = z.looseObject({
   session_id: z.string().min(1),
   metadata: z.record(z.string(), z.unknown()),
   capture_level: z.enum(['tokens', 'logprobs', 'text']),
   calls: z.array(ReplayCallSchema),
 });
-
-/** One recorded call as a replay uses it. */
-export type ReplayCall = z.infer<typeof ReplayCallSchema>;
 
 export interface ReplaySource {
   /** The file it was read from. */
@@ -95,7 +66,35 @@ export function resolveRolloutPath(arg: string): string {
   return path;
 }
 
-export function loadReplaySource(arg: string): ReplaySource {
+/** The reward in the rollout.json beside a rollout document, or null (none there, or unreadable: only the reward comparison is lost). */
+export function rewardBeside(docPath: string): number | null {
+  const file = join(dirname(docPath), 'rollout.json');
+  if (!existsSync(file)) return null;
+  try {
+    const record = RolloutJsonSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
+    return record.success ? (record.data.reward ?? null) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Which token route the calls went to, when they were captured in token-in mode. */
+function tokenRouteOf(calls: readonly ReplayCall[]): ReplaySource['token_route'] {
+  const rendered = calls.find((c) => c.render?.mode === 'proxy');
+  if (!rendered) return null;
+  return rendered.render?.engine_route === '/generate' ? '/generate' : '/v1/completions';
+}
+
+function modelOf(calls: readonly ReplayCall[]): string | null {
+  return calls.map((c) => c.engine_request?.model).find((m): m is string => typeof m === 'string') ?? null;
+}
+
+export interface LoadReplayOptions {
+  /** Which rollout of a load file (`export --format replay`) to replay, when it holds more than one. */
+  rollout?: string;
+}
+
+export function loadReplaySource(arg: string, opts: LoadReplayOptions = {}): ReplaySource {
   const path = resolveRolloutPath(arg);
   let text: string;
   try {
@@ -104,6 +103,10 @@ export function loadReplaySource(arg: string): ReplaySource {
   } catch (err) {
     throw new ReplaySourceError(`${path}: could not read (${err instanceof Error ? err.message : String(err)})`);
   }
+  const newline = text.indexOf('\n');
+  if (isLoadFileHeader(newline < 0 ? text : text.slice(0, newline))) return sourceFromLoadFile(path, text, opts.rollout);
+  if (opts.rollout !== undefined)
+    throw new ReplaySourceError(`${path} is one rollout; --rollout picks one rollout of a load file of \`export --format replay\``);
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -122,18 +125,7 @@ export function loadReplaySource(arg: string): ReplaySource {
   const doc = parsed.data;
   const calls = [...doc.calls].sort((a, b) => a.index - b.index);
   const rolloutDir = existsSync(join(dirname(path), 'rollout.json')) ? dirname(path) : null;
-  let reward: number | null = isFixture ? (doc as ReplayFixture).reward : null;
-  if (!isFixture && rolloutDir) {
-    try {
-      const record = RolloutJsonSchema.safeParse(JSON.parse(readFileSync(join(rolloutDir, 'rollout.json'), 'utf8')));
-      if (record.success) reward = record.data.reward ?? null;
-    } catch {
-      reward = null; // a rollout record that cannot be read only loses the reward comparison
-    }
-  }
-  const model = calls.map((c) => c.engine_request?.model).find((m): m is string => typeof m === 'string') ?? null;
-  const rendered = calls.find((c) => c.render?.mode === 'proxy');
-  const token_route = rendered ? (rendered.render?.engine_route === '/generate' ? '/generate' : '/v1/completions') : null;
+  const reward = isFixture ? (doc as ReplayFixture).reward : rewardBeside(path);
   return {
     path,
     rolloutDir,
@@ -142,8 +134,62 @@ export function loadReplaySource(arg: string): ReplaySource {
     capture_level: doc.capture_level,
     calls,
     reward,
-    model,
-    token_route,
+    model: modelOf(calls),
+    token_route: tokenRouteOf(calls),
+  };
+}
+
+/**
+ * One rollout of a load file as a replay source. Only a token-in capture's lines carry their records
+ * (the answers, the token data); a chat-mode rollout's lines are its requests only, and the message
+ * says to replay its capture instead.
+ */
+function sourceFromLoadFile(path: string, text: string, rolloutId: string | undefined): ReplaySource {
+  let file: LoadFile;
+  try {
+    file = parseLoadFile(text, path);
+  } catch (err) {
+    if (err instanceof LoadFileError) throw new ReplaySourceError(err.message);
+    throw err;
+  }
+  const exported = [...new Set(file.requests.map((r) => r.rollout_id))];
+  const chatOnly = (id: string) =>
+    new ReplaySourceError(
+      `${path}: rollout '${id}' was captured in chat mode, and a load file keeps only the requests of a chat-mode capture ` +
+        `(the answers and token data are exported for token-in captures); replay its capture (the rollout folder or session file) instead`,
+    );
+  const pick = (): LoadRollout => {
+    if (rolloutId !== undefined) {
+      const found = file.replay.find((r) => r.rollout_id === rolloutId);
+      if (found) return found;
+      if (exported.includes(rolloutId)) throw chatOnly(rolloutId);
+      throw new ReplaySourceError(`${path} holds no rollout '${rolloutId}' (it holds ${exported.join(', ') || 'none'})`);
+    }
+    if (file.replay.length === 1) return file.replay[0]!;
+    if (file.replay.length > 1)
+      throw new ReplaySourceError(
+        `${path} holds ${file.replay.length} replayable rollouts (${file.replay.map((r) => r.rollout_id).join(', ')}); pick one with --rollout ID`,
+      );
+    if (exported.length === 1) throw chatOnly(exported[0]!);
+    throw new ReplaySourceError(
+      `${path} holds no rollout captured token in, so nothing a replay can answer from (chat-mode exports keep requests only)`,
+    );
+  };
+  const chosen = pick();
+  const calls: ReplayCall[] = file.requests
+    .filter((r) => r.rollout_id === chosen.rollout_id)
+    .map((r) => ({ ...r.record!, index: r.index, engine_request: r.request as ReplayCall['engine_request'] }))
+    .sort((a, b) => a.index - b.index);
+  return {
+    path,
+    rolloutDir: null,
+    session_id: chosen.session_id,
+    metadata: chosen.metadata,
+    capture_level: chosen.capture_level,
+    calls,
+    reward: chosen.reward,
+    model: modelOf(calls),
+    token_route: tokenRouteOf(calls),
   };
 }
 

@@ -427,8 +427,14 @@ export async function rolloutServerProgress(cluster: Cluster, run: string, pod: 
   }
 }
 
-/** Streams the log of the run's rollout server pod (following it unless `follow` is false). */
-export async function streamServerLog(cluster: Cluster, run: string, out: Writable, follow = true): Promise<void> {
+/** Streams the log of the run's rollout server pod (following it unless `follow` is false, until `signal` aborts). */
+export async function streamServerLog(
+  cluster: Cluster,
+  run: string,
+  out: Writable,
+  follow = true,
+  signal?: AbortSignal,
+): Promise<{ pod: string }> {
   const health = await rolloutServerHealth(cluster, run);
   if (!health.pod) throw new TrainConfigError(`training run "${run}" has no rollout server pod (${health.detail})`);
   const pod = health.pod;
@@ -437,13 +443,27 @@ export async function streamServerLog(cluster: Cluster, run: string, out: Writab
   const pass = new PassThrough();
   pass.pipe(out, { end: false });
   await new Promise<void>((resolve, reject) => {
+    let ctl: AbortController | undefined;
     pass.on('end', () => resolve());
     pass.on('error', (err) => reject(clusterError(cluster, `streaming the log of pod ${cluster.namespace}/${pod}`, err)));
-    new Log(cluster.kc)
-      .log(cluster.namespace, pod, 'serve', pass, { follow })
-      .catch((err: unknown) => reject(clusterError(cluster, `streaming the log of pod ${cluster.namespace}/${pod}`, err)));
+    signal?.addEventListener(
+      'abort',
+      () => {
+        ctl?.abort();
+        resolve();
+      },
+      { once: true },
+    );
+    new Log(cluster.kc).log(cluster.namespace, pod, 'serve', pass, { follow }).then(
+      (c) => {
+        ctl = c;
+        if (signal?.aborted) c.abort();
+      },
+      (err: unknown) => reject(clusterError(cluster, `streaming the log of pod ${cluster.namespace}/${pod}`, err)),
+    );
   });
   pass.unpipe(out);
+  return { pod };
 }
 
 /**

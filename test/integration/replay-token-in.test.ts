@@ -4,7 +4,9 @@
 // prompt ids must equal the recorded ones token for token. A record whose prompt ids were changed
 // (messages untouched) halts at that call naming the position; a fork from call 2 continues on the
 // live engine's token route from the same ids; verify passes on the capture and fails on one changed
-// sampled token.
+// sampled token. `export --format replay` of the capture keeps what a token-in replay reads, so the
+// exported load file replays token in exactly as the capture does, and a prompt id changed in it halts
+// at that position too.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -44,6 +46,8 @@ function cli(...args: string[]): Promise<{ status: number | null; stdout: string
 let engine: EmbeddedEngine;
 let originalDir: string;
 let original: RolloutDocument;
+/** The replay of the capture itself, which the replay of its export must equal. */
+let captureReplay: ReplayReport | undefined;
 
 before(async () => {
   engine = await startTestEngine({ policy: POLICY });
@@ -83,6 +87,9 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+/** A value as it reads back from JSON (the record in memory may hold undefined fields). */
+const plain = <T>(v: T): T => JSON.parse(JSON.stringify(v)) as T;
+
 function replayOf(out: string, report: ReplayReport): RolloutDocument {
   assert.ok(report.rollout_file.startsWith(out), report.rollout_file);
   return JSON.parse(readFileSync(report.rollout_file, 'utf8')) as RolloutDocument;
@@ -103,7 +110,12 @@ test('a token-in capture replays token in: every prompt the bridge builds again 
   );
   assert.equal(report.reward, report.original.reward);
   assert.equal(report.ok, true);
-  const replay = replayOf(out, report);
+  captureReplay = report;
+  assertTokenInReplay(replayOf(out, report));
+});
+
+/** Every replayed call went the token route, bridged as captured, with the recorded ids, answer and digest. */
+function assertTokenInReplay(replay: RolloutDocument): void {
   assert.equal(replay.calls.length, 3);
   for (const [i, c] of replay.calls.entries()) {
     const o = original.calls[i]!;
@@ -114,9 +126,15 @@ test('a token-in capture replays token in: every prompt the bridge builds again 
     assert.deepEqual(c.completion_token_ids, o.completion_token_ids, `call ${i}: sampled ids`);
     assert.deepEqual(c.logprobs, o.logprobs, `call ${i}: logprobs`);
     assert.equal(c.render?.tokens_digest, o.render?.tokens_digest, `call ${i}: tokens digest`);
+    // The whole render info, the anchor named by its position (call ids are the replay's own).
+    const { anchor_call_id: anchor, ...render } = c.render!;
+    const { anchor_call_id: originalAnchor, ...originalRender } = plain(o.render!);
+    assert.deepEqual(render, originalRender, `call ${i}: render`);
+    const position = (doc: RolloutDocument, id: string | null) => (id === null ? null : doc.calls.findIndex((x) => x.call_id === id));
+    assert.equal(position(replay, anchor), position(original, originalAnchor), `call ${i}: anchor`);
     assert.deepEqual(c.engine_response?.choices[0]?.message, o.engine_response?.choices[0]?.message, `call ${i}: parsed answer`);
   }
-});
+}
 
 test('a record whose prompt ids differ from what the same messages render to halts there, naming the position', async () => {
   const doc = JSON.parse(readFileSync(join(originalDir, 'session.rollout.json'), 'utf8')) as RolloutDocument;
@@ -126,6 +144,78 @@ test('a record whose prompt ids differ from what the same messages render to hal
   const tampered = join(dir, 'tampered-prompt.rollout.json');
   writeFileSync(tampered, JSON.stringify(doc));
   const r = await cli('replay', tampered, '--sandbox', 'local', '--task', TASK, '--out', join(dir, 'tampered-replays'));
+  assert.equal(r.status, 1, r.stdout + r.stderr);
+  assert.match(r.stdout, /call 0: exact <- recorded call 0\n {2}call 1: NO MATCH/);
+  assert.match(r.stdout, new RegExp(`halted at call 1: first difference from recorded call 1\\n {2}field prompt_token_ids\\[${at}\\]`));
+  assert.match(r.stdout, new RegExp(`- recorded: "token ${ids[at]} \\\\".*\\\\" in `));
+  assert.match(r.stdout, /replay: FAILED/);
+});
+
+/** The capture exported as a load file (`export --format replay` via the CLI), with its header and lines. */
+async function exportCapture(): Promise<{ file: string; lines: Record<string, unknown>[] }> {
+  const file = join(dir, 'token-in.load.jsonl');
+  const exp = await cli('export', '--format', 'replay', '--rollouts', originalDir, '--out', file);
+  assert.equal(exp.status, 0, exp.stdout + exp.stderr);
+  assert.match(exp.stdout, /wrote 3 request\(s\) from 1 rollout\(s\).*\n1 rollout\(s\) captured token in, with their records/);
+  const lines = readFileSync(file, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+  return { file, lines };
+}
+
+test('the export of a token-in capture replays token in exactly as the capture does', async () => {
+  const { file, lines } = await exportCapture();
+  const [header, ...calls] = lines as [Record<string, unknown>, ...{ index: number; record: Record<string, unknown> }[]];
+  assert.equal(header.version, 2);
+  assert.deepEqual(
+    (header.replay as { session_id: string; n_calls: number; reward: number | null }[]).map((r) => [r.session_id, r.n_calls]),
+    [[original.session_id, 3]],
+  );
+  for (const line of calls) {
+    const o = original.calls[line.index]!;
+    assert.deepEqual(line.record.render, plain(o.render), `line of call ${line.index}: render info`);
+    assert.deepEqual(line.record.prompt_token_ids, o.prompt_token_ids, `line of call ${line.index}: prompt ids`);
+  }
+  const out = join(dir, 'export-replays');
+  const r = await cli('replay', file, '--sandbox', 'local', '--out', out, '--json');
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  const report = JSON.parse(r.stdout) as ReplayReport;
+  assert.ok(captureReplay, 'the replay of the capture ran first');
+  assert.deepEqual(
+    report.calls.map((c) => [c.level, c.recorded_index, c.recorded_call_id, c.tolerated, c.tool_outputs]),
+    captureReplay.calls.map((c) => [c.level, c.recorded_index, c.recorded_call_id, c.tolerated, c.tool_outputs]),
+    'the same match ladder results as the replay of the capture',
+  );
+  assert.deepEqual(
+    report.calls.map((c) => c.level),
+    ['exact', 'exact', 'exact'],
+  );
+  assert.equal(report.original.session_id, original.session_id);
+  assert.notEqual(captureReplay.original.reward, null, 'the capture has a verified reward');
+  assert.equal(report.original.reward, captureReplay.original.reward, "the original's reward travels with the export");
+  assert.equal(report.reward, report.original.reward);
+  assert.equal(report.ok, true);
+  assertTokenInReplay(replayOf(out, report));
+  // verify reads the exported prompt and sampled ids as it reads the capture's.
+  const verified = await cli('verify', file, '--engine-url', engine.url);
+  assert.equal(verified.status, 0, verified.stdout + verified.stderr);
+  assert.match(verified.stdout, /verified \d+ sampled token\(s\) in 3 call\(s\)/);
+  // ... and it is still a load test: replay-load re-issues its chat requests.
+  const load = await cli('replay-load', file, '--engine-url', engine.url, '--speed', '10');
+  assert.equal(load.status, 0, load.stdout + load.stderr);
+  assert.match(load.stdout, /re-issued 3 request\(s\) against .* at 10x: 3 ok, 0 failed/);
+});
+
+test('an exported load file with one prompt id changed halts at that position', async () => {
+  const { lines } = await exportCapture();
+  const line = lines.find((l) => l.index === 1) as { record: { prompt_token_ids: number[] } };
+  const ids = line.record.prompt_token_ids;
+  const at = ids.length - 4;
+  ids[at] = ids[at] === 13 ? 14 : 13;
+  const tampered = join(dir, 'tampered.load.jsonl');
+  writeFileSync(tampered, lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
+  const r = await cli('replay', tampered, '--sandbox', 'local', '--out', join(dir, 'tampered-export-replays'));
   assert.equal(r.status, 1, r.stdout + r.stderr);
   assert.match(r.stdout, /call 0: exact <- recorded call 0\n {2}call 1: NO MATCH/);
   assert.match(r.stdout, new RegExp(`halted at call 1: first difference from recorded call 1\\n {2}field prompt_token_ids\\[${at}\\]`));

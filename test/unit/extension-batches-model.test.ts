@@ -92,7 +92,9 @@ test('batch -> group -> rollout: classes, rewards, durations, mean/std and NO CO
   const [b] = model.roots() as BatchNode[];
   assert.equal(b!.kind, 'batch');
   assert.match(b!.label, /^first \(b20260101-100000-[0-9a-f]{4}\)$/);
-  assert.equal(b!.description, 'finished · 4/4 finished · docker');
+  // One attempt of four failed in the sandbox backend: the rate on the row, the causes in its tooltip.
+  assert.equal(b!.description, 'finished · 4/4 finished · infra-failed 1/4 (25%) · docker');
+  assert.match(b!.tooltip, /^Infra-failed attempts: 1 of 4 \(25%\); causes: other 1$/m);
   assert.equal(b!.contextValue, 'harnessLab.batch');
   for (const c of ['completed 2', 'policy_failure 1', 'infra_error 1']) assert.ok(b!.tooltip.includes(c), `${c} in ${b!.tooltip}`);
 
@@ -136,7 +138,7 @@ test('a batch being run: queued and running rollouts, no class yet, no session f
       {
         attempt: 0,
         session_id: 'sess-live',
-        started_at: s.queued_at,
+        started_at: new Date().toISOString(), // started now: not stalled
         ended_at: null,
         out_dir: 'attempts/x/0',
         outcome: 'running',
@@ -169,7 +171,7 @@ test('a running rollout shows the calls captured so far, as they land in its ses
       {
         attempt: 0,
         session_id: 'sess-live',
-        started_at: s.queued_at,
+        started_at: new Date().toISOString(), // started now: not stalled
         ended_at: null,
         out_dir: 'attempts/x/0',
         outcome: 'running',
@@ -222,7 +224,7 @@ test('the shown tree: a re-read with nothing new changes nothing; a call or a fi
       {
         attempt: 0,
         session_id: 'sess-live',
-        started_at: s.queued_at,
+        started_at: new Date().toISOString(), // started now: not stalled
         ended_at: null,
         out_dir: 'attempts/x/0',
         outcome: 'running',
@@ -456,4 +458,41 @@ test('the lab child: lines as they come, its exit code, a missing CLI bundle nam
   assert.equal(await cancel.exited, 1);
   assert.match(cancel.output(), /second batch cancel \/some\/batch/);
   assert.throws(() => startBatchLab({ cliJs: join(dir, 'missing.js'), dir: '/x', cwd: dir }), /missing\.js is missing/);
+});
+
+test('a running rollout with no sign of life for the stall time is flagged on its row, with where it stands', () => {
+  const folder = mkdtempSync(join(tmpdir(), 'hl-batches-'));
+  const dir = batch(folder, 'stuck', new Date('2026-01-03T10:00:00Z'));
+  const s = readRolloutStates(dir)[0]!;
+  const started = (ago: number) => new Date(Date.now() - ago * 1000).toISOString();
+  const running = (ago: number) =>
+    writeRolloutState(dir, {
+      ...s,
+      state: 'running',
+      session_id: 'sess-stuck',
+      attempts: [
+        {
+          attempt: 0,
+          session_id: 'sess-stuck',
+          started_at: started(ago),
+          ended_at: null,
+          out_dir: 'attempts/x/0',
+          outcome: 'running',
+          trainable: false,
+        },
+      ],
+      started_at: started(ago),
+    });
+  const rolloutRow = () => {
+    const model = new BatchesTreeModel(() => [folder]);
+    const [b] = model.roots() as BatchNode[];
+    const [g] = model.children(b) as GroupNode[];
+    return (model.children(g) as BatchRolloutNode[])[0]!;
+  };
+  running(60);
+  assert.equal(rolloutRow().description, 'running');
+  running(900);
+  const row = rolloutRow();
+  assert.equal(row.description, 'running · STALLED (starting sandbox)');
+  assert.match(row.tooltip, /^Stalled: no model call and no sandbox output for 9\d\d s \(starting sandbox\)$/m);
 });

@@ -6,6 +6,8 @@ import { join } from 'node:path';
 import type * as k8s from '@kubernetes/client-node';
 import { parseTrainConfig, type RunSummary } from '../../src/training/trainer-jobs.js';
 import { podWaiting } from '../../src/training/trainer-pods.js';
+import { parseServeMetrics } from '../../src/training/rollout-server.js';
+import type { ServerStatus } from '../../src/training/run-lifecycle.js';
 import {
   age,
   configSummary,
@@ -13,6 +15,7 @@ import {
   errorNode,
   noLogsYet,
   runNodes,
+  serverNode,
   statusText,
   trainingConfigs,
 } from '../../src/extension/training-runs-model.js';
@@ -198,4 +201,102 @@ test("a run's data source is matched to a local export of a batch", () => {
   assert.equal(d.match?.manifest, '/w/harness-lab-batches/b1.trl.jsonl.manifest.json');
   assert.deepEqual(describeData(c.data, []), { text: 'export b1/b1.trl.jsonl on PVC exports', match: null });
   assert.equal(describeData({ source: 'rollout-server', url: 'http://s:1' }, exports).text, 'the rollout server http://s:1');
+});
+
+// What serve's /metrics says after 12 rollouts (src/serve/rollouts.ts writeMetrics), read by the same
+// parser `train status` uses.
+const METRICS = `# TYPE harness_lab_serve_sandboxes gauge
+harness_lab_serve_sandboxes{state="waiting_slot"} 1
+harness_lab_serve_sandboxes{state="running"} 2
+harness_lab_serve_rollouts_total{class="completed"} 8
+harness_lab_serve_rollouts_total{class="policy_failure"} 1
+harness_lab_serve_rollouts_total{class="infra_error"} 3
+harness_lab_serve_infra_failures_total{cause="image_pull"} 2
+harness_lab_serve_infra_failures_total{cause="sandbox_start_timeout"} 1
+harness_lab_serve_reward_sum 6.5
+harness_lab_serve_scored_total 9
+harness_lab_serve_breaker_state{state="closed"} 1
+harness_lab_serve_breaker_state{state="half-open"} 0
+harness_lab_serve_breaker_state{state="open"} 0
+`;
+
+const status = (over: Partial<ServerStatus> & { state?: ServerStatus['health']['state']; detail?: string }): ServerStatus => ({
+  name: 'r-serve',
+  health: { state: over.state ?? 'Ready', detail: over.detail ?? 'pod r-serve-abc ready', pod: 'r-serve-abc' },
+  progress: undefined,
+  error: undefined,
+  ...over,
+});
+
+test('a run with a rollout server has it as a child row: state, rollouts done by class, infra-failed rate, reward mean', () => {
+  const progress = parseServeMetrics(METRICS);
+  const servers = new Map([['trl-1', status({ progress })]]);
+  const nodes = runNodes(
+    [run({ name: 'trl-1', kind: 'Job' }), run({ name: 'verl-1', trainer: 'verl' })],
+    now,
+    { context: 'c', namespace: 'rl' },
+    new Map(),
+    new Map(),
+    servers,
+  );
+  const [withServer, without] = nodes as Extract<(typeof nodes)[number], { kind: 'run' }>[];
+  assert.equal(without!.server, null, 'a run without a server has no child');
+  const s = withServer!.server!;
+  assert.equal(s.kind, 'server');
+  assert.equal(s.id, 'rl/Job/trl-1/server');
+  assert.equal(s.run, 'trl-1');
+  assert.equal(s.label, 'rollout server r-serve');
+  assert.equal(s.description, 'Ready · 12 done (completed 8, policy_failure 1, infra_error 3) · infra-failed 25.0% · reward 0.722');
+  assert.equal(s.icon, 'server-process');
+  // The tooltip is what `train status` prints, a part a line: causes, running, breaker.
+  assert.equal(
+    s.tooltip,
+    [
+      'rollout server r-serve: Ready (pod r-serve-abc ready)',
+      '12 rollout(s) done (completed 8, policy_failure 1, infra_error 3), 3 running',
+      'infra-failed 25.0% (image_pull 2, sandbox_start_timeout 1)',
+      'reward mean 0.722 over 9',
+      'breaker closed',
+    ].join('\n'),
+  );
+  assert.match(withServer!.tooltip, /\nrollout server r-serve: Ready \(pod r-serve-abc ready\); 12 rollout\(s\) done/);
+  assert.doesNotMatch(without!.tooltip, /rollout server/);
+  assert.notEqual(s.id, withServer!.id);
+});
+
+test('a rollout server that starts, waits, is gone, or whose metrics cannot be read says so in its row', () => {
+  const row = (st: ServerStatus) => serverNode('rl/Job/r', 'r', st);
+  const starting = row(status({ state: 'Starting', detail: 'pod r-serve-abc not ready yet' }));
+  assert.deepEqual(
+    [starting.description, starting.icon, starting.state],
+    ['Starting · pod r-serve-abc not ready yet', 'loading~spin', 'Starting'],
+  );
+  const waiting = row(status({ state: 'Waiting', detail: 'r-serve-abc: ImagePullBackOff (no such image)' }));
+  assert.deepEqual([waiting.description, waiting.icon], ['Waiting · r-serve-abc: ImagePullBackOff (no such image)', 'warning']);
+  const gone = row(status({ state: 'Gone', detail: 'Deployment rl/r-serve is not there' }));
+  assert.deepEqual([gone.description, gone.icon], ['Gone · Deployment rl/r-serve is not there', 'circle-slash']);
+  const unread = row(status({ error: 'HTTP 401: bad key' }));
+  assert.equal(unread.description, 'Ready · metrics unreadable');
+  assert.match(unread.tooltip, /its \/metrics could not be read: HTTP 401: bad key/);
+  // No rollout yet: no reward, not a 0; an open breaker is shown.
+  const fresh = row(
+    status({
+      progress: parseServeMetrics('harness_lab_serve_breaker_state{state="open"} 1\nharness_lab_serve_breaker_state{state="closed"} 0\n'),
+    }),
+  );
+  assert.equal(fresh.description, 'Ready · 0 done · infra-failed 0.0% · no reward yet · breaker open');
+});
+
+test('a config that deploys its rollout server is summarised by the splits it serves', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'hl-train-serve-cfg-'));
+  const c = parseTrainConfig(
+    JSON.stringify({
+      image: 'i',
+      command: ['t'],
+      data: { source: 'rollout-server', serve: { datasets: { train: 'tasks', eval: 'held-out' } } },
+    }),
+    join(dir, 'rs.json'),
+  );
+  assert.equal(configSummary(c), '1 node(s), no GPU, image i, data a rollout server deployed with the run (splits train, eval)');
+  assert.equal(describeData(c.data, []).text, 'a rollout server deployed with the run (splits train, eval)');
 });
