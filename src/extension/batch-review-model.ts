@@ -2,7 +2,7 @@
 // the problems it raises (src/export/audit.ts, the same audit as `harness-lab audit BATCH`), the
 // batch and group a command acts on, the quick-pick rows, and audit errors in the user's terms.
 // Nothing here imports vscode.
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { BatchFileError, batchPaths, readManifest } from '../batch/state.js';
 import { batchSessionFile, type BatchStatus, type GroupStatus } from '../batch/status.js';
@@ -305,7 +305,12 @@ export function deterministicPolicyNote(batchDir: string, task: string): string 
     const ref = manifest.tasks.find((t) => t.name === task);
     if (!ref) return undefined;
     const own = join(ref.dir, 'policy.json');
-    const file = batchPolicyFile({ dir: ref.dir, policyFile: existsSync(own) ? own : undefined });
+    const instructionFile = join(ref.dir, 'instruction.md');
+    const file = batchPolicyFile({
+      dir: ref.dir,
+      policyFile: existsSync(own) ? own : undefined,
+      ...(existsSync(instructionFile) ? { instruction: readFileSync(instructionFile, 'utf8') } : {}),
+    });
     if (!file || ScriptedPolicy.load(file).samples) return undefined;
     return (
       `the embedded engine followed ${basename(dirname(file))}/${basename(file)}, a scripted policy with no ` +

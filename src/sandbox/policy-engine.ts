@@ -6,6 +6,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { startFakeEngine, type FakeAnswer } from '../engine/fake-engine.js';
 import { ScriptedPolicy } from '../engine/policy.js';
+import { Prng } from '../engine/prng.js';
 
 export interface PolicyEngine {
   url: string;
@@ -23,9 +24,20 @@ export const SAMPLING_POLICY_FILE = 'policy.sampling.json';
  * (a GRPO group needs members that can act differently, and a scripted policy does the same moves
  * whatever the temperature), else its policy.json. Single runs keep policy.json (reproducible).
  */
-export function batchPolicyFile(task: { dir: string; policyFile: string | undefined }): string | undefined {
+export function batchPolicyFile(task: { dir: string; policyFile: string | undefined; instruction?: string }): string | undefined {
   const sampling = join(task.dir, SAMPLING_POLICY_FILE);
-  return existsSync(sampling) ? sampling : task.policyFile;
+  if (!existsSync(sampling)) return task.policyFile;
+  // A copy of a task whose instruction was rewritten (its policy.json with it) keeps the original's
+  // sampling policy, which no longer knows the task: the batch follows the copy's own policy.json.
+  if (task.instruction !== undefined && !policyKnowsTask(ScriptedPolicy.load(sampling), task.instruction)) return task.policyFile;
+  return sampling;
+}
+
+/** Whether a rule of `policy` is keyed on the task's instruction (its last_message or task pattern matches it); a turn script always is. */
+export function policyKnowsTask(policy: ScriptedPolicy, instruction: string): boolean {
+  const rules = policy.spec.rules ?? [];
+  if (!rules.length) return true;
+  return rules.some((r) => [r.when.last_message, r.when.task].some((p) => p !== undefined && new RegExp(p, 'i').test(instruction)));
 }
 
 /** Every turn the policy does not script ends the episode politely rather than sampling noise. */
@@ -35,8 +47,12 @@ export function policyAnswer(
   policy: ScriptedPolicy,
   messages: Parameters<ScriptedPolicy['decide']>[0],
   tools: Parameters<ScriptedPolicy['decide']>[1],
+  seed?: unknown,
 ): FakeAnswer {
-  const decision = policy.decide(messages, tools);
+  // A request's seed draws a `choose` as the embedded engine draws it (one sampler per request), so a
+  // batch's members (each with its own seed) make the same moves on either engine; no seed: Math.random.
+  const rng = typeof seed === 'number' && Number.isSafeInteger(seed) ? new Prng(seed) : undefined;
+  const decision = policy.decide(messages, tools, rng ? () => rng.next() : undefined);
   if (decision.kind === 'sample') return { content: FALLBACK_TEXT };
   return {
     content: decision.content ?? (decision.toolCalls.length ? null : FALLBACK_TEXT),
@@ -103,7 +119,7 @@ export async function startPolicyEngine(
   const engine = await startFakeEngine({
     model: 'harness-lab/policy',
     ...(allowedHosts ? { allowedHosts } : {}),
-    script: (request) => policyAnswer(policy, request.messages, request.tools),
+    script: (request) => policyAnswer(policy, request.messages, request.tools, request.seed),
   });
   return {
     url: engine.url,

@@ -6,7 +6,7 @@
 // Needs Docker with the base images, the codex CLI, `npm run build` and /usr/bin/chromium.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium as pw, type Browser, type Page } from 'playwright-core';
@@ -58,6 +58,8 @@ describe('group view of a real Docker batch in chromium', () => {
     await dockerReady();
     const tasks = join(root, 'tasks');
     cpSync(join(EXAMPLES, 'fix-script'), join(tasks, 'fix-script'), { recursive: true });
+    // Every fix-script member solves it (the histogram's counts): its scripted policy.json, not the sampling one.
+    rmSync(join(tasks, 'fix-script', 'policy.sampling.json'));
     wrongTask(tasks);
     const r = await cli([
       'batch',

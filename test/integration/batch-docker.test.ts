@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { before, describe, test } from 'node:test';
@@ -53,6 +53,8 @@ function tasksRoot(): string {
   fileTask(root, 'a-slow', 'slow-file', 'slow.txt', 'slow', "sleep 5 && printf 'slow' > slow.txt");
   cpSync(join(EXAMPLES, 'hello-file'), join(root, 'b-hello'), { recursive: true });
   cpSync(join(EXAMPLES, 'fix-script'), join(root, 'c-fix'), { recursive: true });
+  // This test is about the batch, not the policy: b and c follow their scripted policy.json (reward 1), not the sampling one.
+  for (const t of ['b-hello', 'c-fix']) rmSync(join(root, t, 'policy.sampling.json'));
   fileTask(root, 'd-wrong', 'wrong-answer', 'answer.txt', '42', "printf '41' > answer.txt");
   return root;
 }

@@ -94,13 +94,24 @@ test("sum-numbers' sampling policy sums right or wrong; its policy.json always r
 
 test('batches on the embedded engine follow policy.sampling.json when a task has one, else policy.json', () => {
   assert.equal(batchPolicyFile(loadTask(join(EXAMPLES, 'sum-numbers'))), join(EXAMPLES, 'sum-numbers', SAMPLING_POLICY_FILE));
-  assert.equal(batchPolicyFile(loadTask(join(EXAMPLES, 'hello-file'))), join(EXAMPLES, 'hello-file', 'policy.json'));
+  assert.equal(batchPolicyFile(loadTask(join(EXAMPLES, 'hello-file'))), join(EXAMPLES, 'hello-file', SAMPLING_POLICY_FILE));
+  const scriptedOnly = join(tmp, 'scripted-only');
+  cpSync(join(EXAMPLES, 'hello-file'), scriptedOnly, { recursive: true });
+  rmSync(join(scriptedOnly, SAMPLING_POLICY_FILE));
+  assert.equal(batchPolicyFile(loadTask(scriptedOnly)), join(scriptedOnly, 'policy.json'));
   assert.equal(batchPolicyFile({ dir: tmp, policyFile: undefined }), undefined);
 });
 
-function plannedBatch(name: string, task: string, engineUrl?: string): { dir: string; groupId: string; task: string } {
+function plannedBatch(
+  name: string,
+  task: string,
+  engineUrl?: string,
+  o: { scriptedOnly?: boolean } = {},
+): { dir: string; groupId: string; task: string } {
   const tasks = join(tmp, `${name}-tasks`);
   cpSync(join(EXAMPLES, task), join(tasks, task), { recursive: true });
+  // A task with only its policy.json (every example now ships a sampling policy beside it).
+  if (o.scriptedOnly) rmSync(join(tasks, task, SAMPLING_POLICY_FILE), { force: true });
   const plan = planBatch({
     tasks: [tasks],
     harnesses: ['react'],
@@ -114,7 +125,7 @@ function plannedBatch(name: string, task: string, engineUrl?: string): { dir: st
 }
 
 test('a no-contrast group says why when the embedded engine followed a policy without a choice', () => {
-  const scripted = plannedBatch('scripted', 'hello-file');
+  const scripted = plannedBatch('scripted', 'hello-file', undefined, { scriptedOnly: true });
   const note = deterministicPolicyNote(scripted.dir, scripted.task);
   assert.match(
     note ?? '',
