@@ -1,5 +1,5 @@
-// The Batches view and Submit Rollout Batch in a real workbench: code-server 4.100.3 with this
-// repository as the development extension and a workspace holding one Harbor task (hello-file) and
+// The Batches view and Submit Rollout Batch in a real workbench: code-server 4.100.3 with the platform
+// .vsix installed as a user installs it (#28) and a workspace holding one Harbor task (hello-file) and
 // a broken batch directory. As a user would: the view shows the broken directory as an error item
 // naming its file; "Harness Lab: Submit Rollout Batch..." from the palette, the quick picks (task,
 // harness react, group size 2, backend docker), progress in a notification; the batch appears in the
@@ -36,6 +36,7 @@ import {
   showBatchesView,
   submitBatch,
   viewerFrame,
+  workbenchLogLines,
   type Workbench,
 } from './workbench.js';
 
@@ -135,7 +136,7 @@ test(
     mkdirSync(join(batches, 'broken'), { recursive: true });
     writeFileSync(join(batches, 'broken', 'batch.json'), '{"schema_version": 1, "batch_id": ');
 
-    workbench = await openWorkbench({ stateDir, workspace, env: { HARNESS_LAB_POLICY_ENGINE: 'fake' } });
+    workbench = await openWorkbench({ stateDir, workspace, env: { HARNESS_LAB_POLICY_ENGINE: 'fake' }, vsix: true });
     const { page } = workbench;
 
     try {
@@ -293,7 +294,21 @@ test(
       // A restore that shows nothing fails here (seen rarely in CI): the workbench as it was, for the next look.
       const restored = await webviewFrame(page, '[data-testid="group-view"] [data-testid="member-card"]').catch(async (err: unknown) => {
         await shot(page, '08b-group-view-not-restored').catch(() => undefined);
-        throw err;
+        // What each webview shows and what the workbench logged about webviews and the extension.
+        const frames = await Promise.all(
+          page.frames().map(
+            async (f) =>
+              `${f.name()} ${f.url().slice(0, 80)}: ${(
+                await f
+                  .locator('body')
+                  .innerText({ timeout: 2_000 })
+                  .catch(() => '?')
+              ).slice(0, 200)}`,
+          ),
+        );
+        throw new Error(
+          `${(err as Error).message}\nframes:\n${frames.join('\n')}\nlogs:\n${workbenchLogLines(stateDir, /webview|serializ|group view|harness.?lab|activat|error/i)}`,
+        );
       });
       assert.deepEqual(
         await restored.locator('[data-testid="member-reward"]').allInnerTexts(),

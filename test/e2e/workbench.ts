@@ -2,7 +2,7 @@
 // development extension (or, with `vsix`, the packaged .vsix installed as a user installs it) and
 // Chromium on it, the Harness Lab sidebar with the Batches view open, Submit Rollout Batch... through
 // its quick picks, and a rollout row opened in the rollout viewer.
-import { readdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { chromium, type Browser, type Locator, type Page } from 'playwright-core';
 import { chromiumPath, launchCodeServer, runCommand, typeAndAccept, type CodeServer } from './code-server.js';
@@ -104,6 +104,22 @@ export function findFiles(dir: string, keep: (path: string) => boolean): string[
     } else if (entry.isFile() && keep(path)) out.push(path);
   }
   return out;
+}
+
+/**
+ * The lines of code-server's window, extension host and Harness Lab logs (under the state dir's
+ * user-data/logs) that match `pattern`, the last `max` of them: what a failing step adds to its error
+ * so a failure seen once in CI says what the workbench did.
+ */
+export function workbenchLogLines(stateDir: string, pattern: RegExp, max = 60): string {
+  const logs = join(stateDir, 'user-data', 'logs');
+  if (!existsSync(logs)) return `(no logs under ${logs})`;
+  const files = findFiles(logs, (p) => /(exthost|renderer|window|Harness Lab)[^/]*\.log$/.test(p)).sort();
+  const lines: string[] = [];
+  for (const f of files)
+    for (const line of readFileSync(f, 'utf8').split('\n'))
+      if (pattern.test(line)) lines.push(`${f.slice(logs.length + 1)}: ${line.slice(0, 400)}`);
+  return lines.slice(-max).join('\n') || `(no line matches ${pattern} in ${files.length} log files)`;
 }
 
 /** Drags the sidebar's sash so tree descriptions are readable in the screenshots. */
