@@ -2,8 +2,12 @@
 // names what is wrong in Kubernetes terms: Status errors (404/409/422/403), list + watch with
 // resourceVersion, bookmarks, 410 Gone after compaction, label selectors, the Job delete default
 // (Orphan, with the real server's warning) vs Background, CRDs registered generically, Kueue-style
-// suspend (no pods while suspended, deadline reset on admission), and SelfSubjectAccessReview.
+// suspend (no pods while suspended, deadline reset on admission), graceful pod deletion (Terminating,
+// SIGTERM, SIGKILL after the grace period), and SelfSubjectAccessReview.
 import assert from 'node:assert/strict';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import * as k8s from '@kubernetes/client-node';
 import { K8sBackend, k8sBackendModule } from '../../src/batch/backends/k8s/index.js';
@@ -305,6 +309,69 @@ describe('Kubernetes API server double with the real client', { timeout: 300_000
     assert.ok(done.status?.conditions?.some((c) => c.type === 'Suspended' && c.status === 'False' && c.reason === 'JobResumed'));
     const pod = (await core.listNamespacedPod({ namespace: NS, labelSelector: 'job-name=queued' })).items[0]!;
     assert.equal(await core.readNamespacedPodLog({ namespace: NS, name: pod.metadata!.name! }), 'started\ndone\n');
+  });
+
+  it('deleting a running pod is graceful: Terminating, SIGTERM, SIGKILL after the grace period, then gone; grace 0 is at once', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'hl-double-grace-'));
+    chmodSync(out, 0o777);
+    const pod = (name: string, script: string, grace?: number): k8s.V1Pod => ({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name },
+      spec: {
+        restartPolicy: 'Never',
+        ...(grace !== undefined ? { terminationGracePeriodSeconds: grace } : {}),
+        volumes: [{ name: 'out', hostPath: { path: out } }],
+        containers: [
+          {
+            name: 'm',
+            image: 'harness-lab/base:bookworm',
+            command: ['bash', '-c', script],
+            volumeMounts: [{ name: 'out', mountPath: '/out' }],
+          },
+        ],
+      },
+    });
+    const up = (file: string) => waitFor(`${file} up`, async () => (existsSync(join(out, file)) ? true : undefined), 60_000);
+    const gone = (name: string) =>
+      waitFor(
+        `${name} gone`,
+        async () =>
+          await core.readNamespacedPod({ namespace: NS, name }).then(
+            () => undefined,
+            () => true,
+          ),
+        60_000,
+      );
+    const loop = 'while true; do sleep 0.2; done';
+    // A server that cleans up on SIGTERM: it has the time to, and the pod stays until it is done.
+    await core.createNamespacedPod({
+      namespace: NS,
+      body: pod('graceful', `trap 'sleep 1; echo bye > /out/term; exit 0' TERM; touch /out/up1; ${loop}`, 20),
+    });
+    await up('up1');
+    const t0 = Date.now();
+    const deleted = await core.deleteNamespacedPod({ namespace: NS, name: 'graceful' });
+    assert.ok(deleted.metadata?.deletionTimestamp, 'the answer is the pod, Terminating');
+    assert.equal(deleted.metadata?.deletionGracePeriodSeconds, 20);
+    const terminating = await core.readNamespacedPod({ namespace: NS, name: 'graceful' });
+    assert.ok(terminating.metadata?.deletionTimestamp, 'still there while its container stops');
+    await gone('graceful');
+    assert.equal(readFileSync(join(out, 'term'), 'utf8'), 'bye\n', 'its SIGTERM handler ran to its end');
+    assert.ok(Date.now() - t0 < 15_000, 'gone when its process exited, not at the end of the grace period');
+    // A process that ignores SIGTERM is killed when the grace period (here the request's 2 s) ends.
+    await core.createNamespacedPod({ namespace: NS, body: pod('stubborn', `trap '' TERM; touch /out/up2; ${loop}`) });
+    await up('up2');
+    const t1 = Date.now();
+    await core.deleteNamespacedPod({ namespace: NS, name: 'stubborn', gracePeriodSeconds: 2 });
+    await gone('stubborn');
+    assert.ok(Date.now() - t1 >= 1_900, 'it had its grace period');
+    // Grace 0: at once.
+    await core.createNamespacedPod({ namespace: NS, body: pod('now', `touch /out/up3; ${loop}`) });
+    await up('up3');
+    await core.deleteNamespacedPod({ namespace: NS, name: 'now', gracePeriodSeconds: 0 });
+    await assert.rejects(core.readNamespacedPod({ namespace: NS, name: 'now' }), (err: unknown) => status(err).code === 404);
+    rmSync(out, { recursive: true, force: true });
   });
 
   it('pods/log follows a running container to its end', async () => {

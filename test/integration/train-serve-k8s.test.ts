@@ -7,7 +7,8 @@
 // running as its ServiceAccount with only its Role's verbs, runs the group as real rollout Jobs
 // through its own in-cluster capture proxy; every member comes back ok with reward 1 and the
 // engine's own token ids. `train status` follows both (trainer phase, server health, rollouts,
-// infra-failed rate, reward mean), `train logs` reaches both, and `train cancel` leaves nothing.
+// infra-failed rate, reward mean), `train logs` reaches both, and `train cancel` leaves nothing, not
+// even the capture proxy the server made (it removes it on SIGTERM, within its pod's grace period).
 /* eslint-disable @typescript-eslint/no-explicit-any -- wire JSON from the server under test */
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
@@ -180,14 +181,35 @@ describe('train submit deploys the rollout server beside a TRL-speaking trainer 
     for (const f of [...files(runEnv.HARNESS_LAB_DATA_DIR!), ...files(dir)])
       assert.ok(!readFileSync(f, 'utf8').includes(adminKey), `${f} holds the admin key`);
 
+    const apps = kc.makeApiClient(k8s.AppsV1Api);
+    const batchApi = kc.makeApiClient(k8s.BatchV1Api);
+    // What the server made for its rollouts, besides the run's own objects: its batch's capture proxy.
+    const deployments = async () => (await apps.listNamespacedDeployment({ namespace: NS })).items.map((d) => d.metadata!.name!);
+    const serverMade = (await deployments()).filter((n) => n !== `${RUN}-serve`);
+    assert.equal(serverMade.length, 1, `the server's capture proxy runs beside it: ${(await deployments()).join(', ')}`);
+    const serverMadeServices = (await core.listNamespacedService({ namespace: NS })).items
+      .map((x) => x.metadata!.name!)
+      .filter((n) => n !== `${RUN}-serve`);
+    assert.ok(serverMadeServices.length, "the server's capture proxy has its Service");
+
     const cancel = await cli(['train', 'cancel', RUN, '--namespace', NS], { env: runEnv, timeoutMs: 300_000 });
     assert.equal(cancel.code, 0, cancel.stderr);
     assert.match(cancel.stdout, /deleted Job train-serve\/trl-e2e/);
     assert.match(cancel.stdout, /removed Deployment trl-e2e-serve, Service trl-e2e-serve, Secret trl-e2e-serve, ConfigMap /);
-    const apps = kc.makeApiClient(k8s.AppsV1Api);
-    const batchApi = kc.makeApiClient(k8s.BatchV1Api);
-    // The run's own objects are gone. (The capture proxy the server made for its rollouts is removed by
-    // the server on SIGTERM; the double deletes pods without a grace period, so that is not proven here.)
+    // The run's own objects are gone, and what the server made: the double deletes a pod as a cluster
+    // does (SIGTERM, then SIGKILL after its grace period), and the server, stopping on SIGTERM, removed
+    // its capture proxy before its pod went.
+    assert.deepEqual(await deployments(), [], 'no Deployment in the namespace: neither the server nor its capture proxy');
+    assert.deepEqual(
+      (await core.listNamespacedService({ namespace: NS })).items.map((x) => x.metadata?.name),
+      [],
+      'no Service in the namespace',
+    );
+    assert.deepEqual(
+      (await core.listNamespacedSecret({ namespace: NS })).items.map((x) => x.metadata?.name),
+      [],
+      "no Secret in the namespace (the server's key, its proxy's key)",
+    );
     assert.deepEqual(
       (await apps.listNamespacedDeployment({ namespace: NS, labelSelector: 'harness-lab/run' })).items.map((d) => d.metadata?.name),
       [],

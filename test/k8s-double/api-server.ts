@@ -519,7 +519,7 @@ export class KubeApiDouble {
         return send(res, 200, this.store.update(r, ns, name!, next, sub === 'status' ? 'status' : undefined));
       }
       case 'delete': {
-        const { policy, preconditions } = deleteOptions(query, body);
+        const { policy, preconditions, gracePeriodSeconds } = deleteOptions(query, body);
         const headers: Record<string, string> = {};
         let effective = policy;
         if (!effective && r.group === 'batch' && r.kind === 'Job') {
@@ -530,6 +530,7 @@ export class KubeApiDouble {
         const gone = this.store.delete(r, ns, name!, {
           ...(effective ? { propagationPolicy: effective } : {}),
           ...(preconditions ? { preconditions } : {}),
+          ...(gracePeriodSeconds !== undefined ? { gracePeriodSeconds } : {}),
         });
         return send(
           res,
@@ -824,8 +825,13 @@ function asObject(body: unknown, r: ResourceDef): KObject {
 function deleteOptions(
   query: Record<string, string>,
   body: unknown,
-): { policy: PropagationPolicy | undefined; preconditions?: { resourceVersion?: string; uid?: string } } {
+): {
+  policy: PropagationPolicy | undefined;
+  preconditions?: { resourceVersion?: string; uid?: string };
+  gracePeriodSeconds?: number;
+} {
   const b = (body ?? {}) as {
+    gracePeriodSeconds?: number;
     propagationPolicy?: string;
     orphanDependents?: boolean;
     preconditions?: { resourceVersion?: string; uid?: string };
@@ -836,7 +842,15 @@ function deleteOptions(
     (b.orphanDependents === true || query.orphanDependents === 'true' ? 'Orphan' : undefined);
   if (raw !== undefined && !['Orphan', 'Background', 'Foreground'].includes(raw))
     throw badRequest(`propagationPolicy: Unsupported value: "${raw}": supported values: "Foreground", "Background", "Orphan"`);
-  return { policy: raw as PropagationPolicy | undefined, ...(b.preconditions ? { preconditions: b.preconditions } : {}) };
+  const graceRaw = query.gracePeriodSeconds ?? b.gracePeriodSeconds;
+  const grace = graceRaw === undefined ? undefined : Number(graceRaw);
+  if (grace !== undefined && !(Number.isInteger(grace) && grace >= 0))
+    throw badRequest(`gracePeriodSeconds: Invalid value: ${JSON.stringify(graceRaw)}: must be a non-negative integer`);
+  return {
+    policy: raw as PropagationPolicy | undefined,
+    ...(b.preconditions ? { preconditions: b.preconditions } : {}),
+    ...(grace !== undefined ? { gracePeriodSeconds: grace } : {}),
+  };
 }
 
 function mergePatch(target: unknown, patch: unknown): unknown {

@@ -135,6 +135,8 @@ export class SimulatedNode {
   private readonly pods = new Map<string, RunningPod>();
   /** Pods the scheduler has not placed yet (their requests do not fit now). */
   private readonly unscheduled = new Map<string, KObject>();
+  /** Pods deleted with a grace period whose containers are being stopped. */
+  private readonly terminating = new Set<string>();
   /** Requests of the pods placed on this node and not finished. */
   private readonly placed = new Map<string, { cpu: number; memory: number }>();
   private readonly claimDirs = new Map<string, string>();
@@ -237,10 +239,12 @@ export class SimulatedNode {
       if (e.type === 'ADDED') setImmediate(() => this.schedule(e.object));
       if (e.type === 'DELETED') {
         this.unscheduled.delete(e.object.metadata.uid!);
+        this.terminating.delete(e.object.metadata.uid!);
         void this.stopPod(e.object.metadata.uid!, true).finally(() => this.release(e.object.metadata.uid!));
       }
       const phase = (e.object.status as { phase?: string } | undefined)?.phase;
       if (e.type === 'MODIFIED' && (phase === 'Succeeded' || phase === 'Failed')) this.release(e.object.metadata.uid!);
+      if (e.type === 'MODIFIED' && e.object.metadata.deletionTimestamp) void this.terminatePod(e.object);
       for (const ref of e.object.metadata.ownerReferences ?? []) {
         if (ref.kind === 'Job') setImmediate(() => this.syncJob(ns, ref.name));
         if (ref.kind === 'Deployment') setImmediate(() => this.syncDeployment(ns, ref.name));
@@ -1024,6 +1028,31 @@ export class SimulatedNode {
           cs.name === c.name ? { ...cs, ready: true, started: true, state: { running: { startedAt: now() } } } : cs,
         );
       });
+    }
+  }
+
+  /**
+   * A pod deleted with a grace period (store.ts gracefulPodDeletion): its containers get SIGTERM and,
+   * after deletionGracePeriodSeconds, SIGKILL (docker stop -t), as a kubelet does; then the pod goes
+   * from the API with grace 0. Once per pod; a pod this node never started goes at once.
+   */
+  private async terminatePod(pod: KObject): Promise<void> {
+    const uid = pod.metadata.uid!;
+    if (this.terminating.has(uid)) return;
+    this.terminating.add(uid);
+    const ns = pod.metadata.namespace!;
+    const name = pod.metadata.name!;
+    const run = this.pods.get(uid);
+    if (run) {
+      run.stopped = true;
+      const grace = pod.metadata.deletionGracePeriodSeconds ?? 30;
+      for (const c of run.containers.keys()) this.api.recordEvent(pod as never, 'Normal', 'Killing', `Stopping container ${c}`, 'kubelet');
+      await Promise.all([...run.containers.values()].map((c) => c.stop({ t: grace }).catch(() => {})));
+    }
+    try {
+      this.api.store.delete(this.res('', 'pods'), ns, name, { gracePeriodSeconds: 0, preconditions: { uid } });
+    } catch {
+      /* gone already */
     }
   }
 

@@ -302,6 +302,7 @@ export class ObjectStore {
     obj.metadata.creationTimestamp = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
     obj.metadata.generation = 1;
     delete obj.metadata.deletionTimestamp;
+    delete obj.metadata.deletionGracePeriodSeconds;
     this.defaulters.get(resourceKey(res.group, res.plural))?.(obj, res);
     this.validate(res, obj);
     // Admission after validation, as the API server orders them (Pod Security: 403 Forbidden).
@@ -330,6 +331,8 @@ export class ObjectStore {
       if (res.hasStatus) next.status = old.status;
       if (JSON.stringify(old.spec) !== JSON.stringify(next.spec)) next.metadata.generation = (old.metadata.generation ?? 1) + 1;
       if (old.metadata.deletionTimestamp) next.metadata.deletionTimestamp = old.metadata.deletionTimestamp;
+      if (old.metadata.deletionGracePeriodSeconds !== undefined)
+        next.metadata.deletionGracePeriodSeconds = old.metadata.deletionGracePeriodSeconds;
     }
     if (!res.namespaced) delete next.metadata.namespace;
     this.validate(res, next, old);
@@ -352,7 +355,12 @@ export class ObjectStore {
     res: ResourceDef,
     ns: string | undefined,
     name: string,
-    opts: { propagationPolicy?: PropagationPolicy; preconditions?: { resourceVersion?: string; uid?: string } } = {},
+    opts: {
+      propagationPolicy?: PropagationPolicy;
+      preconditions?: { resourceVersion?: string; uid?: string };
+      /** A pod's grace period (DeleteOptions.gracePeriodSeconds); its spec's terminationGracePeriodSeconds when unset. */
+      gracePeriodSeconds?: number;
+    } = {},
   ): KObject {
     const obj = this.get(res, ns, name);
     if (opts.preconditions?.uid && opts.preconditions.uid !== obj.metadata.uid)
@@ -366,6 +374,10 @@ export class ObjectStore {
       throw conflict(res, name);
     const policy = opts.propagationPolicy ?? 'Background';
     const uid = obj.metadata.uid!;
+    if (res.group === '' && res.kind === 'Pod') {
+      const graceful = this.gracefulPodDeletion(res, obj, opts.gracePeriodSeconds);
+      if (graceful) return graceful;
+    }
     if (res.kind === 'Namespace') {
       for (const r of this.allResources().filter((x) => x.namespaced))
         for (const o of this.list(r, name)) this.removeNow(r, o, 'Background');
@@ -389,6 +401,27 @@ export class ObjectStore {
       return this.tryGet(res, ns, name) ?? marked;
     }
     return this.removeNow(res, obj, 'Background');
+  }
+
+  /**
+   * A running pod is not removed at once, as on a real API server: it gets a deletionTimestamp (now plus
+   * its grace period) and stays, Terminating, until its node has stopped its containers (SIGTERM, then
+   * SIGKILL after the grace period) and deletes it with grace 0. A pod no node runs, one that has
+   * ended, or a grace of 0 goes at once (undefined here). What a server's graceful shutdown does
+   * (a rollout server removing the capture proxy it made) depends on this.
+   */
+  private gracefulPodDeletion(res: ResourceDef, obj: KObject, requested: number | undefined): KObject | undefined {
+    const spec = (obj.spec ?? {}) as { nodeName?: string; terminationGracePeriodSeconds?: number };
+    const phase = (obj.status as { phase?: string } | undefined)?.phase;
+    const grace = requested ?? spec.terminationGracePeriodSeconds ?? 30;
+    if (!spec.nodeName || phase === 'Succeeded' || phase === 'Failed' || grace <= 0) return undefined;
+    const pending = obj.metadata.deletionGracePeriodSeconds;
+    // Deleted again while terminating: only a shorter grace period changes anything.
+    if (obj.metadata.deletionTimestamp && pending !== undefined && pending <= grace) return obj;
+    return this.mutate(res, obj.metadata.namespace, obj.metadata.name!, (o) => {
+      o.metadata.deletionTimestamp = new Date(Date.now() + grace * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
+      o.metadata.deletionGracePeriodSeconds = grace;
+    });
   }
 
   private removeNow(res: ResourceDef, obj: KObject, policy: PropagationPolicy): KObject {
