@@ -24,7 +24,8 @@ import { buildForkGroupView, buildGroupView } from '../report/group-view.js';
 import { forkMembers } from '../replay/forks.js';
 import { batchReadError, deterministicPolicyNote, memberSessionFile } from './batch-review-model.js';
 import { Disposable, toDisposable } from './lifecycle.js';
-import { viewerHtml, webviewOptions } from './rollout-viewer-panel.js';
+import { viewerHtml, watchViewerPage, webviewOptions } from './rollout-viewer-panel.js';
+import type { WebviewWatchdog } from './webview-watchdog.js';
 
 export const GROUP_VIEW_TYPE = 'harnessLab.groupView';
 
@@ -58,9 +59,11 @@ export function loadGroupView(dir: string, groupId: string): GroupViewData {
 class GroupViewConnection extends Disposable {
   private readonly queue: ReadyQueue<HostMessage>;
   private data: GroupViewData | null = null;
+  private readonly webview: vscode.Webview;
+  private readonly watchdog: WebviewWatchdog;
 
   constructor(
-    private readonly webview: vscode.Webview,
+    panel: vscode.WebviewPanel,
     private readonly host: GroupViewHost,
     private readonly dir: string,
     private readonly groupId: string,
@@ -71,9 +74,12 @@ class GroupViewConnection extends Disposable {
     private built: GroupViewData | null,
   ) {
     super();
+    this.webview = panel.webview;
     this.queue = new ReadyQueue((m) => void this.webview.postMessage(m));
     this._register(this.webview.onDidReceiveMessage((raw: unknown) => void this.onMessage(raw)));
+    this.watchdog = this._register(watchViewerPage(panel, 'group view', host.extensionUri, (m) => host.log(m)));
     this.webview.html = viewerHtml(this.webview, this.host.extensionUri);
+    this.watchdog.loading();
   }
 
   private async onMessage(raw: unknown): Promise<void> {
@@ -87,6 +93,7 @@ class GroupViewConnection extends Disposable {
 
   private readonly handlers: WebviewHandlers = {
     ready: () => {
+      this.watchdog.ready();
       this.queue.reset();
       let data: GroupViewData;
       try {
@@ -200,7 +207,7 @@ export class GroupViewPanels extends Disposable {
   private adopt(panel: vscode.WebviewPanel, dir: string, groupId: string, data: GroupViewData | null): void {
     const key = `${dir}\0${groupId}`;
     panel.iconPath = vscode.Uri.joinPath(this.host.extensionUri, 'media', 'harness-lab.svg');
-    const conn = new GroupViewConnection(panel.webview, this.host, dir, groupId, data);
+    const conn = new GroupViewConnection(panel, this.host, dir, groupId, data);
     this.panels.set(key, panel);
     panel.onDidDispose(() => {
       conn.dispose();

@@ -10,7 +10,7 @@ import { attachRescore, rescorePathFor } from '../report/rescore-attach.js';
 import { fileOutcome } from './rollout-outcome.js';
 import { checkTrajectory, findTrajectory, rolloutFromText } from '../report/rollout-loader.js';
 import { Disposable } from './lifecycle.js';
-import { RolloutViewerPanels, ViewerConnection, viewerHtml, webviewOptions, type RolloutViewerHost } from './rollout-viewer-panel.js';
+import { RolloutViewerPanels, ViewerConnection, webviewOptions, type RolloutViewerHost } from './rollout-viewer-panel.js';
 
 /** `*.rollout.json` (default editor) and `*.jsonl` (offered under "Open With…": not every JSONL is a rollout). */
 export const ROLLOUT_EDITOR_TYPES = ['harnessLab.rolloutFile', 'harnessLab.rolloutLines'] as const;
@@ -42,7 +42,7 @@ export class RolloutEditorProvider extends Disposable implements vscode.CustomRe
 
   async resolveCustomEditor(document: RolloutFile, panel: vscode.WebviewPanel): Promise<void> {
     panel.webview.options = webviewOptions(this.host.extensionUri);
-    const conn = new ViewerConnection(panel.webview, this.host);
+    const conn = new ViewerConnection(panel, this.host);
     this.panels.track(panel, conn);
     panel.onDidDispose(() => conn.dispose());
     try {
@@ -67,7 +67,7 @@ export class RolloutEditorProvider extends Disposable implements vscode.CustomRe
       conn.show(rollout);
       if (document.uri.scheme === 'file' && rollout.doc && /\.jsonl$/i.test(path)) followFile(path, panel, conn, this.host.log);
     } catch (err) {
-      panel.webview.html = viewerHtml(panel.webview, this.host.extensionUri);
+      conn.showPage();
       conn.showError(err instanceof Error ? err.message : String(err));
     }
   }

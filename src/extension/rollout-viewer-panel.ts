@@ -29,6 +29,7 @@ import { applyRescore, rescorePathFor } from '../report/rescore-attach.js';
 import { checkTrajectory, findTrajectory, type LoadedRollout } from '../report/rollout-loader.js';
 import { rescoreRollout, type RescoreReport } from '../export/rescore.js';
 import { Disposable, toDisposable } from './lifecycle.js';
+import { WebviewWatchdog } from './webview-watchdog.js';
 
 export const ROLLOUT_VIEW_TYPE = 'harnessLab.rolloutViewer';
 
@@ -70,6 +71,26 @@ export function viewerHtml(webview: vscode.Webview, extensionUri: vscode.Uri): s
 </html>`;
 }
 
+/**
+ * A watchdog (webview-watchdog.ts) on a panel showing the viewer page: a page that never says
+ * `ready` gets its html again; after that, one warning offering Developer: Reload Webviews.
+ */
+export function watchViewerPage(
+  panel: vscode.WebviewPanel,
+  name: string,
+  extensionUri: vscode.Uri,
+  log: (m: string) => void,
+): WebviewWatchdog {
+  return new WebviewWatchdog(panel, name, {
+    reload: () => (panel.webview.html = viewerHtml(panel.webview, extensionUri)),
+    log,
+    giveUp: () =>
+      void vscode.window
+        .showWarningMessage(`Harness Lab: the ${name} stays blank: VS Code did not load its page.`, 'Reload Webviews')
+        .then((c) => c && vscode.commands.executeCommand('workbench.action.webview.reloadWebviewAction')),
+  });
+}
+
 export function webviewOptions(extensionUri: vscode.Uri): vscode.WebviewOptions {
   return {
     enableScripts: true,
@@ -86,15 +107,19 @@ export class ViewerConnection extends Disposable {
   /** The last rescore of this rollout: its drift colours stay through live refreshes. */
   private rescored: RescoreReport | null = null;
   private readonly abort = new AbortController();
+  private readonly webview: vscode.Webview;
+  private readonly watchdog: WebviewWatchdog;
 
   constructor(
-    private readonly webview: vscode.Webview,
+    panel: vscode.WebviewPanel,
     private readonly host: RolloutViewerHost,
   ) {
     super();
+    this.webview = panel.webview;
     this.queue = new ReadyQueue((m) => void this.webview.postMessage(m));
     this._register(toDisposable(() => this.abort.abort()));
     this._register(this.webview.onDidReceiveMessage((raw: unknown) => void this.onMessage(raw)));
+    this.watchdog = this._register(watchViewerPage(panel, 'rollout viewer', host.extensionUri, (m) => host.log?.(m)));
   }
 
   /** Show a rollout; the webview gets it once it has said `ready` (again after every reload). */
@@ -102,7 +127,13 @@ export class ViewerConnection extends Disposable {
     this.rollout = rollout;
     this.focus = focus;
     this.queue.reset();
+    this.showPage();
+  }
+
+  /** The viewer page, empty until `ready` brings it what it shows (a rollout, or an error). */
+  showPage(): void {
     this.webview.html = viewerHtml(this.webview, this.host.extensionUri);
+    this.watchdog.loading();
   }
 
   /**
@@ -178,6 +209,7 @@ export class ViewerConnection extends Disposable {
 
   private readonly handlers: WebviewHandlers = {
     ready: () => {
+      this.watchdog.ready();
       // The load goes first; anything queued meanwhile (errors, focus) follows it.
       if (this.rollout) this.postLoad(this.rollout, this.focus);
       this.queue.open();
@@ -355,14 +387,14 @@ export class RolloutViewerPanels extends Disposable {
   private adopt(panel: vscode.WebviewPanel, sessionId: string | null, focus: string | null): void {
     panel.webview.options = webviewOptions(this.host.extensionUri);
     panel.iconPath = vscode.Uri.joinPath(this.host.extensionUri, 'media', 'harness-lab.svg');
-    const conn = new ViewerConnection(panel.webview, this.host);
+    const conn = new ViewerConnection(panel, this.host);
     this.track(panel, conn);
     panel.onDidDispose(() => {
       conn.dispose();
       if (sessionId && this.panels.get(sessionId)?.panel === panel) this.panels.delete(sessionId);
     });
     if (!sessionId) {
-      panel.webview.html = viewerHtml(panel.webview, this.host.extensionUri);
+      conn.showPage();
       conn.showError('This viewer was restored without its session; open it again from the Sessions view.');
       return;
     }
@@ -371,7 +403,7 @@ export class RolloutViewerPanels extends Disposable {
     try {
       conn.show(loadSession(this.host, sessionId), focus);
     } catch (err) {
-      panel.webview.html = viewerHtml(panel.webview, this.host.extensionUri);
+      conn.showPage();
       conn.showError(err instanceof Error ? err.message : String(err));
     }
   }
