@@ -78,6 +78,8 @@ export const K8sTargetSchema = z
     namespace: z.string().min(1),
     registry: z.string().nullable(),
     queue_name: z.string().nullable(),
+    /** The training run whose rollout server runs this batch: its objects carry LABELS.ownerRun. */
+    owner_run: z.string().min(1).max(253).nullable().optional(),
   })
   .strict();
 

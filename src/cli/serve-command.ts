@@ -17,7 +17,7 @@ export const serveCommand = defineCommand({
                           [--admin-key K] [--max-concurrent N] [--backend docker|k8s]
                           [--parallel N] [--session-idle S] [--state-dir DIR]
                           [--breaker-after K] [--max-starting N] [--start-timeout S]
-                          [--context CTX] [--namespace NS] [--registry REG] [--queue NAME]
+                          [--context CTX] [--namespace NS] [--registry REG] [--queue NAME] [--run NAME]
                           [--allowed-host NAME]... [--allow-env NAME]...
 
 A rollout server speaking OpenEnv's Harbor wire protocol: GET /harbor_env/splits, POST
@@ -45,6 +45,9 @@ policy.json).
                       waits for a slot with its socket open (pings answered)
   --backend B         docker (default) or k8s (--context, --namespace (default: default),
                       --registry, --queue: the cluster target, as for batch submit)
+  --run NAME          with k8s: the training run this server serves (train submit sets it); every
+                      object it makes in the cluster is labelled harness-lab/owner-run=NAME, and
+                      train cancel removes what a server killed before its cleanup left
   --breaker-after K   after K infra failures in a row no sandbox starts (trainers get FACTORY_ERROR)
                       until the backend answers its probe again (default 10; 0: off)
   --max-starting N    sandboxes starting at once, apart from --parallel (default 4; 0: no cap)
@@ -68,6 +71,7 @@ policy.json).
     namespace: { type: 'string' },
     registry: { type: 'string' },
     queue: { type: 'string' },
+    run: { type: 'string' },
     backend: { type: 'string', default: 'docker' },
     'state-dir': { type: 'string', default: 'harness-lab-serve' },
     'allow-env': { type: 'string', multiple: true },
@@ -81,6 +85,8 @@ policy.json).
     if (flags.backend !== 'docker' && flags.backend !== 'k8s')
       throw new UsageError(`--backend must be docker or k8s, got '${flags.backend}'`);
     if (flags['max-concurrent'] < 1) throw new UsageError('--max-concurrent must be at least 1');
+    if (flags.run !== undefined && flags.backend !== 'k8s')
+      throw new UsageError(`--run labels what the server makes in a cluster: it needs --backend k8s, not ${flags.backend}`);
     const adminKey = flags['admin-key'] ?? process.env.HARNESS_LAB_ADMIN_KEY;
     if (!isLoopbackHost(flags.host) && !adminKey)
       throw new UsageError(`--host ${flags.host} is beyond loopback: give --admin-key K (or HARNESS_LAB_ADMIN_KEY)`);
@@ -126,6 +132,7 @@ policy.json).
               namespace: flags.namespace ?? 'default',
               registry: flags.registry ?? null,
               queue_name: flags.queue ?? null,
+              ...(flags.run ? { owner_run: flags.run } : {}),
             },
           }
         : {}),

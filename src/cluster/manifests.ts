@@ -24,6 +24,11 @@ export const LABELS = {
   harness: 'harness-lab/harness',
   attempt: 'harness-lab/attempt',
   role: 'harness-lab/role',
+  /**
+   * The training run whose rollout server made the object (`serve --run`): `train cancel` removes
+   * what a server killed before its own cleanup left (src/cluster/sweep.ts).
+   */
+  ownerRun: 'harness-lab/owner-run',
   queue: 'kueue.x-k8s.io/queue-name',
 } as const;
 

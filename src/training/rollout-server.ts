@@ -9,7 +9,9 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { basename, join, relative, resolve } from 'node:path';
 import { PassThrough, type Writable } from 'node:stream';
-import type * as k8s from '@kubernetes/client-node';
+// One import of client-node (a dynamic one loads a second copy under tsx, whose ApiException a
+// 404 check does not recognise).
+import * as k8s from '@kubernetes/client-node';
 import { apiStatus, clusterError, createOrKeep, type Cluster } from '../cluster/kube.js';
 import {
   LABELS,
@@ -22,6 +24,7 @@ import {
   validateManifests,
 } from '../cluster/manifests.js';
 import { ROLLOUT_PERMISSIONS, roleRules } from '../cluster/permissions.js';
+import { deleteSelected } from '../cluster/sweep.js';
 import { findTasks, loadTask } from '../tasks/task.js';
 import { SERVE_PORT, serveKeyRef, serveName } from './serve-names.js';
 import { RUN_LABEL, TrainConfigError, type ServeSpec } from './trainer-jobs.js';
@@ -194,6 +197,9 @@ export function rolloutServerManifests(input: RolloutServerInput): Obj[] {
                   ...input.splits.flatMap((s) => ['--dataset', `${s.name}=${TASKS_DIR}/${s.name}`]),
                   '--state-dir',
                   STATE_DIR,
+                  // Everything it makes in the cluster is labelled with the run (train cancel sweeps it).
+                  '--run',
+                  run,
                   '--max-concurrent',
                   String(spec.maxConcurrent),
                   ...flag('--parallel', spec.parallel),
@@ -343,6 +349,10 @@ export async function removeRolloutServer(
     }
     await new Promise((r) => setTimeout(r, 500));
   }
+  // What the server made for its rollouts and did not remove itself (killed before its cleanup ended).
+  const left = await deleteSelected(cluster, `${LABELS.ownerRun}=${labelValue(run)}`);
+  if (left.length) log(`removed what the rollout server left: ${left.join(', ')}`);
+  removed.push(...left);
   await del('Service', () => cluster.core.deleteNamespacedService({ namespace: ns, name }));
   await del('Secret', () => cluster.core.deleteNamespacedSecret({ namespace: ns, name }));
   const cms = await cluster.core.listNamespacedConfigMap({ namespace: ns, labelSelector: selector }).catch((err: unknown) => {
@@ -360,7 +370,7 @@ export async function removeRolloutServer(
       .catch(gone(`deleting PVC ${ns}/${claim}`))) !== undefined
   )
     removed.push(`PersistentVolumeClaim ${claim}`);
-  const rbac = cluster.kc.makeApiClient((await import('@kubernetes/client-node')).RbacAuthorizationV1Api);
+  const rbac = cluster.kc.makeApiClient(k8s.RbacAuthorizationV1Api);
   await del('RoleBinding', () => rbac.deleteNamespacedRoleBinding({ namespace: ns, name }));
   await del('Role', () => rbac.deleteNamespacedRole({ namespace: ns, name }));
   await del('ServiceAccount', () => cluster.core.deleteNamespacedServiceAccount({ namespace: ns, name }));
@@ -438,7 +448,6 @@ export async function streamServerLog(
   const health = await rolloutServerHealth(cluster, run);
   if (!health.pod) throw new TrainConfigError(`training run "${run}" has no rollout server pod (${health.detail})`);
   const pod = health.pod;
-  const { Log } = await import('@kubernetes/client-node');
   // As streamRunLogs: client-node pipes the body into the stream it is given and never ends `out`.
   const pass = new PassThrough();
   pass.pipe(out, { end: false });
@@ -454,7 +463,7 @@ export async function streamServerLog(
       },
       { once: true },
     );
-    new Log(cluster.kc).log(cluster.namespace, pod, 'serve', pass, { follow }).then(
+    new k8s.Log(cluster.kc).log(cluster.namespace, pod, 'serve', pass, { follow }).then(
       (c) => {
         ctl = c;
         if (signal?.aborted) c.abort();

@@ -20,6 +20,9 @@ test('serve: usage errors exit 2 with a message', async () => {
   r = await cli(['serve', '--dataset', `a=${EXAMPLES}`, '--host', '0.0.0.0']);
   assert.equal(r.code, 2);
   assert.match(r.stderr, /beyond loopback: give --admin-key/);
+  r = await cli(['serve', '--dataset', `a=${EXAMPLES}`, '--run', 'grpo-1']);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /--run labels what the server makes in a cluster: it needs --backend k8s, not docker/);
   r = await cli(['serve', '--help']);
   assert.equal(r.code, 0);
   assert.match(r.stdout, /usage: harness-lab serve --dataset NAME=DIR/);

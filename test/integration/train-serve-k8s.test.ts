@@ -187,6 +187,8 @@ describe('train submit deploys the rollout server beside a TRL-speaking trainer 
     const deployments = async () => (await apps.listNamespacedDeployment({ namespace: NS })).items.map((d) => d.metadata!.name!);
     const serverMade = (await deployments()).filter((n) => n !== `${RUN}-serve`);
     assert.equal(serverMade.length, 1, `the server's capture proxy runs beside it: ${(await deployments()).join(', ')}`);
+    const proxyLabels = (await apps.readNamespacedDeployment({ namespace: NS, name: serverMade[0]! })).metadata?.labels ?? {};
+    assert.equal(proxyLabels['harness-lab/owner-run'], RUN, 'what the server makes is labelled with its run (train cancel sweeps it)');
     const serverMadeServices = (await core.listNamespacedService({ namespace: NS })).items
       .map((x) => x.metadata!.name!)
       .filter((n) => n !== `${RUN}-serve`);

@@ -152,6 +152,7 @@ export class K8sBackend implements BatchBackend {
     );
     await validateManifests([...proxyObjs, ...prepared.configMaps.values(), ...jobs]);
     for (const o of [...proxyObjs, ...prepared.configMaps.values()]) {
+      o.metadata = { ...o.metadata, labels: { ...o.metadata?.labels, ...ownerRunLabel(opts.manifest) } };
       const r = await createOrKeep(cluster, o);
       log(`${o.kind} ${cluster.namespace}/${o.metadata?.name} ${r}`);
     }
@@ -248,7 +249,8 @@ export class K8sBackend implements BatchBackend {
     }
     const name = built.job.metadata!.name!;
     // Which lab process made the Job: a later one reaps the Jobs of a lab killed with -9 (reapStale).
-    built.job.metadata!.labels = { ...built.job.metadata!.labels, [OWNER_LABEL]: LAB_INSTANCE };
+    // And which training run's server, if one's (its attempt Secret copies the Job's labels).
+    built.job.metadata!.labels = { ...built.job.metadata!.labels, [OWNER_LABEL]: LAB_INSTANCE, ...ownerRunLabel(attempt.manifest) };
     facts.backendRef = name;
     mkdirSync(attempt.outDir, { recursive: true });
     writeFileSync(join(attempt.outDir, 'job.json'), `${JSON.stringify(built.job, null, 2)}\n`);
@@ -551,6 +553,12 @@ export class K8sBackend implements BatchBackend {
     this.watch.stop();
     await this.forward.close();
   }
+}
+
+/** LABELS.ownerRun for a batch a training run's rollout server runs (none for other batches). */
+export function ownerRunLabel(manifest: Pick<BatchManifest, 'k8s'>): Record<string, string> {
+  const run = manifest.k8s?.owner_run;
+  return run ? { [LABELS.ownerRun]: labelValue(run) } : {};
 }
 
 /** The label naming the lab process that created a rollout Job. */
