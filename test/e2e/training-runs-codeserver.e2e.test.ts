@@ -1,5 +1,5 @@
-// The Training Runs view and Start Training Run... in a real workbench (code-server 4.100.3, this
-// repository as the development extension) against the Kubernetes API server double: KUBECONFIG in
+// The Training Runs view and Start Training Run... in a real workbench (code-server 4.100.3 with the
+// platform .vsix installed as a user installs it) against the Kubernetes API server double: KUBECONFIG in
 // code-server's environment names the double, the three quick picks (trainer, config file, kube
 // context) start a run, which without operator CRDs is a plain Job that the double's Docker node runs
 // (a node script reading an export from a hostPath volume); the tree shows the run with trainer,
@@ -10,23 +10,20 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, test } from 'node:test';
-import { chromium, type Browser } from 'playwright-core';
 import type { KubeDouble } from '../k8s-double/index.js';
 import { testCluster } from '../integration/k8s-fixtures.js';
-import { chromiumPath, launchCodeServer, missingPrerequisite, runCommand, type CodeServer } from './code-server.js';
-import { atStep, pick } from './workbench.js';
+import { missingPrerequisite, runCommand } from './code-server.js';
+import { atStep, openWorkbench, pick, type Workbench } from './workbench.js';
 
 const ROOT = resolve(__dirname, '..', '..');
 const ARTIFACTS = join(ROOT, 'test-artifacts', 'e2e');
 
-let server: CodeServer | undefined;
-let browser: Browser | undefined;
+let workbench: Workbench | undefined;
 let cluster: KubeDouble | undefined;
 let stateDir = '';
 
 after(async () => {
-  await browser?.close().catch(() => undefined);
-  await server?.stop();
+  await workbench?.close();
   await cluster?.close();
   if (stateDir && !process.env.HL_E2E_KEEP) rmSync(stateDir, { recursive: true, force: true });
 });
@@ -60,32 +57,13 @@ test(
       `name: trl-e2e\nimage: harness-lab/base-node:bookworm\ncommand: [node, -e, ${JSON.stringify(script)}]\ndata:\n  source: export\n  file: trl.jsonl\n  volume: {hostPath: {path: ${exports}}}\n`,
     );
 
-    server = await launchCodeServer({
+    workbench = await openWorkbench({
       stateDir,
       workspace,
       env: { KUBECONFIG: cluster.kubeconfig, HARNESS_LAB_DATA_DIR: join(stateDir, 'lab') },
-      userSettings: {
-        'workbench.startupEditor': 'none',
-        'workbench.tips.enabled': false,
-        'security.workspace.trust.enabled': false,
-        'extensions.autoCheckUpdates': false,
-        'telemetry.telemetryLevel': 'off',
-        'window.commandCenter': false,
-      },
+      vsix: true,
     });
-    browser = await chromium.launch({
-      executablePath: chromiumPath(),
-      headless: true,
-      args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update'],
-    });
-    const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
-    const remote = (p: string) => `vscode-remote://127.0.0.1:${server!.port}${p}`;
-    const payload = [
-      ['extensionDevelopmentPath', remote(ROOT)],
-      ['skipWelcome', 'true'],
-    ];
-    await page.goto(`${server.url}/?folder=${encodeURIComponent(workspace)}&payload=${encodeURIComponent(JSON.stringify(payload))}`);
-    await page.locator('.monaco-workbench').waitFor({ timeout: 60_000 });
+    const { page } = workbench;
     mkdirSync(ARTIFACTS, { recursive: true });
 
     await page.locator('.activitybar .action-item a[aria-label^="Harness Lab"]').click({ timeout: 60_000 });
