@@ -25,6 +25,7 @@ import { cancelFromEditor, serverStatuses, startFromEditor } from '../../src/ext
 import { runNodes } from '../../src/extension/training-runs-model.js';
 import { listRunRecords, listRuns, readRunRecord } from '../../src/training/trainer-jobs.js';
 import { KubeApiDouble } from '../k8s-double/api-server.js';
+import { writeApiKubeconfig } from '../k8s-double/index.js';
 import { EXAMPLES } from './sandbox-fixtures.js';
 
 const NS = 'editor-train';
@@ -64,17 +65,7 @@ describe(
       api = new KubeApiDouble({ bookmarkMs: 200 });
       const url = await api.listen();
       const kubeconfig = join(dir, 'kubeconfig');
-      writeFileSync(
-        kubeconfig,
-        JSON.stringify({
-          apiVersion: 'v1',
-          kind: 'Config',
-          'current-context': 'double',
-          clusters: [{ name: 'double', cluster: { server: url, 'insecure-skip-tls-verify': true } }],
-          users: [{ name: 'tester', user: { token: api.token } }],
-          contexts: [{ name: 'double', context: { cluster: 'double', user: 'tester', namespace: NS } }],
-        }),
-      );
+      writeApiKubeconfig(kubeconfig, api, url, NS);
       kc = new k8s.KubeConfig();
       kc.loadFromFile(kubeconfig);
       await kc.makeApiClient(k8s.CoreV1Api).createNamespace({ body: { metadata: { name: NS } } });

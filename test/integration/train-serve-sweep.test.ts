@@ -6,7 +6,7 @@
 // and leaves another run's objects alone. On the API server double without its Docker node: the
 // leftovers are made here as the server's k8s backend makes them.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -17,6 +17,7 @@ import { deleteSelected } from '../../src/cluster/sweep.js';
 import { removeRolloutServer, rolloutServerManifests } from '../../src/training/rollout-server.js';
 import { ServeSpecSchema } from '../../src/training/trainer-jobs.js';
 import { KubeApiDouble } from '../k8s-double/api-server.js';
+import { writeApiKubeconfig } from '../k8s-double/index.js';
 
 const NS = 'sweep';
 const RUN = 'grpo-days';
@@ -72,17 +73,7 @@ describe("train cancel sweeps what a killed rollout server left, and only its ow
     api = new KubeApiDouble({ bookmarkMs: 200 });
     const url = await api.listen();
     const kubeconfig = join(dir, 'kubeconfig');
-    writeFileSync(
-      kubeconfig,
-      JSON.stringify({
-        apiVersion: 'v1',
-        kind: 'Config',
-        'current-context': 'double',
-        clusters: [{ name: 'double', cluster: { server: url, 'insecure-skip-tls-verify': true } }],
-        users: [{ name: 'tester', user: { token: api.token } }],
-        contexts: [{ name: 'double', context: { cluster: 'double', user: 'tester', namespace: NS } }],
-      }),
-    );
+    writeApiKubeconfig(kubeconfig, api, url, NS);
     cluster = loadCluster({ kubeconfig, context: 'double', namespace: NS });
     await cluster.core.createNamespace({ body: { metadata: { name: NS } } });
     objects = cluster.objects;

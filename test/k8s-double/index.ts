@@ -12,6 +12,24 @@ import { API_SERVICE_IP } from './network.js';
 export { KubeApiDouble } from './api-server.js';
 export { SimulatedNode } from './kubelet.js';
 
+/**
+ * Writes `file`: a kubeconfig whose one context, `double` (current), reaches the API server double at
+ * `url` with its token, in `namespace`. For tests that run the API server without a node.
+ */
+export function writeApiKubeconfig(file: string, api: KubeApiDouble, url: string, namespace: string): void {
+  writeFileSync(
+    file,
+    JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      'current-context': 'double',
+      clusters: [{ name: 'double', cluster: { server: url, 'insecure-skip-tls-verify': true } }],
+      users: [{ name: 'tester', user: { token: api.token } }],
+      contexts: [{ name: 'double', context: { cluster: 'double', user: 'tester', namespace } }],
+    }),
+  );
+}
+
 export interface KubeDouble {
   api: KubeApiDouble;
   node: SimulatedNode;
