@@ -285,6 +285,11 @@ export class ShownBatchesTree {
     return node ? (this.kids.get(node.id) ?? []) : this.roots;
   }
 
+  /** Whether a batch as last read has a lab running it (its state will change without a new batch). */
+  anyRunning(): boolean {
+    return this.roots.some((n) => n.kind === 'batch' && n.status.lab === 'running');
+  }
+
   /** Reads the folders again and says what changed since the tree was last read. */
   reread(): BatchesTreeChange {
     const roots = this.model.roots();

@@ -4,10 +4,14 @@
 // captured sessions (a running rollout shows its calls so far, local or cluster batch alike);
 // refreshes are coalesced, since a running batch writes on every change of every rollout, and only
 // the rows that changed are re-rendered (ShownBatchesTree) unless batches or rollouts came or went.
+// While a lab runs the view also re-reads every few seconds: a watcher may drop events under load.
 import { isAbsolute, relative, sep } from 'node:path';
 import * as vscode from 'vscode';
 import { BatchesTreeModel, ShownBatchesTree, resolveBatchesFolder, type BatchesTreeNode } from './batches-model.js';
 import { Disposable, toDisposable } from './lifecycle.js';
+
+/** How often the view re-reads while a batch's lab runs, besides the file watcher's events. */
+const RUNNING_POLL_MS = 3000;
 
 export class BatchesView extends Disposable implements vscode.TreeDataProvider<BatchesTreeNode> {
   private readonly changeEmitter = this._register(new vscode.EventEmitter<BatchesTreeNode | BatchesTreeNode[] | undefined>());
@@ -16,13 +20,14 @@ export class BatchesView extends Disposable implements vscode.TreeDataProvider<B
   private readonly shown = new ShownBatchesTree(new BatchesTreeModel(() => this.folders()));
   private watchers: vscode.Disposable[] = [];
   private pending: ReturnType<typeof setTimeout> | undefined;
+  private poll: ReturnType<typeof setTimeout> | undefined;
 
   constructor(private readonly batchesFolder: () => string) {
     super();
     this.treeView = this._register(vscode.window.createTreeView('harnessLab.batches', { treeDataProvider: this }));
     this._register(vscode.workspace.onDidChangeWorkspaceFolders(() => this.rewatch()));
     this._register(toDisposable(() => this.disposeWatchers()));
-    this._register(toDisposable(() => clearTimeout(this.pending)));
+    this._register(toDisposable(() => (clearTimeout(this.pending), clearTimeout(this.poll))));
     this.rewatch();
   }
 
@@ -65,9 +70,14 @@ export class BatchesView extends Disposable implements vscode.TreeDataProvider<B
   refresh(): void {
     clearTimeout(this.pending);
     this.pending = undefined;
+    clearTimeout(this.poll);
+    this.poll = undefined;
     const change = this.shown.reread();
     if (change.kind === 'shape') this.changeEmitter.fire(undefined);
     else if (change.kind === 'rows') this.changeEmitter.fire(change.nodes);
+    // A file watcher can drop events (a busy machine, a full inotify queue): while a lab runs, read
+    // again every few seconds too, so its last write (the batch finished) is never missed.
+    if (this.shown.anyRunning()) this.poll = setTimeout(() => this.refresh(), RUNNING_POLL_MS);
   }
 
   private refreshSoon(): void {

@@ -7,6 +7,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeF
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { test } from 'node:test';
+import { acquireLock } from '../../src/batch/lock.js';
 import { planBatch, writeBatch } from '../../src/batch/plan.js';
 import { readRolloutStates, writeRolloutState, type RolloutState } from '../../src/batch/state.js';
 import { planAndWriteBatch, startBatchLab } from '../../src/extension/batch-submit.js';
@@ -285,6 +286,21 @@ test('the shown tree: a re-read with nothing new changes nothing; a call or a fi
     'newest first',
   );
   assert.notEqual(roots[1], b);
+});
+
+test('the shown tree says while a lab runs a batch (the view then re-reads on a timer too, not only on file events)', () => {
+  const folder = mkdtempSync(join(tmpdir(), 'hl-batches-running-'));
+  const dir = batch(folder, 'labbed', new Date('2026-01-02T10:00:00Z'));
+  const tree = new ShownBatchesTree(new BatchesTreeModel(() => [folder]));
+  tree.reread();
+  assert.equal(tree.anyRunning(), false, 'no lab holds it');
+  const lock = acquireLock(dir, 'batch submit');
+  tree.reread();
+  assert.equal(tree.anyRunning(), true, 'this process holds its lock: a lab runs it');
+  lock.release();
+  tree.reread();
+  assert.equal(tree.anyRunning(), false, 'the lab is gone');
+  rmSync(folder, { recursive: true, force: true });
 });
 
 test('broken directories are error nodes naming the file; newest batch first, errors last', () => {
