@@ -2,7 +2,7 @@
 // the test run provisions Docker), the offline base images, temporary tasks and a label-based container census.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { cpSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type Docker from 'dockerode';
@@ -37,6 +37,8 @@ export function taskWithPolicy(example: string, policy: unknown): string {
   const dir = join(mkdtempSync(join(tmpdir(), 'hl-sbx-task-')), example);
   cpSync(join(EXAMPLES, example), dir, { recursive: true });
   writeFileSync(join(dir, 'policy.json'), JSON.stringify(policy));
+  // Batches too follow this policy, not the example's sampling one (policy-engine.ts batchPolicyFile).
+  rmSync(join(dir, 'policy.sampling.json'), { force: true });
   return dir;
 }
 
