@@ -101,18 +101,55 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
       }),
     );
     // Ages tick (and the list is read again now and then) while the view shows an unfinished run.
+    // The list is read in the background and swapped in whole: the tree re-renders only from data in
+    // hand, so a row's handle is never without its run while the cluster answers (an inline Cancel
+    // clicked then got no run).
     const tick = setInterval(() => {
       if (!this.treeView.visible || !this.listed?.runs.some((r) => !TERMINAL.has(r.phase))) return;
-      if (Date.now() - this.listed.at > LIST_MAX_AGE_MS) this.listed = undefined;
-      this.changeEmitter.fire(undefined);
+      if (Date.now() - this.listed.at > LIST_MAX_AGE_MS) void this.relist();
+      else this.changeEmitter.fire(undefined);
     }, TICK_MS);
     this._register(toDisposable(() => clearInterval(tick)));
   }
 
   /** Reads the cluster again. */
   refresh(): void {
-    this.listed = undefined;
-    this.changeEmitter.fire(undefined);
+    if (this.listed) void this.relist();
+    else this.changeEmitter.fire(undefined);
+  }
+
+  /** One listing at a time, in the background; the view re-renders once it is in hand. */
+  private relisting: Promise<void> | undefined;
+  private relist(): Promise<void> {
+    this.relisting ??= this.list()
+      .then(
+        (l) => void (this.listed = l),
+        // Listed again by the view, which then shows the error as its row.
+        () => void (this.listed = undefined),
+      )
+      .finally(() => {
+        this.relisting = undefined;
+        this.changeEmitter.fire(undefined);
+      });
+    return this.relisting;
+  }
+
+  /** The runs, why each waits, what each trains on and its rollout server, as the cluster says now. */
+  private async list(): Promise<Listed> {
+    const cluster = this.cluster();
+    const runs = await listRuns(cluster);
+    // The pods say why a run waits; a cluster that will not list them leaves the phases as they are.
+    const pods = await listRunPods(cluster).catch((err: unknown) => (this.log.warn(`training runs: ${(err as Error).message}`), new Map()));
+    const waiting = new Map(runs.map((r) => [r.name, podWaiting(pods.get(r.name) ?? [])] as const));
+    const servers = await serverStatuses(cluster, runs, listRunRecords(), (line) => this.log.warn(`training runs: ${line}`));
+    return {
+      at: Date.now(),
+      runs,
+      where: { context: cluster.context, namespace: cluster.namespace },
+      waiting,
+      data: this.dataSources(),
+      servers,
+    };
   }
 
   private cluster(context = this.context): Cluster {
@@ -121,29 +158,12 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
 
   async getChildren(node?: TrainingRunsNode): Promise<TrainingRunsNode[]> {
     if (node) return node.kind === 'run' && node.server ? [node.server] : [];
-    let cluster: Cluster;
     try {
       // No kubeconfig (or one without contexts) is a machine without a cluster yet, not an error: the
       // empty view shows its welcome text, which says where the kubeconfig is read and how to start.
       if (missingKubeconfig()) return [];
-      if (!this.listed) {
-        cluster = this.cluster();
-        const runs = await listRuns(cluster);
-        // The pods say why a run waits; a cluster that will not list them leaves the phases as they are.
-        const pods = await listRunPods(cluster).catch(
-          (err: unknown) => (this.log.warn(`training runs: ${(err as Error).message}`), new Map()),
-        );
-        const waiting = new Map(runs.map((r) => [r.name, podWaiting(pods.get(r.name) ?? [])] as const));
-        const servers = await serverStatuses(cluster, runs, listRunRecords(), (line) => this.log.warn(`training runs: ${line}`));
-        this.listed = {
-          at: Date.now(),
-          runs,
-          where: { context: cluster.context, namespace: cluster.namespace },
-          waiting,
-          data: this.dataSources(),
-          servers,
-        };
-      }
+      // The first look (and a view that could not list before) reads the cluster now.
+      this.listed ??= await this.list();
       const l = this.listed;
       this.updateStatus();
       return runNodes(l.runs, Date.now(), l.where, l.waiting, l.data, l.servers);
@@ -402,7 +422,9 @@ export class TrainingRuns extends Disposable implements vscode.TreeDataProvider<
     return shown;
   }
 
-  async cancel(node: TrainingRunNode | undefined): Promise<boolean> {
+  async cancel(given: TrainingRunNode | undefined): Promise<boolean> {
+    // From the palette (or a row VS Code could not hand over): the run selected in the view.
+    const node = given ?? this.treeView.selection.find((n): n is TrainingRunNode => n.kind === 'run');
     if (!node) throw new Error('Cancel Training Run needs a run from the Training Runs view.');
     const server = node.server ? ` and its rollout server ${node.server.label.replace(/^rollout server /, '')}` : '';
     const ok = await vscode.window.showWarningMessage(

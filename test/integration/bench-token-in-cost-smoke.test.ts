@@ -31,7 +31,14 @@ test('token-in-cost: every hop at every size, prompts near the sizes, the ratios
   const prompt = (hop: string, size: number) =>
     result.rows.find((r) => r.hop === hop && r.context_tokens_target === size)!.prompt_tokens_mean;
   assert.ok(Math.abs(prompt('token-in', 1500) - prompt('chat', 1500)) < 50, `${prompt('token-in', 1500)} vs ${prompt('chat', 1500)}`);
-  assert.deepEqual(Object.keys(result.ratios).sort(), [...HOPS].sort());
+  // A ratio for every hop whose small context measured any CPU (/proc counts 10 ms ticks: a fast
+  // hop over 3 turns can read 0, and a ratio to 0 is no figure).
+  for (const hop of HOPS) {
+    const lo = result.rows.find((r) => r.hop === hop && r.context_tokens_target === 600)!;
+    if (lo.cpu_ms_per_turn > 0) assert.ok(Number.isFinite(result.ratios[hop]), `${hop}: a ratio`);
+    else assert.equal(result.ratios[hop], undefined, `${hop}: no ratio to 0`);
+  }
+  assert.ok(Number.isFinite(result.ratios['token-in']), 'token in, the hop the target judges, always measures some CPU');
   assert.deepEqual(JSON.parse(readFileSync(out, 'utf8')).rows, JSON.parse(JSON.stringify(result.rows)), 'the JSON file holds the rows');
   assert.match(formatTokenInCost(result), /^CPU ms per turn {2}1k context {2}2k context {2}largest\/smallest\ntoken-in /);
   assert.throws(() => parseTokenInCostArgs(['--hops', 'nope'], {}), /--hops: unknown 'nope'/);
