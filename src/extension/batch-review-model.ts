@@ -2,12 +2,12 @@
 // the problems it raises (src/export/audit.ts, the same audit as `harness-lab audit BATCH`), the
 // batch and group a command acts on, the quick-pick rows, and audit errors in the user's terms.
 // Nothing here imports vscode.
-import { existsSync, readFileSync } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
+import { basename, dirname } from 'node:path';
 import { BatchFileError, batchPaths, readManifest } from '../batch/state.js';
 import { batchSessionFile, type BatchStatus, type GroupStatus } from '../batch/status.js';
 import { ScriptedPolicy } from '../engine/policy.js';
 import { SAMPLING_POLICY_FILE, batchPolicyFile } from '../sandbox/policy-engine.js';
+import { loadTask } from '../tasks/task.js';
 import type { AuditMember, AuditReport, GroupAudit } from '../export/audit.js';
 import type { BehaviourAggregate } from '../export/behaviour.js';
 import { ExportInputError } from '../export/source.js';
@@ -304,13 +304,8 @@ export function deterministicPolicyNote(batchDir: string, task: string): string 
     if (manifest.engine_url !== null) return undefined;
     const ref = manifest.tasks.find((t) => t.name === task);
     if (!ref) return undefined;
-    const own = join(ref.dir, 'policy.json');
-    const instructionFile = join(ref.dir, 'instruction.md');
-    const file = batchPolicyFile({
-      dir: ref.dir,
-      policyFile: existsSync(own) ? own : undefined,
-      ...(existsSync(instructionFile) ? { instruction: readFileSync(instructionFile, 'utf8') } : {}),
-    });
+    // The task as the docker backend loads it, so the note names the file the batch followed.
+    const file = batchPolicyFile(loadTask(ref.dir));
     if (!file || ScriptedPolicy.load(file).samples) return undefined;
     return (
       `the embedded engine followed ${basename(dirname(file))}/${basename(file)}, a scripted policy with no ` +
