@@ -24,8 +24,7 @@ import { buildForkGroupView, buildGroupView } from '../report/group-view.js';
 import { forkMembers } from '../replay/forks.js';
 import { batchReadError, deterministicPolicyNote, memberSessionFile } from './batch-review-model.js';
 import { Disposable, toDisposable } from './lifecycle.js';
-import { viewerHtml, watchViewerPage, webviewOptions } from './rollout-viewer-panel.js';
-import type { WebviewWatchdog } from './webview-watchdog.js';
+import { ViewerPage, webviewOptions } from './rollout-viewer-panel.js';
 
 export const GROUP_VIEW_TYPE = 'harnessLab.groupView';
 
@@ -60,7 +59,7 @@ class GroupViewConnection extends Disposable {
   private readonly queue: ReadyQueue<HostMessage>;
   private data: GroupViewData | null = null;
   private readonly webview: vscode.Webview;
-  private readonly watchdog: WebviewWatchdog;
+  private readonly page: ViewerPage;
 
   constructor(
     panel: vscode.WebviewPanel,
@@ -77,9 +76,8 @@ class GroupViewConnection extends Disposable {
     this.webview = panel.webview;
     this.queue = new ReadyQueue((m) => void this.webview.postMessage(m));
     this._register(this.webview.onDidReceiveMessage((raw: unknown) => void this.onMessage(raw)));
-    this.watchdog = this._register(watchViewerPage(panel, 'group view', host.extensionUri, (m) => host.log(m)));
-    this.webview.html = viewerHtml(this.webview, this.host.extensionUri);
-    this.watchdog.loading();
+    this.page = this._register(new ViewerPage(panel, 'group view', host.extensionUri, (m) => host.log(m)));
+    this.page.show();
   }
 
   private async onMessage(raw: unknown): Promise<void> {
@@ -93,7 +91,7 @@ class GroupViewConnection extends Disposable {
 
   private readonly handlers: WebviewHandlers = {
     ready: () => {
-      this.watchdog.ready();
+      this.page.ready();
       this.queue.reset();
       let data: GroupViewData;
       try {

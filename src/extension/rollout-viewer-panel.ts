@@ -72,23 +72,46 @@ export function viewerHtml(webview: vscode.Webview, extensionUri: vscode.Uri): s
 }
 
 /**
- * A watchdog (webview-watchdog.ts) on a panel showing the viewer page: a page that never says
- * `ready` gets its html again; after that, one warning offering Developer: Reload Webviews.
+ * The viewer page of one panel, set only here: each set has a fresh nonce (a fresh iframe), and a
+ * watchdog (webview-watchdog.ts) sets it again when it never says `ready`; after that, one warning
+ * offering Developer: Reload Webviews.
  */
-export function watchViewerPage(
-  panel: vscode.WebviewPanel,
-  name: string,
-  extensionUri: vscode.Uri,
-  log: (m: string) => void,
-): WebviewWatchdog {
-  return new WebviewWatchdog(panel, name, {
-    reload: () => (panel.webview.html = viewerHtml(panel.webview, extensionUri)),
-    log,
-    giveUp: () =>
-      void vscode.window
-        .showWarningMessage(`Harness Lab: the ${name} stays blank: VS Code did not load its page.`, 'Reload Webviews')
-        .then((c) => c && vscode.commands.executeCommand('workbench.action.webview.reloadWebviewAction')),
-  });
+export class ViewerPage extends Disposable {
+  private readonly watchdog: WebviewWatchdog;
+
+  constructor(
+    private readonly panel: vscode.WebviewPanel,
+    name: string,
+    private readonly extensionUri: vscode.Uri,
+    log: (m: string) => void,
+  ) {
+    super();
+    this.watchdog = this._register(
+      new WebviewWatchdog(panel, name, {
+        reload: () => this.setHtml(),
+        log,
+        giveUp: () =>
+          void vscode.window
+            .showWarningMessage(`Harness Lab: the ${name} stays blank: VS Code did not load its page.`, 'Reload Webviews')
+            .then((c) => c && vscode.commands.executeCommand('workbench.action.webview.reloadWebviewAction')),
+      }),
+    );
+  }
+
+  /** Sets the page; it should say `ready` soon. */
+  show(): void {
+    this.setHtml();
+    this.watchdog.loading();
+  }
+
+  /** The page said `ready`: its script runs. */
+  ready(): void {
+    this.watchdog.ready();
+  }
+
+  private setHtml(): void {
+    this.panel.webview.html = viewerHtml(this.panel.webview, this.extensionUri);
+  }
 }
 
 export function webviewOptions(extensionUri: vscode.Uri): vscode.WebviewOptions {
@@ -108,7 +131,7 @@ export class ViewerConnection extends Disposable {
   private rescored: RescoreReport | null = null;
   private readonly abort = new AbortController();
   private readonly webview: vscode.Webview;
-  private readonly watchdog: WebviewWatchdog;
+  private readonly page: ViewerPage;
 
   constructor(
     panel: vscode.WebviewPanel,
@@ -119,7 +142,7 @@ export class ViewerConnection extends Disposable {
     this.queue = new ReadyQueue((m) => void this.webview.postMessage(m));
     this._register(toDisposable(() => this.abort.abort()));
     this._register(this.webview.onDidReceiveMessage((raw: unknown) => void this.onMessage(raw)));
-    this.watchdog = this._register(watchViewerPage(panel, 'rollout viewer', host.extensionUri, (m) => host.log?.(m)));
+    this.page = this._register(new ViewerPage(panel, 'rollout viewer', host.extensionUri, (m) => host.log?.(m)));
   }
 
   /** Show a rollout; the webview gets it once it has said `ready` (again after every reload). */
@@ -132,8 +155,7 @@ export class ViewerConnection extends Disposable {
 
   /** The viewer page, empty until `ready` brings it what it shows (a rollout, or an error). */
   showPage(): void {
-    this.webview.html = viewerHtml(this.webview, this.host.extensionUri);
-    this.watchdog.loading();
+    this.page.show();
   }
 
   /**
@@ -209,7 +231,7 @@ export class ViewerConnection extends Disposable {
 
   private readonly handlers: WebviewHandlers = {
     ready: () => {
-      this.watchdog.ready();
+      this.page.ready();
       // The load goes first; anything queued meanwhile (errors, focus) follows it.
       if (this.rollout) this.postLoad(this.rollout, this.focus);
       this.queue.open();
