@@ -187,7 +187,23 @@ export async function pickFromContextMenu(
   const item = page.locator('.monaco-menu .action-label', { hasText: label });
   for (let attempt = 1; ; attempt++) {
     await row.click({ button: 'right' });
-    await item.first().waitFor({ timeout: 10_000 });
+    // A menu opened while a webview panel takes the focus (a row click that just opened one) is
+    // closed again at once: a menu that never shows is another try, not a failure.
+    const shown = await item
+      .first()
+      .waitFor({ timeout: 10_000 })
+      .then(
+        () => true,
+        () => false,
+      );
+    if (!shown) {
+      if (attempt >= 3) {
+        const items = await page.locator('.monaco-menu .action-label').allInnerTexts();
+        throw new Error(`the context menu item "${label}" did not show after ${attempt} tries (menu: ${JSON.stringify(items)})`);
+      }
+      await page.keyboard.press('Escape');
+      continue;
+    }
     await new Promise((r) => setTimeout(r, 400));
     await item
       .first()
