@@ -1,6 +1,7 @@
 // Graded findings for captured turns, flattened sequences and whole rollouts (protocol 11.2).
 // FATAL: the row is not trainable. WARN: trainable, but read it. INFO: recorded only.
 // Findings travel as plain strings ("[FATAL] code: detail") so they survive JSON and logs unchanged.
+import { allTokenIds } from './token-ids.js';
 import type { CaptureLevel, ChatMessage } from './types.js';
 
 export type Grade = 'FATAL' | 'WARN' | 'INFO';
@@ -29,7 +30,6 @@ export interface TurnInput {
   response_message?: ChatMessage | null;
 }
 
-const validId = (t: unknown): boolean => typeof t === 'number' && Number.isInteger(t) && t >= 0;
 // typeof excludes booleans, which Python-side producers have been seen to emit as logprobs.
 const validLogprob = (lp: unknown): boolean => typeof lp === 'number' && Number.isFinite(lp);
 
@@ -58,8 +58,8 @@ export function checkTurn(turn: TurnInput, level: CaptureLevel): string[] {
     if (turn.finish_reason === 'length') out.push(finding('INFO', 'truncated_turn', `${tag}: stopped on the output-token cap`));
     return out;
   }
-  if (!prompt.every(validId)) out.push(finding('FATAL', 'invalid_token_id', `${tag}: prompt ids must be non-negative integers`));
-  if (!sampled.every(validId)) out.push(finding('FATAL', 'invalid_token_id', `${tag}: sampled ids must be non-negative integers`));
+  if (!allTokenIds(prompt)) out.push(finding('FATAL', 'invalid_token_id', `${tag}: prompt ids must be non-negative integers`));
+  if (!allTokenIds(sampled)) out.push(finding('FATAL', 'invalid_token_id', `${tag}: sampled ids must be non-negative integers`));
   const lps = turn.logprobs;
   if (lps) {
     if (!lps.every(validLogprob)) out.push(finding('FATAL', 'invalid_logprob', `${tag}: logprobs must be finite numbers`));

@@ -63,8 +63,7 @@ export class GraphNode {
   readonly children: GraphNode[] = [];
   /** @internal */ tok: Member | null = null;
   /** @internal */ msg: Member | null = null;
-  /** @internal identity of the leading system messages, to tell retried first calls from subagents. */
-  readonly systemKey: string;
+  private systemKeyMemo: string | undefined;
 
   constructor(
     readonly record: CallRecord,
@@ -100,9 +99,21 @@ export class GraphNode {
     const usable =
       level === 'tokens' && lps !== null && lps.length === this.sampled_ids.length && lps.length > 0 && !this.ownFindings.some(isFatal);
     this.sampled_logprobs = usable ? lps : null;
-    let s = 0;
-    while (s < this.request_messages.length && this.request_messages[s]?.role === 'system') s++;
-    this.systemKey = this.request_messages.slice(0, s).map(messageIdentity).join('\n');
+  }
+
+  /**
+   * @internal identity of the leading system messages, to tell retried first calls from subagents.
+   * Computed when first asked (by `discarded()` for roots, and across reasoning): a harness's system
+   * prompt can be 100k tokens, and building this key for every call cost 0.8 ms a turn at 108k
+   * (bench/token-in-cost.ts, session 15) while it also held a copy of that prompt per call.
+   */
+  get systemKey(): string {
+    if (this.systemKeyMemo === undefined) {
+      let s = 0;
+      while (s < this.request_messages.length && this.request_messages[s]?.role === 'system') s++;
+      this.systemKeyMemo = this.request_messages.slice(0, s).map(messageIdentity).join('\n');
+    }
+    return this.systemKeyMemo;
   }
 }
 

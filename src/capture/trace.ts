@@ -3,6 +3,7 @@
 // checks the invariants a trainer relies on, not just the shape.
 import { z } from 'zod';
 import type { GraphNode } from './graph.js';
+import { startsWithIds } from './token-ids.js';
 import type { TrainingSequence } from './sequences.js';
 import { turnLengths } from './sequences.js';
 
@@ -89,8 +90,12 @@ export const TrainingTraceSchema = z
     for (const turn of t.turns) {
       const from = prev ? prev.prompt.length + prev.completion.length : 0;
       if (prev) {
-        const end = [...prev.prompt, ...prev.completion];
-        if (turn.prompt_token_ids.length <= prev.prompt.length || !end.every((id, i) => turn.prompt_token_ids[i] === id)) {
+        const ids = turn.prompt_token_ids;
+        const extends_ =
+          ids.length > prev.prompt.length &&
+          startsWithIds(ids, prev.prompt) &&
+          startsWithIds(ids.slice(prev.prompt.length, from), prev.completion);
+        if (!extends_) {
           issue(`turn ${turn.node_id}: prompt does not extend the previous turn's prompt+completion`);
           return;
         }

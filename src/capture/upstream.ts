@@ -1,4 +1,5 @@
 // What the proxy sends to the engine and how it reads the answer back (docs/capture-protocol.md §9).
+import { allTokenIds } from './token-ids.js';
 import {
   PINNABLE_SAMPLING_KEYS,
   type CaptureLevel,
@@ -167,14 +168,6 @@ export interface NormalisedAnswer {
   response: ChatResponse;
   capture: TokenCapture;
   findings: string[];
-}
-
-const isTokenId = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0;
-
-/** Whether every element is a token id (a plain loop: prompt ids run to tens of thousands per call). */
-function allTokenIds(list: unknown[]): list is number[] {
-  for (let i = 0; i < list.length; i++) if (!isTokenId(list[i])) return false;
-  return true;
 }
 
 /**

@@ -2,6 +2,7 @@
 // bad turn as fatal (it stops and closes every in-flight session), so a call that breaks it stops the
 // export instead, naming the file, the session and the call, rather than reaching a trainer.
 import { tokensDigest } from '../capture/render/digest.js';
+import { firstNonTokenId } from '../capture/token-ids.js';
 import type { CallRecord } from '../capture/types.js';
 
 export class ExportContractError extends Error {
@@ -16,18 +17,16 @@ export class ExportContractError extends Error {
   }
 }
 
-const isId = (t: unknown): boolean => typeof t === 'number' && Number.isInteger(t) && t >= 0;
-
 /** The first contract violation of one call, or null. `completion_token_ids` may be empty (nothing sampled). */
 export function callContractProblem(call: CallRecord): string | null {
   const where = `(index ${call.index})`;
   const prompt = call.prompt_token_ids;
   if (!Array.isArray(prompt) || prompt.length === 0) return `${where} empty prompt ids: the engine returned no prompt_token_ids`;
-  const bad = prompt.findIndex((t) => !isId(t));
+  const bad = firstNonTokenId(prompt);
   if (bad >= 0) return `${where} prompt id at position ${bad} is not a non-negative integer (${JSON.stringify(prompt[bad])})`;
   const completion = call.completion_token_ids ?? [];
   if (!Array.isArray(completion)) return `${where} completion_token_ids is not an array`;
-  const badC = completion.findIndex((t) => !isId(t));
+  const badC = firstNonTokenId(completion);
   if (badC >= 0) return `${where} completion id at position ${badC} is not a non-negative integer (${JSON.stringify(completion[badC])})`;
   if (completion.length === 0) return null;
   const lps = call.logprobs as unknown;

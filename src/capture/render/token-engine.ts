@@ -15,6 +15,7 @@ import {
   type ChatTool,
   type LogprobEntry,
 } from '../types.js';
+import { allTokenIds, isTokenId, sameIds } from '../token-ids.js';
 import { Bridge, type BridgeOptions, type BridgePlan, type RenderInfo } from './bridge.js';
 import { UnsupportedFamilyError } from './families.js';
 import type { TokenRenderer } from './renderer.js';
@@ -36,7 +37,6 @@ interface Sampled {
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-const isId = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0;
 const TOKEN_ID = /^token_id:(\d+)$/;
 
 export class TokenInEngineError extends Error {}
@@ -68,7 +68,7 @@ export function readCompletionsAnswer(body: unknown): Sampled {
   if (!isObject(body) || !Array.isArray(body.choices) || !isObject(body.choices[0]))
     throw new TokenInEngineError('completions answer has no choices[0]');
   const c = body.choices[0];
-  if (!Array.isArray(c.token_ids) || !c.token_ids.every(isId))
+  if (!Array.isArray(c.token_ids) || !allTokenIds(c.token_ids))
     throw new TokenInEngineError('completions answer has no choices[0].token_ids (an engine without return_token_ids?)');
   const ids = c.token_ids as number[];
   let logprobs: (number | null)[] | null = null;
@@ -92,7 +92,7 @@ export function readCompletionsAnswer(body: unknown): Sampled {
       );
     }
   }
-  const echoed = Array.isArray(c.prompt_token_ids) && c.prompt_token_ids.every(isId) ? (c.prompt_token_ids as number[]) : null;
+  const echoed = Array.isArray(c.prompt_token_ids) && allTokenIds(c.prompt_token_ids) ? (c.prompt_token_ids as number[]) : null;
   return { ids, logprobs, top, finish: typeof c.finish_reason === 'string' ? c.finish_reason : null, echoedPrompt: echoed };
 }
 
@@ -100,21 +100,21 @@ export function readCompletionsAnswer(body: unknown): Sampled {
 export function readGenerateAnswer(body: unknown): Sampled {
   const one = Array.isArray(body) ? body[0] : body;
   if (!isObject(one)) throw new TokenInEngineError('generate answer is not an object');
-  if (!Array.isArray(one.output_ids) || !one.output_ids.every(isId)) throw new TokenInEngineError('generate answer has no output_ids');
+  if (!Array.isArray(one.output_ids) || !allTokenIds(one.output_ids)) throw new TokenInEngineError('generate answer has no output_ids');
   const ids = one.output_ids as number[];
   const meta = isObject(one.meta_info) ? one.meta_info : {};
   let logprobs: (number | null)[] | null = null;
   if (Array.isArray(meta.output_token_logprobs)) {
     const entries = meta.output_token_logprobs as unknown[];
     logprobs = entries.map((e) => (Array.isArray(e) && typeof e[0] === 'number' ? e[0] : null));
-    if (entries.some((e, i) => Array.isArray(e) && isId(e[1]) && e[1] !== ids[i])) logprobs = null;
+    if (entries.some((e, i) => Array.isArray(e) && isTokenId(e[1]) && e[1] !== ids[i])) logprobs = null;
   }
   let top: { id: number; logprob: number }[][] | null = null;
   if (Array.isArray(meta.output_top_logprobs)) {
     top = (meta.output_top_logprobs as unknown[]).map((row) =>
       Array.isArray(row)
         ? row
-            .filter((e): e is [number, number] => Array.isArray(e) && typeof e[0] === 'number' && isId(e[1]))
+            .filter((e): e is [number, number] => Array.isArray(e) && typeof e[0] === 'number' && isTokenId(e[1]))
             .map((e) => ({ id: e[1], logprob: e[0] }))
         : [],
     );
@@ -204,11 +204,7 @@ export class TokenInEngine {
       };
     }
     const findings = [...plan.findings];
-    if (
-      sampled.echoedPrompt &&
-      sampled.echoedPrompt !== prompt &&
-      (sampled.echoedPrompt.length !== prompt.length || sampled.echoedPrompt.some((id, i) => id !== prompt[i]))
-    ) {
+    if (sampled.echoedPrompt && sampled.echoedPrompt !== prompt && !sameIds(sampled.echoedPrompt, prompt)) {
       findings.push(
         `[FATAL] prompt_ids_mismatch: the engine echoed ${sampled.echoedPrompt.length} prompt ids that differ from the ${prompt.length} the proxy sent`,
       );
@@ -330,7 +326,7 @@ export async function probeTokenIn(client: EngineClient, model: string, probeIds
     const data = (models.body as { data?: unknown } | null)?.data;
     if (Array.isArray(data)) {
       const entry = (data.find((m: { id?: unknown } | null) => m?.id === model) ?? data[0]) as { max_model_len?: unknown } | undefined;
-      if (entry && isId(entry.max_model_len)) maxModelLen = entry.max_model_len;
+      if (entry && isTokenId(entry.max_model_len)) maxModelLen = entry.max_model_len;
     }
   } catch (err) {
     return { route: null, maxModelLen, problem: `the engine did not list its models: ${(err as Error).message}`, unreachable: true };
