@@ -17,6 +17,8 @@
 //
 //   node --import tsx bench/hot-path.ts [--quick] [--modes chat,token-in] [--sections load,sizes,ramp]
 //     [--levels 1000,2000] [--sizes 1000,8000,32000] [--profile] [--proxy-from-source] [--out FILE]
+//     [--baseline-cli OTHER/dist/cli.js] [--proxy-node-arg FLAG]... [--baseline-node-arg FLAG]...
+//   (the baseline hop is another build, or this one with other Node flags: before and after in one run)
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -36,7 +38,7 @@ export const HOT_PATH_TARGETS = {
 } as const;
 
 export type Mode = 'chat' | 'token-in';
-/** `baseline`: the proxy of another build (`--baseline-cli`), measured beside this one: before and after in one run. */
+/** `baseline`: another build's proxy (`--baseline-cli`) or this one with other Node flags (`--baseline-node-arg`), measured beside it: before and after in one run. */
 export type Hop = 'pipe' | 'passthrough' | 'proxy' | 'baseline';
 type Section = 'load' | 'sizes' | 'ramp';
 
@@ -60,6 +62,8 @@ export interface HotPathOptions {
   /** Another build's dist/cli.js: its proxy is measured beside this one's (hop `baseline`). */
   baselineCli: string | undefined;
   proxyNodeArgs: string[];
+  /** Node flags for the baseline hop only (default: the proxy's): a flag measured beside the shipped proxy. */
+  baselineNodeArgs: string[] | undefined;
   out: string;
   log: (line: string) => void;
 }
@@ -87,7 +91,7 @@ interface LoadLevel {
   sessions: number;
   runs: HopRun[];
   cpu_ratio: number;
-  /** With --baseline-cli: the other build's proxy CPU per call over the pass-through's. */
+  /** With a baseline hop: its CPU per call over the pass-through's. */
   baseline_cpu_ratio?: number;
   added_p50: { passthrough: number; proxy: number; ratio: number };
   added_p99: { passthrough: number; proxy: number; ratio: number };
@@ -230,13 +234,13 @@ export async function runHotPath(o: HotPathOptions): Promise<HotPathReport> {
           dataDir = mkdtempSync(join(tmpdir(), 'hl-bench-hot-'));
           dataDirs.push(dataDir);
           const entry =
-            hop === 'baseline'
-              ? [o.baselineCli!]
+            hop === 'baseline' && o.baselineCli
+              ? [o.baselineCli]
               : o.proxyFromSource
                 ? ['--import', 'tsx', join(ROOT, 'src', 'cli', 'main.ts')]
                 : [cliPath];
           const nodeArgs = [
-            ...o.proxyNodeArgs,
+            ...(hop === 'baseline' ? (o.baselineNodeArgs ?? o.proxyNodeArgs) : o.proxyNodeArgs),
             ...(o.profile ? ['--cpu-prof', '--cpu-prof-dir', profileDir, '--cpu-prof-name', `hot-${mode}-${hop}-${label}.cpuprofile`] : []),
           ];
           const render = mode === 'chat' ? 'engine' : 'proxy';
@@ -336,7 +340,7 @@ export async function runHotPath(o: HotPathOptions): Promise<HotPathReport> {
         engine = await startEngine(mode, o.thinkMs, track);
         const shapes = o.levels.map((n) => ({ sessions: n, turns: o.turns, rampMs: 1000, systemBytes }));
         const warm = { sessions: o.quick ? 32 : Math.min(1000, o.levels[0]!), turns: o.turns, rampMs: 1000, systemBytes };
-        const hops: (Hop | 'direct')[] = ['direct', 'pipe', 'passthrough', 'proxy', ...(o.baselineCli ? (['baseline'] as const) : [])];
+        const hops: (Hop | 'direct')[] = ['direct', 'pipe', 'passthrough', 'proxy', ...(hasBaseline(o) ? (['baseline'] as const) : [])];
         const byHop = new Map<Hop | 'direct', HopRun[][]>(hops.map((h) => [h, []]));
         // Rounds alternate the order, so a drift in the machine's load hits every hop alike.
         for (let round = 0; round < o.rounds; round++) {
@@ -355,7 +359,7 @@ export async function runHotPath(o: HotPathOptions): Promise<HotPathReport> {
             sessions: s.sessions,
             runs,
             cpu_ratio: ratio(get('proxy').cpu_ms_per_call, get('passthrough').cpu_ms_per_call),
-            ...(o.baselineCli ? { baseline_cpu_ratio: ratio(get('baseline').cpu_ms_per_call, get('passthrough').cpu_ms_per_call) } : {}),
+            ...(hasBaseline(o) ? { baseline_cpu_ratio: ratio(get('baseline').cpu_ms_per_call, get('passthrough').cpu_ms_per_call) } : {}),
             added_p50: {
               passthrough: added('passthrough', 'p50_ms'),
               proxy: added('proxy', 'p50_ms'),
@@ -378,14 +382,14 @@ export async function runHotPath(o: HotPathOptions): Promise<HotPathReport> {
         for (const tokens of o.sizes) {
           const shape = { sessions, turns: 3, rampMs: 500, systemBytes: Math.round(tokens * bytesPerToken) };
           const runs: HopRun[] = [];
-          const hops: Hop[] = ['pipe', 'passthrough', 'proxy', ...(o.baselineCli ? (['baseline'] as const) : [])];
+          const hops: Hop[] = ['pipe', 'passthrough', 'proxy', ...(hasBaseline(o) ? (['baseline'] as const) : [])];
           for (const hop of hops) runs.push(...(await runHop(hop, shape, [shape], `size${tokens}`)));
           const get = (h: string) => runs.find((r) => r.hop === h)!;
           report.sizes.push({
             prompt_tokens: tokens,
             runs,
             cpu_ratio: round2(get('proxy').cpu_ms_per_call / get('passthrough').cpu_ms_per_call),
-            ...(o.baselineCli ? { baseline_cpu_ratio: round2(get('baseline').cpu_ms_per_call / get('passthrough').cpu_ms_per_call) } : {}),
+            ...(hasBaseline(o) ? { baseline_cpu_ratio: round2(get('baseline').cpu_ms_per_call / get('passthrough').cpu_ms_per_call) } : {}),
           });
           o.log(`[${mode}] size ${tokens}: ${runs.map(fmtRun).join(' | ')}`);
         }
@@ -455,6 +459,7 @@ export async function runHotPath(o: HotPathOptions): Promise<HotPathReport> {
       proxyFromSource: o.proxyFromSource,
       baselineCli: o.baselineCli,
       proxyNodeArgs: o.proxyNodeArgs,
+      baselineNodeArgs: o.baselineNodeArgs,
     },
     targets: HOT_PATH_TARGETS,
     modes,
@@ -601,6 +606,11 @@ function intList(text: string, name: string): number[] {
   return out;
 }
 
+/** A baseline hop runs: another build, or this one with other Node flags. */
+function hasBaseline(o: Pick<HotPathOptions, 'baselineCli' | 'baselineNodeArgs'>): boolean {
+  return o.baselineCli !== undefined || o.baselineNodeArgs !== undefined;
+}
+
 export function parseHotPathArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): HotPathOptions {
   const { values } = parseArgs({
     args: argv,
@@ -620,6 +630,7 @@ export function parseHotPathArgs(argv: string[], env: NodeJS.ProcessEnv = proces
       'proxy-from-source': { type: 'boolean', default: false },
       'baseline-cli': { type: 'string' },
       'proxy-node-arg': { type: 'string', multiple: true, default: [] },
+      'baseline-node-arg': { type: 'string', multiple: true },
       out: { type: 'string', default: join(ROOT, 'bench-results', 'hot-path.json') },
     },
   });
@@ -646,6 +657,7 @@ export function parseHotPathArgs(argv: string[], env: NodeJS.ProcessEnv = proces
     proxyFromSource: values['proxy-from-source'] === true,
     baselineCli: values['baseline-cli'],
     proxyNodeArgs: values['proxy-node-arg'],
+    baselineNodeArgs: values['baseline-node-arg'],
     out: values.out,
     log: (line) => process.stderr.write(`${line}\n`),
   };

@@ -155,23 +155,34 @@ export async function typeAndAccept(page: import('playwright-core').Page, value:
 /** Runs a command from the palette by its title (as a user would: F1, type, Enter). */
 export async function runCommand(page: import('playwright-core').Page, title: string): Promise<void> {
   // A palette still closing from the previous command matched "visible", took the title and then
-  // vanished; and an F1 pressed while a webview takes the focus can be lost. Wait for the closing
-  // one, then press F1 until a palette shows.
+  // vanished; an F1 pressed while a webview takes the focus can be lost; and a webview that takes
+  // the focus a moment later (one just restored or opened) closes a palette already showing. Wait
+  // for the closing one, then open the palette and type until its row has the focus, from F1 again
+  // each time the palette is gone.
   const shown = page.locator('.quick-input-widget input.input:visible');
+  const focused = page.locator('.quick-input-list .monaco-list-row.focused', { hasText: title }).first();
   await shown.waitFor({ state: 'hidden', timeout: 10_000 }).catch(() => page.keyboard.press('Escape'));
-  for (let attempt = 1; ; attempt++) {
-    await page.keyboard.press('F1');
-    try {
-      await shown.waitFor({ timeout: 5_000 });
-      break;
-    } catch (err) {
-      if (attempt >= 3)
-        throw new Error(
-          `F1 did not open the command palette after ${attempt} tries (to run "${title}"): ${err instanceof Error ? err.message : String(err)}`,
-        );
+  let lastError = '';
+  for (let attempt = 1; attempt <= 4; attempt++) {
+    if (!(await shown.isVisible())) {
+      await page.keyboard.press('F1');
+      const opened = await shown.waitFor({ timeout: 5_000 }).then(
+        () => true,
+        (err: unknown) => ((lastError = err instanceof Error ? err.message : String(err)), false),
+      );
+      if (!opened) continue;
     }
+    try {
+      await shown.fill(`>${title}`, { timeout: 3_000 });
+      await focused.waitFor({ timeout: 3_000 });
+    } catch (err) {
+      lastError = err instanceof Error ? err.message : String(err);
+      continue;
+    }
+    await page.keyboard.press('Enter');
+    return;
   }
-  await typeAndAccept(page, `>${title}`, title);
+  throw new Error(`the command palette did not run "${title}" after 4 tries: ${lastError}`);
 }
 
 /**
