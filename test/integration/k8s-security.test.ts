@@ -211,10 +211,21 @@ describe('the cluster path against an attacker, on the API server double', { tim
         spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: images.get('hello-file')!, command: ['bash', '-c', script] }] },
       },
     });
+    // Three containers (pause, relay, the script) start before the 5 s read: on a busy CI machine
+    // that took over a minute once, so the wait is generous and its failure names the pod's state.
+    let phase: string | undefined;
     await waitFor(
       'the stranger done',
-      async () => ((await core.readNamespacedPod({ namespace: NS, name: 'stranger' })).status?.phase === 'Succeeded' ? true : undefined),
-      60_000,
+      async () => {
+        phase = (await core.readNamespacedPod({ namespace: NS, name: 'stranger' })).status?.phase;
+        return phase === 'Succeeded' || phase === 'Failed' ? true : undefined;
+      },
+      180_000,
+    );
+    assert.equal(
+      phase,
+      'Succeeded',
+      `the stranger pod ${phase}: ${await core.readNamespacedPodLog({ namespace: NS, name: 'stranger' }).catch(String)}`,
     );
     assert.equal(
       (await core.readNamespacedPodLog({ namespace: NS, name: 'stranger' })).trim(),
