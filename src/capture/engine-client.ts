@@ -36,8 +36,11 @@ export const DEFAULT_ENGINE_CONNECTIONS = 4096;
 export interface ChatEngine {
   readonly baseUrl: string;
   post(route: string, body: unknown, signal?: AbortSignal): Promise<EngineReply>;
-  /** POST a body already serialised (a token-in prompt is spliced as text); the answer's text unparsed. */
-  postText(route: string, body: string, signal?: AbortSignal): Promise<{ status: number; text: string }>;
+  /**
+   * POST a body already serialised (a token-in prompt's ids are spliced in as bytes); the answer's
+   * bytes unparsed: a 100k-token prompt and its echo are copied and compared, never decoded.
+   */
+  postBytes(route: string, body: Buffer, signal?: AbortSignal): Promise<{ status: number; bytes: Buffer }>;
   get(route: string, signal?: AbortSignal): Promise<EngineReply>;
   chatCompletion(request: ChatRequest, signal?: AbortSignal): Promise<EngineReply>;
   close(): Promise<void>;
@@ -84,12 +87,12 @@ export class EngineClient implements ChatEngine {
    * A POST whose body is already JSON text, answered as text: for token-in calls, whose body reuses
    * the previous prompt's serialised ids and whose answer's prompt echo is checked as text.
    */
-  async postText(route: string, body: string, signal?: AbortSignal): Promise<{ status: number; text: string }> {
+  async postBytes(route: string, body: Buffer, signal?: AbortSignal): Promise<{ status: number; bytes: Buffer }> {
     const response = await this.request('POST', route, body, signal);
-    return { status: response.statusCode, text: await response.body.text() };
+    return { status: response.statusCode, bytes: Buffer.from(await response.body.arrayBuffer()) };
   }
 
-  private async request(method: 'GET' | 'POST', route: string, body: string | undefined, signal?: AbortSignal) {
+  private async request(method: 'GET' | 'POST', route: string, body: string | Buffer | undefined, signal?: AbortSignal) {
     const headers: Record<string, string> = { accept: 'application/json', 'accept-encoding': 'identity' };
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (this.apiKey) headers.authorization = `Bearer ${this.apiKey}`;

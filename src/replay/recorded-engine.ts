@@ -175,10 +175,10 @@ export class RecordedEngine implements ChatEngine {
     return { status: 404, body: { error: { message: `a replay answers chat completions only, not ${route}` } } };
   }
 
-  /** The token route's text form (a token-in prompt arrives spliced as text): answered as `post` answers it. */
-  async postText(route: string, body: string, signal?: AbortSignal): Promise<{ status: number; text: string }> {
-    const reply = await this.post(route, JSON.parse(body) as unknown, signal);
-    return { status: reply.status, text: JSON.stringify(reply.body) };
+  /** The token route's serialised form (a token-in prompt arrives spliced as bytes): answered as `post` answers it. */
+  async postBytes(route: string, body: Buffer, signal?: AbortSignal): Promise<{ status: number; bytes: Buffer }> {
+    const reply = await this.post(route, JSON.parse(body.toString('utf8')) as unknown, signal);
+    return { status: reply.status, bytes: Buffer.from(JSON.stringify(reply.body)) };
   }
 
   async get(route: string, signal?: AbortSignal): Promise<EngineReply> {

@@ -89,21 +89,23 @@ test('a rendered Qwen3 prompt reads back into messages and tools', () => {
   assert.equal(parseChatMlPrompt('plain text'), null);
 });
 
-test('the prompt echo is cut out of an answer as text and compared with the ids sent', () => {
-  const sent = '151644,872,198';
-  const body = `{"choices":[{"index":0,"token_ids":[9,151645],"prompt_token_ids":[${sent}],"text":"say \\"prompt_token_ids\\":[1]"}]}`;
-  const exact = cutPromptEcho(body, sent);
-  assert.equal(exact.echo, sent);
+test('the prompt echo is cut out of an answer as bytes and compared with the ids sent', () => {
+  const sent = Buffer.from('151644,872,198');
+  const body = `{"choices":[{"index":0,"token_ids":[9,151645],"prompt_token_ids":[${sent}],"text":"say \\"prompt_token_ids\\":[1] é"}]}`;
+  const exact = cutPromptEcho(Buffer.from(body), sent);
+  assert.equal(exact.echo, sent, 'the ids as sent: the sent bytes themselves');
   const parsed = JSON.parse(exact.rest) as { choices: { prompt_token_ids: unknown; token_ids: number[]; text: string }[] };
   assert.equal(parsed.choices[0]!.prompt_token_ids, null);
   assert.deepEqual(parsed.choices[0]!.token_ids, [9, 151645]);
-  assert.equal(parsed.choices[0]!.text, 'say "prompt_token_ids":[1]');
+  assert.equal(parsed.choices[0]!.text, 'say "prompt_token_ids":[1] é', 'the rest is decoded as UTF-8');
   // Python's separators, or other ids than were sent: cut out all the same, for the caller to compare.
-  assert.equal(cutPromptEcho(body.replace(sent, '151644, 872, 198'), sent).echo, '151644, 872, 198');
-  assert.equal(cutPromptEcho(body.replace(sent, '151644,872,199'), sent).echo, '151644,872,199');
+  assert.equal(cutPromptEcho(Buffer.from(body.replace(`${sent}`, '151644, 872, 198')), sent).echo, '151644, 872, 198');
+  assert.equal(cutPromptEcho(Buffer.from(body.replace(`${sent}`, '151644,872,199')), sent).echo, '151644,872,199');
+  // A longer echo that starts with the ids sent is not taken for them.
+  assert.equal(cutPromptEcho(Buffer.from(body.replace(`${sent}`, `${sent},7`)), sent).echo, `${sent},7`);
   // No echo, or one that is not a list of ids: nothing is cut.
   const none = '{"choices":[{"token_ids":[1]}]}';
-  assert.deepEqual(cutPromptEcho(none, sent), { rest: none, echo: null });
+  assert.deepEqual(cutPromptEcho(Buffer.from(none), sent), { rest: none, echo: null });
   const odd = '{"prompt_token_ids":["a"],"choices":[]}';
-  assert.deepEqual(cutPromptEcho(odd, sent), { rest: odd, echo: null });
+  assert.deepEqual(cutPromptEcho(Buffer.from(odd), sent), { rest: odd, echo: null });
 });

@@ -41,26 +41,36 @@ const TOKEN_ID = /^token_id:(\d+)$/;
 
 export class TokenInEngineError extends Error {}
 
+const ECHO_KEY = Buffer.from('"prompt_token_ids":');
+const NULL_TEXT = 'null';
+
 /**
- * An answer's text with its prompt-id echo (`"prompt_token_ids":[…]`, the first one) cut out as text:
- * a 128k-token echo is compared with the ids the proxy sent as a string, not parsed into numbers.
- * `echo` is null when there is none to cut (the answer is then parsed whole).
+ * An answer's bytes with its prompt-id echo (`"prompt_token_ids":[…]`, the first one) cut out: a
+ * 128k-token echo is compared with the ids the proxy sent as bytes (one memcmp), never decoded or
+ * parsed into numbers; only the rest of the answer becomes text. `echo` is null when there is none
+ * to cut (the answer is then decoded whole); it is the echo's own text when it differs from `expected`.
+ * (Inside a JSON string a quote is escaped, so the key cannot match there.)
  */
-export function cutPromptEcho(text: string, expected?: string): { rest: string; echo: string | null } {
-  const key = '"prompt_token_ids":';
-  const at = text.indexOf(key);
-  if (at < 0) return { rest: text, echo: null };
-  let i = at + key.length;
-  while (text[i] === ' ') i++;
-  if (text[i] !== '[') return { rest: text, echo: null };
+export function cutPromptEcho(bytes: Buffer, expected?: Buffer): { rest: string; echo: Buffer | string | null } {
+  const at = bytes.indexOf(ECHO_KEY);
+  const whole = () => ({ rest: bytes.toString('utf8'), echo: null });
+  if (at < 0) return whole();
+  let i = at + ECHO_KEY.length;
+  while (bytes[i] === 0x20) i++;
+  if (bytes[i] !== 0x5b /* [ */) return whole();
+  const cut = (end: number) => `${bytes.toString('utf8', 0, i)}${NULL_TEXT}${bytes.toString('utf8', end + 1)}`;
   // The usual case, the ids exactly as sent: one comparison, no scan of the echo.
-  if (expected !== undefined && text[i + 1 + expected.length] === ']' && text.startsWith(expected, i + 1))
-    return { rest: `${text.slice(0, i)}null${text.slice(i + 2 + expected.length)}`, echo: expected };
-  const close = text.indexOf(']', i);
-  if (close < 0) return { rest: text, echo: null };
-  const echo = text.slice(i + 1, close);
-  if (!/^[\d,\s]*$/.test(echo)) return { rest: text, echo: null };
-  return { rest: `${text.slice(0, i)}null${text.slice(close + 1)}`, echo };
+  if (
+    expected !== undefined &&
+    bytes[i + 1 + expected.length] === 0x5d /* ] */ &&
+    bytes.compare(expected, 0, expected.length, i + 1, i + 1 + expected.length) === 0
+  )
+    return { rest: cut(i + 1 + expected.length), echo: expected };
+  const close = bytes.indexOf(0x5d, i);
+  if (close < 0) return whole();
+  const echo = bytes.toString('latin1', i + 1, close);
+  if (!/^[\d,\s]*$/.test(echo)) return whole();
+  return { rest: cut(close), echo };
 }
 
 /** vLLM `/v1/completions` answer -> sampled ids and logprobs; defensive about every field. */
@@ -132,8 +142,8 @@ export interface TokenInOptions extends BridgeOptions {
 
 export class TokenInEngine {
   readonly bridge: Bridge;
-  /** Each prompt sent, as the JSON text of its ids: the next turn's prompt starts with it (a string rope, not a re-serialisation). */
-  private readonly idsText = new WeakMap<readonly number[], string>();
+  /** Each prompt sent, as the JSON text of its ids in bytes: the next turn's prompt starts with it (copied, not re-serialised). */
+  private readonly idsBytes = new WeakMap<readonly number[], Buffer>();
 
   constructor(
     // Any source of answers on the token route: an HTTP engine, or a replay's record (src/replay).
@@ -178,12 +188,13 @@ export class TokenInEngine {
     const asked = typeof request.max_tokens === 'number' && request.max_tokens > 0 ? request.max_tokens : Infinity;
     const maxTokens = Math.min(asked, room);
     const stopIds = [...this.renderer.stopIds];
-    const promptText = this.promptText(plan);
+    const promptBytes = this.promptBytes(plan);
     const idsKey = route === '/generate' ? 'input_ids' : 'prompt';
     const rest = route === '/generate' ? this.generateBody(request, maxTokens, stopIds) : this.completionsBody(request, maxTokens, stopIds);
-    const sent = await this.client.postText(route, `{"${idsKey}":[${promptText}],${JSON.stringify(rest).slice(1)}`, signal);
-    const { rest: answerText, echo } = cutPromptEcho(sent.text, promptText);
-    let answerBody: unknown = sent.text;
+    const requestBody = Buffer.concat([Buffer.from(`{"${idsKey}":[`), promptBytes, Buffer.from(`],${JSON.stringify(rest).slice(1)}`)]);
+    const sent = await this.client.postBytes(route, requestBody, signal);
+    const { rest: answerText, echo } = cutPromptEcho(sent.bytes, promptBytes);
+    let answerBody: unknown = answerText;
     try {
       answerBody = JSON.parse(answerText);
     } catch {
@@ -194,7 +205,13 @@ export class TokenInEngine {
     let sampled: Sampled;
     try {
       sampled = route === '/generate' ? readGenerateAnswer(reply.body) : readCompletionsAnswer(reply.body);
-      if (echo !== null) sampled.echoedPrompt = echo === promptText ? prompt : echo.split(',').map((v) => Number(v.trim()));
+      if (echo !== null)
+        sampled.echoedPrompt =
+          echo === promptBytes
+            ? prompt
+            : String(echo)
+                .split(',')
+                .map((v) => Number(v.trim()));
     } catch (err) {
       return {
         status: 502,
@@ -251,16 +268,21 @@ export class TokenInEngine {
     return { status: 200, body, render, findings };
   }
 
-  /** The JSON text of a prompt's ids; a bridge's is the anchor's text (kept from its call) and the new ids. */
-  private promptText(plan: { promptIds: number[]; parts?: BridgePlan['parts'] }): string {
-    let text: string;
+  /**
+   * The JSON text of a prompt's ids, as bytes; a bridge's is the anchor's bytes (kept from its call)
+   * and the new ids: one copy of the context per turn, never a serialisation or an encoding of it.
+   */
+  private promptBytes(plan: { promptIds: number[]; parts?: BridgePlan['parts'] }): Buffer {
+    let bytes: Buffer;
     const p = plan.parts;
     if (p) {
-      text = this.idsText.get(p.anchorPrompt) ?? p.anchorPrompt.join(',');
-      for (const list of [p.anchorSampled, p.bridge]) if (list.length) text = text ? `${text},${list.join(',')}` : list.join(',');
-    } else text = plan.promptIds.join(',');
-    this.idsText.set(plan.promptIds, text);
-    return text;
+      const anchor = this.idsBytes.get(p.anchorPrompt) ?? Buffer.from(p.anchorPrompt.join(','));
+      const added = [p.anchorSampled, p.bridge].filter((list) => list.length).map((list) => list.join(','));
+      const tail = added.join(',');
+      bytes = !tail ? anchor : anchor.length ? Buffer.concat([anchor, Buffer.from(`,${tail}`)]) : Buffer.from(tail);
+    } else bytes = Buffer.from(plan.promptIds.join(','));
+    this.idsBytes.set(plan.promptIds, bytes);
+    return bytes;
   }
 
   /** The completions body without its prompt (the ids are written in as text). */
