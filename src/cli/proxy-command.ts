@@ -29,7 +29,8 @@ const USAGE = `usage: harness-lab proxy --engine-url URL --model NAME [--host 12
                          (default: the engine's /v1/models root, or the model name in the HF cache)
   --full-render-check W  when a bridged prompt is compared with a full render of its messages (the
                          drift in render.full_render): sampled (default: a session's first bridge,
-                         then every 16th), always (every turn; its cost follows the context), off`;
+                         then every 16th once the prompt grew by a quarter), always (every turn;
+                         its cost follows the context), off`;
 
 export const proxyCommand = defineCommand({
   name: 'proxy',

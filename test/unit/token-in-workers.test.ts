@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { Bridge, FULL_RENDER_SAMPLE_EVERY } from '../../src/capture/render/bridge.js';
+import { Bridge, FULL_RENDER_SAMPLE_EVERY, FULL_RENDER_SAMPLE_GROWTH } from '../../src/capture/render/bridge.js';
 import { acquireRenderWorkers, RenderWorkers } from '../../src/capture/render/render-workers.js';
 import { InThreadRenderer, Renderer } from '../../src/capture/render/renderer.js';
 import { cutTokens, SegmentCache } from '../../src/capture/render/segment-cache.js';
@@ -173,13 +173,14 @@ describe('full-render check', () => {
     } as unknown as CallRecord;
   }
 
-  test('sampled by default: the first bridge of a session and every FULL_RENDER_SAMPLE_EVERY-th after it', async () => {
+  /** Which bridged turns of a tool loop of `turns` calls (after a system prompt) were checked. */
+  async function checkedTurns(system: string, turns: number): Promise<boolean[]> {
     const bridge = new Bridge(new InThreadRenderer(renderer));
     const owner = {};
-    const messages: ChatMessage[] = toolLoop('You are careful.', 0);
+    const messages: ChatMessage[] = toolLoop(system, 0);
     const calls: CallRecord[] = [];
     const checked: boolean[] = [];
-    for (let t = 0; t < FULL_RENDER_SAMPLE_EVERY + 2; t++) {
+    for (let t = 0; t < turns; t++) {
       const plan = await bridge.plan(owner, calls, { messages: [...messages], tools, kwargs: undefined });
       if (t > 0) {
         assert.equal(plan.info.kind, 'bridge');
@@ -195,9 +196,26 @@ describe('full-render check', () => {
       messages.push({ role: 'assistant', content: null, tool_calls: answered });
       messages.push({ role: 'tool', tool_call_id: answered[0]!.id, content: `out ${t}` });
     }
+    return checked;
+  }
+
+  test('sampled by default: the first bridge of a session and every FULL_RENDER_SAMPLE_EVERY-th after it', async () => {
+    // A short system prompt: the context grows by far more than a quarter within 16 turns.
+    const checked = await checkedTurns('You are careful.', FULL_RENDER_SAMPLE_EVERY + 2);
     const expected = checked.map((_, i) => i % FULL_RENDER_SAMPLE_EVERY === 0);
     assert.deepEqual(checked, expected);
     assert.equal(checked.filter(Boolean).length, 2);
+  });
+
+  test('a long context is checked again only once it grew by FULL_RENDER_SAMPLE_GROWTH: the checks cost what the new tokens cost', async () => {
+    // About 3,000 tokens of system prompt and a few dozen new tokens a turn: a quarter more is ~25 turns away.
+    const checked = await checkedTurns('You are careful and you check your work. '.repeat(330), FULL_RENDER_SAMPLE_EVERY + 2);
+    assert.ok(FULL_RENDER_SAMPLE_GROWTH > 0);
+    assert.deepEqual(
+      checked.map((c, i) => (c ? i : -1)).filter((i) => i >= 0),
+      [0],
+      'only the first bridge was checked',
+    );
   });
 });
 

@@ -139,6 +139,8 @@ class TurnIndex {
   readonly byEnd = new Map<string, Turn[]>();
   /** Bridged calls planned for this session (the full-render check samples by it). */
   bridged = 0;
+  /** The session's last full-render check: its bridged-call number and its prompt's length. */
+  lastCheck: { nth: number; tokens: number } | undefined;
 
   sync(calls: readonly CallRecord[]): void {
     if (calls !== this.source || calls.length < this.seen) {
@@ -198,13 +200,22 @@ export interface BridgeRequest {
 /**
  * When a bridged prompt is compared with a full render of the same messages (its drift recorded in
  * `render.full_render`): `always` (every bridge: a full render and tokenization per call, the cost
- * follows the context), `sampled` (the first bridge of each session, then every
- * FULL_RENDER_SAMPLE_EVERY-th: a harness's drift shows on its first bridged turn, and the rest cost
- * what the new messages cost), `off`.
+ * follows the context), `sampled` (the first bridge of each session, then again once both
+ * FULL_RENDER_SAMPLE_EVERY bridges have passed and the prompt has grown by FULL_RENDER_SAMPLE_GROWTH
+ * since the last check: a harness's drift shows on its first bridged turn, and the rest cost what
+ * the new messages cost), `off`.
  */
 export type FullRenderCheck = 'always' | 'sampled' | 'off';
 export const FULL_RENDER_CHECKS: readonly FullRenderCheck[] = ['always', 'sampled', 'off'];
 export const FULL_RENDER_SAMPLE_EVERY = 16;
+/**
+ * A check renders and tokenizes the whole context, so checks are spaced by the context's growth as
+ * well as by turns: their cost per turn then follows the new tokens. With a 108k-token system prompt
+ * and 90 new tokens a turn, a check every 16 turns cost about 110 ms each, 4.6 ms a turn (the largest
+ * item that grew with the context, bench/token-in-cost.ts, session 15); now one comes every ~300
+ * turns. A small context grows by a quarter within 16 turns, so there nothing changes.
+ */
+export const FULL_RENDER_SAMPLE_GROWTH = 0.25;
 
 export interface BridgeOptions {
   /** Default `sampled`. */
@@ -285,7 +296,14 @@ export class Bridge {
       );
     const check = this.options.fullRenderCheck ?? 'sampled';
     const nth = index.bridged++;
-    if (check === 'always' || (check === 'sampled' && nth % FULL_RENDER_SAMPLE_EVERY === 0)) {
+    const last = index.lastCheck;
+    const due =
+      check === 'always' ||
+      (check === 'sampled' &&
+        (last === undefined ||
+          (nth - last.nth >= FULL_RENDER_SAMPLE_EVERY && promptIds.length - last.tokens >= last.tokens * FULL_RENDER_SAMPLE_GROWTH)));
+    if (due) {
+      index.lastCheck = { nth, tokens: promptIds.length };
       const full = await this.renderer.renderIds(req.messages, { tools: req.tools, kwargs: req.kwargs });
       let lcp = 0;
       const n = Math.min(full.length, promptIds.length);
