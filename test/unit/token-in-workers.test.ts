@@ -207,6 +207,30 @@ describe('full-render check', () => {
     assert.equal(checked.filter(Boolean).length, 2);
   });
 
+  test('a long system prompt resent as a new string each turn still bridges; one character changed does not', async () => {
+    const bridge = new Bridge(new InThreadRenderer(renderer));
+    const owner = {};
+    // 20 KB: hashed once, then found again by comparing the text (bridge.ts, longTextDigest).
+    const system = 'You are careful and you check your work. '.repeat(500);
+    const messages = toolLoop(system, 0);
+    const calls: CallRecord[] = [];
+    // Each request as a harness sends it: parsed anew, so every message and string is a new object.
+    const resent = (): ChatMessage[] => JSON.parse(JSON.stringify(messages)) as ChatMessage[];
+    const first = await bridge.plan(owner, calls, { messages: resent(), tools, kwargs: undefined });
+    const sampled = [...renderer.encode(renderAssistantText({ toolCalls: [{ name: 'bash', arguments: { command: 'ls' } }] })), IM_END];
+    const rec = record(0, resent(), first.promptIds, sampled);
+    calls.push(rec);
+    const answered = rec.engine_response!.choices[0]!.message.tool_calls!;
+    messages.push({ role: 'assistant', content: null, tool_calls: answered });
+    messages.push({ role: 'tool', tool_call_id: answered[0]!.id, content: 'out' });
+    const second = await bridge.plan(owner, calls, { messages: resent(), tools, kwargs: undefined });
+    assert.equal(second.info.kind, 'bridge');
+    const edited = resent();
+    edited[0]!.content = system.replace('careful', 'carefix');
+    const third = await bridge.plan(owner, calls, { messages: edited, tools, kwargs: undefined });
+    assert.notEqual(third.info.kind, 'bridge', 'a system prompt of the same length with one word changed is another conversation');
+  });
+
   test('a long context is checked again only once it grew by FULL_RENDER_SAMPLE_GROWTH: the checks cost what the new tokens cost', async () => {
     // About 3,000 tokens of system prompt and a few dozen new tokens a turn: a quarter more is ~25 turns away.
     const checked = await checkedTurns('You are careful and you check your work. '.repeat(330), FULL_RENDER_SAMPLE_EVERY + 2);
