@@ -84,8 +84,8 @@ export class EngineClient implements ChatEngine {
   }
 
   /**
-   * A POST whose body is already JSON text, answered as text: for token-in calls, whose body reuses
-   * the previous prompt's serialised ids and whose answer's prompt echo is checked as text.
+   * A POST whose body is already serialised JSON, answered as bytes: for token-in calls, whose body
+   * reuses the previous prompt's serialised ids and whose answer's prompt echo is compared as bytes.
    */
   async postBytes(route: string, body: Buffer, signal?: AbortSignal): Promise<{ status: number; bytes: Buffer }> {
     const response = await this.request('POST', route, body, signal);

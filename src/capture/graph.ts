@@ -17,6 +17,7 @@
 import { PrefixTrie, Seq, type TrieNode } from './prefix-trie.js';
 import { reasoningText } from './dialects/common.js';
 import { checkTurn, finding, isFatal } from './findings.js';
+import { startsWithIds } from './token-ids.js';
 import type { CallRecord, CaptureLevel, ChatMessage, ChatTool } from './types.js';
 
 export type LinkDomain = 'tokens' | 'messages';
@@ -109,8 +110,7 @@ export class GraphNode {
    */
   get systemKey(): string {
     if (this.systemKeyMemo === undefined) {
-      let s = 0;
-      while (s < this.request_messages.length && this.request_messages[s]?.role === 'system') s++;
+      const s = leadingSystemCount(this.request_messages);
       this.systemKeyMemo = this.request_messages.slice(0, s).map(messageIdentity).join('\n');
     }
     return this.systemKeyMemo;
@@ -284,9 +284,7 @@ export class RolloutGraph {
 
   private messageSeq(node: GraphNode): Seq {
     const msgs = node.request_messages;
-    let s = 0;
-    while (s < msgs.length && msgs[s]?.role === 'system') s++;
-    const prompt = msgs.slice(s).map((m) => this.intern(messageIdentity(m)));
+    const prompt = msgs.slice(leadingSystemCount(msgs)).map((m) => this.intern(messageIdentity(m)));
     // The reply may omit its role; the harness always names it when echoing the turn back.
     const r = node.response_message;
     const reply = r ? [this.intern(messageIdentity({ ...r, role: r.role || 'assistant' }))] : [];
@@ -398,15 +396,18 @@ function continuesAcrossReasoning(child: GraphNode, parent: GraphNode): boolean 
   const reply = parent.response_message;
   if (!reply || !reasoningText(reply)) return false;
   if (parent.systemKey !== child.systemKey || parent.prompt_ids.length >= child.prompt_ids.length) return false;
-  for (let i = 0; i < parent.prompt_ids.length; i++) if (parent.prompt_ids[i] !== child.prompt_ids[i]) return false;
-  const history = (n: GraphNode) => {
-    let s = 0;
-    while (s < n.request_messages.length && n.request_messages[s]?.role === 'system') s++;
-    return n.request_messages.slice(s).map(messageIdentity);
-  };
+  if (!startsWithIds(child.prompt_ids, parent.prompt_ids)) return false;
+  const history = (n: GraphNode) => n.request_messages.slice(leadingSystemCount(n.request_messages)).map(messageIdentity);
   const expected = [...history(parent), messageIdentity({ ...reply, role: reply.role || 'assistant' })];
   const got = history(child);
   return got.length > expected.length && expected.every((m, i) => m === got[i]);
+}
+
+/** How many messages at the start of a request are system messages (compared apart from the history). */
+function leadingSystemCount(messages: readonly ChatMessage[]): number {
+  let s = 0;
+  while (s < messages.length && messages[s]?.role === 'system') s++;
+  return s;
 }
 
 function linkContinuation(child: GraphNode, parent: GraphNode): void {

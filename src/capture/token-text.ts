@@ -4,6 +4,7 @@
 // names thousands of ids in one call. Texts are cached by id, once per engine, for the process lifetime.
 import { z } from 'zod';
 import { EngineClient, normaliseEngineUrl } from './engine-client.js';
+import { isTokenId } from './token-ids.js';
 
 const VllmDetok = z.looseObject({ prompt: z.string() });
 const LlamaDetok = z.looseObject({ content: z.string() });
@@ -55,7 +56,7 @@ export async function fetchTokenTexts(engineUrl: string, ids: readonly number[],
   const key = normaliseEngineUrl(engineUrl);
   let cache = caches.get(key);
   if (!cache) caches.set(key, (cache = { texts: new Map(), kind: null }));
-  const wanted = [...new Set(ids)].filter((id) => Number.isInteger(id) && id >= 0);
+  const wanted = [...new Set(ids)].filter(isTokenId);
   let todo = wanted.filter((id) => !cache.texts.has(id));
   let problem: string | null = null;
   if (todo.length > 0 && cache.kind !== 'none') {

@@ -5,6 +5,7 @@
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { isTokenId } from '../capture/token-ids.js';
 import type { TokenTextResult } from '../capture/token-text.js';
 import type { ViewerData } from '../protocol/viewer-data.js';
 import { TINY_MODEL_NAME, defaultDataDir, tinyModelPath } from '../engine/tiny-model.js';
@@ -91,7 +92,7 @@ export async function offlineTokenTexts(
   ids: readonly number[],
   opts: FindTokenizerOptions = {},
 ): Promise<TokenTextResult & { source: TokenizerSource | null }> {
-  const wanted = [...new Set(ids)].filter((id) => Number.isInteger(id) && id >= 0);
+  const wanted = [...new Set(ids)].filter(isTokenId);
   const names = [...new Set(models.filter(Boolean))];
   const source = findTokenizer(names, opts);
   if (!source) {

@@ -205,13 +205,8 @@ export class TokenInEngine {
     let sampled: Sampled;
     try {
       sampled = route === '/generate' ? readGenerateAnswer(reply.body) : readCompletionsAnswer(reply.body);
-      if (echo !== null)
-        sampled.echoedPrompt =
-          echo === promptBytes
-            ? prompt
-            : String(echo)
-                .split(',')
-                .map((v) => Number(v.trim()));
+      // A Buffer echo is the bytes sent (cutPromptEcho found them unchanged); text is what differed.
+      if (echo !== null) sampled.echoedPrompt = typeof echo === 'string' ? echo.split(',').map((v) => Number(v.trim())) : prompt;
     } catch (err) {
       return {
         status: 502,
