@@ -1,6 +1,5 @@
 // One model call, in the order docs/capture-protocol.md §5 prescribes: parse, side routes, session, dialect,
 // budget, convert, forward (non-streamed), record durably, then answer in the caller's dialect.
-import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { harnessSessionId, presentedKey } from './auth.js';
 import { restoreGeminiCallIds } from './dialects/gemini-call-ids.js';
@@ -15,6 +14,7 @@ import type { RenderInfo } from './render/bridge.js';
 import type { TokenInEngine } from './render/token-engine.js';
 import type { SessionRegistry } from './session-registry.js';
 import type { CaptureSession } from './sessions.js';
+import { randomHex } from './random-hex.js';
 import { SseKeepalive, writeSse } from './sse.js';
 import { StoreWriteError } from './store.js';
 import {
@@ -37,18 +37,8 @@ import {
   type JsonObject,
 } from './types.js';
 
-/** Random bytes for call ids, drawn 3 KB at a time: a synchronous trip into OpenSSL per call for 6 bytes showed in the profile. */
-let callIdPool = Buffer.alloc(0);
-let callIdAt = 0;
-
-function newCallId(): string {
-  if (callIdAt + 6 > callIdPool.length) {
-    callIdPool = randomBytes(6 * 512);
-    callIdAt = 0;
-  }
-  callIdAt += 6;
-  return callIdPool.toString('hex', callIdAt - 6, callIdAt);
-}
+/** A call's id: 12 hex digits (see types.ts). */
+const newCallId = (): string => randomHex(12);
 
 export interface ModelCallLimits {
   bodyLimit: number;
@@ -144,7 +134,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   };
 
   // Gemini harnesses may replay history without the call ids the proxy answered with.
-  const ids = dialect.name === 'google_gemini' ? restoreGeminiCallIds(body, session.calls) : undefined;
+  const ids = dialect.name === 'google_gemini' ? restoreGeminiCallIds(body, () => session.calls) : undefined;
   let chat: ChatRequest;
   try {
     chat = dialect.toChat(ids?.body ?? body, ctx);
@@ -262,7 +252,9 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
       await deps.sessions.record(session, record);
     } catch (err) {
       if (!(quiet && err instanceof StoreWriteError)) throw err;
+      return;
     }
+    tokenIn?.callRecorded(session, record);
   };
   const fail = async (error: CallError, engineResponse: unknown = null) => {
     // The harness gets the engine's error either way; an unstored errored call loses no answer.
@@ -276,7 +268,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     let engineReply;
     try {
       if (tokenIn) {
-        const reply = await tokenIn.complete(session, session.calls, plan.request, abort.signal);
+        const reply = await tokenIn.complete(session, session, plan.request, abort.signal);
         render = reply.render;
         renderFindings = reply.findings;
         engineReply = reply;
@@ -343,6 +335,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
       if (err instanceof StoreWriteError) return replyError(res, dialect, err.status, err.message, keepalive);
       throw err;
     }
+    tokenIn?.callRecorded(session, record);
     if (stream) writeSse(res, dialect.streamEvents(clientAnswer, ctx), keepalive);
     else sendJson(res, 200, responseBody);
   } finally {

@@ -138,6 +138,11 @@ export class CaptureSession {
     return this.resident;
   }
 
+  /** Calls recorded so far, counted without reading them from the store. */
+  get callCount(): number {
+    return this.nCalls;
+  }
+
   /** Whether the calls are in memory. */
   get isResident(): boolean {
     return this.resident !== undefined;

@@ -13,9 +13,10 @@
 // from its turn on to the live engine's token route with the prompt ids the bridge built, so the fork
 // and the original share their context token for token.
 import type { EngineReply } from '../capture/engine-client.js';
+import type { CallSource } from '../capture/render/bridge.js';
 import { InThreadRenderer, type Renderer } from '../capture/render/renderer.js';
 import { TokenInEngine, type TokenInOptions, type TokenInReply, type TokenRoute } from '../capture/render/token-engine.js';
-import type { CallRecord, ChatRequest } from '../capture/types.js';
+import type { ChatRequest } from '../capture/types.js';
 import type { FieldDifference } from './match.js';
 import { RecordedEngine, type ForkTarget } from './recorded-engine.js';
 import type { ReplayCall, ReplaySource } from './source.js';
@@ -157,7 +158,7 @@ export class ReplayTokenInEngine extends TokenInEngine {
     super(recorded, new InThreadRenderer(renderer), options);
   }
 
-  override async complete(owner: object, calls: readonly CallRecord[], request: ChatRequest, signal?: AbortSignal): Promise<TokenInReply> {
+  override async complete(owner: object, calls: CallSource, request: ChatRequest, signal?: AbortSignal): Promise<TokenInReply> {
     // The record is matched on the chat request too; the token route sees only ids, so the request
     // travels with the call's own abort signal (one per call, passed through to the post).
     const own = signal ?? new AbortController().signal;

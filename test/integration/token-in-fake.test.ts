@@ -2,6 +2,7 @@
 // finds the tokenizer through /v1/models `root`, sends ids with stop ids and a clamped max_tokens,
 // parses the answer itself, and a multi-turn tool loop is one training sequence.
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -133,6 +134,52 @@ for (const flavour of ['vllm', 'sglang'] as const) {
     });
   });
 }
+
+test('sessions kept only in the store bridge every turn without being read back', async () => {
+  // More concurrent sessions than the proxy keeps in memory (here 1): the bridge takes each call in as
+  // it is recorded, so a turn does not load its session's file (at 108k tokens and 24 turns that read
+  // cost 7.4 ms a call, more than the turn's own work).
+  const engine = await startFakeEngine({ renderer, flavour: 'vllm', script, maxModelLen: MAX_MODEL_LEN });
+  const dataDir = mkdtempSync(join(tmpdir(), 'hl-tokenin-store-'));
+  const proxy = await CaptureProxy.start({
+    engineUrl: engine.url,
+    model: engine.model,
+    captureLevel: 'tokens',
+    dataDir,
+    resident: { sessions: 1 },
+  });
+  try {
+    const runs = await Promise.all(
+      [0, 1, 2].map(async () => {
+        const { session_id } = await createSession(proxy);
+        return {
+          session_id,
+          client: new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session_id, maxRetries: 0 }),
+          messages: [] as OpenAI.ChatCompletionMessageParam[],
+        };
+      }),
+    );
+    for (const run of runs) run.messages.push({ role: 'user', content: 'How many lines does notes.txt have?' });
+    for (let turn = 0; turn < 3; turn++) {
+      // One turn of every session, in turn: each session's call comes after the others' (interleaved).
+      for (const run of runs) {
+        const message = (await run.client.chat.completions.create({ model: 'm', messages: run.messages, tools })).choices[0]!.message;
+        run.messages.push({ role: 'assistant', content: message.content, tool_calls: message.tool_calls });
+        for (const c of message.tool_calls ?? []) run.messages.push({ role: 'tool', tool_call_id: c.id, content: 'out' });
+      }
+    }
+    assert.equal(proxy.sessions.residentCount, 0, 'no session was read back from the store for a bridge');
+    for (const run of runs)
+      assert.deepEqual(
+        proxy.sessions.calls(run.session_id).map((c) => c.render?.kind),
+        ['full', 'bridge', 'bridge'],
+      );
+  } finally {
+    await proxy.close();
+    await engine.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
 
 test('--render engine keeps chat completions even where the engine takes token ids', async () => {
   const engine = await startFakeEngine({ renderer, script });

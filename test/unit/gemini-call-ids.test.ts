@@ -37,6 +37,25 @@ const piReplay: JsonObject = {
 };
 
 describe('Gemini call ids restored from the session', () => {
+  test("the session's calls are read only when a part lacks its id", () => {
+    let reads = 0;
+    const previous = () => {
+      reads++;
+      return [answered([{ id: 'chatcmpl-tool-1', name: 'bash', arguments: '{"command": "echo hl-proof > proof.txt && cat proof.txt"}' }])];
+    };
+    const withIds: JsonObject = {
+      contents: [
+        task,
+        { role: 'model', parts: [{ functionCall: { id: 'x1', name: 'bash', args: { command: 'ls' } } }] },
+        { role: 'user', parts: [{ functionResponse: { id: 'x1', name: 'bash', response: { output: '' } } }] },
+      ],
+    };
+    assert.equal(restoreGeminiCallIds(withIds, previous).restored, 0);
+    assert.equal(reads, 0, 'every id present (gemini-cli): nothing read');
+    assert.equal(restoreGeminiCallIds(piReplay, previous).restored, 2);
+    assert.equal(reads, 1);
+  });
+
   test('pi: the replayed call and its response get the id the proxy answered with', () => {
     const previous = [
       answered([{ id: 'chatcmpl-tool-ae763de80', name: 'bash', arguments: '{"command": "echo hl-proof > proof.txt && cat proof.txt"}' }]),

@@ -259,6 +259,52 @@ describe('bridge', () => {
     );
   });
 
+  test("a session's calls are read only for calls the bridge has not seen recorded (a restart), once", async () => {
+    const bridge = new Bridge(new InThreadRenderer(renderer));
+    let reads = 0;
+    const stored: CallRecord[] = [];
+    // What the proxy passes: the session, whose `calls` would load a non-resident session's file.
+    const session = {
+      callCount: 0,
+      get calls(): readonly CallRecord[] {
+        reads++;
+        return [...stored];
+      },
+    };
+    const r0 = await firstTurn(bridge, session);
+    stored.push(r0);
+    session.callCount = 1;
+    bridge.observe(session, r0);
+    const messages1 = [...task, echoed(r0), { role: 'tool', tool_call_id: 'harness-x', content: 'notes.txt' }];
+    const p1 = await bridge.plan(session, session, { messages: messages1, tools, kwargs: undefined });
+    assert.equal(p1.info.kind, 'bridge');
+    assert.equal(p1.info.anchor_call_id, 'call0');
+    assert.equal(reads, 0, 'every call was seen recorded: nothing is read');
+
+    // A restart: the same stored calls, a session object the bridge has not seen.
+    const restored = { callCount: 1, calls: stored as readonly CallRecord[] };
+    let restoredReads = 0;
+    const counting = {
+      get callCount() {
+        return restored.callCount;
+      },
+      get calls() {
+        restoredReads++;
+        return restored.calls;
+      },
+    };
+    for (let i = 0; i < 2; i++) {
+      const p = await bridge.plan(counting, counting, { messages: messages1, tools, kwargs: undefined });
+      assert.equal(p.info.kind, 'bridge');
+      assert.deepEqual(p.promptIds, p1.promptIds);
+    }
+    assert.equal(restoredReads, 1, 'read once, then known');
+    // A call recorded and also found in a later read is taken in once.
+    bridge.observe(counting, r0);
+    assert.equal((await bridge.plan(counting, counting, { messages: messages1, tools, kwargs: undefined })).info.kind, 'bridge');
+    assert.equal(restoredReads, 1);
+  });
+
   test('message identity: argument spacing and key order, tool-call ids and dropped reasoning do not count; text does', async () => {
     const a: ChatMessage = {
       role: 'assistant',

@@ -1,5 +1,5 @@
 // Helpers shared by the dialect converters, plus the §7.0 normalisation every converted request gets.
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import {
   DialectError,
   type ChatChoice,
@@ -178,11 +178,7 @@ export function parseArguments(args: unknown): unknown {
   }
 }
 
-export function randomHex(length: number): string {
-  return randomBytes(Math.ceil(length / 2))
-    .toString('hex')
-    .slice(0, length);
-}
+export { randomHex } from '../random-hex.js';
 
 /** Deterministic hex derived from a seed, so a JSON answer and its SSE replay share ids. */
 export function stableHex(seed: string, length: number): string {

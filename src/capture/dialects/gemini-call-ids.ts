@@ -62,7 +62,11 @@ function answeredIds(previous: readonly CallRecord[]): Map<string, string[]> {
 
 const hasId = (v: JsonObject) => typeof v.id === 'string' && v.id !== '';
 
-export function restoreGeminiCallIds(body: JsonObject, previous: readonly CallRecord[]): RestoredIds {
+/**
+ * `previous`: the session's earlier calls, or a function that reads them, called only when a part
+ * lacks its id (a session kept only in the store is then read back; gemini-cli sends every id).
+ */
+export function restoreGeminiCallIds(body: JsonObject, previous: readonly CallRecord[] | (() => readonly CallRecord[])): RestoredIds {
   const contents = Array.isArray(body.contents) ? body.contents : [];
   const missing = contents.some(
     (c) =>
@@ -75,7 +79,7 @@ export function restoreGeminiCallIds(body: JsonObject, previous: readonly CallRe
   );
   if (!missing) return { body, restored: 0, finding: undefined };
 
-  const answered = answeredIds(previous);
+  const answered = answeredIds(typeof previous === 'function' ? previous() : previous);
   const used = new Set<string>();
   let restored = 0;
   let unmatched = 0;

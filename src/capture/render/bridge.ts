@@ -38,6 +38,8 @@ interface Turn {
 }
 
 const PROBE_USER = 'harness-lab bridge probe';
+/** Contexts (tool sets and template arguments) whose probe render is kept: a batch uses a handful. */
+const PROBE_TEXTS_KEPT = 256;
 const PROBE_REASONING = 'harness-lab reasoning probe 7f3a';
 
 function contentKey(content: ChatMessage['content']): string {
@@ -159,10 +161,22 @@ function reasoningOf(m: ChatMessage): string | null {
   return typeof r === 'string' ? r : null;
 }
 
-/** Per session: the completed token-in turns, indexed by their end hash. Rebuilt from the records when they reload. */
+/**
+ * A session's completed calls as the bridge reads them: the records themselves, or a session that
+ * says how many it has recorded and reads them (`calls` may load them from the store) only when asked.
+ * The bridge sees each call it planned as it is recorded (Bridge.observe), so it reads a session's
+ * calls only when it has missed some (a restart, a session another proxy process recorded): with
+ * 1,000 concurrent sessions and 64 kept in memory, reading them on every call reloaded the session's
+ * file each time (0.26 ms a call in the hot-path bench's profile, and O(session) at long contexts).
+ */
+export type CallSource = readonly CallRecord[] | { readonly callCount: number; readonly calls: readonly CallRecord[] };
+
+/** Per session: the completed token-in turns, indexed by their end hash; fed call by call as they are recorded. */
 class TurnIndex {
-  private source: readonly CallRecord[] | undefined;
-  private seen = 0;
+  /** Ids of the calls taken in (turns or not): a call is taken in once, however it arrives. */
+  private readonly seen = new Set<string>();
+  /** How many recorded calls this index accounts for (a read that finds fewer is not read again). */
+  private known = 0;
   readonly turns: Turn[] = [];
   readonly byEnd = new Map<string, Turn[]>();
   /** Bridged calls planned for this session (the full-render check samples by it). */
@@ -170,26 +184,34 @@ class TurnIndex {
   /** The session's last full-render check: its bridged-call number and its prompt's length. */
   lastCheck: { nth: number; tokens: number } | undefined;
 
-  sync(calls: readonly CallRecord[]): void {
-    if (calls !== this.source || calls.length < this.seen) {
-      this.source = calls;
-      this.seen = 0;
-      this.turns.length = 0;
-      this.byEnd.clear();
+  sync(source: CallSource): void {
+    if (isCallList(source)) {
+      for (const call of source) this.add(call);
+      return;
     }
-    for (; this.seen < calls.length; this.seen++) {
-      const turn = turnOf(calls[this.seen]!);
-      if (!turn) continue;
-      this.turns.push(turn);
-      const list = this.byEnd.get(turn.endHash);
-      if (list) list.push(turn);
-      else this.byEnd.set(turn.endHash, [turn]);
-    }
+    const count = source.callCount;
+    if (this.known >= count) return;
+    for (const call of source.calls) this.add(call);
+    this.known = Math.max(this.known, count);
+  }
+
+  add(call: CallRecord, chain?: string[]): void {
+    if (this.seen.has(call.call_id)) return;
+    this.seen.add(call.call_id);
+    this.known++;
+    const turn = turnOf(call, chain);
+    if (!turn) return;
+    this.turns.push(turn);
+    const list = this.byEnd.get(turn.endHash);
+    if (list) list.push(turn);
+    else this.byEnd.set(turn.endHash, [turn]);
   }
 }
 
+const isCallList = (source: CallSource): source is readonly CallRecord[] => Array.isArray(source);
+
 /** A record the bridge may anchor on: a token-in call whose tokens are fully accounted for. */
-function turnOf(call: CallRecord): Turn | null {
+function turnOf(call: CallRecord, knownChain?: string[]): Turn | null {
   const render = (call as CallRecord & { render?: RenderInfo }).render;
   if (!render || render.mode !== 'proxy' || call.error) return null;
   if (call.findings.some((f) => f.startsWith('[FATAL]'))) return null;
@@ -204,7 +226,7 @@ function turnOf(call: CallRecord): Turn | null {
     call.completion_token_ids.length === 0
   )
     return null;
-  const chain = chainHashes(req.messages);
+  const chain = knownChain ?? chainHashes(req.messages);
   const tools = Array.isArray(req.tools) && req.tools.length ? req.tools : undefined;
   return {
     callId: call.call_id,
@@ -252,18 +274,37 @@ export interface BridgeOptions {
 
 export class Bridge {
   private readonly indexes = new WeakMap<object, TurnIndex>();
+  /** The chain hashes plan computed, by the messages list: the record of that call holds the same list. */
+  private readonly chains = new WeakMap<readonly ChatMessage[], string[]>();
+  /** probeRender's texts by context key, oldest first out. */
+  private readonly probeTexts = new Map<string, string>();
 
   constructor(
     readonly renderer: TokenRenderer,
     private readonly options: BridgeOptions = {},
   ) {}
 
-  /** The prompt ids for a call of the session whose completed calls are `calls` (`owner` keys the cache). */
-  async plan(owner: object, calls: readonly CallRecord[], req: BridgeRequest): Promise<BridgePlan> {
+  /**
+   * A call of `owner` was recorded: the index takes it in now, so the next plan need not read the
+   * session's calls (a session that is not resident would load them from the store).
+   */
+  observe(owner: object, record: CallRecord): void {
+    const messages = record.engine_request?.messages;
+    this.indexOf(owner).add(record, Array.isArray(messages) ? this.chains.get(messages) : undefined);
+  }
+
+  private indexOf(owner: object): TurnIndex {
     let index = this.indexes.get(owner);
     if (!index) this.indexes.set(owner, (index = new TurnIndex()));
+    return index;
+  }
+
+  /** The prompt ids for a call of the session whose completed calls are `calls` (`owner` keys the cache). */
+  async plan(owner: object, calls: CallSource, req: BridgeRequest): Promise<BridgePlan> {
+    const index = this.indexOf(owner);
     index.sync(calls);
     const chain = chainHashes(req.messages);
+    this.chains.set(req.messages, chain);
     const ctxKey = contextKey(req.tools, req.kwargs);
     let found: { turn: Turn; at: number } | null = null;
     let otherContext: Turn | null = null;
@@ -301,7 +342,7 @@ export class Bridge {
     if (echoed !== null && echoed.trim() !== '' && normaliseReasoning(echoed) !== normaliseReasoning(sampledReasoning)) {
       return this.full(req, 'reasoning_edited', `message ${at} carries reasoning that differs from what call ${turn.callId} sampled`);
     }
-    const bridge = this.bridgeText(turn, tail, req);
+    const bridge = this.bridgeText(turn, tail, req, ctxKey);
     if ('reason' in bridge) return this.full(req, bridge.reason, bridge.detail);
     const bridgeIds = await this.renderer.encode(bridge.text);
     const anchorTokens = turn.promptIds.length + turn.sampledIds.length;
@@ -358,6 +399,7 @@ export class Bridge {
     turn: Turn,
     tail: ChatMessage[],
     req: BridgeRequest,
+    ctxKey: string,
   ): { text: string; synthesizedClose: boolean } | { reason: NewRootReason; detail: string } {
     const r = this.renderer;
     const close = r.turnCloseText;
@@ -369,7 +411,7 @@ export class Bridge {
     if (hadReasoning) answer.reasoning_content = PROBE_REASONING;
     else delete answer.reasoning_content;
     const opts = { tools: req.tools, kwargs: req.kwargs };
-    const before = r.renderText(ctx, { ...opts, addGenerationPrompt: false });
+    const before = this.probeRender(ctxKey, () => r.renderText(ctx, { ...opts, addGenerationPrompt: false }));
     const after = r.renderText([...ctx, answer, ...tail], { ...opts, addGenerationPrompt: true });
     if (!after.startsWith(before))
       return { reason: 'template_not_append_only', detail: 'the template renders earlier messages differently once later ones follow' };
@@ -385,6 +427,20 @@ export class Bridge {
     const closedBySample = last !== undefined && last === r.turnCloseId;
     const rest = after.slice(closeAt + close.length);
     return { text: closedBySample ? rest : close + rest, synthesizedClose: !closedBySample };
+  }
+
+  /**
+   * The stand-in's first part (the probe user turn, rendered with the call's tools and template
+   * arguments) by its context key: it is the same for every bridge of a context, and rendering it
+   * with one tool cost ~80 us of a bridge's ~230 (the template interpreter, bench/hot-path.ts).
+   */
+  private probeRender(ctxKey: string, render: () => string): string {
+    let text = this.probeTexts.get(ctxKey);
+    if (text !== undefined) return text;
+    text = render();
+    if (this.probeTexts.size >= PROBE_TEXTS_KEPT) this.probeTexts.delete(this.probeTexts.keys().next().value!);
+    this.probeTexts.set(ctxKey, text);
+    return text;
   }
 
   private async full(req: BridgeRequest, reason: NewRootReason | null, detail: string | null): Promise<BridgePlan> {

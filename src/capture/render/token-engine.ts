@@ -4,7 +4,6 @@
 // `/generate` with `input_ids`), parses the sampled ids into an assistant message, and answers in the
 // vLLM chat shape (top-level prompt_token_ids, choices[0].token_ids, logprobs.content with
 // `token_id:N`), so dialects, streaming replay, recording, the graph and sequences work unchanged.
-import { randomBytes } from 'node:crypto';
 import type { ChatEngine, EngineClient, EngineReply } from '../engine-client.js';
 import {
   PINNABLE_SAMPLING_KEYS,
@@ -15,8 +14,9 @@ import {
   type ChatTool,
   type LogprobEntry,
 } from '../types.js';
+import { randomHex } from '../random-hex.js';
 import { allTokenIds, isTokenId, sameIds } from '../token-ids.js';
-import { Bridge, type BridgeOptions, type BridgePlan, type RenderInfo } from './bridge.js';
+import { Bridge, type BridgeOptions, type BridgePlan, type CallSource, type RenderInfo } from './bridge.js';
 import { UnsupportedFamilyError } from './families.js';
 import type { TokenRenderer } from './renderer.js';
 
@@ -162,11 +162,16 @@ export class TokenInEngine {
     return this.releaseRenderer();
   }
 
+  /** A call of `owner` was recorded (stored, or answered with an error): the bridge takes it in. */
+  callRecorded(owner: object, record: CallRecord): void {
+    this.bridge.observe(owner, record);
+  }
+
   /**
    * One model call of a session (`owner` keys the session's turn index; `calls` are its records so
-   * far). `request` is the engine request buildEngineRequest made: its sampling is what is sent.
+   * far, or the session, which reads them only if the bridge missed some). `request` is the engine request buildEngineRequest made: its sampling is what is sent.
    */
-  async complete(owner: object, calls: readonly CallRecord[], request: ChatRequest, signal?: AbortSignal): Promise<TokenInReply> {
+  async complete(owner: object, calls: CallSource, request: ChatRequest, signal?: AbortSignal): Promise<TokenInReply> {
     const tools = Array.isArray(request.tools) && request.tools.length ? (request.tools as ChatTool[]) : undefined;
     const kwargs = (request.chat_template_kwargs ?? undefined) as Record<string, unknown> | undefined;
     const plan = await this.bridge.plan(owner, calls, { messages: request.messages, tools, kwargs });
@@ -240,7 +245,7 @@ export class TokenInEngine {
         }))
       : null;
     const body: ChatResponse = {
-      id: `chatcmpl-${randomBytes(12).toString('hex')}`,
+      id: `chatcmpl-${randomHex(24)}`,
       object: 'chat.completion',
       created: Math.floor(Date.now() / 1000),
       model:
