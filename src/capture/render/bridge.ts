@@ -195,11 +195,11 @@ class TurnIndex {
     this.known = Math.max(this.known, count);
   }
 
-  add(call: CallRecord, chain?: string[]): void {
+  add(call: CallRecord, planned?: PlannedKeys): void {
     if (this.seen.has(call.call_id)) return;
     this.seen.add(call.call_id);
     this.known++;
-    const turn = turnOf(call, chain);
+    const turn = turnOf(call, planned);
     if (!turn) return;
     this.turns.push(turn);
     const list = this.byEnd.get(turn.endHash);
@@ -208,10 +208,16 @@ class TurnIndex {
   }
 }
 
+/** The keys plan computed for a call's messages, tools and template arguments (its record reuses them). */
+interface PlannedKeys {
+  chain: string[];
+  ctxKey: string;
+}
+
 const isCallList = (source: CallSource): source is readonly CallRecord[] => Array.isArray(source);
 
 /** A record the bridge may anchor on: a token-in call whose tokens are fully accounted for. */
-function turnOf(call: CallRecord, knownChain?: string[]): Turn | null {
+function turnOf(call: CallRecord, planned?: PlannedKeys): Turn | null {
   const render = (call as CallRecord & { render?: RenderInfo }).render;
   if (!render || render.mode !== 'proxy' || call.error) return null;
   if (call.findings.some((f) => f.startsWith('[FATAL]'))) return null;
@@ -226,14 +232,14 @@ function turnOf(call: CallRecord, knownChain?: string[]): Turn | null {
     call.completion_token_ids.length === 0
   )
     return null;
-  const chain = knownChain ?? chainHashes(req.messages);
+  const chain = planned?.chain ?? chainHashes(req.messages);
   const tools = Array.isArray(req.tools) && req.tools.length ? req.tools : undefined;
   return {
     callId: call.call_id,
     index: call.index,
     chain,
     endHash: extend(chain[chain.length - 1] ?? '', answer),
-    contextKey: contextKey(tools, req.chat_template_kwargs),
+    contextKey: planned?.ctxKey ?? contextKey(tools, req.chat_template_kwargs),
     promptIds: call.prompt_token_ids,
     sampledIds: call.completion_token_ids,
     answer,
@@ -274,8 +280,8 @@ export interface BridgeOptions {
 
 export class Bridge {
   private readonly indexes = new WeakMap<object, TurnIndex>();
-  /** The chain hashes plan computed, by the messages list: the record of that call holds the same list. */
-  private readonly chains = new WeakMap<readonly ChatMessage[], string[]>();
+  /** What plan computed for a call, by its messages list: the record of that call holds the same list. */
+  private readonly planned = new WeakMap<readonly ChatMessage[], PlannedKeys>();
   /** probeRender's texts by context key, oldest first out. */
   private readonly probeTexts = new Map<string, string>();
 
@@ -290,7 +296,7 @@ export class Bridge {
    */
   observe(owner: object, record: CallRecord): void {
     const messages = record.engine_request?.messages;
-    this.indexOf(owner).add(record, Array.isArray(messages) ? this.chains.get(messages) : undefined);
+    this.indexOf(owner).add(record, Array.isArray(messages) ? this.planned.get(messages) : undefined);
   }
 
   private indexOf(owner: object): TurnIndex {
@@ -304,8 +310,8 @@ export class Bridge {
     const index = this.indexOf(owner);
     index.sync(calls);
     const chain = chainHashes(req.messages);
-    this.chains.set(req.messages, chain);
     const ctxKey = contextKey(req.tools, req.kwargs);
+    this.planned.set(req.messages, { chain, ctxKey });
     let found: { turn: Turn; at: number } | null = null;
     let otherContext: Turn | null = null;
     for (let k = chain.length - 1; k >= 1 && !found; k--) {
