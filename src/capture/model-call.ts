@@ -325,7 +325,10 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     if (record.render)
       record.render = {
         ...record.render,
-        tokens_digest: tokensDigest(record.prompt_token_ids, record.completion_token_ids, record.logprobs),
+        // Token in goes on from the anchor's digest state: only the turn's new ids are hashed.
+        tokens_digest: tokenIn
+          ? tokenIn.tokensDigest(record.prompt_token_ids, record.completion_token_ids, record.logprobs)
+          : tokensDigest(record.prompt_token_ids, record.completion_token_ids, record.logprobs),
       };
     // Durable before the harness sees the answer: a crash after this loses nothing answered, and an
     // answer that could not be stored is not given (507 disk full, 503 otherwise, in the dialect).

@@ -1,7 +1,7 @@
 // The capture contract an export relies on and a trainer never re-checks. TRL's harness worker treats a
 // bad turn as fatal (it stops and closes every in-flight session), so a call that breaks it stops the
 // export instead, naming the file, the session and the call, rather than reaching a trainer.
-import { tokensDigest } from '../capture/render/digest.js';
+import { tokensDigestMatches } from '../capture/render/digest.js';
 import { firstNonTokenId } from '../capture/token-ids.js';
 import type { CallRecord } from '../capture/types.js';
 
@@ -43,7 +43,7 @@ export function callContractProblem(call: CallRecord): string | null {
   // Token-in records carry a digest of their tokens as the proxy recorded them: a stored record whose
   // prompt ids, sampled ids or logprobs changed since (one token is enough) is not trained on.
   const digest = call.render?.tokens_digest;
-  if (digest !== undefined && digest !== tokensDigest(prompt, completion, lps as number[])) {
+  if (digest !== undefined && !tokensDigestMatches(digest, prompt, completion, lps as number[])) {
     return `${where} tokens differ from what the proxy recorded (tokens_digest mismatch): the stored prompt ids, sampled ids or logprobs were changed`;
   }
   return null;

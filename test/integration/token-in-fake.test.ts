@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
 import { CaptureProxy } from '../../src/capture/proxy.js';
+import { tokensDigestMatches } from '../../src/capture/render/digest.js';
 import { Renderer } from '../../src/capture/render/renderer.js';
 import { startFakeEngine, type FakeEngine, type FakeScript } from '../../src/engine/fake-engine.js';
 import { ensureTinyModel } from '../../src/engine/tiny-model.js';
@@ -93,6 +94,11 @@ for (const flavour of ['vllm', 'sglang'] as const) {
           calls.map((c) => c.render?.kind),
           ['full', 'bridge', 'bridge'],
         );
+        // A bridged call's digest went on from its anchor's hash state: it must equal a fresh one.
+        for (const c of calls) {
+          assert.match(c.render!.tokens_digest!, /^2:/);
+          assert.ok(tokensDigestMatches(c.render!.tokens_digest!, c.prompt_token_ids, c.completion_token_ids, c.logprobs));
+        }
         assert.deepEqual(
           calls.map((c) => c.render?.engine_route),
           Array(3).fill(flavour === 'vllm' ? '/v1/completions' : '/generate'),

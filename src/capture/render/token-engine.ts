@@ -4,6 +4,7 @@
 // `/generate` with `input_ids`), parses the sampled ids into an assistant message, and answers in the
 // vLLM chat shape (top-level prompt_token_ids, choices[0].token_ids, logprobs.content with
 // `token_id:N`), so dialects, streaming replay, recording, the graph and sequences work unchanged.
+import { createHash, type Hash } from 'node:crypto';
 import type { ChatEngine, EngineClient, EngineReply } from '../engine-client.js';
 import {
   PINNABLE_SAMPLING_KEYS,
@@ -17,6 +18,7 @@ import {
 import { randomHex } from '../random-hex.js';
 import { allTokenIds, isTokenId, sameIds } from '../token-ids.js';
 import { Bridge, type BridgeOptions, type BridgePlan, type CallSource, type RenderInfo } from './bridge.js';
+import { hashIds, tokensDigest } from './digest.js';
 import { UnsupportedFamilyError } from './families.js';
 import type { TokenRenderer } from './renderer.js';
 
@@ -144,6 +146,11 @@ export class TokenInEngine {
   readonly bridge: Bridge;
   /** Each prompt sent, as the JSON text of its ids in bytes: the next turn's prompt starts with it (copied, not re-serialised). */
   private readonly idsBytes = new WeakMap<readonly number[], Buffer>();
+  /**
+   * Per prompt this engine sent, the SHA-256 state over its ids (digest.ts hashIds): a bridged call's
+   * tokens digest goes on from its anchor's, so a turn hashes only its new ids, not the context.
+   */
+  private readonly promptStates = new WeakMap<readonly number[], Hash>();
 
   constructor(
     // Any source of answers on the token route: an HTTP engine, or a replay's record (src/replay).
@@ -194,6 +201,7 @@ export class TokenInEngine {
     const maxTokens = Math.min(asked, room);
     const stopIds = [...this.renderer.stopIds];
     const promptBytes = this.promptBytes(plan);
+    this.promptStates.set(prompt, this.promptState(plan));
     const idsKey = route === '/generate' ? 'input_ids' : 'prompt';
     const rest = route === '/generate' ? this.generateBody(request, maxTokens, stopIds) : this.completionsBody(request, maxTokens, stopIds);
     const requestBody = Buffer.concat([Buffer.from(`{"${idsKey}":[`), promptBytes, Buffer.from(`],${JSON.stringify(rest).slice(1)}`)]);
@@ -266,6 +274,19 @@ export class TokenInEngine {
       usage: { prompt_tokens: prompt.length, completion_tokens: sampled.ids.length, total_tokens: prompt.length + sampled.ids.length },
     };
     return { status: 200, body, render, findings };
+  }
+
+  /** The v2 tokens digest of a call this engine answered (its prompt's state is kept; see promptStates). */
+  tokensDigest(promptIds: readonly number[] | null, sampledIds: readonly number[] | null, logprobs: readonly number[] | null): string {
+    return tokensDigest(promptIds, sampledIds, logprobs, promptIds ? this.promptStates.get(promptIds) : undefined);
+  }
+
+  /** The hash state over a prompt's ids: a bridge's goes on from its anchor's (prompt ++ sampled ++ bridge). */
+  private promptState(plan: { promptIds: number[]; parts?: BridgePlan['parts'] }): Hash {
+    const p = plan.parts;
+    const anchor = p && this.promptStates.get(p.anchorPrompt);
+    if (!p || !anchor) return hashIds(createHash('sha256'), plan.promptIds);
+    return hashIds(hashIds(anchor.copy(), p.anchorSampled), p.bridge);
   }
 
   /**
