@@ -94,6 +94,8 @@ for (const flavour of ['vllm', 'sglang'] as const) {
           calls.map((c) => c.render?.kind),
           ['full', 'bridge', 'bridge'],
         );
+        // Each turn's record holds the prompt array its plan built, so the bridge keeps one per branch.
+        assert.equal((await proxy.tokenInEngine())!.bridge.promptArrays(proxy.sessions.get(session_id)!), 1);
         // A bridged call's digest went on from its anchor's hash state: it must equal a fresh one.
         for (const c of calls) {
           assert.match(c.render!.tokens_digest!, /^2:/);

@@ -305,6 +305,45 @@ describe('bridge', () => {
     assert.equal(restoredReads, 1);
   });
 
+  test('the index holds one prompt array per branch: each turn bridged on keeps its prompt as a prefix of the next', async () => {
+    const bridge = new Bridge(new InThreadRenderer(renderer));
+    const owner = {};
+    // The proxy observes each record with the prompt array the plan built (engine_request.messages too).
+    const r0 = await firstTurn(bridge, owner);
+    bridge.observe(owner, r0);
+    let messages = [...task];
+    let last = r0;
+    const prompts: number[][] = [r0.prompt_token_ids!];
+    for (let t = 1; t <= 4; t++) {
+      messages = [...messages, echoed(last), { role: 'tool', tool_call_id: 'harness-x', content: `output ${t}` }];
+      const plan = await bridge.plan(owner, [], { messages, tools, kwargs: undefined });
+      assert.equal(plan.info.kind, 'bridge');
+      assert.equal(plan.info.anchor_call_id, last.call_id);
+      const end = [...last.prompt_token_ids!, ...last.completion_token_ids!];
+      assert.deepEqual(plan.promptIds.slice(0, end.length), end);
+      last = turnRecord(t, messages, t % 2 ? act2 : act1, plan.promptIds);
+      bridge.observe(owner, last);
+      prompts.push(plan.promptIds);
+    }
+    assert.equal(bridge.promptArrays(owner), 1, 'five turns, one array');
+
+    // A retry of turn 2 (the same messages again) anchors on turn 1, whose prompt now lives inside a
+    // later turn's array: it is cut back out exactly, and the retry keeps its own array (a branch).
+    const turn1Messages = [...task, echoed(r0), { role: 'tool', tool_call_id: 'harness-x', content: 'output 1' }];
+    const t1 = prompts[1]!;
+    const t1Record = turnRecord(1, turn1Messages, act2, t1);
+    const retryMessages = [...turn1Messages, echoed(t1Record), { role: 'tool', content: 'output 2' }];
+    const plan = await bridge.plan(owner, [], { messages: retryMessages, tools, kwargs: undefined });
+    assert.equal(plan.info.kind, 'bridge');
+    assert.equal(plan.info.anchor_call_id, 'call1');
+    const t1End = [...t1, ...t1Record.completion_token_ids!];
+    assert.deepEqual(plan.promptIds.slice(0, t1End.length), t1End);
+    assert.deepEqual(plan.promptIds, prompts[2], 'the same prompt as turn 2 had');
+    // Observed as the proxy does (its record holds the planned messages and prompt arrays).
+    bridge.observe(owner, turnRecord(9, retryMessages, act1, plan.promptIds));
+    assert.equal(bridge.promptArrays(owner), 2, 'the retry is a second branch');
+  });
+
   test('message identity: argument spacing and key order, tool-call ids and dropped reasoning do not count; text does', async () => {
     const a: ChatMessage = {
       role: 'assistant',

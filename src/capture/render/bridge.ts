@@ -31,10 +31,20 @@ interface Turn {
   /** Chain hash after the answered assistant message. */
   endHash: string;
   contextKey: string;
-  promptIds: readonly number[];
+  /**
+   * The turn's prompt ids: the first `length` of `ids`, which is the turn's own array until a later
+   * turn bridges on it, then that turn's prompt (it starts with these ids; see TurnIndex.share).
+   */
+  prompt: { ids: readonly number[]; length: number };
   sampledIds: readonly number[];
   answer: ChatMessage;
   firstRole: string | undefined;
+}
+
+/** A turn's prompt ids as an array (a copy only for a turn a later one has bridged on: a retry or a fork). */
+function promptOf(turn: Turn): readonly number[] {
+  const { ids, length } = turn.prompt;
+  return ids.length === length ? ids : ids.slice(0, length);
 }
 
 const PROBE_USER = 'harness-lab bridge probe';
@@ -201,10 +211,30 @@ class TurnIndex {
     this.known++;
     const turn = turnOf(call, planned);
     if (!turn) return;
+    if (planned?.bridged && planned.bridged.promptIds === call.prompt_token_ids) this.share(planned.bridged.anchor, turn.prompt.ids);
     this.turns.push(turn);
     const list = this.byEnd.get(turn.endHash);
     if (list) list.push(turn);
     else this.byEnd.set(turn.endHash, [turn]);
+  }
+
+  /**
+   * `ids` was built as the anchor's prompt ++ its sampled ids ++ a bridge (the record holds the array
+   * plan built): the anchor's prompt, and every earlier prompt kept inside it, becomes a prefix of
+   * `ids`, so the index holds one array per branch instead of one per turn. At 108k tokens a turn's
+   * prompt is 864 KB: 24 turns held 20 MB per session, and the garbage collector walked all of it.
+   * Only an anchor whose prompt is still its own array moves (then every turn kept in it is a prefix
+   * of it, so of `ids`); a turn bridged on an older turn (a retry, a fork) keeps its own array.
+   */
+  private share(anchor: Turn, ids: readonly number[]): void {
+    const own = anchor.prompt.ids;
+    if (own.length !== anchor.prompt.length || own === ids) return;
+    for (const t of this.turns) if (t.prompt.ids === own) t.prompt = { ids, length: t.prompt.length };
+  }
+
+  /** Distinct prompt arrays the index holds (tests: one per branch once turns bridge on each other). */
+  get promptArrays(): number {
+    return new Set(this.turns.map((t) => t.prompt.ids)).size;
   }
 }
 
@@ -212,6 +242,8 @@ class TurnIndex {
 interface PlannedKeys {
   chain: string[];
   ctxKey: string;
+  /** A bridged call: its anchor and the prompt array built on it. */
+  bridged?: { anchor: Turn; promptIds: readonly number[] };
 }
 
 const isCallList = (source: CallSource): source is readonly CallRecord[] => Array.isArray(source);
@@ -240,7 +272,7 @@ function turnOf(call: CallRecord, planned?: PlannedKeys): Turn | null {
     chain,
     endHash: extend(chain[chain.length - 1] ?? '', answer),
     contextKey: planned?.ctxKey ?? contextKey(tools, req.chat_template_kwargs),
-    promptIds: call.prompt_token_ids,
+    prompt: { ids: call.prompt_token_ids, length: call.prompt_token_ids.length },
     sampledIds: call.completion_token_ids,
     answer,
     firstRole: req.messages[0]?.role,
@@ -299,6 +331,11 @@ export class Bridge {
     this.indexOf(owner).add(record, Array.isArray(messages) ? this.planned.get(messages) : undefined);
   }
 
+  /** Distinct prompt-id arrays the bridge holds for `owner` (0 if none): see TurnIndex.share. */
+  promptArrays(owner: object): number {
+    return this.indexes.get(owner)?.promptArrays ?? 0;
+  }
+
   private indexOf(owner: object): TurnIndex {
     let index = this.indexes.get(owner);
     if (!index) this.indexes.set(owner, (index = new TurnIndex()));
@@ -351,8 +388,11 @@ export class Bridge {
     const bridge = this.bridgeText(turn, tail, req, ctxKey);
     if ('reason' in bridge) return this.full(req, bridge.reason, bridge.detail);
     const bridgeIds = await this.renderer.encode(bridge.text);
-    const anchorTokens = turn.promptIds.length + turn.sampledIds.length;
-    const promptIds = (turn.promptIds as number[]).concat(turn.sampledIds, bridgeIds);
+    const anchorPrompt = promptOf(turn);
+    const anchorTokens = anchorPrompt.length + turn.sampledIds.length;
+    const promptIds = (anchorPrompt as number[]).concat(turn.sampledIds, bridgeIds);
+    const keys = this.planned.get(req.messages);
+    if (keys) keys.bridged = { anchor: turn, promptIds };
     const info: RenderInfo = {
       mode: 'proxy',
       family: this.renderer.family.name,
@@ -393,7 +433,7 @@ export class Bridge {
             `${promptIds.length})`,
         );
     }
-    return { promptIds, parts: { anchorPrompt: turn.promptIds, anchorSampled: turn.sampledIds, bridge: bridgeIds }, info, findings };
+    return { promptIds, parts: { anchorPrompt, anchorSampled: turn.sampledIds, bridge: bridgeIds }, info, findings };
   }
 
   /**
