@@ -116,6 +116,16 @@ export function cpuMs(pid: number): number | undefined {
   }
 }
 
+/** A process's resident memory now (VmRSS), in MB; undefined where /proc cannot say. */
+export function rssMb(pid: number): number | undefined {
+  try {
+    const m = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Math.round(Number(m[1]) / 102.4) / 10 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * CPU ms of each live thread of a process, summed by thread name (`node` is the main thread and
  * unnamed workers, `libuv-worker` the thread pool, `iou-wrk-*` io_uring workers), split into user and

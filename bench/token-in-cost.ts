@@ -17,7 +17,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { cpuMs, startNode, stopChild, type Started } from './processes.js';
+import { cpuMs, rssMb, startNode, stopChild, type Started } from './processes.js';
 
 const ROOT = join(__dirname, '..');
 
@@ -55,6 +55,11 @@ export interface TokenInCostRow {
   /** Mean prompt tokens of the measured turns (the engine's count). */
   prompt_tokens_mean: number;
   cpu_ms_per_turn: number;
+  /**
+   * The hop's resident memory after the measured loop, MB (its process serves every size in turn, so
+   * it holds the smaller sizes' sessions too): what the sessions' ids cost to keep.
+   */
+  rss_mb: number | null;
 }
 
 interface Message {
@@ -200,6 +205,7 @@ export async function runTokenInCost(o: TokenInCostOptions): Promise<TokenInCost
             turns: o.turns,
             prompt_tokens_mean: Math.round(promptMean),
             cpu_ms_per_turn: Math.round((cpu / o.turns) * 1000) / 1000,
+            rss_mb: rssMb(h.process.pid) ?? null,
           };
           rows.push(row);
           o.log(`token-in-cost ${JSON.stringify(row)}`);
@@ -279,6 +285,10 @@ export function formatTokenInCost(result: Pick<TokenInCostResult, 'rows' | 'rati
   }
   const prompts = sizes.map((s) => result.rows.find((r) => r.context_tokens_target === s)?.prompt_tokens_mean ?? 0);
   lines.push(`(mean prompt tokens of the measured turns: ${prompts.join(', ')})`);
+  for (const hop of hops) {
+    const rss = sizes.map((s) => result.rows.find((r) => r.hop === hop && r.context_tokens_target === s)?.rss_mb ?? '-');
+    lines.push(`(${hop}: resident MB after each size: ${rss.join(', ')})`);
+  }
   return lines.join('\n');
 }
 

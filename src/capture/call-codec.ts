@@ -10,12 +10,16 @@
 // `v: 2` and `v: 3` lines may carry `enc`, naming which lists are suffixes of which earlier call. They
 // differ only in the prompt ids' hash: v2 took SHA-256 of the ids as float64s (0.2 ms at 32k tokens,
 // the largest part of encoding a call), v3 a 64-bit multiplicative hash over the ids in one pass that
-// also copies them (see `tokenHash`). Both are integrity checks against a wrong or corrupted
-// reconstruction, not against an adversary who can write the data dir.
+// also copies them (see `tokenHash`). v4 (session 16) is v3's two lanes with the list's length mixed
+// in at the end instead of the start, so the hash of a prompt that extends its parent's prompt ++
+// completion goes on from the parent's state and folds only the new ids (v3 folded all of them: 0.4
+// ms at 108k tokens, in process, every turn). All are integrity checks against a wrong or corrupted
+// reconstruction, not against an adversary who can write the data dir; a line of a newer version than
+// this build reads is refused, naming it.
 import { createHash, type Hash } from 'node:crypto';
 import type { CallRecord, ChatMessage } from './types.js';
 
-export const CALL_LINE_VERSION = 3;
+export const CALL_LINE_VERSION = 4;
 
 /** One list stored as a suffix: `keep` elements of call `from`'s base list, then the stored elements. */
 export interface SuffixRef {
@@ -47,9 +51,44 @@ export function tokenHashV2(ids: readonly number[]): string {
   return createHash('sha256').update(Float64Array.from(ids)).digest('hex').slice(0, 24);
 }
 
+/** The v4 hash's running state: both lanes after the first `n` ids (positions 0 to n - 1). */
+export interface IdsHashState {
+  readonly a: number;
+  readonly b: number;
+  readonly n: number;
+}
+
+const IDS_HASH_START: IdsHashState = { a: 0x811c9dc5, b: 0x9747b28c, n: 0 };
+
+/** `state` extended by ids[from..to), at positions state.n on (ids as 32-bit unsigned: what a copy holds). */
+export function foldIds(state: IdsHashState, ids: ArrayLike<number>, from: number, to: number): IdsHashState {
+  let a = state.a;
+  let b = state.b;
+  let pos = state.n;
+  for (let i = from; i < to; i++, pos++) {
+    const v = ids[i]! >>> 0;
+    a = Math.imul(a ^ v, 0x01000193);
+    b = Math.imul(b ^ (v + pos), 0xcc9e2d51);
+    b = (b << 15) | (b >>> 17);
+  }
+  return { a, b, n: pos };
+}
+
+/** The v4 hash of the ids a state has folded: the count goes in here, last. 16 hex digits. */
+export function finishIds(state: IdsHashState): string {
+  const a = state.a ^ state.n;
+  return hex32(fmix(a ^ Math.imul(state.b, 0x1b873593))) + hex32(fmix(state.b ^ a));
+}
+
+/** The v4 prompt-id hash of a whole list. */
+export function tokenHashV4(ids: ArrayLike<number>): string {
+  return finishIds(foldIds(IDS_HASH_START, ids, 0, ids.length));
+}
+
 /**
- * The v3 prompt-id hash: two 32-bit multiply-xor lanes (FNV-1a's prime and murmur3's), each id and
- * its position mixed in, finished with murmur3's avalanche. 16 hex digits.
+ * The v3 prompt-id hash (read only: lines written before v4 carry it): two 32-bit multiply-xor lanes
+ * (FNV-1a's prime and murmur3's), each id and its position mixed in, finished with murmur3's
+ * avalanche. 16 hex digits.
  */
 export function tokenHash(ids: ArrayLike<number>): string {
   let a = 0x811c9dc5 ^ ids.length;
@@ -90,36 +129,34 @@ function idsOf(prompt: readonly number[] | null, completion: readonly number[] |
 }
 
 /**
- * One pass over a call's prompt ids that does what three passes did (copy them for the next call,
- * compare them with the newest remembered call's ids, hash them): at 32k-token prompts the three
- * loops were a fifth of encoding a call. Returns the copy (prompt ++ completion, see idsOf), how
- * many leading ids the newest base shares, and tokenHash of the prompt ids as copied.
+ * A call's prompt ids against the newest remembered call: copies them (prompt ++ completion, see
+ * idsOf) for the next call, counts how many leading ids the newest base shares (compared as sent: an
+ * id of 2^32 or more never matches its truncated copy), and hashes the prompt ids (v4). When the
+ * newest base's whole list is shared (a continuation: the prompt extends the parent's prompt ++
+ * completion), the hash goes on from the base's state and folds only the new ids. Returns the state
+ * over prompt ++ completion too, for the call after this one.
  */
 export function scanPromptIds(
   prompt: readonly number[] | null,
   completion: readonly number[] | null,
-  newest: Uint32Array | undefined,
-): { ends: Uint32Array; shared: number; hash: string } {
+  newest: { ends: Uint32Array; idsState: IdsHashState } | undefined,
+): { ends: Uint32Array; shared: number; hash: string; idsState: IdsHashState } {
   const p = prompt ?? [];
   const c = completion ?? [];
   const n = p.length;
   const ends = new Uint32Array(n + c.length);
-  const limit = newest ? Math.min(n, newest.length) : 0;
-  let shared = -1;
-  let a = 0x811c9dc5 ^ n;
-  let b = 0x9747b28c;
-  for (let i = 0; i < n; i++) {
-    const id = p[i]!;
-    const v = id >>> 0; // what the typed array holds (tokenHash hashed the copy too)
-    ends[i] = v;
-    // Compared as sent: an id of 2^32 or more never matches its truncated copy (see idsOf).
-    if (shared < 0 && (i === limit || newest![i] !== id)) shared = i;
-    a = Math.imul(a ^ v, 0x01000193);
-    b = Math.imul(b ^ (v + i), 0xcc9e2d51);
-    b = (b << 15) | (b >>> 17);
+  // The typed array's own copy loop (ToUint32 per element, as an indexed store does) is ~3x a JS loop.
+  ends.set(p);
+  ends.set(c, n);
+  let shared = 0;
+  if (newest) {
+    const e = newest.ends;
+    const limit = Math.min(n, e.length);
+    while (shared < limit && e[shared] === p[shared]) shared++;
   }
-  for (let i = 0; i < c.length; i++) ends[n + i] = c[i]!;
-  return { ends, shared: shared < 0 ? limit : shared, hash: hex32(fmix(a ^ Math.imul(b, 0x1b873593))) + hex32(fmix(b ^ a)) };
+  const whole = newest !== undefined && newest.ends.length > 0 && shared === newest.ends.length;
+  const promptState = whole ? foldIds(newest.idsState, ends, shared, n) : foldIds(IDS_HASH_START, ends, 0, n);
+  return { ends, shared, hash: finishIds(promptState), idsState: foldIds(promptState, ends, n, n + c.length) };
 }
 
 /** The hash of a list of JSON-encoded elements (JSON text never holds a raw newline). */
@@ -213,6 +250,8 @@ interface Base {
   callId: string;
   /** prompt ++ completion ids (see idsOf). */
   ends: Uint32Array;
+  /** The v4 hash state over `ends` (all of it): a continuation's prompt hash goes on from it. */
+  idsState: IdsHashState;
   engineMessages: ListBase | null;
   bodyKey: string | undefined;
   bodyMessages: ListBase | null;
@@ -301,10 +340,12 @@ export class SessionEncoder {
       ? encodeList(this.bases, body![bodyKey] as unknown[], (b) => (b.bodyKey === bodyKey ? b.bodyMessages : null))
       : undefined;
     const newest = this.bases[this.bases.length - 1];
-    const scan = Array.isArray(ids) && ids.length > 0 ? scanPromptIds(ids, record.completion_token_ids ?? null, newest?.ends) : undefined;
+    const scan = Array.isArray(ids) && ids.length > 0 ? scanPromptIds(ids, record.completion_token_ids ?? null, newest) : undefined;
+    const ends = scan?.ends ?? idsOf(ids ?? null, record.completion_token_ids ?? null);
     const base: Base = {
       callId: record.call_id,
-      ends: scan?.ends ?? idsOf(ids ?? null, record.completion_token_ids ?? null),
+      ends,
+      idsState: scan?.idsState ?? foldIds(IDS_HASH_START, ends, 0, ends.length),
       engineMessages: engine?.remembered ?? null,
       bodyKey,
       bodyMessages: bodyList?.remembered ?? null,
@@ -366,6 +407,10 @@ export class SessionDecoder {
   decode(line: Record<string, unknown>): CallRecord {
     const { type: _type, v, enc, ...rest } = line as { type: string; v?: number; enc?: CallEncoding } & Record<string, unknown>;
     const record = rest as unknown as CallRecord;
+    if (typeof v === 'number' && v > CALL_LINE_VERSION)
+      throw new CallDecodeError(
+        `call ${record.call_id}: line version ${v} was written by a newer Harness Lab (this one reads up to ${CALL_LINE_VERSION})`,
+      );
     if (enc?.p) {
       const from = this.source(enc.p.from);
       const p = from.prompt ?? [];
@@ -377,7 +422,7 @@ export class SessionDecoder {
         );
       const kept = keep <= p.length ? p.slice(0, keep) : p.concat(c.slice(0, keep - p.length));
       const ids = kept.concat(record.prompt_token_ids ?? []);
-      if ((v === 2 ? tokenHashV2(ids) : tokenHash(ids)) !== enc.p.h)
+      if ((v === 4 ? tokenHashV4(ids) : v === 2 ? tokenHashV2(ids) : tokenHash(ids)) !== enc.p.h)
         throw new CallDecodeError(`call ${record.call_id}: rebuilt prompt ids do not match their hash`);
       record.prompt_token_ids = ids;
     }

@@ -26,6 +26,7 @@ test('token-in-cost: every hop at every size, prompts near the sizes, the ratios
     assert.equal(row.turns, 3);
     assert.ok(row.prompt_tokens_mean > row.context_tokens_target * 0.7, `${row.hop}: prompts near the size (${row.prompt_tokens_mean})`);
     assert.ok(Number.isFinite(row.cpu_ms_per_turn) && row.cpu_ms_per_turn >= 0, 'a finite, non-negative figure');
+    assert.ok(typeof row.rss_mb === 'number' && row.rss_mb > 0, "the hop's resident memory, from /proc");
   }
   // The same loops reach the engine through every hop: token-in and chat prompts agree in size.
   const prompt = (hop: string, size: number) =>

@@ -7,7 +7,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import fc from 'fast-check';
-import { SessionEncoder, listHash, sameJson, scanPromptIds, tokenHash, tokenHashV2 } from '../../src/capture/call-codec.js';
+import {
+  SessionEncoder,
+  foldIds,
+  listHash,
+  sameJson,
+  scanPromptIds,
+  tokenHash,
+  tokenHashV2,
+  tokenHashV4,
+} from '../../src/capture/call-codec.js';
 import { CaptureStore, loadSessionFile, readSessionIndex } from '../../src/capture/store.js';
 import type { CallRecord, ChatMessage, SessionInfo } from '../../src/capture/types.js';
 
@@ -217,13 +226,13 @@ test('a file written before the codec (full records, no tallies) still reads, an
   assert.deepEqual({ n: index.tally.n, ok: index.tally.ok, pt: index.tally.pt }, { n: 2, ok: 2, pt: 3 + 5 });
 });
 
-test('a v2 file (prompt ids hashed with SHA-256 of float64s) still reads, and a v2 suffix that does not rebuild is refused', () => {
+test('v2 and v3 files still read, a suffix whose hash is of another version is refused, and a newer line version is named', () => {
   const store = freshStore();
   const first = Array.from({ length: 40 }, (_, i) => 1000 + i);
   const second = [...first, 77, 88, 99];
-  const base = record('v2', 0, { prompt: first, sampled: [77], messages: [{ role: 'user', content: 'hi' }] }, 'messages');
+  const base = record('old', 0, { prompt: first, sampled: [77], messages: [{ role: 'user', content: 'hi' }] }, 'messages');
   const next = record(
-    'v2',
+    'old',
     1,
     {
       prompt: second,
@@ -236,50 +245,78 @@ test('a v2 file (prompt ids hashed with SHA-256 of float64s) still reads, and a 
     },
     'messages',
   );
-  const v2Line = (h: string) => ({
+  const suffixLine = (v: number, h: string) => ({
     type: 'call',
-    v: 2,
+    v,
     enc: { p: { from: base.call_id, keep: 41, h } },
     ...next,
     prompt_token_ids: [88, 99],
   });
-  const write = (h: string) =>
+  const write = (v: number, h: string) =>
     writeFileSync(
-      store.fileOf('v2'),
-      [{ type: 'session', ...info('v2') }, { type: 'call', v: 2, ...base }, v2Line(h)].map((l) => JSON.stringify(l)).join('\n') + '\n',
+      store.fileOf('old'),
+      [{ type: 'session', ...info('old') }, { type: 'call', v, ...base }, suffixLine(v, h)].map((l) => JSON.stringify(l)).join('\n') + '\n',
     );
-  write(tokenHashV2(second));
+  const read = () => {
+    const warnings: string[] = [];
+    const calls = loadSessionFile(store.fileOf('old'), (m) => warnings.push(m))!.calls;
+    return { calls, warnings };
+  };
+  for (const [v, hash] of [
+    [2, tokenHashV2],
+    [3, tokenHash],
+    [4, tokenHashV4],
+  ] as const) {
+    write(v, hash(second));
+    assert.deepEqual(
+      read().calls.map((c) => c.prompt_token_ids),
+      [first, second],
+      `v${v}`,
+    );
+  }
+  // Another version's hash of the same ids does not pass: the line's version decides which is checked.
+  for (const [v, hash] of [
+    [2, tokenHash],
+    [3, tokenHashV4],
+    [4, tokenHash],
+  ] as const) {
+    write(v, hash(second));
+    const { calls, warnings } = read();
+    assert.deepEqual(
+      calls.map((c) => c.index),
+      [0],
+      `v${v}`,
+    );
+    assert.match(warnings[0]!, /do not match their hash/);
+  }
+  write(5, tokenHashV4(second));
+  const { calls, warnings } = read();
   assert.deepEqual(
-    loadSessionFile(store.fileOf('v2'))!.calls.map((c) => c.prompt_token_ids),
-    [first, second],
+    calls.map((c) => c.index),
+    [],
   );
-  // The v3 hash of the same ids is not a valid v2 hash: the line's version decides which is checked.
-  write(tokenHash(second));
-  const warnings: string[] = [];
-  assert.deepEqual(
-    loadSessionFile(store.fileOf('v2'), (m) => warnings.push(m))!.calls.map((c) => c.index),
-    [0],
-  );
-  assert.match(warnings[0]!, /do not match their hash/);
+  assert.match(warnings.join('\n'), /line version 5 was written by a newer Harness Lab \(this one reads up to 4\)/);
 });
 
-test('the v3 prompt-id hash: one value per list, and it changes with any id, the order or the length', () => {
+test('the v3 and v4 prompt-id hashes: one value per list, and each changes with any id, the order or the length', () => {
   fc.assert(
     fc.property(
       fc.array(fc.integer({ min: 0, max: 2 ** 31 - 1 }), { minLength: 1, maxLength: 300 }),
       fc.nat(),
       fc.integer({ min: 1, max: 2 ** 20 }),
       (ids, at, delta) => {
-        const h = tokenHash(ids);
-        assert.match(h, /^[0-9a-f]{16}$/);
-        assert.equal(tokenHash(Uint32Array.from(ids)), h, 'a typed copy hashes the same');
-        const i = at % ids.length;
-        const changed = ids.slice();
-        changed[i] = changed[i]! + delta;
-        assert.notEqual(tokenHash(changed), h);
-        assert.notEqual(tokenHash([...ids, 0]), h);
-        assert.notEqual(tokenHash(ids.slice(0, -1)), h);
-        if (ids.length > 1 && ids[0] !== ids[1]) assert.notEqual(tokenHash([ids[1]!, ids[0]!, ...ids.slice(2)]), h);
+        for (const hash of [tokenHash, tokenHashV4]) {
+          const h = hash(ids);
+          assert.match(h, /^[0-9a-f]{16}$/);
+          assert.equal(hash(Uint32Array.from(ids)), h, 'a typed copy hashes the same');
+          const i = at % ids.length;
+          const changed = ids.slice();
+          changed[i] = changed[i]! + delta;
+          assert.notEqual(hash(changed), h);
+          assert.notEqual(hash([...ids, 0]), h);
+          assert.notEqual(hash(ids.slice(0, -1)), h);
+          if (ids.length > 1 && ids[0] !== ids[1]) assert.notEqual(hash([ids[1]!, ids[0]!, ...ids.slice(2)]), h);
+        }
       },
     ),
   );
@@ -332,7 +369,8 @@ test("the encoder hashes a kept history by extending its parent's state: the sam
   }
 });
 
-test('the one-pass prompt-id scan copies, compares and hashes exactly as the three passes it replaces', () => {
+test('the prompt-id scan copies, compares and hashes (v4) exactly as separate passes would', () => {
+  const baseOf = (ends: Uint32Array) => ({ ends, idsState: foldIds({ a: 0x811c9dc5, b: 0x9747b28c, n: 0 }, ends, 0, ends.length) });
   fc.assert(
     fc.property(
       fc.array(fc.integer({ min: 0, max: 2 ** 33 }), { maxLength: 60 }),
@@ -341,14 +379,33 @@ test('the one-pass prompt-id scan copies, compares and hashes exactly as the thr
       fc.nat(60),
       (prompt, completion, other, overlap) => {
         // A newest base that shares a prefix of the prompt, then differs (or a random one).
-        const newest = other === undefined ? undefined : Uint32Array.from([...prompt.slice(0, overlap), ...other]);
+        const newest = other === undefined ? undefined : baseOf(Uint32Array.from([...prompt.slice(0, overlap), ...other]));
         const scan = scanPromptIds(prompt, completion, newest);
         assert.deepEqual([...scan.ends], [...Uint32Array.from([...prompt, ...completion])]);
         let shared = 0;
-        const n = Math.min(prompt.length, newest?.length ?? 0);
-        while (shared < n && newest![shared] === prompt[shared]) shared++;
+        const n = Math.min(prompt.length, newest?.ends.length ?? 0);
+        while (shared < n && newest!.ends[shared] === prompt[shared]) shared++;
         assert.equal(scan.shared, shared);
-        assert.equal(scan.hash, tokenHash(Uint32Array.from(prompt)));
+        assert.equal(scan.hash, tokenHashV4(Uint32Array.from(prompt)));
+        assert.deepEqual(scan.idsState, baseOf(scan.ends).idsState, 'the state over prompt ++ completion');
+      },
+    ),
+    { numRuns: 300 },
+  );
+  // A continuation (the prompt extends the newest base's whole list): the hash goes on from the
+  // base's state, and equals the whole list's.
+  fc.assert(
+    fc.property(
+      fc.array(fc.integer({ min: 0, max: 2 ** 31 - 1 }), { minLength: 1, maxLength: 80 }),
+      fc.array(fc.integer({ min: 0, max: 2 ** 31 - 1 }), { maxLength: 20 }),
+      fc.array(fc.integer({ min: 0, max: 200_000 }), { maxLength: 10 }),
+      (parent, added, completion) => {
+        const newest = baseOf(Uint32Array.from(parent));
+        const prompt = [...parent, ...added];
+        const scan = scanPromptIds(prompt, completion, newest);
+        assert.equal(scan.shared, parent.length);
+        assert.equal(scan.hash, tokenHashV4(prompt));
+        assert.deepEqual(scan.idsState, baseOf(Uint32Array.from([...prompt, ...completion])).idsState);
       },
     ),
     { numRuns: 300 },
