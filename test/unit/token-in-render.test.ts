@@ -344,6 +344,40 @@ describe('bridge', () => {
     assert.equal(bridge.promptArrays(owner), 2, 'the retry is a second branch');
   });
 
+  test('tools resent with their keys in another order still bridge: the probe render is kept per exact tool text', async () => {
+    const bridge = new Bridge(new InThreadRenderer(renderer));
+    const owner = {};
+    const reordered: ChatTool[] = [
+      {
+        function: {
+          parameters: { required: ['command'], properties: { command: { type: 'string' } }, type: 'object' },
+          description: 'Run a shell command',
+          name: 'bash',
+        },
+        type: 'function',
+      },
+    ];
+    assert.notEqual(JSON.stringify(reordered), JSON.stringify(tools));
+    const r0 = await firstTurn(bridge, owner);
+    bridge.observe(owner, r0);
+    let messages = [...task];
+    let last = r0;
+    // The first bridge keeps the probe render of `tools`; the next ones send the same tools reordered.
+    for (const [t, turnTools] of [tools, reordered, reordered, tools].entries()) {
+      messages = [...messages, echoed(last), { role: 'tool', tool_call_id: 'harness-x', content: `output ${t}` }];
+      const plan = await bridge.plan(owner, [], { messages, tools: turnTools, kwargs: undefined });
+      assert.equal(plan.info.kind, 'bridge', `turn ${t + 1}: ${plan.findings.join('; ')}`);
+      // The template writes the tools only in the system block: the bridge is the same either way.
+      const end = [...last.prompt_token_ids!, ...last.completion_token_ids!];
+      assert.equal(
+        renderer.decode(plan.promptIds.slice(end.length)),
+        `\n<|im_start|>user\n<tool_response>\noutput ${t}\n</tool_response><|im_end|>\n<|im_start|>assistant\n`,
+      );
+      last = turnRecord(t + 1, messages, act2, plan.promptIds);
+      bridge.observe(owner, last);
+    }
+  });
+
   test('message identity: argument spacing and key order, tool-call ids and dropped reasoning do not count; text does', async () => {
     const a: ChatMessage = {
       role: 'assistant',

@@ -314,7 +314,7 @@ export class Bridge {
   private readonly indexes = new WeakMap<object, TurnIndex>();
   /** What plan computed for a call, by its messages list: the record of that call holds the same list. */
   private readonly planned = new WeakMap<readonly ChatMessage[], PlannedKeys>();
-  /** probeRender's texts by context key, oldest first out. */
+  /** probeRender's texts by the exact JSON of the tools and template arguments, oldest first out. */
   private readonly probeTexts = new Map<string, string>();
 
   constructor(
@@ -385,7 +385,7 @@ export class Bridge {
     if (echoed !== null && echoed.trim() !== '' && normaliseReasoning(echoed) !== normaliseReasoning(sampledReasoning)) {
       return this.full(req, 'reasoning_edited', `message ${at} carries reasoning that differs from what call ${turn.callId} sampled`);
     }
-    const bridge = this.bridgeText(turn, tail, req, ctxKey);
+    const bridge = this.bridgeText(turn, tail, req);
     if ('reason' in bridge) return this.full(req, bridge.reason, bridge.detail);
     const bridgeIds = await this.renderer.encode(bridge.text);
     const anchorPrompt = promptOf(turn);
@@ -445,7 +445,6 @@ export class Bridge {
     turn: Turn,
     tail: ChatMessage[],
     req: BridgeRequest,
-    ctxKey: string,
   ): { text: string; synthesizedClose: boolean } | { reason: NewRootReason; detail: string } {
     const r = this.renderer;
     const close = r.turnCloseText;
@@ -457,7 +456,7 @@ export class Bridge {
     if (hadReasoning) answer.reasoning_content = PROBE_REASONING;
     else delete answer.reasoning_content;
     const opts = { tools: req.tools, kwargs: req.kwargs };
-    const before = this.probeRender(ctxKey, () => r.renderText(ctx, { ...opts, addGenerationPrompt: false }));
+    const before = this.probeRender(req, () => r.renderText(ctx, { ...opts, addGenerationPrompt: false }));
     const after = r.renderText([...ctx, answer, ...tail], { ...opts, addGenerationPrompt: true });
     if (!after.startsWith(before))
       return { reason: 'template_not_append_only', detail: 'the template renders earlier messages differently once later ones follow' };
@@ -477,15 +476,18 @@ export class Bridge {
 
   /**
    * The stand-in's first part (the probe user turn, rendered with the call's tools and template
-   * arguments) by its context key: it is the same for every bridge of a context, and rendering it
-   * with one tool cost ~80 us of a bridge's ~230 (the template interpreter, bench/hot-path.ts).
+   * arguments), kept by the exact JSON of those: it is the same for every bridge that sends them, and
+   * rendering it with one tool cost ~80 us of a bridge's ~230 (the template interpreter,
+   * bench/hot-path.ts). Not by the context key: that ignores key order, which `tojson` writes, so a
+   * harness that reorders its tools' keys would be cut against another order's text.
    */
-  private probeRender(ctxKey: string, render: () => string): string {
-    let text = this.probeTexts.get(ctxKey);
+  private probeRender(req: BridgeRequest, render: () => string): string {
+    const key = JSON.stringify([req.tools ?? null, req.kwargs ?? null]);
+    let text = this.probeTexts.get(key);
     if (text !== undefined) return text;
     text = render();
     if (this.probeTexts.size >= PROBE_TEXTS_KEPT) this.probeTexts.delete(this.probeTexts.keys().next().value!);
-    this.probeTexts.set(ctxKey, text);
+    this.probeTexts.set(key, text);
     return text;
   }
 
