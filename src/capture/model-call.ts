@@ -9,7 +9,6 @@ import { answerTokenCount } from './dialects/token-count.js';
 import { EngineUnreachableError, engineErrorMessage, type ChatEngine } from './engine-client.js';
 import { TokenInUnavailableError } from './render/mode.js';
 import { BodyTooLargeError, readBody, redactHeaders, scrubSecret, sendJson } from './http-util.js';
-import { tokensDigest } from './render/digest.js';
 import type { RenderInfo } from './render/bridge.js';
 import type { TokenInEngine } from './render/token-engine.js';
 import type { SessionRegistry } from './session-registry.js';
@@ -246,15 +245,18 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
       ...fields,
     };
   };
+  /** Stores a call; once stored, a token-in bridge takes it in (so it never reads the session back). */
+  const recordCall = async (record: CallRecord): Promise<void> => {
+    await deps.sessions.record(session, record);
+    tokenIn?.callRecorded(session, record);
+  };
   /** Records; a store failure is swallowed here (the registry logged it) when `quiet`, else rethrown. */
   const store = async (record: CallRecord, quiet: boolean): Promise<void> => {
     try {
-      await deps.sessions.record(session, record);
+      await recordCall(record);
     } catch (err) {
       if (!(quiet && err instanceof StoreWriteError)) throw err;
-      return;
     }
-    tokenIn?.callRecorded(session, record);
   };
   const fail = async (error: CallError, engineResponse: unknown = null) => {
     // The harness gets the engine's error either way; an unstored errored call loses no answer.
@@ -322,23 +324,20 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
         ...(level === 'tokens' ? answer.findings : answer.findings.filter((f) => !f.startsWith('[FATAL] no_'))),
       ],
     });
-    if (record.render)
+    // Only token in renders: its digest goes on from the anchor's state, hashing the turn's new ids.
+    if (record.render && tokenIn)
       record.render = {
         ...record.render,
-        // Token in goes on from the anchor's digest state: only the turn's new ids are hashed.
-        tokens_digest: tokenIn
-          ? tokenIn.tokensDigest(record.prompt_token_ids, record.completion_token_ids, record.logprobs)
-          : tokensDigest(record.prompt_token_ids, record.completion_token_ids, record.logprobs),
+        tokens_digest: tokenIn.tokensDigest(record.prompt_token_ids, record.completion_token_ids, record.logprobs),
       };
     // Durable before the harness sees the answer: a crash after this loses nothing answered, and an
     // answer that could not be stored is not given (507 disk full, 503 otherwise, in the dialect).
     try {
-      await deps.sessions.record(session, record);
+      await recordCall(record);
     } catch (err) {
       if (err instanceof StoreWriteError) return replyError(res, dialect, err.status, err.message, keepalive);
       throw err;
     }
-    tokenIn?.callRecorded(session, record);
     if (stream) writeSse(res, dialect.streamEvents(clientAnswer, ctx), keepalive);
     else sendJson(res, 200, responseBody);
   } finally {

@@ -142,15 +142,20 @@ export interface TokenInOptions extends BridgeOptions {
   maxModelLen: number | null;
 }
 
+/** A prompt as sent: the JSON text of its ids (bytes) and the SHA-256 state over them (hashIds). */
+interface SentPrompt {
+  bytes: Buffer;
+  state: Hash;
+}
+
 export class TokenInEngine {
   readonly bridge: Bridge;
-  /** Each prompt sent, as the JSON text of its ids in bytes: the next turn's prompt starts with it (copied, not re-serialised). */
-  private readonly idsBytes = new WeakMap<readonly number[], Buffer>();
   /**
-   * Per prompt this engine sent, the SHA-256 state over its ids (digest.ts hashIds): a bridged call's
-   * tokens digest goes on from its anchor's, so a turn hashes only its new ids, not the context.
+   * Each prompt this engine sent, by its ids array: the JSON text of the ids as bytes, and the SHA-256
+   * state over them (digest.ts hashIds). A bridge's prompt starts with its anchor's, so both go on
+   * from the anchor's: a turn serialises and hashes only its new ids, never the context.
    */
-  private readonly promptStates = new WeakMap<readonly number[], Hash>();
+  private readonly sentPrompts = new WeakMap<readonly number[], SentPrompt>();
 
   constructor(
     // Any source of answers on the token route: an HTTP engine, or a replay's record (src/replay).
@@ -176,7 +181,8 @@ export class TokenInEngine {
 
   /**
    * One model call of a session (`owner` keys the session's turn index; `calls` are its records so
-   * far, or the session, which reads them only if the bridge missed some). `request` is the engine request buildEngineRequest made: its sampling is what is sent.
+   * far, or the session, which reads them only if the bridge missed some). `request` is the engine
+   * request buildEngineRequest made: its sampling is what is sent.
    */
   async complete(owner: object, calls: CallSource, request: ChatRequest, signal?: AbortSignal): Promise<TokenInReply> {
     const tools = Array.isArray(request.tools) && request.tools.length ? (request.tools as ChatTool[]) : undefined;
@@ -200,8 +206,7 @@ export class TokenInEngine {
     const asked = typeof request.max_tokens === 'number' && request.max_tokens > 0 ? request.max_tokens : Infinity;
     const maxTokens = Math.min(asked, room);
     const stopIds = [...this.renderer.stopIds];
-    const promptBytes = this.promptBytes(plan);
-    this.promptStates.set(prompt, this.promptState(plan));
+    const promptBytes = this.sentPrompt(plan).bytes;
     const idsKey = route === '/generate' ? 'input_ids' : 'prompt';
     const rest = route === '/generate' ? this.generateBody(request, maxTokens, stopIds) : this.completionsBody(request, maxTokens, stopIds);
     const requestBody = Buffer.concat([Buffer.from(`{"${idsKey}":[`), promptBytes, Buffer.from(`],${JSON.stringify(rest).slice(1)}`)]);
@@ -276,34 +281,33 @@ export class TokenInEngine {
     return { status: 200, body, render, findings };
   }
 
-  /** The v2 tokens digest of a call this engine answered (its prompt's state is kept; see promptStates). */
+  /** The v2 tokens digest of a call this engine answered (its prompt's hash state is kept; see sentPrompts). */
   tokensDigest(promptIds: readonly number[] | null, sampledIds: readonly number[] | null, logprobs: readonly number[] | null): string {
-    return tokensDigest(promptIds, sampledIds, logprobs, promptIds ? this.promptStates.get(promptIds) : undefined);
-  }
-
-  /** The hash state over a prompt's ids: a bridge's goes on from its anchor's (prompt ++ sampled ++ bridge). */
-  private promptState(plan: { promptIds: number[]; parts?: BridgePlan['parts'] }): Hash {
-    const p = plan.parts;
-    const anchor = p && this.promptStates.get(p.anchorPrompt);
-    if (!p || !anchor) return hashIds(createHash('sha256'), plan.promptIds);
-    return hashIds(hashIds(anchor.copy(), p.anchorSampled), p.bridge);
+    return tokensDigest(promptIds, sampledIds, logprobs, promptIds ? this.sentPrompts.get(promptIds)?.state : undefined);
   }
 
   /**
-   * The JSON text of a prompt's ids, as bytes; a bridge's is the anchor's bytes (kept from its call)
-   * and the new ids: one copy of the context per turn, never a serialisation or an encoding of it.
+   * A prompt's serialised ids and hash state, kept for the turns that bridge on it. A bridge's are its
+   * anchor's (kept from its call) and the new ids: one copy of the context's bytes per turn, never a
+   * serialisation, an encoding or a hash of it. Without the anchor's (a retry of an older turn), they
+   * are made from the whole prompt.
    */
-  private promptBytes(plan: { promptIds: number[]; parts?: BridgePlan['parts'] }): Buffer {
-    let bytes: Buffer;
+  private sentPrompt(plan: { promptIds: number[]; parts?: BridgePlan['parts'] }): SentPrompt {
     const p = plan.parts;
-    if (p) {
-      const anchor = this.idsBytes.get(p.anchorPrompt) ?? Buffer.from(p.anchorPrompt.join(','));
-      const added = [p.anchorSampled, p.bridge].filter((list) => list.length).map((list) => list.join(','));
-      const tail = added.join(',');
-      bytes = !tail ? anchor : anchor.length ? Buffer.concat([anchor, Buffer.from(`,${tail}`)]) : Buffer.from(tail);
-    } else bytes = Buffer.from(plan.promptIds.join(','));
-    this.idsBytes.set(plan.promptIds, bytes);
-    return bytes;
+    const anchor = p && this.sentPrompts.get(p.anchorPrompt);
+    let sent: SentPrompt;
+    if (p && anchor) {
+      const tail = [p.anchorSampled, p.bridge]
+        .filter((list) => list.length)
+        .map((list) => list.join(','))
+        .join(',');
+      sent = {
+        bytes: !tail ? anchor.bytes : anchor.bytes.length ? Buffer.concat([anchor.bytes, Buffer.from(`,${tail}`)]) : Buffer.from(tail),
+        state: hashIds(hashIds(anchor.state.copy(), p.anchorSampled), p.bridge),
+      };
+    } else sent = { bytes: Buffer.from(plan.promptIds.join(',')), state: hashIds(createHash('sha256'), plan.promptIds) };
+    this.sentPrompts.set(plan.promptIds, sent);
+    return sent;
   }
 
   /** The completions body without its prompt (the ids are written in as text). */
