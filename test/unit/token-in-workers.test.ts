@@ -69,8 +69,12 @@ describe('piece cache', () => {
       const text = renderer.renderText(toolLoop(longSystem(40), turns), { tools });
       const cache = new SegmentCache(cuts, (t) => renderer.encodeUncached(t), 1_000_000, 16);
       assert.equal(cache.pieces(text).join(''), text);
-      assert.deepEqual(cache.encode(text), renderer.encodeUncached(text), `${turns} turns`);
-      assert.deepEqual(cache.encode(text), renderer.encodeUncached(text), `${turns} turns, from the cache`);
+      assert.deepEqual([...cache.encode(text)], renderer.encodeUncached(text), `${turns} turns`);
+      const again = cache.encode(text);
+      assert.deepEqual([...again], renderer.encodeUncached(text), `${turns} turns, from the cache`);
+      // The caller owns what it gets (the tokenizer thread transfers it): changing it leaves the cache.
+      again.fill(0);
+      assert.deepEqual([...cache.encode(text)], renderer.encodeUncached(text), `${turns} turns, after the caller wrote over its copy`);
     }
   });
 
@@ -81,7 +85,7 @@ describe('piece cache', () => {
     cache.encode(first);
     const before = cache.snapshot();
     const second = renderer.renderText(toolLoop(system, 3), { tools });
-    assert.deepEqual(cache.encode(second), renderer.encodeUncached(second));
+    assert.deepEqual([...cache.encode(second)], renderer.encodeUncached(second));
     const after = cache.snapshot();
     assert.ok(after.hits > before.hits, 'the system prompt piece came from the cache');
     assert.ok(after.encodedChars - before.encodedChars < second.length - system.length, 'the system prompt was not tokenized again');
@@ -111,6 +115,19 @@ describe('tokenizer threads', () => {
     assert.equal(workers.renderText(messages, { tools }), text);
     assert.deepEqual(await workers.encode(text), renderer.encodeUncached(text));
     assert.deepEqual(await workers.renderIds(messages, { tools }), renderer.encodeUncached(text));
+    // The second time from the thread's piece cache: a transferred reply never detaches what it keeps.
+    assert.deepEqual(await workers.renderIds(messages, { tools }), renderer.encodeUncached(text));
+    // A full render set against a prompt, in the thread: its length and the prefix they share.
+    const full = renderer.encodeUncached(text);
+    assert.deepEqual(await workers.compareRender(messages, { tools }, full), { tokens: full.length, commonPrefix: full.length });
+    const changed = [...full];
+    changed[100] = changed[100]! + 1;
+    assert.deepEqual(await workers.compareRender(messages, { tools }, changed), { tokens: full.length, commonPrefix: 100 });
+    assert.deepEqual(await workers.compareRender(messages, { tools }, full.slice(0, 50)), { tokens: full.length, commonPrefix: 50 });
+    assert.deepEqual(
+      await new InThreadRenderer(renderer).compareRender(messages, { tools }, changed),
+      await workers.compareRender(messages, { tools }, changed),
+    );
     const answer = {
       reasoning: 'List first.',
       content: 'Looking.',

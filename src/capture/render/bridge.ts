@@ -419,17 +419,15 @@ export class Bridge {
           (nth - last.nth >= FULL_RENDER_SAMPLE_EVERY && promptIds.length - last.tokens >= last.tokens * FULL_RENDER_SAMPLE_GROWTH)));
     if (due) {
       index.lastCheck = { nth, tokens: promptIds.length };
-      const full = await this.renderer.renderIds(req.messages, { tools: req.tools, kwargs: req.kwargs });
-      let lcp = 0;
-      const n = Math.min(full.length, promptIds.length);
-      while (lcp < n && full[lcp] === promptIds[lcp]) lcp++;
-      const equal = lcp === full.length && lcp === promptIds.length;
+      const full = await this.renderer.compareRender(req.messages, { tools: req.tools, kwargs: req.kwargs }, promptIds);
+      const lcp = full.commonPrefix;
+      const equal = lcp === full.tokens && lcp === promptIds.length;
       const drift = equal ? 0 : Math.max(0, anchorTokens - lcp);
-      info.full_render = { tokens: full.length, common_prefix: lcp, equal, drift_tokens: drift };
+      info.full_render = { tokens: full.tokens, common_prefix: lcp, equal, drift_tokens: drift };
       if (!equal)
         findings.push(
           `[INFO] render_drift: a full render of these messages differs from the bridged prompt at token ${lcp} ` +
-            `(${drift} of the anchor's ${anchorTokens} tokens would be re-rendered; full ${full.length}, bridged ` +
+            `(${drift} of the anchor's ${anchorTokens} tokens would be re-rendered; full ${full.tokens}, bridged ` +
             `${promptIds.length})`,
         );
     }

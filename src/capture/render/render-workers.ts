@@ -7,10 +7,11 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
+import { idList } from '../token-ids.js';
 import type { ChatMessage, ChatTool } from '../types.js';
 import { ChatTemplate } from './chat-template.js';
 import type { FamilyInfo } from './families.js';
-import type { ParsedAnswer, RendererDescription, RenderTextOptions, TokenRenderer } from './renderer.js';
+import type { ParsedAnswer, RenderComparison, RendererDescription, RenderTextOptions, TokenRenderer } from './renderer.js';
 import type { SegmentCacheStats } from './segment-cache.js';
 import type { WorkerReply } from './tokenizer-worker.js';
 
@@ -117,11 +118,17 @@ export class RenderWorkers implements TokenRenderer {
 
   async encode(text: string): Promise<number[]> {
     if (text === '') return [];
-    return Array.from((await this.call({ op: 'encode', text })) as Int32Array);
+    return idList((await this.call({ op: 'encode', text })) as Int32Array);
   }
 
   async renderIds(messages: ChatMessage[], opts: RenderTextOptions = {}): Promise<number[]> {
-    return Array.from((await this.call({ op: 'renderIds', messages, opts })) as Int32Array);
+    return idList((await this.call({ op: 'renderIds', messages, opts })) as Int32Array);
+  }
+
+  /** The thread renders, tokenizes and compares: a 108k-id render never becomes a JS array here. */
+  async compareRender(messages: ChatMessage[], opts: RenderTextOptions, ids: readonly number[]): Promise<RenderComparison> {
+    const list = Int32Array.from(ids);
+    return (await this.call({ op: 'compareRender', messages, opts, ids: list }, [list.buffer])) as RenderComparison;
   }
 
   async parseAnswer(ids: readonly number[], opts: { tools?: ChatTool[] | undefined; parseToolCalls: boolean }): Promise<ParsedAnswer> {

@@ -9,6 +9,7 @@ import { readModelFiles, type ModelFiles } from './model-files.js';
 import { pythonJsonDumps } from './python-json.js';
 import { cutTokens, SegmentCache, type AddedTokenSpec, type SegmentCacheStats } from './segment-cache.js';
 import type { ChatMessage, ChatTool, ChatToolCall } from '../types.js';
+import { commonPrefix, idList } from '../token-ids.js';
 
 /** Per-call status of one tool-call block (the renderers project's ToolCallParseStatus, snake case). */
 export type ToolCallStatus = 'ok' | 'invalid_json' | 'missing_name' | 'malformed_structure' | 'unclosed_block' | 'unknown_tool';
@@ -66,7 +67,18 @@ export interface TokenRenderer {
   encode(text: string): Promise<number[]>;
   /** Render and tokenize a whole conversation (a full render). */
   renderIds(messages: ChatMessage[], opts?: RenderTextOptions): Promise<number[]>;
+  /**
+   * A full render of `messages` set against `ids` (the bridge's check): only its length and the
+   * prefix it shares with `ids` come back, not the ids themselves.
+   */
+  compareRender(messages: ChatMessage[], opts: RenderTextOptions, ids: readonly number[]): Promise<RenderComparison>;
   parseAnswer(ids: readonly number[], opts: { tools?: ChatTool[] | undefined; parseToolCalls: boolean }): Promise<ParsedAnswer>;
+}
+
+/** A full render against a prompt: its length in tokens and how many leading tokens they share. */
+export interface RenderComparison {
+  tokens: number;
+  commonPrefix: number;
 }
 
 export class Renderer {
@@ -133,7 +145,12 @@ export class Renderer {
    * seen before (cut at special tokens, see SegmentCache) are not tokenized again.
    */
   encode(text: string): number[] {
-    if (text === '') return [];
+    return idList(this.encodeIds(text));
+  }
+
+  /** `encode` as a typed array (what the tokenizer thread hands to the main thread). */
+  encodeIds(text: string): Int32Array<ArrayBuffer> {
+    if (text === '') return new Int32Array(0);
     return this.segments.encode(text);
   }
 
@@ -145,7 +162,18 @@ export class Renderer {
 
   /** Render and tokenize a whole conversation. */
   renderIds(messages: ChatMessage[], opts: RenderTextOptions = {}): number[] {
-    return this.encode(this.renderText(messages, opts));
+    return idList(this.renderIdsTyped(messages, opts));
+  }
+
+  /** `renderIds` as a typed array. */
+  renderIdsTyped(messages: ChatMessage[], opts: RenderTextOptions = {}): Int32Array<ArrayBuffer> {
+    return this.encodeIds(this.renderText(messages, opts));
+  }
+
+  /** A full render of `messages` set against `ids`: see TokenRenderer.compareRender. */
+  compareRender(messages: ChatMessage[], opts: RenderTextOptions, ids: ArrayLike<number>): RenderComparison {
+    const full = this.renderIdsTyped(messages, opts);
+    return { tokens: full.length, commonPrefix: commonPrefix(full, ids) };
   }
 
   get cacheStats(): SegmentCacheStats {
@@ -351,6 +379,10 @@ export class InThreadRenderer implements TokenRenderer {
 
   renderIds(messages: ChatMessage[], opts?: RenderTextOptions): Promise<number[]> {
     return Promise.resolve(this.renderer.renderIds(messages, opts));
+  }
+
+  compareRender(messages: ChatMessage[], opts: RenderTextOptions, ids: readonly number[]): Promise<RenderComparison> {
+    return Promise.resolve(this.renderer.compareRender(messages, opts, ids));
   }
 
   parseAnswer(ids: readonly number[], opts: { tools?: ChatTool[] | undefined; parseToolCalls: boolean }): Promise<ParsedAnswer> {

@@ -41,6 +41,14 @@ interface Sampled {
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const TOKEN_ID = /^token_id:(\d+)$/;
 
+/**
+ * Ids as the text of a JSON array's elements (`1,2,3`). JSON.stringify writes 108k ids in about
+ * 1.5 ms; Array.prototype.join took 5-7 ms for the same list (a new root's whole prompt).
+ */
+function idsText(ids: readonly number[]): string {
+  return JSON.stringify(ids).slice(1, -1);
+}
+
 export class TokenInEngineError extends Error {}
 
 const ECHO_KEY = Buffer.from('"prompt_token_ids":');
@@ -299,13 +307,13 @@ export class TokenInEngine {
     if (p && anchor) {
       const tail = [p.anchorSampled, p.bridge]
         .filter((list) => list.length)
-        .map((list) => list.join(','))
+        .map(idsText)
         .join(',');
       sent = {
         bytes: !tail ? anchor.bytes : anchor.bytes.length ? Buffer.concat([anchor.bytes, Buffer.from(`,${tail}`)]) : Buffer.from(tail),
         state: hashIds(hashIds(anchor.state.copy(), p.anchorSampled), p.bridge),
       };
-    } else sent = { bytes: Buffer.from(plan.promptIds.join(',')), state: hashIds(createHash('sha256'), plan.promptIds) };
+    } else sent = { bytes: Buffer.from(idsText(plan.promptIds), 'latin1'), state: hashIds(createHash('sha256'), plan.promptIds) };
     this.sentPrompts.set(plan.promptIds, sent);
     return sent;
   }

@@ -9,6 +9,7 @@ import { Renderer, type RenderTextOptions } from './renderer.js';
 export type WorkerRequest =
   | { id: number; op: 'encode'; text: string }
   | { id: number; op: 'renderIds'; messages: ChatMessage[]; opts: RenderTextOptions }
+  | { id: number; op: 'compareRender'; messages: ChatMessage[]; opts: RenderTextOptions; ids: Int32Array }
   | { id: number; op: 'parse'; ids: Int32Array; tools: ChatTool[] | undefined; parseToolCalls: boolean }
   | { id: number; op: 'stats' };
 
@@ -19,8 +20,11 @@ function serve(renderer: Renderer): void {
   port.on('message', (req: WorkerRequest) => {
     try {
       if (req.op === 'encode' || req.op === 'renderIds') {
-        const ids = Int32Array.from(req.op === 'encode' ? renderer.encode(req.text) : renderer.renderIds(req.messages, req.opts));
+        const ids = req.op === 'encode' ? renderer.encodeIds(req.text) : renderer.renderIdsTyped(req.messages, req.opts);
         port.postMessage({ id: req.id, ok: true, value: ids } satisfies WorkerReply, [ids.buffer]);
+      } else if (req.op === 'compareRender') {
+        const value = renderer.compareRender(req.messages, req.opts, req.ids);
+        port.postMessage({ id: req.id, ok: true, value } satisfies WorkerReply);
       } else if (req.op === 'parse') {
         const value = renderer.parseAnswer(Array.from(req.ids), { tools: req.tools, parseToolCalls: req.parseToolCalls });
         port.postMessage({ id: req.id, ok: true, value } satisfies WorkerReply);
