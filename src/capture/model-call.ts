@@ -8,6 +8,7 @@ import { renderStopAnswer } from './dialects/stop-answer.js';
 import { answerTokenCount } from './dialects/token-count.js';
 import { EngineUnreachableError, engineErrorMessage, type ChatEngine } from './engine-client.js';
 import { TokenInUnavailableError } from './render/mode.js';
+import { HistoryBodies } from './history-body.js';
 import { BodyTooLargeError, readBody, redactHeaders, scrubSecret, sendJson } from './http-util.js';
 import type { RenderInfo } from './render/bridge.js';
 import type { TokenInEngine } from './render/token-engine.js';
@@ -64,6 +65,8 @@ export interface ModelCallDeps {
   findSession(key: string): CaptureSession | undefined;
   engine: GradedEngine;
   limits: ModelCallLimits;
+  /** Parses request bodies, each session's resent history once. */
+  bodies: HistoryBodies;
 }
 
 function replyError(res: ServerResponse, dialect: Dialect, status: number, message: string, keepalive?: SseKeepalive): void {
@@ -92,9 +95,13 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
     if (err instanceof BodyTooLargeError) return replyError(res, headerDialect, 413, err.message);
     throw err;
   }
+  // The key is read before the body so that a session's resent history is parsed once (history-body.ts);
+  // the order of the answers is unchanged (a body that is not JSON is refused before an unknown key).
+  const key = presentedKey(req, url);
+  const session = key ? deps.findSession(key) : undefined;
   let parsed: unknown;
   try {
-    parsed = JSON.parse(raw.toString('utf8'));
+    parsed = deps.bodies.parse(raw, session ? key : undefined);
   } catch {
     return replyError(res, headerDialect, 400, 'body must be JSON');
   }
@@ -106,8 +113,6 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   if (counted) return sendJson(res, counted.status, counted.body);
 
   const dialect = detectDialect(url.pathname, req.headers, body);
-  const key = presentedKey(req, url);
-  const session = key ? deps.findSession(key) : undefined;
   if (!session) {
     const why = key ? 'unknown API key' : 'no API key';
     return replyError(

@@ -22,6 +22,7 @@ import {
   sendJson,
 } from './http-util.js';
 import { METRICS_CONTENT_TYPE, ProxyMetrics } from './metrics.js';
+import { HistoryBodies } from './history-body.js';
 import { handleModelCall, type ModelCallDeps } from './model-call.js';
 import { RequestGuard, type Refusal } from './request-guard.js';
 import {
@@ -136,6 +137,7 @@ export class CaptureProxy {
     this.modelCall = {
       sessions: this.sessions,
       engine: { client: this.engine, grade: () => this.ensureProbed(), tokenIn: () => this.tokenInEngine() },
+      bodies: new HistoryBodies(),
       limits: {
         bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT,
         maxOutputTokens: options.maxOutputTokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
