@@ -11,7 +11,7 @@
 // is the cost per turn. The claim: in token-in mode the cost follows the new tokens of a turn, not the
 // context, so the 128k row is within 1.5x of the 8k row.
 //
-//   node --import tsx bench/token-in-cost.ts [--quick] [--sizes 8000,32000,128000] [--turns 24] [--hops token-in,chat]
+//   node --import tsx bench/token-in-cost.ts [--quick] [--sizes 8000,32000,128000] [--turns 24] [--loops 3] [--hops token-in,chat]
 //     [--profile DIR] [--out FILE]
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
@@ -52,6 +52,8 @@ export interface TokenInCostRow {
   hop: Hop;
   context_tokens_target: number;
   turns: number;
+  /** Measured loops of `turns` (each its own session); the CPU is their mean per turn. */
+  loops: number;
   /** Mean prompt tokens of the measured turns (the engine's count). */
   prompt_tokens_mean: number;
   cpu_ms_per_turn: number;
@@ -149,8 +151,15 @@ async function startHop(
 
 export interface TokenInCostOptions {
   sizes: number[];
-  /** Measured turns per size (after as many warm-up turns on another session). */
+  /** Turns per tool loop (a warm-up loop on its own session, then the measured loops). */
   turns: number;
+  /**
+   * Measured loops per size, each on a new session (default 3). A loop's first turns cost the most
+   * (a new root, the first full-render check) and a turn now and then collects garbage for tens of
+   * ms, so one 24-turn loop's mean moved by a quarter between runs of one build; three loops' mean
+   * moves less.
+   */
+  loops: number;
   hops: Hop[];
   /** Write each proxy's CPU profile (.cpuprofile) here. */
   profileDir: string | null;
@@ -193,18 +202,24 @@ export async function runTokenInCost(o: TokenInCostOptions): Promise<TokenInCost
               : undefined;
           // Warm-up: a whole loop at this size on its own session (V8 compiles, caches fill), not measured.
           await toolLoop(h.url, engine.model, system, o.turns, hop, await session());
-          const key = await session();
-          await new Promise((r) => setTimeout(r, 100));
-          const before = cpuMs(h.process.pid) ?? 0;
-          const promptMean = await toolLoop(h.url, engine.model, system, o.turns, hop, key);
-          await new Promise((r) => setTimeout(r, 100));
-          const cpu = (cpuMs(h.process.pid) ?? before) - before;
+          let cpu = 0;
+          let promptSum = 0;
+          for (let loop = 0; loop < o.loops; loop++) {
+            const key = await session();
+            await new Promise((r) => setTimeout(r, 100));
+            const before = cpuMs(h.process.pid) ?? 0;
+            promptSum += await toolLoop(h.url, engine.model, system, o.turns, hop, key);
+            await new Promise((r) => setTimeout(r, 100));
+            cpu += (cpuMs(h.process.pid) ?? before) - before;
+          }
+          const promptMean = promptSum / o.loops;
           const row: TokenInCostRow = {
             hop,
             context_tokens_target: size,
             turns: o.turns,
+            loops: o.loops,
             prompt_tokens_mean: Math.round(promptMean),
-            cpu_ms_per_turn: Math.round((cpu / o.turns) * 1000) / 1000,
+            cpu_ms_per_turn: Math.round((cpu / (o.turns * o.loops)) * 1000) / 1000,
             rss_mb: rssMb(h.process.pid) ?? null,
           };
           rows.push(row);
@@ -255,6 +270,7 @@ export function parseTokenInCostArgs(argv: string[], env: NodeJS.ProcessEnv = pr
       quick: { type: 'boolean', default: false },
       sizes: { type: 'string' },
       turns: { type: 'string' },
+      loops: { type: 'string' },
       hops: { type: 'string' },
       profile: { type: 'string' },
       out: { type: 'string' },
@@ -266,6 +282,7 @@ export function parseTokenInCostArgs(argv: string[], env: NodeJS.ProcessEnv = pr
   return {
     sizes: intList(values.sizes ?? '8000,32000,128000', 'sizes'),
     turns: intList(values.turns ?? (quick ? '8' : '24'), 'turns')[0]!,
+    loops: intList(values.loops ?? (quick ? '1' : '3'), 'loops')[0]!,
     hops,
     profileDir: values.profile ?? null,
     out: values.out ?? join(ROOT, 'bench-results', quick ? 'token-in-cost-quick.json' : 'token-in-cost.json'),

@@ -13,7 +13,7 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 
 test('token-in-cost: every hop at every size, prompts near the sizes, the ratios and the JSON file', { timeout: 600_000 }, async () => {
   const out = join(dir, 'token-in-cost.json');
-  const options = parseTokenInCostArgs(['--sizes', '600,1500', '--turns', '3', '--out', out], {});
+  const options = parseTokenInCostArgs(['--sizes', '600,1500', '--turns', '3', '--loops', '2', '--out', out], {});
   const result = await runTokenInCost({ ...options, log: () => {} });
   assert.deepEqual(
     result.rows.map((r) => [r.hop, r.context_tokens_target]),
@@ -24,6 +24,7 @@ test('token-in-cost: every hop at every size, prompts near the sizes, the ratios
   );
   for (const row of result.rows) {
     assert.equal(row.turns, 3);
+    assert.equal(row.loops, 2);
     assert.ok(row.prompt_tokens_mean > row.context_tokens_target * 0.7, `${row.hop}: prompts near the size (${row.prompt_tokens_mean})`);
     assert.ok(Number.isFinite(row.cpu_ms_per_turn) && row.cpu_ms_per_turn >= 0, 'a finite, non-negative figure');
     assert.ok(typeof row.rss_mb === 'number' && row.rss_mb > 0, "the hop's resident memory, from /proc");
