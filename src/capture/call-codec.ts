@@ -17,6 +17,7 @@
 // reconstruction, not against an adversary who can write the data dir; a line of a newer version than
 // this build reads is refused, naming it.
 import { createHash, type Hash } from 'node:crypto';
+import { extensionOf, idsSerial } from './token-ids.js';
 import type { CallRecord, ChatMessage } from './types.js';
 
 export const CALL_LINE_VERSION = 4;
@@ -129,34 +130,69 @@ function idsOf(prompt: readonly number[] | null, completion: readonly number[] |
 }
 
 /**
+ * The typed ids of a branch of calls: a buffer each call that extends the last one extends in place.
+ * A base's `ends` is a view of its first `len` ids; they never change once written, since only the
+ * call that extends the buffer's last view (`used` ids) writes, and only beyond it. At 108k tokens
+ * this saves each turn a 432 KB allocation and a copy of the context (a fork copies, as before).
+ */
+export interface IdsStore {
+  buf: Uint32Array;
+  used: number;
+}
+
+/**
  * A call's prompt ids against the newest remembered call: copies them (prompt ++ completion, see
  * idsOf) for the next call, counts how many leading ids the newest base shares (compared as sent: an
  * id of 2^32 or more never matches its truncated copy), and hashes the prompt ids (v4). When the
  * newest base's whole list is shared (a continuation: the prompt extends the parent's prompt ++
- * completion), the hash goes on from the base's state and folds only the new ids. Returns the state
- * over prompt ++ completion too, for the call after this one.
+ * completion), the hash goes on from the base's state and folds only the new ids, and the ids are
+ * written after the base's in its store when the base is the store's last view. `extendsNewest`: the
+ * prompt was built as the newest call's own prompt and completion arrays ++ more (token-ids.ts,
+ * noteExtension), so they are not compared. Returns the state over prompt ++ completion too, for the
+ * call after this one.
  */
 export function scanPromptIds(
   prompt: readonly number[] | null,
   completion: readonly number[] | null,
-  newest: { ends: Uint32Array; idsState: IdsHashState } | undefined,
-): { ends: Uint32Array; shared: number; hash: string; idsState: IdsHashState } {
+  newest: { ends: Uint32Array; idsState: IdsHashState; store?: IdsStore } | undefined,
+  extendsNewest = false,
+): { ends: Uint32Array; store: IdsStore; shared: number; hash: string; idsState: IdsHashState } {
   const p = prompt ?? [];
   const c = completion ?? [];
   const n = p.length;
-  const ends = new Uint32Array(n + c.length);
-  // The typed array's own copy loop (ToUint32 per element, as an indexed store does) is ~3x a JS loop.
-  ends.set(p);
-  ends.set(c, n);
+  const total = n + c.length;
   let shared = 0;
   if (newest) {
     const e = newest.ends;
-    const limit = Math.min(n, e.length);
-    while (shared < limit && e[shared] === p[shared]) shared++;
+    if (extendsNewest && n >= e.length) shared = e.length;
+    else {
+      const limit = Math.min(n, e.length);
+      while (shared < limit && e[shared] === p[shared]) shared++;
+    }
   }
   const whole = newest !== undefined && newest.ends.length > 0 && shared === newest.ends.length;
+  const tip = whole && newest.store !== undefined && newest.store.used === newest.ends.length ? newest.store : undefined;
+  let store: IdsStore;
+  if (tip) {
+    store = tip;
+    if (store.buf.length < total) {
+      const grown = new Uint32Array(Math.max(total, store.buf.length * 2));
+      grown.set(store.buf.subarray(0, store.used));
+      store.buf = grown;
+    }
+    const buf = store.buf;
+    for (let i = shared; i < n; i++) buf[i] = p[i]!;
+  } else {
+    // Room for a few more turns of this branch.
+    store = { buf: new Uint32Array(total + (total >> 3) + 64), used: 0 };
+    // The typed array's own copy loop (ToUint32 per element, as an indexed store does) is ~3x a JS loop.
+    store.buf.set(p);
+  }
+  store.buf.set(c, n);
+  store.used = total;
+  const ends = store.buf.subarray(0, total);
   const promptState = whole ? foldIds(newest.idsState, ends, shared, n) : foldIds(IDS_HASH_START, ends, 0, n);
-  return { ends, shared, hash: finishIds(promptState), idsState: foldIds(promptState, ends, n, n + c.length) };
+  return { ends, store, shared, hash: finishIds(promptState), idsState: foldIds(promptState, ends, n, total) };
 }
 
 /** The hash of a list of JSON-encoded elements (JSON text never holds a raw newline). */
@@ -248,8 +284,12 @@ interface ListBase {
 /** What the encoder remembers of a stored call: enough to write the next one against it. */
 interface Base {
   callId: string;
-  /** prompt ++ completion ids (see idsOf). */
+  /** prompt ++ completion ids (see idsOf): a view of `store`. */
   ends: Uint32Array;
+  store: IdsStore | undefined;
+  /** Which prompt and completion arrays the call had (idsSerial): a later prompt built on them is not compared. */
+  promptSerial: number;
+  completionSerial: number;
   /** The v4 hash state over `ends` (all of it): a continuation's prompt hash goes on from it. */
   idsState: IdsHashState;
   engineMessages: ListBase | null;
@@ -340,11 +380,18 @@ export class SessionEncoder {
       ? encodeList(this.bases, body![bodyKey] as unknown[], (b) => (b.bodyKey === bodyKey ? b.bodyMessages : null))
       : undefined;
     const newest = this.bases[this.bases.length - 1];
-    const scan = Array.isArray(ids) && ids.length > 0 ? scanPromptIds(ids, record.completion_token_ids ?? null, newest) : undefined;
+    const built = Array.isArray(ids) ? extensionOf(ids) : undefined;
+    const extendsNewest =
+      built !== undefined && newest !== undefined && built.prefix === newest.promptSerial && built.more === newest.completionSerial;
+    const scan =
+      Array.isArray(ids) && ids.length > 0 ? scanPromptIds(ids, record.completion_token_ids ?? null, newest, extendsNewest) : undefined;
     const ends = scan?.ends ?? idsOf(ids ?? null, record.completion_token_ids ?? null);
     const base: Base = {
       callId: record.call_id,
       ends,
+      store: scan?.store,
+      promptSerial: Array.isArray(ids) ? idsSerial(ids) : 0,
+      completionSerial: Array.isArray(record.completion_token_ids) ? idsSerial(record.completion_token_ids) : 0,
       idsState: scan?.idsState ?? foldIds(IDS_HASH_START, ends, 0, ends.length),
       engineMessages: engine?.remembered ?? null,
       bodyKey,

@@ -47,3 +47,34 @@ export function commonPrefix(a: ArrayLike<number>, b: ArrayLike<number>): number
   while (i < n && a[i] === b[i]) i++;
   return i;
 }
+
+/**
+ * A number naming an id array, without holding it (0 is never given). Arrays named here are never
+ * changed once built: a call record's, or one the token-in bridge built for a call.
+ */
+const serials = new WeakMap<object, number>();
+let nextSerial = 1;
+export function idsSerial(ids: readonly number[]): number {
+  let s = serials.get(ids);
+  if (s === undefined) {
+    s = nextSerial++;
+    serials.set(ids, s);
+  }
+  return s;
+}
+
+/** How an id array was built: `prefix` ++ `more` ++ new ids (their serials). */
+const extensions = new WeakMap<readonly number[], { prefix: number; more: number }>();
+
+/**
+ * `ids` was built as `prefix` ++ `more` ++ new ids (the token-in bridge: an anchor's prompt and
+ * sampled ids, then the bridge). The store's encoder then knows the anchor's ids are shared without
+ * comparing 100k of them (call-codec.ts, scanPromptIds).
+ */
+export function noteExtension(ids: readonly number[], prefix: readonly number[], more: readonly number[]): void {
+  extensions.set(ids, { prefix: idsSerial(prefix), more: idsSerial(more) });
+}
+
+export function extensionOf(ids: readonly number[]): { prefix: number; more: number } | undefined {
+  return extensions.get(ids);
+}

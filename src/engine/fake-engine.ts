@@ -39,6 +39,8 @@ export interface FakeEngineOptions {
   logprobsMode?: 'processed' | 'raw';
   /** Make individual calls fail: return a status and message, or undefined to answer normally. */
   fail?: (request: ChatRequest) => { status: number; message: string } | undefined;
+  /** The same for token-route calls (their bodies as sent). */
+  failTokens?: (body: JsonObject) => { status: number; message: string } | undefined;
   /**
    * A real tokenizer and chat template (Qwen3 family): the engine then also takes token-id prompts,
    * reading them back into messages for the script and answering with the renderer's ids (token-in
@@ -222,6 +224,9 @@ async function handleTokenRoute(
   }
   const delay = thinkDelay(options.thinkMs);
   if (delay > 0) await new Promise((r) => setTimeout(r, delay));
+  const failure = options.failTokens?.(raw);
+  if (failure)
+    return sendJson(res, failure.status, { object: 'error', message: failure.message, type: 'InternalServerError', code: failure.status });
   const answer = tokenAnswer(prompt, maxTokens, renderer, options);
   if (sglang) {
     return sendJson(res, 200, {

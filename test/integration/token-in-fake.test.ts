@@ -31,6 +31,8 @@ const tools: OpenAI.ChatCompletionTool[] = [
   { type: 'function', function: { name: 'bash', parameters: { type: 'object', properties: { command: { type: 'string' } } } } },
 ];
 let renderer: Renderer;
+/** The next token-route call fails (500), after the proxy has sent it. */
+let failNext = false;
 before(async () => {
   renderer = await Renderer.load((await ensureTinyModel({ dataDir: DATA_DIR })).path);
 });
@@ -40,7 +42,13 @@ for (const flavour of ['vllm', 'sglang'] as const) {
     let engine: FakeEngine;
     let proxy: CaptureProxy;
     before(async () => {
-      engine = await startFakeEngine({ renderer, flavour, script, maxModelLen: MAX_MODEL_LEN });
+      engine = await startFakeEngine({
+        renderer,
+        flavour,
+        script,
+        maxModelLen: MAX_MODEL_LEN,
+        failTokens: () => (failNext ? ((failNext = false), { status: 500, message: 'engine failed' }) : undefined),
+      });
       proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, captureLevel: 'tokens' });
       // The render mode is resolved (and the token route probed) once, before the counts below.
       assert.ok(await proxy.tokenInEngine(), 'auto picks token-in: /v1/models names the tokenizer, the engine takes ids');
@@ -115,6 +123,45 @@ for (const flavour of ['vllm', 'sglang'] as const) {
         );
       });
     }
+
+    test('a retry and a fork each send their exact ids (a branch shares its serialised ids)', async () => {
+      const { session_id } = await createSession(proxy);
+      const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session_id, maxRetries: 0 });
+      const ask = async (messages: OpenAI.ChatCompletionMessageParam[]) =>
+        (await client.chat.completions.create({ model: 'm', messages, tools, max_tokens: 200 })).choices[0]!.message;
+      const after = (
+        history: OpenAI.ChatCompletionMessageParam[],
+        m: OpenAI.ChatCompletionMessage,
+        out: string,
+      ): OpenAI.ChatCompletionMessageParam[] => [
+        ...history,
+        { role: 'assistant', content: m.content, tool_calls: m.tool_calls },
+        ...(m.tool_calls ?? []).map((c) => ({ role: 'tool' as const, tool_call_id: c.id, content: out })),
+      ];
+      const tokenBefore = engine.tokenRequests.length;
+      const start: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'How many lines does notes.txt have?' }];
+      const h1 = after(start, await ask(start), 'out');
+      failNext = true;
+      // Bridged on turn 1 and sent, then failed: turn 1 is still the end of its branch, but the ids
+      // serialised after it are this call's.
+      await assert.rejects(ask(h1), (err: unknown) => err instanceof OpenAI.APIError && err.status === 502);
+      const first = await ask(h1); // bridges on turn 1
+      const retry = await ask(h1); // bridges on turn 1 again: no longer the end of the branch
+      await ask(after(h1, retry, 'out of the retry')); // goes on from the retry
+      await ask(after(h1, first, 'out of the first')); // a fork: goes on from the first answer
+      const sent = engine.tokenRequests.slice(tokenBefore);
+      const calls = proxy.sessions.calls(session_id);
+      assert.equal(sent.length, 6);
+      // The failed call (the second sent) keeps no token ids: the engine gave none.
+      const answered = calls.filter((c) => c.prompt_token_ids);
+      assert.deepEqual(
+        answered.map((c) => c.render?.kind),
+        ['full', 'bridge', 'bridge', 'bridge', 'bridge'],
+      );
+      [sent[0]!, ...sent.slice(2)].forEach((body, i) =>
+        assert.deepEqual(flavour === 'vllm' ? body.prompt : body.input_ids, answered[i]!.prompt_token_ids, `call ${i}`),
+      );
+    });
 
     test('a tool call that does not parse is answered as text and marked on the call', async () => {
       const { session_id } = await createSession(proxy);

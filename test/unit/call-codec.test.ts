@@ -18,6 +18,7 @@ import {
   tokenHashV4,
 } from '../../src/capture/call-codec.js';
 import { CaptureStore, loadSessionFile, readSessionIndex } from '../../src/capture/store.js';
+import { noteExtension } from '../../src/capture/token-ids.js';
 import type { CallRecord, ChatMessage, SessionInfo } from '../../src/capture/types.js';
 
 const dirs: string[] = [];
@@ -90,6 +91,8 @@ type Step = {
   sampled: number[];
   keep: number;
   error: boolean;
+  /** A continuation built as the token-in bridge builds it: noted, so the encoder does not compare. */
+  noted?: boolean;
 };
 
 const stepArb: fc.Arbitrary<Step> = fc.record({
@@ -99,6 +102,7 @@ const stepArb: fc.Arbitrary<Step> = fc.record({
   sampled: fc.array(fc.integer({ min: 0, max: 50_000 }), { minLength: 1, maxLength: 20 }),
   keep: fc.nat(),
   error: fc.integer({ min: 0, max: 9 }).map((n) => n < 2),
+  noted: fc.boolean(),
 });
 
 function buildTurns(steps: Step[]): { turns: Turn[]; errors: boolean[] } {
@@ -120,10 +124,11 @@ function buildTurns(steps: Step[]): { turns: Turn[]; errors: boolean[] } {
       };
     } else
       t = {
-        prompt: [...prev.prompt, ...prev.sampled, ...s.extra],
+        prompt: s.noted ? prev.prompt.concat(prev.sampled, s.extra) : [...prev.prompt, ...prev.sampled, ...s.extra],
         sampled: s.sampled,
         messages: [...prev.messages, msg(`answer ${k - 1}`, 'assistant'), { role: 'tool', content: `result ${k}`, tool_call_id: `t${k}` }],
       };
+    if (prev && s.kind === 'continue' && s.noted) noteExtension(t.prompt, prev.prompt, prev.sampled);
     turns.push(t);
     errors.push(s.error);
   }
@@ -362,6 +367,49 @@ test("the encoder hashes a kept history by extending its parent's state: the sam
     assert.equal(line.enc.em.h, listHash(messages.map((m) => JSON.stringify(m))), `call ${i}: engine messages hash`);
     assert.equal(line.enc.bm!.h, listHash(messages.map((m) => JSON.stringify({ ...m, from: 'client' }))), `call ${i}: body messages hash`);
   }
+});
+
+test('a branch extends one typed buffer in place; a fork, a noted prompt and a failed write each read right', () => {
+  fc.assert(
+    fc.property(
+      fc.array(
+        fc.record({
+          of: fc.nat(),
+          extra: fc.array(fc.integer({ min: 0, max: 2 ** 31 - 1 }), { maxLength: 40 }),
+          sampled: fc.array(fc.integer({ min: 0, max: 200_000 }), { minLength: 1, maxLength: 8 }),
+          noted: fc.boolean(),
+          remembered: fc.integer({ min: 0, max: 9 }).map((n) => n > 0),
+        }),
+        { minLength: 1, maxLength: 30 },
+      ),
+      (steps) => {
+        // Calls built on the newest remembered call or an older one (a fork), each scanned against the
+        // newest remembered base as the encoder does; every view must still hold its own ids.
+        const calls: {
+          prompt: number[];
+          sampled: number[];
+          ends: Uint32Array;
+          store: { buf: Uint32Array; used: number };
+          idsState: ReturnType<typeof foldIds>;
+        }[] = [];
+        const kept: typeof calls = [];
+        for (const step of steps) {
+          const newest = kept[kept.length - 1];
+          const parent = kept.length ? kept[step.of % kept.length]! : undefined;
+          const prompt = parent ? parent.prompt.concat(parent.sampled, step.extra) : [7, ...step.extra];
+          const noted = parent !== undefined && parent === newest && step.noted;
+          const scan = scanPromptIds(prompt, step.sampled, newest, noted);
+          if (parent === newest && parent) assert.equal(scan.shared, parent.ends.length);
+          assert.equal(scan.hash, tokenHashV4(prompt));
+          const call = { prompt, sampled: step.sampled, ends: scan.ends, store: scan.store, idsState: scan.idsState };
+          calls.push(call);
+          if (step.remembered) kept.push(call);
+          for (const c of calls) assert.deepEqual([...c.ends], [...c.prompt, ...c.sampled]);
+        }
+      },
+    ),
+    { numRuns: 300 },
+  );
 });
 
 test('the prompt-id scan copies, compares and hashes (v4) exactly as separate passes would', () => {

@@ -11,6 +11,7 @@ import type { NewRootReason, RenderInfo } from './render-info.js';
 import type { TokenRenderer } from './renderer.js';
 
 export type { NewRootReason, RenderInfo };
+import { noteExtension } from '../token-ids.js';
 import type { CallRecord, ChatContentPart, ChatMessage, ChatTool } from '../types.js';
 
 export interface BridgePlan {
@@ -391,6 +392,7 @@ export class Bridge {
     const anchorPrompt = promptOf(turn);
     const anchorTokens = anchorPrompt.length + turn.sampledIds.length;
     const promptIds = (anchorPrompt as number[]).concat(turn.sampledIds, bridgeIds);
+    noteExtension(promptIds, anchorPrompt, turn.sampledIds);
     const keys = this.planned.get(req.messages);
     if (keys) keys.bridged = { anchor: turn, promptIds };
     const info: RenderInfo = {

@@ -152,8 +152,29 @@ export interface TokenInOptions extends BridgeOptions {
 
 /** A prompt as sent: the JSON text of its ids (bytes) and the SHA-256 state over them (hashIds). */
 interface SentPrompt {
+  /** A view of `store`'s first bytes. */
   bytes: Buffer;
   state: Hash;
+  store: BytesStore;
+}
+
+/**
+ * The serialised ids of a branch of turns: a buffer each turn that bridges on the newest extends in
+ * place (a view's bytes never change: only the turn extending the last view writes, beyond it). At
+ * 108k tokens this saves each turn a 0.6 MB allocation and copy; a retry or fork copies.
+ */
+interface BytesStore {
+  buf: Buffer;
+  used: number;
+}
+
+/** A new store holding `parts`, with room for a few more turns. */
+function newBytesStore(parts: Buffer[]): BytesStore {
+  const size = parts.reduce((n, b) => n + b.length, 0);
+  const buf = Buffer.allocUnsafe(size + (size >> 3) + 1024);
+  let at = 0;
+  for (const b of parts) at += b.copy(buf, at);
+  return { buf, used: size };
 }
 
 export class TokenInEngine {
@@ -309,11 +330,23 @@ export class TokenInEngine {
         .filter((list) => list.length)
         .map(idsText)
         .join(',');
-      sent = {
-        bytes: !tail ? anchor.bytes : anchor.bytes.length ? Buffer.concat([anchor.bytes, Buffer.from(`,${tail}`)]) : Buffer.from(tail),
-        state: hashIds(hashIds(anchor.state.copy(), p.anchorSampled), p.bridge),
-      };
-    } else sent = { bytes: Buffer.from(idsText(plan.promptIds), 'latin1'), state: hashIds(createHash('sha256'), plan.promptIds) };
+      const state = hashIds(hashIds(anchor.state.copy(), p.anchorSampled), p.bridge);
+      if (!tail) sent = { bytes: anchor.bytes, state, store: anchor.store };
+      else {
+        const added = Buffer.from(anchor.bytes.length ? `,${tail}` : tail, 'latin1');
+        const own = anchor.store;
+        let store: BytesStore;
+        if (own.used === anchor.bytes.length && own.buf.length - own.used >= added.length) {
+          added.copy(own.buf, own.used);
+          own.used += added.length;
+          store = own;
+        } else store = newBytesStore([anchor.bytes, added]);
+        sent = { bytes: store.buf.subarray(0, store.used), state, store };
+      }
+    } else {
+      const store = newBytesStore([Buffer.from(idsText(plan.promptIds), 'latin1')]);
+      sent = { bytes: store.buf.subarray(0, store.used), state: hashIds(createHash('sha256'), plan.promptIds), store };
+    }
     this.sentPrompts.set(plan.promptIds, sent);
     return sent;
   }
