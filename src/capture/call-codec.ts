@@ -176,7 +176,7 @@ export function scanPromptIds(
   if (tip) {
     store = tip;
     if (store.buf.length < total) {
-      const grown = new Uint32Array(Math.max(total, store.buf.length * 2));
+      const grown = new Uint32Array(total + (total >> 3) + 64);
       grown.set(store.buf.subarray(0, store.used));
       store.buf = grown;
     }
