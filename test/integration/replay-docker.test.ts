@@ -28,7 +28,11 @@ const outcome = (r: ReplayReport) => ({
   reward: r.reward,
   halt: r.halt,
   unasked: r.unasked,
-  calls: r.calls.map((c) => ({ matched: c.level !== 'none', recorded: c.recorded_index, tool_outputs: c.tool_outputs.map((d) => d.path) })),
+  // By the recorded call each matched: calls a harness makes at once (opencode's title and its first
+  // turn) reach the replay engine in either order, so arrival order differs between runs on a busy host.
+  calls: r.calls
+    .map((c) => ({ matched: c.level !== 'none', recorded: c.recorded_index, tool_outputs: c.tool_outputs.map((d) => d.path) }))
+    .sort((a, b) => (a.recorded ?? -1) - (b.recorded ?? -1)),
 });
 
 test('there is a replay fixture for every registry harness', () => {
