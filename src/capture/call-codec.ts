@@ -17,6 +17,7 @@
 // reconstruction, not against an adversary who can write the data dir; a line of a newer version than
 // this build reads is refused, naming it.
 import { createHash, type Hash } from 'node:crypto';
+import { BODY_HISTORY_KEYS } from './history-body.js';
 import { extensionOf, idsSerial } from './token-ids.js';
 import type { CallRecord, ChatMessage } from './types.js';
 
@@ -39,9 +40,6 @@ export interface CallEncoding {
   /** request.body[key], against the earlier call's request.body[key]. */
   bm?: SuffixRef & { key: string };
 }
-
-/** The request-body keys that hold a dialect's history (chat/messages, Responses, Gemini). */
-const BODY_HISTORY_KEYS = ['messages', 'input', 'contents'] as const;
 
 /** Below this many shared elements a suffix is not worth a reference. */
 const MIN_SHARED_TOKENS = 8;

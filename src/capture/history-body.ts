@@ -18,8 +18,8 @@
 // (which also lets the store's and the bridge's comparisons of those messages stop at identity), and
 // nothing may change a request's parsed body in place.
 
-/** The top-level keys that hold a dialect's history (chat/messages, Responses, Gemini). */
-const HISTORY_KEYS = ['messages', 'input', 'contents'] as const;
+/** The request-body keys that hold a dialect's history (chat/messages, Responses, Gemini). */
+export const BODY_HISTORY_KEYS = ['messages', 'input', 'contents'] as const;
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -136,7 +136,7 @@ export function scanHistory(buf: Buffer): HistoryLayout | null {
     if (buf[i] !== COLON) return null;
     i = skipWs(buf, i + 1);
     if (found && before.has(key)) return null;
-    if ((HISTORY_KEYS as readonly string[]).includes(key) && buf[i] === OPEN_BRACKET) {
+    if ((BODY_HISTORY_KEYS as readonly string[]).includes(key) && buf[i] === OPEN_BRACKET) {
       if (found || before.has(key)) return null;
       found = { key, ends: [] };
       i = scanElements(buf, i + 1, found.ends);
