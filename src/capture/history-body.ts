@@ -11,8 +11,9 @@
 // it (JSON's structure is decided by its prefix), so the kept values are what a parse of the new body
 // gives for them; the rest is parsed in the same context (inside the history array, inside the
 // top-level object). Members before the history key are kept too (same bytes); a member after it that
-// repeats one of them wins, as JSON.parse lets the last duplicate win. A rest that names the history
-// key again, or a `__proto__` member anywhere at the top, is parsed whole. Anything unexpected (the
+// repeats one of them wins, as JSON.parse lets the last duplicate win. A rest that names a history
+// key again, a `__proto__` member anywhere at the top, or a top-level key written with escapes (which
+// could spell either) is parsed whole. Anything unexpected (the
 // rest does not continue the array, a parse error) falls back to JSON.parse of the whole body, which
 // then also gives the error. The kept values are frozen: they are shared by the calls that resent them
 // (which also lets the store's and the bridge's comparisons of those messages stop at identity), and
@@ -148,6 +149,31 @@ export function scanHistory(buf: Buffer): HistoryLayout | null {
   }
 }
 
+/**
+ * From just after the history array, whether the top-level members left have plain keys: none with
+ * escapes, none that is a history key or `__proto__`. Does not validate (JSON.parse does).
+ */
+function plainMembersFrom(buf: Buffer, i: number): boolean {
+  for (;;) {
+    i = skipWs(buf, i);
+    const c = buf[i];
+    if (c === CLOSE_BRACE || c === undefined) return true;
+    if (c === COMMA) {
+      i++;
+      continue;
+    }
+    if (c !== QUOTE) return false;
+    const keyEnd = skipString(buf, i);
+    if (keyEnd < 0) return false;
+    const key = buf.toString('latin1', i + 1, keyEnd - 1);
+    if (key.includes('\\') || key === '__proto__' || (BODY_HISTORY_KEYS as readonly string[]).includes(key)) return false;
+    i = skipWs(buf, keyEnd);
+    if (buf[i] !== COLON) return false;
+    i = skipValue(buf, skipWs(buf, i + 1));
+    if (i < 0) return false;
+  }
+}
+
 /** Length of the common prefix of two buffers: memcmp over halving ranges. */
 export function commonBytes(a: Buffer, b: Buffer): number {
   let lo = 0;
@@ -261,10 +287,17 @@ export class HistoryBodies {
     const cut = layout.ends[k - 1]!;
     let i = skipWs(raw, cut);
     const next = raw[i];
-    if (next === COMMA) i++;
-    else if (next !== CLOSE_BRACKET) return undefined;
-    // The history key again, or __proto__, after it: parsed whole (see the header).
-    if (raw.indexOf(`"${layout.key}"`, i) >= 0 || raw.indexOf('"__proto__"', i) >= 0) return undefined;
+    if (next === COMMA) {
+      i++;
+      // `[a, ]` is not JSON, though `[` + ` ]` would be.
+      if (raw[skipWs(raw, i)] === CLOSE_BRACKET) return undefined;
+    } else if (next !== CLOSE_BRACKET) return undefined;
+    // The new elements' end offsets (this body's layout, for the next call), then the members after
+    // the history: a history key again, __proto__ or a key with escapes (which could spell either)
+    // is parsed whole (see the header).
+    const ends = layout.ends.slice(0, k);
+    const after = scanElements(raw, cut, ends);
+    if (after < 0 || !plainMembersFrom(raw, after)) return undefined;
     let rest: unknown;
     try {
       rest = JSON.parse(`{"${layout.key}":[${raw.toString('utf8', i)}`);
@@ -274,9 +307,7 @@ export class HistoryBodies {
     if (rest === null || typeof rest !== 'object' || Array.isArray(rest)) return undefined;
     const tail = (rest as Record<string, unknown>)[layout.key];
     if (!Array.isArray(tail)) return undefined;
-    // The new elements' end offsets: this body's layout, for the next call.
-    const ends = layout.ends.slice(0, k);
-    if (scanElements(raw, cut, ends) < 0 || ends.length !== k + tail.length) return undefined;
+    if (ends.length !== k + tail.length) return undefined;
     const items = before.items.slice(0, k);
     for (const item of tail) items.push(item);
     const out: Record<string, unknown> = {};

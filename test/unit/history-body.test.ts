@@ -94,7 +94,7 @@ test('edits anywhere, other history keys, repeated members and bodies that are n
     const list: unknown[] = [{ role: 'system', content: 'S'.repeat(200) }, message(r, 0), message(r, 1)];
     for (let turn = 0; turn < 10; turn++) {
       list.push(message(r, turn + 2));
-      const pick = Math.floor(r() * 11);
+      const pick = Math.floor(r() * 12);
       if (pick === 0) list[1] = message(r, 999); // an earlier message edited
       if (pick === 9) list[list.length - 2] = { ...(list[list.length - 2] as object), v: turn }; // edited near its end
       if (pick === 1) list.splice(1, 1); // one dropped (compaction)
@@ -106,11 +106,28 @@ test('edits anywhere, other history keys, repeated members and bodies that are n
       if (pick === 6) text = text.replace(/\]\s*,\s*"temperature"/, ',]"temperature"'); // broken array
       if (pick === 7) text = text.replace(/,(\s*)"temperature"/, ' 5,$1"temperature"'); // an element that does not end
       if (pick === 8) text = `{"${key}":"not a list",${text.slice(1)}`; // the key first as something else
+      if (pick === 10)
+        text = text.replace(/}\s*$/, `,"\\u00${key.charCodeAt(0).toString(16)}${key.slice(1)}":[{"role":"user","content":"other"}]}`); // the key again, spelt with an escape
       check(bodies, text, 'k', `seed ${seed} turn ${turn} pick ${pick}`);
     }
     reused += bodies.stats.reused;
   }
   assert.ok(reused > 40, `${reused} bodies parsed from a kept prefix`);
+});
+
+test('a body that ends its resent history with a trailing comma is refused, as JSON.parse refuses it', () => {
+  const bodies = new HistoryBodies({ minBytes: 0 });
+  const a = { role: 'system', content: 'z'.repeat(300) };
+  const b = { role: 'user', content: 'hi' };
+  bodies.parse(Buffer.from(JSON.stringify({ messages: [a, b], x: 1 })), 'k');
+  for (const text of [
+    `{"messages":[${JSON.stringify(a)},${JSON.stringify(b)},],"x":1}`,
+    `{"messages":[${JSON.stringify(a)}, ,${JSON.stringify(b)}]}`,
+  ]) {
+    assert.throws(() => JSON.parse(text), SyntaxError);
+    assert.throws(() => bodies.parse(Buffer.from(text), 'k'), SyntaxError, text.slice(-30));
+    bodies.parse(Buffer.from(JSON.stringify({ messages: [a, b], x: 1 })), 'k');
+  }
 });
 
 test('what the caller does to a parsed body never reaches the next one', () => {
