@@ -18,7 +18,7 @@
 // this build reads is refused, naming it.
 import { createHash, type Hash } from 'node:crypto';
 import { BODY_HISTORY_KEYS } from './history-body.js';
-import { extensionOf, idsSerial } from './token-ids.js';
+import { commonPrefix, extensionOf, idsSerial } from './token-ids.js';
 import type { CallRecord, ChatMessage } from './types.js';
 
 export const CALL_LINE_VERSION = 4;
@@ -162,11 +162,7 @@ export function scanPromptIds(
   let shared = 0;
   if (newest) {
     const e = newest.ends;
-    if (extendsNewest && n >= e.length) shared = e.length;
-    else {
-      const limit = Math.min(n, e.length);
-      while (shared < limit && e[shared] === p[shared]) shared++;
-    }
+    shared = extendsNewest && n >= e.length ? e.length : commonPrefix(e, p);
   }
   const whole = newest !== undefined && newest.ends.length > 0 && shared === newest.ends.length;
   const tip = whole && newest.store !== undefined && newest.store.used === newest.ends.length ? newest.store : undefined;
@@ -295,14 +291,6 @@ interface Base {
   bodyMessages: ListBase | null;
 }
 
-function sharedTokens(base: Base, ids: readonly number[]): number {
-  const ends = base.ends;
-  const n = Math.min(ids.length, ends.length);
-  let i = 0;
-  while (i < n && ends[i] === ids[i]) i++;
-  return i;
-}
-
 function sharedElements(base: ListBase | null, list: readonly unknown[]): number {
   if (!base) return 0;
   const n = Math.min(base.items.length, list.length);
@@ -402,7 +390,7 @@ export class SessionEncoder {
       // The newest base was compared in the scan; older ones only where they could share more.
       const best = pick(
         this.bases,
-        (b) => (b === newest ? scan.shared : sharedTokens(b, ids!)),
+        (b) => (b === newest ? scan.shared : commonPrefix(b.ends, ids!)),
         (b) => Math.min(ids!.length, b.ends.length),
         MIN_SHARED_TOKENS,
       );
