@@ -78,8 +78,20 @@ function admit(entry) {
   socket.resume();
 }
 
-// A copy with its own ArrayBuffer, transferred: cloning a view would copy the whole pool slab.
+// A chunk moves to the main thread by transfer, never by clone (a cloned view copies its whole
+// ArrayBuffer). A socket read's chunk owns its ArrayBuffer (one per read, nothing else refers to
+// it once emitted), so it is transferred as it is: a 0.55 MB request was copied once more here, into
+// fresh pages, on every long-context turn. Any other chunk (the first, sliced for the /health check,
+// or a pooled slab) is copied first.
 function relay(id, chunk) {
+  if (chunk.byteOffset === 0 && chunk.byteLength === chunk.buffer.byteLength) {
+    try {
+      parentPort.postMessage({ t: 'data', id, chunk }, [chunk.buffer]);
+      return;
+    } catch {
+      // not transferable (a pooled slab): copy
+    }
+  }
   const copy = new Uint8Array(chunk);
   parentPort.postMessage({ t: 'data', id, chunk: copy }, [copy.buffer]);
 }

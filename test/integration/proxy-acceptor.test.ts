@@ -1,6 +1,7 @@
 // The acceptor thread: /health keeps answering while the main thread is busy, says 503 once the main
 // thread has gone silent, and every other connection reaches the main thread's HTTP server intact.
 import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
 import { createServer, request } from 'node:http';
 import { after, test } from 'node:test';
 import { Worker } from 'node:worker_threads';
@@ -118,8 +119,12 @@ test('relayed connections: keep-alive requests, a streamed upload and a client t
       return;
     }
     let n = 0;
-    req.on('data', (c: Buffer) => (n += c.length));
-    req.on('end', () => res.end(JSON.stringify({ url: req.url, bytes: n, remote: req.socket.remoteAddress })));
+    const hash = createHash('sha256');
+    req.on('data', (c: Buffer) => {
+      n += c.length;
+      hash.update(c);
+    });
+    req.on('end', () => res.end(JSON.stringify({ url: req.url, bytes: n, sha256: hash.digest('hex'), remote: req.socket.remoteAddress })));
   });
   const acceptor = await AcceptorThread.start({
     host: '127.0.0.1',
@@ -131,13 +136,15 @@ test('relayed connections: keep-alive requests, a streamed upload and a client t
   });
   closers.push(() => acceptor.close());
   const { port } = acceptor.address;
-  const big = Buffer.alloc(3 * 1024 * 1024, 7);
+  // Every byte checked, in order: the acceptor transfers a read's own buffer and copies the rest.
+  const big = randomBytes(3 * 1024 * 1024 + 17);
+  const sha256 = createHash('sha256').update(big).digest('hex');
   const answers = await Promise.all(
     [1, 2, 3].map((i) => fetch(`http://127.0.0.1:${port}/u${i}`, { method: 'POST', body: big }).then((r) => r.json())),
   );
   assert.deepEqual(
     answers,
-    [1, 2, 3].map((i) => ({ url: `/u${i}`, bytes: big.length, remote: '127.0.0.1' })),
+    [1, 2, 3].map((i) => ({ url: `/u${i}`, bytes: big.length, sha256, remote: '127.0.0.1' })),
   );
   await new Promise<void>((resolve) => {
     const req = request({ host: '127.0.0.1', port, path: '/slow' });
