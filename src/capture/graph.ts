@@ -41,7 +41,19 @@ export class GraphNode {
   readonly index: number;
   /** `tokens` when the engine returned prompt ids; otherwise the node is linked by messages. */
   readonly domain: LinkDomain;
-  readonly prompt_ids: readonly number[];
+  /**
+   * The prompt's token ids. The record's array may since have grown at its end (the token-in bridge
+   * appends the next turn's ids to it: Bridge.extend), so the node keeps the length it had.
+   */
+  get prompt_ids(): readonly number[] {
+    const ids = this.promptArray;
+    if (ids.length === this.promptLength) return ids;
+    const own = this.record.prompt_token_ids;
+    return own && own.length === this.promptLength ? own : (this.promptCopy ??= ids.slice(0, this.promptLength));
+  }
+  readonly promptLength: number;
+  private readonly promptArray: readonly number[];
+  private promptCopy: number[] | undefined;
   readonly sampled_ids: readonly number[];
   /** Behaviour logprobs fit for training, or null: missing, misaligned, below `tokens`, or a FATAL turn finding. */
   readonly sampled_logprobs: readonly number[] | null;
@@ -72,9 +84,10 @@ export class GraphNode {
   ) {
     this.node_id = record.call_id;
     this.index = record.index;
-    this.prompt_ids = record.prompt_token_ids ?? [];
+    this.promptArray = record.prompt_token_ids ?? [];
+    this.promptLength = this.promptArray.length;
     this.sampled_ids = record.completion_token_ids ?? [];
-    this.domain = this.prompt_ids.length > 0 ? 'tokens' : 'messages';
+    this.domain = this.promptLength > 0 ? 'tokens' : 'messages';
     this.request_messages = record.engine_request?.messages ?? [];
     this.request_tools = record.engine_request?.tools ?? null;
     this.response_message = record.engine_response?.choices?.[0]?.message ?? null;
@@ -209,7 +222,7 @@ export class RolloutGraph {
    * duplicates' children), never the session's other calls.
    */
   private link(trie: PrefixTrie<Member>, node: GraphNode, seq: Seq, linkSelf: boolean, memberOf: (n: GraphNode) => Member | null): Member {
-    const promptLen = seq.head.length;
+    const promptLen = seq.headLength;
     let best: Member | null = null;
     const promptAt = trie.descend(
       seq,
@@ -260,14 +273,14 @@ export class RolloutGraph {
     if (node.parent === null) {
       let best: GraphNode | null = null;
       for (const p of this.reasoningParents)
-        if (p !== node) if (continuesAcrossReasoning(node, p) && (best === null || p.prompt_ids.length > best.prompt_ids.length)) best = p;
+        if (p !== node) if (continuesAcrossReasoning(node, p) && (best === null || p.promptLength > best.promptLength)) best = p;
       if (best) linkContinuation(node, best);
     }
     if (!canParentLater) return;
     const candidates = [...this.byId.values()].filter((n) => n !== node && n.domain === 'tokens');
     for (const x of candidates) {
       if (x.parent !== null && !x.continuation) continue;
-      if (x.continuation && x.parent && x.parent.prompt_ids.length >= node.prompt_ids.length) continue;
+      if (x.continuation && x.parent && x.parent.promptLength >= node.promptLength) continue;
       if (continuesAcrossReasoning(x, node)) linkContinuation(x, node);
     }
   }
@@ -395,7 +408,7 @@ function continuesAcrossReasoning(child: GraphNode, parent: GraphNode): boolean 
   if (byArrival(parent, child) >= 0 || child.domain !== 'tokens' || parent.domain !== 'tokens') return false;
   const reply = parent.response_message;
   if (!reply || !reasoningText(reply)) return false;
-  if (parent.systemKey !== child.systemKey || parent.prompt_ids.length >= child.prompt_ids.length) return false;
+  if (parent.systemKey !== child.systemKey || parent.promptLength >= child.promptLength) return false;
   if (!startsWithIds(child.prompt_ids, parent.prompt_ids)) return false;
   const history = (n: GraphNode) => n.request_messages.slice(leadingSystemCount(n.request_messages)).map(messageIdentity);
   const expected = [...history(parent), messageIdentity({ ...reply, role: reply.role || 'assistant' })];

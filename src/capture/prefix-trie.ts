@@ -16,14 +16,17 @@
 /** A read-only integer sequence seen as `head ++ tail` (prompt ++ completion) without concatenating. */
 export class Seq {
   readonly length: number;
+  /** The head's length when the sequence was made: a token-in prompt array may grow at its end later. */
+  readonly headLength: number;
   constructor(
     readonly head: readonly number[],
     readonly tail: readonly number[] = [],
   ) {
+    this.headLength = head.length;
     this.length = head.length + tail.length;
   }
   at(i: number): number {
-    const h = this.head.length;
+    const h = this.headLength;
     return (i < h ? this.head[i] : this.tail[i - h]) as number;
   }
 }

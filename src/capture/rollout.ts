@@ -176,7 +176,7 @@ export function buildRollout(session: SessionInfo, records: readonly CallRecord[
       parent_id: n.parent?.node_id ?? null,
       root_id: rootOf(n.node_id),
       n_sampled: n.sampled_ids.length,
-      n_prompt: n.prompt_ids.length,
+      n_prompt: n.promptLength,
       n_tools: n.n_tools,
       finish_reason: r.finish_reason,
       harness_session_id: r.harness_session_id,

@@ -49,8 +49,10 @@ export function commonPrefix(a: ArrayLike<number>, b: ArrayLike<number>): number
 }
 
 /**
- * A number naming an id array, without holding it (0 is never given). Arrays named here are never
- * changed once built: a call record's, or one the token-in bridge built for a call.
+ * A number naming an id array, without holding it (0 is never given). Arrays named here never change
+ * what they hold: a call record's, or one the token-in bridge built for a call. The bridge may append
+ * to its own (Bridge.extend), never rewrite, so every prefix a call had stays what it was; a serial
+ * with a length (the encoder keeps each call's ids with it) names one list.
  */
 const serials = new WeakMap<object, number>();
 let nextSerial = 1;
@@ -69,7 +71,8 @@ const extensions = new WeakMap<readonly number[], { prefix: number; more: number
 /**
  * `ids` was built as `prefix` ++ `more` ++ new ids (the token-in bridge: an anchor's prompt and
  * sampled ids, then the bridge). The store's encoder then knows the anchor's ids are shared without
- * comparing 100k of them (call-codec.ts, scanPromptIds).
+ * comparing 100k of them (call-codec.ts, scanPromptIds). `prefix` may be `ids` itself, grown in
+ * place: the prefix is then the length the anchor's call had, which `more` (its sampled ids) names.
  */
 export function noteExtension(ids: readonly number[], prefix: readonly number[], more: readonly number[]): void {
   extensions.set(ids, { prefix: idsSerial(prefix), more: idsSerial(more) });

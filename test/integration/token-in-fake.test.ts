@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
+import { RolloutGraph } from '../../src/capture/graph.js';
 import { CaptureProxy } from '../../src/capture/proxy.js';
 import { tokensDigestMatches } from '../../src/capture/render/digest.js';
 import { Renderer } from '../../src/capture/render/renderer.js';
@@ -161,6 +162,20 @@ for (const flavour of ['vllm', 'sglang'] as const) {
       [sent[0]!, ...sent.slice(2)].forEach((body, i) =>
         assert.deepEqual(flavour === 'vllm' ? body.prompt : body.input_ids, answered[i]!.prompt_token_ids, `call ${i}`),
       );
+      // The bridge grows a branch's prompt array in place; the live graph (built call by call as the
+      // arrays grew) is the graph of the records as they read now, copied into arrays of their own.
+      const live = proxy.sessions.get(session_id)!.graph('tokens');
+      const rebuilt = RolloutGraph.fromRecords(structuredClone(calls), { captureLevel: 'tokens' });
+      const shape = (g: RolloutGraph) =>
+        g.nodes().map((n) => ({ id: n.node_id, parent: n.parent?.node_id ?? null, prompt: [...n.prompt_ids], length: n.promptLength }));
+      assert.deepEqual(shape(live), shape(rebuilt));
+      assert.deepEqual(
+        rebuilt
+          .nodes()
+          .map((n) => n.parent?.node_id ?? null)
+          .slice(0, 3),
+        [null, answered[0]!.call_id, answered[0]!.call_id],
+      );
     });
 
     test('a tool call that does not parse is answered as text and marked on the call', async () => {
@@ -224,11 +239,19 @@ test('sessions kept only in the store bridge every turn without being read back'
       }
     }
     assert.equal(proxy.sessions.residentCount, 0, 'no session was read back from the store for a bridge');
-    for (const run of runs)
+    const sent = engine.tokenRequests.slice(-3 * runs.length); // after the proxy's probe
+    runs.forEach((run, r) => {
+      const stored = proxy.sessions.calls(run.session_id);
       assert.deepEqual(
-        proxy.sessions.calls(run.session_id).map((c) => c.render?.kind),
+        stored.map((c) => c.render?.kind),
         ['full', 'bridge', 'bridge'],
       );
+      // Read back from the store: each call's prompt is the ids the engine received (turns interleave).
+      assert.deepEqual(
+        stored.map((c) => c.prompt_token_ids),
+        [0, 1, 2].map((turn) => sent[turn * runs.length + r]!.prompt),
+      );
+    });
   } finally {
     await proxy.close();
     await engine.close();

@@ -153,7 +153,8 @@ describe('qwen3_coder family', () => {
       kwargs: undefined,
     });
     assert.equal(p1.info.kind, 'bridge');
-    const end0 = [...p0.promptIds, ...sampled];
+    // The record reads the prompt it had (p1 grew p0's array in place).
+    const end0 = [...r0.prompt_token_ids!, ...sampled];
     assert.deepEqual(p1.promptIds.slice(0, end0.length), end0);
     assert.equal(
       coder.decode(p1.promptIds.slice(end0.length)),

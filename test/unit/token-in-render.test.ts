@@ -313,7 +313,9 @@ describe('bridge', () => {
     bridge.observe(owner, r0);
     let messages = [...task];
     let last = r0;
-    const prompts: number[][] = [r0.prompt_token_ids!];
+    // What each turn's prompt was when it was planned (copies: the arrays themselves grow in place).
+    const prompts: number[][] = [[...r0.prompt_token_ids!]];
+    const records = [r0];
     for (let t = 1; t <= 4; t++) {
       messages = [...messages, echoed(last), { role: 'tool', tool_call_id: 'harness-x', content: `output ${t}` }];
       const plan = await bridge.plan(owner, [], { messages, tools, kwargs: undefined });
@@ -321,16 +323,23 @@ describe('bridge', () => {
       assert.equal(plan.info.anchor_call_id, last.call_id);
       const end = [...last.prompt_token_ids!, ...last.completion_token_ids!];
       assert.deepEqual(plan.promptIds.slice(0, end.length), end);
+      assert.equal(plan.parts!.anchorPrompt, plan.promptIds, `turn ${t} grows the anchor's array in place`);
       last = turnRecord(t, messages, t % 2 ? act2 : act1, plan.promptIds);
       bridge.observe(owner, last);
-      prompts.push(plan.promptIds);
+      prompts.push([...plan.promptIds]);
+      records.push(last);
     }
     assert.equal(bridge.promptArrays(owner), 1, 'five turns, one array');
+    // The turns after the first grew one array in place; every record still reads the prompt it had.
+    assert.deepEqual(
+      records.map((r) => r.prompt_token_ids),
+      prompts,
+    );
 
     // A retry of turn 2 (the same messages again) anchors on turn 1, whose prompt now lives inside a
     // later turn's array: it is cut back out exactly, and the retry keeps its own array (a branch).
     const turn1Messages = [...task, echoed(r0), { role: 'tool', tool_call_id: 'harness-x', content: 'output 1' }];
-    const t1 = prompts[1]!;
+    const t1 = records[1]!.prompt_token_ids!;
     const t1Record = turnRecord(1, turn1Messages, act2, t1);
     const retryMessages = [...turn1Messages, echoed(t1Record), { role: 'tool', content: 'output 2' }];
     const plan = await bridge.plan(owner, [], { messages: retryMessages, tools, kwargs: undefined });

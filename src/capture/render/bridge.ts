@@ -16,7 +16,11 @@ import type { CallRecord, ChatContentPart, ChatMessage, ChatTool } from '../type
 
 export interface BridgePlan {
   promptIds: number[];
-  /** For a bridge: the parts promptIds is made of, in order (the anchor's prompt and sampled ids, the bridge). */
+  /**
+   * For a bridge: the parts promptIds is made of, in order (the anchor's prompt and sampled ids, the
+   * bridge). `anchorPrompt` is the array the anchor's call had as its prompt: promptIds itself when
+   * the bridge grew it in place (see Bridge.extend), so only its identity says which call it was.
+   */
   parts?: { anchorPrompt: readonly number[]; anchorSampled: readonly number[]; bridge: readonly number[] };
   info: RenderInfo;
   /** Graded findings for the call record (why a new root, drift). */
@@ -34,18 +38,40 @@ interface Turn {
   contextKey: string;
   /**
    * The turn's prompt ids: the first `length` of `ids`, which is the turn's own array until a later
-   * turn bridges on it, then that turn's prompt (it starts with these ids; see TurnIndex.share).
+   * turn bridges on it, then that turn's prompt (it starts with these ids; see Bridge.plan and
+   * TurnIndex.share).
    */
   prompt: { ids: readonly number[]; length: number };
   sampledIds: readonly number[];
   answer: ChatMessage;
   firstRole: string | undefined;
+  /** The call's record (its prompt is made its own copy before its array grows: keepOwnPrompt). */
+  record: CallRecord;
 }
 
 /** A turn's prompt ids as an array (a copy only for a turn a later one has bridged on: a retry or a fork). */
 function promptOf(turn: Turn): readonly number[] {
   const { ids, length } = turn.prompt;
   return ids.length === length ? ids : ids.slice(0, length);
+}
+
+/**
+ * `record` holds `ids` as its prompt, and `ids` is about to grow (the next turn's prompt is built on
+ * it in place): from now on the record reads its prompt as the first `length` ids, copied on the first
+ * read. The hot path never reads an earlier turn's prompt, so the copy is made only for a reader that
+ * wants it (a view, a trace); each record that a live reader touched then holds its own array, as
+ * every record did before. Assigning the property makes it a plain value again.
+ */
+function keepOwnPrompt(record: CallRecord, ids: readonly number[], length: number): void {
+  if (record.prompt_token_ids !== ids) return;
+  let own: number[] | undefined;
+  Object.defineProperty(record, 'prompt_token_ids', {
+    configurable: true,
+    enumerable: true,
+    get: () => (own ??= ids.slice(0, length)),
+    set: (value: number[] | null) =>
+      Object.defineProperty(record, 'prompt_token_ids', { value, writable: true, configurable: true, enumerable: true }),
+  });
 }
 
 const PROBE_USER = 'harness-lab bridge probe';
@@ -277,6 +303,7 @@ function turnOf(call: CallRecord, planned?: PlannedKeys): Turn | null {
     sampledIds: call.completion_token_ids,
     answer,
     firstRole: req.messages[0]?.role,
+    record: call,
   };
 }
 
@@ -317,6 +344,8 @@ export class Bridge {
   private readonly planned = new WeakMap<readonly ChatMessage[], PlannedKeys>();
   /** probeRender's texts by the exact JSON of the tools and template arguments, oldest first out. */
   private readonly probeTexts = new Map<string, string>();
+  /** Prompt arrays this bridge built (nothing else has them before their call's record): see extend. */
+  private readonly growable = new WeakSet<readonly number[]>();
 
   constructor(
     readonly renderer: TokenRenderer,
@@ -389,9 +418,9 @@ export class Bridge {
     const bridge = this.bridgeText(turn, tail, req);
     if ('reason' in bridge) return this.full(req, bridge.reason, bridge.detail);
     const bridgeIds = await this.renderer.encode(bridge.text);
-    const anchorPrompt = promptOf(turn);
-    const anchorTokens = anchorPrompt.length + turn.sampledIds.length;
-    const promptIds = (anchorPrompt as number[]).concat(turn.sampledIds, bridgeIds);
+    // After the await: another call may have grown the anchor's array meanwhile (then it is not the tip).
+    const { promptIds, anchorPrompt } = this.extend(turn, bridgeIds);
+    const anchorTokens = turn.prompt.length + turn.sampledIds.length;
     noteExtension(promptIds, anchorPrompt, turn.sampledIds);
     const keys = this.planned.get(req.messages);
     if (keys) keys.bridged = { anchor: turn, promptIds };
@@ -434,6 +463,32 @@ export class Bridge {
         );
     }
     return { promptIds, parts: { anchorPrompt, anchorSampled: turn.sampledIds, bridge: bridgeIds }, info, findings };
+  }
+
+  /**
+   * The prompt ids of a bridge on `turn`: its prompt ++ its sampled ids ++ the bridge's ids. When the
+   * turn's prompt is the whole of an array this bridge built (the branch's newest turn), the ids are
+   * appended to that array and it becomes this call's prompt: a fresh 108k-element array per turn cost
+   * 3.3 ms at 108k tokens on this machine (V8 gives every array that large its own pages, which the
+   * copy then faults in; bench/token-in-cost.ts), and the store's encoder, the token engine and the
+   * graph then held one array per branch. The turn's record keeps its own prompt (keepOwnPrompt).
+   * An array only grows at its end, so every earlier view of it (a turn, a graph node, a trie edge,
+   * the encoder's serials) still reads the same ids. Otherwise (a retry or fork of an older turn, a
+   * prompt read back from the store) the ids are copied into a new array, which the next turn grows.
+   */
+  private extend(turn: Turn, bridgeIds: readonly number[]): { promptIds: number[]; anchorPrompt: readonly number[] } {
+    const { ids, length } = turn.prompt;
+    if (ids.length === length && this.growable.has(ids)) {
+      const branch = ids as number[];
+      keepOwnPrompt(turn.record, branch, length);
+      for (const id of turn.sampledIds) branch.push(id);
+      for (const id of bridgeIds) branch.push(id);
+      return { promptIds: branch, anchorPrompt: branch };
+    }
+    const anchorPrompt = promptOf(turn);
+    const promptIds = (anchorPrompt as number[]).concat(turn.sampledIds, bridgeIds);
+    this.growable.add(promptIds);
+    return { promptIds, anchorPrompt };
   }
 
   /**
@@ -493,6 +548,7 @@ export class Bridge {
 
   private async full(req: BridgeRequest, reason: NewRootReason | null, detail: string | null): Promise<BridgePlan> {
     const promptIds = await this.renderer.renderIds(req.messages, { tools: req.tools, kwargs: req.kwargs });
+    this.growable.add(promptIds);
     const findings: string[] = [];
     if (reason) {
       const grade = reason === 'retry' || reason === 'template_drops_reasoning' ? 'INFO' : 'WARN';
