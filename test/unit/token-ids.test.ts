@@ -35,6 +35,16 @@ test('a typed list becomes the same JS array; the shared prefix of two lists is 
   assert.ok(Array.isArray(list));
   assert.deepEqual(list, [5, 0, 151_643, 7]);
   assert.deepEqual(idList(new Int32Array(0)), []);
+  // Long lists are built in pieces: every length around a piece's edge comes out whole and in order.
+  for (const n of [8191, 8192, 8193, 16_384, 108_001]) {
+    const long = Int32Array.from({ length: n }, (_, i) => (i * 7919) % 151_000);
+    const out = idList(long);
+    assert.equal(out.length, n);
+    assert.ok(
+      out.every((v, i) => v === long[i]),
+      `n=${n}`,
+    );
+  }
   assert.equal(commonPrefix([1, 2, 3], Int32Array.from([1, 2, 4])), 2);
   assert.equal(commonPrefix([1, 2], [1, 2, 3]), 2);
   assert.equal(commonPrefix([9], [1]), 0);
