@@ -1,5 +1,6 @@
 // The proxy's only way to reach an engine: non-streamed chat completions over a private undici
 // pool per engine. Never the global dispatcher (VS Code patches global fetch for its proxy support).
+import { Readable } from 'node:stream';
 import { Pool, errors as undiciErrors } from 'undici';
 import type { ChatRequest } from './types.js';
 
@@ -37,10 +38,11 @@ export interface ChatEngine {
   readonly baseUrl: string;
   post(route: string, body: unknown, signal?: AbortSignal): Promise<EngineReply>;
   /**
-   * POST a body already serialised (a token-in prompt's ids are spliced in as bytes); the answer's
-   * bytes unparsed: a 100k-token prompt and its echo are copied and compared, never decoded.
+   * POST a body already serialised, given as its parts in order (a token-in prompt's ids are kept as
+   * bytes and sent between the body's head and tail, never joined into one buffer); the answer's
+   * bytes unparsed: a 100k-token prompt and its echo are compared as bytes, never decoded.
    */
-  postBytes(route: string, body: Buffer, signal?: AbortSignal): Promise<{ status: number; bytes: Buffer }>;
+  postBytes(route: string, body: readonly Buffer[], signal?: AbortSignal): Promise<{ status: number; bytes: Buffer }>;
   get(route: string, signal?: AbortSignal): Promise<EngineReply>;
   chatCompletion(request: ChatRequest, signal?: AbortSignal): Promise<EngineReply>;
   close(): Promise<void>;
@@ -87,17 +89,26 @@ export class EngineClient implements ChatEngine {
    * A POST whose body is already serialised JSON, answered as bytes: for token-in calls, whose body
    * reuses the previous prompt's serialised ids and whose answer's prompt echo is compared as bytes.
    */
-  async postBytes(route: string, body: Buffer, signal?: AbortSignal): Promise<{ status: number; bytes: Buffer }> {
+  async postBytes(route: string, body: readonly Buffer[], signal?: AbortSignal): Promise<{ status: number; bytes: Buffer }> {
+    // The parts go out one after another under one content-length (undici writes an iterable body
+    // chunk by chunk): at 108k tokens, joining them first copied 0.6 MB into a new buffer every turn.
     const response = await this.request('POST', route, body, signal);
     return { status: response.statusCode, bytes: Buffer.from(await response.body.arrayBuffer()) };
   }
 
-  private async request(method: 'GET' | 'POST', route: string, body: string | Buffer | undefined, signal?: AbortSignal) {
+  private async request(method: 'GET' | 'POST', route: string, body: string | readonly Buffer[] | undefined, signal?: AbortSignal) {
     const headers: Record<string, string> = { accept: 'application/json', 'accept-encoding': 'identity' };
     if (body !== undefined) headers['content-type'] = 'application/json';
+    let payload: string | Buffer | Readable | undefined;
+    if (typeof body === 'string' || body === undefined) payload = body;
+    else if (body.length === 1) payload = body[0]!;
+    else {
+      headers['content-length'] = String(body.reduce((n, b) => n + b.length, 0));
+      payload = Readable.from(body, { objectMode: false });
+    }
     if (this.apiKey) headers.authorization = `Bearer ${this.apiKey}`;
     try {
-      return await this.pool.request({ method, path: this.pathPrefix + route, headers, body, signal });
+      return await this.pool.request({ method, path: this.pathPrefix + route, headers, body: payload, signal });
     } catch (err) {
       if (err instanceof undiciErrors.RequestAbortedError || (err instanceof Error && err.name === 'AbortError')) throw err;
       throw new EngineUnreachableError(this.baseUrl, err);

@@ -176,8 +176,8 @@ export class RecordedEngine implements ChatEngine {
   }
 
   /** The token route's serialised form (a token-in prompt arrives spliced as bytes): answered as `post` answers it. */
-  async postBytes(route: string, body: Buffer, signal?: AbortSignal): Promise<{ status: number; bytes: Buffer }> {
-    const reply = await this.post(route, JSON.parse(body.toString('utf8')) as unknown, signal);
+  async postBytes(route: string, body: readonly Buffer[], signal?: AbortSignal): Promise<{ status: number; bytes: Buffer }> {
+    const reply = await this.post(route, JSON.parse(Buffer.concat(body).toString('utf8')) as unknown, signal);
     return { status: reply.status, bytes: Buffer.from(JSON.stringify(reply.body)) };
   }
 

@@ -259,6 +259,45 @@ test('sessions kept only in the store bridge every turn without being read back'
   }
 });
 
+test('a long prompt is sent as its kept bytes between the body head and tail, and arrives whole', async () => {
+  // Past SPLICE_PROMPT_BYTES (64 KB of id text, ~12k tokens) the request goes out in parts under one
+  // content-length; the engine must receive the same ids the record holds, turn after turn.
+  const engine = await startFakeEngine({ renderer, flavour: 'vllm', script, maxModelLen: 65_536 });
+  const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, captureLevel: 'tokens' });
+  try {
+    const { session_id } = await createSession(proxy);
+    const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session_id, maxRetries: 0 });
+    const words = Array.from({ length: 10_000 }, (_, i) => `w${(i * 7919) % 10_007}`).join(' ');
+    const messages: OpenAI.ChatCompletionMessageParam[] = [
+      { role: 'system', content: `You are careful.\n${words}` },
+      { role: 'user', content: 'How many lines does notes.txt have?' },
+    ];
+    const before = engine.tokenRequests.length;
+    for (let turn = 0; turn < 3; turn++) {
+      const message = (await client.chat.completions.create({ model: 'm', messages, tools })).choices[0]!.message;
+      messages.push({ role: 'assistant', content: message.content, tool_calls: message.tool_calls });
+      if (!message.tool_calls?.length) break;
+      for (const c of message.tool_calls) messages.push({ role: 'tool', tool_call_id: c.id, content: 'out' });
+    }
+    const calls = proxy.sessions.calls(session_id);
+    // The proxy's probe of the token route (at its first call) comes first.
+    const sent = engine.tokenRequests.slice(before).slice(-calls.length);
+    assert.ok(calls.length >= 2);
+    assert.ok(JSON.stringify(sent[0]!.prompt).length > 64 * 1024, 'the prompt is past the splice size');
+    assert.deepEqual(
+      calls.map((c) => c.prompt_token_ids),
+      sent.map((b) => b.prompt),
+    );
+    assert.deepEqual(
+      calls.map((c) => c.render?.kind),
+      ['full', ...calls.slice(1).map(() => 'bridge')],
+    );
+  } finally {
+    await proxy.close();
+    await engine.close();
+  }
+});
+
 test('--render engine keeps chat completions even where the engine takes token ids', async () => {
   const engine = await startFakeEngine({ renderer, script });
   const proxy = await CaptureProxy.start({ engineUrl: engine.url, model: engine.model, captureLevel: 'tokens', render: 'engine' });
