@@ -350,7 +350,10 @@ export class TokenInEngine {
         sent = { bytes: store.buf.subarray(0, store.used), state, store };
       }
     } else {
-      const store = newBytesStore([Buffer.from(idsText(plan.promptIds), 'latin1')]);
+      // Written straight into the store: a Buffer of the text first was one more 0.7 MB copy at 108k.
+      const text = idsText(plan.promptIds);
+      const store: BytesStore = { buf: Buffer.allocUnsafe(text.length + (text.length >> 3) + 1024), used: text.length };
+      store.buf.write(text, 0, 'latin1');
       sent = { bytes: store.buf.subarray(0, store.used), state: hashIds(createHash('sha256'), plan.promptIds), store };
     }
     this.sentPrompts.set(plan.promptIds, sent);
