@@ -1,7 +1,7 @@
 // The match ladder of a replay: how a call the harness makes now compares with the recorded one.
 //   exact      the same engine request (messages, tools and every field the harness chose);
 //   tolerated  differences the harness makes by itself from run to run (generated ids, timestamps,
-//              dates, temp paths), listed field by field with the rule that explained each; tool
+//              dates, temp paths, the host's kernel release), listed field by field with the rule that explained each; tool
 //              results that differ from the recorded ones are listed apart (the task's environment
 //              answered differently, not the harness);
 //   none       any other difference: the replay halts there, and the first differing field is shown.
@@ -57,6 +57,10 @@ export const TOLERANCE_RULES: readonly { name: string; pattern: RegExp }[] = [
   { name: 'date', pattern: new RegExp(`(?:\\b${DAY},? )?(?:\\b\\d{4}[-/]\\d{1,2}[-/]\\d{1,2}\\b|\\b\\d{1,2}/\\d{1,2}/\\d{4}\\b)`, 'g') },
   { name: 'time', pattern: /\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AP]M)?(?:\s?(?:UTC|GMT|[A-Z]{3,4}))?\b/g },
   { name: 'temp path', pattern: /(?:\/tmp|\/var\/tmp|\/private\/var\/folders|\/var\/folders)(?:\/[\w.@+-]+)+/g },
+  // The host's kernel release, which a sandbox shares and harnesses write into their prompts
+  // (claude-code "OS Version: Linux 6.18.44-fc-v1045", openclaw "os=Linux 6.18.44-fc-v1045 (x64)"):
+  // a fixture recorded on one host replays on another.
+  { name: 'os version', pattern: /\b(?:Linux|Darwin|Windows_NT) \d+(?:\.\d+)+(?:[-+~][\w.+~-]*)?/g },
   { name: 'pid', pattern: /\b(?:PGID|PID|pid|process id)[:=]?\s*\d+/g },
   { name: 'epoch', pattern: /\b1[5-9]\d{8}(?:\d{3})?\b/g },
   { name: 'duration', pattern: /\b\d+(?:\.\d+)?\s?(?:ms|milliseconds?|s|secs?|seconds?)\b/g },

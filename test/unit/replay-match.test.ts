@@ -71,6 +71,21 @@ test("openclaw's prompt stamp on another day is tolerated: the weekday goes with
   assert.equal(matchCall({ request: recorded }, { request: otherWord }).level, 'none');
 });
 
+test("the host's kernel release in a harness's prompt is tolerated: a fixture replays on another host", () => {
+  const prompt = (os: string) => `Environment:\n - Platform: linux\n - OS Version: ${os}\n - Model: tiny`;
+  const recorded = base();
+  recorded.messages[0]!.content = prompt('Linux 6.18.44-fc-v1045');
+  for (const os of ['Linux 6.18.44-fc-v1252', 'Linux 6.8.0-49-generic', 'Linux 5.15.167.4-microsoft-standard-WSL2']) {
+    const replayed = base();
+    replayed.messages[0]!.content = prompt(os);
+    const m = matchCall({ request: recorded }, { request: replayed });
+    assert.deepEqual([m.level, m.tolerated.map((d) => d.rules)], ['tolerated', [['os version']]], os);
+  }
+  const otherPlatform = base();
+  otherPlatform.messages[0]!.content = prompt('Linux 6.18.44-fc-v1045').replace('Platform: linux', 'Platform: darwin');
+  assert.equal(matchCall({ request: recorded }, { request: otherPlatform }).level, 'none');
+});
+
 test('a tool result that differs is reported apart, and does not halt', () => {
   const replayed = base();
   replayed.messages[3]!.content = 'b.txt\nProcess Group PGID: 66';
