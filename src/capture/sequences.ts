@@ -39,9 +39,10 @@ export function flattenPath(path: readonly GraphNode[]): FlatPath | null {
   let parent: GraphNode | null = null;
   for (const node of path) {
     if (node.domain !== 'tokens') return null;
-    const from = parent ? parent.prompt_ids.length + parent.sampled_ids.length : 0;
-    for (let i = from; i < node.prompt_ids.length; i++) {
-      input_ids.push(node.prompt_ids[i]!);
+    const from = parent ? parent.promptLength + parent.sampled_ids.length : 0;
+    const prompt = node.prompt_ids;
+    for (let i = from; i < prompt.length; i++) {
+      input_ids.push(prompt[i]!);
       loss_mask.push(0);
       logprobs.push(0);
     }
@@ -116,7 +117,7 @@ function trainOnce(paths: readonly (readonly GraphNode[])[], flats: (FlatPath | 
     let parent: GraphNode | null = null;
     let pos = 0;
     for (const node of paths[i]!) {
-      pos += node.prompt_ids.length - (parent ? parent.prompt_ids.length + parent.sampled_ids.length : 0);
+      pos += node.promptLength - (parent ? parent.promptLength + parent.sampled_ids.length : 0);
       const n = node.sampled_ids.length;
       if (claimed.has(node.node_id)) {
         let had = false;

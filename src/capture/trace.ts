@@ -122,8 +122,8 @@ export function trainingTurn(node: GraphNode): TrainingTurn {
   const r = node.record;
   const lps = node.sampled_logprobs;
   const usable = lps !== null && lps.length === node.sampled_ids.length;
-  const mask = new Array<0 | 1>(node.prompt_ids.length + node.sampled_ids.length).fill(0);
-  if (usable) mask.fill(1, node.prompt_ids.length);
+  const mask = new Array<0 | 1>(node.promptLength + node.sampled_ids.length).fill(0);
+  if (usable) mask.fill(1, node.promptLength);
   return {
     node_id: node.node_id,
     prompt_token_ids: node.prompt_ids as number[],
