@@ -468,10 +468,9 @@ export class Bridge {
   /**
    * The prompt ids of a bridge on `turn`: its prompt ++ its sampled ids ++ the bridge's ids. When the
    * turn's prompt is the whole of an array this bridge built (the branch's newest turn), the ids are
-   * appended to that array and it becomes this call's prompt: a fresh 108k-element array per turn cost
-   * 3.3 ms at 108k tokens on this machine (V8 gives every array that large its own pages, which the
-   * copy then faults in; bench/token-in-cost.ts), and the store's encoder, the token engine and the
-   * graph then held one array per branch. The turn's record keeps its own prompt (keepOwnPrompt).
+   * appended to that array and it becomes this call's prompt. A fresh 108k-element array per turn
+   * cost 3.3 ms at 108k tokens on a host with slow page faults (V8 gives every array that large its
+   * own pages, which the copy then faults in; bench/token-in-cost.ts), and every record held one. The turn's record keeps its own prompt (keepOwnPrompt).
    * An array only grows at its end, so every earlier view of it (a turn, a graph node, a trie edge,
    * the encoder's serials) still reads the same ids. Otherwise (a retry or fork of an older turn, a
    * prompt read back from the store) the ids are copied into a new array, which the next turn grows.
