@@ -90,8 +90,8 @@ export class EngineClient implements ChatEngine {
    * reuses the previous prompt's serialised ids and whose answer's prompt echo is compared as bytes.
    */
   async postBytes(route: string, body: readonly Buffer[], signal?: AbortSignal): Promise<{ status: number; bytes: Buffer }> {
-    // The parts go out one after another under one content-length (undici writes an iterable body
-    // chunk by chunk): at 108k tokens, joining them first copied 0.6 MB into a new buffer every turn.
+    // Several parts go out as one stream under one content-length (request): at 108k tokens, joining
+    // them first copied 0.6 MB into a new buffer every turn.
     const response = await this.request('POST', route, body, signal);
     return { status: response.statusCode, bytes: Buffer.from(await response.body.arrayBuffer()) };
   }

@@ -1,9 +1,9 @@
 // The match ladder of a replay: how a call the harness makes now compares with the recorded one.
 //   exact      the same engine request (messages, tools and every field the harness chose);
 //   tolerated  differences the harness makes by itself from run to run (generated ids, timestamps,
-//              dates, temp paths, the host's kernel release), listed field by field with the rule that explained each; tool
-//              results that differ from the recorded ones are listed apart (the task's environment
-//              answered differently, not the harness);
+//              dates, temp paths, the host's kernel release), listed field by field with the rule
+//              that explained each; tool results that differ from the recorded ones are listed apart
+//              (the task's environment answered differently, not the harness);
 //   none       any other difference: the replay halts there, and the first differing field is shown.
 // Fields the proxy itself sets (model, stream, sampling, token-capture flags) are not the harness's
 // and are not compared.
