@@ -42,7 +42,7 @@ export interface ChatEngine {
    * bytes and sent between the body's head and tail, never joined into one buffer); the answer's
    * bytes unparsed: a 100k-token prompt and its echo are compared as bytes, never decoded.
    */
-  postBytes(route: string, body: readonly Buffer[], signal?: AbortSignal): Promise<{ status: number; bytes: Buffer }>;
+  postBytes(route: string, body: readonly Buffer[], signal?: AbortSignal): Promise<{ status: number; parts: Buffer[] }>;
   get(route: string, signal?: AbortSignal): Promise<EngineReply>;
   chatCompletion(request: ChatRequest, signal?: AbortSignal): Promise<EngineReply>;
   close(): Promise<void>;
@@ -88,12 +88,15 @@ export class EngineClient implements ChatEngine {
   /**
    * A POST whose body is already serialised JSON, answered as bytes: for token-in calls, whose body
    * reuses the previous prompt's serialised ids and whose answer's prompt echo is compared as bytes.
+   * The answer comes back as the chunks it arrived in (byte-parts.ts).
    */
-  async postBytes(route: string, body: readonly Buffer[], signal?: AbortSignal): Promise<{ status: number; bytes: Buffer }> {
+  async postBytes(route: string, body: readonly Buffer[], signal?: AbortSignal): Promise<{ status: number; parts: Buffer[] }> {
     // Several parts go out as one stream under one content-length (request): at 108k tokens, joining
-    // them first copied 0.6 MB into a new buffer every turn.
+    // them first copied 0.6 MB into a new buffer every turn. The answer is not joined either.
     const response = await this.request('POST', route, body, signal);
-    return { status: response.statusCode, bytes: Buffer.from(await response.body.arrayBuffer()) };
+    const parts: Buffer[] = [];
+    for await (const chunk of response.body) parts.push(chunk as Buffer);
+    return { status: response.statusCode, parts };
   }
 
   private async request(method: 'GET' | 'POST', route: string, body: string | readonly Buffer[] | undefined, signal?: AbortSignal) {

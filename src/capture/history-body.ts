@@ -19,6 +19,8 @@
 // (which also lets the store's and the bridge's comparisons of those messages stop at identity), and
 // nothing may change a request's parsed body in place.
 
+import { ByteParts } from './byte-parts.js';
+
 /** The request-body keys that hold a dialect's history (chat/messages, Responses, Gemini). */
 export const BODY_HISTORY_KEYS = ['messages', 'input', 'contents'] as const;
 
@@ -174,19 +176,9 @@ function plainMembersFrom(buf: Buffer, i: number): boolean {
   }
 }
 
-/** Length of the common prefix of two buffers: memcmp over halving ranges. */
+/** Length of the common prefix of two buffers (ByteParts.commonPrefix: memcmp over halving ranges). */
 export function commonBytes(a: Buffer, b: Buffer): number {
-  let lo = 0;
-  let hi = Math.min(a.length, b.length);
-  if (a.compare(b, 0, hi, 0, hi) === 0) return hi;
-  // Invariant: a[0, lo) equals b[0, lo); a[0, hi) does not equal b[0, hi).
-  while (hi - lo > 64) {
-    const mid = (lo + hi) >>> 1;
-    if (a.compare(b, lo, mid, lo, mid) === 0) lo = mid;
-    else hi = mid;
-  }
-  while (lo < hi && a[lo] === b[lo]) lo++;
-  return lo;
+  return ByteParts.of(a).commonPrefix(ByteParts.of(b));
 }
 
 function deepFreeze(v: unknown): void {
@@ -196,7 +188,8 @@ function deepFreeze(v: unknown): void {
 }
 
 interface Kept {
-  bytes: Buffer;
+  /** The body as it arrived (its chunks; never joined for keeping). */
+  bytes: ByteParts;
   layout: HistoryLayout;
   /** The members before the history key, in order (their values frozen). */
   head: [string, unknown][];
@@ -241,21 +234,26 @@ export class HistoryBodies {
     return { ...this.counts, keys: this.kept.size, bytes: this.bytes };
   }
 
-  /** JSON.parse(raw as UTF-8), or its SyntaxError. `key`: who sent it (undefined: nothing is kept). */
-  parse(raw: Buffer, key: string | undefined): unknown {
-    if (key === undefined || raw.length < this.minBytes) return JSON.parse(raw.toString('utf8'));
+  /**
+   * JSON.parse(raw as UTF-8), or its SyntaxError. `raw`: the body, whole or as the chunks it arrived
+   * in. `key`: who sent it (undefined: nothing is kept).
+   */
+  parse(raw: Buffer | ByteParts, key: string | undefined): unknown {
+    const body = raw instanceof ByteParts ? raw : ByteParts.of(raw);
+    if (key === undefined || body.length < this.minBytes) return JSON.parse(body.toString('utf8'));
     const before = this.kept.get(key);
     if (before) {
       this.drop(key);
-      const reused = this.reuse(key, before, raw);
+      const reused = this.reuse(key, before, body);
       if (reused !== undefined) {
         this.counts.reused++;
         return reused;
       }
     }
     this.counts.whole++;
-    const parsed: unknown = JSON.parse(raw.toString('utf8'));
-    const layout = scanHistory(raw);
+    const whole = body.whole();
+    const parsed: unknown = JSON.parse(whole.toString('utf8'));
+    const layout = scanHistory(whole);
     if (layout && parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) {
       const obj = parsed as Record<string, unknown>;
       const items = obj[layout.key];
@@ -265,15 +263,15 @@ export class HistoryBodies {
           if (k === layout.key) break;
           head.push([k, v]);
         }
-        this.keep(key, { bytes: raw, layout, head, items: items.slice() });
+        this.keep(key, { bytes: body, layout, head, items: items.slice() });
       }
     }
     return parsed;
   }
 
-  private reuse(key: string, before: Kept, raw: Buffer): Record<string, unknown> | undefined {
+  private reuse(key: string, before: Kept, raw: ByteParts): Record<string, unknown> | undefined {
     const { layout } = before;
-    const same = commonBytes(before.bytes, raw);
+    const same = before.bytes.commonPrefix(raw);
     // The elements wholly inside the common prefix (their end offset at most `same`).
     let lo = 0;
     let hi = layout.ends.length;
@@ -285,31 +283,35 @@ export class HistoryBodies {
     const k = lo;
     if (k === 0) return undefined;
     const cut = layout.ends[k - 1]!;
-    let i = skipWs(raw, cut);
-    const next = raw[i];
+    // The rest is read from the bytes after the kept elements only (joined if they span chunks).
+    const tail = raw.slice(cut);
+    let i = skipWs(tail, 0);
+    const next = tail[i];
     if (next === COMMA) {
       i++;
       // `[a, ]` is not JSON, though `[` + ` ]` would be.
-      if (raw[skipWs(raw, i)] === CLOSE_BRACKET) return undefined;
+      if (tail[skipWs(tail, i)] === CLOSE_BRACKET) return undefined;
     } else if (next !== CLOSE_BRACKET) return undefined;
     // The new elements' end offsets (this body's layout, for the next call), then the members after
     // the history: a history key again, __proto__ or a key with escapes (which could spell either)
     // is parsed whole (see the header).
+    const added: number[] = [];
+    const after = scanElements(tail, 0, added);
+    if (after < 0 || !plainMembersFrom(tail, after)) return undefined;
     const ends = layout.ends.slice(0, k);
-    const after = scanElements(raw, cut, ends);
-    if (after < 0 || !plainMembersFrom(raw, after)) return undefined;
+    for (const end of added) ends.push(cut + end);
     let rest: unknown;
     try {
-      rest = JSON.parse(`{"${layout.key}":[${raw.toString('utf8', i)}`);
+      rest = JSON.parse(`{"${layout.key}":[${tail.toString('utf8', i)}`);
     } catch {
       return undefined;
     }
     if (rest === null || typeof rest !== 'object' || Array.isArray(rest)) return undefined;
-    const tail = (rest as Record<string, unknown>)[layout.key];
-    if (!Array.isArray(tail)) return undefined;
-    if (ends.length !== k + tail.length) return undefined;
+    const newItems = (rest as Record<string, unknown>)[layout.key];
+    if (!Array.isArray(newItems)) return undefined;
+    if (ends.length !== k + newItems.length) return undefined;
     const items = before.items.slice(0, k);
-    for (const item of tail) items.push(item);
+    for (const item of newItems) items.push(item);
     const out: Record<string, unknown> = {};
     for (const [name, value] of before.head) out[name] = value;
     out[layout.key] = items;

@@ -9,7 +9,8 @@ import { answerTokenCount } from './dialects/token-count.js';
 import { EngineUnreachableError, engineErrorMessage, type ChatEngine } from './engine-client.js';
 import { TokenInUnavailableError } from './render/mode.js';
 import { HistoryBodies } from './history-body.js';
-import { BodyTooLargeError, readBody, redactHeaders, scrubSecret, sendJson } from './http-util.js';
+import { ByteParts } from './byte-parts.js';
+import { BodyTooLargeError, readBodyParts, redactHeaders, scrubSecret, sendJson } from './http-util.js';
 import type { RenderInfo } from './render/bridge.js';
 import type { TokenInEngine } from './render/token-engine.js';
 import type { SessionRegistry } from './session-registry.js';
@@ -88,9 +89,9 @@ function replyStop(res: ServerResponse, dialect: Dialect, ctx: DialectContext, s
 export async function handleModelCall(req: IncomingMessage, res: ServerResponse, url: URL, deps: ModelCallDeps): Promise<void> {
   const path = url.pathname + url.search;
   const headerDialect = detectDialect(url.pathname, req.headers, undefined);
-  let raw: Buffer;
+  let raw: ByteParts;
   try {
-    raw = await readBody(req, deps.limits.bodyLimit);
+    raw = new ByteParts(await readBodyParts(req, deps.limits.bodyLimit));
   } catch (err) {
     if (err instanceof BodyTooLargeError) return replyError(res, headerDialect, 413, err.message);
     throw err;
@@ -125,7 +126,7 @@ export async function handleModelCall(req: IncomingMessage, res: ServerResponse,
   }
   // A keyed session's key is a credential: nothing recorded may carry it, wherever the harness echoed it.
   const secret = session.info.key_sha256 ? key : undefined;
-  const bodyHasSecret = secret !== undefined && raw.includes(secret);
+  const bodyHasSecret = secret !== undefined && raw.includes(Buffer.from(secret));
   const recorded = <T>(value: T, inBody: boolean): T =>
     secret !== undefined && (!inBody || bodyHasSecret) ? scrubSecret(value, secret) : value;
   session.touch();

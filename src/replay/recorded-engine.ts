@@ -176,9 +176,9 @@ export class RecordedEngine implements ChatEngine {
   }
 
   /** The token route's serialised form (a token-in prompt arrives spliced as bytes): answered as `post` answers it. */
-  async postBytes(route: string, body: readonly Buffer[], signal?: AbortSignal): Promise<{ status: number; bytes: Buffer }> {
+  async postBytes(route: string, body: readonly Buffer[], signal?: AbortSignal): Promise<{ status: number; parts: Buffer[] }> {
     const reply = await this.post(route, JSON.parse(Buffer.concat(body).toString('utf8')) as unknown, signal);
-    return { status: reply.status, bytes: Buffer.from(JSON.stringify(reply.body)) };
+    return { status: reply.status, parts: [Buffer.from(JSON.stringify(reply.body))] };
   }
 
   async get(route: string, signal?: AbortSignal): Promise<EngineReply> {

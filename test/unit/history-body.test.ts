@@ -2,6 +2,7 @@
 // JSON.parse's, key order included, and a body that is not JSON is refused as JSON.parse refuses it.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { ByteParts } from '../../src/capture/byte-parts.js';
 import { commonBytes, HistoryBodies, scanHistory } from '../../src/capture/history-body.js';
 
 /** A small deterministic generator (xorshift32). */
@@ -48,8 +49,22 @@ function write(value: unknown, r: () => number): string {
   return go(value);
 }
 
-function check(bodies: HistoryBodies, text: string, key: string, what: string): void {
-  const raw = Buffer.from(text, 'utf8');
+/** The bytes as the chunks a socket might deliver: cut at points `r` picks, some chunks empty, some mid-character. */
+function chunked(bytes: Buffer, r: () => number): ByteParts {
+  const cuts = Array.from({ length: 1 + Math.floor(r() * 6) }, () => Math.floor(r() * (bytes.length + 1))).sort((a, b) => a - b);
+  const parts: Buffer[] = [];
+  let at = 0;
+  for (const cut of [...cuts, bytes.length]) {
+    parts.push(Buffer.from(bytes.subarray(at, cut)));
+    at = cut;
+  }
+  return new ByteParts(parts);
+}
+
+/** `split`: the body arrives as chunks cut at points it picks (else as one buffer). */
+function check(bodies: HistoryBodies, text: string, key: string, what: string, split?: () => number): void {
+  const whole = Buffer.from(text, 'utf8');
+  const raw = split ? chunked(whole, split) : whole;
   let expected: unknown;
   let error: unknown;
   try {
@@ -79,7 +94,8 @@ test('a growing history parses as JSON.parse does, reusing the resent elements',
         ? { model: 'm', tools: [{ type: 'function', function: { name: 'bash' } }], messages, stream: r() < 0.5 }
         : { messages, model: 'm', max_tokens: turn, tools: [] };
       // The same spacing every turn (one writer per seed), as a harness serialises alike each time.
-      check(bodies, write(body, rng(seed * 7)), 'k', `seed ${seed} turn ${turn}`);
+      // Odd seeds: every body in chunks, as a socket delivers it.
+      check(bodies, write(body, rng(seed * 7)), 'k', `seed ${seed} turn ${turn}`, seed % 2 ? r : undefined);
     }
     assert.ok(bodies.stats.reused >= 8, `seed ${seed}: reused ${bodies.stats.reused} of 12`);
   }
@@ -108,7 +124,7 @@ test('edits anywhere, other history keys, repeated members and bodies that are n
       if (pick === 8) text = `{"${key}":"not a list",${text.slice(1)}`; // the key first as something else
       if (pick === 10)
         text = text.replace(/}\s*$/, `,"\\u00${key.charCodeAt(0).toString(16)}${key.slice(1)}":[{"role":"user","content":"other"}]}`); // the key again, spelt with an escape
-      check(bodies, text, 'k', `seed ${seed} turn ${turn} pick ${pick}`);
+      check(bodies, text, 'k', `seed ${seed} turn ${turn} pick ${pick}`, seed % 2 ? r : undefined);
     }
     reused += bodies.stats.reused;
   }

@@ -109,3 +109,26 @@ test('the prompt echo is cut out of an answer as bytes and compared with the ids
   const odd = '{"prompt_token_ids":["a"],"choices":[]}';
   assert.deepEqual(cutPromptEcho(Buffer.from(odd), sent), { rest: odd, echo: null });
 });
+
+test('an answer read as the chunks it arrived in is cut as the joined bytes are, wherever the chunks end', () => {
+  const sent = Buffer.from('151644,872,198,' + '13,'.repeat(40) + '7');
+  const body = Buffer.from(
+    `{"choices":[{"index":0,"text":"é ✓","token_ids":[9,151645],"prompt_token_ids":[${sent}],"finish_reason":"stop"}]}`,
+  );
+  const variants = [
+    body,
+    Buffer.from(body.toString().replace(`${sent}`, `${sent},7`)),
+    Buffer.from(body.toString().replace(`${sent}`, '151644, 872')),
+    Buffer.from(body.toString().replace('"prompt_token_ids"', '"prompt_token_idz"')),
+  ];
+  for (const whole of variants) {
+    const expected = cutPromptEcho(whole, sent);
+    for (let a = 0; a <= whole.length; a++) {
+      const b = Math.min(whole.length, a + 1 + ((a * 7) % 23));
+      const parts = [whole.subarray(0, a), whole.subarray(a, b), whole.subarray(b)];
+      const got = cutPromptEcho(parts, sent);
+      assert.equal(got.rest, expected.rest, `cut at ${a} and ${b}`);
+      assert.deepEqual(got.echo, expected.echo, `cut at ${a} and ${b}`);
+    }
+  }
+});

@@ -16,6 +16,7 @@ import {
   type LogprobEntry,
 } from '../types.js';
 import { randomHex } from '../random-hex.js';
+import { ByteParts } from '../byte-parts.js';
 import { allTokenIds, isTokenId, sameIds } from '../token-ids.js';
 import { Bridge, type BridgeOptions, type BridgePlan, type CallSource, type RenderInfo } from './bridge.js';
 import { hashIds, tokensDigest } from './digest.js';
@@ -53,6 +54,7 @@ export class TokenInEngineError extends Error {}
 
 const ECHO_KEY = Buffer.from('"prompt_token_ids":');
 const NULL_TEXT = 'null';
+const CLOSE_BRACKET = Buffer.from(']');
 
 /**
  * An answer's bytes with its prompt-id echo (`"prompt_token_ids":[…]`, the first one) cut out: a
@@ -61,24 +63,22 @@ const NULL_TEXT = 'null';
  * to cut (the answer is then decoded whole); it is the echo's own text when it differs from `expected`.
  * (Inside a JSON string a quote is escaped, so the key cannot match there.)
  */
-export function cutPromptEcho(bytes: Buffer, expected?: Buffer): { rest: string; echo: Buffer | string | null } {
-  const at = bytes.indexOf(ECHO_KEY);
-  const whole = () => ({ rest: bytes.toString('utf8'), echo: null });
+export function cutPromptEcho(bytes: Buffer | readonly Buffer[], expected?: Buffer): { rest: string; echo: Buffer | string | null } {
+  // The answer as the chunks it arrived in: only the text around the echo is joined (byte-parts.ts).
+  const body = ByteParts.of(bytes);
+  const at = body.indexOf(ECHO_KEY);
+  const whole = () => ({ rest: body.toString('utf8'), echo: null });
   if (at < 0) return whole();
   let i = at + ECHO_KEY.length;
-  while (bytes[i] === 0x20) i++;
-  if (bytes[i] !== 0x5b /* [ */) return whole();
-  const cut = (end: number) => `${bytes.toString('utf8', 0, i)}${NULL_TEXT}${bytes.toString('utf8', end + 1)}`;
+  while (body.byteAt(i) === 0x20) i++;
+  if (body.byteAt(i) !== 0x5b /* [ */) return whole();
+  const cut = (end: number) => `${body.toString('utf8', 0, i)}${NULL_TEXT}${body.toString('utf8', end + 1)}`;
   // The usual case, the ids exactly as sent: one comparison, no scan of the echo.
-  if (
-    expected !== undefined &&
-    bytes[i + 1 + expected.length] === 0x5d /* ] */ &&
-    bytes.compare(expected, 0, expected.length, i + 1, i + 1 + expected.length) === 0
-  )
+  if (expected !== undefined && body.byteAt(i + 1 + expected.length) === 0x5d /* ] */ && body.equalsAt(i + 1, expected))
     return { rest: cut(i + 1 + expected.length), echo: expected };
-  const close = bytes.indexOf(0x5d, i);
+  const close = body.indexOf(CLOSE_BRACKET, i);
   if (close < 0) return whole();
-  const echo = bytes.toString('latin1', i + 1, close);
+  const echo = body.toString('latin1', i + 1, close);
   if (!/^[\d,\s]*$/.test(echo)) return whole();
   return { rest: cut(close), echo };
 }
@@ -250,7 +250,7 @@ export class TokenInEngine {
     const parts = [Buffer.from(`{"${idsKey}":[`), promptBytes, Buffer.from(`],${JSON.stringify(rest).slice(1)}`)];
     const requestBody = promptBytes.length >= SPLICE_PROMPT_BYTES ? parts : [Buffer.concat(parts)];
     const sent = await this.client.postBytes(route, requestBody, signal);
-    const { rest: answerText, echo } = cutPromptEcho(sent.bytes, promptBytes);
+    const { rest: answerText, echo } = cutPromptEcho(sent.parts, promptBytes);
     let answerBody: unknown = answerText;
     try {
       answerBody = JSON.parse(answerText);
