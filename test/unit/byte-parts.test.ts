@@ -3,37 +3,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ByteParts } from '../../src/capture/byte-parts.js';
-
-/** A small deterministic generator (xorshift32). */
-function rng(seed: number): () => number {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return x / 2 ** 32;
-  };
-}
-
-function split(bytes: Buffer, r: () => number): Buffer[] {
-  const cuts = Array.from({ length: Math.floor(r() * 8) }, () => Math.floor(r() * (bytes.length + 1))).sort((a, b) => a - b);
-  const parts: Buffer[] = [];
-  let at = 0;
-  for (const cut of [...cuts, bytes.length]) {
-    parts.push(Buffer.from(bytes.subarray(at, cut)));
-    at = cut;
-  }
-  return parts;
-}
+import { rng, splitBytes } from './random-fixtures.js';
 
 test('reads of chunked bytes equal the same reads of the joined bytes', () => {
   for (let seed = 1; seed <= 300; seed++) {
     const r = rng(seed);
     // A small alphabet, so needles repeat and matches fall across chunk ends.
     const whole = Buffer.from(Array.from({ length: Math.floor(r() * 120) }, () => 97 + Math.floor(r() * 3)));
-    const body = new ByteParts(split(whole, r));
+    const body = new ByteParts(splitBytes(whole, r));
     assert.equal(body.length, whole.length);
     assert.deepEqual(body.whole(), whole);
     for (let q = 0; q < 20; q++) {
@@ -61,7 +38,7 @@ test('reads of chunked bytes equal the same reads of the joined bytes', () => {
     const shorter = r() < 0.3 ? other.subarray(0, Math.floor(r() * (other.length + 1))) : other;
     let same = 0;
     while (same < Math.min(whole.length, shorter.length) && whole[same] === shorter[same]) same++;
-    assert.equal(body.commonPrefix(new ByteParts(split(shorter, r))), same, `seed ${seed}`);
+    assert.equal(body.commonPrefix(new ByteParts(splitBytes(shorter, r))), same, `seed ${seed}`);
   }
 });
 

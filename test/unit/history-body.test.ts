@@ -4,19 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ByteParts } from '../../src/capture/byte-parts.js';
 import { commonBytes, HistoryBodies, scanHistory } from '../../src/capture/history-body.js';
-
-/** A small deterministic generator (xorshift32). */
-function rng(seed: number): () => number {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return x / 2 ** 32;
-  };
-}
+import { rng, splitBytes } from './random-fixtures.js';
 
 const TEXTS = ['plain', 'quote " inside', 'back\\slash\\', 'end\\', 'unicode é ✓ 🎉', 'line\nbreak', '"messages"', '{"a":[1,2]}', ''];
 
@@ -49,22 +37,10 @@ function write(value: unknown, r: () => number): string {
   return go(value);
 }
 
-/** The bytes as the chunks a socket might deliver: cut at points `r` picks, some chunks empty, some mid-character. */
-function chunked(bytes: Buffer, r: () => number): ByteParts {
-  const cuts = Array.from({ length: 1 + Math.floor(r() * 6) }, () => Math.floor(r() * (bytes.length + 1))).sort((a, b) => a - b);
-  const parts: Buffer[] = [];
-  let at = 0;
-  for (const cut of [...cuts, bytes.length]) {
-    parts.push(Buffer.from(bytes.subarray(at, cut)));
-    at = cut;
-  }
-  return new ByteParts(parts);
-}
-
 /** `split`: the body arrives as chunks cut at points it picks (else as one buffer). */
 function check(bodies: HistoryBodies, text: string, key: string, what: string, split?: () => number): void {
   const whole = Buffer.from(text, 'utf8');
-  const raw = split ? chunked(whole, split) : whole;
+  const raw = split ? new ByteParts(splitBytes(whole, split, 6)) : whole;
   let expected: unknown;
   let error: unknown;
   try {
