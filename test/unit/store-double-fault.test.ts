@@ -1,7 +1,7 @@
 // The store's double fault: a commit's frames reach the journal, the session file write fails (a
 // full disk), and so does the journal frame that would withdraw them. The caller is answered 507;
 // a restart must not replay the call back into its session. Faults are injected at the file-system
-// calls the store makes (fs.write for session files, FileHandle.write/truncate for the journal).
+// calls the store makes (fs.write for session files, FileHandle.writev/truncate for the journal).
 import assert from 'node:assert/strict';
 import fs, { mkdtempSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { open } from 'node:fs/promises';
@@ -28,22 +28,22 @@ const call = (id: string, index: number): CallRecord =>
 
 const enospc = () => Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', errno: -28, syscall: 'write' });
 const originalWrite = fs.write;
-type HandleProto = { write: (...a: unknown[]) => Promise<unknown>; truncate: (...a: unknown[]) => Promise<unknown> };
+type HandleProto = { writev: (...a: unknown[]) => Promise<unknown>; truncate: (...a: unknown[]) => Promise<unknown> };
 let handleProto: HandleProto;
-let originalHandleWrite: HandleProto['write'];
+let originalHandleWrite: HandleProto['writev'];
 let originalHandleTruncate: HandleProto['truncate'];
 before(async () => {
   const handle = await open(tmpdir(), 'r');
   handleProto = Object.getPrototypeOf(handle) as HandleProto;
   await handle.close();
-  originalHandleWrite = handleProto.write;
+  originalHandleWrite = handleProto.writev;
   originalHandleTruncate = handleProto.truncate;
 });
 
 afterEach(() => {
   (fs as { write: unknown }).write = originalWrite;
   syncBuiltinESMExports();
-  handleProto.write = originalHandleWrite;
+  handleProto.writev = originalHandleWrite;
   handleProto.truncate = originalHandleTruncate;
 });
 
@@ -57,7 +57,7 @@ function injectDoubleFault(sessionId: string, opts: { journalOk: number; truncat
   };
   syncBuiltinESMExports();
   let journalWrites = 0;
-  handleProto.write = function (this: unknown, ...args: unknown[]) {
+  handleProto.writev = function (this: unknown, ...args: unknown[]) {
     if (++journalWrites > opts.journalOk) return Promise.reject(enospc());
     return originalHandleWrite.apply(this, args);
   };
@@ -89,7 +89,7 @@ for (const truncateFails of [false, true]) {
     // The lab dies here (no close), the disk comes back, and the next lab replays the journal.
     (fs as { write: unknown }).write = originalWrite;
     syncBuiltinESMExports();
-    handleProto.write = originalHandleWrite;
+    handleProto.writev = originalHandleWrite;
     handleProto.truncate = originalHandleTruncate;
     const warnings: string[] = [];
     const restarted = new CaptureStore(store.dataDir, (m) => warnings.push(m));

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { CaptureStore, StoreWriteError, readJournalFrames } from '../../src/capture/store.js';
+import { unwritten, writeChunks } from '../../src/capture/store-writer.js';
 import type { CallRecord, SessionInfo } from '../../src/capture/types.js';
 
 const dirs: string[] = [];
@@ -203,6 +204,42 @@ test('after a lost page cache, a restart replays the journal: every acknowledged
     [0, 1, 2, 3, 4, 5],
   );
   await restarted.close();
+});
+
+test('a commit with large lines among small ones journals them all: a restart after a lost page cache brings back every one', async () => {
+  const store = freshStore();
+  const ids = ['big1', 'small1', 'big2', 'small2'];
+  for (const id of ids) await store.append(id, { type: 'session', ...info(id) });
+  // One commit: the four appends arrive together (large lines are written without joining them).
+  await Promise.all(
+    ids.map((id, i) =>
+      store.append(id, {
+        type: 'call',
+        ...call(id, 0, (id.startsWith('big') ? 'B' : 's').repeat(id.startsWith('big') ? 200_000 + i : 100)),
+      }),
+    ),
+  );
+  const files = ids.map((id) => readFileSync(store.fileOf(id)));
+  for (const id of ids) writeFileSync(store.fileOf(id), ''); // the page cache lost every call line
+  const restarted = new CaptureStore(store.dataDir);
+  ids.forEach((id, i) => assert.deepEqual(readFileSync(store.fileOf(id)), files[i], `${id} is back byte for byte`));
+  await restarted.close();
+});
+
+test("a commit's frames as writev buffers: the same bytes in order, small runs joined, large frames as they are", () => {
+  const sizes = [3, 70_000, 5, 6, 65_536, 65_535, 1, 100_000];
+  const frames = sizes.map((n, i) => Buffer.alloc(n, i + 1));
+  const chunks = writeChunks(frames);
+  assert.deepEqual(Buffer.concat(chunks), Buffer.concat(frames));
+  assert.deepEqual(
+    chunks.map((c) => c.length),
+    [3, 70_000, 11, 65_536, 65_536, 100_000],
+  );
+  assert.ok(chunks[1] === frames[1] && chunks[3] === frames[4], 'large frames are passed, not copied');
+  const whole = Buffer.concat(frames);
+  for (const n of [0, 1, 3, 4, 70_003, 70_004, whole.length - 1, whole.length])
+    assert.deepEqual(Buffer.concat(unwritten(chunks, n)), whole.subarray(n), `after ${n} bytes`);
+  assert.deepEqual(unwritten(chunks, whole.length), []);
 });
 
 test('a torn journal frame (a crash mid-commit) is not replayed, and a deleted session stays deleted', async () => {
