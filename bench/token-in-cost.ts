@@ -17,7 +17,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { cpuMs, rssMb, startNode, stopChild, type Started } from './processes.js';
+import { cpuMs, rssMb, schedCpuMs, startNode, stopChild, type Started } from './processes.js';
 
 const ROOT = join(__dirname, '..');
 
@@ -58,6 +58,14 @@ export interface TokenInCostRow {
   prompt_tokens_mean: number;
   cpu_ms_per_turn: number;
   /**
+   * A session's first turn and the turns after it apart (per-thread schedstat around each call, mean
+   * over the loops): the first turn's new tokens are the whole context (it renders, tokenizes and
+   * stores all of it), every later turn's about 90, so the turns after the first are where "the cost
+   * follows the new tokens" is seen. Null where /proc has no schedstat.
+   */
+  first_turn_cpu_ms: number | null;
+  cpu_ms_per_turn_after_first: number | null;
+  /**
    * The hop's resident memory after the measured loop, MB (its process serves every size in turn, so
    * it holds the smaller sizes' sessions too): what the sessions' ids cost to keep.
    */
@@ -86,14 +94,27 @@ function systemPrompt(tokens: number): string {
   return `You are a careful software agent.\n${sentence.repeat(Math.ceil((tokens * 4.3) / sentence.length))}`;
 }
 
-/** One tool loop through `url`: `turns` calls, each resending the history; returns the mean prompt tokens. */
-async function toolLoop(url: string, model: string, system: string, turns: number, hop: Hop, key: string | undefined): Promise<number> {
+/**
+ * One tool loop through `url`: `turns` calls, each resending the history; returns the mean prompt
+ * tokens and, when `cpu` reads the hop's CPU, each call's CPU ms (from its request to the next one's).
+ */
+async function toolLoop(
+  url: string,
+  model: string,
+  system: string,
+  turns: number,
+  hop: Hop,
+  key: string | undefined,
+  cpu: () => number | undefined = () => undefined,
+): Promise<{ promptTokens: number; turnCpuMs: (number | undefined)[] }> {
   const messages: Message[] = [
     { role: 'system', content: system },
     { role: 'user', content: 'Find the failing test and fix it.' },
   ];
   let promptTokens = 0;
+  const marks = [cpu()];
   for (let t = 0; t < turns; t++) {
+    if (t > 0) marks.push(cpu());
     const body = { model, messages, tools: [BASH_TOOL], ...(hop === 'pass-through' ? CAPTURE_FIELDS : {}) };
     const answer = await post(`${url}/v1/chat/completions`, body, key);
     if (answer.status !== 200) throw new Error(`${hop} answered ${answer.status}: ${answer.text.slice(0, 300)}`);
@@ -108,7 +129,11 @@ async function toolLoop(url: string, model: string, system: string, turns: numbe
     messages.push({ role: 'assistant', content: message.content ?? null, tool_calls: message.tool_calls });
     messages.push({ role: 'tool', tool_call_id: call.id, content: `${TOOL_OUTPUT}(turn ${t})` });
   }
-  return promptTokens / turns;
+  // The last call's work after its answer (a store commit's tail, a collection) is counted after a pause.
+  await new Promise((r) => setTimeout(r, 100));
+  marks.push(cpu());
+  const turnCpuMs = marks.slice(1).map((m, i) => (m === undefined || marks[i] === undefined ? undefined : m - marks[i]!));
+  return { promptTokens: promptTokens / turns, turnCpuMs };
 }
 
 async function startHop(
@@ -171,6 +196,8 @@ export interface TokenInCostResult {
   rows: TokenInCostRow[];
   /** Per hop: the largest size's CPU per turn over the smallest's. */
   ratios: Partial<Record<Hop, number>>;
+  /** The same over the turns after each session's first (reported; the target judges `ratios`). */
+  ratios_after_first: Partial<Record<Hop, number>>;
   pass: boolean;
   host: { cpus: number; load_1m_start: number; load_1m_end: number };
 }
@@ -204,15 +231,18 @@ export async function runTokenInCost(o: TokenInCostOptions): Promise<TokenInCost
           await toolLoop(h.url, engine.model, system, o.turns, hop, await session());
           let cpu = 0;
           let promptSum = 0;
+          const turnCpu: (number | undefined)[][] = [];
           for (let loop = 0; loop < o.loops; loop++) {
             const key = await session();
             await new Promise((r) => setTimeout(r, 100));
             const before = cpuMs(h.process.pid) ?? 0;
-            promptSum += await toolLoop(h.url, engine.model, system, o.turns, hop, key);
-            await new Promise((r) => setTimeout(r, 100));
+            const run = await toolLoop(h.url, engine.model, system, o.turns, hop, key, () => schedCpuMs(h.process.pid));
+            promptSum += run.promptTokens;
+            turnCpu.push(run.turnCpuMs);
             cpu += (cpuMs(h.process.pid) ?? before) - before;
           }
           const promptMean = promptSum / o.loops;
+          const split = splitFirstTurn(turnCpu);
           const row: TokenInCostRow = {
             hop,
             context_tokens_target: size,
@@ -220,6 +250,8 @@ export async function runTokenInCost(o: TokenInCostOptions): Promise<TokenInCost
             loops: o.loops,
             prompt_tokens_mean: Math.round(promptMean),
             cpu_ms_per_turn: Math.round((cpu / (o.turns * o.loops)) * 1000) / 1000,
+            first_turn_cpu_ms: split?.first ?? null,
+            cpu_ms_per_turn_after_first: split?.after ?? null,
             rss_mb: rssMb(h.process.pid) ?? null,
           };
           rows.push(row);
@@ -234,17 +266,21 @@ export async function runTokenInCost(o: TokenInCostOptions): Promise<TokenInCost
     await stopChild(engineProc.child);
   }
   const ratios: Partial<Record<Hop, number>> = {};
+  const ratiosAfterFirst: Partial<Record<Hop, number>> = {};
   const smallest = Math.min(...o.sizes);
   const largest = Math.max(...o.sizes);
   for (const hop of o.hops) {
     const lo = rows.find((r) => r.hop === hop && r.context_tokens_target === smallest);
     const hi = rows.find((r) => r.hop === hop && r.context_tokens_target === largest);
     if (lo && hi && lo.cpu_ms_per_turn > 0) ratios[hop] = Math.round((hi.cpu_ms_per_turn / lo.cpu_ms_per_turn) * 100) / 100;
+    const [a, b] = [lo?.cpu_ms_per_turn_after_first, hi?.cpu_ms_per_turn_after_first];
+    if (a && b) ratiosAfterFirst[hop] = Math.round((b / a) * 100) / 100;
   }
   const pass = ratios['token-in'] === undefined || ratios['token-in'] <= TOKEN_IN_COST_TARGET.maxRatio128kTo8k;
   const result = {
     rows,
     ratios,
+    ratios_after_first: ratiosAfterFirst,
     pass,
     host: { cpus: cpus().length, load_1m_start: Math.round(loadStart * 100) / 100, load_1m_end: Math.round(loadavg()[0]! * 100) / 100 },
   };
@@ -254,6 +290,20 @@ export async function runTokenInCost(o: TokenInCostOptions): Promise<TokenInCost
     `${JSON.stringify({ bench: 'token-in-cost', started_at: new Date().toISOString(), target: TOKEN_IN_COST_TARGET, ...result }, null, 2)}\n`,
   );
   return result;
+}
+
+/** The mean of each loop's first turn, and of every later turn, over the loops; null without per-turn CPU. */
+export function splitFirstTurn(loops: readonly (readonly (number | undefined)[])[]): { first: number; after: number } | null {
+  const firsts: number[] = [];
+  const rest: number[] = [];
+  for (const turns of loops) {
+    if (turns.length < 2 || turns.some((t) => t === undefined)) return null;
+    firsts.push(turns[0]!);
+    rest.push(...(turns.slice(1) as number[]));
+  }
+  if (firsts.length === 0) return null;
+  const mean = (xs: number[]) => Math.round((xs.reduce((a, b) => a + b, 0) / xs.length) * 1000) / 1000;
+  return { first: mean(firsts), after: mean(rest) };
 }
 
 function intList(text: string, name: string): number[] {
@@ -290,7 +340,7 @@ export function parseTokenInCostArgs(argv: string[], env: NodeJS.ProcessEnv = pr
   };
 }
 
-export function formatTokenInCost(result: Pick<TokenInCostResult, 'rows' | 'ratios'>): string {
+export function formatTokenInCost(result: Pick<TokenInCostResult, 'rows' | 'ratios' | 'ratios_after_first'>): string {
   const sizes = [...new Set(result.rows.map((r) => r.context_tokens_target))].sort((a, b) => a - b);
   const hops = [...new Set(result.rows.map((r) => r.hop))];
   const lines = [['CPU ms per turn', ...sizes.map((s) => `${Math.round(s / 1000)}k context`), 'largest/smallest'].join('  ')];
@@ -299,6 +349,20 @@ export function formatTokenInCost(result: Pick<TokenInCostResult, 'rows' | 'rati
       (s) => result.rows.find((r) => r.hop === hop && r.context_tokens_target === s)?.cpu_ms_per_turn.toFixed(2) ?? '-',
     );
     lines.push([hop.padEnd(15), ...cells.map((c) => c.padStart(11)), `${result.ratios[hop]?.toFixed(2) ?? '-'}x`.padStart(16)].join('  '));
+  }
+  lines.push("turns after a session's first (its first turn, ms)");
+  for (const hop of hops) {
+    const cells = sizes.map((s) => {
+      const r = result.rows.find((x) => x.hop === hop && x.context_tokens_target === s);
+      return r?.cpu_ms_per_turn_after_first == null
+        ? '-'
+        : `${r.cpu_ms_per_turn_after_first.toFixed(2)} (${r.first_turn_cpu_ms!.toFixed(0)})`;
+    });
+    lines.push(
+      [hop.padEnd(15), ...cells.map((c) => c.padStart(11)), `${result.ratios_after_first[hop]?.toFixed(2) ?? '-'}x`.padStart(16)].join(
+        '  ',
+      ),
+    );
   }
   const prompts = sizes.map((s) => result.rows.find((r) => r.context_tokens_target === s)?.prompt_tokens_mean ?? 0);
   lines.push(`(mean prompt tokens of the measured turns: ${prompts.join(', ')})`);

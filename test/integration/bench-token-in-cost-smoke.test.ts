@@ -28,7 +28,11 @@ test('token-in-cost: every hop at every size, prompts near the sizes, the ratios
     assert.ok(row.prompt_tokens_mean > row.context_tokens_target * 0.7, `${row.hop}: prompts near the size (${row.prompt_tokens_mean})`);
     assert.ok(Number.isFinite(row.cpu_ms_per_turn) && row.cpu_ms_per_turn >= 0, 'a finite, non-negative figure');
     assert.ok(typeof row.rss_mb === 'number' && row.rss_mb > 0, "the hop's resident memory, from /proc");
+    // Per-turn CPU from schedstat (ns): a session's first turn and the turns after it, both measured.
+    assert.ok(row.first_turn_cpu_ms !== null && row.first_turn_cpu_ms > 0, `${row.hop}: the first turn's CPU`);
+    assert.ok(row.cpu_ms_per_turn_after_first !== null && row.cpu_ms_per_turn_after_first > 0, `${row.hop}: the later turns' CPU`);
   }
+  for (const hop of HOPS) assert.ok(Number.isFinite(result.ratios_after_first[hop]), `${hop}: a ratio over the turns after the first`);
   // The same loops reach the engine through every hop: token-in and chat prompts agree in size.
   const prompt = (hop: string, size: number) =>
     result.rows.find((r) => r.hop === hop && r.context_tokens_target === size)!.prompt_tokens_mean;
@@ -43,5 +47,6 @@ test('token-in-cost: every hop at every size, prompts near the sizes, the ratios
   assert.ok(Number.isFinite(result.ratios['token-in']), 'token in, the hop the target judges, always measures some CPU');
   assert.deepEqual(JSON.parse(readFileSync(out, 'utf8')).rows, JSON.parse(JSON.stringify(result.rows)), 'the JSON file holds the rows');
   assert.match(formatTokenInCost(result), /^CPU ms per turn {2}1k context {2}2k context {2}largest\/smallest\ntoken-in /);
+  assert.match(formatTokenInCost(result), /\nturns after a session's first \(its first turn, ms\)\ntoken-in +[\d.]+ \(\d+\)/);
   assert.throws(() => parseTokenInCostArgs(['--hops', 'nope'], {}), /--hops: unknown 'nope'/);
 });
