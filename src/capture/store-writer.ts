@@ -578,7 +578,6 @@ export class CaptureStore {
   }
 }
 
-/** Appends all of `data` (O_APPEND: each write lands at the end), in the thread pool. */
 /**
  * A commit's frames as the buffers of one writev: runs of small frames joined (a commit of 1,000
  * sessions stays one system call, one disk flush, well under IOV_MAX buffers), a large frame passed
@@ -612,6 +611,7 @@ export function unwritten(chunks: readonly Buffer[], n: number): Buffer[] {
   return rest;
 }
 
+/** Appends all of `data` (O_APPEND: each write lands at the end), in the thread pool. */
 function writeAllAsync(fd: number, data: Buffer): Promise<void> {
   return new Promise((resolve, reject) => {
     const step = (offset: number) =>
