@@ -35,6 +35,9 @@ const PROXY_HOST = `${proxyName(BATCH)}.${NS}.svc`;
 /** The agent's one tool call: every probe prints NAME=<what came back>, then PROBED. */
 function probeScript(enginePort: number, otherSession: string): string {
   return [
+    // A refused connection can close before printf writes its second line: without this, SIGPIPE
+    // would end the whole script (printf is a builtin) and the lines after it would be missing.
+    'trap "" PIPE',
     'req() { if exec 3<>"/dev/tcp/$1/$2"; then printf "$4" >&3; r=$(timeout 5 head -c 12 <&3 | tr -d "\\r\\n"); exec 3>&-; echo "$3=[$r]"; else echo "$3=[connect-failed]"; fi; }',
     'ls /opt/harness-lab/task-tests /tests 2>&1 | head -3 | sed "s/^/TESTS_LS=/"',
     'echo "HANDOFF=[$(ls -A /opt/harness-lab/handoff | tr "\\n" " ")]"',
@@ -44,7 +47,8 @@ function probeScript(enginePort: number, otherSession: string): string {
     `req ${PROXY_HOST} 8100 ADMIN "GET /sessions HTTP/1.0\\r\\nAuthorization: Bearer $HARNESS_LAB_API_KEY\\r\\n\\r\\n"`,
     `req ${PROXY_HOST} 8100 OTHER "GET /sessions/${otherSession}/calls HTTP/1.0\\r\\nAuthorization: Bearer $HARNESS_LAB_API_KEY\\r\\n\\r\\n"`,
     `req 127.0.0.1 ${enginePort} ENGINE "GET /v1/models HTTP/1.0\\r\\n\\r\\n"`,
-    'echo PROBED',
+    // Split so the script's own text (in the tool call) never reads as its output.
+    'echo "PRO""BED"',
   ].join('\n');
 }
 
@@ -203,7 +207,7 @@ describe('the cluster path against an attacker, on the API server double', { tim
   });
 
   it('a pod outside the batch cannot reach the proxy (its ingress NetworkPolicy)', async () => {
-    const script = `if exec 3<>/dev/tcp/${PROXY_HOST}/8100; then printf 'GET /health HTTP/1.0\\r\\n\\r\\n' >&3; echo "PROXY=[$(timeout 5 head -c 12 <&3)]"; else echo PROXY=[connect-failed]; fi`;
+    const script = `trap '' PIPE; if exec 3<>/dev/tcp/${PROXY_HOST}/8100; then printf 'GET /health HTTP/1.0\\r\\n\\r\\n' >&3; echo "PROXY=[$(timeout 5 head -c 12 <&3)]"; else echo PROXY=[connect-failed]; fi`;
     await core.createNamespacedPod({
       namespace: NS,
       body: {
